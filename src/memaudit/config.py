@@ -1,0 +1,144 @@
+"""Configuration: schema validation with defaults, cross-key checks and per-entry lookups.
+
+The schema lives in ``workflow/schemas/config.schema.yaml``; the Snakefile
+validates against it with ``snakemake.utils.validate`` and then calls
+:func:`check_config` for the checks a JSON schema cannot express (references
+between entries). Every error names the offending key as a dotted path.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memaudit.errors import ConfigError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+BUILTIN_SOURCES = ("austen", "mobydick", "tidytext", "reuters", "user_books")
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _validator_with_defaults(schema: dict):
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    validate_properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(base, {"properties": set_defaults})(schema)
+
+
+def key_path(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def validate_config(config: dict, schema: dict | None = None) -> dict:
+    """Validate ``config`` against the schema, fill defaults, run cross-key checks.
+
+    Returns a new, completed config. Raises :class:`ConfigError` naming every bad key.
+    """
+    config = copy.deepcopy(config)
+    validator = _validator_with_defaults(schema or load_schema())
+    # Defaults are filled during the first pass; a second pass reports errors on
+    # the completed document so nested defaults are validated too.
+    list(validator.iter_errors(config))
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"config key {key_path(e.absolute_path)}: {e.message}" for e in errors[:10]]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+    return check_config(config)
+
+
+def check_config(config: dict) -> dict:
+    """Checks across entries: references between models, benchmarks and sources."""
+    problems: list[str] = []
+    benchmarks = config["benchmarks"]
+    models = config["models"]
+    for name, bench in benchmarks.items():
+        for i, src in enumerate(bench["sources"]):
+            if src not in BUILTIN_SOURCES:
+                problems.append(f"benchmarks.{name}.sources.{i}: unknown source {src!r} "
+                                f"(known: {', '.join(BUILTIN_SOURCES)})")
+    pretrain_sources = set(config.get("pretrain", {}).get("sources", []))
+    for src in sorted(pretrain_sources):
+        if src not in BUILTIN_SOURCES:
+            problems.append(f"pretrain.sources: unknown source {src!r}")
+        used = [b for b, v in benchmarks.items() if src in v["sources"]]
+        if used:
+            problems.append(f"pretrain.sources: {src!r} is also a source of benchmark(s) "
+                            f"{', '.join(used)}; the pretraining pool must be disjoint")
+    for name, entry in models.items():
+        where = f"models.{name}"
+        has_source, has_base = "source" in entry, "base" in entry
+        if has_source == has_base:
+            problems.append(f"{where}: give exactly one of 'source' (a base model) or "
+                            f"'base' + 'finetune' (a fine-tuned model)")
+        if has_source:
+            kinds = [k for k in ("builtin", "path", "hub_id", "tiny_gpt2") if k in entry["source"]]
+            if len(kinds) != 1:
+                problems.append(f"{where}.source: give exactly one of builtin, path, hub_id, "
+                                f"tiny_gpt2 (got {kinds or 'none'})")
+            if "hub_id" in entry["source"] and "revision" not in entry["source"]:
+                problems.append(f"{where}.source.revision: required with hub_id (pin a commit "
+                                f"so reruns load the same weights)")
+            if "finetune" in entry:
+                problems.append(f"{where}.finetune: needs 'base' (the model to fine-tune)")
+        if has_base:
+            base = entry["base"]
+            if base not in models:
+                problems.append(f"{where}.base: unknown model {base!r}")
+            elif "base" in models[base]:
+                problems.append(f"{where}.base: {base!r} is itself fine-tuned; chain from a base model")
+            if "finetune" not in entry:
+                problems.append(f"{where}.finetune: required with 'base'")
+            else:
+                for i, b in enumerate(entry["finetune"]["members_of"]):
+                    if b not in benchmarks:
+                        problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
+    tp = config.get("probes", {}).get("token_prob", {})
+    for i, ref in enumerate(tp.get("reference_models", [])):
+        if ref not in models:
+            problems.append(f"probes.token_prob.reference_models.{i}: unknown model {ref!r}")
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return config
+
+
+def load_config(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return validate_config(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def base_model_of(config: dict, model: str) -> str:
+    """The base model a model derives from (itself for a base model)."""
+    return config["models"][model].get("base", model)
+
+
+def contaminated_on(model_entry: dict) -> list[str]:
+    """Benchmarks whose members this model was fine-tuned on (empty for base models)."""
+    return list(model_entry.get("finetune", {}).get("members_of", []))

@@ -1,0 +1,74 @@
+"""Member/non-member benchmarks with a known ground truth, and the disjoint pretraining pool.
+
+A benchmark draws documents from its sources, cuts each into sentence-aligned
+passages, keeps ``passages_per_document`` of them as the document's excerpt,
+samples ``n_documents`` documents and splits them IID into members and
+non-members (seeded). The excerpt is both what the probes read and what a
+contaminated model is fine-tuned on, so membership is exact.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Sequence
+
+from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.sources import load_source
+from memaudit.datasets.text import make_passages
+from memaudit.datasets.types import Document, Passage
+from memaudit.errors import InputError
+
+
+def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dict | None = None) -> list[Document]:
+    docs: list[Document] = []
+    for src in sources:
+        docs.extend(load_source(src, Path(assets_dir), **(source_options or {}).get(src, {})))
+    seen: set[str] = set()
+    for d in docs:
+        if d.doc_id in seen:
+            raise InputError(f"duplicate document id {d.doc_id!r} across sources {list(sources)}")
+        seen.add(d.doc_id)
+    return docs
+
+
+def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int) -> tuple[list[Document], list[Passage]]:
+    """Documents (with ``meta['label']``) and their passages for one benchmark."""
+    docs = load_documents(cfg["sources"], assets_dir, cfg.get("source_options"))
+    candidates = []
+    for d in docs:
+        passages = make_passages(d.text, cfg["passage_words"], cfg["passages_per_document"])
+        if len(passages) >= cfg["min_passages"]:
+            candidates.append((d, passages))
+    if len(candidates) < 2:
+        raise InputError(f"benchmark {name!r}: only {len(candidates)} usable documents in sources "
+                         f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s))")
+    rng = random.Random(f"{seed}:{name}")
+    n = cfg.get("n_documents")
+    if n is not None and n < len(candidates):
+        candidates = rng.sample(candidates, n)
+    rng.shuffle(candidates)
+    n_members = round(len(candidates) * cfg["member_fraction"])
+    n_members = min(max(n_members, 1), len(candidates) - 1)
+    out_docs, out_passages = [], []
+    for rank, (d, passages) in enumerate(sorted(candidates[:n_members], key=lambda c: c[0].doc_id)
+                                          + sorted(candidates[n_members:], key=lambda c: c[0].doc_id)):
+        label = MEMBER if rank < n_members else NONMEMBER
+        excerpt = "\n".join(passages)
+        meta = dict(d.meta, label=label, n_passages=len(passages), benchmark=name)
+        out_docs.append(Document(d.doc_id, d.source, d.title, d.author, d.kind, excerpt, meta))
+        for i, p in enumerate(passages):
+            out_passages.append(Passage(f"{d.doc_id}#p{i}", d.doc_id, label, p, d.title, d.author,
+                                        {"index": i, "n_words": len(p.split())}))
+    out_docs.sort(key=lambda d: d.doc_id)
+    out_passages.sort(key=lambda p: p.passage_id)
+    return out_docs, out_passages
+
+
+def build_pretrain_pool(cfg: dict, assets_dir: Path) -> list[Document]:
+    """The third pool: whole documents from sources no benchmark uses (checked by the config)."""
+    return load_documents(cfg["sources"], assets_dir, cfg.get("source_options"))
+
+
+def member_texts(documents: Sequence[dict]) -> list[str]:
+    return [d["text"] for d in documents if int(d["meta"]["label"]) == MEMBER]

@@ -1,0 +1,17 @@
+"""Exceptions with messages that name the offending file, row or key."""
+
+
+class MemauditError(Exception):
+    """Base class for user-facing errors (bad input, missing assets, bad config)."""
+
+
+class ConfigError(MemauditError):
+    """The configuration is invalid; the message names the key."""
+
+
+class InputError(MemauditError):
+    """An input file is malformed; the message names the file and line/row."""
+
+
+class AssetError(MemauditError):
+    """A demo asset (Debian or PyPI package) is missing or unreadable."""

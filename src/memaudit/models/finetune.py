@@ -1,0 +1,104 @@
+"""Controlled contamination: fine-tune a base model on a benchmark's members only.
+
+LoRA (``peft``) stores just the adapter; ``full`` stores the whole model (used
+for the tiny models). Each member document is tokenised exactly as the probes
+tokenise it (see :func:`memaudit.probes.token_stats.encode`), split into chunks
+of ``max_length`` tokens, and repeated ``duplication`` times per epoch -- the
+knob that sets how strongly the members are memorised.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+
+def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    from memaudit.probes.token_stats import encode
+
+    chunks = []
+    for text in texts:
+        ids = encode(tokenizer, text, max_tokens=None)
+        # Every chunk starts with the context token so its first text token is trained.
+        ctx, body = ids[:1], ids[1:]
+        step = max_length - 1
+        for i in range(0, len(body), step):
+            piece = body[i:i + step]
+            if len(piece) >= 2:
+                chunks.append(ctx + piece)
+    return chunks
+
+
+def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: str, epochs: float,
+             lr: float, duplication: int, batch_size: int, max_length: int, lora_r: int = 16,
+             lora_alpha: int = 32, lora_dropout: float = 0.0, target_modules="all-linear",
+             seed: int = 0, progress: Callable[[str], None] = log.info) -> dict:
+    """Fine-tune ``model`` on ``texts`` and save the adapter (lora) or the model (full) in ``out_dir``."""
+    import torch
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    if method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                         target_modules=target_modules, task_type="CAUSAL_LM")
+        model = get_peft_model(model, cfg)
+    elif method != "full":
+        raise ValueError(f"unknown fine-tuning method {method!r}")
+    chunks = member_chunks(tokenizer, texts, max_length) * duplication
+    if not chunks:
+        raise ValueError("no member text to fine-tune on")
+    # Length-sorted batches waste little on padding; the batch order is shuffled.
+    steps_per_epoch = math.ceil(len(chunks) / batch_size)
+    total = max(1, int(round(epochs * steps_per_epoch)))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)))
+    pad = tokenizer.pad_token_id
+    device = next(model.parameters()).device
+    model.train()
+    t0, step, losses, n_tokens = time.time(), 0, [], 0
+    while step < total:
+        order = list(range(len(chunks)))
+        rng.shuffle(order)
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        for idx in batches:
+            if step >= total:
+                break
+            rows = [chunks[i] for i in idx]
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for j, r in enumerate(rows):
+                ids[j, :len(r)] = torch.tensor(r)
+                mask[j, :len(r)] = 1
+            labels = ids.masked_fill(mask == 0, -100)
+            out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            n_tokens += int(mask.sum())
+            if step % max(1, total // 10) == 0 or step == total:
+                losses.append({"step": step, "loss": float(out.loss)})
+                progress(f"fine-tune ({method}) step {step}/{total} loss {float(out.loss):.3f} "
+                         f"({time.time() - t0:.0f}s, {n_tokens / max(1e-9, time.time() - t0):.0f} tok/s)")
+    model.eval()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    if method == "full":
+        tokenizer.save_pretrained(out_dir)
+    return {"method": method, "chunks": len(chunks), "steps": total, "tokens": n_tokens,
+            "losses": losses, "seconds": time.time() - t0,
+            "trainable_params": int(sum(p.numel() for p in params))}

@@ -1,0 +1,81 @@
+"""Materialise a config model entry as a *manifest* (``results/models/<name>/manifest.json``).
+
+The manifest records how to load the model (a load spec, see
+:mod:`memaudit.models.loading`), its size, family and the benchmarks it was
+contaminated on. Base models are converted (builtin), referenced (path, hub id)
+or trained from scratch (tiny GPT-2); fine-tuned models add an adapter (LoRA)
+or their own weights (full) on top of their base's manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, Sequence
+
+from memaudit.config import contaminated_on
+from memaudit.io import read_json, write_json
+
+log = logging.getLogger(__name__)
+
+
+def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dict:
+    return {"name": name, "family": entry.get("family", name), "backend": entry.get("backend", "hf"),
+            "load": load, "n_params": int(n_params), "contaminated_on": contaminated_on(entry),
+            "base": entry.get("base"), "dtype": entry.get("dtype", "float32"), **extra}
+
+
+def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path,
+                       pretrain_texts: Sequence[str] | None = None, seed: int = 0,
+                       progress: Callable[[str], None] = log.info) -> dict:
+    """Write the manifest of a base model (training it first for ``tiny_gpt2``)."""
+    from memaudit.models.loading import count_parameters, load_causal_lm
+
+    out_dir = Path(out_dir)
+    src = entry["source"]
+    extra = {}
+    if "tiny_gpt2" in src:
+        from memaudit.models.tiny import train_tiny_gpt2
+
+        if not pretrain_texts:
+            raise ValueError(f"model {name!r}: tiny_gpt2 needs the pretraining pool")
+        record = train_tiny_gpt2(pretrain_texts, out_dir / "weights", seed=seed, progress=progress,
+                                 **src["tiny_gpt2"])
+        load = {"path": str(out_dir / "weights")}
+        extra["training"] = record
+    elif "builtin" in src:
+        load = {"builtin": src["builtin"], "cache_dir": str(cache_dir)}
+    else:
+        load = {k: src[k] for k in ("path", "hub_id", "revision", "gguf_file") if k in src}
+    model, _ = load_causal_lm(load, dtype=entry.get("dtype", "float32"), device="cpu")
+    manifest = _manifest(name, entry, load, count_parameters(model), **extra)
+    write_json(out_dir / "manifest.json", manifest)
+    return manifest
+
+
+def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, member_texts: Sequence[str],
+                            out_dir: Path, *, seed: int = 0, device: str = "auto",
+                            progress: Callable[[str], None] = log.info) -> dict:
+    """Fine-tune the base model on ``member_texts``; write the adapter or weights and the manifest."""
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+
+    out_dir = Path(out_dir)
+    base = read_json(base_manifest_path)
+    ft = entry["finetune"]
+    model, tok = load_causal_lm(base["load"], dtype=entry.get("dtype", "float32"), device=device)
+    n_params = sum(p.numel() for p in model.parameters())
+    weights = out_dir / ("adapter" if ft["method"] == "lora" else "weights")
+    record = finetune(model, tok, member_texts, weights, method=ft["method"], epochs=ft["epochs"],
+                      lr=ft["lr"], duplication=ft["duplication"], batch_size=ft["batch_size"],
+                      max_length=ft["max_length"], lora_r=ft["lora_r"], lora_alpha=ft["lora_alpha"],
+                      lora_dropout=ft["lora_dropout"], target_modules=ft["target_modules"], seed=seed,
+                      progress=progress)
+    record["n_member_documents"] = len(member_texts)
+    if ft["method"] == "lora":
+        load = dict(base["load"], adapter=str(weights))
+    else:
+        load = {"path": str(weights)}
+    manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"])
+    write_json(out_dir / "manifest.json", manifest)
+    return manifest

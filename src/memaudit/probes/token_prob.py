@@ -1,0 +1,167 @@
+"""The token-probability family of membership-inference scores.
+
+All scores follow the package-wide convention **higher = more likely a member**.
+With ``lp_t = log p(x_t | x_<t)`` over the T scored tokens of a passage and
+``L = -(1/T) sum_t lp_t`` its mean negative log-likelihood (log-perplexity):
+
+=====================  ==========================================================  =========================
+method                 score                                                       source
+=====================  ==========================================================  =========================
+``loss``               ``-L``  (perplexity = exp(L))                               Yeom et al. 2018
+``zlib``               ``-L / zlib_bytes(x)``                                      Carlini et al. 2021
+``lowercase``          ``L(lower(x)) / L(x)`` (ratio of log-perplexities)           Carlini et al. 2021
+``min_k_<k>pct``       mean of the k% lowest ``lp_t``                              Shi et al. 2024 (Min-K%)
+``min_k_plus_plus_..`` mean of the k% lowest ``(lp_t - mu_t) / sigma_t``           Zhang et al. 2024 (Min-K%++)
+``ref_<model>``        ``L_ref(x) - L(x)``                                         Carlini et al. 2021; Mireshghallah et al. 2022
+=====================  ==========================================================  =========================
+
+``mu_t``/``sigma_t`` are the mean and standard deviation of ``log p(z|x_<t)``
+under ``z ~ p(.|x_<t)`` (see :mod:`memaudit.probes.token_stats`). Each model
+computes L on its own tokenisation; the reference ratio compares per-token
+means, so tokenisers may differ. The "k% lowest" keeps ``max(1, floor(k*T))``
+tokens, as in the Min-K% reference code (``int(len * k)``, at least one).
+"""
+
+from __future__ import annotations
+
+import abc
+import zlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from memaudit.probes.token_stats import TokenStats
+
+
+@dataclass
+class ScoringContext:
+    texts: Sequence[str]
+    stats: TokenStats
+    lowercase: TokenStats | None = None
+    references: dict[str, TokenStats] = field(default_factory=dict)
+
+
+def k_lowest_mean(values: np.ndarray, k: float) -> float:
+    """Mean of the ``max(1, floor(k*len))`` smallest values (NaN for an empty passage)."""
+    if len(values) == 0:
+        return float("nan")
+    n = max(1, int(len(values) * k))
+    return float(np.mean(np.partition(values.astype(np.float64), n - 1)[:n]))
+
+
+def pct_name(k: float) -> str:
+    pct = k * 100
+    return f"{pct:g}pct".replace(".", "p")
+
+
+class Method(abc.ABC):
+    """One score; subclasses set ``name`` and implement :meth:`score` (one value per passage)."""
+
+    name: str
+    needs_lowercase = False
+    needs_distribution = False
+    reference: str | None = None
+
+    @abc.abstractmethod
+    def score(self, ctx: ScoringContext) -> np.ndarray:
+        """One score per passage, higher = more likely a member."""
+
+
+class Loss(Method):
+    name = "loss"
+
+    def score(self, ctx):
+        return -ctx.stats.mean_nll()
+
+
+class Zlib(Method):
+    name = "zlib"
+
+    def score(self, ctx):
+        zbytes = np.array([len(zlib.compress(t.encode("utf-8"))) for t in ctx.texts], dtype=np.float64)
+        return -ctx.stats.mean_nll() / zbytes
+
+
+class Lowercase(Method):
+    name = "lowercase"
+    needs_lowercase = True
+
+    def score(self, ctx):
+        return ctx.lowercase.mean_nll() / ctx.stats.mean_nll()
+
+
+class MinK(Method):
+    def __init__(self, k: float):
+        self.k = k
+        self.name = f"min_k_{pct_name(k)}"
+
+    def score(self, ctx):
+        return np.array([k_lowest_mean(ctx.stats.passage(i)[0], self.k) for i in range(len(ctx.stats))])
+
+
+class MinKPlusPlus(Method):
+    needs_distribution = True
+
+    def __init__(self, k: float):
+        self.k = k
+        self.name = f"min_k_plus_plus_{pct_name(k)}"
+
+    def score(self, ctx):
+        out = np.empty(len(ctx.stats))
+        for i in range(len(ctx.stats)):
+            lp, mu, sd = ctx.stats.passage(i)
+            z = (lp.astype(np.float64) - mu) / np.maximum(sd.astype(np.float64), 1e-12)
+            out[i] = k_lowest_mean(z, self.k)
+        return out
+
+
+class Reference(Method):
+    def __init__(self, reference: str):
+        self.reference = reference
+        self.name = f"ref_{reference}"
+
+    def score(self, ctx):
+        return ctx.references[self.reference].mean_nll() - ctx.stats.mean_nll()
+
+
+def build_methods(methods: Sequence[str], min_k_ratios: Sequence[float],
+                  reference_models: Sequence[str], model: str) -> list[Method]:
+    """Instantiate the configured methods for ``model`` (a model is never its own reference)."""
+    out: list[Method] = []
+    for m in methods:
+        if m == "loss":
+            out.append(Loss())
+        elif m == "zlib":
+            out.append(Zlib())
+        elif m == "lowercase":
+            out.append(Lowercase())
+        elif m == "min_k":
+            out.extend(MinK(k) for k in min_k_ratios)
+        elif m == "min_k_plus_plus":
+            out.extend(MinKPlusPlus(k) for k in min_k_ratios)
+        elif m == "reference":
+            out.extend(Reference(r) for r in reference_models if r != model)
+        else:
+            raise ValueError(f"unknown token-probability method {m!r}")
+    return out
+
+
+def score_passages(ctx: ScoringContext, methods: Sequence[Method], passages: pd.DataFrame) -> pd.DataFrame:
+    """Long table (passage_id, doc_id, label, method, score) for every method."""
+    frames = []
+    for m in methods:
+        frames.append(pd.DataFrame({"passage_id": passages["passage_id"].to_numpy(),
+                                    "doc_id": passages["doc_id"].to_numpy(),
+                                    "label": passages["label"].to_numpy(),
+                                    "method": m.name, "score": m.score(ctx)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def aggregate_documents(passage_scores: pd.DataFrame, how: str = "mean") -> pd.DataFrame:
+    """Document scores: aggregate each document's passage scores (mean by default)."""
+    grouped = passage_scores.groupby(["method", "doc_id", "label"], sort=True)["score"]
+    doc = grouped.agg(how).reset_index()
+    doc["n_passages"] = grouped.size().to_numpy()
+    return doc[["doc_id", "label", "method", "score", "n_passages"]]

@@ -1,0 +1,160 @@
+"""Per-token statistics, computed once per (model, texts) and shared by every token-probability method.
+
+For each passage ``x_1..x_T`` (prefixed with one context token, BOS or EOS, so
+that the first text token is scored too) we keep, for every position t:
+
+- ``logprob[t] = log p(x_t | x_<t)``
+- ``mu[t]    = E_{z~p(.|x_<t)} log p(z | x_<t)``                (Min-K%++, Zhang et al. 2024)
+- ``sigma[t] = sqrt(E_z (log p(z|x_<t))^2 - mu[t]^2)``
+
+Passages are sorted by token length and batched (length bucketing), so padding
+costs little; statistics are computed from the float32 log-softmax of each
+batch and stored as flat arrays with per-passage offsets (CSR layout).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from memaudit.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+
+def context_token_id(tokenizer) -> int:
+    tid = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if tid is None:
+        raise ValueError("tokenizer has neither a BOS nor an EOS token to use as context")
+    return int(tid)
+
+
+def encode(tokenizer, text: str, max_tokens: int | None) -> list[int]:
+    """Token ids of ``text`` with the context token in front, truncated to ``max_tokens`` text tokens."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if max_tokens is not None:
+        ids = ids[:max_tokens]
+    return [context_token_id(tokenizer)] + list(ids)
+
+
+@dataclass
+class TokenStats:
+    """Flat per-token arrays; passage i owns ``slice(offsets[i], offsets[i+1])``."""
+
+    offsets: np.ndarray  # int64, n+1
+    logprob: np.ndarray  # float32
+    mu: np.ndarray  # float32
+    sigma: np.ndarray  # float32
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def passage(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s = slice(self.offsets[i], self.offsets[i + 1])
+        return self.logprob[s], self.mu[s], self.sigma[s]
+
+    def mean_nll(self) -> np.ndarray:
+        """Per-passage mean negative log-likelihood (nats per token)."""
+        sums = np.add.reduceat(self.logprob.astype(np.float64), self.offsets[:-1]) if len(self.logprob) else np.zeros(0)
+        lengths = np.diff(self.offsets)
+        return -sums / np.maximum(lengths, 1)
+
+    def save(self, path: Path, **arrays) -> None:
+        with atomic_path(path, suffix=".npz") as tmp:
+            np.savez_compressed(tmp, offsets=self.offsets, logprob=self.logprob, mu=self.mu,
+                                sigma=self.sigma, **arrays)
+
+    @classmethod
+    def load(cls, path: Path, prefix: str = "") -> "TokenStats":
+        with np.load(path) as z:
+            return cls(*(z[prefix + k] for k in ("offsets", "logprob", "mu", "sigma")))
+
+
+def save_many(path: Path, **named: TokenStats) -> None:
+    """Store several TokenStats (e.g. ``original`` and ``lowercase``) in one npz."""
+    arrays = {}
+    for name, ts in named.items():
+        for k in ("offsets", "logprob", "mu", "sigma"):
+            arrays[f"{name}__{k}"] = getattr(ts, k)
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)
+
+
+def load_many(path: Path, name: str) -> TokenStats:
+    return TokenStats.load(path, prefix=f"{name}__")
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None = None) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches, cur = [], []
+    for i in order:
+        width = lengths[cur[0]] if cur else lengths[i]
+        if cur and (len(cur) >= batch_size or (max_batch_tokens and width * (len(cur) + 1) > max_batch_tokens)):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: int = 8,
+                        max_tokens: int | None = 512, with_distribution: bool = True,
+                        progress: Callable[[str], None] | None = None) -> TokenStats:
+    """Batched, length-bucketed forward passes returning per-token statistics for ``texts``.
+
+    ``with_distribution=False`` skips mu/sigma (filled with NaN) when only the
+    target-token log-probabilities are needed (e.g. the lowercase pass).
+    """
+    import torch
+
+    encoded = [encode(tokenizer, t, max_tokens) for t in texts]
+    lengths = [len(e) for e in encoded]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    per_lp: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
+    per_mu: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
+    per_sd: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
+    batches = length_buckets(lengths, batch_size)
+    t0, done = time.time(), 0
+    with torch.inference_mode():
+        for bi, batch in enumerate(batches):
+            width = lengths[batch[0]]
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for j, i in enumerate(batch):
+                ids[j, :lengths[i]] = torch.tensor(encoded[i])
+                mask[j, :lengths[i]] = 1
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1]
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            target = ids[:, 1:].to(device)
+            tok_lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            if with_distribution:
+                p = logp.exp()
+                mu = (p * logp).sum(-1)
+                e2 = (p * logp.square()).sum(-1)
+                sd = (e2 - mu.square()).clamp_min(0).sqrt()
+                mu, sd = mu.cpu().numpy(), sd.cpu().numpy()
+            tok_lp = tok_lp.cpu().numpy()
+            for j, i in enumerate(batch):
+                n = lengths[i] - 1
+                per_lp[i] = tok_lp[j, :n].astype(np.float32)
+                if with_distribution:
+                    per_mu[i] = mu[j, :n].astype(np.float32)
+                    per_sd[i] = sd[j, :n].astype(np.float32)
+                else:
+                    per_mu[i] = np.full(n, np.nan, np.float32)
+                    per_sd[i] = np.full(n, np.nan, np.float32)
+            done += len(batch)
+            if progress and (bi % 10 == 0 or bi == len(batches) - 1):
+                progress(f"{done}/{len(texts)} passages ({time.time() - t0:.0f}s)")
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(x) for x in per_lp])
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.float32)  # noqa: E731
+    return TokenStats(offsets, cat(per_lp), cat(per_mu), cat(per_sd))

@@ -1,0 +1,58 @@
+"""Stage-level glue for the statistics rules: blind baseline, summary tables, method selection."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from memaudit.io import read_json, read_jsonl, write_csv
+
+log = logging.getLogger(__name__)
+
+BLIND_MODEL = "(none)"
+BLIND_METHOD = "blind_bag_of_words"
+
+
+def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: str, stats: dict,
+                       seed: int) -> pd.DataFrame:
+    """Cross-validated bag-of-words member classifier, no language model involved."""
+    from memaudit.stats.blind import blind_baseline_scores
+    from memaudit.stats.summary import metrics_table
+
+    docs = read_jsonl(documents_path)
+    texts = [d["text"] for d in docs]
+    labels = [int(d["meta"]["label"]) for d in docs]
+    scores = blind_baseline_scores(texts, labels, n_splits=stats["blind_folds"], seed=seed)
+    frame = pd.DataFrame({"doc_id": [d["doc_id"] for d in docs], "label": labels,
+                          "method": BLIND_METHOD, "score": scores})
+    write_csv(out_scores, frame)
+    table = metrics_table(frame, benchmark=benchmark, model=BLIND_MODEL, contaminated=False, seed=seed,
+                          n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"])
+    write_csv(out_metrics, table)
+    log.info("blind baseline AUC on %s: %.3f", benchmark, table["auc"].iloc[0])
+    return table
+
+
+def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_csv, out_md, out_models) -> pd.DataFrame:
+    """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``."""
+    from memaudit.stats.summary import merge_metrics, write_summary
+
+    frame = merge_metrics(metric_paths)
+    write_summary(frame, out_csv, out_md)
+    rows = []
+    for d in model_dirs:
+        m = read_json(Path(d) / "manifest.json")
+        rows.append({"model": m["name"], "family": m["family"], "n_params": m["n_params"],
+                     "base": m.get("base") or "", "contaminated_on": ";".join(m["contaminated_on"])})
+    write_csv(out_models, pd.DataFrame(rows).sort_values("model"))
+    return frame
+
+
+def select_methods(doc_scores: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+    """Rows of the configured headline methods plus every reference-model method (``ref_*``)."""
+    keep = set(methods) | {m for m in doc_scores["method"].unique() if str(m).startswith("ref_")}
+    sel = doc_scores[doc_scores["method"].isin(keep)]
+    return sel if len(sel) else doc_scores

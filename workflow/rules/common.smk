@@ -1,0 +1,90 @@
+# Helpers, config validation and wildcard constraints shared by every rule file.
+import re
+
+from snakemake.utils import validate
+
+from memaudit.config import check_config, contaminated_on
+
+
+validate(config, "../schemas/config.schema.yaml")
+check_config(config)
+
+BENCHMARKS = sorted(config["benchmarks"])
+MODELS = sorted(config["models"])
+ASSETS = config["assets_dir"]
+TOKEN_PROB = config["probes"]["token_prob"]
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in names)
+
+
+wildcard_constraints:
+    benchmark=_alternatives(BENCHMARKS),
+    model=_alternatives(MODELS),
+
+
+def model_entry(wildcards):
+    """Only this model's own config entry (adding a model leaves other jobs untouched)."""
+    return config["models"][wildcards.model]
+
+
+def model_inputs(wildcards):
+    """What preparing a model needs: its base and the members it is fine-tuned on, or the pretraining pool."""
+    entry = config["models"][wildcards.model]
+    if "base" in entry:
+        return {
+            "base": f"results/models/{entry['base']}",
+            "members": [
+                f"results/datasets/{b}/documents.jsonl" for b in entry["finetune"]["members_of"]
+            ],
+        }
+    if "tiny_gpt2" in entry["source"]:
+        return {"pretrain": "results/pretrain/documents.jsonl"}
+    return {}
+
+
+def reference_stats(wildcards):
+    """Token statistics of the reference models (never the model itself) on this benchmark."""
+    if "reference" not in TOKEN_PROB["methods"]:
+        return []
+    return [
+        f"results/scores/{wildcards.benchmark}/{ref}/token_stats.npz"
+        for ref in TOKEN_PROB["reference_models"]
+        if ref != wildcards.model
+    ]
+
+
+def is_contaminated(wildcards):
+    return wildcards.benchmark in contaminated_on(config["models"][wildcards.model])
+
+
+def probe_documents(wildcards):
+    """Per-document score tables of every probe run for (benchmark, model)."""
+    return [f"results/scores/{wildcards.benchmark}/{wildcards.model}/token_prob_documents.csv"]
+
+
+def metrics_tables():
+    tables = expand("results/metrics/{benchmark}/{model}.csv", benchmark=BENCHMARKS, model=MODELS)
+    if config["stats"]["blind_baseline"]:
+        tables += expand("results/metrics/{benchmark}/_blind_baseline.csv", benchmark=BENCHMARKS)
+    return tables
+
+
+def final_outputs():
+    return [
+        "results/summary/metrics.csv",
+        "results/summary/metrics.md",
+        "results/summary/models.csv",
+        *expand(
+            "results/figures/{benchmark}/{model}/roc.png",
+            benchmark=BENCHMARKS,
+            model=MODELS,
+        ),
+        *expand(
+            "results/figures/{benchmark}/{model}/score_distributions.png",
+            benchmark=BENCHMARKS,
+            model=MODELS,
+        ),
+        *expand("results/figures/{benchmark}/auc_vs_size.png", benchmark=BENCHMARKS),
+    ]

@@ -1,0 +1,22 @@
+# Stage 2: base models (converted, referenced or trained from scratch) and contaminated fine-tunes.
+
+
+rule prepare_model:
+    input:
+        unpack(model_inputs),
+    output:
+        model=directory("results/models/{model}"),
+    params:
+        entry=model_entry,
+        seed=config["seed"],
+        cache_dir=config["cache_dir"],
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    log:
+        "logs/prepare_model/{model}.log",
+    benchmark:
+        "benchmarks/prepare_model/{model}.tsv"
+    script:
+        "../scripts/prepare_model.py"

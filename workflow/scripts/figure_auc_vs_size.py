@@ -1,0 +1,12 @@
+import pandas as pd
+
+from memaudit.figures.plots import plot_auc_vs_size
+from memaudit.workflow_support import start
+
+log = start(snakemake, "light")
+metrics = pd.read_csv(snakemake.input.metrics)
+metrics = metrics[metrics["benchmark"] == snakemake.wildcards.benchmark]
+models = pd.read_csv(snakemake.input.models)
+methods = [m for m in snakemake.params.methods if m in set(metrics["method"])]
+plot_auc_vs_size(metrics, models, snakemake.output.png[: -len(".png")],
+                 f"AUC against model size: {snakemake.wildcards.benchmark}", methods=methods)
