@@ -1,0 +1,62 @@
+"""The ``memaudit`` command line.
+
+    memaudit fetch-assets [--dest resources/demo]       fetch the Debian demo packages
+    memaudit stats --input scores.csv --score-col score --label-col label
+                                                        membership statistics for any scores
+    memaudit headline [--summary results/summary/metrics.csv]
+                                                        the demo's headline numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from memaudit.errors import MemauditError
+
+
+def _fetch_assets(argv: list[str]) -> int:
+    from memaudit.assets import fetch_demo_assets
+
+    p = argparse.ArgumentParser(prog="memaudit fetch-assets", description="Fetch the demo text packages.")
+    p.add_argument("--dest", default="resources/demo", type=Path)
+    args = p.parse_args(argv)
+    fetch_demo_assets(args.dest)
+    return 0
+
+
+def _headline(argv: list[str]) -> int:
+    from memaudit.stats.headline import print_headline
+
+    p = argparse.ArgumentParser(prog="memaudit headline", description="Print the headline numbers of a run.")
+    p.add_argument("--summary", default="results/summary/metrics.csv", type=Path)
+    p.add_argument("--methods", nargs="*", default=["loss", "zlib", "min_k_20pct", "min_k_plus_plus_20pct"])
+    args = p.parse_args(argv)
+    print_headline(args.summary, args.methods)
+    return 0
+
+
+def _stats(argv: list[str]) -> int:
+    from memaudit.stats.cli import stats_main
+
+    return stats_main(argv)
+
+
+COMMANDS = {"fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(__doc__.strip())
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except MemauditError as exc:
+        print(f"memaudit {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Figures for the audit report: ROC curves, score distributions, AUC against model size.
+
+Every figure is written as PNG and SVG next to each other (``<out_prefix>.png``,
+``<out_prefix>.svg``), both atomically: either both files appear complete or
+neither does.  Figures are built on :class:`matplotlib.figure.Figure` with the
+Agg canvas rather than through ``pyplot``, so no global figure state or
+interactive backend is involved (safe in Snakemake jobs and threads).
+
+Inputs are the project's CSV frames, so every plotted number can be traced to
+a file under ``results/``: ``doc_scores`` (``doc_id, label, method, score``)
+and the summary frame of :mod:`memaudit.stats.summary`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+from sklearn.metrics import roc_curve
+
+from memaudit.errors import InputError
+from memaudit.io import atomic_path
+from memaudit.stats.metrics import roc_auc
+from memaudit.stats.summary import DOC_SCORE_COLUMNS, as_bool, require_columns
+
+FIGURE_WIDTH_IN = 10.0
+FONT_SIZE = 9
+LOW_FPR_MIN = 1e-3
+_RC = {
+    "font.size": FONT_SIZE,
+    "axes.titlesize": FONT_SIZE + 1,
+    "axes.labelsize": FONT_SIZE,
+    "legend.fontsize": FONT_SIZE - 1,
+    "xtick.labelsize": FONT_SIZE - 1,
+    "ytick.labelsize": FONT_SIZE - 1,
+}
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def _rc():
+    # rcParams are read when artists are created, so the whole figure is built inside.
+    return matplotlib.rc_context(_RC)
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _colors(n: int) -> list:
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _save(fig: Figure, out_prefix: str | os.PathLike) -> list[Path]:
+    """Write ``<out_prefix>.png`` and ``.svg``; on any failure neither file appears."""
+    paths = [Path(f"{os.fspath(out_prefix)}.png"), Path(f"{os.fspath(out_prefix)}.svg")]
+    with contextlib.ExitStack() as stack:
+        # Both temporaries are renamed only after both savefig calls succeed.
+        tmp_png = stack.enter_context(atomic_path(paths[0]))
+        tmp_svg = stack.enter_context(atomic_path(paths[1]))
+        # bbox_inches="tight" keeps legends placed outside the axes inside the image.
+        fig.savefig(tmp_png, format="png", dpi=150, bbox_inches="tight")
+        fig.savefig(tmp_svg, format="svg", bbox_inches="tight")
+    return paths
+
+
+def _check_doc_scores(doc_scores: pd.DataFrame) -> pd.DataFrame:
+    require_columns(doc_scores, DOC_SCORE_COLUMNS, "document scores")
+    if doc_scores.empty:
+        raise InputError("document scores: no rows to plot")
+    frame = doc_scores[DOC_SCORE_COLUMNS].copy()
+    frame["score"] = pd.to_numeric(frame["score"], errors="coerce")
+    n_bad = int((~np.isfinite(frame["score"].to_numpy(dtype=float))).sum())
+    if n_bad:
+        raise InputError(f"document scores: {n_bad} score(s) are missing or not finite")
+    return frame
+
+
+def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str) -> list[Path]:
+    """ROC curve per method: linear axes (left) and log-scale FPR from 1e-3 (right).
+
+    The right panel shows the low-FPR regime that matters for accusing a single
+    document (Carlini et al., 2022); the dotted line is a random detector
+    (TPR = FPR).  FPR cannot be below ``1 / n_nonmember``, so with few
+    non-members the curve starts at that FPR.  Methods with a single class are
+    skipped.  Returns the PNG and SVG paths.
+    """
+    frame = _check_doc_scores(doc_scores)
+    methods = sorted(frame["method"].unique(), key=str)
+    colors = _colors(len(methods))
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN, 4.0)
+        ax_lin, ax_log = fig.subplots(1, 2)
+        plotted = 0
+        for method, color in zip(methods, colors):
+            group = frame[frame["method"] == method]
+            labels = group["label"].to_numpy()
+            scores = group["score"].to_numpy(dtype=float)
+            auc = roc_auc(scores, labels)
+            if math.isnan(auc):
+                continue
+            fpr, tpr, _ = roc_curve(labels, scores)
+            ax_lin.plot(fpr, tpr, color=color, lw=1.4, label=f"{method} (AUC {auc:.3f})")
+            positive = fpr > 0
+            ax_log.plot(fpr[positive], tpr[positive], color=color, lw=1.4, drawstyle="steps-post")
+            plotted += 1
+        if not plotted:
+            raise InputError("document scores: no method has both members and non-members")
+        diagonal = np.logspace(math.log10(LOW_FPR_MIN), 0, 100)
+        ax_lin.plot([0, 1], [0, 1], ls=":", color="grey", lw=1, label="chance")
+        ax_log.plot(diagonal, diagonal, ls=":", color="grey", lw=1)
+        ax_lin.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="false positive rate",
+                   ylabel="true positive rate", title="ROC")
+        ax_log.set_xscale("log")
+        ax_log.set(xlim=(LOW_FPR_MIN, 1), ylim=(0, 1.01), xlabel="false positive rate (log)",
+                   ylabel="true positive rate", title="low-FPR regime")
+        for ax in (ax_lin, ax_log):
+            ax.grid(alpha=0.3, lw=0.5)
+        ax_lin.legend(loc="lower right", frameon=False)
+        fig.suptitle(title)
+        fig.tight_layout()
+        return _save(fig, out_prefix)
+
+
+def plot_score_distributions(
+    doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str
+) -> list[Path]:
+    """Per method, histograms of members' and non-members' scores.
+
+    Scores are z-scored within each method, ``z = (s - mean) / sd`` over all of
+    that method's documents, so methods on different scales share one axis
+    convention; a method with constant scores is only centred.  Densities are
+    normalised per class so unequal class sizes compare fairly.
+    """
+    frame = _check_doc_scores(doc_scores)
+    methods = sorted(frame["method"].unique(), key=str)
+    ncols = min(len(methods), 4)
+    nrows = math.ceil(len(methods) / ncols)
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN, 2.4 * nrows + 0.6)
+        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+        for ax, method in zip(axes, methods):
+            group = frame[frame["method"] == method]
+            scores = group["score"].to_numpy(dtype=float)
+            labels = group["label"].to_numpy()
+            sd = scores.std()
+            z = (scores - scores.mean()) / (sd if sd > 0 else 1.0)
+            bins = np.histogram_bin_edges(z, bins=min(30, max(5, int(np.sqrt(z.size)))))
+            for value, name, color in ((0, "non-member", "tab:blue"), (1, "member", "tab:red")):
+                part = z[labels == value]
+                if part.size:
+                    ax.hist(part, bins=bins, density=True, alpha=0.45, color=color,
+                            label=f"{name} (n={part.size})")
+            auc = roc_auc(scores, labels)
+            auc_text = "n/a" if math.isnan(auc) else f"{auc:.3f}"
+            ax.set_title(f"{method}  AUC {auc_text}")
+            ax.set_xlabel("score, z-scored within method")
+            ax.set_ylabel("density")
+            # Headroom so the legend does not cover the tallest bars.
+            ax.set_ylim(top=ax.get_ylim()[1] * 1.3)
+            ax.legend(frameon=False, loc="upper left", fontsize=FONT_SIZE - 2)
+        for ax in axes[len(methods):]:
+            ax.set_visible(False)
+        fig.suptitle(f"{title} (higher score = more likely member)")
+        fig.tight_layout()
+        return _save(fig, out_prefix)
+
+
+def plot_auc_vs_size(
+    metrics: pd.DataFrame,
+    models: pd.DataFrame,
+    out_prefix: str | os.PathLike,
+    title: str,
+    methods: Sequence[str] | None = None,
+) -> list[Path]:
+    """AUC against parameter count, one panel per benchmark.
+
+    ``metrics`` is the summary frame (:data:`memaudit.stats.summary.SUMMARY_COLUMNS`);
+    ``models`` has ``model, family, n_params`` (and ``contaminated_on``, not
+    needed here because ``metrics.contaminated`` already says whether the model
+    saw that benchmark).  One line per (method, family, contaminated): colour =
+    method, marker = family, dashed = contaminated.  Error bars are the
+    bootstrap 95% interval ``[auc_ci_low, auc_ci_high]``; the dotted line is
+    chance (0.5).  ``methods`` defaults to every method present.
+    """
+    require_columns(metrics, ["benchmark", "model", "contaminated", "method", "auc",
+                              "auc_ci_low", "auc_ci_high"], "metrics")
+    require_columns(models, ["model", "family", "n_params"], "models")
+    if methods is None:
+        methods = sorted(metrics["method"].unique(), key=str)
+    methods = list(methods)
+    absent = [m for m in methods if m not in set(metrics["method"])]
+    if absent:
+        raise InputError(f"metrics: no rows for method {absent[0]!r}")
+    unknown = sorted(set(metrics["model"]) - set(models["model"]), key=str)
+    if unknown:
+        raise InputError(f"models: no entry for model {unknown[0]!r} named in the metrics")
+
+    data = metrics[metrics["method"].isin(methods)].merge(
+        models[["model", "family", "n_params"]].drop_duplicates("model"), on="model", how="left"
+    )
+    data["n_params"] = pd.to_numeric(data["n_params"], errors="coerce")
+    if not (data["n_params"] > 0).all():
+        bad = data.loc[~(data["n_params"] > 0), "model"].iloc[0]
+        raise InputError(f"models: n_params of {bad!r} must be a positive number")
+    data["contaminated"] = data["contaminated"].map(as_bool)
+    if data.empty:
+        raise InputError("metrics: nothing to plot")
+
+    benchmarks = sorted(data["benchmark"].unique(), key=str)
+    families = sorted(data["family"].unique(), key=str)
+    colors = dict(zip(methods, _colors(len(methods))))
+    # Methods are drawn slightly apart along x (a factor of 10**0.01 = 2.3% per
+    # method) so that their error bars at the same model do not hide each other.
+    dodge = {m: 10 ** (0.01 * (i - (len(methods) - 1) / 2)) for i, m in enumerate(methods)}
+    markers = {f: _MARKERS[i % len(_MARKERS)] for i, f in enumerate(families)}
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN, 4.0)
+        axes = np.atleast_1d(fig.subplots(1, len(benchmarks), squeeze=False)).ravel()
+        for ax, benchmark in zip(axes, benchmarks):
+            panel = data[data["benchmark"] == benchmark]
+            for (method, family, contaminated), line in panel.groupby(
+                ["method", "family", "contaminated"], sort=True
+            ):
+                line = line.sort_values("n_params")
+                auc = line["auc"].to_numpy(dtype=float)
+                # A percentile interval may exclude the point estimate; clip so
+                # matplotlib gets non-negative error lengths.
+                yerr = np.vstack([
+                    np.clip(auc - line["auc_ci_low"].to_numpy(dtype=float), 0, None),
+                    np.clip(line["auc_ci_high"].to_numpy(dtype=float) - auc, 0, None),
+                ])
+                ax.errorbar(
+                    line["n_params"].to_numpy(dtype=float) * dodge[method], auc, yerr=yerr, color=colors[method],
+                    marker=markers[family], ms=4, lw=1.2, capsize=2,
+                    ls="--" if contaminated else "-",
+                    label=f"{method} · {family}{' · contaminated' if contaminated else ''}",
+                )
+            ax.axhline(0.5, ls=":", color="grey", lw=1)
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(FuncFormatter(_format_params))
+            ax.xaxis.set_minor_formatter(FuncFormatter(_format_params_minor))
+            ax.set(xlabel="parameters (log scale)", ylabel="ROC AUC", title=str(benchmark))
+            ax.grid(alpha=0.3, lw=0.5)
+        handles, labels = axes[0].get_legend_handles_labels()
+        seen = dict(zip(labels, handles))
+        for ax in axes[1:]:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(label, handle)
+        fig.legend(list(seen.values()), list(seen.keys()), loc="center left",
+                   bbox_to_anchor=(1.0, 0.5), frameon=False)
+        fig.suptitle(f"{title} (dotted: chance; bars: bootstrap 95% CI)")
+        fig.tight_layout()
+        return _save(fig, out_prefix)
+
+
+def _format_params(value: float, _pos=None) -> str:
+    """1.6e8 -> '160M', 7e9 -> '7B', for parameter-count axes."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def _format_params_minor(value: float, _pos=None) -> str:
+    # Label only the 2x and 5x minor ticks; labelling all eight crowds the axis.
+    leading = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
+    return _format_params(value) if round(leading) in (2, 5) else ""

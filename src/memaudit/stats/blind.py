@@ -1,0 +1,76 @@
+"""Model-free "blind" baseline: can members be told from non-members by their text alone?
+
+Membership benchmarks built from a date cutoff (books published before vs after
+a model's training) differ in topic, names and style as well as in membership.
+A detector can then score well without any memorisation.  Following Das et al.
+(2024, "Blind baselines beat membership inference attacks for foundation
+models"), we fit a bag-of-words classifier on the texts and labels only, with
+no access to any language model; its out-of-fold AUC is a floor that a real
+membership signal has to beat.  An AUC near 0.5 means the benchmark is not
+separable by surface features; near 1.0 means detector AUCs on it say little
+about memorisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+
+from memaudit.errors import InputError
+
+
+def blind_baseline_scores(
+    texts: Sequence[str], labels, *, n_splits: int = 5, seed: int = 0
+) -> np.ndarray:
+    """Out-of-fold member probabilities from a TF-IDF + logistic-regression classifier.
+
+    Features: word 1- and 2-grams, ``tf = 1 + log(count)`` (sublinear_tf),
+    ``min_df=1``, L2-normalised TF-IDF rows.  Classifier: L2-regularised
+    logistic regression, ``P(member | x) = sigmoid(w . x + b)``.
+
+    Each document's score comes from a model fitted on the other folds of a
+    ``StratifiedKFold(n_splits, shuffle=True, random_state=seed)``; the
+    vectoriser is refitted inside each fold so the held-out fold's vocabulary
+    never leaks into training.  ``n_splits`` is lowered to the size of the
+    smaller class when that is smaller (every fold needs one document of each
+    class); fewer than 2 documents in a class raises :class:`InputError`.
+
+    Returns scores aligned with ``texts`` (higher = more likely member), ready
+    for :func:`memaudit.stats.metrics.compute_metrics`.
+    """
+    texts = [str(t) for t in texts]
+    labels = np.asarray(labels).ravel()
+    if len(texts) != labels.size:
+        raise InputError(f"texts and labels differ in length ({len(texts)} vs {labels.size})")
+    if not np.isin(labels, (0, 1)).all():
+        raise InputError("labels must be 0 (non-member) or 1 (member)")
+    labels = labels.astype(int)
+    smallest_class = int(min((labels == 1).sum(), (labels == 0).sum()))
+    if smallest_class < 2:
+        raise InputError(
+            f"blind baseline needs at least 2 documents per class, got "
+            f"{int((labels == 1).sum())} member(s) and {int((labels == 0).sum())} non-member(s)"
+        )
+    if n_splits < 2:
+        raise InputError(f"n_splits must be >= 2, got {n_splits}")
+    n_splits = min(n_splits, smallest_class)
+
+    classifier = make_pipeline(
+        TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1),
+        LogisticRegression(max_iter=1000),
+    )
+    folds = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    try:
+        proba = cross_val_predict(classifier, texts, labels, cv=folds, method="predict_proba")
+    except ValueError as exc:
+        # TfidfVectorizer raises this when a training fold has no words at all.
+        if "empty vocabulary" in str(exc):
+            raise InputError("blind baseline: the texts contain no words") from None
+        raise
+    # Column order follows the sorted classes [0, 1].
+    return proba[:, 1]

@@ -1,0 +1,158 @@
+"""Per-method metric tables, their merge across runs, and the written summary.
+
+``doc_scores`` frames are long format, one row per (document, method):
+``doc_id, label, method, score`` with label 1 = member, 0 = non-member and
+score higher = more likely member.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from memaudit.errors import InputError
+from memaudit.io import write_csv, write_text
+from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics
+
+SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "method"] + METRIC_COLUMNS
+DOC_SCORE_COLUMNS = ["doc_id", "label", "method", "score"]
+
+_COUNT_COLUMNS = {"n_member", "n_nonmember"}
+_PVALUE_COLUMNS = {"t_pvalue"}
+
+_MARKDOWN_HEADER = (
+    "Detector scores are oriented so that higher = more likely a member of the "
+    "training data (label 1 = member, 0 = non-member); AUC 0.5 is chance. "
+    "`auc`: ROC AUC; `auc_binarized`: AUC of 0/1 predictions at the in-sample "
+    "Youden threshold (DE-COP reference code, optimistic); `auc_boot_mean` ± "
+    "`auc_boot_std`: stratified bootstrap over documents (DE-COP's 10 resamples); "
+    "`auc_ci_low`–`auc_ci_high`: 95% percentile bootstrap interval; "
+    "`tpr_at_1pct_fpr`, `tpr_at_01pct_fpr`: TPR at FPR <= 1% / 0.1% (the TPR at "
+    "FPR = 0 when there are fewer than 1/FPR non-members); `t_pvalue`: two-sided "
+    "Welch t-test of equal mean score."
+)
+
+
+def require_columns(frame: pd.DataFrame, columns: Iterable[str], source: str) -> None:
+    """Raise :class:`InputError` naming ``source`` and the first missing column."""
+    for column in columns:
+        if column not in frame.columns:
+            raise InputError(
+                f"{source}: missing column {column!r} (columns present: {', '.join(map(str, frame.columns))})"
+            )
+
+
+def metrics_table(
+    doc_scores: pd.DataFrame,
+    *,
+    benchmark: str,
+    model: str,
+    contaminated: bool,
+    seed: int = 0,
+    n_boot_small: int = 10,
+    n_boot_ci: int = 1000,
+) -> pd.DataFrame:
+    """One row of :data:`SUMMARY_COLUMNS` per method, sorted by method name.
+
+    Each method's documents go through
+    :func:`memaudit.stats.metrics.compute_metrics` with the same ``seed``, so
+    the bootstrap resamples the same documents for every method (paired).  A
+    document listed twice under one method raises :class:`InputError`, since it
+    would be counted twice in every statistic.
+    """
+    require_columns(doc_scores, DOC_SCORE_COLUMNS, "document scores")
+    duplicated = doc_scores.duplicated(subset=["method", "doc_id"])
+    if duplicated.any():
+        first = doc_scores.loc[duplicated].iloc[0]
+        raise InputError(
+            f"document scores: doc_id {first['doc_id']!r} appears more than once "
+            f"for method {first['method']!r}"
+        )
+    rows = []
+    for method, group in doc_scores.groupby("method", sort=True):
+        try:
+            metrics = compute_metrics(
+                group["score"].to_numpy(),
+                group["label"].to_numpy(),
+                n_boot_small=n_boot_small,
+                n_boot_ci=n_boot_ci,
+                seed=seed,
+            )
+        except InputError as exc:
+            raise InputError(f"document scores, method {method!r}: {exc}") from None
+        rows.append(
+            {"benchmark": benchmark, "model": model, "contaminated": bool(contaminated),
+             "method": method, **metrics}
+        )
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def merge_metrics(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Concatenate per-(benchmark, model) metric CSVs, sorted by benchmark, model, method.
+
+    Every file must have all of :data:`SUMMARY_COLUMNS`; extra columns are
+    dropped so the result has exactly those columns in that order.
+    """
+    frames = []
+    for path in paths:
+        path = Path(path)
+        try:
+            frame = pd.read_csv(path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: file not found") from None
+        except pd.errors.EmptyDataError:
+            raise InputError(f"{path}: file is empty") from None
+        require_columns(frame, SUMMARY_COLUMNS, str(path))
+        frames.append(frame[SUMMARY_COLUMNS])
+    if not frames:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    merged = pd.concat(frames, ignore_index=True)
+    merged["contaminated"] = merged["contaminated"].map(as_bool)
+    return merged.sort_values(["benchmark", "model", "method"], kind="stable").reset_index(drop=True)
+
+
+def as_bool(value) -> bool:
+    """Read a boolean cell: True/False, "True"/"False", "yes"/"no" or 1/0."""
+    # CSV round trips turn booleans into "True"/"False" strings or 0/1.
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "1", "yes"}
+    return bool(value)
+
+
+def _format_cell(column: str, value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if column in _COUNT_COLUMNS:
+        return str(int(value))
+    if column in _PVALUE_COLUMNS:
+        return f"{float(value):.2e}"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.3f}"
+    return str(value).replace("|", "\\|")
+
+
+def summary_markdown(frame: pd.DataFrame) -> str:
+    """Markdown table of ``frame``: floats to 3 decimals, p-values as ``1.23e-04``."""
+    columns = list(frame.columns)
+    lines = [
+        _MARKDOWN_HEADER,
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" if c in {"benchmark", "model", "method"} else "---:" for c in columns) + "|",
+    ]
+    for record in frame.to_dict(orient="records"):
+        lines.append("| " + " | ".join(_format_cell(c, record[c]) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(frame: pd.DataFrame, csv_path: str | os.PathLike, md_path: str | os.PathLike) -> None:
+    """Write ``frame`` as CSV (full precision) and as a Markdown table, each atomically."""
+    write_csv(csv_path, frame)
+    write_text(md_path, summary_markdown(frame))

@@ -1,0 +1,43 @@
+"""Shared fixtures: a tiny random GPT-2 with its own BPE tokenizer (no hub, seconds to build)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TINY_TEXTS = [
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife.",
+    "Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse.",
+    "The crude oil price rose sharply on Monday after the cartel announced new production limits.",
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.",
+] * 3
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer GPT-2 saved with a trained byte-level BPE tokenizer."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from memaudit.models.tiny import train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("tiny-gpt2")
+    tok = train_bpe_tokenizer(TINY_TEXTS, 400, out)
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from memaudit.models.loading import load_causal_lm
+
+    return load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")

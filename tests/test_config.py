@@ -1,0 +1,80 @@
+"""Configuration validation: defaults, and errors that name the bad key."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memaudit.config import load_config, validate_config
+from memaudit.errors import ConfigError
+ROOT = Path(__file__).resolve().parents[1]
+
+CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+
+
+def test_shipped_configs_validate_and_get_defaults():
+    for name in ("config.yaml", "ci.yaml"):
+        cfg = load_config(ROOT / "config" / name)
+        assert cfg["stats"]["n_boot_small"] == 10
+        for bench in cfg["benchmarks"].values():
+            assert bench["min_passages"] == 1 and "member_fraction" in bench
+        for entry in cfg["models"].values():
+            assert entry["backend"] == "hf" and entry["max_tokens"] >= 16
+
+
+def bad(mutate):
+    cfg = copy.deepcopy(CI)
+    mutate(cfg)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    return str(err.value)
+
+
+def test_wrong_type_names_the_key():
+    msg = bad(lambda c: c["models"]["tiny-gpt2-small"]["source"]["tiny_gpt2"].update(n_layer="two"))
+    assert "models.tiny-gpt2-small.source.tiny_gpt2.n_layer" in msg and "'two'" in msg
+
+
+def test_unknown_key_is_rejected():
+    msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
+    assert "benchmarks.novels" in msg and "passage_wrods" in msg
+
+
+def test_unknown_base_model_and_benchmark():
+    def mutate(c):
+        c["models"]["x"] = {"base": "nope", "finetune": {"members_of": ["novels", "missing"]}}
+    msg = bad(mutate)
+    assert "models.x.base: unknown model 'nope'" in msg
+    assert "models.x.finetune.members_of.1: unknown benchmark 'missing'" in msg
+
+
+def test_hub_model_needs_pinned_revision():
+    msg = bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/model"}}))
+    assert "models.hub.source.revision: required with hub_id" in msg
+
+
+def test_pretraining_pool_must_be_disjoint_from_benchmarks():
+    msg = bad(lambda c: c["pretrain"].update(sources=["austen"]))
+    assert "pretrain.sources" in msg and "novels" in msg
+
+
+def test_unknown_reference_model():
+    msg = bad(lambda c: c["probes"]["token_prob"].update(reference_models=["ghost"]))
+    assert "probes.token_prob.reference_models.0: unknown model 'ghost'" in msg
+
+
+def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
+    cfg = copy.deepcopy(CI)
+    cfg["stats"]["n_boot_ci"] = "many"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "all", "--configfile", str(path)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "n_boot_ci" in out and "'many' is not of type 'integer'" in out

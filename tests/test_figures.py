@@ -1,0 +1,106 @@
+"""Figures are written as complete PNG + SVG pairs, or not at all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from memaudit.errors import InputError
+from memaudit.figures.plots import plot_auc_vs_size, plot_roc, plot_score_distributions
+from memaudit.stats.summary import metrics_table
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _doc_scores(seed: int = 0, n: int = 200) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    labels = np.repeat([1, 0], n // 2)
+    frames = []
+    for method, shift in (("loss", 1.0), ("zlib_ratio", 0.5), ("min_k_pp", 0.0)):
+        frames.append(pd.DataFrame({
+            "doc_id": [f"d{i}" for i in range(n)],
+            "label": labels,
+            "method": method,
+            "score": rng.normal(size=n) + shift * labels,
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _assert_figure_pair(paths, prefix):
+    assert [p.name for p in paths] == [f"{prefix.name}.png", f"{prefix.name}.svg"]
+    png, svg = paths
+    assert png.stat().st_size > 1000 and png.read_bytes().startswith(PNG_MAGIC)
+    text = svg.read_text()
+    assert "<svg" in text and text.rstrip().endswith("</svg>")
+    # No temporary siblings left behind by the atomic writes.
+    assert sorted(p.name for p in prefix.parent.iterdir()) == sorted(p.name for p in paths)
+
+
+def test_plot_roc_writes_png_and_svg(tmp_path):
+    prefix = tmp_path / "fig" / "roc_bt_m1"
+    paths = plot_roc(_doc_scores(), prefix, "BookTection, model m1")
+    _assert_figure_pair(paths, prefix)
+    assert "loss (AUC" in paths[1].read_text()
+
+
+def test_plot_score_distributions_writes_png_and_svg(tmp_path):
+    prefix = tmp_path / "dist.bt.m1"  # dots in the name must not be taken as a suffix
+    paths = plot_score_distributions(_doc_scores(), prefix, "BookTection, model m1")
+    _assert_figure_pair(paths, prefix)
+    assert "z-scored within method" in paths[1].read_text()
+
+
+def test_plot_auc_vs_size_writes_png_and_svg(tmp_path):
+    models = pd.DataFrame({
+        "model": ["p-70m", "p-160m", "p-410m", "o-125m", "o-350m"],
+        "family": ["pythia", "pythia", "pythia", "opt", "opt"],
+        "n_params": [7e7, 1.6e8, 4.1e8, 1.25e8, 3.5e8],
+        "contaminated_on": ["bt", "", "bt", "", ""],
+    })
+    tables = []
+    for i, row in models.iterrows():
+        for benchmark in ("bt", "arxiv"):
+            tables.append(metrics_table(
+                _doc_scores(seed=i, n=60), benchmark=benchmark, model=row["model"],
+                contaminated=benchmark in row["contaminated_on"].split(","),
+                seed=0, n_boot_small=5, n_boot_ci=50,
+            ))
+    metrics = pd.concat(tables, ignore_index=True)
+    prefix = tmp_path / "auc_vs_size"
+    paths = plot_auc_vs_size(metrics, models, prefix, "AUC vs size", methods=["loss", "zlib_ratio"])
+    _assert_figure_pair(paths, prefix)
+    svg = paths[1].read_text()
+    assert "loss · pythia · contaminated" in svg and "min_k_pp" not in svg
+
+
+def test_plot_auc_vs_size_unknown_model_is_input_error(tmp_path):
+    metrics = metrics_table(_doc_scores(n=40), benchmark="bt", model="ghost", contaminated=False,
+                            seed=0, n_boot_small=2, n_boot_ci=10)
+    models = pd.DataFrame({"model": ["other"], "family": ["f"], "n_params": [1e9]})
+    with pytest.raises(InputError, match="ghost"):
+        plot_auc_vs_size(metrics, models, tmp_path / "x", "t")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_leaves_no_output(tmp_path):
+    docs = _doc_scores().drop(columns="label")
+    with pytest.raises(InputError, match="'label'"):
+        plot_roc(docs, tmp_path / "roc", "t")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_while_saving_leaves_neither_file(tmp_path, monkeypatch):
+    original = Figure.savefig
+
+    def fail_on_svg(self, fname, *args, **kwargs):
+        if kwargs.get("format") == "svg":
+            raise OSError("disk full")
+        return original(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", fail_on_svg)
+    with pytest.raises(OSError, match="disk full"):
+        plot_score_distributions(_doc_scores(), tmp_path / "dist", "t")
+    # The PNG was rendered first but must not appear without its SVG.
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,410 @@
+"""Statistics against hand-computed values and against sklearn/scipy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+from sklearn.metrics import roc_auc_score
+
+from memaudit.errors import InputError
+from memaudit.stats.blind import blind_baseline_scores
+from memaudit.stats.cli import stats_main
+from memaudit.stats.metrics import (
+    METRIC_COLUMNS,
+    binarized_auc,
+    bootstrap_auc,
+    compute_metrics,
+    roc_auc,
+    t_test_pvalue,
+    tpr_at_fpr,
+)
+from memaudit.stats.summary import (
+    SUMMARY_COLUMNS,
+    merge_metrics,
+    metrics_table,
+    summary_markdown,
+    write_summary,
+)
+
+# Members 0.9, 0.8, 0.4; non-members 0.7, 0.3, 0.2.
+# Pairs member > non-member: 0.9 beats 3, 0.8 beats 3, 0.4 beats 2 -> AUC = 8/9.
+HAND_SCORES = np.array([0.9, 0.8, 0.4, 0.7, 0.3, 0.2])
+HAND_LABELS = np.array([1, 1, 1, 0, 0, 0])
+
+
+def _random_data(seed: int = 0, n: int = 300, shift: float = 0.6):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    scores = rng.normal(size=n) + shift * labels
+    return scores, labels
+
+
+# ---------------------------------------------------------------- roc_auc
+
+def test_roc_auc_hand_computed():
+    assert roc_auc(HAND_SCORES, HAND_LABELS) == pytest.approx(8 / 9)
+
+
+def test_roc_auc_ties_count_half():
+    # One member/non-member pair tied at 0.5, one member above: (1 + 0.5) / 2.
+    assert roc_auc([0.5, 0.9, 0.5], [1, 1, 0]) == pytest.approx(0.75)
+
+
+def test_roc_auc_matches_sklearn_on_random_data():
+    scores, labels = _random_data(1)
+    assert roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores))
+
+
+def test_roc_auc_single_class_is_nan():
+    assert math.isnan(roc_auc([0.1, 0.2], [1, 1]))
+
+
+# ---------------------------------------------------------- binarized_auc
+
+def test_binarized_auc_hand_computed():
+    # Youden J = TPR - FPR: threshold 0.8 -> 2/3 - 0 ; 0.4 -> 1 - 1/3; both J = 2/3.
+    # Binarized AUC = (TPR + TNR) / 2 = (1 + J) / 2 = 5/6 at either point.
+    assert binarized_auc(HAND_SCORES, HAND_LABELS) == pytest.approx(5 / 6)
+
+
+def test_binarized_auc_hand_computed_unique_optimum():
+    # Members 5, 4.5, 4, 2; non-members 3, 1, 0.  J = TPR - FPR per threshold:
+    # >=5: 1/4; >=4.5: 2/4; >=4: 3/4 (unique max); >=3: 3/4 - 1/3; >=2: 1 - 1/3.
+    # Binarized AUC = (1 + 3/4) / 2 = 7/8.
+    scores = [5, 4.5, 4, 2, 3, 1, 0]
+    labels = [1, 1, 1, 1, 0, 0, 0]
+    assert binarized_auc(scores, labels) == pytest.approx(7 / 8)
+
+
+def test_binarized_auc_equals_balanced_accuracy_at_youden_point():
+    scores, labels = _random_data(2)
+    members, nonmembers = scores[labels == 1], scores[labels == 0]
+    best = max(
+        (members >= t).mean() - (nonmembers >= t).mean() for t in np.unique(scores)
+    )
+    assert binarized_auc(scores, labels) == pytest.approx((1 + best) / 2)
+
+
+def test_binarized_auc_is_optimistic_on_noise():
+    rng = np.random.default_rng(3)
+    scores, labels = rng.normal(size=200), np.repeat([0, 1], 100)
+    assert binarized_auc(scores, labels) > 0.5
+
+
+# ------------------------------------------------------------- tpr_at_fpr
+
+def test_tpr_at_fpr_hand_computed():
+    # 3 non-members: FPR steps of 1/3.  FPR 1% < 1/3 -> TPR at FPR 0 = members
+    # strictly above 0.7 = 2/3.  FPR <= 1/3 allows threshold 0.4 -> TPR 1.
+    assert tpr_at_fpr(HAND_SCORES, HAND_LABELS, 0.01) == pytest.approx(2 / 3)
+    assert tpr_at_fpr(HAND_SCORES, HAND_LABELS, 1 / 3) == pytest.approx(1.0)
+    assert tpr_at_fpr(HAND_SCORES, HAND_LABELS, 0.0) == pytest.approx(2 / 3)
+
+
+def test_tpr_at_fpr_ties_cannot_be_split():
+    # The member ties the top non-member, so at FPR 0 nothing can be flagged.
+    assert tpr_at_fpr([0.5, 0.5, 0.1], [1, 0, 0], 0.01) == 0.0
+    assert tpr_at_fpr([0.5, 0.5, 0.1], [1, 0, 0], 0.5) == 1.0
+
+
+def test_tpr_at_fpr_exact_one_percent():
+    # 100 non-members 0..99, members 98.5, 97.5, ..., 89.5: with one false
+    # positive (FPR exactly 1%) the threshold 98.5 flags 1 of 10 members;
+    # with two (2%) the threshold 97.5 flags 2.
+    nonmembers = np.arange(100.0)
+    members = 98.5 - np.arange(10.0)
+    scores = np.r_[members, nonmembers]
+    labels = np.r_[np.ones(10, int), np.zeros(100, int)]
+    assert tpr_at_fpr(scores, labels, 0.01) == pytest.approx(0.1)
+    assert tpr_at_fpr(scores, labels, 0.02) == pytest.approx(0.2)
+    assert tpr_at_fpr(scores, labels, 0.001) == 0.0
+
+
+def test_tpr_at_fpr_against_brute_force():
+    scores, labels = _random_data(4, n=2000, shift=1.5)
+    members, nonmembers = scores[labels == 1], scores[labels == 0]
+    for fpr in (0.01, 0.001, 0.1):
+        best = max(
+            (members >= t).mean()
+            for t in np.r_[np.unique(scores), np.inf]
+            if (nonmembers >= t).mean() <= fpr
+        )
+        assert tpr_at_fpr(scores, labels, fpr) == pytest.approx(best)
+
+
+# ---------------------------------------------------------- t_test_pvalue
+
+def test_t_test_pvalue_matches_scipy_welch():
+    scores, labels = _random_data(5)
+    expected = scipy_stats.ttest_ind(scores[labels == 1], scores[labels == 0], equal_var=False)
+    assert t_test_pvalue(scores, labels) == pytest.approx(expected.pvalue)
+
+
+def test_t_test_pvalue_hand_computed():
+    # Members 1,2,3 (mean 2, var 1); non-members 4,5,6 (mean 5, var 1):
+    # t = -3 / sqrt(1/3 + 1/3) = -3.674; Welch df = (2/3)^2 / (2 * (1/3)^2 / 2) = 4.
+    p = t_test_pvalue([1, 2, 3, 4, 5, 6], [1, 1, 1, 0, 0, 0])
+    assert p == pytest.approx(2 * scipy_stats.t.sf(3 / math.sqrt(2 / 3), df=4))
+
+
+def test_t_test_pvalue_nan_for_tiny_group():
+    assert math.isnan(t_test_pvalue([0.1, 0.2, 0.3], [1, 0, 0]))
+
+
+# ---------------------------------------------------------- bootstrap_auc
+
+def test_bootstrap_deterministic_for_seed():
+    scores, labels = _random_data(6)
+    a = bootstrap_auc(scores, labels, 50, seed=7)
+    b = bootstrap_auc(scores, labels, 50, seed=7)
+    c = bootstrap_auc(scores, labels, 50, seed=8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # Resample b does not depend on how many resamples follow it.
+    np.testing.assert_array_equal(bootstrap_auc(scores, labels, 10, seed=7), a[:10])
+
+
+def test_bootstrap_resamples_are_stratified_and_match_sklearn():
+    scores, labels = _random_data(7, n=60)
+    scores = np.round(scores, 1)  # ties exercise the mid-rank formula
+    members, nonmembers = scores[labels == 1], scores[labels == 0]
+    rng = np.random.default_rng(11)
+    expected = []
+    for _ in range(5):
+        sample = np.r_[rng.choice(members, members.size), rng.choice(nonmembers, nonmembers.size)]
+        boot_labels = np.r_[np.ones(members.size), np.zeros(nonmembers.size)]
+        expected.append(roc_auc_score(boot_labels, sample))
+    np.testing.assert_allclose(bootstrap_auc(scores, labels, 5, seed=11), expected)
+
+
+def test_bootstrap_binarized_matches_per_resample_binarized_auc():
+    scores, labels = _random_data(8, n=80)
+    members, nonmembers = scores[labels == 1], scores[labels == 0]
+    rng = np.random.default_rng(3)
+    sample = np.r_[rng.choice(members, members.size), rng.choice(nonmembers, nonmembers.size)]
+    boot_labels = np.r_[np.ones(members.size, int), np.zeros(nonmembers.size, int)]
+    got = bootstrap_auc(scores, labels, 1, seed=3, binarized=True)
+    assert got[0] == pytest.approx(binarized_auc(sample, boot_labels))
+
+
+def test_bootstrap_ci_contains_auc():
+    scores, labels = _random_data(9)
+    metrics = compute_metrics(scores, labels, seed=0)
+    assert metrics["auc_ci_low"] < metrics["auc"] < metrics["auc_ci_high"]
+    assert metrics["auc_ci_high"] - metrics["auc_ci_low"] < 0.3
+    assert abs(metrics["auc_boot_mean"] - metrics["auc"]) < 0.05
+
+
+# ---------------------------------------------------------- compute_metrics
+
+def test_compute_metrics_values_and_columns():
+    m = compute_metrics(HAND_SCORES, HAND_LABELS, n_boot_small=10, n_boot_ci=200, seed=0)
+    assert list(m) == METRIC_COLUMNS
+    assert (m["n_member"], m["n_nonmember"]) == (3, 3)
+    assert m["auc"] == pytest.approx(8 / 9)
+    assert m["auc_binarized"] == pytest.approx(5 / 6)
+    assert m["tpr_at_1pct_fpr"] == pytest.approx(2 / 3)
+    assert m["tpr_at_01pct_fpr"] == pytest.approx(2 / 3)
+    small = bootstrap_auc(HAND_SCORES, HAND_LABELS, 10, seed=0)
+    assert m["auc_boot_mean"] == pytest.approx(small.mean())
+    assert m["auc_boot_std"] == pytest.approx(small.std(ddof=1))
+    wide = bootstrap_auc(HAND_SCORES, HAND_LABELS, 200, seed=0)
+    assert m["auc_ci_low"] == pytest.approx(np.percentile(wide, 2.5))
+    assert m["t_pvalue"] == pytest.approx(t_test_pvalue(HAND_SCORES, HAND_LABELS))
+
+
+def test_compute_metrics_rejects_non_finite_scores_naming_count():
+    with pytest.raises(InputError, match=r"\b2 score"):
+        compute_metrics([0.1, np.nan, np.inf, 0.4], [1, 0, 1, 0])
+
+
+def test_compute_metrics_rejects_bad_labels():
+    with pytest.raises(InputError, match="labels"):
+        compute_metrics([0.1, 0.2, 0.3], [1, 0, 2])
+
+
+def test_compute_metrics_single_class_is_nan_not_crash():
+    m = compute_metrics([0.1, 0.2, 0.3], [1, 1, 1])
+    assert (m["n_member"], m["n_nonmember"]) == (3, 0)
+    assert all(math.isnan(m[k]) for k in METRIC_COLUMNS[2:])
+
+
+# ---------------------------------------------------------- blind baseline
+
+VOCAB = [f"w{i}" for i in range(60)]
+
+
+def test_blind_baseline_near_chance_on_iid_texts():
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(VOCAB, 30)) for _ in range(100)]
+    labels = np.repeat([1, 0], 50)
+    scores = blind_baseline_scores(texts, labels, seed=0)
+    assert scores.shape == (100,)
+    assert 0.35 <= roc_auc(scores, labels) <= 0.65
+
+
+def test_blind_baseline_separates_class_specific_vocabulary():
+    rng = np.random.default_rng(1)
+    member_vocab = VOCAB[:30] + [f"old{i}" for i in range(10)]
+    nonmember_vocab = VOCAB[:30] + [f"new{i}" for i in range(10)]
+    texts = [" ".join(rng.choice(member_vocab, 30)) for _ in range(50)]
+    texts += [" ".join(rng.choice(nonmember_vocab, 30)) for _ in range(50)]
+    labels = np.repeat([1, 0], 50)
+    assert roc_auc(blind_baseline_scores(texts, labels), labels) > 0.95
+
+
+def test_blind_baseline_reduces_folds_and_is_deterministic():
+    rng = np.random.default_rng(2)
+    texts = [" ".join(rng.choice(VOCAB, 10)) for _ in range(13)]
+    labels = np.r_[np.ones(3, int), np.zeros(10, int)]  # 3 members < 5 folds
+    a = blind_baseline_scores(texts, labels, n_splits=5, seed=4)
+    b = blind_baseline_scores(texts, labels, n_splits=5, seed=4)
+    np.testing.assert_array_equal(a, b)
+    assert ((a > 0) & (a < 1)).all()
+    with pytest.raises(InputError, match="at least 2"):
+        blind_baseline_scores(texts[:11], labels[2:], n_splits=5)
+
+
+# ---------------------------------------------------------- summary tables
+
+def _doc_scores(seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    labels = np.repeat([1, 0], 40)
+    rows = []
+    for method, shift in (("loss", 1.0), ("zlib", 0.3)):
+        scores = rng.normal(size=80) + shift * labels
+        rows += [
+            {"doc_id": f"d{i}", "label": lab, "method": method, "score": s}
+            for i, (lab, s) in enumerate(zip(labels, scores))
+        ]
+    return pd.DataFrame(rows)
+
+
+def test_metrics_table_rows_match_compute_metrics():
+    docs = _doc_scores()
+    table = metrics_table(docs, benchmark="bt", model="m1", contaminated=True,
+                          seed=3, n_boot_small=10, n_boot_ci=100)
+    assert list(table.columns) == SUMMARY_COLUMNS
+    assert list(table["method"]) == ["loss", "zlib"]
+    zlib = docs[docs["method"] == "zlib"]
+    expected = compute_metrics(zlib["score"], zlib["label"], n_boot_small=10, n_boot_ci=100, seed=3)
+    row = table.iloc[1]
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value)
+
+
+def test_metrics_table_rejects_duplicate_documents():
+    docs = _doc_scores()
+    docs = pd.concat([docs, docs.iloc[[0]]])
+    with pytest.raises(InputError, match="d0"):
+        metrics_table(docs, benchmark="bt", model="m", contaminated=False, seed=0,
+                      n_boot_small=2, n_boot_ci=2)
+
+
+def test_merge_and_write_summary(tmp_path):
+    docs = _doc_scores()
+    paths = []
+    for model in ("m2", "m1"):
+        table = metrics_table(docs, benchmark="bt", model=model, contaminated=model == "m1",
+                              seed=0, n_boot_small=5, n_boot_ci=50)
+        path = tmp_path / f"{model}.csv"
+        table.to_csv(path, index=False)
+        paths.append(path)
+    merged = merge_metrics(paths)
+    assert list(merged.columns) == SUMMARY_COLUMNS
+    assert list(merged["model"]) == ["m1", "m1", "m2", "m2"]
+    assert list(merged["contaminated"]) == [True, True, False, False]
+
+    write_summary(merged, tmp_path / "s.csv", tmp_path / "s.md")
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "s.csv"), merged, check_dtype=False)
+    md = (tmp_path / "s.md").read_text()
+    assert "higher = more likely a member" in md
+    first = merged.iloc[0]
+    assert f"| {first['auc']:.3f} |" in md
+    assert f"{first['t_pvalue']:.2e}" in md
+    assert md == summary_markdown(merged)
+
+
+def test_merge_metrics_names_file_and_missing_column(tmp_path):
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"benchmark": ["b"], "model": ["m"]}).to_csv(bad, index=False)
+    with pytest.raises(InputError, match=r"bad\.csv.*'contaminated'"):
+        merge_metrics([bad])
+
+
+# ---------------------------------------------------------------- CLI
+
+def _write_cli_csv(path):
+    docs = _doc_scores(5)
+    docs["label"] = docs["label"].map({1: "true", 0: "false"})
+    docs.to_csv(path, index=False)
+    return docs
+
+
+def test_cli_values_equal_compute_metrics(tmp_path, capsys):
+    src = tmp_path / "docs.csv"
+    docs = _write_cli_csv(src)
+    out = tmp_path / "out" / "metrics.csv"
+    rc = stats_main(["--input", str(src), "--group-col", "method", "--member-value", "true",
+                     "--output", str(out), "--seed", "2", "--n-boot", "10", "--n-boot-ci", "100"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "auc_binarized" in printed and "loss" in printed
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["method", *METRIC_COLUMNS]
+    for _, row in table.iterrows():
+        part = docs[docs["method"] == row["method"]]
+        expected = compute_metrics(part["score"], (part["label"] == "true").astype(int),
+                                   n_boot_small=10, n_boot_ci=100, seed=2)
+        for key, value in expected.items():
+            assert row[key] == pytest.approx(value)
+
+
+def test_cli_string_labels_with_member_value(tmp_path):
+    src = tmp_path / "docs.csv"
+    pd.DataFrame({"s": [0.9, 0.8, 0.4, 0.7, 0.3, 0.2],
+                  "group": ["seen"] * 3 + ["unseen"] * 3}).to_csv(src, index=False)
+    out = tmp_path / "m.csv"
+    rc = stats_main(["--input", str(src), "--score-col", "s", "--label-col", "group",
+                     "--member-value", "seen", "--output", str(out), "--n-boot-ci", "50"])
+    assert rc == 0
+    assert pd.read_csv(out)["auc"].iloc[0] == pytest.approx(8 / 9)
+
+
+def test_cli_missing_column_exits_2_naming_file_and_column(tmp_path, capsys):
+    src = tmp_path / "docs.csv"
+    _write_cli_csv(src)
+    assert stats_main(["--input", str(src), "--score-col", "loss_score"]) == 2
+    err = capsys.readouterr().err
+    assert "'loss_score'" in err and "docs.csv" in err
+
+
+def test_cli_missing_file_exits_2(tmp_path, capsys):
+    assert stats_main(["--input", str(tmp_path / "nope.csv")]) == 2
+    assert "nope.csv" in capsys.readouterr().err
+
+
+def test_cli_non_numeric_score_names_line(tmp_path, capsys):
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n0.1,1\n0.5,0\nabc,1\n0.2,0\n")
+    assert stats_main(["--input", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "line 4" in err and "'abc'" in err and "'score'" in err
+
+
+def test_cli_single_class_labels_exit_2(tmp_path, capsys):
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n0.1,1\n0.5,1\n")
+    assert stats_main(["--input", str(src)]) == 2
+    assert "single value" in capsys.readouterr().err
+
+
+def test_cli_member_value_absent_exit_2(tmp_path, capsys):
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n0.1,a\n0.5,b\n")
+    assert stats_main(["--input", str(src), "--member-value", "c"]) == 2
+    assert "'c'" in capsys.readouterr().err
