@@ -17,6 +17,6 @@ rule prepare_model:
     log:
         "logs/prepare_model/{model}.log",
     benchmark:
-        "benchmarks/prepare_model/{model}.tsv"
+        "logs/benchmarks/prepare_model/{model}.tsv"
     script:
         "../scripts/prepare_model.py"

@@ -17,7 +17,7 @@ rule token_stats:
     log:
         "logs/token_stats/{benchmark}/{model}.log",
     benchmark:
-        "benchmarks/token_stats/{benchmark}/{model}.tsv"
+        "logs/benchmarks/token_stats/{benchmark}/{model}.tsv"
     script:
         "../scripts/token_stats.py"
 

@@ -20,7 +20,10 @@ class HFBackend(Backend):
         self.model, self.tokenizer = model, tokenizer
         self.load_spec = load_spec
         self.batch_size = batch_size
-        self.max_tokens = max_tokens
+        from memaudit.models.loading import clamp_tokens
+
+        # Texts are cut to what the position embeddings allow (one slot for the context token).
+        self.max_tokens = clamp_tokens(model, max_tokens)
 
     def describe(self) -> dict:
         from memaudit.models.loading import count_parameters

@@ -52,6 +52,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         model = get_peft_model(model, cfg)
     elif method != "full":
         raise ValueError(f"unknown fine-tuning method {method!r}")
+    from memaudit.models.loading import clamp_tokens
+
+    max_length = clamp_tokens(model, max_length, reserve=0)
     chunks = member_chunks(tokenizer, texts, max_length) * duplication
     if not chunks:
         raise ValueError("no member text to fine-tune on")

@@ -113,3 +113,21 @@ def offline_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     return env
+
+
+def model_max_length(model) -> int | None:
+    """Longest sequence (in tokens) the model's position embeddings allow, if it declares one."""
+    cfg = model.config
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def clamp_tokens(model, n_tokens: int | None, reserve: int = 1) -> int | None:
+    """``n_tokens`` limited so that ``reserve`` extra tokens (the context token) still fit."""
+    limit = model_max_length(model)
+    if limit is None:
+        return n_tokens
+    return min(n_tokens, limit - reserve) if n_tokens else limit - reserve

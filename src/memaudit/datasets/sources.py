@@ -1,0 +1,361 @@
+"""Document sources: the corpora a benchmark or the pre-training pool draws from.
+
+Each source turns raw material into :class:`~memaudit.datasets.types.Document`
+records (one per book chapter or news article). The built-in demo sources read
+the unpacked Debian R data packages under ``assets_dir`` (see
+:func:`memaudit.assets.fetch_demo_assets`); ``user_books`` reads the user's own
+``.txt``/``.epub`` files.
+
+Every text passes through :func:`~memaudit.datasets.text.clean_text`; the
+documents of a source come back sorted by ``doc_id`` and are identical from run
+to run. Adding a source is one loader function and one :data:`SOURCES` entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from xml.etree import ElementTree
+
+from memaudit.assets import package_dir, read_lazyload, read_rda
+from memaudit.datasets.text import (
+    clean_text,
+    epub_metadata,
+    gutenberg_metadata,
+    paragraphs,
+    read_epub,
+    read_text_file,
+    split_chapters,
+    strip_gutenberg,
+    word_count,
+)
+from memaudit.datasets.types import Document
+from memaudit.errors import AssetError, ConfigError, InputError
+
+__all__ = ["SOURCES", "Source", "load_source"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A named corpus: its loader, the demo packages it needs and the options it takes."""
+
+    name: str
+    description: str
+    loader: Callable[..., list[Document]]
+    packages: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _as_lines(obj: Any, what: str) -> list[str]:
+    """An R character vector (numpy array or list; NA -> "") as a list of lines."""
+    try:
+        items = list(obj)
+    except TypeError:
+        raise AssetError(f"{what}: expected a character vector, got {type(obj).__name__}") from None
+    lines: list[str] = []
+    for item in items:
+        if item is None or (isinstance(item, float) and item != item):
+            lines.append("")
+        else:
+            lines.extend(str(item).replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    return lines
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """(mtime_ns, size) of a file: part of the cache keys below, so a re-fetch invalidates them."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+# Parsing R data is slow (tidytext's books.rda takes seconds) and a workflow step
+# may load the same source more than once; the caches hold immutable tuples only.
+@functools.lru_cache(maxsize=16)
+def _lazyload_lines(pkg_root: str, name: str, stamp: tuple[int, int]) -> tuple[str, ...]:
+    return tuple(_as_lines(read_lazyload(Path(pkg_root), name), f"{Path(pkg_root).name}::{name}"))
+
+
+def _lines_of(pkg_root: Path, name: str) -> list[str]:
+    rdb = next(pkg_root.glob("usr/lib/R/site-library/*/data/Rdata.rdb"), None)
+    stamp = _stamp(rdb) if rdb is not None else (0, 0)
+    return list(_lazyload_lines(str(pkg_root), name, stamp))
+
+
+@functools.lru_cache(maxsize=4)
+def _tidytext_books(rda: str, stamp: tuple[int, int]) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """(gutenberg_id, title, lines) per book of tidytext's books.rda, by id."""
+    books = read_rda(rda).get("books")
+    if books is None or not {"gutenberg_id", "text", "title"} <= set(getattr(books, "columns", [])):
+        raise AssetError(f"{rda}: expected a 'books' table with gutenberg_id, text and title columns")
+    return tuple(
+        (int(gid), str(rows["title"].iloc[0]), tuple(_as_lines(rows["text"].fillna("").tolist(), f"{rda}[{gid}]")))
+        for gid, rows in books.groupby("gutenberg_id", sort=True)
+    )
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _chapter_documents(
+    *, source: str, prefix: str, book: str, title: str, author: str,
+    lines: list[str], origin: str, min_words: int = 200,
+) -> list[Document]:
+    """One ``book``-kind Document per chapter, numbered ``<prefix>/ch001`` onwards.
+
+    Numbering is continuous through volumes and parts (Emma's "VOLUME II,
+    CHAPTER I" is ``ch019``); the original heading is kept in ``meta``.
+    """
+    docs = []
+    for n, (heading, text) in enumerate(split_chapters(lines, min_words=min_words), 1):
+        text = clean_text(text)
+        docs.append(Document(
+            doc_id=f"{prefix}/ch{n:03d}", source=source, title=clean_text(title),
+            author=clean_text(author), kind="book", text=text,
+            meta={"book": book, "chapter": n, "heading": clean_text(heading),
+                  "n_words": word_count(text), "origin": origin},
+        ))
+    return docs
+
+
+# --------------------------------------------------------------------------- austen
+
+AUSTEN_NOVELS = {
+    "emma": "Emma",
+    "mansfieldpark": "Mansfield Park",
+    "northangerabbey": "Northanger Abbey",
+    "persuasion": "Persuasion",
+    "prideprejudice": "Pride and Prejudice",
+    "sensesensibility": "Sense and Sensibility",
+}
+
+
+def _load_austen(assets_dir: Path) -> list[Document]:
+    """Jane Austen's six novels (janeaustenr), one document per chapter."""
+    pkg = "r-cran-janeaustenr"
+    root = package_dir(assets_dir, pkg)
+    docs = []
+    for obj, title in AUSTEN_NOVELS.items():
+        lines = _lines_of(root, obj)
+        docs += _chapter_documents(source="austen", prefix=f"austen/{obj}", book=obj, title=title,
+                                   author="Jane Austen", lines=lines, origin=f"{pkg}::{obj}")
+    return docs
+
+
+# --------------------------------------------------------------------------- mobydick
+
+def _load_mobydick(assets_dir: Path) -> list[Document]:
+    """Moby Dick (tokenizers' ``mobydick``: the Gutenberg eBook #2701), one document per chapter.
+
+    The Gutenberg header and licence are stripped; the Etymology and Extracts
+    come before Chapter 1 and are dropped with the rest of the front matter.
+    """
+    pkg = "r-cran-tokenizers"
+    lines = [line.lstrip("\ufeff") for line in _lines_of(package_dir(assets_dir, pkg), "mobydick")]
+    header = gutenberg_metadata(lines)
+    return _chapter_documents(
+        source="mobydick", prefix="mobydick", book="mobydick",
+        title=header.get("title", "Moby Dick; or The Whale"),
+        author=header.get("author", "Herman Melville"),
+        lines=strip_gutenberg(lines), origin=f"{pkg}::mobydick",
+    )
+
+
+# --------------------------------------------------------------------------- tidytext
+
+# Gutenberg ids in tidytext's extdata/books.rda (its "title" column has the titles).
+TIDYTEXT_BOOKS = {
+    36: ("warofworlds", "H. G. Wells"),
+    164: ("twentythousandleagues", "Jules Verne"),
+    1342: ("prideprejudice", "Jane Austen"),
+    1400: ("greatexpectations", "Charles Dickens"),
+}
+
+
+def _load_tidytext(assets_dir: Path, exclude_titles: list[str] | tuple[str, ...] = ()) -> list[Document]:
+    """The four Gutenberg books of tidytext's ``extdata/books.rda``, one document per chapter.
+
+    ``exclude_titles`` drops books by title (case-insensitive); an unknown title
+    is a :class:`ConfigError` so that a typo cannot silently keep a book.
+    """
+    pkg = "r-cran-tidytext"
+    rda = package_dir(assets_dir, pkg) / "usr/lib/R/site-library/tidytext/extdata/books.rda"
+    if not rda.is_file():
+        raise AssetError(f"{rda}: R data file missing")
+    books = _tidytext_books(str(rda), _stamp(rda))
+    if isinstance(exclude_titles, str):
+        exclude_titles = [exclude_titles]
+    titles = sorted({title for _, title, _ in books})
+    by_lower = {t.lower(): t for t in titles}
+    unknown = [t for t in exclude_titles if str(t).lower() not in by_lower]
+    if unknown:
+        raise ConfigError(f"tidytext.exclude_titles: unknown title(s) {unknown} "
+                          f"(known: {', '.join(titles)})")
+    excluded = {by_lower[str(t).lower()] for t in exclude_titles}
+    docs = []
+    for gid, title, lines in books:
+        if title in excluded:
+            continue
+        slug, author = TIDYTEXT_BOOKS.get(gid, (_slug(title), ""))
+        docs += _chapter_documents(
+            source="tidytext", prefix=f"tidytext/{slug}", book=slug, title=title, author=author,
+            lines=list(lines), origin=f"{pkg}::books.rda#gutenberg_id={gid}",
+        )
+    return docs
+
+
+# --------------------------------------------------------------------------- reuters
+
+REUTERS_CATEGORIES = ("acq", "crude")
+_SIGN_OFF_RE = re.compile(r"^(?:Reuter|REUTER)\W*$")
+
+
+def _reuters_body(raw: str) -> str:
+    """BODY text: an indented line starts a paragraph; the "Reuter" sign-off is dropped."""
+    lines = raw.replace("\x03", "").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if lines and _SIGN_OFF_RE.match(lines[-1].strip()):
+        lines.pop()
+    paras: list[list[str]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        if i == 0 or not paras or line[:1].isspace():
+            paras.append([])
+        paras[-1].append(line.strip())
+    return "\n\n".join(" ".join(p) for p in paras)
+
+
+def _load_reuters(assets_dir: Path) -> list[Document]:
+    """tm's Reuters-21578 sample (``texts/crude``, ``texts/acq``), one document per article."""
+    pkg = "r-cran-tm"
+    texts = package_dir(assets_dir, pkg) / "usr/lib/R/site-library/tm/texts"
+    docs = []
+    for category in REUTERS_CATEGORIES:
+        folder = texts / category
+        files = sorted(folder.glob("*.xml"))
+        if not files:
+            raise AssetError(f"{folder}: no Reuters XML files")
+        for path in files:
+            try:
+                root = ElementTree.parse(path).getroot()  # also unescapes &lt; &apos; ...
+            except ElementTree.ParseError as exc:
+                raise AssetError(f"{path}: malformed XML ({exc})") from None
+            newid = root.get("NEWID")
+            if not newid:
+                raise AssetError(f"{path}: REUTERS element has no NEWID")
+            text = clean_text(_reuters_body(root.findtext("TEXT/BODY") or ""))
+            if not text:
+                continue  # a few Reuters items are headlines only
+            docs.append(Document(
+                doc_id=f"reuters/{category}/{newid}", source="reuters",
+                title=clean_text(root.findtext("TEXT/TITLE") or ""), author="Reuters", kind="news",
+                text=text,
+                meta={"category": category, "newid": int(newid), "oldid": root.get("OLDID"),
+                      "date": (root.findtext("DATE") or "").strip(),
+                      "dateline": clean_text(root.findtext("TEXT/DATELINE") or "").rstrip(" -"),
+                      "topics": [d.text for d in root.findall("TOPICS/D") if d.text],
+                      "places": [d.text for d in root.findall("PLACES/D") if d.text],
+                      "n_words": word_count(text), "origin": f"{pkg}::texts/{category}/{path.name}"},
+            ))
+    return docs
+
+
+# --------------------------------------------------------------------------- user_books
+
+def _load_user_books(
+    assets_dir: Path, directory: str | Path = "resources/books", min_chapter_words: int = 200,
+) -> list[Document]:
+    """Every ``.txt``/``.epub`` file directly in ``directory``.
+
+    Gutenberg header/licence are stripped; the book is split into chapters
+    when it has chapter headings, else it is one document. Title and author
+    come from the Gutenberg ``Title:``/``Author:`` lines, the epub metadata,
+    or the file stem. A missing directory gives no documents; an unreadable
+    file is an :class:`InputError` naming it.
+    """
+    directory = Path(directory)
+    if not directory.exists():
+        return []
+    if not directory.is_dir():
+        raise InputError(f"{directory}: user_books directory is not a directory")
+    files = sorted(p for p in directory.iterdir()
+                   if p.is_file() and p.suffix.lower() in (".txt", ".epub"))
+    docs: list[Document] = []
+    seen: dict[str, Path] = {}
+    for path in files:
+        slug = _slug(path.stem) or "book"
+        if slug in seen:
+            raise InputError(f"{path}: same document id 'user/{slug}' as {seen[slug]}; rename one")
+        seen[slug] = path
+        if path.suffix.lower() == ".epub":
+            text, meta = read_epub(path), epub_metadata(path)
+        else:
+            text = read_text_file(path)
+            meta = gutenberg_metadata(text.split("\n"))
+        lines = strip_gutenberg(text.split("\n"))
+        if not any(not line.strip() for line in "\n".join(lines).strip().split("\n")):
+            # One paragraph per line (no blank lines at all): keep the breaks.
+            lines = [x for line in lines for x in (line, "")]
+        title = meta.get("title") or path.stem
+        author = meta.get("author") or "unknown"
+        origin = f"user_books::{path.name}"
+        book_docs = _chapter_documents(source="user_books", prefix=f"user/{slug}", book=slug,
+                                       title=title, author=author, lines=lines, origin=origin,
+                                       min_words=min_chapter_words)
+        if not book_docs:
+            body = clean_text("\n\n".join(paragraphs(lines)))
+            if not body:
+                raise InputError(f"{path}: no text left after removing the Gutenberg header and licence")
+            book_docs = [Document(
+                doc_id=f"user/{slug}/ch001", source="user_books", title=clean_text(title),
+                author=clean_text(author), kind="book", text=body,
+                meta={"book": slug, "chapter": 1, "heading": "", "n_words": word_count(body),
+                      "origin": origin},
+            )]
+        docs += book_docs
+    return docs
+
+
+# --------------------------------------------------------------------------- registry
+
+SOURCES: dict[str, Source] = {
+    s.name: s for s in (
+        Source("austen", "Jane Austen's six novels (janeaustenr), one document per chapter",
+               _load_austen, packages=("r-cran-janeaustenr",)),
+        Source("mobydick", "Moby Dick (tokenizers; Gutenberg #2701), one document per chapter",
+               _load_mobydick, packages=("r-cran-tokenizers",)),
+        Source("tidytext", "Four Gutenberg books (tidytext books.rda), one document per chapter",
+               _load_tidytext, packages=("r-cran-tidytext",), options=("exclude_titles",)),
+        Source("reuters", "Reuters-21578 articles on crude oil and acquisitions (tm)",
+               _load_reuters, packages=("r-cran-tm",)),
+        Source("user_books", "The user's .txt/.epub books in a directory",
+               _load_user_books, options=("directory", "min_chapter_words")),
+    )
+}
+
+
+def load_source(name: str, assets_dir: str | Path, **options: Any) -> list[Document]:
+    """Load source ``name`` as Documents sorted by ``doc_id``.
+
+    ``assets_dir`` is where :func:`memaudit.assets.fetch_demo_assets` put the
+    demo packages. Raises :class:`ConfigError` for an unknown source or option
+    and :class:`InputError` for duplicate document ids.
+    """
+    spec = SOURCES.get(name)
+    if spec is None:
+        raise ConfigError(f"unknown source {name!r} (known: {', '.join(SOURCES)})")
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        allowed = ", ".join(spec.options) or "none"
+        raise ConfigError(f"source {name!r}: unknown option(s) {unknown} (allowed: {allowed})")
+    docs = sorted(spec.loader(Path(assets_dir), **options), key=lambda d: d.doc_id)
+    for a, b in zip(docs, docs[1:]):
+        if a.doc_id == b.doc_id:
+            raise InputError(f"source {name!r}: duplicate document id {a.doc_id!r}")
+    return docs

@@ -1,0 +1,533 @@
+"""Pure text utilities: cleaning, Gutenberg stripping, chapters, sentences, passages.
+
+Everything here is deterministic and free of I/O except the two readers at the
+end (:func:`read_text_file`, :func:`read_epub`), which only read the file they
+are given. Nothing depends on a tokenizer: a "word" is a whitespace-separated
+token (``len(text.split())``) throughout the project.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import math
+import posixpath
+import re
+import unicodedata
+import zipfile
+from pathlib import Path
+from urllib.parse import unquote
+from xml.etree import ElementTree
+
+from memaudit.errors import InputError
+
+__all__ = [
+    "DEFAULT_HEADING_REGEX",
+    "clean_text",
+    "epub_metadata",
+    "gutenberg_metadata",
+    "make_passages",
+    "paragraphs",
+    "read_epub",
+    "read_text_file",
+    "split_chapters",
+    "split_sentences",
+    "strip_gutenberg",
+    "word_count",
+]
+
+
+def word_count(text: str) -> int:
+    """Number of whitespace-separated tokens, the project's unit of length."""
+    return len(text.split())
+
+
+# --------------------------------------------------------------------------- cleaning
+
+# Cc characters except newline and tab, plus the BOM/zero-width no-break space.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")
+# Gutenberg's plain-text italics: _word_ or _several words_ (not snake_case).
+_ITALIC_RE = re.compile(r"(?<![\w_])_(?=\S)([^_\n]*?\S)_(?![\w_])")
+
+
+def clean_text(text: str) -> str:
+    """Normalise text for models and for comparison across sources.
+
+    Steps, in order: CRLF/CR -> LF; drop control characters other than ``\\n``
+    and ``\\t`` (NUL bytes included) and the BOM; Unicode NFC; unwrap
+    Gutenberg ``_italic_`` markup; collapse runs of spaces; strip trailing
+    spaces on each line; at most one blank line in a row; strip the ends.
+    Idempotent: ``clean_text(clean_text(t)) == clean_text(t)``.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL_RE.sub("", text)
+    text = unicodedata.normalize("NFC", text)
+    text = _ITALIC_RE.sub(r"\1", text)
+    text = re.sub(r" {2,}", " ", text)
+    text = re.sub(r"[ \t]+\n", "\n", text)
+    text = re.sub(r"\n[ \t]+\n", "\n\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+# --------------------------------------------------------------------------- Gutenberg
+
+_GUTENBERG_START_RE = re.compile(
+    r"^\s*(?:\*+\s*START\s+OF\s+(?:THE|THIS)\s+PROJECT\s+GUTENBERG"  # 2000s onwards
+    r"|\*END\*\s*THE\s+SMALL\s+PRINT)",  # 1990s "small print" header
+    re.IGNORECASE,
+)
+_GUTENBERG_END_RE = re.compile(
+    r"^\s*(?:\*+\s*END\s+OF\s+(?:THE|THIS)\s+PROJECT\s+GUTENBERG"
+    r"|End\s+of\s+(?:the\s+|this\s+)?Project\s+Gutenberg)",
+    re.IGNORECASE,
+)
+_GUTENBERG_FIELD_RE = re.compile(r"^\s*(Title|Author)\s*:\s*(.+?)\s*$", re.IGNORECASE)
+
+
+def strip_gutenberg(lines: list[str]) -> list[str]:
+    """Drop the Project Gutenberg header and the footer/licence.
+
+    The header is everything up to and including the first ``*** START OF
+    THE/THIS PROJECT GUTENBERG ...`` line (or the 1990s ``*END*THE SMALL
+    PRINT!`` line). The footer starts at the first ``*** END OF ...``,
+    ``End of the Project Gutenberg ...`` or ``End of Project Gutenberg's ...``
+    line after the header. Without markers the lines come back unchanged.
+    """
+    start = 0
+    for i, line in enumerate(lines):
+        if _GUTENBERG_START_RE.match(line):
+            start = i + 1
+            break
+    end = len(lines)
+    for i in range(start, len(lines)):
+        if _GUTENBERG_END_RE.match(lines[i]):
+            end = i
+            break
+    return list(lines[start:end])
+
+
+def gutenberg_metadata(lines: list[str]) -> dict[str, str]:
+    """``Title:`` and ``Author:`` fields of a Gutenberg header (keys lower-case).
+
+    Only the header is searched (before the START marker, or the first 100
+    lines when there is none), so a character called "Title" in the novel
+    cannot be mistaken for metadata.
+    """
+    limit = min(len(lines), 100)
+    for i, line in enumerate(lines):
+        if _GUTENBERG_START_RE.match(line):
+            limit = i
+            break
+    out: dict[str, str] = {}
+    for line in lines[:limit]:
+        m = _GUTENBERG_FIELD_RE.match(line)
+        if m and m.group(1).lower() not in out:
+            out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+# --------------------------------------------------------------------------- chapters
+
+_NUMBER_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+    "seventy": 70, "eighty": 80, "ninety": 90,
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6,
+    "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12,
+}
+_WORD_NUM = "(?:" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + ")"
+# Arabic, Roman, or spelled-out ("TWENTY-ONE", "the first") chapter numbers.
+_NUM = rf"(?i:(?:the\s+)?(?:\d+|[ivxlcdm]+|{_WORD_NUM}(?:[-\s]{_WORD_NUM})?))"
+
+#: A chapter heading: "CHAPTER 1", "Chapter XII.", "CHAPTER I. Loomings.",
+#: "CHAPTER ONE", or a bare "Epilogue"/"Prologue" line. After the number only
+#: punctuation and a title may follow, so prose such as "Chapter 3 tells us"
+#: is not a heading; lower-case "chapter" at the start of a line is prose.
+DEFAULT_HEADING_REGEX = (
+    rf"^\s*(?:(?:CHAPTER|Chapter)\s+(?P<num>{_NUM})(?:\s*[.:]\s*.*|\s+[-\u2014]+\s*.*|\s{{2,}}.*)?"
+    r"|(?:EPILOGUE|Epilogue|PROLOGUE|Prologue)\.?)\s*$"
+)
+
+# Lines that end a chapter without starting one: volume/book/part dividers
+# (optionally with an all-caps title), end marks, and editorial end matter
+# (janeaustenr's Northanger Abbey ends with "A NOTE ON THE TEXT"). Text after
+# them up to the next heading (part titles, the note itself) is dropped.
+_DIVIDER_RE = re.compile(
+    rf"^\s*(?:(?:VOLUME|Volume|BOOK|Book|PART|Part)\s+{_NUM}\.?(?:\s*[.:\u2014-]\s*[^a-z]*)?"
+    r"|THE END|The End|FINIS|Finis|A NOTE ON THE TEXT|FOOTNOTES|Footnotes"
+    r"|TRANSCRIBER['\u2019]?S NOTES?|Transcriber['\u2019]?s Notes?)[.:]?\s*$"
+)
+_ROMAN = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
+_MAX_HEADING_CHARS = 120
+
+
+def _parse_number(token: str | None) -> int | None:
+    """Value of a chapter number token ("12", "XII", "twenty-one"); None if unknown."""
+    if not token:
+        return None
+    token = re.sub(r"^(?i:the)\s+", "", token.strip()).lower()
+    if token.isdigit():
+        return int(token)
+    if re.fullmatch(r"[ivxlcdm]+", token):
+        total = 0
+        for a, b in zip(token, token[1:] + " "):
+            v = _ROMAN[a]
+            total += -v if b != " " and _ROMAN[b] > v else v
+        return total
+    parts = re.split(r"[-\s]+", token)
+    if all(p in _NUMBER_WORDS for p in parts):
+        return sum(_NUMBER_WORDS[p] for p in parts)
+    return None
+
+
+def paragraphs(lines: list[str]) -> list[str]:
+    """Blank-line separated paragraphs, each with its lines joined by a space."""
+    paras, cur = [], []
+    for line in lines:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(" ".join(cur))
+            cur = []
+    if cur:
+        paras.append(" ".join(cur))
+    return paras
+
+
+def split_chapters(
+    lines: list[str],
+    heading_regex: str = DEFAULT_HEADING_REGEX,
+    min_words: int = 200,
+) -> list[tuple[str, str]]:
+    """Split a book into ``(heading, text)`` chapters.
+
+    - A line matching ``heading_regex`` (at most 120 characters) starts a chapter.
+    - Volume/book/part dividers ("VOLUME I", "BOOK ONE", "PART TWO"), end
+      marks ("THE END", "FINIS") and editorial end matter ("A NOTE ON THE
+      TEXT", "TRANSCRIBER'S NOTES", "FOOTNOTES") close the current chapter;
+      lines after them up to the next heading (part titles) are dropped.
+    - Text before the first heading (title page, preface, contents) is dropped.
+    - A short all-caps paragraph right after the heading is a chapter title and
+      is folded into the heading ("CHAPTER ONE. THE EVE OF THE WAR").
+    - A table of contents is recognised when numbering restarts at the first
+      number with no divider in between and most headings since the last
+      divider (not counting the last one) have fewer than ``min_words`` words
+      under them, or there is only one: those entries are discarded, including
+      the last one, which would otherwise swallow the front matter.
+    - Chapters with fewer than ``min_words`` words are dropped.
+
+    Paragraphs are joined by ``"\\n\\n"``, lines within a paragraph by a space.
+    """
+    heading_re = re.compile(heading_regex)
+    # (heading, number, body lines); a divider appends None as a barrier.
+    chapters: list[tuple[str, int | None, list[str]] | None] = []
+    current: list[str] | None = None
+    first_number: int | None = None
+    for line in lines:
+        m = heading_re.match(line) if len(line) <= _MAX_HEADING_CHARS else None
+        if m:
+            number = _parse_number(m.groupdict().get("num"))
+            if first_number is None:
+                first_number = number
+            if number is not None and number == first_number:
+                _drop_contents(chapters, min_words)
+            current = []
+            chapters.append((line.strip(), number, current))
+        elif _DIVIDER_RE.match(line) and len(line) <= _MAX_HEADING_CHARS:
+            current = None
+            chapters.append(None)
+        elif current is not None:
+            current.append(line)
+
+    out = []
+    for entry in chapters:
+        if entry is None:
+            continue
+        heading, _, body = entry
+        paras = paragraphs(body)
+        if paras and len(paras[0].split()) <= 12 and paras[0] == paras[0].upper() \
+                and re.search(r"[A-Z]", paras[0]):
+            sub = paras.pop(0)
+            heading = f"{heading} {sub}" if heading[-1:] in ".:" else f"{heading}. {sub}"
+        text = "\n\n".join(paras)
+        if word_count(text) >= min_words:
+            out.append((heading, text))
+    return out
+
+
+def _drop_contents(chapters: list, min_words: int) -> None:
+    """Remove a contents list that ends at the tail of ``chapters`` (see split_chapters)."""
+    start = len(chapters)
+    while start > 0 and chapters[start - 1] is not None:
+        start -= 1
+    run = chapters[start:]
+    if not run:
+        return
+    # The last entry is not counted: it swallows whatever precedes the body.
+    entries = run[:-1]
+    short = sum(1 for _, _, body in entries if word_count(" ".join(body)) < min_words)
+    if len(run) == 1 or short * 2 > len(entries):
+        del chapters[start:]
+
+
+# --------------------------------------------------------------------------- sentences
+
+# Tokens that end with a period without ending a sentence.
+_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "messrs", "mme", "mlle", "dr", "st", "jr", "sr", "prof", "rev",
+    "hon", "capt", "col", "gen", "lt", "sgt", "gov", "sen", "rep", "esq", "no", "nos",
+    "vs", "viz", "cf", "e.g", "i.e", "inc", "co", "corp", "ltd", "mt", "ft", "vol", "ch",
+    "fig", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+}
+# Terminal punctuation, optional closing quotes/brackets, then whitespace.
+_BOUNDARY_RE = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s+)")
+_NEXT_START_RE = re.compile(r"\s+[\"'\u201c\u2018(\[]*[A-Z0-9]")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences with a regular-expression heuristic.
+
+    A boundary is ``.``, ``!`` or ``?`` (optionally followed by closing quotes
+    or brackets), then whitespace, then an upper-case letter or digit (possibly
+    behind an opening quote). A period after a known abbreviation (Mr., Mrs.,
+    Dr., St., ...) or after a single capital initial ("H. G. Wells") is not a
+    boundary. Blank lines always end a sentence. Whitespace inside a sentence
+    is collapsed to single spaces.
+    """
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        para = " ".join(para.split())
+        if not para:
+            continue
+        start = 0
+        for m in _BOUNDARY_RE.finditer(para):
+            if not _NEXT_START_RE.match(para, m.end()):
+                continue
+            if para[m.start()] == "." and m.end() - m.start() == 1 + _closing_len(para, m):
+                # The letters right before the period ("cheerful--Mr." -> "Mr").
+                word = re.search(r"[A-Za-z.]*$", para[:m.start()]).group().lstrip(".")
+                # A lone capital other than "I" is an initial ("H. G. Wells").
+                if word.lower() in _ABBREVIATIONS or re.fullmatch(r"[A-HJ-Z]", word):
+                    continue
+            sentence = para[start:m.end()].strip()
+            if sentence:
+                out.append(sentence)
+            start = m.end()
+        tail = para[start:].strip()
+        if tail:
+            out.append(tail)
+    return out
+
+
+def _closing_len(s: str, m: re.Match) -> int:
+    """Number of closing quote/bracket characters at the end of a boundary match."""
+    return len(m.group()) - len(m.group().rstrip("\"'\u201d\u2019)]"))
+
+
+# --------------------------------------------------------------------------- passages
+
+def make_passages(text: str, target_words: int, max_passages: int | None = None) -> list[str]:
+    """Pack whole sentences into consecutive, non-overlapping passages.
+
+    Greedy: sentences are appended until the passage has ``>= target_words``
+    words, then a new passage starts. A sentence longer than
+    ``1.5 * target_words`` is first cut into pieces of that many words at word
+    boundaries (only its last piece keeps the sentence's end punctuation).
+    Sentences from different paragraphs are separated by ``"\\n\\n"``, from the
+    same paragraph by a space. A final passage shorter than half the target is
+    dropped. At most ``max_passages`` passages (the first ones) are returned.
+    """
+    if target_words < 1:
+        raise ValueError(f"target_words must be >= 1, got {target_words}")
+    max_piece = max(1, math.floor(1.5 * target_words))
+    units: list[tuple[list[str], bool]] = []  # (words, starts a paragraph)
+    for para in re.split(r"\n\s*\n", text):
+        for i, sentence in enumerate(split_sentences(para)):
+            words = sentence.split()
+            for j in range(0, len(words), max_piece):
+                units.append((words[j:j + max_piece], i == 0 and j == 0))
+
+    passages: list[str] = []
+    cur: list[str] = []  # rendered pieces, joined with "" at the end
+    n = 0
+    for words, new_para in units:
+        if cur:
+            cur.append("\n\n" if new_para else " ")
+        cur.append(" ".join(words))
+        n += len(words)
+        if n >= target_words:
+            passages.append("".join(cur))
+            cur, n = [], 0
+            if max_passages is not None and len(passages) >= max_passages:
+                return passages
+    if cur and n * 2 >= target_words:
+        passages.append("".join(cur))
+    return passages if max_passages is None else passages[:max_passages]
+
+
+# --------------------------------------------------------------------------- readers
+
+def read_text_file(path: str | Path) -> str:
+    """Read a strictly UTF-8 text file (a leading BOM is allowed).
+
+    NUL bytes are removed with the rest of the text kept; line endings become
+    ``\\n``. Raises :class:`InputError` naming the file and the byte offset
+    when it is not UTF-8, and naming the file when nothing is left after
+    :func:`clean_text`.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not valid UTF-8 at byte offset {exc.start} "
+            f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8"
+        ) from None
+    text = text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+    if not clean_text(text):
+        raise InputError(f"{path}: no text left after cleaning (empty file?)")
+    return text
+
+
+_BLOCK_TAGS = {
+    "p", "div", "br", "li", "ul", "ol", "blockquote", "pre", "tr", "table", "section",
+    "article", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "dd", "dt", "figure", "header",
+    "footer", "aside", "nav",
+}
+_SKIP_TAGS = {"head", "script", "style", "title", "svg"}
+
+
+class _XHTMLText(html.parser.HTMLParser):
+    """Collect text, one paragraph per block element."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.paragraphs: list[str] = []
+        self._buf: list[str] = []
+        self._skip = 0
+
+    def _flush(self) -> None:
+        para = " ".join("".join(self._buf).split())
+        if para:
+            self.paragraphs.append(para)
+        self._buf = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _SKIP_TAGS:
+            self._skip += 1
+        elif tag in _BLOCK_TAGS:
+            self._flush()
+
+    def handle_startendtag(self, tag, attrs):
+        if tag in _BLOCK_TAGS:
+            self._flush()
+
+    def handle_endtag(self, tag):
+        if tag in _SKIP_TAGS:
+            self._skip = max(0, self._skip - 1)
+        elif tag in _BLOCK_TAGS:
+            self._flush()
+
+    def handle_data(self, data):
+        if not self._skip:
+            self._buf.append(data)
+
+    def close(self):
+        super().close()
+        self._flush()
+
+
+_NS = {
+    "c": "urn:oasis:names:tc:opendocument:xmlns:container",
+    "opf": "http://www.idpf.org/2007/opf",
+    "dc": "http://purl.org/dc/elements/1.1/",
+}
+
+
+def _epub_package(path: Path) -> tuple[zipfile.ZipFile, str, ElementTree.Element]:
+    """Open an epub; return the zip, the OPF path inside it and the parsed OPF."""
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a valid epub (not a zip archive: {exc})") from None
+    try:
+        container = ElementTree.fromstring(zf.read("META-INF/container.xml"))
+        rootfile = container.find(".//c:rootfile", _NS)
+        if rootfile is None or not rootfile.get("full-path"):
+            raise InputError(f"{path}: not a valid epub (container.xml names no rootfile)")
+        opf_path = rootfile.get("full-path")
+        opf = ElementTree.fromstring(zf.read(opf_path))
+    except KeyError as exc:
+        zf.close()
+        raise InputError(f"{path}: not a valid epub (missing {exc.args[0]})") from None
+    except ElementTree.ParseError as exc:
+        zf.close()
+        raise InputError(f"{path}: not a valid epub (malformed XML: {exc})") from None
+    except zipfile.BadZipFile as exc:
+        zf.close()
+        raise InputError(f"{path}: not a valid epub (corrupt archive: {exc})") from None
+    except InputError:
+        zf.close()
+        raise
+    return zf, opf_path, opf
+
+
+def epub_metadata(path: str | Path) -> dict[str, str]:
+    """``title`` and ``author`` (first dc:title / dc:creator) of an epub, where present."""
+    path = Path(path)
+    zf, _, opf = _epub_package(path)
+    zf.close()
+    out = {}
+    for key, tag in (("title", "dc:title"), ("author", "dc:creator")):
+        el = opf.find(f".//{tag}", _NS)
+        if el is not None and el.text and el.text.strip():
+            out[key] = " ".join(el.text.split())
+    return out
+
+
+def read_epub(path: str | Path) -> str:
+    """Plain text of an epub in spine (reading) order.
+
+    ``META-INF/container.xml`` names the OPF package file; its spine lists the
+    XHTML documents in order; each is converted with :mod:`html.parser`, one
+    paragraph per block element, paragraphs separated by blank lines. Raises
+    :class:`InputError` naming the file when it is not a readable epub.
+    """
+    path = Path(path)
+    zf, opf_path, opf = _epub_package(path)
+    with zf:
+        base = posixpath.dirname(opf_path)
+        manifest = {
+            item.get("id"): item.get("href")
+            for item in opf.findall(".//opf:manifest/opf:item", _NS)
+        }
+        spine = [ref.get("idref") for ref in opf.findall(".//opf:spine/opf:itemref", _NS)]
+        if not spine:
+            raise InputError(f"{path}: not a valid epub (empty spine in {opf_path})")
+        chunks = []
+        for idref in spine:
+            href = manifest.get(idref)
+            if href is None:
+                raise InputError(f"{path}: not a valid epub (spine item {idref!r} not in manifest)")
+            member = posixpath.normpath(posixpath.join(base, unquote(href.split("#")[0])))
+            try:
+                raw = zf.read(member)
+            except KeyError:
+                raise InputError(f"{path}: not a valid epub (missing {member})") from None
+            except zipfile.BadZipFile as exc:
+                raise InputError(f"{path}: not a valid epub (corrupt {member}: {exc})") from None
+            parser = _XHTMLText()
+            parser.feed(raw.decode("utf-8", errors="replace"))
+            parser.close()
+            if parser.paragraphs:
+                chunks.append("\n\n".join(parser.paragraphs))
+    text = "\n\n".join(chunks)
+    if not clean_text(text):
+        raise InputError(f"{path}: no text in the epub's spine documents")
+    return text

@@ -1,0 +1,277 @@
+"""Sources on the real demo assets (Debian R data packages) and on small user books.
+
+The first test session on a machine downloads about 6 MB of Debian packages
+into ``resources/demo`` (``apt-get download``); later sessions reuse them.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from memaudit import assets
+from memaudit.assets import DEMO_PACKAGES, fetch_demo_assets, read_lazyload, read_rda
+from memaudit.datasets.sources import SOURCES, load_source
+from memaudit.datasets.text import split_chapters, strip_gutenberg
+from memaudit.errors import AssetError, ConfigError, InputError
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "resources" / "demo"
+
+
+@pytest.fixture(scope="session")
+def demo_assets() -> Path:
+    """The unpacked demo packages, fetched once (idempotent)."""
+    if not (DEMO / ".fetched").exists() and shutil.which("apt-get") is None:
+        pytest.skip("demo assets need apt-get (Debian/Ubuntu) and are not fetched yet")
+    return fetch_demo_assets(DEMO, log=lambda msg: None)
+
+
+@pytest.fixture(scope="session")
+def corpora(demo_assets) -> dict:
+    """Every demo source loaded once for the session."""
+    return {name: load_source(name, demo_assets) for name in ("austen", "mobydick", "tidytext", "reuters")}
+
+
+def _per_book(docs) -> dict[str, int]:
+    return dict(collections.Counter(d.meta["book"] for d in docs))
+
+
+# --------------------------------------------------------------------------- assets
+
+def test_fetch_is_idempotent_and_records_versions(demo_assets):
+    logged = []
+    assert fetch_demo_assets(demo_assets, log=logged.append) == demo_assets
+    assert logged == []  # nothing downloaded or unpacked the second time
+    record = json.loads((demo_assets / ".fetched").read_text())
+    assert sorted(record) == sorted(DEMO_PACKAGES)
+    for pkg, entry in record.items():
+        assert entry["deb"].startswith(f"{pkg}_") and entry["deb"].endswith(".deb")
+        assert entry["version"] and entry["version"] in entry["deb"]
+
+
+def test_fetch_updates_lists_once_then_names_package_and_stderr(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(cmd, cwd=None):
+        calls.append(cmd[:2])
+        if cmd[:2] == ["apt-get", "update"]:
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, 100, "", "E: Unable to locate package r-cran-nope")
+
+    monkeypatch.setattr(assets, "_run", fake_run)
+    with pytest.raises(AssetError, match=r"cannot fetch r-cran-nope: .*Unable to locate package r-cran-nope"):
+        fetch_demo_assets(tmp_path, packages=("r-cran-nope",), log=lambda msg: None)
+    assert calls == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
+    assert not (tmp_path / ".fetched").exists()
+    assert list((tmp_path / "extracted").iterdir()) == []
+
+
+def test_read_lazyload_errors_name_the_file(demo_assets, tmp_path):
+    pkg = demo_assets / "extracted" / "r-cran-janeaustenr"
+    with pytest.raises(AssetError, match=r"Rdata\.rdx: no object 'nope' \(has: emma, mansfieldpark"):
+        read_lazyload(pkg, "nope")
+    broken = tmp_path / "r-cran-janeaustenr"
+    shutil.copytree(pkg, broken)
+    rdb = broken / "usr/lib/R/site-library/janeaustenr/data/Rdata.rdb"
+    data = bytearray(rdb.read_bytes())
+    data[10:2000] = bytes(1990)  # zero the middle of the first (emma) zlib stream
+    rdb.write_bytes(bytes(data))
+    with pytest.raises(AssetError, match=r"Rdata\.rdb: corrupt entry for 'emma'"):
+        read_lazyload(broken, "emma")
+    with pytest.raises(AssetError, match=r"missing\.rda: R data file missing"):
+        read_rda(tmp_path / "missing.rda")
+
+
+def test_read_rda_books_table(demo_assets):
+    rda = demo_assets / "extracted/r-cran-tidytext/usr/lib/R/site-library/tidytext/extdata/books.rda"
+    books = read_rda(rda)["books"]
+    assert list(books.columns) == ["gutenberg_id", "text", "title"]
+    assert books.groupby("gutenberg_id").size().to_dict() == {36: 6474, 164: 12135, 1342: 13030, 1400: 20024}
+
+
+# --------------------------------------------------------------------------- demo sources
+
+def test_austen_chapters_per_novel(corpora):
+    docs = corpora["austen"]
+    assert _per_book(docs) == {"emma": 55, "mansfieldpark": 48, "northangerabbey": 31,
+                               "persuasion": 24, "prideprejudice": 61, "sensesensibility": 50}
+    assert 700_000 < sum(d.meta["n_words"] for d in docs) < 730_000
+    emma = {d.doc_id: d for d in docs if d.meta["book"] == "emma"}
+    first = emma["austen/emma/ch001"]
+    assert (first.title, first.author, first.kind, first.source) == ("Emma", "Jane Austen", "book", "austen")
+    assert first.text.startswith("Emma Woodhouse, handsome, clever, and rich, with a comfortable home\nand"
+                                 .replace("\n", " "))
+    # Numbering runs through the volumes: Volume II opens with chapter 19.
+    assert emma["austen/emma/ch019"].meta["heading"] == "CHAPTER I"
+    assert emma["austen/emma/ch055"].text.endswith("in the perfect happiness of the union.")
+    # Northanger Abbey's editorial "A NOTE ON THE TEXT" is not part of chapter 31.
+    northanger = [d for d in docs if d.meta["book"] == "northangerabbey"][-1]
+    assert northanger.text.endswith("*Vide a letter from Mr. Richardson, No. 97, Vol. II, Rambler.")
+    assert {d.title for d in docs} == {"Emma", "Mansfield Park", "Northanger Abbey", "Persuasion",
+                                       "Pride and Prejudice", "Sense and Sensibility"}
+    assert not any("_" in d.text for d in docs)  # Gutenberg italics unwrapped
+
+
+def test_mobydick_chapters_without_gutenberg_text(corpora):
+    docs = corpora["mobydick"]
+    # 135 chapters + Epilogue; chapters 120 and 122 have under 200 words and are dropped.
+    assert len(docs) == 134
+    headings = [d.meta["heading"] for d in docs]
+    assert headings[0] == "CHAPTER 1. Loomings." and headings[-1] == "Epilogue"
+    numbers = {int(m.group(1)) for h in headings if (m := re.match(r"CHAPTER (\d+)\.", h))}
+    assert set(range(1, 136)) - numbers == {120, 122}
+    assert docs[0].text.startswith("Call me Ishmael.")
+    assert docs[-1].text.endswith("only found another orphan.")
+    assert {d.author for d in docs} == {"Herman Melville"}
+    for d in docs:
+        assert "Gutenberg" not in d.text and "ETYMOLOGY" not in d.text
+        assert "Supplied by a Sub-Sub-Librarian" not in d.text
+
+
+def test_mobydick_contents_list_does_not_create_chapters(demo_assets, corpora):
+    # One string with CRLF line endings.
+    lines = list(read_lazyload(demo_assets / "extracted/r-cran-tokenizers", "mobydick"))[0].splitlines()
+    body = strip_gutenberg(lines)
+    heading = re.compile(r"^(CHAPTER \d+\. .*|Epilogue)$")
+    contents = ["CONTENTS", ""] + [line for line in body if heading.match(line)] + ["", ""]
+    start = next(i for i, line in enumerate(body) if line.startswith("ETYMOLOGY"))
+    with_contents = body[:start] + contents + body[start:]
+    assert len(contents) == 140
+    assert split_chapters(with_contents) == split_chapters(body)
+    assert [h for h, _ in split_chapters(body)] == [d.meta["heading"] for d in corpora["mobydick"]]
+
+
+def test_tidytext_books_and_exclusion(demo_assets, corpora):
+    docs = corpora["tidytext"]
+    assert _per_book(docs) == {"greatexpectations": 59, "prideprejudice": 61,
+                               "twentythousandleagues": 46, "warofworlds": 27}
+    authors = {d.title: d.author for d in docs}
+    assert authors == {"The War of the Worlds": "H. G. Wells",
+                       "Twenty Thousand Leagues under the Sea": "Jules Verne",
+                       "Pride and Prejudice": "Jane Austen", "Great Expectations": "Charles Dickens"}
+    wotw = [d for d in docs if d.meta["book"] == "warofworlds"]
+    assert wotw[0].meta["heading"] == "CHAPTER ONE. THE EVE OF THE WAR"
+    assert wotw[17].meta["heading"] == "CHAPTER ONE. UNDER FOOT"  # Book Two restarts numbering
+    # tidytext's Pride and Prejudice is the same text as janeaustenr's.
+    pp_tidy = [d.text for d in docs if d.meta["book"] == "prideprejudice"]
+    pp_austen = [d.text for d in corpora["austen"] if d.meta["book"] == "prideprejudice"]
+    assert pp_tidy == pp_austen
+    kept = load_source("tidytext", demo_assets, exclude_titles=["pride and prejudice"])
+    assert len(kept) == 193 - 61 and "Pride and Prejudice" not in {d.title for d in kept}
+    with pytest.raises(ConfigError, match=r"unknown title\(s\) \['Emma'\] \(known: Great Expectations"):
+        load_source("tidytext", demo_assets, exclude_titles=["Emma"])
+
+
+def test_reuters_articles(corpora):
+    docs = corpora["reuters"]
+    assert len(docs) == 70
+    assert collections.Counter(d.meta["category"] for d in docs) == {"acq": 50, "crude": 20}
+    by_id = {d.doc_id: d for d in docs}
+    saudi = by_id["reuters/crude/242"]
+    assert saudi.title == "SAUDI RIYAL DEPOSIT RATES REMAIN FIRM"
+    assert saudi.text.startswith("Saudi riyal interbank deposits were steady at yesterday's higher "
+                                 "levels in a quiet market.\n\nTraders said")
+    assert saudi.text.endswith("to the dollar after quotes of 3.7500/03 yesterday.")
+    assert (saudi.kind, saudi.author, saudi.meta["dateline"]) == ("news", "Reuters", "BAHRAIN, March 1")
+    for d in docs:
+        assert not re.search(r"(Reuter|REUTER)\W*$", d.text), d.doc_id
+        assert "&apos;" not in d.text and "&lt;" not in d.text and "&quot;" not in d.text
+
+
+def test_all_demo_sources_unique_sorted_and_deterministic(demo_assets, corpora):
+    all_ids = [d.doc_id for docs in corpora.values() for d in docs]
+    assert len(all_ids) == 269 + 134 + 193 + 70
+    # tidytext and austen share Pride and Prejudice's text but not its ids.
+    assert len(set(all_ids)) == len(all_ids)
+    for name, docs in corpora.items():
+        assert [d.doc_id for d in docs] == sorted(d.doc_id for d in docs)
+        assert all(d.text and d.text == d.text.strip() and "\x00" not in d.text for d in docs)
+    again = load_source("reuters", demo_assets)
+    assert [d.to_dict() for d in again] == [d.to_dict() for d in corpora["reuters"]]
+
+
+# --------------------------------------------------------------------------- registry
+
+def test_unknown_source_and_option_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown source 'nope' \(known: austen, mobydick, tidytext, "
+                                          r"reuters, user_books\)"):
+        load_source("nope", tmp_path)
+    with pytest.raises(ConfigError, match=r"source 'austen': unknown option\(s\) \['directory'\]"):
+        load_source("austen", tmp_path, directory="x")
+    assert set(SOURCES) == {"austen", "mobydick", "tidytext", "reuters", "user_books"}
+
+
+def test_missing_assets_name_the_fix(tmp_path):
+    with pytest.raises(AssetError, match=r"r-cran-janeaustenr not found .* run `memaudit fetch-assets"):
+        load_source("austen", tmp_path)
+
+
+# --------------------------------------------------------------------------- user_books
+
+GUTENBERG_BOOK = """The Project Gutenberg EBook of Little Tales, by Ann Writer
+
+Title: Little Tales
+
+Author: Ann Writer
+
+*** START OF THIS PROJECT GUTENBERG EBOOK LITTLE TALES ***
+
+LITTLE TALES
+
+CHAPTER I.
+
+The first tale begins here and
+it goes on for a while.
+
+CHAPTER II.
+
+The second tale is told in _this_ chapter.
+
+End of the Project Gutenberg EBook of Little Tales
+*** END OF THIS PROJECT GUTENBERG EBOOK LITTLE TALES ***
+Licence text that must not survive.
+"""
+
+
+def test_user_books_txt_and_epub(tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "little tales.txt").write_text(GUTENBERG_BOOK, encoding="utf-8")
+    (books / "notes.txt").write_text("One paragraph per line.\nAnother line here.\n", encoding="utf-8")
+    (books / "ignored.pdf").write_bytes(b"%PDF")
+    with zipfile.ZipFile(books / "Story.epub", "w") as zf:
+        zf.writestr("META-INF/container.xml",
+                    '<container xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
+                    '<rootfile full-path="content.opf"/></rootfiles></container>')
+        zf.writestr("content.opf",
+                    '<package xmlns="http://www.idpf.org/2007/opf"><metadata '
+                    'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>A Story</dc:title>'
+                    '<dc:creator>Bo Teller</dc:creator></metadata><manifest>'
+                    '<item id="c1" href="c1.xhtml"/></manifest><spine><itemref idref="c1"/></spine></package>')
+        zf.writestr("c1.xhtml", "<html><body><p>Once upon a time.</p><p>The end came.</p></body></html>")
+    docs = load_source("user_books", tmp_path, directory=books, min_chapter_words=3)
+    got = [(d.doc_id, d.title, d.author, d.meta["heading"], d.text) for d in docs]
+    assert got == [
+        ("user/little-tales/ch001", "Little Tales", "Ann Writer", "CHAPTER I.",
+         "The first tale begins here and it goes on for a while."),
+        ("user/little-tales/ch002", "Little Tales", "Ann Writer", "CHAPTER II.",
+         "The second tale is told in this chapter."),
+        ("user/notes/ch001", "notes", "unknown", "", "One paragraph per line.\n\nAnother line here."),
+        ("user/story/ch001", "A Story", "Bo Teller", "", "Once upon a time.\n\nThe end came."),
+    ]
+    assert {d.source for d in docs} == {"user_books"} and {d.kind for d in docs} == {"book"}
+
+
+def test_user_books_missing_directory_and_bad_file(tmp_path):
+    assert load_source("user_books", tmp_path, directory=tmp_path / "absent") == []
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(InputError, match=r"bad\.txt: not valid UTF-8 at byte offset 3"):
+        load_source("user_books", tmp_path, directory=tmp_path)

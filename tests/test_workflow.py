@@ -1,0 +1,141 @@
+"""The workflow end to end on config/ci.yaml, and incremental scheduling from dry-run job lists."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+pytestmark = pytest.mark.slow
+
+
+def make_workdir(dest: Path) -> Path:
+    """A copy of the workflow sharing the fetched assets and the converted-model cache."""
+    for name in ("Snakefile", "workflow", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+    (dest / "resources").mkdir()
+    for name in ("demo", "cache"):
+        (ROOT / "resources" / name).mkdir(parents=True, exist_ok=True)
+        (dest / "resources" / name).symlink_to(ROOT / "resources" / name)
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned_jobs(workdir: Path, configfile: Path) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run schedules."""
+    out = snakemake(workdir, "-n", "all", "--configfile", str(configfile)).stdout
+    jobs = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        m = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if not m:
+            continue
+        wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        jobs.add((m.group(1), wc.group(1).strip() if wc else ""))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("ci-run"))
+    snakemake(workdir, "--cores", "2", "all", "--configfile", "config/ci.yaml")
+    return workdir
+
+
+def test_end_to_end_summary_has_every_row(ci_run):
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
+    expected_cols = ["benchmark", "model", "contaminated", "method", "n_member", "n_nonmember", "auc",
+                     "auc_binarized", "auc_boot_mean", "auc_boot_std", "auc_ci_low", "auc_ci_high",
+                     "tpr_at_1pct_fpr", "tpr_at_01pct_fpr", "t_pvalue"]
+    assert list(summary.columns) == expected_cols
+    methods = {"loss", "zlib", "lowercase", "min_k_10pct", "min_k_20pct", "min_k_plus_plus_10pct",
+               "min_k_plus_plus_20pct"}
+    for bench in cfg["benchmarks"]:
+        for model, entry in cfg["models"].items():
+            rows = summary[(summary.benchmark == bench) & (summary.model == model)]
+            got = set(rows["method"])
+            assert methods <= got, (bench, model, methods - got)
+            assert ("ref_tiny-gpt2-small" in got) == (model != "tiny-gpt2-small")
+            contaminated = bench in entry.get("finetune", {}).get("members_of", [])
+            assert rows["contaminated"].eq(contaminated).all(), (bench, model)
+        blind = summary[(summary.benchmark == bench) & (summary.model == "(none)")]
+        assert list(blind["method"]) == ["blind_bag_of_words"]
+    n_docs = cfg["benchmarks"]["novels"]["n_documents"]
+    novels = summary[summary.benchmark == "novels"]
+    assert (novels["n_member"] + novels["n_nonmember"]).eq(n_docs).all()
+    assert summary["auc"].between(0, 1).all()
+    assert (summary["auc_ci_low"] <= summary["auc_ci_high"]).all()
+    assert (ci_run / "results/summary/metrics.md").read_text().count("\n") > len(summary)
+
+
+def test_end_to_end_artifacts(ci_run):
+    for bench in ("novels", "news"):
+        assert (ci_run / f"results/figures/{bench}/auc_vs_size.svg").stat().st_size > 1000
+        for model in ("tiny-gpt2-small", "smollm2-135m-contaminated"):
+            for fig in ("roc", "score_distributions"):
+                assert (ci_run / f"results/figures/{bench}/{model}/{fig}.png").stat().st_size > 1000
+    # LoRA stores the adapter, not merged weights; full fine-tuning stores the model.
+    lora = ci_run / "results/models/smollm2-135m-contaminated"
+    assert (lora / "adapter" / "adapter_config.json").exists()
+    assert not list(lora.rglob("model.safetensors"))
+    assert (ci_run / "results/models/tiny-gpt2-small-contaminated/weights/model.safetensors").exists()
+    models = pd.read_csv(ci_run / "results/summary/models.csv")
+    assert models.set_index("model").loc["smollm2-135m", "n_params"] == 134_515_008
+    docs = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_documents.csv")
+    passages = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_passages.csv")
+    loss = passages[passages.method == "loss"].groupby("doc_id")["score"].mean()
+    got = docs[docs.method == "loss"].set_index("doc_id")["score"]
+    pd.testing.assert_series_equal(got.sort_index(), loss.sort_index(), check_names=False)
+
+
+def test_rerun_has_nothing_to_do(ci_run):
+    out = snakemake(ci_run, "-n", "all", "--configfile", "config/ci.yaml").stdout
+    assert "Nothing to be done" in out
+
+
+def test_adding_a_model_schedules_only_its_jobs(ci_run, tmp_path):
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg["models"]["tiny-gpt2-wide"] = {
+        "family": "tiny-gpt2",
+        "source": {"tiny_gpt2": {"n_layer": 1, "n_embd": 48, "n_head": 2, "n_positions": 64,
+                                 "vocab_size": 512, "max_tokens": 20000}},
+    }
+    path = ci_run / "config" / "ci_plus_one.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(ci_run, path)
+    new = "tiny-gpt2-wide"
+    per_model = {(r, w) for r, w in jobs if f"model={new}" in w}
+    others = jobs - per_model
+    assert ("prepare_model", f"model={new}") in per_model
+    for bench in ("news", "novels"):
+        for rule in ("token_stats", "token_prob_scores", "metrics", "figure_roc", "figure_score_distributions"):
+            assert (rule, f"benchmark={bench}, model={new}") in per_model, (rule, bench)
+    # Nothing of any other model reruns: only the cross-model tables and figures.
+    assert others == {("summary", ""), ("all", ""), ("figure_auc_vs_size", "benchmark=news"),
+                      ("figure_auc_vs_size", "benchmark=novels")}, others
+
+
+def test_changing_one_model_reruns_only_that_model(ci_run):
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] = 3
+    path = ci_run / "config" / "ci_changed.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(ci_run, path)
+    touched = {w for _, w in jobs if "model=" in w}
+    assert touched and all("model=tiny-gpt2-small-contaminated" in w for w in touched), touched
