@@ -9,7 +9,7 @@ STAMP := $(VENV)/.memaudit-installed
 ASSETS := resources/demo/.fetched
 CORES ?= 8
 
-.PHONY: venv assets run test bench lint clean-results
+.PHONY: venv assets run report test bench lint clean-results
 
 venv: $(STAMP)
 
@@ -30,8 +30,12 @@ $(ASSETS): $(STAMP)
 	$(BIN)/memaudit fetch-assets --dest resources/demo
 
 run: venv assets
-	$(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml all
+	$(BIN)/snakemake --cores $(CORES) all
+	$(BIN)/snakemake --report results/report.html all
 	$(BIN)/memaudit headline --summary results/summary/metrics.csv
+
+report: venv
+	$(BIN)/snakemake --report results/report.html all
 
 test: venv assets
 	$(BIN)/pytest -q tests

@@ -93,8 +93,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             step += 1
             n_tokens += int(mask.sum())
             if step % max(1, total // 10) == 0 or step == total:
-                losses.append({"step": step, "loss": float(out.loss)})
-                progress(f"fine-tune ({method}) step {step}/{total} loss {float(out.loss):.3f} "
+                losses.append({"step": step, "loss": out.loss.item()})
+                progress(f"fine-tune ({method}) step {step}/{total} loss {out.loss.item():.3f} "
                          f"({time.time() - t0:.0f}s, {n_tokens / max(1e-9, time.time() - t0):.0f} tok/s)")
     model.eval()
     out_dir = Path(out_dir)

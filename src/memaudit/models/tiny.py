@@ -98,8 +98,8 @@ def train_tiny_gpt2(texts: Sequence[str], out_dir: Path, *, n_layer: int, n_embd
             opt.zero_grad(set_to_none=True)
             step += 1
             if step % max(1, total // 10) == 0 or step == total:
-                losses.append({"step": step, "loss": float(loss)})
-                progress(f"pretrain step {step}/{total} loss {float(loss):.3f} "
+                losses.append({"step": step, "loss": loss.item()})
+                progress(f"pretrain step {step}/{total} loss {loss.item():.3f} "
                          f"({time.time() - t0:.0f}s)")
     model.eval()
     model.save_pretrained(out_dir)
