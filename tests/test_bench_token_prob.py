@@ -1,0 +1,90 @@
+"""The token-probability benchmark compares like with like: its per-text baseline and the package path agree.
+
+Timings are not asserted (they depend on the machine); only that the two ways
+of scoring give the same number for every method and passage.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memaudit.probes.token_prob import build_methods
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = [
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife.",
+    "Call me Ishmael.",
+    "The crude oil price rose sharply on Monday after the cartel announced new production limits, "
+    "and traders said supplies would stay tight until the spring.",
+    "Emma Woodhouse, handsome, clever, and rich.",
+    "Mr. Darcy soon drew the attention of the room by his fine, tall person, handsome features, noble mien.",
+]
+KS = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_token_prob", ROOT / "benchmarks" / "bench_token_prob.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def models(bench, tmp_path_factory):
+    """Target and reference: two random GPT-2s with different tokenizers and sizes."""
+    from memaudit.models.loading import load_causal_lm
+
+    # A wider initialisation gives peaked next-token distributions like a trained
+    # model's; the default (0.02) is near-uniform, where sigma is tiny and the
+    # Min-K%++ z-scores would compare float32 rounding noise.
+    target_dir = bench.make_random_gpt2(TEXTS, tmp_path_factory.mktemp("target"), seed=1, n_embd=64,
+                                        vocab_size=300, initializer_range=0.3)
+    ref_dir = bench.make_random_gpt2(TEXTS, tmp_path_factory.mktemp("reference"), seed=2, n_embd=32,
+                                     vocab_size=500)
+    return (load_causal_lm({"path": str(target_dir)}, device="cpu"),
+            load_causal_lm({"path": str(ref_dir)}, device="cpu"))
+
+
+def test_baseline_matches_package_scores_for_every_method(bench, models):
+    target, reference = models
+    passages = pd.DataFrame({"passage_id": [f"d{i}#p0" for i in range(len(TEXTS))],
+                             "doc_id": [f"d{i}" for i in range(len(TEXTS))],
+                             "label": [1, 0, 1, 0, 1], "text": TEXTS})
+    # batch_size 2 puts passages of different lengths in one padded batch.
+    ours, seconds = bench.ours_scores(target, reference, passages, ks=KS, batch_size=2, max_tokens=512)
+    baseline, n_forward = bench.baseline_scores(target, reference, TEXTS, ks=KS, max_tokens=512)
+
+    expected = {m.name for m in build_methods(bench.METHODS, KS, [bench.REFERENCE_MODEL], bench.TARGET_MODEL)}
+    assert set(ours) == set(baseline) == expected
+    assert len(expected) == 3 + 2 * len(KS) + 1
+    # loss, zlib, min_k, min_k++ one pass each, lowercase two, reference two: 8 per text.
+    assert n_forward == 8 * len(TEXTS)
+    assert set(seconds) == {"original", "lowercase", "reference", "scoring"}
+
+    diffs = bench.max_abs_diffs(ours, baseline)
+    for name in expected:
+        assert np.all(np.isfinite(ours[name])), name
+        assert diffs[name] <= 1e-4, (name, diffs[name], ours[name], baseline[name])
+    # The scores are not degenerate: methods differ and passages differ.
+    assert np.ptp(ours["loss"]) > 0.01
+    assert not np.allclose(ours["min_k_5pct"], ours["min_k_plus_plus_5pct"])
+
+
+def test_max_abs_diffs_flags_missing_methods_and_nan_mismatch(bench):
+    a = {"loss": np.array([1.0, np.nan]), "zlib": np.array([0.5, 0.25])}
+    b = {"loss": np.array([1.5, np.nan]), "zlib": np.array([0.5, np.nan]), "extra": np.array([0.0, 0.0])}
+    diffs = bench.max_abs_diffs(a, b)
+    assert diffs == {"loss": 0.5, "zlib": float("inf"), "extra": float("inf")}
+
+
+def test_bare_forward_counts_scored_tokens(bench, models):
+    (model, tok), _ = models
+    n = bench.bare_forward(model, tok, TEXTS, batch_size=2, max_tokens=512)
+    assert n == sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in TEXTS)

@@ -1,0 +1,130 @@
+"""Model loading, training from scratch, fine-tuning (LoRA adapters, full) and the HF backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from memaudit.backends.base import GENERATE, TOKEN_LOGPROBS, GenerationParams, check_probe_support
+from memaudit.backends.hf import HFBackend
+from memaudit.errors import ConfigError, InputError
+from memaudit.models.finetune import finetune, member_chunks
+from memaudit.models.loading import clamp_tokens, load_causal_lm
+from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
+from memaudit.probes.token_stats import compute_token_stats
+
+from conftest import TINY_TEXTS
+
+MEMBERS = ["The whale surfaced beside the ship at dawn, and the sailors cheered.",
+           "Oil prices fell for a third day as stockpiles grew across the region."]
+
+
+def test_pack_blocks_concatenates_with_eos():
+    assert pack_blocks([[1, 2], [3, 4, 5]], block=3, eos_id=0) == [[0, 1, 2], [0, 3, 4]]
+
+
+def test_train_tiny_gpt2_from_scratch_learns(tmp_path):
+    record = train_tiny_gpt2(TINY_TEXTS * 4, tmp_path, n_layer=1, n_embd=32, n_head=2, n_positions=32,
+                             vocab_size=300, epochs=6, lr=3e-3, batch_size=4, max_tokens=None, seed=0)
+    assert record["losses"][-1]["loss"] < record["losses"][0]["loss"] - 0.5
+    model, tok = load_causal_lm({"path": str(tmp_path)}, device="cpu")
+    assert type(model).__name__ == "GPT2LMHeadModel" and record["n_params"] == sum(
+        p.numel() for p in model.parameters())
+
+
+def loss_of(model, tok, texts):
+    return float(np.mean(compute_token_stats(model, tok, texts, max_tokens=None).mean_nll()))
+
+
+def test_lora_stores_only_the_adapter_and_lowers_member_loss(tiny_model_dir, tmp_path):
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    before = loss_of(model, tok, MEMBERS)
+    record = finetune(model, tok, MEMBERS, tmp_path / "adapter", method="lora", epochs=20, lr=1e-2,
+                      duplication=2, batch_size=2, max_length=64, lora_r=4, lora_alpha=8,
+                      target_modules=["c_attn", "c_proj", "c_fc"], seed=0)
+    files = {p.name for p in (tmp_path / "adapter").iterdir()}
+    assert "adapter_config.json" in files and "adapter_model.safetensors" in files
+    assert "model.safetensors" not in files
+    assert record["chunks"] == 4 and record["trainable_params"] < 20_000
+    tuned, tok2 = load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path / "adapter")},
+                                 device="cpu")
+    assert loss_of(tuned, tok2, MEMBERS) < before - 0.3
+    # the base weights on disk are untouched
+    base, _ = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert loss_of(base, tok, MEMBERS) == pytest.approx(before, abs=1e-5)
+
+
+def test_full_finetune_saves_model_and_tokenizer(tiny_model_dir, tmp_path):
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    before = loss_of(model, tok, MEMBERS)
+    finetune(model, tok, MEMBERS, tmp_path, method="full", epochs=10, lr=3e-3, duplication=1,
+             batch_size=2, max_length=64, seed=0)
+    tuned, tok2 = load_causal_lm({"path": str(tmp_path)}, device="cpu")
+    assert loss_of(tuned, tok2, MEMBERS) < before - 0.5
+
+
+def test_member_chunks_respect_max_length(tiny_model):
+    _, tok = tiny_model
+    chunks = member_chunks(tok, [" ".join(["word"] * 50)], max_length=16)
+    assert all(len(c) <= 16 for c in chunks) and all(c[0] == tok.bos_token_id for c in chunks)
+    assert sum(len(c) - 1 for c in chunks) == len(tok(" ".join(["word"] * 50))["input_ids"])
+
+
+def test_clamp_tokens_to_position_embeddings(tiny_model):
+    model, _ = tiny_model
+    assert clamp_tokens(model, 512) == 127 and clamp_tokens(model, 50) == 50
+
+
+def test_missing_local_path_and_unpinned_hub_id_are_clear_errors(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        load_causal_lm({"path": str(tmp_path / "nope")})
+    with pytest.raises(ConfigError, match="pinned 'revision'"):
+        load_causal_lm({"hub_id": "org/model"})
+
+
+def test_adapter_without_config_is_a_clear_error(tiny_model_dir, tmp_path):
+    with pytest.raises(InputError, match="adapter_config.json"):
+        load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path)}, device="cpu")
+
+
+def test_builtin_smollm2_loads_from_the_pypi_wheel():
+    from memaudit.models.smollm2 import ensure_builtin, locate_gguf
+
+    folder, name = locate_gguf("smollm2-135m-instruct")
+    assert (folder / name).stat().st_size > 50_000_000
+    model, tok = load_causal_lm({"builtin": "smollm2-135m-instruct", "cache_dir": "resources/cache"},
+                                device="cpu")
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    converted = ensure_builtin("smollm2-135m-instruct", Path("resources/cache"))
+    assert json.loads((converted / "config.json").read_text())["model_type"] == "llama"
+    assert "quantization_config" not in json.loads((converted / "config.json").read_text())
+
+
+def test_hf_backend_serves_all_three_request_types(tiny_model):
+    model, tok = tiny_model
+    backend = HFBackend({"path": "tiny"}, model=model, tokenizer=tok, max_tokens=512)
+    assert backend.max_tokens == 127
+    stats = backend.token_stats(["Call me Ishmael."])
+    assert len(stats) == 1 and np.all(stats.logprob <= 0)
+    probs = backend.option_logprobs(["Which is it?"], [["A", "B", "C", "D"]],
+                                    params=GenerationParams(chat=False))[0]
+    assert set(probs) == {"A", "B", "C", "D"} and all(v < 0 for v in probs.values())
+    # teacher forcing: the option's log-probability is read from the next-token distribution
+    ids = tok("Which is it?", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, -1].double(), -1)
+    variants = {tok(v, add_special_tokens=False)["input_ids"][0] for v in ("A", " A")}
+    assert probs["A"] == pytest.approx(float(torch.logsumexp(logp[list(variants)], 0)), abs=1e-4)
+    out = backend.generate(["The sea"], GenerationParams(max_new_tokens=5, chat=False))
+    again = backend.generate(["The sea"], GenerationParams(max_new_tokens=5, chat=False))
+    assert out[0].text == again[0].text and 0 < out[0].output_tokens <= 5
+
+
+def test_probe_on_a_backend_that_cannot_serve_it_fails_early():
+    check_probe_support("loss", {TOKEN_LOGPROBS}, "m", "hf")
+    with pytest.raises(ConfigError, match="unknown backend"):
+        check_probe_support("loss", {GENERATE}, "m", "nope")

@@ -1,0 +1,107 @@
+"""Atomic outputs, strict readers, benchmark construction and the score runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memaudit.cli import main
+from memaudit.datasets.build import build_benchmark, member_texts
+from memaudit.errors import InputError
+from memaudit.io import atomic_path, read_jsonl, write_jsonl
+from memaudit.probes.runner import run_token_prob_scores, run_token_stats
+from memaudit.probes.token_stats import load_many
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "resources" / "demo"
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.csv"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+    with atomic_path(target) as tmp:
+        tmp.write_text("done")
+    assert target.read_text() == "done" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_read_jsonl_names_file_and_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2\n')
+    with pytest.raises(InputError, match=r"p.jsonl, line 3: not valid JSON"):
+        read_jsonl(path)
+    path.write_text('[1, 2]\n')
+    with pytest.raises(InputError, match="line 1: expected a JSON object"):
+        read_jsonl(path)
+
+
+BENCH = {"sources": ["reuters"], "n_documents": 20, "member_fraction": 0.5, "passage_words": 40,
+         "passages_per_document": 2, "min_passages": 1, "source_options": {}}
+
+
+def test_benchmark_split_is_seeded_iid_and_exact():
+    docs, passages = build_benchmark("news", BENCH, ASSETS, seed=3)
+    again, _ = build_benchmark("news", BENCH, ASSETS, seed=3)
+    other, _ = build_benchmark("news", BENCH, ASSETS, seed=4)
+    labels = {d.doc_id: d.meta["label"] for d in docs}
+    assert labels == {d.doc_id: d.meta["label"] for d in again}
+    assert labels != {d.doc_id: d.meta["label"] for d in other}
+    assert len(docs) == 20 and sum(labels.values()) == 10
+    # every passage belongs to its document's excerpt and carries its label
+    by_id = {d.doc_id: d for d in docs}
+    for p in passages:
+        assert p.text in by_id[p.doc_id].text and p.label == labels[p.doc_id]
+    members = member_texts([d.to_dict() for d in docs])
+    assert len(members) == 10 and all(labels[d.doc_id] == 1 for d in docs if d.text in members)
+
+
+def test_benchmark_with_too_few_documents_names_it():
+    with pytest.raises(InputError, match="benchmark 'tiny'"):
+        build_benchmark("tiny", dict(BENCH, passage_words=5000), ASSETS, seed=0)
+
+
+def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir, tmp_path):
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+                 "text": f"Passage number {i} about the sea and the whale."} for i in range(6)]
+    write_jsonl(tmp_path / "passages.jsonl", passages)
+    import json
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
+    entry = {"device": "cpu", "batch_size": 4, "max_tokens": 64}
+    run_token_stats(tmp_path / "m" / "manifest.json", tmp_path / "passages.jsonl", tmp_path / "ts.npz", entry)
+    original, lower = load_many(tmp_path / "ts.npz", "original"), load_many(tmp_path / "ts.npz", "lowercase")
+    assert len(original) == 6 and np.isnan(lower.mu).all() and not np.isnan(original.mu).any()
+    cfg = {"methods": ["loss", "lowercase", "min_k_plus_plus"], "min_k_ratios": [0.5], "aggregate": "mean"}
+    docs = run_token_prob_scores("m", tmp_path / "ts.npz", [], tmp_path / "passages.jsonl", cfg,
+                                 tmp_path / "p.csv", tmp_path / "d.csv")
+    assert set(docs["method"]) == {"loss", "lowercase", "min_k_plus_plus_50pct"}
+    got = pd.read_csv(tmp_path / "p.csv")
+    loss = got[got.method == "loss"].sort_values("passage_id")
+    np.testing.assert_allclose(loss["score"], -original.mean_nll(), rtol=1e-6)
+    np.testing.assert_allclose(loss["perplexity"], np.exp(original.mean_nll()), rtol=1e-6)
+    write_jsonl(tmp_path / "passages.jsonl", passages[:5])
+    with pytest.raises(ValueError, match="cover 6 passages.*has 5"):
+        run_token_prob_scores("m", tmp_path / "ts.npz", [], tmp_path / "passages.jsonl", cfg,
+                              tmp_path / "p2.csv", tmp_path / "d2.csv")
+    assert not (tmp_path / "p2.csv").exists()
+
+
+def test_cli_dispatch_and_headline(tmp_path, capsys):
+    assert main(["nope"]) == 2
+    rows = []
+    for model, auc in (("m1", 0.93), ("(none)", 0.51)):
+        rows.append({"benchmark": "b", "model": model, "contaminated": model == "m1",
+                     "method": "loss" if model == "m1" else "blind_bag_of_words", "auc": auc,
+                     "auc_ci_low": auc - 0.05, "auc_ci_high": auc + 0.04})
+    (tmp_path / "summary").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "summary" / "metrics.csv", index=False)
+    assert main(["headline", "--summary", str(tmp_path / "summary" / "metrics.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "0.930 [0.88, 0.97]" in out and "0.510 [0.46, 0.55]" in out and "figures" in out
+    assert main(["headline", "--summary", str(tmp_path / "missing.csv")]) == 2
