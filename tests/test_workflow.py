@@ -139,3 +139,8 @@ def test_changing_one_model_reruns_only_that_model(ci_run):
     jobs = planned_jobs(ci_run, path)
     touched = {w for _, w in jobs if "model=" in w}
     assert touched and all("model=tiny-gpt2-small-contaminated" in w for w in touched), touched
+
+
+def test_lint_is_clean():
+    proc = subprocess.run([*SNAKEMAKE, "--lint"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0 and "your workflow is in a good condition" in proc.stdout + proc.stderr

@@ -10,6 +10,8 @@ rule fetch_assets:
         stamp=f"{ASSETS}/.fetched",
     log:
         "logs/fetch_assets.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/fetch_assets.py"
 
@@ -23,9 +25,10 @@ rule benchmark_dataset:
     params:
         benchmark=lookup(dpath="benchmarks/{benchmark}", within=config),
         seed=config["seed"],
-        assets_dir=ASSETS,
     log:
         "logs/benchmark_dataset/{benchmark}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/benchmark_dataset.py"
 
@@ -37,8 +40,9 @@ rule pretrain_pool:
         documents="results/pretrain/documents.jsonl",
     params:
         pretrain=config["pretrain"],
-        assets_dir=ASSETS,
     log:
         "logs/pretrain_pool.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/pretrain_pool.py"

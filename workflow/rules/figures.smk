@@ -16,6 +16,8 @@ rule figure_roc:
         methods=config["figures"]["headline_methods"],
     log:
         "logs/figure_roc/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/figure_roc.py"
 
@@ -35,6 +37,8 @@ rule figure_score_distributions:
         methods=config["figures"]["headline_methods"],
     log:
         "logs/figure_score_distributions/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/figure_score_distributions.py"
 
@@ -55,5 +59,7 @@ rule figure_auc_vs_size:
         methods=config["figures"]["headline_methods"],
     log:
         "logs/figure_auc_vs_size/{benchmark}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/figure_auc_vs_size.py"

@@ -18,5 +18,7 @@ rule prepare_model:
         "logs/prepare_model/{model}.log",
     benchmark:
         "logs/benchmarks/prepare_model/{model}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/prepare_model.py"

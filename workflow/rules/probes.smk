@@ -18,6 +18,8 @@ rule token_stats:
         "logs/token_stats/{benchmark}/{model}.log",
     benchmark:
         "logs/benchmarks/token_stats/{benchmark}/{model}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/token_stats.py"
 
@@ -34,5 +36,7 @@ rule token_prob_scores:
         token_prob=TOKEN_PROB,
     log:
         "logs/token_prob_scores/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/token_prob_scores.py"

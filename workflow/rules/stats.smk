@@ -12,6 +12,8 @@ rule metrics:
         seed=config["seed"],
     log:
         "logs/metrics/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/metrics.py"
 
@@ -27,6 +29,8 @@ rule blind_baseline:
         seed=config["seed"],
     log:
         "logs/blind_baseline/{benchmark}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/blind_baseline.py"
 
@@ -41,5 +45,7 @@ rule summary:
         models="results/summary/models.csv",
     log:
         "logs/summary.log",
+    conda:
+        "../../envs/memaudit.yaml"
     script:
         "../scripts/summary.py"

@@ -1,10 +1,12 @@
+from pathlib import Path
+
 from memaudit.datasets.build import build_benchmark
 from memaudit.io import write_jsonl
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")
 docs, passages = build_benchmark(
-    snakemake.wildcards.benchmark, snakemake.params.benchmark, snakemake.params.assets_dir, snakemake.params.seed
+    snakemake.wildcards.benchmark, snakemake.params.benchmark, Path(snakemake.input.assets).parent, snakemake.params.seed
 )
 n_members = sum(d.meta["label"] for d in docs)
 log.info(f"{len(docs)} documents ({n_members} members), {len(passages)} passages")
