@@ -41,3 +41,15 @@ def tiny_model(tiny_model_dir):
     from memaudit.models.loading import load_causal_lm
 
     return load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory):
+    """The whole workflow run once on config/ci.yaml in a scratch copy (shared by the slow tests)."""
+    from workflow_helpers import make_workdir, snakemake
+
+    workdir = make_workdir(tmp_path_factory.mktemp("ci-run"))
+    snakemake(workdir, "--cores", "2", "all", "--configfile", "config/ci.yaml")
+    return workdir
+
+

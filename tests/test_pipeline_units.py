@@ -105,3 +105,20 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "0.930 [0.88, 0.97]" in out and "0.510 [0.46, 0.55]" in out and "figures" in out
     assert main(["headline", "--summary", str(tmp_path / "missing.csv")]) == 2
+
+
+def test_demo_expectations_flag_each_rule():
+    from memaudit.stats.headline import demo_expectations
+
+    summary = pd.DataFrame([
+        {"benchmark": "b", "model": "base", "contaminated": False, "method": "loss", "auc": 0.55},
+        {"benchmark": "b", "model": "tuned", "contaminated": True, "method": "loss", "auc": 0.95},
+        {"benchmark": "c", "model": "tuned", "contaminated": False, "method": "loss", "auc": 0.7},
+        {"benchmark": "c", "model": "base", "contaminated": False, "method": "loss", "auc": 0.65},
+        {"benchmark": "b", "model": "weak", "contaminated": True, "method": "loss", "auc": 0.8},
+        {"benchmark": "b", "model": "base", "contaminated": False, "method": "zlib", "auc": 0.9},
+    ])
+    models = pd.DataFrame({"model": ["base", "tuned", "weak"], "base": [None, "base", "base"]})
+    got = demo_expectations(summary, models)
+    assert [(r.benchmark, r.model, r.ok) for r in got.itertuples()] == [
+        ("b", "base", True), ("b", "tuned", True), ("c", "base", False), ("b", "weak", False)]

@@ -32,6 +32,34 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
     print(f"Figures: {root / 'figures'}/<benchmark>/<model>/roc.png, score_distributions.png, "
           f"{root / 'figures'}/<benchmark>/auc_vs_size.png")
+    models_path = summary_path.with_name("models.csv")
+    if models_path.exists():
+        checks = demo_expectations(summary, pd.read_csv(models_path))
+        if len(checks):
+            print("\nGround truth (contaminated: fine-tuned on the members; base models: null control):\n")
+            print(checks.to_string(index=False))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report})"))
+
+
+def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
+                      contaminated_min: float = 0.9, null_range: tuple[float, float] = (0.4, 0.6)) -> pd.DataFrame:
+    """Check the ground-truth expectations of a run against its summary.
+
+    A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
+    an uncontaminated *base* model on the same IID split should sit near chance (AUC within
+    ``null_range``). Returns one row per checked (benchmark, model) with ``ok``.
+    """
+    base_models = set(models.loc[models["base"].fillna("") == "", "model"])
+    rows = []
+    for r in summary[summary["method"] == method].itertuples():
+        if bool(r.contaminated):
+            expect, ok = f">= {contaminated_min}", r.auc >= contaminated_min
+        elif r.model in base_models:
+            expect, ok = f"in [{null_range[0]}, {null_range[1]}]", null_range[0] <= r.auc <= null_range[1]
+        else:
+            continue
+        rows.append({"benchmark": r.benchmark, "model": r.model, "method": method, "auc": round(r.auc, 3),
+                     "expected": expect, "ok": bool(ok)})
+    return pd.DataFrame(rows)
