@@ -8,8 +8,9 @@ that the first text token is scored too) we keep, for every position t:
 - ``sigma[t] = sqrt(E_z (log p(z|x_<t))^2 - mu[t]^2)``
 
 Passages are sorted by token length and batched (length bucketing), so padding
-costs little; statistics are computed from the float32 log-softmax of each
-batch and stored as flat arrays with per-passage offsets (CSR layout).
+costs little; statistics are computed in float32 from each sequence's logits in
+cache-sized chunks (:func:`next_token_stats`) and stored as flat arrays with
+per-passage offsets (CSR layout).
 """
 
 from __future__ import annotations
@@ -104,6 +105,38 @@ def length_buckets(lengths: Sequence[int], batch_size: int, max_batch_tokens: in
     return batches
 
 
+STATS_ROWS = 8  # positions per chunk: a chunk of logits stays in cache through every reduction
+
+
+def next_token_stats(logits, targets, with_distribution: bool = True):
+    """(logprob of each target, mu, sigma) from one sequence's logits ``[n, V]``.
+
+    Works on chunks of :data:`STATS_ROWS` positions so that the log-normaliser,
+    the probabilities and both moments are computed while the chunk is in cache,
+    instead of materialising several ``n x V`` tensors (the vocabulary of a real
+    model is 32k-256k entries, which made those passes cost as much as half the
+    forward pass). With ``z = logit - logsumexp(logit)``:
+    ``mu = sum_v p_v z_v`` and ``sigma^2 = sum_v p_v z_v^2 - mu^2``.
+    """
+    import torch
+
+    n = logits.shape[0]
+    lp = torch.empty(n, dtype=torch.float32, device=logits.device)
+    mu = torch.full((n,), float("nan"), dtype=torch.float32, device=logits.device)
+    sd = torch.full((n,), float("nan"), dtype=torch.float32, device=logits.device)
+    for a in range(0, n, STATS_ROWS):
+        x = logits[a:a + STATS_ROWS].float()
+        lse = torch.logsumexp(x, -1, keepdim=True)
+        lp[a:a + STATS_ROWS] = (x.gather(-1, targets[a:a + STATS_ROWS, None]) - lse)[:, 0]
+        if with_distribution:
+            z = x - lse
+            pz = z.exp().mul_(z)
+            m = pz.sum(-1)
+            mu[a:a + STATS_ROWS] = m
+            sd[a:a + STATS_ROWS] = (torch.linalg.vecdot(pz, z) - m.square()).clamp_min(0).sqrt()
+    return lp.cpu().numpy(), mu.cpu().numpy(), sd.cpu().numpy()
+
+
 def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: int = 8,
                         max_tokens: int | None = 512, with_distribution: bool = True,
                         progress: Callable[[str], None] | None = None) -> TokenStats:
@@ -131,26 +164,12 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
             for j, i in enumerate(batch):
                 ids[j, :lengths[i]] = torch.tensor(encoded[i])
                 mask[j, :lengths[i]] = 1
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1]
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            target = ids[:, 1:].to(device)
-            tok_lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-            if with_distribution:
-                p = logp.exp()
-                mu = (p * logp).sum(-1)
-                e2 = (p * logp.square()).sum(-1)
-                sd = (e2 - mu.square()).clamp_min(0).sqrt()
-                mu, sd = mu.cpu().numpy(), sd.cpu().numpy()
-            tok_lp = tok_lp.cpu().numpy()
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
             for j, i in enumerate(batch):
                 n = lengths[i] - 1
-                per_lp[i] = tok_lp[j, :n].astype(np.float32)
-                if with_distribution:
-                    per_mu[i] = mu[j, :n].astype(np.float32)
-                    per_sd[i] = sd[j, :n].astype(np.float32)
-                else:
-                    per_mu[i] = np.full(n, np.nan, np.float32)
-                    per_sd[i] = np.full(n, np.nan, np.float32)
+                # Positions 0..n-1 predict tokens 1..n; padding positions are never touched.
+                lp, mu, sd = next_token_stats(logits[j, :n], ids[j, 1:n + 1].to(device), with_distribution)
+                per_lp[i], per_mu[i], per_sd[i] = lp, mu, sd
             done += len(batch)
             if progress and (bi % 10 == 0 or bi == len(batches) - 1):
                 progress(f"{done}/{len(texts)} passages ({time.time() - t0:.0f}s)")
