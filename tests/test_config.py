@@ -78,3 +78,18 @@ def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "n_boot_ci" in out and "'many' is not of type 'integer'" in out
+
+
+def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch):
+    from memaudit.backends import base
+
+    from memaudit.config import check_config
+
+    # a text-only backend (as API backends are); the schema's enum lists only real
+    # backends, so the cross-key check is run on its own
+    monkeypatch.setitem(base._REGISTRY, "textonly", ("x", "X", frozenset({base.GENERATE})))
+    full = validate_config(CI)
+    full["models"]["smollm2-135m"]["backend"] = "textonly"
+    with pytest.raises(ConfigError) as err:
+        check_config(full)
+    assert "models.smollm2-135m.backend: probe 'token_prob' needs token_logprobs" in str(err.value)

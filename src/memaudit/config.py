@@ -109,6 +109,9 @@ def check_config(config: dict) -> dict:
                 for i, b in enumerate(entry["finetune"]["members_of"]):
                     if b not in benchmarks:
                         problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
+    from memaudit.probes.registry import check_capabilities
+
+    problems.extend(check_capabilities(config))
     tp = config.get("probes", {}).get("token_prob", {})
     for i, ref in enumerate(tp.get("reference_models", [])):
         if ref not in models:

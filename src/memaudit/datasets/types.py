@@ -51,3 +51,59 @@ class Passage:
         return cls(passage_id=d["passage_id"], doc_id=d["doc_id"], label=int(d["label"]),
                    text=d["text"], title=d.get("title", ""), author=d.get("author", ""),
                    meta=dict(d.get("meta") or {}))
+
+
+# Records of the probes that build on passages. Each keeps passage_id/doc_id/label
+# so its scores join back to documents and ground truth.
+
+
+@dataclass
+class MultipleChoiceItem:
+    """DE-COP: the verbatim passage among paraphrases; ``answer`` indexes ``options``."""
+
+    item_id: str
+    passage_id: str
+    doc_id: str
+    label: int
+    options: list[str]
+    answer: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PrefixContinuation:
+    """Generate-and-compare (CopyBench literal copying, NYT-style prefix completion)."""
+
+    item_id: str
+    passage_id: str
+    doc_id: str
+    label: int
+    prefix: str
+    continuation: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClozeItem:
+    """Information-guided probes: a passage with masked spans the model must restore."""
+
+    item_id: str
+    passage_id: str
+    doc_id: str
+    label: int
+    masked_text: str
+    answers: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class KnockoffSet:
+    """KTD: a passage and its paraphrase knockoffs, compared through per-sample statistics."""
+
+    item_id: str
+    passage_id: str
+    doc_id: str
+    label: int
+    original: str
+    knockoffs: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,47 @@
+"""Probes by name: what each reads and which backend capabilities it needs.
+
+A probe reads one record type from ``results/datasets/<benchmark>/`` and writes
+per-document scores to ``results/scores/<benchmark>/<model>/<probe>_documents.csv``
+(columns doc_id, label, method, score), which the statistics stage consumes for
+every probe alike. Adding a probe is a module, an entry here and a rule file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memaudit.backends.base import TOKEN_LOGPROBS, check_probe_support
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    needs: frozenset[str]
+    reads: str  # record type: passages, multiple_choice, prefix_continuation, cloze, knockoffs
+    description: str
+
+
+PROBES: dict[str, ProbeSpec] = {
+    "token_prob": ProbeSpec(
+        "token_prob", frozenset({TOKEN_LOGPROBS}), "passages",
+        "loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token log-probabilities",
+    ),
+}
+
+
+def enabled_probes(config: dict) -> list[str]:
+    return [name for name in PROBES if name in config.get("probes", {})]
+
+
+def check_capabilities(config: dict) -> list[str]:
+    """Problems (dotted key: message) for probes configured on models that cannot serve them."""
+    from memaudit.errors import ConfigError
+
+    problems = []
+    for model, entry in config["models"].items():
+        for probe in enabled_probes(config):
+            try:
+                check_probe_support(probe, set(PROBES[probe].needs), model, entry.get("backend", "hf"))
+            except ConfigError as exc:
+                problems.append(f"models.{model}.backend: {exc}")
+    return problems
