@@ -14,7 +14,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 def make_workdir(dest: Path) -> Path:
     """A copy of the workflow sharing the fetched assets and the converted-model cache."""
-    for name in ("Snakefile", "workflow", "config"):
+    for name in ("Snakefile", "workflow", "config", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
     (dest / "resources").mkdir()
