@@ -93,3 +93,22 @@ def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch)
     with pytest.raises(ConfigError) as err:
         check_config(full)
     assert "models.smollm2-135m.backend: probe 'token_prob' needs token_logprobs" in str(err.value)
+
+
+def test_api_model_validates_and_gets_no_white_box_jobs(tmp_path):
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["gpt-x"] = {"backend": "openai", "api": {
+        "model_id": "gpt-4o-mini-2024-07-18", "api_key_env": "OPENAI_API_KEY",
+        "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}
+    validate_config(cfg)  # token_prob needs token log-probabilities: the API model is skipped, not an error
+    path = tmp_path / "api.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "all", "--configfile", str(path)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpt-x" not in proc.stdout
+    bad_key = copy.deepcopy(cfg)
+    bad_key["models"]["gpt-x"]["api"]["api_key_env"] = "sk-live-123456"
+    with pytest.raises(ConfigError) as err:
+        validate_config(bad_key)
+    assert "models.gpt-x.api.api_key_env" in str(err.value) and "sk-live-123456" not in str(err.value)

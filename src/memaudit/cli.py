@@ -5,6 +5,12 @@
                                                         membership statistics for any scores
     memaudit headline [--summary results/summary/metrics.csv]
                                                         the demo's headline numbers
+    memaudit serve (--path DIR | --builtin NAME | --hub-id ID --revision REV) [--port 8000]
+                                                        a local model behind the OpenAI API
+    memaudit estimate-cost --config CONFIG --plan PLAN.jsonl
+                                                        what planned API requests will cost
+    memaudit api-ledger [--cache results/api/cache.sqlite] [--out ledger.csv]
+                                                        tokens and dollars spent, per model and rule
 """
 
 from __future__ import annotations
@@ -43,7 +49,26 @@ def _stats(argv: list[str]) -> int:
     return stats_main(argv)
 
 
-COMMANDS = {"fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline}
+def _serve(argv: list[str]) -> int:
+    from memaudit.backends.server import serve_main
+
+    return serve_main(argv)
+
+
+def _estimate_cost(argv: list[str]) -> int:
+    from memaudit.backends.ledger import estimate_main
+
+    return estimate_main(argv)
+
+
+def _api_ledger(argv: list[str]) -> int:
+    from memaudit.backends.ledger import ledger_main
+
+    return ledger_main(argv)
+
+
+COMMANDS = {"fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
+            "estimate-cost": _estimate_cost, "api-ledger": _api_ledger}
 
 
 def main(argv: list[str] | None = None) -> int:

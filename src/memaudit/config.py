@@ -83,6 +83,8 @@ def check_config(config: dict) -> dict:
                             f"{', '.join(used)}; the pretraining pool must be disjoint")
     for name, entry in models.items():
         where = f"models.{name}"
+        if entry.get("backend", "hf") != "hf":
+            continue  # an API model: no local weights; checked by check_api_models
         has_source, has_base = "source" in entry, "base" in entry
         if has_source == has_base:
             problems.append(f"{where}: give exactly one of 'source' (a base model) or "
@@ -111,7 +113,10 @@ def check_config(config: dict) -> dict:
                         problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
     from memaudit.probes.registry import check_capabilities
 
+    from memaudit.backends.config_checks import check_api_models
+
     problems.extend(check_capabilities(config))
+    problems.extend(check_api_models(config))
     tp = config.get("probes", {}).get("token_prob", {})
     for i, ref in enumerate(tp.get("reference_models", [])):
         if ref not in models:

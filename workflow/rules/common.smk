@@ -4,6 +4,7 @@ import re
 from snakemake.utils import validate
 
 from memaudit.config import check_config, contaminated_on
+from memaudit.probes.registry import probes_for_model
 
 
 validate(config, "../schemas/config.schema.yaml")
@@ -59,13 +60,21 @@ def is_contaminated(wildcards):
     return wildcards.benchmark in contaminated_on(config["models"][wildcards.model])
 
 
+# Models scored by at least one configured probe (an API model gets no white-box probe).
+SCORED_MODELS = [m for m in MODELS if probes_for_model(config, m)]
+LOCAL_MODELS = [m for m in MODELS if config["models"][m]["backend"] == "hf"]
+
+
 def probe_documents(wildcards):
     """Per-document score tables of every probe run for (benchmark, model)."""
-    return [f"results/scores/{wildcards.benchmark}/{wildcards.model}/token_prob_documents.csv"]
+    return [
+        f"results/scores/{wildcards.benchmark}/{wildcards.model}/{probe}_documents.csv"
+        for probe in probes_for_model(config, wildcards.model)
+    ]
 
 
 def metrics_tables():
-    tables = expand("results/metrics/{benchmark}/{model}.csv", benchmark=BENCHMARKS, model=MODELS)
+    tables = expand("results/metrics/{benchmark}/{model}.csv", benchmark=BENCHMARKS, model=SCORED_MODELS)
     if config["stats"]["blind_baseline"]:
         tables += expand("results/metrics/{benchmark}/_blind_baseline.csv", benchmark=BENCHMARKS)
     return tables
@@ -79,12 +88,12 @@ def final_outputs():
         *expand(
             "results/figures/{benchmark}/{model}/roc.png",
             benchmark=BENCHMARKS,
-            model=MODELS,
+            model=SCORED_MODELS,
         ),
         *expand(
             "results/figures/{benchmark}/{model}/score_distributions.png",
             benchmark=BENCHMARKS,
-            model=MODELS,
+            model=SCORED_MODELS,
         ),
         *expand("results/figures/{benchmark}/auc_vs_size.png", benchmark=BENCHMARKS),
     ]

@@ -38,7 +38,7 @@ rule blind_baseline:
 rule summary:
     input:
         metrics=metrics_tables(),
-        models=expand("results/models/{model}", model=MODELS),
+        models=expand("results/models/{model}", model=LOCAL_MODELS),
     output:
         csv="results/summary/metrics.csv",
         md="results/summary/metrics.md",

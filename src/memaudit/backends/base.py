@@ -12,6 +12,12 @@ that cannot serve it before any job runs.
   prompt, by teacher forcing (DE-COP's option letters, cloze candidates);
 - ``GENERATE``: text generation (black-box: DE-COP answers, CopyBench literal and
   non-literal copying, prefix completion, paraphrasing).
+
+Backends: ``hf`` (local, white-box: all three), ``openai`` (Chat Completions, also
+any OpenAI-compatible server through ``base_url``: generation and, from the top-20
+``top_logprobs``, option log-probabilities) and ``anthropic`` (Messages:
+generation). The API backends share their cache, retry, throttling and cost
+plumbing in :mod:`memaudit.backends.api`.
 """
 
 from __future__ import annotations
@@ -43,12 +49,43 @@ class GenerationParams:
     sample_index: int = 0  # distinguishes repeated samples of one prompt
 
 
+# Outcome of one request. A refusal and an invalid answer are results (counted in
+# the refusal and invalid rates), not errors; ``error`` is a request that got no
+# usable response at all.
+STATUS_OK = "ok"
+STATUS_REFUSAL = "refusal"
+STATUS_INVALID = "invalid"
+STATUS_ERROR = "error"
+STATUSES = (STATUS_OK, STATUS_REFUSAL, STATUS_INVALID, STATUS_ERROR)
+
+
 @dataclass
 class Generation:
+    """One generated answer.
+
+    ``from_cache`` and ``requested_at`` (UTC, ISO 8601, when the model was actually
+    asked) matter for API models, which change behind a fixed name over time.
+    ``meta`` holds backend extras: ``finish_reason``, ``attempts``, per-position
+    ``top_logprobs`` (lists of ``[token, logprob]``) when requested.
+    """
+
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
     meta: dict = field(default_factory=dict)
+    status: str = STATUS_OK
+    from_cache: bool = False
+    requested_at: str | None = None
+    error: str | None = None
+
+
+def option_variants(option: str) -> tuple[str, ...]:
+    """The next-token strings that count as answering ``option``: ``"A"`` and ``" A"``.
+
+    One definition for every backend, so white-box (teacher-forced) and black-box
+    (top-logprob) option scores sum the same variants.
+    """
+    return (option,) if option.startswith(" ") else (option, " " + option)
 
 
 class Backend(abc.ABC):
@@ -74,13 +111,33 @@ class Backend(abc.ABC):
 _REGISTRY: dict[str, tuple[str, str, frozenset[str]]] = {
     "hf": ("memaudit.backends.hf", "HFBackend",
            frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE})),
+    # Chat Completions offers at most the top 20 next-token log-probabilities: enough
+    # for option letters (a letter outside the top 20 is recorded as missing), never
+    # for the log-probability of a given text.
+    "openai": ("memaudit.backends.openai_backend", "OpenAIBackend",
+               frozenset({OPTION_LOGPROBS, GENERATE})),
+    "anthropic": ("memaudit.backends.anthropic_backend", "AnthropicBackend", frozenset({GENERATE})),
 }
+
+API_BACKENDS = ("openai", "anthropic")
 
 
 def backend_capabilities(name: str) -> frozenset[str]:
     if name not in _REGISTRY:
         raise ConfigError(f"unknown backend {name!r} (known: {', '.join(sorted(_REGISTRY))})")
     return _REGISTRY[name][2]
+
+
+def model_capabilities(entry: dict) -> frozenset[str]:
+    """What one configured model can serve: its backend's capabilities, narrowed by the entry.
+
+    An OpenAI-compatible endpoint that returns no log-probabilities (``api.logprobs: false``;
+    OpenAI's reasoning models, some servers) cannot serve option log-probabilities.
+    """
+    caps = backend_capabilities(entry.get("backend", "hf"))
+    if entry.get("api", {}).get("logprobs") is False:
+        caps = caps - {OPTION_LOGPROBS}
+    return caps
 
 
 def get_backend_class(name: str) -> type[Backend]:

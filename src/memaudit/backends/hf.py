@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS, Backend, Generation,
-                                    GenerationParams)
+                                    GenerationParams, option_variants)
 
 
 class HFBackend(Backend):
@@ -38,11 +38,18 @@ class HFBackend(Backend):
                                    progress=progress)
 
     def _render(self, prompt: str, params: GenerationParams) -> str:
-        if params.chat and getattr(self.tokenizer, "chat_template", None):
-            messages = ([{"role": "system", "content": params.system_prompt}] if params.system_prompt else [])
-            messages.append({"role": "user", "content": prompt})
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return (params.system_prompt + "\n\n" + prompt) if params.system_prompt else prompt
+        messages = ([{"role": "system", "content": params.system_prompt}] if params.system_prompt else [])
+        messages.append({"role": "user", "content": prompt})
+        return self.render_messages(messages, chat=params.chat)
+
+    def render_messages(self, messages: Sequence[dict], *, chat: bool = True) -> str:
+        """A conversation as model input: the chat template if the tokenizer has one, else plain text.
+
+        Plain text joins the messages' contents with blank lines (system prompt first).
+        """
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return "\n\n".join(m["content"] for m in messages)
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
                         params: GenerationParams = GenerationParams()) -> list[dict[str, float]]:
@@ -62,34 +69,57 @@ class HFBackend(Backend):
                 logp = torch.log_softmax(logits, -1)
                 row = {}
                 for opt in opts:
-                    variants = {opt, " " + opt}
+                    variants = set(option_variants(opt))
                     tids = {self.tokenizer(v, add_special_tokens=False)["input_ids"][0] for v in variants}
                     row[opt] = float(torch.logsumexp(logp[list(tids)], 0))
                 out.append(row)
         return out
 
-    def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[Generation]:
+    def generate(self, prompts: Sequence[str], params: GenerationParams, *,
+                 top_logprobs: int = 0) -> list[Generation]:
+        """Answers to ``prompts``; with ``top_logprobs > 0`` also each position's top alternatives.
+
+        ``meta["top_logprobs"]`` then lists, per generated position, the ``[token, logprob]``
+        pairs of the *unprocessed* next-token distribution (before temperature and
+        repetition penalty), as the OpenAI API reports them.
+        """
+        return [self.generate_text(self._render(prompt, params), params, top_logprobs=top_logprobs)
+                for prompt in prompts]
+
+    def generate_text(self, text: str, params: GenerationParams, *, top_logprobs: int = 0) -> Generation:
+        """One answer to an already rendered input (see :meth:`render_messages`)."""
         import torch
 
+        from memaudit.backends.refusal import is_refusal
+
         tok = self.tokenizer
-        results = []
-        for prompt in prompts:
-            text = self._render(prompt, params)
-            enc = tok(text, add_special_tokens=False, return_tensors="pt").to(self.model.device)
-            kwargs = dict(max_new_tokens=params.max_new_tokens, repetition_penalty=params.repetition_penalty,
-                          pad_token_id=tok.pad_token_id)
-            if params.temperature > 0:
-                torch.manual_seed(params.seed * 1000003 + params.sample_index)
-                kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
-            else:
-                kwargs.update(do_sample=False)
-            with torch.inference_mode():
-                gen = self.model.generate(**enc, **kwargs)
-            new = gen[0, enc["input_ids"].shape[1]:]
-            out = tok.decode(new, skip_special_tokens=True)
-            for s in params.stop:
-                if s and s in out:
-                    out = out[:out.index(s)]
-            results.append(Generation(text=out, input_tokens=int(enc["input_ids"].shape[1]),
-                                      output_tokens=int(len(new))))
-        return results
+        enc = tok(text, add_special_tokens=False, return_tensors="pt").to(self.model.device)
+        kwargs = dict(max_new_tokens=params.max_new_tokens, repetition_penalty=params.repetition_penalty,
+                      pad_token_id=tok.pad_token_id)
+        if params.temperature > 0:
+            torch.manual_seed(params.seed * 1000003 + params.sample_index)
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(do_sample=False)
+        if top_logprobs:
+            kwargs.update(output_logits=True, return_dict_in_generate=True)
+        with torch.inference_mode():
+            gen = self.model.generate(**enc, **kwargs)
+        sequences = gen.sequences if top_logprobs else gen
+        new = sequences[0, enc["input_ids"].shape[1]:]
+        out = tok.decode(new, skip_special_tokens=True)
+        for s in params.stop:
+            if s and s in out:
+                out = out[:out.index(s)]
+        meta: dict = {"finish_reason": "length" if len(new) >= params.max_new_tokens else "stop"}
+        if top_logprobs:
+            tokens, top = [], []
+            for step, logits in enumerate(gen.logits):
+                logp = torch.log_softmax(logits[0].float(), -1)
+                values, ids = torch.topk(logp, min(top_logprobs, logp.shape[-1]))
+                chosen = int(new[step])
+                tokens.append([tok.decode([chosen]), float(logp[chosen])])
+                top.append([[tok.decode([int(i)]), float(v)] for v, i in zip(values, ids)])
+            meta.update(tokens=tokens, top_logprobs=top)
+        return Generation(text=out, input_tokens=int(enc["input_ids"].shape[1]), output_tokens=int(len(new)),
+                          meta=meta, status="refusal" if is_refusal(out) else "ok")

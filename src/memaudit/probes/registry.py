@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memaudit.backends.base import TOKEN_LOGPROBS, check_probe_support
+from memaudit.backends.base import API_BACKENDS, TOKEN_LOGPROBS, check_probe_support, model_capabilities
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,16 @@ def enabled_probes(config: dict) -> list[str]:
     return [name for name in PROBES if name in config.get("probes", {})]
 
 
+def probe_runs_on(probe: str, entry: dict) -> bool:
+    """Whether a model entry can serve a probe (white-box probes skip black-box API models)."""
+    return PROBES[probe].needs <= model_capabilities(entry)
+
+
+def probes_for_model(config: dict, model: str) -> list[str]:
+    entry = config["models"][model]
+    return [p for p in enabled_probes(config) if probe_runs_on(p, entry)]
+
+
 def check_capabilities(config: dict) -> list[str]:
     """Problems (dotted key: message) for probes configured on models that cannot serve them."""
     from memaudit.errors import ConfigError
@@ -40,6 +50,8 @@ def check_capabilities(config: dict) -> list[str]:
     problems = []
     for model, entry in config["models"].items():
         for probe in enabled_probes(config):
+            if entry.get("backend", "hf") in API_BACKENDS and not probe_runs_on(probe, entry):
+                continue  # black-box models are simply not scored by white-box probes
             try:
                 check_probe_support(probe, set(PROBES[probe].needs), model, entry.get("backend", "hf"))
             except ConfigError as exc:

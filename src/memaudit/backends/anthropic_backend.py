@@ -1,0 +1,65 @@
+"""Anthropic Messages (black-box: generation only; the API returns no log-probabilities).
+
+The official ``anthropic`` SDK sends the requests (``with_raw_response``, so the
+cache stores the exact JSON), with its own retries off. Refusals are read from
+the answer text and from ``stop_reason: "refusal"``. The Messages API has no
+seed: repeated samples of one prompt are told apart in the cache by their
+sample index only, and are not reproducible on the provider's side.
+"""
+
+from __future__ import annotations
+
+from memaudit.backends.api import APIBackend, Parsed, decode_json, response_bytes, split_sdk_fields
+from memaudit.backends.base import GENERATE, GenerationParams
+from memaudit.errors import ConfigError
+
+
+class AnthropicBackend(APIBackend):
+    backend_name = "anthropic"
+    capabilities = frozenset({GENERATE})
+    default_key_env = "ANTHROPIC_API_KEY"
+    default_base_url = "https://api.anthropic.com"
+
+    def _make_client(self, api_key: str):
+        import anthropic
+
+        # base_url always explicit: left unset, the SDK would follow ANTHROPIC_BASE_URL.
+        return anthropic.Anthropic(api_key=api_key, base_url=self.base_url or self.default_base_url,
+                                   timeout=self.timeout, max_retries=0)
+
+    def _sdk_errors(self):
+        import anthropic
+
+        return anthropic.APIStatusError, anthropic.APITimeoutError, anthropic.APIConnectionError
+
+    def _body(self, prompt: str, params: GenerationParams, top_logprobs: int) -> dict:
+        if top_logprobs:
+            raise ConfigError(f"{self.label}: the Messages API returns no log-probabilities")
+        if params.repetition_penalty != 1.0:
+            raise ConfigError(f"{self.label}: the Messages API has no repetition_penalty (use 1.0)")
+        body = {"model": self.model_id, "max_tokens": params.max_new_tokens,
+                "messages": [{"role": "user", "content": prompt}], "temperature": params.temperature}
+        if params.system_prompt:
+            body["system"] = params.system_prompt
+        # Recent models refuse temperature and top_p together; send top_p only when it matters.
+        if params.top_p != 1.0:
+            body["top_p"] = params.top_p
+        if params.stop:
+            body["stop_sequences"] = list(params.stop)
+        return body
+
+    def _send(self, body: dict) -> dict:
+        named, extra = split_sdk_fields(self._client.messages.create, body)
+        raw = self._client.messages.with_raw_response.create(**named, extra_body=extra or None)
+        return decode_json(response_bytes(raw), label=self.label)
+
+    def _parse(self, data: dict) -> Parsed:
+        if data.get("type") == "error":
+            raise ValueError(f"an error object instead of a message: {(data.get('error') or {}).get('message')}")
+        blocks = data["content"]
+        text = "".join(b["text"] for b in blocks if b.get("type") == "text")
+        usage = data.get("usage") or {}
+        stop = data.get("stop_reason")
+        return Parsed(text=text, input_tokens=int(usage.get("input_tokens") or 0),
+                      output_tokens=int(usage.get("output_tokens") or 0), finish_reason=stop,
+                      provider_refusal=stop == "refusal")

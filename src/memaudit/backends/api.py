@@ -1,0 +1,655 @@
+"""What the API backends share: requests as cache keys, the thread pool, retries, the ledger, keys.
+
+An API backend (OpenAI, Anthropic, any OpenAI-compatible server) turns each
+prompt into a wire request, a :class:`PlannedCall` whose identity -- backend,
+model id, revision, the exact body, seed and (when sampling) sample index -- is
+hashed into the cache key. A batch is served in three steps:
+
+1. every key is looked up in the SQLite cache (:mod:`memaudit.backends.cache`);
+2. the missing ones are sent from a thread pool with at most ``concurrency``
+   requests in flight, each with retries (:mod:`memaudit.backends.retry`; the
+   SDKs' own retries are off so that ours are the only ones);
+3. each response is committed to the cache (with a cost-ledger row) the moment
+   it arrives, so a killed run loses only the calls in flight.
+
+Requests that still fail after their retries are collected; once the batch is
+done the backend raises :class:`APIRequestError` naming how many failed and why
+(``on_error: raise``) or records them as ``error`` outcomes (``on_error: record``).
+Either way every success is already cached, so a rerun sends only the failures.
+
+Keys: read from the environment variable the config names, held in a
+:class:`Secret` whose ``repr`` hides it, and registered for redaction: every
+error message this module builds and every log record in the process (a log
+record factory) has the key's text replaced by ``***``. Keys travel only in HTTP
+headers, so neither the cache nor the ledger ever holds one.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import logging
+import math
+import os
+import re
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Backend, Generation,
+                                    GenerationParams, get_backend_class, option_variants)
+from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
+from memaudit.backends.ledger import Pricing, pricing_for
+from memaudit.backends.refusal import is_refusal
+from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetryPolicy,
+                                     call_with_retries, parse_retry_after)
+from memaudit.errors import ConfigError, MemauditError
+
+log = logging.getLogger(__name__)
+
+KEY_SCHEMA_VERSION = 1  # bump when the meaning of a cached request changes
+NO_KEY = "none"  # sent to keyless OpenAI-compatible servers: the SDKs insist on some key
+
+
+class APIRequestError(MemauditError):
+    """API requests that still failed after their retries; the message says how many and why."""
+
+
+# ----------------------------------------------------------------------------- keys and redaction
+
+_SECRETS: set[str] = set()
+_SECRETS_LOCK = threading.Lock()
+# Provider keys and the partial echoes some error messages contain ("sk-proj-abc***wxyz").
+_KEY_PATTERN = re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}")
+_URL_USERINFO = re.compile(r"(https?://)[^/@\s]+@")
+_factory_installed = False
+
+
+class Secret:
+    """An API key: ``repr``/``str`` never show it; ``.value`` is for the SDK client only."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    @property
+    def value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+def register_secret(value: str) -> None:
+    """Redact ``value`` from every error message built here and every log record from now on."""
+    if len(value) < 8:  # too short to be a real key; redacting it would mangle ordinary text
+        return
+    with _SECRETS_LOCK:
+        _SECRETS.add(value)
+    _install_log_redaction()
+
+
+def redact(text: str) -> str:
+    """``text`` with registered keys, key-shaped tokens and URL credentials replaced by ``***``."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, "***")
+    text = _KEY_PATTERN.sub("sk-***", text)
+    return _URL_USERINFO.sub(r"\1***@", text)
+
+
+def _install_log_redaction() -> None:
+    """Redact keys from every log record of the process, whichever logger or handler emits it.
+
+    A record factory (rather than a filter) because a filter sees only records of
+    the logger or handler it is attached to, and the SDKs, httpx and Snakemake
+    log through their own.
+    """
+    global _factory_installed
+    if _factory_installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed log call; the logging module reports it later
+            return record
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _factory_installed = True
+
+
+def read_api_key(env_name: str, *, label: str) -> Secret:
+    # Keys pasted from a file often carry a trailing newline, which no HTTP header may hold.
+    value = os.environ.get(env_name, "").strip()
+    if not value:
+        raise ConfigError(f"{label}: environment variable {env_name} is not set; export the API key in it "
+                          f"(the config names the variable, never the key)")
+    register_secret(value)
+    return Secret(value)
+
+
+# ----------------------------------------------------------------------------- config
+
+@functools.lru_cache(maxsize=None)
+def _schema_defaults_cached(path: tuple[str, ...]) -> str:
+    import json
+
+    from memaudit.config import load_schema
+
+    node = load_schema()
+    for step in path:
+        node = node[step]
+    return json.dumps({k: v["default"] for k, v in node["properties"].items() if "default" in v})
+
+
+def _schema_defaults(*path: str) -> dict:
+    """Defaults of one schema object: one source of truth for code and validation (a fresh copy per call)."""
+    import json
+
+    return json.loads(_schema_defaults_cached(path))
+
+
+def api_settings(config: dict) -> dict:
+    """The top-level ``api`` block with the schema's defaults filled in (it may be absent)."""
+    return {**_schema_defaults("properties", "api"), **config.get("api", {})}
+
+
+def api_entry(config: dict, model: str) -> dict:
+    """A model's ``api`` block with the schema's defaults filled in."""
+    defaults = _schema_defaults("properties", "models", "additionalProperties", "properties", "api")
+    entry = config["models"][model]
+    if "api" not in entry:
+        raise ConfigError(f"models.{model}.api: required for backend {entry.get('backend', 'hf')!r}")
+    return {**defaults, **entry["api"]}
+
+
+def api_slots(config: dict, model: str, backend: str) -> int:
+    """Slots of the Snakemake resource ``api_<backend>`` a job for ``model`` claims: its concurrency.
+
+    Zero for a model on another backend, so ``--resources api_openai=16`` caps the
+    requests in flight across all parallel jobs at 16.
+    """
+    entry = config["models"][model]
+    if entry.get("backend", "hf") != backend:
+        return 0
+    return int(api_entry(config, model)["concurrency"])
+
+
+def api_backend_from_config(config: dict, model: str, *, rule: str | None = None,
+                            cache: ResponseCache | str | Path | bool = True,
+                            require_key: bool = True) -> "APIBackend":
+    """The backend of one configured API model, with the shared cache and the model's price.
+
+    ``rule`` labels the model's usage rows in the cost ledger (pass ``snakemake.rule``);
+    ``cache``: ``True`` for the config's shared cache (``api.cache``), ``False`` for none,
+    or a cache or path; ``require_key=False`` builds one that can plan and price
+    requests without its key.
+    """
+    entry = config["models"][model]
+    backend = entry.get("backend", "hf")
+    api = api_entry(config, model)
+    settings = api_settings(config)
+    cls = get_backend_class(backend)
+    if not issubclass(cls, APIBackend):
+        raise ConfigError(f"models.{model}.backend: {backend!r} is not an API backend")
+    policy = RetryPolicy(max_attempts=int(api["max_retries"]) + 1, base_delay=float(settings["backoff_base"]),
+                         max_delay=float(settings["backoff_max"]),
+                         max_retry_after=float(settings["max_retry_after"]))
+    return cls(api["model_id"], name=model, revision=api.get("revision"), base_url=api.get("base_url"),
+               api_key_env=api.get("api_key_env"), concurrency=int(api["concurrency"]),
+               timeout=float(api["timeout"]), top_logprobs=int(api["top_logprobs"]),
+               logprobs=bool(api["logprobs"]), max_tokens_field=api.get("max_tokens_field"),
+               pricing=pricing_for(config, model),
+               cache=settings["cache"] if cache is True else (None if cache is False else cache),
+               rule=rule, on_error=settings["on_error"], retry_policy=policy, require_key=require_key)
+
+
+# ----------------------------------------------------------------------------- requests and results
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """One wire request; ``key`` is the SHA-256 of its canonical identity (see :mod:`.cache`)."""
+
+    key: str
+    identity: dict
+    body: dict
+    prompt: str
+    system_prompt: str | None
+    max_output_tokens: int
+
+
+@dataclass
+class Parsed:
+    """The parts of a provider response the probes use, whatever the wire format."""
+
+    text: str | None
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str | None
+    provider_refusal: bool = False
+    # per generated position: the sampled token and the top alternatives, [token, logprob]
+    tokens: list[tuple[str, float]] | None = None
+    top_logprobs: list[list[tuple[str, float]]] | None = None
+
+
+@dataclass
+class CallOutcome:
+    key: str
+    status: str
+    response: dict | None = None
+    parsed: Parsed | None = None
+    from_cache: bool = False
+    requested_at: str | None = None
+    attempts: int = 0
+    error: str | None = None
+
+
+@dataclass
+class OptionScores:
+    """Log-probabilities of a fixed set of next tokens (e.g. DE-COP's option letters) for one prompt.
+
+    ``logprobs[option]`` is ``log sum_v p(v)`` over the option's variants
+    (:func:`~memaudit.backends.base.option_variants`) found in the returned top
+    list, and ``nan`` when none is there: OpenAI returns at most the top 20 and
+    ``logit_bias`` does not change them, so a letter outside them is *missing*,
+    not improbable-by-a-known-amount. Its probability is then at most that of the
+    last listed token: ``missing_upper_bound``.
+    """
+
+    logprobs: dict[str, float]
+    missing: tuple[str, ...]
+    top: list[tuple[str, float]]
+    missing_upper_bound: float | None
+    status: str
+    from_cache: bool = False
+    requested_at: str | None = None
+    error: str | None = None
+
+
+def option_logprobs_from_top(top: Sequence[Sequence],
+                             options: Sequence[str]) -> tuple[dict[str, float], tuple[str, ...]]:
+    """Per option, ``logsumexp`` of the listed log-probabilities of its variants; ``nan`` if none is listed."""
+    scores, missing = {}, []
+    for opt in options:
+        variants = set(option_variants(opt))
+        vals = [float(lp) for tok, lp in top if tok in variants]
+        if vals:
+            m = max(vals)
+            scores[opt] = m + math.log(sum(math.exp(v - m) for v in vals))
+        else:
+            scores[opt] = math.nan
+            missing.append(opt)
+    return scores, tuple(missing)
+
+
+def split_sdk_fields(create, body: dict) -> tuple[dict, dict]:
+    """``body`` as (keyword arguments the SDK method ``create`` names, the rest for ``extra_body``).
+
+    SDK releases add and drop named parameters (the anthropic 2.x SDK names no
+    ``temperature``) while the wire format keeps them; sending unnamed ones as
+    ``extra_body`` puts the same JSON on the wire whichever SDK is installed.
+    """
+    func = getattr(create, "__func__", create)
+    named = _SDK_PARAMETERS.get(func)
+    if named is None:
+        import inspect
+
+        named = frozenset(inspect.signature(create).parameters) - {"extra_body", "extra_headers", "extra_query",
+                                                                   "timeout"}
+        _SDK_PARAMETERS[func] = named
+    return ({k: v for k, v in body.items() if k in named}, {k: v for k, v in body.items() if k not in named})
+
+
+_SDK_PARAMETERS: dict = {}
+
+
+def response_bytes(raw) -> bytes:
+    """The body of an SDK raw response (the SDKs' raw-response classes differ: ``.content`` or ``.read()``)."""
+    content = getattr(raw, "content", None)
+    return content if isinstance(content, bytes) else raw.read()
+
+
+def decode_json(content: bytes, *, label: str) -> dict:
+    """A response body as a JSON object; anything else is a (retryable) malformed response."""
+    import json
+
+    try:
+        data = json.loads(content)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        head = redact(content[:60].decode("utf-8", "replace"))
+        raise RequestFault(f"{label}: malformed response, not valid JSON ({exc}; body starts {head!r})",
+                           retryable=True, status=None) from None
+    if not isinstance(data, dict):
+        raise RequestFault(f"{label}: malformed response, a JSON {type(data).__name__} instead of an object",
+                           retryable=True)
+    return data
+
+
+# ----------------------------------------------------------------------------- the backend
+
+class APIBackend(Backend):
+    """A remote model behind one HTTP API; subclasses supply the wire format.
+
+    Subclasses define ``backend_name``, ``default_key_env``, ``default_base_url``
+    and five methods: ``_make_client(api_key)``, ``_body(prompt, params,
+    top_logprobs)`` (the wire request), ``_send(body)`` (the SDK call, returning
+    the decoded JSON body), ``_parse(data)`` (a :class:`Parsed`) and
+    ``_sdk_errors()`` (the SDK's exception classes).
+    """
+
+    backend_name = "api"
+    default_key_env = ""
+    default_base_url = ""
+
+    def __init__(self, model_id: str, *, name: str | None = None, revision: str | None = None,
+                 base_url: str | None = None, api_key_env: str | None = None, concurrency: int = 4,
+                 timeout: float = 60.0, top_logprobs: int = 20, logprobs: bool = True,
+                 max_tokens_field: str | None = None, pricing: Pricing | None = None,
+                 cache: ResponseCache | str | Path | None = None, rule: str | None = None,
+                 on_error: str = "raise", retry_policy: RetryPolicy | None = None,
+                 max_retries: int | None = None, require_key: bool = True):
+        if on_error not in ("raise", "record"):
+            raise ConfigError(f"on_error must be 'raise' or 'record', not {on_error!r}")
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
+        self.model_id = model_id
+        self.name = name or model_id
+        self.revision = revision
+        self.base_url = base_url
+        self.concurrency = int(concurrency)
+        self.timeout = float(timeout)
+        self.top_logprobs = int(top_logprobs)
+        self.logprobs = bool(logprobs)
+        self.max_tokens_field = max_tokens_field
+        self.pricing = pricing
+        self.rule = rule
+        self.on_error = on_error
+        if retry_policy is None:
+            retry_policy = RetryPolicy() if max_retries is None else RetryPolicy(max_attempts=max_retries + 1)
+        self.retry_policy = retry_policy
+        self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
+        self.run_id = uuid.uuid4().hex[:12]
+        self.label = f"{self.backend_name} model {self.name!r}"
+        # A keyless OpenAI-compatible server needs no variable; the provider's own API does.
+        self.api_key_env = api_key_env or (None if base_url else self.default_key_env)
+        self.key_present = self.api_key_env is None or bool(os.environ.get(self.api_key_env))
+        self._cooldown = Cooldown()
+        self._counts_lock = threading.Lock()
+        # Totals over this backend's life, for logs and benchmarks.
+        self.counts = {"sent": 0, "cached": 0, "retries": 0, "failed": 0}
+        self._key: Secret | None = Secret(NO_KEY) if self.api_key_env is None else None
+        if self.api_key_env is not None and (require_key or self.key_present):
+            self._key = read_api_key(self.api_key_env, label=self.label)
+        # else: planning and pricing only (``estimate-cost`` before the key is exported);
+        # sending anything then fails with the missing variable's name.
+        self._sdk_client = None
+        self._client_lock = threading.Lock()
+
+    @property
+    def _client(self):
+        return self._sdk_client if self._sdk_client is not None else self._ensure_client()
+
+    def _ensure_client(self):
+        """The SDK client, built before the first request is sent: a fully cached rerun never imports the SDK."""
+        with self._client_lock:
+            if self._sdk_client is None:
+                if self._key is None:
+                    self._key = read_api_key(self.api_key_env, label=self.label)  # raises, naming the variable
+                self._sdk_client = self._make_client(self._key.value)
+            return self._sdk_client
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(model_id={self.model_id!r}, name={self.name!r}, "
+                f"base_url={redact(self.base_url) if self.base_url else None!r}, api_key_env={self.api_key_env!r})")
+
+    def describe(self) -> dict:
+        return {"backend": self.backend_name, "model_id": self.model_id, "revision": self.revision,
+                "base_url": redact(self.base_url) if self.base_url else self.default_base_url}
+
+    def close(self) -> None:
+        """Close the cache connection (the last one to close folds SQLite's WAL file back into the database)."""
+        if self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> "APIBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- subclass hooks -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _make_client(self, api_key: str):
+        """The SDK client, with the SDK's own retries off (ours are the ones counted)."""
+
+    @abc.abstractmethod
+    def _body(self, prompt: str, params: GenerationParams, top_logprobs: int) -> dict:
+        """The JSON body of the wire request for one prompt."""
+
+    @abc.abstractmethod
+    def _send(self, body: dict) -> dict:
+        """Send one request through the SDK; the decoded JSON response body."""
+
+    @abc.abstractmethod
+    def _parse(self, data: dict) -> Parsed:
+        """Read a response body; raises KeyError/TypeError/... when it is not in the API's format."""
+
+    @abc.abstractmethod
+    def _sdk_errors(self) -> tuple[type, type, type]:
+        """The SDK's (APIStatusError, APITimeoutError, APIConnectionError) classes."""
+
+    # -- planning -------------------------------------------------------------------------
+
+    def plan(self, prompts: Sequence[str], params: GenerationParams, *, top_logprobs: int = 0,
+             option_logprobs: bool = False) -> list[PlannedCall]:
+        """The wire requests for ``prompts``, with their cache keys, without sending anything."""
+        if option_logprobs:
+            params, top_logprobs = self._option_params(params), self.top_logprobs
+        sampled = params.temperature > 0
+        calls = []
+        for prompt in prompts:
+            body = self._body(prompt, params, top_logprobs)
+            identity = {"v": KEY_SCHEMA_VERSION, "backend": self.backend_name, "model_id": self.model_id,
+                        "revision": self.revision, "body": body, "seed": params.seed,
+                        # greedy answers do not depend on the sample index: one cache entry serves all
+                        "sample_index": params.sample_index if sampled else 0}
+            calls.append(PlannedCall(request_key(identity), identity, body, prompt, params.system_prompt,
+                                     params.max_new_tokens))
+        return calls
+
+    @staticmethod
+    def _option_params(params: GenerationParams) -> GenerationParams:
+        # One greedy token: the option letters are read from the first position's top list.
+        return dataclasses.replace(params, max_new_tokens=1, temperature=0.0, top_p=1.0, stop=(),
+                                   sample_index=0)
+
+    @staticmethod
+    def wire_seed(params: GenerationParams) -> int:
+        """The seed sent to the API: distinct per sample, as the HF backend seeds torch."""
+        return params.seed * 1000003 + params.sample_index if params.temperature > 0 else params.seed
+
+    # -- serving --------------------------------------------------------------------------
+
+    def _serve(self, calls: Sequence[PlannedCall]) -> list[CallOutcome]:
+        """Outcomes for ``calls`` in order: cache hits first, then the rest from the thread pool."""
+        unique: dict[str, PlannedCall] = {}
+        for c in calls:
+            unique.setdefault(c.key, c)
+        outcomes: dict[str, CallOutcome] = {}
+        if self.cache is not None:
+            hits = self.cache.get_many(unique)
+            usage = []
+            for key, hit in hits.items():
+                parsed, status, error = self._parse_safely(hit.response)
+                outcomes[key] = CallOutcome(key, status, hit.response, parsed, from_cache=True,
+                                            requested_at=hit.requested_at, attempts=hit.attempts, error=error)
+                usage.append(self._usage(key, status, hit.input_tokens, hit.output_tokens, from_cache=True))
+            self.cache.record_usage(usage)
+        todo = [c for k, c in unique.items() if k not in outcomes]
+        with self._counts_lock:
+            self.counts["cached"] += len(outcomes)
+        if todo:
+            self._ensure_client()  # or fail on a missing key, before any thread starts
+            log.info("%s: %d requests: %d cached, %d to send (%d in flight at most)", self.label, len(unique),
+                     len(outcomes), len(todo), self.concurrency)
+            self._send_all(todo, outcomes)
+        return [outcomes[c.key] for c in calls]
+
+    def _send_all(self, todo: Sequence[PlannedCall], outcomes: dict[str, CallOutcome]) -> None:
+        t0 = time.monotonic()
+        every = max(1, len(todo) // 10)
+        done = 0
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
+                                thread_name_prefix=f"{self.backend_name}-{self.name}") as pool:
+            futures = [pool.submit(self._fetch, c) for c in todo]
+            try:
+                for fut in as_completed(futures):
+                    outcome = fut.result()
+                    outcomes[outcome.key] = outcome
+                    done += 1
+                    if done % every == 0 or done == len(todo):
+                        log.info("%s: %d/%d sent in %.1fs (%d retries so far)", self.label, done, len(todo),
+                                 time.monotonic() - t0, self.counts["retries"])
+            except BaseException:
+                # Interrupted: drop what has not started; the calls in flight finish and
+                # are cached by their threads before the pool closes.
+                for fut in futures:
+                    fut.cancel()
+                raise
+
+    def _fetch(self, call: PlannedCall) -> CallOutcome:
+        requested_at = utc_now()
+        t0 = time.monotonic()
+        try:
+            data, attempts = call_with_retries(lambda: self._attempt(call.body), self.retry_policy,
+                                               cooldown=self._cooldown, on_retry=self._on_retry)
+        except RetriesExhausted as exc:
+            with self._counts_lock:
+                self.counts["failed"] += 1
+            message = redact(f"{self.label}: {exc}")
+            log.warning("%s", message)
+            return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
+                               error=message)
+        with self._counts_lock:
+            self.counts["sent"] += 1
+        parsed, status, error = self._parse_safely(data)
+        if parsed is None:
+            # Valid JSON that is not a response of this API (an error object with status
+            # 200, a missing field): recorded as invalid, not cached, so a rerun asks again.
+            return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
+                               error=error)
+        usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False)
+        if self.cache is not None:
+            self.cache.put(key=call.key, backend=self.backend_name, model_id=self.model_id, request=call.identity,
+                           response=data, input_tokens=parsed.input_tokens, output_tokens=parsed.output_tokens,
+                           requested_at=requested_at, seconds=time.monotonic() - t0, attempts=attempts, usage=usage)
+        return CallOutcome(call.key, status, data, parsed, requested_at=requested_at, attempts=attempts,
+                           error=error)
+
+    def _attempt(self, body: dict) -> dict:
+        status_error, timeout_error, connection_error = self._sdk_errors()
+        try:
+            return self._send(body)
+        except RequestFault:
+            raise
+        except timeout_error:
+            raise RequestFault(f"{self.label}: timed out after {self.timeout:g}s", retryable=True) from None
+        except connection_error as exc:
+            raise RequestFault(redact(f"{self.label}: connection error ({exc})"), retryable=True) from None
+        except status_error as exc:
+            status = int(exc.status_code)
+            detail = _error_detail(exc)
+            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"), retryable=status in RETRYABLE_STATUS,
+                               status=status, retry_after=parse_retry_after(exc.response.headers)) from None
+
+    def _on_retry(self, fault: RequestFault, attempt: int, delay: float) -> None:
+        with self._counts_lock:
+            self.counts["retries"] += 1
+        log.warning("%s (attempt %d of %d); retrying in %.2fs", fault.message, attempt,
+                    self.retry_policy.max_attempts, delay)
+
+    def _parse_safely(self, data: dict) -> tuple[Parsed | None, str, str | None]:
+        try:
+            parsed = self._parse(data)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            return None, STATUS_INVALID, redact(f"{self.label}: response not in the {self.backend_name} format "
+                                                f"({type(exc).__name__}: {exc})")
+        if is_refusal(parsed.text, provider_signal=parsed.provider_refusal):
+            return parsed, STATUS_REFUSAL, None
+        if not parsed.text and not parsed.top_logprobs:
+            return parsed, STATUS_INVALID, f"{self.label}: empty answer (finish_reason {parsed.finish_reason!r})"
+        return parsed, STATUS_OK, None
+
+    def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool) -> UsageRow:
+        if from_cache:
+            cost: float | None = 0.0
+        else:
+            cost = self.pricing.cost(n_in, n_out) if self.pricing is not None else None
+        return UsageRow(self.run_id, self.rule, self.name, self.backend_name, self.model_id, key, from_cache,
+                        status, int(n_in), int(n_out), cost)
+
+    def _raise_failures(self, outcomes: Sequence[CallOutcome]) -> None:
+        if self.on_error != "raise":
+            return
+        unique = {o.key: o for o in outcomes}
+        failed = [o for o in unique.values() if o.status == STATUS_ERROR]
+        if failed:
+            cached = "" if self.cache is None else " (the answered ones are cached: a rerun sends only what failed)"
+            raise APIRequestError(f"{self.label}: {len(failed)} of {len(unique)} requests failed{cached}. "
+                                  f"First failure: {failed[0].error}")
+
+    # -- request types --------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[str], params: GenerationParams, *,
+                 top_logprobs: int = 0) -> list[Generation]:
+        """Answers to ``prompts`` (a system prompt and decoding parameters from ``params``).
+
+        ``params.chat`` is moot: chat APIs always apply the provider's own format.
+        With ``top_logprobs > 0`` each answer's ``meta["top_logprobs"]`` lists the
+        top alternatives at every generated position.
+        """
+        outcomes = self._serve(self.plan(prompts, params, top_logprobs=top_logprobs))
+        self._raise_failures(outcomes)
+        return [self._generation(o) for o in outcomes]
+
+    def _generation(self, o: CallOutcome) -> Generation:
+        p = o.parsed
+        meta: dict[str, Any] = {"attempts": o.attempts, "key": o.key}
+        if p is None:
+            return Generation("", status=o.status, from_cache=o.from_cache, requested_at=o.requested_at,
+                              error=o.error, meta=meta)
+        meta["finish_reason"] = p.finish_reason
+        if p.top_logprobs is not None:
+            meta["top_logprobs"] = [[list(t) for t in pos] for pos in p.top_logprobs]
+            meta["tokens"] = [list(t) for t in (p.tokens or [])]
+        return Generation(p.text or "", p.input_tokens, p.output_tokens, meta, status=o.status,
+                          from_cache=o.from_cache, requested_at=o.requested_at, error=o.error)
+
+
+def _error_detail(exc) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(getattr(exc, "message", exc))

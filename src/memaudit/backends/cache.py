@@ -1,0 +1,220 @@
+"""A content-addressed SQLite cache of API responses, and the usage rows the cost ledger reads.
+
+Key: the SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request
+-- backend, model id, revision, the exact body sent on the wire (prompt, system
+prompt, decoding parameters), the seed and, for sampled requests, the sample
+index (HELM's "the request's JSON is the cache key"). Identical requests from
+any rule, any run, any process share one entry, so a rerun makes no network call.
+
+Every response is committed the moment it arrives, so a run killed midway loses
+at most the calls in flight; the rerun sends only what is missing. Many jobs may
+write at once: the database runs in WAL mode (readers never block the writer)
+with a busy timeout (writers queue instead of failing), and an entry is written
+with ``INSERT OR IGNORE``, so two jobs that raced on the same request keep the
+first answer. Only successful responses are stored: a failed request is retried
+on the next run.
+
+The file lives under ``results/`` (default ``results/api/cache.sqlite``) so DVC
+versions it with the results it produced. It holds request bodies and responses,
+never credentials: keys travel in HTTP headers, which are not stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+SCHEMA_VERSION = 1
+_CHUNK = 500  # keys per SELECT ... IN (...), well under SQLite's bound-parameter limit
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    response TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    requested_at TEXT NOT NULL,
+    completed_at TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    attempts INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    rule TEXT,
+    model TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    from_cache INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cost_usd REAL
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def canonical_json(obj) -> str:
+    """The one serialisation keys are computed from: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def request_key(request: dict) -> str:
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+def utc_now() -> str:
+    """UTC wall time in ISO 8601 with milliseconds, e.g. ``2025-01-31T12:00:00.123Z``."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    key: str
+    response: dict
+    input_tokens: int
+    output_tokens: int
+    requested_at: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One served result for the cost ledger (cached ones cost nothing: ``cost_usd`` 0)."""
+
+    run_id: str
+    rule: str | None
+    model: str
+    backend: str
+    model_id: str
+    key: str
+    from_cache: bool
+    status: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+    def as_tuple(self, at: str) -> tuple:
+        return (at, self.run_id, self.rule, self.model, self.backend, self.model_id, self.key,
+                int(self.from_cache), self.status, self.input_tokens, self.output_tokens, self.cost_usd)
+
+
+_USAGE_INSERT = ("INSERT INTO usage (at, run_id, rule, model, backend, model_id, key, from_cache, status, "
+                 "input_tokens, output_tokens, cost_usd) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+
+
+class ResponseCache:
+    """The response cache and usage log in one SQLite file; safe across threads and processes."""
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 120.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection shared by the backend's threads behind a lock: SQLite
+        # serialises writers anyway, and the lock keeps transactions from interleaving.
+        self._conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False,
+                                     isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode: a killed process loses nothing committed; only a power
+            # cut may lose the last commits, which the next run then simply repeats.
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("BEGIN IMMEDIATE")
+            for stmt in filter(str.strip, _DDL.split(";")):
+                self._conn.execute(stmt)
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._conn.execute("COMMIT")
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.path)!r})"
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> "ResponseCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
+        """The cached responses among ``keys`` (missing keys are absent from the result)."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, CachedResponse] = {}
+        with self._lock:
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i:i + _CHUNK]
+                rows = self._conn.execute(
+                    "SELECT key, response, input_tokens, output_tokens, requested_at, attempts FROM responses "
+                    f"WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+                for key, response, n_in, n_out, requested_at, attempts in rows:
+                    out[key] = CachedResponse(key, json.loads(response), n_in, n_out, requested_at, attempts)
+        return out
+
+    def contains_many(self, keys: Iterable[str]) -> set[str]:
+        keys = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        with self._lock:
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i:i + _CHUNK]
+                found.update(k for (k,) in self._conn.execute(
+                    f"SELECT key FROM responses WHERE key IN ({','.join('?' * len(chunk))})", chunk))
+        return found
+
+    def put(self, *, key: str, backend: str, model_id: str, request: dict, response: dict, input_tokens: int,
+            output_tokens: int, requested_at: str, seconds: float, attempts: int,
+            usage: UsageRow | None = None) -> None:
+        """Store one response (and its usage row) in one transaction, committed before returning."""
+        now = utc_now()
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (key, backend, model_id, canonical_json(request), json.dumps(response, ensure_ascii=False),
+                     int(input_tokens), int(output_tokens), requested_at, now, float(seconds), int(attempts)))
+                if usage is not None:
+                    self._conn.execute(_USAGE_INSERT, usage.as_tuple(now))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def record_usage(self, rows: Sequence[UsageRow]) -> None:
+        """Append usage rows in one transaction (the cached results of one batch)."""
+        if not rows:
+            return
+        now = utc_now()
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(_USAGE_INSERT, [r.as_tuple(now) for r in rows])
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def usage_rows(self) -> list[dict]:
+        with self._lock:
+            cur = self._conn.execute("SELECT * FROM usage ORDER BY id")
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def count(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]

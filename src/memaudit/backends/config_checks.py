@@ -1,0 +1,87 @@
+"""Config checks for API models that a JSON schema cannot express.
+
+Called from :func:`memaudit.config.check_config`; returns problems as
+``"dotted.key: message"`` strings like the other checks there. No message ever
+repeats the value of ``api_key_env``: a user who pasted the key itself there
+must not see it echoed into a terminal or a CI log.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from memaudit.backends.base import API_BACKENDS, OPTION_LOGPROBS
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _looks_like_a_key(value: str) -> bool:
+    # Environment variable names are identifiers; keys have dashes (sk-..., sk-ant-...)
+    # or long mixed-case runs with digits.
+    if not _ENV_NAME.fullmatch(value):
+        return True
+    return len(value) >= 24 and any(c.islower() for c in value) and any(c.isdigit() for c in value)
+
+
+def check_api_models(config: dict) -> list[str]:
+    """Problems with the API models of a validated config (empty when there are none).
+
+    - an ``openai``/``anthropic`` model needs an ``api`` block and no ``source``,
+      ``base`` or ``finetune`` (those describe local weights);
+    - a local (``hf``) model takes no ``api`` block;
+    - ``api_key_env`` must be a variable name, not a key;
+    - ``base_url`` must not carry credentials (``https://user:secret@host``);
+    - a model on a provider's own API (no ``base_url``) needs a price
+      (``api.pricing`` or the top-level ``api.pricing.<model_id>``), so that the
+      cost estimate and ledger are never silently zero;
+    - probes that need option log-probabilities cannot run on a model whose
+      endpoint returns none (``api.logprobs: false``);
+    - a token-probability reference model must be local: it needs token log-probabilities.
+    """
+    from memaudit.probes.registry import PROBES, enabled_probes
+
+    problems: list[str] = []
+    price_table = config.get("api", {}).get("pricing", {})
+    for name, entry in config["models"].items():
+        where = f"models.{name}"
+        backend = entry.get("backend", "hf")
+        api = entry.get("api")
+        if backend not in API_BACKENDS:
+            if api is not None:
+                problems.append(f"{where}.api: only for API backends ({', '.join(API_BACKENDS)}); "
+                                f"this model's backend is {backend!r}")
+            continue
+        for local in ("source", "base", "finetune"):
+            if local in entry:
+                problems.append(f"{where}.{local}: not for backend {backend!r} (an API model has no local weights)")
+        if api is None:
+            problems.append(f"{where}.api: required for backend {backend!r} (at least model_id)")
+            continue
+        env = api.get("api_key_env")
+        if env is not None and _looks_like_a_key(env):
+            problems.append(f"{where}.api.api_key_env: must name an environment variable (e.g. OPENAI_API_KEY) "
+                            f"that holds the key, not the key itself; the value is not shown")
+        base_url = api.get("base_url")
+        if base_url:
+            parts = urlsplit(base_url)
+            if parts.username or parts.password:
+                problems.append(f"{where}.api.base_url: must not contain credentials; put the key in the "
+                                f"variable named by api_key_env")
+        elif "pricing" not in api and api.get("model_id") not in price_table:
+            problems.append(f"{where}.api.pricing: required for a paid API model (or add "
+                            f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
+        if backend == "anthropic" and "max_tokens_field" in api:
+            # (logprobs and top_logprobs have schema defaults, so only this one can be told apart)
+            problems.append(f"{where}.api.max_tokens_field: the Anthropic Messages API has only max_tokens")
+        if api.get("logprobs") is False:
+            for probe in enabled_probes(config):
+                if OPTION_LOGPROBS in PROBES[probe].needs:
+                    problems.append(f"{where}.api.logprobs: probe {probe!r} needs {OPTION_LOGPROBS}, which this "
+                                    f"endpoint does not return")
+    refs = config.get("probes", {}).get("token_prob", {}).get("reference_models", [])
+    for i, ref in enumerate(refs):
+        if config["models"].get(ref, {}).get("backend", "hf") in API_BACKENDS:
+            problems.append(f"probes.token_prob.reference_models.{i}: {ref!r} is an API model; a reference "
+                            f"model needs token log-probabilities, which only local (hf) models give")
+    return problems

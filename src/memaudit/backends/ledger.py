@@ -1,0 +1,299 @@
+"""The cost ledger: tokens and dollars per model and per rule, and the estimate before a run.
+
+Every result an API backend serves appends a usage row to the cache database
+(:class:`memaudit.backends.cache.UsageRow`): the rule that asked, the model,
+input and output tokens as the provider reported them, whether it came from the
+cache, and its cost priced from the config at the time of the call
+
+    cost = input_tokens * input_per_mtok / 1e6 + output_tokens * output_per_mtok / 1e6
+
+(prices in US dollars per million tokens, as providers publish them). A result
+served from the cache costs nothing. :func:`summarise_usage` sums the rows per
+model and rule; :func:`estimate_cost` prices the planned requests before any is
+sent, counting those already cached as free and each uncached one at its
+estimated prompt tokens plus the full ``max_new_tokens`` -- an upper bound,
+since answers usually stop earlier.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+# Chat formats wrap each message in a few tokens (OpenAI's cookbook counts 3 per
+# message and 3 to prime the reply); the estimate adds them per request.
+TOKENS_PER_MESSAGE = 3
+TOKENS_REPLY_PRIMING = 3
+CHARS_PER_TOKEN = 4.0  # OpenAI's rule of thumb for English text
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """US dollars per million input and output tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+    @classmethod
+    def from_config(cls, entry: dict | None) -> "Pricing | None":
+        if not entry:
+            return None
+        return cls(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
+
+
+def pricing_for(config: dict, model: str) -> Pricing | None:
+    """A model's price: its own ``api.pricing``, else ``api.pricing.<model_id>`` at the top level.
+
+    An OpenAI-compatible server (``base_url`` set) with no price costs nothing.
+    """
+    entry = config["models"][model]
+    api = entry.get("api", {})
+    own = Pricing.from_config(api.get("pricing"))
+    if own is not None:
+        return own
+    table = config.get("api", {}).get("pricing", {})
+    if api.get("model_id") in table:
+        return Pricing.from_config(table[api["model_id"]])
+    if api.get("base_url"):
+        return Pricing(0.0, 0.0)
+    return None
+
+
+def approx_tokens(text: str) -> int:
+    """Tokens of a text by the 4-characters-per-token rule (no tokenizer of the remote model is at hand)."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN) if text else 0
+
+
+def approx_prompt_tokens(prompt: str, system_prompt: str | None) -> int:
+    messages = 1 + (system_prompt is not None)
+    return (approx_tokens(prompt) + approx_tokens(system_prompt or "")
+            + messages * TOKENS_PER_MESSAGE + TOKENS_REPLY_PRIMING)
+
+
+@dataclass
+class CostEstimate:
+    """What a planned set of requests will send and cost at most, per model."""
+
+    rows: list[dict] = field(default_factory=list)
+
+    def add(self, *, model: str, model_id: str, backend: str, n_requests: int, n_cached: int,
+            input_tokens: int, max_output_tokens: int, pricing: Pricing | None,
+            key_env: str | None = None, key_present: bool = True) -> None:
+        """Add planned requests of one model (merged into its row if it has one)."""
+        cost = pricing.cost(input_tokens, max_output_tokens) if pricing is not None else None
+        row = next((r for r in self.rows if r["model"] == model), None)
+        if row is None:
+            row = {"model": model, "model_id": model_id, "backend": backend, "n_requests": 0, "n_cached": 0,
+                   "n_to_send": 0, "input_tokens_est": 0, "output_tokens_max": 0, "cost_usd_max": 0.0,
+                   "api_key_env": key_env, "api_key_present": key_present}
+            self.rows.append(row)
+        row["n_requests"] += n_requests
+        row["n_cached"] += n_cached
+        row["n_to_send"] += n_requests - n_cached
+        row["input_tokens_est"] += input_tokens
+        row["output_tokens_max"] += max_output_tokens
+        row["cost_usd_max"] = None if cost is None or row["cost_usd_max"] is None else row["cost_usd_max"] + cost
+
+    @property
+    def total_cost_usd(self) -> float | None:
+        """Sum over models; ``None`` when some model has no price (the total would understate)."""
+        costs = [r["cost_usd_max"] for r in self.rows]
+        return None if any(c is None for c in costs) else float(sum(costs))
+
+    def format(self) -> str:
+        """A table a user reads before starting the run."""
+        head = f"{'model':<24} {'requests':>9} {'cached':>8} {'to send':>8} {'input tok':>11} " \
+               f"{'output tok <=':>14} {'cost <= USD':>12}"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            cost = "no price" if r["cost_usd_max"] is None else f"{r['cost_usd_max']:.4f}"
+            lines.append(f"{r['model']:<24} {r['n_requests']:>9} {r['n_cached']:>8} {r['n_to_send']:>8} "
+                         f"{r['input_tokens_est']:>11} {r['output_tokens_max']:>14} {cost:>12}")
+        total = self.total_cost_usd
+        lines.append(f"total: at most {'unknown (a model has no price)' if total is None else f'{total:.4f} USD'}"
+                     " (input tokens estimated at 4 characters per token; every answer at its full max tokens)")
+        for r in self.rows:
+            if r["n_to_send"] and r["api_key_env"] and not r["api_key_present"]:
+                lines.append(f"warning: {r['model']}: environment variable {r['api_key_env']} is not set")
+        return "\n".join(lines)
+
+
+def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule")) -> list[dict]:
+    """Totals per group: requests, of which sent and cached, tokens (sent and cached) and dollars.
+
+    ``cost_usd`` is ``None`` for a group with a sent request that had no price.
+    """
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        g = tuple(r.get(k) for k in by)
+        acc = groups.setdefault(g, {**dict(zip(by, g)), "n_requests": 0, "n_sent": 0, "n_cached": 0,
+                                    "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0,
+                                    "cached_output_tokens": 0, "n_refusal": 0, "n_invalid": 0, "cost_usd": 0.0})
+        acc["n_requests"] += 1
+        acc[f"n_{r['status']}"] = acc.get(f"n_{r['status']}", 0) + 1
+        if r["from_cache"]:
+            acc["n_cached"] += 1
+            acc["cached_input_tokens"] += r["input_tokens"]
+            acc["cached_output_tokens"] += r["output_tokens"]
+        else:
+            acc["n_sent"] += 1
+            acc["input_tokens"] += r["input_tokens"]
+            acc["output_tokens"] += r["output_tokens"]
+            if r["cost_usd"] is None or acc["cost_usd"] is None:
+                acc["cost_usd"] = None
+            else:
+                acc["cost_usd"] += r["cost_usd"]
+    return [groups[g] for g in sorted(groups, key=lambda t: tuple("" if v is None else str(v) for v in t))]
+
+
+def ledger_frame(cache_path, by: Sequence[str] = ("model", "rule")):
+    """The ledger of a cache database as a pandas DataFrame (one row per group)."""
+    import pandas as pd
+
+    from memaudit.backends.cache import ResponseCache
+
+    with ResponseCache(cache_path) as cache:
+        rows = summarise_usage(cache.usage_rows(), by)
+    columns = list(by) + ["n_requests", "n_sent", "n_cached", "input_tokens", "output_tokens",
+                          "cached_input_tokens", "cached_output_tokens", "n_ok", "n_refusal", "n_invalid",
+                          "cost_usd"]
+    frame = pd.DataFrame(rows)
+    for c in columns:
+        if c not in frame:
+            frame[c] = 0
+    return frame[columns]
+
+
+def estimate_cost(backend, prompts: Sequence[str], params, *, n_samples: int = 1, option_logprobs: bool = False,
+                  estimate: CostEstimate | None = None) -> CostEstimate:
+    """Price the requests ``backend.generate`` (or ``option_logprobs``) would send for ``prompts``.
+
+    Samples ``0 .. n_samples-1`` are planned for each prompt when sampling
+    (``temperature > 0``); greedy requests are planned once. Cached requests are free.
+    """
+    import dataclasses
+
+    estimate = estimate if estimate is not None else CostEstimate()
+    samples = range(n_samples) if params.temperature > 0 else range(1)
+    calls = []
+    for s in samples:
+        p = dataclasses.replace(params, sample_index=s)
+        calls.extend(backend.plan(prompts, p, option_logprobs=option_logprobs))
+    keys = [c.key for c in calls]
+    cached = backend.cache.contains_many(keys) if backend.cache is not None else set()
+    unique = {c.key: c for c in calls}
+    to_send = [c for k, c in unique.items() if k not in cached]
+    estimate.add(model=backend.name, model_id=backend.model_id, backend=backend.backend_name,
+                 n_requests=len(unique), n_cached=len(unique) - len(to_send),
+                 input_tokens=sum(approx_prompt_tokens(c.prompt, c.system_prompt) for c in to_send),
+                 max_output_tokens=sum(c.max_output_tokens for c in to_send), pricing=backend.pricing,
+                 key_env=backend.api_key_env, key_present=backend.key_present)
+    return estimate
+
+
+# ----------------------------------------------------------------------------- command line
+
+PLAN_FIELDS = ("model", "prompt", "system_prompt", "max_new_tokens", "temperature", "top_p", "stop", "seed",
+               "samples", "kind")
+
+
+def estimate_plan(config: dict, records: Sequence[dict]) -> CostEstimate:
+    """Price a plan: records ``{"model", "prompt", ...}`` (see ``memaudit estimate-cost --help``).
+
+    Records of one model with the same decoding parameters are priced together;
+    local (``hf``) models cost nothing and are skipped.
+    """
+    from memaudit.backends.api import api_backend_from_config
+    from memaudit.backends.base import API_BACKENDS, GenerationParams
+    from memaudit.errors import InputError
+
+    groups: dict[tuple, list[str]] = {}
+    for i, rec in enumerate(records, 1):
+        unknown = set(rec) - set(PLAN_FIELDS)
+        if unknown or "model" not in rec or "prompt" not in rec:
+            raise InputError(f"plan record {i}: needs 'model' and 'prompt'; may have {', '.join(PLAN_FIELDS)}"
+                             + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else ""))
+        if rec["model"] not in config["models"]:
+            raise InputError(f"plan record {i}: unknown model {rec['model']!r}")
+        params = GenerationParams(max_new_tokens=int(rec.get("max_new_tokens", 64)),
+                                  temperature=float(rec.get("temperature", 0.0)), top_p=float(rec.get("top_p", 1.0)),
+                                  stop=tuple(rec.get("stop", ())), system_prompt=rec.get("system_prompt"),
+                                  seed=int(rec.get("seed", 0)))
+        kind = rec.get("kind", "generate")
+        if kind not in ("generate", "option_logprobs"):
+            raise InputError(f"plan record {i}: kind must be generate or option_logprobs, not {kind!r}")
+        key = (rec["model"], params, int(rec.get("samples", 1)), kind)
+        groups.setdefault(key, []).append(rec["prompt"])
+    estimate = CostEstimate()
+    backends: dict = {}
+    from memaudit.backends.api import api_settings
+    from memaudit.backends.cache import ResponseCache
+
+    # An estimate writes nothing: without a cache yet, nothing is cached.
+    cache_path = Path(api_settings(config)["cache"])
+    cache = ResponseCache(cache_path) if cache_path.exists() else False
+    try:
+        for (model, params, samples, kind), prompts in groups.items():
+            if config["models"][model].get("backend", "hf") not in API_BACKENDS:
+                continue
+            if model not in backends:
+                backends[model] = api_backend_from_config(config, model, require_key=False, cache=cache)
+            estimate_cost(backends[model], prompts, params, n_samples=samples,
+                          option_logprobs=kind == "option_logprobs", estimate=estimate)
+    finally:
+        if cache is not False:
+            cache.close()
+    return estimate
+
+
+def estimate_main(argv: Sequence[str] | None = None) -> int:
+    """``memaudit estimate-cost``: what a planned set of API requests will cost, before sending any."""
+    import argparse
+
+    from memaudit.config import load_config
+    from memaudit.io import read_jsonl, write_json
+
+    p = argparse.ArgumentParser(
+        prog="memaudit estimate-cost",
+        description="Price planned API requests before the run: cached ones are free; each other one costs its "
+                    "estimated prompt tokens plus its full max_new_tokens (an upper bound).",
+        epilog='Plan: JSONL, one request per line: {"model": <config model name>, "prompt": "...", '
+               '"system_prompt", "max_new_tokens" (64), "temperature" (0), "top_p", "stop", "seed", '
+               '"samples" (1; sampled requests only), "kind" ("generate" or "option_logprobs")}.')
+    p.add_argument("--config", default="config/config.yaml", type=Path)
+    p.add_argument("--plan", required=True, type=Path, help="planned requests (JSONL)")
+    p.add_argument("--json", type=Path, help="also write the estimate here")
+    args = p.parse_args(argv)
+    estimate = estimate_plan(load_config(args.config), read_jsonl(args.plan))
+    print(estimate.format())
+    if args.json:
+        write_json(args.json, {"rows": estimate.rows, "total_cost_usd_max": estimate.total_cost_usd})
+    return 0
+
+
+def ledger_main(argv: Sequence[str] | None = None) -> int:
+    """``memaudit api-ledger``: tokens and dollars spent so far, per model and rule."""
+    import argparse
+
+    from memaudit.io import write_csv
+
+    p = argparse.ArgumentParser(prog="memaudit api-ledger", description="Tokens and cost of the API calls made.")
+    p.add_argument("--cache", default="results/api/cache.sqlite", type=Path, help="the API cache database")
+    p.add_argument("--by", nargs="+", default=["model", "rule"], choices=["model", "rule", "model_id", "backend",
+                                                                           "run_id"])
+    p.add_argument("--out", type=Path, help="write the table as CSV")
+    args = p.parse_args(argv)
+    if not args.cache.exists():
+        from memaudit.errors import InputError
+
+        raise InputError(f"{args.cache}: no API cache yet (no API request has been made)")
+    frame = ledger_frame(args.cache, args.by)
+    print(frame.to_string(index=False))
+    if args.out:
+        write_csv(args.out, frame)
+    return 0

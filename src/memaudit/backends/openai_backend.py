@@ -1,0 +1,150 @@
+"""OpenAI Chat Completions, and any OpenAI-compatible server (vLLM, llama.cpp, ``memaudit serve``).
+
+Black-box: generation, and option log-probabilities read from the first answer
+position's ``top_logprobs`` (at most 20, the API's limit). The official ``openai``
+SDK sends the requests (``with_raw_response``, so the exact JSON the server sent
+is what the cache stores); its own retries are off.
+
+Wire details a researcher should know:
+
+- the length parameter is ``max_completion_tokens`` on OpenAI itself (``max_tokens``
+  is deprecated there and refused by reasoning models) and ``max_tokens`` on
+  compatible servers by default (older vLLM and llama.cpp know only that);
+  ``api.max_tokens_field`` overrides it;
+- ``repetition_penalty`` is not an OpenAI parameter; compatible servers that take
+  it (vLLM) get it as an extra body field, OpenAI itself refuses it at once;
+- sampled requests send ``seed * 1000003 + sample_index`` as the seed, so repeated
+  samples of one prompt differ (the HF backend seeds torch the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
+                                   response_bytes, split_sdk_fields)
+from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
+                                    GenerationParams)
+from memaudit.errors import ConfigError
+
+MAX_TOP_LOGPROBS = 20
+
+
+class OpenAIBackend(APIBackend):
+    backend_name = "openai"
+    capabilities = frozenset({OPTION_LOGPROBS, GENERATE})
+    default_key_env = "OPENAI_API_KEY"
+    default_base_url = "https://api.openai.com/v1"
+
+    def __init__(self, model_id: str, **kwargs):
+        super().__init__(model_id, **kwargs)
+        if not 1 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ConfigError(f"{self.label}: top_logprobs must be 1..{MAX_TOP_LOGPROBS} "
+                              f"(the API returns at most {MAX_TOP_LOGPROBS}), not {self.top_logprobs}")
+        if self.max_tokens_field is None:
+            self.max_tokens_field = "max_tokens" if self.base_url else "max_completion_tokens"
+
+    def _make_client(self, api_key: str):
+        import openai
+
+        # base_url always explicit: left unset, the SDK would follow OPENAI_BASE_URL from the environment.
+        return openai.OpenAI(api_key=api_key, base_url=self.base_url or self.default_base_url,
+                             timeout=self.timeout, max_retries=0)
+
+    def _sdk_errors(self):
+        import openai
+
+        return openai.APIStatusError, openai.APITimeoutError, openai.APIConnectionError
+
+    def _body(self, prompt: str, params: GenerationParams, top_logprobs: int) -> dict:
+        messages = [{"role": "system", "content": params.system_prompt}] if params.system_prompt else []
+        messages.append({"role": "user", "content": prompt})
+        body = {"model": self.model_id, "messages": messages, self.max_tokens_field: params.max_new_tokens,
+                "temperature": params.temperature, "seed": self.wire_seed(params)}
+        if params.top_p != 1.0:
+            body["top_p"] = params.top_p
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if top_logprobs:
+            if not self.logprobs:
+                raise ConfigError(f"{self.label}: log-probabilities requested, but the config says the endpoint "
+                                  f"returns none (api.logprobs: false)")
+            body["logprobs"] = True
+            body["top_logprobs"] = min(int(top_logprobs), MAX_TOP_LOGPROBS)
+        if params.repetition_penalty != 1.0:
+            if not self.base_url:
+                raise ConfigError(f"{self.label}: OpenAI's API has no repetition_penalty (use 1.0); "
+                                  f"OpenAI-compatible servers such as vLLM take it")
+            body["repetition_penalty"] = params.repetition_penalty
+        return body
+
+    def _send(self, body: dict) -> dict:
+        named, extra = split_sdk_fields(self._client.chat.completions.create, body)
+        raw = self._client.chat.completions.with_raw_response.create(**named, extra_body=extra or None)
+        return decode_json(response_bytes(raw), label=self.label)
+
+    def _parse(self, data: dict) -> Parsed:
+        if "choices" not in data and isinstance(data.get("error"), dict):
+            raise ValueError(f"an error object instead of a completion: {data['error'].get('message')}")
+        choice = data["choices"][0]
+        message = choice["message"]
+        text = message.get("content")
+        refusal = message.get("refusal")
+        if text is None and refusal:
+            text = refusal
+        usage = data.get("usage") or {}
+        tokens = top = None
+        content = (choice.get("logprobs") or {}).get("content")
+        if content is not None:
+            tokens = [(e["token"], float(e["logprob"])) for e in content]
+            top = [[(t["token"], float(t["logprob"])) for t in e.get("top_logprobs") or []] for e in content]
+        return Parsed(text=text, input_tokens=int(usage.get("prompt_tokens") or 0),
+                      output_tokens=int(usage.get("completion_tokens") or 0),
+                      finish_reason=choice.get("finish_reason"),
+                      provider_refusal=bool(refusal) or choice.get("finish_reason") == "content_filter",
+                      tokens=tokens, top_logprobs=top)
+
+    # -- option log-probabilities ---------------------------------------------------------
+
+    def option_scores(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
+                      params: GenerationParams = GenerationParams()) -> list[OptionScores]:
+        """Option log-probabilities with what is missing, per prompt (see :class:`OptionScores`).
+
+        One request per prompt: a single greedy token with ``top_logprobs`` =
+        ``api.top_logprobs`` (20 by default); the options are read from the first
+        position's list. The request does not depend on the options, so one cached
+        answer serves any option set. Status ``invalid`` when no option is listed.
+        """
+        if len(prompts) != len(options):
+            raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
+        calls = self.plan(prompts, params, option_logprobs=True)
+        outcomes = self._serve(calls)
+        self._raise_failures(outcomes)
+        out = []
+        for o, opts in zip(outcomes, options):
+            nan_row = {opt: float("nan") for opt in opts}
+            if o.status == STATUS_ERROR or o.parsed is None:
+                out.append(OptionScores(nan_row, tuple(opts), [], None, o.status, o.from_cache, o.requested_at,
+                                        o.error))
+                continue
+            first = o.parsed.top_logprobs[0] if o.parsed.top_logprobs else []
+            if not first:
+                out.append(OptionScores(nan_row, tuple(opts), [], None, STATUS_INVALID, o.from_cache,
+                                        o.requested_at, f"{self.label}: the response has no top_logprobs "
+                                                        f"(if the endpoint offers none, set api.logprobs: false)"))
+                continue
+            scores, missing = option_logprobs_from_top(first, opts)
+            status = STATUS_INVALID if len(missing) == len(opts) else STATUS_OK
+            error = f"{self.label}: no option among the top {len(first)} tokens" if status == STATUS_INVALID else None
+            out.append(OptionScores(scores, missing, list(first), min(lp for _, lp in first) if missing else None,
+                                    status, o.from_cache, o.requested_at, error))
+        return out
+
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
+                        params: GenerationParams = GenerationParams()) -> list[dict[str, float]]:
+        """``{option: log-probability}`` per prompt, ``nan`` for an option outside the top list.
+
+        Same shape as :meth:`memaudit.backends.hf.HFBackend.option_logprobs`
+        (variants ``"A"``/``" A"`` summed); use :meth:`option_scores` for what is missing and why.
+        """
+        return [s.logprobs for s in self.option_scores(prompts, options, params=params)]

@@ -1,0 +1,158 @@
+"""Retries with exponential backoff and jitter, honouring Retry-After; a cooldown shared by threads.
+
+A request that fails with a *transient* fault (HTTP 429, 408, 409, 5xx, a connection
+error, a timeout, a body that is not JSON) is retried up to ``max_attempts`` times
+in all. Between attempts the caller waits
+
+- what the server asked for (``Retry-After`` / ``retry-after-ms``) when it said so, or
+- ``d/2 + U(0, d/2)`` with ``d = min(max_delay, base_delay * 2**(attempt-1))``
+  ("equal jitter": the wait grows exponentially, and concurrent clients that
+  failed together do not retry in lockstep).
+
+A 429 means the whole account is over its limit, not just this request, so it
+also pauses every other thread of the backend (:class:`Cooldown`) for the same
+time instead of letting them hammer the API. Other faults (400, 401, 403, 404,
+422) are permanent: retrying cannot help, so they fail at once.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, TypeVar
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+class RequestFault(Exception):
+    """One failed attempt, classified; ``message`` is already redacted."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class RetriesExhausted(Exception):
+    """The final fault of a request, with the number of attempts made."""
+
+    def __init__(self, fault: RequestFault, attempts: int, *, reason: str = ""):
+        self.fault = fault
+        self.attempts = attempts
+        what = f"after {attempts} attempt{'s' if attempts != 1 else ''}" if fault.retryable else \
+            "(not retried: the request itself was rejected)"
+        super().__init__(f"{fault.message} {what}{reason}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_attempts`` counts the first try: ``max_retries`` in the config plus one."""
+
+    max_attempts: int = 6
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    # A server asking for a longer wait than this is out of quota for the day, not
+    # briefly busy: fail with a clear message rather than sleep for an hour.
+    max_retry_after: float = 300.0
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Wait after failed attempt number ``attempt`` (1-based) when the server named none."""
+        d = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        return d / 2 + rng.uniform(0, d / 2)
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait, from ``retry-after-ms`` or ``Retry-After``.
+
+    ``Retry-After`` is either delta-seconds (fractions accepted, as OpenAI sends
+    them) or an HTTP date (RFC 9110 section 10.2.3). ``None`` when absent or unreadable.
+    """
+    if not headers:
+        return None
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    if "retry-after-ms" in lower:
+        try:
+            return max(0.0, float(lower["retry-after-ms"]) / 1000.0)
+        except ValueError:
+            pass
+    value = lower.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class Cooldown:
+    """A moment before which no thread of one backend may send: set by 429 responses."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self._until = 0.0
+        self._lock = threading.Lock()
+        self._clock, self._sleep = clock, sleep
+
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            self._until = max(self._until, self._clock() + seconds)
+
+    def wait(self) -> float:
+        """Sleep until the cooldown is over; returns the seconds slept."""
+        slept = 0.0
+        while True:
+            with self._lock:
+                left = self._until - self._clock()
+            if left <= 0:
+                return slept
+            self._sleep(left)
+            slept += left
+
+
+def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy, *, cooldown: Cooldown | None = None,
+                      rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
+                      on_retry: Callable[[RequestFault, int, float], None] | None = None) -> tuple[T, int]:
+    """Run ``attempt`` until it returns, retrying transient :class:`RequestFault` s.
+
+    Returns ``(value, attempts)``; raises :class:`RetriesExhausted` with the last
+    fault when attempts run out, the fault is permanent, or the server asks for a
+    wait longer than ``policy.max_retry_after``. ``on_retry(fault, attempt, delay)``
+    is called before each wait (for logging and counting).
+    """
+    rng = rng or random.Random()
+    n = 0
+    while True:
+        n += 1
+        if cooldown is not None:
+            cooldown.wait()
+        try:
+            return attempt(), n
+        except RequestFault as fault:
+            if not fault.retryable:
+                raise RetriesExhausted(fault, n) from None
+            if fault.retry_after is not None and fault.retry_after > policy.max_retry_after:
+                raise RetriesExhausted(fault, n, reason=(
+                    f"; the server asks to wait {fault.retry_after:.0f}s, more than max_retry_after "
+                    f"({policy.max_retry_after:.0f}s): the quota is probably exhausted")) from None
+            if n >= policy.max_attempts:
+                raise RetriesExhausted(fault, n) from None
+            delay = fault.retry_after if fault.retry_after is not None else policy.backoff(n, rng)
+            if fault.status == 429 and cooldown is not None:
+                cooldown.pause(delay)
+            if on_retry is not None:
+                on_retry(fault, n, delay)
+            sleep(delay)

@@ -1,0 +1,643 @@
+"""API backends through the real openai and anthropic SDK clients against a loopback server.
+
+Every number of requests asserted below is what the server received, so the
+cache, retry and resume claims are checked on the wire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from api_server import (bad_request, error_object_200, loopback, malformed_json, overloaded,
+                        provider_refusal, rate_limited, refusal_text, reply_with_top, server_error, stall,
+                        unauthorized)
+from memaudit.backends.anthropic_backend import AnthropicBackend
+from memaudit.backends.api import (APIRequestError, api_backend_from_config, api_slots, option_logprobs_from_top,
+                                   redact)
+from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
+                                    STATUS_REFUSAL, GenerationParams, check_probe_support, model_capabilities)
+from memaudit.backends.cache import ResponseCache, canonical_json
+from memaudit.backends.ledger import Pricing, estimate_cost, estimate_plan, ledger_frame
+from memaudit.backends.openai_backend import OpenAIBackend
+from memaudit.backends.refusal import classify_answer, is_refusal, outcome_rates, parse_choice
+from memaudit.backends.retry import (Cooldown, RequestFault, RetriesExhausted, RetryPolicy, call_with_retries,
+                                     parse_retry_after)
+from memaudit.errors import ConfigError
+
+KEY_ENV = "MEMAUDIT_TEST_API_KEY"
+KEY = "sk-test-Z9q2" + "x7Lm4Pw8Rt6Yh3Nv" * 2  # what a real key looks like; must never be written anywhere
+FAST = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
+GREEDY = GenerationParams(max_new_tokens=8)
+OPTIONS = ["A", "B", "C", "D"]
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+@pytest.fixture
+def server():
+    with loopback() as srv:
+        yield srv
+
+
+def make_openai(server, cache, **kw) -> OpenAIBackend:
+    opts = dict(name="gpt-test", base_url=server.openai_base_url, api_key_env=KEY_ENV, cache=cache,
+                retry_policy=FAST, concurrency=4, timeout=5.0, pricing=Pricing(1.0, 2.0), rule="rule_a")
+    opts.update(kw)
+    return OpenAIBackend("gpt-test-2025-01-01", **opts)
+
+
+def make_anthropic(server, cache, **kw) -> AnthropicBackend:
+    opts = dict(name="claude-test", base_url=server.anthropic_base_url, api_key_env=KEY_ENV, cache=cache,
+                retry_policy=FAST, timeout=5.0, pricing=Pricing(3.0, 15.0))
+    opts.update(kw)
+    return AnthropicBackend("claude-test-1", **opts)
+
+
+# ----------------------------------------------------------------------------- success, cache, ledger
+
+def test_success_then_cached_rerun_sends_nothing_and_the_ledger_prices_it(server, tmp_path):
+    db = tmp_path / "cache.sqlite"
+    prompts = ["first prompt alpha", "second prompt beta", "third prompt gamma"]
+    out = make_openai(server, db).generate(prompts, GREEDY)
+    assert [g.text for g in out] == [f"Echo: {p}" for p in prompts]
+    assert [(g.input_tokens, g.output_tokens, g.status, g.from_cache) for g in out] == [(3, 4, STATUS_OK, False)] * 3
+    assert server.count() == 3
+    sent = server.records[0].request
+    assert (sent.max_tokens, sent.temperature, sent.seed, sent.logprobs) == (8, 0.0, 0, False)
+
+    rerun = make_openai(server, db, rule="rule_b")
+    again = rerun.generate(prompts, GREEDY)
+    assert server.count() == 3  # zero network calls
+    assert rerun._sdk_client is None  # not even an SDK client was built
+    assert [g.text for g in again] == [g.text for g in out]
+    assert all(g.from_cache for g in again)
+    assert [g.requested_at for g in again] == [g.requested_at for g in out]  # when the API was asked
+
+    ledger = ledger_frame(db).set_index(["model", "rule"])
+    a, b = ledger.loc[("gpt-test", "rule_a")], ledger.loc[("gpt-test", "rule_b")]
+    assert (a.n_sent, a.n_cached, a.input_tokens, a.output_tokens) == (3, 0, 9, 12)
+    assert a.cost_usd == pytest.approx((9 * 1.0 + 12 * 2.0) / 1e6)
+    assert (b.n_sent, b.n_cached, b.cached_input_tokens, b.cost_usd) == (0, 3, 9, 0.0)
+
+    # a different decoding parameter is a different request
+    make_openai(server, db).generate(prompts[:1], GenerationParams(max_new_tokens=9))
+    assert server.count() == 4
+
+
+def test_cache_key_is_the_canonical_request_and_sample_index_counts_only_when_sampling(server, tmp_path):
+    b = make_openai(server, None)
+    (call,) = b.plan(["Who wrote Emma?"], GenerationParams(max_new_tokens=5, system_prompt="Be brief.", seed=3))
+    body = {"model": "gpt-test-2025-01-01", "max_tokens": 5, "temperature": 0.0, "seed": 3,
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who wrote Emma?"}]}
+    identity = {"v": 1, "backend": "openai", "model_id": "gpt-test-2025-01-01", "revision": None, "body": body,
+                "seed": 3, "sample_index": 0}
+    assert call.body == body
+    assert call.key == hashlib.sha256(canonical_json(identity).encode()).hexdigest()
+
+    def key(**kw):
+        return b.plan(["p"], GenerationParams(**kw))[0].key
+
+    assert key(sample_index=0) == key(sample_index=5)  # greedy: one entry serves every sample
+    assert key(temperature=0.7, sample_index=0) != key(temperature=0.7, sample_index=1)
+    assert key(seed=1) != key(seed=2)
+    # sampled requests send distinct seeds, so the provider returns distinct samples
+    assert b.plan(["p"], GenerationParams(temperature=0.7, seed=2, sample_index=3))[0].body["seed"] == 2 * 1000003 + 3
+    other_revision = make_openai(server, None, revision="abc123")
+    assert other_revision.plan(["p"], GenerationParams())[0].key != key()
+
+
+def test_concurrent_requests_stay_within_the_limit(tmp_path):
+    with loopback(latency=0.2) as srv:
+        b = make_openai(srv, tmp_path / "c.sqlite", concurrency=4)
+        t0 = time.monotonic()
+        out = b.generate([f"prompt {i}" for i in range(8)], GREEDY)
+        elapsed = time.monotonic() - t0
+    assert srv.count() == 8 and srv.max_in_flight == 4
+    assert elapsed < 8 * 0.2 * 0.75  # one at a time would take 1.6 s; four at a time about 0.4 s
+    assert [g.text for g in out] == [f"Echo: prompt {i}" for i in range(8)]
+
+
+def test_concurrent_writers_share_one_cache_file(tmp_path):
+    db = tmp_path / "shared.sqlite"
+    caches = [ResponseCache(db), ResponseCache(db)]  # two connections, as two Snakemake jobs have
+    errors = []
+
+    def write(cache, keys):
+        try:
+            for k in keys:
+                cache.put(key=f"k{k}", backend="openai", model_id="m", request={"k": k}, response={"n": k},
+                          input_tokens=1, output_tokens=1, requested_at="t", seconds=0.0, attempts=1)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(caches[0], range(0, 120))),
+               threading.Thread(target=write, args=(caches[1], range(100, 220)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert caches[0].count() == 220
+    assert caches[1].get_many(["k5", "k150", "k999"]).keys() == {"k5", "k150"}
+    assert caches[0]._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ----------------------------------------------------------------------------- option log-probabilities
+
+def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_path):
+    top = [("A", -0.2), (" A", -1.9), ("B", -2.3), (" C", -4.0), ("The", -5.0)]
+    server.responder.queue(reply_with_top("A", top), prompt="q1")
+    server.responder.queue(reply_with_top("The", [("The", -0.1), (" of", -2.0)]), prompt="q2")
+    b = make_openai(server, tmp_path / "c.sqlite")
+    s1, s2 = b.option_scores(["q1", "q2"], [OPTIONS, OPTIONS])
+
+    assert s1.logprobs["A"] == pytest.approx(math.log(math.exp(-0.2) + math.exp(-1.9)), abs=1e-12)
+    assert (s1.logprobs["B"], s1.logprobs["C"]) == (-2.3, -4.0)
+    assert math.isnan(s1.logprobs["D"]) and s1.missing == ("D",) and s1.missing_upper_bound == -5.0
+    assert s1.status == STATUS_OK
+    assert set(s2.logprobs) == set(OPTIONS) and all(math.isnan(v) for v in s2.logprobs.values())
+    assert s2.status == STATUS_INVALID and "no option among the top 2" in s2.error
+    sent = server.records[0].request
+    assert (sent.max_tokens, sent.temperature, sent.logprobs, sent.top_logprobs) == (1, 0.0, True, 20)
+
+    # the request does not depend on the option set: another set is served from the cache
+    (rows,) = make_openai(server, tmp_path / "c.sqlite").option_logprobs(["q1"], [["B", "C", "E"]])
+    assert server.count() == 2 and rows["B"] == -2.3 and math.isnan(rows["E"])
+
+
+def test_option_logprobs_from_top_sums_variants_and_never_raises():
+    scores, missing = option_logprobs_from_top([(" B", -1.0), ("B", -1.0), ("x", -0.1)], ["B", " C"])
+    assert scores["B"] == pytest.approx(-1.0 + math.log(2)) and math.isnan(scores[" C"]) and missing == (" C",)
+    assert option_logprobs_from_top([], ["A"])[1] == ("A",)
+
+
+def test_top_logprobs_above_the_api_limit_is_a_config_error(server):
+    with pytest.raises(ConfigError, match="top_logprobs must be 1..20"):
+        make_openai(server, None, top_logprobs=21)
+
+
+# ----------------------------------------------------------------------------- faults and retries
+
+def test_429_honours_retry_after_and_retries_only_once(server, tmp_path):
+    server.responder.queue(rate_limited(0.3), prompt="limited")
+    b = make_openai(server, tmp_path / "c.sqlite")
+    (g,) = b.generate(["limited"], GREEDY)
+    assert g.status == STATUS_OK and g.meta["attempts"] == 2 and server.count() == 2
+    first, second = server.records
+    assert first.status == 429 and second.status == 200
+    assert second.arrived - first.finished >= 0.3 - 0.01  # waited what the server asked, not the 0.01 s backoff
+    assert b.counts == {"sent": 1, "cached": 0, "retries": 1, "failed": 0}
+    assert len(b.cache.usage_rows()) == 1  # only the answered request is in the ledger
+
+
+def test_a_429_pauses_the_other_threads_too(tmp_path):
+    with loopback(latency=0.05) as srv:
+        srv.responder.queue(rate_limited(0.4))  # to whichever request comes first
+        make_openai(srv, tmp_path / "c.sqlite", concurrency=2).generate([f"p{i}" for i in range(4)], GREEDY)
+    (limited,) = [r for r in srv.records if r.status == 429]
+    later = [r.arrived for r in srv.records if r.arrived > limited.finished + 0.02]
+    assert later and min(later) >= limited.finished + 0.4 - 0.02
+    assert srv.count() == 5
+
+
+def test_5xx_is_retried_and_exhaustion_is_a_clear_error_after_caching_the_rest(server, tmp_path):
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(server_error(500), server_error(503), prompt="flaky")
+    (g,) = make_openai(server, db).generate(["flaky"], GREEDY)
+    assert g.meta["attempts"] == 3 and server.count() == 3
+
+    server.responder.queue(server_error(500), server_error(500), server_error(500), prompt="down")
+    with pytest.raises(APIRequestError) as err:
+        make_openai(server, db).generate(["ok 1", "down", "ok 2"], GREEDY)
+    msg = str(err.value)
+    assert "1 of 3 requests failed" in msg and "HTTP 500" in msg and "after 3 attempts" in msg
+    assert server.count() == 3 + 2 + 3
+    assert ResponseCache(db).count() == 3  # flaky, ok 1, ok 2
+
+    out = make_openai(server, db).generate(["ok 1", "down", "ok 2"], GREEDY)  # the server has recovered
+    assert server.count() == 3 + 2 + 3 + 1  # only the failed one is sent again
+    assert [g.from_cache for g in out] == [True, False, True]
+
+
+def test_timeout_is_retried(server, tmp_path):
+    server.responder.queue(stall(1.0), prompt="slow")
+    t0 = time.monotonic()
+    (g,) = make_openai(server, tmp_path / "c.sqlite", timeout=0.3).generate(["slow"], GREEDY)
+    assert g.status == STATUS_OK and g.text == "Echo: slow" and g.meta["attempts"] == 2
+    assert server.count() == 2 and time.monotonic() - t0 >= 0.3
+
+
+def test_malformed_json_is_retried_then_a_clear_error_or_recorded(server, tmp_path):
+    server.responder.queue(malformed_json(), prompt="glitch")
+    (g,) = make_openai(server, tmp_path / "a.sqlite").generate(["glitch"], GREEDY)
+    assert g.status == STATUS_OK and g.meta["attempts"] == 2 and server.count() == 2
+
+    server.responder.queue(malformed_json(), malformed_json(), malformed_json(), prompt="broken")
+    with pytest.raises(APIRequestError, match=r"malformed response, not valid JSON .* after 3 attempts"):
+        make_openai(server, tmp_path / "b.sqlite").generate(["broken"], GREEDY)
+
+    server.responder.queue(malformed_json(), malformed_json(), malformed_json(), prompt="broken")
+    (g,) = make_openai(server, tmp_path / "b.sqlite", on_error="record").generate(["broken"], GREEDY)
+    assert g.status == STATUS_ERROR and "malformed response" in g.error and g.text == ""
+
+
+def test_an_error_object_with_status_200_is_invalid_and_not_cached(server, tmp_path):
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(error_object_200("The model is overloaded"), prompt="odd")
+    (g,) = make_openai(server, db).generate(["odd"], GREEDY)
+    assert g.status == STATUS_INVALID and "The model is overloaded" in g.error
+    assert ResponseCache(db).count() == 0
+    (g,) = make_openai(server, db).generate(["odd"], GREEDY)
+    assert g.status == STATUS_OK and server.count() == 2
+
+
+def test_a_rejected_request_is_not_retried(server, tmp_path):
+    server.responder.queue(bad_request("Invalid value for 'temperature'"), prompt="bad")
+    with pytest.raises(APIRequestError, match=r"HTTP 400: Invalid value for 'temperature' \(not retried"):
+        make_openai(server, tmp_path / "c.sqlite").generate(["bad"], GREEDY)
+    assert server.count() == 1
+
+
+# ----------------------------------------------------------------------------- refusals and rates
+
+def test_refusals_are_detected_from_text_and_provider_signal(server, tmp_path):
+    server.responder.queue(refusal_text(), prompt="quote chapter 1")
+    server.responder.queue(provider_refusal(), prompt="quote chapter 2")
+    out = make_openai(server, tmp_path / "c.sqlite").generate(["quote chapter 1", "quote chapter 2", "summarise"],
+                                                             GREEDY)
+    assert [g.status for g in out] == [STATUS_REFUSAL, STATUS_REFUSAL, STATUS_OK]
+    rates = outcome_rates(g.status for g in out)
+    assert (rates["n"], rates["n_refusal"], rates["refusal_rate"], rates["invalid_rate"]) == (3, 2, 2 / 3, 0.0)
+    ledger = ledger_frame(tmp_path / "c.sqlite")
+    assert ledger.loc[0, "n_refusal"] == 2
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("I can't provide verbatim copyrighted text.", True),
+    ("I’m sorry, but I can’t help with reproducing that passage.", True),
+    ("Sorry, I cannot share the full text of that book.", True),
+    ("I won't reproduce the lyrics word for word, but here is a summary.", True),
+    ("Due to copyright restrictions, I cannot quote this.", True),
+    ("It is a truth universally acknowledged, that a single man in possession", False),
+    ("He said he can't provide for his family any more.", False),
+    ("I cannot help but think of her smile.", False),
+    ("The answer is B.", False),
+])
+def test_refusal_patterns(text, expected):
+    assert is_refusal(text) is expected
+
+
+def test_answer_parsing_and_invalid_answers():
+    assert [parse_choice(t) for t in ["B", "(C)", "**D**.", "Answer: A", "The answer is C.", "option B"]] == \
+        ["B", "C", "D", "A", "C", "B"]
+    assert [parse_choice(t) for t in ["A passage about whales", "A or B", "", "The answer is B, not option C"]] == \
+        [None] * 4
+    assert classify_answer("I can't provide that.") == (STATUS_REFUSAL, None)
+    assert classify_answer("Perhaps the second one") == (STATUS_INVALID, None)
+    assert classify_answer("D") == (STATUS_OK, "D")
+    assert math.isnan(outcome_rates([])["refusal_rate"])
+
+
+# ----------------------------------------------------------------------------- Anthropic
+
+def test_anthropic_messages_success_overload_retry_refusal_and_cache(server, tmp_path):
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(overloaded(), prompt="hello claude")
+    server.responder.queue(rate_limited(retry_after_ms=250), prompt="busy")
+    server.responder.queue(provider_refusal("I can't do that."), prompt="quote it")
+    params = GenerationParams(max_new_tokens=6, system_prompt="You are terse.", stop=("END",))
+    out = make_anthropic(server, db).generate(["hello claude", "busy", "quote it"], params)
+    assert [g.status for g in out] == [STATUS_OK, STATUS_OK, STATUS_REFUSAL]
+    assert out[0].text == "Echo: hello claude" and out[0].meta["finish_reason"] == "end_turn"
+    assert (out[0].input_tokens, out[0].output_tokens, out[0].meta["attempts"]) == (5, 3, 2)
+    busy = [r for r in server.records if r.prompt == "busy"]
+    assert [r.status for r in busy] == [429, 200] and busy[1].arrived - busy[0].finished >= 0.25 - 0.01
+    sent = server.records[-1].request
+    assert (sent.api, sent.messages[0], sent.stop, sent.temperature) == (
+        "anthropic", {"role": "system", "content": "You are terse."}, ("END",), 0.0)
+    n = server.count()
+    again = make_anthropic(server, db).generate(["hello claude", "busy", "quote it"], params)
+    assert server.count() == n and all(g.from_cache for g in again)
+    assert [g.status for g in again] == [STATUS_OK, STATUS_OK, STATUS_REFUSAL]
+
+
+def test_anthropic_has_no_logprobs_and_no_repetition_penalty(server):
+    b = make_anthropic(server, None)
+    with pytest.raises(ConfigError, match="no log-probabilities"):
+        b.generate(["x"], GREEDY, top_logprobs=5)
+    with pytest.raises(ConfigError, match="no repetition_penalty"):
+        b.generate(["x"], GenerationParams(repetition_penalty=1.2))
+    with pytest.raises(ConfigError, match="cannot serve option_logprobs"):
+        b.option_logprobs(["x"], [OPTIONS])
+    assert server.count() == 0
+
+
+# ----------------------------------------------------------------------------- kill and resume
+
+KILLED_RUN = """
+import sys
+from memaudit.backends.base import GenerationParams
+from memaudit.backends.openai_backend import OpenAIBackend
+b = OpenAIBackend("gpt-test", base_url=sys.argv[1], api_key_env=sys.argv[3], cache=sys.argv[2], concurrency=2)
+b.generate([f"prompt {i}" for i in range(12)], GenerationParams(max_new_tokens=4))
+"""
+
+
+def stored_rows(db: Path) -> int:
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db, timeout=5) as conn:
+        try:
+            return conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        except sqlite3.OperationalError:  # the table is not created yet
+            return 0
+
+
+def test_a_killed_run_resumes_without_repeating_paid_calls(tmp_path):
+    db = tmp_path / "c.sqlite"
+    prompts = [f"prompt {i}" for i in range(12)]
+    with loopback(latency=0.15) as srv:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, srv.openai_base_url, str(db), KEY_ENV],
+                                env={**os.environ}, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while stored_rows(db) < 4:  # kill once four answers are committed, mid-run
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+        stored = ResponseCache(db).count()
+        assert 4 <= stored < 12
+        before = srv.count()
+        out = OpenAIBackend("gpt-test", base_url=srv.openai_base_url, api_key_env=KEY_ENV, cache=db,
+                            concurrency=4).generate(prompts, GenerationParams(max_new_tokens=4))
+        assert srv.count() - before == 12 - stored  # nothing answered before the kill is paid again
+    assert sum(g.from_cache for g in out) == stored
+    assert [g.text for g in out] == [f"Echo: {p}" for p in prompts]
+
+
+# ----------------------------------------------------------------------------- keys
+
+def test_the_key_is_sent_but_never_written_to_cache_ledger_logs_or_errors(server, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    for name in ("openai", "anthropic", "httpx", "httpx2", "memaudit"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    db = tmp_path / "cache.sqlite"
+    b = make_openai(server, db)
+    b.generate(["some prompt"], GREEDY)
+    assert server.records[0].authorization == f"Bearer {KEY}"  # it was used
+
+    server.responder.queue(unauthorized(KEY), prompt="who am I")
+    with pytest.raises(APIRequestError) as err:
+        b.generate(["who am I"], GREEDY)
+    assert KEY not in str(err.value) and "Incorrect API key provided: ***" in str(err.value)
+    logging.getLogger("some.library").warning("connecting with key %s", KEY)  # any logger, any handler
+
+    from memaudit.cli import main
+
+    assert main(["api-ledger", "--cache", str(db), "--out", str(tmp_path / "ledger.csv")]) == 0
+    b.close()
+    secret = KEY.encode()
+    for path in tmp_path.iterdir():
+        assert secret not in path.read_bytes(), path.name
+    assert KEY not in caplog.text and "connecting with key ***" in caplog.text
+    assert KEY not in repr(b) and KEY not in json.dumps(b.describe())
+    assert redact(f"https://user:{KEY}@host/v1") == "https://***@host/v1"
+
+
+def test_a_missing_key_variable_is_named_and_only_needed_to_send(server, monkeypatch, tmp_path):
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(ConfigError, match=f"environment variable {KEY_ENV} is not set"):
+        make_openai(server, None)
+    planner = make_openai(server, tmp_path / "c.sqlite", require_key=False)
+    assert estimate_cost(planner, ["p"], GREEDY).rows[0]["api_key_present"] is False
+    with pytest.raises(ConfigError, match=KEY_ENV):
+        planner.generate(["p"], GREEDY)
+    assert server.count() == 0
+
+
+# ----------------------------------------------------------------------------- cost estimate
+
+def test_estimate_counts_cached_requests_as_free_and_bounds_the_rest(server, tmp_path):
+    db = tmp_path / "c.sqlite"
+    b = make_openai(server, db, pricing=Pricing(2.0, 8.0))
+    params = GenerationParams(max_new_tokens=10, system_prompt="Be brief.")
+    prompts = ["Who wrote Emma?", "Name the whale.", "Quote the first line.", "x" * 41]
+    b.generate(prompts[:1], params)
+    est = estimate_cost(b, prompts, params)
+    (row,) = est.rows
+    # ceil(chars / 4) per text, 3 tokens per message (system + user), 3 to prime the reply
+    expected_in = sum(math.ceil(len(p) / 4) + math.ceil(len("Be brief.") / 4) + 2 * 3 + 3 for p in prompts[1:])
+    assert (row["n_requests"], row["n_cached"], row["n_to_send"]) == (4, 1, 3)
+    assert (row["input_tokens_est"], row["output_tokens_max"]) == (expected_in, 30)
+    assert est.total_cost_usd == pytest.approx((expected_in * 2.0 + 30 * 8.0) / 1e6)
+    sampled = estimate_cost(b, prompts, GenerationParams(max_new_tokens=10, temperature=0.7), n_samples=3)
+    assert sampled.rows[0]["n_requests"] == 12
+    assert server.count() == 1
+    assert "to send" in est.format() and "at most" in est.format()
+
+
+def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    config = {"models": {"gpt": {"backend": "openai",
+                                 "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": KEY_ENV}},
+                         "local": {"backend": "hf", "source": {"builtin": "smollm2-135m-instruct"}}},
+              "api": {"cache": str(tmp_path / "c.sqlite"),
+                      "pricing": {"gpt-4o-mini-2024-07-18": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}}
+    plan = [{"model": "gpt", "prompt": "abcd" * 10, "max_new_tokens": 5, "kind": "generate"},
+            {"model": "gpt", "prompt": "Which passage is verbatim?", "kind": "option_logprobs"},
+            {"model": "local", "prompt": "free"}]
+    est = estimate_plan(config, plan)
+    (row,) = est.rows
+    assert (row["n_requests"], row["output_tokens_max"]) == (2, 5 + 1)
+    assert row["input_tokens_est"] == (10 + 6) + (7 + 6)
+    assert est.total_cost_usd == pytest.approx((29 * 0.15 + 6 * 0.6) / 1e6)
+    assert f"environment variable {KEY_ENV} is not set" in est.format()
+    assert not (tmp_path / "c.sqlite").exists()  # an estimate writes nothing
+
+
+# ----------------------------------------------------------------------------- retry policy
+
+def test_backoff_grows_exponentially_with_jitter_and_is_capped():
+    import random
+
+    policy = RetryPolicy(max_attempts=6, base_delay=1.0, max_delay=8.0)
+    rng = random.Random(0)
+    delays = [policy.backoff(n, rng) for n in range(1, 6)]
+    for d, cap in zip(delays, [1, 2, 4, 8, 8]):
+        assert cap / 2 <= d <= cap
+    assert len(set(delays)) == 5  # jittered, not lockstep
+
+
+def test_call_with_retries_counts_attempts_and_honours_retry_after():
+    slept, results = [], iter([RequestFault("429", retryable=True, status=429, retry_after=2.5),
+                               RequestFault("503", retryable=True, status=503), "done"])
+
+    def attempt():
+        item = next(results)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    now = [0.0]
+
+    def sleep(seconds):  # a fake clock: the test takes no time
+        slept.append(seconds)
+        now[0] += seconds
+
+    value, n = call_with_retries(attempt, RetryPolicy(base_delay=1.0), sleep=sleep,
+                                 cooldown=Cooldown(clock=lambda: now[0], sleep=sleep))
+    # the server's 2.5 s, then the second backoff, d = 2: in [d/2, d]; the cooldown added no extra wait
+    assert (value, n) == ("done", 3) and len(slept) == 2 and slept[0] == 2.5 and 1.0 <= slept[1] <= 2.0
+
+    def rejected():
+        raise RequestFault("HTTP 401", retryable=False, status=401)
+
+    with pytest.raises(RetriesExhausted, match="not retried") as err:
+        call_with_retries(rejected, RetryPolicy(), sleep=slept.append)
+    assert err.value.attempts == 1
+
+    def out_of_quota():
+        raise RequestFault("HTTP 429", retryable=True, status=429, retry_after=3600)
+
+    with pytest.raises(RetriesExhausted, match="quota is probably exhausted"):
+        call_with_retries(out_of_quota, RetryPolicy(max_retry_after=300), sleep=slept.append)
+
+
+def test_parse_retry_after_forms():
+    assert parse_retry_after({"Retry-After": "2"}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "250", "Retry-After": "9"}) == 0.25
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:10 GMT"}, now=1445412480.0) == 10.0
+    assert parse_retry_after({"Retry-After": "soon"}) is None and parse_retry_after({}) is None
+
+
+# ----------------------------------------------------------------------------- config and registry
+
+API_MODEL = {"backend": "openai", "family": "gpt",
+             "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": "OPENAI_API_KEY",
+                     "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}
+
+
+def test_schema_fills_api_defaults_only_for_api_models():
+    import copy
+
+    import yaml
+
+    from memaudit.config import _validator_with_defaults, load_schema
+
+    from workflow_helpers import ROOT
+
+    config = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    config["models"]["gpt"] = copy.deepcopy(API_MODEL)
+    validator = _validator_with_defaults(load_schema())
+    list(validator.iter_errors(config))
+    assert list(validator.iter_errors(config)) == []
+    api = config["models"]["gpt"]["api"]
+    assert (api["concurrency"], api["max_retries"], api["timeout"], api["top_logprobs"]) == (4, 5, 60, 20)
+    assert all("api" not in e for name, e in config["models"].items() if name != "gpt")
+    assert "api" not in config  # the top-level block keeps no default
+    config["models"]["gpt"]["api"]["top_logprobs"] = 25
+    assert any("top_logprobs" in str(e.absolute_path) for e in validator.iter_errors(config))
+
+
+def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key(monkeypatch):
+    import copy
+
+    from memaudit.backends.config_checks import check_api_models
+    from memaudit.probes import registry
+
+    pasted = "sk-proj-" + "Ab3" * 12
+    models = {
+        "gpt": copy.deepcopy(API_MODEL),
+        "pasted": {"backend": "openai", "api": {"model_id": "gpt-4o", "api_key_env": pasted,
+                                                "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}},
+        "unpriced": {"backend": "anthropic", "api": {"model_id": "claude-x"}},
+        "creds": {"backend": "openai", "api": {"model_id": "m", "base_url": "http://u:p@127.0.0.1:8000/v1"}},
+        "nolp": {"backend": "openai", "api": {"model_id": "local", "base_url": "http://127.0.0.1:8000/v1",
+                                              "logprobs": False}},
+        "weights": {"backend": "openai", "source": {"builtin": "smollm2-135m-instruct"}},
+        "local": {"backend": "hf", "source": {"builtin": "smollm2-135m-instruct"}, "api": {"model_id": "x"}},
+    }
+    monkeypatch.setitem(registry.PROBES, "decop", registry.ProbeSpec(
+        "decop", frozenset({OPTION_LOGPROBS}), "multiple_choice", "DE-COP"))
+    problems = check_api_models({"models": models, "probes": {"decop": {}}})
+    text = "\n".join(problems)
+    assert pasted not in text
+    assert sorted(p.split(":")[0] for p in problems) == [
+        "models.creds.api.base_url", "models.local.api", "models.nolp.api.logprobs",
+        "models.pasted.api.api_key_env", "models.unpriced.api.pricing", "models.weights.api", "models.weights.source"]
+    assert check_api_models({"models": {"gpt": API_MODEL}, "api": {}}) == []
+
+
+def test_capabilities_registry_and_resource_slots():
+    check_probe_support("decop", {OPTION_LOGPROBS, GENERATE}, "gpt", "openai")
+    with pytest.raises(ConfigError, match="needs option_logprobs, which model 'claude' \\(backend 'anthropic'\\)"):
+        check_probe_support("decop", {OPTION_LOGPROBS}, "claude", "anthropic")
+    assert OPTION_LOGPROBS not in model_capabilities({"backend": "openai", "api": {"logprobs": False}})
+    config = {"models": {"gpt": {**API_MODEL, "api": {**API_MODEL["api"], "concurrency": 8}},
+                         "local": {"backend": "hf"}}}
+    assert [api_slots(config, m, "openai") for m in ("gpt", "local")] == [8, 0]
+    assert api_slots(config, "gpt", "anthropic") == 0
+
+
+def test_backend_from_config_uses_schema_defaults_and_the_shared_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    config = {"models": {"gpt": API_MODEL}, "api": {"cache": str(tmp_path / "api.sqlite")}}
+    with api_backend_from_config(config, "gpt", rule="decop") as b:
+        pass
+    assert (b.model_id, b.concurrency, b.retry_policy.max_attempts, b.timeout) == (
+        "gpt-4o-mini-2024-07-18", 4, 6, 60.0)
+    assert (b.max_tokens_field, b.pricing, b.rule, b.cache.path) == (
+        "max_completion_tokens", Pricing(0.15, 0.6), "decop", tmp_path / "api.sqlite")
+    assert b.describe()["base_url"] == "https://api.openai.com/v1"
+
+
+def test_importing_the_interface_imports_no_sdk_or_torch():
+    code = ("import sys, memaudit.backends.base, memaudit.backends.api, memaudit.config; "
+            "print(sorted(m for m in ('openai', 'anthropic', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- memaudit serve
+
+def test_serve_puts_a_local_model_behind_the_openai_api(tiny_model):
+    import torch
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.server import ChatServer, HFResponder
+
+    model, tok = tiny_model
+    hf = HFBackend({"path": "tiny"}, model=model, tokenizer=tok)
+    params = GenerationParams(max_new_tokens=5, chat=False)
+    with ChatServer(HFResponder(hf), model_name="tiny") as srv:
+        api = OpenAIBackend("tiny", base_url=srv.openai_base_url, cache=None)
+        (remote,) = api.generate(["The sea"], params, top_logprobs=5)
+    (local,) = hf.generate(["The sea"], params)
+    assert remote.text == local.text and remote.output_tokens == local.output_tokens
+    ids = tok("The sea", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), -1)
+    values, idx = torch.topk(logp, 5)
+    expected = [[tok.decode([int(i)]), float(v)] for v, i in zip(values, idx)]
+    got = remote.meta["top_logprobs"][0]
+    assert [t for t, _ in got] == [t for t, _ in expected]
+    assert max(abs(a[1] - b[1]) for a, b in zip(got, expected)) < 1e-5
