@@ -58,23 +58,38 @@ def test_baseline_matches_package_scores_for_every_method(bench, models):
                              "doc_id": [f"d{i}" for i in range(len(TEXTS))],
                              "label": [1, 0, 1, 0, 1], "text": TEXTS})
     # batch_size 2 puts passages of different lengths in one padded batch.
-    ours, seconds = bench.ours_scores(target, reference, passages, ks=KS, batch_size=2, max_tokens=512)
-    baseline, n_forward = bench.baseline_scores(target, reference, TEXTS, ks=KS, max_tokens=512)
+    m = bench.measure(target, reference, passages, ks=KS, batch_size=2, max_tokens=512, repeats=2)
+    ours, baseline = m["ours_scores"], m["baseline_scores"]
+    whole = bench.ours_scores(target, reference, passages, ks=KS, batch_size=2, max_tokens=512)
 
     expected = {m.name for m in build_methods(bench.METHODS, KS, [bench.REFERENCE_MODEL], bench.TARGET_MODEL)}
-    assert set(ours) == set(baseline) == expected
+    assert set(ours) == set(baseline) == set(whole) == expected
     assert len(expected) == 3 + 2 * len(KS) + 1
     # loss, zlib, min_k, min_k++ one pass each, lowercase two, reference two: 8 per text.
-    assert n_forward == 8 * len(TEXTS)
-    assert set(seconds) == {"original", "lowercase", "reference", "scoring"}
+    assert m["baseline_forward_passes"] == 8 * len(TEXTS)
+    assert m["n_buckets"] == 3
+    assert set(m["ours_by_stage"]) == {"original", "lowercase", "reference", "scoring"}
+    assert np.array(m["floor_rounds"]).shape == (2, 3)
+    assert m["ours_seconds"] > 0 and m["forward_seconds"] > 0 and m["baseline_seconds"] > 0
 
-    diffs = bench.max_abs_diffs(ours, baseline)
-    for name in expected:
-        assert np.all(np.isfinite(ours[name])), name
-        assert diffs[name] <= 1e-4, (name, diffs[name], ours[name], baseline[name])
+    for other in (baseline, whole):  # bucket by bucket, and all passages in one call as the workflow runs
+        diffs = bench.max_abs_diffs(ours, other)
+        for name in expected:
+            assert np.all(np.isfinite(ours[name])), name
+            assert diffs[name] <= 1e-4, (name, diffs[name], ours[name], other[name])
     # The scores are not degenerate: methods differ and passages differ.
     assert np.ptp(ours["loss"]) > 0.01
     assert not np.allclose(ours["min_k_5pct"], ours["min_k_plus_plus_5pct"])
+
+
+def test_per_score_baseline_reruns_each_k_with_the_same_scores(bench, models):
+    target, reference = models
+    family, n_family = bench.baseline_scores(target, reference, TEXTS[:2], ks=KS, max_tokens=512)
+    per_score, n_score = bench.baseline_scores(target, reference, TEXTS[:2], ks=KS, max_tokens=512,
+                                               way="per-score")
+    # loss, zlib 1 each, lowercase 2, reference 2, min_k and min_k++ 1 per k.
+    assert (n_family, n_score) == (8 * 2, (6 + 2 * len(KS)) * 2)
+    assert max(bench.max_abs_diffs(family, per_score).values()) == 0.0
 
 
 def test_max_abs_diffs_flags_missing_methods_and_nan_mismatch(bench):

@@ -1,0 +1,115 @@
+"""Run every ``benchmarks/bench_*.py`` in turn and print a table of their ``results/bench/<name>.json``.
+
+Each script runs in its own process (``python bench_<name>.py --out <dir>/<name>.json``),
+so one benchmark's threads, caches and memory never colour another's timings.
+The table is also written to ``<dir>/summary.csv``.
+
+Exit status: 1 if a script failed or wrote no JSON; with ``--strict`` also if a
+benchmark missed one of its targets (``meets_targets``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+COLUMNS = ["name", "n_items", "ours_seconds", "forward_seconds", "ours_over_floor", "baseline_seconds",
+           "speedup", "max_abs_diff", "targets"]
+
+
+def discover(only: Sequence[str] | None = None) -> list[Path]:
+    scripts = sorted(HERE.glob("bench_*.py"))
+    if only:
+        scripts = [s for s in scripts if bench_name(s) in set(only)]
+    return scripts
+
+
+def bench_name(script: Path) -> str:
+    return script.stem.removeprefix("bench_")
+
+
+def run_script(script: Path, out: Path, extra: Sequence[str]) -> tuple[int, float]:
+    print(f"== {script.name} -> {out}", flush=True)
+    t0 = time.perf_counter()
+    rc = subprocess.run([sys.executable, str(script), "--out", str(out), *extra], cwd=ROOT).returncode
+    return rc, time.perf_counter() - t0
+
+
+def summary_row(result: dict) -> dict:
+    row = {c: result.get(c) for c in COLUMNS if c != "targets"}
+    met = result.get("meets_targets")
+    row["targets"] = "n/a" if not met else ("met" if all(met.values()) else
+                                             "MISSED: " + ",".join(k for k, v in met.items() if not v))
+    return row
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    def cell(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            if math.isinf(v) or math.isnan(v):
+                return str(v)
+            return f"{v:.2e}" if (v != 0 and abs(v) < 1e-2) else f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+        return str(v)
+
+    cells = [[cell(r.get(c)) for c in COLUMNS] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out-dir", type=Path, default=ROOT / "results" / "bench")
+    p.add_argument("--only", nargs="+", help="benchmark names (bench_<name>.py) to run")
+    p.add_argument("--summary-only", action="store_true", help="only tabulate the JSONs already there")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a benchmark misses a target")
+    args, extra = p.parse_known_args(argv)
+
+    sys.path.insert(0, str(ROOT / "src"))
+    import pandas as pd
+
+    from memaudit.io import read_json, write_csv
+
+    scripts = discover(args.only)
+    if not scripts:
+        print(f"no benchmarks/bench_*.py matching {args.only}", file=sys.stderr)
+        return 1
+    failed, rows = [], []
+    for script in scripts:
+        out = args.out_dir / f"{bench_name(script)}.json"
+        if not args.summary_only:
+            rc, seconds = run_script(script, out, extra)
+            print(f"== {script.name}: exit {rc} after {seconds:.0f}s", flush=True)
+            if rc != 0:
+                failed.append(f"{script.name} (exit {rc})")
+                continue
+        if not out.exists():
+            failed.append(f"{script.name} (no {out})")
+            continue
+        rows.append(summary_row(read_json(out)))
+
+    if rows:
+        print()
+        print(format_table(rows))
+        write_csv(args.out_dir / "summary.csv", pd.DataFrame(rows, columns=COLUMNS))
+    for f in failed:
+        print(f"FAILED: {f}", file=sys.stderr)
+    missed = [r["name"] for r in rows if str(r["targets"]).startswith("MISSED")]
+    if failed or (args.strict and missed):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
