@@ -25,9 +25,27 @@ wildcard_constraints:
     model=_alternatives(MODELS),
 
 
+def canonical(obj):
+    """A copy with every mapping's keys sorted.
+
+    Snakemake reruns a job when the text of its params changes, and a dict's text
+    depends on key order: reordering keys in the YAML (or writing it with another
+    tool) must not rerun anything.
+    """
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
+
+
 def model_entry(wildcards):
     """Only this model's own config entry (adding a model leaves other jobs untouched)."""
-    return config["models"][wildcards.model]
+    return canonical(config["models"][wildcards.model])
+
+
+def benchmark_entry(wildcards):
+    return canonical(config["benchmarks"][wildcards.benchmark])
 
 
 def model_inputs(wildcards):

@@ -23,7 +23,7 @@ rule benchmark_dataset:
         documents="results/datasets/{benchmark}/documents.jsonl",
         passages="results/datasets/{benchmark}/passages.jsonl",
     params:
-        benchmark=lookup(dpath="benchmarks/{benchmark}", within=config),
+        benchmark=benchmark_entry,
         seed=config["seed"],
     log:
         "logs/benchmark_dataset/{benchmark}.log",
@@ -39,7 +39,7 @@ rule pretrain_pool:
     output:
         documents="results/pretrain/documents.jsonl",
     params:
-        pretrain=config["pretrain"],
+        pretrain=canonical(config["pretrain"]),
     log:
         "logs/pretrain_pool.log",
     conda:

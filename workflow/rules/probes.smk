@@ -33,7 +33,7 @@ rule token_prob_scores:
         passages="results/scores/{benchmark}/{model}/token_prob_passages.csv",
         documents="results/scores/{benchmark}/{model}/token_prob_documents.csv",
     params:
-        token_prob=TOKEN_PROB,
+        token_prob=canonical(TOKEN_PROB),
     log:
         "logs/token_prob_scores/{benchmark}/{model}.log",
     conda:

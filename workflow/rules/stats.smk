@@ -8,7 +8,7 @@ rule metrics:
         metrics="results/metrics/{benchmark}/{model}.csv",
     params:
         contaminated=is_contaminated,
-        stats=config["stats"],
+        stats=canonical(config["stats"]),
         seed=config["seed"],
     log:
         "logs/metrics/{benchmark}/{model}.log",
@@ -25,7 +25,7 @@ rule blind_baseline:
         scores="results/scores/{benchmark}/_blind_baseline/documents.csv",
         metrics="results/metrics/{benchmark}/_blind_baseline.csv",
     params:
-        stats=config["stats"],
+        stats=canonical(config["stats"]),
         seed=config["seed"],
     log:
         "logs/blind_baseline/{benchmark}.log",
