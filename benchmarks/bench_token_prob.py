@@ -25,7 +25,9 @@ Timing on a shared machine: the passages are cut into the length buckets of
 bucket runs floor, ours and baseline back to back, so load from other work hits
 the three alike instead of one whole phase. Floor and ours run ``--repeats``
 rounds and each bucket keeps its fastest; the baseline runs once (load can only
-understate the speedup).
+understate the speedup). Before each bucket the script waits (``--wait-quiet``
+seconds in all) for other work to leave the CPUs idle; the JSON says how long it
+waited and how many buckets were timed on a busy machine anyway.
 
 The baseline uses the definitions of :mod:`memaudit.probes.token_prob` (context
 token from :func:`~memaudit.probes.token_stats.encode`, ``max(1, int(k*T))``
@@ -203,9 +205,49 @@ def score_all(passages: pd.DataFrame, stats: dict[str, TokenStats], ks: Sequence
     return {m: g["score"].to_numpy(np.float64) for m, g in table.groupby("method", sort=False)}
 
 
+def machine_busy_fraction(interval: float = 0.5) -> float:
+    """Share of all CPUs busy over ``interval`` seconds (Linux ``/proc/stat``; 0 where unavailable)."""
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+    try:
+        total0, idle0 = read()
+        time.sleep(interval)
+        total1, idle1 = read()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+class QuietGate:
+    """Before each timed bucket, wait (up to ``budget_s`` in all) until other work leaves the CPUs idle.
+
+    On a shared machine another job taking one of two cores slows a two-thread
+    forward pass several-fold; timing only when the machine is quiet keeps the
+    ratios meaningful. Buckets timed while busy (budget spent) are counted.
+    """
+
+    def __init__(self, budget_s: float, threshold: float = 0.15, progress: Callable[[str], None] | None = None):
+        self.budget_s, self.threshold, self.progress = budget_s, threshold, progress
+        self.waited_s, self.busy_buckets = 0.0, 0
+
+    def wait(self) -> None:
+        busy = machine_busy_fraction()
+        while busy > self.threshold and self.waited_s < self.budget_s:
+            if self.progress and self.waited_s == 0:
+                self.progress(f"machine {busy:.0%} busy with other work; waiting for it to go quiet")
+            time.sleep(5)
+            self.waited_s += 5 + 0.5
+            busy = machine_busy_fraction()
+        if busy > self.threshold:
+            self.busy_buckets += 1
+
+
 def measure(target, reference, passages: pd.DataFrame, *, ks: Sequence[float], batch_size: int,
             max_tokens: int | None, repeats: int = 1, baseline_way: str | None = "per-family",
-            progress: Callable[[str], None] | None = None) -> dict:
+            quiet: QuietGate | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Floor, ours and baseline over ``passages``, bucket by bucket (see the module docstring).
 
     Ours for a bucket is ``compute_token_stats`` on that bucket's texts for each
@@ -224,6 +266,8 @@ def measure(target, reference, passages: pd.DataFrame, *, ks: Sequence[float], b
     baseline_parts, n_forward = [], 0
     for r in range(repeats):
         for b, bucket in enumerate(buckets):
+            if quiet is not None:
+                quiet.wait()
             plan = pass_plan(target, reference, [texts[i] for i in bucket])
             for p, name in enumerate(PASSES):
                 model, tok, pass_texts, with_distribution = plan[name]
@@ -440,8 +484,9 @@ def run(args) -> dict:
     # Other work on the machine inflates every timing; the load average shows it.
     load_before = os.getloadavg()
     t0 = time.perf_counter()
+    quiet = QuietGate(args.wait_quiet, progress=log.info)
     m = measure(target, reference, passages, ks=args.ks, repeats=args.repeats, baseline_way=args.baseline_way,
-                progress=log.info, **kw)
+                quiet=quiet, progress=log.info, **kw)
     load_after = os.getloadavg()
     log.info("measured in %.0fs", time.perf_counter() - t0)
 
@@ -497,6 +542,9 @@ def run(args) -> dict:
         },
         "machine": machine_info(device),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
+        "waited_for_quiet_seconds": quiet.waited_s,
+        # Buckets timed while other work kept the CPUs busy (--wait-quiet spent): their timings are inflated.
+        "buckets_timed_while_busy": quiet.busy_buckets,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -519,6 +567,8 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--baseline-way", choices=sorted(BASELINE_WAYS), default="per-family",
                    help="per-family: one pass per method family (8 per passage); "
                         "per-score: one per method and k (20 per passage)")
+    p.add_argument("--wait-quiet", type=float, default=600,
+                   help="seconds in all the run may wait for other work to leave the CPUs before a bucket")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all CPUs)")
     return p.parse_args(argv)
