@@ -3,6 +3,7 @@ import re
 
 from snakemake.utils import validate
 
+from memaudit.backends.api import api_slots
 from memaudit.config import check_config, contaminated_on
 from memaudit.probes.registry import probes_for_model
 
@@ -76,6 +77,20 @@ def reference_stats(wildcards):
 
 def is_contaminated(wildcards):
     return wildcards.benchmark in contaminated_on(config["models"][wildcards.model])
+
+
+def api_openai_slots(wildcards):
+    """Slots of the global ``api_openai`` resource a job for ``{model}`` claims (0 for other backends).
+
+    Every rule that sends requests declares ``resources: api_openai=api_openai_slots,
+    api_anthropic=api_anthropic_slots``; ``--resources api_openai=N`` then caps the
+    requests in flight across all parallel jobs.
+    """
+    return api_slots(config, wildcards.model, "openai")
+
+
+def api_anthropic_slots(wildcards):
+    return api_slots(config, wildcards.model, "anthropic")
 
 
 # Models scored by at least one configured probe (an API model gets no white-box probe).
