@@ -35,6 +35,10 @@ def start(snakemake, name: str | None = None) -> logging.Logger:
             logging.getLogger(lib).setLevel(logging.INFO)
     warnings.filterwarnings("ignore", message=".*TRANSFORMERS_CACHE.*")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Before anything touches CUDA: the job sees only the GPUs it claimed (resources: gpu=N).
+    from memaudit.devices import bind_job_devices
+
+    bind_job_devices(_claimed_gpus(snakemake), progress=logger.info)
     threads = max(1, min(int(getattr(snakemake, "threads", 1) or 1), os.cpu_count() or 1))
     if "torch" in sys.modules or name != "light":
         try:
@@ -49,3 +53,8 @@ def start(snakemake, name: str | None = None) -> logging.Logger:
 def _wildcards(snakemake) -> str:
     items = dict(snakemake.wildcards.items()) if hasattr(snakemake.wildcards, "items") else {}
     return " ".join(f"{k}={v}" for k, v in items.items())
+
+def _claimed_gpus(snakemake) -> int:
+    """The job's ``gpu`` resource (0 when the rule declares none)."""
+    resources = getattr(snakemake, "resources", None)
+    return int(resources.get("gpu", 0) or 0) if resources is not None else 0

@@ -130,3 +130,20 @@ def final_outputs():
         ),
         *expand("results/figures/{benchmark}/auc_vs_size.png", benchmark=BENCHMARKS),
     ]
+
+def gpu_slots(wildcards):
+    """GPUs a probing job of ``{model}`` claims (``resources: gpu``).
+
+    ``gpus`` from the model's entry, else 1 for ``device: cuda``, 0 for ``cpu``, and for
+    ``auto`` 1 when this machine has a GPU (see ``memaudit.devices.model_gpus``). Locally
+    ``--resources gpu=N`` caps the GPUs in use and each job locks its own; under SLURM it
+    becomes ``--gpus=N``.
+    """
+    from memaudit.devices import model_gpus
+
+    return model_gpus(config["models"][wildcards.model], model=wildcards.model)
+
+
+def training_gpu_slots(wildcards):
+    """GPUs a ``prepare_model`` job claims: a fine-tune trains on the GPU, a conversion needs none."""
+    return gpu_slots(wildcards) if "base" in config["models"][wildcards.model] else 0

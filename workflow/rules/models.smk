@@ -14,6 +14,7 @@ rule prepare_model:
     resources:
         mem_mb=8000,
         runtime=240,
+        gpu=training_gpu_slots,
     log:
         "logs/prepare_model/{model}.log",
     benchmark:

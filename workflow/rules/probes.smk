@@ -14,6 +14,7 @@ rule token_stats:
     resources:
         mem_mb=8000,
         runtime=120,
+        gpu=gpu_slots,
     log:
         "logs/token_stats/{benchmark}/{model}.log",
     benchmark:

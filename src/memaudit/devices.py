@@ -1,0 +1,173 @@
+"""GPUs for workflow jobs: how many a job claims, and which ones it gets.
+
+Snakemake's ``--resources gpu=N`` bounds how many GPUs the running jobs claim together, but
+it does not say *which* device each job uses: two jobs started at once would both pick
+``cuda:0``. Here a job claims its GPUs with a file lock per device (``flock``: the kernel
+drops the lock when the process ends, however it ends, so a killed job never leaves a device
+taken) and then sees only those devices through ``CUDA_VISIBLE_DEVICES``; inside the job
+``cuda``/``cuda:0`` is its own first GPU. A job that claims no GPU sees none, as on a SLURM
+node with device constraints, so a local run and a cluster run place work alike.
+
+Under SLURM (``SLURM_JOB_ID`` set) the scheduler has already given the job its GPUs and set
+``CUDA_VISIBLE_DEVICES``: nothing is locked, the count is only checked.
+
+With no GPU visible a job runs on the CPU (the tests and CI have none).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from memaudit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+LOCK_DIR_ENV = "MEMAUDIT_GPU_LOCK_DIR"
+NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
+
+# Locks held for the rest of the process (a job claims its devices once, at start).
+_held: list = []
+
+
+class DeviceError(RuntimeError):
+    """A job asked for more GPUs than are visible, or timed out waiting for free ones."""
+
+
+def visible_gpus() -> list[str]:
+    """Ids of the CUDA devices this process may use, without initialising CUDA.
+
+    ``CUDA_VISIBLE_DEVICES`` when it is set (SLURM sets it to the job's GPUs; ``""`` or ``-1``
+    hide every device), otherwise one id per GPU the NVIDIA driver lists.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [d.strip() for d in env.split(",") if d.strip()]
+        # CUDA stops at the first invalid entry; -1 is the usual way to say "none".
+        return [] if not ids or ids[0] == "-1" else ids
+    try:
+        return [str(i) for i in range(len(list(NVIDIA_PROC.iterdir())))]
+    except OSError:
+        return []
+
+
+def model_gpus(entry: dict, *, model: str = "?", visible: int | None = None) -> int:
+    """GPUs each GPU job of a model claims (the ``gpu`` resource of its fine-tuning and probing jobs).
+
+    ``gpus`` in the model's entry if given; else 1 for ``device: cuda``/``cuda:N``, 0 for
+    ``device: cpu``, and for ``device: auto`` (the default) 1 if the machine that builds the
+    job graph has a GPU, else 0. On a cluster the submitting machine usually has none: give the
+    model ``device: cuda`` (or ``gpus: N``) to request GPUs there.
+    """
+    if entry.get("backend", "hf") != "hf":
+        return 0
+    if "gpus" in entry:
+        return int(entry["gpus"])
+    device = str(entry.get("device", "auto"))
+    if device.startswith("cuda"):
+        return 1
+    if device == "cpu":
+        return 0
+    if device != "auto":
+        raise ConfigError(f"config key models.{model}.device: {device!r} is not auto, cpu, cuda or cuda:N")
+    return min(1, len(visible_gpus()) if visible is None else visible)
+
+
+def lock_dir() -> Path:
+    """Where the per-device locks live: ``$MEMAUDIT_GPU_LOCK_DIR`` or one folder per machine under /tmp."""
+    path = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "memaudit-gpu-locks")
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.chmod(0o1777)  # shared by every user of the machine, like /tmp
+        except OSError:
+            pass
+    return path
+
+
+def _try_lock(path: Path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return None
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def claim_gpus(n: int, devices: Sequence[str], *, locks: Path | None = None, timeout: float | None = None,
+               poll: float = 0.2, progress: Callable[[str], None] = log.info) -> list[str]:
+    """Lock ``n`` of ``devices`` for this process and return their ids (first free ones first).
+
+    Blocks until ``n`` are free at once (or ``timeout`` seconds, then DeviceError). Never holds
+    part of a claim while waiting, so two jobs wanting two GPUs each cannot deadlock. The locks
+    are released by :func:`release_gpus` or when the process exits.
+    """
+    if n <= 0:
+        return []
+    if n > len(devices):
+        raise DeviceError(f"a job claims {n} GPU(s) but only {len(devices)} are visible ({list(devices)})")
+    locks = Path(locks) if locks is not None else lock_dir()
+    start = time.monotonic()
+    next_note = start + 30
+    while True:
+        got: list[tuple[str, int]] = []
+        for dev in devices:
+            fd = _try_lock(locks / f"gpu-{dev}.lock")
+            if fd is not None:
+                got.append((dev, fd))
+                if len(got) == n:
+                    _held.extend(fd for _, fd in got)
+                    return [d for d, _ in got]
+        for _, fd in got:
+            os.close(fd)  # closing the descriptor drops its flock
+        now = time.monotonic()
+        if timeout is not None and now - start >= timeout:
+            raise DeviceError(f"no {n} free GPU(s) among {list(devices)} after {timeout:.0f}s "
+                              f"(locks in {locks})")
+        if now >= next_note:
+            progress(f"waiting for {n} free GPU(s) among {list(devices)} (locks in {locks})")
+            next_note = now + 60
+        time.sleep(poll)
+
+
+def release_gpus() -> None:
+    """Drop every device lock this process holds."""
+    while _held:
+        os.close(_held.pop())
+
+
+def bind_job_devices(gpus: int, *, progress: Callable[[str], None] = log.info) -> list[str]:
+    """Give the current job its own ``gpus`` devices (or none) through ``CUDA_VISIBLE_DEVICES``.
+
+    Call before anything initialises CUDA. Returns the device ids the job now sees (empty:
+    the job runs on the CPU).
+    """
+    gpus = int(gpus or 0)
+    visible = visible_gpus()
+    if gpus == 0:
+        if visible:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # claimed none, so it uses none
+        return []
+    if not visible:
+        progress(f"the job claims {gpus} GPU(s) but none is visible: running on the CPU")
+        return []
+    if os.environ.get("SLURM_JOB_ID"):
+        if len(visible) < gpus:
+            raise DeviceError(f"SLURM gave this job {len(visible)} GPU(s) ({visible}); it claims {gpus}")
+        chosen = visible[:gpus]
+    else:
+        chosen = claim_gpus(gpus, visible, progress=progress)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+    progress(f"using GPU(s) {','.join(chosen)}")
+    return chosen

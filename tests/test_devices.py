@@ -1,0 +1,186 @@
+"""GPU allocation for jobs: processes competing for device locks, and Snakemake capping GPU jobs.
+
+No GPU is needed: the locks only need device ids, and CUDA_VISIBLE_DEVICES set to ids of GPUs
+that do not exist makes torch see none, so the jobs run on the CPU as they would anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from memaudit import devices
+from memaudit.errors import ConfigError
+
+from workflow_helpers import ROOT, SNAKEMAKE
+
+WORKER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from memaudit.devices import claim_gpus
+    locks, go, n, hold, out = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+    while not go.exists():
+        time.sleep(0.01)
+    got = claim_gpus(n, ["0", "1", "2"], locks=locks, poll=0.02)
+    start = time.time()
+    time.sleep(hold)
+    Path(out).write_text(json.dumps({"devices": got, "start": start, "end": time.time()}))
+""")
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def test_visible_gpus_follows_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert devices.visible_gpus() == ["2", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert devices.visible_gpus() == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert devices.visible_gpus() == []
+
+
+def test_model_gpus_from_gpus_and_device():
+    assert devices.model_gpus({"gpus": 4, "device": "cuda"}) == 4
+    assert devices.model_gpus({"device": "cuda"}, visible=0) == 1
+    assert devices.model_gpus({"device": "cuda:1"}, visible=0) == 1
+    assert devices.model_gpus({"device": "cpu"}, visible=8) == 0
+    assert devices.model_gpus({"device": "auto"}, visible=0) == 0
+    assert devices.model_gpus({"device": "auto"}, visible=8) == 1
+    assert devices.model_gpus({"backend": "openai", "device": "cuda"}) == 0
+    with pytest.raises(ConfigError, match="models.big.device"):
+        devices.model_gpus({"device": "gpu"}, model="big")
+
+
+def test_competing_processes_never_share_a_device(tmp_path):
+    """Ten processes want 1 or 2 of 3 devices at once: no device is ever held by two of them."""
+    go = tmp_path / "go"
+    wants, hold = [1, 2, 1, 1, 2, 1, 1, 2, 1, 1], 0.5
+    procs = []
+    for i, n in enumerate(wants):
+        cmd = [sys.executable, "-c", WORKER, str(tmp_path), str(go), str(n), str(hold), str(tmp_path / f"{i}.json")]
+        procs.append(subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True))
+    time.sleep(1.0)  # let every interpreter start, then release them together
+    go.touch()
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    runs = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(len(wants))]
+    for run, n in zip(runs, wants):
+        assert len(run["devices"]) == n and len(set(run["devices"])) == n
+        assert set(run["devices"]) <= {"0", "1", "2"}
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            if _overlap(a, b):
+                assert not set(a["devices"]) & set(b["devices"]), (a, b)
+    # Work ran side by side: held device-seconds exceed the wall time of the whole run.
+    wall = max(r["end"] for r in runs) - min(r["start"] for r in runs)
+    assert hold * len(runs) > wall
+    assert {d for r in runs for d in r["devices"]} == {"0", "1", "2"}
+
+
+def test_a_killed_job_frees_its_device(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from memaudit.devices import claim_gpus
+        claim_gpus(1, ["0"], locks=Path({str(tmp_path)!r}))
+        print("held", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(devices.DeviceError, match="no 1 free GPU"):
+            devices.claim_gpus(1, ["0"], locks=tmp_path, timeout=0.5)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    try:
+        assert devices.claim_gpus(1, ["0"], locks=tmp_path, timeout=5) == ["0"]
+    finally:
+        devices.release_gpus()
+
+
+def test_more_gpus_than_visible_is_an_error(tmp_path):
+    with pytest.raises(devices.DeviceError, match="claims 3 GPU"):
+        devices.claim_gpus(3, ["0", "1"], locks=tmp_path)
+
+
+def test_bind_job_devices(monkeypatch, tmp_path):
+    monkeypatch.setenv(devices.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    try:
+        assert devices.bind_job_devices(1) == ["3"]
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+        # another process of the same machine now gets the other one
+        other = subprocess.run([sys.executable, "-c", "import os; from memaudit.devices import bind_job_devices;"
+                                "bind_job_devices(1); print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+                               env=dict(os.environ, CUDA_VISIBLE_DEVICES="3,5"), capture_output=True, text=True)
+        assert other.stdout.strip() == "5", other.stderr
+    finally:
+        devices.release_gpus()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert devices.bind_job_devices(0) == [] and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    # no GPU at all: the job runs on the CPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert devices.bind_job_devices(2) == []
+    # under SLURM the scheduler has chosen: no locks, but the count must be there
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert devices.bind_job_devices(1) == ["0"]
+    assert not list(tmp_path.glob("gpu-0.lock"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(devices.DeviceError, match="SLURM gave this job 1 GPU"):
+        devices.bind_job_devices(2)
+
+
+SNAKEFILE = """
+rule all:
+    input: expand("out/{i}.json", i=range(4))
+
+rule gpu_job:
+    output: "out/{i}.json"
+    threads: 1
+    resources: gpu=1
+    script: "job.py"
+"""
+
+JOB = """
+import json, os, time
+from memaudit.workflow_support import start
+start(snakemake, "light")  # no torch import: the test is about the devices
+t0 = time.time()
+time.sleep(3)
+with open(snakemake.output[0], "w") as f:
+    json.dump({"devices": os.environ["CUDA_VISIBLE_DEVICES"].split(","), "start": t0, "end": time.time()}, f)
+"""
+
+
+@pytest.mark.slow
+def test_snakemake_caps_gpu_jobs_and_each_gets_its_own_device(tmp_path):
+    """The local-profile mechanism for real: --resources gpu=2 over 3 (fake) devices, four GPU jobs."""
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "job.py").write_text(JOB)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0,1,2", MEMAUDIT_GPU_LOCK_DIR=str(tmp_path / "locks"))
+    env.pop("SLURM_JOB_ID", None)
+    proc = subprocess.run([*SNAKEMAKE, "--cores", "4", "--resources", "gpu=2"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [json.loads((tmp_path / f"out/{i}.json").read_text()) for i in range(4)]
+    assert all(len(r["devices"]) == 1 and r["devices"][0] in {"0", "1", "2"} for r in runs)
+    pairs = [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:] if _overlap(a, b)]
+    assert pairs, "no two GPU jobs ran at once: nothing was tested"
+    for a, b in pairs:
+        assert a["devices"] != b["devices"], (a, b)
+    # never more than two at once (gpu=2), whatever the 4 cores would allow
+    at_start = [sum(r["start"] <= a["start"] < r["end"] for r in runs) for a in runs]
+    assert max(at_start) == 2, at_start
