@@ -1,4 +1,4 @@
-"""The workflow end to end on config/ci.yaml, and incremental scheduling from dry-run job lists."""
+"""The workflow end to end on config/ci.yaml; lint."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, snakemake
+from workflow_helpers import ROOT, SNAKEMAKE, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -65,36 +65,7 @@ def test_rerun_has_nothing_to_do(ci_run):
     assert "Nothing to be done" in out
 
 
-def test_adding_a_model_schedules_only_its_jobs(ci_run, tmp_path):
-    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
-    cfg["models"]["tiny-gpt2-wide"] = {
-        "family": "tiny-gpt2",
-        "source": {"tiny_gpt2": {"n_layer": 1, "n_embd": 48, "n_head": 2, "n_positions": 64,
-                                 "vocab_size": 512, "max_tokens": 20000}},
-    }
-    path = ci_run / "config" / "ci_plus_one.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    jobs = planned_jobs(ci_run, path)
-    new = "tiny-gpt2-wide"
-    per_model = {(r, w) for r, w in jobs if f"model={new}" in w}
-    others = jobs - per_model
-    assert ("prepare_model", f"model={new}") in per_model
-    for bench in ("news", "novels"):
-        for rule in ("token_stats", "token_prob_scores", "metrics", "figure_roc", "figure_score_distributions"):
-            assert (rule, f"benchmark={bench}, model={new}") in per_model, (rule, bench)
-    # Nothing of any other model reruns: only the cross-model tables and figures.
-    assert others == {("summary", ""), ("all", ""), ("figure_auc_vs_size", "benchmark=news"),
-                      ("figure_auc_vs_size", "benchmark=novels")}, others
-
-
-def test_changing_one_model_reruns_only_that_model(ci_run):
-    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
-    cfg["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] = 3
-    path = ci_run / "config" / "ci_changed.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    jobs = planned_jobs(ci_run, path)
-    touched = {w for _, w in jobs if "model=" in w}
-    assert touched and all("model=tiny-gpt2-small-contaminated" in w for w in touched), touched
+# Incremental scheduling (adding or changing a model, a method, a benchmark): tests/test_incremental.py.
 
 
 def test_lint_is_clean():

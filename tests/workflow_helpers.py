@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,12 +13,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def make_workdir(dest: Path) -> Path:
-    """A copy of the workflow sharing the fetched assets and the converted-model cache."""
+def make_workdir(dest: Path, share_resources: bool = True) -> Path:
+    """A copy of the workflow sharing the fetched assets and the converted-model cache.
+
+    ``share_resources=False`` gives it empty ``resources/`` instead: enough for dry runs, and
+    immune to another run re-fetching the shared assets (a newer stamp reruns everything).
+    """
     for name in ("Snakefile", "workflow", "config", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
     (dest / "resources").mkdir()
+    if not share_resources:
+        return dest
     for name in ("demo", "cache"):
         (ROOT / "resources" / name).mkdir(parents=True, exist_ok=True)
         (dest / "resources" / name).symlink_to(ROOT / "resources" / name)
@@ -31,14 +38,70 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
-def planned_jobs(workdir: Path, configfile: Path) -> set[tuple[str, str]]:
-    """(rule, wildcards) of every job a dry run schedules."""
-    out = snakemake(workdir, "-n", "all", "--configfile", str(configfile)).stdout
-    jobs = set()
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+def planned_jobs(workdir: Path, configfile: Path | str, env: dict | None = None) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run of ``all`` schedules."""
+    return {(job["rule"], job["wildcards"]) for job in dry_run(workdir, configfile, env=env)}
+
+
+# Run in a subprocess (the API changes the working directory): which output
+# positions of each rule are directory() outputs, as JSON {rule: [index, ...]}.
+_DIRECTORY_OUTPUTS = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.io import is_flagged
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1),
+                      config_settings=ConfigSettings(configfiles=[Path(sys.argv[1])]),
+                      snakefile=Path("Snakefile"), workdir=Path("."))
+    dirs = {r.name: [i for i, f in enumerate(r.output) if is_flagged(f, "directory")] for r in wf._workflow.rules}
+print("DIRECTORY_OUTPUTS" + json.dumps(dirs))
+"""
+
+
+def dry_run(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> list[dict]:
+    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "output"}`` (output as listed)."""
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(configfile), *extra], cwd=workdir,
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise AssertionError(f"dry run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
         m = re.match(r"(?:local)?rule (\w+):", block.strip())
         if not m:
             continue
         wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-        jobs.add((m.group(1), wc.group(1).strip() if wc else ""))
+        out = re.search(r"^\s+output: (.*)$", block, re.M)
+        jobs.append({"rule": m.group(1), "wildcards": wc.group(1).strip() if wc else "",
+                     "output": [p.strip() for p in out.group(1).split(",")] if out else []})
+    return jobs
+
+
+def touch_finished(workdir: Path, configfile: Path | str) -> list[dict]:
+    """Make ``workdir`` look like a finished run of ``configfile`` in seconds, without running a job.
+
+    Every output the dry run lists is created empty (directory outputs as directories), then
+    ``snakemake --touch --forceall`` touches them job by job in DAG order and records each job's
+    metadata (params, code, input set) exactly as a real run does, so later dry runs apply
+    the same rerun triggers as on a finished run. Returns the jobs of the full run (see ``dry_run``).
+    """
+    proc = subprocess.run([sys.executable, "-c", _DIRECTORY_OUTPUTS, str(configfile)], cwd=workdir,
+                          capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DIRECTORY_OUTPUTS")), None)
+    if proc.returncode != 0 or line is None:
+        raise AssertionError(f"reading the rules failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    directories = json.loads(line.removeprefix("DIRECTORY_OUTPUTS"))
+    jobs = dry_run(workdir, configfile)
+    for job in jobs:
+        for i, out in enumerate(job["output"]):
+            path = workdir / out
+            if path.exists():
+                continue
+            if i in directories.get(job["rule"], []):
+                path.mkdir(parents=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    snakemake(workdir, "--touch", "--forceall", "--cores", "1", "all", "--configfile", str(configfile))
     return jobs

@@ -150,3 +150,25 @@ def base_model_of(config: dict, model: str) -> str:
 def contaminated_on(model_entry: dict) -> list[str]:
     """Benchmarks whose members this model was fine-tuned on (empty for base models)."""
     return list(model_entry.get("finetune", {}).get("members_of", []))
+
+
+# Keys of a model entry that do not decide what a job computes, kept out of the params of the
+# jobs they do not concern (Snakemake reruns a job whose params text changes):
+# how many GPUs a job claims is scheduling, never a result;
+EXECUTION_KEYS = ("gpus",)
+# how the prepared model is scored (passage truncation, forward batch) does not change its weights.
+SCORING_KEYS = ("max_tokens", "batch_size")
+
+
+def model_build_settings(entry: dict) -> dict:
+    """The part of a model entry that decides its prepared weights (``prepare_model``'s params).
+
+    Changing ``max_tokens``, ``batch_size`` or ``gpus`` then re-scores the model without
+    re-training or re-converting it.
+    """
+    return {k: v for k, v in entry.items() if k not in SCORING_KEYS + EXECUTION_KEYS}
+
+
+def model_scoring_settings(entry: dict) -> dict:
+    """The part of a model entry a probing job's results depend on (everything but scheduling)."""
+    return {k: v for k, v in entry.items() if k not in EXECUTION_KEYS}

@@ -4,8 +4,9 @@ import re
 from snakemake.utils import validate
 
 from memaudit.backends.api import api_slots
-from memaudit.config import check_config, contaminated_on
+from memaudit.config import check_config, contaminated_on, model_build_settings, model_scoring_settings
 from memaudit.probes.registry import probes_for_model
+from memaudit.versions import code_version
 
 
 validate(config, "../schemas/config.schema.yaml")
@@ -41,8 +42,19 @@ def canonical(obj):
 
 
 def model_entry(wildcards):
-    """Only this model's own config entry (adding a model leaves other jobs untouched)."""
-    return canonical(config["models"][wildcards.model])
+    """Only this model's own config entry (adding a model leaves other jobs untouched), less scheduling keys."""
+    return canonical(model_scoring_settings(config["models"][wildcards.model]))
+
+
+def model_build_entry(wildcards):
+    """What decides this model's prepared weights: scoring settings (max_tokens, batch_size) re-score, never re-train."""
+    return canonical(model_build_settings(config["models"][wildcards.model]))
+
+
+# Versions of the package code behind the numbers of each job (params code_version, see memaudit.versions).
+DATASET_VERSION = code_version("memaudit.datasets.build", "DATASET_VERSION")
+SCORING_VERSION = code_version("memaudit.probes.token_prob", "SCORING_VERSION")
+STATS_VERSION = code_version("memaudit.stats.metrics", "STATS_VERSION")
 
 
 def benchmark_entry(wildcards):
@@ -82,7 +94,7 @@ def is_contaminated(wildcards):
 def api_openai_slots(wildcards):
     """Slots of the global ``api_openai`` resource a job for ``{model}`` claims (0 for other backends).
 
-    Every rule that sends requests declares ``resources: api_openai=api_openai_slots,
+    Each job that sends requests claims them through ``resources: api_openai=api_openai_slots,
     api_anthropic=api_anthropic_slots``; ``--resources api_openai=N`` then caps the
     requests in flight across all parallel jobs.
     """
@@ -111,6 +123,11 @@ def metrics_tables():
     if config["stats"]["blind_baseline"]:
         tables += expand("results/metrics/{benchmark}/_blind_baseline.csv", benchmark=BENCHMARKS)
     return tables
+
+
+def benchmark_metrics_tables(wildcards):
+    """The metric tables of one benchmark's models (not the summary, which every new benchmark rewrites)."""
+    return expand("results/metrics/{benchmark}/{model}.csv", benchmark=wildcards.benchmark, model=SCORED_MODELS)
 
 
 def final_outputs():

@@ -25,6 +25,7 @@ rule benchmark_dataset:
     params:
         benchmark=benchmark_entry,
         seed=config["seed"],
+        code_version=DATASET_VERSION,
     log:
         "logs/benchmark_dataset/{benchmark}.log",
     conda:
@@ -40,6 +41,7 @@ rule pretrain_pool:
         documents="results/pretrain/documents.jsonl",
     params:
         pretrain=canonical(config["pretrain"]),
+        code_version=DATASET_VERSION,
     log:
         "logs/pretrain_pool.log",
     conda:

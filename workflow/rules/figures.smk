@@ -45,8 +45,8 @@ rule figure_score_distributions:
 
 rule figure_auc_vs_size:
     input:
-        metrics=rules.summary.output.csv,
-        models=rules.summary.output.models,
+        metrics=benchmark_metrics_tables,
+        models=expand("results/models/{model}", model=LOCAL_MODELS),
     output:
         png=report(
             "results/figures/{benchmark}/auc_vs_size.png",

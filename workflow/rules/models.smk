@@ -7,7 +7,7 @@ rule prepare_model:
     output:
         model=directory("results/models/{model}"),
     params:
-        entry=model_entry,
+        entry=model_build_entry,
         seed=config["seed"],
         cache_dir=config["cache_dir"],
     threads: 8

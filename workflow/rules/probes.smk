@@ -35,6 +35,7 @@ rule token_prob_scores:
         documents="results/scores/{benchmark}/{model}/token_prob_documents.csv",
     params:
         token_prob=canonical(TOKEN_PROB),
+        code_version=SCORING_VERSION,
     log:
         "logs/token_prob_scores/{benchmark}/{model}.log",
     conda:

@@ -10,6 +10,7 @@ rule metrics:
         contaminated=is_contaminated,
         stats=canonical(config["stats"]),
         seed=config["seed"],
+        code_version=STATS_VERSION,
     log:
         "logs/metrics/{benchmark}/{model}.log",
     conda:
@@ -27,6 +28,7 @@ rule blind_baseline:
     params:
         stats=canonical(config["stats"]),
         seed=config["seed"],
+        code_version=STATS_VERSION,
     log:
         "logs/blind_baseline/{benchmark}.log",
     conda:

@@ -19,6 +19,9 @@ from memaudit.datasets.text import make_passages
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
+# Bump with every change that alters a benchmark or the pretraining pool (see memaudit.versions).
+DATASET_VERSION = 1
+
 
 def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dict | None = None) -> list[Document]:
     docs: list[Document] = []

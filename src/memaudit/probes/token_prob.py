@@ -34,6 +34,9 @@ import pandas as pd
 
 from memaudit.probes.token_stats import TokenStats
 
+# Bump with every change that alters a score (see memaudit.versions): token_prob_scores reruns.
+SCORING_VERSION = 1
+
 
 @dataclass
 class ScoringContext:

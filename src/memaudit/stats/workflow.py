@@ -42,13 +42,18 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
 
     frame = merge_metrics(metric_paths)
     write_summary(frame, out_csv, out_md)
+    write_csv(out_models, models_table(model_dirs))
+    return frame
+
+
+def models_table(model_dirs: Sequence[str]) -> pd.DataFrame:
+    """``model, family, n_params, base, contaminated_on`` from each prepared model's ``manifest.json``."""
     rows = []
     for d in model_dirs:
         m = read_json(Path(d) / "manifest.json")
         rows.append({"model": m["name"], "family": m["family"], "n_params": m["n_params"],
                      "base": m.get("base") or "", "contaminated_on": ";".join(m["contaminated_on"])})
-    write_csv(out_models, pd.DataFrame(rows).sort_values("model"))
-    return frame
+    return pd.DataFrame(rows, columns=["model", "family", "n_params", "base", "contaminated_on"]).sort_values("model")
 
 
 def select_methods(doc_scores: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:

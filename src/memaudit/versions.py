@@ -1,0 +1,43 @@
+"""Code versions: how a change to package code reaches Snakemake's rerun decision.
+
+Snakemake reruns a job when its ``script:`` file changes, but not when package
+code that the script imports changes, so a fix to a score definition would
+otherwise leave every finished score stale. The modules whose code decides
+result values carry an integer constant (``SCORING_VERSION`` in
+:mod:`memaudit.probes.token_prob`, ...); the rules pass it as ``params:
+code_version``, so bumping it reruns exactly that rule's jobs and what depends
+on them. Bump it with every change that alters numbers, not with refactors.
+
+The constants are read from the module's source text, not imported: the rule
+files need them while the DAG is built, and importing the statistics module
+(scipy, scikit-learn) would add seconds to every ``snakemake`` invocation.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+# What each version constant covers: (module, constant) -> the rules whose params carry it.
+VERSIONED = {
+    ("memaudit.datasets.build", "DATASET_VERSION"): ("benchmark_dataset", "pretrain_pool"),
+    ("memaudit.probes.token_prob", "SCORING_VERSION"): ("token_prob_scores",),
+    ("memaudit.stats.metrics", "STATS_VERSION"): ("metrics", "blind_baseline"),
+}
+
+
+def code_version(module: str, name: str) -> int:
+    """The integer ``name = <int>`` assigned at the top level of ``module``, read without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise LookupError(f"module {module} not found")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"), filename=spec.origin)
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            value = ast.literal_eval(node.value)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{module}.{name} must be an int literal, got {value!r}")
+            return value
+    raise LookupError(f"{module} assigns no top-level {name}")
