@@ -1,0 +1,125 @@
+"""Calibration (Algorithm 1), per-document accuracy and the suspect list.
+
+Answers are one row per (passage, ordering) with ``doc_id``, ``label``, ``role``
+("evaluate" or "calibrate"), ``correct`` (position 0-3 of the verbatim option),
+``pred`` (chosen position, -1 = no valid answer) and, in logit mode, ``p_A`` ... ``p_D``:
+the four option-letter probabilities renormalised to sum to 1.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+PROB_COLUMNS = ("p_A", "p_B", "p_C", "p_D")
+
+
+def label_adjustments(answers: pd.DataFrame) -> np.ndarray:
+    """Algorithm 1 (Appendix E): Δ_ℓ = 0.25 − P̄_ℓ for ℓ in A-D.
+
+    ``p̄_{j,ℓ}`` is the mean probability of label ℓ over every question (passage ×
+    ordering) of clean document j; ``P̄_ℓ`` is the mean of ``p̄_{j,ℓ}`` over the clean
+    documents (each document weighs the same, as in the algorithm).
+    Fix to the paper: Δ is only meaningful when the four probabilities sum to one
+    (its 0.25 is a uniform distribution over four labels), so they are the letter
+    probabilities renormalised over A-D, not raw vocabulary probabilities.
+    """
+    if answers.empty:
+        raise ValueError("calibration needs at least one clean calibration document")
+    per_doc = answers.groupby("doc_id")[list(PROB_COLUMNS)].mean()
+    return 0.25 - per_doc.mean(axis=0).to_numpy()
+
+
+def predict(probs: np.ndarray, delta: np.ndarray | None = None) -> np.ndarray:
+    """argmax over the four labels, after adding Δ (Section 4.1: re-calibrate, then pick)."""
+    p = np.asarray(probs, dtype=float)
+    if delta is not None:
+        p = p + np.asarray(delta, dtype=float)[None, :]
+    return p.argmax(axis=1)
+
+
+def document_accuracy(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:
+    """Per document: questions asked, answered, correct, accuracy over all questions.
+
+    An invalid answer or refusal (``pred == -1``) counts as wrong in ``accuracy``, so a model
+    that refuses more on some documents never looks more accurate on them;
+    ``accuracy_valid`` is over valid answers only.
+    """
+    a = answers.assign(_hit=(answers[pred_column] == answers["correct"]).astype(int),
+                       _valid=(answers[pred_column] >= 0).astype(int))
+    g = a.groupby("doc_id", sort=True)
+    out = pd.DataFrame({
+        "label": g["label"].first(),
+        "role": g["role"].first(),
+        "n_passages": g["passage_id"].nunique(),
+        "n_questions": g.size(),
+        "n_valid": g["_valid"].sum(),
+        "n_correct": g["_hit"].sum(),
+    })
+    out["accuracy"] = out["n_correct"] / out["n_questions"]
+    out["accuracy_valid"] = np.where(out["n_valid"] > 0, out["n_correct"] / out["n_valid"].clip(lower=1), np.nan)
+    return out.reset_index()
+
+
+def benjamini_hochberg(pvalues: Sequence[float]) -> np.ndarray:
+    """BH-adjusted p-values (q-values); reject at FDR α where q ≤ α."""
+    p = np.asarray(pvalues, dtype=float)
+    n = len(p)
+    if n == 0:
+        return p
+    order = np.argsort(p)
+    ranked = p[order] * n / np.arange(1, n + 1)
+    q = np.minimum.accumulate(ranked[::-1])[::-1]
+    out = np.empty(n)
+    out[order] = np.minimum(q, 1.0)
+    return out
+
+
+def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float) -> pd.DataFrame:
+    """Exact one-sided binomial test of each document's correct count against ``clean_rate``, then BH.
+
+    H0 for document d: its questions are answered correctly with the clean-group rate
+    (estimated on the held-out calibration documents, never on the documents tested).
+    ``suspect`` = rejected at FDR ``fdr``. Beyond the paper, which thresholds accuracy
+    in-sample. Caveat: the orderings of one passage are not independent trials, so the
+    test is exact for independent questions and optimistic otherwise; the 24 orderings
+    matter less with a Latin square (4 per passage).
+    """
+    from scipy.stats import binomtest
+
+    p0 = float(min(max(clean_rate, 1e-9), 1 - 1e-9))
+    out = table.copy()
+    out["clean_rate"] = clean_rate
+    out["p_value"] = [binomtest(int(k), int(n), p0, alternative="greater").pvalue if n else 1.0
+                      for k, n in zip(out["n_correct"], out["n_questions"])]
+    out["q_value"] = benjamini_hochberg(out["p_value"].to_numpy())
+    out["suspect"] = out["q_value"] <= fdr
+    return out
+
+
+def accuracy_by_position(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:
+    """Accuracy by the position (A-D) of the verbatim option, per group (selection bias, Appendix D)."""
+    a = answers.assign(hit=(answers[pred_column] == answers["correct"]).astype(float),
+                       position=answers["correct"].map(dict(enumerate("ABCD"))))
+    return a.groupby(["label", "position"], as_index=False)["hit"].mean().rename(columns={"hit": "accuracy"})
+
+
+def auc_summary(tables: dict[str, pd.DataFrame], n_params: dict[str, int]) -> pd.DataFrame:
+    """AUC (member vs non-member, evaluated documents) per (model, method, length) from the
+    per-document tables; ``n_params`` from the model manifests (API models: missing)."""
+    from memaudit.stats.metrics import roc_auc
+
+    rows = []
+    for model, table in tables.items():
+        ev = table[table["role"] == "evaluate"]
+        for (method, length), g in ev.groupby(["method", "length"], sort=True):
+            rows.append({"model": model, "method": method, "length": int(length),
+                         "n_params": n_params.get(model), "n_documents": len(g),
+                         "auc": roc_auc(g["accuracy"].to_numpy(), g["label"].to_numpy()),
+                         "accuracy_members": g.loc[g["label"] == 1, "accuracy"].mean(),
+                         "accuracy_nonmembers": g.loc[g["label"] == 0, "accuracy"].mean(),
+                         "n_suspect": int(g["suspect"].sum()) if "suspect" in g else 0,
+                         "n_suspect_members": int(g.loc[g["label"] == 1, "suspect"].sum()) if "suspect" in g else 0})
+    return pd.DataFrame(rows)

@@ -1,0 +1,112 @@
+"""DE-COP passages from raw documents: books (.txt, .epub) and papers (text, or PDF through pypdf).
+
+Passages of about 64, 128 or 256 tokens (BookTection's small/medium/large), made
+of whole sentences and ending with punctuation (Section 3), cleaned of markup, a
+configurable number per document, chosen deterministically from a seed.
+Lengths are counted in words (``tokens / 1.33``, the usual English BPE ratio), so a
+passage's size does not depend on which model is later probed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Sequence
+
+from memaudit import NONMEMBER
+from memaudit.datasets.text import clean_text, make_passages, read_epub, read_text_file, strip_gutenberg
+from memaudit.datasets.types import Document
+from memaudit.errors import InputError
+
+TOKENS_PER_WORD = 1.33
+LENGTH_NAMES = {64: "small", 128: "medium", 256: "large"}
+_ENDS_WITH_PUNCT = re.compile(r"[.!?;:][\"'\u201d\u2019)\]]*$")
+
+
+def words_for_tokens(tokens: int) -> int:
+    return max(1, round(tokens / TOKENS_PER_WORD))
+
+
+def read_pdf(path: str | Path) -> str:
+    """Text of a PDF (pypdf): pages joined, words hyphenated across lines re-joined, lines inside a
+    paragraph joined; a PDF with no extractable text (a scan) is an :class:`InputError`."""
+    try:
+        from pypdf import PdfReader
+    except ImportError as exc:  # pragma: no cover - pypdf is a declared dependency
+        raise InputError(f"{path}: reading PDFs needs pypdf (pip install pypdf)") from exc
+    try:
+        reader = PdfReader(str(path))
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except Exception as exc:  # pypdf raises many types for a damaged file
+        raise InputError(f"{path}: not a readable PDF ({exc})") from exc
+    text = "\n\n".join(pages)
+    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
+    text = re.sub(r"(?<!\n)\n(?!\n)", " ", text)
+    text = clean_text(text)
+    if not text.strip():
+        raise InputError(f"{path}: no extractable text (a scanned PDF needs OCR first)")
+    return text
+
+
+def document_from_file(path: str | Path, *, label: int, kind: str | None = None, title: str | None = None,
+                       author: str = "") -> Document:
+    """One raw document: ``.txt`` (a Gutenberg header/licence is stripped), ``.epub`` or ``.pdf``."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".pdf":
+        text, kind = read_pdf(path), kind or "paper"
+    elif suffix == ".epub":
+        text, kind = read_epub(path), kind or "book"
+    elif suffix in (".txt", ".md", ".text"):
+        text, kind = read_text_file(path), kind or "book"
+        text = "\n".join(strip_gutenberg(text.split("\n")))
+    else:
+        raise InputError(f"{path}: unsupported document type {suffix!r} (.txt, .epub or .pdf)")
+    text = clean_text(text)
+    return Document(doc_id=path.stem, source="files", title=title or path.stem, author=author, kind=kind,
+                    text=text, meta={"label": int(label), "origin": str(path)})
+
+
+def passages_of(text: str, length_tokens: int, n: int | None, *, seed: int | str, doc_id: str) -> list[str]:
+    """Up to ``n`` sentence-aligned passages of ~``length_tokens`` tokens ending with punctuation,
+    drawn without replacement (seeded by document and length) and returned in text order."""
+    words = words_for_tokens(length_tokens)
+    # make_passages may end with a shorter remainder: only full-size passages are kept
+    candidates = [p for p in make_passages(text, words)
+                  if _ENDS_WITH_PUNCT.search(p.strip()) and len(p.split()) >= words]
+    if n is None or n >= len(candidates):
+        return candidates
+    rng = random.Random(f"{seed}:{doc_id}:{length_tokens}")
+    keep = sorted(rng.sample(range(len(candidates)), n))
+    return [candidates[i] for i in keep]
+
+
+def select_documents(docs: Sequence[dict], *, n_documents: int | None, calibration_documents: int,
+                     seed: int | str) -> dict[str, str]:
+    """``doc_id -> role``: ``calibrate`` for clean documents held out for Algorithm 1, ``evaluate`` for
+    the rest (at most ``n_documents``, half members and half non-members when both exist).
+
+    The calibration documents are disjoint from the evaluated ones (Section 4.1: "distinct from
+    those used to establish the average baseline performance").
+    """
+    rng = random.Random(f"{seed}:decop-documents")
+    ids = sorted(d["doc_id"] for d in docs)
+    label = {d["doc_id"]: int(d["meta"]["label"]) for d in docs}
+    clean = [i for i in ids if label[i] == NONMEMBER]
+    if calibration_documents >= len(clean):
+        raise InputError(f"calibration_documents={calibration_documents} leaves no clean document to evaluate "
+                         f"(only {len(clean)} clean documents)")
+    calib = set(rng.sample(clean, calibration_documents))
+    rest = [i for i in ids if i not in calib]
+    if n_documents is not None and n_documents < len(rest):
+        members = [i for i in rest if label[i] != NONMEMBER]
+        nonmembers = [i for i in rest if label[i] == NONMEMBER]
+        k = min(n_documents // 2, len(members), len(nonmembers))
+        picked = rng.sample(members, k) + rng.sample(nonmembers, k)
+        others = [i for i in rest if i not in set(picked)]
+        picked += rng.sample(others, n_documents - len(picked))
+        rest = picked
+    roles = {i: "calibrate" for i in calib}
+    roles.update({i: "evaluate" for i in rest})
+    return dict(sorted(roles.items()))

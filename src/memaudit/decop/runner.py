@@ -1,0 +1,204 @@
+"""What the workflow's DE-COP rules call: build the items once per benchmark, probe each model."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from memaudit.decop import analysis
+from memaudit.decop.construct import passages_of, select_documents
+from memaudit.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc
+from memaudit.decop.prompts import orderings
+from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
+
+log = logging.getLogger(__name__)
+
+MODES = ("logit", "blackbox", "likelihood")
+
+
+def method_name(mode: str, length: int, lengths: Sequence[int], calibrated: bool = False) -> str:
+    """``decop-<mode>[-calibrated]``, with ``-<n>tok`` for every length but the first configured one."""
+    name = f"decop-{mode}" + ("-calibrated" if calibrated else "")
+    return name if length == lengths[0] else f"{name}-{length}tok"
+
+
+# ----------------------------------------------------------------------------- items
+
+def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, encoder,
+                out_items: str | Path, out_qc: str | Path, *,
+                progress: Callable[[str], None] = log.info) -> list[dict]:
+    """Multiple-choice items (verbatim passage + three QC'd paraphrases) for a benchmark's documents.
+
+    Passages are cut from each document's text — for the demo benchmarks exactly the excerpt a
+    contaminated model was fine-tuned on — and shared by every probed model.
+    """
+    docs = read_jsonl(documents_path)
+    roles = select_documents(docs, n_documents=cfg.get("n_documents"),
+                             calibration_documents=int(cfg["calibration_documents"]), seed=seed)
+    by_id = {d["doc_id"]: d for d in docs}
+    lengths = [int(n) for n in cfg["lengths"]]
+    todo = []
+    for doc_id, role in roles.items():
+        d = by_id[doc_id]
+        for length in lengths:
+            for k, text in enumerate(passages_of(d["text"], length, cfg["passages_per_document"],
+                                                 seed=seed, doc_id=doc_id)):
+                todo.append((d, role, length, k, text))
+    progress(f"{len(roles)} documents ({sum(r == 'calibrate' for r in roles.values())} for calibration), "
+             f"{len(todo)} passages to paraphrase")
+    qc = QCSettings.from_config(cfg["paraphrase"])
+    t0 = time.time()
+    results = paraphrase_with_qc([t[4] for t in todo], [t[2] for t in todo], paraphraser, encoder, qc,
+                                 progress=progress)
+    progress(f"paraphrases in {time.time() - t0:.1f}s")
+    who = paraphraser.describe()
+    items, qc_rows = [], {}
+    for (d, role, length, k, text), res in zip(todo, results):
+        row = qc_rows.setdefault(d["doc_id"], {"doc_id": d["doc_id"], "label": int(d["meta"]["label"]),
+                                               "role": role, "n_passages": 0, "n_kept": 0, "n_candidates": 0,
+                                               **{f"n_{r}": 0 for r in REASONS}})
+        row["n_passages"] += 1
+        row["n_candidates"] += res.n_candidates
+        for r in REASONS:
+            row[f"n_{r}"] += res.rejected[r]
+        if res.paraphrases is None:
+            continue
+        row["n_kept"] += 1
+        pid = f"{d['doc_id']}#L{length}p{k}"
+        items.append({"item_id": pid, "passage_id": pid, "doc_id": d["doc_id"], "label": int(d["meta"]["label"]),
+                      "options": [text, *res.paraphrases], "answer": 0,
+                      "meta": {"title": d["title"], "author": d["author"], "kind": d["kind"], "role": role,
+                               "length_tokens": length, "attempts": res.attempts, **who}})
+    qc_table = pd.DataFrame(list(qc_rows.values()))
+    qc_table["accept_rate"] = 3 * qc_table["n_kept"] / qc_table["n_candidates"].clip(lower=1)
+    for r in REASONS:
+        qc_table[f"{r}_rate"] = qc_table[f"n_{r}"] / qc_table["n_candidates"].clip(lower=1)
+    qc_table["paraphraser"] = who["paraphraser"]
+    write_csv(out_qc, qc_table)
+    write_jsonl(out_items, items)
+    dropped = int((qc_table["n_passages"] - qc_table["n_kept"]).sum())
+    progress(f"{len(items)} items, {dropped} passage(s) dropped by quality control")
+    if not any(it["meta"]["role"] == "evaluate" for it in items):
+        from memaudit.errors import InputError
+
+        raise InputError(f"{documents_path}: quality control rejected every evaluated passage "
+                         f"(see {out_qc}); loosen probes.decop.paraphrase or change the paraphraser")
+    return items
+
+
+# ----------------------------------------------------------------------------- scoring
+
+def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: float):
+    """Document scores (evaluated documents) and the per-document table (all), per variant and length."""
+    doc_rows, tables, calibration = [], [], {}
+    for length in lengths:
+        ans = answers[answers["length"] == length]
+        if ans.empty:
+            continue
+        variants = [("pred", False)]
+        if mode == "logit":
+            calib = ans[ans["role"] == "calibrate"]
+            delta = analysis.label_adjustments(calib)
+            probs = ans[list(analysis.PROB_COLUMNS)].to_numpy()
+            ans = ans.assign(pred_calibrated=analysis.predict(probs, delta))
+            answers.loc[ans.index, "pred_calibrated"] = ans["pred_calibrated"]
+            calibration[str(length)] = {
+                "delta": dict(zip("ABCD", map(float, delta))),
+                "mean_before": dict(zip("ABCD", map(float, 0.25 - delta))),
+                "n_calibration_documents": int(calib["doc_id"].nunique())}
+            variants.append(("pred_calibrated", True))
+        for column, calibrated in variants:
+            table = analysis.document_accuracy(ans, column)
+            clean = table[table["role"] == "calibrate"]
+            clean_rate = float(clean["n_correct"].sum() / max(1, clean["n_questions"].sum())) if len(clean) else 0.25
+            evaluated = analysis.suspect_list(table[table["role"] == "evaluate"], clean_rate, fdr)
+            method = method_name(mode, length, lengths, calibrated)
+            table = pd.concat([evaluated, table[table["role"] == "calibrate"]], ignore_index=True)
+            table.insert(0, "method", method)
+            table.insert(1, "length", length)
+            tables.append(table)
+            doc_rows.append(pd.DataFrame({"doc_id": evaluated["doc_id"], "label": evaluated["label"],
+                                          "method": method, "score": evaluated["accuracy"]}))
+    return pd.concat(doc_rows, ignore_index=True), pd.concat(tables, ignore_index=True), calibration
+
+
+def run_decop(mode: str, items_path: str | Path, cfg: dict, *, out_answers: str | Path, out_documents: str | Path,
+              out_table: str | Path, out_calibration: str | Path, manifest_path: str | Path | None = None,
+              entry: dict | None = None, api_backend=None,
+              progress: Callable[[str], None] = log.info) -> pd.DataFrame:
+    """One DE-COP mode on one model: answers, document scores (``score`` = accuracy, higher = member),
+    the per-document table with binomial p-values and the BH suspect list, calibration."""
+    if mode not in MODES:
+        raise ValueError(f"unknown DE-COP mode {mode!r} ({', '.join(MODES)})")
+    items = read_jsonl(items_path)
+    lengths = [int(n) for n in cfg["lengths"]]
+    perms = orderings(cfg["orderings"])
+    entry = entry or {}
+    t0 = time.time()
+    if mode == "blackbox":
+        from memaudit.decop.scoring import score_blackbox
+
+        answers = score_blackbox(api_backend, items, perms, max_new_tokens=int(cfg.get("max_answer_tokens", 8)))
+    else:
+        from memaudit.backends.hf import HFBackend
+
+        manifest = read_json(manifest_path)
+        backend = HFBackend(manifest["load"], dtype=entry.get("dtype", "float32"), device=entry.get("device", "auto"),
+                            batch_size=entry.get("batch_size", 8), max_tokens=entry.get("max_tokens", 512))
+        if mode == "logit":
+            from memaudit.decop.scoring import score_logit
+
+            answers = score_logit(backend.model, backend.tokenizer, items, perms,
+                                  batch_size=int(cfg.get("batch_size", 24)), progress=progress)
+        else:
+            from memaudit.decop.scoring import score_likelihood
+
+            answers = score_likelihood(backend, items)
+    progress(f"{mode} mode: {len(answers)} questions in {time.time() - t0:.1f}s")
+    documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]))
+    if mode == "blackbox":
+        counts = answers.groupby("doc_id")["status"].value_counts().unstack(fill_value=0)
+        for status in ("invalid", "refusal", "error"):
+            table[f"n_{status}"] = table["doc_id"].map(counts[status] if status in counts else {}).fillna(0).astype(int)
+        progress("answers: " + ", ".join(f"{k}={v}" for k, v in answers["parse"].value_counts().items()))
+    write_csv(out_answers, answers)
+    write_csv(out_table, table)
+    write_csv(out_documents, documents)
+    write_json(out_calibration, {"mode": mode, "orderings": cfg["orderings"], "n_orderings": len(perms),
+                                 "calibration": calibration, "seconds": time.time() - t0})
+    return documents
+
+
+def make_paraphraser(config: dict, name: str, *, manifest_path: str | Path | None = None, rule: str | None = None):
+    """The configured paraphrasing model: a local instruct model (one paraphrase per request,
+    sampled at ``paraphrase.temperature``) or an API/served model with the paper's prompts."""
+    from memaudit.backends.base import API_BACKENDS
+
+    settings = config["probes"]["decop"]["paraphrase"]
+    entry = config["models"][name]
+    if entry.get("backend", "hf") in API_BACKENDS:
+        from memaudit.backends.api import api_backend_from_config
+        from memaudit.decop.paraphrase import BackendParaphraser
+
+        return BackendParaphraser(api_backend_from_config(config, name, rule=rule), name=name,
+                                  temperature=float(settings["temperature"]))
+    from memaudit.backends.hf import HFBackend
+    from memaudit.decop.paraphrase import LocalParaphraser
+
+    backend = HFBackend(read_json(manifest_path)["load"], dtype=entry.get("dtype", "float32"),
+                        device=entry.get("device", "auto"))
+    return LocalParaphraser(backend.model, backend.tokenizer, name=name, temperature=float(settings["temperature"]),
+                            batch_size=int(settings["batch_size"]), seed=int(config["seed"]))
+
+
+def local_generator(manifest_path: str | Path, entry: dict):
+    """A local model as a text-only answerer (black-box mode on an open model)."""
+    from memaudit.backends.hf import HFBackend
+
+    return HFBackend(read_json(manifest_path)["load"], dtype=entry.get("dtype", "float32"),
+                     device=entry.get("device", "auto"))

@@ -1,0 +1,288 @@
+"""DE-COP: prompts, orderings, parsing, calibration, statistics, loaders, construction, QC (fast, no models)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memaudit.decop import analysis
+from memaudit.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
+from memaudit.decop.loaders import load_bookmia, load_tection_csv
+from memaudit.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate
+from memaudit.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,
+                                    parse_answer, parse_paraphrases, question, user_prompt)
+from memaudit.errors import InputError
+
+# ----------------------------------------------------------------------------- orderings and prompts
+
+
+def test_24_permutations_and_the_latin_square():
+    perms = orderings("permutations")
+    assert len(perms) == 24 and len(set(perms)) == 24 and all(sorted(p) == [0, 1, 2, 3] for p in perms)
+    square = orderings("latin_square")
+    assert square == [(0, 1, 2, 3), (1, 2, 3, 0), (2, 3, 0, 1), (3, 0, 1, 2)]
+    for position in range(4):  # each option exactly once in each position
+        assert sorted(p[position] for p in square) == [0, 1, 2, 3]
+    # the verbatim option (0) sits at a different letter in each rotation: A, D, C, B
+    assert [correct_position(p) for p in square] == [0, 3, 2, 1]
+    # over all 24 orderings the verbatim passage is in each position 6 times
+    assert np.bincount([correct_position(p) for p in perms]).tolist() == [6, 6, 6, 6]
+    with pytest.raises(ValueError, match="latin_square"):
+        orderings("random")
+
+
+def test_paper_prompts():
+    assert paraphrase_prompt("TXT", 128).startswith("Generate always 3 possible paraphrases")
+    assert paraphrase_prompt("TXT", 128).endswith("-Example A: TXT")
+    assert paraphrase_prompt("TXT", 256) == PARAPHRASE_PROMPT_LONG.format(ref_text="TXT")
+    assert question("Emma", "Jane Austen", "book") == \
+        'Which of the following passages is verbatim from the "Emma" book by Jane Austen?'
+    assert question("Attention Is All You Need", "", "paper") == \
+        'Which of the following passages is verbatim from the "Attention Is All You Need" paper?'
+    prompt = user_prompt("Emma", "Jane Austen", "book", ["w", "x", "y", "z"])
+    assert prompt.endswith("Options:\nA. w\nB. x\nC. y\nD. z\nAnswer:")
+
+
+def test_parse_paraphrases_in_the_paper_format():
+    reply = ("Example B: First rewrite.\n\nExample C: Second rewrite.\nExample D: Third one.\n"
+             "Example A: the original")
+    assert parse_paraphrases(reply) == ["First rewrite.", "Second rewrite.", "Third one."]
+    assert parse_paraphrases("**Example B:** only one") == ["only one", "", ""]
+    assert parse_paraphrases("no format at all") == ["", "", ""]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("B", ("ok", "B", "strict")),
+    ("(C).", ("ok", "C", "strict")),
+    ("'D'", ("ok", "D", "strict")),
+    ("a", ("ok", "A", "lenient")),
+    ("The answer is D because it reads like the book.", ("ok", "D", "lenient")),
+    ("B. The verbatim passage", ("ok", "B", "lenient")),
+    ("A passage from the book is the second one", ("invalid", None, "invalid")),
+    ("", ("invalid", None, "invalid")),
+    ("Either A or C", ("invalid", None, "invalid")),
+    ("I'm sorry, but I can't help with identifying copyrighted text.", ("refusal", None, "refusal")),
+])
+def test_answer_parsing_strict_then_lenient(text, expected):
+    assert parse_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------- calibration and statistics
+
+
+def _answers(rows):
+    return pd.DataFrame(rows, columns=["doc_id", "label", "role", "passage_id", "correct", "pred",
+                                       "p_A", "p_B", "p_C", "p_D"])
+
+
+def test_label_adjustments_follow_algorithm_1_by_hand():
+    a = _answers([
+        # clean document c1: two questions
+        ("c1", 0, "calibrate", "c1#0", 0, 0, 0.7, 0.1, 0.1, 0.1),
+        ("c1", 0, "calibrate", "c1#0", 1, 0, 0.5, 0.3, 0.1, 0.1),
+        # clean document c2: one question (each document weighs the same)
+        ("c2", 0, "calibrate", "c2#0", 2, 1, 0.2, 0.4, 0.2, 0.2),
+    ])
+    delta = analysis.label_adjustments(a)
+    # p̄_c1 = (0.6, 0.2, 0.1, 0.1); p̄_c2 = (0.2, 0.4, 0.2, 0.2); P̄ = (0.4, 0.3, 0.15, 0.15)
+    np.testing.assert_allclose(delta, [0.25 - 0.4, 0.25 - 0.3, 0.25 - 0.15, 0.25 - 0.15])
+    assert delta.sum() == pytest.approx(0.0)
+    # calibration moves a 0.40/0.34 A-vs-C preference to C: 0.40-0.15=0.25 < 0.34+0.10=0.44
+    probs = np.array([[0.40, 0.16, 0.34, 0.10]])
+    assert analysis.predict(probs).tolist() == [0]
+    assert analysis.predict(probs, delta).tolist() == [2]
+    with pytest.raises(ValueError, match="clean calibration document"):
+        analysis.label_adjustments(a.iloc[0:0])
+
+
+def test_document_accuracy_counts_invalid_answers_as_wrong():
+    a = _answers([
+        ("d1", 1, "evaluate", "d1#0", 0, 0, *[np.nan] * 4),
+        ("d1", 1, "evaluate", "d1#0", 3, -1, *[np.nan] * 4),  # invalid
+        ("d1", 1, "evaluate", "d1#1", 2, 2, *[np.nan] * 4),
+        ("d1", 1, "evaluate", "d1#1", 1, 0, *[np.nan] * 4),
+        ("d2", 0, "evaluate", "d2#0", 1, -1, *[np.nan] * 4),  # nothing valid
+    ])
+    t = analysis.document_accuracy(a).set_index("doc_id")
+    assert t.loc["d1", ["n_passages", "n_questions", "n_valid", "n_correct"]].tolist() == [2, 4, 3, 2]
+    assert t.loc["d1", "accuracy"] == pytest.approx(0.5)
+    assert t.loc["d1", "accuracy_valid"] == pytest.approx(2 / 3)
+    assert t.loc["d2", "accuracy"] == 0.0 and np.isnan(t.loc["d2", "accuracy_valid"])
+
+
+def test_binomial_test_and_benjamini_hochberg_by_hand():
+    from scipy.stats import binomtest
+
+    table = pd.DataFrame({"doc_id": ["a", "b", "c"], "label": [1, 1, 0], "role": "evaluate",
+                          "n_correct": [4, 3, 1], "n_questions": [4, 4, 4]})
+    out = analysis.suspect_list(table, clean_rate=0.25, fdr=0.05).set_index("doc_id")
+    assert out.loc["a", "p_value"] == pytest.approx(0.25 ** 4)  # P(X >= 4 | n=4, p=.25)
+    assert out.loc["b", "p_value"] == pytest.approx(4 * 0.25 ** 3 * 0.75 + 0.25 ** 4)
+    assert out.loc["c", "p_value"] == pytest.approx(binomtest(1, 4, 0.25, alternative="greater").pvalue)
+    # BH: q_(i) = min_{j>=i} p_(j) n / j
+    p = np.array([0.25 ** 4, 13 / 256, 1 - 0.75 ** 4])
+    np.testing.assert_allclose(out["q_value"].to_numpy(), [p[0] * 3, p[1] * 3 / 2, p[2]])
+    assert out["suspect"].tolist() == [True, False, False]
+    # sorted 0.01, 0.03, 0.04, 0.5 -> 0.04, 0.06, 0.0533, 0.5 -> running minimum from the top
+    np.testing.assert_allclose(analysis.benjamini_hochberg([0.01, 0.04, 0.03, 0.5]), [0.04, 0.16 / 3, 0.16 / 3, 0.5])
+
+
+# ----------------------------------------------------------------------------- loaders
+
+GOOD_ROW = {"Example_A": "Verbatim text.", "Example_B": "Para one.", "Example_C": "Para two.",
+            "Example_D": "Para three.", "Answer": "A", "ID": "The_Hobbit_-_J._R._R._Tolkien", "Label": 1,
+            "Length": "medium"}
+
+
+def _csv(tmp_path, rows, drop=()):
+    frame = pd.DataFrame(rows).drop(columns=list(drop))
+    path = tmp_path / "booktection.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_booktection_csv_is_loaded_with_title_and_author(tmp_path):
+    rows = [GOOD_ROW, {**GOOD_ROW, "Example_A": "Another verbatim.", "Answer": "c"},
+            {**GOOD_ROW, "ID": "Recent_Book_-_New_Author", "Label": 0, "Length": "small"}]
+    items = load_tection_csv(_csv(tmp_path, rows))
+    assert [it["answer"] for it in items] == [0, 2, 0]
+    assert items[0]["meta"]["title"] == "The Hobbit" and items[0]["meta"]["author"] == "J. R. R. Tolkien"
+    assert [it["meta"]["length_tokens"] for it in items] == [128, 128, 64]
+    assert [it["item_id"] for it in items] == ["The_Hobbit_-_J._R._R._Tolkien#p0", "The_Hobbit_-_J._R._R._Tolkien#p1",
+                                               "Recent_Book_-_New_Author#p0"]
+    assert len(load_tection_csv(_csv(tmp_path, rows), length="small")) == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"drop": ["Answer"]}, r"missing column\(s\) Answer"),
+    ({"Answer": "E"}, r"row 3, column Answer: 'E' is not one of A, B, C, D"),
+    ({"Example_C": ""}, r"row 3, column Example_C: empty option"),
+    ({"Label": "yes"}, r"row 3, column Label"),
+    ({"Label": 0}, r"row 3, column Label: ID 'The_Hobbit_-_J._R._R._Tolkien' is labelled 0 here but 1 on row 2"),
+    ({"Example_A": "Verbatim text."}, r"row 3, column ID: duplicate question .* row 2"),
+])
+def test_booktection_bad_input_names_file_row_and_column(tmp_path, change, message):
+    second = {**GOOD_ROW, "Example_A": "Other verbatim."}
+    second.update({k: v for k, v in change.items() if k != "drop"})
+    path = _csv(tmp_path, [GOOD_ROW, second], drop=change.get("drop", ()))
+    with pytest.raises(InputError, match=message) as err:
+        load_tection_csv(path)
+    assert "booktection.csv" in str(err.value)
+
+
+def test_arxivtection_ids_are_paper_titles(tmp_path):
+    row = {k: v for k, v in GOOD_ROW.items() if k != "Length"}
+    row["ID"] = "Attention Is All You Need"
+    items = load_tection_csv(_csv(tmp_path, [row]), kind="paper")
+    assert items[0]["meta"]["title"] == "Attention Is All You Need" and items[0]["meta"]["kind"] == "paper"
+
+
+def test_bookmia_jsonl_with_nul_bytes_and_errors(tmp_path):
+    path = tmp_path / "bookmia.jsonl"
+    recs = [{"book_id": 7, "book": "Some Book", "snippet_id": 0, "snippet": "First\x00 snippet.", "label": 1},
+            {"book_id": 7, "book": "Some Book", "snippet_id": 1, "snippet": "Second snippet.", "label": 1},
+            {"book_id": 9, "book": "New Book", "snippet_id": 0, "snippet": "Fresh text.", "label": 0}]
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    docs, passages = load_bookmia(path)
+    assert [d.doc_id for d in docs] == ["7", "9"] and [d.meta["label"] for d in docs] == [1, 0]
+    assert passages[0].text == "First snippet." and passages[0].passage_id == "7#0"
+    path.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[0]) + "\n")
+    with pytest.raises(InputError, match=r"bookmia.jsonl: line 2, field snippet_id: duplicate"):
+        load_bookmia(path)
+    path.write_text(json.dumps({k: v for k, v in recs[0].items() if k != "label"}) + "\n")
+    with pytest.raises(InputError, match=r"line 1: missing field\(s\) label"):
+        load_bookmia(path)
+
+
+# ----------------------------------------------------------------------------- construction
+
+
+TEXT = " ".join(f"Sentence number {i} has exactly seven words." for i in range(200))
+
+
+def test_passages_are_sentence_aligned_sized_and_deterministic():
+    for tokens in (64, 128, 256):
+        ps = passages_of(TEXT, tokens, 5, seed=1, doc_id="d")
+        assert len(ps) == 5
+        for p in ps:
+            assert p.endswith(".")
+            assert words_for_tokens(tokens) <= len(p.split()) < words_for_tokens(tokens) + 7
+        assert ps == passages_of(TEXT, tokens, 5, seed=1, doc_id="d")
+    assert passages_of(TEXT, 64, 5, seed=1, doc_id="d") != passages_of(TEXT, 64, 5, seed=2, doc_id="d")
+    assert words_for_tokens(64) == 48 and words_for_tokens(256) == 192
+
+
+def test_pdf_text_is_extracted(tmp_path):
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    path = tmp_path / "paper.pdf"
+    fig = Figure()
+    fig.text(0.05, 0.5, "Transformers replace recurrence with attention.", fontsize=10)
+    with PdfPages(path) as pdf:
+        pdf.savefig(fig)
+    assert "Transformers replace recurrence with attention." in read_pdf(path)
+    (tmp_path / "bad.pdf").write_bytes(b"not a pdf")
+    with pytest.raises(InputError, match="bad.pdf"):
+        read_pdf(tmp_path / "bad.pdf")
+
+
+def test_calibration_documents_are_clean_and_disjoint_from_evaluated():
+    docs = [{"doc_id": f"d{i:02d}", "meta": {"label": int(i < 10)}} for i in range(30)]
+    roles = select_documents(docs, n_documents=8, calibration_documents=5, seed=3)
+    calib = [d for d, r in roles.items() if r == "calibrate"]
+    evaluated = [d for d, r in roles.items() if r == "evaluate"]
+    assert len(calib) == 5 and all(int(d[1:]) >= 10 for d in calib)  # clean only
+    assert len(evaluated) == 8 and not set(calib) & set(evaluated)
+    assert sum(int(d[1:]) < 10 for d in evaluated) == 4  # balanced
+    with pytest.raises(InputError, match="calibration_documents=20"):
+        select_documents(docs, n_documents=None, calibration_documents=20, seed=3)
+
+
+# ----------------------------------------------------------------------------- paraphrase QC
+
+
+def test_quality_control_reasons():
+    qc = QCSettings(min_cosine=0.5, length_ratio=(0.6, 1.6), max_similarity=0.9)
+    orig = "The quick brown fox jumps over the lazy dog near the quiet river bank."
+    good = "A fast brown fox leaps over a sleepy dog close to the calm riverside."
+    assert check_paraphrase(orig, good, [], 0.8, qc) is None
+    assert check_paraphrase(orig, "", [], 0.8, qc) == "empty"
+    assert check_paraphrase(orig, orig.upper() + "!", [], 0.99, qc) == "near_identical"
+    assert check_paraphrase(orig, good, [good], 0.8, qc) == "duplicate"
+    assert check_paraphrase(orig, "A fox jumps.", [], 0.8, qc) == "length"
+    assert check_paraphrase(orig, good + " " + good, [], 0.8, qc) == "length"
+    assert check_paraphrase(orig, good, [], 0.2, qc) == "unrelated"
+    assert clean_candidate('Here is the rewritten text:\n"A fast fox."') == "A fast fox."
+
+
+def test_minilm_cosine_separates_paraphrases_from_unrelated_text():
+    from memaudit.decop.paraphrase import MiniLMEncoder
+
+    enc = MiniLMEncoder()
+    orig = "The committee postponed the vote on the budget until next week."
+    cos = enc.cosine([orig, orig], ["The vote on the budget was delayed by the committee to next week.",
+                                    "Whales migrate thousands of miles through cold oceans."])
+    assert cos[0] > 0.6 and cos[1] < 0.3
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_a_decop_mode_on_a_backend_that_cannot_serve_it_fails_validation():
+    from memaudit.probes.registry import check_capabilities, probes_for_model
+
+    config = {"benchmarks": {"novels": {}, "news": {}},
+              "models": {"claude": {"backend": "anthropic"}, "local": {"backend": "hf"}},
+              "probes": {"decop": {}, "decop_logit": {"models": ["claude", "local"], "benchmarks": ["novels"]},
+                         "decop_blackbox": {"models": ["claude"]}}}
+    problems = check_capabilities(config)
+    assert len(problems) == 1 and "decop_logit" in problems[0] and "claude" in problems[0]
+    assert probes_for_model(config, "local", "novels") == ["decop_logit"]
+    assert probes_for_model(config, "local", "news") == []
+    assert probes_for_model(config, "claude", "news") == ["decop_blackbox"]
+    config["probes"]["decop_logit"]["benchmarks"] = ["poems"]
+    assert any("probes.decop_logit.benchmarks.0: unknown benchmark 'poems'" in p for p in check_capabilities(config))
