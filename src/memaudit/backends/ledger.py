@@ -151,6 +151,10 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
     return [groups[g] for g in sorted(groups, key=lambda t: tuple("" if v is None else str(v) for v in t))]
 
 
+LEDGER_COLUMNS = ["n_requests", "n_sent", "n_cached", "input_tokens", "output_tokens", "cached_input_tokens",
+                  "cached_output_tokens", "n_ok", "n_refusal", "n_invalid", "cost_usd"]
+
+
 def ledger_frame(cache_path, by: Sequence[str] = ("model", "rule")):
     """The ledger of a cache database as a pandas DataFrame (one row per group)."""
     import pandas as pd
@@ -159,9 +163,7 @@ def ledger_frame(cache_path, by: Sequence[str] = ("model", "rule")):
 
     with ResponseCache(cache_path) as cache:
         rows = summarise_usage(cache.usage_rows(), by)
-    columns = list(by) + ["n_requests", "n_sent", "n_cached", "input_tokens", "output_tokens",
-                          "cached_input_tokens", "cached_output_tokens", "n_ok", "n_refusal", "n_invalid",
-                          "cost_usd"]
+    columns = list(by) + LEDGER_COLUMNS
     frame = pd.DataFrame(rows)
     for c in columns:
         if c not in frame:
@@ -297,3 +299,17 @@ def ledger_main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         write_csv(args.out, frame)
     return 0
+
+
+def write_ledger(cache_path, out_path, by: Sequence[str] = ("model", "rule")):
+    """Write the ledger of ``cache_path`` as CSV; no cache yet (no API request made) gives an empty table."""
+    import pandas as pd
+
+    from memaudit.io import write_csv
+
+    if Path(cache_path).exists():
+        frame = ledger_frame(cache_path, by)
+    else:
+        frame = pd.DataFrame(columns=list(by) + LEDGER_COLUMNS)
+    write_csv(out_path, frame)
+    return frame

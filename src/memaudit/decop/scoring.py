@@ -55,6 +55,15 @@ def letter_probabilities(logits, letter_ids: Sequence[Sequence[int]]):
     return (raw / mass).cpu().numpy(), mass[:, 0].cpu().numpy()
 
 
+def _check_fits(model, n_tokens: int) -> None:
+    from memaudit.models.loading import model_max_length
+
+    limit = model_max_length(model)
+    if limit is not None and n_tokens > limit:
+        raise ValueError(f"a DE-COP prompt of {n_tokens} tokens is longer than the {limit} positions of the model; "
+                         "use shorter passages (probes.decop.lengths) or the likelihood mode")
+
+
 def logit_probabilities(model, tokenizer, prompts: Sequence[str], letter_ids, *, batch_size: int = 24):
     """Teacher-forced letter probabilities at the answer position, prompts batched together.
 
@@ -68,6 +77,7 @@ def logit_probabilities(model, tokenizer, prompts: Sequence[str], letter_ids, *,
     probs, masses = [], []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    _check_fits(model, max(len(ids) for ids in encoded))
     with torch.inference_mode():
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start:start + batch_size]
@@ -96,6 +106,7 @@ def reference_probabilities(model, tokenizer, prompts: Sequence[str], letter_ids
     with torch.inference_mode():
         for prompt in prompts:
             enc = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").to(model.device)
+            _check_fits(model, enc["input_ids"].shape[1])
             out = model.generate(**enc, max_new_tokens=2, do_sample=False, output_scores=True,
                                  return_dict_in_generate=True, pad_token_id=pad)
             p, m = letter_probabilities(out.scores[0], letter_ids)

@@ -1,0 +1,154 @@
+"""DE-COP with real models: logit mode against the generate() reference, likelihood mode, black-box
+mode through the real OpenAI SDK against the loopback server, and a whole probe run."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memaudit.backends.server import ChatReply, ChatServer, ScriptedResponder
+from memaudit.decop.prompts import LETTERS, orderings
+
+ITEM = {"item_id": "emma#p0", "passage_id": "emma#p0", "doc_id": "emma", "label": 1, "answer": 0,
+        "options": ["Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.",
+                    "Emma Woodhouse was clever, rich and good-looking, with a pleasant home and a cheerful mood.",
+                    "Handsome, smart and wealthy, Emma Woodhouse had a comfy house and a happy temperament.",
+                    "Rich, clever and handsome, Emma Woodhouse enjoyed a happy nature and a comfortable home."],
+        "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book", "role": "evaluate", "length_tokens": 64}}
+
+
+def _items(n):
+    return [{**ITEM, "item_id": f"d{i}#p0", "passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+             "meta": {**ITEM["meta"], "role": "calibrate" if i >= n - 2 else "evaluate"}} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def long_tiny_model(tiny_model_dir):
+    """The conftest tiny GPT-2's tokenizer with room for a whole DE-COP prompt (1024 positions)."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(1)
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=1024, n_embd=32, n_layer=2, n_head=2,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    return GPT2LMHeadModel(cfg).eval(), tok
+
+
+def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_model, tiny_model):
+    from memaudit.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+
+    model, tok = long_tiny_model
+    short = {**ITEM, "options": [o[:40] for o in ITEM["options"]]}
+    prompts = [render_question(tok, it, p) for it in (ITEM, short) for p in orderings("permutations")[:3]]
+    ids = letter_token_ids(tok)
+    ours, mass = logit_probabilities(model, tok, prompts, ids, batch_size=4)  # uneven batches, left padding
+    ref, ref_mass = reference_probabilities(model, tok, prompts, ids)
+    assert ours.shape == (6, 4)
+    np.testing.assert_allclose(ours.sum(1), 1.0, atol=1e-9)
+    assert np.abs(ours - ref).max() <= 1e-4 and np.abs(mass - ref_mass).max() <= 1e-4
+    assert len({len(tok(p)["input_ids"]) for p in prompts}) > 1  # the padding path was exercised
+    short_model, _ = tiny_model  # 128 positions: a clear error, not an index error deep in torch
+    with pytest.raises(ValueError, match="longer than the 128 positions"):
+        logit_probabilities(short_model, tok, prompts, ids)
+
+
+def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
+    from memaudit.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.models.loading import load_causal_lm
+    from memaudit.models.smollm2 import ensure_builtin
+
+    model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
+                                device="cpu")
+    prompts = [render_question(tok, ITEM, p) for p in orderings("latin_square")[:2]]
+    assert prompts[0].startswith("<|im_start|>system\nYou are entering a multiple choice questions exam.")
+    assert prompts[0].endswith("Answer:<|im_end|>\n<|im_start|>assistant\n")
+    ids = letter_token_ids(tok)
+    assert all(len(v) == 2 for v in ids)  # "A" and " A" are different tokens
+    ours, _ = logit_probabilities(model, tok, prompts, ids)
+    ref, _ = reference_probabilities(model, tok, prompts, ids)
+    assert np.abs(ours - ref).max() <= 1e-4
+
+
+def test_likelihood_mode_picks_the_highest_mean_log_likelihood(tiny_model):
+    from memaudit.backends.hf import HFBackend
+    from memaudit.decop.scoring import score_likelihood
+
+    model, tok = tiny_model
+    backend = HFBackend({}, model=model, tokenizer=tok)
+    answers = score_likelihood(backend, [ITEM])
+    stats = backend.token_stats(ITEM["options"], with_distribution=False)
+    expected = [float(np.mean(stats.passage(i)[0])) for i in range(4)]
+    got = answers.loc[0, [f"ll_{x}" for x in LETTERS]].to_numpy(dtype=float)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert answers.loc[0, "pred"] == int(np.argmax(expected)) and answers.loc[0, "correct"] == 0
+
+
+class QuizResponder(ScriptedResponder):
+    """Answers DE-COP questions like a model that knows the verbatim text, with a few bad replies."""
+
+    def __init__(self, verbatim: str):
+        super().__init__()
+        self.verbatim, self.n = verbatim, 0
+
+    def default(self, request):
+        self.n += 1
+        options = dict(re.findall(r"^([A-D])\. (.*)$", request.prompt, re.MULTILINE))
+        letter = next(k for k, v in options.items() if v == self.verbatim)
+        replies = {1: "I'm sorry, but I can't help with that request.", 2: "Both options look plausible to me.",
+                   3: f"The answer is {letter}."}
+        return ChatReply(text=replies.get(self.n, letter), input_tokens=50, output_tokens=1)
+
+
+def test_blackbox_mode_through_the_openai_sdk_counts_refusals_and_invalid_answers(tmp_path, monkeypatch):
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.backends.retry import RetryPolicy
+    from memaudit.decop.scoring import score_blackbox
+
+    monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop")
+    with ChatServer(QuizResponder(ITEM["options"][0])) as server:
+        backend = OpenAIBackend("gpt-test", name="gpt-test", base_url=server.openai_base_url,
+                                api_key_env="DECOP_TEST_KEY", cache=tmp_path / "cache.sqlite", concurrency=1,
+                                retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02))
+        answers = score_blackbox(backend, [ITEM], orderings("latin_square"))
+        sent = server.records[0].request
+    assert sent.messages[0]["role"] == "system" and "multiple choice questions exam" in sent.messages[0]["content"]
+    assert sent.temperature == 0.0
+    assert answers["status"].tolist() == ["refusal", "invalid", "ok", "ok"]
+    assert answers["parse"].tolist() == ["refusal", "invalid", "lenient", "strict"]
+    assert answers["pred"].tolist()[:2] == [-1, -1]
+    assert (answers["pred"] == answers["correct"]).tolist() == [False, False, True, True]
+
+
+def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_tiny_model, tmp_path):
+    from memaudit.decop.runner import run_decop
+    from memaudit.io import read_json, write_json, write_jsonl
+
+    items = tmp_path / "items.jsonl"
+    write_jsonl(items, _items(6))
+    model, tok = long_tiny_model
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    write_json(tmp_path / "m" / "manifest.json", {"load": {"path": str(tmp_path / "m")}})
+    cfg = {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4}
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in
+           [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+    docs = run_decop("logit", items, cfg, manifest_path=tmp_path / "m" / "manifest.json",
+                     **{f"out_{k}": v for k, v in out.items()})
+    answers = pd.read_csv(out["answers"])
+    assert len(answers) == 6 * 4 and set(docs["method"]) == {"decop-logit", "decop-logit-calibrated"}
+    assert sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]  # calibration documents are not scored
+    cal = read_json(out["calibration"])["calibration"]["64"]
+    calib = answers[answers["role"] == "calibrate"]
+    by_doc = calib.groupby("doc_id")[["p_A", "p_B", "p_C", "p_D"]].mean().mean()
+    np.testing.assert_allclose([cal["delta"][x] for x in "ABCD"], 0.25 - by_doc.to_numpy(), atol=1e-9)
+    probs = answers[["p_A", "p_B", "p_C", "p_D"]].to_numpy() + np.array([cal["delta"][x] for x in "ABCD"])
+    assert (answers["pred_calibrated"].to_numpy() == probs.argmax(1)).all()
+    table = pd.read_csv(out["table"])
+    assert {"p_value", "q_value", "suspect", "clean_rate"} <= set(table.columns)
+    raw = table[(table["method"] == "decop-logit") & (table["role"] == "evaluate")].set_index("doc_id")
+    hits = answers[answers["role"] == "evaluate"].assign(hit=lambda a: a["pred"] == a["correct"])
+    np.testing.assert_allclose(raw["accuracy"].sort_index(), hits.groupby("doc_id")["hit"].mean().sort_index())
