@@ -3,7 +3,8 @@ import re
 
 from snakemake.utils import validate
 
-from memaudit.backends.api import api_slots
+from memaudit.backends.api import api_settings, api_slots
+from memaudit.backends.base import API_BACKENDS
 from memaudit.config import check_config, contaminated_on, model_build_settings, model_scoring_settings
 from memaudit.probes.registry import probes_for_model
 from memaudit.versions import code_version
@@ -16,6 +17,8 @@ BENCHMARKS = sorted(config["benchmarks"])
 MODELS = sorted(config["models"])
 ASSETS = config["assets_dir"]
 TOKEN_PROB = config["probes"]["token_prob"]
+PREFIX = config["probes"].get("prefix", {})
+API_CACHE = api_settings(config)["cache"]
 
 
 def _alternatives(names):
@@ -105,6 +108,24 @@ def api_anthropic_slots(wildcards):
     return api_slots(config, wildcards.model, "anthropic")
 
 
+def local_model_dir(wildcards):
+    """The prepared model a probe job loads: local models only (an API model needs no input)."""
+    if config["models"][wildcards.model].get("backend", "hf") in API_BACKENDS:
+        return {}
+    return {"model": f"results/models/{wildcards.model}"}
+
+
+def api_probe_outputs():
+    """Every probe output of an API model: the ledger is written after the last request."""
+    return [
+        f"results/scores/{benchmark}/{model}/{probe}_documents.csv"
+        for benchmark in BENCHMARKS
+        for model in MODELS
+        if config["models"][model].get("backend", "hf") in API_BACKENDS
+        for probe in probes_for_model(config, model)
+    ]
+
+
 # Models scored by at least one configured probe (an API model gets no white-box probe).
 SCORED_MODELS = [m for m in MODELS if probes_for_model(config, m)]
 LOCAL_MODELS = [m for m in MODELS if config["models"][m]["backend"] == "hf"]
@@ -135,6 +156,7 @@ def final_outputs():
         "results/summary/metrics.csv",
         "results/summary/metrics.md",
         "results/summary/models.csv",
+        "results/api/ledger.csv",
         *expand(
             "results/figures/{benchmark}/{model}/roc.png",
             benchmark=BENCHMARKS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memaudit.backends.base import API_BACKENDS, TOKEN_LOGPROBS, check_probe_support, model_capabilities
+from memaudit.backends.base import API_BACKENDS, GENERATE, TOKEN_LOGPROBS, check_probe_support, model_capabilities
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,10 @@ PROBES: dict[str, ProbeSpec] = {
         "token_prob", frozenset({TOKEN_LOGPROBS}), "passages",
         "loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token log-probabilities",
     ),
+    "prefix": ProbeSpec(
+        "prefix", frozenset({GENERATE}), "prefix_continuation",
+        "prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
+    ),
 }
 
 
@@ -38,9 +42,15 @@ def probe_runs_on(probe: str, entry: dict) -> bool:
     return PROBES[probe].needs <= model_capabilities(entry)
 
 
+def probe_selects(config: dict, probe: str, model: str) -> bool:
+    """Whether the probe's optional ``models`` list (default: every model) includes ``model``."""
+    chosen = config["probes"][probe].get("models")
+    return chosen is None or model in chosen
+
+
 def probes_for_model(config: dict, model: str) -> list[str]:
     entry = config["models"][model]
-    return [p for p in enabled_probes(config) if probe_runs_on(p, entry)]
+    return [p for p in enabled_probes(config) if probe_selects(config, p, model) and probe_runs_on(p, entry)]
 
 
 def check_capabilities(config: dict) -> list[str]:
@@ -48,8 +58,14 @@ def check_capabilities(config: dict) -> list[str]:
     from memaudit.errors import ConfigError
 
     problems = []
+    for probe in enabled_probes(config):
+        for i, model in enumerate(config["probes"][probe].get("models") or []):
+            if model not in config["models"]:
+                problems.append(f"probes.{probe}.models.{i}: unknown model {model!r}")
     for model, entry in config["models"].items():
         for probe in enabled_probes(config):
+            if not probe_selects(config, probe, model):
+                continue
             if entry.get("backend", "hf") in API_BACKENDS and not probe_runs_on(probe, entry):
                 continue  # black-box models are simply not scored by white-box probes
             try:

@@ -1,0 +1,41 @@
+"""Prefix/continuation pairs for prefix probing (NYT Exhibit J style; CopyBench literal copying).
+
+Each passage is cut at a word boundary into a prefix the model is shown and the
+continuation it should not be able to reproduce unless it memorised the text.
+The information-guided probes paper gives the first 50 words of a passage as the
+prefix (Appendix E); CopyBench gives 200 words and scores the next 50. Both are
+``prefix_words``/``continuation_words`` settings here.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from memaudit.datasets.types import Passage, PrefixContinuation
+from memaudit.errors import InputError
+
+
+def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation_words: int,
+                 min_continuation_words: int = 5) -> list[PrefixContinuation]:
+    """One item per passage long enough to leave ``min_continuation_words`` after the prefix.
+
+    A passage shorter than ``prefix_words + continuation_words`` keeps its full
+    prefix and a shorter continuation (recorded in ``meta``); shorter than
+    ``prefix_words + min_continuation_words`` it is skipped.
+    """
+    items, n_skipped = [], 0
+    for p in passages:
+        words = p.text.split()
+        if len(words) < prefix_words + min_continuation_words:
+            n_skipped += 1
+            continue
+        continuation = words[prefix_words:prefix_words + continuation_words]
+        items.append(PrefixContinuation(
+            item_id=f"{p.passage_id}#prefix", passage_id=p.passage_id, doc_id=p.doc_id, label=p.label,
+            prefix=" ".join(words[:prefix_words]), continuation=" ".join(continuation),
+            meta={"title": p.title, "author": p.author, "prefix_words": prefix_words,
+                  "continuation_words": len(continuation)}))
+    if not items:
+        raise InputError(f"no passage has the {prefix_words + min_continuation_words} words a prefix probe "
+                         f"needs ({n_skipped} too short): lower probes.prefix.prefix_words or use longer passages")
+    return items

@@ -1,0 +1,152 @@
+"""Prefix probing: show a model the start of a passage and compare its continuation with the original.
+
+The black-box baseline of the information-guided probes paper (Appendix E: the
+first 50 words as prefix, the instruction "Please complete the following text
+with more than 150 words:", scored by the longest common subsequence in words,
+after Karamolegkou et al. 2023) and the literal-copying measure of CopyBench
+(ROUGE-L against the next 50 words). It needs only generation, so it runs on API
+models as well as local ones.
+
+Two scores per item, both higher = more likely a member (memaudit's convention):
+
+``prefix_rougeL``
+    ROUGE-L *recall*: the longest common word subsequence between generation
+    and reference continuation, divided by the reference length. CopyBench reports
+    the F-measure of a length-limited generation; recall is used here because
+    chat models often open with a preamble ("Sure, here is the rest: ...") or run
+    past the reference, and the F-measure then penalises a verbatim reproduction
+    for the words around it.
+``prefix_lcs_words``
+    the longest run of consecutive words the generation shares with the reference
+    (Karamolegkou et al.'s "LCS" in words): long runs are what a legal expert
+    reads as verbatim copying.
+
+A refusal or an empty answer scores 0 on both (nothing was reproduced) and is
+counted: the refusal and invalid rates sit beside the scores in
+``prefix_outcomes.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, Backend, GenerationParams
+from memaudit.io import write_csv, write_json, write_jsonl
+from memaudit.probes.token_prob import aggregate_documents
+
+log = logging.getLogger(__name__)
+
+METHODS = ("prefix_rougeL", "prefix_lcs_words")
+INSTRUCTION = "Please complete the following text with more than 150 words:"  # information-guided probes, App. E
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> list[str]:
+    """Lowercased alphanumeric words (ROUGE's tokenisation: punctuation and case do not count)."""
+    return _WORD.findall(text.lower())
+
+
+def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence of two word lists."""
+    if len(a) < len(b):
+        a, b = b, a
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest run of consecutive words shared by two word lists."""
+    best, prev = 0, [0] * (len(b) + 1)
+    for x in a:
+        cur = [0] * (len(b) + 1)
+        for j, y in enumerate(b):
+            if x == y:
+                cur[j + 1] = prev[j] + 1
+                best = max(best, cur[j + 1])
+        prev = cur
+    return best
+
+
+def score_continuation(generation: str, reference: str) -> dict[str, float]:
+    gen, ref = words(generation), words(reference)
+    if not ref:
+        raise ValueError("empty reference continuation")
+    return {"prefix_rougeL": lcs_length(gen, ref) / len(ref), "prefix_lcs_words": float(longest_common_run(gen, ref))}
+
+
+def prompts_for(items: Sequence[dict], *, instruction: str, chat: bool) -> list[str]:
+    """The probe prompts: instruction + prefix for chat models, the bare prefix for plain-text models."""
+    if chat:
+        return [f"{instruction}\n\n{it['prefix']}" for it in items]
+    return [it["prefix"] for it in items]
+
+
+def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat: bool,
+                     out_items: str | Path, out_documents: str | Path, out_outcomes: str | Path,
+                     progress: Callable[[str], None] = log.info) -> pd.DataFrame:
+    """Generate a continuation of every item's prefix, score it, write item, document and outcome tables."""
+    params = GenerationParams(max_new_tokens=int(cfg["max_new_tokens"]), temperature=0.0,
+                              system_prompt=cfg.get("system_prompt") if chat else None, chat=chat,
+                              repetition_penalty=float(cfg.get("repetition_penalty", 1.0)))
+    prompts = prompts_for(items, instruction=cfg["instruction"], chat=chat)
+    progress(f"{len(prompts)} prefix probes ({'chat' if chat else 'plain text'}, "
+             f"max {params.max_new_tokens} new tokens)")
+    generations = backend.generate(prompts, params)
+    rows, long_rows = [], []
+    for it, g in zip(items, generations):
+        scores = score_continuation(g.text, it["continuation"]) if g.status == STATUS_OK else dict.fromkeys(METHODS, 0.0)
+        rows.append({"item_id": it["item_id"], "passage_id": it["passage_id"], "doc_id": it["doc_id"],
+                     "label": int(it["label"]), "status": g.status, "from_cache": bool(g.from_cache),
+                     "input_tokens": g.input_tokens, "output_tokens": g.output_tokens, **scores,
+                     "generation": g.text, "error": g.error})
+        long_rows += [{"passage_id": it["passage_id"], "doc_id": it["doc_id"], "label": int(it["label"]),
+                       "method": m, "score": scores[m]} for m in METHODS]
+    statuses = Counter(r["status"] for r in rows)
+    if statuses[STATUS_ERROR]:
+        first = next(r for r in rows if r["status"] == STATUS_ERROR)
+        raise RuntimeError(f"{statuses[STATUS_ERROR]} prefix probes got no answer, e.g. {first['item_id']}: "
+                           f"{first['error']} (answered ones are cached; rerun to retry the rest)")
+    docs = aggregate_documents(pd.DataFrame(long_rows), cfg.get("aggregate", "mean"))
+    n = len(rows)
+    outcomes = {"n_items": n, **{s: statuses.get(s, 0) for s in STATUSES},
+                "refusal_rate": statuses.get("refusal", 0) / n, "invalid_rate": statuses.get("invalid", 0) / n,
+                "n_from_cache": sum(r["from_cache"] for r in rows),
+                "input_tokens": sum(r["input_tokens"] for r in rows),
+                "output_tokens": sum(r["output_tokens"] for r in rows),
+                "prompt_style": "chat" if chat else "plain"}
+    write_jsonl(out_items, rows)
+    write_csv(out_documents, docs)
+    write_json(out_outcomes, outcomes)
+    progress(f"{n} items: {dict(statuses)}; {outcomes['n_from_cache']} from the cache")
+    return docs
+
+
+def run_prefix_probe_job(config: dict, model: str, items_path: str | Path, output, *,
+                         model_dir: str | Path | None = None, rule: str | None = None,
+                         progress: Callable[[str], None] = log.info) -> pd.DataFrame:
+    """The ``prefix_probe`` job of one (benchmark, model): backend from the config, tables to ``output``."""
+    from memaudit.backends.base import API_BACKENDS
+    from memaudit.backends.resolve import open_backend
+    from memaudit.io import read_jsonl
+
+    cfg = config["probes"]["prefix"]
+    chat = config["models"][model].get("backend", "hf") in API_BACKENDS or cfg.get("local_prompt") == "chat"
+    backend = open_backend(config, model, model_dir=model_dir, rule=rule)
+    try:
+        return run_prefix_probe(backend, read_jsonl(items_path), cfg, chat=chat, out_items=output.generations,
+                                out_documents=output.documents, out_outcomes=output.outcomes, progress=progress)
+    finally:
+        close = getattr(backend, "close", None)
+        if close:
+            close()

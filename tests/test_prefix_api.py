@@ -1,0 +1,178 @@
+"""Prefix probing: the scores by hand, and the workflow driving API models through a loopback server.
+
+The end-to-end test is what a user paying for an API sees: the jobs that send
+requests share one global Snakemake resource (``--resources api_openai=N`` caps
+the requests in flight across parallel jobs), a rerun of a finished step sends
+nothing (the response cache), refusals are counted, the key never reaches a
+file, and the cost ledger says what was sent and what came from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from api_server import ScriptedResponder, ChatServer, refusal_text
+from memaudit.datasets.prefix import prefix_items
+from memaudit.datasets.types import Passage
+from memaudit.errors import InputError
+from memaudit.probes.prefix import INSTRUCTION, lcs_length, longest_common_run, score_continuation, words
+from workflow_helpers import make_workdir, snakemake
+
+
+def test_words_ignore_case_and_punctuation():
+    assert words("It is a truth, universally-acknowledged!") == ["it", "is", "a", "truth", "universally",
+                                                                  "acknowledged"]
+
+
+def test_lcs_and_longest_run_by_hand():
+    ref = "a b c d e f".split()
+    gen = "x a b y c d e z".split()
+    # subsequence a b c d e (5); longest contiguous shared run c d e (3)
+    assert lcs_length(gen, ref) == 5
+    assert lcs_length(ref, gen) == 5
+    assert longest_common_run(gen, ref) == 3
+    assert lcs_length([], ref) == 0 and longest_common_run(gen, []) == 0
+
+
+def test_score_continuation_is_recall_robust_to_a_preamble():
+    ref = "she walked to the window and looked at the rain"
+    verbatim = score_continuation("Sure! Here is the rest: She walked to the window, and looked at the rain.", ref)
+    assert verbatim == {"prefix_rougeL": 1.0, "prefix_lcs_words": 10.0}
+    other = score_continuation("The ship sailed at dawn.", ref)
+    # "the ... at" in order (2 of 10 words); no two consecutive words shared
+    assert other == {"prefix_rougeL": pytest.approx(2 / 10), "prefix_lcs_words": 1.0}
+
+
+def _passage(i: int, n_words: int, label: int = 1) -> Passage:
+    return Passage(f"d{i}#p0", f"d{i}", label, " ".join(f"w{i}_{j}" for j in range(n_words)))
+
+
+def test_prefix_items_split_at_words_and_skip_short_passages():
+    items = prefix_items([_passage(0, 12), _passage(1, 7), _passage(2, 30, 0)], prefix_words=5,
+                         continuation_words=6, min_continuation_words=3)
+    assert [it.doc_id for it in items] == ["d0", "d2"]  # d1 leaves only 2 words after its prefix
+    assert items[0].prefix == "w0_0 w0_1 w0_2 w0_3 w0_4"
+    assert items[0].continuation == "w0_5 w0_6 w0_7 w0_8 w0_9 w0_10"
+    assert items[1].label == 0 and items[1].meta["continuation_words"] == 6
+    with pytest.raises(InputError, match="no passage has the 8 words"):
+        prefix_items([_passage(1, 7)], prefix_words=5, continuation_words=6, min_continuation_words=3)
+
+
+# --------------------------------------------------------------------------- the workflow on API models
+
+KEY_ENV, KEY = "MEMAUDIT_TEST_OPENAI_KEY", "sk-test-never-in-a-file-4242"
+CONCURRENCY = 3
+OTHER = "It was a quiet morning in the harbour and nobody spoke of the ship."
+
+
+def _config(base_url: str | None) -> dict:
+    api = {"api_key_env": KEY_ENV, "concurrency": CONCURRENCY,
+           "pricing": {"input_per_mtok": 2.0, "output_per_mtok": 8.0},
+           "base_url": base_url or "http://127.0.0.1:9/v1"}
+    return {
+        "seed": 7, "assets_dir": "resources/demo", "cache_dir": "resources/cache",
+        "benchmarks": {"novels": {"sources": ["austen"], "n_documents": 12, "passage_words": 40,
+                                  "passages_per_document": 2}},
+        # Two models behind one endpoint (the same model id would share cache entries, rightly).
+        "models": {name: {"family": "memorizer", "backend": "openai", "api": {**api, "model_id": f"{name}-v1"}}
+                   for name in ("memorizer-a", "memorizer-b")},
+        "probes": {"token_prob": {}, "prefix": {"prefix_words": 20, "continuation_words": 20,
+                                                "max_new_tokens": 64}},
+        "stats": {"n_boot_ci": 200, "blind_folds": 3},
+    }
+
+
+def _write(workdir, cfg) -> str:
+    path = workdir / "config" / "api.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path.relative_to(workdir))
+
+
+@pytest.mark.slow
+def test_api_models_through_the_workflow(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf")
+    cfgfile = _write(workdir, _config(None))
+    snakemake(workdir, "results/datasets/novels/prefix_continuation.jsonl", "--cores", "1", "--configfile", cfgfile)
+    items = [json.loads(line) for line in
+             (workdir / "results/datasets/novels/prefix_continuation.jsonl").read_text().splitlines()]
+    members = [it for it in items if it["label"] == 1]
+    nonmembers = [it for it in items if it["label"] == 0]
+    assert members and len(nonmembers) >= 2
+    # A model that memorised the members: it continues them verbatim (after a chatty preamble).
+    replies = {f"{INSTRUCTION}\n\n{it['prefix']}": "Sure, here is the rest: " + it["continuation"] for it in members}
+    replies.update({f"{INSTRUCTION}\n\n{it['prefix']}": OTHER for it in nonmembers[1:]})
+    replies[f"{INSTRUCTION}\n\n{nonmembers[0]['prefix']}"] = refusal_text()
+
+    targets = ["results/metrics/novels/memorizer-a.csv", "results/metrics/novels/memorizer-b.csv",
+               "results/api/ledger.csv"]
+    with ChatServer(ScriptedResponder(replies), latency=0.05) as server:
+        cfgfile = _write(workdir, _config(server.openai_base_url))
+        plan = snakemake(workdir, *targets, "-n", "--cores", "2", "--configfile", cfgfile).stdout
+        assert plan.count(f"api_openai={CONCURRENCY}") == 2  # both prefix_probe jobs claim the resource
+        snakemake(workdir, *targets, "--cores", "2", "--resources", f"api_openai={CONCURRENCY}",
+                  "--configfile", cfgfile)
+        assert server.count("openai") == 2 * len(items)  # each model asked once per item
+        # Two jobs ran side by side on two cores, yet the global resource kept them to CONCURRENCY in all.
+        assert server.max_in_flight <= CONCURRENCY
+
+        for model in ("memorizer-a", "memorizer-b"):
+            metrics = pd.read_csv(workdir / f"results/metrics/novels/{model}.csv").set_index("method")
+            assert metrics.loc["prefix_rougeL", "auc"] == pytest.approx(1.0)
+            assert metrics.loc["prefix_lcs_words", "auc"] == pytest.approx(1.0)
+            outcomes = json.loads((workdir / f"results/scores/novels/{model}/prefix_outcomes.json").read_text())
+            assert (outcomes["n_items"], outcomes["refusal"], outcomes["ok"]) == (len(items), 1, len(items) - 1)
+            assert outcomes["refusal_rate"] == pytest.approx(1 / len(items))
+        ledger = pd.read_csv(workdir / "results/api/ledger.csv").set_index("model")
+        assert ledger.loc["memorizer-a", "n_sent"] == len(items) and ledger.loc["memorizer-a", "n_cached"] == 0
+        assert ledger.loc["memorizer-a", "n_refusal"] == 1
+        tokens = ledger.loc["memorizer-a", ["input_tokens", "output_tokens"]]
+        assert ledger.loc["memorizer-a", "cost_usd"] == pytest.approx((2.0 * tokens.iloc[0] + 8.0 * tokens.iloc[1])
+                                                                      / 1e6)
+
+        # Rerunning the finished probe jobs sends nothing: every answer comes from the cache.
+        snakemake(workdir, *targets, "--cores", "2", "--resources", f"api_openai={CONCURRENCY}",
+                  "--forcerun", "prefix_probe", "--configfile", cfgfile)
+        assert server.count("openai") == 2 * len(items)
+        outcomes = json.loads((workdir / "results/scores/novels/memorizer-a/prefix_outcomes.json").read_text())
+        assert outcomes["n_from_cache"] == len(items)
+        ledger = pd.read_csv(workdir / "results/api/ledger.csv").set_index("model")
+        assert ledger.loc["memorizer-a", "n_cached"] == len(items)
+        assert {r.authorization for r in server.records} == {f"Bearer {KEY}"}
+
+    # The key reached the server, never a file: results, logs, Snakemake metadata, the config.
+    written = [p for top in ("results", "logs", ".snakemake", "config") for p in (workdir / top).rglob("*")
+               if p.is_file()]
+    assert any(p.suffix == ".sqlite" for p in written)  # the cache is among the files searched
+    leaked = [p for p in written if KEY.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def test_local_model_continues_the_bare_prefix(tiny_model, tiny_model_dir, tmp_path):
+    from memaudit.backends.base import GenerationParams
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.prefix import run_prefix_probe
+
+    model, tok = tiny_model
+    backend = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok)
+    passages = [_passage(i, 14, label=i % 2) for i in range(4)]
+    items = [it.__dict__ for it in prefix_items(passages, prefix_words=6, continuation_words=8)]
+    cfg = {"max_new_tokens": 12, "instruction": INSTRUCTION}
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in [("items", "jsonl"), ("docs", "csv"), ("outcomes", "json")]}
+    docs = run_prefix_probe(backend, items, cfg, chat=False, out_items=out["items"], out_documents=out["docs"],
+                            out_outcomes=out["outcomes"])
+    rows = [json.loads(line) for line in out["items"].read_text().splitlines()]
+    # Plain mode: the model continues the bare prefix, greedily.
+    direct = backend.generate_text(items[0]["prefix"], GenerationParams(max_new_tokens=12, chat=False))
+    assert rows[0]["generation"] == direct.text
+    assert rows[0]["prefix_rougeL"] == score_continuation(direct.text, items[0]["continuation"])["prefix_rougeL"]
+    assert sorted(docs["method"].unique()) == ["prefix_lcs_words", "prefix_rougeL"]
+    assert len(docs) == 2 * 4 and set(docs["label"]) == {0, 1}
+    outcomes = json.loads(out["outcomes"].read_text())
+    assert outcomes["n_items"] == 4 and outcomes["ok"] + outcomes["refusal"] + outcomes["invalid"] == 4
+    assert outcomes["prompt_style"] == "plain"
