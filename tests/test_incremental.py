@@ -3,8 +3,16 @@
 The finished run is made in seconds with ``snakemake --touch`` (see
 ``workflow_helpers.touch_finished``), which records the same metadata (params,
 code, input sets) a real run does; ``test_adding_a_model_schedules_only_its_jobs``
-also runs on the real ``ci_run`` to show both give the same plan. Every test
-asserts the exact set of jobs, with Snakemake's default ``--rerun-triggers``.
+also runs on the real ``ci_run`` to show both give the same plan. Snakemake's
+default ``--rerun-triggers`` throughout.
+
+Each test compares the plan after a config change with the exact set of jobs
+that must rerun: for a change to something that exists, the jobs that depend
+on it, as Snakemake's own dependency graph gives them (``--forcerun`` of those
+outputs on the unchanged config, where no trigger fires); for a new model or
+benchmark, the jobs carrying its name plus the tables and figures over all of
+them. A rerun too wide (params holding too much config, inputs too wide) adds
+jobs to the first set and fails the test.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ import yaml
 from memaudit.versions import VERSIONED, code_version
 from workflow_helpers import ROOT, make_workdir, planned_jobs, touch_finished
 
-CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+CI_YAML = "config/ci.yaml"
+CI = yaml.safe_load((ROOT / CI_YAML).read_text())
 BENCHMARKS = sorted(CI["benchmarks"])
 MODELS = sorted(CI["models"])
 NEW_MODEL = "tiny-gpt2-wide"
@@ -32,24 +41,17 @@ NEW_MODEL_ENTRY = {
 
 
 @pytest.fixture(scope="module")
-def finished_and_full_plan(tmp_path_factory):
+def finished_run(tmp_path_factory):
     """A scratch copy of the workflow in which config/ci.yaml has (as far as Snakemake can tell) run,
-    and the jobs of that run."""
+    and that run's jobs: {(rule, wildcards): [outputs]}."""
     workdir = make_workdir(tmp_path_factory.mktemp("touched-ci"), share_resources=False)
-    return workdir, {(j["rule"], j["wildcards"]) for j in touch_finished(workdir, "config/ci.yaml")}
+    jobs = touch_finished(workdir, CI_YAML)
+    return workdir, {(j["rule"], j["wildcards"]): j["output"] for j in jobs}
 
 
 @pytest.fixture(scope="module")
-def finished(finished_and_full_plan):
-    return finished_and_full_plan[0]
-
-
-@pytest.fixture(scope="module")
-def pair_rules(finished_and_full_plan):
-    """Rules with one job per (benchmark, model) in the full run of config/ci.yaml."""
-    rules = {r for r, w in finished_and_full_plan[1] if re.fullmatch(r"benchmark=[^,]+, model=[^,]+", w)}
-    assert {"token_stats", "token_prob_scores", "metrics", "figure_roc", "figure_score_distributions"} <= rules
-    return rules
+def finished(finished_run):
+    return finished_run[0]
 
 
 def with_config(workdir, name: str, change) -> str:
@@ -60,71 +62,103 @@ def with_config(workdir, name: str, change) -> str:
     return str(path.relative_to(workdir))
 
 
+def wildcard(job: tuple[str, str], name: str) -> str | None:
+    m = re.search(rf"(?:^|, ){name}=([^,]+)", job[1])
+    return m.group(1) if m else None
+
+
+def downstream_of(workdir, *targets: str) -> set[tuple[str, str]]:
+    """The given rules' or files' jobs and every job that depends on them, on the unchanged config."""
+    return planned_jobs(workdir, CI_YAML, "--forcerun", *targets)
+
+
 def cross_model(benchmarks=BENCHMARKS) -> set[tuple[str, str]]:
     """The tables and figures over all models: the summary and each benchmark's AUC-against-size figure."""
     return {("all", ""), ("summary", "")} | {("figure_auc_vs_size", f"benchmark={b}") for b in benchmarks}
 
 
-def model_jobs(model: str, rules, benchmarks=BENCHMARKS, prepare=True) -> set[tuple[str, str]]:
-    jobs = {(r, f"benchmark={b}, model={model}") for r in rules for b in benchmarks}
-    return jobs | ({("prepare_model", f"model={model}")} if prepare else set())
-
-
 def test_finished_run_has_nothing_to_do(finished):
-    assert planned_jobs(finished, "config/ci.yaml") == set()
+    assert planned_jobs(finished, CI_YAML) == set()
 
 
 @pytest.mark.parametrize("tree", ["touched", pytest.param("ci_run", marks=pytest.mark.slow)])
-def test_adding_a_model_schedules_only_its_jobs(tree, request, finished, pair_rules):
+def test_adding_a_model_schedules_only_its_jobs(tree, request, finished, finished_run):
     workdir = finished if tree == "touched" else request.getfixturevalue("ci_run")
     config = with_config(workdir, "plus_one_model", lambda c: c["models"].__setitem__(NEW_MODEL, NEW_MODEL_ENTRY))
     jobs = planned_jobs(workdir, config)
-    assert ("prepare_model", f"model={NEW_MODEL}") in jobs
-    assert ("token_stats", f"benchmark=novels, model={NEW_MODEL}") in jobs
+    # The new model gets every per-model job an existing base model of its kind has.
+    like = {(r, w.replace("tiny-gpt2-small", NEW_MODEL)) for r, w in finished_run[1]
+            if wildcard((r, w), "model") == "tiny-gpt2-small" and r != "decop_probe"}
+    assert ("prepare_model", f"model={NEW_MODEL}") in like and ("token_stats", f"benchmark=novels, model={NEW_MODEL}") in like
     # Nothing of any other model reruns: only the new model's jobs and the cross-model tables and figures.
-    assert jobs == model_jobs(NEW_MODEL, pair_rules) | cross_model()
+    assert jobs == like | cross_model()
 
 
-def test_changing_one_models_training_reruns_only_that_model(finished, pair_rules):
+def test_changing_one_models_training_reruns_only_that_model(finished):
     model = "tiny-gpt2-small-contaminated"
     config = with_config(finished, "epochs", lambda c: c["models"][model]["finetune"].__setitem__("epochs", 3))
-    assert planned_jobs(finished, config) == model_jobs(model, pair_rules) | cross_model()
+    jobs = planned_jobs(finished, config)
+    assert jobs == downstream_of(finished, f"results/models/{model}")
+    assert {wildcard(j, "model") for j in jobs} == {model, None}
 
 
-def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, pair_rules):
+def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, finished_run):
     """max_tokens truncates passages when scoring: the fine-tuned weights stay, its scores rerun."""
     model = "smollm2-135m-contaminated"
     config = with_config(finished, "max_tokens", lambda c: c["models"][model].__setitem__("max_tokens", 48))
-    assert planned_jobs(finished, config) == model_jobs(model, pair_rules, prepare=False) | cross_model()
+    jobs = planned_jobs(finished, config)
+    scoring = [out for job, outs in finished_run[1].items()
+               if wildcard(job, "model") == model and job[0] != "prepare_model" for out in outs]
+    assert ("token_stats", f"benchmark=novels, model={model}") in jobs
+    assert jobs == downstream_of(finished, *scoring)
+    assert ("prepare_model", f"model={model}") not in jobs
 
 
-# A new Min-K% ratio is scored from the token statistics already computed: no forward pass
-# (token_stats), no model and no dataset reruns; every (benchmark, model) re-scores, since all
-# token-probability methods of a pair share one scoring job and one metrics table.
-TOKEN_PROB_DOWNSTREAM = ("token_prob_scores", "metrics", "figure_roc", "figure_score_distributions")
+def test_changing_how_many_gpus_a_model_claims_reruns_nothing(finished):
+    config = with_config(finished, "gpus", lambda c: c["models"]["tiny-gpt2-small"].__setitem__("gpus", 2))
+    assert planned_jobs(finished, config) == set()
 
 
-def rescored_everywhere() -> set[tuple[str, str]]:
-    return {(r, f"benchmark={b}, model={m}") for r in TOKEN_PROB_DOWNSTREAM for b in BENCHMARKS for m in MODELS}
+@pytest.fixture(scope="module")
+def rescored(finished):
+    """Every token_prob_scores job and what depends on it."""
+    jobs = downstream_of(finished, "token_prob_scores")
+    assert {r for r, _ in jobs} >= {"token_prob_scores", "metrics", "figure_roc", "summary"}
+    assert {r for r, _ in jobs}.isdisjoint({"token_stats", "prepare_model", "benchmark_dataset"})
+    return jobs
 
 
-def test_adding_a_min_k_ratio_schedules_only_scoring(finished):
+def test_adding_a_min_k_ratio_schedules_only_scoring(finished, rescored):
+    """A new Min-K% ratio is scored from the token statistics already computed: no forward pass,
+    model or dataset reruns (all token-probability methods of a pair share one cheap scoring job)."""
     config = with_config(finished, "ratio", lambda c: c["probes"]["token_prob"].__setitem__("min_k_ratios", [0.1, 0.2, 0.3]))
-    assert planned_jobs(finished, config) == rescored_everywhere() | cross_model()
+    assert planned_jobs(finished, config) == rescored
 
 
-def test_adding_a_benchmark_schedules_only_its_jobs(finished, pair_rules):
+def test_changing_the_headline_methods_redraws_only_the_figures(finished):
+    config = with_config(finished, "headline", lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
+    expected = {(r, f"benchmark={b}, model={m}") for r in ("figure_roc", "figure_score_distributions")
+                for b in BENCHMARKS for m in MODELS}
+    assert planned_jobs(finished, config) == expected | cross_model() - {("summary", "")}
+
+
+def test_adding_a_benchmark_schedules_only_its_jobs(finished, finished_run):
     tales = {"sources": ["tidytext"], "n_documents": 8, "passage_words": 40, "passages_per_document": 1,
              "source_options": {"tidytext": {"exclude_titles": ["Pride and Prejudice"]}}}
     config = with_config(finished, "plus_benchmark", lambda c: c["benchmarks"].__setitem__("tales", tales))
-    expected = {("benchmark_dataset", "benchmark=tales"), ("blind_baseline", "benchmark=tales"),
-                ("figure_auc_vs_size", "benchmark=tales"), ("summary", ""), ("all", "")}
-    expected |= {(r, f"benchmark=tales, model={m}") for r in pair_rules for m in MODELS}
+    jobs = planned_jobs(finished, config)
+    # What every benchmark gets that the probes do not restrict to some benchmarks (as DE-COP's modes are).
+    everywhere = {r for r in {job[0] for job in finished_run[1]}
+                  if all(any(job[0] == r and wildcard(job, "benchmark") == b for job in finished_run[1])
+                         for b in BENCHMARKS)}
+    like = {(r, w.replace("benchmark=news", "benchmark=tales")) for r, w in finished_run[1]
+            if r in everywhere and wildcard((r, w), "benchmark") == "news"}
+    assert {("benchmark_dataset", "benchmark=tales"), ("token_stats", "benchmark=tales, model=smollm2-135m")} <= like
     # The other benchmarks' AUC-against-size figures read their own metric tables, not the summary.
-    assert planned_jobs(finished, config) == expected
+    assert jobs == like | {("summary", ""), ("all", "")}
 
 
-def test_bumping_the_scoring_version_reruns_exactly_the_scoring_jobs(finished, tmp_path):
+def test_bumping_the_scoring_version_reruns_exactly_the_scoring_jobs(finished, rescored, tmp_path):
     """Package code does not trigger reruns; its version constant, passed as a param, does."""
     src = shutil.copytree(ROOT / "src" / "memaudit", tmp_path / "src" / "memaudit")
     (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the package finds its schema beside src/
@@ -134,7 +168,7 @@ def test_bumping_the_scoring_version_reruns_exactly_the_scoring_jobs(finished, t
     module.write_text(re.sub(r"^SCORING_VERSION = (\d+)$", lambda m: f"SCORING_VERSION = {int(m[1]) + 1}", text,
                              flags=re.M))
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
-    assert planned_jobs(finished, "config/ci.yaml", env=env) == rescored_everywhere() | cross_model()
+    assert planned_jobs(finished, CI_YAML, env=env) == rescored
 
 
 @pytest.mark.parametrize(("module", "name"), sorted(VERSIONED))

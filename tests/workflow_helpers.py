@@ -38,9 +38,9 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
-def planned_jobs(workdir: Path, configfile: Path | str, env: dict | None = None) -> set[tuple[str, str]]:
+def planned_jobs(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job a dry run of ``all`` schedules."""
-    return {(job["rule"], job["wildcards"]) for job in dry_run(workdir, configfile, env=env)}
+    return {(job["rule"], job["wildcards"]) for job in dry_run(workdir, configfile, *extra, env=env)}
 
 
 # Run in a subprocess (the API changes the working directory): which output
