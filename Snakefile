@@ -13,6 +13,9 @@ if not config:
 
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/datasets.smk"
 include: "workflow/rules/models.smk"

@@ -142,13 +142,34 @@ def probe_documents(wildcards):
 def metrics_tables():
     tables = expand("results/metrics/{benchmark}/{model}.csv", benchmark=BENCHMARKS, model=SCORED_MODELS)
     if config["stats"]["blind_baseline"]:
-        tables += expand("results/metrics/{benchmark}/_blind_baseline.csv", benchmark=BENCHMARKS)
+        tables += expand("results/metrics/{benchmark}/blind_baseline.csv", benchmark=BENCHMARKS)
     return tables
 
 
 def benchmark_metrics_tables(wildcards):
     """The metric tables of one benchmark's models (not the summary, which every new benchmark rewrites)."""
     return expand("results/metrics/{benchmark}/{model}.csv", benchmark=wildcards.benchmark, model=SCORED_MODELS)
+
+
+def figure_methods(model):
+    """What a per-model figure shows: the headline methods, then each reference model's method."""
+    refs = TOKEN_PROB["reference_models"] if "reference" in TOKEN_PROB["methods"] else []
+    return config["figures"]["headline_methods"] + [f"ref_{r}" for r in refs if r != model]
+
+
+def figure_labels(wildcards):
+    """Report labels of a per-(benchmark, model) figure."""
+    methods = ", ".join(figure_methods(wildcards.model))
+    return {"benchmark": wildcards.benchmark, "model": wildcards.model, "methods": methods}
+
+
+def metrics_labels(wildcards):
+    return {"benchmark": wildcards.benchmark, "model": wildcards.model, "methods": "all"}
+
+
+def auc_vs_size_labels(wildcards):
+    methods = ", ".join(config["figures"]["headline_methods"])
+    return {"benchmark": wildcards.benchmark, "model": "all local models", "methods": methods}
 
 
 def final_outputs():

@@ -9,7 +9,8 @@ rule figure_roc:
             "results/figures/{benchmark}/{model}/roc.png",
             caption="../report/roc.rst",
             category="ROC curves",
-            labels={"benchmark": "{benchmark}", "model": "{model}", "figure": "ROC"},
+            subcategory="{benchmark}",
+            labels=figure_labels,
         ),
         svg="results/figures/{benchmark}/{model}/roc.svg",
     params:
@@ -30,7 +31,8 @@ rule figure_score_distributions:
             "results/figures/{benchmark}/{model}/score_distributions.png",
             caption="../report/score_distributions.rst",
             category="Score distributions",
-            labels={"benchmark": "{benchmark}", "model": "{model}", "figure": "scores"},
+            subcategory="{benchmark}",
+            labels=figure_labels,
         ),
         svg="results/figures/{benchmark}/{model}/score_distributions.svg",
     params:
@@ -52,7 +54,7 @@ rule figure_auc_vs_size:
             "results/figures/{benchmark}/auc_vs_size.png",
             caption="../report/auc_vs_size.rst",
             category="AUC against model size",
-            labels={"benchmark": "{benchmark}", "figure": "AUC vs size"},
+            labels=auc_vs_size_labels,
         ),
         svg="results/figures/{benchmark}/auc_vs_size.svg",
     params:

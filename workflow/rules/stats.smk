@@ -5,7 +5,13 @@ rule metrics:
     input:
         documents=probe_documents,
     output:
-        metrics="results/metrics/{benchmark}/{model}.csv",
+        metrics=report(
+            "results/metrics/{benchmark}/{model}.csv",
+            caption="../report/metrics.rst",
+            category="Metrics",
+            subcategory="{benchmark}",
+            labels=metrics_labels,
+        ),
     params:
         contaminated=is_contaminated,
         stats=canonical(config["stats"]),
@@ -24,7 +30,14 @@ rule blind_baseline:
         documents="results/datasets/{benchmark}/documents.jsonl",
     output:
         scores="results/scores/{benchmark}/_blind_baseline/documents.csv",
-        metrics="results/metrics/{benchmark}/_blind_baseline.csv",
+        # No leading underscore: the report's reStructuredText would read the name as a link target.
+        metrics=report(
+            "results/metrics/{benchmark}/blind_baseline.csv",
+            caption="../report/blind_baseline.rst",
+            category="Metrics",
+            subcategory="{benchmark}",
+            labels={"benchmark": "{benchmark}", "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
+        ),
     params:
         stats=canonical(config["stats"]),
         seed=config["seed"],
@@ -42,9 +55,19 @@ rule summary:
         metrics=metrics_tables(),
         models=expand("results/models/{model}", model=LOCAL_MODELS),
     output:
-        csv="results/summary/metrics.csv",
+        csv=report(
+            "results/summary/metrics.csv",
+            caption="../report/summary_metrics.rst",
+            category="Summary",
+            labels={"table": "metrics: every benchmark, model and method"},
+        ),
         md="results/summary/metrics.md",
-        models="results/summary/models.csv",
+        models=report(
+            "results/summary/models.csv",
+            caption="../report/summary_models.rst",
+            category="Summary",
+            labels={"table": "models: size, family, contamination"},
+        ),
     log:
         "logs/summary.log",
     conda:

@@ -1,0 +1,99 @@
+"""`snakemake --report` on the ci run: every figure and table, embedded, with its caption, category and labels."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+import yaml
+
+from workflow_helpers import ROOT, snakemake
+
+pytestmark = pytest.mark.slow
+
+CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+HEADLINE = ["loss", "zlib", "lowercase", "min_k_20pct", "min_k_plus_plus_20pct"]  # the schema's default
+
+
+def report_data(html: str, name: str) -> dict:
+    """The JSON the HTML report's script assigns to ``var <name>``."""
+    m = re.search(rf"^\s*var {name} = (\{{.*\}});\s*$", html, re.M)
+    assert m, f"no 'var {name}' in the report"
+    return json.loads(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def report(ci_run):
+    snakemake(ci_run, "--report", "results/report.html", "all", "--configfile", "config/ci.yaml")
+    html = (ci_run / "results" / "report.html").read_text()
+    return report_data(html, "results"), report_data(html, "categories"), html
+
+
+def figure_methods(model: str) -> str:
+    refs = [r for r in CI["probes"]["token_prob"]["reference_models"] if r != model]
+    return ", ".join(HEADLINE + [f"ref_{r}" for r in refs])
+
+
+def expected_results() -> dict[str, tuple[str, str | None, dict, list[str]]]:
+    """path -> (category, subcategory, labels, words the caption must contain)."""
+    stats = {**{"n_boot_small": 10, "n_boot_ci": 1000, "blind_folds": 5}, **CI["stats"]}
+    out = {
+        "results/summary/metrics.csv": ("Summary", None, {"table": "metrics: every benchmark, model and method"},
+                                        ["one row per benchmark, model and method"]),
+        "results/summary/models.csv": ("Summary", None, {"table": "models: size, family, contamination"},
+                                       ["parameter count"]),
+    }
+    for b in CI["benchmarks"]:
+        out[f"results/figures/{b}/auc_vs_size.png"] = (
+            "AUC against model size", None,
+            {"benchmark": b, "model": "all local models", "methods": ", ".join(HEADLINE)},
+            [f"<strong>{b}</strong>", f"{stats['n_boot_ci']}-resample bootstrap"])
+        out[f"results/metrics/{b}/blind_baseline.csv"] = (
+            "Metrics", b, {"benchmark": b, "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
+            [f"<strong>{b}</strong>", f"{stats['blind_folds']}-fold"])
+        for m in CI["models"]:
+            docs = f"results/scores/{b}/{m}/token_prob_documents.csv"
+            labels = {"benchmark": b, "model": m, "methods": figure_methods(m)}
+            out[f"results/figures/{b}/{m}/roc.png"] = ("ROC curves", b, labels, [f"<strong>{m}</strong>", docs])
+            out[f"results/figures/{b}/{m}/score_distributions.png"] = (
+                "Score distributions", b, labels, [f"<strong>{b}</strong>", docs])
+            out[f"results/metrics/{b}/{m}.csv"] = (
+                "Metrics", b, {"benchmark": b, "model": m, "methods": "all"},
+                [f"<strong>{m}</strong>", f"{stats['n_boot_ci']}-resample percentile"])
+    return out
+
+
+def test_report_holds_every_figure_and_table(ci_run, report):
+    """Every figure, every summary table and every metric table of a (benchmark, model); each one captioned and labelled."""
+    results, _, _ = report
+    on_disk = {str(p.relative_to(ci_run)) for pattern in ("results/figures/**/*.png", "results/summary/*.csv")
+               for p in ci_run.glob(pattern)}
+    assert all((ci_run / path).is_file() for path in expected_results())
+    missing = (on_disk | set(expected_results())) - set(results)
+    assert not missing, sorted(missing)
+    for path, res in results.items():
+        assert res["labels"] and all(str(v) for v in res["labels"].values()), path
+        assert len(re.sub(r"<[^>]+>", "", res["caption"])) > 80, path
+        # reStructuredText trouble (a bad name or markup) shows as a system message in the caption.
+        assert "System Message" not in res["caption"], (path, res["caption"])
+
+
+def test_report_is_self_contained(ci_run, report):
+    results, _, html = report
+    for path, res in results.items():
+        prefix, _, payload = res["data_uri"].partition(";base64,")
+        assert prefix.startswith("data:"), path
+        assert base64.b64decode(payload) == (ci_run / path).read_bytes(), path
+    assert not re.search(r'(src|href)="(?!data:|#|https?:)[^"]+\.(png|csv|svg)"', html)
+
+
+def test_report_captions_categories_and_labels(report):
+    results, categories, _ = report
+    for path, (category, subcategory, labels, words) in expected_results().items():
+        res = results[path]
+        assert res["labels"] == labels, path
+        for word in words:
+            assert word in res["caption"], (path, word)
+        assert path in categories[category][subcategory or "Other"], (path, category, subcategory)
