@@ -30,7 +30,7 @@ $(ASSETS): $(STAMP)
 	$(BIN)/memaudit fetch-assets --dest resources/demo
 
 run: venv assets
-	$(BIN)/snakemake --cores $(CORES) all
+	$(BIN)/snakemake --profile profiles/local --cores $(CORES) all
 	$(BIN)/snakemake --report results/report.html all
 	$(BIN)/memaudit headline --summary results/summary/metrics.csv
 

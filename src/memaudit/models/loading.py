@@ -31,6 +31,11 @@ def resolve_device(device: str = "auto") -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} requested but no CUDA device is available")
+    if device.startswith("cuda:") and int(device.split(":", 1)[1]) >= torch.cuda.device_count():
+        # Under Snakemake a job sees only the GPUs it claimed (memaudit.devices): cuda:N counts among those.
+        raise ConfigError(f"device {device!r}: this job sees {torch.cuda.device_count()} GPU(s) "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
+                          "give the model `gpus: N` to claim more, or use `cuda`")
     return device
 
 
