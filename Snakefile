@@ -21,6 +21,7 @@ include: "workflow/rules/datasets.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/probes.smk"
 include: "workflow/rules/prefix.smk"
+include: "workflow/rules/decop.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/figures.smk"
 

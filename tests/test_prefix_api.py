@@ -86,6 +86,16 @@ def _config(base_url: str | None) -> dict:
     }
 
 
+def _estimate_rows(workdir) -> dict[str, list]:
+    """model -> [requests, cached, to send, input tokens, output tokens, cost] from estimate.txt."""
+    rows = {}
+    for line in (workdir / "results/api/estimate.txt").read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("memorizer-"):
+            rows[parts[0]] = [int(x) for x in parts[1:6]] + [parts[6]]
+    return rows
+
+
 def _write(workdir, cfg) -> str:
     path = workdir / "config" / "api.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -113,6 +123,14 @@ def test_api_models_through_the_workflow(tmp_path, monkeypatch):
                "results/api/ledger.csv"]
     with ChatServer(ScriptedResponder(replies), latency=0.05) as server:
         cfgfile = _write(workdir, _config(server.openai_base_url))
+        # The cost of the planned work, readable before any request is sent.
+        snakemake(workdir, "results/api/estimate.txt", "--cores", "1", "--configfile", cfgfile)
+        assert server.count() == 0
+        plan = [json.loads(line) for line in (workdir / "results/api/plan.jsonl").read_text().splitlines()]
+        assert len(plan) == 2 * len(items) and {r["max_new_tokens"] for r in plan} == {64}
+        estimate = _estimate_rows(workdir)
+        assert estimate["memorizer-a"][:3] == [len(items), 0, len(items)]  # requests, cached, to send
+        assert float(estimate["memorizer-a"][-1]) <= 1.0  # dollars, at most
         plan = snakemake(workdir, *targets, "-n", "--cores", "2", "--configfile", cfgfile).stdout
         assert plan.count(f"api_openai={CONCURRENCY}") == 2  # both prefix_probe jobs claim the resource
         snakemake(workdir, *targets, "--cores", "2", "--resources", f"api_openai={CONCURRENCY}",
@@ -144,6 +162,9 @@ def test_api_models_through_the_workflow(tmp_path, monkeypatch):
         ledger = pd.read_csv(workdir / "results/api/ledger.csv").set_index("model")
         assert ledger.loc["memorizer-a", "n_cached"] == len(items)
         assert {r.authorization for r in server.records} == {f"Bearer {KEY}"}
+        snakemake(workdir, "results/api/estimate.txt", "--cores", "1", "--forcerun", "api_estimate",
+                  "--configfile", cfgfile)
+        assert _estimate_rows(workdir)["memorizer-b"][:3] == [len(items), len(items), 0]  # all cached now
 
     # The key reached the server, never a file: results, logs, Snakemake metadata, the config.
     written = [p for top in ("results", "logs", ".snakemake", "config") for p in (workdir / top).rglob("*")

@@ -18,7 +18,7 @@ from memaudit.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
-BUILTIN_SOURCES = ("austen", "mobydick", "tidytext", "reuters", "user_books")
+BUILTIN_SOURCES = ("austen", "mobydick", "tidytext", "reuters", "user_books", "pydoc_topics")
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict:

@@ -5,6 +5,7 @@ from snakemake.utils import validate
 
 from memaudit.backends.api import api_settings, api_slots
 from memaudit.backends.base import API_BACKENDS
+from memaudit.backends.planning import planned_inputs
 from memaudit.config import check_config, contaminated_on, model_build_settings, model_scoring_settings
 from memaudit.probes.registry import probes_for_model
 from memaudit.versions import code_version

@@ -53,3 +53,18 @@ rule api_ledger:
         "../../envs/memaudit.yaml"
     script:
         "../scripts/api_ledger.py"
+
+
+rule api_estimate:
+    """What the configured API work will cost, before any request: `snakemake results/api/estimate.txt`."""
+    input:
+        planned_inputs(config),
+    output:
+        text="results/api/estimate.txt",
+        plan="results/api/plan.jsonl",
+    log:
+        "logs/api_estimate.log",
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/api_estimate.py"

@@ -322,6 +322,39 @@ def _load_user_books(
     return docs
 
 
+# --------------------------------------------------------------------------- pydoc_topics
+
+_RST_MARKUP_RE = re.compile(r"\*{1,2}([^*\n]+)\*{1,2}")
+
+
+def _load_pydoc_topics(assets_dir: Path) -> list[Document]:
+    """Technical prose (an arXivTection stand-in): the Python reference documentation that ships
+    with CPython in ``pydoc_data.topics``, one document per topic, prose paragraphs only
+    (indented grammar and code blocks, bullets and headings dropped, *markup* removed)."""
+    from pydoc_data.topics import topics
+
+    docs = []
+    for name in sorted(topics):
+        lines = topics[name].split("\n")
+        title = lines[0].strip() if lines else name
+        prose = []
+        for para in re.split(r"\n\s*\n", "\n".join(lines[2:])):
+            if not para.strip() or para.startswith((" ", "\t", "*", "-", "+", "=")) or "::=" in para:
+                continue
+            if para.rstrip().endswith(":") or ">>>" in para:
+                continue
+            prose.append(_RST_MARKUP_RE.sub(r"\1", " ".join(para.split())))
+        text = clean_text("\n\n".join(prose))
+        if word_count(text) < 40:
+            continue
+        docs.append(Document(
+            doc_id=f"pydoc/{_slug(name)}", source="pydoc_topics", title=clean_text(title),
+            author="the Python documentation", kind="paper", text=text,
+            meta={"topic": name, "n_words": word_count(text), "origin": "pydoc_data.topics"},
+        ))
+    return docs
+
+
 # --------------------------------------------------------------------------- registry
 
 SOURCES: dict[str, Source] = {
@@ -336,6 +369,8 @@ SOURCES: dict[str, Source] = {
                _load_reuters, packages=("r-cran-tm",)),
         Source("user_books", "The user's .txt/.epub books in a directory",
                _load_user_books, options=("directory", "min_chapter_words")),
+        Source("pydoc_topics", "Python reference documentation topics shipped with CPython (pydoc_data)",
+               _load_pydoc_topics),
     )
 }
 

@@ -277,3 +277,124 @@ def _format_params_minor(value: float, _pos=None) -> str:
     # Label only the 2x and 5x minor ticks; labelling all eight crowds the axis.
     leading = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
     return _format_params(value) if round(leading) in (2, 5) else ""
+
+
+# ----------------------------------------------------------------------------- DE-COP
+
+def _decop_mode(method: str) -> str:
+    return method.split("-")[1] if method.startswith("decop-") else method
+
+
+def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
+    """DE-COP AUC against parameter count, one line per (model family: base/contaminated, method)."""
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        data = summary.dropna(subset=["n_params"])
+        data = data[data["length"] == data["length"].min()] if not data.empty else data
+        groups = list(data.groupby([data["model"].str.endswith("-contaminated"), "method"])) if not data.empty else []
+        for (i, ((contaminated, method), g)) in enumerate(groups):
+            g = g.sort_values("n_params")
+            ax.plot(g["n_params"], g["auc"], marker=_MARKERS[i % len(_MARKERS)],
+                    linestyle="-" if contaminated else "--",
+                    label=f"{method} ({'contaminated' if contaminated else 'base'})")
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(_format_params))
+        ax.set(xlabel="parameters", ylabel="AUC (document accuracy)", ylim=(0, 1.02), title=title)
+        if groups:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        return _save(fig, out_prefix)
+
+
+def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
+    """DE-COP AUC against passage length (tokens), one line per (model, mode)."""
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        if not summary.empty:
+            data = summary.assign(mode=summary["method"].map(_decop_mode),
+                                  calibrated=summary["method"].str.contains("-calibrated"))
+            data = data[~data["calibrated"]]
+            for i, ((model, mode), g) in enumerate(data.groupby(["model", "mode"])):
+                g = g.sort_values("length")
+                ax.plot(g["length"], g["auc"], marker=_MARKERS[i % len(_MARKERS)], label=f"{model} ({mode})")
+            ax.set_xticks(sorted(data["length"].unique()))
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="passage length (tokens)", ylabel="AUC", ylim=(0, 1.02), title=title)
+        return _save(fig, out_prefix)
+
+
+def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
+    """Mean document accuracy by group (members / non-members), logit mode without and with calibration."""
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        rows = []
+        for model, t in tables.items():
+            ev = t[(t["role"] == "evaluate") & t["method"].str.startswith("decop-logit")]
+            ev = ev[ev["length"] == ev["length"].min()] if not ev.empty else ev
+            for (method, label), g in ev.groupby(["method", "label"]):
+                rows.append((model, "calibrated" if "calibrated" in method else "raw", int(label), g["accuracy"].mean()))
+        data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
+        bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
+        x = np.arange(len(bars))
+        for k, variant in enumerate(("raw", "calibrated")):
+            vals = [data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant), "accuracy"]
+                    .mean() for m, lab in bars]
+            ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
+        ax.set_xticks(x, [f"{m}\n{'members' if lab else 'non-members'}" for m, lab in bars], rotation=30, ha="right")
+        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
+        ax.set(ylabel="mean document accuracy", ylim=(0, 1.02), title=title)
+        ax.legend()
+        return _save(fig, out_prefix)
+
+
+def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
+    """Accuracy by the position (A-D) of the verbatim option, per model and group (selection bias)."""
+    from memaudit.decop.analysis import accuracy_by_position
+
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        i = 0
+        for name, a in answers.items():
+            a = a[(a["role"] == "evaluate") & (a["length"] == a["length"].min())]
+            if a["ordering"].nunique() < 2:
+                continue  # likelihood mode: order-free, one question per passage
+            for label, g in accuracy_by_position(a).groupby("label"):
+                ax.plot(g["position"], g["accuracy"], marker=_MARKERS[i % len(_MARKERS)],
+                        linestyle="-" if label else "--", label=f"{name}, {'members' if label else 'non-members'}")
+                i += 1
+        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="position of the verbatim passage", ylabel="accuracy", ylim=(0, 1.02), title=title)
+        if i:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        return _save(fig, out_prefix)
+
+
+def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dict[str, dict], out_prefix,
+                                   title: str) -> list[Path]:
+    """Mean P(A-D) on the clean calibration documents before and after adding Δ (Appendix E, Figure 9)."""
+    from memaudit.decop.analysis import PROB_COLUMNS
+
+    with _rc():
+        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        names = [n for n in answers if n in deltas]
+        width = 0.8 / max(1, 2 * len(names))
+        for k, name in enumerate(names):
+            a = answers[name]
+            a = a[(a["role"] == "calibrate") & (a["length"] == a["length"].min())]
+            before = a.groupby("doc_id")[list(PROB_COLUMNS)].mean().mean().to_numpy()
+            after = before + np.array([deltas[name][x] for x in "ABCD"])
+            x = np.arange(4)
+            ax.bar(x + (2 * k - len(names)) * width + width / 2, before, width, label=f"{name} before")
+            ax.bar(x + (2 * k + 1 - len(names)) * width + width / 2, after, width, label=f"{name} after", alpha=0.6)
+        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
+        ax.set_xticks(np.arange(4), list("ABCD"))
+        ax.set(xlabel="label", ylabel="mean probability (clean calibration documents)", title=title)
+        if names:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        return _save(fig, out_prefix)

@@ -150,3 +150,11 @@ def run_prefix_probe_job(config: dict, model: str, items_path: str | Path, outpu
         close = getattr(backend, "close", None)
         if close:
             close()
+
+
+def plan_records(config: dict, model: str, items: Sequence[dict]) -> list[dict]:
+    """The requests the prefix probe will send to API model ``model`` (for ``memaudit estimate-cost``)."""
+    cfg = config["probes"]["prefix"]
+    return [{"model": model, "prompt": prompt, "system_prompt": cfg.get("system_prompt"),
+             "max_new_tokens": int(cfg["max_new_tokens"])}
+            for prompt in prompts_for(items, instruction=cfg["instruction"], chat=True)]

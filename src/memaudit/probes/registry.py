@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memaudit.backends.base import API_BACKENDS, GENERATE, TOKEN_LOGPROBS, check_probe_support, model_capabilities
+from memaudit.backends.base import (API_BACKENDS, GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS, check_probe_support,
+                                    model_capabilities)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,20 @@ PROBES: dict[str, ProbeSpec] = {
         "prefix", frozenset({GENERATE}), "prefix_continuation",
         "prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
+    # DE-COP (memaudit.decop): one entry per mode, each with its own models list; shared
+    # settings (lengths, orderings, paraphrasing, calibration) live in probes.decop.
+    "decop_logit": ProbeSpec(
+        "decop_logit", frozenset({OPTION_LOGPROBS}), "multiple_choice",
+        "DE-COP, open models: teacher-forced option-letter probabilities, with and without calibration",
+    ),
+    "decop_blackbox": ProbeSpec(
+        "decop_blackbox", frozenset({GENERATE}), "multiple_choice",
+        "DE-COP, text-only models: the answer letter parsed from the reply",
+    ),
+    "decop_likelihood": ProbeSpec(
+        "decop_likelihood", frozenset({TOKEN_LOGPROBS}), "multiple_choice",
+        "DE-COP, base models: the option with the highest length-normalised log-likelihood",
+    ),
 }
 
 
@@ -48,9 +63,16 @@ def probe_selects(config: dict, probe: str, model: str) -> bool:
     return chosen is None or model in chosen
 
 
-def probes_for_model(config: dict, model: str) -> list[str]:
+def probe_covers(config: dict, probe: str, benchmark: str | None) -> bool:
+    """Whether the probe's optional ``benchmarks`` list (default: every benchmark) includes ``benchmark``."""
+    chosen = config["probes"][probe].get("benchmarks")
+    return benchmark is None or chosen is None or benchmark in chosen
+
+
+def probes_for_model(config: dict, model: str, benchmark: str | None = None) -> list[str]:
     entry = config["models"][model]
-    return [p for p in enabled_probes(config) if probe_selects(config, p, model) and probe_runs_on(p, entry)]
+    return [p for p in enabled_probes(config) if probe_selects(config, p, model) and probe_runs_on(p, entry)
+            and probe_covers(config, p, benchmark)]
 
 
 def check_capabilities(config: dict) -> list[str]:
@@ -62,12 +84,16 @@ def check_capabilities(config: dict) -> list[str]:
         for i, model in enumerate(config["probes"][probe].get("models") or []):
             if model not in config["models"]:
                 problems.append(f"probes.{probe}.models.{i}: unknown model {model!r}")
+        for i, benchmark in enumerate(config["probes"][probe].get("benchmarks") or []):
+            if benchmark not in config.get("benchmarks", {}):
+                problems.append(f"probes.{probe}.benchmarks.{i}: unknown benchmark {benchmark!r}")
     for model, entry in config["models"].items():
         for probe in enabled_probes(config):
             if not probe_selects(config, probe, model):
                 continue
-            if entry.get("backend", "hf") in API_BACKENDS and not probe_runs_on(probe, entry):
-                continue  # black-box models are simply not scored by white-box probes
+            if (entry.get("backend", "hf") in API_BACKENDS and not probe_runs_on(probe, entry)
+                    and config["probes"][probe].get("models") is None):
+                continue  # black-box models are simply not scored by white-box probes (unless named)
             try:
                 check_probe_support(probe, set(PROBES[probe].needs), model, entry.get("backend", "hf"))
             except ConfigError as exc:
