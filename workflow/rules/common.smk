@@ -136,7 +136,7 @@ def probe_documents(wildcards):
     """Per-document score tables of every probe run for (benchmark, model)."""
     return [
         f"results/scores/{wildcards.benchmark}/{wildcards.model}/{probe}_documents.csv"
-        for probe in probes_for_model(config, wildcards.model)
+        for probe in probes_for_model(config, wildcards.model, wildcards.benchmark)
     ]
 
 
@@ -190,7 +190,9 @@ def final_outputs():
             model=SCORED_MODELS,
         ),
         *expand("results/figures/{benchmark}/auc_vs_size.png", benchmark=BENCHMARKS),
+        *decop_outputs(),
     ]
+
 
 def gpu_slots(wildcards):
     """GPUs a probing job of ``{model}`` claims (``resources: gpu``).
@@ -208,3 +210,59 @@ def gpu_slots(wildcards):
 def training_gpu_slots(wildcards):
     """GPUs a ``prepare_model`` job claims: a fine-tune trains on the GPU, a conversion needs none."""
     return gpu_slots(wildcards) if "base" in config["models"][wildcards.model] else 0
+
+
+# DE-COP (workflow/rules/decop.smk): which (benchmark, model, mode) runs, who paraphrases.
+DECOP = config["probes"].get("decop", {})
+DECOP_MODES = [m for m in ("logit", "blackbox", "likelihood") if f"decop_{m}" in config["probes"]]
+
+
+def decop_runs():
+    return [
+        (b, m, mode)
+        for mode in DECOP_MODES
+        for b in BENCHMARKS
+        for m in MODELS
+        if f"decop_{mode}" in probes_for_model(config, m, b)
+    ]
+
+
+DECOP_BENCHMARKS = sorted({b for b, _, _ in decop_runs()})
+DECOP_PARAPHRASER = (DECOP.get("paraphrase", {}).get("model") or (LOCAL_MODELS or MODELS)[0]) if DECOP_MODES else None
+
+
+def decop_paraphraser_input(wildcards):
+    entry = config["models"][DECOP_PARAPHRASER]
+    return {"paraphraser": f"results/models/{DECOP_PARAPHRASER}"} if entry["backend"] == "hf" else {}
+
+
+def decop_paraphraser_slots(backend):
+    return lambda wildcards: api_slots(config, DECOP_PARAPHRASER, backend)
+
+
+def decop_model_input(wildcards):
+    """The prepared model a DE-COP job loads (an API model needs none)."""
+    entry = config["models"][wildcards.model]
+    return {"model": f"results/models/{wildcards.model}"} if entry["backend"] == "hf" else {}
+
+
+def decop_figure_inputs(wildcards):
+    runs = [(m, mode) for b, m, mode in decop_runs() if b == wildcards.benchmark]
+    return {
+        "tables": [f"results/scores/{wildcards.benchmark}/{m}/decop_{mode}_table.csv" for m, mode in runs],
+        "answers": [f"results/scores/{wildcards.benchmark}/{m}/decop_{mode}_answers.csv" for m, mode in runs],
+        "documents": [f"results/scores/{wildcards.benchmark}/{m}/decop_{mode}_documents.csv" for m, mode in runs],
+        "calibrations": [
+            f"results/scores/{wildcards.benchmark}/{m}/decop_{mode}_calibration.json" for m, mode in runs
+        ],
+        "models": sorted({f"results/models/{m}" for m, _ in runs if config["models"][m]["backend"] == "hf"}),
+    }
+
+
+def decop_outputs():
+    figures = ["auc_by_model_size", "auc_by_length", "accuracy_calibration", "accuracy_by_position", "label_probabilities"]
+    return [
+        *expand("results/figures/{benchmark}/decop/{figure}.png", benchmark=DECOP_BENCHMARKS, figure=figures),
+        *expand("results/metrics/{benchmark}/_decop_summary.csv", benchmark=DECOP_BENCHMARKS),
+        *[f"results/scores/{b}/{m}/decop_{mode}_table.csv" for b, m, mode in decop_runs()],
+    ]
