@@ -33,8 +33,8 @@ def test_large_config_is_valid_and_as_large_as_the_issue_asks(bench):
 
 
 def test_dry_run_of_hub_models_touches_no_network_and_loads_no_model(bench, tmp_path):
-    """Every job of every model is planned (each per-pair rule once per (benchmark, model), prepare_model once per model), with
-    no socket opened and no model library imported while the graph is built."""
+    """Every job of every model is planned (each per-pair rule once per (benchmark, model),
+    prepare_model once per model), with no socket opened and no model library imported."""
     config = bench.large_config(4, 2)
     workdir = bench.scratch_workflow(tmp_path)
     configfile = workdir / "config" / "large.yaml"

@@ -114,9 +114,13 @@ def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, finished_r
     assert ("prepare_model", f"model={model}") not in jobs
 
 
-def test_changing_how_many_gpus_a_model_claims_reruns_nothing(finished):
-    config = with_config(finished, "gpus", lambda c: c["models"]["tiny-gpt2-small"].__setitem__("gpus", 2))
-    assert planned_jobs(finished, config) == set()
+def test_scheduling_and_cache_settings_rerun_nothing(finished):
+    """How many GPUs a job claims and where converted weights are cached never change a result."""
+    def change(c):
+        c["models"]["tiny-gpt2-small"]["gpus"] = 2
+        c["cache_dir"] = "resources/another-cache"
+
+    assert planned_jobs(finished, with_config(finished, "gpus_cache", change)) == set()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ rule prepare_model:
     params:
         entry=model_build_entry,
         seed=config["seed"],
-        cache_dir=config["cache_dir"],
     threads: 8
     resources:
         mem_mb=8000,

@@ -19,7 +19,7 @@ else:
     if "pretrain" in snakemake.input.keys():
         pretrain = [d["text"] for d in read_jsonl(snakemake.input.pretrain)]
     manifest = prepare_base_model(
-        name, entry, out, cache_dir=Path(snakemake.params.cache_dir), pretrain_texts=pretrain,
+        name, entry, out, cache_dir=Path(snakemake.config["cache_dir"]), pretrain_texts=pretrain,
         seed=snakemake.params.seed, progress=log.info,
     )
 log.info(f"{name}: {manifest['n_params']:,} parameters")
