@@ -139,6 +139,17 @@ def test_adding_a_min_k_ratio_schedules_only_scoring(finished, rescored):
     assert planned_jobs(finished, config) == rescored
 
 
+def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
+    """A new probe's jobs, and the metric tables and figures of the pairs it scores (they hold every
+    probe's methods); no model, forward pass or other probe reruns."""
+    model = "tiny-gpt2-small"
+    config = with_config(finished, "plus_probe", lambda c: c["probes"].__setitem__("prefix", {"models": [model]}))
+    expected = {("prefix_dataset", f"benchmark={b}") for b in BENCHMARKS}
+    expected |= {(r, f"benchmark={b}, model={model}") for b in BENCHMARKS
+                 for r in ("prefix_probe", "metrics", "figure_roc", "figure_score_distributions")}
+    assert planned_jobs(finished, config) == expected | cross_model()
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished):
     config = with_config(finished, "headline", lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
     expected = {(r, f"benchmark={b}, model={m}") for r in ("figure_roc", "figure_score_distributions")
