@@ -144,7 +144,8 @@ def dry_run(workdir: Path, configfile: Path, extra: Sequence[str] = ()) -> dict:
     if total is None:
         raise RuntimeError(f"no job count in the dry run's output:\n{proc.stdout[-2000:]}")
     jobs_by_rule = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", proc.stdout, re.M) if m[1] != "total"}
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "in_process_seconds": report["in_process_seconds"], "n_jobs": int(total.group(1)),
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "in_process_seconds": report["in_process_seconds"],
+            "n_jobs": int(total.group(1)),
             "jobs_by_rule": jobs_by_rule, "network": report["network"], "modules": report["modules"]}
 
 

@@ -89,7 +89,7 @@ def test_adding_a_model_schedules_only_its_jobs(tree, request, finished, finishe
     # The new model gets every per-model job an existing base model of its kind has.
     like = {(r, w.replace("tiny-gpt2-small", NEW_MODEL)) for r, w in finished_run[1]
             if wildcard((r, w), "model") == "tiny-gpt2-small" and r != "decop_probe"}
-    assert ("prepare_model", f"model={NEW_MODEL}") in like and ("token_stats", f"benchmark=novels, model={NEW_MODEL}") in like
+    assert {("prepare_model", f"model={NEW_MODEL}"), ("token_stats", f"benchmark=novels, model={NEW_MODEL}")} <= like
     # Nothing of any other model reruns: only the new model's jobs and the cross-model tables and figures.
     assert jobs == like | cross_model()
 
@@ -135,7 +135,8 @@ def rescored(finished):
 def test_adding_a_min_k_ratio_schedules_only_scoring(finished, rescored):
     """A new Min-K% ratio is scored from the token statistics already computed: no forward pass,
     model or dataset reruns (all token-probability methods of a pair share one cheap scoring job)."""
-    config = with_config(finished, "ratio", lambda c: c["probes"]["token_prob"].__setitem__("min_k_ratios", [0.1, 0.2, 0.3]))
+    config = with_config(finished, "ratio",
+                         lambda c: c["probes"]["token_prob"].__setitem__("min_k_ratios", [0.1, 0.2, 0.3]))
     assert planned_jobs(finished, config) == rescored
 
 
@@ -151,7 +152,8 @@ def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
 
 
 def test_changing_the_headline_methods_redraws_only_the_figures(finished):
-    config = with_config(finished, "headline", lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
+    config = with_config(finished, "headline",
+                         lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
     expected = {(r, f"benchmark={b}, model={m}") for r in ("figure_roc", "figure_score_distributions")
                 for b in BENCHMARKS for m in MODELS}
     assert planned_jobs(finished, config) == expected | cross_model() - {("summary", "")}

@@ -67,7 +67,7 @@ def expected_results() -> dict[str, tuple[str, str | None, dict, list[str]]]:
 
 
 def test_report_holds_every_figure_and_table(ci_run, report):
-    """Every figure, every summary table and every metric table of a (benchmark, model); each one captioned and labelled."""
+    """Every figure, summary table and metric table of a (benchmark, model); each captioned and labelled."""
     results, _, _ = report
     on_disk = {str(p.relative_to(ci_run)) for pattern in ("results/figures/**/*.png", "results/summary/*.csv")
                for p in ci_run.glob(pattern)}

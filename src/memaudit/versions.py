@@ -34,7 +34,12 @@ def code_version(module: str, name: str) -> int:
         raise LookupError(f"module {module} not found")
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"), filename=spec.origin)
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             value = ast.literal_eval(node.value)
             if not isinstance(value, int) or isinstance(value, bool):
