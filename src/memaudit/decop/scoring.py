@@ -64,13 +64,24 @@ def _check_fits(model, n_tokens: int) -> None:
                          "use shorter passages (probes.decop.lengths) or the likelihood mode")
 
 
-def logit_probabilities(model, tokenizer, prompts: Sequence[str], letter_ids, *, batch_size: int = 24):
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    n = 0
+    for column in zip(*seqs):
+        if any(t != column[0] for t in column):
+            break
+        n += 1
+    return n
+
+
+def logit_probabilities(model, tokenizer, prompts: Sequence[str], letter_ids, *, batch_size: int = 24,
+                        share_prefix: bool = True):
     """Teacher-forced letter probabilities at the answer position, prompts batched together.
 
-    Left padding with explicit position ids (absolute-position models see the same
-    positions as unpadded input) and ``logits_to_keep=1``: only the answer
-    position goes through the output layer, which is most of the saving over
-    ``generate`` (vocabulary 49k × every prompt position otherwise).
+    The orderings of one passage share their first tokens (system prompt, question, "A. "):
+    with ``share_prefix`` that prefix goes through the model once and its key/value cache
+    serves every prompt of the batch. The rest is left-padded *after* the prefix
+    ([prefix][pad...][suffix], padding masked out, positions continuing the prefix), and
+    ``logits_to_keep=1`` sends only the answer position through the output layer.
     """
     import torch
 
@@ -81,15 +92,26 @@ def logit_probabilities(model, tokenizer, prompts: Sequence[str], letter_ids, *,
     with torch.inference_mode():
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start:start + batch_size]
-            width = max(len(ids) for ids in chunk)
+            n = min(_common_prefix(chunk), min(len(c) for c in chunk) - 1) if share_prefix and len(chunk) > 1 else 0
+            cache = None
+            if n > 0:
+                cache = model(input_ids=torch.tensor([chunk[0][:n]], device=model.device), use_cache=True).past_key_values
+                cache.batch_repeat_interleave(len(chunk))
+            rest = [seq[n:] for seq in chunk]
+            width = max(len(r) for r in rest)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, seq in enumerate(chunk):
+            mask = torch.zeros((len(chunk), n + width), dtype=torch.long)
+            positions = torch.zeros((len(chunk), width), dtype=torch.long)
+            mask[:, :n] = 1
+            for row, seq in enumerate(rest):
                 ids[row, width - len(seq):] = torch.tensor(seq)
-                mask[row, width - len(seq):] = 1
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                           position_ids=positions.to(model.device), logits_to_keep=1).logits[:, -1]
+                mask[row, n + width - len(seq):] = 1
+                positions[row, width - len(seq):] = torch.arange(n, n + len(seq))
+            kwargs = dict(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                          position_ids=positions.to(model.device), logits_to_keep=1)
+            if cache is not None:
+                kwargs.update(past_key_values=cache, use_cache=True)
+            logits = model(**kwargs).logits[:, -1]
             p, m = letter_probabilities(logits, letter_ids)
             probs.append(p)
             masses.append(m)

