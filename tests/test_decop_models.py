@@ -152,3 +152,28 @@ def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_ti
     raw = table[(table["method"] == "decop-logit") & (table["role"] == "evaluate")].set_index("doc_id")
     hits = answers[answers["role"] == "evaluate"].assign(hit=lambda a: a["pred"] == a["correct"])
     np.testing.assert_allclose(raw["accuracy"].sort_index(), hits.groupby("doc_id")["hit"].mean().sort_index())
+
+
+@pytest.mark.slow
+def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
+    import yaml
+
+    cfg = yaml.safe_load((ci_run / "config/ci.yaml").read_text())["probes"]
+    summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
+    decop = summary[summary["method"].str.startswith("decop-")]
+    got = {(r.benchmark, r.model, r.method) for r in decop.itertuples()}
+    expected = {("novels", m, "decop-logit") for m in cfg["decop_logit"]["models"]}
+    expected |= {("novels", m, "decop-logit-calibrated") for m in cfg["decop_logit"]["models"]}
+    expected |= {("novels", m, "decop-likelihood") for m in cfg["decop_likelihood"]["models"]}
+    assert got == expected
+    n_eval = cfg["decop"]["n_documents"]
+    assert (decop["n_member"] + decop["n_nonmember"] <= n_eval).all()
+    qc = pd.read_csv(ci_run / "results/datasets/novels/decop_qc.csv")
+    assert qc["role"].value_counts()["calibrate"] == cfg["decop"]["calibration_documents"]
+    assert {"accept_rate", "unrelated_rate", "length_rate", "paraphraser"} <= set(qc.columns)
+    table = pd.read_csv(ci_run / "results/scores/novels/smollm2-135m-contaminated/decop_logit_table.csv")
+    assert set(table["method"]) == {"decop-logit", "decop-logit-calibrated"}
+    assert table.loc[table["role"] == "evaluate", "q_value"].between(0, 1).all()
+    for name in ("auc_by_model_size", "auc_by_length", "accuracy_calibration", "accuracy_by_position",
+                 "label_probabilities"):
+        assert (ci_run / f"results/figures/novels/decop/{name}.png").stat().st_size > 1000

@@ -33,8 +33,8 @@ def test_end_to_end_summary_has_every_row(ci_run):
         blind = summary[(summary.benchmark == bench) & (summary.model == "(none)")]
         assert list(blind["method"]) == ["blind_bag_of_words"]
     n_docs = cfg["benchmarks"]["novels"]["n_documents"]
-    novels = summary[summary.benchmark == "novels"]
-    assert (novels["n_member"] + novels["n_nonmember"]).eq(n_docs).all()
+    novels = summary[(summary.benchmark == "novels") & ~summary["method"].str.startswith("decop-")]
+    assert (novels["n_member"] + novels["n_nonmember"]).eq(n_docs).all()  # DE-COP scores a subset
     assert summary["auc"].between(0, 1).all()
     assert (summary["auc_ci_low"] <= summary["auc_ci_high"]).all()
     assert (ci_run / "results/summary/metrics.md").read_text().count("\n") > len(summary)
