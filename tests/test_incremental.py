@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from memaudit.versions import VERSIONED, code_version
-from workflow_helpers import ROOT, make_workdir, planned_jobs, touch_finished
+from workflow_helpers import ROOT, directory_outputs, make_workdir, planned_jobs, touch_finished
 
 CI_YAML = "config/ci.yaml"
 CI = yaml.safe_load((ROOT / CI_YAML).read_text())
@@ -43,10 +43,11 @@ NEW_MODEL_ENTRY = {
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A scratch copy of the workflow in which config/ci.yaml has (as far as Snakemake can tell) run,
-    and that run's jobs: {(rule, wildcards): [outputs]}."""
+    that run's jobs ({(rule, wildcards): [outputs]}) and the rules' directory outputs."""
     workdir = make_workdir(tmp_path_factory.mktemp("touched-ci"), share_resources=False)
-    jobs = touch_finished(workdir, CI_YAML)
-    return workdir, {(j["rule"], j["wildcards"]): j["output"] for j in jobs}
+    directories = directory_outputs(workdir, CI_YAML)
+    jobs = touch_finished(workdir, CI_YAML, directories)
+    return workdir, {(j["rule"], j["wildcards"]): j["output"] for j in jobs}, directories
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +150,18 @@ def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
     expected |= {(r, f"benchmark={b}, model={model}") for b in BENCHMARKS
                  for r in ("prefix_probe", "metrics", "figure_roc", "figure_score_distributions")}
     assert planned_jobs(finished, config) == expected | cross_model()
+
+
+def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_run, tmp_path):
+    """The probe's jobs on the models it already ran on stay (its params leave out the model list)."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "tree", symlinks=True)
+    first, new = "tiny-gpt2-small", "tiny-gpt2-small-contaminated"
+    before = with_config(workdir, "prefix_one", lambda c: c["probes"].__setitem__("prefix", {"models": [first]}))
+    touch_finished(workdir, before, finished_run[2])
+    after = with_config(workdir, "prefix_two", lambda c: c["probes"].__setitem__("prefix", {"models": [first, new]}))
+    expected = {(r, f"benchmark={b}, model={new}") for b in BENCHMARKS
+                for r in ("prefix_probe", "metrics", "figure_roc", "figure_score_distributions")}
+    assert planned_jobs(workdir, after) == expected | cross_model()
 
 
 def test_changing_the_headline_methods_redraws_only_the_figures(finished):

@@ -78,20 +78,26 @@ def dry_run(workdir: Path, configfile: Path | str, *extra: str, env: dict | None
     return jobs
 
 
-def touch_finished(workdir: Path, configfile: Path | str) -> list[dict]:
+def directory_outputs(workdir: Path, configfile: Path | str) -> dict[str, list[int]]:
+    """{rule: positions of its directory() outputs}."""
+    proc = subprocess.run([sys.executable, "-c", _DIRECTORY_OUTPUTS, str(configfile)], cwd=workdir,
+                          capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DIRECTORY_OUTPUTS")), None)
+    if proc.returncode != 0 or line is None:
+        raise AssertionError(f"reading the rules failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(line.removeprefix("DIRECTORY_OUTPUTS"))
+
+
+def touch_finished(workdir: Path, configfile: Path | str, directories: dict | None = None) -> list[dict]:
     """Make ``workdir`` look like a finished run of ``configfile`` in seconds, without running a job.
 
     Every output the dry run lists is created empty (directory outputs as directories), then
     ``snakemake --touch --forceall`` touches them job by job in DAG order and records each job's
     metadata (params, code, input set) exactly as a real run does, so later dry runs apply
     the same rerun triggers as on a finished run. Returns the jobs of the full run (see ``dry_run``).
+    ``directories`` (from ``directory_outputs``) saves reading the rules again.
     """
-    proc = subprocess.run([sys.executable, "-c", _DIRECTORY_OUTPUTS, str(configfile)], cwd=workdir,
-                          capture_output=True, text=True)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DIRECTORY_OUTPUTS")), None)
-    if proc.returncode != 0 or line is None:
-        raise AssertionError(f"reading the rules failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    directories = json.loads(line.removeprefix("DIRECTORY_OUTPUTS"))
+    directories = directories or directory_outputs(workdir, configfile)
     jobs = dry_run(workdir, configfile)
     for job in jobs:
         for i, out in enumerate(job["output"]):

@@ -109,6 +109,11 @@ def api_anthropic_slots(wildcards):
     return api_slots(config, wildcards.model, "anthropic")
 
 
+def probe_settings(block):
+    """A probe's config less its ``models`` list: adding a model to it runs the probe on that model alone."""
+    return canonical({k: v for k, v in block.items() if k != "models"})
+
+
 def local_model_dir(wildcards):
     """The prepared model a probe job loads: local models only (an API model needs no input)."""
     if config["models"][wildcards.model].get("backend", "hf") in API_BACKENDS:

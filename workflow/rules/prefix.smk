@@ -28,7 +28,7 @@ rule prefix_probe:
         outcomes="results/scores/{benchmark}/{model}/prefix_outcomes.json",
     params:
         entry=model_entry,
-        prefix=canonical(PREFIX),
+        prefix=probe_settings(PREFIX),
     resources:
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
