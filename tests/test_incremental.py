@@ -164,6 +164,12 @@ def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_r
     assert planned_jobs(workdir, after) == expected | cross_model()
 
 
+def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(finished):
+    config = with_config(finished, "folds", lambda c: c["stats"].__setitem__("blind_folds", 4))
+    expected = {("blind_baseline", f"benchmark={b}") for b in BENCHMARKS} | {("summary", ""), ("all", "")}
+    assert planned_jobs(finished, config) == expected
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))

@@ -45,6 +45,11 @@ def canonical(obj):
     return obj
 
 
+def stats_settings(*keys):
+    """The ``stats`` settings a rule uses (blind_folds is no concern of the per-model metrics)."""
+    return {k: config["stats"][k] for k in sorted(keys)}
+
+
 def model_entry(wildcards):
     """Only this model's own config entry (adding a model leaves other jobs untouched), less scheduling keys."""
     return canonical(model_scoring_settings(config["models"][wildcards.model]))

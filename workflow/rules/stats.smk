@@ -14,7 +14,7 @@ rule metrics:
         ),
     params:
         contaminated=is_contaminated,
-        stats=canonical(config["stats"]),
+        stats=stats_settings("n_boot_small", "n_boot_ci"),
         seed=config["seed"],
         code_version=STATS_VERSION,
     log:
@@ -39,7 +39,7 @@ rule blind_baseline:
             labels={"benchmark": "{benchmark}", "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
         ),
     params:
-        stats=canonical(config["stats"]),
+        stats=stats_settings("n_boot_small", "n_boot_ci", "blind_folds"),
         seed=config["seed"],
         code_version=STATS_VERSION,
     log:
