@@ -259,10 +259,15 @@ def test_quality_control_reasons():
     assert clean_candidate('Here is the rewritten text:\n"A fast fox."') == "A fast fox."
 
 
-def test_minilm_cosine_separates_paraphrases_from_unrelated_text():
+@pytest.fixture(scope="module")
+def encoder():
     from memaudit.decop.paraphrase import MiniLMEncoder
 
-    enc = MiniLMEncoder()
+    return MiniLMEncoder()
+
+
+def test_minilm_cosine_separates_paraphrases_from_unrelated_text(encoder):
+    enc = encoder
     orig = "The committee postponed the vote on the budget until next week."
     cos = enc.cosine([orig, orig], ["The vote on the budget was delayed by the committee to next week.",
                                     "Whales migrate thousands of miles through cold oceans."])
@@ -286,3 +291,33 @@ def test_a_decop_mode_on_a_backend_that_cannot_serve_it_fails_validation():
     assert probes_for_model(config, "claude", "news") == ["decop_blackbox"]
     config["probes"]["decop_logit"]["benchmarks"] = ["poems"]
     assert any("probes.decop_logit.benchmarks.0: unknown benchmark 'poems'" in p for p in check_capabilities(config))
+
+
+def test_paraphrases_from_an_api_model_with_the_paper_prompt_are_checked_and_asked_again(encoder, tmp_path,
+                                                                                          monkeypatch):
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.backends.retry import RetryPolicy
+    from memaudit.backends.server import ChatServer, ScriptedResponder
+    from memaudit.decop.paraphrase import BackendParaphraser, paraphrase_with_qc
+
+    orig = "The committee postponed the vote on the new budget until next week because members wanted more time."
+    good = ["The vote on the new budget was delayed by the committee to next week, as members asked for more time.",
+            "Members wanted more time, so the committee moved the vote on the new budget to the following week.",
+            "Because its members needed more time, the committee put off the budget vote until next week."]
+    responder = ScriptedResponder()
+    responder.queue(f"Example B: {good[0]}\nExample C: {orig}\nExample D: Vote delayed.\nExample A: {orig}",
+                    f"Example B: {good[0]}\n\nExample C: {good[1]}\n\nExample D: {good[2]}")
+    monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop")
+    with ChatServer(responder) as server:
+        backend = OpenAIBackend("claude-like", name="para", base_url=server.openai_base_url,
+                                api_key_env="DECOP_TEST_KEY", cache=tmp_path / "c.sqlite", concurrency=1,
+                                retry_policy=RetryPolicy(max_attempts=1, base_delay=0.01, max_delay=0.01))
+        para = BackendParaphraser(backend, name="para")
+        [res] = paraphrase_with_qc([orig], [128], para, encoder, QCSettings(max_attempts=3))
+        first, second = [r.request for r in server.records]
+    assert first.prompt.startswith("Generate always 3 possible paraphrases") and first.prompt.endswith(orig)
+    assert first.temperature == pytest.approx(0.1)
+    # round 1: B accepted, C near-identical, D too short; round 2 (a new sample): B duplicate, C and D accepted
+    assert res.attempts == 2 and res.n_candidates == 6
+    assert {k: v for k, v in res.rejected.items() if v} == {"near_identical": 1, "length": 1, "duplicate": 1}
+    assert res.paraphrases == good
