@@ -15,3 +15,15 @@ class InputError(MemauditError):
 
 class AssetError(MemauditError):
     """A demo asset (Debian or PyPI package) is missing or unreadable."""
+
+
+class StorageError(MemauditError):
+    """A file could not be written: disk full, quota, permission or a read-only file system.
+
+    The message names the path, the cause in plain words and what to do; the
+    half-written temporary file has already been removed.
+    """
+
+
+class JobInterrupted(MemauditError):
+    """A long job stopped on SIGTERM/SIGINT after saving a checkpoint; rerunning resumes it."""

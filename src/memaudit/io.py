@@ -1,20 +1,77 @@
 """Atomic file writing and strict reading of the project's file formats.
 
-Every writer goes through :func:`atomic_path`: data are written to a temporary
-sibling and renamed into place, so a killed job never leaves a half-written
-output that a later run could mistake for a finished one.
+Every writer goes through :func:`atomic_path` (a file) or :func:`atomic_dir` (a
+model directory): data are written to a temporary sibling and renamed into
+place, so a killed job never leaves a half-written output that a later run could
+mistake for a finished one. A full disk or a permission error while writing
+becomes a :class:`~memaudit.errors.StorageError` naming the path, with the
+temporary file already removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from memaudit.errors import InputError
+from memaudit.errors import InputError, StorageError
+
+# errno -> (what happened, what to do); every other OSError passes through unchanged.
+_STORAGE_ERRORS = {
+    errno.ENOSPC: ("no space left on device",
+                   "free space on that file system (or move results/ to a larger disk) and rerun"),
+    errno.EDQUOT: ("disk quota exceeded", "free space within your quota (or move results/ elsewhere) and rerun"),
+    errno.EACCES: ("permission denied",
+                   "make the directory writable by this user (or run from a copy you own) and rerun"),
+    errno.EPERM: ("operation not permitted",
+                  "make the directory writable by this user (or run from a copy you own) and rerun"),
+    errno.EROFS: ("read-only file system", "run from a writable location and rerun"),
+}
+
+
+def storage_error(exc: BaseException, path: str | os.PathLike) -> StorageError | None:
+    """The :class:`StorageError` for a disk-full or permission ``OSError`` while writing ``path``, else None."""
+    if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRORS:
+        return None
+    cause, remedy = _STORAGE_ERRORS[exc.errno]
+    where = f" (at {exc.filename})" if exc.filename and os.fspath(exc.filename) != os.fspath(path) else ""
+    return StorageError(f"cannot write {os.fspath(path)}: {cause}{where}; {remedy}. "
+                        f"Nothing half-written was left behind.")
+
+
+@contextlib.contextmanager
+def storage_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a disk-full or permission ``OSError`` raised inside the block into a :class:`StorageError`."""
+    try:
+        yield
+    except OSError as exc:
+        err = storage_error(exc, path)
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _remove_stale_temporaries(path: Path, suffix: str) -> None:
+    """Remove temporaries a killed writer of ``path`` left behind (SIGKILL runs no cleanup).
+
+    Only names of exactly the form this module creates (``.<name>.<8 random chars><suffix>``)
+    match; Snakemake runs one writer per output, so none of them is in use.
+    """
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.[a-z0-9_]{{8}}{re.escape(suffix)}$")
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return
+    for sibling in siblings:
+        if pattern.match(sibling.name):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(sibling) if sibling.is_dir() else sibling.unlink()
 
 
 @contextlib.contextmanager
@@ -25,18 +82,46 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     format from the extension (matplotlib, numpy) keep working.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=suffix if suffix is not None else "".join(path.suffixes),
-        dir=path.parent,
-    )
-    os.close(fd)
+    suffix = suffix if suffix is not None else "".join(path.suffixes)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path, suffix)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
+        err = storage_error(exc, path)
+        if err is not None:
+            raise err from exc
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory next to ``path``; it replaces ``path`` on success.
+
+    For writers that fill a directory (``save_pretrained``): a killed or failed
+    write leaves no partial model where a finished one is expected.
+    """
+    path = Path(path)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path, "")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        err = storage_error(exc, path)
+        if err is not None:
+            raise err from exc
         raise
 
 

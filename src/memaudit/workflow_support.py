@@ -39,6 +39,8 @@ def start(snakemake, name: str | None = None) -> logging.Logger:
     from memaudit.devices import bind_job_devices
 
     bind_job_devices(_claimed_gpus(snakemake), progress=logger.info)
+    stop_on_sigterm()
+    log_uncaught_errors(logger)
     threads = max(1, min(int(getattr(snakemake, "threads", 1) or 1), os.cpu_count() or 1))
     if "torch" in sys.modules or name != "light":
         try:
@@ -50,9 +52,64 @@ def start(snakemake, name: str | None = None) -> logging.Logger:
     return logger
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`~memaudit.errors.JobInterrupted` in the main thread instead of killing.
+
+    Python's default dies on the spot; as an exception, cleanup runs: atomic
+    writes remove their temporaries, and API requests already in flight finish
+    and are stored in the response cache before the job exits (their cost is
+    spent; the rerun must not pay it again). Training loops catch SIGTERM
+    themselves to save a checkpoint first (:class:`memaudit.checkpoints.GracefulStop`).
+    """
+    import signal
+    import threading
+
+    from memaudit.errors import JobInterrupted
+
+    def _raise(signum, frame):
+        raise JobInterrupted(f"stopped by {signal.Signals(signum).name}; rerun to resume")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise)
+
+
+def log_uncaught_errors(logger: logging.Logger) -> None:
+    """Write the error that ends a job into its log too (Python prints it only to stderr).
+
+    A :class:`~memaudit.errors.MemauditError` -- a full disk, a permission, an
+    interrupted job -- is one line naming the file and what to do; anything else
+    keeps its traceback.
+    """
+    from memaudit.errors import MemauditError
+
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if isinstance(exc, MemauditError):
+            logger.error("%s: %s", exc_type.__name__, exc)
+        elif not isinstance(exc, KeyboardInterrupt):
+            logger.error("job failed", exc_info=(exc_type, exc, tb))
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
+def checkpoint_root(snakemake):
+    """Where a job keeps its resumable state: ``checkpoints.dir`` (not an output, so it survives a failed job).
+
+    Read from the config rather than from ``params`` on purpose: moving the
+    checkpoints or changing how often they are saved changes no result, so it
+    must not rerun any job.
+    """
+    from pathlib import Path
+
+    return Path(snakemake.config.get("checkpoints", {}).get("dir", "results/checkpoints"))
+
+
 def _wildcards(snakemake) -> str:
     items = dict(snakemake.wildcards.items()) if hasattr(snakemake.wildcards, "items") else {}
     return " ".join(f"{k}={v}" for k, v in items.items())
+
 
 def _claimed_gpus(snakemake) -> int:
     """The job's ``gpu`` resource (0 when the rule declares none)."""

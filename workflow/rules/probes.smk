@@ -10,6 +10,7 @@ rule token_stats:
     params:
         entry=model_entry,
         lowercase="lowercase" in TOKEN_PROB["methods"],
+        shard_passages=config["checkpoints"]["shard_passages"],
     threads: 8
     resources:
         mem_mb=8000,

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from memaudit.checkpoints import TrainingCheckpoint
+
 log = logging.getLogger(__name__)
 
 
@@ -38,10 +40,22 @@ def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list
 def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: str, epochs: float,
              lr: float, duplication: int, batch_size: int, max_length: int, lora_r: int = 16,
              lora_alpha: int = 32, lora_dropout: float = 0.0, target_modules="all-linear",
-             seed: int = 0, progress: Callable[[str], None] = log.info) -> dict:
-    """Fine-tune ``model`` on ``texts`` and save the adapter (lora) or the model (full) in ``out_dir``."""
+             seed: int = 0, checkpoint: TrainingCheckpoint | None = None,
+             progress: Callable[[str], None] = log.info) -> dict:
+    """Fine-tune ``model`` on ``texts`` and save the adapter (lora) or the model (full) in ``out_dir``.
+
+    With a ``checkpoint`` the run saves its state every ``checkpoint.every_steps``
+    steps, at each epoch end and on SIGTERM/SIGINT (then raising
+    :class:`~memaudit.errors.JobInterrupted`), and resumes from a saved state:
+    the weights, optimizer, scheduler, RNGs and the epoch's batch order with the
+    position in it, so the resumed run takes the same steps an uninterrupted one would.
+    """
     import torch
 
+    from memaudit.checkpoints import GracefulStop, optimizer_state, restore_optimizer_state, restore_rng_state, rng_state
+    from memaudit.io import atomic_dir
+
+    checkpoint = checkpoint or TrainingCheckpoint(None)
     torch.manual_seed(seed)
     rng = random.Random(seed)
     if method == "lora":
@@ -69,14 +83,27 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     device = next(model.parameters()).device
     model.train()
     t0, step, losses, n_tokens = time.time(), 0, [], 0
-    while step < total:
-        order = list(range(len(chunks)))
-        rng.shuffle(order)
-        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        for idx in batches:
-            if step >= total:
-                break
-            rows = [chunks[i] for i in idx]
+    epoch, order, pos = 0, None, 0  # pos: batches of the current epoch's order already taken
+    resumed_from = None
+    state = checkpoint.load()
+    if state is not None and (state["total"], state["n_chunks"]) == (total, len(chunks)):
+        restore_optimizer_state(state, model, opt, sched)
+        restore_rng_state(state["rng"], rng)
+        step, epoch, order, pos = int(state["step"]), int(state["epoch"]), list(state["order"]), int(state["pos"])
+        losses, n_tokens = list(state["losses"]), int(state["tokens"])
+        t0 -= float(state["seconds"])
+        resumed_from = step
+        progress(f"resumed from checkpoint at step {step}/{total} (epoch {epoch}, batch {pos}/{steps_per_epoch}) "
+                 f"in {checkpoint.directory}")
+    elif state is not None:  # the key covers the settings, so only a code change gets here
+        progress("checkpoint does not match this run's plan; starting over")
+    with GracefulStop() as stop:
+        while step < total:
+            if order is None or pos >= steps_per_epoch:
+                order = list(range(len(chunks)))
+                rng.shuffle(order)
+                epoch, pos = epoch + 1, 0
+            rows = [chunks[i] for i in order[pos * batch_size:(pos + 1) * batch_size]]
             width = max(len(r) for r in rows)
             ids = torch.full((len(rows), width), pad, dtype=torch.long)
             mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -91,17 +118,23 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
+            pos += 1
             n_tokens += int(mask.sum())
             if step % max(1, total // 10) == 0 or step == total:
                 losses.append({"step": step, "loss": out.loss.item()})
                 progress(f"fine-tune ({method}) step {step}/{total} loss {out.loss.item():.3f} "
                          f"({time.time() - t0:.0f}s, {n_tokens / max(1e-9, time.time() - t0):.0f} tok/s)")
+            checkpoint.after_step(stop, step=step, total=total, epoch_end=pos >= steps_per_epoch,
+                                  what="fine-tuning", state=lambda: {
+                                      **optimizer_state(model, opt, sched), "step": step, "epoch": epoch,
+                                      "pos": pos, "order": order, "total": total, "n_chunks": len(chunks),
+                                      "rng": rng_state(rng), "losses": losses, "tokens": n_tokens,
+                                      "seconds": time.time() - t0})
     model.eval()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    if method == "full":
-        tokenizer.save_pretrained(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        if method == "full":
+            tokenizer.save_pretrained(tmp)
     return {"method": method, "chunks": len(chunks), "steps": total, "tokens": n_tokens,
-            "losses": losses, "seconds": time.time() - t0,
+            "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
             "trainable_params": int(sum(p.numel() for p in params))}

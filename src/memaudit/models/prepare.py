@@ -25,10 +25,27 @@ def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dic
             "base": entry.get("base"), "dtype": entry.get("dtype", "float32"), **extra}
 
 
+def _training_checkpoint(root: Path | None, name: str, settings: dict, every_steps: int,
+                         progress: Callable[[str], None]):
+    """The checkpoint of ``prepare_model`` for ``name``, keyed by ``settings`` (None: no checkpointing)."""
+    from memaudit.checkpoints import TrainingCheckpoint, checkpoint_key, keyed_dir
+
+    if root is None:
+        return TrainingCheckpoint(None)
+    key = checkpoint_key({"rule": "prepare_model", "name": name, **settings})
+    directory = keyed_dir(Path(root) / "prepare_model" / name, key, progress=progress)
+    return TrainingCheckpoint(directory, every_steps=every_steps, root=root, progress=progress)
+
+
 def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path,
                        pretrain_texts: Sequence[str] | None = None, seed: int = 0,
+                       checkpoint_root: Path | None = None, checkpoint_every: int = 0,
                        progress: Callable[[str], None] = log.info) -> dict:
-    """Write the manifest of a base model (training it first for ``tiny_gpt2``)."""
+    """Write the manifest of a base model (training it first for ``tiny_gpt2``).
+
+    With ``checkpoint_root`` the pretraining checkpoints under
+    ``<root>/prepare_model/<name>/<key>/`` and resumes from there (see :mod:`memaudit.checkpoints`).
+    """
     from memaudit.models.loading import count_parameters, load_causal_lm
 
     out_dir = Path(out_dir)
@@ -39,8 +56,13 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
 
         if not pretrain_texts:
             raise ValueError(f"model {name!r}: tiny_gpt2 needs the pretraining pool")
-        record = train_tiny_gpt2(pretrain_texts, out_dir / "weights", seed=seed, progress=progress,
-                                 **src["tiny_gpt2"])
+        from memaudit.checkpoints import texts_digest
+
+        checkpoint = _training_checkpoint(
+            checkpoint_root, name, {"tiny_gpt2": src["tiny_gpt2"], "texts": texts_digest(pretrain_texts),
+                                    "seed": seed}, checkpoint_every, progress)
+        record = train_tiny_gpt2(pretrain_texts, out_dir / "weights", seed=seed, checkpoint=checkpoint,
+                                 progress=progress, **src["tiny_gpt2"])
         load = {"path": str(out_dir / "weights")}
         extra["training"] = record
     elif "builtin" in src:
@@ -50,19 +72,33 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
     model, _ = load_causal_lm(load, dtype=entry.get("dtype", "float32"), device="cpu")
     manifest = _manifest(name, entry, load, count_parameters(model), **extra)
     write_json(out_dir / "manifest.json", manifest)
+    if "tiny_gpt2" in src:
+        checkpoint.remove()
     return manifest
 
 
 def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, member_texts: Sequence[str],
                             out_dir: Path, *, seed: int = 0, device: str = "auto",
+                            checkpoint_root: Path | None = None, checkpoint_every: int = 0,
                             progress: Callable[[str], None] = log.info) -> dict:
-    """Fine-tune the base model on ``member_texts``; write the adapter or weights and the manifest."""
+    """Fine-tune the base model on ``member_texts``; write the adapter or weights and the manifest.
+
+    With ``checkpoint_root`` the fine-tuning checkpoints under
+    ``<root>/prepare_model/<name>/<key>/`` and resumes from there; the key covers
+    the base model's manifest, the member texts, the fine-tuning settings and the seed.
+    """
+    from memaudit.checkpoints import file_digest, texts_digest
     from memaudit.models.finetune import finetune
     from memaudit.models.loading import load_causal_lm
 
     out_dir = Path(out_dir)
     base = read_json(base_manifest_path)
     ft = entry["finetune"]
+    checkpoint = _training_checkpoint(
+        checkpoint_root, name, {"finetune": ft, "dtype": entry.get("dtype", "float32"),
+                                "base_manifest": file_digest(base_manifest_path),
+                                "members": texts_digest(member_texts), "seed": seed},
+        checkpoint_every, progress)
     model, tok = load_causal_lm(base["load"], dtype=entry.get("dtype", "float32"), device=device)
     n_params = sum(p.numel() for p in model.parameters())
     weights = out_dir / ("adapter" if ft["method"] == "lora" else "weights")
@@ -70,7 +106,7 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
                       lr=ft["lr"], duplication=ft["duplication"], batch_size=ft["batch_size"],
                       max_length=ft["max_length"], lora_r=ft["lora_r"], lora_alpha=ft["lora_alpha"],
                       lora_dropout=ft["lora_dropout"], target_modules=ft["target_modules"], seed=seed,
-                      progress=progress)
+                      checkpoint=checkpoint, progress=progress)
     record["n_member_documents"] = len(member_texts)
     if ft["method"] == "lora":
         load = dict(base["load"], adapter=str(weights))
@@ -78,4 +114,5 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
         load = {"path": str(weights)}
     manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"])
     write_json(out_dir / "manifest.json", manifest)
+    checkpoint.remove()
     return manifest

@@ -12,7 +12,7 @@ import pandas as pd
 
 from memaudit.io import read_json, read_jsonl, write_csv, write_json
 from memaudit.probes.token_prob import ScoringContext, aggregate_documents, build_methods, score_passages
-from memaudit.probes.token_stats import TokenStats, load_many, save_many
+from memaudit.probes.token_stats import TokenStats, concat_stats, load_many, save_many
 
 log = logging.getLogger(__name__)
 
@@ -23,29 +23,95 @@ def load_passages(path: str | Path) -> pd.DataFrame:
 
 
 def run_token_stats(manifest_path: str | Path, passages_path: str | Path, out_path: str | Path,
-                    entry: dict, *, lowercase: bool = True,
+                    entry: dict, *, lowercase: bool = True, shard_passages: int | None = None,
+                    checkpoint_dir: str | Path | None = None, checkpoint_root: str | Path | None = None,
                     progress: Callable[[str], None] = log.info) -> dict:
-    """Per-token statistics of the passages (and of their lowercased copies) under one model."""
-    from memaudit.backends.hf import HFBackend
+    """Per-token statistics of the passages (and of their lowercased copies) under one model.
 
-    manifest = read_json(manifest_path)
+    The passages are processed in shards of ``shard_passages`` (None: one shard).
+    With ``checkpoint_dir`` each finished shard is saved there atomically and a
+    rerun after a kill loads the finished shards instead of recomputing them;
+    the directory is keyed by the model's manifest, the passages and the
+    settings, and removed once the output is written (with its parents up to
+    ``checkpoint_root`` that are left empty). A shard's statistics do
+    not depend on whether it was computed before or after a kill, so a resumed
+    run's output equals an uninterrupted one's.
+    """
+    manifest_path, passages_path = Path(manifest_path), Path(passages_path)
     passages = load_passages(passages_path)
     texts = passages["text"].tolist()
-    backend = HFBackend(manifest["load"], dtype=entry.get("dtype", "float32"),
-                        device=entry.get("device", "auto"), batch_size=entry.get("batch_size", 8),
-                        max_tokens=entry.get("max_tokens", 512))
+    size = max(1, int(shard_passages or len(texts) or 1))
+    bounds = [(a, min(a + size, len(texts))) for a in range(0, len(texts), size)]
+    shards_dir = None
+    if checkpoint_dir is not None:
+        from memaudit.checkpoints import checkpoint_key, file_digest, keyed_dir
+
+        key = checkpoint_key({"rule": "token_stats", "manifest": file_digest(manifest_path),
+                              "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
+                              "shard_passages": size})
+        shards_dir = keyed_dir(checkpoint_dir, key, progress=progress)
+    backend = None
+
+    def model():
+        nonlocal backend
+        if backend is None:  # loaded only if some shard is left to compute
+            from memaudit.backends.hf import HFBackend
+
+            manifest = read_json(manifest_path)
+            backend = HFBackend(manifest["load"], dtype=entry.get("dtype", "float32"),
+                                device=entry.get("device", "auto"), batch_size=entry.get("batch_size", 8),
+                                max_tokens=entry.get("max_tokens", 512))
+        return backend
+
     t0 = time.time()
-    progress(f"forward pass over {len(texts)} passages")
-    named = {"original": backend.token_stats(texts, progress=progress)}
+    variants = [("original", texts, True)]
     if lowercase:
-        progress("second pass over the lowercased passages")
-        named["lowercase"] = backend.token_stats([t.lower() for t in texts], with_distribution=False,
-                                                 progress=progress)
+        variants.append(("lowercase", [t.lower() for t in texts], False))
+    named, n_loaded = {}, 0
+    progress(f"forward pass over {len(texts)} passages in {len(bounds)} shard(s)"
+             + (f", checkpoints in {shards_dir}" if shards_dir else ""))
+    for name, variant, with_distribution in variants:
+        parts = []
+        for k, (a, b) in enumerate(bounds):
+            path = shards_dir / f"{name}-{k:05d}.npz" if shards_dir else None
+            part = _load_shard(path, b - a, progress)
+            if part is not None:
+                n_loaded += 1
+                progress(f"{name} shard {k + 1}/{len(bounds)}: loaded from checkpoint")
+            else:
+                part = model().token_stats(variant[a:b], with_distribution=with_distribution, progress=progress)
+                if path is not None:
+                    part.save(path)
+                progress(f"{name} shard {k + 1}/{len(bounds)}: passages {a}..{b - 1} done "
+                         f"({time.time() - t0:.0f}s)")
+            parts.append(part)
+        named[name] = concat_stats(parts)
+    if n_loaded:
+        progress(f"resumed: {n_loaded} of {len(bounds) * len(variants)} shards loaded from checkpoint {shards_dir}")
     save_many(Path(out_path), **named)
+    if shards_dir is not None:
+        from memaudit.checkpoints import remove_checkpoint
+
+        remove_checkpoint(shards_dir, checkpoint_root or checkpoint_dir)
     info = {"n_passages": len(texts), "n_tokens": int(named["original"].offsets[-1]),
-            "seconds": time.time() - t0}
+            "seconds": time.time() - t0, "shards": len(bounds) * len(variants), "shards_resumed": n_loaded}
     progress(f"{info['n_tokens']} tokens in {info['seconds']:.1f}s")
     return info
+
+
+def _load_shard(path: Path | None, n_passages: int, progress: Callable[[str], None]) -> TokenStats | None:
+    """A finished shard's statistics, or None if it is missing or unusable (then it is recomputed)."""
+    if path is None or not path.exists():
+        return None
+    try:
+        part = TokenStats.load(path)
+    except Exception as exc:  # noqa: BLE001 -- a damaged shard is recomputed, never trusted
+        progress(f"recomputing shard {path.name}: unreadable ({type(exc).__name__})")
+        return None
+    if len(part) != n_passages:
+        progress(f"recomputing shard {path.name}: it covers {len(part)} passages, not {n_passages}")
+        return None
+    return part
 
 
 def _has(path: Path, name: str) -> bool:

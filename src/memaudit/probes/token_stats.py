@@ -86,6 +86,19 @@ def save_many(path: Path, **named: TokenStats) -> None:
         np.savez_compressed(tmp, **arrays)
 
 
+def concat_stats(parts: Sequence[TokenStats]) -> TokenStats:
+    """The statistics of consecutive groups of passages as one (shards back into one table)."""
+    if len(parts) == 1:
+        return parts[0]
+    offsets, base = [np.zeros(1, np.int64)], 0
+    for part in parts:
+        offsets.append(part.offsets[1:] + base)
+        base += int(part.offsets[-1])
+    cat = lambda name: (np.concatenate([getattr(p, name) for p in parts]) if parts  # noqa: E731
+                        else np.zeros(0, np.float32))
+    return TokenStats(np.concatenate(offsets).astype(np.int64), cat("logprob"), cat("mu"), cat("sigma"))
+
+
 def load_many(path: Path, name: str) -> TokenStats:
     return TokenStats.load(path, prefix=f"{name}__")
 

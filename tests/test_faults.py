@@ -1,0 +1,616 @@
+"""Faults: killed runs resume, nothing is left half-written, no paid API call is repeated,
+and a full disk or a permission error is a clear message.
+
+The workflow tests really kill ``snakemake`` (its whole process group, as a
+terminal hang-up or ``scancel`` does) in a scratch copy of the repository:
+SIGTERM and SIGKILL in the middle of a fine-tuning job, then in the middle of a
+probing job, rerunning after each kill. The resumed results are compared with an
+uninterrupted computation of the same job. Tolerance: none -- on one machine
+with the same thread count a resumed run performs exactly the float operations
+of an uninterrupted one (same weights, optimizer moments, scheduler step, RNG
+state and batch order; the same shards of passages in the same batches), so the
+arrays must be bitwise equal; any difference is a resume bug, not noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import TINY_TEXTS
+from workflow_helpers import SNAKEMAKE, make_workdir
+
+FINETUNED = "tiny-gpt2-small-contaminated"
+PROBED = "smollm2-135m"
+N_PASSAGES = 24  # 12 documents x 2 passages
+SHARD = 4  # passages per probing shard: 6 shards per pass, 12 with the lowercase pass
+N_SHARDS = 2 * N_PASSAGES // SHARD
+THREADS = 2  # the jobs' torch threads (rule threads 8, capped by --cores 2); the references use the same
+
+# The tiny test config cut to what the kills need: one benchmark, a fine-tune long enough to be
+# killed twice (about 100 steps, a checkpoint every 10), and SmolLM2 probed in shards of 4 passages.
+FAULTS_CONFIG = {
+    "seed": 7,
+    "assets_dir": "resources/demo",
+    "cache_dir": "resources/cache",
+    "benchmarks": {"novels": {"sources": ["austen"], "n_documents": N_PASSAGES // 2, "passage_words": 40,
+                              "passages_per_document": 2}},
+    "pretrain": {"sources": ["mobydick"]},
+    "models": {
+        PROBED: {"family": "smollm2", "source": {"builtin": "smollm2-135m-instruct"}, "max_tokens": 64,
+                 "batch_size": 4},
+        "tiny-gpt2-small": {"family": "tiny-gpt2", "source": {"tiny_gpt2": {
+            "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 512, "max_tokens": 20000}}},
+        FINETUNED: {"family": "tiny-gpt2", "base": "tiny-gpt2-small", "finetune": {
+            "members_of": ["novels"], "method": "full", "epochs": 4, "lr": 0.003, "batch_size": 2,
+            "max_length": 64, "duplication": 3}},
+    },
+    "probes": {"token_prob": {"min_k_ratios": [0.2], "reference_models": ["tiny-gpt2-small"]}},
+    "checkpoints": {"every_steps": 10, "shard_passages": SHARD},
+}
+MODEL_TARGET = f"results/models/{FINETUNED}"
+STATS_TARGET = f"results/scores/novels/{PROBED}/token_stats.npz"
+LOADED = re.compile(r"shard \d+/\d+: loaded from checkpoint")
+TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}(\.[A-Za-z0-9]+)*$")  # what memaudit.io's atomic writers create
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def parse_every_file(root: Path) -> dict[str, int]:
+    """Open and fully read every file under ``root`` in its format; fail on any that does not parse.
+
+    Returns counts per suffix, so a caller can check that the kinds it expects were read.
+    """
+    import pandas as pd
+    import torch
+    from safetensors import safe_open
+
+    from memaudit.io import read_json, read_jsonl
+
+    counts: dict[str, int] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        assert not TEMPORARY.match(path.name), f"left-over temporary {path}"
+        suffix = path.suffix
+        try:
+            if suffix == ".npz":
+                with np.load(path) as z:
+                    assert z.files, "empty npz"
+                    for name in z.files:
+                        z[name]
+            elif suffix == ".csv":
+                assert len(pd.read_csv(path).columns) > 0
+            elif suffix == ".jsonl":
+                assert read_jsonl(path)
+            elif suffix == ".json":
+                read_json(path)
+            elif suffix == ".safetensors":
+                with safe_open(str(path), framework="pt") as f:
+                    for key in f.keys():
+                        f.get_tensor(key)
+            elif suffix == ".pt":
+                torch.load(path, weights_only=True)
+            else:
+                path.read_bytes().decode("utf-8")
+        except Exception as exc:  # noqa: BLE001 -- reported with the path
+            raise AssertionError(f"{path} does not parse as {suffix or 'text'}: {exc!r}") from exc
+        counts[suffix] = counts.get(suffix, 0) + 1
+    return counts
+
+
+class Run:
+    """``snakemake`` started in its own process group, killed or waited for."""
+
+    def __init__(self, workdir: Path, *targets: str, name: str, unlock: bool = False):
+        self.workdir, self.name = workdir, name
+        self.out = workdir / f"snakemake-{name}.out"
+        if unlock:  # SIGKILL left Snakemake's lock behind, as the README says
+            subprocess.run([*SNAKEMAKE, "--unlock", "--configfile", "config/faults.yaml"], cwd=workdir,
+                           check=True, capture_output=True)
+        with open(self.out, "w") as fh:
+            self.proc = subprocess.Popen(
+                [*SNAKEMAKE, "--cores", "2", "--rerun-incomplete", *targets, "--configfile", "config/faults.yaml"],
+                cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def tail(self) -> str:
+        return self.out.read_text()[-4000:]
+
+    def wait_for(self, what: str, predicate, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: snakemake exited ({self.proc.returncode}) before {what}:\n"
+                                     f"{self.tail()}")
+            if time.monotonic() > deadline:
+                self.kill(signal.SIGKILL)
+                raise AssertionError(f"{self.name}: timed out waiting for {what}:\n{self.tail()}")
+            time.sleep(0.05)
+
+    def kill(self, sig: int) -> int:
+        """Signal the whole process group (snakemake and its jobs); wait until every member is gone."""
+        os.killpg(self.proc.pid, sig)
+        rc = self.proc.wait(timeout=180)
+        deadline = time.monotonic() + 60
+        while True:  # a job process may outlive snakemake for a moment (SIGTERM: it saves, then exits)
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return rc
+            assert time.monotonic() < deadline, f"{self.name}: processes of the group survived {sig!r}"
+            time.sleep(0.05)
+
+    def finish(self, timeout: float = 600) -> None:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            raise
+        assert rc == 0, f"{self.name}: snakemake failed ({rc}):\n{self.tail()}"
+
+
+def checkpoint_files(workdir: Path, *parts: str, pattern: str) -> list[Path]:
+    return sorted((workdir / "results" / "checkpoints").joinpath(*parts).glob(f"*/{pattern}"))
+
+
+def saved_step(workdir: Path) -> int | None:
+    """The step of the fine-tuning checkpoint on disk (None: none yet)."""
+    import torch
+
+    (state,) = checkpoint_files(workdir, "prepare_model", FINETUNED, pattern="state.pt") or [None]
+    if state is None:
+        return None
+    return int(torch.load(state, weights_only=True)["step"])
+
+
+def job_log(workdir: Path, rule: str, *wildcards: str) -> str:
+    return (workdir / "logs" / rule / Path(*wildcards[:-1], f"{wildcards[-1]}.log")).read_text()
+
+
+# ----------------------------------------------------------------------------- kill the workflow
+
+@pytest.fixture(scope="module")
+def killed_workflow(tmp_path_factory):
+    """Fine-tuning killed by SIGTERM then SIGKILL, probing killed by SIGTERM then SIGKILL, each time rerun.
+
+    Returns what was observed at each kill (steps, shards, logs) and the workdir.
+    """
+    workdir = make_workdir(tmp_path_factory.mktemp("faults"))
+    (workdir / "config" / "faults.yaml").write_text(yaml.safe_dump(FAULTS_CONFIG))
+    seen: dict = {"parsed": []}
+
+    # 1. SIGTERM once fine-tuning has saved its first checkpoint: the job saves another at
+    #    the step it is on, then exits; Snakemake removes the job's output.
+    run = Run(workdir, MODEL_TARGET, name="1-finetune-sigterm")
+    run.wait_for("the first fine-tuning checkpoint", lambda: saved_step(workdir) is not None)
+    seen["first_checkpoint"] = saved_step(workdir)
+    seen["rc_sigterm_finetune"] = run.kill(signal.SIGTERM)
+    seen["step_sigterm"] = saved_step(workdir)
+    seen["log_sigterm_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
+    seen["model_after_sigterm"] = (workdir / MODEL_TARGET).exists()
+    seen["parsed"].append(parse_every_file(workdir / "results"))
+
+    # 2. Rerun; SIGKILL after it has saved a later checkpoint: no cleanup runs at all.
+    run = Run(workdir, MODEL_TARGET, name="2-finetune-sigkill")
+    run.wait_for("a later fine-tuning checkpoint", lambda: (saved_step(workdir) or 0) > seen["step_sigterm"])
+    seen["rc_sigkill_finetune"] = run.kill(signal.SIGKILL)
+    seen["step_sigkill"] = saved_step(workdir)
+    seen["log_sigkill_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
+    seen["parsed"].append(parse_every_file(workdir / "results"))
+
+    # 3. Rerun to the end of fine-tuning (alone, so that the job order is fixed).
+    Run(workdir, MODEL_TARGET, name="3-finetune-finish", unlock=True).finish()
+    seen["log_finetune_resumed"] = job_log(workdir, "prepare_model", FINETUNED)
+
+    # 4. Probing: SIGTERM once two shards are saved.
+    def shards():
+        return checkpoint_files(workdir, "token_stats", "novels", PROBED, pattern="[!.]*.npz")  # no temporaries
+
+    run = Run(workdir, STATS_TARGET, name="4-probe-sigterm")
+    run.wait_for("two probing shards", lambda: len(shards()) >= 2)
+    seen["rc_sigterm_probe"] = run.kill(signal.SIGTERM)
+    seen["shards_sigterm"] = len(shards())
+    seen["log_sigterm_probe"] = job_log(workdir, "token_stats", "novels", PROBED)
+    seen["stats_after_sigterm"] = (workdir / STATS_TARGET).exists()
+    seen["parsed"].append(parse_every_file(workdir / "results"))
+
+    # 5. Rerun; SIGKILL once it has saved more shards.
+    run = Run(workdir, STATS_TARGET, name="5-probe-sigkill")
+    run.wait_for("more probing shards", lambda: len(shards()) > seen["shards_sigterm"])
+    seen["rc_sigkill_probe"] = run.kill(signal.SIGKILL)
+    seen["shards_sigkill"] = len(shards())
+    seen["log_sigkill_probe"] = job_log(workdir, "token_stats", "novels", PROBED)
+    seen["parsed"].append(parse_every_file(workdir / "results"))
+
+    # 6. Rerun to the end.
+    Run(workdir, MODEL_TARGET, STATS_TARGET, name="6-finish", unlock=True).finish()
+    seen["log_probe_finished"] = job_log(workdir, "token_stats", "novels", PROBED)
+    seen["parsed_final"] = parse_every_file(workdir / "results")
+    return workdir, seen
+
+
+def test_killed_finetuning_resumes_from_its_checkpoint(killed_workflow):
+    workdir, seen = killed_workflow
+    first, term, kill = seen["first_checkpoint"], seen["step_sigterm"], seen["step_sigkill"]
+    # SIGTERM: the job saved a checkpoint at the step it had reached and stopped there.
+    assert seen["rc_sigterm_finetune"] != 0 and not seen["model_after_sigterm"]
+    assert term >= first >= 10
+    assert f"fine-tuning stopped by SIGTERM at step {term}/" in seen["log_sigterm_finetune"]
+    # The rerun started from that step, and SIGKILL left the last periodic checkpoint.
+    assert f"resumed from checkpoint at step {term}/" in seen["log_sigkill_finetune"]
+    assert seen["rc_sigkill_finetune"] == -signal.SIGKILL
+    assert kill > term and f"checkpoint saved at step {kill} (epoch" in seen["log_sigkill_finetune"]
+    # The third run resumed from the SIGKILL checkpoint and finished.
+    assert f"resumed from checkpoint at step {kill}/" in seen["log_finetune_resumed"]
+    manifest = json.loads((workdir / MODEL_TARGET / "manifest.json").read_text())
+    assert manifest["training"]["resumed_from_step"] == kill
+    assert kill < manifest["training"]["steps"]
+    # A finished job's checkpoint is gone.
+    assert not (workdir / "results" / "checkpoints" / "prepare_model").exists()
+
+
+def test_resumed_finetuning_equals_an_uninterrupted_run(killed_workflow, tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+
+    from memaudit.config import load_config
+    from memaudit.datasets.build import member_texts
+    from memaudit.io import read_jsonl
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    workdir, _ = killed_workflow
+    monkeypatch.chdir(workdir)  # manifests hold paths relative to the workflow's directory
+    config = load_config(workdir / "config" / "faults.yaml")
+    texts = member_texts(read_jsonl(workdir / "results" / "datasets" / "novels" / "documents.jsonl"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        reference = prepare_finetuned_model(
+            FINETUNED, config["models"][FINETUNED], workdir / "results" / "models" / "tiny-gpt2-small" / "manifest.json",
+            texts, tmp_path / "reference", seed=config["seed"], device="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    assert reference["training"]["resumed_from_step"] is None
+    resumed = load_file(workdir / MODEL_TARGET / "weights" / "model.safetensors")
+    uninterrupted = load_file(tmp_path / "reference" / "weights" / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    for name in resumed:
+        assert torch.equal(resumed[name], uninterrupted[name]), name
+    manifest = json.loads((workdir / MODEL_TARGET / "manifest.json").read_text())
+    assert manifest["training"]["losses"] == reference["training"]["losses"]
+
+
+def test_killed_probing_skips_finished_shards(killed_workflow):
+    workdir, seen = killed_workflow
+    n_shards = N_SHARDS
+    assert seen["rc_sigterm_probe"] != 0 and not seen["stats_after_sigterm"]
+    assert "stopped by SIGTERM" in seen["log_sigterm_probe"]
+    assert 2 <= seen["shards_sigterm"] < n_shards
+    # The SIGKILLed rerun loaded the shards the SIGTERMed run had finished, and added more.
+    assert len(LOADED.findall(seen["log_sigkill_probe"])) == seen["shards_sigterm"]
+    assert seen["shards_sigterm"] < seen["shards_sigkill"] < n_shards
+    assert seen["rc_sigkill_probe"] == -signal.SIGKILL
+    # The last run computed only what was missing.
+    log = seen["log_probe_finished"]
+    assert f"resumed: {seen['shards_sigkill']} of {n_shards} shards loaded" in log
+    assert len(LOADED.findall(log)) == seen["shards_sigkill"]
+    assert len(re.findall(r"shard \d+/\d+: passages \d+\.\.\d+ done", log)) == n_shards - seen["shards_sigkill"]
+    assert not (workdir / "results" / "checkpoints").exists()
+
+
+def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, monkeypatch):
+    import torch
+
+    from memaudit.probes.runner import run_token_stats
+
+    workdir, _ = killed_workflow
+    monkeypatch.chdir(workdir)  # manifests hold paths relative to the workflow's directory
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        run_token_stats(workdir / "results" / "models" / PROBED / "manifest.json",
+                        workdir / "results" / "datasets" / "novels" / "passages.jsonl", tmp_path / "reference.npz",
+                        FAULTS_CONFIG["models"][PROBED], lowercase=True, shard_passages=SHARD, checkpoint_dir=None)
+    finally:
+        torch.set_num_threads(threads)
+    with np.load(workdir / STATS_TARGET) as resumed, np.load(tmp_path / "reference.npz") as uninterrupted:
+        assert sorted(resumed.files) == sorted(uninterrupted.files)
+        assert len(resumed["original__offsets"]) == N_PASSAGES + 1
+        for name in resumed.files:
+            np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
+
+
+def test_no_output_is_corrupt_or_half_written_after_any_kill(killed_workflow):
+    workdir, seen = killed_workflow
+    # Every file under results/ parsed after each of the four kills and at the end (no temporaries either).
+    assert len(seen["parsed"]) == 4
+    final = seen["parsed_final"]
+    assert final[".safetensors"] >= 2 and final[".npz"] == 1 and final[".jsonl"] >= 3 and final[".json"] >= 3
+    # After each kill, the killed job's output was absent, never partial.
+    assert not seen["model_after_sigterm"] and not seen["stats_after_sigterm"]
+
+
+# ----------------------------------------------------------------------------- training resume, in process
+
+def _sigterm_at_step(step: int, messages: list[str]):
+    """A progress callback that records messages and sends this process SIGTERM at ``step``."""
+
+    def progress(message: str) -> None:
+        messages.append(message)
+        if re.search(rf"step {step}/", message) and "resumed" not in message:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return progress
+
+
+def test_lora_finetuning_stopped_by_sigterm_resumes_to_the_same_adapter(tiny_model_dir, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.errors import JobInterrupted
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+
+    settings = dict(method="lora", epochs=2, lr=0.01, duplication=1, batch_size=4, max_length=32, lora_r=4,
+                    lora_dropout=0.1, seed=3)  # dropout: the torch RNG state must be restored too
+
+    def fresh():
+        return load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+
+    uninterrupted = finetune(*fresh(), TINY_TEXTS, tmp_path / "plain", **settings)
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", every_steps=0)
+    messages: list[str] = []
+    with pytest.raises(JobInterrupted, match=r"stopped by SIGTERM at step (\d+)/") as err:
+        finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt,
+                 progress=_sigterm_at_step(uninterrupted["steps"] // 10 * 3, messages), **settings)
+    stopped = int(re.search(r"at step (\d+)/", str(err.value)).group(1))
+    assert ckpt.saved_at == stopped
+    assert not (tmp_path / "resumed").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was put back
+    record = finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt, **settings)
+    assert record["resumed_from_step"] == stopped and 0 < stopped < record["steps"]
+    a = load_file(tmp_path / "plain" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "resumed" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and len(a) > 0
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert record["losses"] == uninterrupted["losses"]
+
+
+def test_tiny_pretraining_stopped_by_sigterm_resumes_to_the_same_model(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.errors import JobInterrupted
+    from memaudit.models.tiny import train_tiny_gpt2
+
+    texts = TINY_TEXTS * 2
+    settings = dict(n_layer=1, n_embd=16, n_head=2, n_positions=16, vocab_size=300, epochs=2, lr=0.01,
+                    batch_size=4, max_tokens=None, seed=5)
+    uninterrupted = train_tiny_gpt2(texts, tmp_path / "plain", **settings)
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", every_steps=4)
+    messages: list[str] = []
+    with pytest.raises(JobInterrupted, match="pretraining stopped by SIGTERM"):
+        train_tiny_gpt2(texts, tmp_path / "resumed", checkpoint=ckpt,
+                        progress=_sigterm_at_step(uninterrupted["steps"] // 10 * 5, messages), **settings)
+    assert not (tmp_path / "resumed").exists()  # not even the tokenizer: the directory is written atomically
+    record = train_tiny_gpt2(texts, tmp_path / "resumed", checkpoint=ckpt, **settings)
+    assert record["resumed_from_step"] == uninterrupted["steps"] // 10 * 5
+    a, b = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "resumed" / "model.safetensors")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert (tmp_path / "plain" / "tokenizer.json").read_bytes() == (tmp_path / "resumed" / "tokenizer.json").read_bytes()
+
+
+def test_a_changed_setting_never_resumes_a_stale_checkpoint(tmp_path):
+    from memaudit.checkpoints import checkpoint_key, keyed_dir
+
+    base = {"rule": "prepare_model", "name": "m", "finetune": {"lr": 0.001, "epochs": 2}, "seed": 1}
+    key = checkpoint_key(base)
+    assert key == checkpoint_key({"seed": 1, "name": "m", "finetune": {"epochs": 2, "lr": 0.001},
+                                  "rule": "prepare_model"})  # key order is irrelevant
+    changed = checkpoint_key({**base, "finetune": {"lr": 0.002, "epochs": 2}})
+    assert changed != key and checkpoint_key({**base, "seed": 2}) != key
+    stale = keyed_dir(tmp_path / "m", key)
+    stale.mkdir(parents=True)
+    (stale / "state.pt").write_bytes(b"old")
+    messages: list[str] = []
+    fresh = keyed_dir(tmp_path / "m", changed, progress=messages.append)
+    assert fresh.name == changed and not stale.exists()
+    assert messages == [f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
+# ----------------------------------------------------------------------------- API calls after a kill
+
+KILLED_API_RUN = """
+import sys
+from memaudit.backends.base import GenerationParams
+from memaudit.backends.openai_backend import OpenAIBackend
+from memaudit.workflow_support import stop_on_sigterm
+stop_on_sigterm()  # what every workflow script does (memaudit.workflow_support.start)
+b = OpenAIBackend("gpt-test", base_url=sys.argv[1], api_key_env=sys.argv[3], cache=sys.argv[2], concurrency=3)
+b.generate([f"prompt {i}" for i in range(int(sys.argv[4]))], GenerationParams(max_new_tokens=4))
+"""
+
+
+def _answers_stored(db: Path) -> int:
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db, timeout=5) as conn:
+        try:
+            return conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        except sqlite3.OperationalError:  # the table is not created yet
+            return 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_batch_of_api_requests_is_not_paid_twice(sig, tmp_path, monkeypatch):
+    from api_server import loopback
+
+    from memaudit.backends.base import GenerationParams
+    from memaudit.backends.cache import ResponseCache
+    from memaudit.backends.openai_backend import OpenAIBackend
+
+    monkeypatch.setenv("MEMAUDIT_TEST_API_KEY", "sk-test-faults-0123456789")
+    db, n, concurrency = tmp_path / "cache.sqlite", 15, 3
+    prompts = [f"prompt {i}" for i in range(n)]
+    with loopback(latency=0.2) as srv:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_API_RUN, srv.openai_base_url, str(db),
+                                 "MEMAUDIT_TEST_API_KEY", str(n)], stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while _answers_stored(db) < 4:  # mid-batch: four answers stored, three requests in flight
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        os.killpg(proc.pid, sig)
+        rc = proc.wait(timeout=60)
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+        first_run = srv.count()
+        stored = ResponseCache(db).count()
+        out = OpenAIBackend("gpt-test", base_url=srv.openai_base_url, api_key_env="MEMAUDIT_TEST_API_KEY",
+                            cache=db, concurrency=4).generate(prompts, GenerationParams(max_new_tokens=4))
+        rerun = srv.count() - first_run
+    assert 4 <= stored < n
+    assert rerun == n - stored  # the rerun sends exactly the requests not answered into the cache
+    assert sum(g.from_cache for g in out) == stored and [g.text for g in out] == [f"Echo: {p}" for p in prompts]
+    if sig == signal.SIGTERM:
+        # The requests in flight were answered and stored before the process exited: no request reached
+        # the server twice, so nothing was paid twice.
+        assert rc == 1 and "JobInterrupted: stopped by SIGTERM" in err
+        assert first_run == stored and first_run + rerun == n
+    else:
+        # SIGKILL runs no code: the answers in flight at the kill are lost and asked again (at most the
+        # concurrency); everything answered before is not.
+        assert rc == -signal.SIGKILL
+        assert 0 <= first_run - stored <= concurrency and first_run + rerun <= n + concurrency
+
+
+# ----------------------------------------------------------------------------- disk full, permission denied
+
+@pytest.fixture
+def tiny_tmpfs():
+    """A 64 KiB tmpfs mounted on a fresh directory (skips where mounting is not permitted)."""
+    mountpoint = Path(tempfile.mkdtemp(prefix="memaudit-full-"))
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mountpoint)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        mountpoint.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    yield mountpoint
+    subprocess.run(["umount", str(mountpoint)], check=True)
+    mountpoint.rmdir()
+
+
+def _fill(mountpoint: Path, leave: int) -> Path:
+    """Fill the file system up to ``leave`` bytes free."""
+    filler = mountpoint / "filler.bin"
+    free = shutil.disk_usage(mountpoint).free
+    with open(filler, "wb") as fh:
+        fh.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+def test_disk_full_is_a_clear_error_that_leaves_no_partial_file(tiny_tmpfs):
+    from memaudit.errors import StorageError
+    from memaudit.io import atomic_dir, write_json, write_jsonl
+
+    target = tiny_tmpfs / "out" / "big.json"
+    with pytest.raises(StorageError) as err:
+        write_json(target, {"values": list(range(40_000))})  # ~300 KB of JSON into 64 KiB
+    msg = str(err.value)
+    assert msg.startswith(f"cannot write {target}: no space left on device")
+    assert "free space on that file system" in msg and "Nothing half-written" in msg
+    assert list((tiny_tmpfs / "out").iterdir()) == []  # neither the target nor its temporary
+
+    with pytest.raises(StorageError, match=r"cannot write .*/rows\.jsonl: no space left on device"):
+        write_jsonl(tiny_tmpfs / "rows.jsonl", ({"i": i, "text": "x" * 100} for i in range(2000)))
+    with pytest.raises(StorageError, match=r"cannot write .*/model: no space left on device"):
+        with atomic_dir(tiny_tmpfs / "model") as tmp:
+            (tmp / "weights.bin").write_bytes(b"\1" * 200_000)
+    assert sorted(p.name for p in tiny_tmpfs.iterdir()) == ["out"]
+    write_json(tiny_tmpfs / "small.json", {"ok": True})  # the space was given back
+    assert json.loads((tiny_tmpfs / "small.json").read_text()) == {"ok": True}
+
+
+def test_disk_full_while_probing_names_the_output_and_keeps_the_finished_shards(tiny_tmpfs, tiny_model_dir,
+                                                                                tmp_path):
+    from memaudit.errors import StorageError
+    from memaudit.io import write_json, write_jsonl
+    from memaudit.probes.runner import run_token_stats
+
+    write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
+    write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
+                                              for i, t in enumerate(TINY_TEXTS)))
+    out = tiny_tmpfs / "scores" / "token_stats.npz"
+    out.parent.mkdir()
+    filler = _fill(tiny_tmpfs, leave=2048)
+    messages: list[str] = []
+    args = (tmp_path / "manifest.json", tmp_path / "passages.jsonl", out, {"max_tokens": 64})
+    with pytest.raises(StorageError) as err:
+        run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
+    assert str(err.value).startswith(f"cannot write {out}: no space left on device")
+    assert list(out.parent.iterdir()) == []
+    assert len(list((tmp_path / "ckpt").glob("*/*.npz"))) == 6  # 12 passages, 2 passes: kept for the rerun
+    filler.unlink()  # the user frees space and reruns: nothing is computed again
+    info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
+    assert info["shards_resumed"] == 6 and out.exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_permission_denied_is_a_clear_error_naming_the_path(tmp_path):
+    """As a non-root user (root ignores permissions), via setpriv, writing into a root-owned directory."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    locked = Path(tempfile.mkdtemp(prefix="memaudit-locked-"))
+    try:
+        locked.chmod(0o755)  # root's; others may read but not write
+        code = ("import sys; from memaudit.io import write_json; "
+                "write_json(sys.argv[1], {'x': 1})")
+        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                               "-c", code, str(locked / "results" / "x.json")],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        if "Operation not permitted" in proc.stderr and "setpriv" in proc.stderr:
+            pytest.skip(f"setpriv cannot change user here: {proc.stderr.strip()}")
+        assert proc.returncode == 1
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"memaudit.errors.StorageError: cannot write {locked}/results/x.json: "
+                               f"permission denied (at {locked}/results)"), proc.stderr
+        assert "make the directory writable by this user" in last
+        assert list(locked.iterdir()) == []
+    finally:
+        shutil.rmtree(locked)
+
+
+def test_read_only_mount_is_a_clear_error(tmp_path):
+    """Root is refused too on a read-only bind mount."""
+    from memaudit.errors import StorageError
+    from memaudit.io import write_json
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(ro), str(ro)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.strip()}")
+    try:
+        remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True, text=True)
+        if remount.returncode != 0:
+            pytest.skip(f"cannot remount read-only here: {remount.stderr.strip()}")
+        with pytest.raises(StorageError, match=rf"^cannot write {re.escape(str(ro))}/x\.json: read-only file system"):
+            write_json(ro / "x.json", {"x": 1})
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    assert list(ro.iterdir()) == []
