@@ -52,7 +52,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     """
     import torch
 
-    from memaudit.checkpoints import GracefulStop, optimizer_state, restore_optimizer_state, restore_rng_state, rng_state
+    from memaudit.checkpoints import (GracefulStop, optimizer_state, restore_optimizer_state, restore_rng_state,
+                                      rng_state)
     from memaudit.io import atomic_dir
 
     checkpoint = checkpoint or TrainingCheckpoint(None)
