@@ -1,0 +1,190 @@
+"""The ci workflow submitted through profiles/slurm to a real single-node SLURM cluster.
+
+A SLURM controller and node daemon are started on this machine (tests/slurm_cluster.py), the
+workflow runs with `snakemake --profile <profiles/slurm with this cluster's names>`, every job
+goes through sbatch and srun, and the results are compared with those of the local run of the
+same config (the `ci_run` fixture). Skips only where SLURM cannot be installed (not root, no apt).
+
+To stay within the suite's time budget, the SLURM run builds the tiny-GPT-2 half of the ci
+workflow (pretraining from scratch, full fine-tuning, both benchmarks, every probe method, the
+reference-model calibration, the statistics): the per-model tables of summary/metrics.csv for
+those models, the score tables behind them and the token statistics. SmolLM2 (a 135M model,
+minutes per job on 2 cores) goes through the same rules with the same resources.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from slurm_cluster import PARTITION, SlurmCluster, SlurmUnavailable
+from workflow_helpers import ROOT, SNAKEMAKE, make_workdir
+
+pytestmark = pytest.mark.slow
+
+BENCHMARKS = ("novels", "news")
+MODELS = ("tiny-gpt2-small", "tiny-gpt2-small-contaminated")
+SCORE_TABLES = [f"results/scores/{b}/{m}/token_prob_documents.csv" for b in BENCHMARKS for m in MODELS]
+
+# The profile's settings that name things of a particular cluster, and this cluster's values.
+# Everything else in profiles/slurm/config.yaml is used as it is.
+CLUSTER_SPECIFIC = {
+    "default-resources": {"slurm_partition": PARTITION, "slurm_account": None},
+    "set-resources": {"prepare_model": {"slurm_partition": PARTITION},
+                      "token_stats": {"slurm_partition": PARTITION}},
+    # No accounting database here: squeue, which sees finished jobs for MinJobAge (a day).
+    "slurm-status-command": "squeue",
+    # A short first status check instead of 40 s (the executor adds 10 s per check while
+    # nothing finishes), and a local file system needs no latency wait.
+    "slurm-init-seconds-before-status-checks": 2,
+    "latency-wait": 5,
+}
+EXTRA = {
+    "slurm-no-account": True,  # the test cluster has no accounts
+    "max-threads": None,       # set to the node's CPU count: rules ask for 8 threads, the node has fewer
+}
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        pytest.fail("snakemake-executor-plugin-slurm is not installed: `pip install -e '.[dev]'` installs it")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        cluster.stop()
+        pytest.skip(f"no SLURM cluster for this test: {exc}")
+    except Exception:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def cluster_profile(dest: Path, cpus: int) -> Path:
+    """profiles/slurm with this cluster's partition, status command and polling."""
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    missing = [key for key in CLUSTER_SPECIFIC if key not in profile]
+    assert not missing, f"profiles/slurm/config.yaml lacks the cluster settings {missing}"
+    assert profile["executor"] == "slurm"
+    profile = _merge(profile, CLUSTER_SPECIFIC)
+    profile = _merge(profile, {**EXTRA, "max-threads": cpus})
+    dest.mkdir(parents=True)
+    (dest / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return dest
+
+
+def metrics_targets(workdir: Path) -> list[str]:
+    """The per-model metrics tables of the tiny models whose every job is a tiny-model job.
+
+    A metrics table gathers every probe run on its model; a probe that needs another model
+    (DE-COP's paraphrases come from SmolLM2) would pull SmolLM2's slow jobs into the run, so
+    such tables are left to the local run and their token-probability scores compared instead.
+    """
+    keep = []
+    for bench in BENCHMARKS:
+        for model in MODELS:
+            target = f"results/metrics/{bench}/{model}.csv"
+            dry = subprocess.run([*SNAKEMAKE, "-n", target, "--configfile", "config/ci.yaml"],
+                                 cwd=workdir, capture_output=True, text=True)
+            assert dry.returncode == 0, dry.stderr[-3000:]
+            # In a fresh copy every job is planned, the preparation of each model needed included.
+            if set(re.findall(r"model=([\w.-]+)", dry.stdout)) <= set(MODELS):
+                keep.append(target)
+    return keep
+
+
+def _slurm_jobs(run_id: str) -> list[tuple[str, str]]:
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%j|%T"], capture_output=True, text=True,
+                         check=True).stdout
+    return [(jobid, state) for jobid, name, state in (line.split("|") for line in out.split()) if name == run_id]
+
+
+def _is_number(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+
+
+def _assert_frames_equal(local: Path, slurm: Path) -> None:
+    a, b = pd.read_csv(local), pd.read_csv(slurm)
+    assert list(a.columns) == list(b.columns), slurm
+    assert len(a) == len(b) > 0, slurm
+    keys = [c for c in a.columns if not _is_number(a[c]) or c in ("passage_id", "doc_id", "label")]
+    a = a.sort_values(keys, kind="stable").reset_index(drop=True)
+    b = b.sort_values(keys, kind="stable").reset_index(drop=True)
+    numeric = [c for c in a.columns if c not in keys]
+    pd.testing.assert_frame_equal(a.drop(columns=numeric), b.drop(columns=numeric), obj=str(slurm))
+    # Same code, same CPU, same thread count (torch uses the job's threads: 2 locally, 2 under
+    # SLURM via max-threads) and the same seeds: the numbers come out bit for bit the same,
+    # so the tolerance is zero; NaNs (e.g. a p-value on a constant score) must match as NaNs.
+    np.testing.assert_array_equal(a[numeric].to_numpy(float), b[numeric].to_numpy(float), err_msg=str(slurm))
+
+
+def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
+    (tmp_path / "slurm-run").mkdir()
+    workdir = make_workdir(tmp_path / "slurm-run")
+    profile = cluster_profile(tmp_path / "profile", slurm_cluster.cpus)
+    metrics = metrics_targets(workdir)
+    assert metrics, "every tiny-model metrics table needs SmolLM2 jobs: nothing of the summary would be compared"
+    t0 = time.time()
+    proc = subprocess.run([*SNAKEMAKE, "--profile", str(profile), *SCORE_TABLES, *metrics,
+                           "--configfile", "config/ci.yaml"], cwd=workdir, capture_output=True, text=True, timeout=900)
+    elapsed = time.time() - t0
+    log = proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert proc.returncode == 0, f"snakemake --profile slurm failed after {elapsed:.0f}s:\n{log}\n{slurm_cluster.logs()}"
+
+    # Every job went through SLURM and completed there: the SLURM jobs Snakemake reports
+    # submitting are those SLURM knows under this run's id (their job name), all COMPLETED,
+    # and no rule ran in Snakemake's own process except the declared local rule.
+    output = proc.stdout + proc.stderr
+    run_id = re.search(r"SLURM run ID: (\S+)", output).group(1)
+    submitted = set(re.findall(r"has been submitted with SLURM jobid (\d+)", output))
+    slurm_jobs = _slurm_jobs(run_id)
+    assert submitted and {jobid for jobid, _ in slurm_jobs} == submitted, (submitted, slurm_jobs)
+    assert all(state == "COMPLETED" for _, state in slurm_jobs), slurm_jobs
+    assert set(re.findall(r"^localrule (\w+):", output, re.M)) <= {"fetch_assets"}
+    ran = set(re.findall(r"^\s*rule (\w+):", output, re.M))
+    assert {"prepare_model", "token_stats", "token_prob_scores", "metrics"} <= ran, ran
+
+    for bench in BENCHMARKS:
+        for model in MODELS:
+            for table in ("token_prob_passages", "token_prob_documents"):
+                _assert_frames_equal(ci_run / f"results/scores/{bench}/{model}/{table}.csv",
+                                     workdir / f"results/scores/{bench}/{model}/{table}.csv")
+            with np.load(ci_run / f"results/scores/{bench}/{model}/token_stats.npz") as a, \
+                    np.load(workdir / f"results/scores/{bench}/{model}/token_stats.npz") as b:
+                assert sorted(a.files) == sorted(b.files)
+                for name in a.files:
+                    np.testing.assert_array_equal(a[name], b[name], err_msg=f"{bench}/{model} {name}")
+    for target in metrics:
+        _assert_frames_equal(ci_run / target, workdir / target)
+    # ... and they are the rows of the local run's summary table.
+    summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
+    slurm_rows = pd.concat([pd.read_csv(workdir / t) for t in metrics])
+    merged = summary.merge(slurm_rows, on=["benchmark", "model", "method"], suffixes=("", "_slurm"))
+    assert len(merged) == len(slurm_rows) > 0
+    numeric = [c for c in slurm_rows.columns if c in summary.columns and _is_number(slurm_rows[c])]
+    for col in numeric:
+        np.testing.assert_array_equal(merged[col].to_numpy(float), merged[f"{col}_slurm"].to_numpy(float), col)
+    print(f"SLURM run: {len(slurm_jobs)} SLURM jobs in {elapsed:.0f}s; metrics compared: {metrics}")
