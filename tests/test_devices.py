@@ -7,6 +7,7 @@ that do not exist makes torch see none, so the jobs run on the CPU as they would
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -184,3 +185,40 @@ def test_snakemake_caps_gpu_jobs_and_each_gets_its_own_device(tmp_path):
     # never more than two at once (gpu=2), whatever the 4 cores would allow
     at_start = [sum(r["start"] <= a["start"] < r["end"] for r in runs) for a in runs]
     assert max(at_start) == 2, at_start
+
+
+@pytest.mark.slow
+def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
+    """The rules' `gpu` resource, as Snakemake evaluates it: what --resources caps and SLURM gets as --gpus."""
+    import yaml
+
+    from workflow_helpers import make_workdir
+
+    workdir = make_workdir(tmp_path)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m-contaminated"]["device"] = "cuda"
+    cfg["models"]["tiny-gpt2-small"]["gpus"] = 2
+    (workdir / "config/gpus.yaml").write_text(yaml.safe_dump(cfg))
+    # CUDA_VISIBLE_DEVICES="" so that `auto` claims nothing even where a GPU is present
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    dry = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", "config/gpus.yaml"], cwd=workdir, env=env,
+                         capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    gpu = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry.stdout):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        resources = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if rule and wildcards and resources:
+            found = re.search(r"\bgpu=(\d+)", resources.group(1))
+            gpu[(rule.group(1), wildcards.group(1))] = int(found.group(1)) if found else None
+    assert gpu[("prepare_model", "model=smollm2-135m-contaminated")] == 1   # fine-tuning, device cuda
+    assert gpu[("prepare_model", "model=smollm2-135m")] == 0                # a conversion needs no GPU
+    assert gpu[("prepare_model", "model=tiny-gpt2-small-contaminated")] == 0  # auto, no GPU visible
+    for bench in ("novels", "news"):
+        assert gpu[("token_stats", f"benchmark={bench}, model=smollm2-135m-contaminated")] == 1
+        assert gpu[("token_stats", f"benchmark={bench}, model=tiny-gpt2-small")] == 2
+        assert gpu[("token_stats", f"benchmark={bench}, model=smollm2-135m")] == 0
+    # every other job claims none
+    others = {k: v for k, v in gpu.items() if k[0] not in ("prepare_model", "token_stats")}
+    assert others and all(v in (None, 0) for v in others.values()), others
