@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
