@@ -341,8 +341,10 @@ def _load_pydoc_topics(assets_dir: Path) -> list[Document]:
         for para in re.split(r"\n\s*\n", "\n".join(lines[2:])):
             if not para.strip() or para.startswith((" ", "\t", "*", "-", "+", "=")) or "::=" in para:
                 continue
-            if para.rstrip().endswith(":") or ">>>" in para:
-                continue
+            if para.rstrip().endswith(":") or ">>>" in para or re.search(r"^[=~^-]{3,}\s*$", para, re.MULTILINE):
+                continue  # a code example's lead-in, an example, a heading with its underline
+            if len(para.split()) < 6 or not re.search(r"[.!?][\"')]*\s*$", para):
+                continue  # a signature ("object.__getattr__(self, name)") or a fragment
             prose.append(_RST_MARKUP_RE.sub(r"\1", " ".join(para.split())))
         text = clean_text("\n\n".join(prose))
         if word_count(text) < 40:
