@@ -205,11 +205,11 @@ def test_all_demo_sources_unique_sorted_and_deterministic(demo_assets, corpora):
 
 def test_unknown_source_and_option_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown source 'nope' \(known: austen, mobydick, tidytext, "
-                                          r"reuters, user_books\)"):
+                                          r"reuters, user_books, pydoc_topics\)"):
         load_source("nope", tmp_path)
     with pytest.raises(ConfigError, match=r"source 'austen': unknown option\(s\) \['directory'\]"):
         load_source("austen", tmp_path, directory="x")
-    assert set(SOURCES) == {"austen", "mobydick", "tidytext", "reuters", "user_books"}
+    assert set(SOURCES) == {"austen", "mobydick", "tidytext", "reuters", "user_books", "pydoc_topics"}
 
 
 def test_missing_assets_name_the_fix(tmp_path):
@@ -278,3 +278,11 @@ def test_user_books_missing_directory_and_bad_file(tmp_path):
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9")
     with pytest.raises(InputError, match=r"bad\.txt: not valid UTF-8 at byte offset 3"):
         load_source("user_books", tmp_path, directory=tmp_path)
+
+
+def test_pydoc_topics_are_prose_documents_of_the_python_reference(tmp_path):
+    docs = load_source("pydoc_topics", tmp_path)
+    assert len(docs) > 50 and all(d.kind == "paper" and d.doc_id.startswith("pydoc/") for d in docs)
+    text = "\n".join(d.text for d in docs)
+    assert "::=" not in text and ">>>" not in text and "=====" not in text
+    assert all(d.meta["n_words"] >= 40 for d in docs)
