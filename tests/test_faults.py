@@ -35,12 +35,12 @@ from workflow_helpers import SNAKEMAKE, make_workdir
 FINETUNED = "tiny-gpt2-small-contaminated"
 PROBED = "smollm2-135m"
 N_PASSAGES = 24  # 12 documents x 2 passages
-SHARD = 4  # passages per probing shard: 6 shards per pass, 12 with the lowercase pass
-N_SHARDS = 2 * N_PASSAGES // SHARD
+SHARD = 4  # passages per probing shard: 6 shards (one pass: the config leaves out the lowercase method)
+N_SHARDS = N_PASSAGES // SHARD
 THREADS = 2  # the jobs' torch threads (rule threads 8, capped by --cores 2); the references use the same
 
 # The tiny test config cut to what the kills need: one benchmark, a fine-tune long enough to be
-# killed twice (about 100 steps, a checkpoint every 10), and SmolLM2 probed in shards of 4 passages.
+# killed twice (150 steps, a checkpoint every 10), and SmolLM2 probed in shards of 4 passages.
 FAULTS_CONFIG = {
     "seed": 7,
     "assets_dir": "resources/demo",
@@ -54,10 +54,11 @@ FAULTS_CONFIG = {
         "tiny-gpt2-small": {"family": "tiny-gpt2", "source": {"tiny_gpt2": {
             "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 512, "max_tokens": 20000}}},
         FINETUNED: {"family": "tiny-gpt2", "base": "tiny-gpt2-small", "finetune": {
-            "members_of": ["novels"], "method": "full", "epochs": 4, "lr": 0.003, "batch_size": 2,
+            "members_of": ["novels"], "method": "full", "epochs": 3, "lr": 0.003, "batch_size": 2,
             "max_length": 64, "duplication": 3}},
     },
-    "probes": {"token_prob": {"min_k_ratios": [0.2], "reference_models": ["tiny-gpt2-small"]}},
+    "probes": {"token_prob": {"methods": ["loss", "zlib", "min_k", "min_k_plus_plus", "reference"],
+                              "min_k_ratios": [0.2], "reference_models": ["tiny-gpt2-small"]}},
     "checkpoints": {"every_steps": 10, "shard_passages": SHARD},
 }
 MODEL_TARGET = f"results/models/{FINETUNED}"
@@ -239,6 +240,7 @@ def killed_workflow(tmp_path_factory):
     return workdir, seen
 
 
+@pytest.mark.slow
 def test_killed_finetuning_resumes_from_its_checkpoint(killed_workflow):
     workdir, seen = killed_workflow
     first, term, kill = seen["first_checkpoint"], seen["step_sigterm"], seen["step_sigkill"]
@@ -259,6 +261,7 @@ def test_killed_finetuning_resumes_from_its_checkpoint(killed_workflow):
     assert not (workdir / "results" / "checkpoints" / "prepare_model").exists()
 
 
+@pytest.mark.slow
 def test_resumed_finetuning_equals_an_uninterrupted_run(killed_workflow, tmp_path, monkeypatch):
     import torch
     from safetensors.torch import load_file
@@ -290,6 +293,7 @@ def test_resumed_finetuning_equals_an_uninterrupted_run(killed_workflow, tmp_pat
     assert manifest["training"]["losses"] == reference["training"]["losses"]
 
 
+@pytest.mark.slow
 def test_killed_probing_skips_finished_shards(killed_workflow):
     workdir, seen = killed_workflow
     n_shards = N_SHARDS
@@ -308,6 +312,7 @@ def test_killed_probing_skips_finished_shards(killed_workflow):
     assert not (workdir / "results" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, monkeypatch):
     import torch
 
@@ -320,16 +325,18 @@ def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, 
     try:
         run_token_stats(workdir / "results" / "models" / PROBED / "manifest.json",
                         workdir / "results" / "datasets" / "novels" / "passages.jsonl", tmp_path / "reference.npz",
-                        FAULTS_CONFIG["models"][PROBED], lowercase=True, shard_passages=SHARD, checkpoint_dir=None)
+                        FAULTS_CONFIG["models"][PROBED], lowercase=False, shard_passages=SHARD, checkpoint_dir=None)
     finally:
         torch.set_num_threads(threads)
     with np.load(workdir / STATS_TARGET) as resumed, np.load(tmp_path / "reference.npz") as uninterrupted:
-        assert sorted(resumed.files) == sorted(uninterrupted.files)
+        assert sorted(resumed.files) == sorted(uninterrupted.files) == [f"original__{k}" for k in
+                                                                        ("logprob", "mu", "offsets", "sigma")]
         assert len(resumed["original__offsets"]) == N_PASSAGES + 1
         for name in resumed.files:
             np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_no_output_is_corrupt_or_half_written_after_any_kill(killed_workflow):
     workdir, seen = killed_workflow
     # Every file under results/ parsed after each of the four kills and at the end (no temporaries either).

@@ -26,4 +26,4 @@ class StorageError(MemauditError):
 
 
 class JobInterrupted(MemauditError):
-    """A long job stopped on SIGTERM/SIGINT after saving a checkpoint; rerunning resumes it."""
+    """A job stopped by SIGTERM/SIGINT (a training job saves a checkpoint first); rerunning resumes it."""
