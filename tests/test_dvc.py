@@ -1,0 +1,67 @@
+"""DVC round trip on a finished run: push, fresh clone, pull, touch, nothing left to do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workflow_helpers import ROOT, snakemake
+
+pytestmark = pytest.mark.slow
+DVC = [str(Path(sys.executable).with_name("dvc"))]
+
+
+def sh(cmd, cwd):
+    # The stage's command finds snakemake on PATH, as in an activated environment.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
+    repo = tmp_path / "repo"  # a copy: the shared run directory stays as the other tests expect
+    shutil.copytree(ci_run, repo, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    # The project's stage, run on the ci config: `dvc repro` runs Snakemake, which finds the run finished.
+    stage = (ROOT / "dvc.yaml").read_text()
+    assert "cmd: snakemake --cores 8 all\n" in stage and "- config/config.yaml\n" in stage
+    (repo / "dvc.yaml").write_text(stage.replace("cmd: snakemake --cores 8 all\n",
+                                                 "cmd: snakemake --cores 2 all --configfile config/ci.yaml\n")
+                                   .replace("- config/config.yaml\n", "- config/ci.yaml\n"))
+    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (repo / ".gitignore").write_text(".snakemake/\nresources/\n")
+    sh(["git", "init", "-q"], repo)
+    sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"], repo)
+    sh(DVC + ["init", "-q"], repo)
+    remote = tmp_path / "remote"
+    sh(DVC + ["remote", "add", "-d", "shared", str(remote)], repo)
+    before = {p: p.stat().st_mtime_ns for p in (repo / "results").rglob("*") if p.is_file()}
+    sh(DVC + ["repro"], repo)  # persisted outputs: nothing deleted, nothing recomputed; dvc.lock records them
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    sh(DVC + ["push", "-q"], repo)
+    sh(["git", "add", "-A"], repo)
+    sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "run"], repo)
+    assert (repo / "dvc.lock").exists() and any(remote.rglob("*"))
+
+    clone = tmp_path / "clone"
+    sh(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
+    (clone / "resources").mkdir()
+    for name in ("demo", "cache"):
+        (clone / "resources" / name).symlink_to(ROOT / "resources" / name)
+    # git carries only DVC's .gitignore under results/; every artifact comes from the remote
+    assert [p.name for p in (clone / "results").rglob("*")] == [".gitignore"]
+    sh(DVC + ["pull", "-q"], clone)
+    assert (clone / "results/summary/metrics.csv").read_bytes() == (repo / "results/summary/metrics.csv").read_bytes()
+    snakemake(clone, "--touch", "--cores", "1", "all", "--configfile", "config/ci.yaml")
+    out = snakemake(clone, "-n", "all", "--configfile", "config/ci.yaml").stdout
+    assert "Nothing to be done" in out, out[-3000:]
+    # Every artifact came back, byte for byte: models, token statistics, scores, figures, the API ledger.
+    pulled = sorted(p.relative_to(clone) for p in (clone / "results").rglob("*") if p.is_file())
+    made = sorted(p.relative_to(repo) for p in (repo / "results").rglob("*") if p.is_file())
+    assert pulled == made and len(made) > 20
+    assert all((clone / p).read_bytes() == (repo / p).read_bytes() for p in made)
