@@ -217,6 +217,13 @@ def gpu_slots(wildcards):
     return model_gpus(config["models"][wildcards.model], model=wildcards.model)
 
 
+def probe_gpu_slots(wildcards):
+    """GPUs a probe job claims: a local model's (see ``gpu_slots``), none for an API model."""
+    if config["models"][wildcards.model].get("backend", "hf") in API_BACKENDS:
+        return 0
+    return gpu_slots(wildcards)
+
+
 def training_gpu_slots(wildcards):
     """GPUs a ``prepare_model`` job claims: a fine-tune trains on the GPU, a conversion needs none."""
     return gpu_slots(wildcards) if "base" in config["models"][wildcards.model] else 0

@@ -30,6 +30,7 @@ rule prefix_probe:
         entry=model_entry,
         prefix=probe_settings(PREFIX),
     resources:
+        gpu=probe_gpu_slots,
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
     log:
