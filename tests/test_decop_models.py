@@ -177,3 +177,25 @@ def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
     for name in ("auc_by_model_size", "auc_by_length", "accuracy_calibration", "accuracy_by_position",
                  "label_probabilities"):
         assert (ci_run / f"results/figures/novels/decop/{name}.png").stat().st_size > 1000
+
+
+def test_a_logit_run_without_surviving_calibration_documents_skips_only_the_calibrated_variant(
+        long_tiny_model, tmp_path):
+    """Quality control may reject every clean calibration passage: the run still ends, uncalibrated."""
+    from memaudit.decop.runner import run_decop
+    from memaudit.io import read_json, write_json, write_jsonl
+
+    items = tmp_path / "items.jsonl"
+    write_jsonl(items, [it for it in _items(6) if it["meta"]["role"] == "evaluate"])
+    model, tok = long_tiny_model
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    write_json(tmp_path / "m" / "manifest.json", {"load": {"path": str(tmp_path / "m")}})
+    cfg = {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4}
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in
+           [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+    docs = run_decop("logit", items, cfg, manifest_path=tmp_path / "m" / "manifest.json",
+                     **{f"out_{k}": v for k, v in out.items()})
+    assert set(docs["method"]) == {"decop-logit"} and sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]
+    cal = read_json(out["calibration"])["calibration"]["64"]
+    assert cal["n_calibration_documents"] == 0 and "quality control" in cal["skipped"]

@@ -101,7 +101,14 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
         if ans.empty:
             continue
         variants = [("pred", False)]
-        if mode == "logit":
+        if mode == "logit" and ans[ans["role"] == "calibrate"].empty:
+            # Quality control can reject every clean calibration passage: report the
+            # uncalibrated variant and say why the calibrated one is missing, never crash.
+            log.warning("%d-token passages: no clean calibration document survived quality control; "
+                        "decop-logit-calibrated is skipped (raise probes.decop.calibration_documents)", length)
+            calibration[str(length)] = {"skipped": "no clean calibration document survived quality control",
+                                        "n_calibration_documents": 0}
+        elif mode == "logit":
             calib = ans[ans["role"] == "calibrate"]
             delta = analysis.label_adjustments(calib)
             probs = ans[list(analysis.PROB_COLUMNS)].to_numpy()
