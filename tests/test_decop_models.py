@@ -169,7 +169,8 @@ def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
     n_eval = cfg["decop"]["n_documents"]
     assert (decop["n_member"] + decop["n_nonmember"] <= n_eval).all()
     qc = pd.read_csv(ci_run / "results/datasets/novels/decop_qc.csv")
-    assert qc["role"].value_counts()["calibrate"] == cfg["decop"]["calibration_documents"]
+    # Documents too short for a passage of the configured length have none, hence no QC row.
+    assert 1 <= qc["role"].value_counts()["calibrate"] <= cfg["decop"]["calibration_documents"]
     assert {"accept_rate", "unrelated_rate", "length_rate", "paraphraser"} <= set(qc.columns)
     table = pd.read_csv(ci_run / "results/scores/novels/smollm2-135m-contaminated/decop_logit_table.csv")
     assert set(table["method"]) == {"decop-logit", "decop-logit-calibrated"}
