@@ -123,21 +123,28 @@ def test_blackbox_mode_through_the_openai_sdk_counts_refusals_and_invalid_answer
     assert (answers["pred"] == answers["correct"]).tolist() == [False, False, True, True]
 
 
-def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_tiny_model, tmp_path):
+def _logit_run(model_and_tok, items, tmp_path):
+    """``run_decop("logit", ...)`` on ``items`` with the model saved under ``tmp_path``: (documents, output paths)."""
     from memaudit.decop.runner import run_decop
-    from memaudit.io import read_json, write_json, write_jsonl
+    from memaudit.io import write_json, write_jsonl
 
-    items = tmp_path / "items.jsonl"
-    write_jsonl(items, _items(6))
-    model, tok = long_tiny_model
+    write_jsonl(tmp_path / "items.jsonl", items)
+    model, tok = model_and_tok
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     write_json(tmp_path / "m" / "manifest.json", {"load": {"path": str(tmp_path / "m")}})
     cfg = {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4}
     out = {k: tmp_path / f"{k}.{ext}" for k, ext in
            [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
-    docs = run_decop("logit", items, cfg, manifest_path=tmp_path / "m" / "manifest.json",
+    docs = run_decop("logit", tmp_path / "items.jsonl", cfg, manifest_path=tmp_path / "m" / "manifest.json",
                      **{f"out_{k}": v for k, v in out.items()})
+    return docs, out
+
+
+def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_tiny_model, tmp_path):
+    from memaudit.io import read_json
+
+    docs, out = _logit_run(long_tiny_model, _items(6), tmp_path)
     answers = pd.read_csv(out["answers"])
     assert len(answers) == 6 * 4 and set(docs["method"]) == {"decop-logit", "decop-logit-calibrated"}
     assert sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]  # calibration documents are not scored
@@ -183,20 +190,9 @@ def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
 def test_a_logit_run_without_surviving_calibration_documents_skips_only_the_calibrated_variant(
         long_tiny_model, tmp_path):
     """Quality control may reject every clean calibration passage: the run still ends, uncalibrated."""
-    from memaudit.decop.runner import run_decop
-    from memaudit.io import read_json, write_json, write_jsonl
+    from memaudit.io import read_json
 
-    items = tmp_path / "items.jsonl"
-    write_jsonl(items, [it for it in _items(6) if it["meta"]["role"] == "evaluate"])
-    model, tok = long_tiny_model
-    model.save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
-    write_json(tmp_path / "m" / "manifest.json", {"load": {"path": str(tmp_path / "m")}})
-    cfg = {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4}
-    out = {k: tmp_path / f"{k}.{ext}" for k, ext in
-           [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
-    docs = run_decop("logit", items, cfg, manifest_path=tmp_path / "m" / "manifest.json",
-                     **{f"out_{k}": v for k, v in out.items()})
+    docs, out = _logit_run(long_tiny_model, [it for it in _items(6) if it["meta"]["role"] == "evaluate"], tmp_path)
     assert set(docs["method"]) == {"decop-logit"} and sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]
     cal = read_json(out["calibration"])["calibration"]["64"]
     assert cal["n_calibration_documents"] == 0 and "quality control" in cal["skipped"]
