@@ -44,6 +44,6 @@ def test_dry_run_of_hub_models_touches_no_network_and_loads_no_model(bench, tmp_
     assert not {"torch", "transformers"} & set(run["modules"]), run["modules"]
     by_rule = run["jobs_by_rule"]
     assert by_rule["prepare_model"] == 4
-    for rule in ("token_stats", "token_prob_scores", "metrics", "figure_roc", "figure_score_distributions"):
+    for rule in ("token_stats", "token_prob_scores", "metrics", "figures_model"):
         assert by_rule[rule] == 4 * 2, rule
     assert by_rule["benchmark_dataset"] == by_rule["figure_auc_vs_size"] == 2

@@ -128,7 +128,7 @@ def test_scheduling_and_cache_settings_rerun_nothing(finished):
 def rescored(finished):
     """Every token_prob_scores job and what depends on it."""
     jobs = downstream_of(finished, "token_prob_scores")
-    assert {r for r, _ in jobs} >= {"token_prob_scores", "metrics", "figure_roc", "summary"}
+    assert {r for r, _ in jobs} >= {"token_prob_scores", "metrics", "figures_model", "summary"}
     assert {r for r, _ in jobs}.isdisjoint({"token_stats", "prepare_model", "benchmark_dataset"})
     return jobs
 
@@ -148,7 +148,7 @@ def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
     config = with_config(finished, "plus_probe", lambda c: c["probes"].__setitem__("prefix", {"models": [model]}))
     expected = {("prefix_dataset", f"benchmark={b}") for b in BENCHMARKS}
     expected |= {(r, f"benchmark={b}, model={model}") for b in BENCHMARKS
-                 for r in ("prefix_probe", "metrics", "figure_roc", "figure_score_distributions")}
+                 for r in ("prefix_probe", "metrics", "figures_model")}
     assert planned_jobs(finished, config) == expected | cross_model()
 
 
@@ -160,7 +160,7 @@ def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_r
     touch_finished(workdir, before, finished_run[2])
     after = with_config(workdir, "prefix_two", lambda c: c["probes"].__setitem__("prefix", {"models": [first, new]}))
     expected = {(r, f"benchmark={b}, model={new}") for b in BENCHMARKS
-                for r in ("prefix_probe", "metrics", "figure_roc", "figure_score_distributions")}
+                for r in ("prefix_probe", "metrics", "figures_model")}
     assert planned_jobs(workdir, after) == expected | cross_model()
 
 
@@ -173,8 +173,7 @@ def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(fini
 def test_changing_the_headline_methods_redraws_only_the_figures(finished):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
-    expected = {(r, f"benchmark={b}, model={m}") for r in ("figure_roc", "figure_score_distributions")
-                for b in BENCHMARKS for m in MODELS}
+    expected = {("figures_model", f"benchmark={b}, model={m}") for b in BENCHMARKS for m in MODELS}
     assert planned_jobs(finished, config) == expected | cross_model() - {("summary", "")}
 
 

@@ -1,48 +1,36 @@
 # Stage 4b: figures (PNG for the report, SVG beside it); every number comes from a CSV under results/.
 
 
-rule figure_roc:
+# One job draws both per-(benchmark, model) figures: each job's start-up (Python, pandas,
+# matplotlib) costs more than the drawing.
+rule figures_model:
     input:
         documents=probe_documents,
     output:
-        png=report(
+        roc=report(
             "results/figures/{benchmark}/{model}/roc.png",
             caption="../report/roc.rst",
             category="ROC curves",
             subcategory="{benchmark}",
             labels=figure_labels,
         ),
-        svg="results/figures/{benchmark}/{model}/roc.svg",
-    params:
-        methods=config["figures"]["headline_methods"],
-    log:
-        "logs/figure_roc/{benchmark}/{model}.log",
-    conda:
-        "../../envs/memaudit.yaml"
-    script:
-        "../scripts/figure_roc.py"
-
-
-rule figure_score_distributions:
-    input:
-        documents=probe_documents,
-    output:
-        png=report(
+        roc_svg="results/figures/{benchmark}/{model}/roc.svg",
+        distributions=report(
             "results/figures/{benchmark}/{model}/score_distributions.png",
             caption="../report/score_distributions.rst",
             category="Score distributions",
             subcategory="{benchmark}",
             labels=figure_labels,
         ),
-        svg="results/figures/{benchmark}/{model}/score_distributions.svg",
+        distributions_svg="results/figures/{benchmark}/{model}/score_distributions.svg",
     params:
         methods=config["figures"]["headline_methods"],
     log:
-        "logs/figure_score_distributions/{benchmark}/{model}.log",
+        "logs/figures_model/{benchmark}/{model}.log",
     conda:
         "../../envs/memaudit.yaml"
     script:
-        "../scripts/figure_score_distributions.py"
+        "../scripts/figures_model.py"
 
 
 rule figure_auc_vs_size:

@@ -40,7 +40,7 @@ def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list
 def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: str, epochs: float,
              lr: float, duplication: int, batch_size: int, max_length: int, lora_r: int = 16,
              lora_alpha: int = 32, lora_dropout: float = 0.0, target_modules="all-linear",
-             seed: int = 0, checkpoint: TrainingCheckpoint | None = None,
+             seed: int = 0, checkpoint: TrainingCheckpoint | None = None, autocast: str | None = None,
              progress: Callable[[str], None] = log.info) -> dict:
     """Fine-tune ``model`` on ``texts`` and save the adapter (lora) or the model (full) in ``out_dir``.
 
@@ -49,7 +49,13 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     :class:`~memaudit.errors.JobInterrupted`), and resumes from a saved state:
     the weights, optimizer, scheduler, RNGs and the epoch's batch order with the
     position in it, so the resumed run takes the same steps an uninterrupted one would.
+
+    ``autocast`` ("bfloat16" or "float16") trains in mixed precision: the weights and the
+    optimizer stay in the model's dtype (float32) and the matrix products run in half
+    precision -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step.
     """
+    import contextlib
+
     import torch
 
     from memaudit.checkpoints import (GracefulStop, optimizer_state, restore_optimizer_state, restore_rng_state,
@@ -112,7 +118,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
                 ids[j, :len(r)] = torch.tensor(r)
                 mask[j, :len(r)] = 1
             labels = ids.masked_fill(mask == 0, -100)
-            out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+            with (torch.autocast(device.type, dtype=getattr(torch, autocast)) if autocast
+                  else contextlib.nullcontext()):
+                out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
@@ -136,6 +144,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         model.save_pretrained(tmp)
         if method == "full":
             tokenizer.save_pretrained(tmp)
-    return {"method": method, "chunks": len(chunks), "steps": total, "tokens": n_tokens,
+    return {"method": method, "precision": f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1],
+            "chunks": len(chunks), "steps": total, "tokens": n_tokens,
             "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
             "trainable_params": int(sum(p.numel() for p in params))}

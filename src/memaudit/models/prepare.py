@@ -99,14 +99,18 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
                                 "base_manifest": file_digest(base_manifest_path),
                                 "members": texts_digest(member_texts), "seed": seed},
         checkpoint_every, progress)
-    model, tok = load_causal_lm(base["load"], dtype=entry.get("dtype", "float32"), device=device)
+    # A half-precision entry trains in mixed precision: float32 weights and optimizer, half-precision
+    # products. Training the weights themselves in bfloat16 loses small Adam updates to rounding.
+    dtype = entry.get("dtype", "float32")
+    autocast = dtype if dtype in ("bfloat16", "float16") else None
+    model, tok = load_causal_lm(base["load"], dtype="float32", device=device)
     n_params = sum(p.numel() for p in model.parameters())
     weights = out_dir / ("adapter" if ft["method"] == "lora" else "weights")
     record = finetune(model, tok, member_texts, weights, method=ft["method"], epochs=ft["epochs"],
                       lr=ft["lr"], duplication=ft["duplication"], batch_size=ft["batch_size"],
                       max_length=ft["max_length"], lora_r=ft["lora_r"], lora_alpha=ft["lora_alpha"],
                       lora_dropout=ft["lora_dropout"], target_modules=ft["target_modules"], seed=seed,
-                      checkpoint=checkpoint, progress=progress)
+                      checkpoint=checkpoint, autocast=autocast, progress=progress)
     record["n_member_documents"] = len(member_texts)
     if ft["method"] == "lora":
         load = dict(base["load"], adapter=str(weights))
