@@ -44,22 +44,30 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
 
 
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
-                      contaminated_min: float = 0.9, null_range: tuple[float, float] = (0.4, 0.6)) -> pd.DataFrame:
+                      contaminated_min: float = 0.9, null_range: tuple[float, float] = (0.4, 0.6),
+                      decop_method: str = "decop-likelihood", decop_min: float = 0.8) -> pd.DataFrame:
     """Check the ground-truth expectations of a run against its summary.
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
     an uncontaminated *base* model on the same IID split should sit near chance (AUC within
-    ``null_range``). Returns one row per checked (benchmark, model) with ``ok``.
+    ``null_range``). DE-COP's likelihood mode (``decop_method``) should reach ``decop_min`` on the
+    contaminated models; on a base model its bootstrap 95% interval should hold 0.5 -- DE-COP
+    scores a few dozen documents, too few for a fixed band around 0.5 to be a fair null check.
+    Returns one row per checked (benchmark, model, method) with ``ok``.
     """
     base_models = set(models.loc[models["base"].fillna("") == "", "model"])
     rows = []
-    for r in summary[summary["method"] == method].itertuples():
+    for r in summary[summary["method"].isin([method, decop_method])].itertuples():
+        is_decop = r.method == decop_method
         if bool(r.contaminated):
-            expect, ok = f">= {contaminated_min}", r.auc >= contaminated_min
+            floor = decop_min if is_decop else contaminated_min
+            expect, ok = f">= {floor}", r.auc >= floor
+        elif r.model in base_models and is_decop:
+            expect, ok = "95% CI holds 0.5", r.auc_ci_low <= 0.5 <= r.auc_ci_high
         elif r.model in base_models:
             expect, ok = f"in [{null_range[0]}, {null_range[1]}]", null_range[0] <= r.auc <= null_range[1]
         else:
             continue
-        rows.append({"benchmark": r.benchmark, "model": r.model, "method": method, "auc": round(r.auc, 3),
+        rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
                      "expected": expect, "ok": bool(ok)})
     return pd.DataFrame(rows)
