@@ -67,6 +67,21 @@ def test_full_finetune_saves_model_and_tokenizer(tiny_model_dir, tmp_path):
     assert loss_of(tuned, tok2, MEMBERS) < before - 0.5
 
 
+def test_mixed_precision_finetune_keeps_float32_weights_and_learns(tiny_model_dir, tmp_path):
+    """bfloat16 autocast: products in half precision, weights and optimizer in float32 (saved so)."""
+    import torch
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    before = loss_of(model, tok, MEMBERS)
+    record = finetune(model, tok, MEMBERS, tmp_path, method="full", epochs=10, lr=3e-3, duplication=1,
+                      batch_size=2, max_length=64, seed=0, autocast="bfloat16")
+    assert record["precision"] == "bfloat16-mixed"
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    tuned, tok2 = load_causal_lm({"path": str(tmp_path)}, device="cpu")
+    assert next(tuned.parameters()).dtype == torch.float32
+    assert loss_of(tuned, tok2, MEMBERS) < before - 0.5
+
+
 def test_member_chunks_respect_max_length(tiny_model):
     _, tok = tiny_model
     chunks = member_chunks(tok, [" ".join(["word"] * 50)], max_length=16)

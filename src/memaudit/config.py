@@ -63,13 +63,24 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     return check_config(config)
 
 
+def has_published_items(bench: dict) -> bool:
+    """Whether a benchmark's DE-COP questions come ready-made (BookTection/arXivTection)."""
+    return (bench.get("published") or {}).get("format") in ("booktection", "arxivtection")
+
+
 def check_config(config: dict) -> dict:
     """Checks across entries: references between models, benchmarks and sources."""
     problems: list[str] = []
     benchmarks = config["benchmarks"]
     models = config["models"]
     for name, bench in benchmarks.items():
-        for i, src in enumerate(bench["sources"]):
+        if ("sources" in bench) == ("published" in bench):
+            problems.append(f"benchmarks.{name}: give exactly one of 'sources' (documents to build it from) "
+                            f"or 'published' (BookTection, arXivTection or BookMIA data)")
+        published = bench.get("published") or {}
+        if published and published["format"] == "bookmia" and not published.get("path"):
+            problems.append(f"benchmarks.{name}.published.path: BookMIA is read from a local JSONL file")
+        for i, src in enumerate(bench.get("sources", [])):
             if src not in BUILTIN_SOURCES:
                 problems.append(f"benchmarks.{name}.sources.{i}: unknown source {src!r} "
                                 f"(known: {', '.join(BUILTIN_SOURCES)})")
@@ -77,7 +88,7 @@ def check_config(config: dict) -> dict:
     for src in sorted(pretrain_sources):
         if src not in BUILTIN_SOURCES:
             problems.append(f"pretrain.sources: unknown source {src!r}")
-        used = [b for b, v in benchmarks.items() if src in v["sources"]]
+        used = [b for b, v in benchmarks.items() if src in v.get("sources", [])]
         if used:
             problems.append(f"pretrain.sources: {src!r} is also a source of benchmark(s) "
                             f"{', '.join(used)}; the pretraining pool must be disjoint")

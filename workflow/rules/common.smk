@@ -6,7 +6,13 @@ from snakemake.utils import validate
 from memaudit.backends.api import api_settings, api_slots
 from memaudit.backends.base import API_BACKENDS
 from memaudit.backends.planning import planned_inputs
-from memaudit.config import check_config, contaminated_on, model_build_settings, model_scoring_settings
+from memaudit.config import (
+    check_config,
+    contaminated_on,
+    has_published_items,
+    model_build_settings,
+    model_scoring_settings,
+)
 from memaudit.probes.registry import probes_for_model
 from memaudit.versions import code_version
 
@@ -249,12 +255,27 @@ DECOP_PARAPHRASER = (DECOP.get("paraphrase", {}).get("model") or (LOCAL_MODELS o
 
 
 def decop_paraphraser_input(wildcards):
+    """The local paraphrasing model, or the published file whose questions come ready-made."""
+    bench = config["benchmarks"][wildcards.benchmark]
+    if has_published_items(bench):
+        return {"published": bench["published"]["path"]} if bench["published"].get("path") else {}
     entry = config["models"][DECOP_PARAPHRASER]
     return {"paraphraser": f"results/models/{DECOP_PARAPHRASER}"} if entry["backend"] == "hf" else {}
 
 
 def decop_paraphraser_slots(backend):
-    return lambda wildcards: api_slots(config, DECOP_PARAPHRASER, backend)
+    def slots(wildcards):
+        if has_published_items(config["benchmarks"][wildcards.benchmark]):
+            return 0
+        return api_slots(config, DECOP_PARAPHRASER, backend)
+
+    return slots
+
+
+def published_file(wildcards):
+    """A benchmark read from a local published file reruns when the file changes."""
+    path = config["benchmarks"][wildcards.benchmark].get("published", {}).get("path")
+    return {"published": path} if path else {}
 
 
 def decop_model_input(wildcards):
@@ -280,6 +301,6 @@ def decop_outputs():
     figures = ["auc_by_model_size", "auc_by_length", "accuracy_calibration", "accuracy_by_position", "label_probabilities"]
     return [
         *expand("results/figures/{benchmark}/decop/{figure}.png", benchmark=DECOP_BENCHMARKS, figure=figures),
-        *expand("results/metrics/{benchmark}/_decop_summary.csv", benchmark=DECOP_BENCHMARKS),
+        *expand("results/summary/decop_{benchmark}.csv", benchmark=DECOP_BENCHMARKS),
         *[f"results/scores/{b}/{m}/decop_{mode}_table.csv" for b, m, mode in decop_runs()],
     ]

@@ -18,6 +18,7 @@ rule fetch_assets:
 
 rule benchmark_dataset:
     input:
+        unpack(published_file),
         assets=rules.fetch_assets.output.stamp,
     output:
         documents="results/datasets/{benchmark}/documents.jsonl",

@@ -10,7 +10,8 @@ rule decop_items:
         qc="results/datasets/{benchmark}/decop_qc.csv",
     params:
         decop=canonical(DECOP),
-        paraphraser=DECOP_PARAPHRASER,
+        paraphraser=lambda wc: None if has_published_items(config["benchmarks"][wc.benchmark]) else DECOP_PARAPHRASER,
+        published=lambda wc: canonical(config["benchmarks"][wc.benchmark].get("published")),
         seed=config["seed"],
     threads: 2
     resources:
@@ -60,7 +61,12 @@ rule decop_figures:
     input:
         unpack(decop_figure_inputs),
     output:
-        summary="results/metrics/{benchmark}/_decop_summary.csv",
+        summary=report(
+            "results/summary/decop_{benchmark}.csv",
+            caption="../report/decop_summary.rst",
+            category="DE-COP",
+            labels={"benchmark": "{benchmark}", "figure": "AUC table (every model, mode and length)"},
+        ),
         auc_by_size=report(
             "results/figures/{benchmark}/decop/auc_by_model_size.png",
             caption="../report/decop_auc_by_model_size.rst",

@@ -1,13 +1,20 @@
-from memaudit.decop.paraphrase import MiniLMEncoder
-from memaudit.decop.runner import build_items, make_paraphraser
 from memaudit.workflow_support import start
 
 log = start(snakemake)
-paraphraser = make_paraphraser(
-    snakemake.config, snakemake.params.paraphraser, rule=snakemake.rule,
-    manifest_path=f"{snakemake.input.paraphraser}/manifest.json" if "paraphraser" in snakemake.input.keys() else None,
-)
-build_items(
-    snakemake.input.documents, snakemake.params.decop, snakemake.params.seed, paraphraser, MiniLMEncoder(),
-    snakemake.output.mcq, snakemake.output.qc, progress=log.info,
-)
+if snakemake.params.published and snakemake.params.paraphraser is None:
+    from memaudit.decop.runner import published_items_for_run
+
+    published_items_for_run(snakemake.input.documents, snakemake.params.published, snakemake.params.decop,
+                            snakemake.params.seed, snakemake.output.mcq, snakemake.output.qc, progress=log.info)
+else:
+    from memaudit.decop.paraphrase import MiniLMEncoder
+    from memaudit.decop.runner import build_items, make_paraphraser
+
+    paraphraser = make_paraphraser(
+        snakemake.config, snakemake.params.paraphraser, rule=snakemake.rule,
+        manifest_path=f"{snakemake.input.paraphraser}/manifest.json" if "paraphraser" in snakemake.input.keys() else None,
+    )
+    build_items(
+        snakemake.input.documents, snakemake.params.decop, snakemake.params.seed, paraphraser, MiniLMEncoder(),
+        snakemake.output.mcq, snakemake.output.qc, progress=log.info,
+    )

@@ -1,4 +1,4 @@
-"""The DE-COP figures of one benchmark and the AUC table they plot (``_decop_summary.csv``)."""
+"""The DE-COP figures of one benchmark and the AUC table they plot (``results/summary/decop_<benchmark>.csv``)."""
 
 from __future__ import annotations
 

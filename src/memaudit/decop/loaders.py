@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from memaudit.config import has_published_items  # noqa: F401 (re-exported)
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
@@ -168,4 +169,52 @@ def load_bookmia(path: str | Path) -> tuple[list[Document], list[Passage]]:
             passages.append(Passage(f"{book_id}#{key[1]}", book_id, label, snippet, doc.title, ""))
     if not passages:
         raise InputError(f"{path}: no snippets")
+    return sorted(docs.values(), key=lambda d: d.doc_id), passages
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+PUBLISHED_FORMATS = ("booktection", "arxivtection", "bookmia")
+
+
+def published_items(published: dict) -> list[dict]:
+    """The multiple-choice items of a ``published`` benchmark block: a local ``path`` or a hub ``hf`` id."""
+    fmt = published["format"]
+    kind = "paper" if fmt == "arxivtection" else "book"
+    length = published.get("length")
+    if published.get("path"):
+        return load_tection_csv(published["path"], kind=kind, length=length)
+    return load_tection_hf(published.get("hf") or fmt, length=length, cache_dir=published.get("cache_dir"))
+
+
+def published_benchmark(name: str, published: dict) -> tuple[list[Document], list[Passage]]:
+    """Documents and passages of a benchmark built from published data.
+
+    BookTection/arXivTection: one document per ``ID`` (its text: the verbatim passages), one passage
+    per question (the verbatim option), so the token-probability probes score the same passages
+    DE-COP asks about. BookMIA: one document per book, one passage per snippet. ``Label``/``label``
+    1 (suspect) becomes member, 0 (clean) non-member.
+    """
+    if published["format"] == "bookmia":
+        if not published.get("path"):
+            raise InputError(f"benchmarks.{name}.published.path: BookMIA is read from a local JSONL file")
+        docs, passages = load_bookmia(published["path"])
+        for d in docs:
+            d.meta["benchmark"] = name
+        return docs, passages
+    items = published_items(published)
+    docs: dict[str, Document] = {}
+    passages = []
+    for it in items:
+        m = it["meta"]
+        verbatim = it["options"][it["answer"]]
+        doc = docs.setdefault(it["doc_id"], Document(
+            it["doc_id"], published["format"], m["title"], m["author"], m["kind"], "",
+            {"label": it["label"], "benchmark": name, "origin": published.get("path") or published.get("hf")
+             or published["format"]}))
+        doc.text = f"{doc.text}\n{verbatim}" if doc.text else verbatim
+        passages.append(Passage(it["item_id"], it["doc_id"], it["label"], verbatim, m["title"], m["author"],
+                                {"length_tokens": m["length_tokens"], "source_row": m.get("source_row")}))
+    for d in docs.values():
+        d.meta["n_passages"] = sum(1 for p in passages if p.doc_id == d.doc_id)
     return sorted(docs.values(), key=lambda d: d.doc_id), passages

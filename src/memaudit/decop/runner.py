@@ -91,6 +91,50 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
     return items
 
 
+def published_items_for_run(documents_path: str | Path, published: dict, cfg: dict, seed: int,
+                            out_items: str | Path, out_qc: str | Path, *,
+                            progress: Callable[[str], None] = log.info) -> list[dict]:
+    """The ready-made questions of a BookTection/arXivTection benchmark, with the run's roles.
+
+    The documents are chosen and split into calibration and evaluation exactly as for built
+    benchmarks (:func:`select_documents`: clean ``Label`` 0 documents held out for Algorithm 1);
+    only questions of the configured ``lengths`` are kept. The QC table records that nothing was
+    paraphrased here (the published paraphrases were made by Claude 2.0 for the paper).
+    """
+    from memaudit.decop.loaders import published_items
+    from memaudit.errors import InputError
+
+    docs = read_jsonl(documents_path)
+    roles = select_documents(docs, n_documents=cfg.get("n_documents"),
+                             calibration_documents=int(cfg["calibration_documents"]), seed=seed)
+    lengths = {int(n) for n in cfg["lengths"]}
+    source = published.get("path") or published.get("hf") or published["format"]
+    items = []
+    for it in published_items(published):
+        if it["doc_id"] in roles and int(it["meta"]["length_tokens"]) in lengths:
+            it["meta"].update(role=roles[it["doc_id"]], paraphraser=f"published ({published['format']})")
+            items.append(it)
+    if not any(it["meta"]["role"] == "evaluate" for it in items):
+        raise InputError(f"{source}: no question of length(s) {sorted(lengths)} tokens among the selected "
+                         f"documents (probes.decop.lengths; BookTection small/medium/large = 64/128/256)")
+    by_doc = pd.DataFrame([{"doc_id": it["doc_id"], "label": it["label"], "role": it["meta"]["role"]}
+                           for it in items])
+    qc = by_doc.groupby(["doc_id", "label", "role"]).size().rename("n_passages").reset_index()
+    qc["n_kept"] = qc["n_passages"]
+    qc["n_candidates"] = 3 * qc["n_passages"]
+    for r in REASONS:
+        qc[f"n_{r}"] = 0
+    qc["accept_rate"] = 1.0
+    for r in REASONS:
+        qc[f"{r}_rate"] = 0.0
+    qc["paraphraser"] = f"published ({source})"
+    write_csv(out_qc, qc)
+    write_jsonl(out_items, items)
+    progress(f"{len(items)} published questions from {source} ({qc['doc_id'].nunique()} documents, "
+             f"{int((qc['role'] == 'calibrate').sum())} for calibration)")
+    return items
+
+
 # ----------------------------------------------------------------------------- scoring
 
 def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: float):

@@ -1,0 +1,105 @@
+"""Published DE-COP data in the workflow: a BookTection CSV as a benchmark of its own."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+
+from memaudit.config import validate_config
+from memaudit.decop.loaders import published_benchmark
+from memaudit.decop.runner import published_items_for_run
+from memaudit.errors import ConfigError, InputError
+from memaudit.io import read_jsonl, write_jsonl
+
+
+def _row(doc, label, n, length="small"):
+    return {"ID": doc, "Label": label, "Length": length, "Answer": "A",
+            **{f"Example_{c}": f"{doc} passage {n} option {c}." for c in "ABCD"}}
+
+
+def _booktection(tmp_path, rows):
+    path = tmp_path / "BookTection.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_a_booktection_file_becomes_documents_passages_and_items_with_roles(tmp_path):
+    rows = [_row(f"Book_{i}_-_Author_{i}", i % 2, n) for i in range(8) for n in range(2)]
+    rows.append(_row("Book_0_-_Author_0", 0, 9, length="large"))
+    published = {"format": "booktection", "path": str(_booktection(tmp_path, rows))}
+    docs, passages = published_benchmark("bt", published)
+    assert [d.doc_id for d in docs] == [f"Book_{i}_-_Author_{i}" for i in range(8)]
+    assert [d.meta["label"] for d in docs] == [0, 1] * 4
+    assert docs[1].title == "Book 1" and docs[1].author == "Author 1"
+    assert docs[1].text == "Book_1_-_Author_1 passage 0 option A.\nBook_1_-_Author_1 passage 1 option A."
+    assert len(passages) == 17 and passages[0].text.endswith("option A.")
+    write_jsonl(tmp_path / "documents.jsonl", (d.to_dict() for d in docs))
+    cfg = {"lengths": [64], "n_documents": 4, "calibration_documents": 2}
+    items = published_items_for_run(tmp_path / "documents.jsonl", published, cfg, 13, tmp_path / "items.jsonl",
+                                    tmp_path / "qc.csv")
+    roles = {it["doc_id"]: it["meta"]["role"] for it in items}
+    assert sorted(roles.values()) == ["calibrate"] * 2 + ["evaluate"] * 4
+    assert all(it["label"] == 0 for it in items if it["meta"]["role"] == "calibrate")
+    assert all(it["meta"]["length_tokens"] == 64 for it in items)  # the large question is left out
+    assert len(items) == 12 and read_jsonl(tmp_path / "items.jsonl") == items
+    qc = pd.read_csv(tmp_path / "qc.csv")
+    assert qc["n_passages"].sum() == 12 and (qc["accept_rate"] == 1).all()
+    with pytest.raises(InputError, match=r"no question of length\(s\) \[256\]"):
+        published_items_for_run(tmp_path / "documents.jsonl", published, {**cfg, "lengths": [256]}, 13,
+                                tmp_path / "i.jsonl", tmp_path / "q.csv")
+
+
+def _config(**benchmark):
+    return {"benchmarks": {"bt": benchmark},
+            "models": {"m": {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}}}
+
+
+def test_a_benchmark_needs_sources_or_published_data_but_not_both():
+    with pytest.raises(ConfigError, match=r"benchmarks.bt: give exactly one of 'sources'"):
+        validate_config(_config(sources=["austen"], published={"format": "booktection", "path": "x.csv"}))
+    with pytest.raises(ConfigError, match=r"benchmarks.bt: give exactly one of 'sources'"):
+        validate_config(_config(passage_words=50))
+    with pytest.raises(ConfigError, match=r"benchmarks.bt.published.path: BookMIA is read from a local JSONL"):
+        validate_config(_config(published={"format": "bookmia"}))
+    with pytest.raises(ConfigError, match=r"published.format"):
+        validate_config(_config(published={"format": "wikimia", "path": "x"}))
+    assert validate_config(_config(published={"format": "booktection", "hf": "avduarte333/BookTection"}))
+
+
+@pytest.mark.slow
+def test_a_published_booktection_csv_runs_through_the_workflow_like_the_built_benchmark(ci_run, tmp_path):
+    """The ci run's novels questions, written as a BookTection CSV and configured as a published
+    benchmark, give each document the same likelihood-mode accuracy as the built benchmark did; a
+    broken file fails the dataset job with its name, row and column and leaves earlier results alone."""
+    from workflow_helpers import snakemake
+
+    workdir = shutil.copytree(ci_run, tmp_path / "tree", symlinks=True)
+    items = read_jsonl(workdir / "results/datasets/novels/decop_items.jsonl")
+    rows = [{"ID": it["doc_id"], "Label": it["label"], "Length": "small", "Answer": "A",
+             **{f"Example_{c}": o for c, o in zip("ABCD", it["options"])}} for it in items]
+    csv = _booktection(workdir, rows)
+    config = yaml.safe_load((workdir / "config/ci.yaml").read_text())
+    model = config["probes"]["decop_likelihood"]["models"][-1]
+    config["benchmarks"]["booktection"] = {"published": {"format": "booktection", "path": csv.name}}
+    config["probes"]["decop_likelihood"]["benchmarks"] = ["novels", "booktection"]
+    config["probes"]["decop"]["n_documents"] = len({it["doc_id"] for it in items})
+    config["probes"]["decop"]["calibration_documents"] = 1
+    (workdir / "config/published.yaml").write_text(yaml.safe_dump(config))
+    target = f"results/scores/booktection/{model}/decop_likelihood_table.csv"
+    snakemake(workdir, "--cores", "2", target, "--configfile", "config/published.yaml")
+    got = pd.read_csv(workdir / target).set_index("doc_id")["accuracy"].sort_index()
+    built = pd.read_csv(workdir / f"results/scores/novels/{model}/decop_likelihood_table.csv")
+    assert len(got) == len(items) >= 6
+    pd.testing.assert_series_equal(got, built.set_index("doc_id")["accuracy"].sort_index())
+    passages = read_jsonl(workdir / "results/datasets/booktection/passages.jsonl")
+    assert sorted(p["text"] for p in passages) == sorted(it["options"][0] for it in items)
+
+    rows[2]["Answer"] = "E"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    proc = snakemake(workdir, "--cores", "2", target, "--configfile", "config/published.yaml", check=False)
+    assert proc.returncode != 0
+    assert "BookTection.csv: row 4, column Answer: 'E' is not one of A, B, C, D" in proc.stdout + proc.stderr
+    assert pd.read_csv(workdir / target).set_index("doc_id")["accuracy"].sort_index().equals(got)
