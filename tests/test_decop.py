@@ -323,3 +323,36 @@ def test_paraphrases_from_an_api_model_with_the_paper_prompt_are_checked_and_ask
     assert res.attempts == 2 and res.n_candidates == 6
     assert {k: v for k, v in res.rejected.items() if v} == {"near_identical": 1, "length": 1, "duplicate": 1}
     assert res.paraphrases == good
+
+
+def test_a_retry_asks_only_for_the_paraphrases_still_missing(encoder):
+    from memaudit.decop.paraphrase import paraphrase_with_qc
+
+    orig = "The committee postponed the vote on the new budget until next week because members wanted more time."
+    good = ["The vote on the new budget was delayed by the committee to next week, as members asked for more time.",
+            "Members wanted more time, so the committee moved the vote on the new budget to the following week.",
+            "Because its members needed more time, the committee put off the budget vote until next week."]
+
+    class Recorder:
+        def __init__(self):
+            self.wanted, self.replies = [], [[good[0], orig, "Too short."], [good[1], good[2]]]
+
+        def candidates(self, texts, lengths, attempt, wanted=None):
+            self.wanted.append(list(wanted))
+            return [self.replies[attempt]]
+
+    para = Recorder()
+    [res] = paraphrase_with_qc([orig], [128], para, encoder, QCSettings(max_attempts=3))
+    assert para.wanted == [[3], [2]] and res.paraphrases == good and res.n_candidates == 5
+
+
+def test_local_paraphrases_are_trimmed_to_the_passage_length_at_sentence_ends():
+    from memaudit.decop.paraphrase import trim_to_length
+
+    original = " ".join(f"w{i}" for i in range(20)) + "."
+    long = ("A b c d e f g h i j. K l m n o p q r s. T u v w x y z aa bb cc. "
+            "Then the model goes on with a comment")
+    # 10 + 9 words reach 0.9 x 20: the third sentence and the unfinished tail are cut
+    assert trim_to_length(long, original) == "A b c d e f g h i j. K l m n o p q r s."
+    assert trim_to_length("One two.\n\nThree four five. Unfinished", original) == "One two.\n\nThree four five."
+    assert trim_to_length("no sentence end at all", original) == "no sentence end at all"

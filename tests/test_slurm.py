@@ -1,15 +1,12 @@
 """The ci workflow submitted through profiles/slurm to a real single-node SLURM cluster.
 
 A SLURM controller and node daemon are started on this machine (tests/slurm_cluster.py), the
-workflow runs with `snakemake --profile <profiles/slurm with this cluster's names>`, every job
-goes through sbatch and srun, and the results are compared with those of the local run of the
-same config (the `ci_run` fixture). Skips only where SLURM cannot be installed (not root, no apt).
-
-To stay within the suite's time budget, the SLURM run builds the tiny-GPT-2 half of the ci
-workflow (pretraining from scratch, full fine-tuning, both benchmarks, every probe method, the
-reference-model calibration, the statistics): the per-model tables of summary/metrics.csv for
-those models, the score tables behind them and the token statistics. SmolLM2 (a 135M model,
-minutes per job on 2 cores) goes through the same rules with the same resources.
+whole ci workflow (`all`: datasets, SmolLM2 conversion and LoRA, tiny GPT-2 pretraining and full
+fine-tuning, every token-probability method, DE-COP paraphrasing and its logit and likelihood
+modes, statistics, figures) runs with `snakemake --profile <profiles/slurm with this cluster's
+names>`, every job goes through sbatch and srun, and the results are compared with those of the
+local run of the same config (the `ci_run` fixture): bit for bit. Skips only where SLURM cannot
+be installed (not root, no apt).
 """
 
 from __future__ import annotations
@@ -30,16 +27,12 @@ from workflow_helpers import ROOT, SNAKEMAKE, make_workdir
 
 pytestmark = pytest.mark.slow
 
-BENCHMARKS = ("novels", "news")
-MODELS = ("tiny-gpt2-small", "tiny-gpt2-small-contaminated")
-SCORE_TABLES = [f"results/scores/{b}/{m}/token_prob_documents.csv" for b in BENCHMARKS for m in MODELS]
-
 # The profile's settings that name things of a particular cluster, and this cluster's values.
 # Everything else in profiles/slurm/config.yaml is used as it is.
 CLUSTER_SPECIFIC = {
     "default-resources": {"slurm_partition": PARTITION, "slurm_account": None},
-    "set-resources": {"prepare_model": {"slurm_partition": PARTITION},
-                      "token_stats": {"slurm_partition": PARTITION}},
+    "set-resources": {rule: {"slurm_partition": PARTITION}
+                      for rule in ("prepare_model", "token_stats", "prefix_probe", "decop_items", "decop_probe")},
     # No accounting database here: squeue, which sees finished jobs for MinJobAge (a day).
     "slurm-status-command": "squeue",
     # A short first status check instead of 40 s (the executor adds 10 s per check while
@@ -95,26 +88,6 @@ def cluster_profile(dest: Path, cpus: int) -> Path:
     return dest
 
 
-def metrics_targets(workdir: Path) -> list[str]:
-    """The per-model metrics tables of the tiny models whose every job is a tiny-model job.
-
-    A metrics table gathers every probe run on its model; a probe that needs another model
-    (DE-COP's paraphrases come from SmolLM2) would pull SmolLM2's slow jobs into the run, so
-    such tables are left to the local run and their token-probability scores compared instead.
-    """
-    keep = []
-    for bench in BENCHMARKS:
-        for model in MODELS:
-            target = f"results/metrics/{bench}/{model}.csv"
-            dry = subprocess.run([*SNAKEMAKE, "-n", target, "--configfile", "config/ci.yaml"],
-                                 cwd=workdir, capture_output=True, text=True)
-            assert dry.returncode == 0, dry.stderr[-3000:]
-            # In a fresh copy every job is planned, the preparation of each model needed included.
-            if set(re.findall(r"model=([\w.-]+)", dry.stdout)) <= set(MODELS):
-                keep.append(target)
-    return keep
-
-
 def _slurm_jobs(run_id: str) -> list[tuple[str, str]]:
     out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%j|%T"], capture_output=True, text=True,
                          check=True).stdout
@@ -140,15 +113,20 @@ def _assert_frames_equal(local: Path, slurm: Path) -> None:
     np.testing.assert_array_equal(a[numeric].to_numpy(float), b[numeric].to_numpy(float), err_msg=str(slurm))
 
 
+def _compared_tables(run: Path) -> list[str]:
+    """Every table of the run a local and a SLURM run must agree on (CSV files under results/)."""
+    skip = ("results/api/",)  # the ledger has wall-clock fields
+    return sorted(str(p.relative_to(run)) for p in (run / "results").rglob("*.csv")
+                  if not str(p.relative_to(run)).startswith(skip))
+
+
 def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
     (tmp_path / "slurm-run").mkdir()
     workdir = make_workdir(tmp_path / "slurm-run")
     profile = cluster_profile(tmp_path / "profile", slurm_cluster.cpus)
-    metrics = metrics_targets(workdir)
-    assert metrics, "every tiny-model metrics table needs SmolLM2 jobs: nothing of the summary would be compared"
     t0 = time.time()
-    proc = subprocess.run([*SNAKEMAKE, "--profile", str(profile), *SCORE_TABLES, *metrics,
-                           "--configfile", "config/ci.yaml"], cwd=workdir, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([*SNAKEMAKE, "--profile", str(profile), "all", "--configfile", "config/ci.yaml"],
+                          cwd=workdir, capture_output=True, text=True, timeout=1200)
     elapsed = time.time() - t0
     log = proc.stdout[-3000:] + proc.stderr[-6000:]
     assert proc.returncode == 0, f"snakemake --profile slurm failed after {elapsed:.0f}s:\n{log}\n{slurm_cluster.logs()}"
@@ -162,28 +140,23 @@ def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
     slurm_jobs = _slurm_jobs(run_id)
     assert submitted and {jobid for jobid, _ in slurm_jobs} == submitted, (submitted, slurm_jobs)
     assert all(state == "COMPLETED" for _, state in slurm_jobs), slurm_jobs
-    assert set(re.findall(r"^localrule (\w+):", output, re.M)) <= {"fetch_assets"}
+    assert set(re.findall(r"^localrule (\w+):", output, re.M)) <= {"fetch_assets", "all"}
     ran = set(re.findall(r"^\s*rule (\w+):", output, re.M))
-    assert {"prepare_model", "token_stats", "token_prob_scores", "metrics"} <= ran, ran
+    assert {"prepare_model", "token_stats", "token_prob_scores", "metrics", "decop_items", "decop_probe",
+            "summary"} <= ran, ran
 
-    for bench in BENCHMARKS:
-        for model in MODELS:
-            for table in ("token_prob_passages", "token_prob_documents"):
-                _assert_frames_equal(ci_run / f"results/scores/{bench}/{model}/{table}.csv",
-                                     workdir / f"results/scores/{bench}/{model}/{table}.csv")
-            with np.load(ci_run / f"results/scores/{bench}/{model}/token_stats.npz") as a, \
-                    np.load(workdir / f"results/scores/{bench}/{model}/token_stats.npz") as b:
-                assert sorted(a.files) == sorted(b.files)
-                for name in a.files:
-                    np.testing.assert_array_equal(a[name], b[name], err_msg=f"{bench}/{model} {name}")
-    for target in metrics:
-        _assert_frames_equal(ci_run / target, workdir / target)
-    # ... and they are the rows of the local run's summary table.
-    summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
-    slurm_rows = pd.concat([pd.read_csv(workdir / t) for t in metrics])
-    merged = summary.merge(slurm_rows, on=["benchmark", "model", "method"], suffixes=("", "_slurm"))
-    assert len(merged) == len(slurm_rows) > 0
-    numeric = [c for c in slurm_rows.columns if c in summary.columns and _is_number(slurm_rows[c])]
-    for col in numeric:
-        np.testing.assert_array_equal(merged[col].to_numpy(float), merged[f"{col}_slurm"].to_numpy(float), col)
-    print(f"SLURM run: {len(slurm_jobs)} SLURM jobs in {elapsed:.0f}s; metrics compared: {metrics}")
+    tables = _compared_tables(ci_run)
+    assert tables == _compared_tables(workdir)
+    assert {"results/summary/metrics.csv", "results/datasets/novels/decop_qc.csv"} <= set(tables)
+    for table in tables:
+        _assert_frames_equal(ci_run / table, workdir / table)
+    for stats in sorted(ci_run.glob("results/scores/*/*/token_stats.npz")):
+        with np.load(stats) as a, np.load(workdir / stats.relative_to(ci_run)) as b:
+            assert sorted(a.files) == sorted(b.files)
+            for name in a.files:
+                np.testing.assert_array_equal(a[name], b[name], err_msg=f"{stats} {name}")
+    for items in sorted(ci_run.glob("results/datasets/*/decop_items.jsonl")):
+        assert items.read_text() == (workdir / items.relative_to(ci_run)).read_text(), items
+    summary = pd.read_csv(workdir / "results/summary/metrics.csv")
+    assert {"smollm2-135m-contaminated", "tiny-gpt2-small-contaminated"} <= set(summary["model"])
+    print(f"SLURM run: {len(slurm_jobs)} SLURM jobs in {elapsed:.0f}s; {len(tables)} tables compared")

@@ -1,5 +1,6 @@
 # Helpers, config validation and wildcard constraints shared by every rule file.
 import re
+from types import SimpleNamespace
 
 from snakemake.utils import validate
 
@@ -270,6 +271,13 @@ def decop_paraphraser_slots(backend):
         return api_slots(config, DECOP_PARAPHRASER, backend)
 
     return slots
+
+
+def decop_paraphraser_gpus(wildcards):
+    """GPUs of the local paraphrasing model (none for an API paraphraser or published questions)."""
+    if has_published_items(config["benchmarks"][wildcards.benchmark]):
+        return 0
+    return probe_gpu_slots(SimpleNamespace(model=DECOP_PARAPHRASER))
 
 
 def published_file(wildcards):

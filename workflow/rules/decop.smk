@@ -18,6 +18,7 @@ rule decop_items:
         mem_mb=4000,
         api_openai=decop_paraphraser_slots("openai"),
         api_anthropic=decop_paraphraser_slots("anthropic"),
+        gpu=decop_paraphraser_gpus,
     log:
         "logs/decop_items/{benchmark}.log",
     benchmark:
@@ -47,6 +48,7 @@ rule decop_probe:
         mem_mb=4000,
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
+        gpu=probe_gpu_slots,
     log:
         "logs/decop_probe/{benchmark}/{model}/{mode}.log",
     benchmark:

