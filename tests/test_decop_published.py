@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pandas as pd
@@ -103,3 +104,86 @@ def test_a_published_booktection_csv_runs_through_the_workflow_like_the_built_be
     assert proc.returncode != 0
     assert "BookTection.csv: row 4, column Answer: 'E' is not one of A, B, C, D" in proc.stdout + proc.stderr
     assert pd.read_csv(workdir / target).set_index("doc_id")["accuracy"].sort_index().equals(got)
+
+
+# --------------------------------------------------------------------------- black-box mode on API models
+
+KEY_ENV, KEY = "MEMAUDIT_TEST_DECOP_KEY", "sk-test-decop-never-in-a-file"
+
+
+class Memorizer:
+    """A chat model that knows the member passages: it answers their letter; on other questions it
+    always answers "A" (right once per Latin-square rotation) and refuses one question."""
+
+    def __init__(self, members: set[str], refuse: str):
+        self.members, self.refuse = members, refuse
+
+    def __call__(self, request):
+        from api_server import ChatReply, refusal_text
+
+        options = dict(re.findall(r"^([A-D])\. (.*)$", request.prompt, re.MULTILINE))
+        known = [letter for letter, text in options.items() if text in self.members]
+        if known:
+            return ChatReply(text=f"Answer: {known[0]}", input_tokens=200, output_tokens=3)
+        if self.refuse in options.values() and options.get("A") == self.refuse:
+            return ChatReply(text=refusal_text(), input_tokens=200, output_tokens=12)
+        return ChatReply(text="A", input_tokens=200, output_tokens=1)
+
+
+@pytest.mark.slow
+def test_decop_blackbox_on_api_models_through_the_workflow(tmp_path, monkeypatch):
+    """Published questions, an OpenAI-API model behind the loopback server, the whole workflow:
+    members answered right in every ordering, the others right once in four; the refusal is
+    counted as a wrong answer, the ledger counts the requests and a forced rerun sends none."""
+    from api_server import ChatServer, ScriptedResponder
+    from workflow_helpers import make_workdir, snakemake
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    rows = [_row(f"Book_{i}_-_Author_{i}", int(i < 6), n) for i in range(14) for n in range(2)]
+    members = {r["Example_A"] for r in rows if r["Label"] == 1}
+    refused = rows[-1]["Example_A"]
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf", share_resources=False)
+    _booktection(workdir, rows)
+
+    class Responder(ScriptedResponder):
+        def default(self, request):
+            return memorizer(request)
+
+    memorizer = Memorizer(members, refused)
+    with ChatServer(Responder()) as server:
+        api = {"api_key_env": KEY_ENV, "concurrency": 4, "base_url": server.openai_base_url,
+               "model_id": "memorizer-v1", "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}}
+        config = {
+            "seed": 7, "assets_dir": "resources/demo", "cache_dir": "resources/cache",
+            "benchmarks": {"booktection": {"published": {"format": "booktection", "path": "BookTection.csv"}}},
+            "models": {"memorizer": {"family": "memorizer", "backend": "openai", "api": api}},
+            "probes": {"token_prob": {}, "decop": {"lengths": [64], "n_documents": 12, "calibration_documents": 2,
+                                                   "orderings": "latin_square"},
+                       "decop_blackbox": {}},
+            "stats": {"n_boot_ci": 200, "blind_folds": 3},
+        }
+        (workdir / "config/api.yaml").write_text(yaml.safe_dump(config))
+        # No asset is needed: the benchmark comes from the CSV, the model from the API.
+        (workdir / "resources/demo").mkdir()
+        (workdir / "resources/demo/.fetched").write_text("")
+        targets = ["results/summary/metrics.csv", "results/api/ledger.csv"]
+        snakemake(workdir, *targets, "--cores", "2", "--resources", "api_openai=4", "--configfile", "config/api.yaml")
+        n_items = len(read_jsonl(workdir / "results/datasets/booktection/decop_items.jsonl"))
+        assert n_items == 2 * 14 and server.count("openai") == 4 * n_items
+        table = pd.read_csv(workdir / "results/scores/booktection/memorizer/decop_blackbox_table.csv")
+        evaluated = table[table["role"] == "evaluate"].set_index("doc_id")
+        assert (evaluated.loc[evaluated["label"] == 1, "accuracy"] == 1.0).all()
+        refusing = "Book_13_-_Author_13"
+        assert table.set_index("doc_id")["n_refusal"].to_dict() == {d: int(d == refusing) for d in table["doc_id"]}
+        others = evaluated[(evaluated["label"] == 0) & (evaluated.index != refusing)]
+        assert (others["accuracy"] == 0.25).all() and len(others) >= 4
+        summary = pd.read_csv(workdir / "results/summary/metrics.csv").set_index("method")
+        assert summary.loc["decop-blackbox", "auc"] == pytest.approx(1.0)
+        ledger = pd.read_csv(workdir / "results/api/ledger.csv").set_index("model")
+        assert ledger.loc["memorizer", "n_sent"] == 4 * n_items and ledger.loc["memorizer", "n_refusal"] >= 1
+        snakemake(workdir, *targets, "--cores", "2", "--forcerun", "decop_probe", "--configfile", "config/api.yaml")
+        assert server.count("openai") == 4 * n_items  # every answer from the response cache
+    written = [p for top in ("results", "logs", ".snakemake", "config") for p in (workdir / top).rglob("*")
+               if p.is_file()]
+    assert [p for p in written if KEY.encode() in p.read_bytes()] == []

@@ -10,6 +10,9 @@ rule prepare_model:
         entry=model_build_entry,
         seed=config["seed"],
     threads: 8
+    # Models first: a fine-tune heads the run's longest chain (fine-tune, probing, statistics),
+    # so it should not wait behind jobs that can run later, such as DE-COP paraphrasing.
+    priority: 10
     resources:
         mem_mb=8000,
         runtime=240,
