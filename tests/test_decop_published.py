@@ -130,43 +130,58 @@ class Memorizer:
         return ChatReply(text="A", input_tokens=200, output_tokens=1)
 
 
+def _api_workflow(tmp_path, base_url: str, *, concurrency: int = 4):
+    """A scratch workflow whose only benchmark is a published CSV and whose only model is an API model."""
+    from workflow_helpers import make_workdir
+
+    rows = [_row(f"Book_{i}_-_Author_{i}", int(i < 6), n) for i in range(14) for n in range(2)]
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf", share_resources=False)
+    _booktection(workdir, rows)
+    api = {"api_key_env": KEY_ENV, "concurrency": concurrency, "base_url": base_url,
+           "model_id": "memorizer-v1", "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}}
+    config = {
+        "seed": 7, "assets_dir": "resources/demo", "cache_dir": "resources/cache",
+        "benchmarks": {"booktection": {"published": {"format": "booktection", "path": "BookTection.csv"}}},
+        "models": {"memorizer": {"family": "memorizer", "backend": "openai", "api": api}},
+        "probes": {"token_prob": {}, "decop": {"lengths": [64], "n_documents": 12, "calibration_documents": 2,
+                                               "orderings": "latin_square"},
+                   "decop_blackbox": {}},
+        "stats": {"n_boot_ci": 200, "blind_folds": 3},
+    }
+    (workdir / "config/api.yaml").write_text(yaml.safe_dump(config))
+    # No asset is needed: the benchmark comes from the CSV, the model from the API.
+    (workdir / "resources/demo").mkdir()
+    (workdir / "resources/demo/.fetched").write_text("")
+    members = {r["Example_A"] for r in rows if r["Label"] == 1}
+    return workdir, Memorizer(members, rows[-1]["Example_A"])
+
+
+class _Responder:
+    """A ScriptedResponder whose default reply is a callable's."""
+
+    def __new__(cls, reply):
+        from api_server import ScriptedResponder
+
+        class Responder(ScriptedResponder):
+            def default(self, request):
+                return reply(request)
+
+        return Responder()
+
+
 @pytest.mark.slow
 def test_decop_blackbox_on_api_models_through_the_workflow(tmp_path, monkeypatch):
     """Published questions, an OpenAI-API model behind the loopback server, the whole workflow:
     members answered right in every ordering, the others right once in four; the refusal is
     counted as a wrong answer, the ledger counts the requests and a forced rerun sends none."""
-    from api_server import ChatServer, ScriptedResponder
-    from workflow_helpers import make_workdir, snakemake
+    from api_server import ChatServer
+    from workflow_helpers import snakemake
 
     monkeypatch.setenv(KEY_ENV, KEY)
-    rows = [_row(f"Book_{i}_-_Author_{i}", int(i < 6), n) for i in range(14) for n in range(2)]
-    members = {r["Example_A"] for r in rows if r["Label"] == 1}
-    refused = rows[-1]["Example_A"]
-    (tmp_path / "wf").mkdir()
-    workdir = make_workdir(tmp_path / "wf", share_resources=False)
-    _booktection(workdir, rows)
-
-    class Responder(ScriptedResponder):
-        def default(self, request):
-            return memorizer(request)
-
-    memorizer = Memorizer(members, refused)
-    with ChatServer(Responder()) as server:
-        api = {"api_key_env": KEY_ENV, "concurrency": 4, "base_url": server.openai_base_url,
-               "model_id": "memorizer-v1", "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}}
-        config = {
-            "seed": 7, "assets_dir": "resources/demo", "cache_dir": "resources/cache",
-            "benchmarks": {"booktection": {"published": {"format": "booktection", "path": "BookTection.csv"}}},
-            "models": {"memorizer": {"family": "memorizer", "backend": "openai", "api": api}},
-            "probes": {"token_prob": {}, "decop": {"lengths": [64], "n_documents": 12, "calibration_documents": 2,
-                                                   "orderings": "latin_square"},
-                       "decop_blackbox": {}},
-            "stats": {"n_boot_ci": 200, "blind_folds": 3},
-        }
-        (workdir / "config/api.yaml").write_text(yaml.safe_dump(config))
-        # No asset is needed: the benchmark comes from the CSV, the model from the API.
-        (workdir / "resources/demo").mkdir()
-        (workdir / "resources/demo/.fetched").write_text("")
+    memorizer = None
+    with ChatServer(_Responder(lambda request: memorizer(request))) as server:
+        workdir, memorizer = _api_workflow(tmp_path, server.openai_base_url)
         targets = ["results/summary/metrics.csv", "results/api/ledger.csv"]
         snakemake(workdir, *targets, "--cores", "2", "--resources", "api_openai=4", "--configfile", "config/api.yaml")
         n_items = len(read_jsonl(workdir / "results/datasets/booktection/decop_items.jsonl"))
@@ -181,9 +196,50 @@ def test_decop_blackbox_on_api_models_through_the_workflow(tmp_path, monkeypatch
         summary = pd.read_csv(workdir / "results/summary/metrics.csv").set_index("method")
         assert summary.loc["decop-blackbox", "auc"] == pytest.approx(1.0)
         ledger = pd.read_csv(workdir / "results/api/ledger.csv").set_index("model")
-        assert ledger.loc["memorizer", "n_sent"] == 4 * n_items and ledger.loc["memorizer", "n_refusal"] >= 1
+        assert ledger.loc["memorizer", "n_sent"] == 4 * n_items and ledger.loc["memorizer", "n_refusal"] == 1
         snakemake(workdir, *targets, "--cores", "2", "--forcerun", "decop_probe", "--configfile", "config/api.yaml")
         assert server.count("openai") == 4 * n_items  # every answer from the response cache
     written = [p for top in ("results", "logs", ".snakemake", "config") for p in (workdir / top).rglob("*")
                if p.is_file()]
     assert [p for p in written if KEY.encode() in p.read_bytes()] == []
+
+
+@pytest.mark.slow
+def test_a_workflow_killed_while_asking_an_api_model_pays_for_no_answer_twice(tmp_path, monkeypatch):
+    """SIGTERM to the running Snakemake (as a cluster's scancel or a user's Ctrl-C sends it) in the
+    middle of the DE-COP job's requests: the answers in flight are stored before the job stops,
+    the rerun finishes the job and sends exactly the requests never answered."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from api_server import ChatServer
+    from workflow_helpers import SNAKEMAKE
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    memorizer = None
+    with ChatServer(_Responder(lambda request: memorizer(request)), latency=0.15) as server:
+        workdir, memorizer = _api_workflow(tmp_path, server.openai_base_url, concurrency=2)
+        target = "results/scores/booktection/memorizer/decop_blackbox_table.csv"
+        cmd = [*SNAKEMAKE, target, "--cores", "1", "--configfile", "config/api.yaml"]
+        proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + 120
+        while server.count("openai") < 20:
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=120)[0].decode()
+        first = server.count("openai")
+        assert proc.returncode != 0 and not (workdir / target).exists(), out[-3000:]
+        assert "JobInterrupted: stopped by SIGTERM" in (workdir / "logs/decop_probe/booktection/memorizer/blackbox.log"
+                                                        ).read_text()
+        rerun = subprocess.run([*cmd, "--rerun-incomplete"], cwd=workdir, capture_output=True, text=True)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        n_questions = 4 * len(read_jsonl(workdir / "results/datasets/booktection/decop_items.jsonl"))
+    assert 20 <= first < n_questions
+    assert server.count("openai") == n_questions  # no question reached the server twice
+    assert len(pd.read_csv(workdir / "results/scores/booktection/memorizer/decop_blackbox_answers.csv")) == n_questions
