@@ -93,7 +93,7 @@ def test_a_published_booktection_csv_runs_through_the_workflow_like_the_built_be
     snakemake(workdir, "--cores", "2", target, "--configfile", "config/published.yaml")
     got = pd.read_csv(workdir / target).set_index("doc_id")["accuracy"].sort_index()
     built = pd.read_csv(workdir / f"results/scores/novels/{model}/decop_likelihood_table.csv")
-    assert len(got) == len(items) >= 6
+    assert len(got) == len(items) >= 3
     pd.testing.assert_series_equal(got, built.set_index("doc_id")["accuracy"].sort_index())
     passages = read_jsonl(workdir / "results/datasets/booktection/passages.jsonl")
     assert sorted(p["text"] for p in passages) == sorted(it["options"][0] for it in items)

@@ -218,6 +218,10 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
         assert gpu[("token_stats", f"benchmark={bench}, model=smollm2-135m-contaminated")] == 1
         assert gpu[("token_stats", f"benchmark={bench}, model=tiny-gpt2-small")] == 2
         assert gpu[("token_stats", f"benchmark={bench}, model=smollm2-135m")] == 0
+    # DE-COP probes a local model like token_stats; the paraphrasing job claims its model's GPUs
+    assert gpu[("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit")] == 1
+    assert gpu[("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood")] == 2
+    assert gpu[("decop_items", "benchmark=novels")] == 0  # the paraphraser, smollm2-135m: device auto
     # every other job claims none
-    others = {k: v for k, v in gpu.items() if k[0] not in ("prepare_model", "token_stats")}
+    others = {k: v for k, v in gpu.items() if k[0] not in ("prepare_model", "token_stats", "decop_probe")}
     assert others and all(v in (None, 0) for v in others.values()), others
