@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from api_server import ChatReply, ChatServer, ScriptedResponder, refusal_text
 from memaudit.config import validate_config
 from memaudit.decop.loaders import published_benchmark
 from memaudit.decop.runner import published_items_for_run
@@ -119,8 +120,6 @@ class Memorizer:
         self.members, self.refuse = members, refuse
 
     def __call__(self, request):
-        from api_server import ChatReply, refusal_text
-
         options = dict(re.findall(r"^([A-D])\. (.*)$", request.prompt, re.MULTILINE))
         known = [letter for letter, text in options.items() if text in self.members]
         if known:
@@ -157,17 +156,15 @@ def _api_workflow(tmp_path, base_url: str, *, concurrency: int = 4):
     return workdir, Memorizer(members, rows[-1]["Example_A"])
 
 
-class _Responder:
-    """A ScriptedResponder whose default reply is a callable's."""
+class _Responder(ScriptedResponder):
+    """A scripted server whose default reply is a callable's."""
 
-    def __new__(cls, reply):
-        from api_server import ScriptedResponder
+    def __init__(self, reply):
+        super().__init__()
+        self.reply = reply
 
-        class Responder(ScriptedResponder):
-            def default(self, request):
-                return reply(request)
-
-        return Responder()
+    def default(self, request):
+        return self.reply(request)
 
 
 @pytest.mark.slow
@@ -175,7 +172,6 @@ def test_decop_blackbox_on_api_models_through_the_workflow(tmp_path, monkeypatch
     """Published questions, an OpenAI-API model behind the loopback server, the whole workflow:
     members answered right in every ordering, the others right once in four; the refusal is
     counted as a wrong answer, the ledger counts the requests and a forced rerun sends none."""
-    from api_server import ChatServer
     from workflow_helpers import snakemake
 
     monkeypatch.setenv(KEY_ENV, KEY)
@@ -215,7 +211,6 @@ def test_a_workflow_killed_while_asking_an_api_model_pays_for_no_answer_twice(tm
     import sys
     import time
 
-    from api_server import ChatServer
     from workflow_helpers import SNAKEMAKE
 
     monkeypatch.setenv(KEY_ENV, KEY)

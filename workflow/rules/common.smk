@@ -259,7 +259,7 @@ def decop_paraphraser_input(wildcards):
     """The local paraphrasing model, or the published file whose questions come ready-made."""
     bench = config["benchmarks"][wildcards.benchmark]
     if has_published_items(bench):
-        return {"published": bench["published"]["path"]} if bench["published"].get("path") else {}
+        return published_file(wildcards)
     entry = config["models"][DECOP_PARAPHRASER]
     return {"paraphraser": f"results/models/{DECOP_PARAPHRASER}"} if entry["backend"] == "hf" else {}
 

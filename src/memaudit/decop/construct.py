@@ -21,7 +21,7 @@ from memaudit.errors import InputError
 
 TOKENS_PER_WORD = 1.33
 LENGTH_NAMES = {64: "small", 128: "medium", 256: "large"}
-_ENDS_WITH_PUNCT = re.compile(r"[.!?;:][\"'\u201d\u2019)\]]*$")
+ENDS_WITH_PUNCT = re.compile(r"[.!?;:][\"'\u201d\u2019)\]]*$")
 
 
 def words_for_tokens(tokens: int) -> int:
@@ -74,7 +74,7 @@ def passages_of(text: str, length_tokens: int, n: int | None, *, seed: int | str
     words = words_for_tokens(length_tokens)
     # make_passages may end with a shorter remainder: only full-size passages are kept
     candidates = [p for p in make_passages(text, words)
-                  if _ENDS_WITH_PUNCT.search(p.strip()) and len(p.split()) >= words]
+                  if ENDS_WITH_PUNCT.search(p.strip()) and len(p.split()) >= words]
     if n is None or n >= len(candidates):
         return candidates
     rng = random.Random(f"{seed}:{doc_id}:{length_tokens}")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from memaudit.config import has_published_items  # noqa: F401 (re-exported)
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
@@ -173,9 +172,6 @@ def load_bookmia(path: str | Path) -> tuple[list[Document], list[Passage]]:
 
 
 # ----------------------------------------------------------------------------- benchmarks
-
-PUBLISHED_FORMATS = ("booktection", "arxivtection", "bookmia")
-
 
 def published_items(published: dict) -> list[dict]:
     """The multiple-choice items of a ``published`` benchmark block: a local ``path`` or a hub ``hf`` id."""

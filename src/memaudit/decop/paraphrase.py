@@ -91,9 +91,6 @@ def trim_commentary(candidate: str, original: str) -> str:
     return "\n\n".join(paragraphs[:keep])
 
 
-_SENTENCE_END = re.compile(r"[.!?;:][\"'\u201d\u2019)\]]*$")
-
-
 def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> str:
     """Drop a last sentence left unfinished (the generation hit its token limit), then cut an
     overlong candidate after the sentence that brings it to ``stop_at`` of the original's words.
@@ -103,10 +100,11 @@ def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> st
     its length). API paraphrases are not trimmed: the paper's models keep to the length.
     """
     from memaudit.datasets.text import split_sentences
+    from memaudit.decop.construct import ENDS_WITH_PUNCT
 
     sentences = [(i, sent) for i, para in enumerate(re.split(r"\n\s*\n", candidate))
                  for sent in split_sentences(para)]
-    if len(sentences) > 1 and not _SENTENCE_END.search(sentences[-1][1]):
+    if len(sentences) > 1 and not ENDS_WITH_PUNCT.search(sentences[-1][1]):
         sentences.pop()
     kept, n = [], 0
     for i, sent in sentences:
