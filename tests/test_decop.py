@@ -242,6 +242,19 @@ def test_calibration_documents_are_clean_and_disjoint_from_evaluated():
         select_documents(docs, n_documents=None, calibration_documents=20, seed=3)
 
 
+def test_a_mode_can_probe_only_the_first_passages_of_each_document_and_length():
+    from memaudit.decop.runner import first_passages
+
+    items = [{"item_id": f"{d}#L{n}p{k}", "doc_id": d, "meta": {"length_tokens": n}}
+             for d in ("a", "b") for n in (64, 128) for k in range(3)]
+    items.append({"item_id": "c#p0", "doc_id": "c", "meta": {}})  # a published item without a length
+    kept = [i["item_id"] for i in first_passages(items, 2)]
+    assert kept == ["a#L64p0", "a#L64p1", "a#L128p0", "a#L128p1", "b#L64p0", "b#L64p1", "b#L128p0", "b#L128p1",
+                    "c#p0"]
+    assert [i["item_id"] for i in first_passages(items, 1)][:2] == ["a#L64p0", "a#L128p0"]
+    assert first_passages(items, None) == items
+
+
 # ----------------------------------------------------------------------------- paraphrase QC
 
 

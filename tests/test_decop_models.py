@@ -73,6 +73,28 @@ def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
     assert np.abs(ours - ref).max() <= 1e-4
 
 
+def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_asked():
+    from memaudit.decop.paraphrase import LocalParaphraser
+    from memaudit.models.loading import load_causal_lm
+    from memaudit.models.smollm2 import ensure_builtin
+
+    model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
+                                device="cpu", dtype="bfloat16")
+    passages = [ITEM["options"][0], "The crude oil price rose sharply on Monday after the cartel announced new "
+                "production limits. Traders said the cut was larger than expected."]
+    way = LocalParaphraser(model, tok, name="smollm2-135m", temperature=0.7, batch_size=2, seed=3)
+    first = way.candidates(passages, [64, 64], attempt=0, wanted=[2, 1])  # batch_size 2: two batches
+    assert [len(c) for c in first] == [2, 1]
+    assert first == way.candidates(passages, [64, 64], attempt=0, wanted=[2, 1])
+    assert first != way.candidates(passages, [64, 64], attempt=1, wanted=[2, 1])
+    for passage, cands in zip(passages, first):
+        for cand in cands:
+            assert cand.strip()  # (a copy of the passage is possible: quality control rejects it)
+            # stopped at the passage's length (a sentence end past 0.9 of its words) or earlier
+            assert len(cand.split()) <= 1.4 * 1.3 * len(passage.split()) + 8
+    assert way.candidates(passages, [64, 64], attempt=0, wanted=[0, 0]) == [[], []]
+
+
 def test_likelihood_mode_picks_the_highest_mean_log_likelihood(tiny_model):
     from memaudit.backends.hf import HFBackend
     from memaudit.decop.scoring import score_likelihood

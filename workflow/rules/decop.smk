@@ -43,6 +43,7 @@ rule decop_probe:
     params:
         decop=canonical(DECOP),
         entry=model_entry,
+        passages_per_document=lambda wc: config["probes"][f"decop_{wc.mode}"].get("passages_per_document"),
     threads: 2
     resources:
         mem_mb=4000,

@@ -16,5 +16,6 @@ run_decop(
     out_answers=snakemake.output.answers, out_documents=snakemake.output.documents,
     out_table=snakemake.output.table, out_calibration=snakemake.output.calibration,
     manifest_path=f"{snakemake.input.model}/manifest.json" if "model" in snakemake.input.keys() else None,
-    entry=snakemake.params.entry, api_backend=api_backend, progress=log.info,
+    entry=snakemake.params.entry, api_backend=api_backend,
+    passages_per_document=snakemake.params.passages_per_document, progress=log.info,
 )

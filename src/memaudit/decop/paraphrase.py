@@ -161,57 +161,75 @@ class MiniLMEncoder:
 
 
 class LocalParaphraser:
-    """A local instruct model, one paraphrase per request, sampled, batched (left padding)."""
+    """A local instruct model, one paraphrase per sample (top-k), batched; see :mod:`memaudit.models.sampling`."""
 
     def __init__(self, model, tokenizer, *, name: str, temperature: float = 0.7, batch_size: int = 8,
-                 seed: int = 0):
+                 seed: int = 0, top_k: int = 50, stop_at: float = 0.9):
         self.model, self.tokenizer = model, tokenizer
         self.name, self.temperature, self.batch_size, self.seed = name, temperature, batch_size, seed
+        self.top_k, self.stop_at = top_k, stop_at
 
     def describe(self) -> dict:
-        return {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature, "top_k": 50}
+        return {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature, "top_k": self.top_k}
 
     def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
                    wanted: Sequence[int] | None = None) -> list[list[str]]:
-        """``wanted[i]`` candidates for text ``i`` (default three), one request each: a retry
-        asks only for the paraphrases quality control has not yet accepted."""
+        """``wanted[i]`` candidates for text ``i`` (default three), sampled from one shared prompt
+        prefill: a retry asks only for the paraphrases quality control has not yet accepted.
+
+        A sample stops at its end token, at its token limit, or once it is as long as the
+        passage at a sentence end (what :func:`trim_to_length` would keep anyway), so a model
+        that rambles on after its paraphrase costs no more steps.
+        """
         import torch
 
+        from memaudit.decop.construct import ENDS_WITH_PUNCT
+        from memaudit.models.sampling import sample
+
         tok = self.tokenizer
-        tok.padding_side = "left"
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         wanted = [3] * len(texts) if wanted is None else list(wanted)
-        requests = [(i, t) for i, (t, k) in enumerate(zip(texts, wanted)) for _ in range(k)]
-        outs = [""] * len(requests)
-        order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            prompts = [tok.apply_chat_template(
-                [{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=requests[r][1])}],
-                tokenize=False, add_generation_prompt=True) for r in chunk]
-            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-            n_words = max(len(requests[r][1].split()) for r in chunk)
-            torch.manual_seed(self.seed * 7919 + attempt * 104729 + start)
-            # Token-by-token decoding is many small kernels with a thread barrier each: on a busy
-            # machine a second thread made it 5x slower (wall) and 6x costlier (CPU), so one thread.
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                with torch.inference_mode():
-                    # top-k, not top-p: sorting the 49k-entry vocabulary for top-p at every step cost
-                    # more than the bfloat16 forward step itself on the demo CPU.
-                    gen = self.model.generate(**enc, max_new_tokens=int(n_words * 1.4 * 1.3) + 8, do_sample=True,
-                                              temperature=self.temperature, top_k=50, top_p=1.0,
-                                              pad_token_id=pad)
-            finally:
-                torch.set_num_threads(threads)
-            for r, seq in zip(chunk, gen[:, enc["input_ids"].shape[1]:]):
-                text = trim_commentary(clean_candidate(tok.decode(seq, skip_special_tokens=True)), requests[r][1])
-                outs[r] = trim_to_length(text, requests[r][1])
-        by_text: list[list[str]] = [[] for _ in texts]
-        for (i, _), out in zip(requests, outs):
-            by_text[i].append(out)
-        return by_text
+        eos = {t for t in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")) if isinstance(t, int) and t >= 0}
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        prompts = [tok.apply_chat_template([{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=t)}],
+                                           tokenize=False, add_generation_prompt=True) for t in texts]
+        prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        words = [len(t.split()) for t in texts]
+        paragraphs = [len([p for p in re.split(r"\n\s*\n", t) if p.strip()]) or 1 for t in texts]
+
+        def done(i: int, ids: list[int]) -> bool:
+            text = tok.decode(ids, skip_special_tokens=True).strip()
+            if len([p for p in re.split(r"\n\s*\n", text) if p.strip()]) > paragraphs[i]:
+                return True  # a comment after the paraphrase, which trim_commentary drops
+            return len(text.split()) >= self.stop_at * words[i] and bool(ENDS_WITH_PUNCT.search(text))
+
+        outs: list[list[str]] = [[] for _ in texts]
+        order = sorted((i for i in range(len(texts)) if wanted[i] > 0), key=lambda i: len(prompt_ids[i]))
+        chunks, chunk, rows = [], [], 0
+        for i in order:  # at most batch_size samples decoded together
+            if chunk and rows + wanted[i] > self.batch_size:
+                chunks.append(chunk)
+                chunk, rows = [], 0
+            chunk.append(i)
+            rows += wanted[i]
+        chunks += [chunk] if chunk else []
+        # Token-by-token decoding is many small kernels with a thread barrier each: on a busy
+        # machine a second thread made it 5x slower (wall) and 6x costlier (CPU), so one thread.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for n, chunk in enumerate(chunks):
+                samples = sample(self.model, [prompt_ids[i] for i in chunk], [wanted[i] for i in chunk],
+                                 [int(words[i] * 1.4 * 1.3) + 8 for i in chunk], eos_ids=sorted(eos), pad_id=pad,
+                                 temperature=self.temperature, top_k=self.top_k,
+                                 seed=self.seed * 7919 + attempt * 104729 + n,
+                                 done=lambda row, ids, chunk=chunk: done(chunk[row], ids))
+                for i, ids_list in zip(chunk, samples):
+                    for ids in ids_list:
+                        text = trim_commentary(clean_candidate(tok.decode(ids, skip_special_tokens=True)), texts[i])
+                        outs[i].append(trim_to_length(text, texts[i], stop_at=self.stop_at))
+        finally:
+            torch.set_num_threads(threads)
+        return outs
 
 
 class BackendParaphraser:

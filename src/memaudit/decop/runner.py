@@ -178,15 +178,33 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
     return pd.concat(doc_rows, ignore_index=True), pd.concat(tables, ignore_index=True), calibration
 
 
+def first_passages(items: Sequence[dict], per_document: int | None) -> list[dict]:
+    """At most ``per_document`` items per (document, passage length), the first in file order
+    (built items are written in text order); ``None`` keeps all."""
+    if per_document is None:
+        return list(items)
+    seen: dict[tuple, int] = {}
+    kept = []
+    for item in items:
+        key = (item["doc_id"], item.get("meta", {}).get("length_tokens"))
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= per_document:
+            kept.append(item)
+    return kept
+
+
 def run_decop(mode: str, items_path: str | Path, cfg: dict, *, out_answers: str | Path, out_documents: str | Path,
               out_table: str | Path, out_calibration: str | Path, manifest_path: str | Path | None = None,
-              entry: dict | None = None, api_backend=None,
+              entry: dict | None = None, api_backend=None, passages_per_document: int | None = None,
               progress: Callable[[str], None] = log.info) -> pd.DataFrame:
     """One DE-COP mode on one model: answers, document scores (``score`` = accuracy, higher = member),
-    the per-document table with binomial p-values and the BH suspect list, calibration."""
+    the per-document table with binomial p-values and the BH suspect list, calibration.
+
+    ``passages_per_document`` probes only the first passages of each document and length.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown DE-COP mode {mode!r} ({', '.join(MODES)})")
-    items = read_jsonl(items_path)
+    items = first_passages(read_jsonl(items_path), passages_per_document)
     lengths = [int(n) for n in cfg["lengths"]]
     perms = orderings(cfg["orderings"])
     entry = entry or {}
