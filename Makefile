@@ -7,7 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memaudit-installed
 ASSETS := resources/demo/.fetched
-CORES ?= 8
+# Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).
+CORES ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: venv assets run report test bench lint clean-results
 

@@ -22,20 +22,30 @@ def _generate_greedy(model, tok, prompt_ids, max_new):
     return new[:new.index(tok.eos_token_id)] if tok.eos_token_id in new else new
 
 
-def test_greedy_rows_of_a_left_padded_batch_equal_generate_one_at_a_time(model_and_prompts):
+def test_greedy_rows_of_a_left_padded_batch_equal_generate_one_at_a_time(model_and_prompts, monkeypatch):
+    import memaudit.models.sampling as sampling
     from memaudit.models.sampling import sample
 
+    joins = []
+    real_join = sampling._join
+    monkeypatch.setattr(sampling, "_join", lambda cache, mask, new_cache, new_mask: joins.append(
+        (mask.shape[1], new_mask.shape[1])) or real_join(cache, mask, new_cache, new_mask))
     model, tok, prompts = model_and_prompts
     assert len({len(p) for p in prompts}) == 3  # left padding is exercised
     limits = [12, 20, 7]
-    ours = sample(model, prompts, [2, 1, 3], limits, eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id,
-                  temperature=0.0)
-    assert [len(s) for s in ours] == [2, 1, 3]
-    for prompt, limit, samples in zip(prompts, limits, ours):
-        reference = _generate_greedy(model, tok, prompt, limit)
-        assert len(reference) > 0
-        for s in samples:  # rows leave the batch at different steps; the rest must be unaffected
-            assert s == reference
+    references = [_generate_greedy(model, tok, prompt, limit) for prompt, limit in zip(prompts, limits)]
+    assert all(len(r) > 0 for r in references)
+    # max_rows 64: one batch. max_rows 2, one sample each: prompt 2 joins the running row of
+    # prompt 1 when prompt 0's row leaves (step 12), so their caches are aligned by left padding
+    # and the padding-only columns cropped
+    for max_rows, n in ((64, [2, 1, 3]), (2, [1, 1, 1])):
+        ours = sample(model, prompts, n, limits, eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id,
+                      temperature=0.0, max_rows=max_rows)
+        assert [len(s) for s in ours] == n
+        for reference, samples in zip(references, ours):
+            for s in samples:  # rows leave the batch at different steps; the rest must be unaffected
+                assert s == reference
+    assert len(joins) == 1 and joins[0][0] != joins[0][1]  # a join of caches of different lengths
 
 
 def test_sampling_is_seeded_and_done_stops_a_row_early(model_and_prompts):

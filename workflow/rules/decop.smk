@@ -13,7 +13,8 @@ rule decop_items:
         paraphraser=lambda wc: None if has_published_items(config["benchmarks"][wc.benchmark]) else DECOP_PARAPHRASER,
         published=lambda wc: canonical(config["benchmarks"][wc.benchmark].get("published")),
         seed=config["seed"],
-    threads: 2
+    # a local paraphraser decodes on one thread (memaudit.decop.paraphrase); an API one waits
+    threads: 1
     resources:
         mem_mb=4000,
         api_openai=decop_paraphraser_slots("openai"),

@@ -204,31 +204,21 @@ class LocalParaphraser:
 
         outs: list[list[str]] = [[] for _ in texts]
         order = sorted((i for i in range(len(texts)) if wanted[i] > 0), key=lambda i: len(prompt_ids[i]))
-        chunks, chunk, rows = [], [], 0
-        for i in order:  # at most batch_size samples decoded together
-            if chunk and rows + wanted[i] > self.batch_size:
-                chunks.append(chunk)
-                chunk, rows = [], 0
-            chunk.append(i)
-            rows += wanted[i]
-        chunks += [chunk] if chunk else []
         # Token-by-token decoding is many small kernels with a thread barrier each: on a busy
         # machine a second thread made it 5x slower (wall) and 6x costlier (CPU), so one thread.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            for n, chunk in enumerate(chunks):
-                samples = sample(self.model, [prompt_ids[i] for i in chunk], [wanted[i] for i in chunk],
-                                 [int(words[i] * 1.4 * 1.3) + 8 for i in chunk], eos_ids=sorted(eos), pad_id=pad,
-                                 temperature=self.temperature, top_k=self.top_k,
-                                 seed=self.seed * 7919 + attempt * 104729 + n,
-                                 done=lambda row, ids, chunk=chunk: done(chunk[row], ids))
-                for i, ids_list in zip(chunk, samples):
-                    for ids in ids_list:
-                        text = trim_commentary(clean_candidate(tok.decode(ids, skip_special_tokens=True)), texts[i])
-                        outs[i].append(trim_to_length(text, texts[i], stop_at=self.stop_at))
+            samples = sample(self.model, [prompt_ids[i] for i in order], [wanted[i] for i in order],
+                             [int(words[i] * 1.4 * 1.3) + 8 for i in order], eos_ids=sorted(eos), pad_id=pad,
+                             temperature=self.temperature, top_k=self.top_k, max_rows=self.batch_size,
+                             seed=self.seed * 7919 + attempt * 104729, done=lambda row, ids: done(order[row], ids))
         finally:
             torch.set_num_threads(threads)
+        for i, ids_list in zip(order, samples):
+            for ids in ids_list:
+                text = trim_commentary(clean_candidate(tok.decode(ids, skip_special_tokens=True)), texts[i])
+                outs[i].append(trim_to_length(text, texts[i], stop_at=self.stop_at))
         return outs
 
 

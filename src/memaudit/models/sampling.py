@@ -1,11 +1,17 @@
-"""Batched top-k sampling on the CPU that stops each sequence as soon as it is done.
+"""Batched top-k sampling on the CPU with continuous batching: a row leaves the moment it is done
+and waiting prompts take its place.
 
 ``generate()`` keeps every row of a batch running until the longest one ends: a batch of
-paraphrases ran its full token limit (186 steps) when the mean paraphrase was 63 tokens.
-Here a row leaves the batch (its key/value cache rows are dropped) when it emits an end
-token, reaches its own token limit or a caller's ``done`` test says its text is complete, so
-the work follows the sum of the lengths instead of batch size × the longest. Several samples
-of one prompt share that prompt's prefill (the cache rows are repeated after it).
+paraphrases ran its full token limit (186 steps) when the mean paraphrase was 63 tokens. On a
+CPU a decoding step of a 135M model at small batch sizes costs about the same for 8 rows as for
+48 (it is bound by reading the weights), so the rows a step carries should stay many and busy:
+
+- a row leaves the batch (its key/value cache rows are dropped) when it emits an end token,
+  reaches its own token limit, or the caller's ``done`` test says its text is complete;
+- when the batch falls to half of ``max_rows``, the next waiting prompts are prefilled and
+  joined to it (caches aligned by left padding; columns that are padding in every row are
+  cropped, so the cache does not grow with the run);
+- several samples of one prompt share that prompt's prefill (its cache rows are repeated).
 """
 
 from __future__ import annotations
@@ -36,64 +42,127 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_k: int, generator
     return index.gather(-1, pick[:, None]).squeeze(-1)
 
 
+def _layers(cache) -> list:
+    layers = getattr(cache, "layers", None)
+    if layers is None or not all(hasattr(layer, "keys") and hasattr(layer, "values") for layer in layers):
+        raise TypeError("memaudit.models.sampling needs a transformers DynamicCache with per-layer keys/values")
+    return layers
+
+
+def _pad_left(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    if n == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = n
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+
+
+def _join(cache, mask: torch.Tensor, new_cache, new_mask: torch.Tensor) -> torch.Tensor:
+    """Append ``new_cache``'s rows to ``cache`` (in place), aligning both on the right; the joined mask."""
+    width = max(mask.shape[1], new_mask.shape[1])
+    for layer, new in zip(_layers(cache), _layers(new_cache)):
+        layer.keys = torch.cat([_pad_left(layer.keys, width - mask.shape[1], 2),
+                                _pad_left(new.keys, width - new_mask.shape[1], 2)], dim=0)
+        layer.values = torch.cat([_pad_left(layer.values, width - mask.shape[1], 2),
+                                  _pad_left(new.values, width - new_mask.shape[1], 2)], dim=0)
+    return torch.cat([_pad_left(mask, width - mask.shape[1], 1), _pad_left(new_mask, width - new_mask.shape[1], 1)])
+
+
+def _crop_padding(cache, mask: torch.Tensor) -> torch.Tensor:
+    """Drop the leading columns that are padding in every row (of the cache and the mask)."""
+    used = mask.any(0).nonzero()
+    start = int(used[0]) if len(used) else 0
+    if start:
+        for layer in _layers(cache):
+            layer.keys, layer.values = layer.keys[:, :, start:], layer.values[:, :, start:]
+        mask = mask[:, start:]
+    return mask
+
+
 @torch.inference_mode()
 def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], max_new_tokens: Sequence[int], *,
            eos_ids: Sequence[int], pad_id: int, temperature: float = 0.7, top_k: int = 50, seed: int = 0,
-           done: Callable[[int, list[int]], bool] | None = None, check_every: int = 4) -> list[list[list[int]]]:
+           done: Callable[[int, list[int]], bool] | None = None, check_every: int = 4,
+           max_rows: int = 64) -> list[list[list[int]]]:
     """``n_samples[i]`` continuations (token ids, end token excluded) of each tokenised prompt.
 
-    ``done(i, tokens)`` (optional) is asked every ``check_every`` steps whether a sample of
-    prompt ``i`` is complete, e.g. long enough and at a sentence end. ``temperature`` 0 or
-    ``top_k`` 1 is greedy decoding. Deterministic for a seed and the same inputs.
+    Prompts are admitted in the order given (sort them by length to waste less padding), at
+    most ``max_rows`` samples decoding at once. ``done(i, tokens)`` (optional) is asked every
+    ``check_every`` steps whether a sample of prompt ``i`` is complete, e.g. long enough and at
+    a sentence end. ``temperature`` 0 or ``top_k`` 1 is greedy decoding. Deterministic for a
+    seed and the same inputs.
     """
     from transformers import DynamicCache
 
     if not (len(prompts) == len(n_samples) == len(max_new_tokens)):
         raise ValueError("prompts, n_samples and max_new_tokens differ in length")
     out: list[list[list[int]]] = [[] for _ in prompts]
-    wanted = [i for i, k in enumerate(n_samples) if k > 0]
-    if not wanted:
+    waiting = [i for i, k in enumerate(n_samples) if k > 0]
+    if not waiting:
         return out
     device = next(model.parameters()).device
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
     eos = torch.tensor(sorted(set(int(e) for e in eos_ids)), dtype=torch.long)
-    ids, mask = _left_pad([prompts[i] for i in wanted], pad_id)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                   past_key_values=cache, use_cache=True).logits[:, -1, :]
-    # one row per sample: the prompt's cache rows repeated
-    rows = torch.tensor([r for r, i in enumerate(wanted) for _ in range(n_samples[i])], dtype=torch.long)
-    cache.batch_select_indices(rows.to(device))
-    logits, mask = logits[rows.to(device)], mask[rows]
-    owner = [wanted[r] for r in rows.tolist()]
-    limits = [int(max_new_tokens[i]) for i in owner]
-    tokens: list[list[int]] = [[] for _ in owner]
-    active = list(range(len(owner)))  # sample index of each batch row
-    step = 0
+    owner: list[int] = []  # prompt of each sample
+    tokens: list[list[int]] = []  # tokens of each sample
+    active: list[int] = []  # sample of each batch row
+    cache, mask, logits = DynamicCache(), torch.zeros((0, 0), dtype=torch.long), None
+    steps: list[int] = []  # steps taken by each sample (for check_every)
+
+    def admit() -> None:
+        nonlocal cache, mask, logits
+        group, rows = [], len(active)
+        while waiting and (not group or rows + n_samples[waiting[0]] <= max_rows):
+            rows += n_samples[waiting[0]]
+            group.append(waiting.pop(0))
+        ids, new_mask = _left_pad([prompts[i] for i in group], pad_id)
+        new_cache = DynamicCache()
+        new_logits = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
+                           position_ids=(new_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+                           past_key_values=new_cache, use_cache=True).logits[:, -1, :]
+        repeat = torch.tensor([r for r, i in enumerate(group) for _ in range(n_samples[i])], dtype=torch.long)
+        new_cache.batch_select_indices(repeat.to(device))
+        new_logits, new_mask = new_logits[repeat.to(device)], new_mask[repeat]
+        for i in group:
+            for _ in range(n_samples[i]):
+                active.append(len(owner))
+                owner.append(i)
+                tokens.append([])
+                steps.append(0)
+        if logits is None:
+            cache, mask, logits = new_cache, new_mask, new_logits
+        else:
+            mask = _join(cache, mask, new_cache, new_mask)
+            logits = torch.cat([logits, new_logits])
+
+    admit()
     while active:
         nxt = _next_tokens(logits, temperature, top_k, generator).cpu()
         is_eos = torch.isin(nxt, eos).tolist()
         keep = []
-        for row, (sample_i, tok, end) in enumerate(zip(active, nxt.tolist(), is_eos)):
+        for row, (s, tok, end) in enumerate(zip(active, nxt.tolist(), is_eos)):
+            steps[s] += 1
             if not end:
-                tokens[sample_i].append(tok)
-            finished = end or len(tokens[sample_i]) >= limits[sample_i] or (
-                done is not None and (step + 1) % check_every == 0 and done(owner[sample_i], tokens[sample_i]))
+                tokens[s].append(tok)
+            finished = end or len(tokens[s]) >= int(max_new_tokens[owner[s]]) or (
+                done is not None and steps[s] % check_every == 0 and done(owner[s], tokens[s]))
             if not finished:
                 keep.append(row)
-        step += 1
         if len(keep) < len(active):
-            if not keep:
-                break
             index = torch.tensor(keep, dtype=torch.long)
             cache.batch_select_indices(index.to(device))
             mask, nxt = mask[index], nxt[index]
             active = [active[r] for r in keep]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-        logits = model(input_ids=nxt[:, None].to(device), attention_mask=mask.to(device),
-                       position_ids=(mask.sum(-1, keepdim=True) - 1).to(device),
-                       past_key_values=cache, use_cache=True).logits[:, -1, :]
-    for sample_i, i in enumerate(owner):
-        out[i].append(tokens[sample_i])
+            mask = _crop_padding(cache, mask) if keep else mask
+        if active:
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            logits = model(input_ids=nxt[:, None].to(device), attention_mask=mask.to(device),
+                           position_ids=(mask.sum(-1, keepdim=True) - 1).to(device),
+                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+        if waiting and len(active) <= max_rows // 2:
+            if not active:
+                cache, mask, logits = DynamicCache(), torch.zeros((0, 0), dtype=torch.long), None
+            admit()
+    for s, i in enumerate(owner):
+        out[i].append(tokens[s])
     return out
