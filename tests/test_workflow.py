@@ -71,3 +71,20 @@ def test_rerun_has_nothing_to_do(ci_run):
 def test_lint_is_clean():
     proc = subprocess.run([*SNAKEMAKE, "--lint"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and "your workflow is in a good condition" in proc.stdout + proc.stderr
+
+
+def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
+    """A probe's `benchmarks:` list can leave (benchmark, model) pairs unscored: those get no
+    metric table or per-model figure (an empty table used to fail the metrics job)."""
+    from workflow_helpers import make_workdir, planned_jobs
+
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg["probes"]["token_prob"]["benchmarks"] = ["novels"]  # DE-COP runs on novels only too
+    workdir = make_workdir(tmp_path, share_resources=False)
+    (workdir / "only_novels.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(workdir, "only_novels.yaml")
+    scored = {dict(kv.split("=") for kv in w.split(", ")).get("benchmark") for r, w in jobs
+              if r in ("metrics", "figures_model", "figure_auc_vs_size", "token_stats") and w}
+    assert scored == {"novels"}
+    assert ("blind_baseline", "benchmark=news") in jobs  # the benchmark itself is still built
+    assert sum(r == "metrics" for r, _ in jobs) == len(cfg["models"])  # novels only

@@ -140,12 +140,15 @@ def api_probe_outputs():
         for benchmark in BENCHMARKS
         for model in MODELS
         if config["models"][model].get("backend", "hf") in API_BACKENDS
-        for probe in probes_for_model(config, model)
+        for probe in probes_for_model(config, model, benchmark)
     ]
 
 
-# Models scored by at least one configured probe (an API model gets no white-box probe).
+# Models scored by at least one configured probe (an API model gets no white-box probe), and the
+# (benchmark, model) pairs some probe scores: a probe's `benchmarks:` list can leave a model
+# unscored on a benchmark (the demo's techdocs is DE-COP's, probed on fewer models).
 SCORED_MODELS = [m for m in MODELS if probes_for_model(config, m)]
+SCORED = {b: [m for m in SCORED_MODELS if probes_for_model(config, m, b)] for b in BENCHMARKS}
 LOCAL_MODELS = [m for m in MODELS if config["models"][m]["backend"] == "hf"]
 
 
@@ -158,7 +161,7 @@ def probe_documents(wildcards):
 
 
 def metrics_tables():
-    tables = expand("results/metrics/{benchmark}/{model}.csv", benchmark=BENCHMARKS, model=SCORED_MODELS)
+    tables = [f"results/metrics/{b}/{m}.csv" for b in BENCHMARKS for m in SCORED[b]]
     if config["stats"]["blind_baseline"]:
         tables += expand("results/metrics/{benchmark}/blind_baseline.csv", benchmark=BENCHMARKS)
     return tables
@@ -166,7 +169,7 @@ def metrics_tables():
 
 def benchmark_metrics_tables(wildcards):
     """The metric tables of one benchmark's models (not the summary, which every new benchmark rewrites)."""
-    return expand("results/metrics/{benchmark}/{model}.csv", benchmark=wildcards.benchmark, model=SCORED_MODELS)
+    return [f"results/metrics/{wildcards.benchmark}/{m}.csv" for m in SCORED[wildcards.benchmark]]
 
 
 def figure_methods(model):
@@ -196,17 +199,9 @@ def final_outputs():
         "results/summary/metrics.md",
         "results/summary/models.csv",
         "results/api/ledger.csv",
-        *expand(
-            "results/figures/{benchmark}/{model}/roc.png",
-            benchmark=BENCHMARKS,
-            model=SCORED_MODELS,
-        ),
-        *expand(
-            "results/figures/{benchmark}/{model}/score_distributions.png",
-            benchmark=BENCHMARKS,
-            model=SCORED_MODELS,
-        ),
-        *expand("results/figures/{benchmark}/auc_vs_size.png", benchmark=BENCHMARKS),
+        *[f"results/figures/{b}/{m}/{fig}.png" for b in BENCHMARKS for m in SCORED[b]
+          for fig in ("roc", "score_distributions")],
+        *[f"results/figures/{b}/auc_vs_size.png" for b in BENCHMARKS if SCORED[b]],
         *decop_outputs(),
     ]
 
