@@ -88,3 +88,18 @@ def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
     assert scored == {"novels"}
     assert ("blind_baseline", "benchmark=news") in jobs  # the benchmark itself is still built
     assert sum(r == "metrics" for r, _ in jobs) == len(cfg["models"])  # novels only
+
+
+def test_the_decop_demo_overlay_merges_into_the_demo_config(tmp_path):
+    """config/decop_demo.yaml (make run-decop) adds techdocs and DE-COP to the demo, key by key."""
+    from workflow_helpers import make_workdir, planned_jobs
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    plain = planned_jobs(workdir, "config/config.yaml")
+    jobs = planned_jobs(workdir, "config/config.yaml", "config/decop_demo.yaml")
+    assert not any(r.startswith("decop") for r, _ in plain)
+    assert {w for r, w in jobs if r == "decop_items"} == {"benchmark=novels", "benchmark=techdocs"}
+    assert sum(r == "decop_probe" for r, _ in jobs) == 2 * (2 + 6)  # logit on 2 models, likelihood on 6
+    # the same models are prepared (the fine-tunes add techdocs to their members)
+    assert {w for r, w in jobs if r == "prepare_model"} == {w for r, w in plain if r == "prepare_model"}
+    assert not {w for r, w in jobs if r == "token_stats" and "techdocs" in w}  # techdocs is DE-COP's
