@@ -5,9 +5,9 @@
     by its three samples, and each sample leaves the batch at its end token or once it is as
     long as the passage at a sentence end (:mod:`memaudit.models.sampling`).
 ``baseline`` (``baseline_seconds``)
-    one ``model.generate(do_sample=True, top_k=50)`` over the same requests (three copies of
-    each prompt, left padded, the same token limit), which runs every row until the longest
-    one ends; its texts are trimmed the same way afterwards.
+    ``model.generate(do_sample=True, top_k=50)`` over the same requests (three copies of each
+    prompt, left padded, the same token limit, the same number of rows per batch), which runs
+    every row of a batch until the longest one ends; its texts are trimmed the same way afterwards.
 
 Both sample at temperature 0.7 from SmolLM2-135M-Instruct (bfloat16, one thread, as in the
 workflow) over 64-token Austen passages. ``accept_rate_*`` is the share of candidates that pass
@@ -17,7 +17,7 @@ disagree: 0 means the same tokens.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_paraphrase.py [--n-passages 16] [--out results/bench/paraphrase.json]
+    .venv/bin/python benchmarks/bench_paraphrase.py [--n-passages 32] [--batch-rows 48] [--out results/bench/paraphrase.json]
 """
 
 from __future__ import annotations
@@ -47,28 +47,35 @@ def demo_passages(n: int, assets_dir: Path) -> list[str]:
     raise SystemExit("not enough Austen chapters: run `make assets`")
 
 
-def generate_way(model, tok, texts, *, temperature: float, top_k: int, seed: int, greedy: bool = False):
-    """The previous way: ``generate()`` over three copies of every prompt at once."""
+def generate_way(model, tok, texts, *, temperature: float, top_k: int, seed: int, batch_rows: int,
+                 greedy: bool = False):
+    """The previous way: ``generate()`` over three copies of every prompt, ``batch_rows`` rows at a
+    time (requests sorted by length, as the previous LocalParaphraser did)."""
     import torch
 
     from memaudit.decop.paraphrase import clean_candidate, trim_commentary, trim_to_length
     from memaudit.decop.prompts import PARAPHRASE_PROMPT_SINGLE
 
     tok.padding_side = "left"
-    requests = [t for t in texts for _ in range(3)]
-    prompts = [tok.apply_chat_template([{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=t)}],
-                                       tokenize=False, add_generation_prompt=True) for t in requests]
-    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    requests = sorted((t for t in texts for _ in range(3)), key=len)
+    out: dict[str, list[str]] = {t: [] for t in texts}
+    seqs_all = []
     torch.manual_seed(seed)
-    n_words = max(len(t.split()) for t in texts)
-    with torch.inference_mode():
-        gen = model.generate(**enc, max_new_tokens=int(n_words * 1.4 * 1.3) + 8, do_sample=not greedy,
-                             temperature=temperature if not greedy else None, top_k=top_k if not greedy else None,
-                             top_p=None, pad_token_id=tok.eos_token_id)
-    seqs = gen[:, enc["input_ids"].shape[1]:]
-    raw = [tok.decode(s, skip_special_tokens=True) for s in seqs]
-    trimmed = [trim_to_length(trim_commentary(clean_candidate(r), t), t) for r, t in zip(raw, requests)]
-    return [trimmed[3 * i:3 * i + 3] for i in range(len(texts))], seqs
+    for start in range(0, len(requests), batch_rows):
+        chunk = requests[start:start + batch_rows]
+        prompts = [tok.apply_chat_template([{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=t)}],
+                                           tokenize=False, add_generation_prompt=True) for t in chunk]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        n_words = max(len(t.split()) for t in chunk)
+        with torch.inference_mode():
+            gen = model.generate(**enc, max_new_tokens=int(n_words * 1.4 * 1.3) + 8, do_sample=not greedy,
+                                 temperature=temperature if not greedy else None,
+                                 top_k=top_k if not greedy else None, top_p=None, pad_token_id=tok.eos_token_id)
+        seqs = gen[:, enc["input_ids"].shape[1]:]
+        seqs_all += [(t, s) for t, s in zip(chunk, seqs)]
+        for t, s in zip(chunk, seqs):
+            out[t].append(trim_to_length(trim_commentary(clean_candidate(tok.decode(s, skip_special_tokens=True)), t), t))
+    return [out[t] for t in texts], seqs_all
 
 
 def accept_rate(texts, candidates, encoder) -> float:
@@ -82,7 +89,8 @@ def accept_rate(texts, candidates, encoder) -> float:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n-passages", type=int, default=16)
+    ap.add_argument("--n-passages", type=int, default=32)
+    ap.add_argument("--batch-rows", type=int, default=48, help="samples decoded together (both ways)")
     ap.add_argument("--n-greedy", type=int, default=3)
     ap.add_argument("--assets-dir", type=Path, default=ROOT / "resources/demo")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / "resources/cache")
@@ -101,12 +109,12 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     model, tok = load_causal_lm({"path": path}, device="cpu", dtype="bfloat16")
-    ours_way = LocalParaphraser(model, tok, name="smollm2-135m", temperature=0.7, batch_size=3 * len(texts), seed=0)
+    ours_way = LocalParaphraser(model, tok, name="smollm2-135m", temperature=0.7, batch_size=args.batch_rows, seed=0)
     t0 = time.perf_counter()
     ours = ours_way.candidates(texts, [64] * len(texts), 0)
     ours_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    base, _ = generate_way(model, tok, texts, temperature=0.7, top_k=50, seed=0)
+    base, _ = generate_way(model, tok, texts, temperature=0.7, top_k=50, seed=0, batch_rows=args.batch_rows)
     base_s = time.perf_counter() - t0
     load_after = os.getloadavg()
 
@@ -115,16 +123,18 @@ def main(argv=None) -> dict:
 
     model32, tok32 = load_causal_lm({"path": path}, device="cpu", dtype="float32")
     few = texts[:args.n_greedy]
-    _, ref_seqs = generate_way(model32, tok32, few, temperature=0.0, top_k=1, seed=0, greedy=True)
+    # one request per passage, alone in its batch: no padding in the reference
+    ref_seqs = [generate_way(model32, tok32, [t], temperature=0.0, top_k=1, seed=0, batch_rows=1,
+                             greedy=True)[1][0][1] for t in few]
     prompts = [tok32(tok32.apply_chat_template(
         [{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=t)}], tokenize=False,
         add_generation_prompt=True), add_special_tokens=False)["input_ids"] for t in few]
-    limit = ref_seqs.shape[1]
-    greedy = sample(model32, prompts, [1] * len(few), [limit] * len(few), eos_ids=[tok32.eos_token_id],
+    limits = [len(r) for r in ref_seqs]
+    greedy = sample(model32, prompts, [1] * len(few), limits, eos_ids=[tok32.eos_token_id],
                     pad_id=tok32.eos_token_id, temperature=0.0)
     mismatches = 0
     for i, row in enumerate(greedy):
-        ref = ref_seqs[3 * i].tolist()
+        ref = ref_seqs[i].tolist()
         ref = ref[:ref.index(tok32.eos_token_id)] if tok32.eos_token_id in ref else ref
         mismatches += int(row[0] != ref)
 
