@@ -48,16 +48,16 @@ def demo_passages(n: int, assets_dir: Path) -> list[str]:
 
 
 def generate_way(model, tok, texts, *, temperature: float, top_k: int, seed: int, batch_rows: int,
-                 greedy: bool = False):
-    """The previous way: ``generate()`` over three copies of every prompt, ``batch_rows`` rows at a
-    time (requests sorted by length, as the previous LocalParaphraser did)."""
+                 greedy: bool = False, copies: int = 3):
+    """The previous way: ``generate()`` over ``copies`` copies of every prompt, ``batch_rows`` rows
+    at a time (requests sorted by length, as the previous LocalParaphraser did)."""
     import torch
 
     from memaudit.decop.paraphrase import clean_candidate, trim_commentary, trim_to_length
     from memaudit.decop.prompts import PARAPHRASE_PROMPT_SINGLE
 
     tok.padding_side = "left"
-    requests = sorted((t for t in texts for _ in range(3)), key=len)
+    requests = sorted((t for t in texts for _ in range(copies)), key=len)
     out: dict[str, list[str]] = {t: [] for t in texts}
     seqs_all = []
     torch.manual_seed(seed)
@@ -125,7 +125,7 @@ def main(argv=None) -> dict:
     few = texts[:args.n_greedy]
     # one request per passage, alone in its batch: no padding in the reference
     ref_seqs = [generate_way(model32, tok32, [t], temperature=0.0, top_k=1, seed=0, batch_rows=1,
-                             greedy=True)[1][0][1] for t in few]
+                             greedy=True, copies=1)[1][0][1] for t in few]
     prompts = [tok32(tok32.apply_chat_template(
         [{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=t)}], tokenize=False,
         add_generation_prompt=True), add_special_tokens=False)["input_ids"] for t in few]

@@ -82,12 +82,17 @@ def clean_candidate(text: str) -> str:
     return re.sub(r"\s*\n\s*\n\s*", "\n\n", text)
 
 
+def _paragraphs(text: str) -> list[str]:
+    """The non-blank paragraphs of ``text`` (split at blank lines)."""
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
 def trim_commentary(candidate: str, original: str) -> str:
     """Keep as many leading paragraphs as the original has: small chat models follow the
     paraphrase with a blank line and a comment on it ("This version ..."), which would fail
     the length check of an otherwise usable paraphrase."""
-    paragraphs = [p for p in re.split(r"\n\s*\n", candidate) if p.strip()]
-    keep = len([p for p in re.split(r"\n\s*\n", original) if p.strip()]) or 1
+    paragraphs = _paragraphs(candidate)
+    keep = len(_paragraphs(original)) or 1
     return "\n\n".join(paragraphs[:keep])
 
 
@@ -194,11 +199,11 @@ class LocalParaphraser:
                                            tokenize=False, add_generation_prompt=True) for t in texts]
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         words = [len(t.split()) for t in texts]
-        paragraphs = [len([p for p in re.split(r"\n\s*\n", t) if p.strip()]) or 1 for t in texts]
+        paragraphs = [len(_paragraphs(t)) or 1 for t in texts]
 
         def done(i: int, ids: list[int]) -> bool:
             text = tok.decode(ids, skip_special_tokens=True).strip()
-            if len([p for p in re.split(r"\n\s*\n", text) if p.strip()]) > paragraphs[i]:
+            if len(_paragraphs(text)) > paragraphs[i]:
                 return True  # a comment after the paraphrase, which trim_commentary drops
             return len(text.split()) >= self.stop_at * words[i] and bool(ENDS_WITH_PUNCT.search(text))
 

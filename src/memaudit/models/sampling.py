@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 
-def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad_prompts(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -115,7 +115,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
         while waiting and (not group or rows + n_samples[waiting[0]] <= max_rows):
             rows += n_samples[waiting[0]]
             group.append(waiting.pop(0))
-        ids, new_mask = _left_pad([prompts[i] for i in group], pad_id)
+        ids, new_mask = _pad_prompts([prompts[i] for i in group], pad_id)
         new_cache = DynamicCache()
         new_logits = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
                            position_ids=(new_mask.cumsum(-1) - 1).clamp(min=0).to(device),
