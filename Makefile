@@ -10,7 +10,7 @@ ASSETS := resources/demo/.fetched
 # Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).
 CORES ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: venv assets run run-decop report test bench lint clean-results
+.PHONY: venv assets run report test bench lint clean-results
 
 venv: $(STAMP)
 
@@ -33,13 +33,6 @@ $(ASSETS): $(STAMP)
 run: venv assets
 	$(BIN)/snakemake --profile profiles/local --cores $(CORES) all
 	$(BIN)/snakemake --report results/report.html all
-	$(BIN)/memaudit headline --summary results/summary/metrics.csv
-
-# The demo with DE-COP (config/decop_demo.yaml merged over the demo config): about 33 minutes on 2 cores.
-DECOP_CONFIG := --configfile config/config.yaml config/decop_demo.yaml
-run-decop: venv assets
-	$(BIN)/snakemake --profile profiles/local --cores $(CORES) all $(DECOP_CONFIG)
-	$(BIN)/snakemake --report results/report.html all $(DECOP_CONFIG)
 	$(BIN)/memaudit headline --summary results/summary/metrics.csv
 
 report: venv

@@ -12,7 +12,7 @@ import torch
 from memaudit.backends.base import GENERATE, TOKEN_LOGPROBS, GenerationParams, check_probe_support
 from memaudit.backends.hf import HFBackend
 from memaudit.errors import ConfigError, InputError
-from memaudit.models.finetune import finetune, member_chunks
+from memaudit.models.finetune import epoch_order, finetune, member_chunks
 from memaudit.models.loading import clamp_tokens, load_causal_lm
 from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
 from memaudit.probes.token_stats import compute_token_stats
@@ -87,6 +87,24 @@ def test_member_chunks_respect_max_length(tiny_model):
     chunks = member_chunks(tok, [" ".join(["word"] * 50)], max_length=16)
     assert all(len(c) <= 16 for c in chunks) and all(c[0] == tok.bos_token_id for c in chunks)
     assert sum(len(c) - 1 for c in chunks) == len(tok(" ".join(["word"] * 50))["input_ids"])
+
+
+def test_epoch_order_batches_similar_lengths_in_random_order():
+    import random
+
+    lengths = [3, 256, 40, 256, 17, 256, 120, 88, 256, 5, 64, 200, 256, 31]
+    a = epoch_order(lengths, 4, random.Random(1))
+    b = epoch_order(lengths, 4, random.Random(2))
+    assert sorted(a) == list(range(len(lengths))) and sorted(b) == sorted(a)
+    batches = [a[k:k + 4] for k in range(0, len(a), 4)]
+    assert [len(x) for x in batches] == [4, 4, 4, 2]  # the partial batch is last
+    # each batch is a run of the length-sorted chunks: 4 x 256, then 200..88, 64..17, 5 and 3
+    assert sorted(sorted(lengths[i] for i in x) for x in batches) == [
+        [3, 5], [17, 31, 40, 64], [88, 120, 200, 256], [256, 256, 256, 256]]
+    assert batches[-1] == [9, 0]
+    padded = sum(max(lengths[i] for i in x) * len(x) for x in batches)
+    assert padded == 2 * 5 + 4 * 64 + 4 * 256 + 4 * 256
+    assert a != b  # the batch order (and the ties among 256s) are shuffled
 
 
 def test_clamp_tokens_to_position_embeddings(tiny_model):

@@ -90,16 +90,24 @@ def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
     assert sum(r == "metrics" for r, _ in jobs) == len(cfg["models"])  # novels only
 
 
-def test_the_decop_demo_overlay_merges_into_the_demo_config(tmp_path):
-    """config/decop_demo.yaml (make run-decop) adds techdocs and DE-COP to the demo, key by key."""
-    from workflow_helpers import make_workdir, planned_jobs
+def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
+    """make run: DE-COP on novels and techdocs, token-probability attacks on novels and news, and
+    every model job on one thread (threads_per_job: 1); without the key a rule keeps its own."""
+    from workflow_helpers import dry_run, make_workdir
 
     workdir = make_workdir(tmp_path, share_resources=False)
-    plain = planned_jobs(workdir, "config/config.yaml")
-    jobs = planned_jobs(workdir, "config/config.yaml", "config/decop_demo.yaml")
-    assert not any(r.startswith("decop") for r, _ in plain)
-    assert {w for r, w in jobs if r == "decop_items"} == {"benchmark=novels", "benchmark=techdocs"}
-    assert sum(r == "decop_probe" for r, _ in jobs) == 2 * (2 + 6)  # logit on 2 models, likelihood on 6
-    # the same models are prepared (the fine-tunes add techdocs to their members)
-    assert {w for r, w in jobs if r == "prepare_model"} == {w for r, w in plain if r == "prepare_model"}
-    assert not {w for r, w in jobs if r == "token_stats" and "techdocs" in w}  # techdocs is DE-COP's
+    jobs = dry_run(workdir, "config/config.yaml", "--cores", "2")
+    pairs = {(j["rule"], j["wildcards"]) for j in jobs}
+    assert {w for r, w in pairs if r == "decop_items"} == {"benchmark=novels", "benchmark=techdocs"}
+    assert sum(r == "decop_probe" for r, _ in pairs) == 2 * (2 + 6)  # logit on 2 models, likelihood on 6
+    assert {w for r, w in pairs if r == "token_stats" and "techdocs" in w} == set()  # techdocs is DE-COP's
+    assert sum(r == "token_stats" for r, _ in pairs) == 2 * 6
+    assert {j["threads"] for j in jobs if j["rule"] in ("prepare_model", "token_stats", "decop_probe")} == {1}
+
+    cfg = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    del cfg["threads_per_job"]
+    (workdir / "default_threads.yaml").write_text(yaml.safe_dump(cfg))
+    threads = {(j["rule"], j["wildcards"]): j["threads"] for j in dry_run(workdir, "default_threads.yaml", "--cores", "2")}
+    assert threads[("prepare_model", "model=smollm2-135m-contaminated")] == 2  # 8, scaled down to --cores
+    assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=logit")] == 2
+    assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=likelihood")] == 1

@@ -57,6 +57,11 @@ def stats_settings(*keys):
     return {k: config["stats"][k] for k in sorted(keys)}
 
 
+def job_threads(default):
+    """A model job's threads: the config's threads_per_job, else the rule's default."""
+    return config["threads_per_job"] or default
+
+
 def model_entry(wildcards):
     """Only this model's own config entry (adding a model leaves other jobs untouched), less scheduling keys."""
     return canonical(model_scoring_settings(config["models"][wildcards.model]))

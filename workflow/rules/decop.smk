@@ -46,7 +46,7 @@ rule decop_probe:
         entry=model_entry,
         passages_per_document=lambda wc: config["probes"][f"decop_{wc.mode}"].get("passages_per_document"),
     # logit prompts are long (four passages); likelihood and black-box jobs are light or wait on an API
-    threads: lambda wc: 2 if wc.mode == "logit" else 1
+    threads: lambda wc: job_threads(2 if wc.mode == "logit" else 1)
     resources:
         mem_mb=4000,
         api_openai=api_openai_slots,

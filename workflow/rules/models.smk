@@ -9,7 +9,7 @@ rule prepare_model:
     params:
         entry=model_build_entry,
         seed=config["seed"],
-    threads: 8
+    threads: job_threads(8)
     # Models first: a fine-tune heads the run's longest chain (fine-tune, probing, statistics),
     # so it should not wait behind jobs that can run later, such as DE-COP paraphrasing.
     priority: 10

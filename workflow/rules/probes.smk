@@ -11,7 +11,7 @@ rule token_stats:
         entry=model_entry,
         lowercase="lowercase" in TOKEN_PROB["methods"],
         shard_passages=config["checkpoints"]["shard_passages"],
-    threads: 8
+    threads: job_threads(8)
     resources:
         mem_mb=8000,
         runtime=120,
