@@ -113,6 +113,36 @@ def test_document_accuracy_counts_invalid_answers_as_wrong():
     assert t.loc["d2", "accuracy"] == 0.0 and np.isnan(t.loc["d2", "accuracy_valid"])
 
 
+def test_likelihood_mode_scores_accuracy_and_the_verbatim_probability_by_hand():
+    """decop-likelihood-prob: softmax of the four mean token log-likelihoods, at the verbatim option,
+    averaged over a document's passages; decop-likelihood: the argmax's accuracy."""
+    from memaudit.decop.runner import _evaluate
+
+    ln = np.log
+    rows = [  # doc, label, role, passage, correct, ll_A..ll_D
+        ("m", 1, "evaluate", "m#0", 0, ln(0.5), ln(0.25), ln(0.125), ln(0.125)),  # P(verbatim) = 0.5, right
+        ("m", 1, "evaluate", "m#1", 3, ln(0.1), ln(0.1), ln(0.4), ln(0.4)),        # 0.4, a tie the argmax gives C
+        ("n", 0, "evaluate", "n#0", 1, ln(0.7), ln(0.1), ln(0.1), ln(0.1)),        # 0.1, wrong
+        ("c", 0, "calibrate", "c#0", 3, 0.0, 0.0, 0.0, 0.0),                       # 0.25, argmax A: wrong
+    ]
+    answers = pd.DataFrame([{"doc_id": d, "label": lab, "role": role, "passage_id": pid, "item_id": pid,
+                             "length": 64, "ordering": "0123", "correct": c,
+                             **dict(zip(("ll_A", "ll_B", "ll_C", "ll_D"), ll))}
+                            for d, lab, role, pid, c, *ll in rows])
+    answers["pred"] = answers[["ll_A", "ll_B", "ll_C", "ll_D"]].to_numpy().argmax(axis=1)
+    p = analysis.verbatim_probability(answers, "likelihood")
+    np.testing.assert_allclose(p, [0.5, 0.4, 0.1, 0.25])
+    assert analysis.verbatim_probability(answers, "blackbox") is None
+    docs, table, _ = _evaluate(answers, "likelihood", [64], fdr=0.1)
+    scores = {(r.method, r.doc_id): r.score for r in docs.itertuples()}
+    assert scores == pytest.approx({("decop-likelihood", "m"): 0.5, ("decop-likelihood", "n"): 0.0,
+                                    ("decop-likelihood-prob", "m"): 0.45, ("decop-likelihood-prob", "n"): 0.1})
+    prob = table[table["method"] == "decop-likelihood-prob"].set_index("doc_id")
+    assert prob.loc["c", "score"] == pytest.approx(0.25) and prob["suspect"].isna().all()
+    acc = table[(table["method"] == "decop-likelihood") & (table["role"] == "evaluate")]
+    assert acc["suspect"].notna().all() and (acc["clean_rate"] == 0.0).all()
+
+
 def test_binomial_test_and_benjamini_hochberg_by_hand():
     from scipy.stats import binomtest
 

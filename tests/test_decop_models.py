@@ -168,7 +168,7 @@ def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_ti
 
     docs, out = _logit_run(long_tiny_model, _items(6), tmp_path)
     answers = pd.read_csv(out["answers"])
-    assert len(answers) == 6 * 4 and set(docs["method"]) == {"decop-logit", "decop-logit-calibrated"}
+    assert len(answers) == 6 * 4 and set(docs["method"]) == {"decop-logit", "decop-logit-calibrated", "decop-logit-prob"}
     assert sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]  # calibration documents are not scored
     cal = read_json(out["calibration"])["calibration"]["64"]
     calib = answers[answers["role"] == "calibrate"]
@@ -181,6 +181,13 @@ def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_ti
     raw = table[(table["method"] == "decop-logit") & (table["role"] == "evaluate")].set_index("doc_id")
     hits = answers[answers["role"] == "evaluate"].assign(hit=lambda a: a["pred"] == a["correct"])
     np.testing.assert_allclose(raw["accuracy"].sort_index(), hits.groupby("doc_id")["hit"].mean().sort_index())
+    # decop-logit-prob: the mean probability of the verbatim option's letter
+    ev = answers[answers["role"] == "evaluate"]
+    p_verbatim = ev[["p_A", "p_B", "p_C", "p_D"]].to_numpy()[np.arange(len(ev)), ev["correct"].to_numpy()]
+    expected = pd.Series(p_verbatim, index=ev.index).groupby(ev["doc_id"]).mean().sort_index()
+    prob = docs[docs["method"] == "decop-logit-prob"].set_index("doc_id")["score"].sort_index()
+    np.testing.assert_allclose(prob, expected)
+    assert table.loc[table["method"] == "decop-logit-prob", "suspect"].isna().all()  # no test for a probability
 
 
 @pytest.mark.slow
@@ -193,7 +200,9 @@ def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
     got = {(r.benchmark, r.model, r.method) for r in decop.itertuples()}
     expected = {("novels", m, "decop-logit") for m in cfg["decop_logit"]["models"]}
     expected |= {("novels", m, "decop-logit-calibrated") for m in cfg["decop_logit"]["models"]}
+    expected |= {("novels", m, "decop-logit-prob") for m in cfg["decop_logit"]["models"]}
     expected |= {("novels", m, "decop-likelihood") for m in cfg["decop_likelihood"]["models"]}
+    expected |= {("novels", m, "decop-likelihood-prob") for m in cfg["decop_likelihood"]["models"]}
     assert got == expected
     n_eval = cfg["decop"]["n_documents"]
     assert (decop["n_member"] + decop["n_nonmember"] <= n_eval).all()
@@ -202,8 +211,9 @@ def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
     assert 1 <= qc["role"].value_counts()["calibrate"] <= cfg["decop"]["calibration_documents"]
     assert {"accept_rate", "unrelated_rate", "length_rate", "paraphraser"} <= set(qc.columns)
     table = pd.read_csv(ci_run / "results/scores/novels/smollm2-135m-contaminated/decop_logit_table.csv")
-    assert set(table["method"]) == {"decop-logit", "decop-logit-calibrated"}
-    assert table.loc[table["role"] == "evaluate", "q_value"].between(0, 1).all()
+    assert set(table["method"]) == {"decop-logit", "decop-logit-calibrated", "decop-logit-prob"}
+    tested = table[(table["role"] == "evaluate") & (table["method"] != "decop-logit-prob")]
+    assert tested["q_value"].between(0, 1).all()
     for name in ("auc_by_model_size", "auc_by_length", "accuracy_calibration", "accuracy_by_position",
                  "label_probabilities"):
         assert (ci_run / f"results/figures/novels/decop/{name}.png").stat().st_size > 1000
@@ -215,6 +225,7 @@ def test_a_logit_run_without_surviving_calibration_documents_skips_only_the_cali
     from memaudit.io import read_json
 
     docs, out = _logit_run(long_tiny_model, [it for it in _items(6) if it["meta"]["role"] == "evaluate"], tmp_path)
-    assert set(docs["method"]) == {"decop-logit"} and sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]
+    assert set(docs["method"]) == {"decop-logit", "decop-logit-prob"}
+    assert sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]
     cal = read_json(out["calibration"])["calibration"]["64"]
     assert cal["n_calibration_documents"] == 0 and "quality control" in cal["skipped"]

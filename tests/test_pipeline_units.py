@@ -125,21 +125,22 @@ def test_demo_expectations_flag_each_rule():
 
 
 def test_demo_expectations_for_decop_likelihood():
-    """DE-COP's likelihood mode: >= 0.8 on a contaminated model; on a base model the bootstrap
-    interval must hold 0.5 (a wide interval around 0.3 passes, a tight one around 0.7 fails)."""
+    """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
+    base model the bootstrap interval must hold 0.5 (a wide interval around 0.3 passes, a tight one
+    around 0.7 fails). Other DE-COP scores (here the accuracy) are reported, not checked."""
     from memaudit.stats.headline import demo_expectations
 
-    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood"}
+    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob"}
     summary = pd.DataFrame([
         {**row, "model": "tuned", "contaminated": True, "auc": 0.85, "auc_ci_low": 0.7, "auc_ci_high": 0.95},
         {**row, "model": "weak", "contaminated": True, "auc": 0.75, "auc_ci_low": 0.6, "auc_ci_high": 0.9},
         {**row, "model": "base", "auc": 0.3, "auc_ci_low": 0.1, "auc_ci_high": 0.55},
         {**row, "model": "base2", "auc": 0.7, "auc_ci_low": 0.58, "auc_ci_high": 0.82},
-        {**row, "model": "base", "method": "decop-logit", "auc": 0.9, "auc_ci_low": 0.8, "auc_ci_high": 1.0},
+        {**row, "model": "base", "method": "decop-likelihood", "auc": 0.9, "auc_ci_low": 0.8, "auc_ci_high": 1.0},
     ])
     models = pd.DataFrame({"model": ["base", "base2", "tuned", "weak"], "base": [None, None, "base", "base"]})
     got = demo_expectations(summary, models)
     assert [(r.model, r.method, r.expected, r.ok) for r in got.itertuples()] == [
-        ("tuned", "decop-likelihood", ">= 0.8", True), ("weak", "decop-likelihood", ">= 0.8", False),
-        ("base", "decop-likelihood", "95% CI holds 0.5", True),
-        ("base2", "decop-likelihood", "95% CI holds 0.5", False)]
+        ("tuned", "decop-likelihood-prob", ">= 0.8", True), ("weak", "decop-likelihood-prob", ">= 0.8", False),
+        ("base", "decop-likelihood-prob", "95% CI holds 0.5", True),
+        ("base2", "decop-likelihood-prob", "95% CI holds 0.5", False)]

@@ -42,7 +42,7 @@ CLUSTER_SPECIFIC = {
 }
 EXTRA = {
     "slurm-no-account": True,  # the test cluster has no accounts
-    "max-threads": None,       # set to the node's CPU count: rules ask for 8 threads, the node has fewer
+    "max-threads": None,       # set to the node's CPU count: a config without threads_per_job asks for 8
 }
 
 
@@ -107,8 +107,8 @@ def _assert_frames_equal(local: Path, slurm: Path) -> None:
     b = b.sort_values(keys, kind="stable").reset_index(drop=True)
     numeric = [c for c in a.columns if c not in keys]
     pd.testing.assert_frame_equal(a.drop(columns=numeric), b.drop(columns=numeric), obj=str(slurm))
-    # Same code, same CPU, same thread count (torch uses the job's threads: 2 locally, 2 under
-    # SLURM via max-threads) and the same seeds: the numbers come out bit for bit the same,
+    # Same code, same CPU, same thread count (torch uses the job's threads: 1, threads_per_job in
+    # config/ci.yaml, locally and under SLURM) and the same seeds: the numbers come out bit for bit the same,
     # so the tolerance is zero; NaNs (e.g. a p-value on a constant score) must match as NaNs.
     np.testing.assert_array_equal(a[numeric].to_numpy(float), b[numeric].to_numpy(float), err_msg=str(slurm))
 
@@ -144,6 +144,9 @@ def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
     ran = set(re.findall(r"^\s*rule (\w+):", output, re.M))
     assert {"prepare_model", "token_stats", "token_prob_scores", "metrics", "decop_items", "decop_probe",
             "summary"} <= ran, ran
+    # the profile's groups: scoring and statistics per (benchmark, model), and all figures in one job
+    groups = re.findall(r"Group job (\w+) \(jobs in lexicogr. order\):", output)
+    assert groups.count("figures") == 1 and groups.count("score_and_stats") == 8, groups
 
     tables = _compared_tables(ci_run)
     assert tables == _compared_tables(workdir)

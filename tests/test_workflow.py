@@ -103,6 +103,13 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
     assert {w for r, w in pairs if r == "token_stats" and "techdocs" in w} == set()  # techdocs is DE-COP's
     assert sum(r == "token_stats" for r, _ in pairs) == 2 * 6
     assert {j["threads"] for j in jobs if j["rule"] in ("prepare_model", "token_stats", "decop_probe")} == {1}
+    # the longest chain first: benchmarks, then converted models, fine-tunes, models trained from scratch
+    priority = {(j["rule"], j["wildcards"]): j["priority"] for j in jobs}
+    assert priority[("benchmark_dataset", "benchmark=techdocs")] == 40
+    assert [priority[("prepare_model", f"model={m}")] for m in
+            ("smollm2-135m", "smollm2-135m-contaminated", "tiny-gpt2-medium", "tiny-gpt2-medium-contaminated")] == [
+        30, 20, 10, 20]
+    assert priority[("decop_items", "benchmark=novels")] == 0
 
     cfg = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     del cfg["threads_per_job"]

@@ -61,7 +61,7 @@ print("DIRECTORY_OUTPUTS" + json.dumps(dirs))
 
 
 def dry_run(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> list[dict]:
-    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "output", "threads"}`` (output as listed)."""
+    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "output", "threads", "priority"}`` (output as listed)."""
     proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(configfile), *extra], cwd=workdir,
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -74,9 +74,11 @@ def dry_run(workdir: Path, configfile: Path | str, *extra: str, env: dict | None
         wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
         out = re.search(r"^\s+output: (.*)$", block, re.M)
         threads = re.search(r"^\s+threads: (\d+)$", block, re.M)
+        priority = re.search(r"^\s+priority: (\d+)$", block, re.M)
         jobs.append({"rule": m.group(1), "wildcards": wc.group(1).strip() if wc else "",
                      "output": [p.strip() for p in out.group(1).split(",")] if out else [],
-                     "threads": int(threads.group(1)) if threads else 1})
+                     "threads": int(threads.group(1)) if threads else 1,
+                     "priority": int(priority.group(1)) if priority else 0})
     return jobs
 
 

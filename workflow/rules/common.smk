@@ -62,6 +62,21 @@ def job_threads(default):
     return config["threads_per_job"] or default
 
 
+def model_priority(wildcards):
+    """Scheduling order of model jobs, ahead of every other job (priority 0).
+
+    A converted or referenced model (30) is quick and unblocks its fine-tunes and DE-COP
+    paraphrasing; a fine-tune (20) heads the run's longest chain (fine-tune, probing,
+    statistics); training a model from scratch (10) is cheap enough to fill the gaps. On the
+    demo's 2 cores, equal priorities let the tiny models' jobs take both cores first and the
+    SmolLM2 LoRA start last, 3 minutes late.
+    """
+    entry = config["models"][wildcards.model]
+    if "finetune" in entry:
+        return 20
+    return 10 if "tiny_gpt2" in (entry.get("source") or {}) else 30
+
+
 def model_entry(wildcards):
     """Only this model's own config entry (adding a model leaves other jobs untouched), less scheduling keys."""
     return canonical(model_scoring_settings(config["models"][wildcards.model]))

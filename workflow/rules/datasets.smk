@@ -27,6 +27,8 @@ rule benchmark_dataset:
         benchmark=benchmark_entry,
         seed=config["seed"],
         code_version=DATASET_VERSION,
+    # seconds each, and the fine-tunes wait on their members: first of all
+    priority: 40
     log:
         "logs/benchmark_dataset/{benchmark}.log",
     conda:

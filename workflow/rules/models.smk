@@ -10,9 +10,9 @@ rule prepare_model:
         entry=model_build_entry,
         seed=config["seed"],
     threads: job_threads(8)
-    # Models first: a fine-tune heads the run's longest chain (fine-tune, probing, statistics),
-    # so it should not wait behind jobs that can run later, such as DE-COP paraphrasing.
-    priority: 10
+    # Models first, and among them the ones that unblock the run's longest chain (fine-tune,
+    # probing, statistics): see model_priority.
+    priority: model_priority
     resources:
         mem_mb=8000,
         runtime=240,

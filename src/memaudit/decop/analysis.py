@@ -3,7 +3,8 @@
 Answers are one row per (passage, ordering) with ``doc_id``, ``label``, ``role``
 ("evaluate" or "calibrate"), ``correct`` (position 0-3 of the verbatim option),
 ``pred`` (chosen position, -1 = no valid answer) and, in logit mode, ``p_A`` ... ``p_D``:
-the four option-letter probabilities renormalised to sum to 1.
+the four option-letter probabilities renormalised to sum to 1 (likelihood mode: ``ll_A`` ...
+``ll_D``, the options' mean token log-likelihoods).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 PROB_COLUMNS = ("p_A", "p_B", "p_C", "p_D")
+LL_COLUMNS = ("ll_A", "ll_B", "ll_C", "ll_D")
 
 
 def label_adjustments(answers: pd.DataFrame) -> np.ndarray:
@@ -38,6 +40,23 @@ def predict(probs: np.ndarray, delta: np.ndarray | None = None) -> np.ndarray:
     if delta is not None:
         p = p + np.asarray(delta, dtype=float)[None, :]
     return p.argmax(axis=1)
+
+
+def verbatim_probability(answers: pd.DataFrame, mode: str) -> pd.Series | None:
+    """Per question, the probability of the verbatim option; ``None`` for black-box answers.
+
+    Logit mode: its letter probability (renormalised over A-D). Likelihood mode: the softmax
+    of the four options' mean token log-likelihoods, i.e. each option's geometric-mean token
+    probability, normalised over the four.
+    """
+    columns = {"logit": PROB_COLUMNS, "likelihood": LL_COLUMNS}.get(mode)
+    if columns is None or answers.empty:
+        return None
+    values = answers[list(columns)].to_numpy(dtype=float)
+    if mode == "likelihood":
+        values = np.exp(values - values.max(axis=1, keepdims=True))
+        values /= values.sum(axis=1, keepdims=True)
+    return pd.Series(values[np.arange(len(values)), answers["correct"].to_numpy(dtype=int)], index=answers.index)
 
 
 def document_accuracy(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:
@@ -108,18 +127,29 @@ def accuracy_by_position(answers: pd.DataFrame, pred_column: str = "pred") -> pd
 
 def auc_summary(tables: dict[str, pd.DataFrame], n_params: dict[str, int]) -> pd.DataFrame:
     """AUC (member vs non-member, evaluated documents) per (model, method, length) from the
-    per-document tables; ``n_params`` from the model manifests (API models: missing)."""
+    per-document tables (their ``score``: accuracy, or the verbatim option's mean probability
+    for ``-prob`` methods); ``n_params`` from the model manifests (API models: missing)."""
     from memaudit.stats.metrics import roc_auc
 
     rows = []
     for model, table in tables.items():
+        score = "score" if "score" in table else "accuracy"
         ev = table[table["role"] == "evaluate"]
         for (method, length), g in ev.groupby(["method", "length"], sort=True):
             rows.append({"model": model, "method": method, "length": int(length),
                          "n_params": n_params.get(model), "n_documents": len(g),
-                         "auc": roc_auc(g["accuracy"].to_numpy(), g["label"].to_numpy()),
+                         "auc": roc_auc(g[score].to_numpy(), g["label"].to_numpy()),
                          "accuracy_members": g.loc[g["label"] == 1, "accuracy"].mean(),
                          "accuracy_nonmembers": g.loc[g["label"] == 0, "accuracy"].mean(),
-                         "n_suspect": int(g["suspect"].sum()) if "suspect" in g else 0,
-                         "n_suspect_members": int(g.loc[g["label"] == 1, "suspect"].sum()) if "suspect" in g else 0})
+                         "score_members": g.loc[g["label"] == 1, score].mean(),
+                         "score_nonmembers": g.loc[g["label"] == 0, score].mean(),
+                         **_suspects(g)})
     return pd.DataFrame(rows)
+
+
+def _suspects(g: pd.DataFrame) -> dict:
+    """Suspect counts of one method's documents; NaN for a score without a test (``-prob``)."""
+    if "suspect" not in g or g["suspect"].isna().all():
+        return {"n_suspect": np.nan, "n_suspect_members": np.nan}
+    suspect = g["suspect"].astype(bool)
+    return {"n_suspect": int(suspect.sum()), "n_suspect_members": int(suspect[g["label"] == 1].sum())}

@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 MODES = ("logit", "blackbox", "likelihood")
 
 
-def method_name(mode: str, length: int, lengths: Sequence[int], calibrated: bool = False) -> str:
-    """``decop-<mode>[-calibrated]``, with ``-<n>tok`` for every length but the first configured one."""
-    name = f"decop-{mode}" + ("-calibrated" if calibrated else "")
+def method_name(mode: str, length: int, lengths: Sequence[int], variant: str = "") -> str:
+    """``decop-<mode>[-calibrated|-prob]``, with ``-<n>tok`` for every length but the first configured one."""
+    name = f"decop-{mode}" + (f"-{variant}" if variant else "")
     return name if length == lengths[0] else f"{name}-{length}tok"
 
 
@@ -144,7 +144,7 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
         ans = answers[answers["length"] == length]
         if ans.empty:
             continue
-        variants = [("pred", False)]
+        variants = [("pred", "")]
         if mode == "logit" and ans[ans["role"] == "calibrate"].empty:
             # Quality control can reject every clean calibration passage: report the
             # uncalibrated variant and say why the calibrated one is missing, never crash.
@@ -162,20 +162,35 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
                 "delta": dict(zip("ABCD", map(float, delta))),
                 "mean_before": dict(zip("ABCD", map(float, 0.25 - delta))),
                 "n_calibration_documents": int(calib["doc_id"].nunique())}
-            variants.append(("pred_calibrated", True))
-        for column, calibrated in variants:
+            variants.append(("pred_calibrated", "calibrated"))
+        p_verbatim = analysis.verbatim_probability(ans, mode)
+        for column, variant in variants:
             table = analysis.document_accuracy(ans, column)
             clean = table[table["role"] == "calibrate"]
             clean_rate = float(clean["n_correct"].sum() / max(1, clean["n_questions"].sum())) if len(clean) else 0.25
             evaluated = analysis.suspect_list(table[table["role"] == "evaluate"], clean_rate, fdr)
-            method = method_name(mode, length, lengths, calibrated)
             table = pd.concat([evaluated, table[table["role"] == "calibrate"]], ignore_index=True)
-            table.insert(0, "method", method)
-            table.insert(1, "length", length)
-            tables.append(table)
-            doc_rows.append(pd.DataFrame({"doc_id": evaluated["doc_id"], "label": evaluated["label"],
-                                          "method": method, "score": evaluated["accuracy"]}))
+            table["score"] = table["accuracy"]
+            _add_table(tables, doc_rows, table, method_name(mode, length, lengths, variant), length)
+            if variant == "" and p_verbatim is not None:
+                # Beyond the paper: the mean probability of the verbatim option. Accuracy over a few
+                # passages takes a handful of values (0, 1/3, 2/3, 1 with 3 passages) and throws away
+                # how far the verbatim option is ahead; this score keeps it. No binomial test: the
+                # suspect list belongs to the accuracy variants.
+                prob = table.assign(score=table["doc_id"].map(p_verbatim.groupby(ans["doc_id"]).mean()))
+                prob[["p_value", "q_value", "suspect"]] = np.nan
+                _add_table(tables, doc_rows, prob, method_name(mode, length, lengths, "prob"), length)
     return pd.concat(doc_rows, ignore_index=True), pd.concat(tables, ignore_index=True), calibration
+
+
+def _add_table(tables: list, doc_rows: list, table: pd.DataFrame, method: str, length: int) -> None:
+    table = table.copy()
+    table.insert(0, "method", method)
+    table.insert(1, "length", length)
+    tables.append(table)
+    evaluated = table[table["role"] == "evaluate"]
+    doc_rows.append(pd.DataFrame({"doc_id": evaluated["doc_id"], "label": evaluated["label"],
+                                  "method": method, "score": evaluated["score"]}))
 
 
 def first_passages(items: Sequence[dict], per_document: int | None) -> list[dict]:

@@ -281,10 +281,6 @@ def _format_params_minor(value: float, _pos=None) -> str:
 
 # ----------------------------------------------------------------------------- DE-COP
 
-def _decop_mode(method: str) -> str:
-    return method.split("-")[1] if method.startswith("decop-") else method
-
-
 def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
     """DE-COP AUC against parameter count, one line per (model family: base/contaminated, method)."""
     with _rc():
@@ -301,24 +297,23 @@ def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> lis
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(_format_params))
-        ax.set(xlabel="parameters", ylabel="AUC (document accuracy)", ylim=(0, 1.02), title=title)
+        ax.set(xlabel="parameters", ylabel="AUC (document score)", ylim=(0, 1.02), title=title)
         if groups:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         return _save(fig, out_prefix)
 
 
 def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
-    """DE-COP AUC against passage length (tokens), one line per (model, mode)."""
+    """DE-COP AUC against passage length (tokens), one line per (model, method) without calibration."""
     with _rc():
         fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
         if not summary.empty:
-            data = summary.assign(mode=summary["method"].map(_decop_mode),
-                                  calibrated=summary["method"].str.contains("-calibrated"))
-            data = data[~data["calibrated"]]
-            for i, ((model, mode), g) in enumerate(data.groupby(["model", "mode"])):
+            data = summary.assign(method=summary["method"].str.replace(r"-\d+tok$", "", regex=True))
+            data = data[~data["method"].str.contains("-calibrated")]
+            for i, ((model, method), g) in enumerate(data.groupby(["model", "method"])):
                 g = g.sort_values("length")
-                ax.plot(g["length"], g["auc"], marker=_MARKERS[i % len(_MARKERS)], label=f"{model} ({mode})")
+                ax.plot(g["length"], g["auc"], marker=_MARKERS[i % len(_MARKERS)], label=f"{model} ({method})")
             ax.set_xticks(sorted(data["length"].unique()))
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
@@ -333,7 +328,8 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
         ax = fig.add_subplot()
         rows = []
         for model, t in tables.items():
-            ev = t[(t["role"] == "evaluate") & t["method"].str.startswith("decop-logit")]
+            ev = t[(t["role"] == "evaluate") & t["method"].str.startswith("decop-logit")
+                   & ~t["method"].str.contains("-prob")]
             ev = ev[ev["length"] == ev["length"].min()] if not ev.empty else ev
             for (method, label), g in ev.groupby(["method", "label"]):
                 rows.append((model, "calibrated" if "calibrated" in method else "raw", int(label), g["accuracy"].mean()))

@@ -45,13 +45,14 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
 
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
                       contaminated_min: float = 0.9, null_range: tuple[float, float] = (0.4, 0.6),
-                      decop_method: str = "decop-likelihood", decop_min: float = 0.8) -> pd.DataFrame:
+                      decop_method: str = "decop-likelihood-prob", decop_min: float = 0.8) -> pd.DataFrame:
     """Check the ground-truth expectations of a run against its summary.
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
     an uncontaminated *base* model on the same IID split should sit near chance (AUC within
-    ``null_range``). DE-COP's likelihood mode (``decop_method``) should reach ``decop_min`` on the
-    contaminated models; on a base model its bootstrap 95% interval should hold 0.5 -- DE-COP
+    ``null_range``). DE-COP's likelihood mode (``decop_method``; by default its mean probability of
+    the verbatim option, since accuracy over the demo's 3 passages per document takes 4 values)
+    should reach ``decop_min`` on the contaminated models; on a base model its bootstrap 95% interval should hold 0.5 -- DE-COP
     scores a few dozen documents, too few for a fixed band around 0.5 to be a fair null check.
     Returns one row per checked (benchmark, model, method) with ``ok``.
     """
