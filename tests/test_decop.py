@@ -140,7 +140,7 @@ def test_likelihood_mode_scores_accuracy_and_the_verbatim_probability_by_hand():
     prob = table[table["method"] == "decop-likelihood-prob"].set_index("doc_id")
     assert prob.loc["c", "score"] == pytest.approx(0.25) and prob["suspect"].isna().all()
     acc = table[(table["method"] == "decop-likelihood") & (table["role"] == "evaluate")]
-    assert acc["suspect"].notna().all() and (acc["clean_rate"] == 0.0).all()
+    assert acc["suspect"].notna().all() and (acc["clean_rate"] == 0.0).all() and (acc["test"] == "fisher").all()
 
 
 def test_binomial_test_and_benjamini_hochberg_by_hand():
@@ -156,8 +156,24 @@ def test_binomial_test_and_benjamini_hochberg_by_hand():
     p = np.array([0.25 ** 4, 13 / 256, 1 - 0.75 ** 4])
     np.testing.assert_allclose(out["q_value"].to_numpy(), [p[0] * 3, p[1] * 3 / 2, p[2]])
     assert out["suspect"].tolist() == [True, False, False]
+    assert (out["test"] == "binomial").all()
     # sorted 0.01, 0.03, 0.04, 0.5 -> 0.04, 0.06, 0.0533, 0.5 -> running minimum from the top
     np.testing.assert_allclose(analysis.benjamini_hochberg([0.01, 0.04, 0.03, 0.5]), [0.04, 0.16 / 3, 0.16 / 3, 0.5])
+
+
+def test_against_few_clean_questions_the_test_is_fishers_not_a_binomial_at_the_estimate():
+    """0 of 10 clean questions right: a binomial test at the estimated rate 0 called any document
+    with one right answer suspect (p = 1e-9); Fisher's exact test gives by hand
+    P(doc holds all right answers) = C(n_doc, k) / C(n_doc + 10, k) for k right answers in all."""
+    table = pd.DataFrame({"doc_id": ["one_of_one", "one_of_three", "three_of_three", "none"], "label": 0,
+                          "role": "evaluate", "n_correct": [1, 1, 3, 0], "n_questions": [1, 3, 3, 3]})
+    out = analysis.suspect_list(table, 0.25, fdr=0.1, clean_counts=(0, 10)).set_index("doc_id")
+    assert out.loc["one_of_one", "p_value"] == pytest.approx(1 / 11)
+    assert out.loc["one_of_three", "p_value"] == pytest.approx(3 / 13)
+    assert out.loc["three_of_three", "p_value"] == pytest.approx(1 / 286)  # C(3,3) / C(13,3)
+    assert out.loc["none", "p_value"] == 1.0
+    assert (out["test"] == "fisher").all() and (out["clean_rate"] == 0.0).all()
+    assert out["suspect"].tolist() == [False, False, True, False]  # q = 4/286 for three of three
 
 
 # ----------------------------------------------------------------------------- loaders

@@ -10,6 +10,7 @@ is suspect. Modules, in pipeline order:
 - :mod:`.prompts`: the paper's question prompts, orderings (24 permutations or a 4-rotation Latin square),
   answer parsing;
 - :mod:`.scoring`: logit, black-box and likelihood modes;
-- :mod:`.analysis`: calibration (Algorithm 1), per-document accuracy, binomial test and Benjamini-Hochberg;
+- :mod:`.analysis`: calibration (Algorithm 1), per-document accuracy and verbatim probability, the exact
+  test against the clean documents and Benjamini-Hochberg;
 - :mod:`.runner`: what the workflow's DE-COP rules call.
 """

@@ -96,23 +96,39 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> np.ndarray:
     return out
 
 
-def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float) -> pd.DataFrame:
-    """Exact one-sided binomial test of each document's correct count against ``clean_rate``, then BH.
+def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float,
+                 clean_counts: tuple[int, int] | None = None) -> pd.DataFrame:
+    """A one-sided exact test of each document's correct count against the clean group, then BH.
 
-    H0 for document d: its questions are answered correctly with the clean-group rate
-    (estimated on the held-out calibration documents, never on the documents tested).
-    ``suspect`` = rejected at FDR ``fdr``. Beyond the paper, which thresholds accuracy
-    in-sample. Caveat: the orderings of one passage are not independent trials, so the
-    test is exact for independent questions and optimistic otherwise; the 24 orderings
-    matter less with a Latin square (4 per passage).
+    H0 for document d: its questions are answered correctly at the clean-group rate.
+    ``suspect`` = rejected at FDR ``fdr``. Beyond the paper, which thresholds accuracy in-sample.
+
+    With ``clean_counts`` (correct, questions) of the held-out clean documents the test is
+    Fisher's exact test of d's 2x2 table against the clean one, which accounts for the clean
+    rate being estimated. Fix to a plain binomial test against the estimated rate: with few
+    clean questions the estimate can be 0 (the demo's 4 clean documents, 10 questions, 0
+    right), and then every document with one right answer got p = 1e-9 and was called suspect,
+    non-members included. With many clean questions the two tests agree. Without clean
+    documents, ``clean_rate`` is taken as known (e.g. chance, 0.25) and the test is binomial.
+    Caveat: the orderings of one passage are not independent trials, so the test is exact for
+    independent questions and optimistic otherwise; the 24 orderings matter less with a Latin
+    square (4 per passage).
     """
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest, fisher_exact
 
-    p0 = float(min(max(clean_rate, 1e-9), 1 - 1e-9))
     out = table.copy()
-    out["clean_rate"] = clean_rate
-    out["p_value"] = [binomtest(int(k), int(n), p0, alternative="greater").pvalue if n else 1.0
-                      for k, n in zip(out["n_correct"], out["n_questions"])]
+    if clean_counts is not None:
+        kc, nc = (int(v) for v in clean_counts)
+        out["clean_rate"] = kc / max(1, nc)
+        out["test"] = "fisher"
+        out["p_value"] = [fisher_exact([[int(k), int(n) - int(k)], [kc, nc - kc]], alternative="greater")[1]
+                          if n else 1.0 for k, n in zip(out["n_correct"], out["n_questions"])]
+    else:
+        p0 = float(min(max(clean_rate, 1e-9), 1 - 1e-9))
+        out["clean_rate"] = clean_rate
+        out["test"] = "binomial"
+        out["p_value"] = [binomtest(int(k), int(n), p0, alternative="greater").pvalue if n else 1.0
+                          for k, n in zip(out["n_correct"], out["n_questions"])]
     out["q_value"] = benjamini_hochberg(out["p_value"].to_numpy())
     out["suspect"] = out["q_value"] <= fdr
     return out

@@ -167,8 +167,9 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
         for column, variant in variants:
             table = analysis.document_accuracy(ans, column)
             clean = table[table["role"] == "calibrate"]
-            clean_rate = float(clean["n_correct"].sum() / max(1, clean["n_questions"].sum())) if len(clean) else 0.25
-            evaluated = analysis.suspect_list(table[table["role"] == "evaluate"], clean_rate, fdr)
+            # the held-out clean documents' counts; without any, chance (0.25) as a known rate
+            counts = (int(clean["n_correct"].sum()), int(clean["n_questions"].sum())) if len(clean) else None
+            evaluated = analysis.suspect_list(table[table["role"] == "evaluate"], 0.25, fdr, clean_counts=counts)
             table = pd.concat([evaluated, table[table["role"] == "calibrate"]], ignore_index=True)
             table["score"] = table["accuracy"]
             _add_table(tables, doc_rows, table, method_name(mode, length, lengths, variant), length)
@@ -213,7 +214,7 @@ def run_decop(mode: str, items_path: str | Path, cfg: dict, *, out_answers: str 
               entry: dict | None = None, api_backend=None, passages_per_document: int | None = None,
               progress: Callable[[str], None] = log.info) -> pd.DataFrame:
     """One DE-COP mode on one model: answers, document scores (``score`` = accuracy, higher = member),
-    the per-document table with binomial p-values and the BH suspect list, calibration.
+    the per-document table with exact-test p-values and the BH suspect list, calibration.
 
     ``passages_per_document`` probes only the first passages of each document and length.
     """
