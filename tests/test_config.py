@@ -20,9 +20,11 @@ CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
 def test_shipped_configs_validate_and_get_defaults():
     for name in ("config.yaml", "ci.yaml"):
         cfg = load_config(ROOT / "config" / name)
+        raw = yaml.safe_load((ROOT / "config" / name).read_text())
         assert cfg["stats"]["n_boot_small"] == 10
-        for bench in cfg["benchmarks"].values():
-            assert bench["min_passages"] == 1 and "member_fraction" in bench
+        for key, bench in cfg["benchmarks"].items():  # the default unless set (techdocs asks for 2)
+            assert bench["min_passages"] == raw["benchmarks"][key].get("min_passages", 1)
+            assert "member_fraction" in bench
         for entry in cfg["models"].values():
             assert entry["backend"] == "hf" and entry["max_tokens"] >= 16
 
