@@ -54,8 +54,9 @@ def verbatim_probability(answers: pd.DataFrame, mode: str) -> pd.Series | None:
         return None
     values = answers[list(columns)].to_numpy(dtype=float)
     if mode == "likelihood":
-        values = np.exp(values - values.max(axis=1, keepdims=True))
-        values /= values.sum(axis=1, keepdims=True)
+        from scipy.special import softmax
+
+        values = softmax(values, axis=1)
     return pd.Series(values[np.arange(len(values)), answers["correct"].to_numpy(dtype=int)], index=answers.index)
 
 
@@ -116,19 +117,22 @@ def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float,
     """
     from scipy.stats import binomtest, fisher_exact
 
-    out = table.copy()
     if clean_counts is not None:
         kc, nc = (int(v) for v in clean_counts)
-        out["clean_rate"] = kc / max(1, nc)
-        out["test"] = "fisher"
-        out["p_value"] = [fisher_exact([[int(k), int(n) - int(k)], [kc, nc - kc]], alternative="greater")[1]
-                          if n else 1.0 for k, n in zip(out["n_correct"], out["n_questions"])]
+        rate, test = kc / max(1, nc), "fisher"
+
+        def p_value(k: int, n: int) -> float:
+            return fisher_exact([[k, n - k], [kc, nc - kc]], alternative="greater")[1]
     else:
         p0 = float(min(max(clean_rate, 1e-9), 1 - 1e-9))
-        out["clean_rate"] = clean_rate
-        out["test"] = "binomial"
-        out["p_value"] = [binomtest(int(k), int(n), p0, alternative="greater").pvalue if n else 1.0
-                          for k, n in zip(out["n_correct"], out["n_questions"])]
+        rate, test = clean_rate, "binomial"
+
+        def p_value(k: int, n: int) -> float:
+            return binomtest(k, n, p0, alternative="greater").pvalue
+
+    out = table.copy()
+    out["clean_rate"], out["test"] = rate, test
+    out["p_value"] = [p_value(int(k), int(n)) if n else 1.0 for k, n in zip(out["n_correct"], out["n_questions"])]
     out["q_value"] = benjamini_hochberg(out["p_value"].to_numpy())
     out["suspect"] = out["q_value"] <= fdr
     return out

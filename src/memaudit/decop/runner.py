@@ -176,7 +176,7 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
             if variant == "" and p_verbatim is not None:
                 # Beyond the paper: the mean probability of the verbatim option. Accuracy over a few
                 # passages takes a handful of values (0, 1/3, 2/3, 1 with 3 passages) and throws away
-                # how far the verbatim option is ahead; this score keeps it. No binomial test: the
+                # how far the verbatim option is ahead; this score keeps it. No exact test: the
                 # suspect list belongs to the accuracy variants.
                 prob = table.assign(score=table["doc_id"].map(p_verbatim.groupby(ans["doc_id"]).mean()))
                 prob[["p_value", "q_value", "suspect"]] = np.nan
