@@ -1,12 +1,12 @@
 """Benchmark: DE-COP logit mode, ours vs. the reference implementation's way.
 
 ``ours`` (``ours_seconds``)
-    :func:`memaudit.decop.scoring.logit_probabilities`: all orderings of a passage in one
+    :func:`memaudit.probes.decop.scoring.logit_probabilities`: all orderings of a passage in one
     left-padded batch, one forward pass, only the answer position through the output layer.
 ``baseline`` (``baseline_seconds``)
     the DE-COP reference code's way: one ``generate(max_new_tokens=2, output_scores=True)``
     per prompt, reading the scores of the first generated step
-    (:func:`memaudit.decop.scoring.reference_probabilities`).
+    (:func:`memaudit.probes.decop.scoring.reference_probabilities`).
 
 Both return the four option-letter probabilities (variants "A"/" A" summed, renormalised
 over A-D); ``max_abs_diff`` is their largest difference. The model is the demo's
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def demo_items(n: int, assets_dir: Path) -> list[dict]:
     from memaudit.datasets.sources import load_source
-    from memaudit.decop.construct import passages_of
+    from memaudit.probes.decop.construct import passages_of
 
     items = []
     for doc in load_source("austen", assets_dir):
@@ -71,8 +71,8 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from memaudit.decop.prompts import orderings
-    from memaudit.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.probes.decop.prompts import orderings
+    from memaudit.probes.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.smollm2 import ensure_builtin
 

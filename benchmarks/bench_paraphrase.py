@@ -1,7 +1,7 @@
 """Benchmark: DE-COP paraphrasing with the local model, ours vs. ``generate()``.
 
 ``ours`` (``ours_seconds``)
-    :meth:`memaudit.decop.paraphrase.LocalParaphraser.candidates`: one prefill per passage shared
+    :meth:`memaudit.probes.decop.paraphrase.LocalParaphraser.candidates`: one prefill per passage shared
     by its three samples, and each sample leaves the batch at its end token or once it is as
     long as the passage at a sentence end (:mod:`memaudit.models.sampling`).
 ``baseline`` (``baseline_seconds``)
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def demo_passages(n: int, assets_dir: Path) -> list[str]:
     from memaudit.datasets.sources import load_source
-    from memaudit.decop.construct import passages_of
+    from memaudit.probes.decop.construct import passages_of
 
     out = []
     for doc in load_source("austen", assets_dir):
@@ -53,8 +53,8 @@ def generate_way(model, tok, texts, *, temperature: float, top_k: int, seed: int
     at a time (requests sorted by length, as the previous LocalParaphraser did)."""
     import torch
 
-    from memaudit.decop.paraphrase import clean_candidate, trim_commentary, trim_to_length
-    from memaudit.decop.prompts import PARAPHRASE_PROMPT_SINGLE
+    from memaudit.probes.decop.paraphrase import clean_candidate, trim_commentary, trim_to_length
+    from memaudit.probes.decop.prompts import PARAPHRASE_PROMPT_SINGLE
 
     tok.padding_side = "left"
     requests = sorted((t for t in texts for _ in range(copies)), key=len)
@@ -79,7 +79,7 @@ def generate_way(model, tok, texts, *, temperature: float, top_k: int, seed: int
 
 
 def accept_rate(texts, candidates, encoder) -> float:
-    from memaudit.decop.paraphrase import QCSettings, check_paraphrase
+    from memaudit.probes.decop.paraphrase import QCSettings, check_paraphrase
 
     qc = QCSettings.from_config({"length_ratio": [0.4, 1.6]})
     flat = [(t, c) for t, cs in zip(texts, candidates) for c in cs]
@@ -99,8 +99,8 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from memaudit.decop.paraphrase import LocalParaphraser, MiniLMEncoder
-    from memaudit.decop.prompts import PARAPHRASE_PROMPT_SINGLE
+    from memaudit.probes.decop.paraphrase import LocalParaphraser, MiniLMEncoder
+    from memaudit.probes.decop.prompts import PARAPHRASE_PROMPT_SINGLE
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.smollm2 import ensure_builtin
 

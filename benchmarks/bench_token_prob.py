@@ -8,9 +8,9 @@ Three timings over the same passages, in one run:
     the reference model over the passages -- ``model(input_ids, attention_mask).logits``
     and nothing after it.
 ``ours`` (``ours_seconds``)
-    :func:`memaudit.probes.token_stats.compute_token_stats` for the same three
+    :func:`memaudit.models.token_stats.compute_token_stats` for the same three
     passes (``mu``/``sigma`` only on the first), then every method of
-    :mod:`memaudit.probes.token_prob` scored from those statistics
+    :mod:`memaudit.probes.token_prob.methods` scored from those statistics
     (``build_methods`` + ``score_passages``).
 ``baseline`` (``baseline_seconds``)
     the way the MIMIR / Min-K% / Min-K%++ reference code runs: one passage at a
@@ -29,8 +29,8 @@ understate the speedup). Before each bucket the script waits (``--wait-quiet``
 seconds in all) for other work to leave the CPUs idle; the JSON says how long it
 waited and how many buckets were timed on a busy machine anyway.
 
-The baseline uses the definitions of :mod:`memaudit.probes.token_prob` (context
-token from :func:`~memaudit.probes.token_stats.encode`, ``max(1, int(k*T))``
+The baseline uses the definitions of :mod:`memaudit.probes.token_prob.methods` (context
+token from :func:`~memaudit.models.token_stats.encode`, ``max(1, int(k*T))``
 lowest tokens), so both paths must give the same scores: ``max_abs_diff`` is the
 largest difference over all methods and passages.
 
@@ -58,8 +58,8 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import write_json
-from memaudit.probes.token_prob import ScoringContext, build_methods, score_passages
-from memaudit.probes.token_stats import TokenStats, compute_token_stats, encode, length_buckets
+from memaudit.probes.token_prob.methods import ScoringContext, build_methods, score_passages
+from memaudit.models.token_stats import TokenStats, compute_token_stats, encode, length_buckets
 
 log = logging.getLogger("bench_token_prob")
 
@@ -92,7 +92,7 @@ PASSES = ("original", "lowercase", "reference")
 def load_demo_passages(passages_path: Path, assets_dir: Path, seed: int) -> tuple[pd.DataFrame, str]:
     """The workflow's passages if it has written them, else the demo benchmark built here."""
     if passages_path.exists():
-        from memaudit.probes.runner import load_passages
+        from memaudit.probes.token_prob.runner import load_passages
 
         return load_passages(passages_path), str(passages_path)
     from memaudit.assets import fetch_demo_assets
@@ -322,7 +322,7 @@ class ReferenceWayScorer:
 
     Straightforward per-text code (``model(input_ids).logits``, ``log_softmax``,
     ``gather``), mirroring MIMIR's attacks and the Min-K% / Min-K%++ scripts,
-    with the definitions of :mod:`memaudit.probes.token_prob`.
+    with the definitions of :mod:`memaudit.probes.token_prob.methods`.
     """
 
     def __init__(self, target, reference, *, max_tokens: int | None, way: str = "per-family"):

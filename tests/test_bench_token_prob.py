@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memaudit.probes.token_prob import build_methods
+from memaudit.probes.token_prob.methods import build_methods
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memaudit.decop import analysis
-from memaudit.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
-from memaudit.decop.loaders import load_bookmia, load_tection_csv
-from memaudit.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate, trim_commentary
-from memaudit.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,
+from memaudit.probes.decop import analysis
+from memaudit.probes.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
+from memaudit.datasets.published import load_bookmia, load_tection_csv
+from memaudit.probes.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate, trim_commentary
+from memaudit.probes.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,
                                     parse_answer, parse_paraphrases, question, user_prompt)
 from memaudit.errors import InputError
 
@@ -116,7 +116,7 @@ def test_document_accuracy_counts_invalid_answers_as_wrong():
 def test_likelihood_mode_scores_accuracy_and_the_verbatim_probability_by_hand():
     """decop-likelihood-prob: softmax of the four mean token log-likelihoods, at the verbatim option,
     averaged over a document's passages; decop-likelihood: the argmax's accuracy."""
-    from memaudit.decop.runner import _evaluate
+    from memaudit.probes.decop.runner import _evaluate
 
     ln = np.log
     rows = [  # doc, label, role, passage, correct, ll_A..ll_D
@@ -289,7 +289,7 @@ def test_calibration_documents_are_clean_and_disjoint_from_evaluated():
 
 
 def test_a_mode_can_probe_only_the_first_passages_of_each_document_and_length():
-    from memaudit.decop.runner import first_passages
+    from memaudit.probes.decop.runner import first_passages
 
     items = [{"item_id": f"{d}#L{n}p{k}", "doc_id": d, "meta": {"length_tokens": n}}
              for d in ("a", "b") for n in (64, 128) for k in range(3)]
@@ -322,7 +322,7 @@ def test_quality_control_reasons():
 
 @pytest.fixture(scope="module")
 def encoder():
-    from memaudit.decop.paraphrase import MiniLMEncoder
+    from memaudit.probes.decop.paraphrase import MiniLMEncoder
 
     return MiniLMEncoder()
 
@@ -359,7 +359,7 @@ def test_paraphrases_from_an_api_model_with_the_paper_prompt_are_checked_and_ask
     from memaudit.backends.openai_backend import OpenAIBackend
     from memaudit.backends.retry import RetryPolicy
     from memaudit.backends.server import ChatServer, ScriptedResponder
-    from memaudit.decop.paraphrase import BackendParaphraser, paraphrase_with_qc
+    from memaudit.probes.decop.paraphrase import BackendParaphraser, paraphrase_with_qc
 
     orig = "The committee postponed the vote on the new budget until next week because members wanted more time."
     good = ["The vote on the new budget was delayed by the committee to next week, as members asked for more time.",
@@ -385,7 +385,7 @@ def test_paraphrases_from_an_api_model_with_the_paper_prompt_are_checked_and_ask
 
 
 def test_a_retry_asks_only_for_the_paraphrases_still_missing(encoder):
-    from memaudit.decop.paraphrase import paraphrase_with_qc
+    from memaudit.probes.decop.paraphrase import paraphrase_with_qc
 
     orig = "The committee postponed the vote on the new budget until next week because members wanted more time."
     good = ["The vote on the new budget was delayed by the committee to next week, as members asked for more time.",
@@ -406,7 +406,7 @@ def test_a_retry_asks_only_for_the_paraphrases_still_missing(encoder):
 
 
 def test_local_paraphrases_are_trimmed_to_the_passage_length_at_sentence_ends():
-    from memaudit.decop.paraphrase import trim_to_length
+    from memaudit.probes.decop.paraphrase import trim_to_length
 
     original = " ".join(f"w{i}" for i in range(20)) + "."
     long = ("A b c d e f g h i j. K l m n o p q r s. T u v w x y z aa bb cc. "

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from memaudit.backends.server import ChatReply, ChatServer, ScriptedResponder
-from memaudit.decop.prompts import LETTERS, orderings
+from memaudit.probes.decop.prompts import LETTERS, orderings
 
 ITEM = {"item_id": "emma#p0", "passage_id": "emma#p0", "doc_id": "emma", "label": 1, "answer": 0,
         "options": ["Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.",
@@ -39,7 +39,7 @@ def long_tiny_model(tiny_model_dir):
 
 
 def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_model, tiny_model):
-    from memaudit.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.probes.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
 
     model, tok = long_tiny_model
     short = {**ITEM, "options": [o[:40] for o in ITEM["options"]]}
@@ -57,7 +57,7 @@ def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_mode
 
 
 def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
-    from memaudit.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.probes.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.smollm2 import ensure_builtin
 
@@ -74,7 +74,7 @@ def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
 
 
 def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_asked():
-    from memaudit.decop.paraphrase import LocalParaphraser
+    from memaudit.probes.decop.paraphrase import LocalParaphraser
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.smollm2 import ensure_builtin
 
@@ -97,7 +97,7 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
 
 def test_likelihood_mode_picks_the_highest_mean_log_likelihood(tiny_model):
     from memaudit.backends.hf import HFBackend
-    from memaudit.decop.scoring import score_likelihood
+    from memaudit.probes.decop.scoring import score_likelihood
 
     model, tok = tiny_model
     backend = HFBackend({}, model=model, tokenizer=tok)
@@ -128,7 +128,7 @@ class QuizResponder(ScriptedResponder):
 def test_blackbox_mode_through_the_openai_sdk_counts_refusals_and_invalid_answers(tmp_path, monkeypatch):
     from memaudit.backends.openai_backend import OpenAIBackend
     from memaudit.backends.retry import RetryPolicy
-    from memaudit.decop.scoring import score_blackbox
+    from memaudit.probes.decop.scoring import score_blackbox
 
     monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop")
     with ChatServer(QuizResponder(ITEM["options"][0])) as server:
@@ -147,7 +147,7 @@ def test_blackbox_mode_through_the_openai_sdk_counts_refusals_and_invalid_answer
 
 def _logit_run(model_and_tok, items, tmp_path):
     """``run_decop("logit", ...)`` on ``items`` with the model saved under ``tmp_path``: (documents, output paths)."""
-    from memaudit.decop.runner import run_decop
+    from memaudit.probes.decop.runner import run_decop
     from memaudit.io import write_json, write_jsonl
 
     write_jsonl(tmp_path / "items.jsonl", items)

@@ -11,8 +11,8 @@ import yaml
 
 from api_server import ChatReply, ChatServer, ScriptedResponder, refusal_text
 from memaudit.config import validate_config
-from memaudit.decop.loaders import published_benchmark
-from memaudit.decop.runner import published_items_for_run
+from memaudit.datasets.published import published_benchmark
+from memaudit.probes.decop.runner import published_items_for_run
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_jsonl
 

@@ -215,4 +215,4 @@ def test_code_version_is_read_without_importing(module, name):
 
 def test_code_version_of_a_missing_constant_is_an_error():
     with pytest.raises(LookupError, match="assigns no top-level NO_SUCH_VERSION"):
-        code_version("memaudit.probes.token_prob", "NO_SUCH_VERSION")
+        code_version("memaudit.probes.token_prob.methods", "NO_SUCH_VERSION")

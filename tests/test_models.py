@@ -15,7 +15,7 @@ from memaudit.errors import ConfigError, InputError
 from memaudit.models.finetune import epoch_order, finetune, member_chunks
 from memaudit.models.loading import clamp_tokens, load_causal_lm
 from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
-from memaudit.probes.token_stats import compute_token_stats
+from memaudit.models.token_stats import compute_token_stats
 
 from conftest import TINY_TEXTS
 

@@ -12,8 +12,8 @@ from memaudit.cli import main
 from memaudit.datasets.build import build_benchmark, member_texts
 from memaudit.errors import InputError
 from memaudit.io import atomic_path, read_jsonl, write_jsonl
-from memaudit.probes.runner import run_token_prob_scores, run_token_stats
-from memaudit.probes.token_stats import load_many
+from memaudit.probes.token_prob.runner import run_token_prob_scores, run_token_stats
+from memaudit.models.token_stats import load_many
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "resources" / "demo"

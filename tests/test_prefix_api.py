@@ -19,7 +19,7 @@ from api_server import ScriptedResponder, ChatServer, refusal_text
 from memaudit.datasets.prefix import prefix_items
 from memaudit.datasets.types import Passage
 from memaudit.errors import InputError
-from memaudit.probes.prefix import INSTRUCTION, lcs_length, longest_common_run, score_continuation, words
+from memaudit.probes.prefix.runner import INSTRUCTION, lcs_length, longest_common_run, score_continuation, words
 from workflow_helpers import make_workdir, snakemake
 
 
@@ -177,7 +177,7 @@ def test_api_models_through_the_workflow(tmp_path, monkeypatch):
 def test_local_model_continues_the_bare_prefix(tiny_model, tiny_model_dir, tmp_path):
     from memaudit.backends.base import GenerationParams
     from memaudit.backends.hf import HFBackend
-    from memaudit.probes.prefix import run_prefix_probe
+    from memaudit.probes.prefix.runner import run_prefix_probe
 
     model, tok = tiny_model
     backend = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok)

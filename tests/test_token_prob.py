@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memaudit.probes.token_prob import (Loss, Lowercase, MinK, MinKPlusPlus, Reference, ScoringContext,
+from memaudit.probes.token_prob.methods import (Loss, Lowercase, MinK, MinKPlusPlus, Reference, ScoringContext,
                                         Zlib, aggregate_documents, build_methods, k_lowest_mean, score_passages)
-from memaudit.probes.token_stats import TokenStats, compute_token_stats, encode, length_buckets
+from memaudit.models.token_stats import TokenStats, compute_token_stats, encode, length_buckets
 
 
 def stats_of(rows):

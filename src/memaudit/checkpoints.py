@@ -15,7 +15,7 @@ Two kinds:
   the data order with the position in it, written atomically every N steps, at
   each epoch end and when SIGTERM/SIGINT arrives (:class:`GracefulStop`), so the
   resumed run takes the very same steps an uninterrupted one would.
-- shard files for probing (see :func:`memaudit.probes.runner.run_token_stats`).
+- shard files for probing (see :func:`memaudit.probes.token_prob.runner.run_token_stats`).
 """
 
 from __future__ import annotations

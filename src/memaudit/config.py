@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -46,10 +46,13 @@ def key_path(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def validate_config(config: dict, schema: dict | None = None) -> dict:
+def validate_config(config: dict, schema: dict | None = None, *,
+                    checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
     """Validate ``config`` against the schema, fill defaults, run cross-key checks.
 
-    Returns a new, completed config. Raises :class:`ConfigError` naming every bad key.
+    ``checks`` add problems this module cannot see (which probe a backend serves, API
+    settings): :func:`memaudit.jobs.validate_config` passes them. Returns a new, completed
+    config. Raises :class:`ConfigError` naming every bad key.
     """
     config = copy.deepcopy(config)
     validator = _validator_with_defaults(schema or load_schema())
@@ -60,16 +63,11 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     if errors:
         lines = [f"config key {key_path(e.absolute_path)}: {e.message}" for e in errors[:10]]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
-    return check_config(config)
+    return check_config(config, checks=checks)
 
 
-def has_published_items(bench: dict) -> bool:
-    """Whether a benchmark's DE-COP questions come ready-made (BookTection/arXivTection)."""
-    return (bench.get("published") or {}).get("format") in ("booktection", "arxivtection")
-
-
-def check_config(config: dict) -> dict:
-    """Checks across entries: references between models, benchmarks and sources."""
+def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
+    """Checks across entries: references between models, benchmarks and sources, plus ``checks``."""
     problems: list[str] = []
     benchmarks = config["benchmarks"]
     models = config["models"]
@@ -122,12 +120,8 @@ def check_config(config: dict) -> dict:
                 for i, b in enumerate(entry["finetune"]["members_of"]):
                     if b not in benchmarks:
                         problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
-    from memaudit.probes.registry import check_capabilities
-
-    from memaudit.backends.config_checks import check_api_models
-
-    problems.extend(check_capabilities(config))
-    problems.extend(check_api_models(config))
+    for check in checks:
+        problems.extend(check(config))
     tp = config.get("probes", {}).get("token_prob", {})
     for i, ref in enumerate(tp.get("reference_models", [])):
         if ref not in models:
@@ -137,7 +131,7 @@ def check_config(config: dict) -> dict:
     return config
 
 
-def load_config(path: str | Path) -> dict:
+def load_config(path: str | Path, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -148,7 +142,7 @@ def load_config(path: str | Path) -> dict:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     try:
-        return validate_config(raw)
+        return validate_config(raw, checks=checks)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 

@@ -3,8 +3,9 @@
 Snakemake reruns a job when its ``script:`` file changes, but not when package
 code that the script imports changes, so a fix to a score definition would
 otherwise leave every finished score stale. The modules whose code decides
-result values carry an integer constant (``SCORING_VERSION`` in
-:mod:`memaudit.probes.token_prob`, ...); the rules pass it as ``params:
+result values carry an integer constant (``DATASET_VERSION`` in
+:mod:`memaudit.datasets.build`, ``STATS_VERSION`` in :mod:`memaudit.stats.metrics`; a probe
+family's version lives in its registry entry, :mod:`memaudit.probes.registry`); the rules pass it as ``params:
 code_version``, so bumping it reruns exactly that rule's jobs and what depends
 on them. Bump it with every change that alters numbers, not with refactors.
 
@@ -22,7 +23,6 @@ from pathlib import Path
 # What each version constant covers: (module, constant) -> the rules whose params carry it.
 VERSIONED = {
     ("memaudit.datasets.build", "DATASET_VERSION"): ("benchmark_dataset", "pretrain_pool"),
-    ("memaudit.probes.token_prob", "SCORING_VERSION"): ("token_prob_scores",),
     ("memaudit.stats.metrics", "STATS_VERSION"): ("metrics", "blind_baseline"),
 }
 

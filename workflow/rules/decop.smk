@@ -1,25 +1,36 @@
-# DE-COP (memaudit.decop): multiple-choice items once per benchmark, one probe job per (model, mode).
+# DE-COP (memaudit.probes.decop): multiple-choice items once per benchmark, one probe job per (model, mode).
+from memaudit.probes.decop import plan as decop_plan
+
+
+def decop_paraphrases(wildcards):
+    """Whether the benchmark's questions are built here (a published one comes ready-made: no paraphraser)."""
+    return decop_plan.needs_paraphraser(config, wildcards.benchmark)
+
+
+register_outputs(decop_plan.outputs(config))
 
 
 rule decop_items:
     input:
-        unpack(decop_paraphraser_input),
+        unpack(role_input("decop", "paraphraser", needed=decop_paraphrases)),
+        unpack(published_file),
         documents="results/datasets/{benchmark}/documents.jsonl",
     output:
         mcq="results/datasets/{benchmark}/decop_items.jsonl",
         qc="results/datasets/{benchmark}/decop_qc.csv",
     params:
-        decop=canonical(DECOP),
-        paraphraser=lambda wc: None if has_published_items(config["benchmarks"][wc.benchmark]) else DECOP_PARAPHRASER,
+        decop=probe_settings("decop"),
+        paraphraser=lambda wc: role_model(config, "decop", "paraphraser") if decop_paraphrases(wc) else None,
         published=lambda wc: canonical(config["benchmarks"][wc.benchmark].get("published")),
         seed=config["seed"],
-    # a local paraphraser decodes on one thread (memaudit.decop.paraphrase); an API one waits
+        code_version=family_version("decop"),
+    # a local paraphraser decodes on one thread (memaudit.probes.decop.paraphrase); an API one waits
     threads: 1
     resources:
         mem_mb=4000,
-        api_openai=decop_paraphraser_slots("openai"),
-        api_anthropic=decop_paraphraser_slots("anthropic"),
-        gpu=decop_paraphraser_gpus,
+        api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_paraphrases),
+        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_paraphrases),
+        gpu=role_gpus("decop", "paraphraser", needed=decop_paraphrases),
     log:
         "logs/decop_items/{benchmark}.log",
     benchmark:
@@ -32,7 +43,7 @@ rule decop_items:
 
 rule decop_probe:
     input:
-        unpack(decop_model_input),
+        unpack(local_model_dir),
         mcq=rules.decop_items.output.mcq,
     output:
         answers="results/scores/{benchmark}/{model}/decop_{mode}_answers.csv",
@@ -40,18 +51,20 @@ rule decop_probe:
         table="results/scores/{benchmark}/{model}/decop_{mode}_table.csv",
         calibration="results/scores/{benchmark}/{model}/decop_{mode}_calibration.json",
     wildcard_constraints:
-        mode="logit|blackbox|likelihood",
+        mode=mode_constraint("decop"),
     params:
-        decop=canonical(DECOP),
+        family="decop",
+        decop=probe_settings("decop"),
         entry=model_entry,
-        passages_per_document=lambda wc: config["probes"][f"decop_{wc.mode}"].get("passages_per_document"),
+        mode_settings=lambda wc: probe_settings(f"decop_{wc.mode}"),
+        code_version=family_version("decop"),
     # logit prompts are long (four passages); likelihood and black-box jobs are light or wait on an API
     threads: lambda wc: job_threads(2 if wc.mode == "logit" else 1)
     resources:
         mem_mb=4000,
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
-        gpu=probe_gpu_slots,
+        gpu=gpu_slots,
     log:
         "logs/decop_probe/{benchmark}/{model}/{mode}.log",
     benchmark:
@@ -59,12 +72,12 @@ rule decop_probe:
     conda:
         "../../envs/memaudit.yaml"
     script:
-        "../scripts/decop_probe.py"
+        "../scripts/probe.py"
 
 
 rule decop_figures:
     input:
-        unpack(decop_figure_inputs),
+        unpack(lambda wc: decop_plan.figure_inputs(config, wc.benchmark)),
     output:
         summary=report(
             "results/summary/decop_{benchmark}.csv",

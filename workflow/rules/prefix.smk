@@ -1,5 +1,5 @@
-# Prefix probing: black-box, so it runs on API models too. Jobs that send requests
-# claim the global resources api_openai / api_anthropic (their model's concurrency).
+# Prefix probing (memaudit.probes.prefix): black-box, so it runs on API models too. Jobs that send
+# requests claim the global resources api_openai / api_anthropic (their model's concurrency).
 
 
 rule prefix_dataset:
@@ -8,8 +8,8 @@ rule prefix_dataset:
     output:
         pairs="results/datasets/{benchmark}/prefix_continuation.jsonl",
     params:
-        prefix_words=PREFIX.get("prefix_words"),
-        continuation_words=PREFIX.get("continuation_words"),
+        prefix_words=config["probes"].get("prefix", {}).get("prefix_words"),
+        continuation_words=config["probes"].get("prefix", {}).get("continuation_words"),
     log:
         "logs/prefix_dataset/{benchmark}.log",
     conda:
@@ -27,10 +27,12 @@ rule prefix_probe:
         documents="results/scores/{benchmark}/{model}/prefix_documents.csv",
         outcomes="results/scores/{benchmark}/{model}/prefix_outcomes.json",
     params:
+        family="prefix",
         entry=model_entry,
-        prefix=probe_settings(PREFIX),
+        prefix=probe_settings("prefix"),
+        code_version=family_version("prefix"),
     resources:
-        gpu=probe_gpu_slots,
+        gpu=gpu_slots,
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
     log:
@@ -38,34 +40,4 @@ rule prefix_probe:
     conda:
         "../../envs/memaudit.yaml"
     script:
-        "../scripts/prefix_probe.py"
-
-
-rule api_ledger:
-    input:
-        api_probe_outputs(),
-    output:
-        ledger="results/api/ledger.csv",
-    params:
-        cache=API_CACHE,
-    log:
-        "logs/api_ledger.log",
-    conda:
-        "../../envs/memaudit.yaml"
-    script:
-        "../scripts/api_ledger.py"
-
-
-rule api_estimate:
-    """What the configured API work will cost, before any request: `snakemake results/api/estimate.txt`."""
-    input:
-        planned_inputs(config),
-    output:
-        text="results/api/estimate.txt",
-        plan="results/api/plan.jsonl",
-    log:
-        "logs/api_estimate.log",
-    conda:
-        "../../envs/memaudit.yaml"
-    script:
-        "../scripts/api_estimate.py"
+        "../scripts/probe.py"

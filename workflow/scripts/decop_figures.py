@@ -1,4 +1,4 @@
-from memaudit.decop.figures import make_decop_figures
+from memaudit.probes.decop.figures import make_decop_figures
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")

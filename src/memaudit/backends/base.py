@@ -101,6 +101,11 @@ class Backend(abc.ABC):
         raise ConfigError(f"{type(self).__name__} cannot serve {TOKEN_LOGPROBS}")
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], **kwargs):
+        """``{option: log p(option's first token | prompt)}`` per prompt (variants summed).
+
+        Keywords every backend takes: ``params`` (:class:`GenerationParams`: system prompt,
+        chat template) and ``batch_size`` (how many prompts a local backend runs at once).
+        """
         raise ConfigError(f"{type(self).__name__} cannot serve {OPTION_LOGPROBS}")
 
     def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[Generation]:
@@ -120,6 +125,11 @@ _REGISTRY: dict[str, tuple[str, str, frozenset[str]]] = {
 }
 
 API_BACKENDS = ("openai", "anthropic")
+
+
+def is_api_model(entry: dict) -> bool:
+    """Whether a configured model is served by an API (no local weights, no prepared model directory)."""
+    return entry.get("backend", "hf") in API_BACKENDS
 
 
 def backend_capabilities(name: str) -> frozenset[str]:

@@ -11,7 +11,7 @@ from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS, B
 class HFBackend(Backend):
     capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE})
 
-    def __init__(self, load_spec: dict, *, dtype: str = "float32", device: str = "auto",
+    def __init__(self, load_spec: dict, *, name: str | None = None, dtype: str = "float32", device: str = "auto",
                  batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None):
         if model is None:
             from memaudit.models.loading import load_causal_lm
@@ -19,6 +19,7 @@ class HFBackend(Backend):
             model, tokenizer = load_causal_lm(load_spec, dtype=dtype, device=device)
         self.model, self.tokenizer = model, tokenizer
         self.load_spec = load_spec
+        self.name = name  # the model's name in the config (the `model` column of score tables)
         self.batch_size = batch_size
         from memaudit.models.loading import clamp_tokens
 
@@ -31,7 +32,7 @@ class HFBackend(Backend):
         return {"backend": "hf", "load": self.load_spec, "n_params": count_parameters(self.model)}
 
     def token_stats(self, texts: Sequence[str], *, with_distribution: bool = True, progress=None):
-        from memaudit.probes.token_stats import compute_token_stats
+        from memaudit.models.token_stats import compute_token_stats
 
         return compute_token_stats(self.model, self.tokenizer, texts, batch_size=self.batch_size,
                                    max_tokens=self.max_tokens, with_distribution=with_distribution,
@@ -52,27 +53,35 @@ class HFBackend(Backend):
         return "\n\n".join(m["content"] for m in messages)
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
-                        params: GenerationParams = GenerationParams()) -> list[dict[str, float]]:
+                        params: GenerationParams = GenerationParams(), batch_size: int | None = None,
+                        share_prefix: bool = True) -> list[dict[str, float]]:
         """log p(option's first token | rendered prompt), read at the answer position by teacher forcing.
 
-        Each option string may list variants (e.g. ``"A"`` and ``" A"``); their
-        probabilities are summed, since a tokenizer may emit either.
+        Each option string counts with its variants (``"A"`` and ``" A"``,
+        :func:`~memaudit.backends.base.option_variants`); their probabilities are summed,
+        since a tokenizer may emit either. Prompts are rendered as :meth:`generate` renders
+        them (system prompt, chat template) and batched ``batch_size`` at a time (default:
+        the backend's) with their shared prefix computed once
+        (:func:`memaudit.models.forward.next_token_logprobs`).
         """
         import torch
 
-        out = []
-        with torch.inference_mode():
-            for prompt, opts in zip(prompts, options):
-                text = self._render(prompt, params)
-                ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-                logits = self.model(input_ids=ids.to(self.model.device)).logits[0, -1].float()
-                logp = torch.log_softmax(logits, -1)
-                row = {}
-                for opt in opts:
-                    variants = set(option_variants(opt))
-                    tids = {self.tokenizer(v, add_special_tokens=False)["input_ids"][0] for v in variants}
-                    row[opt] = float(torch.logsumexp(logp[list(tids)], 0))
-                out.append(row)
+        from memaudit.models.forward import next_token_logprobs
+
+        if len(prompts) != len(options):
+            raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
+        tok = self.tokenizer
+        encoded = [tok(self._render(p, params), add_special_tokens=False)["input_ids"] for p in prompts]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        variant_ids: dict[str, list[int]] = {}
+        for opt in {o for opts in options for o in opts}:
+            variant_ids[opt] = sorted({tok(v, add_special_tokens=False)["input_ids"][0] for v in option_variants(opt)})
+        out: list[dict[str, float]] = []
+        for logp in next_token_logprobs(self.model, encoded, pad_id=pad, batch_size=batch_size or self.batch_size,
+                                        share_prefix=share_prefix):
+            for row in logp:
+                opts = options[len(out)]
+                out.append({o: float(torch.logsumexp(row[variant_ids[o]], 0)) for o in opts})
         return out
 
     def generate(self, prompts: Sequence[str], params: GenerationParams, *,

@@ -257,7 +257,7 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
     """``memaudit estimate-cost``: what a planned set of API requests will cost, before sending any."""
     import argparse
 
-    from memaudit.config import load_config
+    from memaudit.jobs import load_config
     from memaudit.io import read_jsonl, write_json
 
     p = argparse.ArgumentParser(

@@ -141,8 +141,12 @@ class OpenAIBackend(APIBackend):
         return out
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
-                        params: GenerationParams = GenerationParams()) -> list[dict[str, float]]:
+                        params: GenerationParams = GenerationParams(),
+                        batch_size: int | None = None) -> list[dict[str, float]]:
         """``{option: log-probability}`` per prompt, ``nan`` for an option outside the top list.
+
+        ``batch_size`` is a local backend's hint and means nothing here: requests run at the
+        model's ``api.concurrency``.
 
         Same shape as :meth:`memaudit.backends.hf.HFBackend.option_logprobs`
         (variants ``"A"``/``" A"`` summed); use :meth:`option_scores` for what is missing and why.

@@ -18,7 +18,7 @@ from memaudit.io import read_jsonl, write_jsonl
 
 # probe -> (module, planner, dataset file under results/datasets/<benchmark>/)
 PLANNERS = {
-    "prefix": ("memaudit.probes.prefix", "plan_records", "prefix_continuation.jsonl"),
+    "prefix": ("memaudit.probes.prefix.runner", "plan_records", "prefix_continuation.jsonl"),
 }
 
 

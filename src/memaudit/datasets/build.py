@@ -38,7 +38,7 @@ def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dic
 def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int) -> tuple[list[Document], list[Passage]]:
     """Documents (with ``meta['label']``) and their passages for one benchmark."""
     if "published" in cfg:
-        from memaudit.decop.loaders import published_benchmark
+        from memaudit.datasets.published import published_benchmark
 
         return published_benchmark(name, cfg["published"])
     docs = load_documents(cfg["sources"], assets_dir, cfg.get("source_options"))

@@ -349,7 +349,7 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
 
 def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
     """Accuracy by the position (A-D) of the verbatim option, per model and group (selection bias)."""
-    from memaudit.decop.analysis import accuracy_by_position
+    from memaudit.probes.decop.analysis import accuracy_by_position
 
     with _rc():
         fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
@@ -373,7 +373,7 @@ def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix
 def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dict[str, dict], out_prefix,
                                    title: str) -> list[Path]:
     """Mean P(A-D) on the clean calibration documents before and after adding Δ (Appendix E, Figure 9)."""
-    from memaudit.decop.analysis import PROB_COLUMNS
+    from memaudit.probes.decop.analysis import PROB_COLUMNS
 
     with _rc():
         fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)

@@ -2,7 +2,7 @@
 
 LoRA (``peft``) stores just the adapter; ``full`` stores the whole model (used
 for the tiny models). Each member document is tokenised exactly as the probes
-tokenise it (see :func:`memaudit.probes.token_stats.encode`), split into chunks
+tokenise it (see :func:`memaudit.models.token_stats.encode`), split into chunks
 of ``max_length`` tokens, and repeated ``duplication`` times per epoch -- the
 knob that sets how strongly the members are memorised.
 """
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    from memaudit.probes.token_stats import encode
+    from memaudit.models.token_stats import encode
 
     chunks = []
     for text in texts:

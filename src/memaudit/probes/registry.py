@@ -1,52 +1,143 @@
-"""Probes by name: what each reads and which backend capabilities it needs.
+"""Probe families: one declaration each, everything else derived from it.
 
-A probe reads one record type from ``results/datasets/<benchmark>/`` and writes
-per-document scores to ``results/scores/<benchmark>/<model>/<probe>_documents.csv``
-(columns doc_id, label, method, score), which the statistics stage consumes for
-every probe alike. Adding a probe is a module, an entry here and a rule file.
+A *family* (token_prob, prefix, decop, ...) is one package under ``memaudit.probes``
+and one :class:`ProbeFamily` entry in :data:`FAMILIES`. Each of its *modes* is one
+*probe*: the config block ``probes.<probe>`` turns it on, and its jobs write
+``results/scores/<benchmark>/<model>/<probe>_documents.csv`` (columns
+``doc_id, label, method, score, model, dtype``; higher = member), which the
+statistics, figures and report read for every probe alike. A single-mode family
+has one mode named ``""`` and its probe is the family's name; DE-COP's probes are
+``decop_logit``, ``decop_blackbox`` and ``decop_likelihood``, with the settings they
+share under ``probes.decop``.
+
+The declaration says what the family reads, which backend capabilities each mode
+needs, where its job runner and API request planner live (``"module:function"``,
+imported only when called, as lm-evaluation-harness maps model names to classes:
+``import memaudit.probes.registry`` imports no torch, no SDK), which auxiliary
+models it uses by role, and its code version.
+
+Code versions. ``version`` is part of every job's params (``family_version`` in the
+rules), so bumping it reruns that family's jobs and nothing else. It is bumped by
+hand; ``fingerprint`` is a hash of the family's code -- the syntax tree, docstrings
+and comments stripped, of every memaudit module its package imports, directly or
+not (:func:`code_fingerprint`) -- and ``tests/test_code_versions.py`` fails when the
+code changed and the fingerprint did not follow. A change that alters numbers bumps
+``version`` and records the new fingerprint (``memaudit code-versions --record``
+prints it); a refactor records the fingerprint only. Why not derive the version from
+the source? A pure refactor or a comment fix would then rerun days of GPU or paid API
+work, and people learn to ignore a signal that fires on every edit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+import hashlib
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
 
-from memaudit.backends.base import (API_BACKENDS, GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS, check_probe_support,
-                                    model_capabilities)
+from memaudit.backends.base import GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS
+
+
+@dataclass(frozen=True)
+class ProbeFamily:
+    """One probe family's declaration (see the module docstring)."""
+
+    name: str
+    reads: str  # the record file under results/datasets/<benchmark>/ its probe jobs read
+    modes: Mapping[str, frozenset[str]]  # mode -> backend capabilities it needs ("" = the only mode)
+    runner: str  # "module:function" taking a memaudit.probes.job.ProbeJob
+    version: int
+    fingerprint: str
+    planner: str | None = None  # "module:function"(config, model, records) -> planned API requests
+    roles: Mapping[str, str] = field(default_factory=dict)  # role -> dotted key under `probes` naming its model
+    description: str = ""
+
+    def probe(self, mode: str) -> str:
+        """The probe (config block, score file stem) of one mode."""
+        return f"{self.name}_{mode}" if mode else self.name
+
+    @property
+    def probes(self) -> list[str]:
+        return [self.probe(m) for m in self.modes]
+
+    @property
+    def package(self) -> str:
+        return f"memaudit.probes.{self.name}"
+
+
+FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
+    ProbeFamily(
+        "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="06d1b5b1ea5bcfd8",
+        description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
+                    "log-probabilities",
+    ),
+    ProbeFamily(
+        "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
+        runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
+        version=1, fingerprint="6de0fd3e3c2ad2ca",
+        description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
+    ),
+    ProbeFamily(
+        "decop", reads="decop_items.jsonl",
+        modes={
+            # open models: teacher-forced option-letter probabilities, with and without calibration
+            "logit": frozenset({OPTION_LOGPROBS}),
+            # text-only models: the answer letter parsed from the reply
+            "blackbox": frozenset({GENERATE}),
+            # base models: the option with the highest length-normalised log-likelihood
+            "likelihood": frozenset({TOKEN_LOGPROBS}),
+        },
+        runner="memaudit.probes.decop.runner:run_job", version=2, fingerprint="3fb4ee5b3ac0a8e1",
+        roles={"paraphraser": "decop.paraphrase.model"},
+        description="DE-COP: pick the verbatim passage among three paraphrases",
+    ),
+)}
 
 
 @dataclass(frozen=True)
 class ProbeSpec:
+    """One probe (a family's mode) as the planning code sees it."""
+
     name: str
+    family: str
+    mode: str
     needs: frozenset[str]
-    reads: str  # record type: passages, multiple_choice, prefix_continuation, cloze, knockoffs
-    description: str
+    reads: str
 
 
 PROBES: dict[str, ProbeSpec] = {
-    "token_prob": ProbeSpec(
-        "token_prob", frozenset({TOKEN_LOGPROBS}), "passages",
-        "loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token log-probabilities",
-    ),
-    "prefix": ProbeSpec(
-        "prefix", frozenset({GENERATE}), "prefix_continuation",
-        "prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
-    ),
-    # DE-COP (memaudit.decop): one entry per mode, each with its own models list; shared
-    # settings (lengths, orderings, paraphrasing, calibration) live in probes.decop.
-    "decop_logit": ProbeSpec(
-        "decop_logit", frozenset({OPTION_LOGPROBS}), "multiple_choice",
-        "DE-COP, open models: teacher-forced option-letter probabilities, with and without calibration",
-    ),
-    "decop_blackbox": ProbeSpec(
-        "decop_blackbox", frozenset({GENERATE}), "multiple_choice",
-        "DE-COP, text-only models: the answer letter parsed from the reply",
-    ),
-    "decop_likelihood": ProbeSpec(
-        "decop_likelihood", frozenset({TOKEN_LOGPROBS}), "multiple_choice",
-        "DE-COP, base models: the option with the highest length-normalised log-likelihood",
-    ),
+    fam.probe(mode): ProbeSpec(fam.probe(mode), fam.name, mode, needs, fam.reads)
+    for fam in FAMILIES.values() for mode, needs in fam.modes.items()
 }
 
+
+def family_of(probe: str) -> ProbeFamily:
+    return FAMILIES[PROBES[probe].family]
+
+
+def load_callable(ref: str) -> Callable:
+    """The function a ``"module:function"`` reference names, imported now."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def runner_of(family: str) -> Callable:
+    return load_callable(FAMILIES[family].runner)
+
+
+def family_version(family: str) -> int:
+    return FAMILIES[family].version
+
+
+def modes_of(family: str) -> list[str]:
+    return list(FAMILIES[family].modes)
+
+
+# ----------------------------------------------------------------------------- which probe runs where
 
 def enabled_probes(config: dict) -> list[str]:
     return [name for name in PROBES if name in config.get("probes", {})]
@@ -54,6 +145,8 @@ def enabled_probes(config: dict) -> list[str]:
 
 def probe_runs_on(probe: str, entry: dict) -> bool:
     """Whether a model entry can serve a probe (white-box probes skip black-box API models)."""
+    from memaudit.backends.base import model_capabilities
+
     return PROBES[probe].needs <= model_capabilities(entry)
 
 
@@ -76,26 +169,144 @@ def probes_for_model(config: dict, model: str, benchmark: str | None = None) -> 
 
 
 def check_capabilities(config: dict) -> list[str]:
-    """Problems (dotted key: message) for probes configured on models that cannot serve them."""
-    from memaudit.errors import ConfigError
+    """Problems (dotted key: message) for probes configured on models that cannot serve them.
+
+    A model a probe's ``models`` list names must serve it (an OpenAI-compatible endpoint
+    configured with ``api.logprobs: false`` cannot serve ``decop_logit``); a probe without
+    a list simply skips the models that cannot.
+    """
+    from memaudit.backends.base import model_capabilities
 
     problems = []
     for probe in enabled_probes(config):
         for i, model in enumerate(config["probes"][probe].get("models") or []):
             if model not in config["models"]:
                 problems.append(f"probes.{probe}.models.{i}: unknown model {model!r}")
+                continue
+            entry = config["models"][model]
+            missing = PROBES[probe].needs - model_capabilities(entry)
+            if missing:
+                problems.append(
+                    f"probes.{probe}.models.{i}: probe {probe!r} needs {', '.join(sorted(missing))}, which model "
+                    f"{model!r} (backend {entry.get('backend', 'hf')!r}"
+                    + (", api.logprobs: false" if entry.get("api", {}).get("logprobs") is False else "")
+                    + ") cannot serve")
         for i, benchmark in enumerate(config["probes"][probe].get("benchmarks") or []):
             if benchmark not in config.get("benchmarks", {}):
                 problems.append(f"probes.{probe}.benchmarks.{i}: unknown benchmark {benchmark!r}")
-    for model, entry in config["models"].items():
-        for probe in enabled_probes(config):
-            if not probe_selects(config, probe, model):
-                continue
-            if (entry.get("backend", "hf") in API_BACKENDS and not probe_runs_on(probe, entry)
-                    and config["probes"][probe].get("models") is None):
-                continue  # black-box models are simply not scored by white-box probes (unless named)
-            try:
-                check_probe_support(probe, set(PROBES[probe].needs), model, entry.get("backend", "hf"))
-            except ConfigError as exc:
-                problems.append(f"models.{model}.backend: {exc}")
     return problems
+
+
+# ----------------------------------------------------------------------------- auxiliary models by role
+
+def role_model(config: dict, family: str, role: str) -> str | None:
+    """The model serving ``role`` for ``family`` (e.g. DE-COP's paraphraser), or None if the family is off.
+
+    The role's dotted key under ``probes`` names it; without one, the first local model
+    (the first model if every one is an API model).
+    """
+    fam = FAMILIES[family]
+    if not any(p in config.get("probes", {}) for p in fam.probes):
+        return None
+    value = config.get("probes", {})
+    for key in fam.roles[role].split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    if value:
+        return value
+    models = sorted(config["models"])
+    local = [m for m in models if config["models"][m].get("backend", "hf") == "hf"]
+    return (local or models)[0]
+
+
+def check_roles(config: dict) -> list[str]:
+    problems = []
+    for fam in FAMILIES.values():
+        for role, key in fam.roles.items():
+            model = role_model(config, fam.name, role)
+            if model is not None and model not in config["models"]:
+                problems.append(f"probes.{key}: unknown model {model!r} (the {fam.name} {role})")
+    return problems
+
+
+# ----------------------------------------------------------------------------- code fingerprints
+
+# Modules that move data and never decide a number: a change to them does not trip the fingerprints.
+NOT_RESULT_CODE = frozenset({
+    "memaudit.errors", "memaudit.workflow_support", "memaudit.devices", "memaudit.checkpoints",
+    "memaudit.backends.retry", "memaudit.backends.ledger", "memaudit.backends.pricing",
+    "memaudit.backends.secrets", "memaudit.backends.server", "memaudit.backends.scripted",
+    "memaudit.probes.registry",
+})
+
+
+def _module_file(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
+
+
+def _imports(name: str, tree: ast.AST, is_package: bool) -> set[str]:
+    """memaudit modules a module imports anywhere in its body (function-level imports included)."""
+    out = set()
+    base = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = base.split(".")
+                module = ".".join(parts[:len(parts) - node.level + 1] + ([module] if module else []))
+            out.add(module)
+            out.update(f"{module}.{a.name}" for a in node.names)  # `from pkg import submodule`
+    return {m for m in out if m.startswith("memaudit") and _module_file(m) is not None}
+
+
+def _normalised(tree: ast.AST) -> str:
+    """The syntax tree without docstrings, as text: comments and formatting never change it."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def family_modules(family: str) -> list[str]:
+    """Every memaudit module a family's package uses, directly or not (less :data:`NOT_RESULT_CODE`)."""
+    package = FAMILIES[family].package
+    root = _module_file(package).parent
+    todo = [package + ("" if p.stem == "__init__" else "." + p.stem) for p in sorted(root.glob("*.py"))]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name in NOT_RESULT_CODE:
+            continue
+        seen.add(name)
+        path = _module_file(name)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        todo.extend(_imports(name, tree, path.name == "__init__.py") - seen)
+    return sorted(seen)
+
+
+def code_fingerprint(family: str) -> str:
+    """A short hash of the family's code (:func:`family_modules`, docstrings and comments stripped)."""
+    digest = hashlib.sha256()
+    for name in family_modules(family):
+        path = _module_file(name)
+        digest.update(name.encode() + b"\0")
+        digest.update(_normalised(ast.parse(path.read_text(encoding="utf-8"))).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def stale_fingerprints() -> dict[str, tuple[str, str]]:
+    """Families whose recorded fingerprint differs from their code: ``{family: (recorded, current)}``."""
+    out = {}
+    for fam in FAMILIES.values():
+        current = code_fingerprint(fam.name)
+        if current != fam.fingerprint:
+            out[fam.name] = (fam.fingerprint, current)
+    return out

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from memaudit.backends.base import GenerationParams
-from memaudit.decop.prompts import PARAPHRASE_PROMPT_SINGLE, paraphrase_prompt, parse_paraphrases
+from memaudit.probes.decop.prompts import PARAPHRASE_PROMPT_SINGLE, paraphrase_prompt, parse_paraphrases
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> st
     its length). API paraphrases are not trimmed: the paper's models keep to the length.
     """
     from memaudit.datasets.text import split_sentences
-    from memaudit.decop.construct import ENDS_WITH_PUNCT
+    from memaudit.probes.decop.construct import ENDS_WITH_PUNCT
 
     sentences = [(i, sent) for i, para in enumerate(re.split(r"\n\s*\n", candidate))
                  for sent in split_sentences(para)]
@@ -188,7 +188,7 @@ class LocalParaphraser:
         """
         import torch
 
-        from memaudit.decop.construct import ENDS_WITH_PUNCT
+        from memaudit.probes.decop.construct import ENDS_WITH_PUNCT
         from memaudit.models.sampling import sample
 
         tok = self.tokenizer

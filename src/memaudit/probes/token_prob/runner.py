@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from memaudit.io import read_json, read_jsonl, write_csv, write_json
-from memaudit.probes.token_prob import ScoringContext, aggregate_documents, build_methods, score_passages
-from memaudit.probes.token_stats import TokenStats, concat_stats, load_many, save_many
+from memaudit.config import model_scoring_settings
+from memaudit.io import read_jsonl, write_csv
+from memaudit.probes.job import document_scores
+from memaudit.probes.token_prob.methods import ScoringContext, aggregate_documents, build_methods, score_passages
+from memaudit.models.token_stats import TokenStats, concat_stats, load_many, load_provenance, save_many
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,8 @@ def load_passages(path: str | Path) -> pd.DataFrame:
     return frame.sort_values("passage_id", kind="stable").reset_index(drop=True)
 
 
-def run_token_stats(manifest_path: str | Path, passages_path: str | Path, out_path: str | Path,
-                    entry: dict, *, lowercase: bool = True, shard_passages: int | None = None,
+def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_path: str | Path,
+                    out_path: str | Path, *, lowercase: bool = True, shard_passages: int | None = None,
                     checkpoint_dir: str | Path | None = None, checkpoint_root: str | Path | None = None,
                     progress: Callable[[str], None] = log.info) -> dict:
     """Per-token statistics of the passages (and of their lowercased copies) under one model.
@@ -37,7 +39,8 @@ def run_token_stats(manifest_path: str | Path, passages_path: str | Path, out_pa
     not depend on whether it was computed before or after a kill, so a resumed
     run's output equals an uninterrupted one's.
     """
-    manifest_path, passages_path = Path(manifest_path), Path(passages_path)
+    manifest_path, passages_path = Path(model_dir) / "manifest.json", Path(passages_path)
+    entry = model_scoring_settings(config["models"][model])
     passages = load_passages(passages_path)
     texts = passages["text"].tolist()
     size = max(1, int(shard_passages or len(texts) or 1))
@@ -55,12 +58,9 @@ def run_token_stats(manifest_path: str | Path, passages_path: str | Path, out_pa
     def model():
         nonlocal backend
         if backend is None:  # loaded only if some shard is left to compute
-            from memaudit.backends.hf import HFBackend
+            from memaudit.backends import open_backend
 
-            manifest = read_json(manifest_path)
-            backend = HFBackend(manifest["load"], dtype=entry.get("dtype", "float32"),
-                                device=entry.get("device", "auto"), batch_size=entry.get("batch_size", 8),
-                                max_tokens=entry.get("max_tokens", 512))
+            backend = open_backend(config, model, model_dir=model_dir)
         return backend
 
     t0 = time.time()
@@ -88,7 +88,7 @@ def run_token_stats(manifest_path: str | Path, passages_path: str | Path, out_pa
         named[name] = concat_stats(parts)
     if n_loaded:
         progress(f"resumed: {n_loaded} of {len(bounds) * len(variants)} shards loaded from checkpoint {shards_dir}")
-    save_many(Path(out_path), **named)
+    save_many(Path(out_path), provenance={"model": model, "dtype": _dtype_used(backend, entry)}, **named)
     if shards_dir is not None:
         from memaudit.checkpoints import remove_checkpoint
 
@@ -97,6 +97,15 @@ def run_token_stats(manifest_path: str | Path, passages_path: str | Path, out_pa
             "seconds": time.time() - t0, "shards": len(bounds) * len(variants), "shards_resumed": n_loaded}
     progress(f"{info['n_tokens']} tokens in {info['seconds']:.1f}s")
     return info
+
+
+def _dtype_used(backend, entry: dict) -> str:
+    """The dtype the statistics were computed in (resolved as loading would, when every shard was resumed)."""
+    if backend is not None:
+        return backend.describe()["dtype"]
+    from memaudit.models.loading import resolve_device, resolve_dtype
+
+    return resolve_dtype(entry.get("dtype", "auto"), resolve_device(entry.get("device", "auto")))
 
 
 def _load_shard(path: Path | None, n_passages: int, progress: Callable[[str], None]) -> TokenStats | None:
@@ -119,17 +128,25 @@ def _has(path: Path, name: str) -> bool:
         return f"{name}__offsets" in z.files
 
 
-def run_token_prob_scores(model: str, stats_path: str | Path, reference_paths: Sequence[str | Path],
+def run_job(job) -> None:
+    """The token_prob probe job (:class:`memaudit.probes.job.ProbeJob`): every method from stored statistics."""
+    names, paths = list(job.params["reference_models"]), list(job.inputs.get("references", []))
+    if len(names) != len(paths):
+        raise ValueError(f"{len(names)} reference model names for {len(paths)} token statistics files")
+    run_token_prob_scores(job.model, job.inputs["stats"], dict(zip(names, paths)), job.inputs["passages"],
+                          job.settings, job.outputs["passages"], job.outputs["documents"], progress=job.progress)
+
+
+def run_token_prob_scores(model: str, stats_path: str | Path, references: Mapping[str, str | Path],
                           passages_path: str | Path, cfg: dict, out_passages: str | Path,
                           out_documents: str | Path, *, progress: Callable[[str], None] = log.info) -> pd.DataFrame:
     """Score every configured method from stored statistics; write passage and document tables.
 
-    A reference model's statistics live at ``.../scores/<benchmark>/<reference>/token_stats.npz``;
-    its name is read from that path.
+    ``references`` maps each reference model's name to its statistics on the same passages.
     """
     passages = load_passages(passages_path)
     stats_path = Path(stats_path)
-    references = {Path(p).parent.name: load_many(Path(p), "original") for p in reference_paths}
+    references = {name: load_many(Path(p), "original") for name, p in references.items()}
     ctx = ScoringContext(texts=passages["text"].tolist(), stats=load_many(stats_path, "original"),
                          lowercase=load_many(stats_path, "lowercase") if _has(stats_path, "lowercase") else None,
                          references=references)
@@ -149,6 +166,7 @@ def run_token_prob_scores(model: str, stats_path: str | Path, reference_paths: S
                           on="passage_id")
     write_csv(out_passages, scores)
     docs = aggregate_documents(scores, cfg.get("aggregate", "mean"))
+    docs = document_scores(docs, model=model, dtype=load_provenance(stats_path).get("dtype"))
     write_csv(out_documents, docs)
     progress(f"{len(methods)} methods x {len(passages)} passages -> {docs['doc_id'].nunique()} documents")
     return docs

@@ -8,35 +8,33 @@ from typing import Sequence
 
 import pandas as pd
 
-from memaudit.decop.analysis import auc_summary
+from memaudit.probes.decop.analysis import auc_summary
 from memaudit.io import read_json, write_csv
-
-
-def _run_name(path: str) -> tuple[str, str]:
-    """(model, mode) from ``results/scores/<benchmark>/<model>/decop_<mode>_<what>``."""
-    p = Path(path)
-    return p.parent.name, p.name.split("_")[1]
 
 
 def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[str], calibrations: Sequence[str],
                        model_dirs: Sequence[str], out: dict) -> pd.DataFrame:
     from memaudit.figures import plots
 
-    n_params = {Path(d).name: read_json(Path(d) / "manifest.json").get("n_params") for d in model_dirs}
+    manifests = [read_json(Path(d) / "manifest.json") for d in model_dirs]
+    n_params = {m["name"]: m.get("n_params") for m in manifests}
     by_model: dict[str, list[pd.DataFrame]] = {}
     for path in tables:
-        model, _ = _run_name(path)
-        by_model.setdefault(model, []).append(pd.read_csv(path))
+        table = pd.read_csv(path)
+        by_model.setdefault(str(table["model"].iloc[0]), []).append(table.drop(columns=["model", "mode"]))
     merged = {m: pd.concat(ts, ignore_index=True) for m, ts in by_model.items()}
     summary = auc_summary(merged, n_params)
     write_csv(out["summary"], summary)
-    runs = {f"{m} ({mode})": pd.read_csv(p) for p in answers for m, mode in [_run_name(p)]}
+    runs = {}
+    for path in answers:
+        frame = pd.read_csv(path)
+        runs[f"{frame['model'].iloc[0]} ({frame['mode'].iloc[0]})"] = frame
     deltas = {}
     for path in calibrations:
-        m, mode = _run_name(path)
-        cal = json.loads(Path(path).read_text()).get("calibration", {})
+        record = json.loads(Path(path).read_text())
+        cal = record.get("calibration", {})
         if cal:
-            deltas[f"{m} ({mode})"] = cal[min(cal, key=int)]["delta"]
+            deltas[f"{record['model']} ({record['mode']})"] = cal[min(cal, key=int)]["delta"]
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg
     plots.plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size")
     plots.plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")

@@ -15,6 +15,7 @@ per-passage offsets (CSR layout).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -76,9 +77,10 @@ class TokenStats:
             return cls(*(z[prefix + k] for k in ("offsets", "logprob", "mu", "sigma")))
 
 
-def save_many(path: Path, **named: TokenStats) -> None:
-    """Store several TokenStats (e.g. ``original`` and ``lowercase``) in one npz."""
-    arrays = {}
+def save_many(path: Path, provenance: dict | None = None, **named: TokenStats) -> None:
+    """Store several TokenStats (e.g. ``original`` and ``lowercase``) in one npz, with their provenance
+    (which model, which dtype) as JSON."""
+    arrays = {"__provenance__": np.array(json.dumps(provenance or {}, sort_keys=True))}
     for name, ts in named.items():
         for k in ("offsets", "logprob", "mu", "sigma"):
             arrays[f"{name}__{k}"] = getattr(ts, k)
@@ -97,6 +99,12 @@ def concat_stats(parts: Sequence[TokenStats]) -> TokenStats:
     cat = lambda name: (np.concatenate([getattr(p, name) for p in parts]) if parts  # noqa: E731
                         else np.zeros(0, np.float32))
     return TokenStats(np.concatenate(offsets).astype(np.int64), cat("logprob"), cat("mu"), cat("sigma"))
+
+
+def load_provenance(path: Path) -> dict:
+    """What :func:`save_many` recorded about the statistics (empty for files written before it did)."""
+    with np.load(path) as z:
+        return json.loads(str(z["__provenance__"])) if "__provenance__" in z.files else {}
 
 
 def load_many(path: Path, name: str) -> TokenStats:

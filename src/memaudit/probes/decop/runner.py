@@ -10,15 +10,17 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.decop import analysis
-from memaudit.decop.construct import passages_of, select_documents
-from memaudit.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc
-from memaudit.decop.prompts import orderings
-from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
+from memaudit.probes.decop import analysis
+from memaudit.probes.decop.construct import passages_of, select_documents
+from memaudit.probes.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc
+from memaudit.probes.decop.prompts import orderings
+from memaudit.io import read_jsonl, write_csv, write_json, write_jsonl
+from memaudit.probes.job import document_scores
+from memaudit.probes.registry import modes_of
 
 log = logging.getLogger(__name__)
 
-MODES = ("logit", "blackbox", "likelihood")
+MODES = tuple(modes_of("decop"))
 
 
 def method_name(mode: str, length: int, lengths: Sequence[int], variant: str = "") -> str:
@@ -101,7 +103,7 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
     only questions of the configured ``lengths`` are kept. The QC table records that nothing was
     paraphrased here (the published paraphrases were made by Claude 2.0 for the paper).
     """
-    from memaudit.decop.loaders import published_items
+    from memaudit.datasets.published import published_items
     from memaudit.errors import InputError
 
     docs = read_jsonl(documents_path)
@@ -209,41 +211,52 @@ def first_passages(items: Sequence[dict], per_document: int | None) -> list[dict
     return kept
 
 
-def run_decop(mode: str, items_path: str | Path, cfg: dict, *, out_answers: str | Path, out_documents: str | Path,
-              out_table: str | Path, out_calibration: str | Path, manifest_path: str | Path | None = None,
-              entry: dict | None = None, api_backend=None, passages_per_document: int | None = None,
+def run_job(job) -> pd.DataFrame:
+    """One DE-COP probe job (:class:`memaudit.probes.job.ProbeJob`): one mode on one model."""
+    backend = job.backend()
+    try:
+        # the shared settings (probes.decop) build the items; a mode's own passages_per_document
+        # (probes.decop_<mode>) probes only the first of them
+        return run_decop(job.mode, backend, job.inputs["mcq"], job.config["probes"]["decop"],
+                         out_answers=job.outputs["answers"], out_documents=job.outputs["documents"],
+                         out_table=job.outputs["table"], out_calibration=job.outputs["calibration"],
+                         passages_per_document=job.config["probes"][job.probe].get("passages_per_document"),
+                         progress=job.progress)
+    finally:
+        close = getattr(backend, "close", None)
+        if close:
+            close()
+
+
+def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answers: str | Path,
+              out_documents: str | Path, out_table: str | Path, out_calibration: str | Path,
+              passages_per_document: int | None = None,
               progress: Callable[[str], None] = log.info) -> pd.DataFrame:
     """One DE-COP mode on one model: answers, document scores (``score`` = accuracy, higher = member),
     the per-document table with exact-test p-values and the BH suspect list, calibration.
 
-    ``passages_per_document`` probes only the first passages of each document and length.
+    ``backend`` is the model under test (any :class:`~memaudit.backends.base.Backend` with the
+    mode's capability); ``passages_per_document`` probes only the first passages of each
+    document and length.
     """
     if mode not in MODES:
         raise ValueError(f"unknown DE-COP mode {mode!r} ({', '.join(MODES)})")
     items = first_passages(read_jsonl(items_path), passages_per_document)
     lengths = [int(n) for n in cfg["lengths"]]
     perms = orderings(cfg["orderings"])
-    entry = entry or {}
     t0 = time.time()
     if mode == "blackbox":
-        from memaudit.decop.scoring import score_blackbox
+        from memaudit.probes.decop.scoring import score_blackbox
 
-        answers = score_blackbox(api_backend, items, perms, max_new_tokens=int(cfg.get("max_answer_tokens", 8)))
+        answers = score_blackbox(backend, items, perms, max_new_tokens=int(cfg.get("max_answer_tokens", 8)))
+    elif mode == "logit":
+        from memaudit.probes.decop.scoring import score_logit
+
+        answers = score_logit(backend, items, perms, batch_size=int(cfg.get("batch_size", 24)), progress=progress)
     else:
-        from memaudit.backends.hf import HFBackend
+        from memaudit.probes.decop.scoring import score_likelihood
 
-        manifest = read_json(manifest_path)
-        backend = HFBackend(manifest["load"], dtype=entry.get("dtype", "float32"), device=entry.get("device", "auto"),
-                            batch_size=entry.get("batch_size", 8), max_tokens=entry.get("max_tokens", 512))
-        if mode == "logit":
-            from memaudit.decop.scoring import score_logit
-
-            answers = score_logit(backend.model, backend.tokenizer, items, perms,
-                                  batch_size=int(cfg.get("batch_size", 24)), progress=progress)
-        else:
-            from memaudit.decop.scoring import score_likelihood
-
-            answers = score_likelihood(backend, items)
+        answers = score_likelihood(backend, items)
     progress(f"{mode} mode: {len(answers)} questions in {time.time() - t0:.1f}s")
     documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]))
     if mode == "blackbox":
@@ -251,39 +264,31 @@ def run_decop(mode: str, items_path: str | Path, cfg: dict, *, out_answers: str 
         for status in ("invalid", "refusal", "error"):
             table[f"n_{status}"] = table["doc_id"].map(counts[status] if status in counts else {}).fillna(0).astype(int)
         progress("answers: " + ", ".join(f"{k}={v}" for k, v in answers["parse"].value_counts().items()))
+    answers.insert(0, "model", backend.name)
+    answers.insert(1, "mode", mode)
+    table.insert(0, "model", backend.name)
+    table.insert(1, "mode", mode)
     write_csv(out_answers, answers)
     write_csv(out_table, table)
-    write_csv(out_documents, documents)
-    write_json(out_calibration, {"mode": mode, "orderings": cfg["orderings"], "n_orderings": len(perms),
+    write_csv(out_documents, document_scores(documents, model=backend.name, dtype=backend.describe().get("dtype")))
+    write_json(out_calibration, {"model": backend.name, "mode": mode, "orderings": cfg["orderings"], "n_orderings": len(perms),
                                  "calibration": calibration, "seconds": time.time() - t0})
     return documents
 
 
-def make_paraphraser(config: dict, name: str, *, manifest_path: str | Path | None = None, rule: str | None = None):
-    """The configured paraphrasing model: a local instruct model (one paraphrase per request,
-    sampled at ``paraphrase.temperature``) or an API/served model with the paper's prompts."""
-    from memaudit.backends.base import API_BACKENDS
+def make_paraphraser(config: dict, name: str, *, model_dir: str | Path | None = None, rule: str | None = None):
+    """The configured paraphrasing model (the ``paraphraser`` role): a local instruct model (one
+    paraphrase per request, sampled at ``paraphrase.temperature``) or an API/served model with the
+    paper's prompts."""
+    from memaudit.backends import is_api_model, open_backend
 
     settings = config["probes"]["decop"]["paraphrase"]
-    entry = config["models"][name]
-    if entry.get("backend", "hf") in API_BACKENDS:
-        from memaudit.backends.api import api_backend_from_config
-        from memaudit.decop.paraphrase import BackendParaphraser
+    backend = open_backend(config, name, model_dir=model_dir, rule=rule)
+    if is_api_model(config["models"][name]):
+        from memaudit.probes.decop.paraphrase import BackendParaphraser
 
-        return BackendParaphraser(api_backend_from_config(config, name, rule=rule), name=name,
-                                  temperature=float(settings["temperature"]))
-    from memaudit.backends.hf import HFBackend
-    from memaudit.decop.paraphrase import LocalParaphraser
+        return BackendParaphraser(backend, name=name, temperature=float(settings["temperature"]))
+    from memaudit.probes.decop.paraphrase import LocalParaphraser
 
-    backend = HFBackend(read_json(manifest_path)["load"], dtype=entry.get("dtype", "float32"),
-                        device=entry.get("device", "auto"))
     return LocalParaphraser(backend.model, backend.tokenizer, name=name, temperature=float(settings["temperature"]),
                             batch_size=int(settings["batch_size"]), seed=int(config["seed"]))
-
-
-def local_generator(manifest_path: str | Path, entry: dict):
-    """A local model as a text-only answerer (black-box mode on an open model)."""
-    from memaudit.backends.hf import HFBackend
-
-    return HFBackend(read_json(manifest_path)["load"], dtype=entry.get("dtype", "float32"),
-                     device=entry.get("device", "auto"))

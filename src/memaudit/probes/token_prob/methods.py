@@ -16,7 +16,7 @@ method                 score                                                    
 =====================  ==========================================================  =========================
 
 ``mu_t``/``sigma_t`` are the mean and standard deviation of ``log p(z|x_<t)``
-under ``z ~ p(.|x_<t)`` (see :mod:`memaudit.probes.token_stats`). Each model
+under ``z ~ p(.|x_<t)`` (see :mod:`memaudit.models.token_stats`). Each model
 computes L on its own tokenisation; the reference ratio compares per-token
 means, so tokenisers may differ. The "k% lowest" keeps ``max(1, floor(k*T))``
 tokens, as in the Min-K% reference code (``int(len * k)``, at least one).
@@ -32,10 +32,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.probes.token_stats import TokenStats
+from memaudit.models.token_stats import TokenStats
 
 # Bump with every change that alters a score (see memaudit.versions): token_prob_scores reruns.
-SCORING_VERSION = 1
 
 
 @dataclass

@@ -38,7 +38,8 @@ import pandas as pd
 
 from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, Backend, GenerationParams
 from memaudit.io import write_csv, write_json, write_jsonl
-from memaudit.probes.token_prob import aggregate_documents
+from memaudit.probes.job import document_scores
+from memaudit.probes.token_prob.methods import aggregate_documents
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
         raise RuntimeError(f"{statuses[STATUS_ERROR]} prefix probes got no answer, e.g. {first['item_id']}: "
                            f"{first['error']} (answered ones are cached; rerun to retry the rest)")
     docs = aggregate_documents(pd.DataFrame(long_rows), cfg.get("aggregate", "mean"))
+    docs = document_scores(docs, model=backend.name, dtype=backend.describe().get("dtype"))
     n = len(rows)
     outcomes = {"n_items": n, **{s: statuses.get(s, 0) for s in STATUSES},
                 "refusal_rate": statuses.get("refusal", 0) / n, "invalid_rate": statuses.get("invalid", 0) / n,
@@ -132,20 +134,18 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     return docs
 
 
-def run_prefix_probe_job(config: dict, model: str, items_path: str | Path, output, *,
-                         model_dir: str | Path | None = None, rule: str | None = None,
-                         progress: Callable[[str], None] = log.info) -> pd.DataFrame:
-    """The ``prefix_probe`` job of one (benchmark, model): backend from the config, tables to ``output``."""
-    from memaudit.backends.base import API_BACKENDS
-    from memaudit.backends.resolve import open_backend
+def run_job(job) -> pd.DataFrame:
+    """The prefix probe job (:class:`memaudit.probes.job.ProbeJob`) of one (benchmark, model)."""
+    from memaudit.backends import is_api_model
     from memaudit.io import read_jsonl
 
-    cfg = config["probes"]["prefix"]
-    chat = config["models"][model].get("backend", "hf") in API_BACKENDS or cfg.get("local_prompt") == "chat"
-    backend = open_backend(config, model, model_dir=model_dir, rule=rule)
+    cfg = job.settings
+    chat = is_api_model(job.config["models"][job.model]) or cfg.get("local_prompt") == "chat"
+    backend = job.backend()
     try:
-        return run_prefix_probe(backend, read_jsonl(items_path), cfg, chat=chat, out_items=output.generations,
-                                out_documents=output.documents, out_outcomes=output.outcomes, progress=progress)
+        return run_prefix_probe(backend, read_jsonl(job.inputs["pairs"]), cfg, chat=chat,
+                                out_items=job.outputs["generations"], out_documents=job.outputs["documents"],
+                                out_outcomes=job.outputs["outcomes"], progress=job.progress)
     finally:
         close = getattr(backend, "close", None)
         if close:

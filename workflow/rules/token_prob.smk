@@ -1,4 +1,5 @@
-# Stage 3: probes. Token statistics are computed once per (benchmark, model) and shared.
+# Token-probability probes (memaudit.probes.token_prob): token statistics once per (benchmark, model),
+# every method from them.
 
 
 rule token_stats:
@@ -9,7 +10,7 @@ rule token_stats:
         stats="results/scores/{benchmark}/{model}/token_stats.npz",
     params:
         entry=model_entry,
-        lowercase="lowercase" in TOKEN_PROB["methods"],
+        lowercase="lowercase" in config["probes"]["token_prob"]["methods"],
         shard_passages=config["checkpoints"]["shard_passages"],
     threads: job_threads(8)
     resources:
@@ -29,17 +30,22 @@ rule token_stats:
 rule token_prob_scores:
     input:
         stats=rules.token_stats.output.stats,
-        references=reference_stats,
+        references=lambda wc: [
+            f"results/scores/{wc.benchmark}/{ref}/token_stats.npz" for ref in jobs.reference_models(config, wc.model)
+        ],
         passages="results/datasets/{benchmark}/passages.jsonl",
     output:
         passages="results/scores/{benchmark}/{model}/token_prob_passages.csv",
         documents="results/scores/{benchmark}/{model}/token_prob_documents.csv",
     params:
-        token_prob=canonical(TOKEN_PROB),
-        code_version=SCORING_VERSION,
+        family="token_prob",
+        light=True,
+        token_prob=probe_settings("token_prob"),
+        reference_models=lambda wc: jobs.reference_models(config, wc.model),
+        code_version=family_version("token_prob"),
     log:
         "logs/token_prob_scores/{benchmark}/{model}.log",
     conda:
         "../../envs/memaudit.yaml"
     script:
-        "../scripts/token_prob_scores.py"
+        "../scripts/probe.py"

@@ -1,0 +1,172 @@
+"""The configured run as data: which models are scored where, by which probes, with which auxiliary models.
+
+Pure functions of the (validated) config, so the job list can be unit-tested without
+Snakemake; ``workflow/rules/common.smk`` wraps them as the input functions and lists
+its rules need.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memaudit.backends.base import is_api_model
+from memaudit.probes.registry import FAMILIES, PROBES, probes_for_model, role_model
+
+
+def run_checks(config: dict) -> list[str]:
+    """Problems beyond the config's own references: probes on models that cannot serve them,
+    roles naming unknown models, API settings (every one names its dotted key)."""
+    from memaudit.backends.config_checks import check_api_models
+    from memaudit.probes.registry import check_capabilities, check_roles
+
+    return [*check_capabilities(config), *check_roles(config), *check_api_models(config)]
+
+
+def validate_config(config: dict) -> dict:
+    """:func:`memaudit.config.validate_config` with :func:`run_checks`: what the workflow runs before any job."""
+    from memaudit import config as cfg
+
+    return cfg.validate_config(config, checks=[run_checks])
+
+
+def check_config(config: dict) -> dict:
+    """The cross-key checks of a config already validated against the schema (the Snakefile's)."""
+    from memaudit import config as cfg
+
+    return cfg.check_config(config, checks=[run_checks])
+
+
+def load_config(path: str | Path) -> dict:
+    from memaudit import config as cfg
+
+    return cfg.load_config(path, checks=[run_checks])
+
+
+def canonical(obj: Any) -> Any:
+    """A copy with every mapping's keys sorted.
+
+    Snakemake reruns a job when the text of its params changes, and a dict's text depends
+    on key order: reordering keys in the YAML (or writing it with another tool) must not
+    rerun anything.
+    """
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
+
+
+def local_models(config: dict) -> list[str]:
+    return [m for m in sorted(config["models"]) if not is_api_model(config["models"][m])]
+
+
+def api_models(config: dict) -> list[str]:
+    return [m for m in sorted(config["models"]) if is_api_model(config["models"][m])]
+
+
+def model_dir(config: dict, model: str) -> dict[str, str]:
+    """``{"model": results/models/<model>}`` for a local model, ``{}`` for an API model (no weights)."""
+    return {} if is_api_model(config["models"][model]) else {"model": f"results/models/{model}"}
+
+
+def model_priority(entry: dict) -> int:
+    """Scheduling order of model jobs, ahead of every other job (priority 0).
+
+    A converted or referenced model (30) is quick and unblocks its fine-tunes and
+    paraphrasing; a fine-tune (20) heads the run's longest chain (fine-tune, probing,
+    statistics); training a model from scratch (10) is cheap enough to fill the gaps. On
+    the demo's 2 cores, equal priorities let the tiny models' jobs take both cores first
+    and the SmolLM2 LoRA start last, 3 minutes late.
+    """
+    if "finetune" in entry:
+        return 20
+    return 10 if "tiny_gpt2" in (entry.get("source") or {}) else 30
+
+
+def model_inputs(config: dict, model: str) -> dict:
+    """What preparing a model needs: its base and the members it is fine-tuned on, or the pretraining pool."""
+    entry = config["models"][model]
+    if "base" in entry:
+        return {"base": f"results/models/{entry['base']}",
+                "members": [f"results/datasets/{b}/documents.jsonl" for b in entry["finetune"]["members_of"]]}
+    if "tiny_gpt2" in entry["source"]:
+        return {"pretrain": "results/pretrain/documents.jsonl"}
+    return {}
+
+
+def probe_runs(config: dict, family: str) -> list[tuple[str, str, str]]:
+    """Every ``(benchmark, model, mode)`` the family's probes run on."""
+    fam = FAMILIES[family]
+    return [(b, m, mode) for mode in fam.modes for b in sorted(config["benchmarks"]) for m in sorted(config["models"])
+            if fam.probe(mode) in probes_for_model(config, m, b)]
+
+
+def scored(config: dict) -> dict[str, list[str]]:
+    """Per benchmark, the models some probe scores there (a probe's ``benchmarks:`` list can leave one out)."""
+    return {b: [m for m in sorted(config["models"]) if probes_for_model(config, m, b)]
+            for b in sorted(config["benchmarks"])}
+
+
+def probe_documents(config: dict, benchmark: str, model: str) -> list[str]:
+    """Per-document score tables of every probe run for (benchmark, model)."""
+    return [f"results/scores/{benchmark}/{model}/{probe}_documents.csv"
+            for probe in probes_for_model(config, model, benchmark)]
+
+
+def api_probe_outputs(config: dict) -> list[str]:
+    """Every probe output of an API model: the cost ledger is written after the last request."""
+    return [doc for b in sorted(config["benchmarks"]) for m in api_models(config)
+            for doc in probe_documents(config, b, m)]
+
+
+def reference_models(config: dict, model: str) -> list[str]:
+    """The token_prob reference models of ``model`` (never the model itself)."""
+    tp = config["probes"].get("token_prob", {})
+    if "reference" not in tp.get("methods", []):
+        return []
+    return [r for r in tp.get("reference_models", []) if r != model]
+
+
+def metrics_tables(config: dict) -> list[str]:
+    tables = [f"results/metrics/{b}/{m}.csv" for b, models in scored(config).items() for m in models]
+    if config["stats"]["blind_baseline"]:
+        tables += [f"results/metrics/{b}/blind_baseline.csv" for b in sorted(config["benchmarks"])]
+    return tables
+
+
+def final_outputs(config: dict) -> list[str]:
+    """What ``snakemake all`` builds, less what the families register in their rule files."""
+    by_benchmark = scored(config)
+    return [
+        "results/summary/metrics.csv",
+        "results/summary/metrics.md",
+        "results/summary/models.csv",
+        "results/api/ledger.csv",
+        *[f"results/figures/{b}/{m}/{fig}.png" for b, models in by_benchmark.items() for m in models
+          for fig in ("roc", "score_distributions")],
+        *[f"results/figures/{b}/auc_vs_size.png" for b, models in by_benchmark.items() if models],
+    ]
+
+
+# ----------------------------------------------------------------------------- auxiliary models by role
+
+def role_models(config: dict) -> dict[tuple[str, str], str]:
+    """``{(family, role): model}`` for every enabled family's roles."""
+    out = {}
+    for fam in FAMILIES.values():
+        for role in fam.roles:
+            model = role_model(config, fam.name, role)
+            if model is not None:
+                out[(fam.name, role)] = model
+    return out
+
+
+def role_input(config: dict, family: str, role: str) -> dict[str, str]:
+    """``{role: results/models/<model>}``: the prepared local model a role's job loads (``{}`` for an API model)."""
+    model = role_model(config, family, role)
+    return {role: path for path in model_dir(config, model).values()} if model else {}
+
+
+def probes_of(family: str) -> list[str]:
+    return [p for p, spec in PROBES.items() if spec.family == family]
