@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memaudit.config import validate_config
+from memaudit.jobs import validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

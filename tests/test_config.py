@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memaudit.config import load_config, validate_config
+from memaudit.jobs import load_config, validate_config
 from memaudit.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
 def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch):
     from memaudit.backends import base
 
-    from memaudit.config import check_config
+    from memaudit.jobs import check_config
 
     # a text-only backend (as API backends are); the schema's enum lists only real
     # backends, so the cross-key check is run on its own

@@ -38,38 +38,51 @@ def long_tiny_model(tiny_model_dir):
     return GPT2LMHeadModel(cfg).eval(), tok
 
 
+def _backend_probabilities(backend, items_perms, batch_size=24):
+    from memaudit.probes.decop.scoring import letter_probabilities, question_params, question_prompts
+
+    prompts = [question_prompts(item, [perm])[0] for item, perm in items_perms]
+    logprobs = backend.option_logprobs(prompts, [LETTERS] * len(prompts), params=question_params(),
+                                       batch_size=batch_size)
+    return letter_probabilities(logprobs)
+
+
 def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_model, tiny_model):
-    from memaudit.probes.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.decop.scoring import reference_probabilities, render_question
 
     model, tok = long_tiny_model
     short = {**ITEM, "options": [o[:40] for o in ITEM["options"]]}
-    prompts = [render_question(tok, it, p) for it in (ITEM, short) for p in orderings("permutations")[:3]]
-    ids = letter_token_ids(tok)
-    ours, mass = logit_probabilities(model, tok, prompts, ids, batch_size=4)  # uneven batches, left padding
-    ref, ref_mass = reference_probabilities(model, tok, prompts, ids)
+    pairs = [(it, p) for it in (ITEM, short) for p in orderings("permutations")[:3]]
+    prompts = [render_question(tok, it, p) for it, p in pairs]
+    # uneven batches, left padding after the shared prefix
+    ours, mass = _backend_probabilities(HFBackend({}, model=model, tokenizer=tok), pairs, batch_size=4)
+    ref, ref_mass = reference_probabilities(model, tok, prompts)
     assert ours.shape == (6, 4)
     np.testing.assert_allclose(ours.sum(1), 1.0, atol=1e-9)
     assert np.abs(ours - ref).max() <= 1e-4 and np.abs(mass - ref_mass).max() <= 1e-4
     assert len({len(tok(p)["input_ids"]) for p in prompts}) > 1  # the padding path was exercised
     short_model, _ = tiny_model  # 128 positions: a clear error, not an index error deep in torch
     with pytest.raises(ValueError, match="longer than the 128 positions"):
-        logit_probabilities(short_model, tok, prompts, ids)
+        _backend_probabilities(HFBackend({}, model=short_model, tokenizer=tok), pairs)
 
 
 def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
-    from memaudit.probes.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.decop.scoring import reference_probabilities, render_question
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.smollm2 import ensure_builtin
 
     model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
                                 device="cpu")
-    prompts = [render_question(tok, ITEM, p) for p in orderings("latin_square")[:2]]
+    pairs = [(ITEM, p) for p in orderings("latin_square")[:2]]
+    prompts = [render_question(tok, it, p) for it, p in pairs]
     assert prompts[0].startswith("<|im_start|>system\nYou are entering a multiple choice questions exam.")
     assert prompts[0].endswith("Answer:<|im_end|>\n<|im_start|>assistant\n")
-    ids = letter_token_ids(tok)
-    assert all(len(v) == 2 for v in ids)  # "A" and " A" are different tokens
-    ours, _ = logit_probabilities(model, tok, prompts, ids)
-    ref, _ = reference_probabilities(model, tok, prompts, ids)
+    assert all(len({tok(v, add_special_tokens=False)["input_ids"][0] for v in (x, " " + x)}) == 2
+               for x in LETTERS)  # "A" and " A" are different tokens
+    ours, _ = _backend_probabilities(HFBackend({}, model=model, tokenizer=tok), pairs)
+    ref, _ = reference_probabilities(model, tok, prompts)
     assert np.abs(ours - ref).max() <= 1e-4
 
 
@@ -79,7 +92,7 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
     from memaudit.models.smollm2 import ensure_builtin
 
     model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
-                                device="cpu", dtype="bfloat16")
+                                device="cpu", dtype="float32")
     passages = [ITEM["options"][0], "The crude oil price rose sharply on Monday after the cartel announced new "
                 "production limits. Traders said the cut was larger than expected."]
     way = LocalParaphraser(model, tok, name="smollm2-135m", temperature=0.7, batch_size=2, seed=3)
@@ -146,7 +159,9 @@ def test_blackbox_mode_through_the_openai_sdk_counts_refusals_and_invalid_answer
 
 
 def _logit_run(model_and_tok, items, tmp_path):
-    """``run_decop("logit", ...)`` on ``items`` with the model saved under ``tmp_path``: (documents, output paths)."""
+    """``run_decop("logit", ...)`` on ``items`` with the model saved under ``tmp_path`` and opened as the
+    workflow opens it (:func:`memaudit.backends.open_backend`): (documents, output paths)."""
+    from memaudit.backends import open_backend
     from memaudit.probes.decop.runner import run_decop
     from memaudit.io import write_json, write_jsonl
 
@@ -158,8 +173,10 @@ def _logit_run(model_and_tok, items, tmp_path):
     cfg = {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4}
     out = {k: tmp_path / f"{k}.{ext}" for k, ext in
            [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
-    docs = run_decop("logit", tmp_path / "items.jsonl", cfg, manifest_path=tmp_path / "m" / "manifest.json",
-                     **{f"out_{k}": v for k, v in out.items()})
+    config = {"models": {"tiny": {"dtype": "float32", "device": "cpu"}}}
+    backend = open_backend(config, "tiny", model_dir=tmp_path / "m")
+    docs = run_decop("logit", backend, tmp_path / "items.jsonl", cfg, **{f"out_{k}": v for k, v in out.items()})
+    assert set(docs["model"]) == {"tiny"}
     return docs, out
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from api_server import ChatReply, ChatServer, ScriptedResponder, refusal_text
-from memaudit.config import validate_config
+from memaudit.jobs import validate_config
 from memaudit.datasets.published import published_benchmark
 from memaudit.probes.decop.runner import published_items_for_run
 from memaudit.errors import ConfigError, InputError

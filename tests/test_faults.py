@@ -266,7 +266,7 @@ def test_resumed_finetuning_equals_an_uninterrupted_run(killed_workflow, tmp_pat
     import torch
     from safetensors.torch import load_file
 
-    from memaudit.config import load_config
+    from memaudit.jobs import load_config
     from memaudit.datasets.build import member_texts
     from memaudit.io import read_jsonl
     from memaudit.models.prepare import prepare_finetuned_model

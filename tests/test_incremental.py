@@ -193,17 +193,28 @@ def test_adding_a_benchmark_schedules_only_its_jobs(finished, finished_run):
     assert jobs == like | {("summary", ""), ("all", "")}
 
 
-def test_bumping_the_scoring_version_reruns_exactly_the_scoring_jobs(finished, rescored, tmp_path):
-    """Package code does not trigger reruns; its version constant, passed as a param, does."""
+# The rules that carry each family's code version, and the rules of the other families that must not rerun.
+FAMILY_RULES = {"token_prob": ("token_prob_scores",), "decop": ("decop_items", "decop_probe")}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_RULES))
+def test_bumping_a_familys_version_reruns_its_jobs_and_nothing_else(family, finished, tmp_path):
+    """Package code does not trigger reruns; the family's version in its registry entry, a param, does."""
     src = shutil.copytree(ROOT / "src" / "memaudit", tmp_path / "src" / "memaudit")
     (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the package finds its schema beside src/
-    module = src / "probes" / "token_prob.py"
-    text = module.read_text()
-    assert len(re.findall(r"^SCORING_VERSION = \d+$", text, re.M)) == 1
-    module.write_text(re.sub(r"^SCORING_VERSION = (\d+)$", lambda m: f"SCORING_VERSION = {int(m[1]) + 1}", text,
-                             flags=re.M))
+    registry = src / "probes" / "registry.py"
+    text = registry.read_text()
+    pattern = rf'(ProbeFamily\(\s*"{family}",.*?version=)(\d+)'
+    assert len(re.findall(pattern, text, re.S)) == 1
+    registry.write_text(re.sub(pattern, lambda m: f"{m[1]}{int(m[2]) + 1}", text, count=1, flags=re.S))
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
-    assert planned_jobs(finished, CI_YAML, env=env) == rescored
+    jobs = planned_jobs(finished, CI_YAML, env=env)
+    # exactly the family's jobs and what depends on them ...
+    assert jobs == downstream_of(finished, *FAMILY_RULES[family])
+    # ... and no job of another family
+    others = {r for f, rules in FAMILY_RULES.items() if f != family for r in rules}
+    assert {r for r, _ in jobs}.isdisjoint(others | {"token_stats", "prepare_model", "benchmark_dataset"})
+    assert {r for r, _ in jobs} >= set(FAMILY_RULES[family])
 
 
 @pytest.mark.parametrize(("module", "name"), sorted(VERSIONED))

@@ -13,7 +13,7 @@ from memaudit.datasets.build import build_benchmark, member_texts
 from memaudit.errors import InputError
 from memaudit.io import atomic_path, read_jsonl, write_jsonl
 from memaudit.probes.token_prob.runner import run_token_prob_scores, run_token_stats
-from memaudit.models.token_stats import load_many
+from memaudit.models.token_stats import load_many, load_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "resources" / "demo"
@@ -73,21 +73,23 @@ def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir
     import json
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
-    entry = {"device": "cpu", "batch_size": 4, "max_tokens": 64}
-    run_token_stats(tmp_path / "m" / "manifest.json", tmp_path / "passages.jsonl", tmp_path / "ts.npz", entry)
+    config = {"models": {"m": {"device": "cpu", "dtype": "float32", "batch_size": 4, "max_tokens": 64}}}
+    run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / "ts.npz")
+    assert load_provenance(tmp_path / "ts.npz") == {"dtype": "float32", "model": "m"}
     original, lower = load_many(tmp_path / "ts.npz", "original"), load_many(tmp_path / "ts.npz", "lowercase")
     assert len(original) == 6 and np.isnan(lower.mu).all() and not np.isnan(original.mu).any()
     cfg = {"methods": ["loss", "lowercase", "min_k_plus_plus"], "min_k_ratios": [0.5], "aggregate": "mean"}
-    docs = run_token_prob_scores("m", tmp_path / "ts.npz", [], tmp_path / "passages.jsonl", cfg,
+    docs = run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg,
                                  tmp_path / "p.csv", tmp_path / "d.csv")
     assert set(docs["method"]) == {"loss", "lowercase", "min_k_plus_plus_50pct"}
+    assert set(docs["model"]) == {"m"} and set(docs["dtype"]) == {"float32"}
     got = pd.read_csv(tmp_path / "p.csv")
     loss = got[got.method == "loss"].sort_values("passage_id")
     np.testing.assert_allclose(loss["score"], -original.mean_nll(), rtol=1e-6)
     np.testing.assert_allclose(loss["perplexity"], np.exp(original.mean_nll()), rtol=1e-6)
     write_jsonl(tmp_path / "passages.jsonl", passages[:5])
     with pytest.raises(ValueError, match="cover 6 passages.*has 5"):
-        run_token_prob_scores("m", tmp_path / "ts.npz", [], tmp_path / "passages.jsonl", cfg,
+        run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg,
                               tmp_path / "p2.csv", tmp_path / "d2.csv")
     assert not (tmp_path / "p2.csv").exists()
 

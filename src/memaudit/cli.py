@@ -11,6 +11,8 @@
                                                         what planned API requests will cost
     memaudit api-ledger [--cache results/api/cache.sqlite] [--out ledger.csv]
                                                         tokens and dollars spent, per model and rule
+    memaudit code-versions [--record]                   each probe family's code version and whether
+                                                        its code changed since it was recorded
 """
 
 from __future__ import annotations
@@ -67,8 +69,14 @@ def _api_ledger(argv: list[str]) -> int:
     return ledger_main(argv)
 
 
+def _code_versions(argv: list[str]) -> int:
+    from memaudit.probes.registry import code_versions_main
+
+    return code_versions_main(argv)
+
+
 COMMANDS = {"fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
-            "estimate-cost": _estimate_cost, "api-ledger": _api_ledger}
+            "estimate-cost": _estimate_cost, "api-ledger": _api_ledger, "code-versions": _code_versions}
 
 
 def main(argv: list[str] | None = None) -> int:

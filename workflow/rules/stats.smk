@@ -52,7 +52,7 @@ rule blind_baseline:
 
 rule summary:
     input:
-        metrics=metrics_tables(),
+        metrics=jobs.metrics_tables(config),
         models=expand("results/models/{model}", model=LOCAL_MODELS),
     output:
         csv=report(

@@ -71,14 +71,14 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="06d1b5b1ea5bcfd8",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="b3b03c4c37c476ba",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=1, fingerprint="6de0fd3e3c2ad2ca",
+        version=1, fingerprint="c46e098c9f92a115",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -91,7 +91,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # base models: the option with the highest length-normalised log-likelihood
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
-        runner="memaudit.probes.decop.runner:run_job", version=2, fingerprint="3fb4ee5b3ac0a8e1",
+        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="078869c14186121e",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -171,29 +171,33 @@ def probes_for_model(config: dict, model: str, benchmark: str | None = None) -> 
 def check_capabilities(config: dict) -> list[str]:
     """Problems (dotted key: message) for probes configured on models that cannot serve them.
 
-    A model a probe's ``models`` list names must serve it (an OpenAI-compatible endpoint
-    configured with ``api.logprobs: false`` cannot serve ``decop_logit``); a probe without
-    a list simply skips the models that cannot.
+    Every model a probe runs on must serve it, with one exception: a probe without a
+    ``models`` list skips the API models that cannot (an API model simply gets no white-box
+    probe). Capabilities are the model's own (:func:`~memaudit.backends.base.model_capabilities`):
+    an OpenAI-compatible endpoint configured with ``api.logprobs: false`` cannot serve
+    ``decop_logit``.
     """
-    from memaudit.backends.base import model_capabilities
+    from memaudit.backends.base import is_api_model, model_capabilities
 
     problems = []
     for probe in enabled_probes(config):
         for i, model in enumerate(config["probes"][probe].get("models") or []):
             if model not in config["models"]:
                 problems.append(f"probes.{probe}.models.{i}: unknown model {model!r}")
-                continue
-            entry = config["models"][model]
-            missing = PROBES[probe].needs - model_capabilities(entry)
-            if missing:
-                problems.append(
-                    f"probes.{probe}.models.{i}: probe {probe!r} needs {', '.join(sorted(missing))}, which model "
-                    f"{model!r} (backend {entry.get('backend', 'hf')!r}"
-                    + (", api.logprobs: false" if entry.get("api", {}).get("logprobs") is False else "")
-                    + ") cannot serve")
         for i, benchmark in enumerate(config["probes"][probe].get("benchmarks") or []):
             if benchmark not in config.get("benchmarks", {}):
                 problems.append(f"probes.{probe}.benchmarks.{i}: unknown benchmark {benchmark!r}")
+    for model, entry in config["models"].items():
+        for probe in enabled_probes(config):
+            named = config["probes"][probe].get("models")
+            if not probe_selects(config, probe, model) or (named is None and is_api_model(entry)):
+                continue
+            missing = PROBES[probe].needs - model_capabilities(entry)
+            if missing:
+                backend = entry.get("backend", "hf")
+                why = ", api.logprobs: false" if entry.get("api", {}).get("logprobs") is False else ""
+                problems.append(f"models.{model}.backend: probe {probe!r} needs {', '.join(sorted(missing))}, "
+                                f"which model {model!r} (backend {backend!r}{why}) cannot serve")
     return problems
 
 
@@ -310,3 +314,45 @@ def stale_fingerprints() -> dict[str, tuple[str, str]]:
         if current != fam.fingerprint:
             out[fam.name] = (fam.fingerprint, current)
     return out
+
+
+def record_fingerprints(path: Path | None = None) -> dict[str, str]:
+    """Write every family's current fingerprint into its registry entry (this file); returns the changed ones.
+
+    The version is never changed here: bump it by hand when the change alters numbers.
+    """
+    import re
+
+    path = path or Path(__file__)
+    text = path.read_text(encoding="utf-8")
+    changed = {}
+    for family, (_, current) in stale_fingerprints().items():
+        pattern = re.compile(rf'(ProbeFamily\(\s*"{re.escape(family)}",.*?fingerprint=")([0-9a-f]*)(")', re.S)
+        text, n = pattern.subn(lambda m: m[1] + current + m[3], text, count=1)
+        if n != 1:
+            raise LookupError(f"{path}: no fingerprint of family {family!r} to update")
+        changed[family] = current
+    path.write_text(text, encoding="utf-8")
+    return changed
+
+
+def code_versions_main(argv: list[str] | None = None) -> int:
+    """``memaudit code-versions [--record]``: exit 1 while a family's code changed and its fingerprint did not."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="memaudit code-versions", description=code_versions_main.__doc__)
+    p.add_argument("--record", action="store_true",
+                   help="write the current fingerprints into memaudit/probes/registry.py (after bumping the "
+                        "version of every family whose numbers change)")
+    args = p.parse_args(argv)
+    stale = stale_fingerprints()
+    for fam in FAMILIES.values():
+        status = "changed: bump version if its numbers change, then --record" if fam.name in stale else "ok"
+        print(f"{fam.name:12s} version {fam.version}  fingerprint {fam.fingerprint}  {status}")
+        if fam.name in stale:
+            print(f"{'':12s} current fingerprint {stale[fam.name][1]} over {len(family_modules(fam.name))} modules")
+    if args.record and stale:
+        for family, current in record_fingerprints().items():
+            print(f"recorded {family}: {current}")
+        return 0
+    return 1 if stale else 0

@@ -1,0 +1,79 @@
+"""Probe families' code versions: a change to a family's code cannot go unnoticed.
+
+The rerun half (a bumped version reruns exactly that family's jobs) is in test_incremental.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from memaudit.probes import registry
+from memaudit.probes.registry import FAMILIES, code_fingerprint, family_modules
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_familys_recorded_fingerprint_matches_its_code(family):
+    current = code_fingerprint(family)
+    assert FAMILIES[family].fingerprint == current, (
+        f"the code of probe family {family!r} changed (fingerprint {FAMILIES[family].fingerprint} -> {current}): "
+        f"if its numbers change, bump its version in memaudit/probes/registry.py; then run "
+        f"`memaudit code-versions --record`")
+
+
+def test_a_familys_modules_are_its_package_and_what_it_imports():
+    modules = family_modules("decop")
+    assert {"memaudit.probes.decop.scoring", "memaudit.probes.decop.analysis", "memaudit.probes.decop.runner"} <= set(modules)
+    # reached only through imports: the backend's forward passes and the published-file loader
+    assert {"memaudit.models.forward", "memaudit.backends.hf", "memaudit.datasets.published"} <= set(modules)
+    assert "memaudit.probes.registry" not in modules and "memaudit.backends.retry" not in modules
+    assert not any(m.startswith("memaudit.probes.token_prob.runner") for m in modules)
+
+
+def _fingerprint_of(tmp_path, monkeypatch, source: str) -> str:
+    pkg = tmp_path / "memaudit_fake_family"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fam = registry.ProbeFamily("fake", reads="x.jsonl", modes={"": frozenset()}, runner="x:y", version=1,
+                               fingerprint="")
+    monkeypatch.setitem(FAMILIES, "fake", fam)
+    monkeypatch.setattr(registry.ProbeFamily, "package", property(lambda self: "memaudit_fake_family"))
+    import importlib
+
+    importlib.invalidate_caches()
+    return code_fingerprint("fake")
+
+
+def test_comments_and_docstrings_leave_the_fingerprint_alone_code_does_not(tmp_path, monkeypatch):
+    base = '"""Doc."""\n\ndef score(x):\n    """Higher = member."""\n    return -x  # negated loss\n'
+    same = '"""Other words."""\n\n\ndef score(x):\n    # a comment\n    return -x\n'
+    changed = '"""Doc."""\n\ndef score(x):\n    return -2 * x\n'
+    first = _fingerprint_of(tmp_path, monkeypatch, base)
+    assert len(first) == 16 and int(first, 16) >= 0
+    assert _fingerprint_of(tmp_path, monkeypatch, same) == first
+    assert _fingerprint_of(tmp_path, monkeypatch, changed) != first
+
+
+def test_record_writes_only_stale_fingerprints_and_keeps_versions(tmp_path, monkeypatch):
+    copy = tmp_path / "registry.py"
+    source = registry.__file__
+    text = open(source, encoding="utf-8").read()
+    stale = text.replace(f'fingerprint="{FAMILIES["prefix"].fingerprint}"', 'fingerprint="0000000000000000"')
+    copy.write_text(stale)
+    monkeypatch.setitem(FAMILIES, "prefix", registry.ProbeFamily(
+        **{**FAMILIES["prefix"].__dict__, "fingerprint": "0000000000000000"}))
+    assert registry.record_fingerprints(copy) == {"prefix": code_fingerprint("prefix")}
+    assert copy.read_text() == text
+    tree = ast.parse(copy.read_text())  # still Python
+    assert tree.body
+
+
+def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
+    monkeypatch.setitem(FAMILIES, "prefix", registry.ProbeFamily(
+        **{**FAMILIES["prefix"].__dict__, "fingerprint": "0000000000000000"}))
+    assert registry.code_versions_main([]) == 1
+    out = capsys.readouterr().out
+    assert "prefix       version 1  fingerprint 0000000000000000  changed" in out
+    assert "token_prob   version 1" in out and "ok" in out

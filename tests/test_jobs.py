@@ -1,0 +1,118 @@
+"""The run's job list as data (memaudit.jobs, memaudit.probes.registry): checked against configs by hand."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from memaudit import jobs
+from memaudit.errors import ConfigError
+from memaudit.probes.registry import FAMILIES, PROBES, load_callable, modes_of, role_model, runner_of
+from workflow_helpers import ROOT
+
+CI = jobs.validate_config(yaml.safe_load((ROOT / "config" / "ci.yaml").read_text()))
+DEMO = jobs.validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+
+
+def test_probes_are_derived_from_the_family_declarations():
+    assert set(PROBES) == {"token_prob", "prefix", "decop_logit", "decop_blackbox", "decop_likelihood"}
+    assert modes_of("decop") == ["logit", "blackbox", "likelihood"]
+    assert PROBES["decop_logit"].needs == frozenset({"option_logprobs"})
+    assert PROBES["decop_logit"].reads == "decop_items.jsonl" and PROBES["decop_logit"].family == "decop"
+    from memaudit.probes.decop.runner import MODES, run_job
+
+    assert MODES == ("logit", "blackbox", "likelihood") and runner_of("decop") is run_job
+    assert load_callable(FAMILIES["prefix"].planner).__name__ == "plan_records"
+
+
+def test_runners_and_planners_are_imported_only_when_asked():
+    import subprocess
+    import sys
+
+    code = ("import sys, memaudit.probes.registry, memaudit.jobs; "
+            "print(sorted(m for m in ('torch', 'openai', 'anthropic', 'memaudit.probes.decop.runner') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_probe_runs_follow_each_probes_models_and_benchmarks():
+    assert jobs.probe_runs(CI, "decop") == [
+        ("novels", "smollm2-135m-contaminated", "logit"),
+        ("novels", "tiny-gpt2-small", "likelihood"),
+        ("novels", "tiny-gpt2-small-contaminated", "likelihood"),
+    ]
+    assert [(b, m) for b, m, _ in jobs.probe_runs(CI, "token_prob")] == [
+        (b, m) for b in ("news", "novels") for m in sorted(CI["models"])]
+    assert jobs.probe_runs(CI, "prefix") == []  # not configured
+    # the demo's techdocs is DE-COP's: token_prob leaves it out, so only DE-COP's models are scored there
+    assert jobs.scored(DEMO)["techdocs"] == sorted({m for b, m, _ in jobs.probe_runs(DEMO, "decop") if b == "techdocs"})
+    assert jobs.scored(DEMO)["novels"] == sorted(DEMO["models"])
+
+
+def test_probe_documents_and_final_outputs_of_one_pair():
+    assert jobs.probe_documents(CI, "novels", "smollm2-135m-contaminated") == [
+        "results/scores/novels/smollm2-135m-contaminated/token_prob_documents.csv",
+        "results/scores/novels/smollm2-135m-contaminated/decop_logit_documents.csv",
+    ]
+    outputs = jobs.final_outputs(CI)
+    assert "results/figures/news/tiny-gpt2-small/roc.png" in outputs
+    assert len([o for o in outputs if o.endswith("roc.png")]) == 2 * len(CI["models"])
+
+
+def test_an_api_model_gets_black_box_probes_no_weights_and_a_ledger_entry():
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-4o-mini-2024-07-18",
+                                                         "api_key_env": "OPENAI_API_KEY",
+                                                         "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}
+    cfg["probes"]["prefix"] = {}
+    cfg = jobs.validate_config(cfg)
+    assert jobs.model_dir(cfg, "gpt") == {} and jobs.model_dir(cfg, "tiny-gpt2-small") == {
+        "model": "results/models/tiny-gpt2-small"}
+    assert "gpt" not in jobs.local_models(cfg) and jobs.api_models(cfg) == ["gpt"]
+    assert jobs.api_probe_outputs(cfg) == ["results/scores/news/gpt/prefix_documents.csv",
+                                           "results/scores/novels/gpt/prefix_documents.csv"]
+
+
+def test_a_model_that_cannot_serve_a_named_probe_is_a_config_error_naming_both():
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["served"] = {"backend": "openai", "api": {"model_id": "local", "base_url": "http://127.0.0.1:1/v1",
+                                                            "api_key_env": "SERVED_KEY", "logprobs": False}}
+    cfg["probes"]["decop_logit"]["models"] = ["served"]
+    with pytest.raises(ConfigError) as err:
+        jobs.validate_config(cfg)
+    assert ("models.served.backend: probe 'decop_logit' needs option_logprobs, which model 'served' "
+            "(backend 'openai', api.logprobs: false) cannot serve") in str(err.value)
+    cfg["models"]["served"]["api"]["logprobs"] = True
+    assert jobs.validate_config(cfg)["probes"]["decop_logit"]["models"] == ["served"]
+
+
+def test_roles_name_their_model_or_default_to_the_first_local_model():
+    assert role_model(CI, "decop", "paraphraser") == "smollm2-135m"
+    assert jobs.role_input(CI, "decop", "paraphraser") == {"paraphraser": "results/models/smollm2-135m"}
+    cfg = copy.deepcopy(CI)
+    del cfg["probes"]["decop"]["paraphrase"]["model"]
+    assert role_model(cfg, "decop", "paraphraser") == "smollm2-135m"  # first local model, sorted
+    cfg["probes"]["decop"]["paraphrase"]["model"] = "nope"
+    with pytest.raises(ConfigError, match=r"probes\.decop\.paraphrase\.model: unknown model 'nope'"):
+        jobs.check_config(cfg)
+    for probe in ("decop", "decop_logit", "decop_likelihood"):
+        cfg["probes"].pop(probe)
+    assert role_model(cfg, "decop", "paraphraser") is None and jobs.role_input(cfg, "decop", "paraphraser") == {}
+
+
+def test_model_priorities_and_inputs():
+    assert [jobs.model_priority(CI["models"][m]) for m in ("smollm2-135m", "smollm2-135m-contaminated",
+                                                          "tiny-gpt2-small")] == [30, 20, 10]
+    assert jobs.model_inputs(CI, "smollm2-135m-contaminated") == {
+        "base": "results/models/smollm2-135m", "members": ["results/datasets/novels/documents.jsonl"]}
+    assert jobs.model_inputs(CI, "tiny-gpt2-small") == {"pretrain": "results/pretrain/documents.jsonl"}
+    assert jobs.model_inputs(CI, "smollm2-135m") == {}
+    assert jobs.reference_models(CI, "tiny-gpt2-small") == []  # never its own reference
+    assert jobs.reference_models(CI, "smollm2-135m") == ["tiny-gpt2-small"]
+
+
+def test_canonical_sorts_every_mapping():
+    assert list(jobs.canonical({"b": 1, "a": {"d": [{"z": 0, "y": 1}], "c": 2}})) == ["a", "b"]
+    assert list(jobs.canonical({"a": [{"z": 0, "y": 1}]})["a"][0]) == ["y", "z"]
