@@ -10,7 +10,7 @@ ASSETS := resources/demo/.fetched
 # Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).
 CORES ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: venv assets run report test bench lint clean-results
+.PHONY: venv assets run report test test-quick bench lint clean-results
 
 venv: $(STAMP)
 
@@ -40,6 +40,10 @@ report: venv
 
 test: venv assets
 	$(BIN)/pytest -q tests
+
+# Unit tests only (no workflow run, no SLURM, no DVC remote): day-to-day work, a few minutes.
+test-quick: venv assets
+	$(BIN)/pytest -q -m "not slow and not workflow" tests
 
 bench: venv assets
 	$(BIN)/python benchmarks/run_all.py

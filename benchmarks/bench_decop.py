@@ -1,8 +1,10 @@
 """Benchmark: DE-COP logit mode, ours vs. the reference implementation's way.
 
 ``ours`` (``ours_seconds``)
-    :func:`memaudit.probes.decop.scoring.logit_probabilities`: all orderings of a passage in one
-    left-padded batch, one forward pass, only the answer position through the output layer.
+    what DE-COP's logit mode runs: ``HFBackend.option_logprobs`` (the ``Backend`` interface) with
+    :func:`memaudit.probes.decop.scoring.letter_probabilities`: all orderings of a passage in one
+    left-padded batch, their shared prefix computed once, only the answer position through the
+    output layer (:func:`memaudit.models.forward.next_token_logprobs`).
 ``baseline`` (``baseline_seconds``)
     the DE-COP reference code's way: one ``generate(max_new_tokens=2, output_scores=True)``
     per prompt, reading the scores of the first generated step
@@ -71,18 +73,26 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from memaudit.probes.decop.prompts import orderings
-    from memaudit.probes.decop.scoring import letter_token_ids, logit_probabilities, reference_probabilities, render_question
-    from memaudit.models.loading import load_causal_lm
-    from memaudit.models.smollm2 import ensure_builtin
+    from memaudit.probes.decop.prompts import LETTERS, orderings
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.decop.scoring import (letter_probabilities, question_params, question_prompts,
+                                               reference_probabilities, render_question)
 
     torch.set_num_threads(args.threads)
-    model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", args.cache_dir))}, device="cpu")
+    backend = HFBackend({"builtin": "smollm2-135m-instruct", "cache_dir": str(args.cache_dir)}, dtype="float32",
+                        device="cpu")
+    model, tok = backend.model, backend.tokenizer
     perms = orderings(args.orderings)
-    ids = letter_token_ids(tok)
+    params = question_params()
+
+    def ours_way(item, batch_size):
+        prompts = question_prompts(item, perms)
+        return letter_probabilities(backend.option_logprobs(prompts, [LETTERS] * len(prompts), params=params,
+                                                            batch_size=batch_size))
+
     ours_s = base_s = 0.0
     diffs, n_prompts, n_tokens = [], 0, 0
-    logit_probabilities(model, tok, [render_question(tok, demo_items(1, args.assets_dir)[0], perms[0])], ids)  # warm-up
+    ours_way(demo_items(1, args.assets_dir)[0], 1)  # warm-up
     for item in demo_items(args.n_passages, args.assets_dir):
         prompts = [render_question(tok, item, p) for p in perms]
         n_prompts += len(prompts)
@@ -90,11 +100,11 @@ def main(argv=None) -> dict:
         best = float("inf")
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            ours, _ = logit_probabilities(model, tok, prompts, ids, batch_size=len(prompts))
+            ours, _ = ours_way(item, len(prompts))
             best = min(best, time.perf_counter() - t0)
         ours_s += best
         t0 = time.perf_counter()
-        ref, _ = reference_probabilities(model, tok, prompts, ids)
+        ref, _ = reference_probabilities(model, tok, prompts)
         base_s += time.perf_counter() - t0
         diffs.append(float(np.abs(ours - ref).max()))
     result = {

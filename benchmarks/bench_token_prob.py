@@ -149,10 +149,12 @@ def timed(fn: Callable, device) -> tuple[float, object]:
 def bare_forward(model, tokenizer, texts: Sequence[str], *, batch_size: int, max_tokens: int | None) -> int:
     """The batched, length-bucketed forward passes of ``compute_token_stats`` with no post-processing.
 
-    Tokenisation, bucketing and padding are the same as there; the logits are
-    computed and dropped. Returns the number of scored tokens.
+    Tokenisation, bucketing and padding are the same as there (the same functions); the
+    logits are computed and dropped. Returns the number of scored tokens.
     """
     import torch
+
+    from memaudit.models.forward import right_padded
 
     encoded = [encode(tokenizer, t, max_tokens) for t in texts]
     lengths = [len(e) for e in encoded]
@@ -160,12 +162,7 @@ def bare_forward(model, tokenizer, texts: Sequence[str], *, batch_size: int, max
     device = _device(model)
     with torch.inference_mode():
         for batch in length_buckets(lengths, batch_size):
-            width = lengths[batch[0]]
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for j, i in enumerate(batch):
-                ids[j, :lengths[i]] = torch.tensor(encoded[i])
-                mask[j, :lengths[i]] = 1
+            ids, mask = right_padded(encoded, batch, pad)
             model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     return sum(lengths) - len(lengths)
 

@@ -32,6 +32,8 @@ import yaml
 from conftest import TINY_TEXTS
 from workflow_helpers import SNAKEMAKE, make_workdir
 
+pytestmark = pytest.mark.workflow
+
 FINETUNED = "tiny-gpt2-small-contaminated"
 PROBED = "smollm2-135m"
 N_PASSAGES = 24  # 12 documents x 2 passages

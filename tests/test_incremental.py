@@ -28,6 +28,8 @@ import yaml
 from memaudit.versions import VERSIONED, code_version
 from workflow_helpers import ROOT, directory_outputs, make_workdir, planned_jobs, touch_finished
 
+pytestmark = pytest.mark.workflow
+
 CI_YAML = "config/ci.yaml"
 CI = yaml.safe_load((ROOT / CI_YAML).read_text())
 BENCHMARKS = sorted(CI["benchmarks"])

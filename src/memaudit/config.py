@@ -18,6 +18,9 @@ from memaudit.errors import ConfigError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
+# Backends served over an API (no local weights); every other model is a local Hugging Face one.
+API_BACKENDS = ("openai", "anthropic")
+
 BUILTIN_SOURCES = ("austen", "mobydick", "tidytext", "reuters", "user_books", "pydoc_topics")
 
 
@@ -66,6 +69,14 @@ def validate_config(config: dict, schema: dict | None = None, *,
     return check_config(config, checks=checks)
 
 
+def is_api_model(entry: dict) -> bool:
+    """Whether a configured model is served by an API (no local weights, no prepared model directory).
+
+    The one test for it; :mod:`memaudit.backends` re-exports it.
+    """
+    return entry.get("backend", "hf") in API_BACKENDS
+
+
 def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
     """Checks across entries: references between models, benchmarks and sources, plus ``checks``."""
     problems: list[str] = []
@@ -92,7 +103,7 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
                             f"{', '.join(used)}; the pretraining pool must be disjoint")
     for name, entry in models.items():
         where = f"models.{name}"
-        if entry.get("backend", "hf") != "hf":
+        if is_api_model(entry):
             continue  # an API model: no local weights; checked by check_api_models
         has_source, has_base = "source" in entry, "base" in entry
         if has_source == has_base:

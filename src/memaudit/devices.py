@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from memaudit.config import is_api_model
 from memaudit.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def model_gpus(entry: dict, *, model: str = "?", visible: int | None = None) -> 
     job graph has a GPU, else 0. On a cluster the submitting machine usually has none: give the
     model ``device: cuda`` (or ``gpus: N``) to request GPUs there.
     """
-    if entry.get("backend", "hf") != "hf":
+    if is_api_model(entry):
         return 0
     if "gpus" in entry:
         return int(entry["gpus"])

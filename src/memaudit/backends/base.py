@@ -27,6 +27,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from memaudit.config import API_BACKENDS, is_api_model  # noqa: F401 -- re-exported: the backends' own test
 from memaudit.errors import ConfigError
 
 TOKEN_LOGPROBS = "token_logprobs"
@@ -124,12 +125,6 @@ _REGISTRY: dict[str, tuple[str, str, frozenset[str]]] = {
     "anthropic": ("memaudit.backends.anthropic_backend", "AnthropicBackend", frozenset({GENERATE})),
 }
 
-API_BACKENDS = ("openai", "anthropic")
-
-
-def is_api_model(entry: dict) -> bool:
-    """Whether a configured model is served by an API (no local weights, no prepared model directory)."""
-    return entry.get("backend", "hf") in API_BACKENDS
 
 
 def backend_capabilities(name: str) -> frozenset[str]:

@@ -1,56 +1,45 @@
 """The cost of a run's planned API work, readable before any request is sent.
 
-Each black-box probe that can run on an API model offers a planner: the
-requests it would send for one (model, benchmark), built from the benchmark's
-records without calling anything. ``snakemake results/api/estimate.txt`` runs
-them over every API model and prices the plan: cached requests are free, every
-other one costs its estimated prompt tokens plus its full ``max_new_tokens``.
+Each probe family that can run on an API model may declare a planner in its registry
+entry (:mod:`memaudit.probes.registry`): the requests it would send for one (model,
+benchmark), built from the benchmark's records without calling anything.
+``snakemake results/api/estimate.txt`` runs them over every API model and prices the
+plan: cached requests are free, every other one costs its estimated prompt tokens
+plus its full ``max_new_tokens``.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Sequence
 
-from memaudit.backends.base import API_BACKENDS
+from memaudit.config import is_api_model
 from memaudit.io import read_jsonl, write_jsonl
 
-# probe -> (module, planner, dataset file under results/datasets/<benchmark>/)
-PLANNERS = {
-    "prefix": ("memaudit.probes.prefix.runner", "plan_records", "prefix_continuation.jsonl"),
-}
+
+def _planned(config: dict) -> list[tuple[str, str, str]]:
+    """``(model, benchmark, probe)`` of every planned API job whose family declares a planner."""
+    from memaudit.probes.registry import family_of, probes_for_model
+
+    return [(m, b, p) for m in sorted(config["models"]) if is_api_model(config["models"][m])
+            for b in sorted(config["benchmarks"]) for p in probes_for_model(config, m, b) if family_of(p).planner]
 
 
 def planned_inputs(config: dict) -> list[str]:
-    """The dataset files the plan reads: one per (benchmark, planned probe) with an API model on it."""
-    from memaudit.probes.registry import probes_for_model
+    """The record files the plan reads: one per (benchmark, planned probe) with an API model on it."""
+    from memaudit.probes.registry import PROBES
 
-    paths = set()
-    for model, entry in config["models"].items():
-        if entry.get("backend", "hf") not in API_BACKENDS:
-            continue
-        for probe in probes_for_model(config, model):
-            if probe in PLANNERS:
-                paths.update(f"results/datasets/{b}/{PLANNERS[probe][2]}" for b in config["benchmarks"])
-    return sorted(paths)
+    return sorted({f"results/datasets/{b}/{PROBES[p].reads}" for _, b, p in _planned(config)})
 
 
 def plan_run(config: dict, datasets_dir: str | Path = "results/datasets") -> list[dict]:
     """Every request the configured API models will be sent by the planned probes."""
-    from memaudit.probes.registry import probes_for_model
+    from memaudit.probes.registry import PROBES, family_of, load_callable
 
     records = []
-    for model in sorted(config["models"]):
-        if config["models"][model].get("backend", "hf") not in API_BACKENDS:
-            continue
-        for probe in probes_for_model(config, model):
-            if probe not in PLANNERS:
-                continue
-            module, fn, filename = PLANNERS[probe]
-            planner = getattr(importlib.import_module(module), fn)
-            for benchmark in sorted(config["benchmarks"]):
-                records += planner(config, model, read_jsonl(Path(datasets_dir) / benchmark / filename))
+    for model, benchmark, probe in _planned(config):
+        planner = load_callable(family_of(probe).planner)
+        records += planner(config, model, read_jsonl(Path(datasets_dir) / benchmark / PROBES[probe].reads))
     return records
 
 
@@ -73,7 +62,7 @@ def write_estimate(config: dict, out_text: str | Path, out_plan: str | Path,
 
 def probes_without_planner(config: dict) -> Sequence[str]:
     """Probes configured on API models whose requests this estimate cannot foresee (listed in the output)."""
-    from memaudit.probes.registry import probes_for_model
+    from memaudit.probes.registry import family_of, probes_for_model
 
-    return sorted({p for m, e in config["models"].items() if e.get("backend", "hf") in API_BACKENDS
-                   for p in probes_for_model(config, m) if p not in PLANNERS})
+    return sorted({p for m, e in config["models"].items() if is_api_model(e)
+                   for p in probes_for_model(config, m) if not family_of(p).planner})

@@ -1,6 +1,8 @@
-"""Forward passes that read the next-token distribution after a prompt (teacher forcing).
+"""Forward-pass machinery: padded batches, and the next-token distribution after a prompt (teacher forcing).
 
-What :meth:`memaudit.backends.hf.HFBackend.option_logprobs` runs: many prompts that
+:func:`right_padded` builds the length-bucketed batches of
+:func:`memaudit.models.token_stats.compute_token_stats` (and of the token-probability
+benchmark's floor). What :meth:`memaudit.backends.hf.HFBackend.option_logprobs` runs: many prompts that
 share their first tokens (DE-COP's orderings of one passage share the system prompt,
 the question and "A. "; cloze prompts share their instruction) go through the model
 in batches whose common prefix is computed once.
@@ -9,6 +11,19 @@ in batches whose common prefix is computed once.
 from __future__ import annotations
 
 from typing import Iterator, Sequence
+
+
+def right_padded(encoded: Sequence[Sequence[int]], batch: Sequence[int], pad_id: int):
+    """``(ids, mask)`` of the sequences ``encoded[i]`` for ``i`` in ``batch``, right-padded to the longest."""
+    import torch
+
+    width = max(len(encoded[i]) for i in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for j, i in enumerate(batch):
+        ids[j, :len(encoded[i])] = torch.tensor(list(encoded[i]))
+        mask[j, :len(encoded[i])] = 1
+    return ids, mask
 
 
 def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:

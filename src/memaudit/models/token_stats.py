@@ -168,6 +168,8 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
     """
     import torch
 
+    from memaudit.models.forward import right_padded
+
     encoded = [encode(tokenizer, t, max_tokens) for t in texts]
     lengths = [len(e) for e in encoded]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -179,12 +181,7 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
     t0, done = time.time(), 0
     with torch.inference_mode():
         for bi, batch in enumerate(batches):
-            width = lengths[batch[0]]
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for j, i in enumerate(batch):
-                ids[j, :lengths[i]] = torch.tensor(encoded[i])
-                mask[j, :lengths[i]] = 1
+            ids, mask = right_padded(encoded, batch, pad)
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
             for j, i in enumerate(batch):
                 n = lengths[i] - 1

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from memaudit.backends.base import GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS
+from memaudit.config import is_api_model
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def check_capabilities(config: dict) -> list[str]:
     an OpenAI-compatible endpoint configured with ``api.logprobs: false`` cannot serve
     ``decop_logit``.
     """
-    from memaudit.backends.base import is_api_model, model_capabilities
+    from memaudit.backends.base import model_capabilities
 
     problems = []
     for probe in enabled_probes(config):
@@ -218,7 +219,7 @@ def role_model(config: dict, family: str, role: str) -> str | None:
     if value:
         return value
     models = sorted(config["models"])
-    local = [m for m in models if config["models"][m].get("backend", "hf") == "hf"]
+    local = [m for m in models if not is_api_model(config["models"][m])]
     return (local or models)[0]
 
 
