@@ -246,3 +246,54 @@ def test_a_logit_run_without_surviving_calibration_documents_skips_only_the_cali
     assert sorted(docs["doc_id"].unique()) == ["d0", "d1", "d2", "d3"]
     cal = read_json(out["calibration"])["calibration"]["64"]
     assert cal["n_calibration_documents"] == 0 and "quality control" in cal["skipped"]
+
+
+def test_logit_mode_on_an_openai_compatible_model_reads_the_letters_from_top_logprobs(tmp_path, monkeypatch):
+    """decop_logit on an API model, opened as the workflow opens it, through the real SDK and the loopback
+    server: each letter's probability is read from the first token's top_logprobs (variants summed),
+    a letter outside the list counts as 0, and one with no letter listed is an invalid answer."""
+    from api_server import loopback, reply_with_top
+
+    from memaudit.backends import open_backend
+    from memaudit.io import read_json, write_jsonl
+    from memaudit.jobs import validate_config
+    from memaudit.probes.decop.runner import run_decop
+
+    monkeypatch.setenv("SERVED_KEY", "sk-test-not-a-secret")
+    # 2 evaluated documents, 2 for calibration; distinct texts, so no request is answered from the cache
+    items = [{**it, "options": [f"{it['doc_id']}: {o}" for o in it["options"]]} for it in _items(4)]
+    write_jsonl(tmp_path / "items.jsonl", items)
+    cfg = {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4}
+    n = len(items) * 4
+    # per request: " A" and "A" listed (summed), "C" listed, "B" not, "D" listed; the last request lists no letter
+    top = [(" A", -0.7), ("A", -2.0), ("The", -2.2), ("C", -1.5), (" D", -3.0)]
+    with loopback() as server:
+        server.responder.queue(*[reply_with_top("A", top) for _ in range(n - 1)],
+                               reply_with_top("The", [("The", -0.1), (" of", -2.5)]))
+        config = validate_config({
+            "benchmarks": {"b": {"sources": ["austen"]}},
+            "models": {"served": {"backend": "openai", "api": {
+                "model_id": "served-model", "base_url": server.openai_base_url, "api_key_env": "SERVED_KEY",
+                "pricing": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}}},
+            "probes": {"decop": {}, "decop_logit": {"models": ["served"]}},
+            "api": {"cache": str(tmp_path / "cache.sqlite")}})
+        backend = open_backend(config, "served", rule="decop_probe")
+        out = {k: tmp_path / f"{k}.{ext}" for k, ext in
+               [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+        docs = run_decop("logit", backend, tmp_path / "items.jsonl", cfg, **{f"out_{k}": v for k, v in out.items()})
+        assert server.count("openai") == n
+    answers = pd.read_csv(out["answers"])
+    raw = np.exp([np.logaddexp(-0.7, -2.0), 0.0, -1.5, -3.0]) * [1, 0, 1, 1]
+    expected = raw / raw.sum()
+    invalid = answers[answers["status"] == "invalid"]  # requests run concurrently: any one got the last reply
+    assert len(invalid) == 1 and invalid["pred"].tolist() == [-1] and invalid["p_A"].isna().all()
+    ok = answers[answers["status"] != "invalid"]
+    np.testing.assert_allclose(ok[["p_A", "p_B", "p_C", "p_D"]].to_numpy(), np.tile(expected, (n - 1, 1)), atol=1e-6)
+    np.testing.assert_allclose(ok["letter_mass"], raw.sum(), rtol=1e-6)
+    assert (ok["pred"] == 0).all() and (ok["status"] == "ok").all()
+    assert set(docs["model"]) == {"served"} and set(docs["dtype"]) == {"api"}
+    assert read_json(out["calibration"])["model"] == "served"
+    # accuracy = how often the verbatim option's letter (A in the ordering "0123") was picked
+    hits = answers[answers["role"] == "evaluate"].assign(hit=lambda a: a["pred"] == a["correct"])
+    by_doc = docs[docs["method"] == "decop-logit"].set_index("doc_id")["score"].sort_index()
+    np.testing.assert_allclose(by_doc, hits.groupby("doc_id")["hit"].mean().sort_index())

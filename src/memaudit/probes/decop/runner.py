@@ -270,7 +270,8 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
     table.insert(1, "mode", mode)
     write_csv(out_answers, answers)
     write_csv(out_table, table)
-    write_csv(out_documents, document_scores(documents, model=backend.name, dtype=backend.describe().get("dtype")))
+    documents = document_scores(documents, model=backend.name, dtype=backend.describe().get("dtype"))
+    write_csv(out_documents, documents)
     write_json(out_calibration, {"model": backend.name, "mode": mode, "orderings": cfg["orderings"], "n_orderings": len(perms),
                                  "calibration": calibration, "seconds": time.time() - t0})
     return documents
