@@ -114,3 +114,15 @@ def test_api_model_validates_and_gets_no_white_box_jobs(tmp_path):
     with pytest.raises(ConfigError) as err:
         validate_config(bad_key)
     assert "models.gpt-x.api.api_key_env" in str(err.value) and "sk-live-123456" not in str(err.value)
+
+
+def test_dtype_auto_is_the_schema_default_and_the_shipped_configs_use_it():
+    cfg = copy.deepcopy(CI)
+    del cfg["models"]["smollm2-135m"]["dtype"]
+    assert validate_config(cfg)["models"]["smollm2-135m"]["dtype"] == "auto"
+    for name in ("config.yaml", "ci.yaml"):
+        models = load_config(ROOT / "config" / name)["models"]
+        assert {entry["dtype"] for entry in models.values()} == {"auto"}, name
+    msg = bad(lambda c: c["models"]["smollm2-135m"].update(dtype="fp8"))
+    assert "models.smollm2-135m.dtype" in msg and "'fp8'" in msg
+
