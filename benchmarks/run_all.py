@@ -4,6 +4,11 @@ Each script runs in its own process (``python bench_<name>.py --out <dir>/<name>
 so one benchmark's threads, caches and memory never colour another's timings.
 The table is also written to ``<dir>/summary.csv``.
 
+The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
+(float32 against bfloat16 on this machine, and whether ``dtype: auto`` picks the faster; its
+``ours_seconds``/``baseline_seconds`` are a LoRA step in auto's dtype and in the other one),
+``paraphrase``, ``token_prob``.
+
 Exit status: 1 if a script failed or wrote no JSON; with ``--strict`` also if a
 benchmark missed one of its targets (``meets_targets``).
 """

@@ -114,3 +114,28 @@ def test_api_model_validates_and_gets_no_white_box_jobs(tmp_path):
     with pytest.raises(ConfigError) as err:
         validate_config(bad_key)
     assert "models.gpt-x.api.api_key_env" in str(err.value) and "sk-live-123456" not in str(err.value)
+
+
+def test_dtype_auto_is_the_schema_default_and_the_shipped_configs_use_it():
+    cfg = copy.deepcopy(CI)
+    del cfg["models"]["smollm2-135m"]["dtype"]
+    assert validate_config(cfg)["models"]["smollm2-135m"]["dtype"] == "auto"
+    for name in ("config.yaml", "ci.yaml"):
+        models = load_config(ROOT / "config" / name)["models"]
+        assert {entry["dtype"] for entry in models.values()} == {"auto"}, name
+    msg = bad(lambda c: c["models"]["smollm2-135m"].update(dtype="fp8"))
+    assert "models.smollm2-135m.dtype" in msg and "'fp8'" in msg
+
+
+def test_paper_config_validates_with_the_papers_settings():
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    decop = cfg["probes"]["decop"]
+    assert decop["orderings"] == "permutations" and decop["lengths"] == [64, 128, 256]
+    assert decop["passages_per_document"] == 34 and decop["calibration_documents"] == 30
+    assert decop["paraphrase"]["temperature"] == 0.1
+    paraphraser = cfg["models"][decop["paraphrase"]["model"]]
+    assert paraphraser["backend"] == "openai" and paraphraser["api"]["api_key_env"] == "OPENAI_API_KEY"
+    assert cfg["probes"]["token_prob"]["min_k_ratios"] == [0.2]
+    local = [e for e in cfg["models"].values() if e["backend"] == "hf"]
+    assert local and all(e["dtype"] == "auto" and e["device"] == "auto" for e in local)
+    assert cfg["stats"]["n_boot_small"] == 10

@@ -14,10 +14,15 @@ class HFBackend(Backend):
     def __init__(self, load_spec: dict, *, name: str | None = None, dtype: str = "float32", device: str = "auto",
                  batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None):
         if model is None:
-            from memaudit.models.loading import load_causal_lm
+            from memaudit.models.loading import load_causal_lm, resolve_dtype
 
+            dtype = resolve_dtype(dtype, device)  # `auto`: bfloat16 only where the hardware has it
             model, tokenizer = load_causal_lm(load_spec, dtype=dtype, device=device)
         self.model, self.tokenizer = model, tokenizer
+        # What the model was actually loaded as (a model handed in is described as it is)
+        first = next(model.parameters(), None)
+        self.dtype = str(first.dtype).removeprefix("torch.") if first is not None else dtype
+        self.device = str(first.device) if first is not None else device
         self.load_spec = load_spec
         self.name = name  # the model's name in the config (the `model` column of score tables)
         self.batch_size = batch_size
@@ -29,7 +34,8 @@ class HFBackend(Backend):
     def describe(self) -> dict:
         from memaudit.models.loading import count_parameters
 
-        return {"backend": "hf", "load": self.load_spec, "n_params": count_parameters(self.model)}
+        return {"backend": "hf", "load": self.load_spec, "n_params": count_parameters(self.model),
+                "dtype": self.dtype, "device": self.device}
 
     def token_stats(self, texts: Sequence[str], *, with_distribution: bool = True, progress=None):
         from memaudit.models.token_stats import compute_token_stats

@@ -479,7 +479,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: bfloat16 where the hardware computes it natively, else float32")
     p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
     args = p.parse_args(argv)

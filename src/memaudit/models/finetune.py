@@ -70,7 +70,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
 
     ``autocast`` ("bfloat16" or "float16") trains in mixed precision: the weights and the
     optimizer stay in the model's dtype (float32) and the matrix products run in half
-    precision -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step.
+    precision -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
+    CPU (emulated bfloat16) about 20x slower. "auto" is bfloat16 where the model's device
+    computes it natively, else no autocast (:func:`memaudit.models.loading.resolve_dtype`).
     """
     import contextlib
 
@@ -105,6 +107,11 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)))
     pad = tokenizer.pad_token_id
     device = next(model.parameters()).device
+    if autocast is not None:
+        from memaudit.models.loading import resolve_dtype
+
+        autocast = resolve_dtype(autocast, device.type)
+        autocast = autocast if autocast in ("bfloat16", "float16") else None
     model.train()
     t0, step, losses, n_tokens = time.time(), 0, [], 0
     epoch, order, pos = 0, None, 0  # pos: batches of the current epoch's order already taken

@@ -15,13 +15,22 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from memaudit.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+# /proc/cpuinfo flags of x86 CPUs that compute bfloat16 products natively (AVX512-BF16, AMX).
+NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# oneDNN ISA caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: with one of these set, oneDNN
+# emulates bfloat16 even on a CPU that has it. Names as oneDNN spells them (case-insensitive).
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+                                      "AVX512_CORE_VNNI"})
+# ATEN_CPU_CAPABILITY values that confine ATen's vectorised kernels to AVX2 or scalar code.
+ATEN_CAPABILITIES_WITHOUT_BF16 = frozenset({"default", "avx2"})
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -37,6 +46,66 @@ def resolve_device(device: str = "auto") -> str:
                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
                           "give the model `gpus: N` to claim more, or use `cuda`")
     return device
+
+
+def cpu_bf16_flags(cpuinfo: str) -> set[str]:
+    """The native-bfloat16 flags (``avx512_bf16``, ``amx_bf16``) on the ``flags`` lines of ``/proc/cpuinfo`` text."""
+    found: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            found |= NATIVE_BF16_CPU_FLAGS.intersection(value.split())
+    return found
+
+
+def bf16_emulation_forced(env: Mapping[str, str]) -> str | None:
+    """The environment setting that makes oneDNN or ATen emulate bfloat16 on any CPU, if one is set.
+
+    ``ONEDNN_MAX_CPU_ISA`` below ``AVX512_CORE_BF16`` (e.g. ``AVX2``) or ``ATEN_CPU_CAPABILITY``
+    ``avx2``/``default`` -- the documented knobs to imitate an AVX2-only CPU on an AMX machine.
+    """
+    isa = env.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if isa in ONEDNN_ISAS_WITHOUT_BF16:
+        return f"ONEDNN_MAX_CPU_ISA={isa}"
+    capability = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if capability in ATEN_CAPABILITIES_WITHOUT_BF16:
+        return f"ATEN_CPU_CAPABILITY={capability}"
+    return None
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> bool:
+    """Whether this CPU computes bfloat16 natively: an AVX512-BF16 or AMX flag in ``cpuinfo``
+    (default: ``/proc/cpuinfo``; unreadable, as off Linux, counts as no) and no emulation knob in ``env``."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    return bool(cpu_bf16_flags(cpuinfo)) and bf16_emulation_forced(os.environ if env is None else env) is None
+
+
+def resolve_dtype(dtype: str, device: str = "auto", *, cpuinfo: str | None = None,
+                  env: Mapping[str, str] | None = None) -> str:
+    """The dtype a model entry's ``dtype`` means on ``device``: explicit dtypes pass through;
+    ``auto`` is ``bfloat16`` where the hardware computes it natively, else ``float32``.
+
+    Native: a CUDA device with ``torch.cuda.is_bf16_supported()``, or a CPU with AVX512-BF16 or AMX
+    (:func:`cpu_has_native_bf16`). Elsewhere bfloat16 is emulated and slower than float32 (about
+    20x for a SmolLM2 LoRA step on an AVX2-only EPYC, ``results/bench/dtype.json``).
+    ``cpuinfo`` and ``env`` replace ``/proc/cpuinfo`` and ``os.environ`` (tests).
+    """
+    if dtype in DTYPES:
+        return dtype
+    if dtype != "auto":
+        raise ConfigError(f"dtype {dtype!r}: expected auto, {', '.join(DTYPES)}")
+    if device == "auto" or device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+        if device != "auto":  # cuda asked for but absent: loading fails with its own message
+            return "float32"
+    return "bfloat16" if cpu_has_native_bf16(cpuinfo, env) else "float32"
 
 
 def set_threads(threads: int | None) -> None:
@@ -79,7 +148,8 @@ def load_tokenizer(spec: dict[str, Any]):
 
 def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
                    merge_adapter: bool = True):
-    """Load ``(model, tokenizer)`` for a load spec, in eval mode on ``device``.
+    """Load ``(model, tokenizer)`` for a load spec, in eval mode on ``device``, in ``dtype``
+    (``auto``: see :func:`resolve_dtype`).
 
     A peft adapter is applied on top of the base weights; with ``merge_adapter``
     it is merged in memory (inference is then as fast as the base model) -- the
@@ -89,9 +159,10 @@ def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str 
     from transformers import AutoModelForCausalLM
 
     name, kwargs = _from_pretrained_args(spec)
+    dtype = resolve_dtype(dtype, device)
     device = resolve_device(device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, DTYPES[dtype]), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype), **kwargs)
     except OSError as exc:
         raise InputError(f"could not load model {name!r}: {exc}") from None
     tok = load_tokenizer(spec)

@@ -89,20 +89,23 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     """
     from memaudit.checkpoints import file_digest, texts_digest
     from memaudit.models.finetune import finetune
-    from memaudit.models.loading import load_causal_lm
+    from memaudit.models.loading import load_causal_lm, resolve_dtype
 
     out_dir = Path(out_dir)
     base = read_json(base_manifest_path)
     ft = entry["finetune"]
+    # `auto` is bfloat16 only where the hardware computes it natively (emulated it is ~20x slower)
+    dtype_used = resolve_dtype(entry.get("dtype", "float32"), device)
     checkpoint = _training_checkpoint(
-        checkpoint_root, name, {"finetune": ft, "dtype": entry.get("dtype", "float32"),
+        checkpoint_root, name, {"finetune": ft, "dtype": dtype_used,
                                 "base_manifest": file_digest(base_manifest_path),
                                 "members": texts_digest(member_texts), "seed": seed},
         checkpoint_every, progress)
     # A half-precision entry trains in mixed precision: float32 weights and optimizer, half-precision
     # products. Training the weights themselves in bfloat16 loses small Adam updates to rounding.
-    dtype = entry.get("dtype", "float32")
-    autocast = dtype if dtype in ("bfloat16", "float16") else None
+    autocast = dtype_used if dtype_used in ("bfloat16", "float16") else None
+    progress(f"fine-tuning in {dtype_used}" + (" mixed precision" if autocast else "")
+             + f" (configured dtype {entry.get('dtype', 'float32')})")
     model, tok = load_causal_lm(base["load"], dtype="float32", device=device)
     n_params = sum(p.numel() for p in model.parameters())
     weights = out_dir / ("adapter" if ft["method"] == "lora" else "weights")
@@ -116,7 +119,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
         load = dict(base["load"], adapter=str(weights))
     else:
         load = {"path": str(weights)}
-    manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"])
+    manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"],
+                         dtype_used=dtype_used)
     write_json(out_dir / "manifest.json", manifest)
     checkpoint.remove()
     return manifest
