@@ -29,6 +29,6 @@ def open_backend(config: dict, model: str, *, model_dir: str | Path | None = Non
     from memaudit.io import read_json
 
     manifest = read_json(Path(model_dir or Path("results/models") / model) / "manifest.json")
-    return HFBackend(manifest["load"], name=model, dtype=entry.get("dtype", "float32"),
+    return HFBackend(manifest["load"], name=model, dtype=entry.get("dtype", "auto"),
                      device=entry.get("device", "auto"), batch_size=entry.get("batch_size", 8),
                      max_tokens=entry.get("max_tokens", 512))

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dict:
     return {"name": name, "family": entry.get("family", name), "backend": entry.get("backend", "hf"),
             "load": load, "n_params": int(n_params), "contaminated_on": contaminated_on(entry),
-            "base": entry.get("base"), "dtype": entry.get("dtype", "float32"), **extra}
+            "base": entry.get("base"), "dtype": entry.get("dtype", "auto"), **extra}
 
 
 def _training_checkpoint(root: Path | None, name: str, settings: dict, every_steps: int,
@@ -69,7 +69,7 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
         load = {"builtin": src["builtin"], "cache_dir": str(cache_dir)}
     else:
         load = {k: src[k] for k in ("path", "hub_id", "revision", "gguf_file") if k in src}
-    model, _ = load_causal_lm(load, dtype=entry.get("dtype", "float32"), device="cpu")
+    model, _ = load_causal_lm(load, dtype=entry.get("dtype", "auto"), device="cpu")
     manifest = _manifest(name, entry, load, count_parameters(model), **extra)
     write_json(out_dir / "manifest.json", manifest)
     if "tiny_gpt2" in src:
@@ -95,7 +95,7 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     base = read_json(base_manifest_path)
     ft = entry["finetune"]
     # `auto` is bfloat16 only where the hardware computes it natively (emulated it is ~20x slower)
-    dtype_used = resolve_dtype(entry.get("dtype", "float32"), device)
+    dtype_used = resolve_dtype(entry.get("dtype", "auto"), device)
     checkpoint = _training_checkpoint(
         checkpoint_root, name, {"finetune": ft, "dtype": dtype_used,
                                 "base_manifest": file_digest(base_manifest_path),
