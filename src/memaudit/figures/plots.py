@@ -43,26 +43,26 @@ _RC = {
     "xtick.labelsize": FONT_SIZE - 1,
     "ytick.labelsize": FONT_SIZE - 1,
 }
-_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
-def _rc():
+def style():
     # rcParams are read when artists are created, so the whole figure is built inside.
     return matplotlib.rc_context(_RC)
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     return fig
 
 
-def _colors(n: int) -> list:
+def palette(n: int) -> list:
     cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _save(fig: Figure, out_prefix: str | os.PathLike) -> list[Path]:
+def save_figure(fig: Figure, out_prefix: str | os.PathLike) -> list[Path]:
     """Write ``<out_prefix>.png`` and ``.svg``; on any failure neither file appears."""
     paths = [Path(f"{os.fspath(out_prefix)}.png"), Path(f"{os.fspath(out_prefix)}.svg")]
     with contextlib.ExitStack() as stack:
@@ -98,9 +98,9 @@ def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str
     """
     frame = _check_doc_scores(doc_scores)
     methods = sorted(frame["method"].unique(), key=str)
-    colors = _colors(len(methods))
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN, 4.0)
+    colors = palette(len(methods))
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN, 4.0)
         ax_lin, ax_log = fig.subplots(1, 2)
         plotted = 0
         for method, color in zip(methods, colors):
@@ -130,7 +130,7 @@ def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str
         ax_lin.legend(loc="lower right", frameon=False)
         fig.suptitle(title)
         fig.tight_layout()
-        return _save(fig, out_prefix)
+        return save_figure(fig, out_prefix)
 
 
 def plot_score_distributions(
@@ -147,8 +147,8 @@ def plot_score_distributions(
     methods = sorted(frame["method"].unique(), key=str)
     ncols = min(len(methods), 4)
     nrows = math.ceil(len(methods) / ncols)
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN, 2.4 * nrows + 0.6)
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN, 2.4 * nrows + 0.6)
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         for ax, method in zip(axes, methods):
             group = frame[frame["method"] == method]
@@ -174,7 +174,7 @@ def plot_score_distributions(
             ax.set_visible(False)
         fig.suptitle(f"{title} (higher score = more likely member)")
         fig.tight_layout()
-        return _save(fig, out_prefix)
+        return save_figure(fig, out_prefix)
 
 
 def plot_auc_vs_size(
@@ -220,13 +220,13 @@ def plot_auc_vs_size(
 
     benchmarks = sorted(data["benchmark"].unique(), key=str)
     families = sorted(data["family"].unique(), key=str)
-    colors = dict(zip(methods, _colors(len(methods))))
+    colors = dict(zip(methods, palette(len(methods))))
     # Methods are drawn slightly apart along x (a factor of 10**0.01 = 2.3% per
     # method) so that their error bars at the same model do not hide each other.
     dodge = {m: 10 ** (0.01 * (i - (len(methods) - 1) / 2)) for i, m in enumerate(methods)}
-    markers = {f: _MARKERS[i % len(_MARKERS)] for i, f in enumerate(families)}
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN, 4.0)
+    markers = {f: MARKERS[i % len(MARKERS)] for i, f in enumerate(families)}
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN, 4.0)
         axes = np.atleast_1d(fig.subplots(1, len(benchmarks), squeeze=False)).ravel()
         for ax, benchmark in zip(axes, benchmarks):
             panel = data[data["benchmark"] == benchmark]
@@ -249,8 +249,8 @@ def plot_auc_vs_size(
                 )
             ax.axhline(0.5, ls=":", color="grey", lw=1)
             ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(FuncFormatter(_format_params))
-            ax.xaxis.set_minor_formatter(FuncFormatter(_format_params_minor))
+            ax.xaxis.set_major_formatter(FuncFormatter(format_params))
+            ax.xaxis.set_minor_formatter(FuncFormatter(format_params_minor))
             ax.set(xlabel="parameters (log scale)", ylabel="ROC AUC", title=str(benchmark))
             ax.grid(alpha=0.3, lw=0.5)
         handles, labels = axes[0].get_legend_handles_labels()
@@ -262,10 +262,10 @@ def plot_auc_vs_size(
                    bbox_to_anchor=(1.0, 0.5), frameon=False)
         fig.suptitle(f"{title} (dotted: chance; bars: bootstrap 95% CI)")
         fig.tight_layout()
-        return _save(fig, out_prefix)
+        return save_figure(fig, out_prefix)
 
 
-def _format_params(value: float, _pos=None) -> str:
+def format_params(value: float, _pos=None) -> str:
     """1.6e8 -> '160M', 7e9 -> '7B', for parameter-count axes."""
     for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if value >= scale:
@@ -273,124 +273,7 @@ def _format_params(value: float, _pos=None) -> str:
     return f"{value:.3g}"
 
 
-def _format_params_minor(value: float, _pos=None) -> str:
+def format_params_minor(value: float, _pos=None) -> str:
     # Label only the 2x and 5x minor ticks; labelling all eight crowds the axis.
     leading = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
-    return _format_params(value) if round(leading) in (2, 5) else ""
-
-
-# ----------------------------------------------------------------------------- DE-COP
-
-def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
-    """DE-COP AUC against parameter count, one line per (model family: base/contaminated, method)."""
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
-        ax = fig.add_subplot()
-        data = summary.dropna(subset=["n_params"])
-        data = data[data["length"] == data["length"].min()] if not data.empty else data
-        groups = list(data.groupby([data["model"].str.endswith("-contaminated"), "method"])) if not data.empty else []
-        for (i, ((contaminated, method), g)) in enumerate(groups):
-            g = g.sort_values("n_params")
-            ax.plot(g["n_params"], g["auc"], marker=_MARKERS[i % len(_MARKERS)],
-                    linestyle="-" if contaminated else "--",
-                    label=f"{method} ({'contaminated' if contaminated else 'base'})")
-        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(_format_params))
-        ax.set(xlabel="parameters", ylabel="AUC (document score)", ylim=(0, 1.02), title=title)
-        if groups:
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
-        return _save(fig, out_prefix)
-
-
-def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
-    """DE-COP AUC against passage length (tokens), one line per (model, method) without calibration."""
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
-        ax = fig.add_subplot()
-        if not summary.empty:
-            data = summary.assign(method=summary["method"].str.replace(r"-\d+tok$", "", regex=True))
-            data = data[~data["method"].str.contains("-calibrated")]
-            for i, ((model, method), g) in enumerate(data.groupby(["model", "method"])):
-                g = g.sort_values("length")
-                ax.plot(g["length"], g["auc"], marker=_MARKERS[i % len(_MARKERS)], label=f"{model} ({method})")
-            ax.set_xticks(sorted(data["length"].unique()))
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
-        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-        ax.set(xlabel="passage length (tokens)", ylabel="AUC", ylim=(0, 1.02), title=title)
-        return _save(fig, out_prefix)
-
-
-def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
-    """Mean document accuracy by group (members / non-members), logit mode without and with calibration."""
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
-        ax = fig.add_subplot()
-        rows = []
-        for model, t in tables.items():
-            ev = t[(t["role"] == "evaluate") & t["method"].str.startswith("decop-logit")
-                   & ~t["method"].str.contains("-prob")]
-            ev = ev[ev["length"] == ev["length"].min()] if not ev.empty else ev
-            for (method, label), g in ev.groupby(["method", "label"]):
-                rows.append((model, "calibrated" if "calibrated" in method else "raw", int(label), g["accuracy"].mean()))
-        data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
-        bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
-        x = np.arange(len(bars))
-        for k, variant in enumerate(("raw", "calibrated")):
-            vals = [data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant), "accuracy"]
-                    .mean() for m, lab in bars]
-            ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
-        ax.set_xticks(x, [f"{m}\n{'members' if lab else 'non-members'}" for m, lab in bars], rotation=30, ha="right")
-        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
-        ax.set(ylabel="mean document accuracy", ylim=(0, 1.02), title=title)
-        ax.legend()
-        return _save(fig, out_prefix)
-
-
-def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
-    """Accuracy by the position (A-D) of the verbatim option, per model and group (selection bias)."""
-    from memaudit.probes.decop.analysis import accuracy_by_position
-
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
-        ax = fig.add_subplot()
-        i = 0
-        for name, a in answers.items():
-            a = a[(a["role"] == "evaluate") & (a["length"] == a["length"].min())]
-            if a["ordering"].nunique() < 2:
-                continue  # likelihood mode: order-free, one question per passage
-            for label, g in accuracy_by_position(a).groupby("label"):
-                ax.plot(g["position"], g["accuracy"], marker=_MARKERS[i % len(_MARKERS)],
-                        linestyle="-" if label else "--", label=f"{name}, {'members' if label else 'non-members'}")
-                i += 1
-        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
-        ax.set(xlabel="position of the verbatim passage", ylabel="accuracy", ylim=(0, 1.02), title=title)
-        if i:
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
-        return _save(fig, out_prefix)
-
-
-def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dict[str, dict], out_prefix,
-                                   title: str) -> list[Path]:
-    """Mean P(A-D) on the clean calibration documents before and after adding Δ (Appendix E, Figure 9)."""
-    from memaudit.probes.decop.analysis import PROB_COLUMNS
-
-    with _rc():
-        fig = _new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
-        ax = fig.add_subplot()
-        names = [n for n in answers if n in deltas]
-        width = 0.8 / max(1, 2 * len(names))
-        for k, name in enumerate(names):
-            a = answers[name]
-            a = a[(a["role"] == "calibrate") & (a["length"] == a["length"].min())]
-            before = a.groupby("doc_id")[list(PROB_COLUMNS)].mean().mean().to_numpy()
-            after = before + np.array([deltas[name][x] for x in "ABCD"])
-            x = np.arange(4)
-            ax.bar(x + (2 * k - len(names)) * width + width / 2, before, width, label=f"{name} before")
-            ax.bar(x + (2 * k + 1 - len(names)) * width + width / 2, after, width, label=f"{name} after", alpha=0.6)
-        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
-        ax.set_xticks(np.arange(4), list("ABCD"))
-        ax.set(xlabel="label", ylabel="mean probability (clean calibration documents)", title=title)
-        if names:
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
-        return _save(fig, out_prefix)
+    return format_params(value) if round(leading) in (2, 5) else ""

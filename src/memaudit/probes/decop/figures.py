@@ -6,16 +6,18 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
-from memaudit.probes.decop.analysis import auc_summary
+from matplotlib.ticker import FuncFormatter
+
+from memaudit.figures.plots import FIGURE_WIDTH_IN, MARKERS, format_params, new_figure, save_figure, style
 from memaudit.io import read_json, write_csv
+from memaudit.probes.decop.analysis import auc_summary
 
 
 def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[str], calibrations: Sequence[str],
                        model_dirs: Sequence[str], out: dict) -> pd.DataFrame:
-    from memaudit.figures import plots
-
     manifests = [read_json(Path(d) / "manifest.json") for d in model_dirs]
     n_params = {m["name"]: m.get("n_params") for m in manifests}
     by_model: dict[str, list[pd.DataFrame]] = {}
@@ -36,12 +38,129 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
         if cal:
             deltas[f"{record['model']} ({record['mode']})"] = cal[min(cal, key=int)]["delta"]
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg
-    plots.plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size")
-    plots.plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")
-    plots.plot_decop_calibration_accuracy(merged, strip(out["calibration"]),
+    plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size")
+    plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")
+    plot_decop_calibration_accuracy(merged, strip(out["calibration"]),
                                           f"DE-COP on {benchmark}: logit mode with and without calibration")
-    plots.plot_decop_accuracy_by_position(runs, strip(out["position"]),
+    plot_decop_accuracy_by_position(runs, strip(out["position"]),
                                           f"DE-COP on {benchmark}: accuracy by position of the verbatim passage")
-    plots.plot_decop_label_probabilities(runs, deltas, strip(out["probabilities"]),
+    plot_decop_label_probabilities(runs, deltas, strip(out["probabilities"]),
                                          f"DE-COP on {benchmark}: label probabilities before/after calibration")
     return summary
+
+
+# ----------------------------------------------------------------------------- the figures
+
+def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
+    """DE-COP AUC against parameter count, one line per (model family: base/contaminated, method)."""
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        data = summary.dropna(subset=["n_params"])
+        data = data[data["length"] == data["length"].min()] if not data.empty else data
+        groups = list(data.groupby([data["model"].str.endswith("-contaminated"), "method"])) if not data.empty else []
+        for (i, ((contaminated, method), g)) in enumerate(groups):
+            g = g.sort_values("n_params")
+            ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)],
+                    linestyle="-" if contaminated else "--",
+                    label=f"{method} ({'contaminated' if contaminated else 'base'})")
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(format_params))
+        ax.set(xlabel="parameters", ylabel="AUC (document score)", ylim=(0, 1.02), title=title)
+        if groups:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        return save_figure(fig, out_prefix)
+
+
+def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
+    """DE-COP AUC against passage length (tokens), one line per (model, method) without calibration."""
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        if not summary.empty:
+            data = summary.assign(method=summary["method"].str.replace(r"-\d+tok$", "", regex=True))
+            data = data[~data["method"].str.contains("-calibrated")]
+            for i, ((model, method), g) in enumerate(data.groupby(["model", "method"])):
+                g = g.sort_values("length")
+                ax.plot(g["length"], g["auc"], marker=MARKERS[i % len(MARKERS)], label=f"{model} ({method})")
+            ax.set_xticks(sorted(data["length"].unique()))
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="passage length (tokens)", ylabel="AUC", ylim=(0, 1.02), title=title)
+        return save_figure(fig, out_prefix)
+
+
+def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
+    """Mean document accuracy by group (members / non-members), logit mode without and with calibration."""
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        rows = []
+        for model, t in tables.items():
+            ev = t[(t["role"] == "evaluate") & t["method"].str.startswith("decop-logit")
+                   & ~t["method"].str.contains("-prob")]
+            ev = ev[ev["length"] == ev["length"].min()] if not ev.empty else ev
+            for (method, label), g in ev.groupby(["method", "label"]):
+                rows.append((model, "calibrated" if "calibrated" in method else "raw", int(label), g["accuracy"].mean()))
+        data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
+        bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
+        x = np.arange(len(bars))
+        for k, variant in enumerate(("raw", "calibrated")):
+            vals = [data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant), "accuracy"]
+                    .mean() for m, lab in bars]
+            ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
+        ax.set_xticks(x, [f"{m}\n{'members' if lab else 'non-members'}" for m, lab in bars], rotation=30, ha="right")
+        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
+        ax.set(ylabel="mean document accuracy", ylim=(0, 1.02), title=title)
+        ax.legend()
+        return save_figure(fig, out_prefix)
+
+
+def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
+    """Accuracy by the position (A-D) of the verbatim option, per model and group (selection bias)."""
+    from memaudit.probes.decop.analysis import accuracy_by_position
+
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        i = 0
+        for name, a in answers.items():
+            a = a[(a["role"] == "evaluate") & (a["length"] == a["length"].min())]
+            if a["ordering"].nunique() < 2:
+                continue  # likelihood mode: order-free, one question per passage
+            for label, g in accuracy_by_position(a).groupby("label"):
+                ax.plot(g["position"], g["accuracy"], marker=MARKERS[i % len(MARKERS)],
+                        linestyle="-" if label else "--", label=f"{name}, {'members' if label else 'non-members'}")
+                i += 1
+        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="position of the verbatim passage", ylabel="accuracy", ylim=(0, 1.02), title=title)
+        if i:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        return save_figure(fig, out_prefix)
+
+
+def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dict[str, dict], out_prefix,
+                                   title: str) -> list[Path]:
+    """Mean P(A-D) on the clean calibration documents before and after adding Δ (Appendix E, Figure 9)."""
+    from memaudit.probes.decop.analysis import PROB_COLUMNS
+
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
+        ax = fig.add_subplot()
+        names = [n for n in answers if n in deltas]
+        width = 0.8 / max(1, 2 * len(names))
+        for k, name in enumerate(names):
+            a = answers[name]
+            a = a[(a["role"] == "calibrate") & (a["length"] == a["length"].min())]
+            before = a.groupby("doc_id")[list(PROB_COLUMNS)].mean().mean().to_numpy()
+            after = before + np.array([deltas[name][x] for x in "ABCD"])
+            x = np.arange(4)
+            ax.bar(x + (2 * k - len(names)) * width + width / 2, before, width, label=f"{name} before")
+            ax.bar(x + (2 * k + 1 - len(names)) * width + width / 2, after, width, label=f"{name} after", alpha=0.6)
+        ax.axhline(0.25, color="grey", lw=0.8, ls=":")
+        ax.set_xticks(np.arange(4), list("ABCD"))
+        ax.set(xlabel="label", ylabel="mean probability (clean calibration documents)", title=title)
+        if names:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        return save_figure(fig, out_prefix)
