@@ -558,7 +558,7 @@ def test_schema_fills_api_defaults_only_for_api_models():
     assert any("top_logprobs" in str(e.absolute_path) for e in validator.iter_errors(config))
 
 
-def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key(monkeypatch):
+def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key():
     import copy
 
     from memaudit.backends.config_checks import check_api_models
@@ -576,14 +576,17 @@ def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key(monkeypatch)
         "weights": {"backend": "openai", "source": {"builtin": "smollm2-135m-instruct"}},
         "local": {"backend": "hf", "source": {"builtin": "smollm2-135m-instruct"}, "api": {"model_id": "x"}},
     }
-    monkeypatch.setitem(registry.PROBES, "decop", registry.ProbeSpec(
-        "decop", frozenset({OPTION_LOGPROBS}), "multiple_choice", "DE-COP"))
-    problems = check_api_models({"models": models, "probes": {"decop": {}}})
+    config = {"models": models, "probes": {"decop_logit": {"models": ["nolp", "gpt"]}}}
+    problems = check_api_models(config)
     text = "\n".join(problems)
     assert pasted not in text
     assert sorted(p.split(":")[0] for p in problems) == [
-        "models.creds.api.base_url", "models.local.api", "models.nolp.api.logprobs",
-        "models.pasted.api.api_key_env", "models.unpriced.api.pricing", "models.weights.api", "models.weights.source"]
+        "models.creds.api.base_url", "models.local.api", "models.pasted.api.api_key_env",
+        "models.unpriced.api.pricing", "models.weights.api", "models.weights.source"]
+    # the endpoint without log-probabilities, named for a probe that needs them: the capability check
+    assert registry.check_capabilities(config) == [
+        "models.nolp.backend: probe 'decop_logit' needs option_logprobs, which model 'nolp' (backend 'openai', "
+        "api.logprobs: false) cannot serve"]
     assert check_api_models({"models": {"gpt": API_MODEL}, "api": {}}) == []
 
 

@@ -1,6 +1,8 @@
 """Config checks for API models that a JSON schema cannot express.
 
-Called from :func:`memaudit.config.check_config`; returns problems as
+Called from :func:`memaudit.jobs.run_checks` (a probe that needs option log-probabilities on an
+endpoint configured with ``api.logprobs: false`` is :func:`memaudit.probes.registry.check_capabilities`'
+concern); returns problems as
 ``"dotted.key: message"`` strings like the other checks there. No message ever
 repeats the value of ``api_key_env``: a user who pasted the key itself there
 must not see it echoed into a terminal or a CI log.
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from memaudit.backends.base import API_BACKENDS, OPTION_LOGPROBS
+from memaudit.backends.base import API_BACKENDS
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -35,12 +37,8 @@ def check_api_models(config: dict) -> list[str]:
     - a model on a provider's own API (no ``base_url``) needs a price
       (``api.pricing`` or the top-level ``api.pricing.<model_id>``), so that the
       cost estimate and ledger are never silently zero;
-    - probes that need option log-probabilities cannot run on a model whose
-      endpoint returns none (``api.logprobs: false``);
     - a token-probability reference model must be local: it needs token log-probabilities.
     """
-    from memaudit.probes.registry import PROBES, enabled_probes
-
     problems: list[str] = []
     price_table = config.get("api", {}).get("pricing", {})
     for name, entry in config["models"].items():
@@ -74,11 +72,6 @@ def check_api_models(config: dict) -> list[str]:
         if backend == "anthropic" and "max_tokens_field" in api:
             # (logprobs and top_logprobs have schema defaults, so only this one can be told apart)
             problems.append(f"{where}.api.max_tokens_field: the Anthropic Messages API has only max_tokens")
-        if api.get("logprobs") is False:
-            for probe in enabled_probes(config):
-                if OPTION_LOGPROBS in PROBES[probe].needs:
-                    problems.append(f"{where}.api.logprobs: probe {probe!r} needs {OPTION_LOGPROBS}, which this "
-                                    f"endpoint does not return")
     refs = config.get("probes", {}).get("token_prob", {}).get("reference_models", [])
     for i, ref in enumerate(refs):
         if config["models"].get(ref, {}).get("backend", "hf") in API_BACKENDS:
