@@ -4,9 +4,9 @@ from types import SimpleNamespace
 
 from snakemake.utils import validate
 
-from memaudit.backends.api import api_settings, api_slots
 from memaudit.backends.base import API_BACKENDS
 from memaudit.backends.planning import planned_inputs
+from memaudit.backends.settings import api_settings, api_slots
 from memaudit.config import (
     check_config,
     contaminated_on,
