@@ -46,9 +46,10 @@ from pathlib import Path
 from typing import Sequence
 
 from memaudit.backends.base import GenerationParams
-from memaudit.backends.ledger import Pricing
 from memaudit.backends.openai_backend import OpenAIBackend
-from memaudit.backends.server import ChatServer, ScriptedResponder
+from memaudit.backends.scripted import ScriptedResponder
+from memaudit.backends.server import ChatServer
+from memaudit.backends.settings import Pricing
 from memaudit.io import write_json
 
 log = logging.getLogger("bench_api")

@@ -2,7 +2,7 @@
 
 It is :class:`memaudit.backends.server.ChatServer` (the server behind ``memaudit
 serve``, speaking the OpenAI Chat Completions and Anthropic Messages wire
-formats) answering from a :class:`~memaudit.backends.server.ScriptedResponder`,
+formats) answering from a :class:`~memaudit.backends.scripted.ScriptedResponder`,
 on 127.0.0.1 with an OS-chosen port. Every request is logged
 (``server.records``: arrival and finish times, status, the parsed request and the
 Authorization header), so a test counts exactly what reached the "network".
@@ -16,7 +16,8 @@ import contextlib
 import json
 from typing import Iterator
 
-from memaudit.backends.server import ChatReply, ChatServer, Fault, ScriptedResponder, Stall
+from memaudit.backends.scripted import ScriptedResponder
+from memaudit.backends.server import ChatReply, ChatServer, Fault, Stall
 
 __all__ = ["ChatReply", "ChatServer", "Fault", "ScriptedResponder", "Stall", "loopback", "rate_limited",
            "server_error", "overloaded", "malformed_json", "error_object_200", "stall", "refusal_text",

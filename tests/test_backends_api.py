@@ -24,16 +24,17 @@ from api_server import (bad_request, error_object_200, loopback, malformed_json,
                         provider_refusal, rate_limited, refusal_text, reply_with_top, server_error, stall,
                         unauthorized)
 from memaudit.backends.anthropic_backend import AnthropicBackend
-from memaudit.backends.api import (APIRequestError, api_backend_from_config, api_slots, option_logprobs_from_top,
-                                   redact)
+from memaudit.backends.api import APIRequestError, api_backend_from_config, option_logprobs_from_top
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
                                     STATUS_REFUSAL, GenerationParams, check_probe_support, model_capabilities)
 from memaudit.backends.cache import ResponseCache, canonical_json
-from memaudit.backends.ledger import Pricing, estimate_cost, estimate_plan, ledger_frame
+from memaudit.backends.ledger import estimate_cost, estimate_plan, ledger_frame
 from memaudit.backends.openai_backend import OpenAIBackend
 from memaudit.backends.refusal import classify_answer, is_refusal, outcome_rates, parse_choice
 from memaudit.backends.retry import (Cooldown, RequestFault, RetriesExhausted, RetryPolicy, call_with_retries,
                                      parse_retry_after)
+from memaudit.backends.secrets import redact
+from memaudit.backends.settings import Pricing, api_slots
 from memaudit.errors import ConfigError
 
 KEY_ENV = "MEMAUDIT_TEST_API_KEY"

@@ -358,7 +358,8 @@ def test_paraphrases_from_an_api_model_with_the_paper_prompt_are_checked_and_ask
                                                                                           monkeypatch):
     from memaudit.backends.openai_backend import OpenAIBackend
     from memaudit.backends.retry import RetryPolicy
-    from memaudit.backends.server import ChatServer, ScriptedResponder
+    from memaudit.backends.scripted import ScriptedResponder
+    from memaudit.backends.server import ChatServer
     from memaudit.probes.decop.paraphrase import BackendParaphraser, paraphrase_with_qc
 
     orig = "The committee postponed the vote on the new budget until next week because members wanted more time."

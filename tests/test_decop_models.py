@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memaudit.backends.server import ChatReply, ChatServer, ScriptedResponder
+from memaudit.backends.scripted import ScriptedResponder
+from memaudit.backends.server import ChatReply, ChatServer
 from memaudit.probes.decop.prompts import LETTERS, orderings
 
 ITEM = {"item_id": "emma#p0", "passage_id": "emma#p0", "doc_id": "emma", "label": 1, "answer": 0,

@@ -6,13 +6,11 @@ import zipfile
 
 import pytest
 
+from memaudit.datasets.readers import epub_metadata, read_epub, read_text_file
 from memaudit.datasets.text import (
     clean_text,
-    epub_metadata,
     gutenberg_metadata,
     make_passages,
-    read_epub,
-    read_text_file,
     split_chapters,
     split_sentences,
     strip_gutenberg,

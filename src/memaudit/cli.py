@@ -52,7 +52,7 @@ def _stats(argv: list[str]) -> int:
 
 
 def _serve(argv: list[str]) -> int:
-    from memaudit.backends.server import serve_main
+    from memaudit.backends.serve import serve_main
 
     return serve_main(argv)
 

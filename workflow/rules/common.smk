@@ -9,7 +9,7 @@ from snakemake.utils import validate
 from memaudit import jobs
 from memaudit.backends import is_api_model
 from memaudit.backends.planning import planned_inputs
-from memaudit.backends.api import api_settings, api_slots
+from memaudit.backends.settings import api_settings, api_slots
 from memaudit.config import contaminated_on, model_build_settings, model_scoring_settings
 from memaudit.jobs import canonical
 from memaudit.probes.registry import FAMILIES, family_version, role_model

@@ -1,4 +1,4 @@
-"""What the API backends share: requests as cache keys, the thread pool, retries, the ledger, keys.
+"""What the API backends share: requests as cache keys, the thread pool, retries, the ledger.
 
 An API backend (OpenAI, Anthropic, any OpenAI-compatible server) turns each
 prompt into a wire request, a :class:`PlannedCall` whose identity -- backend,
@@ -17,22 +17,18 @@ done the backend raises :class:`APIRequestError` naming how many failed and why
 (``on_error: raise``) or records them as ``error`` outcomes (``on_error: record``).
 Either way every success is already cached, so a rerun sends only the failures.
 
-Keys: read from the environment variable the config names, held in a
-:class:`Secret` whose ``repr`` hides it, and registered for redaction: every
-error message this module builds and every log record in the process (a log
-record factory) has the key's text replaced by ``***``. Keys travel only in HTTP
-headers, so neither the cache nor the ledger ever holds one.
+Keys are read and redacted by :mod:`memaudit.backends.secrets`; every error
+message this module builds passes through :func:`~memaudit.backends.secrets.redact`.
+The config's ``api`` blocks are read by :mod:`memaudit.backends.settings`.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import logging
 import math
 import os
-import re
 import threading
 import time
 import uuid
@@ -44,10 +40,11 @@ from typing import Any, Sequence
 from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Backend, Generation,
                                     GenerationParams, get_backend_class, option_variants)
 from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
-from memaudit.backends.ledger import Pricing, pricing_for
 from memaudit.backends.refusal import is_refusal
 from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetryPolicy,
                                      call_with_retries, parse_retry_after)
+from memaudit.backends.secrets import Secret, read_api_key, redact
+from memaudit.backends.settings import Pricing, api_entry, api_settings, pricing_for
 from memaudit.errors import ConfigError, MemauditError
 
 log = logging.getLogger(__name__)
@@ -60,139 +57,7 @@ class APIRequestError(MemauditError):
     """API requests that still failed after their retries; the message says how many and why."""
 
 
-# ----------------------------------------------------------------------------- keys and redaction
-
-_SECRETS: set[str] = set()
-_SECRETS_LOCK = threading.Lock()
-# Provider keys and the partial echoes some error messages contain ("sk-proj-abc***wxyz").
-_KEY_PATTERN = re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}")
-_URL_USERINFO = re.compile(r"(https?://)[^/@\s]+@")
-_factory_installed = False
-
-
-class Secret:
-    """An API key: ``repr``/``str`` never show it; ``.value`` is for the SDK client only."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str):
-        self._value = value
-
-    @property
-    def value(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-
-def register_secret(value: str) -> None:
-    """Redact ``value`` from every error message built here and every log record from now on."""
-    if len(value) < 8:  # too short to be a real key; redacting it would mangle ordinary text
-        return
-    with _SECRETS_LOCK:
-        _SECRETS.add(value)
-    _install_log_redaction()
-
-
-def redact(text: str) -> str:
-    """``text`` with registered keys, key-shaped tokens and URL credentials replaced by ``***``."""
-    for secret in sorted(_SECRETS, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, "***")
-    text = _KEY_PATTERN.sub("sk-***", text)
-    return _URL_USERINFO.sub(r"\1***@", text)
-
-
-def _install_log_redaction() -> None:
-    """Redact keys from every log record of the process, whichever logger or handler emits it.
-
-    A record factory (rather than a filter) because a filter sees only records of
-    the logger or handler it is attached to, and the SDKs, httpx and Snakemake
-    log through their own.
-    """
-    global _factory_installed
-    if _factory_installed:
-        return
-    previous = logging.getLogRecordFactory()
-
-    def factory(*args, **kwargs):
-        record = previous(*args, **kwargs)
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed log call; the logging module reports it later
-            return record
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, ()
-        if record.exc_info and record.exc_info[1] is not None:
-            import traceback
-
-            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
-        return record
-
-    logging.setLogRecordFactory(factory)
-    _factory_installed = True
-
-
-def read_api_key(env_name: str, *, label: str) -> Secret:
-    # Keys pasted from a file often carry a trailing newline, which no HTTP header may hold.
-    value = os.environ.get(env_name, "").strip()
-    if not value:
-        raise ConfigError(f"{label}: environment variable {env_name} is not set; export the API key in it "
-                          f"(the config names the variable, never the key)")
-    register_secret(value)
-    return Secret(value)
-
-
-# ----------------------------------------------------------------------------- config
-
-@functools.lru_cache(maxsize=None)
-def _schema_defaults_cached(path: tuple[str, ...]) -> str:
-    import json
-
-    from memaudit.config import load_schema
-
-    node = load_schema()
-    for step in path:
-        node = node[step]
-    return json.dumps({k: v["default"] for k, v in node["properties"].items() if "default" in v})
-
-
-def _schema_defaults(*path: str) -> dict:
-    """Defaults of one schema object: one source of truth for code and validation (a fresh copy per call)."""
-    import json
-
-    return json.loads(_schema_defaults_cached(path))
-
-
-def api_settings(config: dict) -> dict:
-    """The top-level ``api`` block with the schema's defaults filled in (it may be absent)."""
-    return {**_schema_defaults("properties", "api"), **config.get("api", {})}
-
-
-def api_entry(config: dict, model: str) -> dict:
-    """A model's ``api`` block with the schema's defaults filled in."""
-    defaults = _schema_defaults("properties", "models", "additionalProperties", "properties", "api")
-    entry = config["models"][model]
-    if "api" not in entry:
-        raise ConfigError(f"models.{model}.api: required for backend {entry.get('backend', 'hf')!r}")
-    return {**defaults, **entry["api"]}
-
-
-def api_slots(config: dict, model: str, backend: str) -> int:
-    """Slots of the Snakemake resource ``api_<backend>`` a job for ``model`` claims: its concurrency.
-
-    Zero for a model on another backend, so ``--resources api_openai=16`` caps the
-    requests in flight across all parallel jobs at 16.
-    """
-    entry = config["models"][model]
-    if entry.get("backend", "hf") != backend:
-        return 0
-    return int(api_entry(config, model)["concurrency"])
-
+# ----------------------------------------------------------------------------- from the config
 
 def api_backend_from_config(config: dict, model: str, *, rule: str | None = None,
                             cache: ResponseCache | str | Path | bool = True,

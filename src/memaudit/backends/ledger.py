@@ -22,46 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from memaudit.backends.settings import Pricing
+
 # Chat formats wrap each message in a few tokens (OpenAI's cookbook counts 3 per
 # message and 3 to prime the reply); the estimate adds them per request.
 TOKENS_PER_MESSAGE = 3
 TOKENS_REPLY_PRIMING = 3
 CHARS_PER_TOKEN = 4.0  # OpenAI's rule of thumb for English text
-
-
-@dataclass(frozen=True)
-class Pricing:
-    """US dollars per million input and output tokens."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
-
-    @classmethod
-    def from_config(cls, entry: dict | None) -> "Pricing | None":
-        if not entry:
-            return None
-        return cls(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
-
-
-def pricing_for(config: dict, model: str) -> Pricing | None:
-    """A model's price: its own ``api.pricing``, else ``api.pricing.<model_id>`` at the top level.
-
-    An OpenAI-compatible server (``base_url`` set) with no price costs nothing.
-    """
-    entry = config["models"][model]
-    api = entry.get("api", {})
-    own = Pricing.from_config(api.get("pricing"))
-    if own is not None:
-        return own
-    table = config.get("api", {}).get("pricing", {})
-    if api.get("model_id") in table:
-        return Pricing.from_config(table[api["model_id"]])
-    if api.get("base_url"):
-        return Pricing(0.0, 0.0)
-    return None
 
 
 def approx_tokens(text: str) -> int:
@@ -211,7 +178,7 @@ def estimate_plan(config: dict, records: Sequence[dict]) -> CostEstimate:
     local (``hf``) models cost nothing and are skipped.
     """
     from memaudit.backends.api import api_backend_from_config
-    from memaudit.backends.base import API_BACKENDS, GenerationParams
+    from memaudit.backends.base import GenerationParams, is_api_model
     from memaudit.errors import InputError
 
     groups: dict[tuple, list[str]] = {}
@@ -233,15 +200,15 @@ def estimate_plan(config: dict, records: Sequence[dict]) -> CostEstimate:
         groups.setdefault(key, []).append(rec["prompt"])
     estimate = CostEstimate()
     backends: dict = {}
-    from memaudit.backends.api import api_settings
     from memaudit.backends.cache import ResponseCache
+    from memaudit.backends.settings import api_settings
 
     # An estimate writes nothing: without a cache yet, nothing is cached.
     cache_path = Path(api_settings(config)["cache"])
     cache = ResponseCache(cache_path) if cache_path.exists() else False
     try:
         for (model, params, samples, kind), prompts in groups.items():
-            if config["models"][model].get("backend", "hf") not in API_BACKENDS:
+            if not is_api_model(config["models"][model]):
                 continue
             if model not in backends:
                 backends[model] = api_backend_from_config(config, model, require_key=False, cache=cache)

@@ -1,11 +1,13 @@
-"""``memaudit serve``: a local model behind the OpenAI Chat Completions (and Anthropic Messages) API.
+"""A loopback HTTP server speaking the OpenAI Chat Completions and Anthropic Messages wire formats.
 
-Black-box probes written for ChatGPT or Claude can then be tried on an open
-model: point an ``openai`` backend's ``base_url`` at ``http://127.0.0.1:8000/v1``.
-The same server, answering from a script instead of a model, is what the tests
-and the API benchmark talk to through the real SDK clients: scripted replies,
-faults (429 with Retry-After, 5xx, stalls past the client's timeout, malformed
-JSON), a fixed per-request latency, and a log of every request it received.
+A :class:`ChatServer` answers each request with what its responder returns:
+:class:`HFResponder` generates with a local model (``memaudit serve``, see
+:mod:`memaudit.backends.serve`); :class:`memaudit.backends.scripted.ScriptedResponder`
+answers from a script, which is what the tests and the API benchmark talk to
+through the real SDK clients. A responder may also return a :class:`Fault`
+(an error response or malformed JSON) or a :class:`Stall` (an answer held past
+the client's timeout). The server adds a fixed per-request latency if asked
+and logs every request it received.
 
 Endpoints (JSON, non-streaming):
 
@@ -22,20 +24,15 @@ distribution at each generated position (before temperature), as OpenAI reports.
 The server listens on 127.0.0.1 unless told otherwise and checks no key: it is
 meant for one machine, not for the network.
 """
-
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import socket
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 from urllib.parse import urlsplit
 
 MAX_TOP_LOGPROBS = 20
@@ -99,88 +96,7 @@ class BadRequest(Exception):
     pass
 
 
-# ----------------------------------------------------------------------------- responders
-
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
-def synthetic_top_logprobs(prompt: str, position: int, k: int) -> list[tuple[str, float]]:
-    """A deterministic top-``k`` list for a prompt and position (scripted mode).
-
-    Drawn from option-letter variants and common words, so option scores
-    sometimes find a letter and sometimes not; log-probabilities descend and
-    their probabilities sum to less than one.
-    """
-    vocab = ["A", " A", "B", " B", "C", " C", "D", " D", "The", " the", " of", " and", " to", " in", " a",
-             " is", " that", " it", " was", " he", " for", " on", " are", " as", " with", " his", " they",
-             " I", " at", " be"]
-    digest = hashlib.sha256(f"{position}\x00{prompt}".encode()).digest()
-    order = sorted(range(len(vocab)), key=lambda i: (digest[i % len(digest)] * 31 + i) % 251)
-    out, lp = [], -0.5 - digest[0] / 255.0
-    for j in order[:max(0, min(k, len(vocab)))]:
-        out.append((vocab[j], round(lp, 6)))
-        lp -= 0.25 + digest[(j + 7) % len(digest)] / 255.0
-    return out
-
-
-class ScriptedResponder:
-    """Replies from a script: queued items first, then fixed replies by prompt, then a default.
-
-    ``queue(item, ...)`` adds items (a :class:`ChatReply`, reply text, :class:`Fault`
-    or :class:`Stall`) served one per request in order, to any request, or with
-    ``prompt=`` only to requests whose last user message is that prompt. The
-    default reply echoes the prompt's last words, with token counts and
-    :func:`synthetic_top_logprobs` when log-probabilities are asked for.
-    """
-
-    def __init__(self, replies: dict[str, str | ChatReply] | None = None):
-        self.replies = dict(replies or {})
-        self._any: deque = deque()
-        self._by_prompt: dict[str, deque] = {}
-        self._lock = threading.Lock()
-
-    def queue(self, *items, prompt: str | None = None) -> None:
-        with self._lock:
-            target = self._any if prompt is None else self._by_prompt.setdefault(prompt, deque())
-            target.extend(items)
-
-    def respond(self, request: ChatRequest) -> ChatReply | Fault | Stall:
-        prompt = request.prompt
-        with self._lock:
-            q = self._by_prompt.get(prompt)
-            item = q.popleft() if q else (self._any.popleft() if self._any else None)
-        if item is None:
-            item = self.replies.get(prompt)
-        if item is None:
-            return self.default(request)
-        if isinstance(item, str):
-            return self._reply(request, item)
-        return item
-
-    def default(self, request: ChatRequest) -> ChatReply:
-        return self._reply(request, "Echo: " + " ".join(_words(request.prompt)[-6:]))
-
-    def _reply(self, request: ChatRequest, text: str) -> ChatReply:
-        words = _words(text)
-        finish = "stop"
-        if len(words) > request.max_tokens:
-            words, finish = words[:request.max_tokens], "length"
-        tokens = [((" " if i else "") + w) for i, w in enumerate(words)]
-        n_in = sum(len(_words(m["content"])) for m in request.messages)
-        reply = ChatReply(text=" ".join(words), finish_reason=finish, input_tokens=n_in, output_tokens=len(words))
-        if request.logprobs:
-            reply.top_logprobs = [synthetic_top_logprobs(request.prompt, i, request.top_logprobs)
-                                  for i in range(len(tokens))]
-            reply.tokens = [(t, top[0][1] if top else -1.0) for t, top in zip(tokens, reply.top_logprobs)]
-        return reply
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "ScriptedResponder":
-        """``{"replies": {"<prompt>": "<answer>", ...}}`` from a JSON file."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(data.get("replies", {}))
-
+# ----------------------------------------------------------------------------- the real-model responder
 
 class HFResponder:
     """Answers from a local model through :class:`memaudit.backends.hf.HFBackend` (one at a time)."""
@@ -361,6 +277,10 @@ class ChatServer:
 
     def stop(self) -> None:
         self._httpd.shutdown()
+        self.close()
+
+    def close(self) -> None:
+        """Release the listening socket (after :meth:`serve_forever` has returned)."""
         self._httpd.server_close()
 
     def __enter__(self) -> "ChatServer":
@@ -461,55 +381,3 @@ def _make_handler(server: ChatServer):
                 server._end(record, status)
 
     return Handler
-
-
-# ----------------------------------------------------------------------------- command line
-
-def serve_main(argv: Sequence[str] | None = None) -> int:
-    """``memaudit serve``: serve a local model (or a reply script) until interrupted."""
-    p = argparse.ArgumentParser(prog="memaudit serve", description=__doc__.split("\n")[0])
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--path", help="a local Hugging Face model directory")
-    src.add_argument("--hub-id", help="a hub model id (needs --revision)")
-    src.add_argument("--builtin", help="a builtin demo model, e.g. smollm2-135m-instruct")
-    src.add_argument("--scripted", type=Path, help='no model: answer from a JSON file {"replies": {prompt: answer}}')
-    p.add_argument("--revision", help="the hub commit to load (with --hub-id)")
-    p.add_argument("--adapter", help="a peft adapter directory on top of the model")
-    p.add_argument("--name", default=None, help="the model name clients send (default: derived from the source)")
-    p.add_argument("--host", default="127.0.0.1", help="listen address (default: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto: bfloat16 where the hardware computes it natively, else float32")
-    p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted")
-    p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
-    args = p.parse_args(argv)
-
-    if args.scripted:
-        responder: Responder = ScriptedResponder.from_file(args.scripted)
-        name = args.name or "scripted"
-    else:
-        from memaudit.backends.hf import HFBackend
-        from memaudit.models.loading import load_causal_lm
-
-        if args.path:
-            spec: dict = {"path": args.path}
-        elif args.hub_id:
-            spec = {"hub_id": args.hub_id, "revision": args.revision}
-        else:
-            spec = {"builtin": args.builtin, "cache_dir": args.cache_dir}
-        if args.adapter:
-            spec["adapter"] = args.adapter
-        model, tok = load_causal_lm(spec, dtype=args.dtype, device=args.device)
-        responder = HFResponder(HFBackend(spec, model=model, tokenizer=tok))
-        name = args.name or Path(args.path or args.hub_id or args.builtin).name
-    server = ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)
-    print(f"serving {name!r} at {server.openai_base_url} (OpenAI Chat Completions; Anthropic Messages at "
-          f"{server.anthropic_base_url}/v1/messages); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._httpd.server_close()
-    return 0

@@ -21,13 +21,11 @@ from typing import Any, Callable
 from xml.etree import ElementTree
 
 from memaudit.assets import package_dir, read_lazyload, read_rda
+from memaudit.datasets.readers import epub_metadata, read_epub, read_text_file
 from memaudit.datasets.text import (
     clean_text,
-    epub_metadata,
     gutenberg_metadata,
     paragraphs,
-    read_epub,
-    read_text_file,
     split_chapters,
     strip_gutenberg,
     word_count,

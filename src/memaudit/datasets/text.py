@@ -1,34 +1,23 @@
 """Pure text utilities: cleaning, Gutenberg stripping, chapters, sentences, passages.
 
-Everything here is deterministic and free of I/O except the two readers at the
-end (:func:`read_text_file`, :func:`read_epub`), which only read the file they
-are given. Nothing depends on a tokenizer: a "word" is a whitespace-separated
-token (``len(text.split())``) throughout the project.
+Everything here is deterministic and free of I/O; the files the text comes from
+are read by :mod:`memaudit.datasets.readers`. Nothing depends on a tokenizer: a
+"word" is a whitespace-separated token (``len(text.split())``) throughout the
+project.
 """
 
 from __future__ import annotations
 
-import html.parser
 import math
-import posixpath
 import re
 import unicodedata
-import zipfile
-from pathlib import Path
-from urllib.parse import unquote
-from xml.etree import ElementTree
-
-from memaudit.errors import InputError
 
 __all__ = [
     "DEFAULT_HEADING_REGEX",
     "clean_text",
-    "epub_metadata",
     "gutenberg_metadata",
     "make_passages",
     "paragraphs",
-    "read_epub",
-    "read_text_file",
     "split_chapters",
     "split_sentences",
     "strip_gutenberg",
@@ -365,169 +354,3 @@ def make_passages(text: str, target_words: int, max_passages: int | None = None)
     if cur and n * 2 >= target_words:
         passages.append("".join(cur))
     return passages if max_passages is None else passages[:max_passages]
-
-
-# --------------------------------------------------------------------------- readers
-
-def read_text_file(path: str | Path) -> str:
-    """Read a strictly UTF-8 text file (a leading BOM is allowed).
-
-    NUL bytes are removed with the rest of the text kept; line endings become
-    ``\\n``. Raises :class:`InputError` naming the file and the byte offset
-    when it is not UTF-8, and naming the file when nothing is left after
-    :func:`clean_text`.
-    """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{path}: not valid UTF-8 at byte offset {exc.start} "
-            f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8"
-        ) from None
-    text = text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
-    if not clean_text(text):
-        raise InputError(f"{path}: no text left after cleaning (empty file?)")
-    return text
-
-
-_BLOCK_TAGS = {
-    "p", "div", "br", "li", "ul", "ol", "blockquote", "pre", "tr", "table", "section",
-    "article", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "dd", "dt", "figure", "header",
-    "footer", "aside", "nav",
-}
-_SKIP_TAGS = {"head", "script", "style", "title", "svg"}
-
-
-class _XHTMLText(html.parser.HTMLParser):
-    """Collect text, one paragraph per block element."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.paragraphs: list[str] = []
-        self._buf: list[str] = []
-        self._skip = 0
-
-    def _flush(self) -> None:
-        para = " ".join("".join(self._buf).split())
-        if para:
-            self.paragraphs.append(para)
-        self._buf = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag in _SKIP_TAGS:
-            self._skip += 1
-        elif tag in _BLOCK_TAGS:
-            self._flush()
-
-    def handle_startendtag(self, tag, attrs):
-        if tag in _BLOCK_TAGS:
-            self._flush()
-
-    def handle_endtag(self, tag):
-        if tag in _SKIP_TAGS:
-            self._skip = max(0, self._skip - 1)
-        elif tag in _BLOCK_TAGS:
-            self._flush()
-
-    def handle_data(self, data):
-        if not self._skip:
-            self._buf.append(data)
-
-    def close(self):
-        super().close()
-        self._flush()
-
-
-_NS = {
-    "c": "urn:oasis:names:tc:opendocument:xmlns:container",
-    "opf": "http://www.idpf.org/2007/opf",
-    "dc": "http://purl.org/dc/elements/1.1/",
-}
-
-
-def _epub_package(path: Path) -> tuple[zipfile.ZipFile, str, ElementTree.Element]:
-    """Open an epub; return the zip, the OPF path inside it and the parsed OPF."""
-    try:
-        zf = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a valid epub (not a zip archive: {exc})") from None
-    try:
-        container = ElementTree.fromstring(zf.read("META-INF/container.xml"))
-        rootfile = container.find(".//c:rootfile", _NS)
-        if rootfile is None or not rootfile.get("full-path"):
-            raise InputError(f"{path}: not a valid epub (container.xml names no rootfile)")
-        opf_path = rootfile.get("full-path")
-        opf = ElementTree.fromstring(zf.read(opf_path))
-    except KeyError as exc:
-        zf.close()
-        raise InputError(f"{path}: not a valid epub (missing {exc.args[0]})") from None
-    except ElementTree.ParseError as exc:
-        zf.close()
-        raise InputError(f"{path}: not a valid epub (malformed XML: {exc})") from None
-    except zipfile.BadZipFile as exc:
-        zf.close()
-        raise InputError(f"{path}: not a valid epub (corrupt archive: {exc})") from None
-    except InputError:
-        zf.close()
-        raise
-    return zf, opf_path, opf
-
-
-def epub_metadata(path: str | Path) -> dict[str, str]:
-    """``title`` and ``author`` (first dc:title / dc:creator) of an epub, where present."""
-    path = Path(path)
-    zf, _, opf = _epub_package(path)
-    zf.close()
-    out = {}
-    for key, tag in (("title", "dc:title"), ("author", "dc:creator")):
-        el = opf.find(f".//{tag}", _NS)
-        if el is not None and el.text and el.text.strip():
-            out[key] = " ".join(el.text.split())
-    return out
-
-
-def read_epub(path: str | Path) -> str:
-    """Plain text of an epub in spine (reading) order.
-
-    ``META-INF/container.xml`` names the OPF package file; its spine lists the
-    XHTML documents in order; each is converted with :mod:`html.parser`, one
-    paragraph per block element, paragraphs separated by blank lines. Raises
-    :class:`InputError` naming the file when it is not a readable epub.
-    """
-    path = Path(path)
-    zf, opf_path, opf = _epub_package(path)
-    with zf:
-        base = posixpath.dirname(opf_path)
-        manifest = {
-            item.get("id"): item.get("href")
-            for item in opf.findall(".//opf:manifest/opf:item", _NS)
-        }
-        spine = [ref.get("idref") for ref in opf.findall(".//opf:spine/opf:itemref", _NS)]
-        if not spine:
-            raise InputError(f"{path}: not a valid epub (empty spine in {opf_path})")
-        chunks = []
-        for idref in spine:
-            href = manifest.get(idref)
-            if href is None:
-                raise InputError(f"{path}: not a valid epub (spine item {idref!r} not in manifest)")
-            member = posixpath.normpath(posixpath.join(base, unquote(href.split("#")[0])))
-            try:
-                raw = zf.read(member)
-            except KeyError:
-                raise InputError(f"{path}: not a valid epub (missing {member})") from None
-            except zipfile.BadZipFile as exc:
-                raise InputError(f"{path}: not a valid epub (corrupt {member}: {exc})") from None
-            parser = _XHTMLText()
-            parser.feed(raw.decode("utf-8", errors="replace"))
-            parser.close()
-            if parser.paragraphs:
-                chunks.append("\n\n".join(parser.paragraphs))
-    text = "\n\n".join(chunks)
-    if not clean_text(text):
-        raise InputError(f"{path}: no text in the epub's spine documents")
-    return text

@@ -72,14 +72,14 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="b3b03c4c37c476ba",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="cda1c41a1caa5556",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=1, fingerprint="c46e098c9f92a115",
+        version=1, fingerprint="a5b618ae182a5604",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -92,7 +92,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # base models: the option with the highest length-normalised log-likelihood
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
-        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="078869c14186121e",
+        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="2b92de7aee801b8a",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -238,9 +238,9 @@ def check_roles(config: dict) -> list[str]:
 # Modules that move data and never decide a number: a change to them does not trip the fingerprints.
 NOT_RESULT_CODE = frozenset({
     "memaudit.errors", "memaudit.workflow_support", "memaudit.devices", "memaudit.checkpoints",
-    "memaudit.backends.retry", "memaudit.backends.ledger", "memaudit.backends.pricing",
+    "memaudit.backends.retry", "memaudit.backends.ledger", "memaudit.backends.settings",
     "memaudit.backends.secrets", "memaudit.backends.server", "memaudit.backends.scripted",
-    "memaudit.probes.registry",
+    "memaudit.backends.serve", "memaudit.backends.cache", "memaudit.probes.registry",
 })
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 from memaudit import NONMEMBER
-from memaudit.datasets.text import clean_text, make_passages, read_epub, read_text_file, strip_gutenberg
+from memaudit.datasets.readers import read_epub, read_text_file
+from memaudit.datasets.text import clean_text, make_passages, strip_gutenberg
 from memaudit.datasets.types import Document
 from memaudit.errors import InputError
 

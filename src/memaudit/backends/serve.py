@@ -1,0 +1,67 @@
+"""``memaudit serve``: a local model behind the OpenAI Chat Completions (and Anthropic Messages) API.
+
+Black-box probes written for ChatGPT or Claude can then be tried on an open
+model: point an ``openai`` backend's ``base_url`` at ``http://127.0.0.1:8000/v1``.
+The server itself is :class:`memaudit.backends.server.ChatServer`; ``--scripted``
+puts a :class:`memaudit.backends.scripted.ScriptedResponder` behind it instead of
+a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+from memaudit.backends.scripted import ScriptedResponder
+from memaudit.backends.server import ChatServer, HFResponder, Responder
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """``memaudit serve``: serve a local model (or a reply script) until interrupted."""
+    p = argparse.ArgumentParser(prog="memaudit serve", description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--path", help="a local Hugging Face model directory")
+    src.add_argument("--hub-id", help="a hub model id (needs --revision)")
+    src.add_argument("--builtin", help="a builtin demo model, e.g. smollm2-135m-instruct")
+    src.add_argument("--scripted", type=Path, help='no model: answer from a JSON file {"replies": {prompt: answer}}')
+    p.add_argument("--revision", help="the hub commit to load (with --hub-id)")
+    p.add_argument("--adapter", help="a peft adapter directory on top of the model")
+    p.add_argument("--name", default=None, help="the model name clients send (default: derived from the source)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: bfloat16 where the hardware computes it natively, else float32")
+    p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
+    args = p.parse_args(argv)
+
+    if args.scripted:
+        responder: Responder = ScriptedResponder.from_file(args.scripted)
+        name = args.name or "scripted"
+    else:
+        from memaudit.backends.hf import HFBackend
+        from memaudit.models.loading import load_causal_lm
+
+        if args.path:
+            spec: dict = {"path": args.path}
+        elif args.hub_id:
+            spec = {"hub_id": args.hub_id, "revision": args.revision}
+        else:
+            spec = {"builtin": args.builtin, "cache_dir": args.cache_dir}
+        if args.adapter:
+            spec["adapter"] = args.adapter
+        model, tok = load_causal_lm(spec, dtype=args.dtype, device=args.device)
+        responder = HFResponder(HFBackend(spec, model=model, tokenizer=tok))
+        name = args.name or Path(args.path or args.hub_id or args.builtin).name
+    server = ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)
+    print(f"serving {name!r} at {server.openai_base_url} (OpenAI Chat Completions; Anthropic Messages at "
+          f"{server.anthropic_base_url}/v1/messages); Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0

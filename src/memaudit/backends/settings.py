@@ -1,0 +1,93 @@
+"""What the config says about API models, with the schema's defaults filled in.
+
+The top-level ``api`` block (cache, retries, on_error), a model's ``api`` block,
+the Snakemake resource slots a model's jobs claim, and a model's price. The
+defaults live in one place, the JSON schema, for code and validation alike.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from memaudit.errors import ConfigError
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_defaults_cached(path: tuple[str, ...]) -> str:
+    import json
+
+    from memaudit.config import load_schema
+
+    node = load_schema()
+    for step in path:
+        node = node[step]
+    return json.dumps({k: v["default"] for k, v in node["properties"].items() if "default" in v})
+
+
+def _schema_defaults(*path: str) -> dict:
+    """Defaults of one schema object: one source of truth for code and validation (a fresh copy per call)."""
+    import json
+
+    return json.loads(_schema_defaults_cached(path))
+
+
+def api_settings(config: dict) -> dict:
+    """The top-level ``api`` block with the schema's defaults filled in (it may be absent)."""
+    return {**_schema_defaults("properties", "api"), **config.get("api", {})}
+
+
+def api_entry(config: dict, model: str) -> dict:
+    """A model's ``api`` block with the schema's defaults filled in."""
+    defaults = _schema_defaults("properties", "models", "additionalProperties", "properties", "api")
+    entry = config["models"][model]
+    if "api" not in entry:
+        raise ConfigError(f"models.{model}.api: required for backend {entry.get('backend', 'hf')!r}")
+    return {**defaults, **entry["api"]}
+
+
+def api_slots(config: dict, model: str, backend: str) -> int:
+    """Slots of the Snakemake resource ``api_<backend>`` a job for ``model`` claims: its concurrency.
+
+    Zero for a model on another backend, so ``--resources api_openai=16`` caps the
+    requests in flight across all parallel jobs at 16.
+    """
+    entry = config["models"][model]
+    if entry.get("backend", "hf") != backend:
+        return 0
+    return int(api_entry(config, model)["concurrency"])
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """US dollars per million input and output tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+    @classmethod
+    def from_config(cls, entry: dict | None) -> "Pricing | None":
+        if not entry:
+            return None
+        return cls(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
+
+
+def pricing_for(config: dict, model: str) -> Pricing | None:
+    """A model's price: its own ``api.pricing``, else ``api.pricing.<model_id>`` at the top level.
+
+    An OpenAI-compatible server (``base_url`` set) with no price costs nothing.
+    """
+    entry = config["models"][model]
+    api = entry.get("api", {})
+    own = Pricing.from_config(api.get("pricing"))
+    if own is not None:
+        return own
+    table = config.get("api", {}).get("pricing", {})
+    if api.get("model_id") in table:
+        return Pricing.from_config(table[api["model_id"]])
+    if api.get("base_url"):
+        return Pricing(0.0, 0.0)
+    return None
