@@ -159,26 +159,26 @@ def api_anthropic_slots(wildcards):
 # ----------------------------------------------------------------------------- auxiliary models by role
 # A family declares its roles in the registry (DE-COP: paraphraser); its rules depend on the
 # role's prepared model, claim its GPUs or API slots and schedule it through these. `needed` is
-# an optional function of the wildcards telling whether the job uses the role at all.
+# an optional function of (config, wildcards) telling whether the job uses the role at all.
 
 
 def role_input(family, role, needed=None):
     def inputs(wildcards):
-        return {} if needed and not needed(wildcards) else jobs.role_input(config, family, role)
+        return {} if needed and not needed(config, wildcards) else jobs.role_input(config, family, role)
 
     return inputs
 
 
 def role_gpus(family, role, needed=None):
     def gpus(wildcards):
-        return 0 if needed and not needed(wildcards) else _model_gpus(role_model(config, family, role))
+        return 0 if needed and not needed(config, wildcards) else _model_gpus(role_model(config, family, role))
 
     return gpus
 
 
 def role_api_slots(family, role, backend, needed=None):
     def slots(wildcards):
-        return 0 if needed and not needed(wildcards) else api_slots(config, role_model(config, family, role), backend)
+        return 0 if needed and not needed(config, wildcards) else api_slots(config, role_model(config, family, role), backend)
 
     return slots
 

@@ -1,18 +1,13 @@
 # DE-COP (memaudit.probes.decop): multiple-choice items once per benchmark, one probe job per (model, mode).
 from memaudit.probes.decop import plan as decop_plan
 
-
-def decop_paraphrases(wildcards):
-    """Whether the benchmark's questions are built here (a published one comes ready-made: no paraphraser)."""
-    return decop_plan.needs_paraphraser(config, wildcards.benchmark)
-
-
+# A published benchmark's questions come ready-made: no paraphraser (decop_plan.needs_paraphraser).
 register_outputs(decop_plan.outputs(config))
 
 
 rule decop_items:
     input:
-        unpack(role_input("decop", "paraphraser", needed=decop_paraphrases)),
+        unpack(role_input("decop", "paraphraser", needed=decop_plan.needs_paraphraser)),
         unpack(published_file),
         documents="results/datasets/{benchmark}/documents.jsonl",
     output:
@@ -20,7 +15,9 @@ rule decop_items:
         qc="results/datasets/{benchmark}/decop_qc.csv",
     params:
         decop=probe_settings("decop"),
-        paraphraser=lambda wc: role_model(config, "decop", "paraphraser") if decop_paraphrases(wc) else None,
+        paraphraser=lambda wc: (
+            role_model(config, "decop", "paraphraser") if decop_plan.needs_paraphraser(config, wc) else None
+        ),
         published=lambda wc: canonical(config["benchmarks"][wc.benchmark].get("published")),
         seed=config["seed"],
         code_version=family_version("decop"),
@@ -28,9 +25,9 @@ rule decop_items:
     threads: 1
     resources:
         mem_mb=4000,
-        api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_paraphrases),
-        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_paraphrases),
-        gpu=role_gpus("decop", "paraphraser", needed=decop_paraphrases),
+        api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_plan.needs_paraphraser),
+        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
+        gpu=role_gpus("decop", "paraphraser", needed=decop_plan.needs_paraphraser),
     log:
         "logs/decop_items/{benchmark}.log",
     benchmark:

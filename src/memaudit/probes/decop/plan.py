@@ -11,8 +11,9 @@ def has_published_items(bench: dict) -> bool:
     return (bench.get("published") or {}).get("format") in ("booktection", "arxivtection")
 
 
-def needs_paraphraser(config: dict, benchmark: str) -> bool:
-    return not has_published_items(config["benchmarks"][benchmark])
+def needs_paraphraser(config: dict, wildcards) -> bool:
+    """Whether a job's benchmark (``wildcards.benchmark``) has its questions built here, by the paraphraser."""
+    return not has_published_items(config["benchmarks"][wildcards.benchmark])
 
 
 def benchmarks(config: dict) -> list[str]:
