@@ -55,7 +55,7 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         shards_dir = keyed_dir(checkpoint_dir, key, progress=progress)
     backend = None
 
-    def model():
+    def loaded():
         nonlocal backend
         if backend is None:  # loaded only if some shard is left to compute
             from memaudit.backends import open_backend
@@ -79,7 +79,7 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
                 n_loaded += 1
                 progress(f"{name} shard {k + 1}/{len(bounds)}: loaded from checkpoint")
             else:
-                part = model().token_stats(variant[a:b], with_distribution=with_distribution, progress=progress)
+                part = loaded().token_stats(variant[a:b], with_distribution=with_distribution, progress=progress)
                 if path is not None:
                     part.save(path)
                 progress(f"{name} shard {k + 1}/{len(bounds)}: passages {a}..{b - 1} done "
