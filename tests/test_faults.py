@@ -325,14 +325,14 @@ def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, 
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        run_token_stats(workdir / "results" / "models" / PROBED / "manifest.json",
+        run_token_stats(FAULTS_CONFIG, PROBED, workdir / "results" / "models" / PROBED,
                         workdir / "results" / "datasets" / "novels" / "passages.jsonl", tmp_path / "reference.npz",
-                        FAULTS_CONFIG["models"][PROBED], lowercase=False, shard_passages=SHARD, checkpoint_dir=None)
+                        lowercase=False, shard_passages=SHARD, checkpoint_dir=None)
     finally:
         torch.set_num_threads(threads)
     with np.load(workdir / STATS_TARGET) as resumed, np.load(tmp_path / "reference.npz") as uninterrupted:
-        assert sorted(resumed.files) == sorted(uninterrupted.files) == [f"original__{k}" for k in
-                                                                        ("logprob", "mu", "offsets", "sigma")]
+        assert sorted(resumed.files) == sorted(uninterrupted.files) == ["__provenance__"] + [
+            f"original__{k}" for k in ("logprob", "mu", "offsets", "sigma")]
         assert len(resumed["original__offsets"]) == N_PASSAGES + 1
         for name in resumed.files:
             np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)
@@ -570,7 +570,7 @@ def test_disk_full_while_probing_names_the_output_and_keeps_the_finished_shards(
     out.parent.mkdir()
     filler = _fill(tiny_tmpfs, leave=2048)
     messages: list[str] = []
-    args = (tmp_path / "manifest.json", tmp_path / "passages.jsonl", out, {"max_tokens": 64})
+    args = ({"models": {"tiny": {"max_tokens": 64}}}, "tiny", tmp_path, tmp_path / "passages.jsonl", out)
     with pytest.raises(StorageError) as err:
         run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
     assert str(err.value).startswith(f"cannot write {out}: no space left on device")

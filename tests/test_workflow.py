@@ -91,15 +91,19 @@ def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
 
 
 def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
-    """make run: DE-COP on novels and techdocs, token-probability attacks on novels and news, and
-    every model job on one thread (threads_per_job: 1); without the key a rule keeps its own."""
+    """make run: DE-COP on novels and techdocs, token-probability attacks on novels and news, prefix
+    probing on the tiny pair over the news, and every model job on one thread (threads_per_job: 1);
+    without the key a rule keeps its own."""
     from workflow_helpers import dry_run, make_workdir
 
     workdir = make_workdir(tmp_path, share_resources=False)
     jobs = dry_run(workdir, "config/config.yaml", "--cores", "2")
     pairs = {(j["rule"], j["wildcards"]) for j in jobs}
     assert {w for r, w in pairs if r == "decop_items"} == {"benchmark=novels", "benchmark=techdocs"}
-    assert sum(r == "decop_probe" for r, _ in pairs) == 2 * (2 + 6)  # logit on 2 models, likelihood on 6
+    # logit on 2 models (novels), likelihood on 6 (novels and techdocs)
+    assert sum(r == "decop_probe" for r, _ in pairs) == 2 + 2 * 6
+    assert {w for r, w in pairs if r == "prefix_probe"} == {
+        "benchmark=news, model=tiny-gpt2-medium", "benchmark=news, model=tiny-gpt2-medium-contaminated"}
     assert {w for r, w in pairs if r == "token_stats" and "techdocs" in w} == set()  # techdocs is DE-COP's
     assert sum(r == "token_stats" for r, _ in pairs) == 2 * 6
     assert {j["threads"] for j in jobs if j["rule"] in ("prepare_model", "token_stats", "decop_probe")} == {1}
