@@ -114,6 +114,9 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
             ("smollm2-135m", "smollm2-135m-contaminated", "tiny-gpt2-medium", "tiny-gpt2-medium-contaminated")] == [
         30, 20, 10, 20]
     assert priority[("decop_items", "benchmark=novels")] == 0
+    # the longest probing jobs before the short ones
+    assert priority[("token_stats", "benchmark=novels, model=smollm2-135m-contaminated")] == 5
+    assert priority[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=logit")] == 0
 
     cfg = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     del cfg["threads_per_job"]

@@ -13,6 +13,10 @@ rule token_stats:
         lowercase="lowercase" in config["probes"]["token_prob"]["methods"],
         shard_passages=config["checkpoints"]["shard_passages"],
     threads: job_threads(8)
+    # The longest probing jobs first (a fine-tuned model's forward passes over a whole benchmark):
+    # at equal priority the demo's SmolLM2 statistics on novels started 14 minutes after its
+    # fine-tune ended and ran last, alone on one core (make run 31.6 min, 2 cores).
+    priority: 5
     resources:
         mem_mb=8000,
         runtime=120,
