@@ -9,9 +9,10 @@ registry names for the family. A runner opens its model with :meth:`ProbeJob.bac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -49,6 +50,17 @@ class ProbeJob:
         from memaudit.backends import open_backend
 
         return open_backend(self.config, self.model, model_dir=self.inputs.get("model"), rule=self.rule)
+
+    @contextlib.contextmanager
+    def opened_backend(self) -> Iterator:
+        """:meth:`backend`, closed at the end (an API backend's threads and cache connection)."""
+        backend = self.backend()
+        try:
+            yield backend
+        finally:
+            close = getattr(backend, "close", None)
+            if close:
+                close()
 
     @classmethod
     def from_snakemake(cls, smk, progress: Callable[[str], None] = log.info) -> "ProbeJob":

@@ -213,8 +213,7 @@ def first_passages(items: Sequence[dict], per_document: int | None) -> list[dict
 
 def run_job(job) -> pd.DataFrame:
     """One DE-COP probe job (:class:`memaudit.probes.job.ProbeJob`): one mode on one model."""
-    backend = job.backend()
-    try:
+    with job.opened_backend() as backend:
         # the shared settings (probes.decop) build the items; a mode's own passages_per_document
         # (probes.decop_<mode>) probes only the first of them
         return run_decop(job.mode, backend, job.inputs["mcq"], job.config["probes"]["decop"],
@@ -222,10 +221,6 @@ def run_job(job) -> pd.DataFrame:
                          out_table=job.outputs["table"], out_calibration=job.outputs["calibration"],
                          passages_per_document=job.config["probes"][job.probe].get("passages_per_document"),
                          progress=job.progress)
-    finally:
-        close = getattr(backend, "close", None)
-        if close:
-            close()
 
 
 def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answers: str | Path,
@@ -272,8 +267,8 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
     write_csv(out_table, table)
     documents = document_scores(documents, model=backend.name, dtype=backend.describe().get("dtype"))
     write_csv(out_documents, documents)
-    write_json(out_calibration, {"model": backend.name, "mode": mode, "orderings": cfg["orderings"], "n_orderings": len(perms),
-                                 "calibration": calibration, "seconds": time.time() - t0})
+    write_json(out_calibration, {"model": backend.name, "mode": mode, "orderings": cfg["orderings"],
+                                 "n_orderings": len(perms), "calibration": calibration, "seconds": time.time() - t0})
     return documents
 
 

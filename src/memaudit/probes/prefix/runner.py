@@ -141,15 +141,10 @@ def run_job(job) -> pd.DataFrame:
 
     cfg = job.settings
     chat = is_api_model(job.config["models"][job.model]) or cfg.get("local_prompt") == "chat"
-    backend = job.backend()
-    try:
+    with job.opened_backend() as backend:
         return run_prefix_probe(backend, read_jsonl(job.inputs["pairs"]), cfg, chat=chat,
                                 out_items=job.outputs["generations"], out_documents=job.outputs["documents"],
                                 out_outcomes=job.outputs["outcomes"], progress=job.progress)
-    finally:
-        close = getattr(backend, "close", None)
-        if close:
-            close()
 
 
 def plan_records(config: dict, model: str, items: Sequence[dict]) -> list[dict]:
