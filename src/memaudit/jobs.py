@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit.backends.base import is_api_model
-from memaudit.probes.registry import FAMILIES, PROBES, probes_for_model, role_model
+from memaudit.probes.registry import FAMILIES, probes_for_model, role_model
 
 
 def run_checks(config: dict) -> list[str]:
@@ -151,22 +151,7 @@ def final_outputs(config: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- auxiliary models by role
 
-def role_models(config: dict) -> dict[tuple[str, str], str]:
-    """``{(family, role): model}`` for every enabled family's roles."""
-    out = {}
-    for fam in FAMILIES.values():
-        for role in fam.roles:
-            model = role_model(config, fam.name, role)
-            if model is not None:
-                out[(fam.name, role)] = model
-    return out
-
-
 def role_input(config: dict, family: str, role: str) -> dict[str, str]:
     """``{role: results/models/<model>}``: the prepared local model a role's job loads (``{}`` for an API model)."""
     model = role_model(config, family, role)
     return {role: path for path in model_dir(config, model).values()} if model else {}
-
-
-def probes_of(family: str) -> list[str]:
-    return [p for p, spec in PROBES.items() if spec.family == family]

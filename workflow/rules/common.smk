@@ -2,12 +2,10 @@
 # computes (which model is scored where, by which probe, with which auxiliary model) is decided
 # in memaudit.jobs and memaudit.probes.registry, unit-tested there; these wrap it for Snakemake.
 import re
-from types import SimpleNamespace
 
 from snakemake.utils import validate
 
 from memaudit import jobs
-from memaudit.backends import is_api_model
 from memaudit.backends.planning import planned_inputs
 from memaudit.backends.settings import api_settings, api_slots
 from memaudit.config import contaminated_on, model_build_settings, model_scoring_settings
@@ -132,7 +130,7 @@ def _model_gpus(model):
     ``--resources gpu=N`` caps the GPUs in use and each job locks its own; under SLURM it becomes ``--gpus=N``."""
     from memaudit.devices import model_gpus
 
-    return 0 if is_api_model(config["models"][model]) else model_gpus(config["models"][model], model=model)
+    return model_gpus(config["models"][model], model=model)
 
 
 def gpu_slots(wildcards):

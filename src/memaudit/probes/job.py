@@ -36,7 +36,9 @@ class ProbeJob:
 
     @property
     def probe(self) -> str:
-        return f"{self.family}_{self.mode}" if self.mode else self.family
+        from memaudit.probes.registry import FAMILIES
+
+        return FAMILIES[self.family].probe(self.mode)
 
     @property
     def settings(self) -> dict:
@@ -88,8 +90,3 @@ def document_scores(frame: pd.DataFrame, *, model: str, dtype: str | None) -> pd
     frame["model"] = model
     frame["dtype"] = dtype or "api"
     return frame[DOCUMENT_COLUMNS + [c for c in frame.columns if c not in DOCUMENT_COLUMNS]]
-
-
-def backend_dtype(backend) -> str | None:
-    """The dtype a backend computes in, from its description (None for an API model)."""
-    return backend.describe().get("dtype")
