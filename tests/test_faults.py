@@ -71,10 +71,14 @@ TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}(\.[A-Za-z0-9]+)*$")  # what memaudi
 
 # ----------------------------------------------------------------------------- helpers
 
-def parse_every_file(root: Path) -> dict[str, int]:
+def parse_every_file(root: Path, *, killed: bool = False) -> dict[str, int]:
     """Open and fully read every file under ``root`` in its format; fail on any that does not parse.
 
     Returns counts per suffix, so a caller can check that the kinds it expects were read.
+    ``killed``: the run was SIGKILLed, which may land in the middle of an atomic write and
+    leave that writer's temporary (no cleanup can run); its target is intact and the next
+    write of it sweeps the temporary. Such temporaries are counted under ``"temporary"``
+    and not parsed; anywhere else a temporary is a failure.
     """
     import pandas as pd
     import torch
@@ -84,7 +88,10 @@ def parse_every_file(root: Path) -> dict[str, int]:
 
     counts: dict[str, int] = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        assert not TEMPORARY.match(path.name), f"left-over temporary {path}"
+        if TEMPORARY.match(path.name):
+            assert killed, f"left-over temporary {path}"
+            counts["temporary"] = counts.get("temporary", 0) + 1
+            continue
         suffix = path.suffix
         try:
             if suffix == ".npz":
@@ -209,7 +216,7 @@ def killed_workflow(tmp_path_factory):
     seen["rc_sigkill_finetune"] = run.kill(signal.SIGKILL)
     seen["step_sigkill"] = saved_step(workdir)
     seen["log_sigkill_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
-    seen["parsed"].append(parse_every_file(workdir / "results"))
+    seen["parsed"].append(parse_every_file(workdir / "results", killed=True))
 
     # 3. Rerun to the end of fine-tuning (alone, so that the job order is fixed).
     Run(workdir, MODEL_TARGET, name="3-finetune-finish", unlock=True).finish()
@@ -233,7 +240,7 @@ def killed_workflow(tmp_path_factory):
     seen["rc_sigkill_probe"] = run.kill(signal.SIGKILL)
     seen["shards_sigkill"] = len(shards())
     seen["log_sigkill_probe"] = job_log(workdir, "token_stats", "novels", PROBED)
-    seen["parsed"].append(parse_every_file(workdir / "results"))
+    seen["parsed"].append(parse_every_file(workdir / "results", killed=True))
 
     # 6. Rerun to the end.
     Run(workdir, MODEL_TARGET, STATS_TARGET, name="6-finish", unlock=True).finish()
@@ -341,7 +348,8 @@ def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, 
 @pytest.mark.slow
 def test_no_output_is_corrupt_or_half_written_after_any_kill(killed_workflow):
     workdir, seen = killed_workflow
-    # Every file under results/ parsed after each of the four kills and at the end (no temporaries either).
+    # Every file under results/ parsed after each of the four kills; at the end no temporary is left
+    # (a SIGKILL may leave one beside an intact target; the rerun sweeps it).
     assert len(seen["parsed"]) == 4
     final = seen["parsed_final"]
     assert final[".safetensors"] >= 2 and final[".npz"] == 1 and final[".jsonl"] >= 3 and final[".json"] >= 3

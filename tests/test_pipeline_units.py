@@ -31,6 +31,24 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     assert target.read_text() == "done" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_the_next_write_sweeps_what_a_sigkilled_writer_left(tmp_path):
+    # SIGKILL in the middle of an atomic write runs no cleanup: the target is intact (or absent)
+    # and the writer's temporary stays beside it. The next write of that target removes it,
+    # and nothing else (another target's temporary, a look-alike name).
+    target = tmp_path / "state.pt"
+    target.write_text("step 10")
+    left = tmp_path / ".state.pt.218f9t6s.pt"  # the name a killed writer of state.pt leaves
+    left.write_text("half")
+    other = tmp_path / ".shard-0001.npz.k2j4h6g8.npz"
+    other.write_text("half")
+    look_alike = tmp_path / ".state.pt.notours.pt"
+    look_alike.write_text("user file")
+    with atomic_path(target) as tmp:
+        tmp.write_text("step 20")
+    assert target.read_text() == "step 20"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, other.name, look_alike.name])
+
+
 def test_read_jsonl_names_file_and_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"a": 1}\n\n{"a": 2\n')
