@@ -99,7 +99,8 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from memaudit.probes.decop.paraphrase import LocalParaphraser, MiniLMEncoder
+    from memaudit.models.encoder import MiniLMEncoder
+    from memaudit.probes.decop.paraphrase import LocalParaphraser
     from memaudit.probes.decop.prompts import PARAPHRASE_PROMPT_SINGLE
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.smollm2 import ensure_builtin

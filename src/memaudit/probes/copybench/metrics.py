@@ -1,0 +1,123 @@
+"""CopyBench's metrics, as the reference implementation (``chentong0/copy-bench``) computes them.
+
+Literal copying (``scripts/eval_literal_copying.py``)
+    ROUGE-L F1 between the first ``words`` (50) tokens of the reference and the first 50
+    tokens of the output, both tokenised by ``rouge-score``'s default tokenizer with the
+    Porter stemmer (lowercase alphanumeric runs). A case copies when ROUGE-L >= 0.8.
+Character copying (``scripts/eval_char_copying.py``)
+    A character is found when any of its names occurs in the output as an exact lowercase
+    token sequence, text and name both split on non-word characters (``\\W+``). A story
+    copies when >= 3 characters are found. Characters named in the prompt do not count
+    (the published data excludes them; :func:`character_hits` skips any that slip through
+    and says how many).
+Event copying (``scripts/eval_event_copying.py``)
+    A judge decides per reference event whether any chunk of the story supports it (see
+    :mod:`memaudit.probes.copybench.judge`); a story copies when >= 5 events are found.
+Fact recall (``scripts/eval_qa.py``)
+    SQuAD-normalised token F1 and exact match of the answer found between
+    ``[Output_Start]`` and ``[Output_End]`` (the whole output when the markers are absent).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from functools import lru_cache
+from typing import Sequence
+
+LITERAL_THRESHOLD = 0.8  # ROUGE-L (the paper, after Huang et al. 2023)
+EVENT_THRESHOLD = 5  # events found
+CHARACTER_THRESHOLD = 3  # characters found
+
+_NON_WORD = re.compile(r"\W+")
+_ANSWER = re.compile(r"\[Output_Start\](.*)\[Output_End\]")
+
+
+@lru_cache(maxsize=1)
+def _rouge_tokenizer():
+    from rouge_score.tokenizers import DefaultTokenizer
+
+    return DefaultTokenizer(use_stemmer=True)
+
+
+def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def literal_rouge_l(output: str, reference: str, *, words: int = 50) -> float:
+    """ROUGE-L F1 of the first ``words`` rouge tokens of ``output`` against those of ``reference``.
+
+    rouge-score's tokenizer is public but its LCS scorer is not: the F-measure is
+    ``2PR / (P + R)`` with ``P = LCS / len(output)``, ``R = LCS / len(reference)``, the
+    definition ``rouge_scorer.RougeScorer(["rougeL"]).score`` uses (a test checks they agree).
+    """
+    tok = _rouge_tokenizer()
+    ref, out = tok.tokenize(reference)[:words], tok.tokenize(output or "")[:words]
+    if not ref or not out:
+        return 0.0
+    lcs = _lcs(ref, out)
+    if lcs == 0:
+        return 0.0
+    p, r = lcs / len(out), lcs / len(ref)
+    return 2 * p * r / (p + r)
+
+
+def _tokens(text: str) -> list[str]:
+    return [t.lower() for t in _NON_WORD.split(text or "") if t]
+
+
+def has_name(text_tokens: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether any of ``names`` occurs in ``text_tokens`` as a contiguous token sequence."""
+    for name in names:
+        parts = _tokens(name)
+        if not parts:
+            continue
+        n = len(parts)
+        for i in range(len(text_tokens) - n + 1):
+            if list(text_tokens[i:i + n]) == parts:
+                return True
+    return False
+
+
+def character_hits(output: str, prompt: str, characters: Sequence[Sequence[str]]) -> tuple[list[bool | None], int]:
+    """Per character: found in ``output`` (``None`` when the prompt names it); and how many the prompt named."""
+    out_tokens, prompt_tokens = _tokens(output), _tokens(prompt)
+    hits: list[bool | None] = []
+    for names in characters:
+        hits.append(None if has_name(prompt_tokens, names) else has_name(out_tokens, names))
+    return hits, sum(h is None for h in hits)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lowercase, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def extract_answer(output: str) -> str:
+    match = _ANSWER.search(output or "")
+    return match.group(1) if match else (output or "")
+
+
+def qa_f1(prediction: str, truth: str) -> float:
+    pred, gold = normalize_answer(prediction).split(), normalize_answer(truth).split()
+    same = sum((Counter(pred) & Counter(gold)).values())
+    if same == 0:
+        return 0.0
+    p, r = same / len(pred), same / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def qa_scores(output: str, answers: Sequence[str]) -> dict[str, float]:
+    """F1 and exact match of the marked answer, the best over the reference answers (0-1)."""
+    answer = extract_answer(output)
+    return {"f1": max(qa_f1(answer, a) for a in answers),
+            "em": float(max(normalize_answer(answer) == normalize_answer(a) for a in answers))}
