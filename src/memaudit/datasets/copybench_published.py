@@ -1,0 +1,479 @@
+"""CopyBench's published files (Chen et al., 2024; reference repository ``chentong0/copy-bench``).
+
+Data (``data/`` in the repository): JSON arrays, byte for byte what ``json.dumps(records,
+indent=2)`` writes (ASCII with ``\\u`` escapes, no trailing newline), one object per prompt:
+
+- ``data.literal.json`` (Section 3.2, literal copying; 758 items, 16 BookMIA books):
+  ``{id, title, input, reference}``; ``input`` is the ~200-word prefix, ``reference`` the
+  next ~50 words.
+- ``data.nonliteral.json`` (Section 3.2 and A.1, non-literal copying; 590 items, 118 books x 5
+  story beginnings): ``{id, title, reference_events, reference_characters, input}``;
+  ``input`` is one of the first five events, used as the story beginning, ``reference_events``
+  the book's other events (strings), ``reference_characters`` one list of aliases per character.
+- ``data.qa.json`` (Section 3.3, fact recall; 589 items): ``{id, title, input, reference}``;
+  ``reference`` is the answer, one string.
+
+Prompts (``prompts/``; Section A.2, Figures 5-7): one JSON object per template, ``{tag,
+system, enable_system, instruction, demo_sep, demo_prompt, task_prompt, demos}`` with
+``${input}``/``${output}`` placeholders; see :class:`PromptTemplate`.
+
+Published-data policy: a record the loader cannot use is skipped, never the whole file, and
+reported as a :class:`Rejected` row naming the file, the line where the record starts (1-based,
+as an editor shows it), the key, a short repr of the value and the reason; ``strict=True`` turns
+the first one into an :class:`~memaudit.errors.InputError`. A file that cannot be read as a JSON
+array at all is always a one-line :class:`~memaudit.errors.InputError` naming the file. The files
+carry no membership labels (every book is presumed seen in training): ``label`` stays ``None``
+for the caller to set.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import string
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import pandas as pd
+
+from memaudit.errors import InputError
+from memaudit.io import write_csv
+
+DATA_FILES = {"literal": "data.literal.json", "nonliteral": "data.nonliteral.json", "qa": "data.qa.json"}
+PROMPT_FILES = {
+    "literal": ("prompts.literal.format1.json", "prompts.literal.format2.json", "prompts.literal.format3.json"),
+    "nonliteral": ("prompts.nonliteral.format1.json", "prompts.nonliteral.format2.json",
+                   "prompts.nonliteral.format3.json"),
+    "qa": ("prompts.qa.format1.json",),
+}
+# scripts/generate.py: --shots defaults to 1 and demonstrations are drawn with random.sample from
+# the module-level generator seeded with 42, per item in file order. Section A.2 says four.
+REFERENCE_DEFAULT_SHOTS = 1
+PAPER_SHOTS = 4
+REFERENCE_DEMO_SEED = 42
+
+REJECT_COLUMNS = ("file", "line", "key", "value", "reason")
+_VALUE_CHARS = 60
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "task_prompt")
+# Non-strict: a raw control character inside a string (a stray NUL byte) reaches the record
+# checks and costs that record only, not the whole file.
+_DECODER = json.JSONDecoder(strict=False)
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LiteralItem(_Record):
+    """One ``data.literal.json`` record: ``input`` -> ``prefix``, ``reference`` -> ``reference``."""
+
+    item_id: str
+    title: str
+    prefix: str
+    reference: str
+    label: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NonLiteralItem(_Record):
+    """One ``data.nonliteral.json`` record: ``input`` -> ``beginning``; events and alias lists as published."""
+
+    item_id: str
+    title: str
+    beginning: str
+    reference_events: list[str]
+    reference_characters: list[list[str]]
+    label: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class QAItem(_Record):
+    """One ``data.qa.json`` record: ``input`` -> ``question``, the one ``reference`` string -> ``answers``."""
+
+    item_id: str
+    title: str
+    question: str
+    answers: list[str]
+    label: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Rejected(_Record):
+    """A record left out of a published file: where it starts, which key, what value and why."""
+
+    file: str
+    line: int
+    key: str
+    value: str
+    reason: str
+
+    def message(self) -> str:
+        return f"{self.file}, line {self.line}, key {self.key}: {self.reason}"
+
+
+@dataclass
+class PromptTemplate(_Record):
+    """A CopyBench prompt file (``prompts/prompts.<task>.format<n>.json``; Section A.2, Figures 5-7).
+
+    :meth:`render` assembles the user text as ``scripts/generate.py`` does::
+
+        instruction + demo_sep + demo_sep.join(demo_prompt(demo) for each demo)
+                    + demo_sep + task_prompt(input, output="")
+
+    stripped of surrounding whitespace; placeholders are filled by :class:`string.Template`
+    substitution. With ``k = 0`` the two separators meet. The system text is returned only when
+    ``enable_system`` is set (the reference's ``--system_prompt`` sets it); a model without a
+    chat template gets ``system + "\\n\\n" + user``, as the reference merges them.
+    """
+
+    tag: str
+    system: str
+    enable_system: bool
+    instruction: str
+    demo_sep: str
+    demo_prompt: str
+    task_prompt: str
+    demos: list[dict[str, str]]
+
+    def render(self, input_text: str, k: int, *,
+               demo_indices: Sequence[int] | None = None) -> tuple[str | None, str]:
+        """``(system or None, user text)`` for one item with ``k`` demonstrations.
+
+        The demonstrations are the first ``k`` in file order, or ``demo_indices`` (``k`` of
+        them) to reproduce the reference's random draw (:func:`reference_demo_indices`).
+        """
+        if not 0 <= k <= len(self.demos):
+            raise ValueError(f"prompt {self.tag}: k={k} demonstrations asked, the file has {len(self.demos)}")
+        indices = list(range(k)) if demo_indices is None else list(demo_indices)
+        if len(indices) != k or any(not 0 <= i < len(self.demos) for i in indices):
+            raise ValueError(f"prompt {self.tag}: demo_indices {indices} are not {k} indices "
+                             f"below {len(self.demos)}")
+        demo_template = string.Template(self.demo_prompt)
+        shown = [demo_template.safe_substitute(input=self.demos[i]["input"], output=self.demos[i]["output"])
+                 for i in indices]
+        task = string.Template(self.task_prompt).safe_substitute(input=input_text, output="")
+        user = (self.instruction + self.demo_sep + self.demo_sep.join(shown) + self.demo_sep + task).strip()
+        return (self.system if self.enable_system else None), user
+
+
+def reference_demo_indices(n_items: int, n_demos: int, k: int, seed: int = REFERENCE_DEMO_SEED) -> list[list[int]]:
+    """The demonstrations ``scripts/generate.py`` draws for each record of a data file, in file order.
+
+    The reference seeds Python's generator with 42 and calls ``random.sample(demos, k)`` once
+    per record (none when ``k`` is 0; ``--n_instances`` draws first and is not modelled here).
+    ``random.sample`` picks positions from the length alone, so sampling ``range(n_demos)``
+    gives the same positions. Index the result with ``item.meta["index"]``.
+    """
+    rng = random.Random(seed)
+    return [rng.sample(range(n_demos), k) if k > 0 else [] for _ in range(n_items)]
+
+
+# ---------------------------------------------------------------- reading whole files
+
+
+def _read_json_text(path: str | Path) -> tuple[Path, str]:
+    """The file's text; missing, directory, empty or non-UTF-8 files are one-line InputErrors."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a JSON file")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if not data.strip():
+        raise InputError(f"{path}: empty file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path}, line {line}: invalid UTF-8 at byte offset {exc.start} "
+                         f"(byte 0x{data[exc.start]:02x})") from None
+    return path, text.removeprefix("\ufeff")
+
+
+def _invalid_json(path: Path, exc: json.JSONDecodeError) -> InputError:
+    return InputError(f"{path}, line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})")
+
+
+def _decode_document(path: Path, text: str) -> Any:
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise _invalid_json(path, exc) from None
+
+
+def _syntax_error(path: Path, text: str, pos: int, what: str) -> InputError:
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return InputError(f"{path}, line {line}, column {column}: not valid JSON ({what})")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _array_elements(path: Path, text: str) -> Iterator[tuple[int, int, Any]]:
+    """``(index, start line, value)`` for each element of the top-level JSON array, in one pass.
+
+    Elements are decoded one at a time with ``raw_decode`` at their offsets; the line number
+    is advanced by counting newlines between consecutive element starts, so the whole file is
+    scanned once.
+    """
+    pos = _WHITESPACE.match(text, 0).end()
+    if not text.startswith("[", pos):
+        value = _decode_document(path, text)
+        raise InputError(f"{path}: the top level is {_json_type(value)}, expected an array of records")
+    line, counted = 1, 0
+    pos = _WHITESPACE.match(text, pos + 1).end()
+    index = 0
+    if text.startswith("]", pos):
+        pos += 1
+    else:
+        while True:
+            start = pos
+            try:
+                value, pos = _DECODER.raw_decode(text, pos)
+            except json.JSONDecodeError as exc:
+                raise _invalid_json(path, exc) from None
+            line += text.count("\n", counted, start)
+            counted = start
+            yield index, line, value
+            index += 1
+            pos = _WHITESPACE.match(text, pos).end()
+            if text.startswith(",", pos):
+                pos = _WHITESPACE.match(text, pos + 1).end()
+            elif text.startswith("]", pos):
+                pos += 1
+                break
+            else:
+                raise _syntax_error(path, text, pos, "expected ',' or ']' after an array element")
+    pos = _WHITESPACE.match(text, pos).end()
+    if pos != len(text):
+        raise _syntax_error(path, text, pos, "extra data after the top-level array")
+
+
+# ---------------------------------------------------------------- checking records
+
+
+class _RowReject(Exception):
+    def __init__(self, key: str, value: Any, reason: str):
+        super().__init__(reason)
+        self.key, self.value, self.reason = key, value, reason
+
+
+_MISSING = object()
+
+
+def _short_repr(value: Any) -> str:
+    if value is _MISSING:
+        return ""
+    text = repr(value)
+    return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS - 3] + "..."
+
+
+def _check_text(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _RowReject(key, value, f"expected a string, got {_json_type(value)}")
+    if not value.strip():
+        raise _RowReject(key, value, "empty or whitespace-only text")
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise _RowReject(key, value, f"contains a NUL character at position {nul}")
+    return value
+
+
+def _required(record: dict, key: str) -> Any:
+    if key not in record:
+        raise _RowReject(key, _MISSING, "missing key")
+    return record[key]
+
+
+def _text_field(record: dict, key: str) -> str:
+    return _check_text(key, _required(record, key))
+
+
+def _check_list(key: str, value: Any) -> list:
+    if not isinstance(value, list):
+        raise _RowReject(key, value, f"expected an array, got {_json_type(value)}")
+    return value
+
+
+def _list_field(record: dict, key: str) -> list:
+    return _check_list(key, _required(record, key))
+
+
+def _events(record: dict) -> list[str]:
+    events = _list_field(record, "reference_events")
+    if not events:
+        raise _RowReject("reference_events", events, "empty events list")
+    return [_check_text(f"reference_events[{i}]", event) for i, event in enumerate(events)]
+
+
+_NON_WORD = re.compile(r"\W+")
+
+
+def _alias_key(alias: str) -> str:
+    return " ".join(token for token in _NON_WORD.split(alias.lower()) if token)
+
+
+def _characters(record: dict) -> list[list[str]]:
+    """Alias lists; an alias may repeat within one character but not belong to two.
+
+    Aliases are compared as the reference's character matcher (``scripts/eval_char_copying.py``)
+    compares names, by their lower-cased word tokens, so "Jo March" and "jo-march" are one
+    name. An alias with no word token would match every story there. An item may list no
+    character.
+    """
+    characters = _list_field(record, "reference_characters")
+    owner: dict[str, int] = {}
+    for i, aliases in enumerate(characters):
+        key = f"reference_characters[{i}]"
+        _check_list(key, aliases)
+        if not aliases:
+            raise _RowReject(key, aliases, "character with no aliases")
+        for j, alias in enumerate(aliases):
+            _check_text(f"{key}[{j}]", alias)
+        for alias in aliases:
+            if not _alias_key(alias):
+                raise _RowReject(key, alias, f"alias {alias!r} has no word characters")
+            first = owner.setdefault(_alias_key(alias), i)
+            if first != i:
+                raise _RowReject(key, alias, f"alias {alias!r} also belongs to reference_characters[{first}]")
+    return characters
+
+
+def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
+                  build: Callable[[dict, str, dict], Any]) -> tuple[list, list[Rejected]]:
+    """Validate each element of a published data file; ``build(record, item_id, meta)`` makes the item.
+
+    ``meta`` holds the element's ``index`` in the file, its start ``line`` and any key outside
+    ``fields``. An ``id`` already seen on an earlier line (valid there) rejects the later record.
+    """
+    path, text = _read_json_text(path)
+    items, rejects, id_lines = [], [], {}
+    for index, line, record in _array_elements(path, text):
+        try:
+            if not isinstance(record, dict):
+                raise _RowReject("(record)", record, f"expected an object, got {_json_type(record)}")
+            item_id = _text_field(record, "id")
+            if item_id in id_lines:
+                raise _RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
+            id_lines[item_id] = line
+            meta = {"index": index, "line": line, **{k: v for k, v in record.items() if k not in fields}}
+            items.append(build(record, item_id, meta))
+        except _RowReject as exc:
+            rejected = Rejected(str(path), line, exc.key, _short_repr(exc.value), exc.reason)
+            if strict:
+                raise InputError(rejected.message()) from None
+            rejects.append(rejected)
+    return items, rejects
+
+
+def load_literal(path: str | Path, strict: bool = False) -> tuple[list[LiteralItem], list[Rejected]]:
+    """Load ``data.literal.json`` (Section 3.2, literal copying) under the published-data policy."""
+    def build(record, item_id, meta):
+        return LiteralItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
+                           _text_field(record, "reference"), None, meta)
+    return _load_records(path, strict, ("id", "title", "input", "reference"), build)
+
+
+def load_nonliteral(path: str | Path, strict: bool = False) -> tuple[list[NonLiteralItem], list[Rejected]]:
+    """Load ``data.nonliteral.json`` (Sections 3.2, 3.3 and A.1, non-literal copying) under the policy.
+
+    Rejects an empty events list, a character with no aliases and an alias shared by two
+    characters of one item (the character count would credit one name twice).
+    """
+    def build(record, item_id, meta):
+        return NonLiteralItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
+                              _events(record), _characters(record), None, meta)
+    return _load_records(path, strict, ("id", "title", "input", "reference_events", "reference_characters"), build)
+
+
+def load_qa(path: str | Path, strict: bool = False) -> tuple[list[QAItem], list[Rejected]]:
+    """Load ``data.qa.json`` (Section 3.3, fact recall) under the policy; the one answer string -> ``[answer]``."""
+    def build(record, item_id, meta):
+        return QAItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
+                      [_text_field(record, "reference")], None, meta)
+    return _load_records(path, strict, ("id", "title", "input", "reference"), build)
+
+
+# ---------------------------------------------------------------- prompt files
+
+
+def _placeholders(path: Path, key: str, template: str) -> set[str]:
+    parsed = string.Template(template)
+    if not parsed.is_valid():
+        raise InputError(f"{path}, key {key}: a '$' that is neither a placeholder nor '$$'")
+    names = set(parsed.get_identifiers())
+    unknown = sorted(names - {"input", "output"})
+    if unknown:
+        raise InputError(f"{path}, key {key}: placeholder ${{{unknown[0]}}} is not filled "
+                         f"(only ${{input}} and ${{output}} are)")
+    return names
+
+
+def load_prompt_file(path: str | Path) -> PromptTemplate:
+    """Load a CopyBench prompt file (``prompts/prompts.<task>.format<n>.json``; Section A.2).
+
+    Every problem is a one-line :class:`InputError` naming the file and key: a missing or
+    mistyped key, a malformed demonstration, a ``task_prompt`` without ``${input}``, a
+    ``demo_prompt`` without ``${input}`` and ``${output}`` when there are demonstrations, and
+    the reference's optional ``task_instruction``/``apply_config`` keys, which no published
+    file uses and :meth:`PromptTemplate.render` does not apply.
+    """
+    path, text = _read_json_text(path)
+    obj = _decode_document(path, text)
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: the top level is {_json_type(obj)}, expected an object")
+    for key in ("task_instruction", "apply_config"):
+        if key in obj:
+            raise InputError(f"{path}, key {key}: not supported (no published prompt file uses it)")
+    try:
+        values = {key: _required(obj, key) for key in (*_PROMPT_STRINGS, "enable_system", "demos")}
+        for key in _PROMPT_STRINGS:
+            if not isinstance(values[key], str):
+                raise _RowReject(key, values[key], f"expected a string, got {_json_type(values[key])}")
+        if not isinstance(values["enable_system"], bool):
+            raise _RowReject("enable_system", values["enable_system"],
+                             f"expected a boolean, got {_json_type(values['enable_system'])}")
+        demos = _list_field(obj, "demos")
+        for i, demo in enumerate(demos):
+            if not isinstance(demo, dict):
+                raise _RowReject(f"demos[{i}]", demo, f"expected an object, got {_json_type(demo)}")
+            for key in ("input", "output"):
+                if key not in demo:
+                    raise _RowReject(f"demos[{i}].{key}", _MISSING, "missing key")
+                _check_text(f"demos[{i}].{key}", demo[key])
+    except _RowReject as exc:
+        raise InputError(f"{path}, key {exc.key}: {exc.reason}") from None
+    if "input" not in _placeholders(path, "task_prompt", values["task_prompt"]):
+        raise InputError(f"{path}, key task_prompt: no ${{input}} placeholder")
+    demo_names = _placeholders(path, "demo_prompt", values["demo_prompt"])
+    if demos and demo_names != {"input", "output"}:
+        raise InputError(f"{path}, key demo_prompt: needs ${{input}} and ${{output}} placeholders "
+                         f"to show the {len(demos)} demonstrations")
+    return PromptTemplate(**{k: v for k, v in values.items() if k != "demos"},
+                          demos=[{"input": d["input"], "output": d["output"]} for d in demos])
+
+
+def write_rejects(path: str | Path, rejects: Sequence[Rejected]) -> None:
+    """Write rejected records as a CSV with columns file, line, key, value, reason (atomically)."""
+    write_csv(path, pd.DataFrame([r.to_dict() for r in rejects], columns=list(REJECT_COLUMNS)))
