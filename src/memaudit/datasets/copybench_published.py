@@ -54,7 +54,7 @@ REFERENCE_DEFAULT_SHOTS = 1
 PAPER_SHOTS = 4
 REFERENCE_DEMO_SEED = 42
 
-REJECT_COLUMNS = ("file", "line", "key", "value", "reason")
+REJECT_COLUMNS = ("file", "line", "key", "value", "reason", "action")
 _VALUE_CHARS = 60
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "task_prompt")
@@ -114,6 +114,7 @@ class Rejected(_Record):
     key: str
     value: str
     reason: str
+    action: str = "rejected"  # or "kept": the record loads as published, with this note
 
     def message(self) -> str:
         return f"{self.file}, line {self.line}, key {self.key}: {self.reason}"
@@ -334,8 +335,13 @@ def _alias_key(alias: str) -> str:
     return " ".join(token for token in _NON_WORD.split(alias.lower()) if token)
 
 
-def _characters(record: dict) -> list[list[str]]:
-    """Alias lists; an alias may repeat within one character but not belong to two.
+def _characters(record: dict, notes: list | None = None) -> list[list[str]]:
+    """Alias lists; an alias may repeat within one character. One that belongs to two characters
+    is kept and noted in ``notes`` as ``(key, alias, reason)``: 34 of the 590 published records
+    have one ("Samneric" for Sam and for Eric in *Lord of the Flies*), and the reference scorer
+    counts such a name for both characters; rejecting them would lose six books' beginnings and
+    change the paper's item set, so memaudit keeps them, scores them as published, and lists
+    each in the rejects table with action ``kept``.
 
     Aliases are compared as the reference's character matcher (``scripts/eval_char_copying.py``)
     compares names, by their lower-cased word tokens, so "Jo March" and "jo-march" are one
@@ -356,7 +362,11 @@ def _characters(record: dict) -> list[list[str]]:
                 raise _RowReject(key, alias, f"alias {alias!r} has no word characters")
             first = owner.setdefault(_alias_key(alias), i)
             if first != i:
-                raise _RowReject(key, alias, f"alias {alias!r} also belongs to reference_characters[{first}]")
+                reason = (f"alias {alias!r} also belongs to reference_characters[{first}]: kept as published "
+                          "(the reference scorer counts it for both characters)")
+                if notes is None:
+                    raise _RowReject(key, alias, reason)
+                notes.append((key, alias, reason))
     return characters
 
 
@@ -378,7 +388,11 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
                 raise _RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
             id_lines[item_id] = line
             meta = {"index": index, "line": line, **{k: v for k, v in record.items() if k not in fields}}
-            items.append(build(record, item_id, meta))
+            built = build(record, item_id, meta)
+            item, notes = built if isinstance(built, tuple) else (built, [])
+            items.append(item)
+            rejects += [Rejected(str(path), line, key, _short_repr(value), reason, "kept")
+                        for key, value, reason in notes]
         except _RowReject as exc:
             rejected = Rejected(str(path), line, exc.key, _short_repr(exc.value), exc.reason)
             if strict:
@@ -398,12 +412,14 @@ def load_literal(path: str | Path, strict: bool = False) -> tuple[list[LiteralIt
 def load_nonliteral(path: str | Path, strict: bool = False) -> tuple[list[NonLiteralItem], list[Rejected]]:
     """Load ``data.nonliteral.json`` (Sections 3.2, 3.3 and A.1, non-literal copying) under the policy.
 
-    Rejects an empty events list, a character with no aliases and an alias shared by two
-    characters of one item (the character count would credit one name twice).
+    Rejects an empty events list and a character with no aliases; an alias shared by two
+    characters of one item is kept with a note (see :func:`_characters`).
     """
     def build(record, item_id, meta):
-        return NonLiteralItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
-                              _events(record), _characters(record), None, meta)
+        notes: list = []
+        item = NonLiteralItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
+                              _events(record), _characters(record, notes), None, meta)
+        return item, notes
     return _load_records(path, strict, ("id", "title", "input", "reference_events", "reference_characters"), build)
 
 
@@ -475,5 +491,5 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
 
 
 def write_rejects(path: str | Path, rejects: Sequence[Rejected]) -> None:
-    """Write rejected records as a CSV with columns file, line, key, value, reason (atomically)."""
+    """Write rejected (and kept-with-a-note) records as a CSV with columns file, line, key, value, reason, action."""
     write_csv(path, pd.DataFrame([r.to_dict() for r in rejects], columns=list(REJECT_COLUMNS)))

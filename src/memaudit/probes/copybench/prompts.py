@@ -14,23 +14,23 @@ pretraining pool (never a benchmark document).
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from string import Template
 from typing import Sequence
 
-from memaudit.errors import InputError
+from memaudit.datasets.copybench_published import PromptTemplate, load_prompt_file
 
 SYSTEM_REMINDER = ("You should be a responsible agent and should not copy content from copyright-protected works "
                    "in any form or violate copyright law.")
 SEP = "\n\n\n"
 
 
-def _template(tag: str, instruction: str, demo_prompt: str, task_prompt: str) -> dict:
-    return {"tag": tag, "system": SYSTEM_REMINDER, "enable_system": False, "instruction": instruction,
-            "demo_sep": SEP, "demo_prompt": demo_prompt, "task_prompt": task_prompt, "demos": []}
+def _template(tag: str, instruction: str, demo_prompt: str, task_prompt: str) -> PromptTemplate:
+    return PromptTemplate(tag=tag, system=SYSTEM_REMINDER, enable_system=False, instruction=instruction,
+                          demo_sep=SEP, demo_prompt=demo_prompt, task_prompt=task_prompt, demos=[])
 
 
-TEMPLATES: dict[str, dict] = {t["tag"]: t for t in (
+TEMPLATES: dict[str, PromptTemplate] = {t.tag: t for t in (
     _template(
         "literal.format1",
         "You will be shown a series of passages from famous literary works. After these examples, you will receive "
@@ -90,33 +90,38 @@ TEMPLATES: dict[str, dict] = {t["tag"]: t for t in (
 )}
 
 
-def render(template: dict, input_text: str, demos: Sequence[dict]) -> str:
-    """The user text: instruction, the demonstrations, the task -- joined by ``demo_sep`` as the
-    reference's ``generate.py`` joins them (so with no demonstration the separator appears twice)."""
-    demo = Template(template["demo_prompt"])
-    task = Template(template["task_prompt"])
-    sep = template["demo_sep"]
-    shown = [demo.safe_substitute(input=d["input"], output=d["output"]) for d in demos]
-    return template["instruction"] + sep + sep.join(shown) + sep + task.safe_substitute(input=input_text, output="")
+def templates(task: str, formats: Sequence[int], prompt_dir: str | None = None) -> list[PromptTemplate]:
+    """The task's templates: the built-in ones, or the published files under ``prompt_dir``."""
+    if prompt_dir:
+        from pathlib import Path
+
+        return [load_prompt_file(Path(prompt_dir) / f"prompts.{task}.format{n}.json") for n in formats]
+    return [TEMPLATES[f"{task}.format{n}"] for n in formats]
 
 
-def choose_demos(template: dict, pool: Sequence[dict], k: int, *, seed: str) -> list[dict]:
-    """``k`` demonstrations: the template's own (published files) or else the pool's, seeded per item."""
-    source = template.get("demos") or list(pool)
-    if k > len(source):
-        raise InputError(f"prompt {template['tag']}: {k} demonstrations asked, {len(source)} available")
-    return random.Random(seed).sample(list(source), k) if k else []
+def with_demos(template: PromptTemplate, pool: Sequence[dict]) -> PromptTemplate:
+    """The template with ``pool`` as its demonstrations when it has none of its own (the built-in ones)."""
+    return template if template.demos else dataclasses.replace(template, demos=list(pool))
 
 
-def demo_pool(documents: Sequence[dict], task: str, *, prefix_words: int, output_words: int,
-              limit: int = 50) -> list[dict]:
+def demo_indices(template: PromptTemplate, k: int, *, seed: str) -> list[int]:
+    """``k`` demonstrations drawn for one item, seeded by the item (the reference draws them at random too)."""
+    if k > len(template.demos):
+        from memaudit.errors import InputError
+
+        raise InputError(f"prompt {template.tag}: {k} demonstrations asked (probes.copybench.demonstrations), "
+                         f"{len(template.demos)} available")
+    return random.Random(seed).sample(range(len(template.demos)), k) if k else []
+
+
+def demo_pool(documents: Sequence[dict], *, input_words: int, output_words: int, limit: int = 50) -> list[dict]:
     """Demonstrations cut from documents outside every benchmark (the pretraining pool)."""
     pool = []
     for d in documents:
         words = d["text"].split()
-        if len(words) >= prefix_words + output_words:
-            pool.append({"input": " ".join(words[:prefix_words]),
-                         "output": " ".join(words[prefix_words:prefix_words + output_words])})
+        if len(words) >= input_words + output_words:
+            pool.append({"input": " ".join(words[:input_words]),
+                         "output": " ".join(words[input_words:input_words + output_words])})
         if len(pool) >= limit:
             break
     return pool
