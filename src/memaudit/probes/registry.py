@@ -47,7 +47,7 @@ class ProbeFamily:
     """One probe family's declaration (see the module docstring)."""
 
     name: str
-    reads: str  # the record file under results/datasets/<benchmark>/ its probe jobs read
+    reads: str | Mapping[str, str]  # the record file under results/datasets/<benchmark>/ its jobs read (per mode)
     modes: Mapping[str, frozenset[str]]  # mode -> backend capabilities it needs ("" = the only mode)
     runner: str  # "module:function" taking a memaudit.probes.job.ProbeJob
     version: int
@@ -59,6 +59,9 @@ class ProbeFamily:
     def probe(self, mode: str) -> str:
         """The probe (config block, score file stem) of one mode."""
         return f"{self.name}_{mode}" if mode else self.name
+
+    def reads_of(self, mode: str) -> str:
+        return self.reads if isinstance(self.reads, str) else self.reads[mode]
 
     @property
     def probes(self) -> list[str]:
@@ -96,6 +99,20 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
+    ProbeFamily(
+        "copybench",
+        reads={"literal": "copybench_literal.jsonl", "nonliteral": "copybench_nonliteral.jsonl"},
+        modes={
+            # complete a book's prefix; ROUGE-L against the original continuation
+            "literal": frozenset({GENERATE}),
+            # write an "original" story from a beginning; the book's characters and events found in it
+            "nonliteral": frozenset({GENERATE}),
+        },
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="",
+        roles={"event_judge": "copybench.event_judge.model"},
+        description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
+                    "system-reminder mitigations",
+    ),
 )}
 
 
@@ -111,7 +128,7 @@ class ProbeSpec:
 
 
 PROBES: dict[str, ProbeSpec] = {
-    fam.probe(mode): ProbeSpec(fam.probe(mode), fam.name, mode, needs, fam.reads)
+    fam.probe(mode): ProbeSpec(fam.probe(mode), fam.name, mode, needs, fam.reads_of(mode))
     for fam in FAMILIES.values() for mode, needs in fam.modes.items()
 }
 

@@ -1,0 +1,30 @@
+"""CopyBench's part of the job list: which (benchmark, model, mode) runs, what its summary reads."""
+
+from __future__ import annotations
+
+from memaudit.jobs import probe_runs
+
+
+def runs(config: dict) -> list[tuple[str, str, str]]:
+    return probe_runs(config, "copybench")
+
+
+def needs_judge_model(config: dict, wildcards) -> bool:
+    """Whether a probe job judges events with a configured model (else the local MiniLM judge)."""
+    judge = config["probes"].get("copybench", {}).get("event_judge", {}) or {}
+    return wildcards.mode == "nonliteral" and bool(judge.get("model"))
+
+
+def summary_inputs(config: dict) -> dict[str, list[str]]:
+    done = runs(config)
+    return {
+        "outcomes": [f"results/scores/{b}/{m}/copybench_{mode}_outcomes.json" for b, m, mode in done],
+        "generations": [f"results/scores/{b}/{m}/copybench_{mode}_items.jsonl" for b, m, mode in done],
+    }
+
+
+def outputs(config: dict) -> list[str]:
+    if not runs(config):
+        return []
+    return ["results/summary/copybench.csv", "results/summary/copybench_differences.csv",
+            "results/figures/copybench/distributions.png"]

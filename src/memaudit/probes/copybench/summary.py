@@ -1,0 +1,134 @@
+"""CopyBench's tables and figures over every (benchmark, model, mode) job.
+
+``results/summary/copybench.csv``
+    one row per (benchmark, model, mode, decoding, group, statistic): the paper's copying
+    rates (ROUGE-L >= 0.8, events >= 5, characters >= 3; its Tables 2, 4 and 5) and mean
+    scores, each with a 95% bootstrap interval, for member books, non-member books and all;
+    story rows carry the event judge and its agreement with labelled pairs.
+``results/summary/copybench_differences.csv``
+    contaminated model minus its base on the same prompts (paired per item, scores averaged
+    over prompt formats), member and non-member items apart, with a paired bootstrap
+    interval: the ground-truth check that contamination shows up as copying and only on
+    the books the model was fine-tuned on.
+``results/figures/copybench/distributions.png``
+    the skewed distributions of ROUGE-L, events and characters per model (the paper's Figure 4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from memaudit.io import read_json, read_jsonl, write_csv
+
+SCORES = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters", "copybench_events")}
+
+
+def _parse(path: str) -> tuple[str, str, str]:
+    """(benchmark, model, mode) of results/scores/<benchmark>/<model>/copybench_<mode>_<kind>.*"""
+    p = Path(path)
+    return p.parent.parent.name, p.parent.name, p.name.split("_")[1]
+
+
+def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
+    rows = []
+    for path in outcome_paths:
+        benchmark, model, mode = _parse(path)
+        out = read_json(path)
+        judge = out.get("judge") or {}
+        agreement = judge.get("agreement") or {}
+        for decoding, block in out["decodings"].items():
+            for group in ("member", "nonmember", "all"):
+                for stat, (value, low, high) in ((k, v) for k, v in block.get(group, {}).items() if k != "n"):
+                    rows.append({"benchmark": benchmark, "model": model, "mode": mode, "decoding": decoding,
+                                 "group": group, "n": block[group]["n"], "statistic": stat, "value": value,
+                                 "ci_low": low, "ci_high": high, "prompt": out.get("prompt"),
+                                 "judge": judge.get("judge"), "judge_model": judge.get("model"),
+                                 "judge_accuracy": agreement.get("accuracy"),
+                                 "judge_precision": agreement.get("precision"),
+                                 "judge_recall": agreement.get("recall"), "judge_f1": agreement.get("f1"),
+                                 "refusal": block.get("refusal", 0), "invalid": block.get("invalid", 0)})
+    return pd.DataFrame(rows)
+
+
+def item_scores(items_path: str) -> pd.DataFrame:
+    """Per (item, decoding): the mean of each score over the prompt formats."""
+    frame = pd.DataFrame(read_jsonl(items_path))
+    mode = _parse(items_path)[2]
+    return frame.groupby(["item_id", "label", "decoding"], as_index=False)[list(SCORES[mode])].mean()
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
+    """Mean of ``a - b`` over paired items and its 95% paired bootstrap interval (scipy)."""
+    from scipy.stats import bootstrap
+
+    diff = np.asarray(a, float) - np.asarray(b, float)
+    if len(diff) < 2 or np.all(diff == diff[0]):
+        m = float(diff.mean()) if len(diff) else float("nan")
+        return m, m, m
+    res = bootstrap((np.asarray(a, float), np.asarray(b, float)), lambda x, y: np.mean(x - y), paired=True,
+                    n_resamples=n_resamples, method="percentile", random_state=np.random.default_rng(seed))
+    return float(diff.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int) -> pd.DataFrame:
+    """Contaminated minus base, per (benchmark, mode, decoding, group, score)."""
+    by_key = {_parse(p): p for p in items_paths}
+    rows = []
+    for (benchmark, model, mode), path in sorted(by_key.items()):
+        base = bases.get(model)
+        if not base or (benchmark, base, mode) not in by_key:
+            continue
+        mine, theirs = item_scores(path), item_scores(by_key[(benchmark, base, mode)])
+        joined = mine.merge(theirs, on=["item_id", "label", "decoding"], suffixes=("", "_base"))
+        for (decoding, label), block in joined.groupby(["decoding", "label"]):
+            for score in SCORES[mode]:
+                value, low, high = paired_difference(block[score].to_numpy(), block[f"{score}_base"].to_numpy(),
+                                                     seed=seed)
+                rows.append({"benchmark": benchmark, "model": model, "base": base, "mode": mode,
+                             "decoding": decoding, "group": "member" if int(label) == 1 else "nonmember",
+                             "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
+                             "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
+                             "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+    return pd.DataFrame(rows)
+
+
+def distributions_figure(items_paths: Sequence[str], out: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from memaudit.io import atomic_path
+
+    panels = [("literal", "copybench_rougeL", "ROUGE-L (literal)"),
+              ("nonliteral", "copybench_events", "events found"),
+              ("nonliteral", "copybench_characters", "characters found")]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, (mode, score, title) in zip(axes, panels):
+        for path in items_paths:
+            benchmark, model, m = _parse(path)
+            if m != mode:
+                continue
+            frame = pd.DataFrame(read_jsonl(path))
+            frame = frame[frame["decoding"] == "greedy"]
+            ax.hist(frame[score], bins=20, alpha=0.5, label=f"{model} ({benchmark})")
+        ax.set_title(title)
+        ax.set_ylabel("prompts")
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+
+
+def write_summary(outcome_paths: Sequence[str], items_paths: Sequence[str], config: dict, *,
+                  out_rates: str, out_differences: str, out_figure: str) -> None:
+    bases = {m: e["base"] for m, e in config["models"].items() if e.get("base")}
+    write_csv(out_rates, rates_table(outcome_paths))
+    write_csv(out_differences, differences_table(items_paths, bases, seed=int(config["seed"])))
+    distributions_figure(items_paths, out_figure)

@@ -1,0 +1,102 @@
+# CopyBench (memaudit.probes.copybench): items once per benchmark, one probe job per (model, mode),
+# one summary over every job. Black-box: runs on API models too (MemFree only on open models).
+from memaudit.probes.copybench import plan as copybench_plan
+
+register_outputs(copybench_plan.outputs(config))
+
+
+rule copybench_items:
+    input:
+        documents="results/datasets/{benchmark}/documents.jsonl",
+        pretrain=lambda wc: ["results/pretrain/documents.jsonl"] if config.get("pretrain") else [],
+    output:
+        literal="results/datasets/{benchmark}/copybench_literal.jsonl",
+        nonliteral="results/datasets/{benchmark}/copybench_nonliteral.jsonl",
+        rejects="results/datasets/{benchmark}/copybench_rejects.csv",
+        judge="results/datasets/{benchmark}/copybench_judge.json",
+        demos="results/datasets/{benchmark}/copybench_demos.json",
+    params:
+        copybench=probe_settings("copybench"),
+        seed=config["seed"],
+        code_version=family_version("copybench"),
+    threads: 1
+    resources:
+        mem_mb=3000,
+    log:
+        "logs/copybench_items/{benchmark}.log",
+    benchmark:
+        "logs/benchmarks/copybench_items/{benchmark}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/copybench_items.py"
+
+
+rule copybench_probe:
+    input:
+        unpack(local_model_dir),
+        unpack(role_input("copybench", "event_judge", needed=copybench_plan.needs_judge_model)),
+        records="results/datasets/{benchmark}/copybench_{mode}.jsonl",
+        documents="results/datasets/{benchmark}/documents.jsonl",
+        judge="results/datasets/{benchmark}/copybench_judge.json",
+        demos="results/datasets/{benchmark}/copybench_demos.json",
+    output:
+        generations="results/scores/{benchmark}/{model}/copybench_{mode}_items.jsonl",
+        documents="results/scores/{benchmark}/{model}/copybench_{mode}_documents.csv",
+        outcomes="results/scores/{benchmark}/{model}/copybench_{mode}_outcomes.json",
+    wildcard_constraints:
+        mode=mode_constraint("copybench"),
+    params:
+        family="copybench",
+        copybench=probe_settings("copybench"),
+        mode_settings=lambda wc: probe_settings(f"copybench_{wc.mode}"),
+        entry=model_entry,
+        code_version=family_version("copybench"),
+    threads: lambda wc: job_threads(1)
+    resources:
+        mem_mb=4000,
+        api_openai=api_openai_slots,
+        api_anthropic=api_anthropic_slots,
+        gpu=gpu_slots,
+    log:
+        "logs/copybench_probe/{benchmark}/{model}/{mode}.log",
+    benchmark:
+        "logs/benchmarks/copybench_probe/{benchmark}/{model}/{mode}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/probe.py"
+
+
+rule copybench_summary:
+    input:
+        unpack(lambda wc: copybench_plan.summary_inputs(config)),
+    output:
+        rates=report(
+            "results/summary/copybench.csv",
+            caption="../report/copybench_summary.rst",
+            category="CopyBench",
+            labels={"figure": "copying rates with bootstrap intervals"},
+        ),
+        differences=report(
+            "results/summary/copybench_differences.csv",
+            caption="../report/copybench_differences.rst",
+            category="CopyBench",
+            labels={"figure": "contaminated minus base, paired"},
+        ),
+        figure=report(
+            "results/figures/copybench/distributions.png",
+            caption="../report/copybench_distributions.rst",
+            category="CopyBench",
+            labels={"figure": "score distributions"},
+        ),
+    params:
+        bases=lambda wc: {m: e["base"] for m, e in sorted(config["models"].items()) if e.get("base")},
+        seed=config["seed"],
+        code_version=family_version("copybench"),
+    log:
+        "logs/copybench_summary/summary.log",
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/copybench_summary.py"

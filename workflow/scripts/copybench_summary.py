@@ -1,0 +1,7 @@
+from memaudit.probes.copybench.summary import write_summary
+from memaudit.workflow_support import start
+
+log = start(snakemake, "light")
+write_summary(list(snakemake.input.outcomes), list(snakemake.input.generations), snakemake.config,
+              out_rates=snakemake.output.rates, out_differences=snakemake.output.differences,
+              out_figure=snakemake.output.figure)
