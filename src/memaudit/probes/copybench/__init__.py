@@ -1,0 +1,1 @@
+"""CopyBench: literal and non-literal copying, fact recall and fluency (Chen et al. 2024)."""
