@@ -7,6 +7,8 @@ The table is also written to ``<dir>/summary.csv``.
 The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
 (float32 against bfloat16 on this machine, and whether ``dtype: auto`` picks the faster; its
 ``ours_seconds``/``baseline_seconds`` are a LoRA step in auto's dtype and in the other one),
+``memfree`` (MemFree against plain greedy decoding per generated token; its
+``ours_seconds``/``baseline_seconds`` are batched story generation and one prompt at a time),
 ``paraphrase``, ``token_prob``.
 
 Exit status: 1 if a script failed or wrote no JSON; with ``--strict`` also if a

@@ -101,6 +101,64 @@ class HFBackend(Backend):
         return [self.generate_text(self._render(prompt, params), params, top_logprobs=top_logprobs)
                 for prompt in prompts]
 
+    # `memfree` is a memaudit.probes.copybench.memfree.NGramIndex, named but not imported here: an
+    # import would make every probe family that uses this backend fingerprint the MemFree code too.
+    def generate_batched(self, prompts: Sequence[str], params: GenerationParams, *,
+                         memfree: NGramIndex | None = None, max_rows: int = 16) -> list[Generation]:  # noqa: F821
+        """Greedy answers to ``prompts``, up to ``max_rows`` decoded together; optionally MemFree.
+
+        The same tokens as :meth:`generate` (greedy, ``params.repetition_penalty``), by continuous
+        batching (:func:`memaudit.models.sampling.sample`): prompts rendered as :meth:`generate`
+        renders them, admitted shortest first, each row leaving at its end token, its token limit
+        or the first of ``params.stop`` in its text, which is cut there as :meth:`generate` cuts it.
+        ``memfree`` rejects every token that would complete one of its n-grams
+        (:mod:`memaudit.probes.copybench.memfree`; the prompt counts).
+
+        Unlike :meth:`generate`, a row stops at a stop string: its ``output_tokens`` are the tokens
+        generated up to there, and its ``finish_reason`` is ``stop``.
+        """
+        from memaudit.backends.refusal import is_refusal
+        from memaudit.models.sampling import sample
+
+        if params.temperature > 0:
+            raise ValueError("generate_batched decodes greedily: temperature must be 0")
+        tok = self.tokenizer
+        encoded = [tok(self._render(p, params), add_special_tokens=False)["input_ids"] for p in prompts]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        eos_ids = [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None] or [tok.eos_token_id]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos_ids[0]
+        stops = [s for s in params.stop if s]
+        # A stop string ends within the tokens of the last check (4 steps) plus its own length.
+        tail = 4 + max((len(s.encode("utf-8")) for s in stops), default=0)
+        stopped: set[int] = set()
+
+        def done(i: int, ids: list[int]) -> bool:
+            text = tok.decode(ids[-tail:], skip_special_tokens=True)
+            if any(s in text for s in stops):
+                stopped.add(i)
+                return True
+            return False
+
+        limit = params.max_new_tokens
+        out = sample(self.model, [encoded[i] for i in order], [1] * len(order), [limit] * len(order),
+                     eos_ids=eos_ids, pad_id=pad, temperature=0.0, done=done if stops else None, check_every=4,
+                     max_rows=max_rows, repetition_penalty=params.repetition_penalty,
+                     processor=memfree.mask_logits if memfree is not None else None)
+        generations: list[Generation | None] = [None] * len(prompts)
+        for j, i in enumerate(order):
+            new = out[j][0]
+            text = tok.decode(new, skip_special_tokens=True)
+            for s in stops:
+                if s in text:
+                    text = text[:text.index(s)]
+            # generate() counts the end token it emitted among the output tokens
+            n_out = len(new) + int(j not in stopped and len(new) < limit)
+            meta = {"finish_reason": "length" if n_out >= limit else "stop"}
+            generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
+                                        status="refusal" if is_refusal(text) else "ok")
+        return generations
+
     def generate_text(self, text: str, params: GenerationParams, *, top_logprobs: int = 0) -> Generation:
         """One answer to an already rendered input (see :meth:`render_messages`)."""
         import torch

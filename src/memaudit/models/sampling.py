@@ -12,6 +12,10 @@ CPU a decoding step of a 135M model at small batch sizes costs about the same fo
   joined to it (caches aligned by left padding; columns that are padding in every row are
   cropped, so the cache does not grow with the run);
 - several samples of one prompt share that prompt's prefill (its cache rows are repeated).
+
+Greedy decoding can take transformers' repetition penalty and a caller's logits processor
+(CopyBench's greedy decoding with penalty 1.1, MemFree n-gram rejection:
+:mod:`memaudit.probes.copybench.memfree`); with neither, the logits are used as they are.
 """
 
 from __future__ import annotations
@@ -40,6 +44,17 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_k: int, generator
     probs = torch.softmax(values / temperature, dim=-1)
     pick = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return index.gather(-1, pick[:, None]).squeeze(-1)
+
+
+def _penalise_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """transformers' ``RepetitionPenaltyLogitsProcessor``: every token already in a row's prompt or
+    output has its logit divided by ``penalty`` if positive, multiplied by it if negative.
+
+    ``seen`` is the rows' boolean token-presence mask (rows x vocabulary), kept up to date by one
+    scatter a step instead of gathering over a growing history.
+    """
+    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalised, logits)
 
 
 def _layers(cache) -> list:
@@ -83,7 +98,8 @@ def _crop_padding(cache, mask: torch.Tensor) -> torch.Tensor:
 def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], max_new_tokens: Sequence[int], *,
            eos_ids: Sequence[int], pad_id: int, temperature: float = 0.7, top_k: int = 50, seed: int = 0,
            done: Callable[[int, list[int]], bool] | None = None, check_every: int = 4,
-           max_rows: int = 64) -> list[list[list[int]]]:
+           max_rows: int = 64, repetition_penalty: float = 1.0,
+           processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[list[list[int]]]:
     """``n_samples[i]`` continuations (token ids, end token excluded) of each tokenised prompt.
 
     Prompts are admitted in the order given (sort them by length to waste less padding), at
@@ -91,6 +107,13 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     ``check_every`` steps whether a sample of prompt ``i`` is complete, e.g. long enough and at
     a sentence end. ``temperature`` 0 or ``top_k`` 1 is greedy decoding. Deterministic for a
     seed and the same inputs.
+
+    Before a token is chosen, the next-token logits (in float32, as ``generate()`` processes
+    them) go through ``repetition_penalty`` (1.0: none; :func:`_penalise_repeats`, over the
+    prompt and the tokens generated so far) and then ``processor(histories, logits)``, which
+    gets each batch row's full token history (prompt + generated, read-only) in row order and
+    returns the processed logits. That is the order in which ``generate()`` runs its own
+    repetition penalty and then a ``logits_processor`` it is given, so greedy tokens match.
     """
     from transformers import DynamicCache
 
@@ -108,9 +131,12 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     active: list[int] = []  # sample of each batch row
     cache, mask, logits = DynamicCache(), torch.zeros((0, 0), dtype=torch.long), None
     steps: list[int] = []  # steps taken by each sample (for check_every)
+    penalise = float(repetition_penalty) != 1.0
+    history: list[list[int]] = []  # prompt + tokens of each sample (only kept for a processor)
+    seen = None  # token-presence mask of the batch rows (only kept for the repetition penalty)
 
     def admit() -> None:
-        nonlocal cache, mask, logits
+        nonlocal cache, mask, logits, seen
         group, rows = [], len(active)
         while waiting and (not group or rows + n_samples[waiting[0]] <= max_rows):
             rows += n_samples[waiting[0]]
@@ -129,21 +155,42 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
                 owner.append(i)
                 tokens.append([])
                 steps.append(0)
+                if processor is not None:
+                    history.append(list(prompts[i]))
+        if penalise:  # the prompt's tokens; padding goes to an extra column, then dropped
+            vocab = new_logits.shape[-1]
+            new_seen = torch.zeros((len(repeat), vocab + 1), dtype=torch.bool)
+            new_seen.scatter_(1, torch.where(new_mask.bool(), ids[repeat].clamp(max=vocab), vocab), True)
+            new_seen = new_seen[:, :vocab].to(device)
         if logits is None:
             cache, mask, logits = new_cache, new_mask, new_logits
+            if penalise:
+                seen = new_seen
         else:
             mask = _join(cache, mask, new_cache, new_mask)
             logits = torch.cat([logits, new_logits])
+            if penalise:
+                seen = torch.cat([seen, new_seen])
 
     admit()
     while active:
+        if penalise or processor is not None:
+            logits = logits.float()
+            if penalise:
+                logits = _penalise_repeats(logits, seen, float(repetition_penalty))
+            if processor is not None:
+                logits = processor([history[s] for s in active], logits)
         nxt = _next_tokens(logits, temperature, top_k, generator).cpu()
         is_eos = torch.isin(nxt, eos).tolist()
+        if penalise:
+            seen.scatter_(1, nxt[:, None].to(device), True)
         keep = []
         for row, (s, tok, end) in enumerate(zip(active, nxt.tolist(), is_eos)):
             steps[s] += 1
             if not end:
                 tokens[s].append(tok)
+                if processor is not None:
+                    history[s].append(tok)
             finished = end or len(tokens[s]) >= int(max_new_tokens[owner[s]]) or (
                 done is not None and steps[s] % check_every == 0 and done(owner[s], tokens[s]))
             if not finished:
@@ -152,6 +199,8 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
             index = torch.tensor(keep, dtype=torch.long)
             cache.batch_select_indices(index.to(device))
             mask, nxt = mask[index], nxt[index]
+            if penalise:
+                seen = seen[index.to(device)]
             active = [active[r] for r in keep]
             mask = _crop_padding(cache, mask) if keep else mask
         if active:
@@ -161,7 +210,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
                            past_key_values=cache, use_cache=True).logits[:, -1, :]
         if waiting and len(active) <= max_rows // 2:
             if not active:
-                cache, mask, logits = DynamicCache(), torch.zeros((0, 0), dtype=torch.long), None
+                cache, mask, logits, seen = DynamicCache(), torch.zeros((0, 0), dtype=torch.long), None, None
             admit()
     for s, i in enumerate(owner):
         out[i].append(tokens[s])
