@@ -13,7 +13,7 @@ CPU a decoding step of a 135M model at small batch sizes costs about the same fo
   cropped, so the cache does not grow with the run);
 - several samples of one prompt share that prompt's prefill (its cache rows are repeated).
 
-Greedy decoding can take transformers' repetition penalty and a caller's logits processor
+Decoding can take transformers' repetition penalty and a caller's logits processor
 (CopyBench's greedy decoding with penalty 1.1, MemFree n-gram rejection:
 :mod:`memaudit.probes.copybench.memfree`); with neither, the logits are used as they are.
 """
