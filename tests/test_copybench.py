@@ -190,12 +190,12 @@ def test_calibrated_threshold_and_agreement_match_sklearn():
 class _Encoder:
     """Deterministic unit vectors: texts sharing their first word point the same way, others are orthogonal."""
 
-    AXES = {"storm": 0, "ships": 1, "dragons": 2}
+    AXES = {"storm": 0, "ships": 1, "dragons": 2}  # any other first word: axis 3
 
     def encode(self, texts):
-        out = np.zeros((len(texts), len(self.AXES)))
+        out = np.zeros((len(texts), len(self.AXES) + 1))
         for row, t in enumerate(texts):
-            out[row, self.AXES[t.split()[0].lower()]] = 1.0
+            out[row, self.AXES.get(t.split()[0].lower(), len(self.AXES))] = 1.0
         return out
 
 
@@ -297,3 +297,86 @@ def test_the_published_references_as_outputs_score_the_extremes(tmp_path):
         assert all(hits)
     if root:
         assert (len(literal), len(stories)) == (758, 590)
+
+
+# ----------------------------------------------------------------------------- the probe on a real model
+
+def _settings(**over):
+    cfg = {"prompt": "bare", "formats": [1, 2, 3], "demonstrations": 0, "decodings": ["greedy", "memfree"],
+           "literal_max_new_tokens": 24, "nonliteral_max_new_tokens": 24, "repetition_penalty": 1.1,
+           "memfree_n": 4, "reference_tokens": 50, "batch_size": 4}
+    return {**cfg, **over}
+
+
+@pytest.fixture()
+def tiny_backend(tiny_model_dir, tmp_path):
+    import shutil
+
+    from memaudit.backends import open_backend
+    from memaudit.io import write_json
+
+    model_dir = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, model_dir)
+    write_json(model_dir / "manifest.json", {"load": {"path": str(model_dir)}})
+    return open_backend({"models": {"tiny": {"dtype": "float32", "device": "cpu"}}}, "tiny", model_dir=model_dir)
+
+
+def test_literal_probe_scores_memorised_continuations_and_memfree_blocks_every_corpus_ngram(tiny_backend, tmp_path):
+    """The references are the model's own greedy continuations (memorised by construction): greedy
+    decoding reproduces them (ROUGE-L 1.0); MemFree, with those references as its rejection corpus,
+    emits no corpus 4-gram in any generated token sequence (checked exhaustively) and ROUGE-L drops."""
+    from memaudit.backends.base import GenerationParams
+    from memaudit.io import read_json, read_jsonl
+    from memaudit.probes.copybench.runner import STOP, run_probe
+
+    prefixes = ["the old house stood", "a ship sailed from the", "she walked into the garden and", "in the morning"]
+    greedy = tiny_backend.generate_batched(prefixes, GenerationParams(
+        max_new_tokens=24, temperature=0.0, repetition_penalty=1.1, stop=(STOP,), chat=False))
+    items = [{"item_id": f"d{i}#literal", "doc_id": f"d{i}", "book": "b", "label": i % 2, "prefix": p,
+              "reference": g.text} for i, (p, g) in enumerate(zip(prefixes, greedy))]
+    assert all(len(g.meta["token_ids"]) >= 8 for g in greedy)  # room for corpus 4-grams
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in [("items", "jsonl"), ("documents", "csv"), ("outcomes", "json")]}
+    docs = run_probe(tiny_backend, "literal", items, [], _settings(), chat=False, demos={}, judge_info={},
+                     out_items=out["items"], out_documents=out["documents"], out_outcomes=out["outcomes"])
+    rows = pd.DataFrame(read_jsonl(out["items"]))
+    plain, memfree = rows[rows["decoding"] == "greedy"], rows[rows["decoding"] == "memfree"]
+    # a reference without a letter or digit has no rouge token and scores 0 (the reference code's behaviour too)
+    has_tokens = [bool(metrics._rouge_tokenizer().tokenize(it["reference"])) for it in items]
+    assert sum(has_tokens) >= 2
+    assert plain["copybench_rougeL"].tolist() == [1.0 if t else 0.0 for t in has_tokens]
+    assert (plain["format"] == "bare").all()
+    # MemFree had corpus n-grams to refuse (the plain outputs hold them) and changed the outputs that did
+    from memaudit.probes.copybench.runner import memfree_index
+
+    index = memfree_index(tiny_backend, [it["reference"] for it in items], 4)
+    assert sum(len(index.contains_ngram(g.meta["token_ids"])) for g in greedy) > 0
+    assert (memfree["generation"].to_numpy() != plain["generation"].to_numpy()).any()
+    outcomes = read_json(out["outcomes"])
+    check = outcomes["decodings"]["memfree"]["memfree"]
+    assert check["ngrams_in_generated_tokens"] == 0 and check["checked_token_sequences"] == 4 and check["n"] == 4
+    assert outcomes["decodings"]["greedy"]["all"]["rate_rougeL>=0.8"][0] == sum(has_tokens) / 4
+    assert set(docs["method"]) == {"copybench_rougeL", "copybench_rougeL_memfree"}
+    assert set(docs["model"]) == {"tiny"} and len(docs) == 8
+
+
+def test_story_probe_counts_characters_and_judged_events(tiny_backend, tmp_path):
+    from memaudit.io import read_jsonl
+    from memaudit.probes.copybench.runner import run_probe
+
+    items = [{"item_id": f"b{i}#b0", "doc_id": f"b{i}#b0", "book": f"b{i}", "label": i, "beginning": "old house",
+              "reference_events": ["A ship sails from the harbour.", "The garden is full of roses."],
+              "reference_characters": [["the"], ["Zebedee Quince"]]} for i in range(2)]
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in [("items", "jsonl"), ("documents", "csv"), ("outcomes", "json")]}
+    docs = run_probe(tiny_backend, "nonliteral", items, [], _settings(decodings=["greedy"]), chat=False, demos={},
+                     judge_info={"threshold": 0.5, "agreement": {"f1": 0.6}},
+                     judge=EncoderJudge(_Encoder(), threshold=0.5),
+                     out_items=out["items"], out_documents=out["documents"], out_outcomes=out["outcomes"])
+    rows = read_jsonl(out["items"])
+    for r in rows:
+        says_the = metrics.has_name(metrics._tokens(r["generation"]), ["the"])
+        assert r["characters_found"] == [says_the, False]
+        assert r["copybench_characters"] == float(says_the)
+        # both events start with a word outside the test encoder's axes, as does every sentence of a story
+        assert r["events_found"] == [bool(r["generation"].strip())] * 2
+        assert r["copybench_events"] == float(sum(r["events_found"]))
+    assert set(docs["method"]) == {"copybench_characters", "copybench_events"}

@@ -122,8 +122,16 @@ class HFBackend(Backend):
 
         if params.temperature > 0:
             raise ValueError("generate_batched decodes greedily: temperature must be 0")
+        from memaudit.models.loading import model_max_length
+
         tok = self.tokenizer
         encoded = [tok(self._render(p, params), add_special_tokens=False)["input_ids"] for p in prompts]
+        limit_positions = model_max_length(self.model)
+        longest = max((len(e) for e in encoded), default=0)
+        if limit_positions is not None and longest + params.max_new_tokens > limit_positions:
+            raise ValueError(f"model {self.name!r}: a prompt of {longest} tokens plus {params.max_new_tokens} new "
+                             f"tokens exceeds its {limit_positions} positions; use shorter prompts or fewer new "
+                             "tokens (the prompt is never cut silently)")
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         eos_ids = [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None] or [tok.eos_token_id]
@@ -154,7 +162,7 @@ class HFBackend(Backend):
                     text = text[:text.index(s)]
             # generate() counts the end token it emitted among the output tokens
             n_out = len(new) + int(j not in stopped and len(new) < limit)
-            meta = {"finish_reason": "length" if n_out >= limit else "stop"}
+            meta = {"finish_reason": "length" if n_out >= limit else "stop", "token_ids": list(new)}
             generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
                                         status="refusal" if is_refusal(text) else "ok")
         return generations

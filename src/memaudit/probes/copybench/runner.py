@@ -281,7 +281,7 @@ def memfree_check(index, backend, texts: Sequence[str], token_ids: Sequence) -> 
     from memaudit.probes.copybench.memfree import text_ngram_overlap
 
     in_tokens = sum(len(index.contains_ngram(ids)) for ids in token_ids if ids is not None)
-    in_text = sum(len(text_ngram_overlap(t, index, backend.tokenizer)) for t in texts)
+    in_text = sum(len(text_ngram_overlap(t, index, backend.tokenizer).positions) for t in texts)
     return {"n": index.n, "corpus_ngrams": len(index), "ngrams_in_generated_tokens": int(in_tokens),
             "ngrams_in_retokenised_text": int(in_text),
             "checked_token_sequences": int(sum(ids is not None for ids in token_ids))}
