@@ -38,6 +38,13 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         if len(checks):
             print("\nGround truth (contaminated: fine-tuned on the members; base models: null control):\n")
             print(checks.to_string(index=False))
+    differences_path = summary_path.with_name("copybench_differences.csv")
+    if differences_path.exists():
+        checks = copybench_expectations(pd.read_csv(differences_path))
+        if len(checks):
+            print("\nCopyBench ground truth (contaminated minus base, paired; member books: above 0, "
+                  "non-member books: interval holds 0):\n")
+            print(checks.to_string(index=False))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report})"))
@@ -71,4 +78,25 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
             continue
         rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
                      "expected": expect, "ok": bool(ok)})
+    return pd.DataFrame(rows)
+
+
+COPYBENCH_CHECKED = ("copybench_rougeL", "copybench_characters")
+
+
+def copybench_expectations(differences: pd.DataFrame, scores: Sequence[str] = COPYBENCH_CHECKED,
+                           decoding: str = "greedy") -> pd.DataFrame:
+    """CopyBench's ground-truth checks: a model fine-tuned on the member books copies more of them
+    than its base (the paired interval of the difference lies above 0); on books it never saw the
+    interval holds 0. Literal ROUGE-L and character counts, greedy decoding."""
+    rows = []
+    chosen = differences[differences["score"].isin(scores) & (differences["decoding"] == decoding)]
+    for r in chosen.itertuples():
+        if r.group == "member":
+            expect, ok = "CI above 0", r.ci_low > 0
+        else:
+            expect, ok = "CI holds 0", r.ci_low <= 0 <= r.ci_high
+        rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score,
+                     "books": r.group, "difference": round(r.difference, 3),
+                     "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": bool(ok)})
     return pd.DataFrame(rows)

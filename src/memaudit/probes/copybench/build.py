@@ -159,7 +159,8 @@ def nonliteral_items(documents: Iterable[dict], nlp, *, n_events: int = 20, n_be
                      min_events: int | None = None, max_characters: int = 10,
                      min_mentions: int = 2) -> tuple[list[dict], list[Reject]]:
     """Story-beginning items per book: events and characters from the book's text (see the module docstring)."""
-    min_events = min_events if min_events is not None else n_beginnings + 5
+    # a beginning plus the paper's event threshold (5) must be findable, and no more than asked for
+    min_events = min_events if min_events is not None else min(n_events, n_beginnings + 5)
     items, rejects = [], []
     for book, docs in books_of(documents).items():
         labels = {int(d["meta"]["label"]) for d in docs}
