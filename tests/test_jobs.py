@@ -17,7 +17,10 @@ DEMO = jobs.validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").rea
 
 
 def test_probes_are_derived_from_the_family_declarations():
-    assert set(PROBES) == {"token_prob", "prefix", "decop_logit", "decop_blackbox", "decop_likelihood"}
+    assert set(PROBES) == {"token_prob", "prefix", "decop_logit", "decop_blackbox", "decop_likelihood",
+                           "copybench_literal", "copybench_nonliteral"}
+    assert PROBES["copybench_literal"].reads == "copybench_literal.jsonl"
+    assert PROBES["copybench_nonliteral"].reads == "copybench_nonliteral.jsonl"
     assert modes_of("decop") == ["logit", "blackbox", "likelihood"]
     assert PROBES["decop_logit"].needs == frozenset({"option_logprobs"})
     assert PROBES["decop_logit"].reads == "decop_items.jsonl" and PROBES["decop_logit"].family == "decop"
@@ -44,11 +47,14 @@ def test_probe_runs_follow_each_probes_models_and_benchmarks():
         ("novels", "tiny-gpt2-small-contaminated", "likelihood"),
     ]
     assert [(b, m) for b, m, _ in jobs.probe_runs(CI, "token_prob")] == [
-        (b, m) for b in ("news", "novels") for m in sorted(CI["models"])]
+        (b, m) for b in ("news", "novels") for m in sorted(CI["models"]) if m != "tiny-gpt2-small-books"]
+    assert jobs.probe_runs(CI, "copybench") == [
+        ("books", m, mode) for mode in ("literal", "nonliteral") for m in ("tiny-gpt2-small", "tiny-gpt2-small-books")]
+    assert jobs.scored(CI)["books"] == ["tiny-gpt2-small", "tiny-gpt2-small-books"]
     assert jobs.probe_runs(CI, "prefix") == []  # not configured
     # the demo's techdocs is DE-COP's: token_prob leaves it out, so only DE-COP's models are scored there
     assert jobs.scored(DEMO)["techdocs"] == sorted({m for b, m, _ in jobs.probe_runs(DEMO, "decop") if b == "techdocs"})
-    assert jobs.scored(DEMO)["novels"] == sorted(DEMO["models"])
+    assert jobs.scored(DEMO)["novels"] == sorted(m for m in DEMO["models"] if m != "tiny-gpt2-medium-books")
 
 
 def test_probe_documents_and_final_outputs_of_one_pair():
@@ -58,7 +64,8 @@ def test_probe_documents_and_final_outputs_of_one_pair():
     ]
     outputs = jobs.final_outputs(CI)
     assert "results/figures/news/tiny-gpt2-small/roc.png" in outputs
-    assert len([o for o in outputs if o.endswith("roc.png")]) == 2 * len(CI["models"])
+    # every model on novels and news but CopyBench's, which is scored on books with its base only
+    assert len([o for o in outputs if o.endswith("roc.png")]) == 2 * (len(CI["models"]) - 1) + 2
 
 
 def test_an_api_model_gets_black_box_probes_no_weights_and_a_ledger_entry():
@@ -71,8 +78,8 @@ def test_an_api_model_gets_black_box_probes_no_weights_and_a_ledger_entry():
     assert jobs.model_dir(cfg, "gpt") == {} and jobs.model_dir(cfg, "tiny-gpt2-small") == {
         "model": "results/models/tiny-gpt2-small"}
     assert "gpt" not in jobs.local_models(cfg) and jobs.api_models(cfg) == ["gpt"]
-    assert jobs.api_probe_outputs(cfg) == ["results/scores/news/gpt/prefix_documents.csv",
-                                           "results/scores/novels/gpt/prefix_documents.csv"]
+    assert jobs.api_probe_outputs(cfg) == [f"results/scores/{b}/gpt/prefix_documents.csv"
+                                           for b in ("books", "news", "novels")]
 
 
 def test_a_model_that_cannot_serve_a_named_probe_is_a_config_error_naming_both():
