@@ -164,3 +164,22 @@ def test_demo_expectations_for_decop_likelihood():
         ("tuned", "decop-likelihood-prob", ">= 0.8", True), ("weak", "decop-likelihood-prob", ">= 0.8", False),
         ("base", "decop-likelihood-prob", "95% CI holds 0.5", True),
         ("base2", "decop-likelihood-prob", "95% CI holds 0.5", False)]
+
+
+def test_copybench_expectations_want_copying_on_member_books_only():
+    from memaudit.stats.headline import copybench_expectations
+
+    row = {"benchmark": "books", "model": "tuned", "base": "base", "decoding": "greedy", "difference": 0.1}
+    differences = pd.DataFrame([
+        {**row, "score": "copybench_rougeL", "group": "member", "ci_low": 0.05, "ci_high": 0.2},
+        {**row, "score": "copybench_rougeL", "group": "nonmember", "ci_low": -0.02, "ci_high": 0.04},
+        {**row, "score": "copybench_characters", "group": "member", "ci_low": 0.0, "ci_high": 0.3},
+        {**row, "score": "copybench_characters", "group": "nonmember", "ci_low": 0.01, "ci_high": 0.3},
+        {**row, "score": "copybench_events", "group": "member", "ci_low": 0.5, "ci_high": 1.0},  # not checked
+        {**row, "score": "copybench_rougeL", "group": "member", "decoding": "memfree", "ci_low": -1, "ci_high": 1},
+    ])
+    got = copybench_expectations(differences)
+    assert [(r.score, r.books, r.expected, r.ok) for r in got.itertuples()] == [
+        ("copybench_rougeL", "member", "CI above 0", True), ("copybench_rougeL", "nonmember", "CI holds 0", True),
+        ("copybench_characters", "member", "CI above 0", False),
+        ("copybench_characters", "nonmember", "CI holds 0", False)]
