@@ -380,3 +380,19 @@ def test_story_probe_counts_characters_and_judged_events(tiny_backend, tmp_path)
         assert r["events_found"] == [bool(r["generation"].strip())] * 2
         assert r["copybench_events"] == float(sum(r["events_found"]))
     assert set(docs["method"]) == {"copybench_characters", "copybench_events"}
+
+
+def test_plain_text_prompts_start_with_the_context_token_models_are_trained_after(tiny_backend):
+    """Every text is trained on and scored after the context token (token_stats.encode); a plain-text
+    prompt is generated from after it too, or a model that memorised a member by position continues it
+    as garbage (seen on the demo's fine-tuned tiny GPT-2: verbatim with the token, junk without)."""
+    from memaudit.backends.base import GenerationParams
+    from memaudit.models.token_stats import context_token_id, encode
+
+    tok = tiny_backend.tokenizer
+    ids = tiny_backend._prompt_ids("the old house", GenerationParams(chat=False))
+    assert ids == encode(tok, "the old house", max_tokens=None) and ids[0] == context_token_id(tok)
+    # no chat template: chat=True renders plain text too, with the same ids
+    assert tiny_backend._prompt_ids("the old house", GenerationParams(chat=True)) == ids
+    g = tiny_backend.generate(["the old house"], GenerationParams(max_new_tokens=4, chat=False))[0]
+    assert g.input_tokens == len(ids)

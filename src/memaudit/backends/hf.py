@@ -125,7 +125,7 @@ class HFBackend(Backend):
         from memaudit.models.loading import model_max_length
 
         tok = self.tokenizer
-        encoded = [tok(self._render(p, params), add_special_tokens=False)["input_ids"] for p in prompts]
+        encoded = [self._prompt_ids(self._render(p, params), params) for p in prompts]
         limit_positions = model_max_length(self.model)
         longest = max((len(e) for e in encoded), default=0)
         if limit_positions is not None and longest + params.max_new_tokens > limit_positions:
@@ -167,6 +167,17 @@ class HFBackend(Backend):
                                         status="refusal" if is_refusal(text) else "ok")
         return generations
 
+    def _prompt_ids(self, text: str, params: GenerationParams) -> list[int]:
+        """A rendered prompt's token ids. Plain text (no chat template) starts with the context token,
+        as every text a model is trained on here and every text the probes score does
+        (:func:`memaudit.models.token_stats.encode`): a tiny GPT-2 that memorised its members saw
+        each one after that token, at those positions, and without it continues them as garbage."""
+        if params.chat and getattr(self.tokenizer, "chat_template", None):
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        from memaudit.models.token_stats import encode
+
+        return encode(self.tokenizer, text, max_tokens=None)
+
     def generate_text(self, text: str, params: GenerationParams, *, top_logprobs: int = 0) -> Generation:
         """One answer to an already rendered input (see :meth:`render_messages`)."""
         import torch
@@ -174,7 +185,8 @@ class HFBackend(Backend):
         from memaudit.backends.refusal import is_refusal
 
         tok = self.tokenizer
-        enc = tok(text, add_special_tokens=False, return_tensors="pt").to(self.model.device)
+        enc = {"input_ids": torch.tensor([self._prompt_ids(text, params)], device=self.model.device)}
+        enc["attention_mask"] = torch.ones_like(enc["input_ids"])
         kwargs = dict(max_new_tokens=params.max_new_tokens, repetition_penalty=params.repetition_penalty,
                       pad_token_id=tok.pad_token_id)
         if params.temperature > 0:
