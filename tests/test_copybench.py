@@ -396,3 +396,33 @@ def test_plain_text_prompts_start_with_the_context_token_models_are_trained_afte
     assert tiny_backend._prompt_ids("the old house", GenerationParams(chat=True)) == ids
     g = tiny_backend.generate(["the old house"], GenerationParams(max_new_tokens=4, chat=False))[0]
     assert g.input_tokens == len(ids)
+
+
+# ----------------------------------------------------------------------------- the workflow
+
+@pytest.mark.slow
+def test_the_ci_workflow_writes_copybench_rows_tables_and_figure(ci_run):
+    from memaudit.io import read_json
+
+    summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
+    books = summary[summary["benchmark"] == "books"]
+    assert set(books["model"]) - {"(none)"} == {"tiny-gpt2-small", "tiny-gpt2-small-books"}
+    assert {f"copybench_{m}{d}" for m in ("rougeL", "characters", "events") for d in ("", "_memfree")} <= set(
+        books["method"])
+    assert books.loc[books["model"] == "tiny-gpt2-small-books", "contaminated"].all()
+    rates = pd.read_csv(ci_run / "results/summary/copybench.csv")
+    assert set(rates["mode"]) == {"literal", "nonliteral"} and set(rates["decoding"]) == {"greedy", "memfree"}
+    assert rates.loc[rates["mode"] == "nonliteral", "judge"].eq("encoder").all()
+    assert rates["judge_f1"].notna().sum() == (rates["mode"] == "nonliteral").sum()
+    assert ((rates["ci_low"] <= rates["value"] + 1e-12) & (rates["value"] <= rates["ci_high"] + 1e-12)).all()
+    differences = pd.read_csv(ci_run / "results/summary/copybench_differences.csv")
+    assert set(differences["model"]) == {"tiny-gpt2-small-books"} and set(differences["base"]) == {"tiny-gpt2-small"}
+    assert set(differences["group"]) == {"member", "nonmember"}
+    for model in ("tiny-gpt2-small", "tiny-gpt2-small-books"):
+        for mode in ("literal", "nonliteral"):
+            check = read_json(ci_run / f"results/scores/books/{model}/copybench_{mode}_outcomes.json")
+            memfree = check["decodings"]["memfree"]["memfree"]
+            assert memfree["ngrams_in_generated_tokens"] == 0 and memfree["checked_token_sequences"] > 0
+    judge = read_json(ci_run / "results/datasets/books/copybench_judge.json")
+    assert judge["judge"] == "encoder" and 0 < judge["threshold"] < 1 and judge["agreement"]["n_pairs"] > 0
+    assert (ci_run / "results/figures/copybench/distributions.png").stat().st_size > 1000
