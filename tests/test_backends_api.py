@@ -637,7 +637,9 @@ def test_serve_puts_a_local_model_behind_the_openai_api(tiny_model):
         (remote,) = api.generate(["The sea"], params, top_logprobs=5)
     (local,) = hf.generate(["The sea"], params)
     assert remote.text == local.text and remote.output_tokens == local.output_tokens
-    ids = tok("The sea", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    from memaudit.models.token_stats import encode
+
+    ids = torch.tensor([encode(tok, "The sea", max_tokens=None)])  # a plain-text prompt follows the context token
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), -1)
     values, idx = torch.topk(logp, 5)

@@ -354,6 +354,8 @@ def test_literal_probe_scores_memorised_continuations_and_memfree_blocks_every_c
     outcomes = read_json(out["outcomes"])
     check = outcomes["decodings"]["memfree"]["memfree"]
     assert check["ngrams_in_generated_tokens"] == 0 and check["checked_token_sequences"] == 4 and check["n"] == 4
+    # the same search over the greedy outputs finds what MemFree refused
+    assert outcomes["decodings"]["greedy"]["memfree"]["ngrams_in_generated_tokens"] > 0
     assert outcomes["decodings"]["greedy"]["all"]["rate_rougeL>=0.8"][0] == sum(has_tokens) / 4
     assert set(docs["method"]) == {"copybench_rougeL", "copybench_rougeL_memfree"}
     assert set(docs["model"]) == {"tiny"} and len(docs) == 8

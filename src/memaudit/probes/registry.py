@@ -108,7 +108,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # write an "original" story from a beginning; the book's characters and events found in it
             "nonliteral": frozenset({GENERATE}),
         },
-        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="53a36c83ff36e0af",
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="d39d8c9ed981d884",
         roles={"event_judge": "copybench.event_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
                     "system-reminder mitigations",

@@ -197,10 +197,11 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     rows, long_rows, outcomes = [], [], {"mode": mode, "prompt": cfg["prompt"], "judge": None, "decodings": {}}
     if mode == "nonliteral":
         outcomes["judge"] = {**judge.describe(), "agreement": judge_info.get("agreement")}
+    # built once; every decoding's outputs are searched against it, so greedy shows what MemFree removes
+    index = (memfree_index(backend, rejection_corpus(mode, items, documents), int(cfg["memfree_n"]))
+             if "memfree" in cfg["decodings"] else None)
     for decoding in cfg["decodings"]:
-        memfree = None
-        if decoding == "memfree":
-            memfree = memfree_index(backend, rejection_corpus(mode, items, documents), int(cfg["memfree_n"]))
+        memfree = index if decoding == "memfree" else None
         params = _params(cfg, mode, chat=chat, system=_system_reminder() if decoding == "system" else None)
         progress(f"{len(prompts)} {mode} prompts, decoding {decoding} "
                  f"({'chat' if chat else 'plain text'}, max {params.max_new_tokens} new tokens)")
@@ -225,9 +226,9 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
                            "method": method_name(m, decoding), "score": s[m]} for m in METHODS[mode]]
         outcomes["decodings"][decoding] = _rates(mode, scored, [it["label"] for it, *_ in prompts], statuses,
                                                  seed=seed)
-        if memfree is not None:
+        if index is not None:
             outcomes["decodings"][decoding]["memfree"] = memfree_check(
-                memfree, backend, [g.text for g in generations], [g.meta.get("token_ids") for g in generations])
+                index, backend, [g.text for g in generations], [g.meta.get("token_ids") for g in generations])
     from memaudit.probes.token_prob.methods import aggregate_documents
 
     docs = aggregate_documents(pd.DataFrame(long_rows), "mean")
