@@ -408,19 +408,20 @@ def test_the_ci_workflow_writes_copybench_rows_tables_and_figure(ci_run):
 
     summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
     books = summary[summary["benchmark"] == "books"]
-    assert set(books["model"]) - {"(none)"} == {"tiny-gpt2-small", "tiny-gpt2-small-books"}
+    assert {"tiny-gpt2-cb", "tiny-gpt2-cb-books"} <= set(books["model"])
+    assert set(books.loc[books["method"].str.startswith("copybench"), "model"]) == {"tiny-gpt2-cb", "tiny-gpt2-cb-books"}
     assert {f"copybench_{m}{d}" for m in ("rougeL", "characters", "events") for d in ("", "_memfree")} <= set(
         books["method"])
-    assert books.loc[books["model"] == "tiny-gpt2-small-books", "contaminated"].all()
+    assert books.loc[books["model"] == "tiny-gpt2-cb-books", "contaminated"].all()
     rates = pd.read_csv(ci_run / "results/summary/copybench.csv")
     assert set(rates["mode"]) == {"literal", "nonliteral"} and set(rates["decoding"]) == {"greedy", "memfree"}
     assert rates.loc[rates["mode"] == "nonliteral", "judge"].eq("encoder").all()
     assert rates["judge_f1"].notna().sum() == (rates["mode"] == "nonliteral").sum()
     assert ((rates["ci_low"] <= rates["value"] + 1e-12) & (rates["value"] <= rates["ci_high"] + 1e-12)).all()
     differences = pd.read_csv(ci_run / "results/summary/copybench_differences.csv")
-    assert set(differences["model"]) == {"tiny-gpt2-small-books"} and set(differences["base"]) == {"tiny-gpt2-small"}
+    assert set(differences["model"]) == {"tiny-gpt2-cb-books"} and set(differences["base"]) == {"tiny-gpt2-cb"}
     assert set(differences["group"]) == {"member", "nonmember"}
-    for model in ("tiny-gpt2-small", "tiny-gpt2-small-books"):
+    for model in ("tiny-gpt2-cb", "tiny-gpt2-cb-books"):
         for mode in ("literal", "nonliteral"):
             check = read_json(ci_run / f"results/scores/books/{model}/copybench_{mode}_outcomes.json")
             memfree = check["decodings"]["memfree"]["memfree"]

@@ -80,6 +80,8 @@ def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
 
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     cfg["probes"]["token_prob"]["benchmarks"] = ["novels"]  # DE-COP runs on novels only too
+    for probe in ("copybench", "copybench_literal", "copybench_nonliteral"):  # CopyBench covers books
+        cfg["probes"].pop(probe)
     workdir = make_workdir(tmp_path, share_resources=False)
     (workdir / "only_novels.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(workdir, "only_novels.yaml")
