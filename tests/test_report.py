@@ -9,11 +9,14 @@ import re
 import pytest
 import yaml
 
+from memaudit import jobs
 from workflow_helpers import ROOT, snakemake
 
 pytestmark = pytest.mark.slow
 
 CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+VALID = jobs.validate_config(yaml.safe_load((ROOT / "config" / "ci.yaml").read_text()))
+SCORED = jobs.scored(VALID)
 HEADLINE = CI.get("figures", {}).get("headline_methods", ["loss", "zlib", "lowercase", "min_k_20pct",
                                                        "min_k_plus_plus_20pct"])  # the schema's default
 
@@ -54,8 +57,8 @@ def expected_results() -> dict[str, tuple[str, str | None, dict, list[str]]]:
         out[f"results/metrics/{b}/blind_baseline.csv"] = (
             "Metrics", b, {"benchmark": b, "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
             [f"<strong>{b}</strong>", f"{stats['blind_folds']}-fold"])
-        for m in CI["models"]:
-            docs = f"results/scores/{b}/{m}/token_prob_documents.csv"
+        for m in SCORED[b]:  # the models some probe scores there (CopyBench's books: its pair only)
+            docs = jobs.probe_documents(VALID, b, m)[0]
             labels = {"benchmark": b, "model": m, "methods": figure_methods(m)}
             out[f"results/figures/{b}/{m}/roc.png"] = ("ROC curves", b, labels, [f"<strong>{m}</strong>", docs])
             out[f"results/figures/{b}/{m}/score_distributions.png"] = (

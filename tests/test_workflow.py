@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import subprocess
 
 import pandas as pd
@@ -22,14 +24,18 @@ def test_end_to_end_summary_has_every_row(ci_run):
     assert list(summary.columns) == expected_cols
     methods = {"loss", "zlib", "lowercase", "min_k_10pct", "min_k_20pct", "min_k_plus_plus_10pct",
                "min_k_plus_plus_20pct"}
+    from memaudit.jobs import probe_runs, validate_config
+
+    runs = probe_runs(validate_config(copy.deepcopy(cfg)), "token_prob")
+    assert len(runs) == 2 * len(cfg["probes"]["token_prob"]["models"])  # novels and news
+    for bench, model, _ in runs:
+        rows = summary[(summary.benchmark == bench) & (summary.model == model)]
+        got = set(rows["method"])
+        assert methods <= got, (bench, model, methods - got)
+        assert ("ref_tiny-gpt2-small" in got) == (model != "tiny-gpt2-small")
+        contaminated = bench in cfg["models"][model].get("finetune", {}).get("members_of", [])
+        assert rows["contaminated"].eq(contaminated).all(), (bench, model)
     for bench in cfg["benchmarks"]:
-        for model, entry in cfg["models"].items():
-            rows = summary[(summary.benchmark == bench) & (summary.model == model)]
-            got = set(rows["method"])
-            assert methods <= got, (bench, model, methods - got)
-            assert ("ref_tiny-gpt2-small" in got) == (model != "tiny-gpt2-small")
-            contaminated = bench in entry.get("finetune", {}).get("members_of", [])
-            assert rows["contaminated"].eq(contaminated).all(), (bench, model)
         blind = summary[(summary.benchmark == bench) & (summary.model == "(none)")]
         assert list(blind["method"]) == ["blind_bag_of_words"]
     n_docs = cfg["benchmarks"]["novels"]["n_documents"]
@@ -89,7 +95,7 @@ def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
               if r in ("metrics", "figures_model", "figure_auc_vs_size", "token_stats") and w}
     assert scored == {"novels"}
     assert ("blind_baseline", "benchmark=news") in jobs  # the benchmark itself is still built
-    assert sum(r == "metrics" for r, _ in jobs) == len(cfg["models"])  # novels only
+    assert sum(r == "metrics" for r, _ in jobs) == len(cfg["probes"]["token_prob"]["models"])  # novels only
 
 
 def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
