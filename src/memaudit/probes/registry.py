@@ -82,7 +82,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=2, fingerprint="fb39ae0ec0e55959",
+        version=2, fingerprint="fa5ac00aed8c3cef",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -108,7 +108,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # write an "original" story from a beginning; the book's characters and events found in it
             "nonliteral": frozenset({GENERATE}),
         },
-        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="d39d8c9ed981d884",
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="8f75500c7d138956",
         roles={"event_judge": "copybench.event_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
                     "system-reminder mitigations",

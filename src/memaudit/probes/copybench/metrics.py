@@ -26,6 +26,8 @@ from collections import Counter
 from functools import lru_cache
 from typing import Sequence
 
+from memaudit.probes.overlap import lcs_length
+
 LITERAL_THRESHOLD = 0.8  # ROUGE-L (the paper, after Huang et al. 2023)
 EVENT_THRESHOLD = 5  # events found
 CHARACTER_THRESHOLD = 3  # characters found
@@ -41,16 +43,6 @@ def _rouge_tokenizer():
     return DefaultTokenizer(use_stemmer=True)
 
 
-def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev[-1]
-
-
 def literal_rouge_l(output: str, reference: str, *, words: int = 50) -> float:
     """ROUGE-L F1 of the first ``words`` rouge tokens of ``output`` against those of ``reference``.
 
@@ -62,7 +54,7 @@ def literal_rouge_l(output: str, reference: str, *, words: int = 50) -> float:
     ref, out = tok.tokenize(reference)[:words], tok.tokenize(output or "")[:words]
     if not ref or not out:
         return 0.0
-    lcs = _lcs(ref, out)
+    lcs = lcs_length(ref, out)
     if lcs == 0:
         return 0.0
     p, r = lcs / len(out), lcs / len(ref)

@@ -39,6 +39,7 @@ import pandas as pd
 from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, Backend, GenerationParams
 from memaudit.io import write_csv, write_json, write_jsonl
 from memaudit.probes.job import document_scores
+from memaudit.probes.overlap import lcs_length, longest_common_run
 from memaudit.probes.token_prob.methods import aggregate_documents
 
 log = logging.getLogger(__name__)
@@ -51,32 +52,6 @@ _WORD = re.compile(r"[a-z0-9]+")
 def words(text: str) -> list[str]:
     """Lowercased alphanumeric words (ROUGE's tokenisation: punctuation and case do not count)."""
     return _WORD.findall(text.lower())
-
-
-def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest common subsequence of two word lists."""
-    if len(a) < len(b):
-        a, b = b, a
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev[-1]
-
-
-def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest run of consecutive words shared by two word lists."""
-    best, prev = 0, [0] * (len(b) + 1)
-    for x in a:
-        cur = [0] * (len(b) + 1)
-        for j, y in enumerate(b):
-            if x == y:
-                cur[j + 1] = prev[j] + 1
-                best = max(best, cur[j + 1])
-        prev = cur
-    return best
 
 
 def score_continuation(generation: str, reference: str) -> dict[str, float]:
