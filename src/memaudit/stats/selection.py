@@ -1,0 +1,247 @@
+"""FDR-controlled selection of member documents: which texts may be *named* as training data.
+
+A detector's AUC says how well it ranks; a copyright holder needs a set: "of the texts we name,
+at most a fraction q are wrongly named". Two procedures give such a set.
+
+**Conformal p-values with Benjamini-Hochberg** (Bates et al., 2023, "Testing for outliers with
+conformal p-values"; proposed for training-data detection in arXiv 2510.09717), for any
+detector's scores (higher = member). Given calibration scores ``c_1..c_n`` of *known*
+non-members, held out from the decision, a test document with score ``s`` gets
+
+    p(s) = (1 + #{i : c_i >= s}) / (n + 1).
+
+Under exchangeability of a non-member's score with the calibration scores, ``p`` is
+super-uniform, and the conformal p-values are PRDS (Bates et al., Theorem 2), so BH at level
+``q`` over the test documents controls the FDR at ``q * (test non-members / test documents) <= q``.
+The guarantee is marginal: averaged over calibration draws, which is why
+:func:`conformal_bh_runs` repeats the split over seeds. The smallest possible p-value is
+``1 / (n + 1)``: with ``n + 1 < 1 / q`` nothing can ever be selected (:func:`min_resolvable_q`).
+
+**Knockoff+** (Barber & Candes, 2015; KTD, Proposition 2, Eq. 10) for knockoff statistics
+``W`` (``W > 0``: the text beats its knockoffs):
+
+    tau = min { t > 0 : (1 + #{j : W_j <= -t}) / max(1, #{j : W_j >= t}) <= q },
+    selected = {j : W_j >= tau}   (empty when no t qualifies).
+
+``knockpy.knockoff_stats.data_dependent_threshhold`` implements knockoff+ but is not used: it
+counts ``W = 0`` as negative and evaluates the ratio inside groups of tied ``|W|`` (so it can
+differ from Eq. 10 when statistics tie, which paraphrase knockoffs with equal scores do), and
+it would pull cvxpy and four solvers into the install for a dozen lines. The tests check this
+implementation against a direct evaluation of Eq. 10 at every ``t``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from memaudit.errors import ConfigError, InputError
+
+# The FDR levels of KTD's Figure 1 (0.05 to 0.95), the default grid of the selection tables.
+DEFAULT_QS = tuple(round(0.05 * k, 2) for k in range(1, 20))
+
+RUN_COLUMNS = ["method", "split", "q", "n_calibration", "n_test", "n_test_member", "n_selected",
+               "n_false", "fdp", "power"]
+SELECTION_COLUMNS = ["method", "q", "n_splits", "n_calibration", "n_test", "n_test_member", "min_q",
+                     "fdr", "fdr_se", "power", "power_se", "mean_selected"]
+SELECTED_COLUMNS = ["method", "q", "doc_id", "label", "score", "pvalue", "selected"]
+
+
+def check_q(q: float, what: str = "q") -> float:
+    """``q`` as a float in the open interval (0, 1), else :class:`ConfigError` naming ``what``."""
+    try:
+        q = float(q)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: an FDR level must be a number in (0, 1), got {q!r}") from None
+    if not 0.0 < q < 1.0:
+        raise ConfigError(f"{what}: an FDR level must be in (0, 1), got {q}")
+    return q
+
+
+def _finite(values, what: str) -> np.ndarray:
+    values = np.asarray(values, dtype=float).ravel()
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise InputError(f"{what}: {int(bad.sum())} value(s) are not finite (nan or inf)")
+    return values
+
+
+def conformal_pvalues(test_scores, calibration_scores) -> np.ndarray:
+    """``p_j = (1 + #{calibration >= s_j}) / (n_cal + 1)`` for each test score (higher = member)."""
+    test = _finite(test_scores, "test scores")
+    calibration = np.sort(_finite(calibration_scores, "calibration scores"))
+    if calibration.size == 0:
+        raise InputError("conformal p-values need at least one calibration (known non-member) score")
+    # calibration scores >= s: everything from the first position where s could be inserted on the left
+    at_least = calibration.size - np.searchsorted(calibration, test, side="left")
+    return (1.0 + at_least) / (calibration.size + 1.0)
+
+
+def benjamini_hochberg(pvalues, q: float) -> np.ndarray:
+    """Boolean mask of the hypotheses BH rejects at level ``q``.
+
+    ``scipy.stats.false_discovery_control`` gives the BH-adjusted p-values
+    ``min_{k >= rank} m p_(k) / k``; rejecting those ``<= q`` is the step-up rule
+    "reject the k smallest, k = max{k : p_(k) <= q k / m}".
+    """
+    q = check_q(q)
+    pvalues = _finite(pvalues, "p-values")
+    if pvalues.size == 0:
+        return np.zeros(0, dtype=bool)
+    adjusted = scipy_stats.false_discovery_control(pvalues, method="bh")
+    # A relative slack of 1e-12: m p / k is computed in floating point and may land an ulp above q.
+    return adjusted <= q * (1 + 1e-12)
+
+
+def min_resolvable_q(n_calibration: int) -> float:
+    """The smallest q at which conformal BH can select anything: ``1 / (n_calibration + 1)``.
+
+    Every p-value is at least that, and BH needs ``p_(k) <= q k / m`` for some ``k <= m``.
+    """
+    return 1.0 / (n_calibration + 1.0)
+
+
+def knockoff_plus_threshold(w, q: float) -> float:
+    """KTD's Eq. 10: the smallest ``t > 0`` with ``(1 + #{W <= -t}) / max(1, #{W >= t}) <= q``.
+
+    Both counts change only at ``t = |W_j|``: the ratio is constant on each interval
+    ``(|W|_(k-1), |W|_(k)]``, so the qualifying t form such intervals and the selected set
+    ``{W >= t}`` is the same anywhere in one. ``tau`` is reported as the interval's ``|W_(k)|``.
+    Returns ``inf`` when no t qualifies (nothing is selected).
+    """
+    q = check_q(q)
+    w = _finite(w, "knockoff statistics W")
+    candidates = np.unique(np.abs(w[w != 0]))  # ascending
+    if candidates.size == 0:
+        return math.inf
+    ordered = np.sort(w)
+    # #{W <= -t} and #{W >= t} for every candidate t at once
+    negatives = np.searchsorted(ordered, -candidates, side="right")
+    positives = w.size - np.searchsorted(ordered, candidates, side="left")
+    ratio = (1.0 + negatives) / np.maximum(1, positives)
+    ok = np.flatnonzero(ratio <= q * (1 + 1e-12))
+    return float(candidates[ok[0]]) if ok.size else math.inf
+
+
+def knockoff_plus_select(w, q: float) -> np.ndarray:
+    """Boolean mask ``W >= tau`` for :func:`knockoff_plus_threshold`'s ``tau``."""
+    tau = knockoff_plus_threshold(w, q)
+    return np.asarray(w, dtype=float) >= tau
+
+
+def fdp_and_power(selected, labels) -> tuple[float, float]:
+    """False discovery proportion ``|S ∩ non-members| / max(|S|, 1)`` and power
+    ``|S ∩ members| / max(#members, 1)`` (KTD's Eq. 1, one draw)."""
+    selected = np.asarray(selected, dtype=bool)
+    labels = np.asarray(labels, dtype=int)
+    n_selected = int(selected.sum())
+    false = int((selected & (labels == 0)).sum())
+    true = n_selected - false
+    return false / max(n_selected, 1), true / max(int((labels == 1).sum()), 1)
+
+
+def calibration_split(labels, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Boolean mask of the calibration documents: a random ``fraction`` of the non-members.
+
+    The rest of the non-members stay in the test set with every member, so a non-member's
+    test score and the calibration scores are exchangeable (a random split of one group).
+    """
+    labels = np.asarray(labels, dtype=int)
+    nonmembers = np.flatnonzero(labels == 0)
+    n_cal = int(round(fraction * nonmembers.size))
+    if n_cal < 1:
+        raise InputError(f"conformal selection: {nonmembers.size} non-member(s) and calibration_fraction "
+                         f"{fraction} leave no calibration document")
+    mask = np.zeros(labels.size, dtype=bool)
+    mask[rng.choice(nonmembers, size=n_cal, replace=False)] = True
+    return mask
+
+
+def _one_method(scores: np.ndarray, labels: np.ndarray, *, n_splits: int,
+                calibration_fraction: float, seed: int):
+    """Yield ``(split, calibration mask, p-values of the test documents)`` for each split."""
+    for split in range(n_splits):
+        # the same calibration draws for every method of a (benchmark, model): paired comparisons
+        rng = np.random.default_rng([seed, split])
+        cal = calibration_split(labels, calibration_fraction, rng)
+        yield split, cal, conformal_pvalues(scores[~cal], scores[cal])
+
+
+def conformal_bh_runs(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS, *, n_splits: int = 20,
+                      calibration_fraction: float = 0.5, seed: int = 0) -> pd.DataFrame:
+    """One row of :data:`RUN_COLUMNS` per (method, calibration split, q).
+
+    ``doc_scores`` is the long format of every probe (``doc_id, label, method, score``). For each
+    split a random ``calibration_fraction`` of the non-members is the calibration set; every other
+    document is tested, and BH at each q selects among them. FDP and power are measured against
+    the labels of the test documents.
+    """
+    qs = [check_q(q, "stats.selection.qs") for q in qs]
+    if n_splits < 1:
+        raise ConfigError(f"stats.selection.n_splits: must be >= 1, got {n_splits}")
+    if not 0.0 < calibration_fraction < 1.0:
+        raise ConfigError(f"stats.selection.calibration_fraction: must be in (0, 1), got {calibration_fraction}")
+    rows = []
+    for method, group in doc_scores.groupby("method", sort=True):
+        scores = _finite(group["score"], f"scores of method {method!r}")
+        labels = group["label"].to_numpy(dtype=int)
+        for split, cal, pvalues in _one_method(scores, labels, n_splits=n_splits,
+                                                calibration_fraction=calibration_fraction, seed=seed):
+            test_labels = labels[~cal]
+            for q in qs:
+                selected = benjamini_hochberg(pvalues, q)
+                fdp, power = fdp_and_power(selected, test_labels)
+                rows.append({"method": method, "split": split, "q": q, "n_calibration": int(cal.sum()),
+                             "n_test": int((~cal).sum()), "n_test_member": int(test_labels.sum()),
+                             "n_selected": int(selected.sum()),
+                             "n_false": int((selected & (test_labels == 0)).sum()), "fdp": fdp, "power": power})
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """:data:`SELECTION_COLUMNS`: empirical FDR (mean FDP over splits) and power per (method, q),
+    with their standard errors and the smallest resolvable q of the calibration size."""
+    out = []
+    for (method, q), group in runs.groupby(["method", "q"], sort=True):
+        n = len(group)
+        n_cal = int(group["n_calibration"].iloc[0])
+        out.append({"method": method, "q": q, "n_splits": n, "n_calibration": n_cal,
+                    "n_test": int(group["n_test"].iloc[0]), "n_test_member": int(group["n_test_member"].iloc[0]),
+                    "min_q": min_resolvable_q(n_cal),
+                    "fdr": float(group["fdp"].mean()),
+                    "fdr_se": float(group["fdp"].std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+                    "power": float(group["power"].mean()),
+                    "power_se": float(group["power"].std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+                    "mean_selected": float(group["n_selected"].mean())})
+    return pd.DataFrame(out, columns=SELECTION_COLUMNS)
+
+
+def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS, *,
+                       calibration_fraction: float = 0.5, seed: int = 0) -> pd.DataFrame:
+    """The named documents of the first calibration split: one row of :data:`SELECTED_COLUMNS` per
+    (method, q, test document), with its conformal p-value and whether BH selects it."""
+    qs = [check_q(q, "stats.selection.qs") for q in qs]
+    frames = []
+    for method, group in doc_scores.groupby("method", sort=True):
+        scores = _finite(group["score"], f"scores of method {method!r}")
+        labels = group["label"].to_numpy(dtype=int)
+        _, cal, pvalues = next(_one_method(scores, labels, n_splits=1,
+                                           calibration_fraction=calibration_fraction, seed=seed))
+        test = group.loc[~cal, ["doc_id", "label", "score"]].reset_index(drop=True)
+        for q in qs:
+            frames.append(test.assign(method=method, q=q, pvalue=pvalues,
+                                      selected=benjamini_hochberg(pvalues, q)))
+    if not frames:
+        return pd.DataFrame(columns=SELECTED_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[SELECTED_COLUMNS]
+
+
+def resolution_notes(summary: pd.DataFrame) -> list[str]:
+    """One line per (method, q) that the calibration set is too small to resolve."""
+    low = summary[summary["q"] < summary["min_q"]]
+    return [f"method {r.method!r}: q = {r.q:g} is below 1/(n_calibration + 1) = {r.min_q:.3g} "
+            f"({r.n_calibration} calibration non-members): nothing can be selected" for r in low.itertuples()]

@@ -1,0 +1,166 @@
+"""FDR-controlled selection: conformal p-values, Benjamini-Hochberg, knockoff+ (memaudit.stats.selection)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memaudit.errors import ConfigError, InputError
+from memaudit.stats import selection
+
+
+def test_conformal_pvalues_count_calibration_scores_at_or_above():
+    calibration = [0.1, 0.5, 0.5, 0.9]
+    p = selection.conformal_pvalues([1.0, 0.5, 0.2, 0.0], calibration)
+    # (1 + #{c >= s}) / 5: 1.0 beats all, 0.5 ties two (ties count against), 0.2 beats one, 0.0 none
+    np.testing.assert_allclose(p, [1 / 5, 4 / 5, 4 / 5, 5 / 5])
+
+
+def test_conformal_pvalues_need_calibration_and_finite_scores():
+    with pytest.raises(InputError, match="at least one calibration"):
+        selection.conformal_pvalues([1.0], [])
+    with pytest.raises(InputError, match="test scores: 1 value"):
+        selection.conformal_pvalues([np.nan], [1.0])
+
+
+def test_conformal_pvalues_are_uniform_for_exchangeable_nonmembers():
+    # a non-member's p-value is uniform on {1/(n+1), ..., 1}: P(p <= k/(n+1)) = k/(n+1)
+    rng = np.random.default_rng(0)
+    n_cal, draws = 9, 20000
+    p = np.array([selection.conformal_pvalues(rng.normal(size=1), rng.normal(size=n_cal))[0]
+                  for _ in range(draws)])
+    for k in (1, 3, 5):
+        assert abs((p <= k / (n_cal + 1)).mean() - k / (n_cal + 1)) < 0.01
+
+
+def test_benjamini_hochberg_is_the_step_up_rule():
+    p = np.array([0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205, 0.212, 0.216])
+    # k = max{k : p_(k) <= 0.05 k / 10}: p_(5) = 0.042 > 0.025, p_(2) = 0.008 <= 0.01 -> k = 2
+    assert selection.benjamini_hochberg(p, 0.05).tolist() == [True, True] + [False] * 8
+    # at q = 0.25: p_(7) = 0.074 <= 0.175 and p_(10) = 0.216 <= 0.25 -> everything
+    assert selection.benjamini_hochberg(p, 0.25).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=40), st.floats(0.01, 0.99))
+def test_benjamini_hochberg_matches_its_definition(pvalues, q):
+    p = np.asarray(pvalues)
+    order = np.sort(p)
+    m = p.size
+    passing = [k for k in range(1, m + 1) if order[k - 1] <= q * k / m * (1 + 1e-12)]
+    expected = p <= order[max(passing) - 1] if passing else np.zeros(m, bool)
+    assert selection.benjamini_hochberg(p, q).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("q", [0, 1, -0.1, 1.5, "x", None])
+def test_q_outside_the_open_unit_interval_is_a_config_error(q):
+    with pytest.raises(ConfigError, match="FDR level"):
+        selection.benjamini_hochberg([0.1], q)
+    with pytest.raises(ConfigError, match="FDR level"):
+        selection.knockoff_plus_threshold([1.0], q)
+
+
+def _eq10_selection(w: np.ndarray, q: float) -> np.ndarray:
+    """KTD's Eq. 10 evaluated directly, t on a grid finer than any gap between the |W|s: {W >= tau}."""
+    levels = np.unique(np.abs(w[w != 0]))
+    grid = np.unique(np.concatenate([levels, (levels[:-1] + levels[1:]) / 2, levels / 2]))
+    for t in grid:
+        if (1 + np.sum(w <= -t)) / max(1, np.sum(w >= t)) <= q:
+            return w >= t
+    return np.zeros(w.size, bool)
+
+
+def test_knockoff_plus_threshold_on_a_worked_example():
+    w = np.array([5.0, 4.0, 3.0, 2.5, 2.0, 1.5, -1.0, 1.2, -0.5, 0.0])
+    # t = 1.0: (1 + 1) / 7 = 0.29; t = 1.2: (1 + 0) / 6 = 0.17 <= 0.2 -> tau = 1.2
+    assert selection.knockoff_plus_threshold(w, 0.2) == 1.2
+    assert selection.knockoff_plus_select(w, 0.2).tolist() == [True] * 6 + [False, True, False, False]
+    # q = 0.1 needs at least 10 positives above every negative: never here
+    assert selection.knockoff_plus_threshold(w, 0.1) == math.inf
+    assert not selection.knockoff_plus_select(w, 0.1).any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-6, 6).map(float), min_size=1, max_size=30), st.floats(0.05, 0.95))
+def test_knockoff_plus_threshold_matches_eq10_with_ties_and_zeros(values, q):
+    w = np.asarray(values)
+    # the ratio is constant on (|W|_(k-1), |W|_(k)]: tau is reported as the interval's |W|, the
+    # selected set is the same for every t in it
+    assert selection.knockoff_plus_select(w, q).tolist() == _eq10_selection(w, q).tolist()
+    tau = selection.knockoff_plus_threshold(w, q)
+    assert tau == math.inf or tau in np.abs(w)
+
+
+def test_fdp_and_power():
+    fdp, power = selection.fdp_and_power([True, True, True, False, False], [1, 1, 0, 1, 0])
+    assert (fdp, power) == (1 / 3, 2 / 3)
+    assert selection.fdp_and_power([False, False], [1, 0]) == (0.0, 0.0)
+
+
+def _frame(member_scores, nonmember_scores, method="loss"):
+    scores = np.r_[member_scores, nonmember_scores]
+    labels = np.r_[np.ones(len(member_scores), int), np.zeros(len(nonmember_scores), int)]
+    return pd.DataFrame({"doc_id": [f"d{i}" for i in range(scores.size)], "label": labels,
+                         "method": method, "score": scores})
+
+
+def test_conformal_bh_controls_fdr_on_average_and_finds_separated_members():
+    rng = np.random.default_rng(1)
+    frame = _frame(rng.normal(2.0, 1.0, 60), rng.normal(0.0, 1.0, 120))
+    runs = selection.conformal_bh_runs(frame, [0.1, 0.2, 0.3], n_splits=40, calibration_fraction=0.5, seed=3)
+    summary = selection.summarise_runs(runs)
+    assert list(summary.columns) == selection.SELECTION_COLUMNS
+    assert summary["n_calibration"].tolist() == [60, 60, 60] and summary["n_test"].tolist() == [120] * 3
+    # E[FDP] <= q * n_test_nonmember / n_test = q / 2 (BH with PRDS conformal p-values)
+    for row in summary.itertuples():
+        assert row.fdr <= row.q / 2 + 2 * row.fdr_se + 0.01, row
+    assert summary["power"].is_monotonic_increasing and summary["power"].iloc[-1] > 0.3
+    assert summary["min_q"].iloc[0] == pytest.approx(1 / 61)
+
+
+def test_conformal_bh_selects_nothing_without_signal_at_low_q():
+    rng = np.random.default_rng(2)
+    frame = _frame(rng.normal(0, 1, 50), rng.normal(0, 1, 100))
+    summary = selection.summarise_runs(selection.conformal_bh_runs(frame, [0.1], n_splits=30, seed=0))
+    assert summary["mean_selected"].iloc[0] < 3 and summary["fdr"].iloc[0] <= 0.15
+
+
+def test_conformal_bh_uses_the_same_calibration_documents_for_every_method():
+    rng = np.random.default_rng(4)
+    a = _frame(rng.normal(1, 1, 20), rng.normal(0, 1, 20), "a")
+    b = a.assign(method="b", score=-a["score"])
+    chosen = selection.selected_documents(pd.concat([a, b]), [0.5], seed=7)
+    assert set(chosen.loc[chosen.method == "a", "doc_id"]) == set(chosen.loc[chosen.method == "b", "doc_id"])
+    assert len(chosen) == 2 * 30  # 40 documents less 10 calibration non-members, per method
+    # the named set is BH's on those p-values
+    part = chosen[chosen.method == "a"]
+    assert part["selected"].tolist() == selection.benjamini_hochberg(part["pvalue"], 0.5).tolist()
+
+
+def test_too_few_nonmembers_for_a_calibration_set_is_reported():
+    frame = _frame([1.0, 2.0], [0.0])
+    with pytest.raises(InputError, match="1 non-member.*no calibration document"):
+        selection.conformal_bh_runs(frame, [0.1], calibration_fraction=0.4)
+
+
+def test_unresolvable_q_is_named():
+    rng = np.random.default_rng(5)
+    frame = _frame(rng.normal(5, 1, 10), rng.normal(0, 1, 8))
+    summary = selection.summarise_runs(selection.conformal_bh_runs(frame, [0.1, 0.3], n_splits=3))
+    # 4 calibration non-members: the smallest p-value is 1/5 = 0.2, so q = 0.1 selects nothing
+    assert summary.set_index("q").loc[0.1, "mean_selected"] == 0
+    notes = selection.resolution_notes(summary)
+    assert notes == ["method 'loss': q = 0.1 is below 1/(n_calibration + 1) = 0.2 (4 calibration "
+                     "non-members): nothing can be selected"]
+
+
+@pytest.mark.parametrize("key,kwargs", [("n_splits", {"n_splits": 0}),
+                                        ("calibration_fraction", {"calibration_fraction": 1.0})])
+def test_bad_selection_settings_name_their_key(key, kwargs):
+    with pytest.raises(ConfigError, match=f"stats.selection.{key}"):
+        selection.conformal_bh_runs(_frame([1.0], [0.0, 0.5]), [0.1], **kwargs)
