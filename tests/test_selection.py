@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -164,3 +165,69 @@ def test_unresolvable_q_is_named():
 def test_bad_selection_settings_name_their_key(key, kwargs):
     with pytest.raises(ConfigError, match=f"stats.selection.{key}"):
         selection.conformal_bh_runs(_frame([1.0], [0.0, 0.5]), [0.1], **kwargs)
+
+
+SETTINGS = {"n_boot_small": 10, "n_boot_ci": 100,
+            "selection": {"q": 0.1, "qs": [0.1, 0.2, 0.3], "n_splits": 6, "calibration_fraction": 0.5,
+                          "figure_methods": ["loss"]}}
+
+
+def _write_docs(path, frame):
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def test_metrics_job_writes_bh_columns_and_selection_tables(tmp_path):
+    from memaudit.stats.summary import SUMMARY_COLUMNS
+    from memaudit.stats.workflow import build_summary, run_metrics
+
+    rng = np.random.default_rng(8)
+    loss = _frame(rng.normal(3, 1, 40), rng.normal(0, 1, 40))
+    docs = [_write_docs(tmp_path / "a.csv", loss),
+            _write_docs(tmp_path / "b.csv", loss.assign(method="zlib", score=rng.normal(size=80)))]
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
+                        contaminated=True, stats=SETTINGS, seed=1)
+    assert list(table.columns) == SUMMARY_COLUMNS and table["method"].tolist() == ["loss", "zlib"]
+    expected = selection.selection_metrics(loss["score"], loss["label"], q=0.1, n_splits=6, seed=1)
+    row = table.set_index("method").loc["loss"]
+    assert (row["bh_q"], row["bh_fdr"], row["bh_power"]) == (0.1, expected["bh_fdr"], expected["bh_power"])
+    assert row["bh_power"] > 0.2  # 20 calibration documents: the smallest p-value is 1/21
+    chosen = pd.read_csv(out["selection"])
+    assert chosen[["benchmark", "model"]].drop_duplicates().values.tolist() == [["news", "m"]]
+    assert len(chosen) == 2 * 3 and chosen["contaminated"].all()
+    # the metrics table's q = 0.1 columns are the selection table's q = 0.1 row
+    at = chosen[(chosen.method == "loss") & (chosen.q == 0.1)].iloc[0]
+    assert (at["fdr"], at["power"]) == pytest.approx((row["bh_fdr"], row["bh_power"]))
+    named = pd.read_csv(out["named"])
+    assert len(named) == 2 * 3 * 60  # methods x qs x (80 documents less 20 calibration non-members)
+
+    base = tmp_path / "base"
+    run_metrics([_write_docs(tmp_path / "c.csv", _frame(rng.normal(0, 1, 40), rng.normal(0, 1, 40)))],
+                base / "metrics.csv", base / "selection.csv", base / "named.csv", benchmark="news", model="b",
+                contaminated=False, stats=SETTINGS, seed=1)
+    models = tmp_path / "models"
+    for name, base_of in (("m", "b"), ("b", "")):
+        (models / name).mkdir(parents=True)
+        (models / name / "manifest.json").write_text(json.dumps(
+            {"name": name, "family": "f", "n_params": 1, "base": base_of,
+             "contaminated_on": ["news"] if base_of else []}))
+    summary = tmp_path / "summary"
+    build_summary([out["metrics"], base / "metrics.csv"], [models / "m", models / "b"], summary / "metrics.csv",
+                  summary / "metrics.md", summary / "models.csv", selection_paths=[out["selection"],
+                                                                                  base / "selection.csv"],
+                  out_selection=summary / "selection.csv", out_figure=summary / "selection.png",
+                  figure_methods=["loss"])
+    assert (summary / "selection.png").stat().st_size > 0 and (summary / "selection.svg").exists()
+    merged = pd.read_csv(summary / "selection.csv")
+    assert len(merged) == 2 * 3 + 1 * 3
+
+    from memaudit.stats.headline import selection_expectations
+
+    checks = selection_expectations(merged, pd.read_csv(summary / "models.csv"))
+    assert checks[["model", "q"]].values.tolist() == [["b", 0.1], ["m", 0.1], ["m", 0.2], ["m", 0.3]]
+    assert checks["ok"].all()
+    # a selection whose FDR exceeds q + 0.02 fails its check
+    worse = merged.assign(fdr=np.where(merged.model == "m", merged.q + 0.05, merged.fdr))
+    rechecked = selection_expectations(worse, pd.read_csv(summary / "models.csv"))
+    assert not rechecked.loc[rechecked.model == "m", "ok"].any()

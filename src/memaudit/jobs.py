@@ -135,6 +135,11 @@ def metrics_tables(config: dict) -> list[str]:
     return tables
 
 
+def selection_tables(config: dict) -> list[str]:
+    """The per-(benchmark, model) conformal BH tables the metrics jobs write beside their metrics."""
+    return [f"results/selection/{b}/{m}.csv" for b, models in scored(config).items() for m in models]
+
+
 def final_outputs(config: dict) -> list[str]:
     """What ``snakemake all`` builds, less what the families register in their rule files."""
     by_benchmark = scored(config)
@@ -142,6 +147,8 @@ def final_outputs(config: dict) -> list[str]:
         "results/summary/metrics.csv",
         "results/summary/metrics.md",
         "results/summary/models.csv",
+        "results/summary/selection.csv",
+        "results/figures/selection_fdr_power.png",
         "results/api/ledger.csv",
         *[f"results/figures/{b}/{m}/{fig}.png" for b, models in by_benchmark.items() for m in models
           for fig in ("roc", "score_distributions")],

@@ -65,6 +65,11 @@ def stats_settings(*keys):
     return {k: config["stats"][k] for k in sorted(keys)}
 
 
+def bh_settings():
+    """What the conformal BH columns of a metrics table depend on (not the figures' q grid)."""
+    return {k: config["stats"]["selection"][k] for k in ("calibration_fraction", "n_splits", "q")}
+
+
 def probe_settings(probe):
     """A probe's config less its ``models`` and ``benchmarks`` lists: they choose which jobs run, not what a
     job computes, so adding a model or a benchmark to them runs the probe there alone."""

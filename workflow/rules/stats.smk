@@ -12,9 +12,12 @@ rule metrics:
             subcategory="{benchmark}",
             labels=metrics_labels,
         ),
+        # conformal BH over the q grid: FDR and power per (method, q), and the documents named
+        selection="results/selection/{benchmark}/{model}.csv",
+        named="results/selection/{benchmark}/{model}_named.csv",
     params:
         contaminated=is_contaminated,
-        stats=stats_settings("n_boot_small", "n_boot_ci"),
+        stats=stats_settings("n_boot_small", "n_boot_ci", "selection"),
         seed=config["seed"],
         code_version=STATS_VERSION,
     log:
@@ -39,7 +42,7 @@ rule blind_baseline:
             labels={"benchmark": "{benchmark}", "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
         ),
     params:
-        stats=stats_settings("n_boot_small", "n_boot_ci", "blind_folds"),
+        stats=stats_settings("n_boot_small", "n_boot_ci", "blind_folds") | {"selection": bh_settings()},
         seed=config["seed"],
         code_version=STATS_VERSION,
     log:
@@ -53,6 +56,7 @@ rule blind_baseline:
 rule summary:
     input:
         metrics=jobs.metrics_tables(config),
+        selection=jobs.selection_tables(config),
         models=expand("results/models/{model}", model=LOCAL_MODELS),
     output:
         csv=report(
@@ -68,6 +72,21 @@ rule summary:
             category="Summary",
             labels={"table": "models: size, family, contamination"},
         ),
+        selection=report(
+            "results/summary/selection.csv",
+            caption="../report/summary_selection.rst",
+            category="Summary",
+            labels={"table": "selection: FDR-controlled naming of members, every q"},
+        ),
+        selection_figure=report(
+            "results/figures/selection_fdr_power.png",
+            caption="../report/selection_fdr_power.rst",
+            category="FDR-controlled selection",
+            labels={"figure": "empirical FDR and power against q"},
+        ),
+        selection_figure_svg="results/figures/selection_fdr_power.svg",
+    params:
+        figure_methods=config["stats"]["selection"]["figure_methods"],
     log:
         "logs/summary.log",
     conda:

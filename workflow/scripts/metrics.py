@@ -1,16 +1,10 @@
-import pandas as pd
-
-from memaudit.io import write_csv
-from memaudit.stats.summary import metrics_table
+from memaudit.stats.workflow import run_metrics
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")
-docs = pd.concat([pd.read_csv(p) for p in snakemake.input.documents], ignore_index=True)
-stats = snakemake.params.stats
-table = metrics_table(
-    docs, benchmark=snakemake.wildcards.benchmark, model=snakemake.wildcards.model,
-    contaminated=bool(snakemake.params.contaminated), seed=snakemake.params.seed,
-    n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],
+table = run_metrics(
+    snakemake.input.documents, snakemake.output.metrics, snakemake.output.selection, snakemake.output.named,
+    benchmark=snakemake.wildcards.benchmark, model=snakemake.wildcards.model,
+    contaminated=bool(snakemake.params.contaminated), stats=snakemake.params.stats, seed=snakemake.params.seed,
 )
-write_csv(snakemake.output.metrics, table)
 log.info(f"{len(table)} methods; best AUC {table['auc'].max():.3f}")

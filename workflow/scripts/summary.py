@@ -5,4 +5,6 @@ log = start(snakemake, "light")
 build_summary(
     snakemake.input.metrics, snakemake.input.models,
     snakemake.output.csv, snakemake.output.md, snakemake.output.models,
+    selection_paths=snakemake.input.selection, out_selection=snakemake.output.selection,
+    out_figure=snakemake.output.selection_figure, figure_methods=snakemake.params.figure_methods,
 )

@@ -277,3 +277,45 @@ def format_params_minor(value: float, _pos=None) -> str:
     # Label only the 2x and 5x minor ticks; labelling all eight crowds the axis.
     leading = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
     return format_params(value) if round(leading) in (2, 5) else ""
+
+
+def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, methods: Sequence[str]) -> list[Path]:
+    """Empirical FDR and power of conformal BH against the target q (KTD's Figure 1), one row of
+    panels per benchmark and one line per model, for the first of ``methods`` each model has.
+
+    ``selection`` is ``results/summary/selection.csv``. A model with none of ``methods`` is left
+    out of the figure (it stays in the table). Contaminated models are solid lines, the others
+    dashed; the FDR panel's diagonal is the bound ``FDR = q``.
+    """
+    require_columns(selection, ["benchmark", "model", "contaminated", "method", "q", "fdr", "power"], "selection table")
+    if selection.empty:
+        raise InputError("selection table: no rows to plot")
+    benchmarks = sorted(selection["benchmark"].unique())
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN, 2.8 * len(benchmarks) + 0.6)
+        axes = fig.subplots(len(benchmarks), 2, squeeze=False)
+        for (ax_fdr, ax_power), benchmark in zip(axes, benchmarks):
+            part = selection[selection["benchmark"] == benchmark]
+            models = sorted(part["model"].unique())
+            for color, model in zip(palette(len(models)), models):
+                rows = part[part["model"] == model]
+                method = next((m for m in methods if m in set(rows["method"])), None)
+                if method is None:
+                    continue
+                line = rows[rows["method"] == method].sort_values("q")
+                dash = "-" if as_bool(line["contaminated"].iloc[0]) else "--"
+                for ax, column in ((ax_fdr, "fdr"), (ax_power, "power")):
+                    ax.plot(line["q"], line[column], dash, marker="o", markersize=3, color=color,
+                            label=f"{model} ({method})")
+            ax_fdr.plot([0, 1], [0, 1], ":", color="grey", label="FDR = q")
+            ax_fdr.set_title(f"{benchmark}: empirical FDR")
+            ax_power.set_title(f"{benchmark}: power")
+            for ax in (ax_fdr, ax_power):
+                ax.set_xlabel("target FDR q")
+                ax.set_xlim(0, 1)
+                ax.set_ylim(-0.02, 1.02)
+            ax_power.legend(frameon=False, fontsize=FONT_SIZE - 2, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        fig.suptitle("Conformal p-values + Benjamini-Hochberg: documents named as members "
+                     "(half the non-members as calibration; mean over splits)")
+        fig.tight_layout()
+        return save_figure(fig, out_prefix)

@@ -95,7 +95,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # base models: the option with the highest length-normalised log-likelihood
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
-        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="53c166074e72f0cd",
+        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="d7951ccbf40bbc8b",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -108,7 +108,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # write an "original" story from a beginning; the book's characters and events found in it
             "nonliteral": frozenset({GENERATE}),
         },
-        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="8f75500c7d138956",
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="f1c94a59ce694bc3",
         roles={"event_judge": "copybench.event_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
                     "system-reminder mitigations",

@@ -45,6 +45,13 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
             print("\nCopyBench ground truth (contaminated minus base, paired; member books: above 0, "
                   "non-member books: interval holds 0):\n")
             print(checks.to_string(index=False))
+    selection_path = summary_path.with_name("selection.csv")
+    if selection_path.exists() and models_path.exists():
+        checks = selection_expectations(pd.read_csv(selection_path), pd.read_csv(models_path))
+        if len(checks):
+            print("\nFDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR "
+                  "<= q + 0.02; base models: (near) nothing named at q = 0.1):\n")
+            print(checks.to_string(index=False))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report})"))
@@ -99,4 +106,29 @@ def copybench_expectations(differences: pd.DataFrame, scores: Sequence[str] = CO
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score,
                      "books": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": bool(ok)})
+    return pd.DataFrame(rows)
+
+
+def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
+                           qs: Sequence[float] = (0.1, 0.2, 0.3), slack: float = 0.02,
+                           null_q: float = 0.1, null_share: float = 0.05) -> pd.DataFrame:
+    """Issue 17's checks of conformal BH against ground truth, over ``method``'s scores.
+
+    On a benchmark whose members a model was fine-tuned on, the empirical FDR (mean over the
+    calibration splits) is at most ``q + slack`` at each of ``qs``; a *base* model (the null
+    control) names at most ``null_share`` of the test documents on average at ``null_q``.
+    """
+    base_models = set(models.loc[models["base"].fillna("") == "", "model"])
+    rows = []
+    for r in selection[selection["method"] == method].itertuples():
+        q = round(float(r.q), 6)
+        if bool(r.contaminated) and q in {round(x, 6) for x in qs}:
+            expect, ok = f"fdr <= {q + slack:g}", r.fdr <= q + slack
+        elif r.model in base_models and q == round(null_q, 6):
+            expect, ok = f"named <= {null_share:.0%} of {r.n_test}", r.mean_selected <= null_share * r.n_test
+        else:
+            continue
+        rows.append({"benchmark": r.benchmark, "model": r.model, "q": q, "fdr": round(r.fdr, 3),
+                     "power": round(r.power, 3), "mean_named": round(r.mean_selected, 1), "expected": expect,
+                     "ok": bool(ok)})
     return pd.DataFrame(rows)

@@ -23,8 +23,9 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from memaudit.errors import InputError
 
-# Bump with every change that alters a statistic (see memaudit.versions): metrics and blind_baseline rerun.
-STATS_VERSION = 1
+# Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
+# memaudit.versions): metrics and blind_baseline rerun.
+STATS_VERSION = 2
 
 METRIC_COLUMNS = [
     "n_member",

@@ -171,6 +171,31 @@ def _one_method(scores: np.ndarray, labels: np.ndarray, *, n_splits: int,
         yield split, cal, conformal_pvalues(scores[~cal], scores[cal])
 
 
+def _check_settings(n_splits: int, calibration_fraction: float) -> None:
+    if n_splits < 1:
+        raise ConfigError(f"stats.selection.n_splits: must be >= 1, got {n_splits}")
+    if not 0.0 < calibration_fraction < 1.0:
+        raise ConfigError(f"stats.selection.calibration_fraction: must be in (0, 1), got {calibration_fraction}")
+
+
+def _method_runs(method: str, scores, labels, qs: Sequence[float], *, n_splits: int,
+                 calibration_fraction: float, seed: int) -> list[dict]:
+    scores = _finite(scores, f"scores of method {method!r}")
+    labels = np.asarray(labels, dtype=int)
+    rows = []
+    for split, cal, pvalues in _one_method(scores, labels, n_splits=n_splits,
+                                            calibration_fraction=calibration_fraction, seed=seed):
+        test_labels = labels[~cal]
+        for q in qs:
+            selected = benjamini_hochberg(pvalues, q)
+            fdp, power = fdp_and_power(selected, test_labels)
+            rows.append({"method": method, "split": split, "q": q, "n_calibration": int(cal.sum()),
+                         "n_test": int((~cal).sum()), "n_test_member": int(test_labels.sum()),
+                         "n_selected": int(selected.sum()),
+                         "n_false": int((selected & (test_labels == 0)).sum()), "fdp": fdp, "power": power})
+    return rows
+
+
 def conformal_bh_runs(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS, *, n_splits: int = 20,
                       calibration_fraction: float = 0.5, seed: int = 0) -> pd.DataFrame:
     """One row of :data:`RUN_COLUMNS` per (method, calibration split, q).
@@ -181,25 +206,34 @@ def conformal_bh_runs(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS
     the labels of the test documents.
     """
     qs = [check_q(q, "stats.selection.qs") for q in qs]
-    if n_splits < 1:
-        raise ConfigError(f"stats.selection.n_splits: must be >= 1, got {n_splits}")
-    if not 0.0 < calibration_fraction < 1.0:
-        raise ConfigError(f"stats.selection.calibration_fraction: must be in (0, 1), got {calibration_fraction}")
+    _check_settings(n_splits, calibration_fraction)
     rows = []
     for method, group in doc_scores.groupby("method", sort=True):
-        scores = _finite(group["score"], f"scores of method {method!r}")
-        labels = group["label"].to_numpy(dtype=int)
-        for split, cal, pvalues in _one_method(scores, labels, n_splits=n_splits,
-                                                calibration_fraction=calibration_fraction, seed=seed):
-            test_labels = labels[~cal]
-            for q in qs:
-                selected = benjamini_hochberg(pvalues, q)
-                fdp, power = fdp_and_power(selected, test_labels)
-                rows.append({"method": method, "split": split, "q": q, "n_calibration": int(cal.sum()),
-                             "n_test": int((~cal).sum()), "n_test_member": int(test_labels.sum()),
-                             "n_selected": int(selected.sum()),
-                             "n_false": int((selected & (test_labels == 0)).sum()), "fdp": fdp, "power": power})
+        rows += _method_runs(method, group["score"], group["label"], qs, n_splits=n_splits,
+                             calibration_fraction=calibration_fraction, seed=seed)
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+# The columns every metrics table (and so results/summary/metrics.csv) carries for conformal BH.
+METRIC_COLUMNS = ["bh_q", "bh_fdr", "bh_power"]
+
+
+def selection_metrics(scores, labels, *, q: float = 0.1, n_splits: int = 20, calibration_fraction: float = 0.5,
+                      seed: int = 0) -> dict:
+    """:data:`METRIC_COLUMNS` for one detector: conformal BH at ``q``, empirical FDR and power
+    averaged over ``n_splits`` calibration splits. ``nan`` when there is no member or too few
+    non-members for a calibration set (the same rule as every other metric: one degenerate
+    method does not abort a summary)."""
+    q = check_q(q, "stats.selection.q")
+    _check_settings(n_splits, calibration_fraction)
+    labels = np.asarray(labels, dtype=int)
+    out = {"bh_q": q, "bh_fdr": math.nan, "bh_power": math.nan}
+    if not (labels == 1).any() or round(calibration_fraction * int((labels == 0).sum())) < 1:
+        return out
+    runs = pd.DataFrame(_method_runs("", scores, labels, [q], n_splits=n_splits,
+                                     calibration_fraction=calibration_fraction, seed=seed))
+    out["bh_fdr"], out["bh_power"] = float(runs["fdp"].mean()), float(runs["power"].mean())
+    return out
 
 
 def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:

@@ -17,9 +17,10 @@ import pandas as pd
 
 from memaudit.errors import InputError
 from memaudit.io import write_csv, write_text
+from memaudit.stats import selection
 from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics
 
-SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "method"] + METRIC_COLUMNS
+SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "method"] + METRIC_COLUMNS + selection.METRIC_COLUMNS
 DOC_SCORE_COLUMNS = ["doc_id", "label", "method", "score"]
 
 _COUNT_COLUMNS = {"n_member", "n_nonmember"}
@@ -34,7 +35,9 @@ _MARKDOWN_HEADER = (
     "`auc_ci_low`–`auc_ci_high`: 95% percentile bootstrap interval; "
     "`tpr_at_1pct_fpr`, `tpr_at_01pct_fpr`: TPR at FPR <= 1% / 0.1% (the TPR at "
     "FPR = 0 when there are fewer than 1/FPR non-members); `t_pvalue`: two-sided "
-    "Welch t-test of equal mean score."
+    "Welch t-test of equal mean score; `bh_fdr`, `bh_power`: empirical FDR and power of the "
+    "documents named by conformal p-values with Benjamini-Hochberg at level `bh_q` (half the "
+    "non-members as calibration, mean over random splits; results/summary/selection.csv has every q)."
 )
 
 
@@ -56,8 +59,13 @@ def metrics_table(
     seed: int = 0,
     n_boot_small: int = 10,
     n_boot_ci: int = 1000,
+    selection_settings: dict | None = None,
 ) -> pd.DataFrame:
     """One row of :data:`SUMMARY_COLUMNS` per method, sorted by method name.
+
+    ``selection_settings`` (``q``, ``n_splits``, ``calibration_fraction``: the config's
+    ``stats.selection``; defaults if None) fill the conformal BH columns
+    (:func:`memaudit.stats.selection.selection_metrics`).
 
     Each method's documents go through
     :func:`memaudit.stats.metrics.compute_metrics` with the same ``seed``, so
@@ -83,6 +91,8 @@ def metrics_table(
                 n_boot_ci=n_boot_ci,
                 seed=seed,
             )
+            metrics.update(selection.selection_metrics(group["score"].to_numpy(), group["label"].to_numpy(),
+                                                       seed=seed, **_bh_settings(selection_settings)))
         except InputError as exc:
             raise InputError(f"document scores, method {method!r}: {exc}") from None
         rows.append(
@@ -90,6 +100,11 @@ def metrics_table(
              "method": method, **metrics}
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def _bh_settings(settings: dict | None) -> dict:
+    settings = settings or {}
+    return {key: settings[key] for key in ("q", "n_splits", "calibration_fraction") if key in settings}
 
 
 def merge_metrics(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:

@@ -16,6 +16,33 @@ BLIND_MODEL = "(none)"
 BLIND_METHOD = "blind_bag_of_words"
 
 
+def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_named, *, benchmark: str,
+                model: str, contaminated: bool, stats: dict, seed: int) -> pd.DataFrame:
+    """Every statistic of one (benchmark, model): the metrics table (one row per method, the
+    conformal BH columns at ``stats.selection.q`` included) and the selection tables over the
+    whole q grid: FDR and power per (method, q), and the documents named at each q."""
+    from memaudit.stats import selection
+    from memaudit.stats.summary import metrics_table
+
+    docs = pd.concat([pd.read_csv(p) for p in document_paths], ignore_index=True)
+    chosen = stats["selection"]
+    table = metrics_table(docs, benchmark=benchmark, model=model, contaminated=contaminated, seed=seed,
+                          n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],
+                          selection_settings=chosen)
+    runs = selection.conformal_bh_runs(docs, chosen["qs"], n_splits=chosen["n_splits"],
+                                       calibration_fraction=chosen["calibration_fraction"], seed=seed)
+    summary = selection.summarise_runs(runs)
+    for note in selection.resolution_notes(summary):
+        log.warning("%s/%s: %s", benchmark, model, note)
+    named = selection.selected_documents(docs, chosen["qs"], calibration_fraction=chosen["calibration_fraction"],
+                                         seed=seed)
+    ids = {"benchmark": benchmark, "model": model, "contaminated": bool(contaminated)}
+    write_csv(out_metrics, table)
+    write_csv(out_selection, summary.assign(**ids)[[*ids, *summary.columns]])
+    write_csv(out_named, named.assign(**ids)[[*ids, *named.columns]])
+    return table
+
+
 def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: str, stats: dict,
                        seed: int) -> pd.DataFrame:
     """Cross-validated bag-of-words member classifier, no language model involved."""
@@ -30,19 +57,31 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
                           "method": BLIND_METHOD, "score": scores})
     write_csv(out_scores, frame)
     table = metrics_table(frame, benchmark=benchmark, model=BLIND_MODEL, contaminated=False, seed=seed,
-                          n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"])
+                          n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],
+                          selection_settings=stats.get("selection"))
     write_csv(out_metrics, table)
     log.info("blind baseline AUC on %s: %.3f", benchmark, table["auc"].iloc[0])
     return table
 
 
-def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_csv, out_md, out_models) -> pd.DataFrame:
-    """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``."""
+def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_csv, out_md, out_models,
+                  selection_paths: Sequence[str] = (), out_selection=None, out_figure=None,
+                  figure_methods: Sequence[str] = ()) -> pd.DataFrame:
+    """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``; with
+    ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure."""
     from memaudit.stats.summary import merge_metrics, write_summary
 
     frame = merge_metrics(metric_paths)
     write_summary(frame, out_csv, out_md)
     write_csv(out_models, models_table(model_dirs))
+    if out_selection is not None:
+        from memaudit.figures.plots import plot_selection
+
+        tables = [pd.read_csv(p) for p in selection_paths]
+        selection = (pd.concat(tables, ignore_index=True).sort_values(["benchmark", "model", "method", "q"],
+                                                                       kind="stable") if tables else pd.DataFrame())
+        write_csv(out_selection, selection)
+        plot_selection(selection, str(out_figure).removesuffix(".png"), figure_methods)
     return frame
 
 
