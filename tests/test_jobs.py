@@ -18,7 +18,11 @@ DEMO = jobs.validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").rea
 
 def test_probes_are_derived_from_the_family_declarations():
     assert set(PROBES) == {"token_prob", "prefix", "decop_logit", "decop_blackbox", "decop_likelihood",
-                           "copybench_literal", "copybench_nonliteral"}
+                           "copybench_literal", "copybench_nonliteral", "ktd"}
+    # KTD's knockoffs are DE-COP's paraphrase pool; it needs gradients, which no API backend serves
+    assert PROBES["ktd"].reads == "decop_items.jsonl"
+    assert PROBES["ktd"].needs == frozenset({"token_logprobs", "gradient_norms"})
+    assert load_callable(FAMILIES["ktd"].checks).__name__ == "check_config"
     assert PROBES["copybench_literal"].reads == "copybench_literal.jsonl"
     assert PROBES["copybench_nonliteral"].reads == "copybench_nonliteral.jsonl"
     assert modes_of("decop") == ["logit", "blackbox", "likelihood"]

@@ -18,9 +18,9 @@ def run_checks(config: dict) -> list[str]:
     """Problems beyond the config's own references: probes on models that cannot serve them,
     roles naming unknown models, API settings (every one names its dotted key)."""
     from memaudit.backends.config_checks import check_api_models
-    from memaudit.probes.registry import check_capabilities, check_roles
+    from memaudit.probes.registry import check_capabilities, check_families, check_roles
 
-    return [*check_capabilities(config), *check_roles(config), *check_api_models(config)]
+    return [*check_capabilities(config), *check_roles(config), *check_families(config), *check_api_models(config)]
 
 
 def validate_config(config: dict) -> dict:

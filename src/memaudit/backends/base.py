@@ -33,6 +33,7 @@ from memaudit.errors import ConfigError
 TOKEN_LOGPROBS = "token_logprobs"
 OPTION_LOGPROBS = "option_logprobs"
 GENERATE = "generate"
+GRADIENT_NORMS = "gradient_norms"
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class Backend(abc.ABC):
 # Backends are imported only when used: `import memaudit` never imports torch or an SDK.
 _REGISTRY: dict[str, tuple[str, str, frozenset[str]]] = {
     "hf": ("memaudit.backends.hf", "HFBackend",
-           frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE})),
+           frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS})),
     # Chat Completions offers at most the top 20 next-token log-probabilities: enough
     # for option letters (a letter outside the top 20 is recorded as missing), never
     # for the log-probability of a given text.

@@ -279,7 +279,9 @@ def format_params_minor(value: float, _pos=None) -> str:
     return format_params(value) if round(leading) in (2, 5) else ""
 
 
-def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, methods: Sequence[str]) -> list[Path]:
+def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, methods: Sequence[str],
+                   title: str = "Conformal p-values + Benjamini-Hochberg: documents named as members "
+                                "(half the non-members as calibration; mean over splits)") -> list[Path]:
     """Empirical FDR and power of conformal BH against the target q (KTD's Figure 1), one row of
     panels per benchmark and one line per model, for the first of ``methods`` each model has.
 
@@ -315,7 +317,6 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                 ax.set_xlim(0, 1)
                 ax.set_ylim(-0.02, 1.02)
             ax_power.legend(frameon=False, fontsize=FONT_SIZE - 2, loc="center left", bbox_to_anchor=(1.02, 0.5))
-        fig.suptitle("Conformal p-values + Benjamini-Hochberg: documents named as members "
-                     "(half the non-members as calibration; mean over splits)")
+        fig.suptitle(title)
         fig.tight_layout()
         return save_figure(fig, out_prefix)

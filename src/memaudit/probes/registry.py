@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from memaudit.backends.base import GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS
+from memaudit.backends.base import GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS
 from memaudit.config import is_api_model
 
 
@@ -54,6 +54,7 @@ class ProbeFamily:
     fingerprint: str
     planner: str | None = None  # "module:function"(config, model, records) -> planned API requests
     roles: Mapping[str, str] = field(default_factory=dict)  # role -> dotted key under `probes` naming its model
+    checks: str | None = None  # "module:function"(config) -> problems ("dotted.key: message"), before any job
     description: str = ""
 
     def probe(self, mode: str) -> str:
@@ -75,14 +76,14 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="f98de8ea2fab44d1",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="5897efe222784bd0",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=2, fingerprint="fa5ac00aed8c3cef",
+        version=2, fingerprint="26f1bc7be23efe9e",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -95,7 +96,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # base models: the option with the highest length-normalised log-likelihood
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
-        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="d7951ccbf40bbc8b",
+        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="d84d86d3ad16f3d5",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -108,10 +109,18 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # write an "original" story from a beginning; the book's characters and events found in it
             "nonliteral": frozenset({GENERATE}),
         },
-        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="f1c94a59ce694bc3",
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="f9c8f5b2f8a381ae",
         roles={"event_judge": "copybench.event_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
                     "system-reminder mitigations",
+    ),
+    ProbeFamily(
+        "ktd",
+        # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
+        reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
+        runner="memaudit.probes.ktd.runner:run_job", version=1, fingerprint="90289078c56db198",
+        checks="memaudit.probes.ktd.plan:check_config",
+        description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
 )}
 
@@ -238,6 +247,12 @@ def role_model(config: dict, family: str, role: str) -> str | None:
     models = sorted(config["models"])
     local = [m for m in models if not is_api_model(config["models"][m])]
     return (local or models)[0]
+
+
+def check_families(config: dict) -> list[str]:
+    """Each configured family's own checks (its entry's ``checks``)."""
+    return [problem for fam in FAMILIES.values() if fam.checks and any(p in config.get("probes", {}) for p in fam.probes)
+            for problem in load_callable(fam.checks)(config)]
 
 
 def check_roles(config: dict) -> list[str]:

@@ -1,0 +1,49 @@
+"""KTD's part of the job list and its config checks (no numpy: read while Snakemake builds the DAG)."""
+
+from __future__ import annotations
+
+from memaudit.jobs import probe_runs
+
+# DE-COP's items hold three quality-controlled paraphrases per passage: KTD's knockoff pool.
+POOL_SIZE = 3
+
+
+def runs(config: dict) -> list[tuple[str, str, str]]:
+    return probe_runs(config, "ktd")
+
+
+def check_config(config: dict) -> list[str]:
+    """KTD's config problems (dotted key: message): knockoffs need DE-COP's paraphrase pool, and
+    Definition 1 forbids the model under test paraphrasing its own knockoffs."""
+    from memaudit.probes.registry import role_model
+
+    probes = config.get("probes", {})
+    if "ktd" not in probes:
+        return []
+    paraphraser = role_model(config, "decop", "paraphraser")  # None while DE-COP is off
+    if "decop" not in probes or paraphraser is None:
+        return ["probes.ktd: knockoffs are the paraphrases of DE-COP's pool; configure probes.decop "
+                "(its paraphrase.model makes them) and a decop_<mode> block"]
+    cfg = probes["ktd"]
+    problems = []
+    if max(cfg["ms"]) > POOL_SIZE:
+        problems.append(f"probes.ktd.ms: at most {POOL_SIZE} knockoffs per passage (DE-COP's paraphrase pool), "
+                        f"got {max(cfg['ms'])}")
+    if cfg["m"] not in cfg["ms"]:
+        problems.append(f"probes.ktd.m: {cfg['m']} must be one of probes.ktd.ms {cfg['ms']}")
+    if any(model == paraphraser for _, model, _ in runs(config)):
+        problems.append(f"probes.ktd.models: {paraphraser!r} paraphrases the knockoffs "
+                        f"(probes.decop.paraphrase.model); KTD's knockoffs must come from another model "
+                        f"(Definition 1)")
+    return problems
+
+
+def outputs(config: dict) -> list[str]:
+    return ["results/summary/ktd.csv", "results/figures/ktd/fdr_power.png",
+            "results/figures/ktd/w_distributions.png"] if runs(config) else []
+
+
+def summary_inputs(config: dict) -> dict[str, list[str]]:
+    done = runs(config)
+    return {name: [f"results/scores/{b}/{m}/ktd_{name}.csv" for b, m, _ in done]
+            for name in ("selection", "symmetry", "w")}

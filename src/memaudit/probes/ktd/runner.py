@@ -1,0 +1,127 @@
+"""KTD's probe job: importance scores of every text and of its knockoffs, W, knockoff+ selection.
+
+Knockoffs come from the benchmark's paraphrase pool: the quality-controlled paraphrases DE-COP's
+items hold (``decop_items.jsonl``: the verbatim passage, then its paraphrases), made once per
+passage by the paraphraser role (``probes.decop.paraphrase.model``) and shared by DE-COP and
+KTD. Definition 1 wants knockoffs independent of the model under test given the texts, so KTD
+refuses to run on the paraphraser itself (:func:`check_config`).
+
+Importance scores Z (higher = more likely seen), each computed once for every text and knockoff:
+
+``gradnorm``
+    ``-||d mean_t log p(x_t | x_<t) / d theta||_2`` over the parameters ``probes.ktd.params``
+    selects (KTD Eq. 6), per-sample through :meth:`memaudit.backends.hf.HFBackend.gradient_norms`;
+``loss``
+    the mean token log-likelihood (the paper's code offers it as Z);
+``min_k``
+    the mean of the 20% lowest token log-probabilities (Min-K%, the paper's "top-k" Z).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from memaudit.errors import ConfigError, InputError
+from memaudit.io import read_jsonl, write_csv
+from memaudit.probes.job import ProbeJob, document_scores
+from memaudit.probes.ktd import statistics
+from memaudit.probes.token_prob.methods import k_lowest_mean
+
+log = logging.getLogger(__name__)
+
+STATISTICS = ("gradnorm", "loss", "min_k")
+MIN_K_RATIO = 0.2
+
+
+def pool_of(item: dict) -> list[str]:
+    """An item's knockoff pool: every paraphrase it holds (DE-COP's options after the verbatim one)."""
+    if item.get("answer", 0) != 0:
+        raise InputError(f"item {item.get('item_id')!r}: the verbatim passage must be option 0 of a pool item")
+    return list(item["options"][1:])
+
+
+def importance_scores(backend, texts: Sequence[str], *, params, progress: Callable[[str], None] = log.info
+                      ) -> dict[str, np.ndarray]:
+    """Z of each text for every statistic of :data:`STATISTICS` (higher = more likely seen)."""
+    progress(f"token statistics of {len(texts)} texts")
+    stats = backend.token_stats(texts, with_distribution=False)
+    z = {"loss": -stats.mean_nll(),
+         "min_k": np.array([k_lowest_mean(stats.passage(i)[0], MIN_K_RATIO) for i in range(len(texts))])}
+    progress(f"per-sample gradient norms of {len(texts)} texts (parameters: {params})")
+    z["gradnorm"] = -np.asarray(backend.gradient_norms(texts, params=params), dtype=float)
+    return z
+
+
+def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[int], m: int, n_draws: int,
+               qs: Sequence[float], seed: int) -> dict[str, pd.DataFrame]:
+    """Every table of one (benchmark, model) from the scores of the texts laid out as
+    ``[item 0's passage, its pool..., item 1's passage, ...]``: knockoff+ over passages (the
+    paper's texts), document scores as the mean W of a document's passages.
+
+    ``ms``: the knockoff counts to evaluate (each ``<=`` the smallest pool), ``m`` the one whose
+    first draw is the document score; ``n_draws`` knockoff draws per m (seeded by seed, m, draw).
+    """
+    if m not in ms:
+        raise ConfigError(f"probes.ktd.m: {m} must be one of probes.ktd.ms {list(ms)}")
+    pools = [pool_of(it) for it in items]
+    starts = np.cumsum([0] + [1 + len(p) for p in pools])[:-1]
+    ids = [it["item_id"] for it in items]
+    doc_of = pd.Series({it["item_id"]: it["doc_id"] for it in items})
+    labels = pd.Series({it["item_id"]: int(it["label"]) for it in items})
+    draws: dict[tuple[str, int], list[pd.Series]] = {}
+    for name in STATISTICS:
+        passage_z = z[name][starts]
+        pool_z = [z[name][s + 1:s + 1 + len(p)] for s, p in zip(starts, pools)]
+        for k in ms:
+            draws[(name, k)] = [statistics.passage_w(passage_z, pool_z, ids, k, np.random.default_rng([seed, k, d]))
+                                for d in range(n_draws)]
+    runs = statistics.selection_runs(draws, labels, qs)
+    w_rows = [pd.DataFrame({"item_id": w.index, "doc_id": doc_of.loc[w.index].to_numpy(),
+                            "label": labels.loc[w.index].to_numpy(), "statistic": name, "m": k, "draw": d,
+                            "w": w.to_numpy()})
+              for (name, k), ws in sorted(draws.items()) for d, w in enumerate(ws)]
+
+    def per_document(values: pd.Series, method: str) -> pd.DataFrame:
+        means = values.groupby(doc_of.loc[values.index].to_numpy()).mean().sort_index()
+        return pd.DataFrame({"doc_id": means.index, "method": method, "score": means.to_numpy()})
+
+    scores = [per_document(draws[(name, m)][0], f"ktd_w_{name}") for name in STATISTICS]
+    # the gradient norm alone is a detector too (loss and Min-K% are token_prob's methods)
+    scores.append(per_document(pd.Series(z["gradnorm"][starts], index=ids), "ktd_z_gradnorm"))
+    documents = pd.concat(scores, ignore_index=True)
+    doc_labels = pd.Series({it["doc_id"]: int(it["label"]) for it in items})
+    documents.insert(1, "label", doc_labels.loc[documents["doc_id"]].to_numpy())
+    return {"documents": documents, "selection": statistics.summarise_selection(runs),
+            "symmetry": statistics.symmetry_table(draws, labels), "w": pd.concat(w_rows, ignore_index=True)}
+
+
+def run_job(job: ProbeJob) -> None:
+    cfg = job.settings
+    items = read_jsonl(job.inputs["records"])
+    if not items:
+        raise InputError(f"{job.inputs['records']}: no items (every passage failed quality control?)")
+    short = [it["item_id"] for it in items if len(pool_of(it)) < max(cfg["ms"])]
+    if short:
+        raise InputError(f"{job.inputs['records']}: {len(short)} item(s) hold fewer than "
+                         f"{max(cfg['ms'])} knockoffs (probes.ktd.ms), e.g. {short[0]!r}")
+    texts = [t for it in items for t in (it["options"][0], *pool_of(it))]
+    job.progress(f"{len(items)} passages of {len({it['doc_id'] for it in items})} documents, "
+                 f"{len(texts) - len(items)} knockoffs")
+    with job.opened_backend() as backend:
+        z = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
+        tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]),
+                            qs=cfg["qs"], seed=int(job.config["seed"]))
+        write_csv(job.outputs["documents"], document_scores(tables["documents"], model=job.model,
+                                                              dtype=getattr(backend, "dtype", None)))
+    ids = {"benchmark": job.benchmark, "model": job.model}
+    for name in ("selection", "symmetry", "w"):
+        frame = tables[name]
+        write_csv(job.outputs[name], frame.assign(**ids)[[*ids, *frame.columns]])
+    at = tables["selection"]
+    main = at[(at["statistic"] == "gradnorm") & (at["m"] == int(cfg["m"]))]
+    for r in main[main["q"].isin([0.1, 0.2])].itertuples():
+        job.progress(f"KTD gradnorm m={r.m} q={r.q:g}: FDR {r.fdr:.3f}, power {r.power:.3f}")

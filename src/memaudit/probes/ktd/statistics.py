@@ -1,0 +1,134 @@
+"""KTD's knockoff statistics and their selection (Section 4.1.2 of the KTD paper).
+
+For text j with importance score ``Z_j`` (higher = more likely seen) and the scores
+``Z~_j^(1..m)`` of m knockoffs (paraphrases made by a model other than the one under test),
+
+    W_j = Z_j - (1/m) sum_i Z~_j^(i)          (Eq. 8; m = 1 is vanilla knockoff inference)
+
+and knockoff+ (Eq. 10, :func:`memaudit.stats.selection.knockoff_plus_threshold`) names
+``{j : W_j >= tau}``. KTD's guarantee rests on Lemma 1: a non-member's W is symmetric about 0.
+
+Where the paper is wrong or optimistic, and what is reported instead of assumed:
+
+- **Lemma 1 needs more than the paper states for m > 1.** Swapping a text with *one* knockoff
+  flips the sign of ``Z - Z~`` (Definition 2), but not of ``Z - mean(Z~)``: even with
+  exchangeable scores, ``Z`` has variance s^2 and the mean of m knockoff scores s^2/m, so ``W``
+  is symmetric only when the score's own distribution is. And paraphrases are not exchangeable
+  with their originals: a paraphraser's output is more generic text, with systematically
+  different loss and gradient norm, so non-members' W is shifted. :func:`symmetry_table`
+  measures both (a sign test and a Wilcoxon signed-rank test of non-members' W against 0,
+  their mean and median) beside every selection, so a reader sees when the guarantee fails.
+- **Texts are passages**, as the paper's samples: knockoff+ selects passages, and FDR and power
+  are measured against their documents' labels. A document's score for the metrics tables (AUC,
+  conformal BH) is the mean of its passages' W, which keeps Eq. 8's form. Passages of one
+  document are not independent (Assumption 1): the symmetry tests are read with that in mind.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from memaudit.errors import ConfigError, InputError
+from memaudit.stats.selection import check_q, fdp_and_power, knockoff_plus_select, knockoff_plus_threshold
+
+SELECTION_RUN_COLUMNS = ["statistic", "m", "draw", "q", "tau", "n_selected", "n_false", "fdp", "power"]
+SYMMETRY_COLUMNS = ["statistic", "m", "n_nonmember", "nonmember_mean_w", "nonmember_median_w",
+                    "nonmember_share_positive", "sign_pvalue", "wilcoxon_pvalue", "member_mean_w"]
+
+
+def knockoff_statistic(z, z_knockoffs) -> np.ndarray:
+    """Eq. 8: ``W_j = Z_j - mean_i Z~_j^(i)``; ``z_knockoffs`` has one row per text, one column per draw."""
+    z = np.asarray(z, dtype=float)
+    z_knockoffs = np.asarray(z_knockoffs, dtype=float)
+    if z_knockoffs.ndim != 2 or z_knockoffs.shape[0] != z.size or z_knockoffs.shape[1] < 1:
+        raise InputError(f"knockoff scores must be (texts, m >= 1), got shape {z_knockoffs.shape} for {z.size} texts")
+    return z - z_knockoffs.mean(axis=1)
+
+
+def draw_knockoffs(pool_sizes: Sequence[int], m: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """For each text, ``m`` distinct indices into its pool of knockoffs (all of them when m = pool).
+
+    A text whose pool is smaller than m is an :class:`InputError` (its paraphrases failed quality
+    control: the caller reports it instead of scoring it with fewer knockoffs).
+    """
+    if m < 1:
+        raise ConfigError(f"probes.ktd.m: must be >= 1, got {m}")
+    out = []
+    for j, size in enumerate(pool_sizes):
+        if size < m:
+            raise InputError(f"text {j}: {size} knockoff(s) in its pool, m = {m} asked")
+        out.append(np.sort(rng.choice(size, size=m, replace=False)))
+    return out
+
+
+def passage_w(passage_z: np.ndarray, passage_pool: list[np.ndarray], ids: Sequence[str], m: int,
+              rng: np.random.Generator) -> pd.Series:
+    """Eq. 8's W of every passage (indexed by ``ids``) with ``m`` knockoffs drawn from its pool
+    (``passage_pool[k]``: the scores of passage k's knockoffs)."""
+    picks = draw_knockoffs([p.size for p in passage_pool], m, rng)
+    w = knockoff_statistic(passage_z, np.stack([pool[idx] for pool, idx in zip(passage_pool, picks)]))
+    return pd.Series(w, index=list(ids))
+
+
+def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.Series,
+                   qs: Sequence[float]) -> pd.DataFrame:
+    """Knockoff+ at every q for every (statistic, m) and knockoff draw: :data:`SELECTION_RUN_COLUMNS`.
+
+    ``w_draws[(statistic, m)]`` holds one W series per draw (indexed by text); ``labels`` maps a
+    text to 1 (member) / 0. FDP and power are measured against the labels.
+    """
+    qs = [check_q(q, "probes.ktd.qs") for q in qs]
+    rows = []
+    for (statistic, m), draws in sorted(w_draws.items()):
+        for draw, w in enumerate(draws):
+            truth = labels.loc[w.index].to_numpy(dtype=int)
+            for q in qs:
+                selected = knockoff_plus_select(w.to_numpy(), q)
+                fdp, power = fdp_and_power(selected, truth)
+                rows.append({"statistic": statistic, "m": m, "draw": draw, "q": q,
+                             "tau": knockoff_plus_threshold(w.to_numpy(), q), "n_selected": int(selected.sum()),
+                             "n_false": int((selected & (truth == 0)).sum()), "fdp": fdp, "power": power})
+    return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
+
+
+def summarise_selection(runs: pd.DataFrame) -> pd.DataFrame:
+    """Empirical FDR and power per (statistic, m, q): means over the knockoff draws, with standard errors."""
+    grouped = runs.groupby(["statistic", "m", "q"], sort=True)
+    out = grouped.agg(n_draws=("draw", "size"), fdr=("fdp", "mean"), power=("power", "mean"),
+                      mean_selected=("n_selected", "mean"), fdp_sd=("fdp", "std"), power_sd=("power", "std"))
+    n = out["n_draws"].clip(lower=1)
+    out["fdr_se"] = out.pop("fdp_sd") / np.sqrt(n)
+    out["power_se"] = out.pop("power_sd") / np.sqrt(n)
+    return out.reset_index()
+
+
+def symmetry_table(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.Series) -> pd.DataFrame:
+    """Lemma 1 checked on the data: is non-members' W symmetric about 0? (:data:`SYMMETRY_COLUMNS`)
+
+    Over the first draw of each (statistic, m): a two-sided sign test (``scipy.stats.binomtest``
+    of #{W > 0} among nonzero W against 1/2) and a Wilcoxon signed-rank test (symmetry about 0,
+    ``scipy.stats.wilcoxon``). Small p-values mean the knockoffs are not exchangeable with the
+    texts and knockoff+'s FDR guarantee does not hold.
+    """
+    rows = []
+    for (statistic, m), draws in sorted(w_draws.items()):
+        w = draws[0]
+        truth = labels.loc[w.index].to_numpy(dtype=int)
+        null = w.to_numpy()[truth == 0]
+        nonzero = null[null != 0]
+        sign_p = (float(scipy_stats.binomtest(int((nonzero > 0).sum()), nonzero.size, 0.5).pvalue)
+                  if nonzero.size else math.nan)
+        wilcoxon_p = float(scipy_stats.wilcoxon(nonzero).pvalue) if nonzero.size >= 2 else math.nan
+        members = w.to_numpy()[truth == 1]
+        rows.append({"statistic": statistic, "m": m, "n_nonmember": int(null.size),
+                     "nonmember_mean_w": float(null.mean()) if null.size else math.nan,
+                     "nonmember_median_w": float(np.median(null)) if null.size else math.nan,
+                     "nonmember_share_positive": float((null > 0).mean()) if null.size else math.nan,
+                     "sign_pvalue": sign_p, "wilcoxon_pvalue": wilcoxon_p,
+                     "member_mean_w": float(members.mean()) if members.size else math.nan})
+    return pd.DataFrame(rows, columns=SYMMETRY_COLUMNS)

@@ -1,0 +1,77 @@
+"""KTD over every (benchmark, model): one table, FDR and power against q, W's distributions."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from memaudit.io import write_csv
+
+SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "q", "n_draws", "fdr", "fdr_se",
+                   "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
+                   "wilcoxon_pvalue"]
+
+
+def _read(paths: Sequence[str]) -> pd.DataFrame:
+    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+
+
+def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str], w_paths: Sequence[str],
+                  contaminated: dict[str, list[str]], out_csv, out_fdr_power, out_w, *, m: int) -> pd.DataFrame:
+    """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
+    power over the knockoff draws, whether FDR <= q held (``guarantee``), and Lemma 1's symmetry
+    tests of non-members' W beside it; the two figures for the gradient-norm statistic at ``m``."""
+    from memaudit.figures.plots import plot_selection
+
+    selection = _read(selection_paths)
+    symmetry = _read(symmetry_paths)
+    frame = selection.merge(symmetry[["benchmark", "model", "statistic", "m", "nonmember_mean_w", "sign_pvalue",
+                                      "wilcoxon_pvalue"]], on=["benchmark", "model", "statistic", "m"])
+    frame["contaminated"] = [b in contaminated.get(mod, []) for b, mod in zip(frame["benchmark"], frame["model"])]
+    # FDR is an expectation: "fails" only when the mean over draws exceeds q by more than 2 standard errors
+    slack = 2 * frame["fdr_se"].fillna(0)
+    frame["guarantee"] = np.where(frame["fdr"] <= frame["q"] + slack, "holds", "fails")
+    frame = frame[SUMMARY_COLUMNS].sort_values(["benchmark", "model", "statistic", "m", "q"], kind="stable")
+    write_csv(out_csv, frame)
+    chosen = frame[(frame["statistic"] == "gradnorm") & (frame["m"] == m)].assign(method=f"ktd gradnorm, m={m}")
+    plot_selection(chosen, str(out_fdr_power).removesuffix(".png"), [f"ktd gradnorm, m={m}"],
+                   title=f"KTD knockoff+: empirical FDR and power against q (gradient-norm W, m = {m}; "
+                         "mean over knockoff draws)")
+    w = _read(w_paths)
+    plot_w_distributions(w[(w["statistic"] == "gradnorm") & (w["m"] == m) & (w["draw"] == 0)],
+                         str(out_w).removesuffix(".png"), m=m)
+    return frame
+
+
+def plot_w_distributions(w: pd.DataFrame, out_prefix: str, *, m: int) -> list[Path]:
+    """KTD's Figure 2: W of members and non-members per (benchmark, model); 0 marked (Lemma 1 wants the
+    non-members symmetric about it)."""
+    from memaudit.figures.plots import FIGURE_WIDTH_IN, FONT_SIZE, new_figure, save_figure, style
+
+    pairs = sorted({(b, mod) for b, mod in zip(w["benchmark"], w["model"])})
+    ncols = min(len(pairs), 3)
+    nrows = math.ceil(len(pairs) / ncols)
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN, 2.4 * nrows + 0.6)
+        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+        for ax, (benchmark, model) in zip(axes, pairs):
+            part = w[(w["benchmark"] == benchmark) & (w["model"] == model)]
+            bins = np.histogram_bin_edges(part["w"], bins=min(25, max(5, int(np.sqrt(len(part))))))
+            for value, name, color in ((0, "non-member", "tab:blue"), (1, "member", "tab:red")):
+                values = part.loc[part["label"] == value, "w"]
+                if len(values):
+                    ax.hist(values, bins=bins, alpha=0.45, color=color, label=f"{name} (n={len(values)})")
+            ax.axvline(0, color="grey", linestyle=":")
+            ax.set_title(f"{benchmark} / {model}", fontsize=FONT_SIZE)
+            ax.set_xlabel("W = Z - mean of knockoff Z")
+            ax.legend(frameon=False, fontsize=FONT_SIZE - 2)
+        for ax in axes[len(pairs):]:
+            ax.set_visible(False)
+        fig.suptitle(f"KTD's knockoff statistic W (gradient norm, m = {m}): members should sit right of 0, "
+                     "non-members symmetric about it")
+        fig.tight_layout()
+        return save_figure(fig, out_prefix)

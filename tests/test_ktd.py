@@ -1,0 +1,125 @@
+"""KTD: knockoff statistics, draws from the paraphrase pool, knockoff+ over draws, symmetry, the job."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memaudit.errors import ConfigError, InputError
+from memaudit.probes.ktd import plan, statistics
+from memaudit.probes.ktd.runner import STATISTICS, ktd_tables
+from memaudit.stats.selection import knockoff_plus_select
+
+
+def test_knockoff_statistic_is_eq8():
+    w = statistics.knockoff_statistic([1.0, -2.0], [[0.0, 1.0, 2.0], [-1.0, -1.0, -4.0]])
+    np.testing.assert_allclose(w, [1.0 - 1.0, -2.0 - (-2.0)])
+    # m = 1 is vanilla knockoff inference: Z - Z~
+    np.testing.assert_allclose(statistics.knockoff_statistic([3.0], [[1.0]]), [2.0])
+    with pytest.raises(InputError, match="shape"):
+        statistics.knockoff_statistic([1.0, 2.0], [[1.0]])
+
+
+def test_draws_are_distinct_knockoffs_of_each_pool_and_seeded():
+    rng = np.random.default_rng(0)
+    picks = statistics.draw_knockoffs([3, 5, 2], 2, rng)
+    assert [p.size for p in picks] == [2, 2, 2]
+    assert all(len(set(p)) == 2 and p.max() < size for p, size in zip(picks, [3, 5, 2]))
+    again = statistics.draw_knockoffs([3, 5, 2], 2, np.random.default_rng(0))
+    assert all((a == b).all() for a, b in zip(picks, again))
+    assert [p.tolist() for p in statistics.draw_knockoffs([3], 3, rng)] == [[0, 1, 2]]
+    with pytest.raises(InputError, match="text 1: 2 knockoff"):
+        statistics.draw_knockoffs([3, 2], 3, rng)
+    with pytest.raises(ConfigError, match="probes.ktd.m"):
+        statistics.draw_knockoffs([3], 0, rng)
+
+
+def _items_and_scores(n_docs=40, passages=3, pool=3, member_gap=1.0, seed=0):
+    """Pool items laid out as the runner reads them, and Z for every text: members' passages beat
+    their knockoffs by ``member_gap``; a non-member's passage and knockoffs are exchangeable."""
+    rng = np.random.default_rng(seed)
+    items, z = [], {name: [] for name in STATISTICS}
+    for d in range(n_docs):
+        label = int(d % 2 == 0)
+        for k in range(passages):
+            items.append({"item_id": f"doc{d}#p{k}", "doc_id": f"doc{d}", "label": label, "answer": 0,
+                          "options": [f"passage {d} {k}"] + [f"knockoff {d} {k} {i}" for i in range(pool)]})
+            base = rng.normal(size=1 + pool)
+            base[0] += member_gap * label
+            for name in STATISTICS:
+                z[name].extend(base)
+    return items, {name: np.asarray(v) for name, v in z.items()}
+
+
+def test_ktd_tables_separate_members_and_keep_nonmembers_symmetric():
+    items, z = _items_and_scores(member_gap=3.0)
+    tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=4, qs=[0.1, 0.2], seed=5)
+    docs = tables["documents"]
+    assert sorted(docs["method"].unique()) == ["ktd_w_gradnorm", "ktd_w_loss", "ktd_w_min_k", "ktd_z_gradnorm"]
+    assert len(docs) == 4 * 40 and set(docs.loc[docs.doc_id == "doc0", "label"]) == {1}
+    # a document's score is the mean of its passages' W (first draw, m = 3: every knockoff)
+    w = tables["w"]
+    first = w[(w.statistic == "loss") & (w.m == 3) & (w.draw == 0)]
+    expected = first.groupby("doc_id")["w"].mean()
+    got = docs[docs.method == "ktd_w_loss"].set_index("doc_id")["score"]
+    pd.testing.assert_series_equal(got.sort_index(), expected.sort_index(), check_names=False)
+    # m = pool: every draw uses the whole pool, so the W of draws agree
+    assert w[(w.m == 3)].groupby(["statistic", "item_id"])["w"].nunique().max() == 1
+    sel = tables["selection"].set_index(["statistic", "m", "q"])
+    assert sel.loc[("gradnorm", 3, 0.2), "power"] > 0.8 and sel.loc[("gradnorm", 3, 0.2), "fdr"] <= 0.2
+    assert sel.loc[("gradnorm", 3, 0.2), "n_draws"] == 4
+    sym = tables["symmetry"].set_index(["statistic", "m"])
+    assert sym.loc[("gradnorm", 3), "n_nonmember"] == 60 and sym.loc[("gradnorm", 3), "wilcoxon_pvalue"] > 0.01
+    assert sym.loc[("gradnorm", 3), "member_mean_w"] > 2
+
+
+def test_selection_runs_are_knockoff_plus_of_each_draw():
+    items, z = _items_and_scores(member_gap=1.5, seed=3)
+    tables = ktd_tables(items, z, ms=[2], m=2, n_draws=3, qs=[0.3], seed=1)
+    w = tables["w"]
+    fdps = []
+    for d in range(3):
+        part = w[(w.statistic == "gradnorm") & (w.draw == d)]
+        chosen = knockoff_plus_select(part["w"].to_numpy(), 0.3)
+        fdps.append(((part["label"].to_numpy() == 0) & chosen).sum() / max(chosen.sum(), 1))
+    row = tables["selection"].query("statistic == 'gradnorm' and m == 2 and q == 0.3").iloc[0]
+    assert row["fdr"] == pytest.approx(np.mean(fdps))
+
+
+def test_shifted_knockoffs_break_symmetry_and_the_tests_say_so():
+    # a paraphraser whose outputs always score lower than any original (imperfect knockoffs):
+    # non-members' W is positive, and both tests reject symmetry
+    items, z = _items_and_scores(member_gap=0.0, seed=2)
+    for name in STATISTICS:
+        for s in range(0, z[name].size, 4):
+            z[name][s + 1:s + 4] -= 2.0
+    sym = ktd_tables(items, z, ms=[3], m=3, n_draws=1, qs=[0.1], seed=0)["symmetry"]
+    row = sym[sym.statistic == "gradnorm"].iloc[0]
+    assert row["nonmember_share_positive"] > 0.9 and row["sign_pvalue"] < 1e-6 and row["wilcoxon_pvalue"] < 1e-6
+
+
+def _config():
+    return {"models": {"a": {}, "b": {}},
+            "benchmarks": {"novels": {}},
+            "probes": {"decop": {"paraphrase": {"model": "a"}}, "decop_likelihood": {"models": ["b"]},
+                       "ktd": {"models": ["b"], "m": 2, "ms": [1, 2, 3]}}}
+
+
+def test_ktd_config_checks():
+    assert plan.check_config(_config()) == []
+    cfg = _config()
+    del cfg["probes"]["decop"]
+    assert plan.check_config(cfg) == ["probes.ktd: knockoffs are the paraphrases of DE-COP's pool; configure "
+                                      "probes.decop (its paraphrase.model makes them) and a decop_<mode> block"]
+    cfg = copy.deepcopy(_config())
+    cfg["probes"]["ktd"].update(ms=[1, 4], m=3)
+    assert plan.check_config(cfg) == [
+        "probes.ktd.ms: at most 3 knockoffs per passage (DE-COP's paraphrase pool), got 4",
+        "probes.ktd.m: 3 must be one of probes.ktd.ms [1, 4]"]
+    cfg = copy.deepcopy(_config())
+    cfg["probes"]["ktd"]["models"] = ["a", "b"]
+    (problem,) = plan.check_config(cfg)
+    assert problem.startswith("probes.ktd.models: 'a' paraphrases the knockoffs")

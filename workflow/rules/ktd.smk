@@ -1,0 +1,70 @@
+# KTD (memaudit.probes.ktd): knockoffs from the benchmark's paraphrase pool (DE-COP's items), one probe
+# job per model (importance scores of texts and knockoffs, W, knockoff+ over draws), one summary.
+from memaudit.probes.ktd import plan as ktd_plan
+
+register_outputs(ktd_plan.outputs(config))
+
+
+rule ktd_probe:
+    input:
+        unpack(local_model_dir),
+        records="results/datasets/{benchmark}/decop_items.jsonl",
+    output:
+        documents="results/scores/{benchmark}/{model}/ktd_documents.csv",
+        selection="results/scores/{benchmark}/{model}/ktd_selection.csv",
+        symmetry="results/scores/{benchmark}/{model}/ktd_symmetry.csv",
+        w="results/scores/{benchmark}/{model}/ktd_w.csv",
+    params:
+        family="ktd",
+        ktd=probe_settings("ktd"),
+        entry=model_entry,
+        seed=config["seed"],
+        code_version=family_version("ktd"),
+    threads: lambda wc: job_threads(1)
+    resources:
+        mem_mb=6000,
+        gpu=gpu_slots,
+    log:
+        "logs/ktd_probe/{benchmark}/{model}.log",
+    benchmark:
+        "logs/benchmarks/ktd_probe/{benchmark}/{model}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/probe.py"
+
+
+rule ktd_summary:
+    input:
+        unpack(lambda wc: ktd_plan.summary_inputs(config)),
+    output:
+        table=report(
+            "results/summary/ktd.csv",
+            caption="../report/ktd_summary.rst",
+            category="KTD",
+            labels={"table": "knockoff+ FDR and power, symmetry of W"},
+        ),
+        fdr_power=report(
+            "results/figures/ktd/fdr_power.png",
+            caption="../report/ktd_fdr_power.rst",
+            category="KTD",
+            labels={"figure": "FDR and power against q"},
+        ),
+        fdr_power_svg="results/figures/ktd/fdr_power.svg",
+        w=report(
+            "results/figures/ktd/w_distributions.png",
+            caption="../report/ktd_w_distributions.rst",
+            category="KTD",
+            labels={"figure": "distributions of W"},
+        ),
+        w_svg="results/figures/ktd/w_distributions.svg",
+    params:
+        contaminated=lambda wc: {m: contaminated_on(e) for m, e in sorted(config["models"].items())},
+        m=config["probes"].get("ktd", {}).get("m"),
+        code_version=family_version("ktd"),
+    log:
+        "logs/ktd_summary/summary.log",
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/ktd_summary.py"
