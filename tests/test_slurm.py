@@ -144,14 +144,17 @@ def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
     ran = set(re.findall(r"^\s*rule (\w+):", output, re.M))
     assert {"prepare_model", "token_stats", "token_prob_scores", "metrics", "decop_items", "decop_probe",
             "summary"} <= ran, ran
-    # the profile's groups: scoring and statistics of each scored (benchmark, model) pair in one job
-    # (8 token-probability pairs, and CopyBench's pair on books, whose metrics job is a group alone)
+    # the profile's groups: scoring, statistics and figures of each scored (benchmark, model) pair in
+    # one job where token-probability scoring connects them (8 pairs); CopyBench's pair on books has
+    # no such job, so its metrics and its figures are two groups each
     from memaudit import jobs
+    from memaudit.probes.registry import probes_for_model
 
     ci = jobs.load_config(workdir / "config" / "ci.yaml")
-    n_pairs = sum(len(models) for models in jobs.scored(ci).values())
+    pairs = [(b, m) for b, models in jobs.scored(ci).items() for m in models]
+    expected = sum(1 if "token_prob" in probes_for_model(ci, m, b) else 2 for b, m in pairs)
     groups = re.findall(r"Group job (\w+) \(jobs in lexicogr. order\):", output)
-    assert n_pairs == 10 and groups == ["score_and_stats"] * n_pairs, groups
+    assert (len(pairs), expected) == (10, 12) and groups == ["score_and_stats"] * expected, groups
 
     tables = _compared_tables(ci_run)
     assert tables == _compared_tables(workdir)
