@@ -36,7 +36,7 @@ from scipy import stats as scipy_stats
 from memaudit.errors import ConfigError, InputError
 from memaudit.stats.selection import check_q, fdp_and_power, knockoff_plus_select, knockoff_plus_threshold
 
-SELECTION_RUN_COLUMNS = ["statistic", "m", "draw", "q", "tau", "n_selected", "n_false", "fdp", "power"]
+SELECTION_RUN_COLUMNS = ["statistic", "m", "draw", "q", "n_texts", "tau", "n_selected", "n_false", "fdp", "power"]
 SYMMETRY_COLUMNS = ["statistic", "m", "n_nonmember", "nonmember_mean_w", "nonmember_median_w",
                     "nonmember_share_positive", "sign_pvalue", "wilcoxon_pvalue", "member_mean_w"]
 
@@ -90,7 +90,7 @@ def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
             for q in qs:
                 selected = knockoff_plus_select(w.to_numpy(), q)
                 fdp, power = fdp_and_power(selected, truth)
-                rows.append({"statistic": statistic, "m": m, "draw": draw, "q": q,
+                rows.append({"statistic": statistic, "m": m, "draw": draw, "q": q, "n_texts": int(w.size),
                              "tau": knockoff_plus_threshold(w.to_numpy(), q), "n_selected": int(selected.sum()),
                              "n_false": int((selected & (truth == 0)).sum()), "fdp": fdp, "power": power})
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
@@ -99,7 +99,7 @@ def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
 def summarise_selection(runs: pd.DataFrame) -> pd.DataFrame:
     """Empirical FDR and power per (statistic, m, q): means over the knockoff draws, with standard errors."""
     grouped = runs.groupby(["statistic", "m", "q"], sort=True)
-    out = grouped.agg(n_draws=("draw", "size"), fdr=("fdp", "mean"), power=("power", "mean"),
+    out = grouped.agg(n_draws=("draw", "size"), n_texts=("n_texts", "first"), fdr=("fdp", "mean"), power=("power", "mean"),
                       mean_selected=("n_selected", "mean"), fdp_sd=("fdp", "std"), power_sd=("power", "std"))
     n = out["n_draws"].clip(lower=1)
     out["fdr_se"] = out.pop("fdp_sd") / np.sqrt(n)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from memaudit.io import write_csv
 
-SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "q", "n_draws", "fdr", "fdr_se",
+SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "q", "n_texts", "n_draws", "fdr", "fdr_se",
                    "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
                    "wilcoxon_pvalue"]
 
