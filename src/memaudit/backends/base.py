@@ -11,9 +11,12 @@ that cannot serve it before any job runs.
 - ``OPTION_LOGPROBS``: log-probabilities of a fixed set of next tokens after a
   prompt, by teacher forcing (DE-COP's option letters, cloze candidates);
 - ``GENERATE``: text generation (black-box: DE-COP answers, CopyBench literal and
-  non-literal copying, prefix completion, paraphrasing).
+  non-literal copying, prefix completion, paraphrasing);
+- ``GRADIENT_NORMS``: per-text norms of the gradient of the mean token log-likelihood
+  over (a selection of) the weights (white-box: KTD's importance score, Eq. 6 of the
+  knockoff paper).
 
-Backends: ``hf`` (local, white-box: all three), ``openai`` (Chat Completions, also
+Backends: ``hf`` (local, white-box: all four), ``openai`` (Chat Completions, also
 any OpenAI-compatible server through ``base_url``: generation and, from the top-20
 ``top_logprobs``, option log-probabilities) and ``anthropic`` (Messages:
 generation). The API backends share their cache, retry, throttling and cost
@@ -112,6 +115,10 @@ class Backend(abc.ABC):
 
     def generate(self, prompts: Sequence[str], params: GenerationParams) -> list[Generation]:
         raise ConfigError(f"{type(self).__name__} cannot serve {GENERATE}")
+
+    def gradient_norms(self, texts: Sequence[str], **kwargs):
+        """``||d/d theta mean token log p(text)||_2`` per text (float64 array); ``params`` selects theta."""
+        raise ConfigError(f"{type(self).__name__} cannot serve {GRADIENT_NORMS}")
 
 
 # Backends are imported only when used: `import memaudit` never imports torch or an SDK.

@@ -1,15 +1,16 @@
-"""Local Hugging Face causal LMs (white-box): token statistics, option log-probabilities, generation."""
+"""Local Hugging Face causal LMs (white-box): token statistics, option log-probabilities, generation,
+per-text gradient norms."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, TOKEN_LOGPROBS, Backend, Generation,
-                                    GenerationParams, option_variants)
+from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, Backend,
+                                    Generation, GenerationParams, option_variants)
 
 
 class HFBackend(Backend):
-    capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE})
+    capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS})
 
     def __init__(self, load_spec: dict, *, name: str | None = None, dtype: str = "float32", device: str = "auto",
                  batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None):
@@ -43,6 +44,34 @@ class HFBackend(Backend):
         return compute_token_stats(self.model, self.tokenizer, texts, batch_size=self.batch_size,
                                    max_tokens=self.max_tokens, with_distribution=with_distribution,
                                    progress=progress)
+
+    def gradient_norms(self, texts: Sequence[str], *, params="all", batch_size: int | None = None):
+        """KTD's score magnitude: ``||d/d theta (mean token log-likelihood of text)||_2`` per text.
+
+        :func:`memaudit.models.grad_norms.per_sample_grad_norms` with this backend's tokenizer,
+        ``max_tokens`` and batch size (``batch_size`` overrides it); ``params`` is ``"all"``,
+        ``"lora"`` or glob patterns over the parameter names. Gradients are computed in float32:
+        a model loaded in another dtype is upcast once, on a copy kept beside it.
+        """
+        import importlib
+
+        # Loaded by name, not imported: an import would make every probe family that uses this
+        # backend fingerprint the gradient code too (memaudit.probes.registry), as with MemFree below.
+        grad_norms = importlib.import_module("memaudit.models.grad_norms")
+        return grad_norms.per_sample_grad_norms(self._float32_model(), self.tokenizer, texts, params=params,
+                                                batch_size=batch_size or self.batch_size,
+                                                max_tokens=self.max_tokens)
+
+    def _float32_model(self):
+        import copy
+
+        import torch
+
+        if all(p.dtype == torch.float32 for p in self.model.parameters() if p.is_floating_point()):
+            return self.model
+        if getattr(self, "_float32_copy", None) is None:
+            self._float32_copy = copy.deepcopy(self.model).float()
+        return self._float32_copy
 
     def _render(self, prompt: str, params: GenerationParams) -> str:
         messages = ([{"role": "system", "content": params.system_prompt}] if params.system_prompt else [])

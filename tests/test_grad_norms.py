@@ -1,0 +1,180 @@
+"""Per-sample gradient norms (KTD's Eq. 6): the batched ghost norms against one backward per text.
+
+Every model here is random and tiny (seconds on a CPU); the batched path must give the loop's
+norms within 1e-4 relative, whatever the padding, tied weights, LoRA adapters or selection.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import TINY_TEXTS
+from memaudit.errors import ConfigError
+from memaudit.models.grad_norms import per_sample_grad_norms, per_sample_grad_norms_loop, select_parameters
+
+# Different lengths (so that a batch is padded), one text of a single token.
+TEXTS = [t[:25 + 17 * i] for i, t in enumerate(TINY_TEXTS[:7])] + ["a"]
+RTOL = 1e-4
+
+
+def _agree(model, tok, texts=TEXTS, *, batch_size=4, **kwargs):
+    ours = per_sample_grad_norms(model, tok, texts, batch_size=batch_size, **kwargs)
+    loop = per_sample_grad_norms_loop(model, tok, texts, **kwargs)
+    assert ours.dtype == np.float64 and ours.shape == (len(texts),)
+    assert np.all(loop > 0)
+    np.testing.assert_allclose(ours, loop, rtol=RTOL, atol=0)
+    return ours
+
+
+def _tiny_gpt2(tok, **overrides):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(1)
+    cfg = dict(vocab_size=len(tok), n_positions=128, n_embd=32, n_layer=2, n_head=2,
+               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    return GPT2LMHeadModel(GPT2Config(**{**cfg, **overrides})).eval()
+
+
+def test_batched_norms_equal_the_loop_and_padding_changes_nothing(tiny_model):
+    model, tok = tiny_model
+    batched = _agree(model, tok)
+    # A text alone, in a batch of one, has the norm it has among longer and shorter texts.
+    alone = [per_sample_grad_norms(model, tok, [t], batch_size=1)[0] for t in (TEXTS[0], TEXTS[5])]
+    np.testing.assert_allclose(alone, batched[[0, 5]], rtol=RTOL)
+    # The model is left as it was: mode and requires_grad.
+    assert not model.training and all(p.requires_grad for p in model.parameters())
+
+
+def test_tied_embeddings_count_both_uses(tiny_model):
+    model, tok = tiny_model
+    assert model.lm_head.weight is model.transformer.wte.weight  # GPT-2 ties its output layer to the input
+    [(names, tensor)] = select_parameters(model, ["lm_head.*"])
+    assert set(names) == {"transformer.wte.weight", "lm_head.weight"} and tensor is model.lm_head.weight
+    tied = _agree(model, tok, params=["lm_head.*"])
+    # Untied, the same weights give a different gradient: the embedding's part is no longer added.
+    untied = _tiny_gpt2(tok, tie_word_embeddings=False)
+    untied.load_state_dict(model.state_dict())
+    assert untied.lm_head.weight is not untied.transformer.wte.weight
+    head_only = _agree(untied, tok, params=["lm_head.*"])
+    assert np.all(np.abs(head_only / tied - 1) > 1e-3)
+
+
+def test_llama_rmsnorm_and_an_embedding_padding_row(tiny_model):
+    """A tied Llama whose embedding's padding row is the context token: that row gets no gradient
+    from the input side (but does from the output side); RMSNorm goes through the torch.func path."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tok = tiny_model
+    torch.manual_seed(2)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=True, pad_token_id=tok.bos_token_id, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
+    model = LlamaForCausalLM(cfg).eval()
+    assert model.model.embed_tokens.padding_idx == tok.bos_token_id
+    with torch.no_grad():  # initialised to zero, the row would leave position 0 a zero vector in every layer
+        model.model.embed_tokens.weight[tok.bos_token_id] = torch.randn(32) * 0.02
+    _agree(model, tok, texts=TEXTS + ["<|endoftext|> the <|endoftext|>"])
+    _agree(model, tok, params=["*norm*"])
+
+
+def test_lora_adapters_only(tiny_model):
+    from peft import LoraConfig, get_peft_model
+
+    _, tok = tiny_model
+    model = get_peft_model(_tiny_gpt2(tok), LoraConfig(r=4, target_modules=["c_attn", "c_fc"], lora_dropout=0.2,
+                                                       fan_in_fan_out=True, init_lora_weights=False))
+    model.train()  # dropout must be off all the same
+    lora = _agree(model, tok, params="lora")
+    assert model.training
+    assert len(select_parameters(model, "lora")) == 8  # A and B of 2 modules in 2 layers
+    everything = per_sample_grad_norms(model, tok, TEXTS, params="all")
+    assert np.all(everything > lora)
+
+
+def test_glob_selection(tiny_model):
+    model, tok = tiny_model
+    names = [n for names, _ in select_parameters(model, ["*.h.1.*", "transformer.ln_f.*"]) for n in names]
+    assert names and all(".h.1." in n or n.startswith("transformer.ln_f.") for n in names)
+    last = _agree(model, tok, params=["*.h.1.*", "transformer.ln_f.*"])
+    # Squared norms add over disjoint selections.
+    parts = [per_sample_grad_norms(model, tok, TEXTS, params=p) for p in (["*.h.1.*"], ["transformer.ln_f.*"])]
+    np.testing.assert_allclose(parts[0] ** 2 + parts[1] ** 2, last ** 2, rtol=RTOL)
+    _agree(model, tok, params=["transformer.wpe.*"])  # one [1, T, d] output shared by the batch
+
+
+def test_the_output_layer_by_hand(tiny_model):
+    """Untied GPT-2, output layer only: d/dW (1/n) sum_t log softmax(W h_t)[y_t] = (1/n) sum_t (e_{y_t} - p_t) h_t^T."""
+    import torch
+
+    from memaudit.models.token_stats import encode
+
+    _, tok = tiny_model
+    model = _tiny_gpt2(tok, tie_word_embeddings=False)
+    text = TEXTS[3]
+    ids = torch.tensor([encode(tok, text, None)])
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+    h = out.hidden_states[-1][0, :-1].double().numpy()  # after the final layer norm
+    logits = out.logits[0, :-1].double().numpy()
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    onehot = np.eye(p.shape[1])[ids[0, 1:].numpy()]
+    grad = (onehot - p).T @ h / len(h)
+    expected = np.linalg.norm(grad)
+    [ours] = per_sample_grad_norms(model, tok, [text], params=["lm_head.*"])
+    assert ours == pytest.approx(expected, rel=1e-5)
+    assert per_sample_grad_norms_loop(model, tok, [text], params=["lm_head.*"])[0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_bad_selections_name_what_was_asked(tiny_model):
+    model, tok = tiny_model
+    with pytest.raises(ConfigError, match=r"\['\*\.h\.9\.\*'\] match no parameter"):
+        per_sample_grad_norms(model, tok, TEXTS, params=["lm_head.*", "*.h.9.*"])
+    with pytest.raises(ConfigError, match="params='lora': the model has no LoRA adapter weights"):
+        per_sample_grad_norms(model, tok, TEXTS, params="lora")
+    with pytest.raises(ConfigError, match="params='lm_head.weight': expected 'all', 'lora' or a list"):
+        per_sample_grad_norms_loop(model, tok, TEXTS, params="lm_head.weight")
+
+
+def test_empty_text_is_nan_and_other_dtypes_are_refused(tiny_model):
+    import torch
+
+    model, tok = tiny_model
+    norms = per_sample_grad_norms(model, tok, ["", TEXTS[0]])
+    assert np.isnan(norms[0]) and norms[1] > 0
+    bf16 = _tiny_gpt2(tok).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="computed in float32, but the selected parameters are bfloat16"):
+        per_sample_grad_norms(bf16, tok, TEXTS)
+
+
+def test_hf_backend_serves_gradient_norms_and_api_backends_do_not(tiny_model):
+    import copy
+
+    import torch
+
+    from memaudit.backends.anthropic_backend import AnthropicBackend
+    from memaudit.backends.base import GRADIENT_NORMS, backend_capabilities, check_probe_support
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.openai_backend import OpenAIBackend
+
+    model, tok = tiny_model
+    backend = HFBackend({}, model=model, tokenizer=tok, batch_size=3)
+    assert GRADIENT_NORMS in HFBackend.capabilities and GRADIENT_NORMS in backend_capabilities("hf")
+    np.testing.assert_allclose(backend.gradient_norms(TEXTS, params=["*.h.1.*"]),
+                               per_sample_grad_norms_loop(model, tok, TEXTS, params=["*.h.1.*"]), rtol=RTOL)
+    # A bfloat16 model is upcast on a copy; the backend's own model stays as loaded.
+    bf16 = _tiny_gpt2(tok).to(torch.bfloat16)
+    low = HFBackend({}, model=bf16, tokenizer=tok)
+    np.testing.assert_allclose(low.gradient_norms(TEXTS[:3]),
+                               per_sample_grad_norms(copy.deepcopy(bf16).float(), tok, TEXTS[:3]), rtol=RTOL)
+    assert low.model.dtype == torch.bfloat16
+    for cls, name in ((OpenAIBackend, "openai"), (AnthropicBackend, "anthropic")):
+        assert GRADIENT_NORMS not in cls.capabilities and GRADIENT_NORMS not in backend_capabilities(name)
+        with pytest.raises(ConfigError, match=f"{cls.__name__} cannot serve gradient_norms"):
+            cls.gradient_norms(object.__new__(cls), TEXTS)
+        with pytest.raises(ConfigError, match=f"needs gradient_norms, which model 'api' \\(backend '{name}'\\)"):
+            check_probe_support("ktd", {GRADIENT_NORMS}, "api", name)
