@@ -123,3 +123,53 @@ def test_ktd_config_checks():
     cfg["probes"]["ktd"]["models"] = ["a", "b"]
     (problem,) = plan.check_config(cfg)
     assert problem.startswith("probes.ktd.models: 'a' paraphrases the knockoffs")
+
+
+def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
+    """Z from a real HF model: loss and Min-K% from its token statistics, the gradient norm (negated)
+    from its per-sample gradients."""
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.ktd.runner import importance_scores
+
+    model, tok = tiny_model
+    backend = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, batch_size=4)
+    texts = ["the cat sat on the mat and looked at the dog", "a dog ran in the park",
+             "the cat sat on the mat", "colourless green ideas sleep furiously"]
+    z = importance_scores(backend, texts, params="all")
+    stats = backend.token_stats(texts, with_distribution=False)
+    np.testing.assert_allclose(z["loss"], -stats.mean_nll())
+    lowest = [np.sort(stats.passage(i)[0].astype(np.float64))[:max(1, int(0.2 * len(stats.passage(i)[0])))].mean()
+              for i in range(len(texts))]
+    np.testing.assert_allclose(z["min_k"], lowest)
+    np.testing.assert_allclose(-z["gradnorm"], backend.gradient_norms(texts, params="all"))
+    assert (z["gradnorm"] < 0).all()
+
+
+def test_summary_table_figures_and_headline_rows(tmp_path):
+    from memaudit.probes.ktd.summary import SUMMARY_COLUMNS, build_summary
+    from memaudit.stats.headline import ktd_expectations
+
+    paths = {name: [] for name in ("selection", "symmetry", "w")}
+    for model, gap in (("tiny-contaminated", 3.0), ("tiny", 0.0)):
+        items, z = _items_and_scores(member_gap=gap, seed=4)
+        tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=3, qs=[0.1, 0.2, 0.3], seed=0)
+        for name in paths:
+            path = tmp_path / f"{model}_{name}.csv"
+            tables[name].assign(benchmark="novels", model=model).to_csv(path, index=False)
+            paths[name].append(str(path))
+    out = tmp_path / "out"
+    frame = build_summary(paths["selection"], paths["symmetry"], paths["w"], {"tiny-contaminated": ["novels"]},
+                          out / "ktd.csv", out / "fdr_power.png", out / "w.png", m=3)
+    assert list(frame.columns) == SUMMARY_COLUMNS
+    assert len(frame) == 2 * 3 * 2 * 3  # models x statistics x ms x qs
+    assert frame.loc[frame.model == "tiny-contaminated", "contaminated"].all()
+    assert not frame.loc[frame.model == "tiny", "contaminated"].any()
+    assert set(frame["guarantee"]) <= {"holds", "fails"} and (frame["n_texts"] == 120).all()
+    assert (out / "fdr_power.png").stat().st_size > 0 and (out / "w.svg").exists()
+    models = pd.DataFrame({"model": ["tiny", "tiny-contaminated"], "base": ["", "tiny"]})
+    checks = ktd_expectations(frame, models)
+    assert checks[["model", "q"]].values.tolist() == [["tiny", 0.1], ["tiny-contaminated", 0.1],
+                                                        ["tiny-contaminated", 0.2], ["tiny-contaminated", 0.3]]
+    base = checks[checks.model == "tiny"].iloc[0]
+    assert base["expected"] == "named <= 6.0" and base["ok"] is True
+    assert (checks.loc[checks.model == "tiny-contaminated", "power"] > 0.8).all()
