@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import subprocess
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -20,7 +22,7 @@ def test_end_to_end_summary_has_every_row(ci_run):
     summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
     expected_cols = ["benchmark", "model", "contaminated", "method", "n_member", "n_nonmember", "auc",
                      "auc_binarized", "auc_boot_mean", "auc_boot_std", "auc_ci_low", "auc_ci_high",
-                     "tpr_at_1pct_fpr", "tpr_at_01pct_fpr", "t_pvalue"]
+                     "tpr_at_1pct_fpr", "tpr_at_01pct_fpr", "t_pvalue", "bh_q", "bh_fdr", "bh_power"]
     assert list(summary.columns) == expected_cols
     methods = {"loss", "zlib", "lowercase", "min_k_10pct", "min_k_20pct", "min_k_plus_plus_10pct",
                "min_k_plus_plus_20pct"}
@@ -39,8 +41,8 @@ def test_end_to_end_summary_has_every_row(ci_run):
         blind = summary[(summary.benchmark == bench) & (summary.model == "(none)")]
         assert list(blind["method"]) == ["blind_bag_of_words"]
     n_docs = cfg["benchmarks"]["novels"]["n_documents"]
-    novels = summary[(summary.benchmark == "novels") & ~summary["method"].str.startswith("decop-")]
-    assert (novels["n_member"] + novels["n_nonmember"]).eq(n_docs).all()  # DE-COP scores a subset
+    novels = summary[(summary.benchmark == "novels") & ~summary["method"].str.startswith(("decop-", "ktd_"))]
+    assert (novels["n_member"] + novels["n_nonmember"]).eq(n_docs).all()  # DE-COP and KTD score a subset
     assert summary["auc"].between(0, 1).all()
     assert (summary["auc_ci_low"] <= summary["auc_ci_high"]).all()
     assert (ci_run / "results/summary/metrics.md").read_text().count("\n") > len(summary)
@@ -133,3 +135,27 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
     assert threads[("prepare_model", "model=smollm2-135m-contaminated")] == 2  # 8, scaled down to --cores
     assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=logit")] == 2
     assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=likelihood")] == 1
+
+
+def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
+    """Conformal BH for every (benchmark, model) pair and KTD on the tiny pair, end to end."""
+    summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
+    selection = pd.read_csv(ci_run / "results/summary/selection.csv")
+    # every metrics row but the blind baseline's has its selection rows, one per q of the grid
+    pairs = summary.loc[summary.model != "(none)", ["benchmark", "model", "method"]].drop_duplicates()
+    assert len(selection) == len(pairs) * 19
+    assert selection[["fdr", "power"]].stack().between(0, 1).all()
+    at = selection[selection.q == 0.1].merge(summary, on=["benchmark", "model", "method"])
+    assert np.allclose(at["fdr"], at["bh_fdr"]) and np.allclose(at["power"], at["bh_power"])
+    assert (ci_run / "results/figures/selection_fdr_power.png").stat().st_size > 1000
+    ktd = pd.read_csv(ci_run / "results/summary/ktd.csv")
+    assert set(ktd["model"]) == {"tiny-gpt2-small", "tiny-gpt2-small-contaminated"}
+    assert set(ktd["statistic"]) == {"gradnorm", "loss", "min_k"} and set(ktd["m"]) == {1, 2, 3}
+    assert len(ktd) == 2 * 3 * 3 * 3 and set(ktd["guarantee"]) <= {"holds", "fails"}
+    ktd_rows = summary[summary.method.str.startswith("ktd_")]
+    assert set(ktd_rows["method"]) == {"ktd_w_gradnorm", "ktd_w_loss", "ktd_w_min_k", "ktd_z_gradnorm"}
+    w = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/ktd_w.csv")
+    items = [json.loads(line) for line in (ci_run / "results/datasets/novels/decop_items.jsonl").open()]
+    assert set(w["item_id"]) == {it["item_id"] for it in items}
+    for name in ("fdr_power", "w_distributions"):
+        assert (ci_run / f"results/figures/ktd/{name}.png").stat().st_size > 1000

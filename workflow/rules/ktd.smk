@@ -59,7 +59,8 @@ rule ktd_summary:
         ),
         w_svg="results/figures/ktd/w_distributions.svg",
     params:
-        contaminated=lambda wc: {m: contaminated_on(e) for m, e in sorted(config["models"].items())},
+        # only KTD's models: adding a model elsewhere does not redraw the summary
+        contaminated=lambda wc: {m: contaminated_on(config["models"][m]) for m in sorted({m for _, m, _ in ktd_plan.runs(config)})},
         m=config["probes"].get("ktd", {}).get("m"),
         code_version=family_version("ktd"),
     log:
