@@ -215,11 +215,14 @@ def _per_sample(n: int, per_sample_bytes: int, fn: Callable[[slice], object]):
 
 def _sq_norm(part):
     """Squared Frobenius norm per sample (float64) of a factored or explicit per-sample gradient."""
+    import torch
+
     if isinstance(part, _Factored):
         if not part.cheaper_dense():
             return part.dot(part)
         B, r, c = part.V.shape[0], part.U.shape[2], part.V.shape[2]
-        return _per_sample(B, 4 * r * c, lambda b: part.dense(b).double().square().sum((1, 2)))
+        # A sum of squares has no cancellation: float32 with torch's blocked summation is exact enough.
+        return _per_sample(B, 4 * r * c, lambda b: torch.linalg.vector_norm(part.dense(b), dim=(1, 2)).double() ** 2)
     return part.double().square().flatten(1).sum(1)
 
 
