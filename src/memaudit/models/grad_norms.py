@@ -40,7 +40,10 @@ gradients: at best the loop's forward + backward + weight gradients against forw
 Memory: the saved activations of an ordinary training step, the batch's logits (bounded by
 :data:`LOGIT_BYTES` through the tokens per batch) and ``B x T x T`` Gram matrices; independent of
 the number of parameters. Each linear layer's and embedding's contribution is reduced as the
-backward passes it, so its activation and output gradient are freed then.
+backward passes it, so its activation and output gradient are freed then. Measured: SmolLM2-135M,
+all parameters, 8 texts of 512 tokens in one batch, 10 GB peak (a training step's activations;
+``vmap(grad)`` adds 4.3 GB of per-sample gradients to that). ``batch_size`` scales it; the
+:data:`LOGIT_BYTES` cap keeps SmolLM2 to 10 such texts a batch whatever ``batch_size`` says.
 
 Padding cannot change a text's norm: texts are right-padded (:func:`memaudit.models.forward.right_padded`),
 causal attention keeps real positions from seeing the padding, and the loss covers only the
