@@ -29,7 +29,8 @@ Timing on a shared machine: the texts are cut into the length buckets of the bat
 bucket, ours runs ``--repeats`` times and keeps its fastest, then the baseline runs once (load can
 only understate the speedup).
 
-Targets (issue): ``speedup >= 3`` for every model, ``max_rel_diff <= 1e-4``.
+Targets (issue): ``speedup >= 3`` for every model, ``max_rel_diff <= 1e-4``. Where a speedup target is
+missed on a CPU, ``note`` says why (a CPU gains nothing from batching; see :data:`CPU_NOTE`).
 
 Usage::
 
@@ -57,6 +58,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_SPEEDUP = 3.0
 TARGET_REL_DIFF = 1e-4
 LAST_LAYER = ["model.layers.29.*", "model.norm.*"]
+CPU_NOTE = ("On a CPU a padded batch runs no faster per text than one text at a time (a 130-token text's "
+            "matrices already keep the cores busy), so the speedup comes only from the weight gradients that "
+            "ghost norms never form: at most (forward + backward + weight gradients) / (forward + backward + "
+            "norms). That is below 2x with all parameters, near 1x for a tiny model (its per-sample norms cost "
+            "what its weight gradients cost) and for the last layer alone (the forward dominates). The 3x of "
+            "the issue needs batching to pay, as on a GPU.")
 
 
 def demo_passages(n: int, words: int, assets_dir: Path) -> list[str]:
@@ -150,6 +157,7 @@ def main(argv=None) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
+    device = "cpu"  # the models below are built and loaded on the CPU
     passages = demo_passages(args.n_passages, args.words, args.assets_dir)
     texts = with_variants(passages, args.variants)
     rows = {}
@@ -176,11 +184,13 @@ def main(argv=None) -> dict:
         "max_abs_diff": max(r["max_abs_diff"] for r in rows.values()),
         "max_rel_diff": max(r["max_rel_diff"] for r in rows.values()), "method": "ghost norms",
         "models": rows, "targets": {"speedup_min": TARGET_SPEEDUP, "max_rel_diff_max": TARGET_REL_DIFF},
-        "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
+        "device": device, "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
     result["meets_targets"] = {**{f"speedup_{name}": r["speedup"] >= TARGET_SPEEDUP for name, r in rows.items()},
                                "max_rel_diff": result["max_rel_diff"] <= TARGET_REL_DIFF}
+    if device == "cpu" and not all(result["meets_targets"].values()):
+        result["note"] = CPU_NOTE
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, result)
     print(f"{NAME}: {result['n_items']} texts; ours {ours_s:.1f}s, baseline {base_s:.1f}s "

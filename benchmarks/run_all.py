@@ -7,6 +7,8 @@ The table is also written to ``<dir>/summary.csv``.
 The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
 (float32 against bfloat16 on this machine, and whether ``dtype: auto`` picks the faster; its
 ``ours_seconds``/``baseline_seconds`` are a LoRA step in auto's dtype and in the other one),
+``grad_norms`` (KTD's per-sample gradient norms, batched ghost norms against one backward per
+text; one row per model under ``models``, its ``speedup`` over all models together),
 ``memfree`` (MemFree against plain greedy decoding per generated token; its
 ``ours_seconds``/``baseline_seconds`` are batched story generation and one prompt at a time),
 ``paraphrase``, ``token_prob``.

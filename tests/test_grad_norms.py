@@ -81,6 +81,30 @@ def test_llama_rmsnorm_and_an_embedding_padding_row(tiny_model):
     _agree(model, tok, params=["*norm*"])
 
 
+def test_gemma_norms_and_scaled_embedding_take_the_general_path(tiny_model):
+    """Gemma's RMSNorm is ``f(x) * (1 + weight)`` and its embedding multiplies by sqrt(width): neither is the
+    plain form the shortcuts assume, so both must be recognised as different and still come out exact."""
+    import torch
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    from memaudit.models import grad_norms
+
+    _, tok = tiny_model
+    torch.manual_seed(3)
+    cfg = GemmaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+                      pad_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = GemmaForCausalLM(cfg).eval()
+    with torch.no_grad():  # initialised to zero, (1 + weight) would be 1 everywhere; the padding row as in Llama
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0, 0.3)
+        model.model.embed_tokens.weight[tok.eos_token_id] = torch.randn(32) * 0.02
+    assert not grad_norms._is_ghost_module(model.model.embed_tokens)
+    _agree(model, tok)
+    _agree(model, tok, params=["*norm*"])
+
+
 def test_lora_adapters_only(tiny_model):
     from peft import LoraConfig, get_peft_model
 
