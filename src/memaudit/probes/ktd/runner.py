@@ -27,6 +27,7 @@ import pandas as pd
 
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv
+from memaudit.models import grad_norms  # noqa: F401 -- computes Z (HFBackend.gradient_norms): in KTD's fingerprint
 from memaudit.probes.job import ProbeJob, document_scores
 from memaudit.probes.ktd import statistics
 from memaudit.probes.token_prob.methods import k_lowest_mean
