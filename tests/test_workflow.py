@@ -110,8 +110,11 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
     jobs = dry_run(workdir, "config/config.yaml", "--cores", "2")
     pairs = {(j["rule"], j["wildcards"]) for j in jobs}
     assert {w for r, w in pairs if r == "decop_items"} == {"benchmark=novels", "benchmark=techdocs"}
-    # logit on 2 models (novels), likelihood on 6 (novels and techdocs)
-    assert sum(r == "decop_probe" for r, _ in pairs) == 2 + 2 * 6
+    # logit on 2 models (novels), likelihood on the 4 tiny ones (novels and techdocs)
+    assert sum(r == "decop_probe" for r, _ in pairs) == 2 + 2 * 4
+    # KTD on the 4 tiny models over DE-COP's two benchmarks (their paraphrase pools)
+    assert {w.split(", ")[0] for r, w in pairs if r == "ktd_probe"} == {"benchmark=novels", "benchmark=techdocs"}
+    assert sum(r == "ktd_probe" for r, _ in pairs) == 2 * 4
     assert {w for r, w in pairs if r == "prefix_probe"} == {
         "benchmark=news, model=tiny-gpt2-medium", "benchmark=news, model=tiny-gpt2-medium-contaminated"}
     assert {w for r, w in pairs if r == "token_stats" and "techdocs" in w} == set()  # techdocs is DE-COP's
@@ -134,7 +137,7 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
     threads = {(j["rule"], j["wildcards"]): j["threads"] for j in dry_run(workdir, "default_threads.yaml", "--cores", "2")}
     assert threads[("prepare_model", "model=smollm2-135m-contaminated")] == 2  # 8, scaled down to --cores
     assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=logit")] == 2
-    assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=likelihood")] == 1
+    assert threads[("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood")] == 1
 
 
 def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
