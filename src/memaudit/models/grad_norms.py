@@ -257,7 +257,8 @@ def _linear_parts(module, x, g, chosen: set[int]) -> dict[int, object]:
     w, bias = module.weight, getattr(module, "bias", None)
     if isinstance(module, torch.nn.Embedding):
         if module.max_norm is not None or module.scale_grad_by_freq or module.sparse:
-            raise NotImplementedError(f"{type(module).__name__} with max_norm, scale_grad_by_freq or sparse "
+            raise ConfigError(f"probes.ktd.params: {type(module).__name__} with max_norm, scale_grad_by_freq "
+                              "or sparse "
                                       "gradients: leave it out of params")
         ids = x.reshape(x.shape[0], -1)
         g = g.reshape(ids.shape[0], ids.shape[1], -1)
@@ -327,7 +328,8 @@ def _generic_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, object
     mine = {n: p.detach() for n, p in own.items() if id(p) in chosen}
     rest = {n: p.detach() for n, p in own.items() if id(p) not in chosen}
     if not all(torch.is_tensor(a) for a in args):
-        raise NotImplementedError(f"per-sample gradients of {type(module).__name__}: its call has non-tensor "
+        raise ConfigError(f"probes.ktd.params: per-sample gradients of {type(module).__name__}: "
+                          "its call has non-tensor "
                                   "arguments; leave its parameters out of params")
 
     def one(params, g_b, *a_b):
@@ -406,7 +408,8 @@ class _Batch:
         import torch
 
         if not torch.is_tensor(out):
-            raise NotImplementedError(f"per-sample gradients of {type(module).__name__}: its output is not one "
+            raise ConfigError(f"probes.ktd.params: per-sample gradients of {type(module).__name__}: "
+                              "its output is not one "
                                       "tensor; leave its parameters out of params")
         i = len(self.calls)
         self.calls.append((module, tuple(self.per_row(a) if torch.is_tensor(a) else a for a in args)))

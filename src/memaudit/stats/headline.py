@@ -33,31 +33,27 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     print(f"Figures: {root / 'figures'}/<benchmark>/<model>/roc.png, score_distributions.png, "
           f"{root / 'figures'}/<benchmark>/auc_vs_size.png")
     models_path = summary_path.with_name("models.csv")
-    if models_path.exists():
-        checks = demo_expectations(summary, pd.read_csv(models_path))
+    models = pd.read_csv(models_path) if models_path.exists() else None
+    sections = [
+        ("metrics.csv", True, lambda table: demo_expectations(table, models),
+         "Ground truth (contaminated: fine-tuned on the members; base models: null control)"),
+        ("copybench_differences.csv", False, copybench_expectations,
+         "CopyBench ground truth (contaminated minus base, paired; member books: above 0, "
+         "non-member books: interval holds 0)"),
+        ("selection.csv", True, lambda table: selection_expectations(table, models),
+         "FDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR "
+         "<= q + 0.02; base models: (near) nothing named at q = 0.1)"),
+        ("ktd.csv", True, lambda table: ktd_expectations(table, models),
+         "KTD knockoff+ (gradient-norm W, the largest m; FDR and power reported, the guarantee holds "
+         "or fails as measured; base models: (near) nothing named at q = 0.1)"),
+    ]
+    for name, needs_models, check, header in sections:
+        path = summary_path if name == "metrics.csv" else summary_path.with_name(name)
+        if not path.exists() or (needs_models and models is None):
+            continue
+        checks = check(summary if name == "metrics.csv" else pd.read_csv(path))
         if len(checks):
-            print("\nGround truth (contaminated: fine-tuned on the members; base models: null control):\n")
-            print(checks.to_string(index=False))
-    differences_path = summary_path.with_name("copybench_differences.csv")
-    if differences_path.exists():
-        checks = copybench_expectations(pd.read_csv(differences_path))
-        if len(checks):
-            print("\nCopyBench ground truth (contaminated minus base, paired; member books: above 0, "
-                  "non-member books: interval holds 0):\n")
-            print(checks.to_string(index=False))
-    selection_path = summary_path.with_name("selection.csv")
-    if selection_path.exists() and models_path.exists():
-        checks = selection_expectations(pd.read_csv(selection_path), pd.read_csv(models_path))
-        if len(checks):
-            print("\nFDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR "
-                  "<= q + 0.02; base models: (near) nothing named at q = 0.1):\n")
-            print(checks.to_string(index=False))
-    ktd_path = summary_path.with_name("ktd.csv")
-    if ktd_path.exists() and models_path.exists():
-        checks = ktd_expectations(pd.read_csv(ktd_path), pd.read_csv(models_path))
-        if len(checks):
-            print("\nKTD knockoff+ (gradient-norm W, the largest m; FDR and power reported, the guarantee holds "
-                  "or fails as measured; base models: (near) nothing named at q = 0.1):\n")
+            print(f"\n{header}:\n")
             print(checks.to_string(index=False))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
