@@ -13,6 +13,7 @@ import yaml
 
 from memaudit import jobs
 from memaudit.backends.base import GENERATE, Backend, Generation
+from memaudit.errors import InputError
 from memaudit.probes.cloze import plan, runner, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +134,45 @@ def test_summary_detection_and_contaminated_minus_base():
     assert diff.loc["member", "difference"] == pytest.approx(np.mean([3, 3, 2, 1]) / 4)
     assert diff.loc["member", "ci_low"] > 0 and not diff.loc["member", "interval_holds_0"]
     assert diff.loc["nonmember", "difference"] == pytest.approx(0.25 / 4)
+    assert not diff["contaminated_on_benchmark"].any()
+    marked = summary.differences_table(texts, {"hot": "base"}, seed=3, members_of={"hot": ["b"]})
+    assert marked["contaminated_on_benchmark"].all()
+
+
+def test_cloze_beside_the_prefix_lcs_baseline_on_the_same_test_texts():
+    from memaudit.probes.cloze.baseline import PREFIX_METHOD, lcs_of_items, versus_prefix
+
+    n = 12  # documents d0..d11, two passages each; d0..d5 members
+    labels = [1] * 6 + [0] * 6
+    pairs = [{"item_id": f"d{i}#p{j}", "continuation": "one two three four five six seven eight"}
+             for i in range(n) for j in range(2)]
+    gens = {1: "one two three four five six seven", 0: "nine ten one eleven"}  # LCS 7 and 1
+    items = [{"item_id": f"d{i}#p{j}", "passage_id": f"d{i}#p{j}", "doc_id": f"d{i}", "label": labels[i],
+              "status": "ok" if (i, j) != (0, 1) else "refusal", "generation": gens[labels[i]]}
+             for i in range(n) for j in range(2)]
+    lcs = lcs_of_items(items, pairs)
+    assert lcs.set_index("passage_id")["lcs"].to_dict() == {
+        **{f"d{i}#p{j}": 7.0 if i < 6 else 1.0 for i in range(n) for j in range(2)}, "d0#p1": 0.0}
+    # cloze flags: every member passage but d1's, and one non-member (d6#p0)
+    rows = [{"benchmark": "b", "model": "m", "mode": "logit", "measure": "prob", "passage_id": f"d{i}#p{j}",
+             "doc_id": f"d{i}", "label": labels[i], "memorised": (labels[i] == 1 and i != 1) or (i, j) == (6, 0)}
+            for i in range(n) for j in range(2)]
+    rows.append({**rows[0], "passage_id": "only-cloze", "doc_id": "dx"})  # not in the prefix items: not compared
+    table = versus_prefix(pd.DataFrame(rows), {("b", "m"): lcs}, seed=5, n_splits=10).set_index("method")
+    assert list(table.index) == [PREFIX_METHOD, "cloze_prob"]
+    assert (table["n_splits"] == 10).all() and (table["n_test"] == 12).all() and (table["n_validation"] == 12).all()
+    prefix = table.loc[PREFIX_METHOD]
+    # LCS separates the classes but for the refused member passage (0 words): precision 1, recall 5/6 or 1
+    assert prefix["precision"] == 1.0 and 5 / 6 <= prefix["recall"] < 1 and 1 < prefix["lcs_threshold"] < 7
+    assert table.loc["cloze_prob", "mode"] == "logit" and np.isnan(table.loc["cloze_prob", "lcs_threshold"])
+    assert table.loc["cloze_prob", "precision"] < 1 and table.loc["cloze_prob", "recall"] < 1
+    # the same splits: rerunning gives the same numbers, another seed other splits
+    again = versus_prefix(pd.DataFrame(rows), {("b", "m"): lcs}, seed=5, n_splits=10).set_index("method")
+    pd.testing.assert_frame_equal(table, again)
+    few = versus_prefix(pd.DataFrame(rows[:4]), {("b", "m"): lcs}, seed=5)
+    assert few["n_splits"].eq(0).all() and few["reason"].str.contains("fewer than 2 documents of a class").all()
+    with pytest.raises(InputError, match="'zz' is not in the benchmark's prefix items"):
+        lcs_of_items([{**items[0], "item_id": "zz"}], pairs)
 
 
 def _ci() -> dict:
@@ -161,5 +201,11 @@ def test_ci_config_plans_items_once_and_a_probe_per_model():
     assert plan.runs(config) == [("novels", "tiny-gpt2-small", "logit"), ("novels", "tiny-gpt2-small-contaminated", "logit")]
     assert plan.summary_inputs(config) == {"texts": [
         "results/scores/novels/tiny-gpt2-small/cloze_logit_texts.csv",
-        "results/scores/novels/tiny-gpt2-small-contaminated/cloze_logit_texts.csv"]}
+        "results/scores/novels/tiny-gpt2-small-contaminated/cloze_logit_texts.csv"], "prefix": [], "pairs": []}
+    with_prefix = copy.deepcopy(config)  # the prefix probe on one of the pairs: its LCS baseline beside
+    with_prefix["probes"]["prefix"] = {"models": ["tiny-gpt2-small", "smollm2-135m"], "benchmarks": ["novels", "news"]}
+    assert plan.prefix_runs(with_prefix) == [("novels", "tiny-gpt2-small")]
+    assert {k: v for k, v in plan.summary_inputs(with_prefix).items() if k != "texts"} == {
+        "prefix": ["results/scores/novels/tiny-gpt2-small/prefix_items.jsonl"],
+        "pairs": ["results/datasets/novels/prefix_continuation.jsonl"]}
     assert "results/summary/cloze.csv" in plan.outputs(config)

@@ -166,6 +166,24 @@ def test_demo_expectations_for_decop_likelihood():
         ("base2", "decop-likelihood-prob", "95% CI holds 0.5", False)]
 
 
+def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
+    from memaudit.stats.headline import cloze_expectations
+
+    row = {"benchmark": "qa", "model": "tuned", "base": "base", "mode": "logit", "measure": "prob",
+           "contaminated_on_benchmark": True, "difference": 0.2}
+    differences = pd.DataFrame([
+        {**row, "group": "member", "ci_low": 0.1, "ci_high": 0.3},
+        {**row, "group": "nonmember", "ci_low": 0.01, "ci_high": 0.2},
+        {**row, "measure": "rank", "group": "member", "ci_low": 0.0, "ci_high": 0.3},
+        {**row, "measure": "rank", "group": "nonmember", "ci_low": -0.1, "ci_high": 0.1},
+        {**row, "model": "other", "contaminated_on_benchmark": False, "group": "member", "ci_low": -1, "ci_high": 1},
+    ])
+    got = cloze_expectations(differences)
+    assert [(r.model, r.tokens, r.texts, r.expected, r.ok) for r in got.itertuples()] == [
+        ("tuned", "prob", "member", "CI above 0", True), ("tuned", "prob", "nonmember", "CI holds 0", False),
+        ("tuned", "rank", "member", "CI above 0", False), ("tuned", "rank", "nonmember", "CI holds 0", True)]
+
+
 def test_copybench_expectations_want_copying_on_member_books_only():
     from memaudit.stats.headline import copybench_expectations
 

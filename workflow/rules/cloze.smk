@@ -81,6 +81,12 @@ rule cloze_summary:
             category="Cloze probes",
             labels={"table": "reconstruction rate, contaminated minus base"},
         ),
+        versus=report(
+            "results/summary/cloze_vs_prefix.csv",
+            caption="../report/cloze_vs_prefix.rst",
+            category="Cloze probes",
+            labels={"table": "cloze probes beside the prefix-LCS baseline"},
+        ),
         figure=report(
             "results/figures/cloze/reconstruction.png",
             caption="../report/cloze_reconstruction.rst",
@@ -89,7 +95,9 @@ rule cloze_summary:
         ),
         figure_svg="results/figures/cloze/reconstruction.svg",
     params:
-        bases=lambda wc: {m: e["base"] for m, e in sorted(config["models"].items()) if e.get("base")},
+        bases=lambda wc: cloze_plan.bases(config),
+        members_of=lambda wc: cloze_plan.members_of(config),
+        prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
         cloze=probe_settings("cloze"),
         seed=config["seed"],
         code_version=family_version("cloze"),

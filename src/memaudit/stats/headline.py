@@ -40,6 +40,9 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         ("copybench_differences.csv", False, copybench_expectations,
          "CopyBench ground truth (contaminated minus base, paired; member books: above 0, "
          "non-member books: interval holds 0)"),
+        ("cloze_differences.csv", False, cloze_expectations,
+         "Cloze probes ground truth (fine-tuned on the benchmark minus base, reconstruction rate, paired; "
+         "members: above 0, non-members: interval holds 0)"),
         ("selection.csv", True, lambda table: selection_expectations(table, models),
          "FDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR "
          "<= q + 0.02; base models: (near) nothing named at q = 0.1)"),
@@ -108,6 +111,23 @@ def copybench_expectations(differences: pd.DataFrame, scores: Sequence[str] = CO
             expect, ok = "CI holds 0", r.ci_low <= 0 <= r.ci_high
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score,
                      "books": r.group, "difference": round(r.difference, 3),
+                     "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": bool(ok)})
+    return pd.DataFrame(rows)
+
+
+def cloze_expectations(differences: pd.DataFrame) -> pd.DataFrame:
+    """The cloze probes' ground-truth checks (the issue's "what must hold"): a model fine-tuned on a
+    benchmark's members reconstructs more of their masked words than its base (paired interval above
+    0); on the non-members the interval holds 0. Rows of models fine-tuned on other texts
+    (``contaminated_on_benchmark`` false) are comparisons, not checked."""
+    rows = []
+    for r in differences[differences["contaminated_on_benchmark"].astype(bool)].itertuples():
+        if r.group == "member":
+            expect, ok = "CI above 0", r.ci_low > 0
+        else:
+            expect, ok = "CI holds 0", r.ci_low <= 0 <= r.ci_high
+        rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "mode": r.mode,
+                     "tokens": r.measure, "texts": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": bool(ok)})
     return pd.DataFrame(rows)
 

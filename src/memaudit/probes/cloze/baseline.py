@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from memaudit.errors import InputError
 from memaudit.probes.overlap import lcs_length
@@ -95,3 +96,95 @@ def fit_lcs_threshold(lcs: Sequence[float], memorised: Sequence[int | bool]) -> 
         raise InputError("the validation split needs memorised and non-memorised texts to fit the LCS threshold")
     model = LogisticRegression().fit(x, y)
     return LcsThreshold(coef=float(model.coef_[0, 0]), intercept=float(model.intercept_[0]))
+
+
+# ----------------------------------------------------------------------------- beside the cloze probes
+
+PREFIX_METHOD = "prefix_lcs"
+VERSUS_COLUMNS = ["benchmark", "model", "method", "mode", "n_splits", "n_validation", "n_test", "precision",
+                  "recall", "f_beta", "f_beta_sd", "lcs_threshold", "reason"]
+
+
+def lcs_of_items(items: Sequence[dict], pairs: Sequence[dict]) -> pd.DataFrame:
+    """Per prefix-probe item (the prefix probe's ``prefix_items.jsonl`` against the benchmark's
+    ``prefix_continuation.jsonl``): ``passage_id``, ``doc_id``, ``label`` and ``lcs``, the words in
+    the longest common subsequence of the generation and the original continuation. A refused or
+    invalid generation reproduced nothing: 0, as the prefix probe scores it."""
+    continuation = {p["item_id"]: p["continuation"] for p in pairs}
+    rows = []
+    for it in items:
+        if it["item_id"] not in continuation:
+            raise InputError(f"prefix item {it['item_id']!r} is not in the benchmark's prefix items "
+                             "(prefix_continuation.jsonl): rerun the prefix probe")
+        ok = it["status"] == "ok"
+        rows.append({"passage_id": it["passage_id"], "doc_id": it["doc_id"], "label": int(it["label"]),
+                     "lcs": float(lcs_words(it["generation"], continuation[it["item_id"]])) if ok else 0.0})
+    return pd.DataFrame(rows, columns=["passage_id", "doc_id", "label", "lcs"])
+
+
+def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFrame], *, seed: int,
+                  n_splits: int = 20, validation_fraction: float = 0.5, beta: float = 0.1) -> pd.DataFrame:
+    """The cloze probes' detection beside the prefix-LCS baseline's, on the same test texts.
+
+    ``texts``: the cloze text tables (``benchmark``, ``model``, ``mode``, ``measure``,
+    ``passage_id``, ``doc_id``, ``label``, ``memorised``); ``lcs``: per (benchmark, model) the
+    prefix probe's :func:`lcs_of_items`. On the passages both probes scored, documents are split
+    ``n_splits`` times (seeded, stratified by label: ``sklearn.model_selection.StratifiedShuffleSplit``)
+    into a validation part, on which the LCS threshold is fitted (:func:`fit_lcs_threshold`,
+    Appendix E), and a test part, on which both are scored: precision, recall and F-beta
+    (beta = 0.1) are means over the splits. The paper fits on one validation split (BookMIA's
+    first 1870 rows); a demo benchmark of tens of documents gives one split's F-beta a wide
+    spread, hence the repeated splits and ``f_beta_sd``. The cloze flag needs no fitting (at
+    least ``min_reconstructed`` tokens), so its validation part goes unused.
+    """
+    from sklearn.model_selection import StratifiedShuffleSplit
+
+    from memaudit.probes.cloze.tables import prf
+
+    rows = []
+    for (benchmark, model), prefix in sorted(lcs.items()):
+        mine = texts[(texts["benchmark"] == benchmark) & (texts["model"] == model)]
+        if mine.empty:
+            continue
+        common = sorted(set(prefix["passage_id"]) & set(mine["passage_id"]))
+        prefix = prefix.set_index("passage_id").loc[common]
+        docs = prefix.groupby("doc_id")["label"].first()
+        lead = {"benchmark": benchmark, "model": model}
+        cloze_keys = sorted(set(zip(mine["mode"], mine["measure"])))
+        methods = [(PREFIX_METHOD, "generation")] + [(f"cloze_{measure}", mode) for mode, measure in cloze_keys]
+        if docs.value_counts().reindex([0, 1], fill_value=0).min() < 2:
+            rows += [{**lead, "method": method, "mode": mode, "n_splits": 0,
+                      "reason": f"{len(common)} passages of {len(docs)} documents scored by both: fewer than "
+                                "2 documents of a class to split"} for method, mode in methods]
+            continue
+        flags = {key: block.set_index("passage_id")["memorised"].reindex(common).fillna(False).astype(bool)
+                 for key, block in mine.groupby(["mode", "measure"])}
+        splitter = StratifiedShuffleSplit(n_splits=n_splits, test_size=1 - validation_fraction, random_state=seed)
+        scores: dict[tuple[str, str], list[dict]] = {m: [] for m in methods}
+        thresholds, sizes = [], []
+        for fit_idx, test_idx in splitter.split(np.zeros(len(docs)), docs.to_numpy()):
+            fit = prefix[prefix["doc_id"].isin(docs.index[fit_idx])]
+            test = prefix[prefix["doc_id"].isin(docs.index[test_idx])]
+            model_fit = fit_lcs_threshold(fit["lcs"], fit["label"])
+            thresholds.append(model_fit.threshold)
+            sizes.append((len(fit), len(test)))
+            scores[(PREFIX_METHOD, "generation")].append(prf(test["label"], model_fit.predict(test["lcs"]), beta=beta))
+            for mode, measure in cloze_keys:
+                scores[(f"cloze_{measure}", mode)].append(
+                    prf(test["label"], flags[(mode, measure)].loc[test.index], beta=beta))
+        for method, mode in methods:
+            got = pd.DataFrame(scores[(method, mode)])
+            rows.append({**lead, "method": method, "mode": mode, "n_splits": len(got),
+                         "n_validation": float(np.mean([s[0] for s in sizes])),
+                         "n_test": float(np.mean([s[1] for s in sizes])),
+                         "precision": float(got["precision"].mean()), "recall": float(got["recall"].mean()),
+                         "f_beta": float(got["fbeta"].mean()), "f_beta_sd": float(got["fbeta"].std(ddof=1)),
+                         "lcs_threshold": _median_finite(thresholds) if method == PREFIX_METHOD else np.nan,
+                         "reason": ""})
+    return pd.DataFrame(rows, columns=VERSUS_COLUMNS)
+
+
+def _median_finite(values: Sequence[float]) -> float:
+    """The median of the finite thresholds (a validation part whose LCS is constant fits none)."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.median(finite)) if finite else float("nan")

@@ -44,8 +44,28 @@ def check_config(config: dict) -> list[str]:
 
 def outputs(config: dict) -> list[str]:
     return ["results/summary/cloze.csv", "results/summary/cloze_differences.csv",
-            "results/figures/cloze/reconstruction.png"] if runs(config) else []
+            "results/summary/cloze_vs_prefix.csv", "results/figures/cloze/reconstruction.png"] if runs(config) else []
+
+
+def bases(config: dict) -> dict[str, str]:
+    """Per fine-tuned model, its base (the differences table's pairs)."""
+    return {m: e["base"] for m, e in sorted(config["models"].items()) if e.get("base")}
+
+
+def members_of(config: dict) -> dict[str, list[str]]:
+    """Per model, the benchmarks whose members it was fine-tuned on (its ground truth)."""
+    return {m: list((e.get("finetune") or {}).get("members_of") or []) for m, e in sorted(config["models"].items())}
+
+
+def prefix_runs(config: dict) -> list[tuple[str, str]]:
+    """The (benchmark, model) pairs the prefix probe also runs on: its LCS baseline is reported beside
+    the cloze probes there (Section 4, Appendix E)."""
+    both = {(b, m) for b, m, _ in runs(config)} & {(b, m) for b, m, _ in probe_runs(config, "prefix")}
+    return sorted(both)
 
 
 def summary_inputs(config: dict) -> dict[str, list[str]]:
-    return {"texts": [f"results/scores/{b}/{m}/cloze_{mode}_texts.csv" for b, m, mode in runs(config)]}
+    pairs = prefix_runs(config)
+    return {"texts": [f"results/scores/{b}/{m}/cloze_{mode}_texts.csv" for b, m, mode in runs(config)],
+            "prefix": [f"results/scores/{b}/{m}/prefix_items.jsonl" for b, m in pairs],
+            "pairs": [f"results/datasets/{b}/prefix_continuation.jsonl" for b, m in pairs]}

@@ -13,6 +13,11 @@
     reconstruction rate), members and non-members apart, with a 95% paired bootstrap interval
     (Table 4's exact-match difference, with ground truth): contamination must show on members
     only.
+``results/summary/cloze_vs_prefix.csv``
+    where the prefix probe ran on the same (benchmark, model): the cloze probes' precision,
+    recall and F-beta beside the prefix-LCS baseline's (Appendix E: a logistic-regression LCS
+    threshold fitted on a validation part), on the same test texts over seeded splits
+    (:func:`memaudit.probes.cloze.baseline.versus_prefix`).
 ``results/figures/cloze/reconstruction.png``
     the reconstruction rate per model, members against non-members, models ordered by size
     where the models table gives it (Figure 3's question: do bigger models recover more?).
@@ -65,8 +70,15 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
     return table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left")
 
 
-def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int) -> pd.DataFrame:
-    """Contaminated minus base reconstruction rate per passage, members and non-members apart."""
+def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
+                      members_of: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """Contaminated minus base reconstruction rate per passage, members and non-members apart.
+
+    ``contaminated_on_benchmark`` says whether the model was fine-tuned on this benchmark's
+    members (``finetune.members_of``): only then is the member split its ground truth. A model
+    fine-tuned on other texts (the source articles a QA set quotes, say) is a comparison, not a
+    controlled contamination, and may rise on both halves."""
+    members_of = members_of or {}
     rows = []
     keys = ["benchmark", "mode", "measure"]
     for (benchmark, model, mode, measure), mine in texts.groupby(["benchmark", "model", *keys[1:]], sort=True):
@@ -82,10 +94,15 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int) 
             b = (block["n_reconstructed_base"] / block["n_tokens_base"]).to_numpy(float)
             value, low, high = paired_difference(a, b, seed=seed)
             rows.append({"benchmark": benchmark, "model": model, "base": base, "mode": mode, "measure": measure,
+                         "contaminated_on_benchmark": benchmark in members_of.get(model, ()),
                          "group": "member" if int(label) == 1 else "nonmember", "n_texts": len(block),
                          "rate_model": float(a.mean()), "rate_base": float(b.mean()), "difference": value,
                          "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
+
+
+DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",
+                      "rate_model", "rate_base", "difference", "ci_low", "ci_high", "interval_holds_0"]
 
 
 def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
@@ -114,9 +131,17 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
 
 
 def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int, out_table: str,
-                  out_differences: str, out_figure: str) -> None:
+                  out_differences: str, out_figure: str, out_versus: str,
+                  prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None) -> None:
+    """``prefix``: ``(benchmark, model, prefix_items.jsonl, prefix_continuation.jsonl)`` of the pairs the
+    prefix probe also ran on; ``members_of``: per model, the benchmarks it was fine-tuned on."""
+    from memaudit.io import read_jsonl
+    from memaudit.probes.cloze.baseline import lcs_of_items, versus_prefix
+
     texts = read_texts(text_paths)
     table = detection_table(texts, seed=seed)
     write_csv(out_table, table)
-    write_csv(out_differences, differences_table(texts, bases, seed=seed))
+    write_csv(out_differences, differences_table(texts, bases, seed=seed, members_of=members_of))
+    lcs = {(b, m): lcs_of_items(read_jsonl(items), read_jsonl(pairs)) for b, m, items, pairs in prefix}
+    write_csv(out_versus, versus_prefix(texts, lcs, seed=seed, beta=BETA))
     reconstruction_figure(table, out_figure)
