@@ -184,6 +184,11 @@ def test_cloze_probes_of_the_ci_run(ci_run):
     assert (probed["n_texts"] == len(passages)).all() and probed["n_tokens"].sum() == 2 * len(tokens)
     diffs = pd.read_csv(ci_run / "results/summary/cloze_differences.csv")
     assert set(diffs["group"]) == {"member", "nonmember"} and set(diffs["model"]) == {"tiny-gpt2-small-contaminated"}
+    assert diffs["contaminated_on_benchmark"].all()  # fine-tuned on novels' members
+    versus = pd.read_csv(ci_run / "results/summary/cloze_vs_prefix.csv")  # no prefix probe in ci: the header only
+    assert versus.empty and list(versus.columns)[:3] == ["benchmark", "model", "method"]
+    rejects = pd.read_csv(ci_run / "results/datasets/novels/rejects.csv")  # built from sources: nothing rejected
+    assert rejects.empty and list(rejects.columns) == ["file", "line", "key", "value", "reason", "action"]
     summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
     cloze_rows = summary[summary.method.str.startswith("cloze_")]
     assert set(cloze_rows["method"]) == {f"cloze_{m}{s}" for m in ("prob", "rank", "person") for s in ("", "_mrr")}

@@ -23,6 +23,7 @@ rule benchmark_dataset:
     output:
         documents="results/datasets/{benchmark}/documents.jsonl",
         passages="results/datasets/{benchmark}/passages.jsonl",
+        rejects="results/datasets/{benchmark}/rejects.csv",
     params:
         benchmark=benchmark_entry,
         seed=config["seed"],
