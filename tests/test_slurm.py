@@ -1,18 +1,16 @@
-"""The ci workflow submitted through profiles/slurm to a real single-node SLURM cluster.
+"""A subset of the ci workflow submitted through profiles/slurm to a real single-node SLURM cluster.
 
-A SLURM controller and node daemon are started on this machine (tests/slurm_cluster.py), the
-ci workflow (`all`: datasets, tiny GPT-2 pretraining and full fine-tuning, every token-probability
-method, DE-COP's logit mode on the LoRA-contaminated SmolLM2 and its likelihood mode, KTD,
-CopyBench, statistics, selection, figures) runs with `snakemake --profile <profiles/slurm with
-this cluster's names>`, every job goes through sbatch and srun, and the results are compared with
-those of the local run of the same config (the `ci_run` fixture): bit for bit. Skips only where
-SLURM cannot be installed (not root, no apt).
+A SLURM controller and node daemon are started on this machine (tests/slurm_cluster.py); the ci
+workflow cut to the tiny GPT-2 pair (`all`: datasets, pretraining and full fine-tuning, every
+token-probability method on novels and news, statistics, selection, figures, summary) runs with
+`snakemake --profile <profiles/slurm with this cluster's names>`, every job goes through sbatch
+and srun, and every table it writes is compared with the local run of the ci config (the `ci_run`
+fixture): bit for bit. Skips only where SLURM cannot be installed (not root, no apt).
 
-What the local run already computed with SmolLM2 is not computed a second time (it was half of
-this test's 9 minutes): the run starts from the local run's novels dataset (its DE-COP paraphrases
-included) and SmolLM2 models, copied with their times, and token-probability attacks run on the
-tiny models only. Every rule but `decop_items` still runs under SLURM; the comparison covers every
-table the SLURM run writes.
+The two runs share nothing, so the local run is made while SLURM runs its jobs (they mostly wait
+for the executor's status checks): this test and the local run were make test's longest chain.
+The other families' rules are submitted the same way (one Snakemake job per SLURM job, resources
+from the rule) and their numbers are checked by the local run.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import importlib.util
 import re
 import subprocess
 import time
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -131,51 +128,42 @@ def _compared_tables(run: Path) -> list[str]:
                   if not str(p.relative_to(run)).startswith(skip))
 
 
-# Products of the local run the SLURM run starts from (copied with their modification times, so
-# Snakemake finds them up to date): SmolLM2's conversion, its LoRA fine-tune and its DE-COP
-# paraphrases are the local run's three longest jobs.
-SEEDED = ("results/datasets/novels", "results/models/smollm2-135m", "results/models/smollm2-135m-contaminated")
 SLURM_CONFIG = "config/ci-slurm.yaml"
-
-
-# Families whose jobs the SLURM run leaves out: their rules are submitted exactly as token_stats and
-# decop_probe are (one Snakemake job per SLURM job, the same resources), and the local ci run checks
-# their numbers; each adds a dozen SLURM jobs (about 20 s each on the test's one node) to make test.
-LOCAL_ONLY = ("ktd", "copybench", "copybench_literal", "copybench_nonliteral", "cloze", "cloze_logit",
-              "decop_likelihood")
+# The models the SLURM run trains and scores (the tiny pair of the ci config)
+SLURM_MODELS = ("tiny-gpt2-small", "tiny-gpt2-small-contaminated")
+# Methods of the families the SLURM run leaves out (rows of the local run's tables it has no part in)
+OTHER_FAMILY = r"^(decop|ktd_|cloze_|copybench_|prefix_)"
 
 
 def slurm_config(workdir: Path) -> dict:
-    """config/ci.yaml with token-probability attacks on the tiny models only, DE-COP's logit mode on the
-    seeded SmolLM2, and no KTD, CopyBench or cloze probes (LOCAL_ONLY) nor CopyBench's models and books."""
+    """config/ci.yaml cut to the tiny GPT-2 pair, every token-probability method on novels and news.
+
+    The SLURM run shares no product with the local ci run, so the two run side by side (the test
+    compares them when both are done). The other families' rules (DE-COP, KTD, CopyBench, cloze)
+    are submitted exactly as prepare_model, token_stats and the grouped scoring jobs are: one
+    Snakemake job per SLURM job, resources from the rule; the local ci run checks their numbers.
+    """
     config = yaml.safe_load((workdir / "config/ci.yaml").read_text())
     token_prob = config["probes"]["token_prob"]
-    token_prob["models"] = [m for m in token_prob["models"] if not m.startswith("smollm2")]
-    assert token_prob["models"] and "smollm2-135m-contaminated" in config["probes"]["decop_logit"]["models"]
-    for probe in LOCAL_ONLY:
-        del config["probes"][probe]
-    config["models"] = {m: e for m, e in config["models"].items() if not m.startswith("tiny-gpt2-cb")}
-    del config["benchmarks"]["books"]
+    assert set(SLURM_MODELS) <= set(token_prob["models"])
+    token_prob["models"] = list(SLURM_MODELS)
+    config["probes"] = {"token_prob": token_prob}
+    config["models"] = {m: config["models"][m] for m in SLURM_MODELS}
+    config["benchmarks"] = {b: config["benchmarks"][b] for b in token_prob["benchmarks"]}
     (workdir / SLURM_CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
     return config
 
 
-def seed_from(local: Path, workdir: Path) -> None:
-    for rel in SEEDED:
-        shutil.copytree(local / rel, workdir / rel, symlinks=True, copy_function=shutil.copy2,
-                        ignore=shutil.ignore_patterns("cloze_*"))  # the SLURM run has no cloze probes
-
-
 def assert_tables_match(local_run: Path, workdir: Path, *, since: float, scratch: Path) -> list[str]:
     """Every table the SLURM run wrote (after ``since``) equals the local run's rows of the models
-    and methods the SLURM run scored (SmolLM2 has no token-probability rows there). Returns the tables."""
+    and methods the SLURM run scored: the local run's other rows are other models' or other families'
+    (OTHER_FAMILY), never a token-probability row the SLURM run lacks. Returns the tables."""
     written = [t for t in _compared_tables(workdir) if (workdir / t).stat().st_mtime >= since]
     assert set(written) <= set(_compared_tables(local_run))
-    assert {"results/summary/metrics.csv", "results/summary/selection.csv",
-            "results/metrics/novels/smollm2-135m-contaminated.csv",
-            "results/scores/novels/smollm2-135m-contaminated/decop_logit_documents.csv"} <= set(written), written
-    assert not [t for t in written if t.startswith("results/datasets/novels/")], written  # seeded
-    assert len(written) >= 30, written
+    assert {"results/summary/metrics.csv", "results/summary/selection.csv", "results/datasets/novels/rejects.csv",
+            "results/metrics/novels/tiny-gpt2-small-contaminated.csv",
+            "results/scores/news/tiny-gpt2-small/token_prob_documents.csv"} <= set(written), written
+    assert len(written) >= 20, written
     for table in written:
         local, remote = pd.read_csv(local_run / table), pd.read_csv(workdir / table)
         keys = [k for k in ("benchmark", "model", "method") if k in local.columns]
@@ -183,7 +171,11 @@ def assert_tables_match(local_run: Path, workdir: Path, *, since: float, scratch
                 else pd.Series(True, index=local.index))
         keep = pd.Series(keep, index=local.index)
         if not keep.all():
-            assert table.startswith("results/summary/") or "smollm2-135m-contaminated" in table, table
+            dropped = local[~keep.to_numpy()]
+            other = ~dropped["model"].isin(SLURM_MODELS) if "model" in keys else pd.Series(False, index=dropped.index)
+            if "method" in keys:
+                other |= dropped["method"].astype(str).str.match(OTHER_FAMILY)
+            assert other.all(), (table, dropped[~other])
             local[keep].to_csv(scratch / "local.csv", index=False)
             _assert_frames_equal(scratch / "local.csv", workdir / table)
         else:
@@ -198,23 +190,31 @@ def assert_tables_match(local_run: Path, workdir: Path, *, since: float, scratch
     return written
 
 
-def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
+def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, request, tmp_path):
     (tmp_path / "slurm-run").mkdir()
     workdir = make_workdir(tmp_path / "slurm-run")
     config = slurm_config(workdir)
-    seed_from(ci_run, workdir)
     profile = cluster_profile(tmp_path / "profile", slurm_cluster.cpus)
     t0 = time.time()
-    proc = subprocess.run([*SNAKEMAKE, "--profile", str(profile), "all", "--configfile", SLURM_CONFIG],
-                          cwd=workdir, capture_output=True, text=True, timeout=1200)
+    with (tmp_path / "slurm.out").open("w") as out, (tmp_path / "slurm.err").open("w") as err:
+        proc = subprocess.Popen([*SNAKEMAKE, "--profile", str(profile), "all", "--configfile", SLURM_CONFIG],
+                                cwd=workdir, stdout=out, stderr=err, text=True)
+        try:
+            # the local ci run (shared with the other workflow tests) is made while SLURM runs its jobs
+            ci_run = request.getfixturevalue("ci_run")
+            proc.wait(timeout=1200)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     elapsed = time.time() - t0
-    log = proc.stdout[-3000:] + proc.stderr[-6000:]
+    stdout, stderr = (tmp_path / "slurm.out").read_text(), (tmp_path / "slurm.err").read_text()
+    log = stdout[-3000:] + stderr[-6000:]
     assert proc.returncode == 0, f"snakemake --profile slurm failed after {elapsed:.0f}s:\n{log}\n{slurm_cluster.logs()}"
 
     # Every job went through SLURM and completed there: the SLURM jobs Snakemake reports
     # submitting are those SLURM knows under this run's id (their job name), all COMPLETED,
     # and no rule ran in Snakemake's own process except the declared local rule.
-    output = proc.stdout + proc.stderr
+    output = stdout + stderr
     run_id = re.search(r"SLURM run ID: (\S+)", output).group(1)
     submitted = set(re.findall(r"has been submitted with SLURM jobid (\d+)", output))
     slurm_jobs = _slurm_jobs(run_id)
@@ -222,23 +222,17 @@ def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, ci_run, tmp_path):
     assert all(state == "COMPLETED" for _, state in slurm_jobs), slurm_jobs
     assert set(re.findall(r"^localrule (\w+):", output, re.M)) <= {"fetch_assets", "all"}
     ran = set(re.findall(r"^\s*rule (\w+):", output, re.M))
-    assert {"prepare_model", "token_stats", "token_prob_scores", "metrics", "figures_model", "decop_probe",
-            "benchmark_dataset", "summary"} <= ran, ran
-    # the seeded products were up to date: no SmolLM2 job, no paraphrasing
-    assert "decop_items" not in ran and "prepare_model" in ran
-    assert not re.search(r"^\s+wildcards: model=smollm2", output, re.M), "a seeded model was rebuilt"
-    # the profile's groups: scoring, statistics and figures of each scored (benchmark, model) pair in
-    # one job where token-probability scoring connects them (the tiny pair on novels and on news);
-    # the pair without it (DE-COP's SmolLM2 on novels) has its metrics and its figures in two groups
+    assert {"benchmark_dataset", "pretrain_pool", "prepare_model", "token_stats", "token_prob_scores", "metrics",
+            "figures_model", "summary"} <= ran, ran
+    # the profile's groups: scoring, statistics and figures of each scored (benchmark, model) pair
+    # (the tiny pair on novels and on news) in one job
     from memaudit import jobs
-    from memaudit.probes.registry import probes_for_model
 
     pairs = [(b, m) for b, models in jobs.scored(config).items() for m in models]
-    expected = sum(1 if "token_prob" in probes_for_model(config, m, b) else 2 for b, m in pairs)
     groups = re.findall(r"Group job (\w+) \(jobs in lexicogr. order\):", output)
-    assert (len(pairs), expected) == (5, 6) and groups == ["score_and_stats"] * expected, groups
+    assert len(pairs) == 4 and groups == ["score_and_stats"] * 4, groups
 
     written = assert_tables_match(ci_run, workdir, since=t0, scratch=tmp_path)
     summary = pd.read_csv(workdir / "results/summary/metrics.csv")
-    assert {"smollm2-135m-contaminated", "tiny-gpt2-small-contaminated"} <= set(summary["model"])
+    assert set(summary["model"]) == set(SLURM_MODELS)
     print(f"SLURM run: {len(slurm_jobs)} SLURM jobs in {elapsed:.0f}s; {len(written)} tables compared")
