@@ -234,5 +234,5 @@ def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, request, tmp_path)
 
     written = assert_tables_match(ci_run, workdir, since=t0, scratch=tmp_path)
     summary = pd.read_csv(workdir / "results/summary/metrics.csv")
-    assert set(summary["model"]) == set(SLURM_MODELS)
+    assert set(summary["model"]) == {*SLURM_MODELS, "(none)"}  # (none): the blind baselines
     print(f"SLURM run: {len(slurm_jobs)} SLURM jobs in {elapsed:.0f}s; {len(written)} tables compared")
