@@ -151,13 +151,15 @@ def test_adding_a_min_k_ratio_schedules_only_scoring(finished, rescored):
 
 def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
     """A new probe's jobs, and the metric tables and figures of the pairs it scores (they hold every
-    probe's methods); no model, forward pass or other probe reruns."""
+    probe's methods) and the cloze summary (its prefix-LCS baseline table joins the prefix probe where
+    the cloze probes run on the same pair: tiny-gpt2-small on novels); no model, forward pass or
+    other probe reruns."""
     model = "tiny-gpt2-small"
     config = with_config(finished, "plus_probe", lambda c: c["probes"].__setitem__("prefix", {"models": [model]}))
     expected = {("prefix_dataset", f"benchmark={b}") for b in BENCHMARKS}
     expected |= {(r, f"benchmark={b}, model={model}") for b in BENCHMARKS
                  for r in ("prefix_probe", "metrics", "figures_model")}
-    assert planned_jobs(finished, config) == expected | cross_model()
+    assert planned_jobs(finished, config) == expected | cross_model() | {("cloze_summary", "")}
 
 
 def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_run, tmp_path):
@@ -169,7 +171,8 @@ def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_r
     after = with_config(workdir, "prefix_two", lambda c: c["probes"].__setitem__("prefix", {"models": [first, new]}))
     expected = {(r, f"benchmark={b}, model={new}") for b in BENCHMARKS
                 for r in ("prefix_probe", "metrics", "figures_model")}
-    assert planned_jobs(workdir, after) == expected | cross_model()
+    # the cloze probes run on `new` over novels: their prefix-LCS baseline table gains its rows
+    assert planned_jobs(workdir, after) == expected | cross_model() | {("cloze_summary", "")}
 
 
 def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(finished):

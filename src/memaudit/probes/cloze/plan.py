@@ -47,14 +47,19 @@ def outputs(config: dict) -> list[str]:
             "results/summary/cloze_vs_prefix.csv", "results/figures/cloze/reconstruction.png"] if runs(config) else []
 
 
+def _probed(config: dict) -> list[str]:
+    return sorted({m for _, m, _ in runs(config)})
+
+
 def bases(config: dict) -> dict[str, str]:
-    """Per fine-tuned model, its base (the differences table's pairs)."""
-    return {m: e["base"] for m, e in sorted(config["models"].items()) if e.get("base")}
+    """Per fine-tuned model the cloze probes run on, its base (the differences table's pairs). Only
+    probed models: a model added elsewhere in the config does not rerun the cloze summary."""
+    return {m: config["models"][m]["base"] for m in _probed(config) if config["models"][m].get("base")}
 
 
 def members_of(config: dict) -> dict[str, list[str]]:
-    """Per model, the benchmarks whose members it was fine-tuned on (its ground truth)."""
-    return {m: list((e.get("finetune") or {}).get("members_of") or []) for m, e in sorted(config["models"].items())}
+    """Per probed model, the benchmarks whose members it was fine-tuned on (its ground truth)."""
+    return {m: list((config["models"][m].get("finetune") or {}).get("members_of") or []) for m in _probed(config)}
 
 
 def prefix_runs(config: dict) -> list[tuple[str, str]]:
