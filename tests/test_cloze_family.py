@@ -139,6 +139,18 @@ def test_summary_detection_and_contaminated_minus_base():
     assert marked["contaminated_on_benchmark"].all()
 
 
+def test_overlap_counts_each_region_of_the_token_types_flags():
+    labels = [1, 1, 0, 0]
+    prob = _texts("m", [2, 2, 2, 0], labels)  # flags p0, p1, p2
+    person = _texts("m", [2, 0, 0, 0], labels).assign(measure="person")  # flags p0
+    table = summary.overlap(pd.concat([prob, person], ignore_index=True)).set_index("region")
+    assert table.loc["cloze_prob+cloze_person", ["n_flagged", "n_correct"]].tolist() == [1, 1]  # p0
+    assert table.loc["cloze_prob", ["n_flagged", "n_correct"]].tolist() == [2, 1]  # p1 (member), p2
+    assert table.loc["cloze_person", "n_flagged"] == 0 and table.loc["none", "n_flagged"] == 1  # p3
+    assert set(table["model"]) == {"m"} and table["n_flagged"].sum() == 4
+    assert summary.overlap(pd.DataFrame(columns=prob.columns)).empty
+
+
 def test_cloze_beside_the_prefix_lcs_baseline_on_the_same_test_texts():
     from memaudit.probes.cloze.baseline import PREFIX_METHOD, lcs_of_items, versus_prefix
 

@@ -87,6 +87,12 @@ rule cloze_summary:
             category="Cloze probes",
             labels={"table": "cloze probes beside the prefix-LCS baseline"},
         ),
+        overlap=report(
+            "results/summary/cloze_overlap.csv",
+            caption="../report/cloze_overlap.rst",
+            category="Cloze probes",
+            labels={"table": "passages each combination of token types flags"},
+        ),
         figure=report(
             "results/figures/cloze/reconstruction.png",
             caption="../report/cloze_reconstruction.rst",

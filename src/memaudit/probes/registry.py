@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # open models: is the masked word the model's top next token at its position (and its rank)
             "logit": frozenset({WORD_LOGPROBS}),
         },
-        runner="memaudit.probes.cloze.runner:run_job", version=1, fingerprint="ed0c54309d2f4eef",
+        runner="memaudit.probes.cloze.runner:run_job", version=1, fingerprint="6246a0df8a69e718",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "

@@ -44,7 +44,8 @@ def check_config(config: dict) -> list[str]:
 
 def outputs(config: dict) -> list[str]:
     return ["results/summary/cloze.csv", "results/summary/cloze_differences.csv",
-            "results/summary/cloze_vs_prefix.csv", "results/figures/cloze/reconstruction.png"] if runs(config) else []
+            "results/summary/cloze_vs_prefix.csv", "results/summary/cloze_overlap.csv",
+            "results/figures/cloze/reconstruction.png"] if runs(config) else []
 
 
 def _probed(config: dict) -> list[str]:

@@ -18,6 +18,9 @@
     recall and F-beta beside the prefix-LCS baseline's (Appendix E: a logistic-regression LCS
     threshold fitted on a validation part), on the same test texts over seeded splits
     (:func:`memaudit.probes.cloze.baseline.versus_prefix`).
+``results/summary/cloze_overlap.csv``
+    Figure 2 as a table: per (benchmark, model, mode), how many passages each combination of
+    token types flags (and how many of them are members).
 ``results/figures/cloze/reconstruction.png``
     the reconstruction rate per model, members against non-members, models ordered by size
     where the models table gives it (Figure 3's question: do bigger models recover more?).
@@ -105,6 +108,24 @@ DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "mode", "measure", "contamin
                       "rate_model", "rate_base", "difference", "ci_low", "ci_high", "interval_holds_0"]
 
 
+def overlap(texts: pd.DataFrame) -> pd.DataFrame:
+    """Figure 2 as a table: per (benchmark, model, mode), every exclusive region of the token types'
+    flagged passages (:func:`memaudit.probes.cloze.tables.overlap_table`): how many passages exactly
+    those types flag, and how many of them are members."""
+    from memaudit.probes.cloze.tables import overlap_table
+
+    frames = []
+    for (benchmark, model, mode), block in texts.groupby(GROUP, sort=True):
+        predictions = block.assign(method="cloze_" + block["measure"]).rename(
+            columns={"doc_id": "document", "passage_id": "doc_id", "memorised": "flagged"})
+        table = overlap_table(predictions[["method", "doc_id", "label", "flagged"]])
+        frames.append(table.assign(benchmark=benchmark, model=model, mode=mode))
+    if not frames:
+        return pd.DataFrame(columns=[*GROUP, "region", "n_flagged", "n_correct"])
+    out = pd.concat(frames, ignore_index=True)
+    return out[[*GROUP, *[c for c in out.columns if c not in GROUP]]]
+
+
 def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
     import matplotlib
 
@@ -131,7 +152,7 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
 
 
 def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int, out_table: str,
-                  out_differences: str, out_figure: str, out_versus: str,
+                  out_differences: str, out_figure: str, out_versus: str, out_overlap: str,
                   prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None) -> None:
     """``prefix``: ``(benchmark, model, prefix_items.jsonl, prefix_continuation.jsonl)`` of the pairs the
     prefix probe also ran on; ``members_of``: per model, the benchmarks it was fine-tuned on."""
@@ -144,4 +165,5 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
     write_csv(out_differences, differences_table(texts, bases, seed=seed, members_of=members_of))
     lcs = {(b, m): lcs_of_items(read_jsonl(items), read_jsonl(pairs)) for b, m, items, pairs in prefix}
     write_csv(out_versus, versus_prefix(texts, lcs, seed=seed, beta=BETA))
+    write_csv(out_overlap, overlap(texts))
     reconstruction_figure(table, out_figure)
