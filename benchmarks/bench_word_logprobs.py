@@ -57,7 +57,8 @@ def spread(items: list, k: int) -> list:
     return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)] if k > 1 else items[:1]
 
 
-def workload(n_texts: int, words: int, per_text: int, assets_dir: Path) -> tuple[list[str], list[list[tuple[int, int]]]]:
+def workload(n_texts: int, words: int, per_text: int,
+             assets_dir: Path) -> tuple[list[str], list[list[tuple[int, int]]]]:
     """Austen passages and the character spans of up to ``per_text`` candidates in each."""
     from bench_grad_norms import demo_passages
 
@@ -154,8 +155,9 @@ def main(argv=None) -> dict:
                                "max_abs_diff": result["max_abs_diff"] <= TARGET_ABS_DIFF}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, result)
-    print(f"{NAME}: {args.n_texts} texts; ours {ours_s:.1f}s, baseline {base_s:.1f}s (speedup {result['speedup']:.2f}x, "
-          f"worst model {result['min_speedup']:.2f}x), max abs diff {result['max_abs_diff']:.1e} -> {args.out}")
+    print(f"{NAME}: {args.n_texts} texts; ours {ours_s:.1f}s, baseline {base_s:.1f}s "
+          f"(speedup {result['speedup']:.2f}x, worst model {result['min_speedup']:.2f}x), "
+          f"max abs diff {result['max_abs_diff']:.1e} -> {args.out}")
     return result
 
 

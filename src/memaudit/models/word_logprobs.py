@@ -164,7 +164,10 @@ def _plan(tokenizer, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, i
 
 
 def _read_batch(model, windows: Sequence[_Window], aligned: Sequence[Sequence[WordTokens]], pad: int) -> dict:
-    """One padded forward pass over ``windows``: ``{(text, word): (token log-probs, first token's rank, window start)}``."""
+    """One padded forward pass over ``windows``.
+
+    Returns ``{(text, word): (the word's token log-probs, its first token's rank, window start)}``.
+    """
     import torch
 
     from memaudit.models.forward import right_padded
