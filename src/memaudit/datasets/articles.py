@@ -30,16 +30,14 @@ names no article in the folder, gives an invalid date, or repeats a file.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memaudit import MEMBER, NONMEMBER
-from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, read_text, require_rows
+from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
 from memaudit.datasets.text import clean_text
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import ConfigError, InputError
@@ -94,19 +92,9 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
     if not path.exists():
         return {}
     path, text = read_text(path, "a dates.csv table")
-    reader = csv.reader(io.StringIO(text, newline=""))
     dates: dict[str, _Dated] = {}
     header: list[str] | None = None
-    while True:
-        start = reader.line_num + 1
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            raise InputError(f"{path}, line {start}: not valid CSV ({exc})") from None
-        if not any(cell.strip() for cell in row):
-            continue
+    for start, row in csv_rows(path, text):
         if header is None:
             header = [cell.strip().lower() for cell in row]
             missing = [c for c in ("file", "date") if c not in header]

@@ -219,7 +219,7 @@ def _syntax_error(path: Path, text: str, pos: int, what: str) -> InputError:
     return InputError(f"{path}, line {line}, column {column}: not valid JSON ({what})")
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -241,7 +241,7 @@ def _array_elements(path: Path, text: str) -> Iterator[tuple[int, int, Any]]:
     pos = _WHITESPACE.match(text, 0).end()
     if not text.startswith("[", pos):
         value = _decode_document(path, text)
-        raise InputError(f"{path}: the top level is {_json_type(value)}, expected an array of records")
+        raise InputError(f"{path}: the top level is {json_type(value)}, expected an array of records")
     line, counted = 1, 0
     pos = _WHITESPACE.match(text, pos + 1).end()
     index = 0
@@ -274,17 +274,20 @@ def _array_elements(path: Path, text: str) -> Iterator[tuple[int, int, Any]]:
 # ---------------------------------------------------------------- checking records
 
 
-class _RowReject(Exception):
+class RowReject(Exception):
+    """Raised while checking one record: which key, what value, why it cannot be used."""
+
     def __init__(self, key: str, value: Any, reason: str):
         super().__init__(reason)
         self.key, self.value, self.reason = key, value, reason
 
 
-_MISSING = object()
+MISSING = object()
 
 
-def _short_repr(value: Any) -> str:
-    if value is _MISSING:
+def short_repr(value: Any) -> str:
+    """The value as the rejects table shows it: its repr, cut at 60 characters."""
+    if value is MISSING:
         return ""
     text = repr(value)
     return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS - 3] + "..."
@@ -292,18 +295,18 @@ def _short_repr(value: Any) -> str:
 
 def _check_text(key: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise _RowReject(key, value, f"expected a string, got {_json_type(value)}")
+        raise RowReject(key, value, f"expected a string, got {json_type(value)}")
     if not value.strip():
-        raise _RowReject(key, value, "empty or whitespace-only text")
+        raise RowReject(key, value, "empty or whitespace-only text")
     nul = value.find("\x00")
     if nul >= 0:
-        raise _RowReject(key, value, f"contains a NUL character at position {nul}")
+        raise RowReject(key, value, f"contains a NUL character at position {nul}")
     return value
 
 
 def _required(record: dict, key: str) -> Any:
     if key not in record:
-        raise _RowReject(key, _MISSING, "missing key")
+        raise RowReject(key, MISSING, "missing key")
     return record[key]
 
 
@@ -313,7 +316,7 @@ def _text_field(record: dict, key: str) -> str:
 
 def _check_list(key: str, value: Any) -> list:
     if not isinstance(value, list):
-        raise _RowReject(key, value, f"expected an array, got {_json_type(value)}")
+        raise RowReject(key, value, f"expected an array, got {json_type(value)}")
     return value
 
 
@@ -324,7 +327,7 @@ def _list_field(record: dict, key: str) -> list:
 def _events(record: dict) -> list[str]:
     events = _list_field(record, "reference_events")
     if not events:
-        raise _RowReject("reference_events", events, "empty events list")
+        raise RowReject("reference_events", events, "empty events list")
     return [_check_text(f"reference_events[{i}]", event) for i, event in enumerate(events)]
 
 
@@ -354,18 +357,18 @@ def _characters(record: dict, notes: list | None = None) -> list[list[str]]:
         key = f"reference_characters[{i}]"
         _check_list(key, aliases)
         if not aliases:
-            raise _RowReject(key, aliases, "character with no aliases")
+            raise RowReject(key, aliases, "character with no aliases")
         for j, alias in enumerate(aliases):
             _check_text(f"{key}[{j}]", alias)
         for alias in aliases:
             if not _alias_key(alias):
-                raise _RowReject(key, alias, f"alias {alias!r} has no word characters")
+                raise RowReject(key, alias, f"alias {alias!r} has no word characters")
             first = owner.setdefault(_alias_key(alias), i)
             if first != i:
                 reason = (f"alias {alias!r} also belongs to reference_characters[{first}]: kept as published "
                           "(the reference scorer counts it for both characters)")
                 if notes is None:
-                    raise _RowReject(key, alias, reason)
+                    raise RowReject(key, alias, reason)
                 notes.append((key, alias, reason))
     return characters
 
@@ -382,19 +385,19 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
     for index, line, record in _array_elements(path, text):
         try:
             if not isinstance(record, dict):
-                raise _RowReject("(record)", record, f"expected an object, got {_json_type(record)}")
+                raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
             item_id = _text_field(record, "id")
             if item_id in id_lines:
-                raise _RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
+                raise RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
             id_lines[item_id] = line
             meta = {"index": index, "line": line, **{k: v for k, v in record.items() if k not in fields}}
             built = build(record, item_id, meta)
             item, notes = built if isinstance(built, tuple) else (built, [])
             items.append(item)
-            rejects += [Rejected(str(path), line, key, _short_repr(value), reason, "kept")
+            rejects += [Rejected(str(path), line, key, short_repr(value), reason, "kept")
                         for key, value, reason in notes]
-        except _RowReject as exc:
-            rejected = Rejected(str(path), line, exc.key, _short_repr(exc.value), exc.reason)
+        except RowReject as exc:
+            rejected = Rejected(str(path), line, exc.key, short_repr(exc.value), exc.reason)
             if strict:
                 raise InputError(rejected.message()) from None
             rejects.append(rejected)
@@ -458,7 +461,7 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
     path, text = _read_json_text(path)
     obj = _decode_document(path, text)
     if not isinstance(obj, dict):
-        raise InputError(f"{path}: the top level is {_json_type(obj)}, expected an object")
+        raise InputError(f"{path}: the top level is {json_type(obj)}, expected an object")
     for key in ("task_instruction", "apply_config"):
         if key in obj:
             raise InputError(f"{path}, key {key}: not supported (no published prompt file uses it)")
@@ -466,19 +469,19 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
         values = {key: _required(obj, key) for key in (*_PROMPT_STRINGS, "enable_system", "demos")}
         for key in _PROMPT_STRINGS:
             if not isinstance(values[key], str):
-                raise _RowReject(key, values[key], f"expected a string, got {_json_type(values[key])}")
+                raise RowReject(key, values[key], f"expected a string, got {json_type(values[key])}")
         if not isinstance(values["enable_system"], bool):
-            raise _RowReject("enable_system", values["enable_system"],
-                             f"expected a boolean, got {_json_type(values['enable_system'])}")
+            raise RowReject("enable_system", values["enable_system"],
+                             f"expected a boolean, got {json_type(values['enable_system'])}")
         demos = _list_field(obj, "demos")
         for i, demo in enumerate(demos):
             if not isinstance(demo, dict):
-                raise _RowReject(f"demos[{i}]", demo, f"expected an object, got {_json_type(demo)}")
+                raise RowReject(f"demos[{i}]", demo, f"expected an object, got {json_type(demo)}")
             for key in ("input", "output"):
                 if key not in demo:
-                    raise _RowReject(f"demos[{i}].{key}", _MISSING, "missing key")
+                    raise RowReject(f"demos[{i}].{key}", MISSING, "missing key")
                 _check_text(f"demos[{i}].{key}", demo[key])
-    except _RowReject as exc:
+    except RowReject as exc:
         raise InputError(f"{path}, key {exc.key}: {exc.reason}") from None
     if "input" not in _placeholders(path, "task_prompt", values["task_prompt"]):
         raise InputError(f"{path}, key task_prompt: no ${{input}} placeholder")

@@ -24,7 +24,7 @@ Accepted local files (memaudit never downloads this set; a Hub id is an InputErr
 - ``.parquet`` (the Hub file; needs ``pyarrow``, which memaudit does not install);
 - JSON lines (``.jsonl``/``.json``/``.ndjson``), as ``Dataset.to_json`` or
   ``DataFrame.to_json(orient="records", lines=True)`` writes the set: one compact object per
-  line, ``\\/`` and ``\\uXXXX`` escapes, newlines inside articles as ``\\n``; or a JSON array
+  line, ``\\/`` and ``\\u00e9``-style escapes, newlines inside articles as ``\\n``; or a JSON array
   of the same objects;
 - CSV with a header row (``Dataset.to_csv`` / ``DataFrame.to_csv(index=False)``): fields with
   commas, quotes or newlines quoted, so one record may span several physical lines.
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -53,6 +52,7 @@ from memaudit.datasets.rejects import (
     RowReject,
     check_local_file,
     check_text,
+    csv_rows,
     json_lines,
     json_type,
     read_text,
@@ -97,18 +97,8 @@ def _csv_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
     """Rows of a CSV with a header as ``(start line, dict or RowReject)``; broken quoting: InputError."""
     old_limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
     try:
-        reader = csv.reader(io.StringIO(text, newline=""))
         header: list[str] | None = None
-        while True:
-            start = reader.line_num + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                raise InputError(f"{path}, line {start}: not valid CSV ({exc})") from None
-            if not row or not any(cell.strip() for cell in row):
-                continue
+        for start, row in csv_rows(path, text):
             if header is None:
                 header = _csv_header(path, row, start)
                 continue

@@ -18,41 +18,32 @@ whole file (an unreadable PDF, an article without a date).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from memaudit.datasets.copybench_published import REJECT_COLUMNS, Rejected, write_rejects
+# one definition of the rejects machinery, shared with the CopyBench loaders
+from memaudit.datasets.copybench_published import (
+    MISSING,
+    REJECT_COLUMNS,
+    Rejected,
+    RowReject,
+    json_type,
+    short_repr,
+    write_rejects,
+)
 from memaudit.errors import InputError
 
-__all__ = ["REJECT_COLUMNS", "REJECTS_FILE", "Rejected", "RejectLog", "RowReject", "benchmark_rejects_path",
-           "write_benchmark_rejects", "write_rejects"]
+__all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "Rejected", "RejectLog", "RowReject", "benchmark_rejects_path",
+           "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
-_VALUE_CHARS = 60
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
 _HUB_ID = re.compile(r"^(?:hf:|hf://|datasets/)?[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-class RowReject(Exception):
-    """Raised while checking one record: which key, what value, why it cannot be used."""
-
-    def __init__(self, key: str, value: Any, reason: str):
-        super().__init__(reason)
-        self.key, self.value, self.reason = key, value, reason
-
-
-MISSING = object()
-
-
-def short_repr(value: Any) -> str:
-    """The value as the rejects table shows it: its repr, cut at 60 characters."""
-    if value is MISSING:
-        return ""
-    text = repr(value)
-    return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS - 3] + "..."
 
 
 @dataclass
@@ -127,6 +118,22 @@ def read_text(path: str | Path, what: str) -> tuple[Path, str]:
 _DECODER = json.JSONDecoder(strict=False)  # a raw control character costs its record, not the file
 
 
+def csv_rows(path: str | Path, text: str) -> Iterator[tuple[int, list[str]]]:
+    """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
+    :class:`InputError` naming the line where the row starts."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(f"{path}, line {start}: not valid CSV ({exc})") from None
+        if any(cell.strip() for cell in row):
+            yield start, row
+
+
 def json_lines(text: str) -> Iterator[tuple[int, Any]]:
     """``(line, record)`` for each non-blank line of a JSON-lines text; a line that is not JSON
     yields a :class:`RowReject` as its record (the caller rejects that line only)."""
@@ -137,18 +144,6 @@ def json_lines(text: str) -> Iterator[tuple[int, Any]]:
             yield line_no, _DECODER.decode(line)
         except json.JSONDecodeError as exc:
             yield line_no, RowReject("(record)", line.strip(), f"not valid JSON ({exc.msg}, column {exc.colno})")
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
 
 
 def check_text(key: str, value: Any, *, allow_empty: bool = False) -> str:
