@@ -23,7 +23,8 @@ from memaudit.datasets.build import build_benchmark
 from memaudit.datasets.nyt import load_nyt, nyt_doc_id
 from memaudit.datasets.published import published_benchmark
 from memaudit.datasets.qa import contamination_split, load_qa_jsonl, read_qa_jsonl, render_qa
-from memaudit.datasets.rejects import REJECT_COLUMNS, benchmark_rejects_path, write_benchmark_rejects
+from memaudit.datasets.rejects import (REJECT_COLUMNS, benchmark_rejects_path, count_rejects, write_benchmark_rejects,
+                                      write_rejects)
 from memaudit.datasets.sources import load_source
 from memaudit.errors import ConfigError, InputError
 
@@ -172,6 +173,33 @@ def test_bad_nyt_rows_are_rejected_with_file_line_key_and_reason(tmp_path):
     assert reasons[9] == "expected an object, got an array" and reasons[10] == "missing key"
     assert rejected[1].value == "2" and rejected[4].value == "'Fi\\x00ve.'"
     assert rejected[0].message() == f"{path}, line 2, key snippet: empty or whitespace-only text"
+
+
+def test_the_summary_counts_each_benchmarks_rejects_by_file_and_reason(tmp_path):
+    from memaudit.stats.headline import rejects_summary
+
+    path = _write(tmp_path / "nyt.jsonl", BAD_NYT)
+    rejected = load_nyt(path)[2]
+    write_rejects(tmp_path / "nyt_rejects.csv", rejected)
+    write_rejects(tmp_path / "clean_rejects.csv", [])
+    table = count_rejects({"nyt": tmp_path / "nyt_rejects.csv", "clean": tmp_path / "clean_rejects.csv"})
+    assert list(table.columns) == ["benchmark", "file", "reason", "action", "n_rows"]
+    # a clean benchmark keeps its row (checked, nothing left out); every rejected row is counted once
+    assert table.iloc[0].to_dict() == {"benchmark": "clean", "file": "", "reason": "", "action": "", "n_rows": 0}
+    nyt = table[table["benchmark"] == "nyt"]
+    assert nyt["n_rows"].sum() == len(rejected) == 12
+    assert set(nyt["file"]) == {str(path)}
+    assert nyt.set_index(["reason", "action"])["n_rows"].to_dict()[("missing key", "rejected")] == 1
+    assert int(nyt.loc[nyt["action"] == "kept", "n_rows"].sum()) == 1
+    assert int(nyt.loc[nyt["reason"].str.startswith("not valid JSON"), "n_rows"].sum()) == 1
+    text = rejects_summary(table)
+    assert text.splitlines()[0].startswith("Input rows left out by the loaders (12;")
+    assert f"  nyt: 1 rejected in {path}: missing key" in text.splitlines()
+    assert rejects_summary(table[table["benchmark"] == "clean"]) == (
+        "Input rows left out by the loaders: none (1 benchmark checked).")
+    (tmp_path / "not_rejects.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match=r"not_rejects.csv: not a rejects table \(no column 'file'\)"):
+        count_rejects({"x": tmp_path / "not_rejects.csv"})
 
 
 def test_strict_mode_makes_the_first_rejected_row_an_input_error(tmp_path):

@@ -189,6 +189,9 @@ def test_cloze_probes_of_the_ci_run(ci_run):
     assert versus.empty and list(versus.columns)[:3] == ["benchmark", "model", "method"]
     rejects = pd.read_csv(ci_run / "results/datasets/novels/rejects.csv")  # built from sources: nothing rejected
     assert rejects.empty and list(rejects.columns) == ["file", "line", "key", "value", "reason", "action"]
+    counted = pd.read_csv(ci_run / "results/summary/rejects.csv")  # one row per benchmark, nothing left out
+    assert sorted(counted["benchmark"]) == sorted(yaml.safe_load((ROOT / "config/ci.yaml").read_text())["benchmarks"])
+    assert (counted["n_rows"] == 0).all()
     summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
     cloze_rows = summary[summary.method.str.startswith("cloze_")]
     assert set(cloze_rows["method"]) == {f"cloze_{m}{s}" for m in ("prob", "rank", "person") for s in ("", "_mrr")}

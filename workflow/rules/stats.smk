@@ -58,6 +58,7 @@ rule summary:
         metrics=jobs.metrics_tables(config),
         selection=jobs.selection_tables(config),
         models=expand("results/models/{model}", model=LOCAL_MODELS),
+        rejects=expand("results/datasets/{benchmark}/rejects.csv", benchmark=sorted(config["benchmarks"])),
     output:
         csv=report(
             "results/summary/metrics.csv",
@@ -85,8 +86,15 @@ rule summary:
             labels={"figure": "empirical FDR and power against q"},
         ),
         selection_figure_svg="results/figures/selection_fdr_power.svg",
+        rejects=report(
+            "results/summary/rejects.csv",
+            caption="../report/summary_rejects.rst",
+            category="Summary",
+            labels={"table": "rejects: input rows the loaders left out, per benchmark"},
+        ),
     params:
         figure_methods=config["stats"]["selection"]["figure_methods"],
+        benchmarks=sorted(config["benchmarks"]),
     log:
         "logs/summary.log",
     conda:

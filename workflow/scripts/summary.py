@@ -7,4 +7,5 @@ build_summary(
     snakemake.output.csv, snakemake.output.md, snakemake.output.models,
     selection_paths=snakemake.input.selection, out_selection=snakemake.output.selection,
     out_figure=snakemake.output.selection_figure, figure_methods=snakemake.params.figure_methods,
+    rejects=dict(zip(snakemake.params.benchmarks, snakemake.input.rejects)), out_rejects=snakemake.output.rejects,
 )

@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 # one definition of the rejects machinery, shared with the CopyBench loaders
 from memaudit.datasets.copybench_published import (
@@ -39,7 +39,7 @@ from memaudit.datasets.copybench_published import (
 from memaudit.errors import InputError
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "Rejected", "RejectLog", "RowReject", "benchmark_rejects_path",
-           "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
+           "count_rejects", "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
@@ -174,3 +174,31 @@ def write_benchmark_rejects(benchmark: str, rejects: Sequence[Rejected], results
     path.parent.mkdir(parents=True, exist_ok=True)
     write_rejects(path, rejects)
     return path
+
+
+REJECT_COUNT_COLUMNS = ("benchmark", "file", "reason", "action", "n_rows")
+
+
+def count_rejects(tables: Mapping[str, str | Path]) -> "pd.DataFrame":
+    """``results/summary/rejects.csv``: per benchmark (``{benchmark: its rejects.csv}``), the rows
+    of its input files the loaders rejected or kept with a note, counted by file, reason and
+    action; a benchmark whose inputs loaded whole gets one row with ``n_rows`` 0, so the table
+    shows every benchmark was checked."""
+    import pandas as pd
+
+    rows = []
+    for benchmark, path in sorted(tables.items()):
+        try:
+            table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except pd.errors.EmptyDataError:
+            table = pd.DataFrame(columns=list(REJECT_COLUMNS))
+        missing = [c for c in ("file", "reason", "action") if c not in table.columns]
+        if missing:
+            raise InputError(f"{path}: not a rejects table (no column {missing[0]!r})")
+        if table.empty:
+            rows.append({"benchmark": benchmark, "file": "", "reason": "", "action": "", "n_rows": 0})
+            continue
+        counts = table.groupby(["file", "reason", "action"], sort=True).size()
+        rows += [{"benchmark": benchmark, "file": f, "reason": r, "action": a, "n_rows": int(n)}
+                 for (f, r, a), n in counts.items()]
+    return pd.DataFrame(rows, columns=list(REJECT_COUNT_COLUMNS))

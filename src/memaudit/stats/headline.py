@@ -58,9 +58,24 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         if len(checks):
             print(f"\n{header}:\n")
             print(checks.to_string(index=False))
+    rejects_path = summary_path.with_name("rejects.csv")
+    if rejects_path.exists():
+        print("\n" + rejects_summary(pd.read_csv(rejects_path, keep_default_na=False)))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report})"))
+
+
+def rejects_summary(rejects: pd.DataFrame) -> str:
+    """What ``results/summary/rejects.csv`` says in a line, or a line per (benchmark, file, reason)."""
+    where = "results/datasets/<benchmark>/rejects.csv"
+    left = rejects[rejects["n_rows"] > 0]
+    if left.empty:
+        n = rejects["benchmark"].nunique()
+        return f"Input rows left out by the loaders: none ({n} benchmark{'s' if n != 1 else ''} checked)."
+    lines = [f"Input rows left out by the loaders ({int(left['n_rows'].sum())}; each row with its line in {where}):"]
+    lines += [f"  {r.benchmark}: {r.n_rows} {r.action} in {r.file}: {r.reason}" for r in left.itertuples()]
+    return "\n".join(lines)
 
 
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",

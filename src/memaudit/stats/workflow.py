@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -66,14 +66,20 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
 
 def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_csv, out_md, out_models,
                   selection_paths: Sequence[str] = (), out_selection=None, out_figure=None,
-                  figure_methods: Sequence[str] = ()) -> pd.DataFrame:
+                  figure_methods: Sequence[str] = (), rejects: Mapping[str, str] | None = None,
+                  out_rejects=None) -> pd.DataFrame:
     """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``; with
-    ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure."""
+    ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure; with
+    ``rejects`` (``{benchmark: its rejects.csv}``), ``rejects.csv``: the input rows each
+    benchmark's loaders rejected, counted by file and reason."""
+    from memaudit.datasets.rejects import count_rejects
     from memaudit.stats.summary import merge_metrics, write_summary
 
     frame = merge_metrics(metric_paths)
     write_summary(frame, out_csv, out_md)
     write_csv(out_models, models_table(model_dirs))
+    if out_rejects is not None:
+        write_csv(out_rejects, count_rejects(rejects or {}))
     if out_selection is not None:
         from memaudit.figures.plots import plot_selection
 
