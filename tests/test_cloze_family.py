@@ -4,6 +4,7 @@ the config checks (the helpers' modules are tested in test_cloze_selection.py an
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,47 @@ def test_overlap_counts_each_region_of_the_token_types_flags():
     assert summary.overlap(pd.DataFrame(columns=prob.columns)).empty
 
 
+def test_figure_3_rates_by_model_size_from_the_token_tables_and_manifests(tmp_path):
+    # two models (small: 1 of 4 member words, big: 3 of 4), one API-like model without a size;
+    # the token tables as the probe writes them (reconstructed read back from CSV)
+    rows = []
+    for model, hits in (("big", [1, 1, 1, 0]), ("small", [1, 0, 0, 0]), ("api", [1, 1, 1, 1])):
+        for i, hit in enumerate(hits):
+            rows.append({"benchmark": "b", "model": model, "mode": "logit", "passage_id": f"p{i // 2}",
+                         "doc_id": f"d{i // 2}", "label": 1, "measure": "prob", "word": "w", "start": i,
+                         "guess": "", "status": "ok", "rank": 0 if hit else 9, "reconstructed": bool(hit)})
+        rows.append({**rows[-1], "passage_id": "p9", "doc_id": "d9", "label": 0, "reconstructed": False})
+    paths = []
+    for model in ("big", "small", "api"):
+        paths.append(tmp_path / f"{model}_tokens.csv")
+        pd.DataFrame([r for r in rows if r["model"] == model]).to_csv(paths[-1], index=False)
+    dirs = []
+    for model, n in (("small", 1_000_000), ("big", 9_000_000)):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "manifest.json").write_text(json.dumps(
+            {"name": model, "family": "f", "n_params": n, "base": None, "contaminated_on": []}))
+        dirs.append(str(tmp_path / model))
+    tokens = summary.read_texts([str(p) for p in paths])
+    table = summary.by_size(tokens, {"small": 1e6, "big": 9e6}, seed=0)
+    members = table[table["label"] == 1]
+    assert members["model"].tolist() == ["small", "big"]  # ordered by size, the API model left out
+    assert members["rate"].tolist() == [0.25, 0.75] and members["n_candidates"].tolist() == [4, 4]
+    assert (members["rate_low"] <= members["rate"]).all() and (members["rate"] <= members["rate_high"]).all()
+    assert table[table["label"] == 0]["rate"].tolist() == [0.0, 0.0]
+    assert summary.by_size(tokens.iloc[:0], {"small": 1e6}, seed=0).empty
+    # through build_summary, as the cloze_summary rule calls it
+    texts = tmp_path / "texts.csv"
+    _texts("small", [1, 0], [1, 0]).to_csv(texts, index=False)
+    out = {k: tmp_path / f"{k}.csv" for k in ("table", "diff", "versus", "overlap", "size")}
+    summary.build_summary([str(texts)], {}, seed=0, out_table=out["table"], out_differences=out["diff"],
+                          out_figure=tmp_path / "fig.png", out_versus=out["versus"], out_overlap=out["overlap"],
+                          token_paths=[str(p) for p in paths], model_dirs=dirs, out_by_size=out["size"],
+                          out_size_figure=tmp_path / "size.png")
+    written = pd.read_csv(out["size"])
+    assert written[written["label"] == 1]["n_params"].tolist() == [1_000_000, 9_000_000]
+    assert (tmp_path / "size.png").stat().st_size > 1000 and (tmp_path / "size.svg").exists()
+
+
 def test_cloze_beside_the_prefix_lcs_baseline_on_the_same_test_texts():
     from memaudit.probes.cloze.baseline import PREFIX_METHOD, lcs_of_items, versus_prefix
 
@@ -213,11 +255,15 @@ def test_ci_config_plans_items_once_and_a_probe_per_model():
     assert plan.runs(config) == [("novels", "tiny-gpt2-small", "logit"), ("novels", "tiny-gpt2-small-contaminated", "logit")]
     assert plan.summary_inputs(config) == {"texts": [
         "results/scores/novels/tiny-gpt2-small/cloze_logit_texts.csv",
-        "results/scores/novels/tiny-gpt2-small-contaminated/cloze_logit_texts.csv"], "prefix": [], "pairs": []}
+        "results/scores/novels/tiny-gpt2-small-contaminated/cloze_logit_texts.csv"], "tokens": [
+        "results/scores/novels/tiny-gpt2-small/cloze_logit_tokens.csv",
+        "results/scores/novels/tiny-gpt2-small-contaminated/cloze_logit_tokens.csv"],
+        "models": ["results/models/tiny-gpt2-small", "results/models/tiny-gpt2-small-contaminated"],
+        "prefix": [], "pairs": []}
     with_prefix = copy.deepcopy(config)  # the prefix probe on one of the pairs: its LCS baseline beside
     with_prefix["probes"]["prefix"] = {"models": ["tiny-gpt2-small", "smollm2-135m"], "benchmarks": ["novels", "news"]}
     assert plan.prefix_runs(with_prefix) == [("novels", "tiny-gpt2-small")]
-    assert {k: v for k, v in plan.summary_inputs(with_prefix).items() if k != "texts"} == {
+    assert {k: v for k, v in plan.summary_inputs(with_prefix).items() if k in ("prefix", "pairs")} == {
         "prefix": ["results/scores/novels/tiny-gpt2-small/prefix_items.jsonl"],
         "pairs": ["results/datasets/novels/prefix_continuation.jsonl"]}
     assert "results/summary/cloze.csv" in plan.outputs(config)

@@ -196,3 +196,8 @@ def test_cloze_probes_of_the_ci_run(ci_run):
     cloze_rows = summary[summary.method.str.startswith("cloze_")]
     assert set(cloze_rows["method"]) == {f"cloze_{m}{s}" for m in ("prob", "rank", "person") for s in ("", "_mrr")}
     assert (ci_run / "results/figures/cloze/reconstruction.png").stat().st_size > 1000
+    sized = pd.read_csv(ci_run / "results/summary/cloze_by_size.csv")  # Figure 3: each probed model, by size
+    assert set(sized["model"]) == {"tiny-gpt2-small", "tiny-gpt2-small-contaminated"}
+    assert (sized["n_params"] > 0).all() and set(sized["label"]) == {0, 1}
+    assert sized["n_candidates"].sum() == 2 * len(tokens)  # every masked word, once per model
+    assert (ci_run / "results/figures/cloze/recovery_by_size.png").stat().st_size > 1000

@@ -100,6 +100,19 @@ rule cloze_summary:
             labels={"figure": "reconstruction rate by model, members and non-members"},
         ),
         figure_svg="results/figures/cloze/reconstruction.svg",
+        by_size=report(
+            "results/summary/cloze_by_size.csv",
+            caption="../report/cloze_by_size.rst",
+            category="Cloze probes",
+            labels={"table": "masked words reconstructed by model size"},
+        ),
+        size_figure=report(
+            "results/figures/cloze/recovery_by_size.png",
+            caption="../report/cloze_by_size.rst",
+            category="Cloze probes",
+            labels={"figure": "masked words reconstructed by model size"},
+        ),
+        size_figure_svg="results/figures/cloze/recovery_by_size.svg",
     params:
         bases=lambda wc: cloze_plan.bases(config),
         members_of=lambda wc: cloze_plan.members_of(config),

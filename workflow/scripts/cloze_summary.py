@@ -7,4 +7,6 @@ prefix = [(b, m, items, pairs) for (b, m), items, pairs
 build_summary(snakemake.input.texts, snakemake.params.bases, seed=snakemake.params.seed,
               out_table=snakemake.output.table, out_differences=snakemake.output.differences,
               out_figure=snakemake.output.figure, out_versus=snakemake.output.versus,
-              out_overlap=snakemake.output.overlap, prefix=prefix, members_of=snakemake.params.members_of)
+              out_overlap=snakemake.output.overlap, prefix=prefix, members_of=snakemake.params.members_of,
+              token_paths=snakemake.input.tokens, model_dirs=snakemake.input.models,
+              out_by_size=snakemake.output.by_size, out_size_figure=snakemake.output.size_figure)

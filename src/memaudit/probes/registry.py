@@ -76,14 +76,14 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="e37996f52cc7e2a0",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="0ce59e9733aa62cb",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=2, fingerprint="a287635b62483c3e",
+        version=2, fingerprint="45b3b356375e08f6",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -96,7 +96,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # base models: the option with the highest length-normalised log-likelihood
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
-        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="e07380461206c00e",
+        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="eae0f83fc5ef4aed",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -109,7 +109,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # write an "original" story from a beginning; the book's characters and events found in it
             "nonliteral": frozenset({GENERATE}),
         },
-        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="68281438da9bfa46",
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="9552ae61e51f88bf",
         roles={"event_judge": "copybench.event_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
                     "system-reminder mitigations",
@@ -118,7 +118,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=1, fingerprint="7fd36a79d2d6f920",
+        runner="memaudit.probes.ktd.runner:run_job", version=1, fingerprint="0734e1bbad713517",
         checks="memaudit.probes.ktd.plan:check_config",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # open models: is the masked word the model's top next token at its position (and its rank)
             "logit": frozenset({WORD_LOGPROBS}),
         },
-        runner="memaudit.probes.cloze.runner:run_job", version=1, fingerprint="131fbc48d835e75f",
+        runner="memaudit.probes.cloze.runner:run_job", version=1, fingerprint="0b5c83f8c9b1a650",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "

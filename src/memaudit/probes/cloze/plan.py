@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memaudit.config import is_api_model
 from memaudit.jobs import probe_runs
 
 
@@ -45,7 +46,8 @@ def check_config(config: dict) -> list[str]:
 def outputs(config: dict) -> list[str]:
     return ["results/summary/cloze.csv", "results/summary/cloze_differences.csv",
             "results/summary/cloze_vs_prefix.csv", "results/summary/cloze_overlap.csv",
-            "results/figures/cloze/reconstruction.png"] if runs(config) else []
+            "results/summary/cloze_by_size.csv", "results/figures/cloze/reconstruction.png",
+            "results/figures/cloze/recovery_by_size.png"] if runs(config) else []
 
 
 def _probed(config: dict) -> list[str]:
@@ -70,8 +72,15 @@ def prefix_runs(config: dict) -> list[tuple[str, str]]:
     return sorted(both)
 
 
+def sized_models(config: dict) -> list[str]:
+    """The probed models with a parameter count (local ones: their ``manifest.json``) for Figure 3."""
+    return [m for m in _probed(config) if not is_api_model(config["models"][m])]
+
+
 def summary_inputs(config: dict) -> dict[str, list[str]]:
     pairs = prefix_runs(config)
     return {"texts": [f"results/scores/{b}/{m}/cloze_{mode}_texts.csv" for b, m, mode in runs(config)],
+            "tokens": [f"results/scores/{b}/{m}/cloze_{mode}_tokens.csv" for b, m, mode in runs(config)],
+            "models": [f"results/models/{m}" for m in sized_models(config)],
             "prefix": [f"results/scores/{b}/{m}/prefix_items.jsonl" for b, m in pairs],
             "pairs": [f"results/datasets/{b}/prefix_continuation.jsonl" for b, m in pairs]}

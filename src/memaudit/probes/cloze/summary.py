@@ -21,9 +21,14 @@
 ``results/summary/cloze_overlap.csv``
     Figure 2 as a table: per (benchmark, model, mode), how many passages each combination of
     token types flags (and how many of them are members).
+``results/summary/cloze_by_size.csv`` and ``results/figures/cloze/recovery_by_size.png``
+    Figure 3: per (benchmark, mode, token type), the share of masked words each local model
+    reconstructs against its parameter count (from its ``manifest.json``), members and
+    non-members apart, with a passage-clustered bootstrap interval
+    (:func:`memaudit.probes.cloze.tables.recovery_by_size`). API models have no parameter count
+    and are left out of it.
 ``results/figures/cloze/reconstruction.png``
-    the reconstruction rate per model, members against non-members, models ordered by size
-    where the models table gives it (Figure 3's question: do bigger models recover more?).
+    the reconstruction rate per model, members against non-members.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
     rows = []
     for (benchmark, model, mode, method), block in texts.groupby([*GROUP, "method"], sort=True):
         rows.append({"benchmark": benchmark, "model": model, "mode": mode, "method": method, "n_texts": len(block),
-                     "n_too_few_tokens": int((block["reason"].fillna("") != "").sum()),
+                     "n_too_few_tokens": int(block["reason"].dropna().astype(str).ne("").sum()),
                      "n_tokens": int(block["n_tokens"].sum()), "n_invalid": int(block["n_invalid"].sum()),
                      "n_refusal": int(block["n_refusal"].sum()),
                      "rate_member": _rate(block[block["label"] == 1]),
@@ -151,11 +156,60 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
     plt.close(fig)
 
 
+SIZE_GROUP = ["benchmark", "mode", "measure", "label"]
+
+
+def by_size(tokens: pd.DataFrame, n_params: dict[str, float], *, seed: int) -> pd.DataFrame:
+    """Figure 3 as a table: per (benchmark, mode, token type, label) and model, the masked words
+    reconstructed, by model size; the interval resamples passages (a passage's words together)."""
+    from memaudit.probes.cloze.tables import recovery_by_size
+
+    if tokens.empty or not n_params:
+        return pd.DataFrame(columns=[*SIZE_GROUP, "model", "n_params", "n_candidates", "n_reconstructed", "rate",
+                                     "rate_low", "rate_high"])
+    done = tokens["reconstructed"].astype(str).str.lower() == "true"  # as read back from the CSV
+    return recovery_by_size(tokens.assign(reconstructed=done), n_params,
+                            cluster="passage_id", by=SIZE_GROUP, seed=seed)
+
+
+def size_figure(table: pd.DataFrame, out: str | Path) -> None:
+    """One panel per (benchmark, mode, token type): reconstruction rate against parameters (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from memaudit.figures.plots import save_figure
+
+    panels = sorted(set(zip(table["benchmark"], table["mode"], table["measure"])))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.0 * max(len(panels), 1), 3.4), squeeze=False)
+    for ax, (benchmark, mode, measure) in zip(axes[0], panels):
+        block = table[(table["benchmark"] == benchmark) & (table["mode"] == mode) & (table["measure"] == measure)]
+        for label, name in ((1, "members"), (0, "non-members")):
+            line = block[block["label"] == label].sort_values("n_params")
+            if line.empty:
+                continue
+            # several models of one size (a base and its fine-tunes) are separate points at that size
+            ax.errorbar(line["n_params"], line["rate"], yerr=[line["rate"] - line["rate_low"],
+                        line["rate_high"] - line["rate"]], fmt="o", capsize=3, label=name, alpha=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters")
+        ax.set_ylabel("masked words reconstructed")
+        ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, Path(out).with_suffix(""))
+    plt.close(fig)
+
+
 def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int, out_table: str,
                   out_differences: str, out_figure: str, out_versus: str, out_overlap: str,
-                  prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None) -> None:
+                  prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None,
+                  token_paths: Sequence[str] = (), model_dirs: Sequence[str] = (), out_by_size: str | None = None,
+                  out_size_figure: str | None = None) -> None:
     """``prefix``: ``(benchmark, model, prefix_items.jsonl, prefix_continuation.jsonl)`` of the pairs the
-    prefix probe also ran on; ``members_of``: per model, the benchmarks it was fine-tuned on."""
+    prefix probe also ran on; ``members_of``: per model, the benchmarks it was fine-tuned on;
+    ``token_paths`` and ``model_dirs`` (the probed local models): Figure 3, ``out_by_size``."""
     from memaudit.io import read_jsonl
     from memaudit.probes.cloze.baseline import lcs_of_items, versus_prefix
 
@@ -167,3 +221,10 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
     write_csv(out_versus, versus_prefix(texts, lcs, seed=seed, beta=BETA))
     write_csv(out_overlap, overlap(texts))
     reconstruction_figure(table, out_figure)
+    if out_by_size is not None:
+        from memaudit.stats.workflow import models_table
+
+        sizes = models_table(model_dirs)
+        sized = by_size(read_texts(token_paths), dict(zip(sizes["model"], sizes["n_params"].astype(float))), seed=seed)
+        write_csv(out_by_size, sized)
+        size_figure(sized, out_size_figure)
