@@ -26,6 +26,7 @@ from memaudit.datasets.qa import contamination_split, load_qa_jsonl, read_qa_jso
 from memaudit.datasets.rejects import (REJECT_COLUMNS, benchmark_rejects_path, count_rejects, write_benchmark_rejects,
                                       write_rejects)
 from memaudit.datasets.sources import load_source
+from file_helpers import write_file
 from memaudit.errors import ConfigError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,10 +86,7 @@ NYT_CSV = (
 )
 
 
-def _write(path: Path, text: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
-    return path
+_write = write_file
 
 
 def test_the_excerpts_are_what_pandas_writes_for_the_set():

@@ -77,13 +77,18 @@ def is_api_model(entry: dict) -> bool:
     return entry.get("backend", "hf") in API_BACKENDS
 
 
+# published formats whose unusable rows are skipped and listed (memaudit.datasets.rejects)
+REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts")
+
+
 def _cloze_published_problems(name: str, published: dict) -> list[str]:
-    """The keys of the information-guided probes' published formats (nyt, articles, qa)."""
+    """The keys of the published formats read under the rejects policy (nyt, articles, qa for the
+    information-guided probes; wikimia, member_texts for KTD and the other detectors)."""
     from memaudit.datasets.articles import parse_date
 
     where, fmt = f"benchmarks.{name}.published", published["format"]
     problems = []
-    if fmt in ("nyt", "articles", "qa"):
+    if fmt in REJECTS_FORMATS:
         if not published.get("path"):
             problems.append(f"{where}.path: the {fmt} set is read from a local "
                             f"{'folder' if fmt == 'articles' else 'file'} (there is no download)")
@@ -102,8 +107,10 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
     if "member_fraction" in published and fmt != "qa":
         problems.append(f"{where}.member_fraction: only format qa is split by memaudit "
                         f"(the other formats carry labels)")
-    if "strict" in published and fmt not in ("nyt", "articles", "qa"):
-        problems.append(f"{where}.strict: only formats nyt, articles and qa skip unusable rows")
+    if "strict" in published and fmt not in REJECTS_FORMATS:
+        problems.append(f"{where}.strict: only formats {', '.join(REJECTS_FORMATS)} skip unusable rows")
+    if "text_key" in published and fmt != "member_texts":
+        problems.append(f"{where}.text_key: only format member_texts names its text field")
     return problems
 
 

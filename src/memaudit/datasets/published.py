@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from memaudit.config import REJECTS_FORMATS
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
@@ -28,8 +29,9 @@ TECTION_COLUMNS = ("Example_A", "Example_B", "Example_C", "Example_D", "Answer",
 LENGTH_TOKENS = {"small": 64, "medium": 128, "large": 256}
 HF_DATASETS = {"booktection": "avduarte333/BookTection", "arxivtection": "avduarte333/arXivTection"}
 BOOKMIA_FIELDS = ("book_id", "book", "snippet_id", "snippet", "label")
-# The information-guided probes' published formats, read under the rejects policy
-CLOZE_FORMATS = ("nyt", "articles", "qa")
+# The published formats read under the rejects policy: the information-guided probes' sets and the
+# labelled-text sets of the KTD paper (memaudit.datasets.labelled)
+CLOZE_FORMATS = REJECTS_FORMATS
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +244,10 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
     - ``{format: articles, path: <folder>, cutoff: YYYY-MM-DD}``: an auditor's own articles, labelled
       by date (:func:`memaudit.datasets.articles.build_articles`);
     - ``{format: qa, path: <file>, member_fraction: 0.5}``: a QA set in JSON lines split (seeded by
-      ``seed``) into a contaminated and a clean half (:func:`memaudit.datasets.qa.load_qa_jsonl`).
+      ``seed``) into a contaminated and a clean half (:func:`memaudit.datasets.qa.load_qa_jsonl`);
+    - ``{format: wikimia, path: <file>}``: WikiMIA (``input``, ``label``) and ``{format: member_texts,
+      path: <file>, text_key: text}``: an XSum/BBC-style member/non-member set (the KTD paper's
+      Section 5), both by :func:`memaudit.datasets.labelled.load_labelled`.
 
     ``strict: true`` in the block makes the first rejected row an InputError. The benchmark needs
     both labels: a set whose rows are all members (or all non-members) is an InputError.
@@ -268,6 +273,11 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
 
         docs, passages, rejected = load_qa_jsonl(path, strict, member_fraction=float(
             published.get("member_fraction", 0.5)), seed=seed)
+    elif fmt in ("wikimia", "member_texts"):
+        from memaudit.datasets.labelled import WIKIMIA, load_labelled, member_texts_set
+
+        spec = WIKIMIA if fmt == "wikimia" else member_texts_set(published.get("text_key", "text"))
+        docs, passages, rejected = load_labelled(path, spec, source=fmt, strict=strict)
     else:
         raise InputError(f"{where}.format: {fmt!r} is not one of {', '.join(CLOZE_FORMATS)}")
     labels = {p.label for p in passages}

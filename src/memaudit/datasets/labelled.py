@@ -1,0 +1,286 @@
+"""Published sets of labelled texts, one text per row, under the published-data policy.
+
+One reader for every format that is "a text and a 0/1 label per row" (the NYT Exhibit J set of
+the information-guided probes, WikiMIA and XSum/BBC-style member/non-member sets of the KTD
+paper), so each is a :class:`LabelledSet` (its text field, its optional fields, what its labels
+mean) and not a copy of the parsing:
+
+- ``.parquet`` (needs ``pyarrow``, which memaudit does not install; the error says how to convert);
+- JSON lines (``.jsonl``/``.json``/``.ndjson``), as ``Dataset.to_json`` or
+  ``DataFrame.to_json(orient="records", lines=True)`` writes them, or a JSON array of the same
+  objects (each element at the line where it starts);
+- CSV with a header row, fields with commas, quotes or newlines quoted, so one record may span
+  several physical lines (every message names the line where it starts).
+
+Field names match case-insensitively; other fields are kept in ``extra``. The label must be
+exactly 0 or 1 (the number in JSON and parquet, the text in a CSV cell). A row with an empty
+text, another label, a NUL character, broken JSON or a wrong field count is rejected with its
+line; a repeated text (whitespace-normalised) is rejected, and every copy of a text given with
+conflicting labels is rejected (:func:`deduplicate`). A file that cannot be read at all is a
+one-line :class:`~memaudit.errors.InputError`.
+
+WikiMIA (``swj0419/WikiMIA``, splits ``WikiMIA_length32`` ... ``_length256``): ``input`` and
+``label``, 1 = Wikipedia events before 2017 (seen by the models), 0 = events after 2023. The
+XSum/BBC-style sets of the KTD paper (Section 5) are a user's own member/non-member texts in the
+same shape, ``text`` (or the field ``text_key`` names) and ``label`` (1 = member).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from memaudit.datasets.copybench_published import _array_elements
+from memaudit.datasets.rejects import (
+    MISSING,
+    Rejected,
+    RejectLog,
+    RowReject,
+    check_local_file,
+    check_text,
+    csv_rows,
+    json_lines,
+    json_type,
+    read_text,
+    require_rows,
+)
+from memaudit.datasets.types import Document, Passage
+from memaudit.errors import InputError
+
+_JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+_CSV_FIELD_LIMIT = 64 * 1024 * 1024  # the csv module's default (128 KiB) is shorter than a long article
+
+
+@dataclass(frozen=True)
+class LabelledSet:
+    """What one published set calls its fields: ``text`` (required, non-empty), ``optional``
+    (strings, may be empty), and ``label`` with ``label_meaning`` ("0 (...) or 1 (...)")."""
+
+    what: str
+    text: str
+    optional: tuple[str, ...] = ()
+    label_meaning: str = "0 (non-member) or 1 (member)"
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return (self.text, *self.optional, "label")
+
+
+def text_key(text: str) -> str:
+    """A text with its whitespace normalised: what makes two rows the same text."""
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------- raw records: (line, getter)
+
+Getter = Callable[[str], Any]  # a field name -> its value, or MISSING
+
+
+def _json_getter(record: Any) -> Getter:
+    """Case-insensitive access to a JSON object's keys; two keys equal but for case reject the row."""
+    if not isinstance(record, dict):
+        raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
+    keys: dict[str, str] = {}
+    for key in record:
+        other = keys.setdefault(str(key).strip().lower(), key)
+        if other != key:
+            raise RowReject(key, record[key], f"keys {other!r} and {key!r} differ only in case")
+    return lambda name: record[keys[name]] if name in keys else MISSING
+
+
+def _json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
+    """JSON lines, or one top-level array (each element at the line where it starts)."""
+    if text.lstrip().startswith("["):
+        for _, line, value in _array_elements(path, text):
+            yield line, value
+    else:
+        yield from json_lines(text)
+
+
+def _csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[int, Any]]:
+    """Rows of a CSV with a header as ``(start line, dict or RowReject)``; broken quoting: InputError."""
+    old_limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
+    try:
+        header: list[str] | None = None
+        for start, row in csv_rows(path, text):
+            if header is None:
+                header = _csv_header(path, row, start, fields)
+                continue
+            if len(row) != len(header):
+                yield start, RowReject("(record)", ",".join(row), f"{len(row)} fields, the header has {len(header)}")
+                continue
+            yield start, dict(zip(header, row))
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _csv_header(path: Path, row: list[str], line: int, fields: Sequence[str]) -> list[str]:
+    """The header's column names; ``fields`` must be there (any case), each name once."""
+    names = [cell.strip() for cell in row]
+    seen: dict[str, str] = {}
+    for name in names:
+        if not name:
+            continue
+        other = seen.setdefault(name.lower(), name)
+        if other != name or names.count(name) > 1:
+            raise InputError(f"{path}, line {line}: columns {other!r} and {name!r} have the same name")
+    missing = [f for f in fields if f not in seen]
+    if missing:
+        raise InputError(f"{path}, line {line}: missing column(s) {', '.join(missing)} "
+                         f"(expected {', '.join(fields)}, any case; found {', '.join(n for n in names if n) or 'none'})")
+    return names
+
+
+def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """Rows of a parquet file as ``(row number from 1, dict)``, read with pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(f"{path}: reading parquet needs pyarrow (pip install pyarrow), or convert the file to "
+                         f"JSON lines with DataFrame.to_json(orient='records', lines=True)") from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for a broken file
+        raise InputError(f"{path}: not a readable parquet file ({type(exc).__name__}: {exc})") from None
+    for row_no, row in enumerate(rows, 1):
+        yield row_no, row
+
+
+def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Iterator[tuple[int, Any]]]:
+    """``(path, format, records)`` for a local file of the set, the format from its magic bytes or suffix."""
+    path = check_local_file(path, spec.what)
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic == b"PAR1" or path.suffix.lower() == ".parquet":
+        return path, "parquet", _parquet_records(path)
+    path, text = read_text(path, spec.what)
+    suffix = path.suffix.lower()
+    if suffix in _JSON_SUFFIXES or (suffix != ".csv" and text.lstrip()[:1] in ("{", "[")):
+        return path, "json", _json_records(path, text)
+    return path, "csv", _csv_records(path, text, spec.fields)
+
+
+# ---------------------------------------------------------------- checking one row
+
+
+def _label(value: Any, textual: bool, meaning: str) -> int:
+    """Exactly 0 or 1: the number in JSON and parquet (not ``true``, ``1.0`` or ``"1"``), the text
+    "0"/"1" in a CSV cell."""
+    if value is MISSING:
+        raise RowReject("label", value, "missing key")
+    if textual and value in ("0", "1"):
+        return int(value)
+    if not textual and type(value) is int and value in (0, 1):
+        return value
+    got = f"the text {value!r}" if textual else f"{json_type(value)} {value!r}"
+    raise RowReject("label", value, f"not exactly {meaning}: got {got}")
+
+
+def _check_row(get: Getter, textual: bool, spec: LabelledSet) -> dict[str, Any]:
+    row = {spec.text: check_text(spec.text, get(spec.text)).strip(), "label": _label(get("label"), textual, spec.label_meaning)}
+    for key in spec.optional:
+        row[key] = check_text(key, get(key), allow_empty=True).strip()
+    return row
+
+
+def _extra(record: Any, fields: Sequence[str]) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        return {}
+    return {str(k): v for k, v in record.items() if str(k).strip().lower() not in fields}
+
+
+
+# ---------------------------------------------------------------- rows of a set
+
+
+def read_rows(path: str | Path, spec: LabelledSet, log: RejectLog) -> tuple[Path, str, list[dict[str, Any]]]:
+    """Every row that passes the per-row checks (``spec.text``, ``label``, ``spec.optional``, ``line``,
+    ``extra``: the record's other fields), in file order; the others go to ``log``."""
+    path, fmt, records = raw_records(path, spec)
+    rows = []
+    for line, record in records:
+        try:
+            if isinstance(record, RowReject):
+                raise record
+            get = _json_getter(record) if fmt != "csv" else (lambda name, r=record: _csv_get(r, name))
+            row = _check_row(get, fmt == "csv", spec)
+        except RowReject as exc:
+            log.reject(path, line, exc)
+            continue
+        extra = _extra(record, spec.fields) if fmt != "csv" else _csv_extra(record, spec.fields)
+        rows.append(dict(row, line=line, extra=extra))
+    return path, fmt, rows
+
+
+def _csv_get(record: dict[str, str], name: str) -> Any:
+    """A CSV cell by field name, the header's case ignored (checked unique by :func:`_csv_header`)."""
+    return next((value for key, value in record.items() if key.lower() == name), MISSING)
+
+
+def _csv_extra(record: dict[str, str], fields: Sequence[str]) -> dict[str, str]:
+    return {k: v for k, v in record.items() if k and k.lower() not in fields}
+
+
+def deduplicate(path: Path, rows: list[dict[str, Any]], spec: LabelledSet, log: RejectLog) -> list[dict[str, Any]]:
+    """One row per text (whitespace-normalised): a repeat with the same label is rejected; when the
+    labels conflict every copy is rejected, since the set cannot say which label is right."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(text_key(row[spec.text]), []).append(row)
+    kept = []
+    for group in groups.values():
+        first = group[0]
+        labels = sorted({r["label"] for r in group})
+        if len(labels) > 1:
+            for row in group:
+                others = ", ".join(f"line {r['line']} (label {r['label']})" for r in group if r is not row)
+                log.add(path, row["line"], "label", row["label"],
+                        f"the same {spec.text} is on {others}: conflicting labels, every copy rejected")
+            continue
+        kept.append(first)
+        for row in group[1:]:
+            log.add(path, row["line"], spec.text, row[spec.text], f"duplicate {spec.text}, first on line {first['line']}")
+    return sorted(kept, key=lambda r: r["line"])
+
+
+# ---------------------------------------------------------------- WikiMIA and member/non-member sets
+
+
+WIKIMIA = LabelledSet("WikiMIA", "input", label_meaning="0 (events after 2023, unseen) or 1 (before 2017, seen)")
+
+
+def member_texts_set(text_field: str = "text") -> LabelledSet:
+    """An XSum/BBC-style member/non-member set: ``text_field`` and ``label`` (1 = member)."""
+    return LabelledSet("the member/non-member texts", text_field.strip().lower(),
+                       label_meaning="0 (non-member) or 1 (member)")
+
+
+def load_labelled(path: str | Path, spec: LabelledSet, *, source: str, kind: str = "text",
+                  strict: bool = False) -> tuple[list[Document], list[Passage], list[Rejected]]:
+    """``(documents, passages, rejected)`` of a labelled set: one document and one passage per
+    usable row (its text), ``doc_id`` ``<source>/<12 hex digits of the normalised text>`` (the
+    same whatever the file format or row order), label 1 = member. ``strict=True``: the first
+    rejected row is an InputError; a file with no usable row, or with one class only, is one too."""
+    log = RejectLog(strict)
+    path, fmt, rows = read_rows(path, spec, log)
+    rows = deduplicate(path, rows, spec, log)
+    rejected = log.finish()
+    require_rows(path, len(rows), rejected, "text")
+    labels = {r["label"] for r in rows}
+    if len(labels) < 2:
+        raise InputError(f"{path}: every usable row has label {labels.pop()}; a benchmark needs members and "
+                         f"non-members")
+    docs, passages = [], []
+    for row in rows:
+        text = row[spec.text]
+        doc_id = f"{source}/" + hashlib.sha256(text_key(text).encode("utf-8")).hexdigest()[:12]
+        words = len(text.split())
+        docs.append(Document(doc_id, source, "", "", kind, text,
+                             {"label": row["label"], "origin": str(path), "format": fmt, "line": row["line"],
+                              "n_words": words, "n_passages": 1}))
+        passages.append(Passage(f"{doc_id}#p0", doc_id, row["label"], text, "", "",
+                                {"file": str(path), "line": row["line"], "n_words": words, "extra": row["extra"]}))
+    return sorted(docs, key=lambda d: d.doc_id), passages, rejected

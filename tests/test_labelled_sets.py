@@ -1,0 +1,148 @@
+"""WikiMIA and XSum/BBC-style member/non-member sets (KTD's datasets) under the published-data policy:
+the one labelled-text reader of :mod:`memaudit.datasets.labelled`, its wiring and its config keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memaudit.config import validate_config
+from memaudit.datasets.build import build_benchmark
+from memaudit.datasets.labelled import WIKIMIA, load_labelled, member_texts_set
+from file_helpers import write_file
+from memaudit.errors import ConfigError, InputError
+
+ASSETS = Path("resources/demo")
+
+# WikiMIA as `Dataset.to_json` writes a split (the Hub's WikiMIA_length32.jsonl has this shape: one
+# compact object per line, "input" then "label", int labels, non-ASCII as \u escapes)
+WIKIMIA_JSONL = (
+    '{"input":"The 2010 Haiti earthquake was a catastrophic magnitude 7.0 Mw earthquake, with an epicenter","label":1}\n'
+    '{"input":"The Battle of Bakhmut is an ongoing military engagement between the Armed Forces of Ukraine","label":0}\n'
+    '{"input":"Caf\\u00e9 Society was a nightclub in Greenwich Village, New York City, that opened in 1938","label":1}\n'
+    '{"input":"The 2023 Turkey\\u2013Syria earthquakes struck southern and central Turkey and northern Syria","label":0}\n'
+)
+
+
+_write = write_file
+
+
+def test_a_wikimia_split_loads_its_texts_labels_and_lines(tmp_path):
+    path = _write(tmp_path / "WikiMIA_length32.jsonl", WIKIMIA_JSONL)
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert rejected == []
+    assert [p.label for p in passages] == [1, 0, 1, 0]
+    assert passages[2].text.startswith("Café Society") and "\u2013" in passages[3].text
+    assert [p.meta["line"] for p in passages] == [1, 2, 3, 4]
+    assert all(p.passage_id == f"{p.doc_id}#p0" and p.doc_id.startswith("wikimia/") for p in passages)
+    assert {d.doc_id: d.meta["label"] for d in docs} == {p.doc_id: p.label for p in passages}
+    # the same rows as CSV (DataFrame.to_csv) and as a JSON array: the same documents
+    rows = [json.loads(line) for line in WIKIMIA_JSONL.splitlines()]
+    pd.DataFrame(rows).to_csv(tmp_path / "w.csv", index=False)
+    _write(tmp_path / "w.json", json.dumps(rows, indent=1))
+    for other in ("w.csv", "w.json"):
+        again, _, none = load_labelled(tmp_path / other, WIKIMIA, source="wikimia")
+        assert none == [] and [(d.doc_id, d.text) for d in again] == [(d.doc_id, d.text) for d in docs]
+
+
+def test_bad_rows_are_rejected_with_line_key_and_reason_and_strict_raises(tmp_path):
+    lines = [
+        {"document": "A member summary of a BBC article.", "label": 1},
+        {"document": "   ", "label": 0},  # line 2: empty text
+        {"document": "A non-member summary.", "label": 2},  # line 3: not a 0/1 label
+        {"document": "A non-member summary, again.", "label": 1.0},  # line 4: 1.0 is not exactly 1
+        {"document": "A member summary of a BBC article.", "label": 1},  # line 5: duplicate of line 1
+        {"document": "Told both ways.", "label": 1},  # lines 6, 7: conflicting labels
+        {"document": "Told  both ways.", "label": 0},
+        {"text": "the wrong field", "label": 0},  # line 8: no document field
+        {"document": "A clean non-member.", "label": 0, "id": 7},
+    ]
+    path = _write(tmp_path / "xsum.jsonl", "".join(json.dumps(r) + "\n" for r in lines) + "{broken\n")
+    spec = member_texts_set("Document")  # field names match in any case
+    docs, passages, rejected = load_labelled(path, spec, source="member_texts")
+    assert [(p.text, p.label) for p in passages] == [("A member summary of a BBC article.", 1),
+                                                     ("A clean non-member.", 0)]
+    assert passages[1].meta["extra"] == {"id": 7}
+    assert [(r.line, r.key) for r in rejected] == [(2, "document"), (3, "label"), (4, "label"), (5, "document"),
+                                                   (6, "label"), (7, "label"), (8, "document"), (10, "(record)")]
+    reasons = [r.reason for r in rejected]
+    assert reasons[0] == "empty or whitespace-only text"
+    assert reasons[1] == "not exactly 0 (non-member) or 1 (member): got a number 2"
+    assert reasons[2] == "not exactly 0 (non-member) or 1 (member): got a number 1.0"
+    assert reasons[3] == "duplicate document, first on line 1"
+    assert reasons[4] == "the same document is on line 7 (label 0): conflicting labels, every copy rejected"
+    assert reasons[6] == "missing key" and reasons[7].startswith("not valid JSON (")
+    with pytest.raises(InputError) as info:
+        load_labelled(path, spec, source="member_texts", strict=True)
+    assert str(info.value) == f"{path}, line 2, key document: empty or whitespace-only text (8 rows rejected in all)"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", r"w\.jsonl: empty file$"),
+    (b'{"input": "only members", "label": 1}\n', r"w\.jsonl: every usable row has label 1; a benchmark needs "
+                                                 r"members and non-members$"),
+    (b'{"input": "", "label": 1}\n', r"w\.jsonl: no usable text \(1 rejected; first: .*line 1, key input: "
+                                     r"empty or whitespace-only text\)$"),
+    (b'{"input": "caf\xe9", "label": 1}\n', r"w\.jsonl, line 1: invalid UTF-8 at byte offset 14 \(byte 0xe9\)"),
+])
+def test_unusable_files_are_one_line_input_errors(tmp_path, content, message):
+    with pytest.raises(InputError, match=message) as info:
+        load_labelled(_write(tmp_path / "w.jsonl", content), WIKIMIA, source="wikimia")
+    assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match=r"is a directory, expected WikiMIA$"):
+        load_labelled(tmp_path, WIKIMIA, source="wikimia")
+    csv_path = _write(tmp_path / "w.csv", "text,label\nA,1\n")
+    with pytest.raises(InputError, match=r"w\.csv, line 1: missing column\(s\) input \(expected input, label, any "
+                                         r"case; found text, label\)$"):
+        load_labelled(csv_path, WIKIMIA, source="wikimia")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=400), cut=st.integers(min_value=0, max_value=len(WIKIMIA_JSONL)),
+       suffix=st.sampled_from([".jsonl", ".csv", ".json"]))
+def test_random_or_truncated_files_load_with_every_row_accounted_for_or_fail_in_one_line(tmp_path, data, cut, suffix):
+    path = _write(tmp_path / f"f{suffix}", WIKIMIA_JSONL.encode()[:cut] + data)
+    try:
+        docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(path))
+        return
+    assert {p.label for p in passages} == {0, 1} and len(docs) == len(passages)
+    assert all(r.file == str(path) and r.line >= 1 and r.reason for r in rejected)
+    # every loaded text is a row of the file, unchanged but for surrounding whitespace
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    assert all(p.text in raw or json.dumps(p.text)[1:-1] in raw for p in passages)
+
+
+def test_published_blocks_build_wikimia_and_member_texts_benchmarks(tmp_path):
+    wikimia = _write(tmp_path / "WikiMIA_length32.jsonl", WIKIMIA_JSONL + '{"input":"","label":1}\n')
+    rejects: list = []
+    docs, passages = build_benchmark("wiki", {"published": {"format": "wikimia", "path": str(wikimia)}}, ASSETS, 13,
+                                     rejects=rejects)
+    assert len(docs) == len(passages) == 4 and {d.meta["benchmark"] for d in docs} == {"wiki"}
+    assert [(r.line, r.key, r.reason) for r in rejects] == [(5, "input", "empty or whitespace-only text")]
+    xsum = _write(tmp_path / "bbc.jsonl", "".join(json.dumps({"summary": f"Summary {i} of a story.", "label": i % 2})
+                                                  + "\n" for i in range(6)))
+    docs, passages = build_benchmark("bbc", {"published": {"format": "member_texts", "path": str(xsum),
+                                                           "text_key": "summary"}}, ASSETS, 13, rejects=[])
+    assert sorted(p.label for p in passages) == [0, 0, 0, 1, 1, 1]
+
+
+def test_the_config_accepts_the_formats_and_names_wrong_keys():
+    def config(published: dict) -> dict:
+        return {"benchmarks": {"wiki": {"published": published}},
+                "models": {"m": {"family": "f", "source": {"path": "/m"}}}}
+
+    validate_config(config({"format": "wikimia", "path": "w.jsonl", "strict": True}))
+    validate_config(config({"format": "member_texts", "path": "x.jsonl", "text_key": "document"}))
+    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.text_key: only format member_texts names "
+                                          r"its text field"):
+        validate_config(config({"format": "wikimia", "path": "w.jsonl", "text_key": "input"}))
+    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.path: the wikimia set is read from a local "
+                                          r"file"):
+        validate_config(config({"format": "wikimia"}))
