@@ -76,6 +76,50 @@ def test_ktd_tables_separate_members_and_keep_nonmembers_symmetric():
     assert sym.loc[("gradnorm", 3), "member_mean_w"] > 2
 
 
+def test_validation_threshold_names_the_most_members_at_fdp_at_most_q():
+    scores = np.array([9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0])
+    truth = np.array([1, 1, 0, 1, 1, 0, 0, 1])
+    # cuts: t=8 -> 2 named, 0 false; t=6 -> 4, 1 false (0.25); t=5 -> 5, 1 false (0.2); t=2 -> 8, 3 false
+    assert statistics.validation_threshold(scores, truth, 0.2) == 5.0
+    assert statistics.validation_threshold(scores, truth, 0.1) == 8.0
+    assert statistics.validation_threshold(scores, truth, 0.4) == 2.0
+    assert statistics.validation_threshold(scores, np.zeros(8, dtype=int), 0.5) == np.inf  # nothing to find
+    # a tie is cut whole: t=1 names both texts scored 1, one of them a non-member
+    assert statistics.validation_threshold(np.array([2.0, 1.0, 1.0]), np.array([1, 1, 0]), 0.2) == 2.0
+
+
+def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
+    items, z = _items_and_scores(member_gap=3.0, seed=4)
+    tables = ktd_tables(items, z, ms=[3], m=3, n_draws=3, qs=[0.1, 0.3], seed=2, n_validation=30)
+    sel = tables["selection"]
+    base = sel[sel.statistic.str.startswith("validation_")].set_index(["statistic", "q"])
+    assert set(base.index.get_level_values(0)) == {"validation_loss", "validation_min_k", "validation_zlib"}
+    assert (base["m"] == 0).all() and (base["n_draws"] == 3).all()
+    assert (base["n_texts"] == 120 - 30).all()  # the rest of the 120 passages is measured
+    # the passages' own Z separates them by 3 standard deviations: the threshold carries over
+    assert base.loc[("validation_loss", 0.3), "power"] > 0.9 and base.loc[("validation_loss", 0.3), "fdr"] < 0.3
+    # by hand for one draw: the first validation draw's threshold applied to the rest
+    ids = [it["item_id"] for it in items]
+    starts = np.arange(0, 4 * len(items), 4)
+    loss = z["loss"][starts]
+    labels = np.array([it["label"] for it in items])
+    perm = np.random.default_rng([2, 0, 7]).permutation(len(items))
+    tau = statistics.validation_threshold(loss[perm[:30]], labels[perm[:30]], 0.1)
+    named = loss[perm[30:]] >= tau
+    runs = statistics.validation_runs({"loss": pd.Series(loss, index=ids)}, pd.Series(labels, index=ids), [0.1],
+                                      n_validation=30, n_draws=1, seed=2)
+    assert runs.loc[0, "n_selected"] == named.sum() and runs.loc[0, "tau"] == tau
+    assert runs.loc[0, "fdp"] == pytest.approx((named & (labels[perm[30:]] == 0)).sum() / max(named.sum(), 1))
+    # at most half the texts validate; too few texts to split is an error naming the cause
+    capped = statistics.validation_runs({"loss": pd.Series(loss[:10], index=ids[:10])},
+                                        pd.Series(labels[:10], index=ids[:10]), [0.2], n_validation=100,
+                                        n_draws=1, seed=0)
+    assert capped.loc[0, "n_texts"] == 5
+    with pytest.raises(InputError, match="3 texts cannot be split"):
+        statistics.validation_runs({"loss": pd.Series(loss[:3], index=ids[:3])}, pd.Series(labels[:3], index=ids[:3]),
+                                   [0.2], n_validation=100, n_draws=1, seed=0)
+
+
 def test_selection_runs_are_knockoff_plus_of_each_draw():
     items, z = _items_and_scores(member_gap=1.5, seed=3)
     tables = ktd_tables(items, z, ms=[2], m=2, n_draws=3, qs=[0.3], seed=1)
@@ -161,10 +205,12 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
     frame = build_summary(paths["selection"], paths["symmetry"], paths["w"], {"tiny-contaminated": ["novels"]},
                           out / "ktd.csv", out / "fdr_power.png", out / "w.png", m=3)
     assert list(frame.columns) == SUMMARY_COLUMNS
-    assert len(frame) == 2 * 3 * 2 * 3  # models x statistics x ms x qs
+    knock = frame[~frame.statistic.str.startswith("validation_")]
+    assert len(knock) == 2 * 3 * 2 * 3  # models x statistics x ms x qs
+    assert len(frame) - len(knock) == 2 * 3 * 3  # the Table 2 baselines: models x scores x qs
     assert frame.loc[frame.model == "tiny-contaminated", "contaminated"].all()
     assert not frame.loc[frame.model == "tiny", "contaminated"].any()
-    assert set(frame["guarantee"]) <= {"holds", "fails"} and (frame["n_texts"] == 120).all()
+    assert set(frame["guarantee"]) <= {"holds", "fails"} and (knock["n_texts"] == 120).all()
     assert (out / "fdr_power.png").stat().st_size > 0 and (out / "w.svg").exists()
     models = pd.DataFrame({"model": ["tiny", "tiny-contaminated"], "base": ["", "tiny"]})
     checks = ktd_expectations(frame, models)

@@ -20,6 +20,7 @@ Importance scores Z (higher = more likely seen), each computed once for every te
 from __future__ import annotations
 
 import logging
+import zlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -57,14 +58,27 @@ def importance_scores(backend, texts: Sequence[str], *, params, progress: Callab
     return z
 
 
+def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.ndarray) -> dict[str, pd.Series]:
+    """The score-only baselines of the KTD paper's Table 2 on the original passages (higher = seen):
+    LOSS and Min-K% from the same forward pass as Z, zlib as token_prob computes it (the loss over
+    the zlib-compressed length). Lowercase and reference need other passes and are token_prob's."""
+    ids = [it["item_id"] for it in items]
+    zbytes = np.array([len(zlib.compress(it["options"][0].encode("utf-8"))) for it in items], dtype=float)
+    return {"loss": pd.Series(z["loss"][starts], index=ids), "min_k": pd.Series(z["min_k"][starts], index=ids),
+            "zlib": pd.Series(z["loss"][starts] / zbytes, index=ids)}
+
+
 def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[int], m: int, n_draws: int,
-               qs: Sequence[float], seed: int) -> dict[str, pd.DataFrame]:
+               qs: Sequence[float], seed: int, n_validation: int = 100) -> dict[str, pd.DataFrame]:
     """Every table of one (benchmark, model) from the scores of the texts laid out as
     ``[item 0's passage, its pool..., item 1's passage, ...]``: knockoff+ over passages (the
     paper's texts), document scores as the mean W of a document's passages.
 
     ``ms``: the knockoff counts to evaluate (each ``<=`` the smallest pool), ``m`` the one whose
     first draw is the document score; ``n_draws`` knockoff draws per m (seeded by seed, m, draw).
+    The selection table also holds the Table 2 baselines at the same q (statistic
+    ``validation_<score>``, m 0; :func:`memaudit.probes.ktd.statistics.validation_runs`), with a
+    validation set of ``n_validation`` texts (at most half of them) drawn ``n_draws`` times.
     """
     if m not in ms:
         raise ConfigError(f"probes.ktd.m: {m} must be one of probes.ktd.ms {list(ms)}")
@@ -80,7 +94,10 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
         for k in ms:
             draws[(name, k)] = [statistics.passage_w(passage_z, pool_z, ids, k, np.random.default_rng([seed, k, d]))
                                 for d in range(n_draws)]
-    runs = statistics.selection_runs(draws, labels, qs)
+    runs = pd.concat([statistics.selection_runs(draws, labels, qs),
+                      statistics.validation_runs(baseline_scores(items, z, starts), labels, qs,
+                                                 n_validation=n_validation, n_draws=n_draws, seed=seed)],
+                     ignore_index=True)
     w_rows = [pd.DataFrame({"item_id": w.index, "doc_id": doc_of.loc[w.index].to_numpy(),
                             "label": labels.loc[w.index].to_numpy(), "statistic": name, "m": k, "draw": d,
                             "w": w.to_numpy()})
@@ -115,7 +132,7 @@ def run_job(job: ProbeJob) -> None:
     with job.opened_backend() as backend:
         z = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
         tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]),
-                            qs=cfg["qs"], seed=int(job.config["seed"]))
+                            qs=cfg["qs"], seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]))
         write_csv(job.outputs["documents"], document_scores(tables["documents"], model=job.model,
                                                               dtype=getattr(backend, "dtype", None)))
     ids = {"benchmark": job.benchmark, "model": job.model}

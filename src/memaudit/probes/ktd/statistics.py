@@ -96,6 +96,56 @@ def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
 
 
+VALIDATION_PREFIX = "validation_"
+
+
+def validation_threshold(scores: np.ndarray, truth: np.ndarray, q: float) -> float:
+    """The Table 2 protocol's threshold on a labelled validation set: among the cuts ``score >= t``
+    whose false discovery proportion is at most ``q``, the one naming the most members (ties: the
+    higher t); ``inf`` (name nothing) when no cut names a member at FDP <= q."""
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], truth[order]
+    true_pos, selected = np.cumsum(y == 1), np.arange(1, s.size + 1)
+    last_of_tie = np.r_[s[1:] != s[:-1], True]  # a cut keeps every text tied with it
+    ok = last_of_tie & ((selected - true_pos) <= q * selected) & (true_pos > 0)
+    if not ok.any():
+        return math.inf
+    best = np.flatnonzero(ok)[np.argmax(true_pos[ok])]  # the first (highest t) of the most members
+    return float(s[best])
+
+
+def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequence[float], *, n_validation: int,
+                    n_draws: int, seed: int) -> pd.DataFrame:
+    """The KTD paper's Table 2 protocol for the score-only baselines (LOSS, Min-K%, zlib): a random
+    validation set of ``n_validation`` labelled texts picks, at each q, the threshold with the most
+    power at FDP <= q (:func:`validation_threshold`); the other texts are named by it and measured.
+    Repeated over ``n_draws`` seeded validation draws. Rows as :data:`SELECTION_RUN_COLUMNS`, with
+    statistic ``validation_<score>``, m 0 and ``n_texts`` the test texts.
+
+    Unlike knockoff+ this needs labelled members, which an auditor rarely has, and its FDR holds
+    only as far as the validation set resembles the rest: the table shows how far that is."""
+    qs = [check_q(q, "probes.ktd.qs") for q in qs]
+    rows = []
+    for name, series in sorted(scores.items()):
+        truth_all = labels.loc[series.index].to_numpy(dtype=int)
+        values = series.to_numpy(dtype=float)
+        n_val = min(int(n_validation), values.size // 2)
+        if n_val < 2:
+            raise InputError(f"validation baselines: {values.size} texts cannot be split into a validation and "
+                             f"a test part")
+        for draw in range(n_draws):
+            perm = np.random.default_rng([seed, draw, 7]).permutation(values.size)
+            val, test = perm[:n_val], perm[n_val:]
+            for q in qs:
+                tau = validation_threshold(values[val], truth_all[val], q)
+                selected = values[test] >= tau
+                fdp, power = fdp_and_power(selected, truth_all[test])
+                rows.append({"statistic": f"{VALIDATION_PREFIX}{name}", "m": 0, "draw": draw, "q": q,
+                             "n_texts": int(test.size), "tau": tau, "n_selected": int(selected.sum()),
+                             "n_false": int((selected & (truth_all[test] == 0)).sum()), "fdp": fdp, "power": power})
+    return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
+
+
 def summarise_selection(runs: pd.DataFrame) -> pd.DataFrame:
     """Empirical FDR and power per (statistic, m, q): means over the knockoff draws, with standard errors."""
     grouped = runs.groupby(["statistic", "m", "q"], sort=True)

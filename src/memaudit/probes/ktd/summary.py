@@ -24,13 +24,15 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
                   contaminated: dict[str, list[str]], out_csv, out_fdr_power, out_w, *, m: int) -> pd.DataFrame:
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, whether FDR <= q held (``guarantee``), and Lemma 1's symmetry
-    tests of non-members' W beside it; the two figures for the gradient-norm statistic at ``m``."""
+    tests of non-members' W beside it; the Table 2 baselines (``validation_<score>``, m 0: a
+    threshold picked on labelled validation texts) at the same q, without symmetry columns; the
+    two figures for the gradient-norm statistic at ``m``."""
     from memaudit.figures.plots import plot_selection
 
     selection = _read(selection_paths)
     symmetry = _read(symmetry_paths)
     frame = selection.merge(symmetry[["benchmark", "model", "statistic", "m", "nonmember_mean_w", "sign_pvalue",
-                                      "wilcoxon_pvalue"]], on=["benchmark", "model", "statistic", "m"])
+                                      "wilcoxon_pvalue"]], on=["benchmark", "model", "statistic", "m"], how="left")
     frame["contaminated"] = [b in contaminated.get(mod, []) for b, mod in zip(frame["benchmark"], frame["model"])]
     # FDR is an expectation: "fails" only when the mean over draws exceeds q by more than 2 standard errors
     slack = 2 * frame["fdr_se"].fillna(0)
