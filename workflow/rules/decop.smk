@@ -23,6 +23,10 @@ rule decop_items:
         code_version=family_version("decop"),
     # a local paraphraser decodes on one thread (memaudit.probes.decop.paraphrase); an API one waits
     threads: 1
+    # Paraphrasing heads DE-COP's and KTD's chains: at priority 0 the demo's techdocs paraphrases
+    # started after every tiny-model job, 21 minutes into make run, and their probes ran last on one
+    # core. Above the tiny models' pretraining (10), below a fine-tune (20): see jobs.model_priority.
+    priority: 15
     resources:
         mem_mb=4000,
         api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_plan.needs_paraphraser),
