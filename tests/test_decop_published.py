@@ -66,8 +66,8 @@ def test_a_benchmark_needs_sources_or_published_data_but_not_both():
         validate_config(_config(passage_words=50))
     with pytest.raises(ConfigError, match=r"benchmarks.bt.published.path: BookMIA is read from a local JSONL"):
         validate_config(_config(published={"format": "bookmia"}))
-    with pytest.raises(ConfigError, match=r"published.format"):
-        validate_config(_config(published={"format": "wikimia", "path": "x"}))
+    with pytest.raises(ConfigError, match=r"published.format"):  # wikimia is a format now; this one is not
+        validate_config(_config(published={"format": "the_pile", "path": "x"}))
     assert validate_config(_config(published={"format": "booktection", "hf": "avduarte333/BookTection"}))
 
 
