@@ -46,7 +46,6 @@ from memaudit.datasets.types import Document, Passage
 NYT_SOURCE = "nyt_exhibit_j"
 NYT = LabelledSet("the NYT Exhibit J set", "snippet", ("prefix", "completion"),
                   label_meaning="0 (other outlet, after the cutoff) or 1 (Exhibit J)")
-NYT_FIELDS = NYT.fields
 
 
 def nyt_doc_id(snippet: str) -> str:

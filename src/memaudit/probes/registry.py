@@ -76,14 +76,14 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="1745c6d26ac84624",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="35e0aa779d6bbaab",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=2, fingerprint="853af4559b79ad25",
+        version=2, fingerprint="3b1d1028aa504763",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -96,7 +96,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # base models: the option with the highest length-normalised log-likelihood
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
-        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="9455df80ba635c15",
+        runner="memaudit.probes.decop.runner:run_job", version=1, fingerprint="fde251cdac31fff3",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -109,7 +109,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # write an "original" story from a beginning; the book's characters and events found in it
             "nonliteral": frozenset({GENERATE}),
         },
-        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="5dc7e5a216595887",
+        runner="memaudit.probes.copybench.runner:run_job", version=1, fingerprint="ff8877ef23a00b56",
         roles={"event_judge": "copybench.event_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events), with MemFree and "
                     "system-reminder mitigations",
@@ -118,7 +118,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=2, fingerprint="bb3e85a8e1c96ac1",
+        runner="memaudit.probes.ktd.runner:run_job", version=2, fingerprint="748ffeae21a06438",
         checks="memaudit.probes.ktd.plan:check_config",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             # open models: is the masked word the model's top next token at its position (and its rank)
             "logit": frozenset({WORD_LOGPROBS}),
         },
-        runner="memaudit.probes.cloze.runner:run_job", version=1, fingerprint="f482d11f414314ac",
+        runner="memaudit.probes.cloze.runner:run_job", version=1, fingerprint="60595022f0055630",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "

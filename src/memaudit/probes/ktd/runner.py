@@ -20,7 +20,6 @@ Importance scores Z (higher = more likely seen), each computed once for every te
 from __future__ import annotations
 
 import logging
-import zlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -31,7 +30,7 @@ from memaudit.io import read_jsonl, write_csv
 from memaudit.models import grad_norms  # noqa: F401 -- computes Z (HFBackend.gradient_norms): in KTD's fingerprint
 from memaudit.probes.job import ProbeJob, document_scores
 from memaudit.probes.ktd import statistics
-from memaudit.probes.token_prob.methods import k_lowest_mean
+from memaudit.probes.token_prob.methods import k_lowest_mean, zlib_lengths
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.
     LOSS and Min-K% from the same forward pass as Z, zlib as token_prob computes it (the loss over
     the zlib-compressed length). Lowercase and reference need other passes and are token_prob's."""
     ids = [it["item_id"] for it in items]
-    zbytes = np.array([len(zlib.compress(it["options"][0].encode("utf-8"))) for it in items], dtype=float)
+    zbytes = zlib_lengths(it["options"][0] for it in items)
     return {"loss": pd.Series(z["loss"][starts], index=ids), "min_k": pd.Series(z["min_k"][starts], index=ids),
             "zlib": pd.Series(z["loss"][starts] / zbytes, index=ids)}
 

@@ -78,12 +78,16 @@ class Loss(Method):
         return -ctx.stats.mean_nll()
 
 
+def zlib_lengths(texts) -> np.ndarray:
+    """Each text's zlib-compressed length in bytes (UTF-8): the zlib attack's denominator."""
+    return np.array([len(zlib.compress(t.encode("utf-8"))) for t in texts], dtype=np.float64)
+
+
 class Zlib(Method):
     name = "zlib"
 
     def score(self, ctx):
-        zbytes = np.array([len(zlib.compress(t.encode("utf-8"))) for t in ctx.texts], dtype=np.float64)
-        return -ctx.stats.mean_nll() / zbytes
+        return -ctx.stats.mean_nll() / zlib_lengths(ctx.texts)
 
 
 class Lowercase(Method):
