@@ -175,6 +175,17 @@ def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_r
     assert planned_jobs(workdir, after) == expected | cross_model() | {("cloze_summary", "")}
 
 
+def test_raising_ktds_m_tops_up_the_pool_and_reruns_ktd_not_decop(finished, finished_run):
+    """A larger knockoff pool reruns the top-up, KTD's jobs and what reads them; DE-COP's items and
+    probes stay (the extra paraphrases go to KTD's own pool file)."""
+    config = with_config(finished, "ktd_m", lambda c: c["probes"]["ktd"].update(ms=[1, 2, 5], m=5))
+    jobs = planned_jobs(finished, config)
+    assert {j for j in finished_run[1] if j[0] == "ktd_pool"} == {("ktd_pool", "benchmark=novels")}
+    assert jobs == downstream_of(finished, "ktd_pool")
+    assert ("ktd_probe", "benchmark=novels, model=tiny-gpt2-small") in jobs
+    assert not {r for r, _ in jobs} & {"decop_items", "decop_probe", "token_stats", "prepare_model"}
+
+
 def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(finished):
     config = with_config(finished, "folds", lambda c: c["stats"].__setitem__("blind_folds", 4))
     expected = {("blind_baseline", f"benchmark={b}") for b in BENCHMARKS} | {("summary", ""), ("all", "")}

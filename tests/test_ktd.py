@@ -120,6 +120,55 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
                                    [0.2], n_validation=100, n_draws=1, seed=0)
 
 
+def test_members_for_ratio_rounds_floors_at_one_and_caps():
+    assert statistics.members_for_ratio(0.1, 60, 60) == 6
+    assert statistics.members_for_ratio(0.05, 60, 60) == 3
+    assert statistics.members_for_ratio(0.01, 60, 60) == 1  # 0.6 rounds to 1
+    assert statistics.members_for_ratio(0.001, 60, 60) == 1  # never a test set without members
+    assert statistics.members_for_ratio(2.0, 60, 40) == 40  # no more members than there are
+    with pytest.raises(ConfigError, match="member_ratios: each ratio must be > 0, got 0"):
+        statistics.members_for_ratio(0, 60, 60)
+
+
+def test_imbalanced_test_sets_follow_appendix_b():
+    """All non-members, a seeded sample of members per (draw, ratio), knockoff+ on that set: by hand
+    for one draw; and with 3 members knockoff+ at q = 0.1 names nothing or at least 1/q = 10 texts,
+    so at least 7 non-members."""
+    items, z = _items_and_scores(member_gap=3.0, seed=7)
+    tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=2, qs=[0.1, 0.5], seed=3, member_ratios=[1.0, 0.1, 0.05])
+    imb = tables["imbalance"]
+    assert set(imb["m"]) == {3} and set(imb["statistic"]) == set(STATISTICS)  # only the configured m
+    assert len(imb) == 3 * 3 * 2 and (imb["n_draws"] == 2).all() and (imb["n_nonmembers"] == 60).all()
+    by = imb.set_index(["statistic", "member_ratio", "q"])
+    assert by.loc[("gradnorm", 1.0, 0.1), "n_members"] == 60 and by.loc[("gradnorm", 0.1, 0.1), "n_members"] == 6
+    assert by.loc[("gradnorm", 0.05, 0.1), "n_members"] == 3
+    # balanced, knockoff+ finds the members at FDR near q
+    assert by.loc[("gradnorm", 1.0, 0.1), "power"] > 0.8 and by.loc[("gradnorm", 1.0, 0.1), "fdr"] < 0.2
+    # draw 1, ratio 0.1 by hand: the same member sample for every statistic
+    w = tables["w"]
+    labels = pd.Series({it["item_id"]: it["label"] for it in items})
+    ids = [it["item_id"] for it in items]
+    truth = labels.loc[ids].to_numpy()
+    members, nonmembers = np.flatnonzero(truth == 1), np.flatnonzero(truth == 0)
+    keep = np.sort(np.r_[np.random.default_rng([3, 1, 1, 13]).choice(members, size=6, replace=False), nonmembers])
+    draws = {(name, 3): [w[(w.statistic == name) & (w.m == 3) & (w.draw == d)].set_index("item_id")["w"].loc[ids]
+                         for d in range(2)] for name in STATISTICS}
+    runs = statistics.imbalanced_runs(draws, labels, [0.1, 0.5], ratios=[1.0, 0.1, 0.05], m=3, seed=3)
+    few = runs[(runs.member_ratio == 0.05) & (runs.q == 0.1)]
+    assert len(few) == 3 * 2 and (few["n_members"] == 3).all()
+    assert ((few["n_selected"] == 0) | ((few["n_selected"] >= 10) & (few["n_false"] >= few["n_selected"] - 3))).all()
+    assert (few["n_selected"] > 0).any()  # this seed's non-member W has a long right tail: the FDP leaks
+    runs = runs[runs.q == 0.5]
+    for name in STATISTICS:
+        chosen = knockoff_plus_select(draws[(name, 3)][1].to_numpy()[keep], 0.5)
+        row = runs[(runs.statistic == name) & (runs.draw == 1) & (runs.member_ratio == 0.1)].iloc[0]
+        assert row["n_selected"] == chosen.sum() and row["n_false"] == (chosen & (truth[keep] == 0)).sum()
+        assert row["power"] == pytest.approx((chosen & (truth[keep] == 1)).sum() / 6)
+    with pytest.raises(InputError, match="0 member and 60 non-member"):
+        nonmember_only = {k: [v[0][truth == 0]] for k, v in draws.items()}
+        statistics.imbalanced_runs(nonmember_only, labels, [0.5], ratios=[0.1], m=3, seed=0)
+
+
 def test_selection_runs_are_knockoff_plus_of_each_draw():
     items, z = _items_and_scores(member_gap=1.5, seed=3)
     tables = ktd_tables(items, z, ms=[2], m=2, n_draws=3, qs=[0.3], seed=1)
@@ -159,10 +208,8 @@ def test_ktd_config_checks():
     assert plan.check_config(cfg) == ["probes.ktd: knockoffs are the paraphrases of DE-COP's pool; configure "
                                       "probes.decop (its paraphrase.model makes them) and a decop_<mode> block"]
     cfg = copy.deepcopy(_config())
-    cfg["probes"]["ktd"].update(ms=[1, 4], m=3)
-    assert plan.check_config(cfg) == [
-        "probes.ktd.ms: at most 3 knockoffs per passage (DE-COP's paraphrase pool), got 4",
-        "probes.ktd.m: 3 must be one of probes.ktd.ms [1, 4]"]
+    cfg["probes"]["ktd"].update(ms=[1, 10], m=3)  # a pool beyond DE-COP's three is topped up (ktd_pool)
+    assert plan.check_config(cfg) == ["probes.ktd.m: 3 must be one of probes.ktd.ms [1, 10]"]
     cfg = copy.deepcopy(_config())
     cfg["probes"]["ktd"]["models"] = ["a", "b"]
     (problem,) = plan.check_config(cfg)
@@ -190,13 +237,14 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
 
 
 def test_summary_table_figures_and_headline_rows(tmp_path):
-    from memaudit.probes.ktd.summary import SUMMARY_COLUMNS, build_summary
+    from memaudit.probes.ktd.summary import IMBALANCE_COLUMNS, SUMMARY_COLUMNS, build_imbalance_summary, build_summary
     from memaudit.stats.headline import ktd_expectations
 
-    paths = {name: [] for name in ("selection", "symmetry", "w")}
+    paths = {name: [] for name in ("selection", "symmetry", "w", "imbalance")}
     for model, gap in (("tiny-contaminated", 3.0), ("tiny", 0.0)):
         items, z = _items_and_scores(member_gap=gap, seed=4)
-        tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=3, qs=[0.1, 0.2, 0.3], seed=0)
+        tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=3, qs=[0.1, 0.2, 0.3], seed=0,
+                            member_ratios=[0.1, 0.05])
         for name in paths:
             path = tmp_path / f"{model}_{name}.csv"
             tables[name].assign(benchmark="novels", model=model).to_csv(path, index=False)
@@ -212,6 +260,12 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
     assert not frame.loc[frame.model == "tiny", "contaminated"].any()
     assert set(frame["guarantee"]) <= {"holds", "fails"} and (knock["n_texts"] == 120).all()
     assert (out / "fdr_power.png").stat().st_size > 0 and (out / "w.svg").exists()
+    imb = build_imbalance_summary(paths["imbalance"], {"tiny-contaminated": ["novels"]}, out / "imbalance.csv",
+                                  out / "imbalance.png", m=3)
+    assert list(imb.columns) == IMBALANCE_COLUMNS and len(imb) == 2 * 3 * 2 * 3  # models x stats x ratios x qs
+    assert imb.loc[imb.model == "tiny-contaminated", "contaminated"].all()
+    assert set(imb["n_members"]) == {6, 3} and (imb["n_nonmembers"] == 60).all()
+    assert pd.read_csv(out / "imbalance.csv").shape == imb.shape and (out / "imbalance.png").stat().st_size > 1000
     models = pd.DataFrame({"model": ["tiny", "tiny-contaminated"], "base": ["", "tiny"]})
     checks = ktd_expectations(frame, models)
     assert checks[["model", "q"]].values.tolist() == [["tiny", 0.1], ["tiny-contaminated", 0.1],

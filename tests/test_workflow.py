@@ -155,7 +155,7 @@ def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
     ktd = pd.read_csv(ci_run / "results/summary/ktd.csv")
     assert set(ktd["model"]) == {"tiny-gpt2-small", "tiny-gpt2-small-contaminated"}
     knock = ktd[~ktd.statistic.str.startswith("validation_")]
-    assert set(knock["statistic"]) == {"gradnorm", "loss", "min_k"} and set(knock["m"]) == {1, 2, 3}
+    assert set(knock["statistic"]) == {"gradnorm", "loss", "min_k"} and set(knock["m"]) == {1, 2, 4}
     assert len(knock) == 2 * 3 * 3 * 3 and set(ktd["guarantee"]) <= {"holds", "fails"}
     # the Table 2 baselines at the same q: a threshold from labelled validation texts (m 0)
     base = ktd[ktd.statistic.str.startswith("validation_")]
@@ -163,11 +163,22 @@ def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
     assert len(base) == 2 * 3 * 3 and (base["m"] == 0).all() and base["sign_pvalue"].isna().all()
     ktd_rows = summary[summary.method.str.startswith("ktd_")]
     assert set(ktd_rows["method"]) == {"ktd_w_gradnorm", "ktd_w_loss", "ktd_w_min_k", "ktd_z_gradnorm"}
+    # m up to 4: DE-COP's three paraphrases per passage, topped up by one from the same paraphraser
     w = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/ktd_w.csv")
-    items = [json.loads(line) for line in (ci_run / "results/datasets/novels/decop_items.jsonl").open()]
-    assert set(w["item_id"]) == {it["item_id"] for it in items}
-    for name in ("fdr_power", "w_distributions"):
+    items = {(it := json.loads(line))["item_id"]: it for line in (ci_run / "results/datasets/novels/decop_items.jsonl").open()}
+    pool = [json.loads(line) for line in (ci_run / "results/datasets/novels/ktd_pool.jsonl").open()]
+    qc = pd.read_csv(ci_run / "results/datasets/novels/ktd_pool_qc.csv")
+    assert len(pool) == qc["n_kept"].sum() and qc["n_passages"].sum() == len(items)
+    assert all(len(p["options"]) == 5 and p["options"][:4] == items[p["item_id"]]["options"] for p in pool)
+    assert all(p["options"][4] not in p["options"][:4] for p in pool)
+    assert set(w["item_id"]) == {p["item_id"] for p in pool} and set(w["m"]) == {1, 2, 4}
+    for name in ("fdr_power", "w_distributions", "imbalance"):
         assert (ci_run / f"results/figures/ktd/{name}.png").stat().st_size > 1000
+    # Appendix B: every statistic at m = 2, the default ratios 0.1, 0.05, 0.01 of members per non-member
+    imb = pd.read_csv(ci_run / "results/summary/ktd_imbalance.csv")
+    assert set(imb["m"]) == {2} and sorted(set(imb["member_ratio"])) == [0.01, 0.05, 0.1]
+    assert len(imb) == 2 * 3 * 3 * 3 and (imb["n_members"] >= 1).all()
+    assert (imb["n_members"] <= (imb["member_ratio"] * imb["n_nonmembers"]).round().clip(lower=1)).all()
 
 
 def test_cloze_probes_of_the_ci_run(ci_run):

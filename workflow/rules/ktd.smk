@@ -1,19 +1,52 @@
-# KTD (memaudit.probes.ktd): knockoffs from the benchmark's paraphrase pool (DE-COP's items), one probe
-# job per model (importance scores of texts and knockoffs, W, knockoff+ over draws), one summary.
+# KTD (memaudit.probes.ktd): knockoffs from the benchmark's paraphrase pool (DE-COP's items, topped up
+# by ktd_pool when KTD's largest m exceeds their three), one probe job per model (importance scores of
+# texts and knockoffs, W, knockoff+ over draws), one summary.
 from memaudit.probes.ktd import plan as ktd_plan
 
 register_outputs(ktd_plan.outputs(config))
 
 
+rule ktd_pool:
+    input:
+        unpack(role_input("decop", "paraphraser")),
+        decop_items="results/datasets/{benchmark}/decop_items.jsonl",
+    output:
+        pool="results/datasets/{benchmark}/ktd_pool.jsonl",
+        qc="results/datasets/{benchmark}/ktd_pool_qc.csv",
+    params:
+        size=lambda wc: ktd_plan.pool_size(config["probes"]["ktd"]),
+        paraphrase=lambda wc: canonical(config["probes"]["decop"]["paraphrase"]),
+        paraphraser=lambda wc: role_model(config, "decop", "paraphraser"),
+        seed=config["seed"],
+        code_version=family_version("ktd"),
+    # as decop_items: a local paraphraser decodes on one thread, an API one waits
+    threads: 1
+    priority: 15
+    resources:
+        mem_mb=4000,
+        api_openai=role_api_slots("decop", "paraphraser", "openai"),
+        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic"),
+        gpu=role_gpus("decop", "paraphraser"),
+    log:
+        "logs/ktd_pool/{benchmark}.log",
+    benchmark:
+        "logs/benchmarks/ktd_pool/{benchmark}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
+    script:
+        "../scripts/ktd_pool.py"
+
+
 rule ktd_probe:
     input:
         unpack(local_model_dir),
-        records="results/datasets/{benchmark}/decop_items.jsonl",
+        records=lambda wc: f"results/datasets/{wc.benchmark}/{ktd_plan.records_file(config['probes']['ktd'])}",
     output:
         documents="results/scores/{benchmark}/{model}/ktd_documents.csv",
         selection="results/scores/{benchmark}/{model}/ktd_selection.csv",
         symmetry="results/scores/{benchmark}/{model}/ktd_symmetry.csv",
         w="results/scores/{benchmark}/{model}/ktd_w.csv",
+        imbalance="results/scores/{benchmark}/{model}/ktd_imbalance.csv",
     params:
         family="ktd",
         ktd=probe_settings("ktd"),
@@ -58,6 +91,19 @@ rule ktd_summary:
             labels={"figure": "distributions of W"},
         ),
         w_svg="results/figures/ktd/w_distributions.svg",
+        imbalance=report(
+            "results/summary/ktd_imbalance.csv",
+            caption="../report/ktd_imbalance.rst",
+            category="KTD",
+            labels={"table": "knockoff+ with few members (Appendix B)"},
+        ),
+        imbalance_figure=report(
+            "results/figures/ktd/imbalance.png",
+            caption="../report/ktd_imbalance_figure.rst",
+            category="KTD",
+            labels={"figure": "FDR and power with few members"},
+        ),
+        imbalance_figure_svg="results/figures/ktd/imbalance.svg",
     params:
         # only KTD's models: adding a model elsewhere does not redraw the summary
         contaminated=lambda wc: {m: contaminated_on(config["models"][m]) for m in sorted({m for _, m, _ in ktd_plan.runs(config)})},

@@ -1,6 +1,8 @@
-from memaudit.probes.ktd.summary import build_summary
+from memaudit.probes.ktd.summary import build_imbalance_summary, build_summary
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")
 build_summary(snakemake.input.selection, snakemake.input.symmetry, snakemake.input.w, snakemake.params.contaminated,
               snakemake.output.table, snakemake.output.fdr_power, snakemake.output.w, m=snakemake.params.m)
+build_imbalance_summary(snakemake.input.imbalance, snakemake.params.contaminated, snakemake.output.imbalance,
+                        snakemake.output.imbalance_figure, m=snakemake.params.m)

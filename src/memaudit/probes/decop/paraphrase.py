@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -201,39 +202,56 @@ class BackendParaphraser:
 
     def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
                    wanted: Sequence[int] | None = None) -> list[list[str]]:
-        """Three candidates per text from one reply (the paper's prompt asks for B, C and D at once,
-        so ``wanted`` does not make a retry cheaper)."""
-        params = GenerationParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                                  sample_index=attempt)
-        gens = self.backend.generate([paraphrase_prompt(t, n) for t, n in zip(texts, lengths)], params)
-        return [[clean_candidate(p) for p in parse_paraphrases(g.text or "")] for g in gens]
+        """Three candidates per reply (the paper's prompt asks for B, C and D at once), as many
+        replies per text as ``wanted`` needs (a pool beyond three for KTD); the first reply of a
+        round is sample ``attempt``, as DE-COP has always asked it, the k-th one sample
+        ``attempt + 1000 * k`` (a request the cache has not seen)."""
+        replies = [max(1, math.ceil(w / 3)) for w in wanted] if wanted is not None else [1] * len(texts)
+        outs: list[list[str]] = [[] for _ in texts]
+        for k in range(max(replies, default=0)):
+            todo = [i for i, r in enumerate(replies) if r > k]
+            params = GenerationParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                      sample_index=attempt + 1000 * k)
+            gens = self.backend.generate([paraphrase_prompt(texts[i], lengths[i]) for i in todo], params)
+            for i, g in zip(todo, gens):
+                outs[i].extend(clean_candidate(p) for p in parse_paraphrases(g.text or ""))
+        return outs
 
 
 @dataclass
 class ParaphraseResult:
-    paraphrases: list[str] | None  # three accepted, or None when the passage is dropped
+    paraphrases: list[str] | None  # the n accepted, or None when the passage is dropped
     attempts: int
     rejected: dict = field(default_factory=lambda: {r: 0 for r in REASONS})
     n_candidates: int = 0
 
 
 def paraphrase_with_qc(texts: Sequence[str], lengths: Sequence[int], paraphraser, encoder,
-                       qc: QCSettings, *, progress: Callable[[str], None] = log.info) -> list[ParaphraseResult]:
-    """Ask for three paraphrases per text; reject by :func:`check_paraphrase`; re-ask the missing ones."""
-    results = [ParaphraseResult([], 0) for _ in texts]
-    for attempt in range(qc.max_attempts):
-        todo = [i for i, r in enumerate(results) if len(r.paraphrases) < 3]
+                       qc: QCSettings, *, n: int = 3, accepted: Sequence[Sequence[str]] | None = None,
+                       first_attempt: int = 0, progress: Callable[[str], None] = log.info) -> list[ParaphraseResult]:
+    """Ask for ``n`` paraphrases per text (DE-COP's three); reject by :func:`check_paraphrase`;
+    re-ask the missing ones, at most ``qc.max_attempts`` rounds.
+
+    ``accepted``: paraphrases each text already has (KTD's pool tops DE-COP's three up to m): they
+    count towards ``n`` and a new candidate must not duplicate them. ``first_attempt`` numbers the
+    rounds (a paraphraser's sampling seed and an API request's sample index follow it), so a top-up
+    does not replay the rounds that made the accepted ones. A text left short has ``paraphrases``
+    None.
+    """
+    results = [ParaphraseResult(list(accepted[i]) if accepted else [], 0) for i in range(len(texts))]
+    for attempt in range(first_attempt, first_attempt + qc.max_attempts):
+        todo = [i for i, r in enumerate(results) if len(r.paraphrases) < n]
         if not todo:
             break
-        progress(f"paraphrase round {attempt + 1}: {len(todo)} passage(s)")
+        progress(f"paraphrase round {attempt - first_attempt + 1}: {len(todo)} passage(s)")
         cands = paraphraser.candidates([texts[i] for i in todo], [lengths[i] for i in todo], attempt,
-                                       [3 - len(results[i].paraphrases) for i in todo])
+                                       [n - len(results[i].paraphrases) for i in todo])
         flat = [(i, c) for i, cs in zip(todo, cands) for c in cs]
         cos = encoder.cosine([texts[i] for i, _ in flat], [c or " " for _, c in flat]) if flat else []
         for (i, cand), c in zip(flat, cos):
             r = results[i]
-            r.attempts = attempt + 1
-            if len(r.paraphrases) >= 3:
+            r.attempts = attempt + 1 - first_attempt
+            if len(r.paraphrases) >= n:
                 continue
             r.n_candidates += 1
             reason = check_paraphrase(texts[i], cand, r.paraphrases, float(c), qc)
@@ -242,6 +260,31 @@ def paraphrase_with_qc(texts: Sequence[str], lengths: Sequence[int], paraphraser
             else:
                 r.rejected[reason] += 1
     for r in results:
-        if len(r.paraphrases) < 3:
+        if len(r.paraphrases) < n:
             r.paraphrases = None
     return results
+
+
+def quality_table(passages: Sequence[tuple[str, int, str]], results: Sequence[ParaphraseResult], *, paraphraser: str,
+                  per_passage: int):
+    """Quality control per document (``decop_qc.csv``): passages, passages kept, candidates, each
+    rejection reason as a count and a rate, and ``accept_rate`` (the ``per_passage`` new paraphrases
+    of each kept passage per candidate). ``passages[i]`` is ``(doc_id, label, role)`` of the text
+    ``results[i]`` paraphrased."""
+    import pandas as pd
+
+    rows: dict[str, dict] = {}
+    for (doc_id, label, role), res in zip(passages, results):
+        row = rows.setdefault(doc_id, {"doc_id": doc_id, "label": int(label), "role": role, "n_passages": 0,
+                                       "n_kept": 0, "n_candidates": 0, **{f"n_{r}": 0 for r in REASONS}})
+        row["n_passages"] += 1
+        row["n_candidates"] += res.n_candidates
+        for r in REASONS:
+            row[f"n_{r}"] += res.rejected[r]
+        row["n_kept"] += res.paraphrases is not None
+    table = pd.DataFrame(list(rows.values()))
+    table["accept_rate"] = per_passage * table["n_kept"] / table["n_candidates"].clip(lower=1)
+    for r in REASONS:
+        table[f"{r}_rate"] = table[f"n_{r}"] / table["n_candidates"].clip(lower=1)
+    table["paraphraser"] = paraphraser
+    return table

@@ -12,7 +12,7 @@ import pandas as pd
 
 from memaudit.probes.decop import analysis
 from memaudit.probes.decop.construct import passages_of, select_documents
-from memaudit.probes.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc
+from memaudit.probes.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc, quality_table
 from memaudit.probes.decop.prompts import orderings
 from memaudit.io import read_jsonl, write_csv, write_json, write_jsonl
 from memaudit.probes.job import document_scores
@@ -59,28 +59,17 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
                                  progress=progress)
     progress(f"paraphrases in {time.time() - t0:.1f}s")
     who = paraphraser.describe()
-    items, qc_rows = [], {}
+    items = []
     for (d, role, length, k, text), res in zip(todo, results):
-        row = qc_rows.setdefault(d["doc_id"], {"doc_id": d["doc_id"], "label": int(d["meta"]["label"]),
-                                               "role": role, "n_passages": 0, "n_kept": 0, "n_candidates": 0,
-                                               **{f"n_{r}": 0 for r in REASONS}})
-        row["n_passages"] += 1
-        row["n_candidates"] += res.n_candidates
-        for r in REASONS:
-            row[f"n_{r}"] += res.rejected[r]
         if res.paraphrases is None:
             continue
-        row["n_kept"] += 1
         pid = f"{d['doc_id']}#L{length}p{k}"
         items.append({"item_id": pid, "passage_id": pid, "doc_id": d["doc_id"], "label": int(d["meta"]["label"]),
                       "options": [text, *res.paraphrases], "answer": 0,
                       "meta": {"title": d["title"], "author": d["author"], "kind": d["kind"], "role": role,
                                "length_tokens": length, "attempts": res.attempts, **who}})
-    qc_table = pd.DataFrame(list(qc_rows.values()))
-    qc_table["accept_rate"] = 3 * qc_table["n_kept"] / qc_table["n_candidates"].clip(lower=1)
-    for r in REASONS:
-        qc_table[f"{r}_rate"] = qc_table[f"n_{r}"] / qc_table["n_candidates"].clip(lower=1)
-    qc_table["paraphraser"] = who["paraphraser"]
+    qc_table = quality_table([(d["doc_id"], int(d["meta"]["label"]), role) for d, role, *_ in todo], results,
+                             paraphraser=who["paraphraser"], per_passage=3)
     write_csv(out_qc, qc_table)
     write_jsonl(out_items, items)
     dropped = int((qc_table["n_passages"] - qc_table["n_kept"]).sum())

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from memaudit.jobs import probe_runs
 
-# DE-COP's items hold three quality-controlled paraphrases per passage: KTD's knockoff pool.
-POOL_SIZE = 3
+# DE-COP's items hold three quality-controlled paraphrases per passage; a larger m tops them up in
+# KTD's own pool file (memaudit.probes.ktd.pool).
+DECOP_POOL = 3
+POOL_FILE = "ktd_pool.jsonl"
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
@@ -26,9 +28,6 @@ def check_config(config: dict) -> list[str]:
                 "(its paraphrase.model makes them) and a decop_<mode> block"]
     cfg = probes["ktd"]
     problems = []
-    if max(cfg["ms"]) > POOL_SIZE:
-        problems.append(f"probes.ktd.ms: at most {POOL_SIZE} knockoffs per passage (DE-COP's paraphrase pool), "
-                        f"got {max(cfg['ms'])}")
     if cfg["m"] not in cfg["ms"]:
         problems.append(f"probes.ktd.m: {cfg['m']} must be one of probes.ktd.ms {cfg['ms']}")
     if any(model == paraphraser for _, model, _ in runs(config)):
@@ -38,12 +37,23 @@ def check_config(config: dict) -> list[str]:
     return problems
 
 
+def pool_size(ktd_settings: dict) -> int:
+    """Knockoffs each passage's pool must hold: KTD's largest m."""
+    return int(max(ktd_settings["ms"]))
+
+
+def records_file(ktd_settings: dict) -> str:
+    """The record file under ``results/datasets/<benchmark>/`` KTD's probe jobs read: DE-COP's
+    items, or the pool topped up beyond their three paraphrases (:mod:`memaudit.probes.ktd.pool`)."""
+    return POOL_FILE if pool_size(ktd_settings) > DECOP_POOL else "decop_items.jsonl"
+
+
 def outputs(config: dict) -> list[str]:
-    return ["results/summary/ktd.csv", "results/figures/ktd/fdr_power.png",
-            "results/figures/ktd/w_distributions.png"] if runs(config) else []
+    return ["results/summary/ktd.csv", "results/summary/ktd_imbalance.csv", "results/figures/ktd/fdr_power.png",
+            "results/figures/ktd/w_distributions.png", "results/figures/ktd/imbalance.png"] if runs(config) else []
 
 
 def summary_inputs(config: dict) -> dict[str, list[str]]:
     done = runs(config)
     return {name: [f"results/scores/{b}/{m}/ktd_{name}.csv" for b, m, _ in done]
-            for name in ("selection", "symmetry", "w")}
+            for name in ("selection", "symmetry", "w", "imbalance")}

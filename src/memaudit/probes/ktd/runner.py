@@ -68,7 +68,8 @@ def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.
 
 
 def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[int], m: int, n_draws: int,
-               qs: Sequence[float], seed: int, n_validation: int = 100) -> dict[str, pd.DataFrame]:
+               qs: Sequence[float], seed: int, n_validation: int = 100,
+               member_ratios: Sequence[float] = ()) -> dict[str, pd.DataFrame]:
     """Every table of one (benchmark, model) from the scores of the texts laid out as
     ``[item 0's passage, its pool..., item 1's passage, ...]``: knockoff+ over passages (the
     paper's texts), document scores as the mean W of a document's passages.
@@ -78,6 +79,8 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     The selection table also holds the Table 2 baselines at the same q (statistic
     ``validation_<score>``, m 0; :func:`memaudit.probes.ktd.statistics.validation_runs`), with a
     validation set of ``n_validation`` texts (at most half of them) drawn ``n_draws`` times.
+    ``member_ratios``: the imbalanced test sets of the paper's Appendix B (members per non-member;
+    :func:`memaudit.probes.ktd.statistics.imbalanced_runs`), at ``m``, in the ``imbalance`` table.
     """
     if m not in ms:
         raise ConfigError(f"probes.ktd.m: {m} must be one of probes.ktd.ms {list(ms)}")
@@ -112,8 +115,10 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     documents = pd.concat(scores, ignore_index=True)
     doc_labels = pd.Series({it["doc_id"]: int(it["label"]) for it in items})
     documents.insert(1, "label", doc_labels.loc[documents["doc_id"]].to_numpy())
+    imbalance = statistics.imbalanced_runs(draws, labels, qs, ratios=member_ratios, m=m, seed=seed)
     return {"documents": documents, "selection": statistics.summarise_selection(runs),
-            "symmetry": statistics.symmetry_table(draws, labels), "w": pd.concat(w_rows, ignore_index=True)}
+            "symmetry": statistics.symmetry_table(draws, labels), "w": pd.concat(w_rows, ignore_index=True),
+            "imbalance": statistics.summarise_imbalance(imbalance)}
 
 
 def run_job(job: ProbeJob) -> None:
@@ -131,11 +136,12 @@ def run_job(job: ProbeJob) -> None:
     with job.opened_backend() as backend:
         z = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
         tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]),
-                            qs=cfg["qs"], seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]))
+                            qs=cfg["qs"], seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
+                            member_ratios=cfg["member_ratios"])
         write_csv(job.outputs["documents"], document_scores(tables["documents"], model=job.model,
                                                               dtype=getattr(backend, "dtype", None)))
     ids = {"benchmark": job.benchmark, "model": job.model}
-    for name in ("selection", "symmetry", "w"):
+    for name in ("selection", "symmetry", "w", "imbalance"):
         frame = tables[name]
         write_csv(job.outputs[name], frame.assign(**ids)[[*ids, *frame.columns]])
     at = tables["selection"]

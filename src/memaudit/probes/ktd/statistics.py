@@ -146,15 +146,22 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
 
 
-def summarise_selection(runs: pd.DataFrame) -> pd.DataFrame:
-    """Empirical FDR and power per (statistic, m, q): means over the knockoff draws, with standard errors."""
-    grouped = runs.groupby(["statistic", "m", "q"], sort=True)
-    out = grouped.agg(n_draws=("draw", "size"), n_texts=("n_texts", "first"), fdr=("fdp", "mean"), power=("power", "mean"),
-                      mean_selected=("n_selected", "mean"), fdp_sd=("fdp", "std"), power_sd=("power", "std"))
+def summarise_runs(runs: pd.DataFrame, keys: Sequence[str], first: Sequence[str]) -> pd.DataFrame:
+    """Empirical FDR and power per ``keys``: means over the draws, with standard errors; the
+    ``first`` columns (counts of texts) carried along."""
+    grouped = runs.groupby(list(keys), sort=True)
+    out = grouped.agg(n_draws=("draw", "size"), **{c: (c, "first") for c in first}, fdr=("fdp", "mean"),
+                      power=("power", "mean"), mean_selected=("n_selected", "mean"), fdp_sd=("fdp", "std"),
+                      power_sd=("power", "std"))
     n = out["n_draws"].clip(lower=1)
     out["fdr_se"] = out.pop("fdp_sd") / np.sqrt(n)
     out["power_se"] = out.pop("power_sd") / np.sqrt(n)
     return out.reset_index()
+
+
+def summarise_selection(runs: pd.DataFrame) -> pd.DataFrame:
+    """Empirical FDR and power per (statistic, m, q): means over the knockoff draws, with standard errors."""
+    return summarise_runs(runs, ["statistic", "m", "q"], ["n_texts"])
 
 
 def symmetry_table(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.Series) -> pd.DataFrame:
@@ -182,3 +189,59 @@ def symmetry_table(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
                      "sign_pvalue": sign_p, "wilcoxon_pvalue": wilcoxon_p,
                      "member_mean_w": float(members.mean()) if members.size else math.nan})
     return pd.DataFrame(rows, columns=SYMMETRY_COLUMNS)
+
+
+IMBALANCE_COLUMNS = ["statistic", "m", "member_ratio", "draw", "q", "n_members", "n_nonmembers", "tau", "n_selected",
+                     "n_false", "fdp", "power"]
+
+
+def members_for_ratio(ratio: float, n_nonmembers: int, n_members: int) -> int:
+    """How many members a test set with ``ratio`` members per non-member keeps: ``round(ratio *
+    n_nonmembers)``, at least 1 (a set without members measures no power) and at most the members
+    there are. The table reports the count kept, so a floored or capped ratio shows."""
+    if not 0 < ratio:
+        raise ConfigError(f"probes.ktd.member_ratios: each ratio must be > 0, got {ratio}")
+    return int(min(max(1, round(ratio * n_nonmembers)), n_members))
+
+
+def imbalanced_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.Series, qs: Sequence[float], *,
+                    ratios: Sequence[float], m: int, seed: int) -> pd.DataFrame:
+    """The KTD paper's Appendix B: knockoff+ on test sets with few members. For every ratio r
+    (members per non-member; the paper's 0.1, 0.05 and 0.01) and every knockoff draw of W at
+    ``m``, all non-member texts and a random ``members_for_ratio(r, ...)`` of the members (seeded
+    by seed, draw and r; the same texts for every statistic), knockoff+ at each q:
+    :data:`IMBALANCE_COLUMNS`.
+
+    Knockoff+ names nothing unless at least ``1/q`` texts clear its threshold (its ratio has 1 +
+    #{W <= -t} over #{W >= t}), so with fewer than ``1/q`` members it can only name them beside
+    non-members: few members mean little power at small q even with perfect knockoffs."""
+    qs = [check_q(q, "probes.ktd.qs") for q in qs]
+    rows = []
+    for (statistic, k), draws in sorted(w_draws.items()):
+        if k != m:
+            continue
+        for draw, w in enumerate(draws):
+            truth = labels.loc[w.index].to_numpy(dtype=int)
+            values = w.to_numpy()
+            members, nonmembers = np.flatnonzero(truth == 1), np.flatnonzero(truth == 0)
+            if members.size == 0 or nonmembers.size == 0:
+                raise InputError(f"imbalanced member ratios: {members.size} member and {nonmembers.size} "
+                                 f"non-member texts; both are needed")
+            for r_index, ratio in enumerate(ratios):
+                n_keep = members_for_ratio(float(ratio), nonmembers.size, members.size)
+                rng = np.random.default_rng([seed, draw, r_index, 13])
+                keep = np.sort(np.r_[rng.choice(members, size=n_keep, replace=False), nonmembers])
+                sub_w, sub_truth = values[keep], truth[keep]
+                for q in qs:
+                    selected = knockoff_plus_select(sub_w, q)
+                    fdp, power = fdp_and_power(selected, sub_truth)
+                    rows.append({"statistic": statistic, "m": k, "member_ratio": float(ratio), "draw": draw,
+                                 "q": q, "n_members": n_keep, "n_nonmembers": int(nonmembers.size),
+                                 "tau": knockoff_plus_threshold(sub_w, q), "n_selected": int(selected.sum()),
+                                 "n_false": int((selected & (sub_truth == 0)).sum()), "fdp": fdp, "power": power})
+    return pd.DataFrame(rows, columns=IMBALANCE_COLUMNS)
+
+
+def summarise_imbalance(runs: pd.DataFrame) -> pd.DataFrame:
+    """Empirical FDR and power per (statistic, m, member ratio, q) over the draws, with standard errors."""
+    return summarise_runs(runs, ["statistic", "m", "member_ratio", "q"], ["n_members", "n_nonmembers"])
