@@ -211,6 +211,15 @@ def test_ktd_config_checks():
     cfg["probes"]["ktd"].update(ms=[1, 10], m=3)  # a pool beyond DE-COP's three is topped up (ktd_pool)
     assert plan.check_config(cfg) == ["probes.ktd.m: 3 must be one of probes.ktd.ms [1, 10]"]
     cfg = copy.deepcopy(_config())
+    cfg["probes"]["ktd"]["reference_models"] = ["c", "api"]
+    cfg["models"]["api"] = {"backend": "openai", "api": {"model": "gpt-x"}}
+    assert plan.check_config(cfg) == [
+        "probes.ktd.reference_models.0: 'c' is not a configured model",
+        "probes.ktd.reference_models.1: 'api' is an API model; a reference model scores every passage's tokens, so "
+        "it must be local"]
+    cfg["probes"]["ktd"]["reference_models"] = ["a", "b"]
+    assert plan.reference_models(cfg, "b") == ["a"]  # never its own reference
+    cfg = copy.deepcopy(_config())
     cfg["probes"]["ktd"]["models"] = ["a", "b"]
     (problem,) = plan.check_config(cfg)
     assert problem.startswith("probes.ktd.models: 'a' paraphrases the knockoffs")
@@ -234,10 +243,27 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
     np.testing.assert_allclose(z["min_k"], lowest)
     np.testing.assert_allclose(-z["gradnorm"], backend.gradient_norms(texts, params="all"))
     assert (z["gradnorm"] < 0).all()
+    # the Table 2 baselines are token_prob's methods on the same passages
+    from memaudit.probes.ktd.runner import baseline_scores
+    from memaudit.probes.token_prob.methods import Lowercase, Reference, ScoringContext, Zlib
+
+    items = [{"item_id": f"p{i}", "options": [t]} for i, t in enumerate(texts)]
+    lower = backend.token_stats([t.lower() for t in texts], with_distribution=False)
+    ref_stats = backend.token_stats(texts[::-1], with_distribution=False)  # any other stats stand in for a reference
+    ref_nll = ref_stats.mean_nll()[::-1]
+    base = baseline_scores(items, z, np.arange(len(texts)), lowercase_nll=lower.mean_nll(), reference_nll={"r": ref_nll})
+    assert sorted(base) == ["loss", "lowercase", "min_k", "ref_r", "zlib"]
+    ctx = ScoringContext(texts, stats, lowercase=lower, references={"r": backend.token_stats(texts, with_distribution=False)})
+    np.testing.assert_allclose(base["lowercase"].to_numpy(), Lowercase().score(ctx))
+    np.testing.assert_allclose(base["zlib"].to_numpy(), Zlib().score(ctx))
+    np.testing.assert_allclose(base["ref_r"].to_numpy(), ref_nll - stats.mean_nll())
+    np.testing.assert_allclose(base["ref_r"].to_numpy(), Reference("r").score(ctx), atol=1e-5)  # same texts: ~0
+    assert list(base["loss"].index) == ["p0", "p1", "p2", "p3"]
 
 
 def test_summary_table_figures_and_headline_rows(tmp_path):
-    from memaudit.probes.ktd.summary import IMBALANCE_COLUMNS, SUMMARY_COLUMNS, build_imbalance_summary, build_summary
+    from memaudit.probes.ktd.summary import (IMBALANCE_COLUMNS, SUMMARY_COLUMNS, build_imbalance_summary, build_summary,
+                                            figure_q)
     from memaudit.stats.headline import ktd_expectations
 
     paths = {name: [] for name in ("selection", "symmetry", "w", "imbalance")}
@@ -251,8 +277,11 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
             paths[name].append(str(path))
     out = tmp_path / "out"
     frame = build_summary(paths["selection"], paths["symmetry"], paths["w"], {"tiny-contaminated": ["novels"]},
-                          out / "ktd.csv", out / "fdr_power.png", out / "w.png", m=3)
-    assert list(frame.columns) == SUMMARY_COLUMNS
+                          out / "ktd.csv", out / "fdr_power.png", out / "w.png", m=3,
+                          n_params={"tiny": 1.3e6, "tiny-contaminated": 1.3e6}, out_m_size=out / "m_and_size.png")
+    assert list(frame.columns) == SUMMARY_COLUMNS and set(frame["n_params"]) == {1.3e6}
+    assert (out / "m_and_size.png").stat().st_size > 1000 and (out / "m_and_size.svg").exists()
+    assert figure_q([0.3, 0.05, 0.2]) == 0.05 and figure_q([0.5, 0.1, 0.15]) == 0.1
     knock = frame[~frame.statistic.str.startswith("validation_")]
     assert len(knock) == 2 * 3 * 2 * 3  # models x statistics x ms x qs
     assert len(frame) - len(knock) == 2 * 3 * 3  # the Table 2 baselines: models x scores x qs

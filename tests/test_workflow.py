@@ -159,8 +159,11 @@ def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
     assert len(knock) == 2 * 3 * 3 * 3 and set(ktd["guarantee"]) <= {"holds", "fails"}
     # the Table 2 baselines at the same q: a threshold from labelled validation texts (m 0)
     base = ktd[ktd.statistic.str.startswith("validation_")]
-    assert set(base["statistic"]) == {"validation_loss", "validation_min_k", "validation_zlib"}
-    assert len(base) == 2 * 3 * 3 and (base["m"] == 0).all() and base["sign_pvalue"].isna().all()
+    assert set(base["statistic"]) == {"validation_loss", "validation_min_k", "validation_zlib", "validation_lowercase",
+                                      "validation_ref_tiny-gpt2-small"}
+    # the reference baseline on the contaminated model only (a model is never its own reference)
+    assert set(base.loc[base.statistic == "validation_ref_tiny-gpt2-small", "model"]) == {"tiny-gpt2-small-contaminated"}
+    assert len(base) == (2 * 4 + 1) * 3 and (base["m"] == 0).all() and base["sign_pvalue"].isna().all()
     ktd_rows = summary[summary.method.str.startswith("ktd_")]
     assert set(ktd_rows["method"]) == {"ktd_w_gradnorm", "ktd_w_loss", "ktd_w_min_k", "ktd_z_gradnorm"}
     # m up to 4: DE-COP's three paraphrases per passage, topped up by one from the same paraphraser
@@ -172,7 +175,9 @@ def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
     assert all(len(p["options"]) == 5 and p["options"][:4] == items[p["item_id"]]["options"] for p in pool)
     assert all(p["options"][4] not in p["options"][:4] for p in pool)
     assert set(w["item_id"]) == {p["item_id"] for p in pool} and set(w["m"]) == {1, 2, 4}
-    for name in ("fdr_power", "w_distributions", "imbalance"):
+    assert set(ktd["n_params"]) == set(pd.read_csv(ci_run / "results/summary/models.csv").set_index("model")
+                                       .loc[["tiny-gpt2-small", "tiny-gpt2-small-contaminated"], "n_params"])
+    for name in ("fdr_power", "w_distributions", "imbalance", "m_and_size"):
         assert (ci_run / f"results/figures/ktd/{name}.png").stat().st_size > 1000
     # Appendix B: every statistic at m = 2, the default ratios 0.1, 0.05, 0.01 of members per non-member
     imb = pd.read_csv(ci_run / "results/summary/ktd_imbalance.csv")

@@ -41,6 +41,7 @@ rule ktd_probe:
     input:
         unpack(local_model_dir),
         records=lambda wc: f"results/datasets/{wc.benchmark}/{ktd_plan.records_file(config['probes']['ktd'])}",
+        references=lambda wc: [f"results/models/{r}" for r in ktd_plan.reference_models(config, wc.model)],
     output:
         documents="results/scores/{benchmark}/{model}/ktd_documents.csv",
         selection="results/scores/{benchmark}/{model}/ktd_selection.csv",
@@ -50,6 +51,7 @@ rule ktd_probe:
     params:
         family="ktd",
         ktd=probe_settings("ktd"),
+        reference_models=lambda wc: ktd_plan.reference_models(config, wc.model),
         entry=model_entry,
         seed=config["seed"],
         code_version=family_version("ktd"),
@@ -104,6 +106,13 @@ rule ktd_summary:
             labels={"figure": "FDR and power with few members"},
         ),
         imbalance_figure_svg="results/figures/ktd/imbalance.svg",
+        m_size=report(
+            "results/figures/ktd/m_and_size.png",
+            caption="../report/ktd_m_and_size.rst",
+            category="KTD",
+            labels={"figure": "FDR and power against m and model size"},
+        ),
+        m_size_svg="results/figures/ktd/m_and_size.svg",
     params:
         # only KTD's models: adding a model elsewhere does not redraw the summary
         contaminated=lambda wc: {m: contaminated_on(config["models"][m]) for m in sorted({m for _, m, _ in ktd_plan.runs(config)})},

@@ -17,6 +17,7 @@ def runs(config: dict) -> list[tuple[str, str, str]]:
 def check_config(config: dict) -> list[str]:
     """KTD's config problems (dotted key: message): knockoffs need DE-COP's paraphrase pool, and
     Definition 1 forbids the model under test paraphrasing its own knockoffs."""
+    from memaudit.config import is_api_model
     from memaudit.probes.registry import role_model
 
     probes = config.get("probes", {})
@@ -30,11 +31,23 @@ def check_config(config: dict) -> list[str]:
     problems = []
     if cfg["m"] not in cfg["ms"]:
         problems.append(f"probes.ktd.m: {cfg['m']} must be one of probes.ktd.ms {cfg['ms']}")
+    for i, ref in enumerate(cfg.get("reference_models", [])):
+        entry = config["models"].get(ref)
+        if entry is None:
+            problems.append(f"probes.ktd.reference_models.{i}: {ref!r} is not a configured model")
+        elif is_api_model(entry):
+            problems.append(f"probes.ktd.reference_models.{i}: {ref!r} is an API model; a reference model scores "
+                            f"every passage's tokens, so it must be local")
     if any(model == paraphraser for _, model, _ in runs(config)):
         problems.append(f"probes.ktd.models: {paraphraser!r} paraphrases the knockoffs "
                         f"(probes.decop.paraphrase.model); KTD's knockoffs must come from another model "
                         f"(Definition 1)")
     return problems
+
+
+def reference_models(config: dict, model: str) -> list[str]:
+    """The reference models of ``model``'s Table 2 reference baseline (never the model itself)."""
+    return [r for r in config["probes"]["ktd"].get("reference_models", []) if r != model]
 
 
 def pool_size(ktd_settings: dict) -> int:
@@ -50,10 +63,13 @@ def records_file(ktd_settings: dict) -> str:
 
 def outputs(config: dict) -> list[str]:
     return ["results/summary/ktd.csv", "results/summary/ktd_imbalance.csv", "results/figures/ktd/fdr_power.png",
-            "results/figures/ktd/w_distributions.png", "results/figures/ktd/imbalance.png"] if runs(config) else []
+            "results/figures/ktd/w_distributions.png", "results/figures/ktd/imbalance.png",
+            "results/figures/ktd/m_and_size.png"] if runs(config) else []
 
 
 def summary_inputs(config: dict) -> dict[str, list[str]]:
     done = runs(config)
-    return {name: [f"results/scores/{b}/{m}/ktd_{name}.csv" for b, m, _ in done]
-            for name in ("selection", "symmetry", "w", "imbalance")}
+    tables = {name: [f"results/scores/{b}/{m}/ktd_{name}.csv" for b, m, _ in done]
+              for name in ("selection", "symmetry", "w", "imbalance")}
+    # the prepared models' manifests: parameter counts for the figure against model size
+    return {**tables, "models": [f"results/models/{m}" for m in sorted({m for _, m, _ in done})]}

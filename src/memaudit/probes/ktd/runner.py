@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from memaudit.backends import open_backend
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv
 from memaudit.models import grad_norms  # noqa: F401 -- computes Z (HFBackend.gradient_norms): in KTD's fingerprint
@@ -57,19 +58,28 @@ def importance_scores(backend, texts: Sequence[str], *, params, progress: Callab
     return z
 
 
-def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.ndarray) -> dict[str, pd.Series]:
-    """The score-only baselines of the KTD paper's Table 2 on the original passages (higher = seen):
-    LOSS and Min-K% from the same forward pass as Z, zlib as token_prob computes it (the loss over
-    the zlib-compressed length). Lowercase and reference need other passes and are token_prob's."""
+def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.ndarray, *,
+                    lowercase_nll: np.ndarray | None = None,
+                    reference_nll: dict[str, np.ndarray] | None = None) -> dict[str, pd.Series]:
+    """The score-only baselines of the KTD paper's Table 2 on the original passages (higher = seen),
+    each as token_prob computes it (:mod:`memaudit.probes.token_prob.methods`): LOSS and Min-K%
+    from the same forward pass as Z; zlib, the loss over the zlib-compressed length; given the
+    mean token NLL of the lowercased passages, ``lowercase`` = L(lower(x)) / L(x); given a
+    reference model's, ``ref_<name>`` = L_ref(x) - L(x)."""
     ids = [it["item_id"] for it in items]
-    zbytes = zlib_lengths(it["options"][0] for it in items)
-    return {"loss": pd.Series(z["loss"][starts], index=ids), "min_k": pd.Series(z["min_k"][starts], index=ids),
-            "zlib": pd.Series(z["loss"][starts] / zbytes, index=ids)}
+    nll = -z["loss"][starts]
+    out = {"loss": -nll, "min_k": z["min_k"][starts], "zlib": -nll / zlib_lengths(it["options"][0] for it in items)}
+    if lowercase_nll is not None:
+        out["lowercase"] = np.asarray(lowercase_nll) / nll
+    for name, ref in (reference_nll or {}).items():
+        out[f"ref_{name}"] = np.asarray(ref) - nll
+    return {name: pd.Series(values, index=ids) for name, values in out.items()}
 
 
 def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[int], m: int, n_draws: int,
                qs: Sequence[float], seed: int, n_validation: int = 100,
-               member_ratios: Sequence[float] = ()) -> dict[str, pd.DataFrame]:
+               member_ratios: Sequence[float] = (), baselines: dict[str, pd.Series] | None = None
+               ) -> dict[str, pd.DataFrame]:
     """Every table of one (benchmark, model) from the scores of the texts laid out as
     ``[item 0's passage, its pool..., item 1's passage, ...]``: knockoff+ over passages (the
     paper's texts), document scores as the mean W of a document's passages.
@@ -79,6 +89,7 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     The selection table also holds the Table 2 baselines at the same q (statistic
     ``validation_<score>``, m 0; :func:`memaudit.probes.ktd.statistics.validation_runs`), with a
     validation set of ``n_validation`` texts (at most half of them) drawn ``n_draws`` times.
+    ``baselines``: their scores (:func:`baseline_scores`; default LOSS, Min-K% and zlib from ``z``).
     ``member_ratios``: the imbalanced test sets of the paper's Appendix B (members per non-member;
     :func:`memaudit.probes.ktd.statistics.imbalanced_runs`), at ``m``, in the ``imbalance`` table.
     """
@@ -97,7 +108,7 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
             draws[(name, k)] = [statistics.passage_w(passage_z, pool_z, ids, k, np.random.default_rng([seed, k, d]))
                                 for d in range(n_draws)]
     runs = pd.concat([statistics.selection_runs(draws, labels, qs),
-                      statistics.validation_runs(baseline_scores(items, z, starts), labels, qs,
+                      statistics.validation_runs(baselines or baseline_scores(items, z, starts), labels, qs,
                                                  n_validation=n_validation, n_draws=n_draws, seed=seed)],
                      ignore_index=True)
     w_rows = [pd.DataFrame({"item_id": w.index, "doc_id": doc_of.loc[w.index].to_numpy(),
@@ -133,13 +144,24 @@ def run_job(job: ProbeJob) -> None:
     texts = [t for it in items for t in (it["options"][0], *pool_of(it))]
     job.progress(f"{len(items)} passages of {len({it['doc_id'] for it in items})} documents, "
                  f"{len(texts) - len(items)} knockoffs")
+    originals = [it["options"][0] for it in items]
     with job.opened_backend() as backend:
         z = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
-        tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]),
-                            qs=cfg["qs"], seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
-                            member_ratios=cfg["member_ratios"])
-        write_csv(job.outputs["documents"], document_scores(tables["documents"], model=job.model,
-                                                              dtype=getattr(backend, "dtype", None)))
+        job.progress(f"token statistics of the {len(originals)} lowercased passages (the lowercase baseline)")
+        lowercase_nll = backend.token_stats([t.lower() for t in originals], with_distribution=False).mean_nll()
+        dtype = getattr(backend, "dtype", None)
+    reference_nll = {}
+    for name, path in zip(job.params.get("reference_models") or [], job.inputs.get("references") or []):
+        job.progress(f"token statistics of the {len(originals)} passages under reference model {name}")
+        ref = open_backend(job.config, name, model_dir=path, rule=job.rule)  # a local model (check_config)
+        reference_nll[name] = ref.token_stats(originals, with_distribution=False).mean_nll()
+        del ref
+    starts = np.cumsum([0] + [1 + len(pool_of(it)) for it in items])[:-1]
+    baselines = baseline_scores(items, z, starts, lowercase_nll=lowercase_nll, reference_nll=reference_nll)
+    tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]), qs=cfg["qs"],
+                        seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
+                        member_ratios=cfg["member_ratios"], baselines=baselines)
+    write_csv(job.outputs["documents"], document_scores(tables["documents"], model=job.model, dtype=dtype))
     ids = {"benchmark": job.benchmark, "model": job.model}
     for name in ("selection", "symmetry", "w", "imbalance"):
         frame = tables[name]

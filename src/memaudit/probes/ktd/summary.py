@@ -11,7 +11,7 @@ import pandas as pd
 
 from memaudit.io import write_csv
 
-SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "q", "n_texts", "n_draws", "fdr", "fdr_se",
+SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "q", "n_texts", "n_draws", "fdr", "fdr_se",
                    "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
                    "wilcoxon_pvalue"]
 IMBALANCE_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "member_ratio", "n_members",
@@ -23,24 +23,30 @@ def _read(paths: Sequence[str]) -> pd.DataFrame:
 
 
 def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str], w_paths: Sequence[str],
-                  contaminated: dict[str, list[str]], out_csv, out_fdr_power, out_w, *, m: int) -> pd.DataFrame:
+                  contaminated: dict[str, list[str]], out_csv, out_fdr_power, out_w, *, m: int,
+                  n_params: dict[str, float] | None = None, out_m_size=None) -> pd.DataFrame:
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, whether FDR <= q held (``guarantee``), and Lemma 1's symmetry
     tests of non-members' W beside it; the Table 2 baselines (``validation_<score>``, m 0: a
     threshold picked on labelled validation texts) at the same q, without symmetry columns; the
-    two figures for the gradient-norm statistic at ``m``."""
+    two figures for the gradient-norm statistic at ``m``. ``n_params`` (model -> parameter count,
+    from the prepared models' manifests) fills ``n_params`` for the figure against m and model size
+    (``out_m_size``: the paper's Figures 3 and 5)."""
     from memaudit.figures.plots import plot_selection
 
     selection = _read(selection_paths)
     symmetry = _read(symmetry_paths)
     frame = selection.merge(symmetry[["benchmark", "model", "statistic", "m", "nonmember_mean_w", "sign_pvalue",
                                       "wilcoxon_pvalue"]], on=["benchmark", "model", "statistic", "m"], how="left")
+    frame["n_params"] = frame["model"].map(n_params or {})
     frame = _judged(frame, contaminated)[SUMMARY_COLUMNS].sort_values(["benchmark", "model", "statistic", "m", "q"], kind="stable")
     write_csv(out_csv, frame)
     chosen = frame[(frame["statistic"] == "gradnorm") & (frame["m"] == m)].assign(method=f"ktd gradnorm, m={m}")
     plot_selection(chosen, str(out_fdr_power).removesuffix(".png"), [f"ktd gradnorm, m={m}"],
                    title=f"KTD knockoff+: empirical FDR and power against q (gradient-norm W, m = {m}; "
                          "mean over knockoff draws)")
+    if out_m_size is not None:
+        plot_m_and_size(frame, str(out_m_size).removesuffix(".png"), m=m)
     w = _read(w_paths)
     plot_w_distributions(w[(w["statistic"] == "gradnorm") & (w["m"] == m) & (w["draw"] == 0)],
                          str(out_w).removesuffix(".png"), m=m)
@@ -76,6 +82,65 @@ def build_imbalance_summary(imbalance_paths: Sequence[str], contaminated: dict[s
                    title=f"KTD knockoff+ with few members (Appendix B; gradient-norm W, m = {m}; mean over "
                          "knockoff draws and member samples)")
     return frame
+
+
+def figure_q(qs) -> float:
+    """The q the figures against m and size are drawn at: the grid's q nearest 0.1 (the paper's)."""
+    qs = sorted(set(float(q) for q in qs))
+    return min(qs, key=lambda q: (abs(q - 0.1), q))
+
+
+def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Path]:
+    """The KTD paper's Figure 3 (FDR and power against the number of knockoffs m) and Figure 5
+    (against model size), for the gradient-norm statistic at the q nearest 0.1, one row per
+    benchmark; solid lines and filled markers for models fine-tuned on the benchmark's members,
+    dashed and open for the others; FDR's target q dotted. Models without a size (none here: KTD
+    runs on local models) are left out of the size panels."""
+    from memaudit.figures.plots import FIGURE_WIDTH_IN, FONT_SIZE, format_params, new_figure, palette, save_figure, style
+
+    knock = frame[frame["statistic"] == "gradnorm"]
+    q = figure_q(knock["q"])
+    at_q = knock[np.isclose(knock["q"], q)]
+    benchmarks = sorted(at_q["benchmark"].unique())
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 1.4, 2.6 * len(benchmarks) + 0.7)
+        axes = fig.subplots(len(benchmarks), 4, squeeze=False)
+        for row, benchmark in zip(axes, benchmarks):
+            part = at_q[at_q["benchmark"] == benchmark]
+            models = sorted(part["model"].unique())
+            for color, model in zip(palette(len(models)), models):
+                line = part[part["model"] == model].sort_values("m")
+                dash = "-" if bool(line["contaminated"].iloc[0]) else "--"
+                for ax, column in ((row[0], "fdr"), (row[1], "power")):
+                    ax.errorbar(line["m"], line[column], yerr=line[f"{column}_se"].fillna(0), fmt=dash, marker="o",
+                                markersize=3, color=color, label=model, capsize=2)
+            sized = part[(part["m"] == m) & part["n_params"].notna()]
+            for contaminated, name, marker in ((True, "fine-tuned on members", "o"), (False, "not fine-tuned", "s")):
+                pts = sized[sized["contaminated"] == contaminated].sort_values("n_params")
+                for ax, column in ((row[2], "fdr"), (row[3], "power")):
+                    if len(pts):
+                        ax.errorbar(pts["n_params"], pts[column], yerr=pts[f"{column}_se"].fillna(0),
+                                    fmt="-" if contaminated else "--", marker=marker, markersize=4, capsize=2,
+                                    color="tab:red" if contaminated else "tab:blue", label=name,
+                                    markerfacecolor=None if contaminated else "none")
+            for ax in (row[0], row[2]):
+                ax.axhline(q, color="grey", linestyle=":", label=f"q = {q:g}")
+            for ax, title in zip(row, ("FDR against m", "power against m", f"FDR against size (m = {m})",
+                                       f"power against size (m = {m})")):
+                ax.set_title(f"{benchmark}: {title}", fontsize=FONT_SIZE)
+                ax.set_ylim(-0.02, 1.02)
+            for ax in row[:2]:
+                ax.set_xlabel("knockoffs per passage m")
+            for ax in row[2:]:
+                ax.set_xscale("log")
+                ax.xaxis.set_major_formatter(format_params)
+                ax.set_xlabel("parameters")
+            row[1].legend(frameon=False, fontsize=FONT_SIZE - 2)
+            row[3].legend(frameon=False, fontsize=FONT_SIZE - 2)
+        fig.suptitle(f"KTD knockoff+ at q = {q:g} (gradient-norm W): against the number of knockoffs "
+                     "(Figure 3) and model size (Figure 5); mean over knockoff draws, bars one standard error")
+        fig.tight_layout()
+        return save_figure(fig, out_prefix)
 
 
 def plot_w_distributions(w: pd.DataFrame, out_prefix: str, *, m: int) -> list[Path]:
