@@ -96,7 +96,10 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
     benchmark; solid lines and filled markers for models fine-tuned on the benchmark's members,
     dashed and open for the others; FDR's target q dotted. Models without a size (none here: KTD
     runs on local models) are left out of the size panels."""
-    from memaudit.figures.plots import FIGURE_WIDTH_IN, FONT_SIZE, format_params, new_figure, palette, save_figure, style
+    from matplotlib.ticker import MaxNLocator
+
+    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, format_params, format_params_minor, new_figure,
+                                        palette, save_figure, style)
 
     knock = frame[frame["statistic"] == "gradnorm"]
     q = figure_q(knock["q"])
@@ -131,9 +134,11 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                 ax.set_ylim(-0.02, 1.02)
             for ax in row[:2]:
                 ax.set_xlabel("knockoffs per passage m")
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             for ax in row[2:]:
                 ax.set_xscale("log")
                 ax.xaxis.set_major_formatter(format_params)
+                ax.xaxis.set_minor_formatter(format_params_minor)
                 ax.set_xlabel("parameters")
             row[1].legend(frameon=False, fontsize=FONT_SIZE - 2)
             row[3].legend(frameon=False, fontsize=FONT_SIZE - 2)
