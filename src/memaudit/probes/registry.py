@@ -118,7 +118,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=3, fingerprint="e7ae1c86c47f49f1",
+        runner="memaudit.probes.ktd.runner:run_job", version=3, fingerprint="045fc87668ff05a0",
         checks="memaudit.probes.ktd.plan:check_config",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),

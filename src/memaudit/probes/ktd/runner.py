@@ -58,6 +58,11 @@ def importance_scores(backend, texts: Sequence[str], *, params, progress: Callab
     return z
 
 
+def passage_starts(items: Sequence[dict]) -> np.ndarray:
+    """Where each item's passage sits among the texts laid out as ``[passage, its pool..., ...]``."""
+    return np.cumsum([0] + [1 + len(pool_of(it)) for it in items])[:-1]
+
+
 def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.ndarray, *,
                     lowercase_nll: np.ndarray | None = None,
                     reference_nll: dict[str, np.ndarray] | None = None) -> dict[str, pd.Series]:
@@ -96,7 +101,7 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     if m not in ms:
         raise ConfigError(f"probes.ktd.m: {m} must be one of probes.ktd.ms {list(ms)}")
     pools = [pool_of(it) for it in items]
-    starts = np.cumsum([0] + [1 + len(p) for p in pools])[:-1]
+    starts = passage_starts(items)
     ids = [it["item_id"] for it in items]
     doc_of = pd.Series({it["item_id"]: it["doc_id"] for it in items})
     labels = pd.Series({it["item_id"]: int(it["label"]) for it in items})
@@ -156,8 +161,7 @@ def run_job(job: ProbeJob) -> None:
         ref = open_backend(job.config, name, model_dir=path, rule=job.rule)  # a local model (check_config)
         reference_nll[name] = ref.token_stats(originals, with_distribution=False).mean_nll()
         del ref
-    starts = np.cumsum([0] + [1 + len(pool_of(it)) for it in items])[:-1]
-    baselines = baseline_scores(items, z, starts, lowercase_nll=lowercase_nll, reference_nll=reference_nll)
+    baselines = baseline_scores(items, z, passage_starts(items), lowercase_nll=lowercase_nll, reference_nll=reference_nll)
     tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]), qs=cfg["qs"],
                         seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
                         member_ratios=cfg["member_ratios"], baselines=baselines)

@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from memaudit.errors import ConfigError, InputError
-from memaudit.stats.selection import check_q, fdp_and_power, knockoff_plus_select, knockoff_plus_threshold
+from memaudit.stats.selection import check_q, fdp_and_power, knockoff_plus_threshold
 
 SELECTION_RUN_COLUMNS = ["statistic", "m", "draw", "q", "n_texts", "tau", "n_selected", "n_false", "fdp", "power"]
 SYMMETRY_COLUMNS = ["statistic", "m", "n_nonmember", "nonmember_mean_w", "nonmember_median_w",
@@ -75,6 +75,15 @@ def passage_w(passage_z: np.ndarray, passage_pool: list[np.ndarray], ids: Sequen
     return pd.Series(w, index=list(ids))
 
 
+def _named(scores: np.ndarray, truth: np.ndarray, tau: float) -> dict:
+    """What the cut ``scores >= tau`` names, measured against ``truth``: the columns every
+    selection-run row shares (knockoff+ names ``W >= tau`` for its threshold tau)."""
+    selected = scores >= tau
+    fdp, power = fdp_and_power(selected, truth)
+    return {"tau": tau, "n_selected": int(selected.sum()), "n_false": int((selected & (truth == 0)).sum()),
+            "fdp": fdp, "power": power}
+
+
 def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.Series,
                    qs: Sequence[float]) -> pd.DataFrame:
     """Knockoff+ at every q for every (statistic, m) and knockoff draw: :data:`SELECTION_RUN_COLUMNS`.
@@ -87,12 +96,10 @@ def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
     for (statistic, m), draws in sorted(w_draws.items()):
         for draw, w in enumerate(draws):
             truth = labels.loc[w.index].to_numpy(dtype=int)
+            values = w.to_numpy()
             for q in qs:
-                selected = knockoff_plus_select(w.to_numpy(), q)
-                fdp, power = fdp_and_power(selected, truth)
                 rows.append({"statistic": statistic, "m": m, "draw": draw, "q": q, "n_texts": int(w.size),
-                             "tau": knockoff_plus_threshold(w.to_numpy(), q), "n_selected": int(selected.sum()),
-                             "n_false": int((selected & (truth == 0)).sum()), "fdp": fdp, "power": power})
+                             **_named(values, truth, knockoff_plus_threshold(values, q))})
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
 
 
@@ -138,11 +145,8 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
             val, test = perm[:n_val], perm[n_val:]
             for q in qs:
                 tau = validation_threshold(values[val], truth_all[val], q)
-                selected = values[test] >= tau
-                fdp, power = fdp_and_power(selected, truth_all[test])
                 rows.append({"statistic": f"{VALIDATION_PREFIX}{name}", "m": 0, "draw": draw, "q": q,
-                             "n_texts": int(test.size), "tau": tau, "n_selected": int(selected.sum()),
-                             "n_false": int((selected & (truth_all[test] == 0)).sum()), "fdp": fdp, "power": power})
+                             "n_texts": int(test.size), **_named(values[test], truth_all[test], tau)})
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
 
 
@@ -233,12 +237,9 @@ def imbalanced_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.
                 keep = np.sort(np.r_[rng.choice(members, size=n_keep, replace=False), nonmembers])
                 sub_w, sub_truth = values[keep], truth[keep]
                 for q in qs:
-                    selected = knockoff_plus_select(sub_w, q)
-                    fdp, power = fdp_and_power(selected, sub_truth)
                     rows.append({"statistic": statistic, "m": k, "member_ratio": float(ratio), "draw": draw,
                                  "q": q, "n_members": n_keep, "n_nonmembers": int(nonmembers.size),
-                                 "tau": knockoff_plus_threshold(sub_w, q), "n_selected": int(selected.sum()),
-                                 "n_false": int((selected & (sub_truth == 0)).sum()), "fdp": fdp, "power": power})
+                                 **_named(sub_w, sub_truth, knockoff_plus_threshold(sub_w, q))})
     return pd.DataFrame(rows, columns=IMBALANCE_COLUMNS)
 
 
