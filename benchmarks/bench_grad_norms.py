@@ -32,10 +32,14 @@ only understate the speedup).
 Targets (issue): ``speedup >= 3`` for every model, ``max_rel_diff <= 1e-4``. Where a speedup target is
 missed on a CPU, ``note`` says why (a CPU gains nothing from batching; see :data:`CPU_NOTE`).
 
+``--device cuda`` runs both paths on the GPU (the models in float32, as the gradient code computes
+in float32 whatever the model's dtype); the result then goes to ``results/bench/grad_norms_cuda.json``
+unless ``--out`` says otherwise, beside the CPU file rather than over it (``make bench`` has no GPU).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_grad_norms.py [--n-passages 24] [--variants 3] [--threads 1]
-        [--out results/bench/grad_norms.json]
+        [--device cpu|cuda] [--out results/bench/grad_norms.json]
 """
 
 from __future__ import annotations
@@ -60,10 +64,10 @@ TARGET_REL_DIFF = 1e-4
 LAST_LAYER = ["model.layers.29.*", "model.norm.*"]
 CPU_NOTE = ("On a CPU a padded batch runs no faster per text than one text at a time (a 130-token text's "
             "matrices already keep the cores busy), so the speedup comes only from the weight gradients that "
-            "ghost norms never form: at most (forward + backward + weight gradients) / (forward + backward + "
-            "norms). That is below 2x with all parameters, near 1x for a tiny model (its per-sample norms cost "
-            "what its weight gradients cost) and for the last layer alone (the forward dominates). The 3x of "
-            "the issue needs batching to pay, as on a GPU.")
+            "ghost norms never form: large where they dominate (all of SmolLM2's parameters), near 1x for a tiny "
+            "model (its per-sample norms cost what its weight gradients cost) and for the last layer alone (the "
+            "forward dominates). There the 3x of the issue needs batching to pay, as on a GPU "
+            "(results/bench/grad_norms_cuda.json).")
 
 
 def demo_passages(n: int, words: int, assets_dir: Path) -> list[str]:
@@ -108,7 +112,34 @@ def tiny_gpt2(texts: list[str], assets_dir: Path):
     return GPT2LMHeadModel(cfg).eval(), tok
 
 
-def measure(model, tok, texts: list[str], params, batch_size: int, repeats: int, max_tokens: int) -> dict:
+def float64_norms(model, tok, texts: list[str], params, max_tokens: int) -> np.ndarray:
+    """The exact answer to compare both float32 paths with: one text at a time, in float64, on a copy."""
+    import copy
+
+    import torch
+
+    from memaudit.models.grad_norms import select_parameters
+    from memaudit.models.loading import clamp_tokens
+    from memaudit.models.token_stats import encode
+
+    exact = copy.deepcopy(model).double().eval()
+    chosen = [t for _, t in select_parameters(exact, params)]
+    for p in exact.parameters():
+        p.requires_grad_(False)
+    for t in chosen:
+        t.requires_grad_(True)
+    device = next(exact.parameters()).device
+    out = np.zeros(len(texts))
+    for i, text in enumerate(texts):
+        x = torch.tensor([encode(tok, text, clamp_tokens(exact, max_tokens))], device=device)
+        grads = torch.autograd.grad(exact(input_ids=x, labels=x).loss, chosen, allow_unused=True)
+        out[i] = float(sum(g.square().sum() for g in grads if g is not None)) ** 0.5
+    del exact
+    return out
+
+
+def measure(model, tok, texts: list[str], params, batch_size: int, repeats: int, max_tokens: int,
+            float64_check: int = 0) -> dict:
     """Ours and the loop over the same length buckets, alternating per bucket."""
     from memaudit.models.grad_norms import per_sample_grad_norms, per_sample_grad_norms_loop, select_parameters
     from memaudit.models.loading import clamp_tokens
@@ -132,7 +163,13 @@ def measure(model, tok, texts: list[str], params, batch_size: int, repeats: int,
         base[batch] = per_sample_grad_norms_loop(model, tok, chunk, params=params, max_tokens=max_tokens)
         base_s += time.perf_counter() - t0
     n_selected = sum(t.numel() for _, t in select_parameters(model, params))
-    return {"params": params, "n_params_selected": int(n_selected), "n_items": len(texts),
+    exact = {}
+    if float64_check:
+        ref = float64_norms(model, tok, texts[:float64_check], params, max_tokens)
+        exact = {"float64_checked": len(ref),
+                 "ours_max_rel_err_vs_float64": float(np.abs(ours[:len(ref)] / ref - 1).max()),
+                 "baseline_max_rel_err_vs_float64": float(np.abs(base[:len(ref)] / ref - 1).max())}
+    return {**exact, "params": params, "n_params_selected": int(n_selected), "n_items": len(texts),
             "tokens": int(sum(lengths)), "batch_size": batch_size, "ours_seconds": ours_s,
             "baseline_seconds": base_s, "speedup": base_s / ours_s,
             "max_abs_diff": float(np.abs(ours - base).max()), "max_rel_diff": float(np.abs(ours / base - 1).max()),
@@ -151,30 +188,42 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--assets-dir", type=Path, default=ROOT / "resources/demo")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / "resources/cache")
-    ap.add_argument("--out", type=Path, default=ROOT / "results/bench/grad_norms.json")
+    ap.add_argument("--float64-check", type=int, default=0,
+                    help="also compute the first N texts' norms in float64 and report each path's error against them")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both paths run there)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default results/bench/grad_norms.json, or grad_norms_cuda.json with --device cuda")
     args = ap.parse_args(argv)
 
     import torch
 
+    from memaudit.models.loading import resolve_device
+
     torch.set_num_threads(args.threads)
-    device = "cpu"  # the models below are built and loaded on the CPU
+    device = resolve_device(args.device)
+    out = args.out or ROOT / "results/bench" / ("grad_norms.json" if device == "cpu" else "grad_norms_cuda.json")
     passages = demo_passages(args.n_passages, args.words, args.assets_dir)
     texts = with_variants(passages, args.variants)
     rows = {}
     model, tok = tiny_gpt2(texts, args.assets_dir)
-    rows["tiny-gpt2"] = measure(model, tok, texts, "all", args.batch_size, args.repeats, 255)
+    model = model.to(device)
+    rows["tiny-gpt2"] = measure(model, tok, texts, "all", args.batch_size, args.repeats, 255, args.float64_check)
     if args.smollm2_passages:
         from memaudit.models.loading import load_causal_lm
 
         model, tok = load_causal_lm({"builtin": "smollm2-135m-instruct", "cache_dir": str(args.cache_dir)},
-                                    dtype="float32", device="cpu")
+                                    dtype="float32", device=device)
         few = with_variants(passages[:args.smollm2_passages], args.variants)
-        rows["smollm2-135m"] = measure(model, tok, few, "all", args.batch_size, args.repeats, 512)
-        rows["smollm2-135m-last-layer"] = measure(model, tok, few, LAST_LAYER, args.batch_size, args.repeats, 512)
+        rows["smollm2-135m"] = measure(model, tok, few, "all", args.batch_size, args.repeats, 512,
+                                        args.float64_check)
+        rows["smollm2-135m-last-layer"] = measure(model, tok, few, LAST_LAYER, args.batch_size, args.repeats,
+                                                   512, args.float64_check)
     for name, row in rows.items():
         print(f"{name}: {row['n_items']} texts, params {row['params']}: ours {row['ours_seconds']:.1f}s, "
               f"loop {row['baseline_seconds']:.1f}s (speedup {row['speedup']:.2f}x), "
-              f"max rel diff {row['max_rel_diff']:.1e}", flush=True)
+              f"max rel diff {row['max_rel_diff']:.1e}"
+              + (f"; vs float64: ours {row['ours_max_rel_err_vs_float64']:.1e}, "
+                 f"loop {row['baseline_max_rel_err_vs_float64']:.1e}" if "float64_checked" in row else ""), flush=True)
     ours_s = sum(r["ours_seconds"] for r in rows.values())
     base_s = sum(r["baseline_seconds"] for r in rows.values())
     result = {
@@ -184,18 +233,20 @@ def main(argv=None) -> dict:
         "max_abs_diff": max(r["max_abs_diff"] for r in rows.values()),
         "max_rel_diff": max(r["max_rel_diff"] for r in rows.values()), "method": "ghost norms",
         "models": rows, "targets": {"speedup_min": TARGET_SPEEDUP, "max_rel_diff_max": TARGET_REL_DIFF},
-        "device": device, "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
+        "device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+        "cuda_blas": "cublaslt (grad_norms._accurate_cuda_blas)" if device.startswith("cuda") else None,
+        "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
     result["meets_targets"] = {**{f"speedup_{name}": r["speedup"] >= TARGET_SPEEDUP for name, r in rows.items()},
                                "max_rel_diff": result["max_rel_diff"] <= TARGET_REL_DIFF}
     if device == "cpu" and not all(result["meets_targets"].values()):
         result["note"] = CPU_NOTE
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.out, result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, result)
     print(f"{NAME}: {result['n_items']} texts; ours {ours_s:.1f}s, baseline {base_s:.1f}s "
           f"(speedup {result['speedup']:.2f}x, worst model {result['min_speedup']:.2f}x), "
-          f"max rel diff {result['max_rel_diff']:.1e} -> {args.out}")
+          f"max rel diff {result['max_rel_diff']:.1e} -> {out}")
     return result
 
 

@@ -11,8 +11,10 @@ The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
 text; one row per model under ``models``, its ``speedup`` over all models together),
 ``memfree`` (MemFree against plain greedy decoding per generated token; its
 ``ours_seconds``/``baseline_seconds`` are batched story generation and one prompt at a time),
-``paraphrase``, ``token_prob``, ``word_logprobs`` (the cloze probes' word log-probabilities and
-ranks, one forward pass per text against one per candidate word; one row per model under ``models``).
+``paraphrase``, ``throughput`` (the demo model's token statistics and generation in tokens/s on
+every device the machine has, batched and one at a time), ``token_prob``, ``word_logprobs`` (the
+cloze probes' word log-probabilities and ranks, one forward pass per text against one per
+candidate word; one row per model under ``models``).
 
 Exit status: 1 if a script failed or wrote no JSON; with ``--strict`` also if a
 benchmark missed one of its targets (``meets_targets``).

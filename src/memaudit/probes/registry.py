@@ -127,7 +127,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=3, fingerprint="2040331517ab43c1",
+        runner="memaudit.probes.ktd.runner:run_job", version=4, fingerprint="a4f9ac10dc26792c",
         checks="memaudit.probes.ktd.plan:check_config",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
