@@ -72,6 +72,7 @@ rule copybench_probe:
     input:
         unpack(local_model_dir),
         unpack(role_input("copybench", "event_judge", needed=copybench_plan.needs_judge_model)),
+        unpack(role_input("copybench", "fluency_judge", needed=copybench_plan.needs_fluency_judge)),
         unpack(lambda wc: copybench_plan.probe_inputs(config, wc)),
     output:
         generations="results/scores/{benchmark}/{model}/copybench_{mode}_items.jsonl",

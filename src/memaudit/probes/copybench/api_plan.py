@@ -13,6 +13,11 @@ at its full ``nonliteral_max_new_tokens`` and cut into at most
 each chunk priced at 128 tokens. Their prompts are placeholders (the paper's attribution
 prompt with the event and a stand-in chunk), so none is ever counted as cached.
 
+The fluency judge (``probes.copybench.fluency_judge.model``), when it is an API model, rates
+every literal continuation and story: one request per output, priced with the output at its
+mode's full ``<mode>_max_new_tokens`` (an upper bound, placeholders again), times
+``max_attempts`` when the judge samples (``temperature`` > 0) and may be asked again.
+
 Imported while Snakemake builds the DAG (:func:`plan_inputs`): no numpy at module level.
 """
 
@@ -72,6 +77,33 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
     if mode == "nonliteral" and judge and is_api_model(config["models"][judge]):
         decodings = [d for d in cfg["decodings"] if d in API_DECODINGS or not is_api_model(config["models"][model])]
         records += judge_upper_bound(judge, model, prompts, decodings, int(cfg["nonliteral_max_new_tokens"]))
+    fluency = (cfg.get("fluency_judge") or {}).get("model")
+    if fluency and is_api_model(config["models"][fluency]):
+        decodings = [d for d in cfg["decodings"] if d in API_DECODINGS or not is_api_model(config["models"][model])]
+        records += fluency_upper_bound(fluency, model, prompts, decodings, int(cfg[f"{mode}_max_new_tokens"]),
+                                       cfg["fluency_judge"])
+    return records
+
+
+def fluency_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decodings: Sequence[str],
+                        max_new_tokens: int, fcfg: dict) -> list[dict]:
+    """Placeholder fluency judgements: one per output the model under test writes, each output at its
+    full ``max_new_tokens``, times ``max_attempts`` when the judge samples (each may be asked again)."""
+    from memaudit.backends.ledger import CHARS_PER_TOKEN
+    from memaudit.backends.planning import plan_requests
+    from memaudit.probes.copybench.fluency import FluencyJudge, fluency_prompt
+
+    rater = FluencyJudge(None, max_new_tokens=int(fcfg["max_new_tokens"]), temperature=float(fcfg["temperature"]),
+                         max_attempts=int(fcfg["max_attempts"]))
+    records = []
+    for attempt in range(rater.max_attempts):
+        texts = []
+        for decoding in decodings:
+            for it, fmt, _user, _system in prompts:
+                # distinct per output and attempt (the estimate counts identical requests once)
+                stand_in = f"[{model}'s {decoding} output for {it['item_id']} format {fmt}, attempt {attempt}]"
+                texts.append(fluency_prompt(stand_in.ljust(int(max_new_tokens * CHARS_PER_TOKEN), ".")))
+        records += plan_requests(judge, texts, rater._params(attempt))
     return records
 
 

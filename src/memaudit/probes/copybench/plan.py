@@ -15,6 +15,12 @@ def needs_judge_model(config: dict, wildcards) -> bool:
     return wildcards.mode == "nonliteral" and bool(judge.get("model"))
 
 
+def needs_fluency_judge(config: dict, wildcards) -> bool:
+    """Whether a probe job rates its outputs' fluency with a configured model (literal and story modes)."""
+    judge = config["probes"].get("copybench", {}).get("fluency_judge", {}) or {}
+    return wildcards.mode in ("literal", "nonliteral") and bool(judge.get("model"))
+
+
 def needs_extractor(config: dict, wildcards=None) -> bool:
     """Whether rule copybench_items asks a model for events and characters (else they are extractive)."""
     return bool(config["probes"].get("copybench", {}).get("extractor", {}).get("model"))

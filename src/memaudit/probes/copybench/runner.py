@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 STOP = "\n\n\n"
 MODES = ("literal", "nonliteral", "qa")
+FLUENCY_MODES = ("literal", "nonliteral")  # the paper rates the outputs of both copying modes
 METHODS = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters", "copybench_events"),
            "qa": ("copybench_qa_f1",)}
 PROMPT_KEY = {"literal": "prefix", "nonliteral": "beginning", "qa": "question"}
@@ -293,8 +294,22 @@ def bootstrap_rate(values: Sequence[float], *, seed: int, n_resamples: int = 100
     return float(x.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def rate_fluency(fluency, texts: Sequence[str]) -> list[dict]:
+    """Per output, the fluency judge's score (NaN when it gave none) and why (:mod:`.fluency`)."""
+    from memaudit.probes.copybench.fluency import ERROR
+
+    ratings = fluency.rate(texts)
+    failed = [r for r in ratings if r.status == ERROR]
+    if failed:
+        raise RuntimeError(f"{len(failed)} fluency judgements got no answer, e.g.: {failed[0].reason} "
+                           "(answered ones are cached; rerun to retry the rest)")
+    return [{"copybench_fluency": float(r.score) if r.score is not None else float("nan"),
+             "fluency_status": r.status, "fluency_reason": r.reason, "fluency_feedback": r.feedback,
+             "fluency_attempts": r.attempts} for r in ratings]
+
+
 def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dict], cfg: dict, *, chat: bool,
-              demos: dict, judge_info: dict, judge=None, seed: int = 0,
+              demos: dict, judge_info: dict, judge=None, fluency=None, seed: int = 0,
               out_items: str | Path, out_documents: str | Path, out_outcomes: str | Path,
               progress: Callable[[str], None] = log.info) -> pd.DataFrame:
     """Generate for every (item, format, decoding), score, write item, document and outcome tables."""
@@ -314,6 +329,8 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
         outcomes["qa_source"] = ",".join(sorted({it.get("qa_source", "published") for it in items}))
     if mode == "nonliteral":
         outcomes["judge"] = {**judge.describe(), "agreement": judge_agreement(judge, judge_info)}
+    fluency = fluency if mode in FLUENCY_MODES else None
+    outcomes["fluency_judge"] = fluency.describe() if fluency is not None else None
     # built once; every decoding's outputs are searched against it, so greedy shows what MemFree removes
     index = (memfree_index(backend, rejection_corpus(mode, items, documents), int(cfg["memfree_n"]))
              if "memfree" in cfg["decodings"] else None)
@@ -330,10 +347,14 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
             raise RuntimeError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
                                "(answered ones are cached; rerun to retry the rest)")
         scored = []
-        for (it, fmt, _user, _system), g in zip(prompts, generations):
-            text = g.text if g.status == STATUS_OK else ""
+        texts = [g.text if g.status == STATUS_OK else "" for g in generations]
+        if fluency is not None:
+            progress(f"rating the fluency of {len(texts)} outputs with {fluency.backend.name}")
+        ratings = rate_fluency(fluency, texts) if fluency is not None else [{}] * len(texts)
+        for (it, fmt, _user, _system), g, text, rating in zip(prompts, generations, texts, ratings):
             s = (score_literal(text, it, int(cfg["reference_tokens"])) if mode == "literal"
                  else score_qa(text, it) if mode == "qa" else score_story(text, it, judge, nlp))
+            s.update(rating)
             scored.append(s)
             rows.append({"item_id": it["item_id"], "doc_id": it["doc_id"], "book": it.get("book"),
                          "label": int(it["label"]), "format": fmt, "decoding": decoding, "status": g.status,
@@ -382,7 +403,13 @@ def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: C
             for key in ("copybench_qa_f1", "copybench_qa_em", "markers"):
                 values = [float(s[key]) for s, m in zip(scored, mask) if m]
                 block[f"{'rate' if key == 'markers' else 'mean'}_{key}"] = bootstrap_rate(values, seed=seed)
+        rated = [float(s["copybench_fluency"]) for s, m in zip(scored, mask)
+                 if m and "copybench_fluency" in s and s["copybench_fluency"] == s["copybench_fluency"]]
+        if rated:  # the paper's Fluency columns: the mean 1-5 rating of the outputs the judge rated
+            block["mean_copybench_fluency"] = bootstrap_rate(rated, seed=seed)
         out[group] = {"n": int(mask.sum()), **block}
+    if any("fluency_status" in s for s in scored):
+        out["fluency"] = dict(Counter(s["fluency_status"] for s in scored))
     return out
 
 
@@ -424,20 +451,29 @@ def run_job(job) -> pd.DataFrame:
     # fact recall reads neither the event judge's calibration nor the copying modes' demonstrations
     judge_info = read_json(job.inputs["judge"]) if job.inputs.get("judge") else {}
     demos = read_json(job.inputs["demos"]) if job.inputs.get("demos") else {}
-    judge = None
-    judge_backend = None
+    judge = fluency = None
+    opened = []
     if mode == "nonliteral" and cfg.get("event_judge", {}).get("model"):
         from memaudit.probes.copybench.judge import LLMJudge
 
-        judge_backend = open_backend(job.config, cfg["event_judge"]["model"],
-                                     model_dir=job.inputs.get("event_judge"), rule=job.rule)
-        judge = LLMJudge(judge_backend)
+        opened.append(open_backend(job.config, cfg["event_judge"]["model"],
+                                   model_dir=job.inputs.get("event_judge"), rule=job.rule))
+        judge = LLMJudge(opened[-1])
+    fcfg = cfg.get("fluency_judge") or {}
+    if mode in FLUENCY_MODES and fcfg.get("model"):
+        from memaudit.probes.copybench.fluency import FluencyJudge
+
+        opened.append(open_backend(job.config, fcfg["model"], model_dir=job.inputs.get("fluency_judge"),
+                                   rule=job.rule))
+        fluency = FluencyJudge(opened[-1], max_new_tokens=int(fcfg["max_new_tokens"]),
+                               temperature=float(fcfg["temperature"]), max_attempts=int(fcfg["max_attempts"]))
     try:
         with job.opened_backend() as backend:
             return run_probe(backend, mode, items, documents, cfg, chat=chat, demos=demos, judge_info=judge_info,
-                             judge=judge, seed=int(job.config["seed"]), out_items=job.outputs["generations"],
-                             out_documents=job.outputs["documents"], out_outcomes=job.outputs["outcomes"],
-                             progress=job.progress)
+                             judge=judge, fluency=fluency, seed=int(job.config["seed"]),
+                             out_items=job.outputs["generations"], out_documents=job.outputs["documents"],
+                             out_outcomes=job.outputs["outcomes"], progress=job.progress)
     finally:
-        if judge_backend is not None and hasattr(judge_backend, "close"):
-            judge_backend.close()
+        for role_backend in opened:
+            if hasattr(role_backend, "close"):
+                role_backend.close()

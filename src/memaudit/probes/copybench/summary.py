@@ -4,7 +4,10 @@
     one row per (benchmark, model, mode, decoding, group, statistic): the paper's copying
     rates (ROUGE-L >= 0.8, events >= 5, characters >= 3; its Tables 2, 4 and 5) and mean
     scores, each with a 95% bootstrap interval, for member books, non-member books and all;
-    story rows carry the event judge and its agreement with labelled pairs.
+    story rows carry the event judge and its agreement with labelled pairs. With a fluency judge
+    (``probes.copybench.fluency_judge.model``), literal and story rows add
+    ``mean_copybench_fluency`` (the paper's Fluency columns: the mean 1-5 rating of the rated
+    outputs) and every row of those jobs says how many outputs were rated, invalid or empty.
 ``results/summary/copybench_differences.csv``
     contaminated model minus its base on the same prompts (paired per item, scores averaged
     over prompt formats), member and non-member items apart, with a paired bootstrap
@@ -45,7 +48,9 @@ def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
         out = read_json(path)
         judge = out.get("judge") or {}
         agreement = judge.get("agreement") or {}
+        fluency_judge = (out.get("fluency_judge") or {}).get("model")
         for decoding, block in out["decodings"].items():
+            rated = block.get("fluency") or {}
             for group in ("member", "nonmember", "all"):
                 for stat, (value, low, high) in ((k, v) for k, v in block.get(group, {}).items() if k != "n"):
                     rows.append({"benchmark": benchmark, "model": model, "mode": mode, "decoding": decoding,
@@ -56,7 +61,9 @@ def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
                                  "judge_precision": agreement.get("precision"),
                                  "judge_recall": agreement.get("recall"), "judge_f1": agreement.get("f1"),
                                  "refusal": block.get("refusal", 0), "invalid": block.get("invalid", 0),
-                                 "qa_source": out.get("qa_source")})
+                                 "qa_source": out.get("qa_source"), "fluency_judge": fluency_judge,
+                                 **{f"fluency_{k}": rated.get(k, 0) if fluency_judge else None
+                                    for k in ("rated", "invalid", "empty")}})
     return pd.DataFrame(rows)
 
 
