@@ -139,3 +139,17 @@ def test_paper_config_validates_with_the_papers_settings():
     local = [e for e in cfg["models"].values() if e["backend"] == "hf"]
     assert local and all(e["dtype"] == "auto" and e["device"] == "auto" for e in local)
     assert cfg["stats"]["n_boot_small"] == 10
+
+
+def test_gpu_config_puts_every_local_model_on_a_gpu_and_claims_one_per_job():
+    """config/gpu.yaml (run end to end on an H100, docs/cluster.md): the ci workflow's token-probability
+    part, every model `device: cuda`, so each of their GPU jobs claims one GPU even where the machine
+    building the job graph has none (a cluster's login node)."""
+    from memaudit.devices import model_gpus
+
+    cfg = load_config(ROOT / "config" / "gpu.yaml")
+    assert {e["device"] for e in cfg["models"].values()} == {"cuda"}
+    assert {model_gpus(e, visible=0) for e in cfg["models"].values()} == {1}
+    assert cfg["probes"]["token_prob"]["models"] == sorted(cfg["models"])
+    assert [k for k, v in cfg["probes"].items() if "models" in v] == ["token_prob"]  # the only probe that runs
+    assert cfg["models"]["smollm2-135m-contaminated"]["finetune"]["method"] == "lora"
