@@ -239,3 +239,29 @@ def test_copybench_with_an_api_extractor_is_not_planned_rather_than_paid_for(tmp
     assert not_planned(config) == [
         "copybench_literal on b: its items are made with API model 'judge' extracting events and characters "
         "first (rule copybench_items); estimate after building them, or with the extractive builder"]
+
+
+def test_copybench_fact_recall_plan_is_what_the_qa_job_sends(tmp_path, data):
+    """Fact recall: one template (Figure 7) with its SQuAD demonstrations, per question and API decoding;
+    an API question writer that has yet to write them leaves the mode unplanned, not priced as nothing."""
+    qa = [{"item_id": f"q{i}", "doc_id": f"d{i}", "book": f"book{i}", "label": i % 2,
+           "question": f"According to Book {i}, who rang the bell?", "answers": ["the porter"]} for i in range(3)]
+    write_jsonl(data / "copybench_qa.jsonl", qa)
+    write_jsonl(data / "documents.jsonl", [])
+    with loopback() as server:
+        config = _config(tmp_path, server.openai_base_url, {
+            "copybench": {"decodings": ["greedy", "system"], "qa_max_new_tokens": 20},
+            "copybench_qa": {"models": ["served"]}})
+        assert planned_inputs(config) == ["results/datasets/b/copybench_qa.jsonl"]
+        plan = plan_run(config, tmp_path / "datasets")
+        assert len(plan) == 3 * 2 and {r["max_new_tokens"] for r in plan} == {20}
+        assert all("[Output_Start]" in r["prompt"] for r in plan)  # the template's answer markers
+        _run(config, "copybench", "qa", {"records": str(data / "copybench_qa.jsonl"),
+                                          "documents": str(data / "documents.jsonl")}, tmp_path,
+             ["generations.jsonl", "documents.csv", "outcomes.json"])
+        assert _received(server) == _planned(plan, "served")
+        assert _all_cached(config, plan, "served") == {"n_requests": 6, "n_cached": 6, "n_to_send": 0}
+    config["probes"]["copybench"]["qa_writer"] = {"model": "judge", "max_new_tokens": 128}
+    assert not_planned(config) == [
+        "copybench_qa on b: its questions are written by API model 'judge' (rule copybench_qa_items); estimate "
+        "after building them, or with the extractive questions"]

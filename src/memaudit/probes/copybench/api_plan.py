@@ -3,7 +3,10 @@
 The model under test, when it is an API model, gets exactly the prompts :func:`~.runner.run_probe`
 sends: every item in every prompt format (:func:`~.runner.prompts_for`, with its in-context
 demonstrations), once per decoding an API model can run (``greedy``, ``system``; ``memfree``
-needs an open model's decoder), at the mode's ``<mode>_max_new_tokens``.
+needs an open model's decoder), at the mode's ``<mode>_max_new_tokens``. Fact recall (``qa``) has
+one template and its own demonstrations; its questions are priced as they stand in
+``copybench_qa.jsonl``, unless an API ``qa_writer`` has yet to write them (then it is not
+planned, as with an API extractor).
 
 The event judge (``probes.copybench.event_judge.model``), when it is an API model, is asked
 about every (reference event, 128-token chunk) pair of every story (nonliteral mode, any model
@@ -29,7 +32,7 @@ from typing import Sequence
 
 from memaudit.config import is_api_model
 
-PLANNED_MODES = ("literal", "nonliteral")
+PLANNED_MODES = ("literal", "nonliteral", "qa")
 API_DECODINGS = ("greedy", "system")  # memfree controls decoding: open models only
 CHUNK_TOKENS = 128  # the judge's window and stride (memaudit.probes.copybench.judge.chunks)
 
@@ -39,10 +42,17 @@ def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
     from memaudit.probes.registry import FAMILIES
 
     from memaudit.backends import is_api_model
-    from memaudit.probes.copybench.plan import extractor_model
+    from memaudit.probes.copybench.plan import extractor_model, qa_writer
 
     if mode not in PLANNED_MODES:
         return f"no planner for CopyBench's {mode!r} mode yet"
+    if mode == "qa":
+        writer = qa_writer(config)
+        if writer and is_api_model(config["models"][writer]):
+            # rule copybench_qa_items asks the writer first; its pairs are the prompts priced here
+            return (f"its questions are written by API model {writer!r} (rule copybench_qa_items); estimate "
+                    "after building them, or with the extractive questions")
+        return [FAMILIES["copybench"].reads_of(mode)]  # fact recall's demonstrations are in the prompt file
     extractor = extractor_model(config)
     if extractor and is_api_model(config["models"][extractor]):
         # rule copybench_items makes both modes' items; building them would pay the extractor first
@@ -65,7 +75,8 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
     from memaudit.probes.job import ProbeJob
 
     cfg = ProbeJob("copybench", mode, model, "", config, {}, {}).settings
-    demos = read_json(Path(datasets) / "copybench_demos.json")
+    # the job of fact recall reads no demonstrations file (its demonstrations: the prompt file's, or Figure 10's)
+    demos = {} if mode == "qa" else read_json(Path(datasets) / "copybench_demos.json")
     prompts = prompts_for(items, mode, cfg, demos)
     records = []
     if is_api_model(config["models"][model]):
