@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from memaudit.backends.base import STATUS_OK, GenerationParams
+from memaudit.backends.base import STATUS_OK, STATUS_REFUSAL, GenerationParams
 
 SYSTEM_PROMPT = ("You are a fair judge assistant tasked with providing clear, objective feedback based on specific "
                  "criteria, ensuring each assessment reflects the absolute standards set for performance.")
@@ -130,7 +130,7 @@ class FluencyJudge:
             for i, g in zip(todo, gens):
                 r = ratings[i]
                 r.attempts += 1
-                if g.status not in (STATUS_OK, "refusal") or g.error:
+                if g.status not in (STATUS_OK, STATUS_REFUSAL) or g.error:  # a refusal has text: no score in it
                     r.status, r.reason = ERROR, f"the judge's request failed: {g.error or g.status}"
                     continue
                 r.replies.append(g.text)
