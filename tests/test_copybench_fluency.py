@@ -181,3 +181,62 @@ def test_an_api_fluency_judge_is_priced_as_one_request_per_output_times_its_atte
                                   {"max_new_tokens": 256, "temperature": 1.0, "max_attempts": 3})
     assert len(sampled) == 18 and len({r["prompt"] for r in sampled}) == 18
     assert {r["temperature"] for r in sampled} == {1.0}
+
+
+@pytest.mark.workflow
+def test_a_probe_job_claims_its_judges_gpus_and_api_slots(tmp_path):
+    """The judges run inside the probe job: a local fluency judge on a GPU gets one even where the model
+    under test needs none, and an API event judge's concurrency counts against `api_openai`."""
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path)
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "config" / "ci.yaml").read_text())
+    cfg["models"]["judge"] = {"family": "smollm2", "source": {"builtin": "smollm2-135m-instruct"}, "device": "cuda"}
+    cfg["models"]["judge-api"] = {"family": "gpt", "backend": "openai",
+                                  "api": {"model_id": "gpt-like", "api_key_env": KEY_ENV, "concurrency": 3,
+                                          "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+    cfg["probes"]["copybench"]["fluency_judge"] = {"model": "judge"}
+    cfg["probes"]["copybench"]["event_judge"] = {"model": "judge-api"}
+    (workdir / "config/judges.yaml").write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # the tiny models (device auto) then claim nothing
+    res = dry_run_resources(workdir, "config/judges.yaml", env=env)
+    for model in ("tiny-gpt2-cb", "tiny-gpt2-cb-books"):
+        literal = res[("copybench_probe", f"benchmark=books, model={model}, mode=literal")]
+        story = res[("copybench_probe", f"benchmark=books, model={model}, mode=nonliteral")]
+        assert (literal["gpu"], literal["api_openai"]) == (1, 0)  # the fluency judge's GPU; no event judge
+        assert (story["gpu"], story["api_openai"]) == (1, 3)  # and the API event judge's three slots
+    assert res[("token_stats", "benchmark=novels, model=tiny-gpt2-small")]["gpu"] == 0
+
+
+def test_a_local_judge_decodes_its_judgements_together_with_the_same_tokens(tiny_model_dir):
+    """On an open model the greedy judgements go through continuous batching; they are the replies one
+    prompt at a time would give (a random model's replies carry no score: every output is invalid)."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from memaudit.backends.hf import HFBackend
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)  # the rubric prompt is about 1,100 tokens of this tokenizer: 2048 positions
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=2048, n_embd=32, n_layer=2, n_head=2,
+                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
+    tiny_backend = HFBackend({"path": str(tiny_model_dir)}, name="judge", model=model, tokenizer=tok)
+
+    class OneAtATime:  # the same backend without its batched path
+        def __init__(self, backend):
+            self.backend, self.name = backend, backend.name
+
+        def generate(self, prompts, params):
+            return self.backend.generate(prompts, params)
+
+    outputs = ["the old house stood by the sea", "a ship sailed", "", "she walked into the garden"]
+    batched = FluencyJudge(tiny_backend, max_new_tokens=12).rate(outputs)
+    single = FluencyJudge(OneAtATime(tiny_backend), max_new_tokens=12).rate(outputs)
+    assert [r.replies for r in batched] == [r.replies for r in single]
+    assert [r.status for r in batched] == ["invalid", "invalid", "empty", "invalid"]
+    assert all(len(r.replies) == 1 for r in batched if r.status == "invalid")

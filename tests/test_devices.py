@@ -191,7 +191,7 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
     """The rules' `gpu` resource, as Snakemake evaluates it: what --resources caps and SLURM gets as --gpus."""
     import yaml
 
-    from workflow_helpers import make_workdir
+    from workflow_helpers import dry_run_resources, make_workdir
 
     workdir = make_workdir(tmp_path)
     cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
@@ -200,17 +200,7 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
     (workdir / "config/gpus.yaml").write_text(yaml.safe_dump(cfg))
     # CUDA_VISIBLE_DEVICES="" so that `auto` claims nothing even where a GPU is present
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    dry = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", "config/gpus.yaml"], cwd=workdir, env=env,
-                         capture_output=True, text=True)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    gpu = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry.stdout):
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
-        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-        resources = re.search(r"^\s+resources: (.*)$", block, re.M)
-        if rule and wildcards and resources:
-            found = re.search(r"\bgpu=(\d+)", resources.group(1))
-            gpu[(rule.group(1), wildcards.group(1))] = int(found.group(1)) if found else None
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/gpus.yaml", env=env).items()}
     assert gpu[("prepare_model", "model=smollm2-135m-contaminated")] == 1   # fine-tuning, device cuda
     assert gpu[("prepare_model", "model=smollm2-135m")] == 0                # a conversion needs no GPU
     assert gpu[("prepare_model", "model=tiny-gpt2-small-contaminated")] == 0  # auto, no GPU visible

@@ -115,3 +115,21 @@ def touch_finished(workdir: Path, configfile: Path | str, directories: dict | No
                 path.touch()
     snakemake(workdir, "--touch", "--forceall", "--cores", "1", "all", "--configfile", str(configfile))
     return jobs
+
+
+def dry_run_resources(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> dict:
+    """``{(rule, wildcards): {resource: value}}`` of every job a dry run of ``all`` schedules, as Snakemake
+    evaluates the rules' resources (integers where they are)."""
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(configfile), *extra], cwd=workdir,
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise AssertionError(f"dry run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    out = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        resources = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if rule and wildcards and resources:
+            pairs = (kv.split("=", 1) for kv in resources.group(1).split(", ") if "=" in kv)
+            out[(rule.group(1), wildcards.group(1))] = {k: int(v) if v.isdigit() else v for k, v in pairs}
+    return out

@@ -187,6 +187,29 @@ def role_api_slots(family, role, backend, needed=None):
     return slots
 
 
+def probe_gpus(family, roles):
+    """GPUs a probe job claims when it also loads role models (judges): the most any of them needs.
+
+    The job's models share the devices the job claims (inside it `cuda` is its first one), so a
+    local judge on a GPU beside an API model under test still gets one. `roles`: (role, needed).
+    """
+
+    def gpus(wildcards):
+        return max([gpu_slots(wildcards)] + [role_gpus(family, r, needed=n)(wildcards) for r, n in roles])
+
+    return gpus
+
+
+def probe_api_slots(family, roles, backend):
+    """API slots a probe job claims: its model's concurrency plus each API judge's it talks to."""
+
+    def slots(wildcards):
+        return api_slots(config, wildcards.model, backend) + sum(
+            role_api_slots(family, r, backend, needed=n)(wildcards) for r, n in roles)
+
+    return slots
+
+
 # ----------------------------------------------------------------------------- report labels
 
 

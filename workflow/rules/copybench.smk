@@ -68,6 +68,12 @@ rule copybench_qa_items:
         "../scripts/copybench_qa_items.py"
 
 
+COPYBENCH_JUDGES = [
+    ("event_judge", copybench_plan.needs_judge_model),
+    ("fluency_judge", copybench_plan.needs_fluency_judge),
+]
+
+
 rule copybench_probe:
     input:
         unpack(local_model_dir),
@@ -89,9 +95,10 @@ rule copybench_probe:
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=4000,
-        api_openai=api_openai_slots,
-        api_anthropic=api_anthropic_slots,
-        gpu=gpu_slots,
+        # the judges run in the job beside the model under test: their GPUs and API slots count too
+        api_openai=probe_api_slots("copybench", COPYBENCH_JUDGES, "openai"),
+        api_anthropic=probe_api_slots("copybench", COPYBENCH_JUDGES, "anthropic"),
+        gpu=probe_gpus("copybench", COPYBENCH_JUDGES),
     log:
         "logs/copybench_probe/{benchmark}/{model}/{mode}.log",
     benchmark:

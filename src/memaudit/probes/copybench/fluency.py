@@ -118,6 +118,15 @@ class FluencyJudge:
                                 top_p=0.9 if self.temperature > 0 else 1.0, system_prompt=SYSTEM_PROMPT,
                                 chat=self.chat, sample_index=attempt)
 
+    def _generate(self, prompts: Sequence[str], params: GenerationParams):
+        """Greedy judgements on an open model decode together (the same tokens as one at a time; one
+        prompt at a time was slower on a GPU than on the CPU, docs/benchmarks.md); else the model
+        interface (API models: cache, retries, concurrency)."""
+        batched = getattr(self.backend, "generate_batched", None)
+        if batched is not None and params.temperature == 0:
+            return batched(prompts, params)
+        return self.backend.generate(prompts, params)
+
     def rate(self, outputs: Sequence[str]) -> list[Rating]:
         ratings = [Rating(None, EMPTY, "no output to rate") if not o.strip() else Rating(None, INVALID)
                    for o in outputs]
@@ -125,7 +134,7 @@ class FluencyJudge:
         for attempt in range(self.max_attempts):
             if not todo:
                 break
-            gens = self.backend.generate([fluency_prompt(outputs[i]) for i in todo], self._params(attempt))
+            gens = self._generate([fluency_prompt(outputs[i]) for i in todo], self._params(attempt))
             again = []
             for i, g in zip(todo, gens):
                 r = ratings[i]
