@@ -216,16 +216,7 @@ def test_a_probe_job_claims_its_judges_gpus_and_api_slots(tmp_path):
 def test_a_local_judge_decodes_its_judgements_together_with_the_same_tokens(tiny_model_dir):
     """On an open model the greedy judgements go through continuous batching; they are the replies one
     prompt at a time would give (a random model's replies carry no score: every output is invalid)."""
-    import torch
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from memaudit.backends.hf import HFBackend
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    torch.manual_seed(0)  # the rubric prompt is about 1,100 tokens of this tokenizer: 2048 positions
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=2048, n_embd=32, n_layer=2, n_head=2,
-                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
-    tiny_backend = HFBackend({"path": str(tiny_model_dir)}, name="judge", model=model, tokenizer=tok)
+    tiny_backend = _long_context_backend(tiny_model_dir)
 
     class OneAtATime:  # the same backend without its batched path
         def __init__(self, backend):
@@ -240,3 +231,40 @@ def test_a_local_judge_decodes_its_judgements_together_with_the_same_tokens(tiny
     assert [r.replies for r in batched] == [r.replies for r in single]
     assert [r.status for r in batched] == ["invalid", "invalid", "empty", "invalid"]
     assert all(len(r.replies) == 1 for r in batched if r.status == "invalid")
+
+
+def test_a_local_event_judge_decodes_its_verdicts_together_with_the_same_tokens(tiny_model_dir):
+    """The attribution prompts of an open-model event judge go through continuous batching: the same
+    replies, verdicts and invalid count as one prompt at a time."""
+    from memaudit.probes.copybench.judge import ATTRIBUTION_PROMPT, LLMJudge
+
+    backend = _long_context_backend(tiny_model_dir)
+
+    class OneAtATime:  # the same backend without its batched path
+        name = "judge"
+
+        def generate(self, prompts, params):
+            return backend.generate(prompts, params)
+
+    pairs = [("Emma paints.", "Emma painted Harriet."), ("A ship sails.", "The ship"), ("Anne waits.", "Anne")]
+    prompts = [ATTRIBUTION_PROMPT.format(claim=e, reference=r) for e, r in pairs]
+    params = LLMJudge(None).params
+    assert ([g.text for g in backend.generate_batched(prompts, params)]
+            == [g.text for g in OneAtATime().generate(prompts, params)])
+    # a random model names neither option: every verdict is invalid and counted, either way
+    assert LLMJudge(backend).supported(pairs) == LLMJudge(OneAtATime()).supported(pairs) == ([False] * 3, 3)
+
+
+def _long_context_backend(tiny_model_dir):
+    """The tiny GPT-2's tokenizer with a random 2-layer model of 2048 positions (the rubric prompt is
+    about 1,100 tokens of this tokenizer), behind the HF backend."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from memaudit.backends.hf import HFBackend
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=2048, n_embd=32, n_layer=2, n_head=2,
+                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
+    return HFBackend({"path": str(tiny_model_dir)}, name="judge", model=model, tokenizer=tok)

@@ -117,7 +117,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="cd146915680d2410",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="99f0575810677541",
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "

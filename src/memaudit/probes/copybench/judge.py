@@ -111,7 +111,9 @@ class LLMJudge:
 
     def supported(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[bool], int]:
         prompts = [ATTRIBUTION_PROMPT.format(claim=e, reference=p) for e, p in pairs]
-        gens = self.backend.generate(prompts, self.params)
+        # an open model decodes the verdicts together (the same greedy tokens as one at a time)
+        batched = getattr(self.backend, "generate_batched", None)
+        gens = batched(prompts, self.params) if batched is not None else self.backend.generate(prompts, self.params)
         verdicts = [parse_verdict(g.text) if g.status == STATUS_OK else None for g in gens]
         return [bool(v) for v in verdicts], sum(v is None for v in verdicts)
 
