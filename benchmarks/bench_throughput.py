@@ -40,7 +40,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -52,27 +51,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPT_WORDS = 30
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn, device: str):
-    _sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    _sync(device)
-    return time.perf_counter() - t0, out
-
-
 def measure_device(spec: dict, device: str, dtype: str, passages: list[str], args) -> tuple[list[dict], dict]:
     """The four rows for one device and dtype, and the raw outputs (for the CPU/GPU comparison)."""
     from memaudit.backends.base import GenerationParams
     from memaudit.backends.hf import HFBackend
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.token_stats import encode
+
+    from bench_token_prob import timed  # wall-clock seconds with the GPU's queue drained
 
     model, tok = load_causal_lm(spec, dtype=dtype, device=device)
     backend = HFBackend(spec, name="smollm2-135m", model=model, tokenizer=tok, batch_size=args.batch_size,
