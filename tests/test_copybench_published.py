@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from memaudit.datasets.copybench_published import (
     DATA_FILES, PROMPT_FILES, LiteralItem, Rejected, load_literal, load_nonliteral, load_prompt_file, load_qa,
@@ -331,3 +332,241 @@ def test_the_published_files_load():
             template = load_prompt_file(root / name)
             assert (template.tag, len(template.demos), template.enable_system) == (
                 f"{task}.format{n}", demos[task], False)
+
+
+# ---------------------------------------------------------------- the published files as a benchmark
+
+BOOKS = {"Stormy Harbour": 1, "Glass Orchard": 1, "Salt Meridian": 0, "Paper Lantern": 0}
+CHARACTERS = {"Stormy Harbour": [["Ada Quill", "Ada"], ["Bram Tolley", "Bram"], ["Cora Vane"], ["Dunstan"]],
+              "Glass Orchard": [["Elsie Marsh"], ["Felix Orde", "Felix"], ["Gwen"], ["Hob Carrow"]],
+              "Salt Meridian": [["Ivo Brandt"], ["Jessa Lunn"], ["Kit"], ["Lorne Daw"]],
+              "Paper Lantern": [["Mabry Finch"], ["Nell Oster"], ["Otto"], ["Pim Rask"]]}
+VERBS = ["sails", "hides", "burns", "finds", "loses", "buries", "mends"]
+
+
+def _events(title):
+    people = [c[0] for c in CHARACTERS[title]]
+    return [f"{people[i % 4]} {VERBS[i]} the {title.split()[1].lower()} relic number {i} at dawn." for i in range(7)]
+
+
+def _published_folder(root: Path) -> Path:
+    """Invented books in the published files' shape: two snippets, two beginnings, one question per
+    book, plus one unusable record in each copying file."""
+    literal, stories, qa = [], [], []
+    for b, title in enumerate(BOOKS):
+        word = title.split()[0].lower()
+        for s in range(2):
+            literal.append({"id": f"bookmia.{b}.{s}", "title": title,
+                            "input": f"The {word} story begins in chapter {s} where the keeper counts {b + s} bells.",
+                            "reference": f"Then {word} keepers {s} walked past the quay humming tune {b} softly."})
+        events = _events(title)
+        for k in range(2):
+            stories.append({"id": f"cliffsnotes.{b}.{k}", "title": title, "input": events[k],
+                            "reference_events": [e for j, e in enumerate(events) if j != k],
+                            "reference_characters": CHARACTERS[title]})
+        qa.append({"id": f"qa.{b}", "title": title, "input": f"In {title}, who keeps the bells?",
+                   "reference": CHARACTERS[title][0][0]})
+    literal.append({"id": "bookmia.9.0", "title": "Stormy Harbour", "input": "   ", "reference": "x"})
+    stories.append({"id": "cliffsnotes.9.0", "title": "Paper Lantern", "input": "A start.", "reference_events": [],
+                    "reference_characters": []})
+    folder = root / "copy-bench-data"
+    folder.mkdir()
+    _write(folder, DATA_FILES["literal"], literal)
+    _write(folder, DATA_FILES["nonliteral"], stories)
+    _write(folder, DATA_FILES["qa"], qa)
+    return folder
+
+
+def _labels(root: Path, rows: str) -> Path:
+    path = root / "labels.csv"
+    path.write_text(rows, encoding="utf-8")
+    return path
+
+
+def test_the_published_folder_becomes_items_unlabelled_or_labelled_by_title(tmp_path):
+    from memaudit.datasets.copybench_published import UNLABELLED, book_texts, copybench_sets
+    from memaudit.datasets.published import published_benchmark
+
+    folder = _published_folder(tmp_path)
+    sets = copybench_sets({"format": "copybench", "path": str(folder)})
+    assert (len(sets.literal), len(sets.nonliteral), len(sets.qa)) == (8, 8, 4) and not sets.labelled
+    assert {it["label"] for items in (sets.literal, sets.nonliteral, sets.qa) for it in items} == {UNLABELLED}
+    assert sets.literal[0] == {
+        "item_id": "bookmia.0.0", "doc_id": "copybench/Stormy Harbour", "book": "copybench/Stormy Harbour",
+        "title": "Stormy Harbour", "label": -1, "prefix": "The stormy story begins in chapter 0 where the keeper "
+        "counts 0 bells.", "reference": "Then stormy keepers 0 walked past the quay humming tune 0 softly.",
+        "meta": {"source": "published", "index": 0, "line": 2}}
+    story = sets.nonliteral[1]
+    assert (story["beginning"], story["reference_events"][0], story["meta"]["event_source"]) == (
+        _events("Stormy Harbour")[1], _events("Stormy Harbour")[0], "published")
+    assert sets.qa[3]["answers"] == ["Mabry Finch"] and sets.qa[3]["qa_source"] == "published"
+    # the line of the "{" opening each bad record: the one above its "id" line (1-based)
+    start = (folder / DATA_FILES["nonliteral"]).read_text().split("\n").index('    "id": "cliffsnotes.9.0",')
+    assert [(Path(r.file).name, r.line, r.key, r.reason) for r in sets.rejected] == [
+        ("data.literal.json", 50, "input", "empty or whitespace-only text"),
+        ("data.nonliteral.json", start, "reference_events", "empty events list")]
+    # what the files say of a book, each event once: its document text and MemFree's story corpus
+    text = book_texts(sets)["copybench/Glass Orchard"].split("\n")
+    assert text[:2] == [f"{it['prefix']} {it['reference']}" for it in sets.literal[2:4]]
+    assert text[2:9] == _events("Glass Orchard") and text[9] == "In Glass Orchard, who keeps the bells? Elsie Marsh"
+
+    labels = _labels(tmp_path, "title,label\nStormy Harbour,1\nGlass Orchard,1\nSalt Meridian,0\nElsewhere,0\n")
+    sets = copybench_sets({"format": "copybench", "path": str(folder), "labels": str(labels)})
+    assert sets.labelled and sets.unused_labels == ["Elsewhere"]
+    assert {it["book"]: it["label"] for it in sets.literal} == {
+        "copybench/Stormy Harbour": 1, "copybench/Glass Orchard": 1, "copybench/Salt Meridian": 0}
+    unlabelled = [(Path(r.file).name, r.key, r.reason) for r in sets.rejected if r.key == "title"]
+    assert unlabelled == [(name, "title", f"no label for this title in {labels}")
+                          for name in ["data.literal.json"] * 2 + ["data.nonliteral.json"] * 2 + ["data.qa.json"]]
+    with pytest.raises(InputError, match=r"data.literal.json, line 38, key title: no label for this title .* \(7 records rejected in all\)$"):
+        copybench_sets({"format": "copybench", "path": str(folder), "labels": str(labels), "strict": True})
+
+    docs, passages, rejects = [], [], []
+    docs, passages = published_benchmark("cb", {"format": "copybench", "path": str(folder)}, rejects=rejects)
+    assert [(d.doc_id, d.meta["label"], d.meta["n_passages"]) for d in docs] == [
+        ("copybench/Glass Orchard", -1, 2), ("copybench/Paper Lantern", -1, 2), ("copybench/Salt Meridian", -1, 2),
+        ("copybench/Stormy Harbour", -1, 2)]
+    assert passages[0].text == f"{sets.literal[0]['prefix']} {sets.literal[0]['reference']}" and len(rejects) == 2
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("book,label\nA,1\n", "line 1: the header must be 'title,label', got 'book,label'"),
+    ("title,label\nA,1\nB,yes\n", "line 3, column label: 'yes' is not 0 or 1 (1 = member)"),
+    ("title,label\nA,1\nA,0\n", "line 3, column title: 'A' again (first on line 2)"),
+    ("title,label\n,1\n", "line 2, column title: empty title"),
+    ("title,label\nA,1,x\n", "line 2: 3 columns, expected 2 (title,label)"),
+    ("title,label\n", ": no title,label rows after the header"),
+])
+def test_a_labels_file_problem_is_one_line_naming_file_line_and_column(tmp_path, rows, message):
+    from memaudit.datasets.copybench_published import load_title_labels
+
+    path = _labels(tmp_path, rows)
+    with pytest.raises(InputError) as err:
+        load_title_labels(path)
+    assert str(err.value) == f"{path}{'' if message.startswith(':') else ', '}{message}"
+
+
+def _workflow_config(labels: str | None = None, **copybench) -> dict:
+    published = {"format": "copybench", "path": "copy-bench-data"} | ({"labels": labels} if labels else {})
+    api = {"api_key_env": "MEMAUDIT_TEST_CB_KEY", "concurrency": 4, "base_url": "http://127.0.0.1:9/v1", "model_id": "reader-v1",
+           "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}}
+    return {
+        "seed": 7, "assets_dir": "resources/demo", "cache_dir": "resources/cache",
+        "benchmarks": {"cb": {"published": published}},
+        "models": {"reader": {"family": "reader", "backend": "openai", "api": api}},
+        "probes": {"copybench": {"formats": [1], "demonstrations": 0, "event_judge": {"model": "reader"},
+                                 **copybench},
+                   "copybench_literal": {}, "copybench_nonliteral": {}, "copybench_qa": {}},
+        "stats": {"n_boot_ci": 200, "blind_folds": 2},
+    }
+
+
+def test_the_config_says_what_an_unlabelled_published_benchmark_cannot_do():
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import metrics_tables, probe_runs, validate_config
+
+    config = validate_config(_workflow_config())
+    assert [m for _, _, m in probe_runs(config, "copybench")] == ["literal", "nonliteral", "qa"]
+    assert metrics_tables(config) == []  # no AUC, selection or blind baseline without members
+    # token_prob on every benchmark (no list) leaves the unlabelled one out; naming it is an error
+    assert probe_runs(validate_config(_workflow_config() | {"probes": {"token_prob": {}}}), "token_prob") == []
+    assert metrics_tables(validate_config(_workflow_config("labels.csv"))) == [
+        "results/metrics/cb/reader.csv", "results/metrics/cb/blind_baseline.csv"]
+    bad = _workflow_config()
+    bad["probes"]["copybench"].pop("event_judge")
+    bad["probes"]["token_prob"] = {"benchmarks": ["cb"]}
+    bad["models"]["tuned"] = {"family": "t", "base": "reader", "finetune": {"members_of": ["cb"]}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(bad)
+    for problem in ("models.tuned.finetune.members_of.0: benchmark 'cb' is unlabelled",
+                    "probes.token_prob.benchmarks.0: benchmark 'cb' is unlabelled",
+                    "probes.copybench.event_judge.model: benchmark 'cb' is CopyBench's published files"):
+        assert problem in str(err.value)
+
+
+class _Reader:
+    """An API model that has read two of the four books: it continues their snippets word for word,
+    retells their events with their characters and answers their questions; of the other two it knows
+    nothing. As the event judge, a claim is attributable when its words run unbroken in the reference."""
+
+    def __init__(self, folder: Path):
+        self.literal = {r["input"]: r["reference"] for r in json.loads((folder / DATA_FILES["literal"]).read_text())}
+        self.stories = {r["input"]: r for r in json.loads((folder / DATA_FILES["nonliteral"]).read_text())}
+        self.qa = {r["input"]: r["reference"] for r in json.loads((folder / DATA_FILES["qa"]).read_text())}
+        self.read = {"Stormy Harbour", "Glass Orchard"}
+
+    @staticmethod
+    def _words(text):
+        return re.findall(r"\w+", text.lower())
+
+    def __call__(self, request):
+        from api_server import ChatReply
+
+        prompt = request.prompt
+        if prompt.startswith("### Instruction:\nPlease solely verify"):
+            claim, reference = prompt.split("Claim: ", 1)[1].split("\n\nReference: ", 1)
+            c, r = " ".join(self._words(claim)), " ".join(self._words(reference))
+            return ChatReply(text="attributable" if f" {c} " in f" {r} " else "not attributable", input_tokens=90,
+                             output_tokens=3)
+        task = prompt.rsplit("\n\n\n", 1)[-1]
+        text = "Nothing comes to mind."
+        for prefix, reference in self.literal.items():
+            if prefix in task and any(f" {w.split()[0].lower()} " in f" {prefix} " for w in self.read):
+                text = reference
+        for beginning, story in self.stories.items():
+            if beginning in task and story["title"] in self.read:
+                text = " ".join(story["reference_events"])
+        for question, answer in self.qa.items():
+            if question in task and any(t in question for t in self.read):
+                text = f"[Output_Start] {answer} [Output_End]"
+        return ChatReply(text=text, input_tokens=120, output_tokens=len(text.split()))
+
+
+@pytest.mark.slow
+def test_the_published_files_run_through_the_workflow_unlabelled_then_labelled(tmp_path, monkeypatch):
+    """CopyBench's published files as a benchmark, an API model behind the loopback server: without labels
+    the run gives the paper's rates over all books and no membership statistics; with a labels file the
+    same (cached) answers give member/non-member rates and an AUC."""
+    from api_server import ChatServer, ScriptedResponder
+    from workflow_helpers import make_workdir, snakemake
+
+    class Responder(ScriptedResponder):
+        def default(self, request):
+            return reader(request)
+
+    monkeypatch.setenv("MEMAUDIT_TEST_CB_KEY", "sk-test-copybench")
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf")  # the demo assets: the pretraining pool's documents
+    folder = _published_folder(workdir)
+    reader = _Reader(folder)
+    with ChatServer(Responder()) as server:
+        config = _workflow_config()
+        config["models"]["reader"]["api"]["base_url"] = server.openai_base_url
+        (workdir / "config/cb.yaml").write_text(yaml.safe_dump(config))
+        snakemake(workdir, "--cores", "2", "--resources", "api_openai=4", "--configfile", "config/cb.yaml")
+        sent = server.count("openai")
+        # 8 snippets, 8 beginnings and 4 questions asked once each, and the judge's (event, chunk) pairs
+        assert sent > 20 and (workdir / "results/api/cache.sqlite").is_file()
+        rates = pd.read_csv(workdir / "results/summary/copybench.csv")
+        assert set(rates["group"]) == {"all"}
+        value = rates.set_index(["mode", "statistic"])["value"]
+        assert value["literal", "rate_rougeL>=0.8"] == 0.5 and value["literal", "mean_copybench_rougeL"] == 0.5
+        assert value["nonliteral", "rate_characters>=3"] == 0.5 and value["nonliteral", "rate_events>=5"] == 0.5
+        assert value["qa", "mean_copybench_qa_f1"] == 0.5
+        assert not (workdir / "results/metrics/cb").exists()
+        assert pd.read_csv(workdir / "results/summary/metrics.csv").empty
+        rejects = pd.read_csv(workdir / "results/datasets/cb/rejects.csv")
+        assert list(rejects["key"]) == ["input", "reference_events"]
+
+        config["benchmarks"]["cb"]["published"]["labels"] = "labels.csv"
+        _labels(workdir, "title,label\n" + "".join(f"{t},{label}\n" for t, label in BOOKS.items()))
+        (workdir / "config/cb.yaml").write_text(yaml.safe_dump(config))
+        snakemake(workdir, "--cores", "2", "--resources", "api_openai=4", "--configfile", "config/cb.yaml")
+        assert server.count("openai") == sent  # the same prompts: every answer from the response cache
+    rates = pd.read_csv(workdir / "results/summary/copybench.csv")
+    member = rates[(rates["group"] == "member") & (rates["statistic"] == "rate_rougeL>=0.8")]
+    nonmember = rates[(rates["group"] == "nonmember") & (rates["statistic"] == "rate_rougeL>=0.8")]
+    assert (member["value"].tolist(), nonmember["value"].tolist()) == ([1.0], [0.0])
+    metrics = pd.read_csv(workdir / "results/summary/metrics.csv").set_index("method")
+    for method in ("copybench_rougeL", "copybench_characters", "copybench_events", "copybench_qa_f1"):
+        assert metrics.loc[method, "auc"] == 1.0

@@ -78,7 +78,14 @@ def is_api_model(entry: dict) -> bool:
 
 
 # published formats whose unusable rows are skipped and listed (memaudit.datasets.rejects)
-REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts")
+REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts", "copybench")
+
+
+def is_labelled(bench: dict) -> bool:
+    """Whether a benchmark has members and non-members: every one but CopyBench's published files
+    without a ``labels`` file (its books carry no membership labels; :mod:`memaudit.datasets.copybench_published`)."""
+    published = bench.get("published") or {}
+    return not (published.get("format") == "copybench" and not published.get("labels"))
 
 
 def _cloze_published_problems(name: str, published: dict) -> list[str]:
@@ -91,7 +98,7 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
     if fmt in REJECTS_FORMATS:
         if not published.get("path"):
             problems.append(f"{where}.path: the {fmt} set is read from a local "
-                            f"{'folder' if fmt == 'articles' else 'file'} (there is no download)")
+                            f"{'folder' if fmt in ('articles', 'copybench') else 'file'} (there is no download)")
         if published.get("hf"):
             problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
     if fmt == "articles" and published.get("cutoff") is None:
@@ -111,6 +118,23 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
         problems.append(f"{where}.strict: only formats {', '.join(REJECTS_FORMATS)} skip unusable rows")
     if "text_key" in published and fmt != "member_texts":
         problems.append(f"{where}.text_key: only format member_texts names its text field")
+    if "labels" in published and fmt != "copybench":
+        problems.append(f"{where}.labels: only format copybench takes its labels from a title,label file "
+                        f"(the others carry theirs)")
+    return problems
+
+
+def _unlabelled_problems(config: dict) -> list[str]:
+    """An unlabelled benchmark (published CopyBench without labels) has no members to fine-tune on and no
+    non-members to score against: CopyBench's rates are all it can give (which probes may run on one:
+    :func:`memaudit.probes.registry.check_capabilities`)."""
+    unlabelled = {name for name, bench in config["benchmarks"].items() if not is_labelled(bench)}
+    problems = []
+    for model, entry in config["models"].items():
+        for i, b in enumerate((entry.get("finetune") or {}).get("members_of") or []):
+            if b in unlabelled:
+                problems.append(f"models.{model}.finetune.members_of.{i}: benchmark {b!r} is unlabelled "
+                                f"(published CopyBench without published.labels): it has no members to fine-tune on")
     return problems
 
 
@@ -150,6 +174,7 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
                 problems.append(f"benchmarks.{name}.sources.{i}: unknown source {src!r} "
                                 f"(known: {', '.join(BUILTIN_SOURCES)})")
     problems += _demo_qa_overlaps(config)
+    problems += _unlabelled_problems(config)
     pretrain_sources = set(config.get("pretrain", {}).get("sources", []))
     for src in sorted(pretrain_sources):
         if src not in BUILTIN_SOURCES:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit.backends.base import is_api_model
+from memaudit.config import is_labelled
 from memaudit.probes.registry import FAMILIES, probes_for_model, role_model
 
 
@@ -103,9 +104,11 @@ def probe_runs(config: dict, family: str) -> list[tuple[str, str, str]]:
 
 
 def scored(config: dict) -> dict[str, list[str]]:
-    """Per benchmark, the models some probe scores there (a probe's ``benchmarks:`` list can leave one out)."""
+    """Per labelled benchmark, the models some probe scores there (a probe's ``benchmarks:`` list can leave
+    one out): what the membership statistics, selection and figures cover. An unlabelled benchmark
+    (:func:`memaudit.config.is_labelled`) has no members to score against; its family's own tables cover it."""
     return {b: [m for m in sorted(config["models"]) if probes_for_model(config, m, b)]
-            for b in sorted(config["benchmarks"])}
+            for b in sorted(config["benchmarks"]) if is_labelled(config["benchmarks"][b])}
 
 
 def probe_documents(config: dict, benchmark: str, model: str) -> list[str]:
@@ -131,7 +134,8 @@ def reference_models(config: dict, model: str) -> list[str]:
 def metrics_tables(config: dict) -> list[str]:
     tables = [f"results/metrics/{b}/{m}.csv" for b, models in scored(config).items() for m in models]
     if config["stats"]["blind_baseline"]:
-        tables += [f"results/metrics/{b}/blind_baseline.csv" for b in sorted(config["benchmarks"])]
+        tables += [f"results/metrics/{b}/blind_baseline.csv" for b in sorted(config["benchmarks"])
+                   if is_labelled(config["benchmarks"][b])]
     return tables
 
 
@@ -152,7 +156,9 @@ def final_outputs(config: dict) -> list[str]:
         "results/api/ledger.csv",
         *[f"results/figures/{b}/{m}/{fig}.png" for b, models in by_benchmark.items() for m in models
           for fig in ("roc", "score_distributions")],
-        *[f"results/figures/{b}/auc_vs_size.png" for b, models in by_benchmark.items() if models],
+        # model size is known for local models only: a benchmark scored by API models alone has no such figure
+        *[f"results/figures/{b}/auc_vs_size.png" for b, models in by_benchmark.items()
+          if any(not is_api_model(config["models"][m]) for m in models)],
     ]
 
 

@@ -113,9 +113,14 @@ def is_contaminated(wildcards):
 
 
 def published_file(wildcards):
-    """A benchmark read from a local published file reruns when the file changes."""
-    path = config["benchmarks"][wildcards.benchmark].get("published", {}).get("path")
-    return {"published": path} if path else {}
+    """A benchmark read from a local published file reruns when the file changes (CopyBench's: each data
+    file in its folder, and the labels file)."""
+    from memaudit.probes.copybench.plan import published_inputs
+
+    published = config["benchmarks"][wildcards.benchmark].get("published", {})
+    if published.get("format") == "copybench":
+        return published_inputs(config, wildcards)
+    return {"published": published["path"]} if published.get("path") else {}
 
 
 def probe_documents(wildcards):

@@ -8,6 +8,7 @@ register_outputs(copybench_plan.outputs(config))
 rule copybench_items:
     input:
         unpack(role_input("copybench", "extractor", needed=copybench_plan.needs_extractor)),
+        unpack(lambda wc: copybench_plan.published_inputs(config, wc)),
         documents="results/datasets/{benchmark}/documents.jsonl",
         pretrain=lambda wc: ["results/pretrain/documents.jsonl"] if config.get("pretrain") else [],
         summaries=lambda wc: copybench_plan.summaries_input(config, wc),
@@ -21,6 +22,7 @@ rule copybench_items:
     params:
         copybench=probe_settings("copybench"),
         extractor=lambda wc: copybench_plan.extractor_model(config, wc),
+        published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
         code_version=family_version("copybench"),
     threads: 1
@@ -43,13 +45,15 @@ rule copybench_items:
 rule copybench_qa_items:
     input:
         unpack(role_input("copybench", "qa_writer", needed=copybench_plan.needs_qa_writer)),
+        unpack(lambda wc: copybench_plan.published_inputs(config, wc)),
         documents="results/datasets/{benchmark}/documents.jsonl",
     output:
         qa="results/datasets/{benchmark}/copybench_qa.jsonl",
         rejects="results/datasets/{benchmark}/copybench_qa_rejects.csv",
     params:
         copybench=probe_settings("copybench"),
-        writer=lambda wc: copybench_plan.qa_writer(config),
+        writer=lambda wc: copybench_plan.qa_writer(config, wc),
+        published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
         code_version=family_version("copybench"),
     threads: lambda wc: job_threads(1)

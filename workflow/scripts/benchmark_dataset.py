@@ -11,8 +11,10 @@ docs, passages = build_benchmark(
     snakemake.wildcards.benchmark, snakemake.params.benchmark, Path(snakemake.input.assets).parent, snakemake.params.seed,
     rejects=rejects,
 )
-n_members = sum(d.meta["label"] for d in docs)
-log.info(f"{len(docs)} documents ({n_members} members), {len(passages)} passages, "
+n_members = sum(d.meta["label"] == 1 for d in docs)
+unlabelled = sum(d.meta["label"] not in (0, 1) for d in docs)
+log.info(f"{len(docs)} documents ({n_members} members{f', {unlabelled} unlabelled' if unlabelled else ''}), "
+         f"{len(passages)} passages, "
          f"{len(rejects)} rows rejected ({snakemake.output.rejects})")
 write_rejects(snakemake.output.rejects, rejects)
 write_jsonl(snakemake.output.documents, (d.to_dict() for d in docs))

@@ -11,7 +11,8 @@ try:
                 seed=snakemake.params.seed, out_literal=snakemake.output.literal,
                 out_nonliteral=snakemake.output.nonliteral, out_rejects=snakemake.output.rejects,
                 out_judge=snakemake.output.judge, out_demos=snakemake.output.demos,
-                out_extraction=snakemake.output.extraction, extractor=extractor, progress=log.info)
+                out_extraction=snakemake.output.extraction, extractor=extractor,
+                published=snakemake.params.published, progress=log.info)
 finally:
     if extractor is not None and hasattr(extractor.llm.backend, "close"):
         extractor.llm.backend.close()

@@ -8,7 +8,8 @@ writer = (open_backend(snakemake.config, snakemake.params.writer, model_dir=snak
                        rule=snakemake.rule) if snakemake.params.writer else None)
 try:
     build_qa_items(snakemake.input.documents, settings, seed=snakemake.params.seed, writer=writer,
-                   out_items=snakemake.output.qa, out_rejects=snakemake.output.rejects, progress=log.info)
+                   out_items=snakemake.output.qa, out_rejects=snakemake.output.rejects,
+                   published=snakemake.params.published, progress=log.info)
 finally:
     if writer is not None and hasattr(writer, "close"):
         writer.close()

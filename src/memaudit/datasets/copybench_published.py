@@ -490,3 +490,152 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
 def write_rejects(path: str | Path, rejects: Sequence[Rejected]) -> None:
     """Write rejected (and kept-with-a-note) records as a CSV with columns file, line, key, value, reason, action."""
     write_csv(path, pd.DataFrame([r.to_dict() for r in rejects], columns=list(REJECT_COLUMNS)))
+
+
+# ---------------------------------------------------------------- a runnable benchmark
+
+# CopyBench's books carry no membership labels: a published benchmark without a ``labels`` file is
+# *unlabelled* (label -1 on every item): its rates are reported over all books, and the membership
+# statistics (AUC, conformal selection, the blind baseline) are not scheduled for it.
+UNLABELLED = -1
+LABELS_HEADER = ("title", "label")
+
+
+@dataclass
+class CopyBenchSets:
+    """The published items of one benchmark in memaudit's item format, and what was left out."""
+
+    literal: list[dict]
+    nonliteral: list[dict]
+    qa: list[dict]
+    rejected: list[Rejected]
+    files: dict[str, str]            # mode -> the data file read (absent: no such file in the folder)
+    labelled: bool
+    unused_labels: list[str] = field(default_factory=list)  # titles of the labels file no record has
+
+    def books(self) -> list[str]:
+        return sorted({it["book"] for items in (self.literal, self.nonliteral, self.qa) for it in items})
+
+
+def data_folder(published: dict) -> Path:
+    """``published.path``: the folder holding ``data.literal.json`` and the others (``data/`` of the repository)."""
+    folder = Path(published["path"])
+    if not folder.exists():
+        raise InputError(f"{folder}: folder not found (benchmark published.path, format copybench: the data/ "
+                         "folder of chentong0/copy-bench)")
+    if not folder.is_dir():
+        raise InputError(f"{folder}: is a file; format copybench reads a folder holding "
+                         f"{', '.join(DATA_FILES.values())}")
+    return folder
+
+
+def data_files(published: dict) -> dict[str, Path]:
+    """The published data files present in the folder, by mode; none at all is an InputError."""
+    folder = data_folder(published)
+    found = {mode: folder / name for mode, name in DATA_FILES.items() if (folder / name).is_file()}
+    if not found:
+        raise InputError(f"{folder}: none of {', '.join(DATA_FILES.values())} is there")
+    return found
+
+
+def load_title_labels(path: str | Path) -> dict[str, int]:
+    """A user's membership labels for CopyBench's books: a CSV with header ``title,label``, label 0 or 1.
+
+    The user's own file, not a published one: any problem stops the build with a one-line
+    :class:`InputError` naming the file, the line and the column.
+    """
+    from memaudit.datasets.rejects import csv_rows, read_text
+
+    path, text = read_text(path, "a CSV file of title,label rows")
+    labels: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    rows = csv_rows(path, text)
+    header = next(rows, None)
+    if header is None or tuple(c.strip().lower() for c in header[1]) != LABELS_HEADER:
+        got = ",".join(header[1]) if header else ""
+        raise InputError(f"{path}, line {header[0] if header else 1}: the header must be 'title,label', got {got!r}")
+    for line, cells in rows:
+        if len(cells) != 2:
+            raise InputError(f"{path}, line {line}: {len(cells)} columns, expected 2 (title,label)")
+        title, label = cells[0].strip(), cells[1].strip()
+        if not title or "\x00" in title:
+            raise InputError(f"{path}, line {line}, column title: {'a NUL character' if title else 'empty title'}")
+        if label not in ("0", "1"):
+            raise InputError(f"{path}, line {line}, column label: {label!r} is not 0 or 1 (1 = member)")
+        if title in lines:
+            raise InputError(f"{path}, line {line}, column title: {title!r} again (first on line {lines[title]})")
+        labels[title], lines[title] = int(label), line
+    if not labels:
+        raise InputError(f"{path}: no title,label rows after the header")
+    return labels
+
+
+def book_key(title: str) -> str:
+    """A published book's id in memaudit's tables (its documents, items and scores)."""
+    return f"copybench/{title.strip()}"
+
+
+def copybench_sets(published: dict) -> CopyBenchSets:
+    """Every published set the folder holds, as the items :mod:`memaudit.probes.copybench` runs.
+
+    ``published``: ``{format: copybench, path: <data folder>, labels: <title,label CSV>,
+    strict: bool}``. With ``labels``, each record takes its book's label and a record whose title
+    is not in the file is rejected (never guessed); without, every item is :data:`UNLABELLED`.
+    """
+    strict = bool(published.get("strict", False))
+    files = data_files(published)
+    labels = load_title_labels(published["labels"]) if published.get("labels") else None
+    rejected: list[Rejected] = []
+    loaders = {"literal": load_literal, "nonliteral": load_nonliteral, "qa": load_qa}
+    sets: dict[str, list[dict]] = {mode: [] for mode in DATA_FILES}
+    seen: set[str] = set()
+    for mode, path in files.items():
+        items, rejects = loaders[mode](path)
+        rejected += rejects
+        for it in items:
+            title = it.title.strip()
+            if labels is not None and title not in labels:
+                rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
+                                         f"no label for this title in {published['labels']}"))
+                continue
+            seen.add(title)
+            label = labels[title] if labels is not None else UNLABELLED
+            sets[mode].append(_item(mode, it, label))
+    rejected.sort(key=lambda r: (r.file, r.line))
+    first = [r for r in rejected if r.action == "rejected"]
+    if strict and first:  # the first in line order, the labels check's included
+        more = f" ({len(first)} records rejected in all)" if len(first) > 1 else ""
+        raise InputError(first[0].message() + more)
+    unused = sorted(set(labels) - seen) if labels is not None else []
+    return CopyBenchSets(sets["literal"], sets["nonliteral"], sets["qa"], rejected,
+                         {m: str(p) for m, p in files.items()}, labels is not None, unused)
+
+
+def _item(mode: str, it: Any, label: int) -> dict:
+    book = book_key(it.title)
+    common = {"item_id": it.item_id, "doc_id": book, "book": book, "title": it.title.strip(), "label": label}
+    meta = {"source": "published", **it.meta}
+    if mode == "literal":
+        return {**common, "prefix": it.prefix, "reference": it.reference, "meta": meta}
+    if mode == "nonliteral":
+        return {**common, "beginning": it.beginning, "reference_events": list(it.reference_events),
+                "reference_characters": [list(c) for c in it.reference_characters],
+                "meta": {**meta, "event_source": "published", "character_source": "published"}}
+    return {**common, "question": it.question, "answers": list(it.answers), "qa_source": "published", "meta": meta}
+
+
+def book_texts(sets: CopyBenchSets) -> dict[str, str]:
+    """What the published files say of each book, in file order: the literal snippets (prefix and
+    reference), then the events (beginnings and reference events, each once), then the
+    question-answer pairs. A book's document text, and MemFree's rejection corpus for stories."""
+    parts: dict[str, list[str]] = {}
+    for it in sets.literal:
+        parts.setdefault(it["book"], []).append(f"{it['prefix'].strip()} {it['reference'].strip()}")
+    for it in sets.nonliteral:
+        lines = parts.setdefault(it["book"], [])
+        for event in (it["beginning"], *it["reference_events"]):
+            if event not in lines:
+                lines.append(event)
+    for it in sets.qa:
+        parts.setdefault(it["book"], []).append(f"{it['question'].strip()} {it['answers'][0].strip()}")
+    return {book: "\n".join(lines) for book, lines in parts.items()}

@@ -31,7 +31,7 @@ HF_DATASETS = {"booktection": "avduarte333/BookTection", "arxivtection": "avduar
 BOOKMIA_FIELDS = ("book_id", "book", "snippet_id", "snippet", "label")
 # The published formats read under the rejects policy: the information-guided probes' sets and the
 # labelled-text sets of the KTD paper (memaudit.datasets.labelled)
-CLOZE_FORMATS = REJECTS_FORMATS
+CLOZE_FORMATS = tuple(f for f in REJECTS_FORMATS if f != "copybench")
 
 log = logging.getLogger(__name__)
 
@@ -200,12 +200,14 @@ def published_benchmark(name: str, published: dict, *, seed: int = 13,
     per question (the verbatim option), so the token-probability probes score the same passages
     DE-COP asks about. BookMIA: one document per book, one passage per snippet. ``Label``/``label``
     1 (suspect) becomes member, 0 (clean) non-member. ``nyt``, ``articles``, ``qa``: see
-    :func:`cloze_published`; their rejected rows are appended to ``rejects`` (write them with
+    :func:`cloze_published`; ``copybench``: :func:`copybench_published_benchmark`. Their rejected
+    rows are appended to ``rejects`` (write them with
     :func:`memaudit.datasets.rejects.write_benchmark_rejects`), or logged as a warning when the
     caller passes no list.
     """
-    if published["format"] in CLOZE_FORMATS:
-        docs, passages, rejected = cloze_published(name, published, seed=seed)
+    if published["format"] in (*CLOZE_FORMATS, "copybench"):
+        docs, passages, rejected = (copybench_published_benchmark(name, published)
+                                    if published["format"] == "copybench" else cloze_published(name, published, seed=seed))
         if rejects is not None:
             rejects.extend(rejected)
         elif rejected:
@@ -288,3 +290,31 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
     for d in docs:
         d.meta["benchmark"] = name
     return docs, passages, rejected
+
+
+def copybench_published_benchmark(name: str, published: dict) -> tuple[list[Document], list[Passage], list]:
+    """CopyBench's published files as a benchmark: one document per book (what the files say of it,
+    :func:`~memaudit.datasets.copybench_published.book_texts`), one passage per literal snippet (the
+    BookMIA prefix and its reference). Labels from ``published.labels``, else every book is
+    unlabelled (-1). The items themselves are built by rule copybench_items from the same files."""
+    from memaudit.datasets.copybench_published import book_texts, copybench_sets
+
+    sets = copybench_sets(published)
+    texts = book_texts(sets)
+    labels = {it["book"]: it["label"] for items in (sets.literal, sets.nonliteral, sets.qa) for it in items}
+    titles = {it["book"]: it["title"] for items in (sets.literal, sets.nonliteral, sets.qa) for it in items}
+    passages = [Passage(it["item_id"], it["book"], it["label"], f"{it['prefix'].strip()} {it['reference'].strip()}",
+                        it["title"], "", {"source_line": it["meta"]["line"], "source_file": sets.files["literal"]})
+                for it in sets.literal]
+    docs = [Document(book, "copybench", titles[book], "", "book", texts[book],
+                     {"label": labels[book], "benchmark": name, "book": titles[book], "origin": published["path"],
+                      "labelled": sets.labelled, "n_passages": sum(1 for p in passages if p.doc_id == book)})
+            for book in sets.books()]
+    if not docs:
+        first = next((r for r in sets.rejected if r.action == "rejected"), None)
+        raise InputError(f"{published['path']}: no usable CopyBench record"
+                         + (f"; first rejected: {first.message()}" if first else ""))
+    for title in sets.unused_labels:
+        log.warning(f"benchmark {name}: {published['labels']} labels {title!r}, which no record of "
+                    f"{published['path']} has")
+    return docs, passages, sets.rejected

@@ -279,6 +279,17 @@ def format_params_minor(value: float, _pos=None) -> str:
     return format_params(value) if round(leading) in (2, 5) else ""
 
 
+def plot_note(out_prefix: str | os.PathLike, text: str) -> list[Path]:
+    """A figure that says why there is nothing to draw (a run whose benchmarks are all unlabelled), so the
+    report and every rule reading the figure still find it."""
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN, 1.6)
+        ax = fig.subplots()
+        ax.axis("off")
+        ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+        return save_figure(fig, out_prefix)
+
+
 def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, methods: Sequence[str],
                    title: str = "Conformal p-values + Benjamini-Hochberg: documents named as members "
                                 "(half the non-members as calibration; mean over splits)") -> list[Path]:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from memaudit.backends.base import GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS
-from memaudit.config import is_api_model
+from memaudit.config import is_api_model, is_labelled
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ class ProbeFamily:
     roles: Mapping[str, str] = field(default_factory=dict)  # role -> dotted key under `probes` naming its model
     checks: str | None = None  # "module:function"(config) -> problems ("dotted.key: message"), before any job
     description: str = ""
+    # whether its probes mean something on a benchmark without membership labels (CopyBench's rates do;
+    # a detector's AUC does not): memaudit.config.is_labelled
+    unlabelled: bool = False
 
     def probe(self, mode: str) -> str:
         """The probe (config block, score file stem) of one mode."""
@@ -79,14 +82,14 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="23c0b8ced2bc4a64",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="0a00702566481ce8",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=2, fingerprint="e8c5400ab8914d67",
+        version=2, fingerprint="e8de43857ea9c386",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -100,7 +103,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=1, fingerprint="07a562ff8b6f07ef",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=1, fingerprint="56b333c0fbcfc3b8",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -117,9 +120,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="99f0575810677541",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="a67585e87a3b375f",
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
+        checks="memaudit.probes.copybench.plan:check_config", unlabelled=True,
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "
                     "with MemFree and system-reminder mitigations",
     ),
@@ -127,7 +131,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=4, fingerprint="a4f9ac10dc26792c",
+        runner="memaudit.probes.ktd.runner:run_job", version=4, fingerprint="8488df44c206d148",
         checks="memaudit.probes.ktd.plan:check_config",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -142,7 +146,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=1, fingerprint="a0ce690baece2c15",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=1, fingerprint="40fb42185b899a35",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
@@ -210,9 +214,14 @@ def probe_selects(config: dict, probe: str, model: str) -> bool:
 
 
 def probe_covers(config: dict, probe: str, benchmark: str | None) -> bool:
-    """Whether the probe's optional ``benchmarks`` list (default: every benchmark) includes ``benchmark``."""
+    """Whether the probe's optional ``benchmarks`` list includes ``benchmark``; without a list, every
+    benchmark it can mean something on (an unlabelled one only for a family declared ``unlabelled``)."""
     chosen = config["probes"][probe].get("benchmarks")
-    return benchmark is None or chosen is None or benchmark in chosen
+    if benchmark is None:
+        return True
+    if chosen is None:
+        return is_labelled(config["benchmarks"][benchmark]) or FAMILIES[PROBES[probe].family].unlabelled
+    return benchmark in chosen
 
 
 def probes_for_model(config: dict, model: str, benchmark: str | None = None) -> list[str]:
@@ -240,6 +249,9 @@ def check_capabilities(config: dict) -> list[str]:
         for i, benchmark in enumerate(config["probes"][probe].get("benchmarks") or []):
             if benchmark not in config.get("benchmarks", {}):
                 problems.append(f"probes.{probe}.benchmarks.{i}: unknown benchmark {benchmark!r}")
+            elif not is_labelled(config["benchmarks"][benchmark]) and not FAMILIES[PROBES[probe].family].unlabelled:
+                problems.append(f"probes.{probe}.benchmarks.{i}: benchmark {benchmark!r} is unlabelled (published "
+                                f"CopyBench without published.labels): {probe} needs members and non-members")
     for model, entry in config["models"].items():
         for probe in enabled_probes(config):
             named = config["probes"][probe].get("models")

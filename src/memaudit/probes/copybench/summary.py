@@ -35,6 +35,9 @@ SCORES = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters
           "qa": ("copybench_qa_f1", "copybench_qa_em")}
 
 
+GROUPS = {1: "member", 0: "nonmember"}  # label -1: an unlabelled benchmark's items (published CopyBench)
+
+
 def _parse(path: str) -> tuple[str, str, str]:
     """(benchmark, model, mode) of results/scores/<benchmark>/<model>/copybench_<mode>_<kind>.*"""
     p = Path(path)
@@ -89,7 +92,7 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
                 value, low, high = paired_difference(block[score].to_numpy(), block[f"{score}_base"].to_numpy(),
                                                      seed=seed)
                 rows.append({"benchmark": benchmark, "model": model, "base": base, "mode": mode,
-                             "decoding": decoding, "group": "member" if int(label) == 1 else "nonmember",
+                             "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
                              "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
                              "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
                              "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
