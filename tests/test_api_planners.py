@@ -241,6 +241,18 @@ def test_copybench_with_an_api_extractor_is_not_planned_rather_than_paid_for(tmp
         "first (rule copybench_items); estimate after building them, or with the extractive builder"]
 
 
+def test_a_published_copybench_benchmark_is_planned_whatever_extractor_and_writer_are_named(tmp_path):
+    # the published files bring their items: rules copybench_items and copybench_qa_items ask no model
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", {
+        "copybench": {"extractor": {"model": "judge"}, "qa_writer": {"model": "judge"}},
+        "copybench_literal": {"models": ["served"]}, "copybench_qa": {"models": ["served"]}})
+    config["benchmarks"]["b"] = {"published": {"format": "copybench", "path": str(tmp_path / "data")}}
+    assert not_planned(config) == []
+    assert planned_inputs(config) == ["results/datasets/b/copybench_demos.json",
+                                      "results/datasets/b/copybench_literal.jsonl",
+                                      "results/datasets/b/copybench_qa.jsonl"]
+
+
 def test_copybench_fact_recall_plan_is_what_the_qa_job_sends(tmp_path, data):
     """Fact recall: one template (Figure 7) with its SQuAD demonstrations, per question and API decoding;
     an API question writer that has yet to write them leaves the mode unplanned, not priced as nothing."""

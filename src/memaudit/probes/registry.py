@@ -120,7 +120,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="a67585e87a3b375f",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="6d6971956583ae93",
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         checks="memaudit.probes.copybench.plan:check_config", unlabelled=True,

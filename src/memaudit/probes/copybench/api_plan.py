@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Sequence
 
 from memaudit.config import is_api_model
@@ -46,14 +47,15 @@ def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
 
     if mode not in PLANNED_MODES:
         return f"no planner for CopyBench's {mode!r} mode yet"
+    job = SimpleNamespace(benchmark=benchmark, mode=mode)  # a published benchmark asks neither role
     if mode == "qa":
-        writer = qa_writer(config)
+        writer = qa_writer(config, job)
         if writer and is_api_model(config["models"][writer]):
             # rule copybench_qa_items asks the writer first; its pairs are the prompts priced here
             return (f"its questions are written by API model {writer!r} (rule copybench_qa_items); estimate "
                     "after building them, or with the extractive questions")
         return [FAMILIES["copybench"].reads_of(mode)]  # fact recall's demonstrations are in the prompt file
-    extractor = extractor_model(config)
+    extractor = extractor_model(config, job)
     if extractor and is_api_model(config["models"][extractor]):
         # rule copybench_items makes both modes' items; building them would pay the extractor first
         return (f"its items are made with API model {extractor!r} extracting events and characters first "
