@@ -231,14 +231,79 @@ def test_ktd_on_an_api_model_is_never_scheduled_so_never_unplanned(tmp_path):
                                                     "decop_likelihood": {}, "ktd": {"models": ["served"]}})
 
 
-def test_copybench_with_an_api_extractor_is_not_planned_rather_than_paid_for(tmp_path):
-    config = _config(tmp_path, "http://127.0.0.1:9/v1", {
-        "copybench": {"extractor": {"model": "judge"}}, "copybench_literal": {"models": ["served"]}})
-    assert planned_inputs(config) == []  # building the items would pay the extractor
-    assert plan_run(config, tmp_path) == []
-    assert not_planned(config) == [
-        "copybench_literal on b: its items are made with API model 'judge' extracting events and characters "
-        "first (rule copybench_items); estimate after building them, or with the extractive builder"]
+def _books(data, n_books: int = 2):
+    docs = [{"doc_id": f"austen/book{b}/ch{c:03d}", "source": "austen", "title": f"Book {b}", "author": "Jane Austen",
+             "kind": "book", "text": " ".join(f"Anne{b} walked to chapter{c} word{w} of the town." for w in range(30)),
+             "meta": {"book": f"book{b}", "chapter": c, "label": b % 2}} for b in range(n_books) for c in range(2)]
+    data.mkdir(parents=True, exist_ok=True)
+    write_jsonl(data / "documents.jsonl", docs)
+    return docs
+
+
+def test_copybench_extractor_requests_are_planned_first_exactly_then_bounded(tmp_path, data):
+    """The API extractor's prompts per book (events, characters) as it sends them, plus its repairs'
+    upper bound; the probe jobs whose items it makes are listed as not yet plannable."""
+    from memaudit.backends.planning import plan_run as run_plan
+    from memaudit.probes.copybench.build import nonliteral_items
+    from memaudit.probes.copybench.runner import make_extractor
+
+    docs = _books(data)
+    with loopback() as server:
+        config = _config(tmp_path, server.openai_base_url, {
+            "copybench": {"extractor": {"model": "judge", "max_attempts": 3, "max_new_tokens": 64},
+                          "n_events": 6, "n_beginnings": 1},
+            "copybench_literal": {"models": ["served"]}, "copybench_nonliteral": {"models": ["local"]}})
+        assert planned_inputs(config) == ["results/datasets/b/documents.jsonl"]
+        assert not_planned(config) == [
+            f"copybench_{mode} on b: its items are made with API model 'judge' extracting events and characters "
+            "first (rule copybench_items: those requests are in the estimate); estimate again after building them"
+            for mode in ("literal", "nonliteral")]
+        plan = run_plan(config, tmp_path / "datasets")
+        assert {r["model"] for r in plan} == {"judge"} and {r["max_new_tokens"] for r in plan} == {64}
+        assert len(plan) == 2 * 2 * 3  # 2 books x (events, characters) x 3 attempts at most
+        first, repairs = plan[:4], plan[4:]
+        assert all("The output above cannot be used" in r["prompt"] for r in repairs)
+        # what the extractor sends: book 0 answers at once; book 1's first events reply is unusable
+        events = '["1. Anne walks to the town.", "2. Anne reads.", "3. Anne sails.", "4. Anne sings.", ' \
+                 '"5. Anne rests.", "6. Anne leaves."]'
+        characters = '[{"name": "Anne Elliot", "alias": ["Anne"]}, {"name": "Frederick Wentworth", "alias": []}]'
+        for r in first:
+            reply = events if "most representative events" in r["prompt"] else characters
+            server.responder.queue("no list here" if "Book 1" in r["prompt"] and reply == events else reply,
+                                   prompt=r["prompt"])
+        server.responder.queue(events)  # book 1's repaired events
+        extractor = make_extractor(config, "judge")
+        items, rejects = nonliteral_items(docs, None, n_events=6, n_beginnings=1, extractor=extractor)
+        assert rejects == [] and len(items) == 2
+        sent = [r.request.prompt for r in server.records]
+        assert len(sent) == 5 <= len(plan)  # 4 first requests and one repair, within the bound
+        assert sorted(p for p in sent if "cannot be used" not in p) == sorted(r["prompt"] for r in first)
+        assert _all_cached(config, plan, "judge") == {"n_requests": 12, "n_cached": 4, "n_to_send": 8}
+
+
+def test_copybench_qa_writer_requests_are_its_first_step_exactly_and_the_rest_bounded(tmp_path, data):
+    from memaudit.probes.copybench.qa import build_qa
+
+    docs = _books(data)
+    with loopback() as server:
+        config = _config(tmp_path, server.openai_base_url, {
+            "copybench": {"qa_writer": {"model": "judge", "max_new_tokens": 24}, "qa_per_book": 2,
+                          "qa_passage_words": 100},
+            "copybench_qa": {"models": ["local"]}})
+        plan = plan_run(config, tmp_path / "datasets")
+        # 2 books x 2 passages, each asked for a pair, a claim and a verdict
+        assert len(plan) == 3 * 4 and {r["model"] for r in plan} == {"judge"}
+        for i, r in enumerate(plan[:4]):
+            server.responder.queue(f"Question: Who walked to chapter {i}? Answer: Anne", prompt=r["prompt"])
+        server.responder.queue(*(["Anne walked to the town."] * 4), *(["attributable"] * 4))
+        from memaudit.backends import open_backend
+
+        items, rejects = build_qa(docs, config["probes"]["copybench"], seed=int(config["seed"]),
+                                  writer=open_backend(config, "judge"))
+        assert len(items) == 4 and rejects == []
+        assert len(server.records) == len(plan)
+        assert sorted(r.request.prompt for r in server.records[:4]) == sorted(r["prompt"] for r in plan[:4])
+        assert {r.request.max_tokens for r in server.records} == {24}
 
 
 def test_a_published_copybench_benchmark_is_planned_whatever_extractor_and_writer_are_named(tmp_path):
@@ -275,5 +340,5 @@ def test_copybench_fact_recall_plan_is_what_the_qa_job_sends(tmp_path, data):
         assert _all_cached(config, plan, "served") == {"n_requests": 6, "n_cached": 6, "n_to_send": 0}
     config["probes"]["copybench"]["qa_writer"] = {"model": "judge", "max_new_tokens": 128}
     assert not_planned(config) == [
-        "copybench_qa on b: its questions are written by API model 'judge' (rule copybench_qa_items); estimate "
-        "after building them, or with the extractive questions"]
+        "copybench_qa on b: its questions are written by API model 'judge' first (rule copybench_qa_items: those "
+        "requests are in the estimate); estimate again after building them"]

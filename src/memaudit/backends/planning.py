@@ -54,17 +54,39 @@ def plan_inputs(config: dict, benchmark: str, probe: str) -> list[str] | str:
     return load_callable(family.plan_inputs)(config, benchmark, PROBES[probe].mode)
 
 
+def _role_planned(config: dict) -> list[tuple[object, str, list[str]]]:
+    """``(family, benchmark, files)`` where a family's item-building roles send API requests before its
+    probe jobs (CopyBench's extractor and QA writer), with the files their planner reads."""
+    from memaudit.jobs import probe_runs
+    from memaudit.probes.registry import FAMILIES, load_callable
+
+    out = []
+    for family in FAMILIES.values():
+        if family.role_planner is None:
+            continue
+        for benchmark in sorted({b for b, _, _ in probe_runs(config, family.name)}):
+            files = load_callable(family.role_plan_inputs)(config, benchmark)
+            if files:
+                out.append((family, benchmark, files))
+    return out
+
+
 def planned_inputs(config: dict) -> list[str]:
-    """The files the plan reads: per (benchmark, planned probe), its records (and what else its planner reads)."""
+    """The files the plan reads: per (benchmark, planned probe), its records (and what else its planner reads),
+    and what the item-building roles' planners read."""
     return sorted({f"results/datasets/{b}/{f}" for _, b, p in _planned(config)
-                   if not isinstance(files := plan_inputs(config, b, p), str) for f in files})
+                   if not isinstance(files := plan_inputs(config, b, p), str) for f in files}
+                  | {f"results/datasets/{b}/{f}" for _, b, files in _role_planned(config) for f in files})
 
 
 def plan_run(config: dict, datasets_dir: str | Path = "results/datasets") -> list[dict]:
-    """Every request the configured API models will be sent by the planned probes (those it can plan)."""
+    """Every request the configured API models will be sent by the planned probes (those it can plan), the
+    item-building roles' first."""
     from memaudit.probes.registry import PROBES, family_of, load_callable
 
     records = []
+    for family, benchmark, _ in _role_planned(config):
+        records += load_callable(family.role_planner)(config, benchmark, Path(datasets_dir) / benchmark)
     for model, benchmark, probe in _planned(config):
         files = plan_inputs(config, benchmark, probe)
         if isinstance(files, str):

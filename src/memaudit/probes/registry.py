@@ -57,6 +57,11 @@ class ProbeFamily:
     # reads (the first is its records), or a sentence saying why it cannot plan before paid work (default: reads)
     plan_inputs: str | None = None
     roles: Mapping[str, str] = field(default_factory=dict)  # role -> dotted key under `probes` naming its model
+    # the requests its item-building roles (an API extractor, a QA writer) send before any probe job:
+    # "module:function"(config, benchmark) -> the files under results/datasets/<benchmark>/ it reads ([] = none
+    # asked there), and "module:function"(config, benchmark, datasets) -> planned requests
+    role_plan_inputs: str | None = None
+    role_planner: str | None = None
     checks: str | None = None  # "module:function"(config) -> problems ("dotted.key: message"), before any job
     description: str = ""
     # whether its probes mean something on a benchmark without membership labels (CopyBench's rates do;
@@ -103,7 +108,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=1, fingerprint="56b333c0fbcfc3b8",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=1, fingerprint="ccbc6fa4dd298e84",
         roles={"paraphraser": "decop.paraphrase.model"},
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -120,9 +125,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="6d6971956583ae93",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=1, fingerprint="848d5b539c0e62af",
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
+        role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
+        role_planner="memaudit.probes.copybench.api_plan:role_plan_records",
         checks="memaudit.probes.copybench.plan:check_config", unlabelled=True,
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "
                     "with MemFree and system-reminder mitigations",
@@ -146,7 +153,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=1, fingerprint="40fb42185b899a35",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=1, fingerprint="493b5b2fa8f2deb4",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "

@@ -5,8 +5,9 @@ sends: every item in every prompt format (:func:`~.runner.prompts_for`, with its
 demonstrations), once per decoding an API model can run (``greedy``, ``system``; ``memfree``
 needs an open model's decoder), at the mode's ``<mode>_max_new_tokens``. Fact recall (``qa``) has
 one template and its own demonstrations; its questions are priced as they stand in
-``copybench_qa.jsonl``, unless an API ``qa_writer`` has yet to write them (then it is not
-planned, as with an API extractor).
+``copybench_qa.jsonl``, unless an API ``qa_writer`` has yet to write them (then the mode is
+listed as not planned, as with an API extractor, and the writer's and extractor's own requests
+are planned from the documents: :func:`role_plan_records`).
 
 The event judge (``probes.copybench.event_judge.model``), when it is an API model, is asked
 about every (reference event, 128-token chunk) pair of every story (nonliteral mode, any model
@@ -52,14 +53,14 @@ def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
         writer = qa_writer(config, job)
         if writer and is_api_model(config["models"][writer]):
             # rule copybench_qa_items asks the writer first; its pairs are the prompts priced here
-            return (f"its questions are written by API model {writer!r} (rule copybench_qa_items); estimate "
-                    "after building them, or with the extractive questions")
+            return (f"its questions are written by API model {writer!r} first (rule copybench_qa_items: those "
+                    "requests are in the estimate); estimate again after building them")
         return [FAMILIES["copybench"].reads_of(mode)]  # fact recall's demonstrations are in the prompt file
     extractor = extractor_model(config, job)
     if extractor and is_api_model(config["models"][extractor]):
         # rule copybench_items makes both modes' items; building them would pay the extractor first
         return (f"its items are made with API model {extractor!r} extracting events and characters first "
-                "(rule copybench_items); estimate after building them, or with the extractive builder")
+                "(rule copybench_items: those requests are in the estimate); estimate again after building them")
     return [FAMILIES["copybench"].reads_of(mode), "copybench_demos.json"]
 
 
@@ -139,3 +140,93 @@ def judge_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decoding
                 texts += [ATTRIBUTION_PROMPT.format(claim=event, reference=stand_in)
                           for event in it["reference_events"]]
     return plan_requests(judge, texts, LLMJudge(None).params)
+
+
+# ----------------------------------------------------------------------------- the roles that build items
+
+def _asked_roles(config: dict, benchmark: str) -> dict[str, str]:
+    """``{role: API model}`` of the item builders rule copybench_items / copybench_qa_items ask on ``benchmark``:
+    the extractor where a copying mode runs there, the QA writer where fact recall does."""
+    from memaudit.probes.copybench.plan import extractor_model, qa_writer, runs
+
+    modes = {mode for b, _, mode in runs(config) if b == benchmark}
+    job = SimpleNamespace(benchmark=benchmark, mode=None)
+    asked = {"extractor": extractor_model(config, job) if modes & {"literal", "nonliteral"} else None,
+             "qa_writer": qa_writer(config, job) if "qa" in modes else None}
+    return {role: model for role, model in asked.items() if model and is_api_model(config["models"][model])}
+
+
+def role_plan_inputs(config: dict, benchmark: str) -> list[str]:
+    """What the item builders' planner reads on ``benchmark``: its documents, where an API role builds items."""
+    return ["documents.jsonl"] if _asked_roles(config, benchmark) else []
+
+
+def role_plan_records(config: dict, benchmark: str, datasets: str | Path) -> list[dict]:
+    """The requests the API extractor and QA writer are sent while the items are built, before any probe job.
+
+    Each first request is exact, built by the same functions the rules call (so a rerun finds it in the
+    cache). What follows depends on replies that do not exist yet, so it is an **upper bound** with
+    placeholder text: the extractor asked again ``max_attempts - 1`` times per prompt with a reply of
+    its full ``max_new_tokens`` (an unusable reply is shown back to it, :func:`~.extract.repair_prompt`);
+    the QA writer's steps 2 and 3 (claim, verification) once for every passage, its question, answer and
+    claim each ``max_new_tokens`` long.
+    """
+    from memaudit.io import read_jsonl
+
+    roles = _asked_roles(config, benchmark)
+    documents = read_jsonl(Path(datasets) / "documents.jsonl")
+    records = []
+    if "extractor" in roles:
+        records += _extractor_records(config, roles["extractor"], documents)
+    if "qa_writer" in roles:
+        records += _qa_writer_records(config, roles["qa_writer"], documents)
+    return records
+
+
+def _placeholder(what: str, tokens: int) -> str:
+    from memaudit.backends.ledger import CHARS_PER_TOKEN
+
+    return f"[{what}]".ljust(int(tokens * CHARS_PER_TOKEN), ".")
+
+
+def _extractor_records(config: dict, model: str, documents: Sequence[dict]) -> list[dict]:
+    from memaudit.backends.planning import plan_requests
+    from memaudit.probes.copybench.build import books_of
+    from memaudit.probes.copybench.extract import LLMExtractor, character_prompt, event_prompt, repair_prompt
+    from memaudit.probes.copybench.runner import book_extractor
+
+    cfg = config["probes"]["copybench"]
+    settings = cfg["extractor"]
+    extractor = book_extractor(config, LLMExtractor(None, name=model, max_attempts=int(settings["max_attempts"]),
+                                                    max_new_tokens=int(settings["max_new_tokens"])))
+    llm = extractor.llm
+    prompts = []
+    for book, docs in books_of(documents).items():
+        title, author, source, _ = extractor.reads(docs[0]["meta"].get("book") or docs[0]["title"], docs[0]["title"],
+                                                   docs[0].get("author"), "\n".join(d["text"] for d in docs))
+        prompts.append(event_prompt(title, author, source, int(cfg["n_events"])))
+        if extractor.characters_from == "llm":
+            prompts.append(character_prompt(title, author, source))
+    records = plan_requests(model, prompts, llm.params(0))
+    for attempt in range(1, llm.max_attempts):
+        records += plan_requests(model, [repair_prompt(p, _placeholder(f"reply {attempt} to prompt {i}",
+                                                                       llm.max_new_tokens), "[the reason]")
+                                         for i, p in enumerate(prompts)], llm.params(attempt))
+    return records
+
+
+def _qa_writer_records(config: dict, model: str, documents: Sequence[dict]) -> list[dict]:
+    from memaudit.backends.planning import plan_requests
+    from memaudit.probes.copybench.qa import CLAIM_PROMPT, GENERATE_PROMPT, VERIFY_PROMPT, passages, writer_params
+
+    settings = config["probes"]["copybench"]
+    params = writer_params(settings)
+    cuts, _ = passages(documents, words=int(settings["qa_passage_words"]), per_book=int(settings["qa_per_book"]),
+                       seed=int(config["seed"]))
+    n = params.max_new_tokens
+    prompts = [GENERATE_PROMPT.format(passage=c["passage"]) for c in cuts]
+    prompts += [CLAIM_PROMPT.format(question=_placeholder(f"question {i}", n), answer=_placeholder(f"answer {i}", n))
+                for i in range(len(cuts))]
+    prompts += [VERIFY_PROMPT.format(claim=_placeholder(f"claim {i}", n), reference=c["passage"])
+                for i, c in enumerate(cuts)]
+    return plan_requests(model, prompts, params)

@@ -321,6 +321,10 @@ class LLMExtractor:
         self.max_new_tokens = max_new_tokens
         self.chat = chat
 
+    def params(self, attempt: int) -> GenerationParams:
+        return GenerationParams(max_new_tokens=self.max_new_tokens, temperature=0.0, chat=self.chat,
+                                sample_index=attempt)
+
     def _ask(self, prompt: str, parse) -> Answer:
         reply, reason, notes, sent = None, None, [], None
         attempt = 0
@@ -329,9 +333,7 @@ class LLMExtractor:
             if text == sent:  # the same reply for the same reason: greedy decoding would answer alike
                 return Answer(None, attempt, notes, False, error=reason)
             sent = text
-            params = GenerationParams(max_new_tokens=self.max_new_tokens, temperature=0.0, chat=self.chat,
-                                      sample_index=attempt)
-            [gen] = self.backend.generate([text], params)
+            [gen] = self.backend.generate([text], self.params(attempt))
             if gen.status != STATUS_OK:
                 reply, reason = gen.text or "", f"the request ended {gen.status}" + (f" ({gen.error})" if gen.error else "")
                 notes.append(f"attempt {attempt + 1}: {reason}")
@@ -416,17 +418,23 @@ class BookExtractor:
         self.min_mentions = min_mentions
         self.used: set[str] = set()
 
+    def reads(self, name: str, title: str, author: str | None, text: str) -> tuple[str, str, str, str]:
+        """``(title, author, source, label)`` the prompts are built from: the summary's title and author
+        where it gives them, and the summary, else the book's first ``max_source_words`` words."""
+        summary = self.summaries.get(name)
+        if summary:
+            title, author = summary["title"] or title, summary["author"] or author
+        source, label = source_text(summary, text, max_words=self.max_source_words)
+        return title, author or "an unknown author", source, label
+
     def book_sets(self, name: str, title: str, author: str | None, text: str, *, n_events: int,
                   min_events: int) -> tuple[list[str], list[list[str]], dict] | Reject:
         """``(events, characters, meta)``, or why the book gives no items (with the same meta)."""
         from memaudit.probes.copybench.build import extract_characters
 
-        summary = self.summaries.get(name)
-        if summary:
+        if name in self.summaries:
             self.used.add(name)
-            title, author = summary["title"] or title, summary["author"] or author
-        source, label = source_text(summary, text, max_words=self.max_source_words)
-        author = author or "an unknown author"
+        title, author, source, label = self.reads(name, title, author, text)
         got = self.llm.events(title, author, source, n_events=n_events, min_events=min_events)
         meta = {"event_source": f"llm:{self.llm.name} ({label})", "event_attempts": got.attempts,
                 "repaired": got.repaired, "notes": list(got.notes)}

@@ -231,15 +231,19 @@ def extractive_items(documents: Sequence[dict], nlp, *, per_book: int, seed: int
     return items, rejects
 
 
+def writer_params(settings: dict) -> GenerationParams:
+    """The QA writer's decoding, every step alike: greedy, ``qa_writer.max_new_tokens``."""
+    return GenerationParams(max_new_tokens=int(settings["qa_writer"].get("max_new_tokens", 128)),
+                            temperature=0.0, chat=True)
+
+
 def build_qa(documents: Sequence[dict], settings: dict, *, seed: int, writer=None,
              progress: Callable[[str], None] = print) -> tuple[list[dict], list[Reject]]:
     """QA items of a benchmark: synthesised by ``writer`` (a backend) when given, else extractive."""
     per_book = int(settings["qa_per_book"])
     if writer is not None:
         cuts, short = passages(documents, words=int(settings["qa_passage_words"]), per_book=per_book, seed=seed)
-        params = GenerationParams(max_new_tokens=int(settings["qa_writer"].get("max_new_tokens", 128)),
-                                  temperature=0.0, chat=True)
-        items, rejects = synthesize(writer, cuts, params, progress=progress)
+        items, rejects = synthesize(writer, cuts, writer_params(settings), progress=progress)
         return items, short + rejects
     import spacy
 

@@ -153,12 +153,21 @@ def extraction_table(items: Sequence[dict], rejects: Sequence) -> pd.DataFrame:
 def make_extractor(config: dict, name: str, *, model_dir: str | Path | None = None, rule: str | None = None):
     """The ``extractor`` role: the paper's event and character prompts through model ``name``."""
     from memaudit.backends import open_backend
-    from memaudit.probes.copybench.extract import BookExtractor, LLMExtractor, load_summaries
+    from memaudit.probes.copybench.extract import LLMExtractor
+
+    settings = config["probes"]["copybench"]["extractor"]
+    return book_extractor(config, LLMExtractor(open_backend(config, name, model_dir=model_dir, rule=rule), name=name,
+                                               max_attempts=int(settings["max_attempts"]),
+                                               max_new_tokens=int(settings["max_new_tokens"])))
+
+
+def book_extractor(config: dict, llm):
+    """A :class:`~memaudit.probes.copybench.extract.BookExtractor` over ``llm`` with the configured summaries
+    and settings (the extractor's job, and its requests' planner with no backend)."""
+    from memaudit.probes.copybench.extract import BookExtractor, load_summaries
 
     cfg = config["probes"]["copybench"]
     settings = cfg["extractor"]
-    llm = LLMExtractor(open_backend(config, name, model_dir=model_dir, rule=rule), name=name,
-                       max_attempts=int(settings["max_attempts"]), max_new_tokens=int(settings["max_new_tokens"]))
     summaries = load_summaries(settings["summaries"]) if settings.get("summaries") else {}
     return BookExtractor(llm, summaries=summaries, characters=settings["characters"],
                          max_source_words=int(settings["max_source_words"]),
