@@ -125,6 +125,15 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "0.930 [0.88, 0.97]" in out and "0.510 [0.46, 0.55]" in out and "figures" in out
     assert main(["headline", "--summary", str(tmp_path / "missing.csv")]) == 2
+    # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
+    (tmp_path / "unlabelled").mkdir()
+    pd.DataFrame(columns=list(rows[0])).to_csv(tmp_path / "unlabelled" / "metrics.csv", index=False)
+    pd.DataFrame(columns=["benchmark", "model", "contaminated", "method", "q", "fdr", "power"]).to_csv(
+        tmp_path / "unlabelled" / "selection.csv", index=False)
+    pd.DataFrame({"model": ["m1"], "base": [""]}).to_csv(tmp_path / "unlabelled" / "models.csv", index=False)
+    assert main(["headline", "--summary", str(tmp_path / "unlabelled" / "metrics.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "No labelled benchmark in this run: no ROC-AUC" in out and "ROC-AUC [bootstrap" not in out
 
 
 def test_demo_expectations_flag_each_rule():

@@ -25,9 +25,13 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     if not summary_path.exists():
         raise InputError(f"{summary_path}: not found (did the run finish?)")
     summary = pd.read_csv(summary_path)
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 22):
-        print("\nROC-AUC [bootstrap 95% CI] of document scores (higher score = member):\n")
-        print(headline_table(summary, methods).to_string())
+    if summary.empty:  # every benchmark unlabelled (published CopyBench without labels): no AUC to show
+        print("\nNo labelled benchmark in this run: no ROC-AUC (CopyBench's rates: "
+              f"{summary_path.with_name('copybench.csv')}).")
+    else:
+        with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 22):
+            print("\nROC-AUC [bootstrap 95% CI] of document scores (higher score = member):\n")
+            print(headline_table(summary, methods).to_string())
     root = summary_path.parent.parent
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
     print(f"Figures: {root / 'figures'}/<benchmark>/<model>/roc.png, score_distributions.png, "
@@ -54,7 +58,10 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         path = summary_path if name == "metrics.csv" else summary_path.with_name(name)
         if not path.exists() or (needs_models and models is None):
             continue
-        checks = check(summary if name == "metrics.csv" else pd.read_csv(path))
+        table = summary if name == "metrics.csv" else pd.read_csv(path)
+        if table.empty:
+            continue
+        checks = check(table)
         if len(checks):
             print(f"\n{header}:\n")
             print(checks.to_string(index=False))
