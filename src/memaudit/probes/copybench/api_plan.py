@@ -103,7 +103,6 @@ def fluency_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decodi
                         max_new_tokens: int, fcfg: dict) -> list[dict]:
     """Placeholder fluency judgements: one per output the model under test writes, each output at its
     full ``max_new_tokens``, times ``max_attempts`` when the judge samples (each may be asked again)."""
-    from memaudit.backends.ledger import CHARS_PER_TOKEN
     from memaudit.backends.planning import plan_requests
     from memaudit.probes.copybench.fluency import FluencyJudge, fluency_prompt
 
@@ -115,8 +114,8 @@ def fluency_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decodi
         for decoding in decodings:
             for it, fmt, _user, _system in prompts:
                 # distinct per output and attempt (the estimate counts identical requests once)
-                stand_in = f"[{model}'s {decoding} output for {it['item_id']} format {fmt}, attempt {attempt}]"
-                texts.append(fluency_prompt(stand_in.ljust(int(max_new_tokens * CHARS_PER_TOKEN), ".")))
+                texts.append(fluency_prompt(_placeholder(
+                    f"{model}'s {decoding} output for {it['item_id']} format {fmt}, attempt {attempt}", max_new_tokens)))
         records += plan_requests(judge, texts, rater._params(attempt))
     return records
 
@@ -125,7 +124,6 @@ def judge_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decoding
                       max_new_tokens: int) -> list[dict]:
     """Placeholder judge requests: every reference event against every chunk a story can have, per
     (story beginning, format, decoding) the model under test writes."""
-    from memaudit.backends.ledger import CHARS_PER_TOKEN
     from memaudit.backends.planning import plan_requests
     from memaudit.probes.copybench.judge import ATTRIBUTION_PROMPT, LLMJudge
 
@@ -135,8 +133,8 @@ def judge_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decoding
         for it, fmt, _user, _system in prompts:
             for c in range(n_chunks):
                 # distinct per story and chunk (the estimate counts identical requests once), 128 tokens long
-                stand_in = f"[chunk {c} of {model}'s {decoding} story {it['item_id']} format {fmt}]"
-                stand_in = stand_in.ljust(int(CHUNK_TOKENS * CHARS_PER_TOKEN), ".")
+                stand_in = _placeholder(f"chunk {c} of {model}'s {decoding} story {it['item_id']} format {fmt}",
+                                        CHUNK_TOKENS)
                 texts += [ATTRIBUTION_PROMPT.format(claim=event, reference=stand_in)
                           for event in it["reference_events"]]
     return plan_requests(judge, texts, LLMJudge(None).params)
@@ -184,6 +182,7 @@ def role_plan_records(config: dict, benchmark: str, datasets: str | Path) -> lis
 
 
 def _placeholder(what: str, tokens: int) -> str:
+    """Stand-in text for a reply or output not yet written: ``[what]`` padded to ``tokens`` tokens' length."""
     from memaudit.backends.ledger import CHARS_PER_TOKEN
 
     return f"[{what}]".ljust(int(tokens * CHARS_PER_TOKEN), ".")
