@@ -1,5 +1,6 @@
 """Local Hugging Face causal LMs (white-box): token statistics, option log-probabilities, generation,
-per-text gradient norms, word log-probabilities."""
+per-text gradient norms, word log-probabilities. Encoder-decoder models (T5, Flan-T5) serve
+generation only: the roles that ask a model and read its reply (CopyBench's event judge)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Sequence
 
 from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS,
                                     Backend, Generation, GenerationParams, option_variants)
+from memaudit.errors import ConfigError
 
 
 class HFBackend(Backend):
@@ -14,12 +16,17 @@ class HFBackend(Backend):
 
     def __init__(self, load_spec: dict, *, name: str | None = None, dtype: str = "float32", device: str = "auto",
                  batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None):
+        from memaudit.models.loading import is_encoder_decoder
+
         if model is None:
-            from memaudit.models.loading import load_causal_lm, resolve_dtype
+            from memaudit.models.loading import load_model, resolve_dtype
 
             dtype = resolve_dtype(dtype, device)  # `auto`: bfloat16 only where the hardware has it
-            model, tokenizer = load_causal_lm(load_spec, dtype=dtype, device=device)
+            model, tokenizer = load_model(load_spec, dtype=dtype, device=device)
         self.model, self.tokenizer = model, tokenizer
+        self.encoder_decoder = is_encoder_decoder(model)
+        if self.encoder_decoder:
+            self.capabilities = frozenset({GENERATE})
         # What the model was actually loaded as (a model handed in is described as it is)
         first = next(model.parameters(), None)
         self.dtype = str(first.dtype).removeprefix("torch.") if first is not None else dtype
@@ -36,11 +43,18 @@ class HFBackend(Backend):
         from memaudit.models.loading import count_parameters
 
         return {"backend": "hf", "load": self.load_spec, "n_params": count_parameters(self.model),
-                "dtype": self.dtype, "device": self.device}
+                "dtype": self.dtype, "device": self.device,
+                "architecture": "encoder-decoder" if self.encoder_decoder else "causal"}
+
+    def _causal_only(self, what: str) -> None:
+        if self.encoder_decoder:
+            raise ConfigError(f"model {self.name!r} is an encoder-decoder model ({self.model.config.model_type}): "
+                              f"it serves generation only (e.g. copybench's event_judge); {what} needs a causal LM")
 
     def token_stats(self, texts: Sequence[str], *, with_distribution: bool = True, progress=None):
         from memaudit.models.token_stats import compute_token_stats
 
+        self._causal_only("token statistics")
         return compute_token_stats(self.model, self.tokenizer, texts, batch_size=self.batch_size,
                                    max_tokens=self.max_tokens, with_distribution=with_distribution,
                                    progress=progress)
@@ -55,6 +69,7 @@ class HFBackend(Backend):
         """
         import importlib
 
+        self._causal_only("gradient norms")
         # Loaded by name, not imported: an import would make every probe family that uses this
         # backend fingerprint the gradient code too (memaudit.probes.registry), as with MemFree below.
         grad_norms = importlib.import_module("memaudit.models.grad_norms")
@@ -73,6 +88,7 @@ class HFBackend(Backend):
         """
         import importlib
 
+        self._causal_only("word log-probabilities")
         # Loaded by name, as gradient_norms above: only the families that import the module fingerprint it.
         word_logprobs = importlib.import_module("memaudit.models.word_logprobs")
         return word_logprobs.compute_word_logprobs(self.model, self.tokenizer, texts, spans,
@@ -120,6 +136,7 @@ class HFBackend(Backend):
 
         from memaudit.models.forward import next_token_logprobs
 
+        self._causal_only("option log-probabilities")
         if len(prompts) != len(options):
             raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
         tok = self.tokenizer
@@ -168,6 +185,10 @@ class HFBackend(Backend):
 
         if params.temperature > 0:
             raise ValueError("generate_batched decodes greedily: temperature must be 0")
+        if self.encoder_decoder:
+            if memfree is not None:
+                raise ConfigError(f"model {self.name!r}: MemFree decoding is implemented for causal LMs only")
+            return self._generate_seq2seq([self._render(p, params) for p in prompts], params, max_rows=max_rows)
         from memaudit.models.loading import model_max_length
 
         tok = self.tokenizer
@@ -220,9 +241,43 @@ class HFBackend(Backend):
         each one after that token, at those positions, and without it continues them as garbage."""
         if params.chat and getattr(self.tokenizer, "chat_template", None):
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if self.encoder_decoder:  # the encoder reads the text as the model was trained to: with its end token
+            return list(self.tokenizer(text)["input_ids"])
         from memaudit.models.token_stats import encode
 
         return encode(self.tokenizer, text, max_tokens=None)
+
+    def _generate_seq2seq(self, texts: Sequence[str], params: GenerationParams, *, max_rows: int) -> list[Generation]:
+        """Greedy answers of an encoder-decoder model, ``max_rows`` inputs a batch (padded encoder
+        inputs with their attention mask; the decoders start alike), cut at the first stop string."""
+        import torch
+
+        from memaudit.backends.refusal import is_refusal
+
+        tok = self.tokenizer
+        pad = tok.pad_token_id
+        out: list[Generation] = []
+        for start in range(0, len(texts), max(1, max_rows)):
+            encoded = [self._prompt_ids(t, params) for t in texts[start:start + max_rows]]
+            width = max(len(e) for e in encoded)
+            ids = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], device=self.model.device)
+            mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in encoded], device=self.model.device)
+            with torch.inference_mode():
+                seqs = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                           max_new_tokens=params.max_new_tokens,
+                                           repetition_penalty=params.repetition_penalty, pad_token_id=pad)
+            for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
+                eos = tok.eos_token_id
+                new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
+                text = tok.decode(new, skip_special_tokens=True)
+                for s in params.stop:
+                    if s and s in text:
+                        text = text[:text.index(s)]
+                meta = {"finish_reason": "length" if len(new) >= params.max_new_tokens else "stop",
+                        "token_ids": list(new)}
+                out.append(Generation(text=text, input_tokens=len(e), output_tokens=len(new), meta=meta,
+                                      status="refusal" if is_refusal(text) else "ok"))
+        return out
 
     def generate_text(self, text: str, params: GenerationParams, *, top_logprobs: int = 0) -> Generation:
         """One answer to an already rendered input (see :meth:`render_messages`)."""
@@ -245,7 +300,8 @@ class HFBackend(Backend):
         with torch.inference_mode():
             gen = self.model.generate(**enc, **kwargs)
         sequences = gen.sequences if top_logprobs else gen
-        new = sequences[0, enc["input_ids"].shape[1]:]
+        # a causal LM's sequence continues the prompt; a decoder's starts from its start token
+        new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
         out = tok.decode(new, skip_special_tokens=True)
         for s in params.stop:
             if s and s in out:

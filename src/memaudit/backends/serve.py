@@ -42,7 +42,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         name = args.name or "scripted"
     else:
         from memaudit.backends.hf import HFBackend
-        from memaudit.models.loading import load_causal_lm
+        from memaudit.models.loading import load_model
 
         if args.path:
             spec: dict = {"path": args.path}
@@ -52,7 +52,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             spec = {"builtin": args.builtin, "cache_dir": args.cache_dir}
         if args.adapter:
             spec["adapter"] = args.adapter
-        model, tok = load_causal_lm(spec, dtype=args.dtype, device=args.device)
+        model, tok = load_model(spec, dtype=args.dtype, device=args.device)
         responder = HFResponder(HFBackend(spec, model=model, tokenizer=tok))
         name = args.name or Path(args.path or args.hub_id or args.builtin).name
     server = ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)

@@ -1,4 +1,10 @@
-"""Loading causal language models: builtin demo models, local paths and hub ids, with adapters.
+"""Loading language models: builtin demo models, local paths and hub ids, with adapters.
+
+Causal LMs serve every probe. Encoder-decoder models (T5, Flan-T5: CopyBench's event judge
+``google/flan-t5-xl``) load with :func:`load_model` for the roles that only generate
+(judges, extractors, writers, paraphrasers); :func:`load_causal_lm` refuses them with a
+one-line message, since token statistics, fine-tuning and the probes' scores are defined
+for causal LMs here.
 
 A model is described by a *load spec* (a dict, stored in the model's manifest):
 
@@ -146,25 +152,34 @@ def load_tokenizer(spec: dict[str, Any]):
     return tok
 
 
-def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
-                   merge_adapter: bool = True):
+def is_encoder_decoder(model) -> bool:
+    """Whether a loaded model is an encoder-decoder (seq2seq) model such as T5."""
+    return bool(getattr(model.config, "is_encoder_decoder", False))
+
+
+def load_model(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
+               merge_adapter: bool = True):
     """Load ``(model, tokenizer)`` for a load spec, in eval mode on ``device``, in ``dtype``
-    (``auto``: see :func:`resolve_dtype`).
+    (``auto``: see :func:`resolve_dtype`): a causal LM, or an encoder-decoder model where the
+    checkpoint's config says ``is_encoder_decoder`` (read before the weights).
 
     A peft adapter is applied on top of the base weights; with ``merge_adapter``
     it is merged in memory (inference is then as fast as the base model) -- the
     stored artifact stays the adapter alone.
     """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     name, kwargs = _from_pretrained_args(spec)
     dtype = resolve_dtype(dtype, device)
     device = resolve_device(device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype), **kwargs)
-    except OSError as exc:
-        raise InputError(f"could not load model {name!r}: {exc}") from None
+        config = AutoConfig.from_pretrained(name, **kwargs)
+        auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+        model = auto.from_pretrained(name, dtype=getattr(torch, dtype), **kwargs)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"could not load model {name!r}: {first}") from None
     tok = load_tokenizer(spec)
     if spec.get("adapter"):
         from peft import PeftModel
@@ -177,6 +192,19 @@ def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str 
             model = model.merge_and_unload()
     model.to(device)
     model.eval()
+    return model, tok
+
+
+def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
+                   merge_adapter: bool = True):
+    """:func:`load_model` for a causal LM; an encoder-decoder checkpoint is a :class:`ConfigError`
+    (fine-tuning and the white-box probes need a causal LM)."""
+    model, tok = load_model(spec, dtype=dtype, device=device, merge_adapter=merge_adapter)
+    if is_encoder_decoder(model):
+        name = _from_pretrained_args(spec)[0]
+        raise ConfigError(f"model {name!r} is an encoder-decoder model ({model.config.model_type}): memaudit "
+                          "fine-tunes and probes causal LMs; it can serve only roles that generate "
+                          "(e.g. copybench's event_judge)")
     return model, tok
 
 

