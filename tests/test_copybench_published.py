@@ -527,8 +527,10 @@ def test_the_published_files_run_through_the_workflow_unlabelled_then_labelled(t
     """CopyBench's published files as a benchmark, an API model behind the loopback server: without labels
     the run gives the paper's rates over all books and no membership statistics; with a labels file the
     same (cached) answers give member/non-member rates and an AUC."""
+    import base64
+
     from api_server import ChatServer, ScriptedResponder
-    from workflow_helpers import make_workdir, snakemake
+    from workflow_helpers import make_workdir, report_data, snakemake
 
     class Responder(ScriptedResponder):
         def default(self, request):
@@ -557,6 +559,16 @@ def test_the_published_files_run_through_the_workflow_unlabelled_then_labelled(t
         assert pd.read_csv(workdir / "results/summary/metrics.csv").empty
         rejects = pd.read_csv(workdir / "results/datasets/cb/rejects.csv")
         assert list(rejects["key"]) == ["input", "reference_events"]
+        # the report of a run with no metric tables: CopyBench's rates, the empty tables and the figure's note
+        snakemake(workdir, "--report", "results/report.html", "all", "--configfile", "config/cb.yaml")
+        report = report_data((workdir / "results/report.html").read_text(), "results")
+        assert {"results/summary/copybench.csv", "results/summary/copybench_differences.csv",
+                "results/figures/copybench/distributions.png", "results/summary/metrics.csv",
+                "results/summary/selection.csv", "results/figures/selection_fdr_power.png",
+                "results/summary/rejects.csv"} <= set(report)
+        note = report["results/figures/selection_fdr_power.png"]["data_uri"].partition(";base64,")[2]
+        assert base64.b64decode(note) == (workdir / "results/figures/selection_fdr_power.png").read_bytes()
+        assert not [p for p in report if p.startswith("results/metrics/") or p.endswith("roc.png")]
 
         config["benchmarks"]["cb"]["published"]["labels"] = "labels.csv"
         _labels(workdir, "title,label\n" + "".join(f"{t},{label}\n" for t, label in BOOKS.items()))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 
 import pytest
 import yaml
 
 from memaudit import jobs
-from workflow_helpers import ROOT, snakemake
+from workflow_helpers import ROOT, report_data, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -19,13 +18,6 @@ VALID = jobs.validate_config(yaml.safe_load((ROOT / "config" / "ci.yaml").read_t
 SCORED = jobs.scored(VALID)
 HEADLINE = CI.get("figures", {}).get("headline_methods", ["loss", "zlib", "lowercase", "min_k_20pct",
                                                        "min_k_plus_plus_20pct"])  # the schema's default
-
-
-def report_data(html: str, name: str) -> dict:
-    """The JSON the HTML report's script assigns to ``var <name>``."""
-    m = re.search(rf"^\s*var {name} = (\{{.*\}});\s*$", html, re.M)
-    assert m, f"no 'var {name}' in the report"
-    return json.loads(m.group(1))
 
 
 @pytest.fixture(scope="module")

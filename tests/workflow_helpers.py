@@ -38,6 +38,13 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
+def report_data(html: str, name: str) -> dict:
+    """The JSON the HTML report of ``snakemake --report`` assigns to ``var <name>``."""
+    m = re.search(rf"^\s*var {name} = (\{{.*\}});\s*$", html, re.M)
+    assert m, f"no 'var {name}' in the report"
+    return json.loads(m.group(1))
+
+
 def planned_jobs(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job a dry run of ``all`` schedules."""
     return {(job["rule"], job["wildcards"]) for job in dry_run(workdir, configfile, *extra, env=env)}
