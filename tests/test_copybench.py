@@ -263,9 +263,30 @@ def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path)
 
     table = differences_table([items("base", 0.2, 0.2), items("tuned", 0.7, 0.2)], {"tuned": "base"}, seed=1)
     rows = {r.group: r for r in table.itertuples()}
-    assert set(rows) == {"member", "nonmember"} and (table["model"] == "tuned").all()
+    assert set(rows) == {"member", "nonmember", "member_minus_nonmember"} and (table["model"] == "tuned").all()
     assert rows["member"].difference == pytest.approx(0.5) and rows["member"].n_items == 6
     assert rows["nonmember"].difference == 0.0 and rows["nonmember"].interval_holds_0
+    # every gain constant within its group: the difference in differences and its interval are 0.5
+    did = rows["member_minus_nonmember"]
+    assert (did.difference, did.ci_low, did.ci_high) == pytest.approx((0.5, 0.5, 0.5)) and did.n_items == 12
+
+
+def test_the_difference_in_differences_resamples_each_group_on_its_own_as_scipy_does():
+    """A style gain on every book (+0.1) and a memorisation gain on the member books (+0.3): the member
+    and non-member rows both exclude 0, the difference in differences is the member gain's excess."""
+    from scipy.stats import bootstrap
+
+    from memaudit.stats.metrics import independent_difference
+
+    rng = np.random.default_rng(4)
+    member_gain, nonmember_gain = rng.normal(0.4, 0.1, 30), rng.normal(0.1, 0.1, 25)
+    value, low, high = independent_difference(member_gain, nonmember_gain, seed=9)
+    ref = bootstrap((member_gain, nonmember_gain), lambda x, y: np.mean(x) - np.mean(y), vectorized=False,
+                    n_resamples=1000, method="percentile", random_state=np.random.default_rng(9)).confidence_interval
+    assert value == pytest.approx(member_gain.mean() - nonmember_gain.mean())
+    assert (low, high) == pytest.approx((ref.low, ref.high)) and 0.2 < low < value < high < 0.4
+    assert independent_difference(np.full(3, 0.5), np.zeros(4), seed=1) == (0.5, 0.5, 0.5)
+    assert independent_difference(np.array([0.5]), np.zeros(4), seed=1) == (0.5, 0.5, 0.5)
 
 
 # ----------------------------------------------------------------------------- the published files
@@ -407,7 +428,7 @@ def test_the_ci_workflow_writes_copybench_rows_tables_and_figure(ci_run):
     assert ((rates["ci_low"] <= rates["value"] + 1e-12) & (rates["value"] <= rates["ci_high"] + 1e-12)).all()
     differences = pd.read_csv(ci_run / "results/summary/copybench_differences.csv")
     assert set(differences["model"]) == {"tiny-gpt2-cb-books"} and set(differences["base"]) == {"tiny-gpt2-cb"}
-    assert set(differences["group"]) == {"member", "nonmember"}
+    assert set(differences["group"]) == {"member", "nonmember", "member_minus_nonmember"}
     for model in ("tiny-gpt2-cb", "tiny-gpt2-cb-books"):
         for mode in ("literal", "nonliteral"):
             check = read_json(ci_run / f"results/scores/books/{model}/copybench_{mode}_outcomes.json")

@@ -43,7 +43,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
          "Ground truth (contaminated: fine-tuned on the members; base models: null control)"),
         ("copybench_differences.csv", False, copybench_expectations,
          "CopyBench ground truth (contaminated minus base, paired; member books: above 0, "
-         "non-member books: interval holds 0)"),
+         "non-member books: interval holds 0; member minus non-member gain: above 0)"),
         ("cloze_differences.csv", False, cloze_expectations,
          "Cloze probes ground truth (fine-tuned on the benchmark minus base, reconstruction rate, paired; "
          "members: above 0, non-members: interval holds 0)"),
@@ -123,11 +123,13 @@ def copybench_expectations(differences: pd.DataFrame, scores: Sequence[str] = CO
                            decoding: str = "greedy") -> pd.DataFrame:
     """CopyBench's ground-truth checks: a model fine-tuned on the member books copies more of them
     than its base (the paired interval of the difference lies above 0); on books it never saw the
-    interval holds 0. Literal ROUGE-L and character counts, greedy decoding."""
+    interval holds 0; its member gain exceeds its non-member gain (``member_minus_nonmember``, the
+    difference in differences: above 0 even where fine-tuning on an author's books also raised the
+    scores on that author's other books). Literal ROUGE-L and character counts, greedy decoding."""
     rows = []
     chosen = differences[differences["score"].isin(scores) & (differences["decoding"] == decoding)]
     for r in chosen.itertuples():
-        if r.group == "member":
+        if r.group in ("member", "member_minus_nonmember"):
             expect, ok = "CI above 0", r.ci_low > 0
         else:
             expect, ok = "CI holds 0", r.ci_low <= 0 <= r.ci_high

@@ -12,7 +12,12 @@
     contaminated model minus its base on the same prompts (paired per item, scores averaged
     over prompt formats), member and non-member items apart, with a paired bootstrap
     interval: the ground-truth check that contamination shows up as copying and only on
-    the books the model was fine-tuned on.
+    the books the model was fine-tuned on. A third row per score, group
+    ``member_minus_nonmember``, is the difference in differences (the member items' mean gain
+    minus the non-member items'; each group resampled on its own): fine-tuning on books of one
+    author or genre also teaches their style, which raises the scores on that author's other
+    books too (the demo's Austen novels), so the member gain beyond the non-member gain is what
+    the fine-tuned text itself adds.
 ``results/figures/copybench/distributions.png``
     the skewed distributions of ROUGE-L, events and characters per model (the paper's Figure 4).
 ``results/figures/copybench/copying_vs_recall.png``
@@ -29,13 +34,14 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import read_json, read_jsonl, write_csv
-from memaudit.stats.metrics import paired_difference  # noqa: F401 -- re-exported
+from memaudit.stats.metrics import independent_difference, paired_difference
 
 SCORES = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters", "copybench_events"),
           "qa": ("copybench_qa_f1", "copybench_qa_em")}
 
 
 GROUPS = {1: "member", 0: "nonmember"}  # label -1: an unlabelled benchmark's items (published CopyBench)
+DID_GROUP = "member_minus_nonmember"  # the member gain beyond the non-member gain
 
 
 def _parse(path: str) -> tuple[str, str, str]:
@@ -87,15 +93,25 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
             continue
         mine, theirs = item_scores(path), item_scores(by_key[(benchmark, base, mode)])
         joined = mine.merge(theirs, on=["item_id", "label", "decoding"], suffixes=("", "_base"))
-        for (decoding, label), block in joined.groupby(["decoding", "label"]):
+        key = {"benchmark": benchmark, "model": model, "base": base, "mode": mode}
+        for decoding, by_decoding in joined.groupby("decoding"):
+            gains = {}
+            for label, block in by_decoding.groupby("label"):
+                for score in SCORES[mode]:
+                    value, low, high = paired_difference(block[score].to_numpy(),
+                                                         block[f"{score}_base"].to_numpy(), seed=seed)
+                    gains[int(label), score] = (block[score] - block[f"{score}_base"]).to_numpy()
+                    rows.append({**key, "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
+                                 "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
+                                 "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
+                                 "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
             for score in SCORES[mode]:
-                value, low, high = paired_difference(block[score].to_numpy(), block[f"{score}_base"].to_numpy(),
-                                                     seed=seed)
-                rows.append({"benchmark": benchmark, "model": model, "base": base, "mode": mode,
-                             "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
-                             "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
-                             "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
-                             "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+                if (1, score) in gains and (0, score) in gains:
+                    value, low, high = independent_difference(gains[1, score], gains[0, score], seed=seed)
+                    rows.append({**key, "decoding": decoding, "group": DID_GROUP,
+                                 "n_items": len(gains[1, score]) + len(gains[0, score]), "score": score,
+                                 "mean_model": float("nan"), "mean_base": float("nan"), "difference": value,
+                                 "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
     return pd.DataFrame(rows)
 
 
