@@ -135,6 +135,9 @@ def test_summary_detection_and_contaminated_minus_base():
     assert diff.loc["member", "difference"] == pytest.approx(np.mean([3, 3, 2, 1]) / 4)
     assert diff.loc["member", "ci_low"] > 0 and not diff.loc["member", "interval_holds_0"]
     assert diff.loc["nonmember", "difference"] == pytest.approx(0.25 / 4)
+    did = diff.loc["member_minus_nonmember"]
+    assert did["difference"] == pytest.approx(np.mean([3, 3, 2, 1]) / 4 - 0.25 / 4) and did["n_texts"] == 8
+    assert np.isnan(did["rate_model"]) and did["ci_low"] <= did["difference"] <= did["ci_high"]
     assert not diff["contaminated_on_benchmark"].any()
     marked = summary.differences_table(texts, {"hot": "base"}, seed=3, members_of={"hot": ["b"]})
     assert marked["contaminated_on_benchmark"].all()

@@ -186,11 +186,13 @@ def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
         {**row, "measure": "rank", "group": "member", "ci_low": 0.0, "ci_high": 0.3},
         {**row, "measure": "rank", "group": "nonmember", "ci_low": -0.1, "ci_high": 0.1},
         {**row, "model": "other", "contaminated_on_benchmark": False, "group": "member", "ci_low": -1, "ci_high": 1},
+        {**row, "group": "member_minus_nonmember", "ci_low": 0.05, "ci_high": 0.2},
     ])
     got = cloze_expectations(differences)
     assert [(r.model, r.tokens, r.texts, r.expected, r.ok) for r in got.itertuples()] == [
         ("tuned", "prob", "member", "CI above 0", True), ("tuned", "prob", "nonmember", "CI holds 0", False),
-        ("tuned", "rank", "member", "CI above 0", False), ("tuned", "rank", "nonmember", "CI holds 0", True)]
+        ("tuned", "rank", "member", "CI above 0", False), ("tuned", "rank", "nonmember", "CI holds 0", True),
+        ("tuned", "prob", "member_minus_nonmember", "CI above 0", True)]
 
 
 def test_copybench_expectations_want_copying_on_member_books_only():

@@ -205,7 +205,8 @@ def test_cloze_probes_of_the_ci_run(ci_run):
     probed = table[table.method.str.startswith("cloze_")]
     assert (probed["n_texts"] == len(passages)).all() and probed["n_tokens"].sum() == 2 * len(tokens)
     diffs = pd.read_csv(ci_run / "results/summary/cloze_differences.csv")
-    assert set(diffs["group"]) == {"member", "nonmember"} and set(diffs["model"]) == {"tiny-gpt2-small-contaminated"}
+    assert set(diffs["group"]) == {"member", "nonmember", "member_minus_nonmember"}
+    assert set(diffs["model"]) == {"tiny-gpt2-small-contaminated"}
     assert diffs["contaminated_on_benchmark"].all()  # fine-tuned on novels' members
     versus = pd.read_csv(ci_run / "results/summary/cloze_vs_prefix.csv")  # no prefix probe in ci: the header only
     assert versus.empty and list(versus.columns)[:3] == ["benchmark", "model", "method"]

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import write_csv
-from memaudit.stats.metrics import paired_difference
+from memaudit.stats.metrics import independent_difference, paired_difference
 
 BETA = 0.1
 
@@ -80,7 +80,10 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
 
 def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
                       members_of: dict[str, list[str]] | None = None) -> pd.DataFrame:
-    """Contaminated minus base reconstruction rate per passage, members and non-members apart.
+    """Contaminated minus base reconstruction rate per passage, members and non-members apart, and the
+    member gain minus the non-member gain (group ``member_minus_nonmember``, each group resampled on
+    its own): a model fine-tuned on a QA set's members also learns its format and domain, which
+    raises the non-members too; what it adds beyond that is the member text itself.
 
     ``contaminated_on_benchmark`` says whether the model was fine-tuned on this benchmark's
     members (``finetune.members_of``): only then is the member split its ground truth. A model
@@ -97,14 +100,21 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
             continue
         joined = mine.merge(theirs, on=["passage_id", "label"], suffixes=("", "_base"))
         joined = joined[joined["n_tokens"] > 0]
+        key = {"benchmark": benchmark, "model": model, "base": base, "mode": mode, "measure": measure,
+               "contaminated_on_benchmark": benchmark in members_of.get(model, ())}
+        gains = {}
         for label, block in joined.groupby("label"):
             a = (block["n_reconstructed"] / block["n_tokens"]).to_numpy(float)
             b = (block["n_reconstructed_base"] / block["n_tokens_base"]).to_numpy(float)
+            gains[int(label)] = a - b
             value, low, high = paired_difference(a, b, seed=seed)
-            rows.append({"benchmark": benchmark, "model": model, "base": base, "mode": mode, "measure": measure,
-                         "contaminated_on_benchmark": benchmark in members_of.get(model, ()),
-                         "group": "member" if int(label) == 1 else "nonmember", "n_texts": len(block),
+            rows.append({**key, "group": "member" if int(label) == 1 else "nonmember", "n_texts": len(block),
                          "rate_model": float(a.mean()), "rate_base": float(b.mean()), "difference": value,
+                         "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+        if 1 in gains and 0 in gains:  # the member gain beyond the non-member gain (domain and format learnt)
+            value, low, high = independent_difference(gains[1], gains[0], seed=seed)
+            rows.append({**key, "group": "member_minus_nonmember", "n_texts": len(gains[1]) + len(gains[0]),
+                         "rate_model": float("nan"), "rate_base": float("nan"), "difference": value,
                          "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
 
