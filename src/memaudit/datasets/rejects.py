@@ -19,7 +19,6 @@ whole file (an unreadable PDF, an article without a date).
 from __future__ import annotations
 
 import csv
-import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -147,10 +146,24 @@ def _refuse_binary(path: Path, data: bytes, what: str) -> None:
 _DECODER = json.JSONDecoder(strict=False)  # a raw control character costs its record, not the file
 
 
+# One physical line with its ending, split as ``io.StringIO(text, newline="")`` splits (on \r\n, \r
+# or \n, endings kept), without copying the whole text into StringIO's four-bytes-a-character buffer.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _lines(text: str) -> Iterator[str]:
+    if not _OTHER_BREAKS.search(text):  # str.splitlines (fast) splits on these too; CSV does not
+        return iter(text.splitlines(keepends=True))
+    return (m.group() for m in _LINE.finditer(text))
+
+
 def csv_rows(path: str | Path, text: str) -> Iterator[tuple[int, list[str]]]:
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
     :class:`InputError` naming the line where the row starts."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(_lines(text))
     while True:
         start = reader.line_num + 1
         try:
