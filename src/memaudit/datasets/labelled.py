@@ -218,6 +218,8 @@ def read_rows(path: str | Path, spec: LabelledSet, log: RejectLog) -> tuple[Path
 
 def csv_get(record: dict[str, str], name: str) -> Any:
     """A CSV cell by field name, case ignored on both sides (names checked unique by :func:`_csv_header`)."""
+    if name in record:  # the header spells it as asked: one look-up
+        return record[name]
     name = name.lower()
     return next((value for key, value in record.items() if key.lower() == name), MISSING)
 
