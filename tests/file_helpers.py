@@ -10,3 +10,20 @@ def write_file(path: Path, text: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
     return path
+
+
+def run_cases(check, name: str) -> int:
+    """Run ``check``, a hypothesis ``@given`` test taking no fixtures, print how many cases ran
+    (``pytest -s`` shows it) and return that count."""
+    ran = 0
+    inner = check.hypothesis.inner_test
+
+    def counted(*args, **kwargs):
+        nonlocal ran
+        ran += 1
+        return inner(*args, **kwargs)
+
+    check.hypothesis.inner_test = counted
+    check()
+    print(f"{name}: {ran} cases ran")
+    return ran

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memaudit.config import validate_config
@@ -26,7 +26,7 @@ from memaudit.datasets.qa import contamination_split, load_qa_jsonl, read_qa_jso
 from memaudit.datasets.rejects import (REJECT_COLUMNS, benchmark_rejects_path, count_rejects, write_benchmark_rejects,
                                       write_rejects)
 from memaudit.datasets.sources import load_source
-from file_helpers import write_file
+from file_helpers import run_cases, write_file
 from memaudit.errors import ConfigError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,20 +257,23 @@ def test_a_parquet_file_needs_pyarrow_or_loads_like_the_jsonl(tmp_path, monkeypa
     assert [p.meta["line"] for p in passages] == [1, 2, 3]  # row numbers
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(st.binary(max_size=300),
-                      st.integers(0, len(NYT_JSONL.encode())).map(lambda n: NYT_JSONL.encode()[:n]),
-                      st.integers(0, len(NYT_CSV.encode())).map(lambda n: NYT_CSV.encode()[:n])),
-       suffix=st.sampled_from([".jsonl", ".csv", ".json", ".txt"]))
-def test_random_and_truncated_nyt_files_load_with_rejects_or_fail_in_one_line(tmp_path, data, suffix):
-    path = _write(tmp_path / f"nyt{suffix}", data)
-    try:
-        docs, passages, rejected = load_nyt(path)
-    except InputError as exc:
-        assert "\n" not in str(exc) and str(path) in str(exc)
-    else:
-        assert len(docs) == len(passages) >= 1 and all(p.label in (0, 1) for p in passages)
-        assert all(r.file == str(path) and r.line >= 1 for r in rejected)
+def test_random_and_truncated_nyt_files_load_with_rejects_or_fail_in_one_line(tmp_path):
+    @settings(max_examples=60, deadline=None)
+    @given(data=st.one_of(st.binary(max_size=300),
+                          st.integers(0, len(NYT_JSONL.encode())).map(lambda n: NYT_JSONL.encode()[:n]),
+                          st.integers(0, len(NYT_CSV.encode())).map(lambda n: NYT_CSV.encode()[:n])),
+           suffix=st.sampled_from([".jsonl", ".csv", ".json", ".txt"]))
+    def check(data, suffix):
+        path = _write(tmp_path / f"nyt{suffix}", data)
+        try:
+            docs, passages, rejected = load_nyt(path)
+        except InputError as exc:
+            assert "\n" not in str(exc) and str(path) in str(exc)
+        else:
+            assert len(docs) == len(passages) >= 1 and all(p.label in (0, 1) for p in passages)
+            assert all(r.file == str(path) and r.line >= 1 for r in rejected)
+
+    assert run_cases(check, "NYT files") >= 50
 
 
 # ----------------------------------------------------------------------------- articles
@@ -388,19 +391,22 @@ def _pdf_bytes() -> bytes:
     return buffer.getvalue()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(st.binary(max_size=400), st.integers(0, 2000).map(lambda n: _pdf_bytes()[:n]),
-                      st.tuples(st.integers(0, 2000), st.binary(min_size=1, max_size=20)).map(
-                          lambda cut: _pdf_bytes()[:cut[0]] + cut[1] + _pdf_bytes()[cut[0] + len(cut[1]):])),
-       suffix=st.sampled_from([".pdf", ".txt"]))
-def test_random_truncated_or_corrupted_article_files_are_rejected_rows_or_records(tmp_path, data, suffix):
-    folder = tmp_path / f"random{suffix[1:]}"
-    _write(folder / f"a{suffix}", data)
-    _write(folder / "good.txt", "Date: 2022-01-01\n" + ARTICLE)
-    _write(folder / "dates.csv", "file,date\na.pdf,2022-01-01\n" if suffix == ".pdf" else "file,date\n")
-    docs, passages, rejected = build_articles(folder, "2023-01-01")
-    assert "articles/good" in [d.doc_id for d in docs]
-    assert len(docs) + sum(r.action == "rejected" and r.file.endswith(f"a{suffix}") for r in rejected) == 2
+def test_random_truncated_or_corrupted_article_files_are_rejected_rows_or_records(tmp_path):
+    @settings(max_examples=40, deadline=None)
+    @given(data=st.one_of(st.binary(max_size=400), st.integers(0, 2000).map(lambda n: _pdf_bytes()[:n]),
+                          st.tuples(st.integers(0, 2000), st.binary(min_size=1, max_size=20)).map(
+                              lambda cut: _pdf_bytes()[:cut[0]] + cut[1] + _pdf_bytes()[cut[0] + len(cut[1]):])),
+           suffix=st.sampled_from([".pdf", ".txt"]))
+    def check(data, suffix):
+        folder = tmp_path / f"random{suffix[1:]}"
+        _write(folder / f"a{suffix}", data)
+        _write(folder / "good.txt", "Date: 2022-01-01\n" + ARTICLE)
+        _write(folder / "dates.csv", "file,date\na.pdf,2022-01-01\n" if suffix == ".pdf" else "file,date\n")
+        docs, passages, rejected = build_articles(folder, "2023-01-01")
+        assert "articles/good" in [d.doc_id for d in docs]
+        assert len(docs) + sum(r.action == "rejected" and r.file.endswith(f"a{suffix}") for r in rejected) == 2
+
+    assert run_cases(check, "article files") >= 30
 
 
 # ----------------------------------------------------------------------------- QA sets

@@ -181,6 +181,7 @@ def test_against_few_clean_questions_the_test_is_fishers_not_a_binomial_at_the_e
 GOOD_ROW = {"Example_A": "Verbatim text.", "Example_B": "Para one.", "Example_C": "Para two.",
             "Example_D": "Para three.", "Answer": "A", "ID": "The_Hobbit_-_J._R._R._Tolkien", "Label": 1,
             "Length": "medium"}
+CLEAN_ROW = {**GOOD_ROW, "Example_A": "Fresh verbatim.", "ID": "Recent_Book_-_New_Author", "Label": 0}
 
 
 def _csv(tmp_path, rows, drop=()):
@@ -190,57 +191,172 @@ def _csv(tmp_path, rows, drop=()):
     return path
 
 
+def _rows(rejected):
+    return [(r.line, r.key, r.value, r.reason, r.action) for r in rejected]
+
+
 def test_booktection_csv_is_loaded_with_title_and_author(tmp_path):
     rows = [GOOD_ROW, {**GOOD_ROW, "Example_A": "Another verbatim.", "Answer": "c"},
             {**GOOD_ROW, "ID": "Recent_Book_-_New_Author", "Label": 0, "Length": "small"}]
-    items = load_tection_csv(_csv(tmp_path, rows))
+    items, rejected = load_tection_csv(_csv(tmp_path, rows))
+    assert rejected == []
     assert [it["answer"] for it in items] == [0, 2, 0]
     assert items[0]["meta"]["title"] == "The Hobbit" and items[0]["meta"]["author"] == "J. R. R. Tolkien"
     assert [it["meta"]["length_tokens"] for it in items] == [128, 128, 64]
+    assert [it["meta"]["source_line"] for it in items] == [2, 3, 4]
     assert [it["item_id"] for it in items] == ["The_Hobbit_-_J._R._R._Tolkien#p0", "The_Hobbit_-_J._R._R._Tolkien#p1",
                                                "Recent_Book_-_New_Author#p0"]
-    assert len(load_tection_csv(_csv(tmp_path, rows), length="small")) == 1
+    assert [it["item_id"] for it in load_tection_csv(_csv(tmp_path, rows), length="small")[0]] == [
+        "Recent_Book_-_New_Author#p0"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"drop": ["Answer"]}, r"missing column\(s\) Answer"),
-    ({"Answer": "E"}, r"row 3, column Answer: 'E' is not one of A, B, C, D"),
-    ({"Example_C": ""}, r"row 3, column Example_C: empty option"),
-    ({"Label": "yes"}, r"row 3, column Label"),
-    ({"Label": 0}, r"row 3, column Label: ID 'The_Hobbit_-_J._R._R._Tolkien' is labelled 0 here but 1 on row 2"),
-    ({"Example_A": "Verbatim text."}, r"row 3, column ID: duplicate question .* row 2"),
+HOBBIT = "'The_Hobbit_-_J._R._R._Tolkien'"
+
+
+@pytest.mark.parametrize("change, rejected", [
+    ({"Answer": "E"}, [(3, "Answer", "'E'", "'E' is not one of A, B, C, D", "rejected")]),
+    ({"Example_C": " "}, [(3, "Example_C", "' '", "empty or whitespace-only text", "rejected")]),
+    ({"Example_C": ""}, [(3, "Example_C", "''", "empty or whitespace-only text", "rejected")]),
+    ({"Label": "yes"}, [(3, "Label", "'yes'", "not exactly 0 (clean) or 1 (suspect): got the text 'yes'", "rejected")]),
+    ({"Label": "0.7"}, [(3, "Label", "'0.7'", "not exactly 0 (clean) or 1 (suspect): got the text '0.7'", "rejected")]),
+    ({"Label": "1.5"}, [(3, "Label", "'1.5'", "not exactly 0 (clean) or 1 (suspect): got the text '1.5'", "rejected")]),
+    ({"Length": "huge"}, [(3, "Length", "'huge'", "'huge' is not small, medium or large", "rejected")]),
+    ({"Example_A": "Verbatim  text. "},
+     [(3, "Example_A", "'Verbatim  text. '", "duplicate question: same ID and Example_A as line 2", "rejected")]),
+    ({"Label": 0}, [(line, "Label", str(label), f"ID {HOBBIT} has Label 0 on 1 row(s) (first line 3) and 1 on 1 row(s) "
+                     f"(first line 2): conflicting labels, every row of it rejected", "rejected")
+                    for line, label in ((2, 1), (3, 0))]),
 ])
-def test_booktection_bad_input_names_file_row_and_column(tmp_path, change, message):
-    second = {**GOOD_ROW, "Example_A": "Other verbatim."}
-    second.update({k: v for k, v in change.items() if k != "drop"})
-    path = _csv(tmp_path, [GOOD_ROW, second], drop=change.get("drop", ()))
-    with pytest.raises(InputError, match=message) as err:
+def test_booktection_bad_input_names_file_row_and_column(tmp_path, change, rejected):
+    """A bad row is rejected with its line and column and the rest loads; strict: true makes the
+    first rejected row (in line order) the error, with the count."""
+    second = {**GOOD_ROW, "Example_A": "Other verbatim.", **change}
+    path = _csv(tmp_path, [GOOD_ROW, second, CLEAN_ROW])
+    items, got = load_tection_csv(path)
+    assert _rows(got) == rejected
+    rejected_lines = {r[0] for r in rejected}
+    assert [it["meta"]["source_line"] for it in items] == [n for n in (2, 3, 4) if n not in rejected_lines]
+    first = rejected[0]
+    more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
+    with pytest.raises(InputError) as err:
+        load_tection_csv(path, strict=True)
+    assert str(err.value) == f"{path}, line {first[0]}, column {first[1]}: {first[3]}{more}"
+
+
+def test_booktection_nul_in_an_id_is_removed_as_in_the_text_and_noted(tmp_path):
+    second = {**GOOD_ROW, "Example_A": "Other\x00 verbatim.", "ID": "The_Hobbit\x00_-_J._R._R._Tolkien"}
+    items, rejected = load_tection_csv(_csv(tmp_path, [GOOD_ROW, second]))
+    assert [(it["doc_id"], it["item_id"], it["options"][0]) for it in items] == [
+        ("The_Hobbit_-_J._R._R._Tolkien", "The_Hobbit_-_J._R._R._Tolkien#p0", "Verbatim text."),
+        ("The_Hobbit_-_J._R._R._Tolkien", "The_Hobbit_-_J._R._R._Tolkien#p1", "Other verbatim.")]
+    note = "1 NUL character(s) removed (IDs and text are cleaned alike)"
+    assert _rows(rejected) == [(3, "Example_A", "'Other\\x00 verbatim.'", note, "kept"),
+                               (3, "ID", "'The_Hobbit\\x00_-_J._R._R._Tolkien'", note, "kept")]
+    assert load_tection_csv(_csv(tmp_path, [GOOD_ROW, second]), strict=True)[0] == items  # a note is no error
+
+
+def test_booktection_lines_are_physical_after_a_multiline_field(tmp_path):
+    path = tmp_path / "booktection.csv"
+    path.write_text('Example_A,Example_B,Example_C,Example_D,Answer,ID,Label\r\n'
+                    '"Two\nlines.",B,C,D,A,P1,1\r\n'
+                    ' ,B,C,D,A,P1,1\r\n'
+                    'Third.,B,C,D,A,P2,0\r\n', newline="")
+    items, rejected = load_tection_csv(path, kind="paper")
+    assert [(it["options"][0], it["meta"]["source_line"]) for it in items] == [("Two\nlines.", 2), ("Third.", 5)]
+    assert [r.message() for r in rejected] == [f"{path}, line 4, column Example_A: empty or whitespace-only text"]
+
+
+def test_booktection_missing_column_and_length_without_column_are_file_errors(tmp_path):
+    with pytest.raises(InputError) as err:
+        load_tection_csv(_csv(tmp_path, [GOOD_ROW], drop=["Answer"]))
+    assert str(err.value) == (f"{tmp_path / 'booktection.csv'}, line 1: missing column(s) Answer (expected Example_A, "
+                              "Example_B, Example_C, Example_D, Answer, ID, Label, any case; found Example_A, "
+                              "Example_B, Example_C, Example_D, ID, Label, Length)")
+    with pytest.raises(InputError) as err:
+        load_tection_csv(_csv(tmp_path, [GOOD_ROW], drop=["Length"]), length="small")
+    assert str(err.value) == (f"{tmp_path / 'booktection.csv'}: no column Length to select length='small' "
+                              "(BookTection has it)")
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "{p}: empty file"),
+    ("Example_A,ID\n".encode("utf-16"), "{p}: UTF-16 text (little-endian byte-order mark), expected a "
+                                        "BookTection/arXivTection CSV file in UTF-8; convert the file to UTF-8"),
+    (b"Example_A,ID\ncaf\xe9,x\n", "{p}, line 2: invalid UTF-8 at byte offset 16 (byte 0xe9); convert the file to UTF-8"),
+    (b"PK\x03\x04\x14\x00\x00\x00", "{p}: a ZIP archive (an Excel .xlsx workbook?), expected a BookTection/arXivTection "
+                                    "CSV file in UTF-8; export it as CSV (UTF-8)"),
+    (b"Example_A,Example_B,Example_C,Example_D,Answer,ID,Label\n\"Cut off", "{p}: no usable question (1 rejected; first: "
+                                                                           "{p}, line 2: 1 fields, the header has 7)"),
+])
+def test_booktection_unreadable_files_are_one_line_errors(tmp_path, data, message):
+    path = tmp_path / "booktection.csv"
+    path.write_bytes(data)
+    with pytest.raises(InputError) as err:
         load_tection_csv(path)
-    assert "booktection.csv" in str(err.value)
+    assert str(err.value) == message.format(p=path)
+    with pytest.raises(InputError) as err:
+        load_tection_csv(tmp_path)
+    assert str(err.value) == f"{tmp_path}: is a directory, expected a BookTection/arXivTection CSV file"
 
 
 def test_arxivtection_ids_are_paper_titles(tmp_path):
     row = {k: v for k, v in GOOD_ROW.items() if k != "Length"}
     row["ID"] = "Attention Is All You Need"
-    items = load_tection_csv(_csv(tmp_path, [row]), kind="paper")
+    items, rejected = load_tection_csv(_csv(tmp_path, [row]), kind="paper")
     assert items[0]["meta"]["title"] == "Attention Is All You Need" and items[0]["meta"]["kind"] == "paper"
+    assert items[0]["meta"]["length_tokens"] == 128 and rejected == []
 
 
-def test_bookmia_jsonl_with_nul_bytes_and_errors(tmp_path):
+BOOKMIA = [{"book_id": 7, "book": "Some Book", "snippet_id": 0, "snippet": "First\x00 snippet.", "label": 1},
+           {"book_id": 7, "book": "Some Book", "snippet_id": 1, "snippet": "Second snippet.", "label": 1},
+           {"book_id": 9, "book": "New Book", "snippet_id": 0, "snippet": "Fresh text.", "label": 0}]
+
+
+def test_bookmia_jsonl_with_nul_bytes(tmp_path):
     path = tmp_path / "bookmia.jsonl"
-    recs = [{"book_id": 7, "book": "Some Book", "snippet_id": 0, "snippet": "First\x00 snippet.", "label": 1},
-            {"book_id": 7, "book": "Some Book", "snippet_id": 1, "snippet": "Second snippet.", "label": 1},
-            {"book_id": 9, "book": "New Book", "snippet_id": 0, "snippet": "Fresh text.", "label": 0}]
-    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    docs, passages = load_bookmia(path)
+    path.write_text("\n".join(json.dumps(r) for r in BOOKMIA) + "\n")
+    docs, passages, rejected = load_bookmia(path)
     assert [d.doc_id for d in docs] == ["7", "9"] and [d.meta["label"] for d in docs] == [1, 0]
-    assert passages[0].text == "First snippet." and passages[0].passage_id == "7#0"
-    path.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[0]) + "\n")
-    with pytest.raises(InputError, match=r"bookmia.jsonl: line 2, field snippet_id: duplicate"):
+    assert [(p.passage_id, p.text, p.meta["source_line"]) for p in passages] == [
+        ("7#0", "First snippet.", 1), ("7#1", "Second snippet.", 2), ("9#0", "Fresh text.", 3)]
+    assert _rows(rejected) == [(1, "snippet", "'First\\x00 snippet.'",
+                                "1 NUL character(s) removed (IDs and text are cleaned alike)", "kept")]
+
+
+@pytest.mark.parametrize("change, rejected", [
+    ({"label": 0.7}, [(2, "label", "0.7", "not exactly 0 (non-member) or 1 (member): got a number 0.7")]),
+    ({"label": True}, [(2, "label", "True", "not exactly 0 (non-member) or 1 (member): got a boolean True")]),
+    ({"snippet": "  "}, [(2, "snippet", "'  '", "empty or whitespace-only text")]),
+    ({"snippet_id": 0}, [(2, "snippet_id", "0", "duplicate snippet: same book_id and snippet_id as line 1")]),
+    ({"book_id": "7\x00"}, []),  # the same book once its NUL is removed, noted below
+    ({"label": 0}, [(line, "label", str(label), "book_id '7' has label 0 on 1 row(s) (first line 2) and 1 on 1 "
+                     "row(s) (first line 1): conflicting labels, every row of it rejected") for line, label in ((1, 1), (2, 0))]),
+])
+def test_bookmia_bad_rows_are_rejected_with_their_line(tmp_path, change, rejected):
+    path = tmp_path / "bookmia.jsonl"
+    recs = [BOOKMIA[0] | {"snippet": "First snippet."}, {**BOOKMIA[1], **change}, BOOKMIA[2]]
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    docs, passages, got = load_bookmia(path)
+    assert [(r.line, r.key, r.value, r.reason) for r in got if r.action == "rejected"] == rejected
+    assert len(passages) + len(rejected) == 3
+    assert [d.doc_id for d in docs] == (["9"] if change == {"label": 0} else ["7", "9"])
+    if rejected:
+        more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
+        with pytest.raises(InputError) as err:
+            load_bookmia(path, strict=True)
+        assert str(err.value) == f"{path}, line {rejected[0][0]}, key {rejected[0][1]}: {rejected[0][3]}{more}"
+
+
+def test_bookmia_unreadable_files_are_one_line_errors(tmp_path):
+    path = tmp_path / "bookmia.jsonl"
+    path.write_bytes(json.dumps(BOOKMIA[2]).encode() + b'\n{"book": "caf\xe9"}\n')
+    with pytest.raises(InputError) as err:
         load_bookmia(path)
-    path.write_text(json.dumps({k: v for k, v in recs[0].items() if k != "label"}) + "\n")
-    with pytest.raises(InputError, match=r"line 1: missing field\(s\) label"):
+    assert str(err.value) == f"{path}, line 2: invalid UTF-8 at byte offset 103 (byte 0xe9); convert the file to UTF-8"
+    path.write_text('{"book_id": 7}\nnot json\n')
+    with pytest.raises(InputError) as err:
         load_bookmia(path)
+    assert str(err.value) == (f"{path}: no usable snippet (2 rejected; first: {path}, line 1, key book: missing key)")
 
 
 # ----------------------------------------------------------------------------- construction

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import shutil
 
 import pandas as pd
@@ -11,7 +12,7 @@ import yaml
 
 from api_server import ChatReply, ChatServer, ScriptedResponder, refusal_text
 from memaudit.jobs import validate_config
-from memaudit.datasets.published import published_benchmark
+from memaudit.datasets.published import published_benchmark, published_items
 from memaudit.probes.decop.runner import published_items_for_run
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_jsonl
@@ -69,13 +70,122 @@ def test_a_benchmark_needs_sources_or_published_data_but_not_both():
     with pytest.raises(ConfigError, match=r"published.format"):  # wikimia is a format now; this one is not
         validate_config(_config(published={"format": "the_pile", "path": "x"}))
     assert validate_config(_config(published={"format": "booktection", "hf": "avduarte333/BookTection"}))
+    for fmt, path in (("booktection", "x.csv"), ("arxivtection", "x.csv"), ("bookmia", "x.jsonl")):
+        assert validate_config(_config(published={"format": fmt, "path": path, "strict": True}))
+    assert validate_config(_config(published={"format": "arxivtection", "hf": "avduarte333/arXivTection",
+                                              "strict": False}))
+
+
+# --------------------------------------------------------------------------- the published files' shapes
+
+def _load_excerpt(tmp_path, name: str, fmt: str, data: bytes):
+    """``(path, documents, passages, rejects)`` of a published-shape excerpt written to ``name``."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    rejects = []
+    docs, passages = published_benchmark(fmt[:2], {"format": fmt, "path": str(path)}, rejects=rejects)
+    return path, docs, passages, rejects
+
+
+# data/arXivTection.csv of avduarte333/DE-COP_Method, in shape (the text is made up): UTF-8 with a
+# byte-order mark, CRLF line ends, a field quoted only where it needs it (the options mostly are,
+# the IDs only with a comma), an option that is a single space unquoted (the real file's line 615),
+# a record whose Example_B-D each hold a bare LF (the real file's lines 630-633) and options with
+# trailing spaces.
+ARXIV_EXCERPT = (
+    "\ufeffExample_A,Example_B,Example_C,Example_D,Answer,ID,Label\r\n"
+    '"We study, briefly, how models copy.","We look, in short, at copying.","Copying, we study.",'
+    '"A short study of copying. ",A,"Copy, Paste, Detect",1\r\n'
+    'We show that the method works.,"Shown: the method, working.","The method works, we show.",'
+    '"It works, the method. ",A,"Copy, Paste, Detect",1\r\n'
+    ' ,"The writer wants to travel, far.","Travel, far, is the wish.","A wish to go far.",A,RESEE,0\r\n'
+    '"Dataset Statistics The set has 1,000 items.","Statistics\nThe set: 1,000 items.",'
+    '"Items\n1,000 in all.","In all\n1,000 items.",A,SOUL,0\r\n'
+    '"We evaluate under a zero-shot setting.","Zero-shot, we evaluate.","We test, zero-shot.",'
+    '"Evaluated zero-shot. ",A,SOUL,0\r\n'
+)
+
+
+def test_an_arxivtection_file_in_the_published_shape_loads_with_its_blank_option_in_rejects_csv(tmp_path):
+    from memaudit.datasets.rejects import count_rejects, write_benchmark_rejects
+
+    path, docs, passages, rejects = _load_excerpt(tmp_path, "arXivTection.csv", "arxivtection",
+                                                  ARXIV_EXCERPT.encode("utf-8"))
+    assert [(d.doc_id, d.meta["label"], d.meta["n_passages"]) for d in docs] == [
+        ("Copy, Paste, Detect", 1, 2), ("SOUL", 0, 2)]
+    assert [(p.passage_id, p.meta["source_line"]) for p in passages] == [
+        ("Copy, Paste, Detect#p0", 2), ("Copy, Paste, Detect#p1", 3), ("SOUL#p0", 5), ("SOUL#p1", 9)]
+    assert passages[2].text == "Dataset Statistics The set has 1,000 items."
+    assert passages[1].text == "We show that the method works."
+    assert [r.message() for r in rejects] == [f"{path}, line 4, column Example_A: empty or whitespace-only text"]
+    table = write_benchmark_rejects("ar", rejects, tmp_path / "results")
+    assert table.read_text() == f"file,line,key,value,reason,action\n{path},4,Example_A,' ',empty or whitespace-only text,rejected\n"
+    summary = count_rejects({"ar": table})
+    assert summary.to_dict("records") == [{"benchmark": "ar", "file": str(path), "reason": "empty or whitespace-only text",
+                                           "action": "rejected", "n_rows": 1}]
+    with pytest.raises(InputError) as err:
+        published_benchmark("ax", {"format": "arxivtection", "path": str(path), "strict": True})
+    assert str(err.value) == f"{path}, line 4, column Example_A: empty or whitespace-only text"
+
+
+# BookTection as arXivTection's shape with the Length column last (the hub's avduarte333/BookTection
+# was not at hand to compare byte for byte; the columns are those DE-COP's 2_decop_hf.py reads).
+BOOK_EXCERPT = (
+    "\ufeffExample_A,Example_B,Example_C,Example_D,Answer,ID,Label,Length\r\n"
+    '"It was a cold day, and clocks struck.","The day was cold; clocks struck.","Clocks struck, cold day.",'
+    '"A cold day, the clocks striking.",A,1984_-_George_Orwell,1,small\r\n'
+    '"He walked on,\nthrough the rain.","Through rain\nhe went on.","On he went\nin rain.","Rain fell;\nhe walked.",'
+    'A,1984_-_George_Orwell,1,medium\r\n'
+    '"She opened the door.", ,"The door, opened by her.","She had opened it.",A,Happy_Place_-_Emily_Henry,0,small\r\n'
+    '"She closed the door.","The door was closed.","Closed, the door.","She shut it.",A,Happy_Place_-_Emily_Henry,0,small\r\n'
+)
+
+
+def test_a_booktection_file_in_the_published_shape_keeps_its_lengths_and_lines(tmp_path):
+    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookTection.csv", "booktection",
+                                                  BOOK_EXCERPT.encode("utf-8"))
+    assert [(p.passage_id, p.meta["length_tokens"], p.meta["source_line"]) for p in passages] == [
+        ("1984_-_George_Orwell#p0", 64, 2), ("1984_-_George_Orwell#p1", 128, 3), ("Happy_Place_-_Emily_Henry#p0", 64, 9)]
+    assert [(d.title, d.author, d.meta["label"]) for d in docs] == [("1984", "George Orwell", 1),
+                                                                   ("Happy Place", "Emily Henry", 0)]
+    # the medium question's four fields each hold a line break: it spans lines 3-7
+    assert [r.message() for r in rejects] == [f"{path}, line 8, column Example_B: empty or whitespace-only text"]
+    small, rejected = published_items({"format": "booktection", "path": str(path), "length": "small"})
+    assert [it["item_id"] for it in small] == ["1984_-_George_Orwell#p0", "Happy_Place_-_Emily_Henry#p0"]
+    assert len(rejected) == 1
+
+
+# BookMIA (swj0419/BookMIA) as Dataset.to_json writes it: one compact object a line, non-ASCII and
+# NUL as \\u escapes; real snippets hold NUL bytes.
+BOOKMIA_EXCERPT = (
+    '{"book_id":0,"book":"Jane Eyre","snippet_id":0,"snippet":"There was no possibility of taking a walk '
+    'that day.\\u0000","label":1}\n'
+    '{"book_id":0,"book":"Jane Eyre","snippet_id":1,"snippet":"I was glad of it; I never liked long walks, '
+    'especially on chilly afternoons \\u2014 dreadful.","label":1}\n'
+    '{"book_id":3,"book":"Tom Lake","snippet_id":0,"snippet":"   ","label":0}\n'
+    '{"book_id":3,"book":"Tom Lake","snippet_id":1,"snippet":"The cherries came in early that year.","label":0}\n'
+)
+
+
+def test_a_bookmia_file_in_the_published_shape(tmp_path):
+    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", BOOKMIA_EXCERPT.encode("ascii"))
+    assert [(d.doc_id, d.title, d.meta["label"], d.meta["n_passages"], d.meta["benchmark"]) for d in docs] == [
+        ("0", "Jane Eyre", 1, 2, "bo"), ("3", "Tom Lake", 0, 1, "bo")]
+    assert [(p.passage_id, p.text) for p in passages] == [
+        ("0#0", "There was no possibility of taking a walk that day."),
+        ("0#1", "I was glad of it; I never liked long walks, especially on chilly afternoons \u2014 dreadful."),
+        ("3#1", "The cherries came in early that year.")]
+    assert [(r.line, r.key, r.reason, r.action) for r in rejects] == [
+        (1, "snippet", "1 NUL character(s) removed (IDs and text are cleaned alike)", "kept"),
+        (3, "snippet", "empty or whitespace-only text", "rejected")]
 
 
 @pytest.mark.slow
 def test_a_published_booktection_csv_runs_through_the_workflow_like_the_built_benchmark(ci_run, tmp_path):
     """The ci run's novels questions, written as a BookTection CSV and configured as a published
-    benchmark, give each document the same likelihood-mode accuracy as the built benchmark did; a
-    broken file fails the dataset job with its name, row and column and leaves earlier results alone."""
+    benchmark, give each document the same likelihood-mode accuracy as the built benchmark did; with
+    ``strict: true`` a bad row fails the dataset job with the file, line and column and leaves earlier
+    results alone."""
     from workflow_helpers import snakemake
 
     workdir = shutil.copytree(ci_run, tmp_path / "tree", symlinks=True)
@@ -104,9 +214,11 @@ def test_a_published_booktection_csv_runs_through_the_workflow_like_the_built_be
 
     rows[2]["Answer"] = "E"
     pd.DataFrame(rows).to_csv(csv, index=False)
+    config["benchmarks"]["booktection"]["published"]["strict"] = True
+    (workdir / "config/published.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(workdir, "--cores", "2", target, "--configfile", "config/published.yaml", check=False)
     assert proc.returncode != 0
-    assert "BookTection.csv: row 4, column Answer: 'E' is not one of A, B, C, D" in proc.stdout + proc.stderr
+    assert "BookTection.csv, line 4, column Answer: 'E' is not one of A, B, C, D" in proc.stdout + proc.stderr
     assert accuracy(workdir / target).equals(got)
 
 
@@ -241,3 +353,18 @@ def test_a_workflow_killed_while_asking_an_api_model_pays_for_no_answer_twice(tm
     assert 20 <= first < n_questions
     assert server.count("openai") == n_questions  # no question reached the server twice
     assert len(pd.read_csv(workdir / "results/scores/booktection/memorizer/decop_blackbox_answers.csv")) == n_questions
+
+
+REAL_ARXIV = Path(__file__).resolve().parents[1] / "resources/published/arXivTection.csv"
+
+
+@pytest.mark.skipif(not REAL_ARXIV.is_file(), reason="the real file is not committed: put DE-COP_Method's "
+                    "data/arXivTection.csv in resources/published/ (git-ignored) to check against it")
+def test_the_real_arxivtection_file_loads_but_for_its_blank_option():
+    items, rejected = published_items({"format": "arxivtection", "path": str(REAL_ARXIV)})
+    labels = {it["doc_id"]: it["label"] for it in items}
+    assert (len(items), len(labels), sum(labels.values())) == (1548, 50, 25)
+    assert [(r.line, r.key, r.value, r.reason) for r in rejected] == [
+        (615, "Example_A", "' '", "empty or whitespace-only text")]
+    lines = [it["meta"]["source_line"] for it in items]
+    assert lines[626:629] == [629, 630, 634]  # the record at line 630 spans four lines

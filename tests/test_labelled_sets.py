@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memaudit.config import validate_config
 from memaudit.datasets.build import build_benchmark
 from memaudit.datasets.labelled import WIKIMIA, load_labelled, member_texts_set
-from file_helpers import write_file
+from file_helpers import run_cases, write_file
 from memaudit.errors import ConfigError, InputError
 
 ASSETS = Path("resources/demo")
@@ -102,21 +102,24 @@ def test_unusable_files_are_one_line_input_errors(tmp_path, content, message):
         load_labelled(csv_path, WIKIMIA, source="wikimia")
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=400), cut=st.integers(min_value=0, max_value=len(WIKIMIA_JSONL)),
-       suffix=st.sampled_from([".jsonl", ".csv", ".json"]))
-def test_random_or_truncated_files_load_with_every_row_accounted_for_or_fail_in_one_line(tmp_path, data, cut, suffix):
-    path = _write(tmp_path / f"f{suffix}", WIKIMIA_JSONL.encode()[:cut] + data)
-    try:
-        docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
-    except InputError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith(str(path))
-        return
-    assert {p.label for p in passages} == {0, 1} and len(docs) == len(passages)
-    assert all(r.file == str(path) and r.line >= 1 and r.reason for r in rejected)
-    # every loaded text is a row of the file, unchanged but for surrounding whitespace
-    raw = path.read_bytes().decode("utf-8", errors="replace")
-    assert all(p.text in raw or json.dumps(p.text)[1:-1] in raw for p in passages)
+def test_random_or_truncated_files_load_with_every_row_accounted_for_or_fail_in_one_line(tmp_path):
+    @settings(max_examples=120, deadline=None)
+    @given(data=st.binary(max_size=400), cut=st.integers(min_value=0, max_value=len(WIKIMIA_JSONL)),
+           suffix=st.sampled_from([".jsonl", ".csv", ".json"]))
+    def check(data, cut, suffix):
+        path = _write(tmp_path / f"f{suffix}", WIKIMIA_JSONL.encode()[:cut] + data)
+        try:
+            docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+        except InputError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(str(path))
+            return
+        assert {p.label for p in passages} == {0, 1} and len(docs) == len(passages)
+        assert all(r.file == str(path) and r.line >= 1 and r.reason for r in rejected)
+        # every loaded text is a row of the file, unchanged but for surrounding whitespace
+        raw = path.read_bytes().decode("utf-8", errors="replace")
+        assert all(p.text in raw or json.dumps(p.text)[1:-1] in raw for p in passages)
+
+    assert run_cases(check, "WikiMIA files") >= 100
 
 
 def test_published_blocks_build_wikimia_and_member_texts_benchmarks(tmp_path):

@@ -77,8 +77,10 @@ def is_api_model(entry: dict) -> bool:
     return entry.get("backend", "hf") in API_BACKENDS
 
 
-# published formats whose unusable rows are skipped and listed (memaudit.datasets.rejects)
-REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts", "copybench")
+# DE-COP's published formats (memaudit.datasets.published): BookTection/arXivTection also from the Hub
+DECOP_FORMATS = ("booktection", "arxivtection", "bookmia")
+# published formats whose unusable rows are skipped and listed (memaudit.datasets.rejects): all of them
+REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts", "copybench", *DECOP_FORMATS)
 
 
 def is_labelled(bench: dict) -> bool:
@@ -95,7 +97,7 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
 
     where, fmt = f"benchmarks.{name}.published", published["format"]
     problems = []
-    if fmt in REJECTS_FORMATS:
+    if fmt in REJECTS_FORMATS and fmt not in DECOP_FORMATS:  # DE-COP's: see check_config
         if not published.get("path"):
             problems.append(f"{where}.path: the {fmt} set is read from a local "
                             f"{'folder' if fmt in ('articles', 'copybench') else 'file'} (there is no download)")

@@ -79,7 +79,7 @@ def text_key(text: str) -> str:
 Getter = Callable[[str], Any]  # a field name -> its value, or MISSING
 
 
-def _json_getter(record: Any) -> Getter:
+def json_getter(record: Any) -> Getter:
     """Case-insensitive access to a JSON object's keys; two keys equal but for case reject the row."""
     if not isinstance(record, dict):
         raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
@@ -100,7 +100,7 @@ def _json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
         yield from json_lines(text)
 
 
-def _csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[int, Any]]:
+def csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[int, Any]]:
     """Rows of a CSV with a header as ``(start line, dict or RowReject)``; broken quoting: InputError."""
     old_limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
     try:
@@ -118,7 +118,8 @@ def _csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple
 
 
 def _csv_header(path: Path, row: list[str], line: int, fields: Sequence[str]) -> list[str]:
-    """The header's column names; ``fields`` must be there (any case), each name once."""
+    """The header's column names; ``fields`` (named in messages as given) must be there in any case,
+    each name once."""
     names = [cell.strip() for cell in row]
     seen: dict[str, str] = {}
     for name in names:
@@ -127,14 +128,14 @@ def _csv_header(path: Path, row: list[str], line: int, fields: Sequence[str]) ->
         other = seen.setdefault(name.lower(), name)
         if other != name or names.count(name) > 1:
             raise InputError(f"{path}, line {line}: columns {other!r} and {name!r} have the same name")
-    missing = [f for f in fields if f not in seen]
+    missing = [f for f in fields if f.lower() not in seen]
     if missing:
         raise InputError(f"{path}, line {line}: missing column(s) {', '.join(missing)} "
                          f"(expected {', '.join(fields)}, any case; found {', '.join(n for n in names if n) or 'none'})")
     return names
 
 
-def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
+def parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
     """Rows of a parquet file as ``(row number from 1, dict)``, read with pyarrow."""
     try:
         import pyarrow.parquet as pq
@@ -155,32 +156,32 @@ def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Iterato
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic == b"PAR1" or path.suffix.lower() == ".parquet":
-        return path, "parquet", _parquet_records(path)
+        return path, "parquet", parquet_records(path)
     path, text = read_text(path, spec.what)
     suffix = path.suffix.lower()
     if suffix in _JSON_SUFFIXES or (suffix != ".csv" and text.lstrip()[:1] in ("{", "[")):
         return path, "json", _json_records(path, text)
-    return path, "csv", _csv_records(path, text, spec.fields)
+    return path, "csv", csv_records(path, text, spec.fields)
 
 
 # ---------------------------------------------------------------- checking one row
 
 
-def _label(value: Any, textual: bool, meaning: str) -> int:
+def check_label(value: Any, textual: bool, meaning: str, key: str = "label") -> int:
     """Exactly 0 or 1: the number in JSON and parquet (not ``true``, ``1.0`` or ``"1"``), the text
-    "0"/"1" in a CSV cell."""
+    "0"/"1" in a CSV cell (``key``: the field's name in messages)."""
     if value is MISSING:
-        raise RowReject("label", value, "missing key")
+        raise RowReject(key, value, "missing key")
     if textual and value in ("0", "1"):
         return int(value)
     if not textual and type(value) is int and value in (0, 1):
         return value
     got = f"the text {value!r}" if textual else f"{json_type(value)} {value!r}"
-    raise RowReject("label", value, f"not exactly {meaning}: got {got}")
+    raise RowReject(key, value, f"not exactly {meaning}: got {got}")
 
 
 def _check_row(get: Getter, textual: bool, spec: LabelledSet) -> dict[str, Any]:
-    row = {spec.text: check_text(spec.text, get(spec.text)).strip(), "label": _label(get("label"), textual, spec.label_meaning)}
+    row = {spec.text: check_text(spec.text, get(spec.text)).strip(), "label": check_label(get("label"), textual, spec.label_meaning)}
     for key in spec.optional:
         row[key] = check_text(key, get(key), allow_empty=True).strip()
     return row
@@ -205,7 +206,7 @@ def read_rows(path: str | Path, spec: LabelledSet, log: RejectLog) -> tuple[Path
         try:
             if isinstance(record, RowReject):
                 raise record
-            get = _json_getter(record) if fmt != "csv" else (lambda name, r=record: _csv_get(r, name))
+            get = json_getter(record) if fmt != "csv" else (lambda name, r=record: csv_get(r, name))
             row = _check_row(get, fmt == "csv", spec)
         except RowReject as exc:
             log.reject(path, line, exc)
@@ -215,8 +216,11 @@ def read_rows(path: str | Path, spec: LabelledSet, log: RejectLog) -> tuple[Path
     return path, fmt, rows
 
 
-def _csv_get(record: dict[str, str], name: str) -> Any:
-    """A CSV cell by field name, the header's case ignored (checked unique by :func:`_csv_header`)."""
+def csv_get(record: dict[str, str], name: str) -> Any:
+    """A CSV cell by field name, case ignored on both sides (names checked unique by :func:`_csv_header`)."""
+    if name in record:  # the header spells it as asked: one look-up
+        return record[name]
+    name = name.lower()
     return next((value for key, value in record.items() if key.lower() == name), MISSING)
 
 

@@ -1,37 +1,68 @@
 """Published benchmarks: the DE-COP data, BookTection / arXivTection (CSV or Hugging Face) and
-BookMIA (JSONL); and the information-guided probes' sets (``nyt``, ``articles``, ``qa``: see
+BookMIA (JSON lines); and the information-guided probes' sets (``nyt``, ``articles``, ``qa``: see
 :func:`cloze_published`).
 
 BookTection and arXivTection rows are complete questions: ``Example_A`` ... ``Example_D``
 (``Example_A`` the verbatim passage), ``Answer`` (the verbatim's letter, "A"), ``ID``
 ("Title_-_Author" for books, the paper title for arXiv), ``Label`` (1 = suspect, possibly
 seen; 0 = clean, published after the cutoff) and, in BookTection only, ``Length``
-(small/medium/large). BookMIA rows are single snippets (``book_id``, ``book``,
-``snippet_id``, ``snippet``, ``label``), to be paraphrased; real snippets contain NUL bytes.
+(small/medium/large). The published ``data/arXivTection.csv`` of ``avduarte333/DE-COP_Method``
+is UTF-8 with a byte-order mark and CRLF line ends, quotes a field only where it needs it, has
+1549 rows (50 papers, 25 suspect), one option that is a single space (line 615,
+``Example_A``) and one record spanning four lines (630-633). BookMIA rows are single snippets
+(``book_id``, ``book``, ``snippet_id``, ``snippet``, ``label``, 1 = member), to be paraphrased;
+real snippets contain NUL bytes.
 
-Bad input is an :class:`~memaudit.errors.InputError` naming the file, row (the file's
-line number) and column, raised while loading, before any model is asked anything.
+Published-data policy (:mod:`memaudit.datasets.rejects`, as for every published format): a row
+the loader cannot use is skipped, never the file, and listed as a rejected row naming the file,
+the physical line where the record starts (1-based, as an editor shows it; the header is line 1),
+the column (key, in BookMIA), a short repr of the value and the reason. Rejected: a wrong field
+count, an empty or whitespace-only option or ID, an ``Answer`` outside A-D, a ``Label`` other than
+exactly ``0`` or ``1``, a ``Length`` other than small/medium/large, a question repeated (same ID,
+``Example_A`` up to whitespace and length: the later copies), and every row of an ID whose rows
+give both labels (the file cannot say which is right). NUL characters are removed from every
+field alike, IDs and text, and each row so cleaned is listed with action ``kept``, so one ID
+never becomes two documents unseen. ``strict=True`` makes the first rejected row (in line
+order) an :class:`~memaudit.errors.InputError` with the count. A file that cannot be read at
+all (missing, a directory, empty, a spreadsheet, UTF-16 or other non-UTF-8 bytes, a missing
+column) is a one-line ``InputError`` naming the file. Loading is one pass over the rows plus
+dictionary look-ups: linear in the rows (``benchmarks/bench_loaders.py``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from collections import Counter
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
-import pandas as pd
-
-from memaudit.config import REJECTS_FORMATS
+from memaudit.config import DECOP_FORMATS, REJECTS_FORMATS
+from memaudit.datasets.labelled import check_label, csv_get, csv_records, json_getter, parquet_records, text_key
+from memaudit.datasets.rejects import (
+    MISSING,
+    ColumnRejected,
+    Rejected,
+    RejectLog,
+    RowReject,
+    check_text,
+    json_lines,
+    json_type,
+    read_text,
+    require_rows,
+)
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
 TECTION_COLUMNS = ("Example_A", "Example_B", "Example_C", "Example_D", "Answer", "ID", "Label")
+OPTION_COLUMNS = TECTION_COLUMNS[:4]
 LENGTH_TOKENS = {"small": 64, "medium": 128, "large": 256}
+TECTION_LABELS = "0 (clean) or 1 (suspect)"
 HF_DATASETS = {"booktection": "avduarte333/BookTection", "arxivtection": "avduarte333/arXivTection"}
 BOOKMIA_FIELDS = ("book_id", "book", "snippet_id", "snippet", "label")
-# The published formats read under the rejects policy: the information-guided probes' sets and the
-# labelled-text sets of the KTD paper (memaudit.datasets.labelled)
-CLOZE_FORMATS = tuple(f for f in REJECTS_FORMATS if f != "copybench")
+BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
+# The published formats of the information-guided probes and of the KTD paper's labelled-text sets
+# (memaudit.datasets.labelled), read by cloze_published
+CLOZE_FORMATS = tuple(f for f in REJECTS_FORMATS if f not in ("copybench", *DECOP_FORMATS))
 
 log = logging.getLogger(__name__)
 
@@ -43,81 +74,147 @@ def _title_author(doc_id: str, kind: str) -> tuple[str, str]:
     return doc_id.replace("_", " ").strip() if kind == "book" else doc_id.strip(), ""
 
 
-def items_from_frame(frame: pd.DataFrame, where: str, *, kind: str, line_offset: int = 2,
-                     length: str | None = None) -> list[dict]:
-    """Validated multiple-choice items from a BookTection/arXivTection table.
+# ----------------------------------------------------------------------------- checking one row
 
-    ``where`` names the source in errors; row ``i`` of the frame is reported as line
-    ``i + line_offset`` (2 for a CSV with a header). ``length`` keeps only BookTection rows
-    of that setting.
+Getter = Callable[[str], Any]
+Notes = list[tuple[str, Any, str]]  # (column, value, note) of a row kept with a cleaning
+
+
+def _without_nuls(key: str, value: Any, notes: Notes) -> Any:
+    """``value`` with its NUL characters removed (noted); every field is cleaned this same way."""
+    if isinstance(value, str) and "\x00" in value:
+        notes.append((key, value, f"{value.count(chr(0))} NUL character(s) removed (IDs and text are cleaned alike)"))
+        return value.replace("\x00", "")
+    return value
+
+
+def _text(get: Getter, key: str, notes: Notes) -> str:
+    """A required text cell, NULs removed, surrounding whitespace stripped; empty or blank: rejected."""
+    return check_text(key, _without_nuls(key, get(key), notes)).strip()
+
+
+def _identifier(get: Getter, key: str, notes: Notes) -> str:
+    """An ID given as text or as a whole number (BookMIA's ``book_id``), as text."""
+    value = get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if value is not MISSING and not isinstance(value, str):
+        raise RowReject(key, value, f"expected a string or a whole number, got {json_type(value)}")
+    return _text(get, key, notes)
+
+
+def _tection_row(get: Getter, textual: bool, has_length: bool) -> dict[str, Any]:
+    """The checked cells of one BookTection/arXivTection row (a :class:`RowReject` names the first bad one)."""
+    notes: Notes = []
+    options = [_text(get, column, notes) for column in OPTION_COLUMNS]
+    answer = get("Answer")
+    if not isinstance(answer, str) or answer.strip().upper() not in ("A", "B", "C", "D"):
+        raise RowReject("Answer", answer, f"{answer!r} is not one of A, B, C, D" if isinstance(answer, str)
+                        else f"expected a letter A-D, got {json_type(answer)}")
+    doc_id = _text(get, "ID", notes)
+    label = check_label(get("Label"), textual, TECTION_LABELS, key="Label")
+    size = "medium"
+    if has_length:
+        value = _without_nuls("Length", get("Length"), notes)
+        size = value.strip().lower() if isinstance(value, str) else ""
+        if size not in LENGTH_TOKENS:
+            raise RowReject("Length", value, f"{value!r} is not small, medium or large")
+    return {"options": options, "answer": "ABCD".index(answer.strip().upper()), "doc_id": doc_id,
+            "label": label, "size": size, "question": (text_key(options[0]), size), "notes": notes}
+
+
+def _consistent(path: str, rows: list[dict], log: RejectLog, *, id_key: str, label_key: str,
+                question_key: str, what: str) -> list[dict]:
+    """``rows`` (with ``line``, ``doc_id``, ``label``, ``question``) less every row of an ID given
+    both labels and every later copy of a question; their notes go to ``log`` as ``kept``. Two
+    passes over dictionaries: linear in the rows."""
+    lines: dict[str, dict[int, list[int]]] = {}
+    for row in rows:
+        lines.setdefault(row["doc_id"], {}).setdefault(row["label"], []).append(row["line"])
+    first_seen: dict[tuple, int] = {}
+    kept = []
+    for row in rows:
+        by_label = lines[row["doc_id"]]
+        if len(by_label) > 1:
+            counts = " and ".join(f"{label} on {len(ls)} row(s) (first line {ls[0]})"
+                                  for label, ls in sorted(by_label.items()))
+            log.add(path, row["line"], label_key, row["label"],
+                    f"{id_key} {row['doc_id']!r} has {label_key} {counts}: conflicting labels, every row of it rejected")
+            continue
+        first = first_seen.setdefault((row["doc_id"], row["question"]), row["line"])
+        if first != row["line"]:
+            log.add(path, row["line"], question_key, row["value"],
+                    f"duplicate {what}: same {id_key} and {question_key} as line {first}")
+            continue
+        for key, value, note in row["notes"]:
+            log.add(path, row["line"], key, value, note, action="kept")
+        kept.append(row)
+    return kept
+
+
+# ----------------------------------------------------------------------------- BookTection, arXivTection
+
+def tection_items(where: str, records: Iterable[tuple[int, Any]], log: RejectLog, *, kind: str,
+                  textual: bool, length: str | None = None) -> list[dict]:
+    """Multiple-choice items from the records of a BookTection/arXivTection table, ``(line, record)``
+    (a record is a row dict, or a :class:`RowReject` for a row that could not be split).
+
+    ``where`` names the source in the rejects; ``textual``: the cells are CSV text (labels "0"/"1")
+    rather than typed values. ``length`` keeps only BookTection rows of that setting; every row is
+    checked whatever its length. Items are numbered per ID in file order (``<ID>#p<n>``).
     """
-    missing = [c for c in TECTION_COLUMNS if c not in frame.columns]
-    if missing:
-        raise InputError(f"{where}: missing column(s) {', '.join(missing)} "
-                         f"(expected {', '.join(TECTION_COLUMNS)}; found {', '.join(map(str, frame.columns))})")
-    if length is not None:
-        if "Length" not in frame.columns:
-            raise InputError(f"{where}: no column Length to select length={length!r} (BookTection has it)")
-        frame = frame[frame["Length"].astype(str).str.strip().str.lower() == length]
-    items, labels, seen = [], {}, {}
-    for i, row in frame.iterrows():
-        line = int(i) + line_offset
-        at = f"{where}: row {line}"
-        options = []
-        for col in TECTION_COLUMNS[:4]:
-            value = row[col]
-            text = "" if pd.isna(value) else str(value).replace("\x00", "").strip()
-            if not text:
-                raise InputError(f"{at}, column {col}: empty option")
-            options.append(text)
-        answer = "" if pd.isna(row["Answer"]) else str(row["Answer"]).strip().upper()
-        if answer not in ("A", "B", "C", "D"):
-            raise InputError(f"{at}, column Answer: {row['Answer']!r} is not one of A, B, C, D")
-        doc_id = "" if pd.isna(row["ID"]) else str(row["ID"]).strip()
-        if not doc_id:
-            raise InputError(f"{at}, column ID: empty document ID")
+    rows, has_length = [], None
+    for line, record in records:
         try:
-            label = int(float(row["Label"]))
-        except (TypeError, ValueError):
-            label = -1
-        if label not in (0, 1):
-            raise InputError(f"{at}, column Label: {row['Label']!r} is not 0 (clean) or 1 (suspect)")
-        if labels.setdefault(doc_id, (label, line))[0] != label:
-            raise InputError(f"{at}, column Label: ID {doc_id!r} is labelled {label} here but "
-                             f"{labels[doc_id][0]} on row {labels[doc_id][1]}")
-        size = str(row.get("Length", length or "medium")).strip().lower() if "Length" in frame.columns else "medium"
-        key = (doc_id, options[0], size)
-        if key in seen:
-            raise InputError(f"{at}, column ID: duplicate question (same ID {doc_id!r} and Example_A as row "
-                             f"{seen[key]})")
-        seen[key] = line
+            if isinstance(record, RowReject):
+                raise record
+            get = (lambda name, r=record: csv_get(r, name)) if textual else json_getter(record)
+            if has_length is None:
+                has_length = get("Length") is not MISSING
+            row = _tection_row(get, textual, has_length)
+        except RowReject as exc:
+            log.reject(where, line, exc)
+            continue
+        rows.append(dict(row, line=line, value=get("Example_A")))
+    if length is not None and has_length is False:
+        raise InputError(f"{where}: no column Length to select length={length!r} (BookTection has it)")
+    rows = _consistent(where, rows, log, id_key="ID", label_key="Label", question_key="Example_A", what="question")
+    items, numbers = [], Counter()
+    for row in rows:
+        if length is not None and row["size"] != length:
+            continue
+        doc_id = row["doc_id"]
+        item_id = f"{doc_id}#p{numbers[doc_id]}"
+        numbers[doc_id] += 1
         title, author = _title_author(doc_id, kind)
-        n = sum(1 for it in items if it["doc_id"] == doc_id)
-        items.append({"item_id": f"{doc_id}#p{n}", "passage_id": f"{doc_id}#p{n}", "doc_id": doc_id,
-                      "label": label, "options": options, "answer": "ABCD".index(answer),
+        items.append({"item_id": item_id, "passage_id": item_id, "doc_id": doc_id, "label": row["label"],
+                      "options": row["options"], "answer": row["answer"],
                       "meta": {"title": title, "author": author, "kind": kind, "role": "evaluate",
-                               "length_tokens": LENGTH_TOKENS.get(size, 128), "source_row": line}})
-    if not items:
-        raise InputError(f"{where}: no rows" + (f" with Length {length!r}" if length else ""))
+                               "length_tokens": LENGTH_TOKENS[row["size"]], "source_file": where,
+                               "source_line": row["line"]}})
+    if rows and not items:
+        raise InputError(f"{where}: no usable rows with Length {length!r}")
     return items
 
 
-def load_tection_csv(path: str | Path, *, kind: str = "book", length: str | None = None) -> list[dict]:
-    """A local BookTection (``kind="book"``) or arXivTection (``kind="paper"``) CSV."""
-    path = Path(path)
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
-    except FileNotFoundError as exc:
-        raise InputError(f"{path}: no such file") from exc
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a readable CSV ({exc})") from exc
-    frame = frame.replace({"": None})
-    return items_from_frame(frame, str(path), kind=kind, length=length)
+def load_tection_csv(path: str | Path, *, kind: str = "book", length: str | None = None,
+                     strict: bool = False) -> tuple[list[dict], list[Rejected]]:
+    """``(items, rejected)`` of a local BookTection (``kind="book"``) or arXivTection (``kind="paper"``)
+    CSV under the published-data policy (see the module's docstring)."""
+    log = RejectLog(strict, record=ColumnRejected)
+    path, text = read_text(path, "a BookTection/arXivTection CSV file")
+    items = tection_items(str(path), csv_records(path, text, TECTION_COLUMNS), log, kind=kind, textual=True,
+                          length=length)
+    rejected = log.finish()
+    require_rows(path, len(items), rejected, "question")
+    return items, rejected
 
 
-def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | None = None) -> list[dict]:
+def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | None = None,
+                    strict: bool = False) -> tuple[list[dict], list[Rejected]]:
     """``avduarte333/BookTection`` or ``avduarte333/arXivTection`` from the Hugging Face Hub
-    (``name`` is the repo id or "booktection"/"arxivtection"); needs network access once."""
+    (``name`` is the repo id or "booktection"/"arxivtection"); needs network access once. Each data
+    file is read as :func:`load_tection_csv` reads a CSV (a parquet file's rows numbered from 1)."""
     repo = HF_DATASETS.get(name.lower(), name)
     kind = "paper" if "arxiv" in repo.lower() else "book"
     from huggingface_hub import snapshot_download
@@ -127,69 +224,90 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
     files = sorted(folder.rglob("*.parquet")) or sorted(folder.rglob("*.csv"))
     if not files:
         raise InputError(f"hf:{repo}: no CSV or parquet data files in the dataset")
+    log = RejectLog(strict, record=ColumnRejected)
     items = []
     for f in files:
-        frame = pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f, dtype=str)
-        items += items_from_frame(frame.reset_index(drop=True), f"hf:{repo}/{f.relative_to(folder)}",
-                                  kind=kind, line_offset=0 if f.suffix == ".parquet" else 2, length=length)
-    return items
+        where = f"hf:{repo}/{f.relative_to(folder)}"
+        if f.suffix == ".parquet":
+            records, textual = parquet_records(f), False
+        else:
+            records, textual = csv_records(f, read_text(f, "a BookTection/arXivTection CSV file")[1], TECTION_COLUMNS), True
+        items += tection_items(where, records, log, kind=kind, textual=textual, length=length)
+    rejected = log.finish()
+    require_rows(f"hf:{repo}", len(items), rejected, "question")
+    return items, rejected
 
 
-def load_bookmia(path: str | Path) -> tuple[list[Document], list[Passage]]:
-    """BookMIA JSONL: one document per ``book_id``, one passage per snippet (NUL bytes removed)."""
-    path = Path(path)
+# ----------------------------------------------------------------------------- BookMIA
+
+def load_bookmia(path: str | Path, *, strict: bool = False) -> tuple[list[Document], list[Passage], list[Rejected]]:
+    """``(documents, passages, rejected)`` of a BookMIA JSON-lines file: one document per ``book_id``,
+    one passage per snippet (``<book_id>#<snippet_id>``). ``book_id`` and ``snippet_id`` may be
+    whole numbers or text; ``label`` must be the number 0 or 1. Rejected: a line that is not a
+    JSON object, a missing or mistyped field, an empty snippet, a repeated ``snippet_id`` of a
+    book (the later copies) and every snippet of a book given both labels; NULs are removed from
+    every text field alike (noted as ``kept``). A book's title is its first row's."""
+    log = RejectLog(strict)
+    path, text = read_text(path, "a BookMIA JSON-lines file")
+    rows = []
+    for line, record in json_lines(text):
+        notes: Notes = []
+        try:
+            if isinstance(record, RowReject):
+                raise record
+            get = json_getter(record)
+            row = {"doc_id": _identifier(get, "book_id", notes), "book": _text(get, "book", notes),
+                   "snippet_id": _identifier(get, "snippet_id", notes), "snippet": _text(get, "snippet", notes),
+                   "label": check_label(get("label"), False, BOOKMIA_LABELS)}
+        except RowReject as exc:
+            log.reject(path, line, exc)
+            continue
+        rows.append(dict(row, line=line, question=row["snippet_id"], value=get("snippet_id"), notes=notes))
+    rows = _consistent(str(path), rows, log, id_key="book_id", label_key="label", question_key="snippet_id",
+                       what="snippet")
+    rejected = log.finish()
+    require_rows(path, len(rows), rejected, "snippet")
     docs: dict[str, Document] = {}
-    passages, seen = [], {}
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            at = f"{path}: line {line_no}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{at}: not valid JSON ({exc.msg})") from exc
-            missing = [k for k in BOOKMIA_FIELDS if k not in rec]
-            if missing:
-                raise InputError(f"{at}: missing field(s) {', '.join(missing)}")
-            book_id = str(rec["book_id"]).strip()
-            snippet = str(rec["snippet"]).replace("\x00", "").strip()
-            if not snippet:
-                raise InputError(f"{at}, field snippet: empty snippet")
-            try:
-                label = int(rec["label"])
-            except (TypeError, ValueError):
-                label = -1
-            if label not in (0, 1):
-                raise InputError(f"{at}, field label: {rec['label']!r} is not 0 or 1")
-            key = (book_id, str(rec["snippet_id"]))
-            if key in seen:
-                raise InputError(f"{at}, field snippet_id: duplicate snippet {key[1]!r} of book {book_id!r} "
-                                 f"(first on line {seen[key]})")
-            seen[key] = line_no
-            doc = docs.get(book_id)
-            if doc is None:
-                doc = docs[book_id] = Document(book_id, "bookmia", str(rec["book"]).replace("\x00", "").strip(),
-                                               "", "book", "", {"label": label})
-            elif doc.meta["label"] != label:
-                raise InputError(f"{at}, field label: book {book_id!r} has label {label} here and "
-                                 f"{doc.meta['label']} earlier")
-            passages.append(Passage(f"{book_id}#{key[1]}", book_id, label, snippet, doc.title, ""))
-    if not passages:
-        raise InputError(f"{path}: no snippets")
-    return sorted(docs.values(), key=lambda d: d.doc_id), passages
+    passages = []
+    for row in rows:
+        doc = docs.setdefault(row["doc_id"], Document(row["doc_id"], "bookmia", row["book"], "", "book", "",
+                                                      {"label": row["label"]}))
+        passages.append(Passage(f"{row['doc_id']}#{row['snippet_id']}", row["doc_id"], row["label"], row["snippet"],
+                                doc.title, "", {"source_file": str(path), "source_line": row["line"]}))
+    return sorted(docs.values(), key=lambda d: d.doc_id), passages, rejected
 
 
 # ----------------------------------------------------------------------------- benchmarks
 
-def published_items(published: dict) -> list[dict]:
-    """The multiple-choice items of a ``published`` benchmark block: a local ``path`` or a hub ``hf`` id."""
-    fmt = published["format"]
+def published_items(published: dict) -> tuple[list[dict], list[Rejected]]:
+    """``(items, rejected)``: the multiple-choice items of a BookTection/arXivTection ``published``
+    block, from a local ``path`` or a hub ``hf`` id (``strict`` as in the block)."""
+    fmt, strict = published["format"], bool(published.get("strict", False))
     kind = "paper" if fmt == "arxivtection" else "book"
     length = published.get("length")
     if published.get("path"):
-        return load_tection_csv(published["path"], kind=kind, length=length)
-    return load_tection_hf(published.get("hf") or fmt, length=length, cache_dir=published.get("cache_dir"))
+        return load_tection_csv(published["path"], kind=kind, length=length, strict=strict)
+    return load_tection_hf(published.get("hf") or fmt, length=length, cache_dir=published.get("cache_dir"),
+                           strict=strict)
+
+
+def _tection_benchmark(name: str, published: dict) -> tuple[list[Document], list[Passage], list[Rejected]]:
+    """One document per ``ID`` (its text: the verbatim passages), one passage per question."""
+    items, rejected = published_items(published)
+    origin = published.get("path") or published.get("hf") or published["format"]
+    docs: dict[str, Document] = {}
+    passages = []
+    for it in items:
+        m = it["meta"]
+        verbatim = it["options"][it["answer"]]
+        doc = docs.setdefault(it["doc_id"], Document(
+            it["doc_id"], published["format"], m["title"], m["author"], m["kind"], "",
+            {"label": it["label"], "benchmark": name, "origin": origin}))
+        doc.text = f"{doc.text}\n{verbatim}" if doc.text else verbatim
+        passages.append(Passage(it["item_id"], it["doc_id"], it["label"], verbatim, m["title"], m["author"],
+                                {"length_tokens": m["length_tokens"], "source_file": m["source_file"],
+                                 "source_line": m["source_line"]}))
+    return list(docs.values()), passages, rejected
 
 
 def published_benchmark(name: str, published: dict, *, seed: int = 13,
@@ -200,43 +318,34 @@ def published_benchmark(name: str, published: dict, *, seed: int = 13,
     per question (the verbatim option), so the token-probability probes score the same passages
     DE-COP asks about. BookMIA: one document per book, one passage per snippet. ``Label``/``label``
     1 (suspect) becomes member, 0 (clean) non-member. ``nyt``, ``articles``, ``qa``: see
-    :func:`cloze_published`; ``copybench``: :func:`copybench_published_benchmark`. Their rejected
-    rows are appended to ``rejects`` (write them with
+    :func:`cloze_published`; ``copybench``: :func:`copybench_published_benchmark`. Every format's
+    rejected rows are appended to ``rejects`` (write them with
     :func:`memaudit.datasets.rejects.write_benchmark_rejects`), or logged as a warning when the
-    caller passes no list.
+    caller passes no list; ``strict: true`` in the block makes the first one an InputError.
     """
-    if published["format"] in (*CLOZE_FORMATS, "copybench"):
-        docs, passages, rejected = (copybench_published_benchmark(name, published)
-                                    if published["format"] == "copybench" else cloze_published(name, published, seed=seed))
-        if rejects is not None:
-            rejects.extend(rejected)
-        elif rejected:
-            log.warning(f"benchmark {name}: {len(rejected)} row(s) of {published['path']} rejected or kept with a "
-                        f"note; first: {rejected[0].message()}")
-        return docs, passages
-    if published["format"] == "bookmia":
+    fmt = published["format"]
+    if fmt == "copybench":
+        docs, passages, rejected = copybench_published_benchmark(name, published)
+    elif fmt in CLOZE_FORMATS:
+        docs, passages, rejected = cloze_published(name, published, seed=seed)
+    elif fmt == "bookmia":
         if not published.get("path"):
             raise InputError(f"benchmarks.{name}.published.path: BookMIA is read from a local JSONL file")
-        docs, passages = load_bookmia(published["path"])
+        docs, passages, rejected = load_bookmia(published["path"], strict=bool(published.get("strict", False)))
+    else:
+        docs, passages, rejected = _tection_benchmark(name, published)
+    if fmt in DECOP_FORMATS:
+        n_passages = Counter(p.doc_id for p in passages)
         for d in docs:
-            d.meta["benchmark"] = name
-        return docs, passages
-    items = published_items(published)
-    docs: dict[str, Document] = {}
-    passages = []
-    for it in items:
-        m = it["meta"]
-        verbatim = it["options"][it["answer"]]
-        doc = docs.setdefault(it["doc_id"], Document(
-            it["doc_id"], published["format"], m["title"], m["author"], m["kind"], "",
-            {"label": it["label"], "benchmark": name, "origin": published.get("path") or published.get("hf")
-             or published["format"]}))
-        doc.text = f"{doc.text}\n{verbatim}" if doc.text else verbatim
-        passages.append(Passage(it["item_id"], it["doc_id"], it["label"], verbatim, m["title"], m["author"],
-                                {"length_tokens": m["length_tokens"], "source_row": m.get("source_row")}))
-    for d in docs.values():
-        d.meta["n_passages"] = sum(1 for p in passages if p.doc_id == d.doc_id)
-    return sorted(docs.values(), key=lambda d: d.doc_id), passages
+            d.meta.update(benchmark=name, n_passages=n_passages[d.doc_id])
+        docs = sorted(docs, key=lambda d: d.doc_id)
+    if rejects is not None:
+        rejects.extend(rejected)
+    elif rejected:
+        source = published.get("path") or published.get("hf") or fmt
+        log.warning(f"benchmark {name}: {len(rejected)} row(s) of {source} rejected or kept with a "
+                    f"note; first: {rejected[0].message()}")
+    return docs, passages
 
 
 def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list[Document], list[Passage], list]:

@@ -5,7 +5,7 @@ the loader cannot use is skipped, never the whole file, and reported as a
 :class:`~memaudit.datasets.copybench_published.Rejected` row (file, line where the record
 starts, key, a short repr of the value, reason); ``strict=True`` turns the first one (in line
 order) into a one-line :class:`~memaudit.errors.InputError`. A file that cannot be read at all
-(missing, a directory, empty, not UTF-8, broken CSV quoting) is always a one-line
+(missing, a directory, empty, a spreadsheet, UTF-16 or otherwise not UTF-8, broken CSV quoting) is always a one-line
 ``InputError`` naming the file and, where there is one, the line.
 
 A benchmark's rejects go to ``results/datasets/<benchmark>/rejects.csv``
@@ -19,7 +19,6 @@ whole file (an unreadable PDF, an article without a date).
 from __future__ import annotations
 
 import csv
-import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -38,7 +37,8 @@ from memaudit.datasets.copybench_published import (
 )
 from memaudit.errors import InputError
 
-__all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "Rejected", "RejectLog", "RowReject", "benchmark_rejects_path",
+__all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
+           "benchmark_rejects_path",
            "count_rejects", "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
@@ -47,14 +47,26 @@ _HUB_ID = re.compile(r"^(?:hf:|hf://|datasets/)?[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass
+class ColumnRejected(Rejected):
+    """A row of a CSV table left out: its key is a column, and the message says so."""
+
+    def message(self) -> str:
+        if self.key == "(record)":
+            return f"{self.file}, line {self.line}: {self.reason}"
+        return f"{self.file}, line {self.line}, column {self.key}: {self.reason}"
+
+
+@dataclass
 class RejectLog:
-    """The rejected rows of one load; :meth:`finish` applies ``strict`` and sorts them by file and line."""
+    """The rejected rows of one load; :meth:`finish` applies ``strict`` and sorts them by file and line.
+    ``record`` is the row type (:class:`ColumnRejected` for a CSV table, whose messages say "column")."""
 
     strict: bool = False
     rows: list[Rejected] = field(default_factory=list)
+    record: type[Rejected] = Rejected
 
     def add(self, file: str | Path, line: int, key: str, value: Any, reason: str, action: str = "rejected") -> None:
-        self.rows.append(Rejected(str(file), int(line), key, short_repr(value), reason, action))
+        self.rows.append(self.record(str(file), int(line), key, short_repr(value), reason, action))
 
     def reject(self, file: str | Path, line: int, exc: RowReject) -> None:
         self.add(file, line, exc.key, exc.value, exc.reason)
@@ -103,6 +115,7 @@ def read_text(path: str | Path, what: str) -> tuple[Path, str]:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if not data.strip():
         raise InputError(f"{path}: empty file")
+    _refuse_binary(path, data, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -115,13 +128,42 @@ def read_text(path: str | Path, what: str) -> tuple[Path, str]:
     return path, text
 
 
+# What a file that is not UTF-8 text usually is, by its first bytes: said by name, not as a byte offset.
+_NOT_TEXT = (
+    (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook?)", "export it as CSV (UTF-8)"),
+    (b"\xd0\xcf\x11\xe0", "an OLE2 file (an Excel .xls workbook?)", "export it as CSV (UTF-8)"),
+    (b"\xff\xfe", "UTF-16 text (little-endian byte-order mark)", "convert the file to UTF-8"),
+    (b"\xfe\xff", "UTF-16 text (big-endian byte-order mark)", "convert the file to UTF-8"),
+)
+
+
+def _refuse_binary(path: Path, data: bytes, what: str) -> None:
+    for magic, kind, remedy in _NOT_TEXT:
+        if data.startswith(magic):
+            raise InputError(f"{path}: {kind}, expected {what} in UTF-8; {remedy}")
+
+
 _DECODER = json.JSONDecoder(strict=False)  # a raw control character costs its record, not the file
+
+
+# One physical line with its ending, split as ``io.StringIO(text, newline="")`` splits (on \r\n, \r
+# or \n, endings kept), without copying the whole text into StringIO's four-bytes-a-character buffer.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _lines(text: str) -> Iterator[str]:
+    if not _OTHER_BREAKS.search(text):  # str.splitlines (fast) splits on these too; CSV does not
+        return iter(text.splitlines(keepends=True))
+    return (m.group() for m in _LINE.finditer(text))
 
 
 def csv_rows(path: str | Path, text: str) -> Iterator[tuple[int, list[str]]]:
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
     :class:`InputError` naming the line where the row starts."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(_lines(text))
     while True:
         start = reader.line_num + 1
         try:

@@ -101,7 +101,8 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
     lengths = {int(n) for n in cfg["lengths"]}
     source = published.get("path") or published.get("hf") or published["format"]
     items = []
-    for it in published_items(published):
+    published_rows, _ = published_items(published)  # rejects: listed by the benchmark_dataset job
+    for it in published_rows:
         if it["doc_id"] in roles and int(it["meta"]["length_tokens"]) in lengths:
             it["meta"].update(role=roles[it["doc_id"]], paraphraser=f"published ({published['format']})")
             items.append(it)
