@@ -39,12 +39,46 @@ def bad(mutate):
 
 def test_wrong_type_names_the_key():
     msg = bad(lambda c: c["models"]["tiny-gpt2-small"]["source"]["tiny_gpt2"].update(n_layer="two"))
-    assert "models.tiny-gpt2-small.source.tiny_gpt2.n_layer" in msg and "'two'" in msg
+    assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
+
+
+def test_the_docs_example_error_is_what_comes_out():
+    """docs/models.md and the README quote the error for a tiny_gpt2 model named tiny with n_layer 'two'."""
+    import re
+
+    def mutate(c):
+        c["models"]["tiny"] = copy.deepcopy(c["models"]["tiny-gpt2-small"])
+        c["models"]["tiny"]["source"]["tiny_gpt2"]["n_layer"] = "two"
+    expected = bad(mutate).splitlines()[0]
+    assert expected == "config key models.tiny.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
+    docs = (ROOT / "docs" / "models.md").read_text()
+    assert re.findall(r"^config key models\.tiny\..*$", docs, re.M) == [expected]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`{expected}`" in readme
 
 
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
-    assert "benchmarks.novels" in msg and "passage_wrods" in msg
+    assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "
+                   "here: member_fraction, min_passages, n_documents, passage_words, passages_per_document, "
+                   "published, source_options, sources, split_by)")
+
+
+def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_schema_errors():
+    def mutate(c):
+        for i in range(12):  # more than the old cap of 10
+            c[f"extra_{i:02d}"] = i
+        c["stats"]["n_boot_ci"] = -5
+        c["models"]["tiny-gpt2-small"]["dtype"] = "float64"
+        c["models"]["x"] = {"base": "nope", "finetune": {"members_of": ["novels"]}}  # a cross-key problem
+    lines = bad(mutate).splitlines()
+    known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
+             "stats, threads_per_job")
+    assert lines == [f"config key extra_{i:02d}: unknown key; (known here: {known})" for i in range(12)] + [
+        "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
+        "not the string 'float64'",
+        "config key stats.n_boot_ci: must be >= 100, not the number -5",
+        "config key models.x.base: unknown model 'nope'"]
 
 
 def test_unknown_base_model_and_benchmark():
@@ -57,7 +91,45 @@ def test_unknown_base_model_and_benchmark():
 
 def test_hub_model_needs_pinned_revision():
     msg = bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/model"}}))
-    assert "models.hub.source.revision: required with hub_id" in msg
+    assert msg == ("config key models.hub.source.revision: required with hub_id (pin a commit so reruns load "
+                   "the same weights)")
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+MOVING = ("must be a commit sha (40 lowercase hex digits), not 'main'; a branch or tag can move, "
+          "so reruns could load other weights: pin the commit (the model's history on the hub) or set "
+          "allow_moving_revision: true")
+
+
+def test_hub_revision_must_be_a_commit_unless_the_entry_accepts_moving_weights():
+    def with_hub(source):
+        cfg = copy.deepcopy(CI)
+        cfg["models"]["hub"] = {"source": source}
+        return cfg
+
+    assert bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/m", "revision": "main"}})) == (
+        "config key models.hub.source.revision: " + MOVING)
+    assert bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/m", "revision": SHA.upper()}})) == (
+        "config key models.hub.source.revision: " + MOVING.replace("'main'", f"'{SHA.upper()}'"))
+    assert bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/m", "revision": "main",
+                                                             "allow_moving_revision": False}})) == (
+        "config key models.hub.source.revision: " + MOVING)
+    assert bad(lambda c: c["models"].update(hub={"source": {"path": "/m", "allow_moving_revision": True}})) == (
+        "config key models.hub.source.allow_moving_revision: only with hub_id (the other sources do not move)")
+    pinned = validate_config(with_hub({"hub_id": "org/m", "revision": SHA}))
+    assert pinned["models"]["hub"]["source"] == {"hub_id": "org/m", "revision": SHA}  # no default added
+    moving = validate_config(with_hub({"hub_id": "org/m", "revision": "main", "allow_moving_revision": True}))
+    assert moving["models"]["hub"]["source"]["allow_moving_revision"] is True
+
+
+def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "paper.yaml")
+    models = ["llama-2-7b", "llama-2-13b", "mistral-7b", "pythia-1.4b", "pythia-6.9b", "stablelm-3b-ref"]
+    path = ROOT / "config" / "paper.yaml"
+    assert str(err.value).splitlines() == [
+        f"{path}: config key models.{m}.source.revision: "
+        + MOVING.replace("'main'", "'REPLACE_WITH_COMMIT'") for m in models]
 
 
 def test_pretraining_pool_must_be_disjoint_from_benchmarks():
@@ -77,9 +149,8 @@ def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "all", "--configfile", str(path)],
                           cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert "n_boot_ci" in out and "'many' is not of type 'integer'" in out
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "config key stats.n_boot_ci: must be an integer, not the string 'many'\n")
 
 
 def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch):
@@ -127,8 +198,10 @@ def test_dtype_auto_is_the_schema_default_and_the_shipped_configs_use_it():
     assert "models.smollm2-135m.dtype" in msg and "'fp8'" in msg
 
 
-def test_paper_config_validates_with_the_papers_settings():
-    cfg = load_config(ROOT / "config" / "paper.yaml")
+def test_paper_config_validates_with_the_papers_settings(tmp_path):
+    pinned = tmp_path / "paper.yaml"
+    pinned.write_text((ROOT / "config" / "paper.yaml").read_text().replace("REPLACE_WITH_COMMIT", SHA))
+    cfg = load_config(pinned)
     decop = cfg["probes"]["decop"]
     assert decop["orderings"] == "permutations" and decop["lengths"] == [64, 128, 256]
     assert decop["passages_per_document"] == 34 and decop["calibration_documents"] == 30

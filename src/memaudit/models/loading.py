@@ -164,7 +164,9 @@ def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str 
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype), **kwargs)
     except OSError as exc:
-        raise InputError(f"could not load model {name!r}: {exc}") from None
+        from memaudit.models.hub import load_failure_message
+
+        raise InputError(load_failure_message(name, spec, exc)) from None
     tok = load_tokenizer(spec)
     if spec.get("adapter"):
         from peft import PeftModel
