@@ -120,6 +120,8 @@ def test_hub_revision_must_be_a_commit_unless_the_entry_accepts_moving_weights()
     assert pinned["models"]["hub"]["source"] == {"hub_id": "org/m", "revision": SHA}  # no default added
     moving = validate_config(with_hub({"hub_id": "org/m", "revision": "main", "allow_moving_revision": True}))
     assert moving["models"]["hub"]["source"]["allow_moving_revision"] is True
+    docs = (ROOT / "docs" / "models.md").read_text()
+    assert f"config key models.pythia-1b.source.revision: {MOVING}\n" in docs
 
 
 def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
@@ -226,3 +228,170 @@ def test_gpu_config_puts_every_local_model_on_a_gpu_and_claims_one_per_job():
     assert cfg["probes"]["token_prob"]["models"] == sorted(cfg["models"])
     assert [k for k, v in cfg["probes"].items() if "models" in v] == ["token_prob"]  # the only probe that runs
     assert cfg["models"]["smollm2-135m-contaminated"]["finetune"]["method"] == "lora"
+
+
+# ------------------------------------------------------------------ the workflow's config errors (dry runs)
+
+from workflow_helpers import SNAKEMAKE, make_workdir, planned_jobs  # noqa: E402
+
+# Planted fake credentials: each must appear nowhere the dry run prints or writes.
+OPENAI_KEY = "sk-proj-PLANTEDa1B2c3D4e5F6g7H8i9J0kLmN"
+ANTHROPIC_KEY = "sk-ant-api03-PLANTEDz9Y8x7W6v5U4t3S2r1Q0"
+RANDOM_TOKEN = "PLANTEDaB3dE5gH7jK9mN1pQ3rS5tU7"  # no provider prefix: refused for its name and entropy
+PRICING = {"input_per_mtok": 1, "output_per_mtok": 1}
+API_KEYS_HERE = ("api_key_env, base_url, concurrency, logprobs, max_retries, max_tokens_field, model_id, "
+                 "pricing, revision, timeout, top_logprobs")
+TOP_KEYS = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
+            "stats, threads_per_job")
+CREDENTIAL = ("looks like an API key or token (the value is not shown); keep keys out of the config: put the key "
+              "in an environment variable and name that variable in api_key_env")
+IN_QUERY = ("must not carry credentials in its query string (parameter {!r}); put the key in the variable named "
+            "by api_key_env; the value is not shown")
+EXTENDED = "Config file config/config.yaml is extended by additional config specified via the command line.\n"
+
+
+def _ci_with(api: dict | None = None, **top) -> dict:
+    cfg = copy.deepcopy(CI)
+    if api is not None:
+        cfg["models"]["gpt"] = {"backend": "openai", "api": api}
+    cfg.update(top)
+    return cfg
+
+
+SECRET_CASES = {
+    "pasted as api.api_key": (
+        _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "api_key": OPENAI_KEY, "pricing": PRICING}), (), OPENAI_KEY,
+        [f"config key models.gpt.api.api_key: {CREDENTIAL}",
+         f"config key models.gpt.api.api_key: unknown key; did you mean 'api_key_env'? (known here: {API_KEYS_HERE})"]),
+    "pasted into api_key_env beside another schema error": (
+        _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": ANTHROPIC_KEY, "concurrency": 0,
+                  "pricing": PRICING}, seed="many"), (), ANTHROPIC_KEY,
+        ["config key models.gpt.api.api_key_env: must name an environment variable (e.g. OPENAI_API_KEY) that "
+         "holds the key, not the key itself; the value is not shown",
+         "config key models.gpt.api.concurrency: must be >= 1, not a number",
+         "config key seed: must be an integer, not the string 'many'"]),
+    "in base_url's query string": (
+        _ci_with({"model_id": "local", "base_url": f"http://127.0.0.1:8000/v1?api_key={OPENAI_KEY}"}), (), OPENAI_KEY,
+        ["config key models.gpt.api.base_url: " + IN_QUERY.format("api_key")]),
+    "a signature in base_url's query string": (
+        _ci_with({"model_id": "local", "base_url": f"https://h.example/v1?X-Amz-Signature={RANDOM_TOKEN}"}), (),
+        RANDOM_TOKEN, ["config key models.gpt.api.base_url: " + IN_QUERY.format("X-Amz-Signature")]),
+    "in base_url's userinfo": (
+        _ci_with({"model_id": "local", "base_url": f"https://me:{OPENAI_KEY}@h.example/v1"}), (), OPENAI_KEY,
+        ["config key models.gpt.api.base_url: must not contain credentials (user:password@); put the key in the "
+         "variable named by api_key_env; the value is not shown"]),
+    "a bearer token under another key": (
+        _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "pricing": PRICING, "headers": f"Bearer {RANDOM_TOKEN}"}),
+        (), RANDOM_TOKEN,
+        [f"config key models.gpt.api.headers: {CREDENTIAL}",
+         f"config key models.gpt.api.headers: unknown key; (known here: {API_KEYS_HERE})"]),
+    "a random token under a key-ish name": (
+        _ci_with(None, access_token=RANDOM_TOKEN), (), RANDOM_TOKEN,
+        [f"config key access_token: {CREDENTIAL}", f"config key access_token: unknown key; (known here: {TOP_KEYS})"]),
+    "on the command line, over the demo config": (
+        None, ("--config", f"api_key={ANTHROPIC_KEY}"), ANTHROPIC_KEY,
+        [f"config key api_key: {CREDENTIAL}", f"config key api_key: unknown key; did you mean 'api'? (known here: "
+                                              f"{TOP_KEYS})"]),
+}
+
+
+def _dry_run_and_everything_written(tmp_path, config: dict | None, extra: tuple):
+    """A dry run in a fresh workdir (the config file outside it): the process and the bytes of every file
+    in the workdir afterwards (.snakemake/, logs/, results/ and all)."""
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    make_workdir(workdir, share_resources=False)
+    args = list(extra)
+    if config is not None:
+        path = tmp_path / "my.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args += ["--configfile", str(path)]
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", *args], cwd=workdir, capture_output=True, text=True)
+    return proc, {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", SECRET_CASES)
+def test_a_planted_key_is_refused_in_one_line_per_problem_and_never_printed_or_written(tmp_path, case):
+    config, extra, key, lines = SECRET_CASES[case]
+    proc, written = _dry_run_and_everything_written(tmp_path, config, extra)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == lines
+    assert proc.stdout == (EXTENDED if extra else "")
+    assert key not in proc.stdout + proc.stderr
+    assert [p for p, data in written.items() if key.encode() in data] == []
+    assert written  # the search saw the workdir (the copied workflow at least)
+    if config is not None:  # and it would have found the key: it is in the config given
+        assert key.encode() in (tmp_path / "my.yaml").read_bytes()
+
+
+def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    make_workdir(workdir, share_resources=False)
+    demo = planned_jobs(workdir, None)
+    assert planned_jobs(workdir, None, "--config", "seed=7") == demo
+    assert planned_jobs(workdir, "config/config.yaml") == demo
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--config", "seed=x"], cwd=workdir, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, EXTENDED, "config key seed: must be an integer, not the string 'x'\n")
+    # --configfile replaces the demo config: ci's models and benchmarks only, not a merge with the demo's
+    ci = planned_jobs(workdir, "config/ci.yaml")
+    named = {part for _, wildcards in ci for part in wildcards.split(", ") if part.startswith(("model=", "benchmark="))}
+    assert named == {f"model={m}" for m in CI["models"]} | {f"benchmark={b}" for b in CI["benchmarks"]}
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", "config/ci.yaml", "--config", "seed=x"],
+                          cwd=workdir, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "config key seed: must be an integer, not the string 'x'\n")
+
+
+def test_an_empty_configfile_is_an_error_naming_it_not_the_demo(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("{}\n")
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(path)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", f"{path}: the config file is empty (no keys); give at least benchmarks and models "
+               f"(config/ci.yaml is a small example)\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("benchmarks:\n  a: [1, 2\nmodels: {}\n", ", line 3, column 7: not valid YAML (expected ',' or ']', but got ':'; "
+                                              "while parsing a flow sequence that starts on line 2)"),
+    ("a: 1\n\tb: 2\n", ", line 2, column 1: not valid YAML (found character '\\t' that cannot start any token)"),
+    (f"a: 1\nb: *{ANTHROPIC_KEY}\n", ", line 2, column 4: not valid YAML (found undefined alias '<not shown>')"),
+    ("", ": the config file is empty (no keys); give at least benchmarks and models (config/ci.yaml is a small "
+         "example)"),
+    ("# only a comment\n", ": the config file is empty (no keys); give at least benchmarks and models "
+                           "(config/ci.yaml is a small example)"),
+    ("- a\n- b\n", ", line 1: expected a mapping of config keys at the top level, not a list"),
+    (f"{OPENAI_KEY}\n", ", line 1: expected a mapping of config keys at the top level, not a string (the value is "
+                        "not shown)"),
+    (b"seed: 1\nx: caf\xe9\n", ", line 2: not UTF-8 text (byte 14)"),
+])
+def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tmp_path, text, message):
+    from memaudit.cli import main
+
+    path = tmp_path / "my.yaml"
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}{message}"
+    assert ANTHROPIC_KEY not in str(err.value) and OPENAI_KEY not in str(err.value)
+    assert main(["check-config", str(path)]) == 2
+
+
+def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, capsys):
+    from memaudit.cli import main
+
+    path = tmp_path / "typo.yaml"
+    path.write_text("benchmarkz: {}\n")
+    assert main(["check-config", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"memaudit check-config: error: {path}: config key benchmarkz: unknown key; did you mean 'benchmarks'? "
+        f"(known here: {TOP_KEYS})",
+        f"memaudit check-config: error: {path}: config key benchmarks: missing (required)",
+        f"memaudit check-config: error: {path}: config key models: missing (required)"]
+    with pytest.raises(ConfigError, match=f"^{tmp_path}: is a folder, not a config file$"):
+        load_config(tmp_path)
+    assert main(["check-config", str(ROOT / "config" / "ci.yaml")]) == 0
+    assert capsys.readouterr().out == f"{ROOT / 'config' / 'ci.yaml'}: valid\n"
