@@ -74,7 +74,7 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
     lines = bad(mutate).splitlines()
     known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
              "stats, threads_per_job")
-    assert lines == [f"config key extra_{i:02d}: unknown key; (known here: {known})" for i in range(12)] + [
+    assert lines == [f"config key extra_{i:02d}: unknown key (known here: {known})" for i in range(12)] + [
         "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
         "not the string 'float64'",
         "config key stats.n_boot_ci: must be >= 100, not the number -5",
@@ -284,10 +284,10 @@ SECRET_CASES = {
         _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "pricing": PRICING, "headers": f"Bearer {RANDOM_TOKEN}"}),
         (), RANDOM_TOKEN,
         [f"config key models.gpt.api.headers: {CREDENTIAL}",
-         f"config key models.gpt.api.headers: unknown key; (known here: {API_KEYS_HERE})"]),
+         f"config key models.gpt.api.headers: unknown key (known here: {API_KEYS_HERE})"]),
     "a random token under a key-ish name": (
         _ci_with(None, access_token=RANDOM_TOKEN), (), RANDOM_TOKEN,
-        [f"config key access_token: {CREDENTIAL}", f"config key access_token: unknown key; (known here: {TOP_KEYS})"]),
+        [f"config key access_token: {CREDENTIAL}", f"config key access_token: unknown key (known here: {TOP_KEYS})"]),
     "on the command line, over the demo config": (
         None, ("--config", f"api_key={ANTHROPIC_KEY}"), ANTHROPIC_KEY,
         [f"config key api_key: {CREDENTIAL}", f"config key api_key: unknown key; did you mean 'api'? (known here: "

@@ -127,9 +127,9 @@ def schema_problems(error) -> list[str]:
             if extra in allowed or any(re.search(p, str(extra)) for p in error.schema.get("patternProperties", {})):
                 continue
             close = difflib.get_close_matches(str(extra), allowed, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             known = f"(known here: {', '.join(allowed)})" if allowed else "(none is allowed here)"
-            lines.append(f"{key_path([*path, extra])}: unknown key; {hint}{known}")
+            lines.append(f"{key_path([*path, extra])}: unknown key{hint} {known}")
         return lines
     if rule == "required":
         return [f"{key_path([*path, name])}: missing (required)" for name in expected
