@@ -5,9 +5,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# The demo config is the default; `--configfile other.yaml` replaces it rather than being merged
-# into it (a merge would keep the demo's models and benchmarks).
-if not config:
+# The demo config is the default and `--config key=value` applies on top of it; `--configfile
+# other.yaml` replaces it rather than being merged into it (a merge would keep the demo's models
+# and benchmarks). An empty --configfile is an error naming it (common.smk), not the demo.
+if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
 

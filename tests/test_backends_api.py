@@ -572,6 +572,8 @@ def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key():
                                                 "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}},
         "unpriced": {"backend": "anthropic", "api": {"model_id": "claude-x"}},
         "creds": {"backend": "openai", "api": {"model_id": "m", "base_url": "http://u:p@127.0.0.1:8000/v1"}},
+        "query": {"backend": "openai", "api": {"model_id": "m", "base_url": f"http://127.0.0.1:8000/v1?key={pasted}"}},
+        "token": {"backend": "openai", "api": {"model_id": "m", "base_url": "http://127.0.0.1:8000/v1?access_token=x"}},
         "nolp": {"backend": "openai", "api": {"model_id": "local", "base_url": "http://127.0.0.1:8000/v1",
                                               "logprobs": False}},
         "weights": {"backend": "openai", "source": {"builtin": "smollm2-135m-instruct"}},
@@ -583,7 +585,12 @@ def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key():
     assert pasted not in text
     assert sorted(p.split(":")[0] for p in problems) == [
         "models.creds.api.base_url", "models.local.api", "models.pasted.api.api_key_env",
+        "models.query.api.base_url", "models.token.api.base_url",
         "models.unpriced.api.pricing", "models.weights.api", "models.weights.source"]
+    assert [p for p in problems if p.startswith(("models.query", "models.token"))] == [
+        f"models.{name}.api.base_url: must not carry credentials in its query string (parameter {param!r}); put the "
+        f"key in the variable named by api_key_env; the value is not shown"
+        for name, param in (("query", "key"), ("token", "access_token"))]
     # the endpoint without log-probabilities, named for a probe that needs them: the capability check
     assert registry.check_capabilities(config) == [
         "models.nolp.backend: probe 'decop_logit' needs option_logprobs, which model 'nolp' (backend 'openai', "
@@ -647,3 +654,32 @@ def test_serve_puts_a_local_model_behind_the_openai_api(tiny_model):
     got = remote.meta["top_logprobs"][0]
     assert [t for t, _ in got] == [t for t, _ in expected]
     assert max(abs(a[1] - b[1]) for a, b in zip(got, expected)) < 1e-5
+
+
+def test_credentials_are_told_from_config_values():
+    from pathlib import Path
+
+    import yaml
+
+    from memaudit.secrets import credential_problems, looks_like_credential, url_credential_problem
+
+    for key in ("sk-proj-" + "Ab3" * 12, "sk-ant-api03-" + "Zy9" * 10, "Bearer abcdefgh12345678", "hf_" + "a1B" * 10):
+        assert looks_like_credential(key) and looks_like_credential(f"prefix {key} suffix"), key
+    for value in ("OPENAI_API_KEY", "gpt-4o-mini-2024-07-18", "EleutherAI/pythia-1.4b-deduped", "risk-assessment",
+                  "0123456789abcdef0123456789abcdef01234567", "results/models/tiny-gpt2-small-contaminated"):
+        assert not looks_like_credential(value), value
+    assert credential_problems({"models": {"m": {"api": {"model_id": "sk-ant-" + "x1" * 10}}},
+                                "tokens": {"access_token": "aB3dE5gH7jK9mN1pQ3rS5tU7"},
+                                "published": {"text_key": "document_summary_2024_v1"}}) == [
+        (("models", "m", "api", "model_id"), "looks like an API key or token (the value is not shown); keep keys out "
+         "of the config: put the key in an environment variable and name that variable in api_key_env"),
+        (("tokens", "access_token"), "looks like an API key or token (the value is not shown); keep keys out of the "
+         "config: put the key in an environment variable and name that variable in api_key_env")]
+    assert [url_credential_problem(u) for u in ("http://127.0.0.1:8000/v1", "https://api.example.com/v1?version=2",
+                                                 "https://h/v1?Signature=abc", "https://h/v1#token=abc")] == [
+        None, None] + ["must not carry credentials in its query string (parameter {!r}); put the key in the variable "
+                       "named by api_key_env; the value is not shown".format(p) for p in ("Signature", "token")]
+    shipped = sorted((Path(__file__).resolve().parents[1] / "config").glob("*.yaml"))
+    assert len(shipped) == 4
+    for path in shipped:  # no shipped config trips the detector
+        assert credential_problems(yaml.safe_load(path.read_text())) == [], path

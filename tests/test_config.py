@@ -39,12 +39,46 @@ def bad(mutate):
 
 def test_wrong_type_names_the_key():
     msg = bad(lambda c: c["models"]["tiny-gpt2-small"]["source"]["tiny_gpt2"].update(n_layer="two"))
-    assert "models.tiny-gpt2-small.source.tiny_gpt2.n_layer" in msg and "'two'" in msg
+    assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
+
+
+def test_the_docs_example_error_is_what_comes_out():
+    """docs/models.md and the README quote the error for a tiny_gpt2 model named tiny with n_layer 'two'."""
+    import re
+
+    def mutate(c):
+        c["models"]["tiny"] = copy.deepcopy(c["models"]["tiny-gpt2-small"])
+        c["models"]["tiny"]["source"]["tiny_gpt2"]["n_layer"] = "two"
+    expected = bad(mutate).splitlines()[0]
+    assert expected == "config key models.tiny.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
+    docs = (ROOT / "docs" / "models.md").read_text()
+    assert re.findall(r"^config key models\.tiny\..*$", docs, re.M) == [expected]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`{expected}`" in readme
 
 
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
-    assert "benchmarks.novels" in msg and "passage_wrods" in msg
+    assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "
+                   "here: member_fraction, min_passages, n_documents, passage_words, passages_per_document, "
+                   "published, source_options, sources, split_by)")
+
+
+def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_schema_errors():
+    def mutate(c):
+        for i in range(12):  # more than the old cap of 10
+            c[f"extra_{i:02d}"] = i
+        c["stats"]["n_boot_ci"] = -5
+        c["models"]["tiny-gpt2-small"]["dtype"] = "float64"
+        c["models"]["x"] = {"base": "nope", "finetune": {"members_of": ["novels"]}}  # a cross-key problem
+    lines = bad(mutate).splitlines()
+    known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
+             "stats, threads_per_job")
+    assert lines == [f"config key extra_{i:02d}: unknown key (known here: {known})" for i in range(12)] + [
+        "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
+        "not the string 'float64'",
+        "config key stats.n_boot_ci: must be >= 100, not the number -5",
+        "config key models.x.base: unknown model 'nope'"]
 
 
 def test_unknown_base_model_and_benchmark():
@@ -57,7 +91,47 @@ def test_unknown_base_model_and_benchmark():
 
 def test_hub_model_needs_pinned_revision():
     msg = bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/model"}}))
-    assert "models.hub.source.revision: required with hub_id" in msg
+    assert msg == ("config key models.hub.source.revision: required with hub_id (pin a commit so reruns load "
+                   "the same weights)")
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+MOVING = ("must be a commit sha (40 lowercase hex digits), not 'main'; a branch or tag can move, "
+          "so reruns could load other weights: pin the commit (the model's history on the hub) or set "
+          "allow_moving_revision: true")
+
+
+def test_hub_revision_must_be_a_commit_unless_the_entry_accepts_moving_weights():
+    def with_hub(source):
+        cfg = copy.deepcopy(CI)
+        cfg["models"]["hub"] = {"source": source}
+        return cfg
+
+    assert bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/m", "revision": "main"}})) == (
+        "config key models.hub.source.revision: " + MOVING)
+    assert bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/m", "revision": SHA.upper()}})) == (
+        "config key models.hub.source.revision: " + MOVING.replace("'main'", f"'{SHA.upper()}'"))
+    assert bad(lambda c: c["models"].update(hub={"source": {"hub_id": "org/m", "revision": "main",
+                                                             "allow_moving_revision": False}})) == (
+        "config key models.hub.source.revision: " + MOVING)
+    assert bad(lambda c: c["models"].update(hub={"source": {"path": "/m", "allow_moving_revision": True}})) == (
+        "config key models.hub.source.allow_moving_revision: only with hub_id (the other sources do not move)")
+    pinned = validate_config(with_hub({"hub_id": "org/m", "revision": SHA}))
+    assert pinned["models"]["hub"]["source"] == {"hub_id": "org/m", "revision": SHA}  # no default added
+    moving = validate_config(with_hub({"hub_id": "org/m", "revision": "main", "allow_moving_revision": True}))
+    assert moving["models"]["hub"]["source"]["allow_moving_revision"] is True
+    docs = (ROOT / "docs" / "models.md").read_text()
+    assert f"config key models.pythia-1b.source.revision: {MOVING}\n" in docs
+
+
+def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "paper.yaml")
+    models = ["llama-2-7b", "llama-2-13b", "mistral-7b", "pythia-1.4b", "pythia-6.9b", "stablelm-3b-ref"]
+    path = ROOT / "config" / "paper.yaml"
+    assert str(err.value).splitlines() == [
+        f"{path}: config key models.{m}.source.revision: "
+        + MOVING.replace("'main'", "'REPLACE_WITH_COMMIT'") for m in models]
 
 
 def test_pretraining_pool_must_be_disjoint_from_benchmarks():
@@ -77,9 +151,8 @@ def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "all", "--configfile", str(path)],
                           cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert "n_boot_ci" in out and "'many' is not of type 'integer'" in out
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "config key stats.n_boot_ci: must be an integer, not the string 'many'\n")
 
 
 def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch):
@@ -127,8 +200,10 @@ def test_dtype_auto_is_the_schema_default_and_the_shipped_configs_use_it():
     assert "models.smollm2-135m.dtype" in msg and "'fp8'" in msg
 
 
-def test_paper_config_validates_with_the_papers_settings():
-    cfg = load_config(ROOT / "config" / "paper.yaml")
+def test_paper_config_validates_with_the_papers_settings(tmp_path):
+    pinned = tmp_path / "paper.yaml"
+    pinned.write_text((ROOT / "config" / "paper.yaml").read_text().replace("REPLACE_WITH_COMMIT", SHA))
+    cfg = load_config(pinned)
     decop = cfg["probes"]["decop"]
     assert decop["orderings"] == "permutations" and decop["lengths"] == [64, 128, 256]
     assert decop["passages_per_document"] == 34 and decop["calibration_documents"] == 30
@@ -153,3 +228,170 @@ def test_gpu_config_puts_every_local_model_on_a_gpu_and_claims_one_per_job():
     assert cfg["probes"]["token_prob"]["models"] == sorted(cfg["models"])
     assert [k for k, v in cfg["probes"].items() if "models" in v] == ["token_prob"]  # the only probe that runs
     assert cfg["models"]["smollm2-135m-contaminated"]["finetune"]["method"] == "lora"
+
+
+# ------------------------------------------------------------------ the workflow's config errors (dry runs)
+
+from workflow_helpers import SNAKEMAKE, make_workdir, planned_jobs  # noqa: E402
+
+# Planted fake credentials: each must appear nowhere the dry run prints or writes.
+OPENAI_KEY = "sk-proj-PLANTEDa1B2c3D4e5F6g7H8i9J0kLmN"
+ANTHROPIC_KEY = "sk-ant-api03-PLANTEDz9Y8x7W6v5U4t3S2r1Q0"
+RANDOM_TOKEN = "PLANTEDaB3dE5gH7jK9mN1pQ3rS5tU7"  # no provider prefix: refused for its name and entropy
+PRICING = {"input_per_mtok": 1, "output_per_mtok": 1}
+API_KEYS_HERE = ("api_key_env, base_url, concurrency, logprobs, max_retries, max_tokens_field, model_id, "
+                 "pricing, revision, timeout, top_logprobs")
+TOP_KEYS = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
+            "stats, threads_per_job")
+CREDENTIAL = ("looks like an API key or token (the value is not shown); keep keys out of the config: put the key "
+              "in an environment variable and name that variable in api_key_env")
+IN_QUERY = ("must not carry credentials in its query string (parameter {!r}); put the key in the variable named "
+            "by api_key_env; the value is not shown")
+EXTENDED = "Config file config/config.yaml is extended by additional config specified via the command line.\n"
+
+
+def _ci_with(api: dict | None = None, **top) -> dict:
+    cfg = copy.deepcopy(CI)
+    if api is not None:
+        cfg["models"]["gpt"] = {"backend": "openai", "api": api}
+    cfg.update(top)
+    return cfg
+
+
+SECRET_CASES = {
+    "pasted as api.api_key": (
+        _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "api_key": OPENAI_KEY, "pricing": PRICING}), (), OPENAI_KEY,
+        [f"config key models.gpt.api.api_key: {CREDENTIAL}",
+         f"config key models.gpt.api.api_key: unknown key; did you mean 'api_key_env'? (known here: {API_KEYS_HERE})"]),
+    "pasted into api_key_env beside another schema error": (
+        _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": ANTHROPIC_KEY, "concurrency": 0,
+                  "pricing": PRICING}, seed="many"), (), ANTHROPIC_KEY,
+        ["config key models.gpt.api.api_key_env: must name an environment variable (e.g. OPENAI_API_KEY) that "
+         "holds the key, not the key itself; the value is not shown",
+         "config key models.gpt.api.concurrency: must be >= 1, not a number",
+         "config key seed: must be an integer, not the string 'many'"]),
+    "in base_url's query string": (
+        _ci_with({"model_id": "local", "base_url": f"http://127.0.0.1:8000/v1?api_key={OPENAI_KEY}"}), (), OPENAI_KEY,
+        ["config key models.gpt.api.base_url: " + IN_QUERY.format("api_key")]),
+    "a signature in base_url's query string": (
+        _ci_with({"model_id": "local", "base_url": f"https://h.example/v1?X-Amz-Signature={RANDOM_TOKEN}"}), (),
+        RANDOM_TOKEN, ["config key models.gpt.api.base_url: " + IN_QUERY.format("X-Amz-Signature")]),
+    "in base_url's userinfo": (
+        _ci_with({"model_id": "local", "base_url": f"https://me:{OPENAI_KEY}@h.example/v1"}), (), OPENAI_KEY,
+        ["config key models.gpt.api.base_url: must not contain credentials (user:password@); put the key in the "
+         "variable named by api_key_env; the value is not shown"]),
+    "a bearer token under another key": (
+        _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "pricing": PRICING, "headers": f"Bearer {RANDOM_TOKEN}"}),
+        (), RANDOM_TOKEN,
+        [f"config key models.gpt.api.headers: {CREDENTIAL}",
+         f"config key models.gpt.api.headers: unknown key (known here: {API_KEYS_HERE})"]),
+    "a random token under a key-ish name": (
+        _ci_with(None, access_token=RANDOM_TOKEN), (), RANDOM_TOKEN,
+        [f"config key access_token: {CREDENTIAL}", f"config key access_token: unknown key (known here: {TOP_KEYS})"]),
+    "on the command line, over the demo config": (
+        None, ("--config", f"api_key={ANTHROPIC_KEY}"), ANTHROPIC_KEY,
+        [f"config key api_key: {CREDENTIAL}", f"config key api_key: unknown key; did you mean 'api'? (known here: "
+                                              f"{TOP_KEYS})"]),
+}
+
+
+def _dry_run_and_everything_written(tmp_path, config: dict | None, extra: tuple):
+    """A dry run in a fresh workdir (the config file outside it): the process and the bytes of every file
+    in the workdir afterwards (.snakemake/, logs/, results/ and all)."""
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    make_workdir(workdir, share_resources=False)
+    args = list(extra)
+    if config is not None:
+        path = tmp_path / "my.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args += ["--configfile", str(path)]
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", *args], cwd=workdir, capture_output=True, text=True)
+    return proc, {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", SECRET_CASES)
+def test_a_planted_key_is_refused_in_one_line_per_problem_and_never_printed_or_written(tmp_path, case):
+    config, extra, key, lines = SECRET_CASES[case]
+    proc, written = _dry_run_and_everything_written(tmp_path, config, extra)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == lines
+    assert proc.stdout == (EXTENDED if extra else "")
+    assert key not in proc.stdout + proc.stderr
+    assert [p for p, data in written.items() if key.encode() in data] == []
+    assert written  # the search saw the workdir (the copied workflow at least)
+    if config is not None:  # and it would have found the key: it is in the config given
+        assert key.encode() in (tmp_path / "my.yaml").read_bytes()
+
+
+def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    make_workdir(workdir, share_resources=False)
+    demo = planned_jobs(workdir, None)
+    assert planned_jobs(workdir, None, "--config", "seed=7") == demo
+    assert planned_jobs(workdir, "config/config.yaml") == demo
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--config", "seed=x"], cwd=workdir, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, EXTENDED, "config key seed: must be an integer, not the string 'x'\n")
+    # --configfile replaces the demo config: ci's models and benchmarks only, not a merge with the demo's
+    ci = planned_jobs(workdir, "config/ci.yaml")
+    named = {part for _, wildcards in ci for part in wildcards.split(", ") if part.startswith(("model=", "benchmark="))}
+    assert named == {f"model={m}" for m in CI["models"]} | {f"benchmark={b}" for b in CI["benchmarks"]}
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", "config/ci.yaml", "--config", "seed=x"],
+                          cwd=workdir, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "config key seed: must be an integer, not the string 'x'\n")
+
+
+def test_an_empty_configfile_is_an_error_naming_it_not_the_demo(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("{}\n")
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(path)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", f"{path}: the config file is empty (no keys); give at least benchmarks and models "
+               f"(config/ci.yaml is a small example)\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("benchmarks:\n  a: [1, 2\nmodels: {}\n", ", line 3, column 7: not valid YAML (expected ',' or ']', but got ':'; "
+                                              "while parsing a flow sequence that starts on line 2)"),
+    ("a: 1\n\tb: 2\n", ", line 2, column 1: not valid YAML (found character '\\t' that cannot start any token)"),
+    (f"a: 1\nb: *{ANTHROPIC_KEY}\n", ", line 2, column 4: not valid YAML (found undefined alias '<not shown>')"),
+    ("", ": the config file is empty (no keys); give at least benchmarks and models (config/ci.yaml is a small "
+         "example)"),
+    ("# only a comment\n", ": the config file is empty (no keys); give at least benchmarks and models "
+                           "(config/ci.yaml is a small example)"),
+    ("- a\n- b\n", ", line 1: expected a mapping of config keys at the top level, not a list"),
+    (f"{OPENAI_KEY}\n", ", line 1: expected a mapping of config keys at the top level, not a string (the value is "
+                        "not shown)"),
+    (b"seed: 1\nx: caf\xe9\n", ", line 2: not UTF-8 text (byte 14)"),
+])
+def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tmp_path, text, message):
+    from memaudit.cli import main
+
+    path = tmp_path / "my.yaml"
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}{message}"
+    assert ANTHROPIC_KEY not in str(err.value) and OPENAI_KEY not in str(err.value)
+    assert main(["check-config", str(path)]) == 2
+
+
+def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, capsys):
+    from memaudit.cli import main
+
+    path = tmp_path / "typo.yaml"
+    path.write_text("benchmarkz: {}\n")
+    assert main(["check-config", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"memaudit check-config: error: {path}: config key benchmarkz: unknown key; did you mean 'benchmarks'? "
+        f"(known here: {TOP_KEYS})",
+        f"memaudit check-config: error: {path}: config key benchmarks: missing (required)",
+        f"memaudit check-config: error: {path}: config key models: missing (required)"]
+    with pytest.raises(ConfigError, match=f"^{tmp_path}: is a folder, not a config file$"):
+        load_config(tmp_path)
+    assert main(["check-config", str(ROOT / "config" / "ci.yaml")]) == 0
+    assert capsys.readouterr().out == f"{ROOT / 'config' / 'ci.yaml'}: valid\n"

@@ -119,6 +119,31 @@ def test_missing_local_path_and_unpinned_hub_id_are_clear_errors(tmp_path):
         load_causal_lm({"hub_id": "org/model"})
 
 
+def test_an_unreachable_hub_model_names_itself_and_the_remedy(tmp_path, monkeypatch):
+    """Offline (HF_HUB_OFFLINE, an empty HF_HOME): the model's first load, at the start of its job, is one line
+    with the hub id, the revision and what to do (docs/models.md shows it)."""
+    from transformers import AutoModelForCausalLM
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(OSError) as cause:  # what transformers says, first line
+        AutoModelForCausalLM.from_pretrained("memaudit-test/absent", revision=sha)
+    first = str(cause.value).strip().splitlines()[0]
+    with pytest.raises(InputError) as err:
+        load_causal_lm({"hub_id": "memaudit-test/absent", "revision": sha}, device="cpu")
+    assert str(err.value) == (
+        f"hub model 'memaudit-test/absent' at revision '{sha}' could not be loaded: {first} Remedy: check the "
+        f"network, the hub id and revision (and HF_TOKEN for a gated model); offline, download it first "
+        f"(huggingface-cli download memaudit-test/absent --revision {sha}) into HF_HOME ({tmp_path / 'hf'}) and "
+        f"set HF_HUB_OFFLINE=1, or point the model's source.path at a local copy")
+    assert first == ("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
+                     "the cached files.")
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    assert (f"InputError: hub model 'EleutherAI/pythia-1b' at revision '<sha>' could not be loaded: {first} "
+            f"Remedy: check the network") in docs
+
+
 def test_adapter_without_config_is_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(InputError, match="adapter_config.json"):
         load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path)}, device="cpu")

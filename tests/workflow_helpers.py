@@ -45,7 +45,7 @@ def report_data(html: str, name: str) -> dict:
     return json.loads(m.group(1))
 
 
-def planned_jobs(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> set[tuple[str, str]]:
+def planned_jobs(workdir: Path, configfile: Path | str | None, *extra: str, env: dict | None = None) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job a dry run of ``all`` schedules."""
     return {(job["rule"], job["wildcards"]) for job in dry_run(workdir, configfile, *extra, env=env)}
 
@@ -67,9 +67,11 @@ print("DIRECTORY_OUTPUTS" + json.dumps(dirs))
 """
 
 
-def dry_run(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> list[dict]:
-    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "output", "threads", "priority"}`` (output as listed)."""
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(configfile), *extra], cwd=workdir,
+def dry_run(workdir: Path, configfile: Path | str | None, *extra: str, env: dict | None = None) -> list[dict]:
+    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "output", "threads", "priority"}`` (output as listed).
+    ``configfile`` None: the Snakefile's default config (the demo)."""
+    given = ["--configfile", str(configfile)] if configfile is not None else []
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", *given, *extra], cwd=workdir,
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"dry run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

@@ -13,6 +13,8 @@
                                                         tokens and dollars spent, per model and rule
     memaudit code-versions [--record]                   each probe family's code version and whether
                                                         its code changed since it was recorded
+    memaudit check-config CONFIG                        every problem of a config file, one line each
+                                                        (a YAML error with its line and column)
 """
 
 from __future__ import annotations
@@ -75,7 +77,19 @@ def _code_versions(argv: list[str]) -> int:
     return code_versions_main(argv)
 
 
-COMMANDS = {"fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
+def _check_config(argv: list[str]) -> int:
+    from memaudit.jobs import load_config
+
+    p = argparse.ArgumentParser(prog="memaudit check-config",
+                                description="Validate a config file as the workflow does, without running it.")
+    p.add_argument("config", type=Path)
+    args = p.parse_args(argv)
+    load_config(args.config)
+    print(f"{args.config}: valid")
+    return 0
+
+
+COMMANDS = {"check-config": _check_config, "fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
             "estimate-cost": _estimate_cost, "api-ledger": _api_ledger, "code-versions": _code_versions}
 
 
@@ -87,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[argv[0]](argv[1:])
     except MemauditError as exc:
-        print(f"memaudit {argv[0]}: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # one problem a line, each naming the command
+            print(f"memaudit {argv[0]}: error: {line}", file=sys.stderr)
         return 2
 
 

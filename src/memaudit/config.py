@@ -1,14 +1,17 @@
 """Configuration: schema validation with defaults, cross-key checks and per-entry lookups.
 
-The schema lives in ``workflow/schemas/config.schema.yaml``; the Snakefile
-validates against it with ``snakemake.utils.validate`` and then calls
-:func:`check_config` for the checks a JSON schema cannot express (references
-between entries). Every error names the offending key as a dotted path.
+The schema lives in ``workflow/schemas/config.schema.yaml``; the Snakefile validates
+against it here (:func:`check_workflow_config`, not ``snakemake.utils.validate``, whose
+messages quote the offending config section: a pasted API key with it) together with the
+checks a JSON schema cannot express (references between entries). Every problem is one
+line, ``config key <dotted.key>: <what is wrong>``, all of them at once, no value shown
+that could be a secret (:mod:`memaudit.secrets`).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -46,7 +49,125 @@ def _validator_with_defaults(schema: dict):
 
 
 def key_path(path) -> str:
-    return ".".join(str(p) for p in path) or "<top level>"
+    from memaudit.secrets import safe_key
+
+    return ".".join(safe_key(p) for p in path) or "<top level>"
+
+
+_TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def _secret_path(path) -> bool:
+    """Whether values at ``path`` may be secrets: anything in an ``api`` block or under a key-ish name."""
+    from memaudit.secrets import keyish_name
+
+    return any(p == "api" or keyish_name(p) for p in path)
+
+
+def _describe(value, path) -> str:
+    """A value as an error message may show it: short scalars outside API blocks, else only its kind."""
+    from memaudit.secrets import high_entropy, looks_like_credential
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    secret = _secret_path(path)
+    if isinstance(value, (int, float)):
+        return "a number" if secret else f"the number {value!r}"
+    text = str(value)
+    if secret or looks_like_credential(text) or high_entropy(text) or len(text) > 60 or "\n" in text:
+        return "a string (the value is not shown)"
+    return f"the string {text!r}"
+
+
+def _kinds(schema: dict) -> str:
+    """What a subschema accepts, in words (``an integer``, ``'tune'``)."""
+    if "enum" in schema:
+        return " or ".join(repr(v) for v in schema["enum"])
+    if "const" in schema:
+        return repr(schema["const"])
+    types = schema.get("type")
+    if types is None:
+        return "a value of another form"
+    words = [_TYPE_WORDS.get(t, t) for t in ([types] if isinstance(types, str) else types)]
+    text = " or ".join(words)
+    if "minimum" in schema:
+        text += f" >= {schema['minimum']}"
+    return text
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def schema_problems(error) -> list[str]:
+    """One ``dotted.key: what is wrong`` line per problem a jsonschema error reports.
+
+    The messages are memaudit's, not jsonschema's: those quote the offending value (a
+    pasted key, or a whole mapping), these show a value only where :func:`_describe` allows.
+    """
+    import difflib
+
+    path = list(error.absolute_path)
+    value, rule, expected = error.instance, error.validator, error.validator_value
+    where = key_path(path)
+    if "propertyNames" in error.absolute_schema_path:
+        # the instance is the offending name itself, reported at its parent
+        return [f"{key_path([*path, value])}: the name must match {expected}"]
+    if rule == "additionalProperties" and isinstance(value, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        lines = []
+        for extra in value:
+            if extra in allowed or any(re.search(p, str(extra)) for p in error.schema.get("patternProperties", {})):
+                continue
+            close = difflib.get_close_matches(str(extra), allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            known = f"(known here: {', '.join(allowed)})" if allowed else "(none is allowed here)"
+            lines.append(f"{key_path([*path, extra])}: unknown key{hint} {known}")
+        return lines
+    if rule == "required":
+        return [f"{key_path([*path, name])}: missing (required)" for name in expected
+                if isinstance(value, dict) and name not in value]
+    if rule == "type":
+        return [f"{where}: must be {_kinds({'type': expected})}, not {_describe(value, path)}"]
+    if rule in ("enum", "const"):
+        return [f"{where}: must be {_kinds({rule: expected})}, not {_describe(value, path)}"]
+    if rule in ("oneOf", "anyOf"):
+        return [f"{where}: must be {' or '.join(_kinds(s) for s in expected)}, not {_describe(value, path)}"]
+    bounds = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+    if rule in bounds:
+        return [f"{where}: must be {bounds[rule]} {expected}, not {_describe(value, path)}"]
+    if rule == "minItems":
+        return [f"{where}: must list at least {_plural(expected, 'item')}"]
+    if rule == "maxItems":
+        return [f"{where}: must list at most {_plural(expected, 'item')}"]
+    if rule == "uniqueItems":
+        return [f"{where}: must not list an item twice"]
+    if rule == "minLength":
+        return [f"{where}: must not be empty" if expected == 1 else
+                f"{where}: must have at least {_plural(expected, 'character')}"]
+    if rule == "minProperties":
+        return [f"{where}: must not be empty" if expected == 1 else
+                f"{where}: must have at least {_plural(expected, 'key')}"]
+    if rule == "pattern":
+        return [f"{where}: must match {expected}, not {_describe(value, path)}"]
+    return [f"{where}: does not satisfy the schema's {rule!r} rule (see config/README.md)"]
+
+
+def config_problem_lines(problems: Sequence[str]) -> list[str]:
+    """Each problem once, in order, as the line the user sees: ``config key <dotted.key>: <what is wrong>``."""
+    return ["config key " + p for p in dict.fromkeys(problems)]
+
+
+def _raise_problems(problems: Sequence[str]) -> None:
+    if problems:
+        raise ConfigError("\n".join(config_problem_lines(problems)))
 
 
 def validate_config(config: dict, schema: dict | None = None, *,
@@ -55,18 +176,26 @@ def validate_config(config: dict, schema: dict | None = None, *,
 
     ``checks`` add problems this module cannot see (which probe a backend serves, API
     settings): :func:`memaudit.jobs.validate_config` passes them. Returns a new, completed
-    config. Raises :class:`ConfigError` naming every bad key.
+    config. Raises :class:`ConfigError` listing every problem, one ``config key <dotted.key>: …``
+    line each: credentials first (:mod:`memaudit.secrets`; never a value), then the schema's
+    (values shown only where :func:`_describe` allows), then the cross-key checks that can run.
     """
+    from memaudit.secrets import credential_problems
+
+    if not isinstance(config, dict):
+        raise ConfigError(f"config key <top level>: must be a mapping, not {_describe(config, ())}")
+    problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
     config = copy.deepcopy(config)
     validator = _validator_with_defaults(schema or load_schema())
     # Defaults are filled during the first pass; a second pass reports errors on
     # the completed document so nested defaults are validated too.
     list(validator.iter_errors(config))
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"config key {key_path(e.absolute_path)}: {e.message}" for e in errors[:10]]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
-    return check_config(config, checks=checks)
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    for error in errors:
+        problems += schema_problems(error)
+    problems += _cross_key_problems(config, checks, guarded=bool(errors))
+    _raise_problems(problems)
+    return config
 
 
 def is_api_model(entry: dict) -> bool:
@@ -157,12 +286,9 @@ def _demo_qa_overlaps(config: dict) -> list[str]:
     return problems
 
 
-def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
-    """Checks across entries: references between models, benchmarks and sources, plus ``checks``."""
-    problems: list[str] = []
-    benchmarks = config["benchmarks"]
-    models = config["models"]
-    for name, bench in benchmarks.items():
+def _benchmark_problems(config: dict) -> list[str]:
+    problems = []
+    for name, bench in config["benchmarks"].items():
         if ("sources" in bench) == ("published" in bench):
             problems.append(f"benchmarks.{name}: give exactly one of 'sources' (documents to build it from) "
                             f"or 'published' (BookTection, arXivTection, BookMIA, nyt, articles or qa data)")
@@ -175,16 +301,48 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
             if src not in BUILTIN_SOURCES:
                 problems.append(f"benchmarks.{name}.sources.{i}: unknown source {src!r} "
                                 f"(known: {', '.join(BUILTIN_SOURCES)})")
-    problems += _demo_qa_overlaps(config)
-    problems += _unlabelled_problems(config)
-    pretrain_sources = set(config.get("pretrain", {}).get("sources", []))
-    for src in sorted(pretrain_sources):
+    return problems
+
+
+def _pretrain_problems(config: dict) -> list[str]:
+    benchmarks = config["benchmarks"]
+    problems = []
+    for src in sorted(set(config.get("pretrain", {}).get("sources", []))):
         if src not in BUILTIN_SOURCES:
             problems.append(f"pretrain.sources: unknown source {src!r}")
         used = [b for b, v in benchmarks.items() if src in v.get("sources", [])]
         if used:
             problems.append(f"pretrain.sources: {src!r} is also a source of benchmark(s) "
                             f"{', '.join(used)}; the pretraining pool must be disjoint")
+    return problems
+
+
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def _revision_problems(where: str, source: dict) -> list[str]:
+    """A hub model is pinned to a commit (40 hex digits), unless its entry accepts moving weights."""
+    if "hub_id" not in source:
+        if "allow_moving_revision" in source:
+            return [f"{where}.source.allow_moving_revision: only with hub_id (the other sources do not move)"]
+        return []
+    revision = source.get("revision")
+    if revision is None:
+        return [f"{where}.source.revision: required with hub_id (pin a commit so reruns load the same weights)"]
+    if COMMIT_SHA.fullmatch(str(revision)) or source.get("allow_moving_revision") is True:
+        return []
+    from memaudit.secrets import looks_like_credential
+
+    text = str(revision)
+    shown = "a string (the value is not shown)" if looks_like_credential(text) or len(text) > 60 else repr(text)
+    return [f"{where}.source.revision: must be a commit sha (40 lowercase hex digits), not "
+            f"{shown}; a branch or tag can move, so reruns could load other "
+            f"weights: pin the commit (the model's history on the hub) or set allow_moving_revision: true"]
+
+
+def _model_problems(config: dict) -> list[str]:
+    models, benchmarks = config["models"], config["benchmarks"]
+    problems = []
     for name, entry in models.items():
         where = f"models.{name}"
         if is_api_model(entry):
@@ -198,9 +356,7 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
             if len(kinds) != 1:
                 problems.append(f"{where}.source: give exactly one of builtin, path, hub_id, "
                                 f"tiny_gpt2 (got {kinds or 'none'})")
-            if "hub_id" in entry["source"] and "revision" not in entry["source"]:
-                problems.append(f"{where}.source.revision: required with hub_id (pin a commit "
-                                f"so reruns load the same weights)")
+            problems += _revision_problems(where, entry["source"])
             if "finetune" in entry:
                 problems.append(f"{where}.finetune: needs 'base' (the model to fine-tune)")
         if has_base:
@@ -215,31 +371,100 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
                 for i, b in enumerate(entry["finetune"]["members_of"]):
                     if b not in benchmarks:
                         problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
-    for check in checks:
-        problems.extend(check(config))
+    return problems
+
+
+def _reference_problems(config: dict) -> list[str]:
     tp = config.get("probes", {}).get("token_prob", {})
-    for i, ref in enumerate(tp.get("reference_models", [])):
-        if ref not in models:
-            problems.append(f"probes.token_prob.reference_models.{i}: unknown model {ref!r}")
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return [f"probes.token_prob.reference_models.{i}: unknown model {ref!r}"
+            for i, ref in enumerate(tp.get("reference_models", [])) if ref not in config["models"]]
+
+
+CROSS_KEY_CHECKS = (_benchmark_problems, _demo_qa_overlaps, _unlabelled_problems, _pretrain_problems,
+                    _model_problems)
+
+
+def _cross_key_problems(config: dict, checks: Sequence[Callable[[dict], list[str]]], *,
+                        guarded: bool) -> list[str]:
+    """The problems of every cross-key check. With ``guarded`` (the schema found problems, so parts of
+    the config may have other shapes than the checks expect) a check that cannot run on it is left out:
+    the schema's lines already say what to fix first."""
+    problems: list[str] = []
+    for check in (*CROSS_KEY_CHECKS, *checks, _reference_problems):
+        if not guarded:
+            problems += check(config)
+            continue
+        try:
+            problems += check(config)
+        except Exception:  # noqa: BLE001 -- a check written for schema-valid configs
+            continue
+    return problems
+
+
+def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
+    """Checks across entries: references between models, benchmarks and sources, pinned hub
+    revisions, plus ``checks``. Raises :class:`ConfigError` with one line per problem."""
+    _raise_problems(_cross_key_problems(config, checks, guarded=False))
     return config
 
 
-def load_config(path: str | Path, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
+def read_config_file(path: str | Path) -> dict:
+    """The mapping in a YAML (or JSON) config file, before validation.
+
+    Raises :class:`ConfigError` in one line naming the file and, for a syntax error, the
+    line and column (PyYAML's own text spans several lines and quotes the file; the quote is
+    left out, so a key pasted there is not echoed)."""
+    from memaudit.secrets import redact
+
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        what = " ".join(str(getattr(exc, "problem", None) or "cannot be parsed").split())
+        if context is not None and getattr(exc, "context", None) and (not mark or context.line != mark.line):
+            what += f"; {' '.join(exc.context.split())} that starts on line {context.line + 1}"
+        raise ConfigError(f"{where}: not valid YAML ({redact(what)})") from None
+    if raw is None or raw == {}:
+        raise ConfigError(f"{path}: the config file is empty (no keys); give at least benchmarks and models "
+                          f"(config/ci.yaml is a small example)")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}, line 1: expected a mapping of config keys at the top level, "
+                          f"not {_describe(raw, ())}")
+    return raw
+
+
+def load_config(path: str | Path, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
+    """A validated, completed config read from ``path``; every problem is one line starting with the file."""
+    raw = read_config_file(path)
     try:
         return validate_config(raw, checks=checks)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
+
+
+def check_workflow_config(config: dict, configfiles: Sequence[str | Path],
+                          checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
+    """What the Snakefile runs before anything reads the config: every ``--configfile`` must hold
+    keys (an empty one is refused naming it, not replaced by the demo), then :func:`validate_config`.
+    Returns the completed config; raises :class:`ConfigError` (one line per problem)."""
+    for path in configfiles:
+        read_config_file(path)
+    return validate_config(config, checks=checks)
 
 
 def base_model_of(config: dict, model: str) -> str:

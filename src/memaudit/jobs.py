@@ -15,33 +15,44 @@ from memaudit.config import is_labelled
 from memaudit.probes.registry import FAMILIES, probes_for_model, role_model
 
 
-def run_checks(config: dict) -> list[str]:
-    """Problems beyond the config's own references: probes on models that cannot serve them,
-    roles naming unknown models, API settings (every one names its dotted key)."""
+def _checks() -> list:
     from memaudit.backends.config_checks import check_api_models
     from memaudit.probes.registry import check_capabilities, check_families, check_roles
 
-    return [*check_capabilities(config), *check_roles(config), *check_families(config), *check_api_models(config)]
+    return [check_capabilities, check_roles, check_families, check_api_models]
+
+
+def run_checks(config: dict) -> list[str]:
+    """Problems beyond the config's own references: probes on models that cannot serve them,
+    roles naming unknown models, API settings (every one names its dotted key)."""
+    return [problem for check in _checks() for problem in check(config)]
 
 
 def validate_config(config: dict) -> dict:
     """:func:`memaudit.config.validate_config` with :func:`run_checks`: what the workflow runs before any job."""
     from memaudit import config as cfg
 
-    return cfg.validate_config(config, checks=[run_checks])
+    return cfg.validate_config(config, checks=_checks())
 
 
 def check_config(config: dict) -> dict:
     """The cross-key checks of a config already validated against the schema (the Snakefile's)."""
     from memaudit import config as cfg
 
-    return cfg.check_config(config, checks=[run_checks])
+    return cfg.check_config(config, checks=_checks())
 
 
 def load_config(path: str | Path) -> dict:
     from memaudit import config as cfg
 
-    return cfg.load_config(path, checks=[run_checks])
+    return cfg.load_config(path, checks=_checks())
+
+
+def check_workflow_config(config: dict, configfiles) -> dict:
+    """:func:`memaudit.config.check_workflow_config` with :func:`run_checks`: the Snakefile's first step."""
+    from memaudit import config as cfg
+
+    return cfg.check_workflow_config(config, configfiles, checks=_checks())
 
 
 def canonical(obj: Any) -> Any:

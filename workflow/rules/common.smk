@@ -2,10 +2,10 @@
 # computes (which model is scored where, by which probe, with which auxiliary model) is decided
 # in memaudit.jobs and memaudit.probes.registry, unit-tested there; these wrap it for Snakemake.
 import re
-
-from snakemake.utils import validate
+import sys
 
 from memaudit import jobs
+from memaudit.errors import ConfigError
 from memaudit.backends.planning import planned_inputs
 from memaudit.backends.settings import api_settings, api_slots
 from memaudit.config import contaminated_on, model_build_settings, model_scoring_settings
@@ -14,8 +14,16 @@ from memaudit.probes.registry import FAMILIES, family_version, role_model
 from memaudit.versions import code_version
 
 
-validate(config, "../schemas/config.schema.yaml")
-jobs.check_config(config)
+# memaudit validates the config itself, before anything reads or prints it (snakemake.utils.validate
+# would print the offending config section, a pasted API key with it): one line per problem,
+# `config key <dotted.key>: <what is wrong>`, all at once, and nothing else (no traceback).
+try:
+    _completed = jobs.check_workflow_config(config, workflow.overwrite_configfiles)
+except ConfigError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(1)
+config.clear()
+config.update(_completed)
 
 BENCHMARKS = sorted(config["benchmarks"])
 MODELS = sorted(config["models"])

@@ -10,20 +10,8 @@ must not see it echoed into a terminal or a CI log.
 
 from __future__ import annotations
 
-import re
-from urllib.parse import urlsplit
-
 from memaudit.backends.base import API_BACKENDS
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-
-
-def _looks_like_a_key(value: str) -> bool:
-    # Environment variable names are identifiers; keys have dashes (sk-..., sk-ant-...)
-    # or long mixed-case runs with digits.
-    if not _ENV_NAME.fullmatch(value):
-        return True
-    return len(value) >= 24 and any(c.islower() for c in value) and any(c.isdigit() for c in value)
+from memaudit.secrets import API_KEY_ENV_PROBLEM, looks_like_a_key_not_a_variable, url_credential_problem
 
 
 def check_api_models(config: dict) -> list[str]:
@@ -33,7 +21,8 @@ def check_api_models(config: dict) -> list[str]:
       ``base`` or ``finetune`` (those describe local weights);
     - a local (``hf``) model takes no ``api`` block;
     - ``api_key_env`` must be a variable name, not a key;
-    - ``base_url`` must not carry credentials (``https://user:secret@host``);
+    - ``base_url`` must not carry credentials (``https://user:secret@host``, ``?api_key=…``,
+      ``?token=…``, ``?signature=…``: :func:`memaudit.secrets.url_credential_problem`);
     - a model on a provider's own API (no ``base_url``) needs a price
       (``api.pricing`` or the top-level ``api.pricing.<model_id>``), so that the
       cost estimate and ledger are never silently zero;
@@ -57,15 +46,13 @@ def check_api_models(config: dict) -> list[str]:
             problems.append(f"{where}.api: required for backend {backend!r} (at least model_id)")
             continue
         env = api.get("api_key_env")
-        if env is not None and _looks_like_a_key(env):
-            problems.append(f"{where}.api.api_key_env: must name an environment variable (e.g. OPENAI_API_KEY) "
-                            f"that holds the key, not the key itself; the value is not shown")
+        if env is not None and looks_like_a_key_not_a_variable(env):
+            problems.append(f"{where}.api.api_key_env: {API_KEY_ENV_PROBLEM}")
         base_url = api.get("base_url")
         if base_url:
-            parts = urlsplit(base_url)
-            if parts.username or parts.password:
-                problems.append(f"{where}.api.base_url: must not contain credentials; put the key in the "
-                                f"variable named by api_key_env")
+            problem = url_credential_problem(base_url)
+            if problem:
+                problems.append(f"{where}.api.base_url: {problem}")
         elif "pricing" not in api and api.get("model_id") not in price_table:
             problems.append(f"{where}.api.pricing: required for a paid API model (or add "
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")

@@ -178,8 +178,9 @@ def load_model(spec: dict[str, Any], *, dtype: str = "float32", device: str = "a
         auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
         model = auto.from_pretrained(name, dtype=getattr(torch, dtype), **kwargs)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"could not load model {name!r}: {first}") from None
+        from memaudit.models.hub import load_failure_message
+
+        raise InputError(load_failure_message(name, spec, exc)) from None
     tok = load_tokenizer(spec)
     if spec.get("adapter"):
         from peft import PeftModel
