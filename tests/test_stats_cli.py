@@ -103,6 +103,11 @@ def test_skip_unscorable_groups_scores_the_rest_and_says_what_it_left_out(tmp_pa
     assert lines[1] == "note: skipped group method='' (1 record(s), line 6): empty 'method' value"
     assert lines[2] == ("note: skipped group method='b' (2 record(s), lines 4, 5): members only (2); "
                         "an AUC needs both")
+    src.write_text("score,label,method\n0.1,1,a\n0.2,0,b\n")
+    rc, _, err = _run("--input", str(src), "--group-col", "method", "--skip-unscorable-groups")
+    assert rc == 2 and _one_line_error(err, src) == (
+        f"memaudit stats: error: {src}: no group can be scored (2 group(s); the first, group method='a' "
+        f"(1 record(s), line 2): members only (1); an AUC needs both)\n")
 
 
 # ---------------------------------------------------------------- few documents

@@ -186,7 +186,7 @@ def _scorable_groups(table: Table, args: argparse.Namespace, group_index: list[i
     groups: dict[tuple[str, ...], list[int]] = {}
     for position, (_, fields) in enumerate(table.records):
         groups.setdefault(tuple(fields[i] for i in group_index), []).append(position)
-    scorable = []
+    scorable, skipped = [], []
     for key in sorted(groups, key=_group_sort_key):
         positions = groups[key]
         n_member = int(labels[positions].sum())
@@ -203,9 +203,10 @@ def _scorable_groups(table: Table, args: argparse.Namespace, group_index: list[i
         if not args.skip_unscorable_groups:
             raise _UsageError(f"{table.path}: {where} cannot be scored: {reason}; "
                               f"--skip-unscorable-groups leaves such groups out")
-        notes.append(f"note: skipped {where}: {reason}")
+        skipped.append(f"{where}: {reason}")
     if not scorable:
-        raise _UsageError(f"{table.path}: no group can be scored (see the notes above)")
+        raise _UsageError(f"{table.path}: no group can be scored ({len(skipped)} group(s); the first, {skipped[0]})")
+    notes.extend(f"note: skipped {text}" for text in skipped)
     return scorable
 
 
@@ -234,7 +235,7 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     :data:`METRIC_COLUMNS`; one row per (score column, group).
     """
     table = read_table(args.input)
-    score_cols = args.score_col or ["score"]
+    score_cols = list(dict.fromkeys(args.score_col)) or ["score"]
     needed = list(dict.fromkeys([*score_cols, args.label_col, *args.group_col]))
     positions = _column_positions(table, needed)
     if not table.records:
