@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
 from memaudit.probes.decop import analysis
 from memaudit.probes.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
@@ -157,8 +158,18 @@ def test_binomial_test_and_benjamini_hochberg_by_hand():
     np.testing.assert_allclose(out["q_value"].to_numpy(), [p[0] * 3, p[1] * 3 / 2, p[2]])
     assert out["suspect"].tolist() == [True, False, False]
     assert (out["test"] == "binomial").all()
-    # sorted 0.01, 0.03, 0.04, 0.5 -> 0.04, 0.06, 0.0533, 0.5 -> running minimum from the top
-    np.testing.assert_allclose(analysis.benjamini_hochberg([0.01, 0.04, 0.03, 0.5]), [0.04, 0.16 / 3, 0.16 / 3, 0.5])
+    np.testing.assert_array_equal(out["q_value"].to_numpy(),
+                                  scipy_stats.false_discovery_control(out["p_value"].to_numpy(), method="bh"))
+
+
+def test_benjamini_hochberg_q_values_are_scipys_and_by_hand():
+    # m = 6; sorted 0.01, 0.03, 0.04, 0.5, 0.9, 1.0 -> m p / rank = 0.06, 0.09, 0.08, 0.75, 1.08, 1.0
+    # -> running minimum from the top: 0.06, 0.08, 0.08, 0.75, 1.0, 1.0.
+    p = [0.01, 0.04, 0.03, 0.5, 0.9, 1.0]
+    q = analysis.selection.bh_adjusted_pvalues(p)
+    np.testing.assert_array_equal(q, scipy_stats.false_discovery_control(p, method="bh"))
+    np.testing.assert_allclose(q, [0.06, 0.08, 0.08, 0.75, 1.0, 1.0])
+    assert analysis.selection.bh_adjusted_pvalues([]).size == 0
 
 
 def test_against_few_clean_questions_the_test_is_fishers_not_a_binomial_at_the_estimate():

@@ -191,6 +191,21 @@ def test_bootstrap_binarized_matches_per_resample_binarized_auc():
     assert got[0] == pytest.approx(binarized_auc(sample, boot_labels))
 
 
+def test_binarized_bootstrap_columns_by_hand_and_same_resamples_as_continuous():
+    # One resample, drawn as bootstrap_auc draws it (members first, then non-members, from
+    # default_rng(seed)); the binarized AUC is (TPR + TNR) / 2 at the best threshold, found
+    # here by trying every score of the resample.
+    rng = np.random.default_rng(4)
+    members, nonmembers = HAND_SCORES[:3], HAND_SCORES[3:]
+    drawn_m, drawn_n = rng.choice(members, 3), rng.choice(nonmembers, 3)
+    best = max((drawn_m >= t).mean() + (drawn_n < t).mean() for t in np.r_[drawn_m, drawn_n]) / 2
+    m = compute_metrics(HAND_SCORES, HAND_LABELS, n_boot_small=1, n_boot_ci=2, seed=4)
+    assert m["auc_binarized_boot_mean"] == pytest.approx(best)
+    assert math.isnan(m["auc_binarized_boot_std"])  # one resample: no sample std
+    sample = np.r_[drawn_m, drawn_n]
+    assert m["auc_boot_mean"] == pytest.approx(roc_auc_score([1, 1, 1, 0, 0, 0], sample))
+
+
 def test_bootstrap_ci_contains_auc():
     scores, labels = _random_data(9)
     metrics = compute_metrics(scores, labels, seed=0)
@@ -212,6 +227,9 @@ def test_compute_metrics_values_and_columns():
     small = bootstrap_auc(HAND_SCORES, HAND_LABELS, 10, seed=0)
     assert m["auc_boot_mean"] == pytest.approx(small.mean())
     assert m["auc_boot_std"] == pytest.approx(small.std(ddof=1))
+    small_binarized = bootstrap_auc(HAND_SCORES, HAND_LABELS, 10, seed=0, binarized=True)
+    assert m["auc_binarized_boot_mean"] == pytest.approx(small_binarized.mean())
+    assert m["auc_binarized_boot_std"] == pytest.approx(small_binarized.std(ddof=1))
     wide = bootstrap_auc(HAND_SCORES, HAND_LABELS, 200, seed=0)
     assert m["auc_ci_low"] == pytest.approx(np.percentile(wide, 2.5))
     assert m["t_pvalue"] == pytest.approx(t_test_pvalue(HAND_SCORES, HAND_LABELS))

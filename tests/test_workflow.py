@@ -21,7 +21,8 @@ def test_end_to_end_summary_has_every_row(ci_run):
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     summary = pd.read_csv(ci_run / "results/summary/metrics.csv")
     expected_cols = ["benchmark", "model", "contaminated", "method", "n_member", "n_nonmember", "auc",
-                     "auc_binarized", "auc_boot_mean", "auc_boot_std", "auc_ci_low", "auc_ci_high",
+                     "auc_binarized", "auc_boot_mean", "auc_boot_std",
+                     "auc_binarized_boot_mean", "auc_binarized_boot_std", "auc_ci_low", "auc_ci_high",
                      "tpr_at_1pct_fpr", "tpr_at_01pct_fpr", "t_pvalue", "bh_q", "bh_fdr", "bh_power"]
     assert list(summary.columns) == expected_cols
     methods = {"loss", "zlib", "lowercase", "min_k_10pct", "min_k_20pct", "min_k_plus_plus_10pct",

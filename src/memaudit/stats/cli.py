@@ -1,4 +1,4 @@
-"""``memaudit stats``: membership-inference metrics for any per-document CSV.
+"""``memaudit stats``: membership-inference metrics for any per-document CSV (or .xlsx sheet).
 
 Example::
 
@@ -7,11 +7,18 @@ Example::
 
 Scores must be oriented higher = more likely member.  Labels may be 0/1,
 true/false, yes/no or any two strings; ``--member-value`` names the member one.
+Several ``--score-col`` score a wide table (one column per method, as in DE-COP's
+per-book results) one column at a time.
+
+Every problem with the input is one line naming the file and the physical line
+(as an editor numbers it; the row of an .xlsx sheet) and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -21,13 +28,20 @@ import pandas as pd
 from memaudit.errors import MemauditError
 from memaudit.io import write_csv
 from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics
+from memaudit.stats.table_input import Table, read_table
 
 EXIT_INPUT_ERROR = 2
 
+# Below this many documents in a class the bootstrap and low-FPR columns say little (warned).
+FEW_DOCUMENTS = 10
+
 # Spellings of the two boolean labels, so that "1", "1.0", "True" and "yes" all
-# match --member-value 1 (pandas reads a 0/1 column as int, or float if it has gaps).
+# match --member-value 1.
 _TRUE_SPELLINGS = {"1", "1.0", "true", "t", "yes", "y"}
 _FALSE_SPELLINGS = {"0", "0.0", "false", "f", "no", "n"}
+
+# A decimal number as written in a CSV file; "inf", "nan", "0x1p3" and "1_000" are not scores.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 class _UsageError(MemauditError):
@@ -38,17 +52,27 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memaudit stats",
         description=(
-            "Compute AUC, DE-COP binarized AUC, bootstrap mean/std and 95% CI, "
+            "Compute AUC, DE-COP binarized AUC, bootstrap mean/std of both, 95% CI, "
             "TPR at 1% and 0.1% FPR and a Welch t-test p-value from a per-document "
-            "CSV. Scores must be higher for more likely members."
+            "CSV file (UTF-8) or the first sheet of an .xlsx workbook. Scores must be "
+            "higher for more likely members."
         ),
     )
-    parser.add_argument("--input", required=True, type=Path, help="per-document CSV file")
-    parser.add_argument("--score-col", default="score", help="score column (default: score)")
+    parser.add_argument("--input", required=True, type=Path, help="per-document CSV file or .xlsx workbook")
+    parser.add_argument(
+        "--score-col", action="extend", nargs="+", default=[], metavar="COL",
+        help="score column (default: score); several score a wide table one column at a time, "
+             "each row of the output naming its score_column",
+    )
     parser.add_argument("--label-col", default="label", help="membership label column (default: label)")
     parser.add_argument(
         "--group-col", action="extend", nargs="+", default=[], metavar="COL",
         help="compute metrics separately per value of these columns (e.g. method)",
+    )
+    parser.add_argument(
+        "--skip-unscorable-groups", action="store_true",
+        help="leave out, with a note on stderr, a group that cannot be scored (an empty group value, "
+             "or members only or non-members only) instead of stopping with an error",
     )
     parser.add_argument(
         "--member-value", default="1",
@@ -57,14 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=Path, help="write the metrics table to this CSV")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
     parser.add_argument("--n-boot", type=int, default=10,
-                        help="resamples for bootstrap mean/std (default: 10, as in DE-COP)")
+                        help="resamples for the bootstrap means and stds (default: 10, as in DE-COP)")
     parser.add_argument("--n-boot-ci", type=int, default=1000,
                         help="resamples for the 95%% percentile CI (default: 1000)")
     return parser
 
 
-def _normalise_label(value) -> str:
-    text = str(value).strip().lower()
+def _normalise_label(value: str) -> str:
+    text = value.strip().lower()
     if text in _TRUE_SPELLINGS:
         return "1"
     if text in _FALSE_SPELLINGS:
@@ -72,93 +96,170 @@ def _normalise_label(value) -> str:
     return text
 
 
-def _read_table(path: Path, needed: list[str]) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(path)
-    except FileNotFoundError:
-        raise _UsageError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise _UsageError(f"{path}: is a directory, not a CSV file") from None
-    except pd.errors.EmptyDataError:
-        raise _UsageError(f"{path}: file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"{path}: not a readable CSV file ({exc})") from None
-    for column in needed:
-        if column not in frame.columns:
-            raise _UsageError(
-                f"{path}: no column {column!r}; columns are: {', '.join(map(str, frame.columns))}"
-            )
-    return frame
+def _column_positions(table: Table, columns: list[str]) -> dict[str, int]:
+    """Field index of each needed column; a missing or repeated header name is an error."""
+    positions = {}
+    for column in columns:
+        found = [i for i, name in enumerate(table.header) if name == column]
+        if not found:
+            raise _UsageError(f"{table.path}: no column {column!r}; columns are: {', '.join(map(repr, table.header))}")
+        if len(found) > 1:
+            raise _UsageError(f"{table.at(table.header_at)}: column {column!r} appears {len(found)} times "
+                              f"in the header (fields {', '.join(str(i + 1) for i in found)})")
+        positions[column] = found[0]
+    return positions
 
 
-def _line(index: int) -> int:
-    # Row index 0 is line 2 of the file (line 1 is the header).
-    return index + 2
+def _parse_scores(table: Table, column: str, index: int) -> np.ndarray:
+    scores = np.empty(len(table.records), dtype=float)
+    bad = []
+    for position, (_, fields) in enumerate(table.records):
+        text = fields[index].strip()
+        value = float(text) if _NUMBER.fullmatch(text) else math.nan
+        if not math.isfinite(value):
+            bad.append(position)
+        scores[position] = value
+    if bad:
+        number, fields = table.records[bad[0]]
+        text = fields[index]
+        what = "missing" if not text.strip() else f"not a finite number ({_shorten(text)!r})"
+        raise _UsageError(f"{table.at(number)}: column {column!r} is {what} ({len(bad)} such row(s) in all)")
+    return scores
 
 
-def _parse_scores(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
-    raw = frame[column]
-    numeric = pd.to_numeric(raw, errors="coerce")
-    bad = ~np.isfinite(numeric.to_numpy(dtype=float))
-    if bad.any():
-        index = int(np.flatnonzero(bad)[0])
-        value = raw.iloc[index]
-        what = "missing" if pd.isna(value) else f"not a finite number ({value!r})"
-        raise _UsageError(
-            f"{path}, line {_line(index)}: column {column!r} is {what}"
-            f" ({int(bad.sum())} such row(s) in all)"
-        )
-    return numeric.to_numpy(dtype=float)
-
-
-def _parse_labels(frame: pd.DataFrame, column: str, member_value: str, path: Path) -> np.ndarray:
-    raw = frame[column]
-    missing = raw.isna().to_numpy()
-    if missing.any():
-        raise _UsageError(
-            f"{path}, line {_line(int(np.flatnonzero(missing)[0]))}: column {column!r} is missing"
-        )
-    normalised = raw.map(_normalise_label)
+def _parse_labels(table: Table, column: str, index: int, member_value: str) -> np.ndarray:
+    normalised = []
+    for number, fields in table.records:
+        if not fields[index].strip():
+            raise _UsageError(f"{table.at(number)}: column {column!r} is missing")
+        normalised.append(_normalise_label(fields[index]))
     values = sorted(set(normalised))
     member = _normalise_label(member_value)
     if len(values) < 2:
         raise _UsageError(
-            f"{path}: column {column!r} has a single value ({raw.iloc[0]!r}); "
+            f"{table.path}: column {column!r} has a single value ({_shorten(table.records[0][1][index])!r}); "
             f"metrics need both members and non-members"
         )
     if len(values) > 2:
-        shown = ", ".join(repr(v) for v in values[:5])
+        shown = ", ".join(repr(_shorten(v)) for v in values[:5])
         raise _UsageError(
-            f"{path}: column {column!r} has {len(values)} distinct values ({shown}...); "
+            f"{table.path}: column {column!r} has {len(values)} distinct values ({shown}...); "
             f"expected exactly two (member and non-member)"
         )
     if member not in values:
         raise _UsageError(
-            f"{path}: --member-value {member_value!r} does not occur in column {column!r} "
-            f"(values: {', '.join(repr(v) for v in values)})"
+            f"{table.path}: --member-value {member_value!r} does not occur in column {column!r} "
+            f"(values: {', '.join(repr(_shorten(v)) for v in values)})"
         )
-    return (normalised == member).to_numpy().astype(int)
+    return np.array([int(v == member) for v in normalised], dtype=int)
 
 
-def compute_stats_table(args: argparse.Namespace) -> pd.DataFrame:
-    """Metrics table for parsed arguments: group columns then :data:`METRIC_COLUMNS`."""
-    needed = [args.score_col, args.label_col, *args.group_col]
-    frame = _read_table(args.input, needed)
-    if frame.empty:
-        raise _UsageError(f"{args.input}: no data rows")
-    scores = _parse_scores(frame, args.score_col, args.input)
-    labels = _parse_labels(frame, args.label_col, args.member_value, args.input)
-    options = dict(n_boot_small=args.n_boot, n_boot_ci=args.n_boot_ci, seed=args.seed)
+def _shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for a message (a field can be megabytes long)."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
+
+def _group_sort_key(key: tuple[str, ...]) -> tuple:
+    # Numbers in numeric order (2 before 10), then text.
+    return tuple((0, float(v), "") if _NUMBER.fullmatch(v.strip()) else (1, 0.0, v) for v in key)
+
+
+def _describe(columns: list[str], key: tuple[str, ...]) -> str:
+    return ", ".join(f"{column}={_shorten(value)!r}" for column, value in zip(columns, key))
+
+
+def _numbers(table: Table, positions: list[int]) -> str:
+    shown = ", ".join(str(table.records[p][0]) for p in positions[:5])
+    return f"{table.unit}{'s' if len(positions) > 1 else ''} {shown}{', ...' if len(positions) > 5 else ''}"
+
+
+def _scorable_groups(table: Table, args: argparse.Namespace, group_index: list[int], labels: np.ndarray,
+                     notes: list[str]) -> list[tuple[tuple[str, ...], list[int]]]:
+    """(group key, record positions) of every group that can be scored, sorted by key.
+
+    A group with an empty value in a group column, or with members only or non-members only,
+    cannot be scored: an error naming it, or with ``--skip-unscorable-groups`` a note saying
+    which records were left out and why.
+    """
     if not args.group_col:
-        return pd.DataFrame([compute_metrics(scores, labels, **options)], columns=METRIC_COLUMNS)
+        return [((), list(range(len(table.records))))]
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for position, (_, fields) in enumerate(table.records):
+        groups.setdefault(tuple(fields[i] for i in group_index), []).append(position)
+    scorable, skipped = [], []
+    for key in sorted(groups, key=_group_sort_key):
+        positions = groups[key]
+        n_member = int(labels[positions].sum())
+        if any(not value.strip() for value in key):
+            empty = [c for c, v in zip(args.group_col, key) if not v.strip()]
+            reason = f"empty {', '.join(repr(c) for c in empty)} value"
+        elif n_member in (0, len(positions)):
+            reason = (f"{'members' if n_member else 'non-members'} only ({len(positions)}); "
+                      f"an AUC needs both")
+        else:
+            scorable.append((key, positions))
+            continue
+        where = f"group {_describe(args.group_col, key)} ({len(positions)} record(s), {_numbers(table, positions)})"
+        if not args.skip_unscorable_groups:
+            raise _UsageError(f"{table.path}: {where} cannot be scored: {reason}; "
+                              f"--skip-unscorable-groups leaves such groups out")
+        skipped.append(f"{where}: {reason}")
+    if not scorable:
+        raise _UsageError(f"{table.path}: no group can be scored ({len(skipped)} group(s); the first, {skipped[0]})")
+    notes.extend(f"note: skipped {text}" for text in skipped)
+    return scorable
+
+
+def _few_documents_warning(what: str, metrics: dict) -> str | None:
+    n_member, n_nonmember = metrics["n_member"], metrics["n_nonmember"]
+    if min(n_member, n_nonmember) >= FEW_DOCUMENTS:
+        return None
+    return (f"warning: {what}: {n_member} member(s) and {n_nonmember} non-member(s), fewer than "
+            f"{FEW_DOCUMENTS} in a class: the bootstrap means, stds and 95% interval and the TPR at "
+            f"1% and 0.1% FPR are unreliable, whatever they show")
+
+
+def _accounting(table: Table, n_scored: int) -> str:
+    """Where every record went: ``read <file>: N record(s) (lines a-b, k blank skipped); S scored, R skipped``."""
+    n_read = len(table.records)
+    blank = f", {table.n_blank} blank {table.unit}(s) skipped" if table.n_blank else ""
+    skipped = f", {n_read - n_scored} in skipped groups" if n_read > n_scored else ""
+    return (f"read {table.path}: {n_read} record(s) ({table.unit}s {table.records[0][0]}-{table.records[-1][0]}"
+            f"{blank}); {n_scored} scored{skipped}")
+
+
+def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[str]]:
+    """Metrics table for parsed arguments, and the notes and warnings to print with it.
+
+    Columns: ``score_column`` when several ``--score-col`` are given, the group columns, then
+    :data:`METRIC_COLUMNS`; one row per (score column, group).
+    """
+    table = read_table(args.input)
+    score_cols = list(dict.fromkeys(args.score_col)) or ["score"]
+    needed = list(dict.fromkeys([*score_cols, args.label_col, *args.group_col]))
+    positions = _column_positions(table, needed)
+    if not table.records:
+        raise _UsageError(f"{table.path}: no data rows (only a header, {table.unit} {table.header_at})")
+    labels = _parse_labels(table, args.label_col, positions[args.label_col], args.member_value)
+    all_scores = {c: _parse_scores(table, c, positions[c]) for c in score_cols}
+    notes: list[str] = []
+    groups = _scorable_groups(table, args, [positions[c] for c in args.group_col], labels, notes)
+    notes.insert(0, _accounting(table, sum(len(members) for _, members in groups)))
+    options = dict(n_boot_small=args.n_boot, n_boot_ci=args.n_boot_ci, seed=args.seed)
+    several = len(score_cols) > 1
     rows = []
-    groups = frame.groupby(args.group_col, sort=True, dropna=False).indices
-    for key, positions in groups.items():
-        key = key if isinstance(key, tuple) else (key,)
-        metrics = compute_metrics(scores[positions], labels[positions], **options)
-        rows.append({**dict(zip(args.group_col, key)), **metrics})
-    return pd.DataFrame(rows, columns=[*args.group_col, *METRIC_COLUMNS])
+    for score_col, scores in all_scores.items():
+        for key, members in groups:
+            metrics = compute_metrics(scores[members], labels[members], **options)
+            prefix = {"score_column": score_col} if several else {}
+            rows.append({**prefix, **dict(zip(args.group_col, key)), **metrics})
+            what = ", ".join(filter(None, [f"score column {score_col!r}" if several else "",
+                                           _describe(args.group_col, key)])) or str(table.path)
+            warning = _few_documents_warning(what, metrics)
+            if warning:
+                notes.append(warning)
+    columns = [*(["score_column"] if several else []), *args.group_col, *METRIC_COLUMNS]
+    return pd.DataFrame(rows, columns=columns), notes
 
 
 def _format_for_terminal(table: pd.DataFrame) -> str:
@@ -167,6 +268,7 @@ def _format_for_terminal(table: pd.DataFrame) -> str:
     }
     return table.to_string(
         index=False,
+        na_rep="n/a",
         formatters=formatters,
         float_format=lambda v: "n/a" if pd.isna(v) else f"{v:.3f}",
     )
@@ -175,8 +277,11 @@ def _format_for_terminal(table: pd.DataFrame) -> str:
 def stats_main(argv: list[str] | None = None) -> int:
     """Entry point of ``memaudit stats``; returns the process exit status.
 
-    0 on success; 2 on a usage or input error (missing file or column,
-    non-numeric score, single-class labels), with a one-line message on stderr.
+    0 on success; 2 on a usage or input error (missing, empty or unreadable file,
+    missing column, non-numeric score, single-class labels, a group that cannot be
+    scored), with a one-line message on stderr.  Notes (skipped blank lines and
+    groups) and warnings (fewer than :data:`FEW_DOCUMENTS` documents in a class)
+    go to stderr after the table.
     """
     parser = _parser()
     try:
@@ -188,13 +293,18 @@ def stats_main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: --n-boot and --n-boot-ci must be >= 0", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
-        table = compute_stats_table(args)
+        table, notes = compute_stats_table(args)
         if args.output is not None:
             write_csv(args.output, table)
     except MemauditError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    print(_format_for_terminal(table))
+    except OSError as exc:
+        print(f"{parser.prog}: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    print(_format_for_terminal(table), flush=True)
+    for note in notes:
+        print(note, file=sys.stderr)
     if args.output is not None:
         print(f"wrote {args.output}", file=sys.stderr)
     return 0

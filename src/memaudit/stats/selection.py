@@ -81,20 +81,26 @@ def conformal_pvalues(test_scores, calibration_scores) -> np.ndarray:
     return (1.0 + at_least) / (calibration.size + 1.0)
 
 
+def bh_adjusted_pvalues(pvalues) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (q-values) ``min(1, min_{k >= rank} m p_(k) / k)``.
+
+    ``scipy.stats.false_discovery_control(method="bh")``; an empty input gives an empty array.
+    """
+    pvalues = _finite(pvalues, "p-values")
+    if pvalues.size == 0:
+        return np.zeros(0, dtype=float)
+    return scipy_stats.false_discovery_control(pvalues, method="bh")
+
+
 def benjamini_hochberg(pvalues, q: float) -> np.ndarray:
     """Boolean mask of the hypotheses BH rejects at level ``q``.
 
-    ``scipy.stats.false_discovery_control`` gives the BH-adjusted p-values
-    ``min_{k >= rank} m p_(k) / k``; rejecting those ``<= q`` is the step-up rule
+    Rejecting the adjusted p-values (:func:`bh_adjusted_pvalues`) ``<= q`` is the step-up rule
     "reject the k smallest, k = max{k : p_(k) <= q k / m}".
     """
     q = check_q(q)
-    pvalues = _finite(pvalues, "p-values")
-    if pvalues.size == 0:
-        return np.zeros(0, dtype=bool)
-    adjusted = scipy_stats.false_discovery_control(pvalues, method="bh")
     # A relative slack of 1e-12: m p / k is computed in floating point and may land an ulp above q.
-    return adjusted <= q * (1 + 1e-12)
+    return bh_adjusted_pvalues(pvalues) <= q * (1 + 1e-12)
 
 
 def min_resolvable_q(n_calibration: int) -> float:

@@ -9,10 +9,10 @@ the four option-letter probabilities renormalised to sum to 1 (likelihood mode: 
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 import pandas as pd
+
+from memaudit.stats import selection
 
 PROB_COLUMNS = ("p_A", "p_B", "p_C", "p_D")
 LL_COLUMNS = ("ll_A", "ll_B", "ll_C", "ll_D")
@@ -83,20 +83,6 @@ def document_accuracy(answers: pd.DataFrame, pred_column: str = "pred") -> pd.Da
     return out.reset_index()
 
 
-def benjamini_hochberg(pvalues: Sequence[float]) -> np.ndarray:
-    """BH-adjusted p-values (q-values); reject at FDR α where q ≤ α."""
-    p = np.asarray(pvalues, dtype=float)
-    n = len(p)
-    if n == 0:
-        return p
-    order = np.argsort(p)
-    ranked = p[order] * n / np.arange(1, n + 1)
-    q = np.minimum.accumulate(ranked[::-1])[::-1]
-    out = np.empty(n)
-    out[order] = np.minimum(q, 1.0)
-    return out
-
-
 def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float,
                  clean_counts: tuple[int, int] | None = None) -> pd.DataFrame:
     """A one-sided exact test of each document's correct count against the clean group, then BH.
@@ -133,7 +119,7 @@ def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float,
     out = table.copy()
     out["clean_rate"], out["test"] = rate, test
     out["p_value"] = [p_value(int(k), int(n)) if n else 1.0 for k, n in zip(out["n_correct"], out["n_questions"])]
-    out["q_value"] = benjamini_hochberg(out["p_value"].to_numpy())
+    out["q_value"] = selection.bh_adjusted_pvalues(out["p_value"].to_numpy())
     out["suspect"] = out["q_value"] <= fdr
     return out
 
