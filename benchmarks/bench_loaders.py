@@ -6,7 +6,7 @@ about 100 words quoted where they hold a comma, 30 questions per paper, half the
 suspect, a record whose options span several lines every 500 rows and a single-space option
 (rejected) every 1000 rows, as the real file has one in 1549. It is written with ``--rows``
 and four times as many rows (10k and 40k by default) and loaded with
-:func:`memaudit.datasets.published.load_tection_csv`.
+:func:`memaudit.datasets.published.load_tection_file`.
 
 ``ours_seconds`` is the least CPU time (``time.process_time``: the process's own, which other work
 on a shared machine inflates far less than the wall time) of ``--repeats`` loads of the larger
@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from memaudit.datasets.published import load_tection_csv  # noqa: E402
+from memaudit.datasets.published import load_tection_file  # noqa: E402
 from memaudit.datasets.rejects import csv_rows, read_text  # noqa: E402
 
 NAME = "loaders"
@@ -77,7 +77,7 @@ def synthetic_arxivtection(path: Path, n_rows: int) -> int:
 
 
 def _load(path: Path) -> tuple[int, int]:
-    items, rejected = load_tection_csv(path, kind="paper")
+    items, rejected = load_tection_file(path, kind="paper")
     return len(items), sum(r.action == "rejected" for r in rejected)
 
 

@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 
 from memaudit.probes.decop import analysis
 from memaudit.probes.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
-from memaudit.datasets.published import load_bookmia, load_tection_csv
+from memaudit.datasets.published import load_bookmia, load_tection_file
 from memaudit.probes.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate, trim_commentary
 from memaudit.probes.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,
                                     parse_answer, parse_paraphrases, question, user_prompt)
@@ -209,7 +209,7 @@ def _rows(rejected):
 def test_booktection_csv_is_loaded_with_title_and_author(tmp_path):
     rows = [GOOD_ROW, {**GOOD_ROW, "Example_A": "Another verbatim.", "Answer": "c"},
             {**GOOD_ROW, "ID": "Recent_Book_-_New_Author", "Label": 0, "Length": "small"}]
-    items, rejected = load_tection_csv(_csv(tmp_path, rows))
+    items, rejected = load_tection_file(_csv(tmp_path, rows))
     assert rejected == []
     assert [it["answer"] for it in items] == [0, 2, 0]
     assert items[0]["meta"]["title"] == "The Hobbit" and items[0]["meta"]["author"] == "J. R. R. Tolkien"
@@ -217,7 +217,7 @@ def test_booktection_csv_is_loaded_with_title_and_author(tmp_path):
     assert [it["meta"]["source_line"] for it in items] == [2, 3, 4]
     assert [it["item_id"] for it in items] == ["The_Hobbit_-_J._R._R._Tolkien#p0", "The_Hobbit_-_J._R._R._Tolkien#p1",
                                                "Recent_Book_-_New_Author#p0"]
-    assert [it["item_id"] for it in load_tection_csv(_csv(tmp_path, rows), length="small")[0]] == [
+    assert [it["item_id"] for it in load_tection_file(_csv(tmp_path, rows), length="small")[0]] == [
         "Recent_Book_-_New_Author#p0"]
 
 
@@ -243,27 +243,27 @@ def test_booktection_bad_input_names_file_row_and_column(tmp_path, change, rejec
     first rejected row (in line order) the error, with the count."""
     second = {**GOOD_ROW, "Example_A": "Other verbatim.", **change}
     path = _csv(tmp_path, [GOOD_ROW, second, CLEAN_ROW])
-    items, got = load_tection_csv(path)
+    items, got = load_tection_file(path)
     assert _rows(got) == rejected
     rejected_lines = {r[0] for r in rejected}
     assert [it["meta"]["source_line"] for it in items] == [n for n in (2, 3, 4) if n not in rejected_lines]
     first = rejected[0]
     more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
     with pytest.raises(InputError) as err:
-        load_tection_csv(path, strict=True)
+        load_tection_file(path, strict=True)
     assert str(err.value) == f"{path}, line {first[0]}, column {first[1]}: {first[3]}{more}"
 
 
 def test_booktection_nul_in_an_id_is_removed_as_in_the_text_and_noted(tmp_path):
     second = {**GOOD_ROW, "Example_A": "Other\x00 verbatim.", "ID": "The_Hobbit\x00_-_J._R._R._Tolkien"}
-    items, rejected = load_tection_csv(_csv(tmp_path, [GOOD_ROW, second]))
+    items, rejected = load_tection_file(_csv(tmp_path, [GOOD_ROW, second]))
     assert [(it["doc_id"], it["item_id"], it["options"][0]) for it in items] == [
         ("The_Hobbit_-_J._R._R._Tolkien", "The_Hobbit_-_J._R._R._Tolkien#p0", "Verbatim text."),
         ("The_Hobbit_-_J._R._R._Tolkien", "The_Hobbit_-_J._R._R._Tolkien#p1", "Other verbatim.")]
     note = "1 NUL character(s) removed (IDs and text are cleaned alike)"
     assert _rows(rejected) == [(3, "Example_A", "'Other\\x00 verbatim.'", note, "kept"),
                                (3, "ID", "'The_Hobbit\\x00_-_J._R._R._Tolkien'", note, "kept")]
-    assert load_tection_csv(_csv(tmp_path, [GOOD_ROW, second]), strict=True)[0] == items  # a note is no error
+    assert load_tection_file(_csv(tmp_path, [GOOD_ROW, second]), strict=True)[0] == items  # a note is no error
 
 
 def test_booktection_lines_are_physical_after_a_multiline_field(tmp_path):
@@ -272,19 +272,19 @@ def test_booktection_lines_are_physical_after_a_multiline_field(tmp_path):
                     '"Two\nlines.",B,C,D,A,P1,1\r\n'
                     ' ,B,C,D,A,P1,1\r\n'
                     'Third.,B,C,D,A,P2,0\r\n', newline="")
-    items, rejected = load_tection_csv(path, kind="paper")
+    items, rejected = load_tection_file(path, kind="paper")
     assert [(it["options"][0], it["meta"]["source_line"]) for it in items] == [("Two\nlines.", 2), ("Third.", 5)]
     assert [r.message() for r in rejected] == [f"{path}, line 4, column Example_A: empty or whitespace-only text"]
 
 
 def test_booktection_missing_column_and_length_without_column_are_file_errors(tmp_path):
     with pytest.raises(InputError) as err:
-        load_tection_csv(_csv(tmp_path, [GOOD_ROW], drop=["Answer"]))
+        load_tection_file(_csv(tmp_path, [GOOD_ROW], drop=["Answer"]))
     assert str(err.value) == (f"{tmp_path / 'booktection.csv'}, line 1: missing column(s) Answer (expected Example_A, "
                               "Example_B, Example_C, Example_D, Answer, ID, Label, any case; found Example_A, "
                               "Example_B, Example_C, Example_D, ID, Label, Length)")
     with pytest.raises(InputError) as err:
-        load_tection_csv(_csv(tmp_path, [GOOD_ROW], drop=["Length"]), length="small")
+        load_tection_file(_csv(tmp_path, [GOOD_ROW], drop=["Length"]), length="small")
     assert str(err.value) == (f"{tmp_path / 'booktection.csv'}: no column Length to select length='small' "
                               "(BookTection has it)")
 
@@ -303,17 +303,17 @@ def test_booktection_unreadable_files_are_one_line_errors(tmp_path, data, messag
     path = tmp_path / "booktection.csv"
     path.write_bytes(data)
     with pytest.raises(InputError) as err:
-        load_tection_csv(path)
+        load_tection_file(path)
     assert str(err.value) == message.format(p=path)
     with pytest.raises(InputError) as err:
-        load_tection_csv(tmp_path)
-    assert str(err.value) == f"{tmp_path}: is a directory, expected a BookTection/arXivTection CSV file"
+        load_tection_file(tmp_path)
+    assert str(err.value) == f"{tmp_path}: is a directory, expected a BookTection/arXivTection CSV or parquet file"
 
 
 def test_arxivtection_ids_are_paper_titles(tmp_path):
     row = {k: v for k, v in GOOD_ROW.items() if k != "Length"}
     row["ID"] = "Attention Is All You Need"
-    items, rejected = load_tection_csv(_csv(tmp_path, [row]), kind="paper")
+    items, rejected = load_tection_file(_csv(tmp_path, [row]), kind="paper")
     assert items[0]["meta"]["title"] == "Attention Is All You Need" and items[0]["meta"]["kind"] == "paper"
     assert items[0]["meta"]["length_tokens"] == 128 and rejected == []
 

@@ -155,6 +155,25 @@ def test_a_booktection_file_in_the_published_shape_keeps_its_lengths_and_lines(t
     assert len(rejected) == 1
 
 
+def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_path):
+    """The Hub serves the DE-COP sets as parquet (typed cells: Label an integer): the same rows as the
+    CSV excerpt give the same items, rows numbered from 1; a float label is rejected, not rounded."""
+    csv_path, _, _, _ = _load_excerpt(tmp_path, "BookTection.csv", "booktection", BOOK_EXCERPT.encode("utf-8"))
+    frame = pd.read_csv(csv_path, keep_default_na=False, dtype={"Label": "int64"}, encoding="utf-8-sig")
+    parquet = tmp_path / "train-00000-of-00001.parquet"
+    frame.to_parquet(parquet, index=False)
+    from_csv, csv_rejects = published_items({"format": "booktection", "path": str(csv_path)})
+    from_parquet, parquet_rejects = published_items({"format": "booktection", "path": str(parquet)})
+    assert [(it["item_id"], it["options"], it["answer"], it["label"]) for it in from_parquet] == [
+        (it["item_id"], it["options"], it["answer"], it["label"]) for it in from_csv]
+    assert [it["meta"]["source_line"] for it in from_parquet] == [1, 2, 4]
+    assert [r.message() for r in parquet_rejects] == [f"{parquet}, line 3, column Example_B: empty or whitespace-only text"]
+    assert len(csv_rejects) == 1
+    frame.astype({"Label": "float64"}).iloc[:2].to_parquet(parquet, index=False)
+    with pytest.raises(InputError, match="no usable"):
+        published_items({"format": "booktection", "path": str(parquet), "strict": False})
+
+
 # BookMIA (swj0419/BookMIA) as Dataset.to_json writes it: one compact object a line, non-ASCII and
 # NUL as \\u escapes; real snippets hold NUL bytes.
 BOOKMIA_EXCERPT = (

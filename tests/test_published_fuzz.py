@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from file_helpers import run_cases, write_file
 from memaudit.datasets.copybench_published import load_literal
-from memaudit.datasets.published import TECTION_COLUMNS, load_bookmia, load_tection_csv
+from memaudit.datasets.published import TECTION_COLUMNS, load_bookmia, load_tection_file
 from memaudit.errors import InputError
 
 CELL = st.text(alphabet=st.sampled_from(["a", "b", " ", ",", '"', "\n", "\r", "\x00", "\u00e9", "\u2028"]),
@@ -89,7 +89,7 @@ def test_fuzzed_booktection_files_load_with_every_row_accounted_for_or_fail_in_o
         data = raw if raw is not None else _mutate(buffer.getvalue().encode(encoding, errors="replace"), mutation)
         write_file(path, data)
         try:
-            items, rejected = load_tection_csv(path, kind="paper")
+            items, rejected = load_tection_file(path, kind="paper")
         except InputError as exc:
             _one_line_error(exc, path)
             return

@@ -5,7 +5,7 @@ the information-guided probes, WikiMIA and XSum/BBC-style member/non-member sets
 paper), so each is a :class:`LabelledSet` (its text field, its optional fields, what its labels
 mean) and not a copy of the parsing:
 
-- ``.parquet`` (needs ``pyarrow``, which memaudit does not install; the error says how to convert);
+- ``.parquet`` (read with ``pyarrow``; where it is missing the error says how to convert);
 - JSON lines (``.jsonl``/``.json``/``.ndjson``), as ``Dataset.to_json`` or
   ``DataFrame.to_json(orient="records", lines=True)`` writes them, or a JSON array of the same
   objects (each element at the line where it starts);
@@ -88,7 +88,7 @@ def json_getter(record: Any) -> Getter:
         other = keys.setdefault(str(key).strip().lower(), key)
         if other != key:
             raise RowReject(key, record[key], f"keys {other!r} and {key!r} differ only in case")
-    return lambda name: record[keys[name]] if name in keys else MISSING
+    return lambda name: record[keys[name.lower()]] if name.lower() in keys else MISSING
 
 
 def _json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:

@@ -44,6 +44,7 @@ from memaudit.datasets.rejects import (
     Rejected,
     RejectLog,
     RowReject,
+    check_local_file,
     check_text,
     json_lines,
     json_type,
@@ -197,14 +198,25 @@ def tection_items(where: str, records: Iterable[tuple[int, Any]], log: RejectLog
     return items
 
 
-def load_tection_csv(path: str | Path, *, kind: str = "book", length: str | None = None,
+def _tection_records(path: str | Path) -> tuple[Path, Iterable, bool]:
+    """``(path, records, textual)`` of a BookTection/arXivTection file: parquet (by its magic bytes or
+    suffix; typed cells) or CSV (text cells)."""
+    path = check_local_file(path, "a BookTection/arXivTection CSV or parquet file")
+    with open(path, "rb") as fh:
+        if fh.read(4) == b"PAR1" or path.suffix.lower() == ".parquet":
+            return path, parquet_records(path), False
+    path, text = read_text(path, "a BookTection/arXivTection CSV file")
+    return path, csv_records(path, text, TECTION_COLUMNS), True
+
+
+def load_tection_file(path: str | Path, *, kind: str = "book", length: str | None = None,
                      strict: bool = False) -> tuple[list[dict], list[Rejected]]:
     """``(items, rejected)`` of a local BookTection (``kind="book"``) or arXivTection (``kind="paper"``)
-    CSV under the published-data policy (see the module's docstring)."""
+    file under the published-data policy (see the module's docstring): the CSV of DE-COP's
+    repository, or a parquet file as the Hub serves the sets (its rows numbered from 1)."""
     log = RejectLog(strict, record=ColumnRejected)
-    path, text = read_text(path, "a BookTection/arXivTection CSV file")
-    items = tection_items(str(path), csv_records(path, text, TECTION_COLUMNS), log, kind=kind, textual=True,
-                          length=length)
+    path, records, textual = _tection_records(path)
+    items = tection_items(str(path), records, log, kind=kind, textual=textual, length=length)
     rejected = log.finish()
     require_rows(path, len(items), rejected, "question")
     return items, rejected
@@ -214,7 +226,7 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
                     strict: bool = False) -> tuple[list[dict], list[Rejected]]:
     """``avduarte333/BookTection`` or ``avduarte333/arXivTection`` from the Hugging Face Hub
     (``name`` is the repo id or "booktection"/"arxivtection"); needs network access once. Each data
-    file is read as :func:`load_tection_csv` reads a CSV (a parquet file's rows numbered from 1)."""
+    file is read as :func:`load_tection_file` reads a CSV (a parquet file's rows numbered from 1)."""
     repo = HF_DATASETS.get(name.lower(), name)
     kind = "paper" if "arxiv" in repo.lower() else "book"
     from huggingface_hub import snapshot_download
@@ -227,12 +239,9 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
     log = RejectLog(strict, record=ColumnRejected)
     items = []
     for f in files:
-        where = f"hf:{repo}/{f.relative_to(folder)}"
-        if f.suffix == ".parquet":
-            records, textual = parquet_records(f), False
-        else:
-            records, textual = csv_records(f, read_text(f, "a BookTection/arXivTection CSV file")[1], TECTION_COLUMNS), True
-        items += tection_items(where, records, log, kind=kind, textual=textual, length=length)
+        _, records, textual = _tection_records(f)
+        items += tection_items(f"hf:{repo}/{f.relative_to(folder)}", records, log, kind=kind, textual=textual,
+                               length=length)
     rejected = log.finish()
     require_rows(f"hf:{repo}", len(items), rejected, "question")
     return items, rejected
@@ -286,7 +295,7 @@ def published_items(published: dict) -> tuple[list[dict], list[Rejected]]:
     kind = "paper" if fmt == "arxivtection" else "book"
     length = published.get("length")
     if published.get("path"):
-        return load_tection_csv(published["path"], kind=kind, length=length, strict=strict)
+        return load_tection_file(published["path"], kind=kind, length=length, strict=strict)
     return load_tection_hf(published.get("hf") or fmt, length=length, cache_dir=published.get("cache_dir"),
                            strict=strict)
 
