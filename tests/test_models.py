@@ -124,8 +124,13 @@ def test_an_unreachable_hub_model_names_itself_and_the_remedy(tmp_path, monkeypa
     with the hub id, the revision and what to do (docs/models.md shows it)."""
     from transformers import AutoModelForCausalLM
 
+    import huggingface_hub.constants
+
     sha = "0123456789abcdef0123456789abcdef01234567"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import: without this the loads try the network
+    # (about 35 s each here, where it is blocked)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(OSError) as cause:  # what transformers says, first line
         AutoModelForCausalLM.from_pretrained("memaudit-test/absent", revision=sha)
