@@ -64,9 +64,14 @@ def test_probe_runs_follow_each_probes_models_and_benchmarks():
     assert jobs.probe_runs(CI, "prefix") == []  # not configured
     # the demo's techdocs is DE-COP's: token_prob leaves it out, so only DE-COP's models are scored there
     assert jobs.scored(DEMO)["techdocs"] == sorted({m for b, m, _ in jobs.probe_runs(DEMO, "decop") if b == "techdocs"})
-    # every model but CopyBench's and the cloze probes' QA-contaminated one
-    assert jobs.scored(DEMO)["novels"] == sorted(m for m in DEMO["models"]
-                                                 if m not in ("tiny-gpt2-medium-books", "tiny-gpt2-medium-qa"))
+    # every model but CopyBench's and the cloze probes' QA- and news-contaminated ones
+    assert jobs.scored(DEMO)["novels"] == sorted(m for m in DEMO["models"] if m not in (
+        "tiny-gpt2-medium-books", "tiny-gpt2-medium-qa", "tiny-gpt2-medium-news"))
+    # CopyBench's summary pairs only the models it probes (a model added elsewhere reruns none of it)
+    from memaudit.probes.copybench import plan as copybench_plan
+
+    assert copybench_plan.bases(DEMO) == {"tiny-gpt2-medium-books": "tiny-gpt2-medium"}
+    assert copybench_plan.bases(CI) == {"tiny-gpt2-cb-books": "tiny-gpt2-cb"}
 
 
 def test_probe_documents_and_final_outputs_of_one_pair():

@@ -117,7 +117,7 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
     assert {w.split(", ")[0] for r, w in pairs if r == "ktd_probe"} == {"benchmark=novels", "benchmark=techdocs"}
     assert sum(r == "ktd_probe" for r, _ in pairs) == 2 * 4
     assert {w for r, w in pairs if r == "prefix_probe"} == {
-        "benchmark=news, model=tiny-gpt2-medium", "benchmark=news, model=tiny-gpt2-medium-contaminated"}
+        "benchmark=news, model=tiny-gpt2-medium", "benchmark=news, model=tiny-gpt2-medium-news"}
     assert {w for r, w in pairs if r == "token_stats" and "techdocs" in w} == set()  # techdocs is DE-COP's
     assert sum(r == "token_stats" for r, _ in pairs) == 2 * 6
     assert {j["threads"] for j in jobs if j["rule"] in ("prepare_model", "token_stats", "decop_probe")} == {1}

@@ -142,7 +142,7 @@ rule copybench_summary:
             labels={"figure": "copying against fact recall"},
         ),
     params:
-        bases=lambda wc: {m: e["base"] for m, e in sorted(config["models"].items()) if e.get("base")},
+        bases=lambda wc: copybench_plan.bases(config),
         seed=config["seed"],
         code_version=family_version("copybench"),
     log:

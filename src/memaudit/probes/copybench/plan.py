@@ -11,6 +11,13 @@ def runs(config: dict) -> list[tuple[str, str, str]]:
     return probe_runs(config, "copybench")
 
 
+def bases(config: dict) -> dict[str, str]:
+    """Per fine-tuned model CopyBench runs on, its base (the differences table's pairs). Only probed
+    models: a fine-tuned model added elsewhere in the config does not rerun CopyBench's summary."""
+    probed = sorted({m for _, m, _ in runs(config)})
+    return {m: config["models"][m]["base"] for m in probed if config["models"][m].get("base")}
+
+
 def published(config: dict, benchmark: str) -> dict | None:
     """The benchmark's ``published`` block when it is CopyBench's published files (format copybench), else None."""
     block = config["benchmarks"][benchmark].get("published") or {}
