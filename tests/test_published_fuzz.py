@@ -48,8 +48,25 @@ MUTATION = st.tuples(st.sampled_from(["none", "truncate", "splice"]), st.integer
 ENCODING = st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "latin-1"])
 
 
+# What every fuzzed file varies besides its records: a huge field, the encoding, a truncation or
+# splice, or random bytes in place of the file.
+FILE_VARIANTS = {"huge": st.one_of(st.none(), HUGE), "encoding": ENCODING, "mutation": MUTATION,
+                 "raw": st.one_of(st.none(), st.binary(max_size=200))}
+
+
 def _one_line_error(exc: InputError, path) -> None:
     assert "\n" not in str(exc) and str(exc).startswith(str(path)), str(exc)
+
+
+def _load_variant(load, path, data: bytes, mutation, raw):
+    """Write the file (``raw`` bytes instead, or ``data`` mutated) and load it: the loader's result, or
+    None after checking that its error is one line naming the file."""
+    write_file(path, raw if raw is not None else _mutate(data, mutation))
+    try:
+        return load(path)
+    except InputError as exc:
+        _one_line_error(exc, path)
+        return None
 
 
 def _csv_records(text: str) -> dict[int, list[str]]:
@@ -77,8 +94,7 @@ def test_fuzzed_booktection_files_load_with_every_row_accounted_for_or_fail_in_o
     path = tmp_path / "arXivTection.csv"
 
     @settings(max_examples=150, deadline=None)
-    @given(rows=st.lists(TECTION_ROW, max_size=6), huge=st.one_of(st.none(), HUGE), encoding=ENCODING,
-           mutation=MUTATION, raw=st.one_of(st.none(), st.binary(max_size=200)))
+    @given(rows=st.lists(TECTION_ROW, max_size=6), **FILE_VARIANTS)
     def check(rows, huge, encoding, mutation, raw):
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\r\n")
@@ -86,13 +102,11 @@ def test_fuzzed_booktection_files_load_with_every_row_accounted_for_or_fail_in_o
         writer.writerows([[r[c] for c in TECTION_COLUMNS] for r in rows])
         if huge:
             writer.writerow([huge, "b", "c", "d", "A", "P0", "1"])
-        data = raw if raw is not None else _mutate(buffer.getvalue().encode(encoding, errors="replace"), mutation)
-        write_file(path, data)
-        try:
-            items, rejected = load_tection_file(path, kind="paper")
-        except InputError as exc:
-            _one_line_error(exc, path)
+        loaded = _load_variant(lambda f: load_tection_file(f, kind="paper"), path,
+                               buffer.getvalue().encode(encoding, errors="replace"), mutation, raw)
+        if loaded is None:
             return
+        items, rejected = loaded
         records = _csv_records(path.read_bytes().decode("utf-8"))
         header = min(records)
         rows_in_file = {line: cells for line, cells in records.items() if line != header}
@@ -121,19 +135,15 @@ def test_fuzzed_bookmia_files_load_with_every_line_accounted_for_or_fail_in_one_
     path = tmp_path / "BookMIA.jsonl"
 
     @settings(max_examples=150, deadline=None)
-    @given(records=st.lists(BOOKMIA_RECORD, max_size=6), huge=st.one_of(st.none(), HUGE), encoding=ENCODING,
-           mutation=MUTATION, raw=st.one_of(st.none(), st.binary(max_size=200)))
+    @given(records=st.lists(BOOKMIA_RECORD, max_size=6), **FILE_VARIANTS)
     def check(records, huge, encoding, mutation, raw):
         lines = [json.dumps(r, ensure_ascii=encoding != "utf-8") for r in records]
         if huge:
             lines.append(json.dumps({"book_id": 1, "book": "B", "snippet_id": 0, "snippet": huge, "label": 1}))
-        data = raw if raw is not None else _mutate(("\n".join(lines) + "\n").encode(encoding), mutation)
-        write_file(path, data)
-        try:
-            docs, passages, rejected = load_bookmia(path)
-        except InputError as exc:
-            _one_line_error(exc, path)
+        loaded = _load_variant(load_bookmia, path, ("\n".join(lines) + "\n").encode(encoding), mutation, raw)
+        if loaded is None:
             return
+        docs, passages, rejected = loaded
         text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
         in_file = {n: line for n, line in enumerate(text.split("\n"), 1) if line.strip()}
         rejected_lines = {r.line for r in rejected if r.action == "rejected"}
@@ -161,18 +171,15 @@ def test_fuzzed_copybench_literal_files_load_with_every_record_accounted_for_or_
     path = tmp_path / "data.literal.json"
 
     @settings(max_examples=150, deadline=None)
-    @given(records=st.lists(COPYBENCH_RECORD, max_size=6), huge=st.one_of(st.none(), HUGE), encoding=ENCODING,
-           mutation=MUTATION, raw=st.one_of(st.none(), st.binary(max_size=200)))
+    @given(records=st.lists(COPYBENCH_RECORD, max_size=6), **FILE_VARIANTS)
     def check(records, huge, encoding, mutation, raw):
         if huge:
             records = [*records, {"id": "h", "title": "Emma", "input": huge, "reference": "end"}]
-        data = raw if raw is not None else _mutate(json.dumps(records, indent=2).encode(encoding, errors="replace"), mutation)
-        write_file(path, data)
-        try:
-            items, rejected = load_literal(path)
-        except InputError as exc:
-            _one_line_error(exc, path)
+        loaded = _load_variant(load_literal, path, json.dumps(records, indent=2).encode(encoding, errors="replace"),
+                               mutation, raw)
+        if loaded is None:
             return
+        items, rejected = loaded
         published = json.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"), strict=False)
         rejected_lines = {r.line for r in rejected if r.action == "rejected"}
         assert len(items) + len(rejected_lines) == len(published)

@@ -255,7 +255,7 @@ class HFBackend(Backend):
         from memaudit.backends.refusal import is_refusal
 
         tok = self.tokenizer
-        pad = tok.pad_token_id
+        pad, eos = tok.pad_token_id, tok.eos_token_id
         out: list[Generation] = []
         for start in range(0, len(texts), max(1, max_rows)):
             encoded = [self._prompt_ids(t, params) for t in texts[start:start + max_rows]]
@@ -267,7 +267,6 @@ class HFBackend(Backend):
                                            max_new_tokens=params.max_new_tokens,
                                            repetition_penalty=params.repetition_penalty, pad_token_id=pad)
             for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
-                eos = tok.eos_token_id
                 new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
                 text = tok.decode(new, skip_special_tokens=True)
                 for s in params.stop:
