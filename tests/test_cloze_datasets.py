@@ -520,15 +520,23 @@ def test_the_demo_qa_source_gives_the_same_answerable_questions_twice():
 def test_a_demo_qa_benchmark_has_one_passage_per_question_split_half_and_half():
     cfg = {"sources": ["demo_qa"], "member_fraction": 0.5, "passage_words": 100, "passages_per_document": 4,
            "min_passages": 1}
-    docs, passages = build_benchmark("qa", cfg, ASSETS, seed=13)
+    docs, passages = build_benchmark("qa", dict(cfg, near_duplicate_ngram=None), ASSETS, seed=13)
     assert len(docs) == len(passages) == 250
     assert sum(p.label for p in passages) == 125
+    # questions quoting the same 13 words (Reuters repeats its stories) go to one half together
+    kept, _ = build_benchmark("qa", cfg, ASSETS, seed=13)
+    plain = {d.doc_id: d.meta["label"] for d in docs}
+    moved = sorted(d.doc_id for d in kept if d.meta["label"] != plain[d.doc_id])
+    assert moved == ["demo_qa/reuters/crude/352/s000", "demo_qa/reuters/crude/353/s001",
+                     "demo_qa/reuters/crude/502/s002", "demo_qa/reuters/crude/502/s003"]
+    assert sum(d.meta["label"] for d in kept) == 127
+    assert all("near_duplicates" in d.meta for d in kept if d.doc_id in moved)
     by_id = {d.doc_id: d for d in docs}
     for p in passages:
         assert p.passage_id == f"{p.doc_id}#p0" and p.text == by_id[p.doc_id].text
         assert p.meta["answer"] in p.meta["choices"] and "____" in p.meta["question"]
     again, _ = build_benchmark("qa", cfg, ASSETS, seed=13)
-    assert [d.to_dict() for d in again] == [d.to_dict() for d in docs]
+    assert [d.to_dict() for d in again] == [d.to_dict() for d in kept]
     # split_by: book keeps an article's questions in one half
     docs, _ = build_benchmark("qa", dict(cfg, split_by="book"), ASSETS, seed=13)
     halves = {}

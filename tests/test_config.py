@@ -60,8 +60,8 @@ def test_the_docs_example_error_is_what_comes_out():
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "
-                   "here: member_fraction, min_passages, n_documents, passage_words, passages_per_document, "
-                   "published, source_options, sources, split_by)")
+                   "here: member_fraction, min_passages, n_documents, near_duplicate_ngram, passage_words, "
+                   "passages_per_document, published, source_options, sources, split_by)")
 
 
 def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_schema_errors():

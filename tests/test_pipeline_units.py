@@ -59,8 +59,10 @@ def test_read_jsonl_names_file_and_line(tmp_path):
         read_jsonl(path)
 
 
+# near_duplicate_ngram None: the plain seeded split, exactly half and half (near-duplicates are
+# kept together in tests/test_near_duplicates.py)
 BENCH = {"sources": ["reuters"], "n_documents": 20, "member_fraction": 0.5, "passage_words": 40,
-         "passages_per_document": 2, "min_passages": 1, "source_options": {}}
+         "passages_per_document": 2, "min_passages": 1, "source_options": {}, "near_duplicate_ngram": None}
 
 
 def test_benchmark_split_is_seeded_iid_and_exact():

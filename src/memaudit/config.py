@@ -245,6 +245,9 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
     if "member_fraction" in published and fmt != "qa":
         problems.append(f"{where}.member_fraction: only format qa is split by memaudit "
                         f"(the other formats carry labels)")
+    if "near_duplicate_ngram" in published and fmt != "qa":
+        problems.append(f"{where}.near_duplicate_ngram: only format qa is split by memaudit "
+                        f"(the other formats carry labels)")
     if "strict" in published and fmt not in REJECTS_FORMATS:
         problems.append(f"{where}.strict: only formats {', '.join(REJECTS_FORMATS)} skip unusable rows")
     if "text_key" in published and fmt != "member_texts":

@@ -13,8 +13,9 @@ docs, passages = build_benchmark(
 )
 n_members = sum(d.meta["label"] == 1 for d in docs)
 unlabelled = sum(d.meta["label"] not in (0, 1) for d in docs)
+grouped = sum("near_duplicates" in d.meta for d in docs)
 log.info(f"{len(docs)} documents ({n_members} members{f', {unlabelled} unlabelled' if unlabelled else ''}), "
-         f"{len(passages)} passages, "
+         f"{len(passages)} passages, {grouped} kept on one side with their near-duplicates (meta.near_duplicates), "
          f"{len(rejects)} rows rejected ({snakemake.output.rejects})")
 write_rejects(snakemake.output.rejects, rejects)
 write_jsonl(snakemake.output.documents, (d.to_dict() for d in docs))

@@ -11,6 +11,11 @@ a member): the level CopyBench's non-literal copying works at, where a model tha
 some chapters of a book knows its characters in all of them. A model is contaminated
 only on the benchmarks in its ``members_of``; a book split's books may recur in another
 benchmark, which then must not be in the same model's ``members_of``.
+
+Documents (or books) that share a ``near_duplicate_ngram``-word run (default 13) are kept on one
+side of either split (:mod:`memaudit.datasets.near_duplicates`): a non-member that repeats a
+member's text was seen in training. Each such document's ``meta["near_duplicates"]`` lists the
+others of its group.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups
 from memaudit.datasets.qa import QA_META
 from memaudit.datasets.sources import load_source
 from memaudit.datasets.text import make_passages
@@ -27,7 +33,7 @@ from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
 # Bump with every change that alters a benchmark or the pretraining pool (see memaudit.versions).
-DATASET_VERSION = 1
+DATASET_VERSION = 2
 
 
 def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dict | None = None) -> list[Document]:
@@ -72,12 +78,15 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
     else:
         n_members = round(len(candidates) * cfg["member_fraction"])
         n_members = min(max(n_members, 1), len(candidates) - 1)
+    candidates, n_members, groups = _keep_near_duplicates_together(name, cfg, candidates, n_members)
     out_docs, out_passages = [], []
     for rank, (d, passages) in enumerate(sorted(candidates[:n_members], key=lambda c: c[0].doc_id)
                                           + sorted(candidates[n_members:], key=lambda c: c[0].doc_id)):
         label = MEMBER if rank < n_members else NONMEMBER
         excerpt = "\n".join(passages)
         meta = dict(d.meta, label=label, n_passages=len(passages), benchmark=name)
+        if _unit(d, cfg) in groups:
+            meta["near_duplicates"] = [u for u in groups[_unit(d, cfg)] if u != _unit(d, cfg)]
         out_docs.append(Document(d.doc_id, d.source, d.title, d.author, d.kind, excerpt, meta))
         qa_fields = {k: d.meta[k] for k in QA_META if k in d.meta} if d.kind == "qa" else {}
         for i, p in enumerate(passages):
@@ -96,18 +105,44 @@ def _document_passages(d: Document, cfg: dict) -> list[str]:
     return make_passages(d.text, cfg["passage_words"], cfg["passages_per_document"])
 
 
+def _book(d: Document) -> str:
+    return f"{d.source}/{d.meta.get('book') or d.title}"
+
+
+def _unit(d: Document, cfg: dict) -> str:
+    """What a split assigns to one side: a book (``split_by: book``) or a document."""
+    return _book(d) if cfg.get("split_by", "document") == "book" else d.doc_id
+
+
+def _keep_near_duplicates_together(name: str, cfg: dict, candidates: list,
+                                   n_members: int) -> tuple[list, int, dict[str, tuple[str, ...]]]:
+    """Candidates (members first) and their member count once split units that share a
+    ``near_duplicate_ngram``-word run are on one side (:mod:`memaudit.datasets.near_duplicates`),
+    with the groups found; the split is unchanged where there are none."""
+    n = cfg.get("near_duplicate_ngram", DEFAULT_NGRAM)
+    if n is None:
+        return candidates, n_members, {}
+    texts: dict[str, list[str]] = {}
+    for d, passages in candidates:
+        texts.setdefault(_unit(d, cfg), []).extend(passages)
+    groups = near_duplicate_groups(texts, n)
+    if not groups:
+        return candidates, n_members, {}
+    members = keep_together({_unit(d, cfg) for d, _ in candidates[:n_members]}, groups)
+    check_both_sides(f"benchmark {name!r}", len(texts), members, n)
+    ordered = [c for c in candidates if _unit(c[0], cfg) in members]
+    return ordered + [c for c in candidates if _unit(c[0], cfg) not in members], len(ordered), groups
+
+
 def _split_books(name: str, candidates: list, member_fraction: float, rng: random.Random) -> tuple[list, int]:
     """Candidates reordered members first, where members are all documents of a seeded share of the books."""
-    def book(d: Document) -> str:
-        return f"{d.source}/{d.meta.get('book') or d.title}"
-
-    books = sorted({book(d) for d, _ in candidates})
+    books = sorted({_book(d) for d, _ in candidates})
     if len(books) < 2:
         raise InputError(f"benchmark {name!r}: split_by: book needs documents of at least 2 books "
                          f"(found {len(books)}: {books})")
     n_books = min(max(round(len(books) * member_fraction), 1), len(books) - 1)
     member_books = set(rng.sample(books, n_books))
-    members = [c for c in candidates if book(c[0]) in member_books]
+    members = [c for c in candidates if _book(c[0]) in member_books]
     return members + [c for c in candidates if c not in members], len(members)
 
 

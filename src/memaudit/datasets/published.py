@@ -389,10 +389,12 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
                              f"members)")
         docs, passages, rejected = build_articles(path, published["cutoff"], strict)
     elif fmt == "qa":
+        from memaudit.datasets.near_duplicates import DEFAULT_NGRAM
         from memaudit.datasets.qa import load_qa_jsonl
 
         docs, passages, rejected = load_qa_jsonl(path, strict, member_fraction=float(
-            published.get("member_fraction", 0.5)), seed=seed)
+            published.get("member_fraction", 0.5)), seed=seed,
+            near_duplicate_ngram=published.get("near_duplicate_ngram", DEFAULT_NGRAM))
     elif fmt in ("wikimia", "member_texts"):
         from memaudit.datasets.labelled import WIKIMIA, load_labelled, member_texts_set
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups
 from memaudit.datasets.rejects import (
     MISSING,
     Rejected,
@@ -221,16 +222,29 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
 
 
 def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: float = 0.5, seed: int = 13,
+                  near_duplicate_ngram: int | None = DEFAULT_NGRAM,
                   ) -> tuple[list[Document], list[Passage], list[Rejected]]:
     """A QA JSON-lines file split into a contaminated half (label 1) and a clean half (label 0): the
     controlled contamination of Section 4.3 (Table 4), with the clean half as the control.
 
     ``(documents, passages, rejected)``; see :func:`read_qa_jsonl` for the rows rejected and
-    :func:`contamination_split` for the split.
+    :func:`contamination_split` for the split. Questions whose rendered texts share a
+    ``near_duplicate_ngram``-word run are kept in one half
+    (:mod:`memaudit.datasets.near_duplicates`; ``None``: no such check), and each such document's
+    ``meta["near_duplicates"]`` names the others.
     """
     questions, rejected = read_qa_jsonl(path, strict)
     members = contamination_split([q.qid for q in questions], member_fraction, seed)
+    groups: dict[str, tuple[str, ...]] = {}
+    if near_duplicate_ngram is not None:
+        groups = near_duplicate_groups({q.qid: [render_qa(q.question, q.choices, q.answer)] for q in questions},
+                                       near_duplicate_ngram)
+        members = keep_together(members, groups)
+        check_both_sides(f"{path}", len({q.qid for q in questions}), members, near_duplicate_ngram)
     docs, passages = qa_records(questions, members, origin=str(path))
+    by_id = {d.doc_id: d for d in docs}
+    for qid, group in groups.items():
+        by_id[f"{QA_SOURCE}/{qid}"].meta["near_duplicates"] = [f"{QA_SOURCE}/{o}" for o in group if o != qid]
     return docs, passages, rejected
 
 
