@@ -424,6 +424,24 @@ def test_the_key_is_sent_but_never_written_to_cache_ledger_logs_or_errors(server
     assert redact(f"https://user:{KEY}@host/v1") == "https://***@host/v1"
 
 
+def test_tokens_of_other_providers_quoted_by_a_server_or_a_library_are_masked_too(server, tmp_path, caplog):
+    # A gateway in front of an OpenAI-compatible server may echo the Hugging Face token or the
+    # bearer header it was given; neither was registered, so only their shape can hide them.
+    hf_token = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7"
+    github = "ghp_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2"
+    b = make_openai(server, tmp_path / "cache.sqlite")
+    server.responder.queue(unauthorized(f"{hf_token} (header Authorization: Bearer {github})"), prompt="who")
+    with pytest.raises(APIRequestError) as err:
+        b.generate(["who"], GREEDY)
+    message = str(err.value)
+    assert hf_token not in message and github not in message and "Incorrect API key provided: *** (header" in message
+    caplog.set_level(logging.INFO)
+    logging.getLogger("some.library").info("retrying with %s", hf_token)
+    assert hf_token not in caplog.text and "retrying with ***" in caplog.text
+    assert redact("jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl, sk-proj-abc***wxyz") == "jwt ***, sk-***"
+    b.close()
+
+
 def test_a_missing_key_variable_is_named_and_only_needed_to_send(server, monkeypatch, tmp_path):
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(ConfigError, match=f"environment variable {KEY_ENV} is not set"):

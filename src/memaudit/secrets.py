@@ -22,7 +22,7 @@ _KEY_PATTERNS = re.compile(
     r"|AKIA[0-9A-Z]{16}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|AIza[0-9A-Za-z_-]{30,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\."
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # the signature too
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
     r"|(?i:\bbearer\s+[A-Za-z0-9._~+/=-]{8,})")
 
@@ -150,6 +150,7 @@ def credential_problems(config: object, path: tuple = ()) -> list[tuple[tuple, s
     return found
 
 
-def redact(text: str) -> str:
-    """``text`` with every credential-looking run replaced (for messages quoting a line of a config file)."""
-    return _KEY_PATTERNS.sub("<not shown>", text)
+def redact(text: str, mask: str = "<not shown>") -> str:
+    """``text`` with every credential-looking run replaced by ``mask`` (for messages quoting a line of
+    a config file; :func:`memaudit.backends.secrets.redact` uses it with ``***`` at run time)."""
+    return _KEY_PATTERNS.sub(mask, text)

@@ -16,6 +16,7 @@ import re
 import threading
 
 from memaudit.errors import ConfigError
+from memaudit.secrets import redact as redact_credentials
 
 _SECRETS: set[str] = set()
 _SECRETS_LOCK = threading.Lock()
@@ -53,11 +54,19 @@ def register_secret(value: str) -> None:
 
 
 def redact(text: str) -> str:
-    """``text`` with registered keys, key-shaped tokens and URL credentials replaced by ``***``."""
+    """``text`` with registered keys, key-shaped tokens and URL credentials replaced by ``***``.
+
+    Key-shaped: OpenAI/Anthropic ``sk-`` keys with the partial echoes their errors contain, and
+    every other format the config check knows (:func:`memaudit.secrets.redact`: Hugging Face
+    ``hf_``, GitHub, AWS, Slack, Google keys, JWTs, PEM private keys, ``Bearer`` tokens), so a
+    key quoted by an SDK or a server shows in no message or log record even if it was never
+    registered.
+    """
     for secret in sorted(_SECRETS, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, "***")
     text = _KEY_PATTERN.sub("sk-***", text)
+    text = redact_credentials(text, "***")
     return _URL_USERINFO.sub(r"\1***@", text)
 
 
