@@ -4,6 +4,7 @@ generation only: the roles that ask a model and read its reply (CopyBench's even
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS,
@@ -15,7 +16,8 @@ class HFBackend(Backend):
     capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS, WORD_LOGPROBS})
 
     def __init__(self, load_spec: dict, *, name: str | None = None, dtype: str = "float32", device: str = "auto",
-                 batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None):
+                 batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None,
+                 generation_cache: str | Path | None = None):
         from memaudit.models.loading import is_encoder_decoder
 
         if model is None:
@@ -38,6 +40,14 @@ class HFBackend(Backend):
 
         # Texts are cut to what the position embeddings allow (one slot for the context token).
         self.max_tokens = clamp_tokens(model, max_tokens)
+        # Greedy generations cached by content (memaudit.backends.generation_cache), opened on first use.
+        self.generation_cache_path = generation_cache
+        self._generation_cache = None
+
+    def close(self) -> None:
+        if self._generation_cache is not None:
+            self._generation_cache.close()
+            self._generation_cache = None
 
     def describe(self) -> dict:
         from memaudit.models.loading import count_parameters
@@ -180,19 +190,32 @@ class HFBackend(Backend):
         Unlike :meth:`generate`, a row stops at a stop string: its ``output_tokens`` are the tokens
         generated up to there, and its ``finish_reason`` is ``stop``.
         """
-        from memaudit.backends.refusal import is_refusal
-        from memaudit.models.sampling import sample
-
         if params.temperature > 0:
             raise ValueError("generate_batched decodes greedily: temperature must be 0")
         if self.encoder_decoder:
             if memfree is not None:
                 raise ConfigError(f"model {self.name!r}: MemFree decoding is implemented for causal LMs only")
             return self._generate_seq2seq([self._render(p, params) for p in prompts], params, max_rows=max_rows)
+        encoded = [self._prompt_ids(self._render(p, params), params) for p in prompts]
+        if memfree is None and self.generation_cache_path is not None:
+            if self._generation_cache is None:
+                from memaudit.backends.generation_cache import GenerationCache
+
+                self._generation_cache = GenerationCache(self.generation_cache_path, self.model, self.tokenizer,
+                                                         name=self.name)
+            return self._generation_cache.generate(
+                encoded, params, lambda todo: self._decode_greedy([encoded[i] for i in todo], params,
+                                                                  memfree=None, max_rows=max_rows))
+        return self._decode_greedy(encoded, params, memfree=memfree, max_rows=max_rows)
+
+    def _decode_greedy(self, encoded: list[list[int]], params: GenerationParams, *,
+                       memfree, max_rows: int) -> list[Generation]:
+        """:meth:`generate_batched`'s decoding of prompts already rendered and tokenised."""
+        from memaudit.backends.refusal import is_refusal
         from memaudit.models.loading import model_max_length
+        from memaudit.models.sampling import sample
 
         tok = self.tokenizer
-        encoded = [self._prompt_ids(self._render(p, params), params) for p in prompts]
         limit_positions = model_max_length(self.model)
         longest = max((len(e) for e in encoded), default=0)
         if limit_positions is not None and longest + params.max_new_tokens > limit_positions:
@@ -220,7 +243,7 @@ class HFBackend(Backend):
                      eos_ids=eos_ids, pad_id=pad, temperature=0.0, done=done if stops else None, check_every=4,
                      max_rows=max_rows, repetition_penalty=params.repetition_penalty,
                      processor=memfree.mask_logits if memfree is not None else None)
-        generations: list[Generation | None] = [None] * len(prompts)
+        generations: list[Generation | None] = [None] * len(encoded)
         for j, i in enumerate(order):
             new = out[j][0]
             text = tok.decode(new, skip_special_tokens=True)

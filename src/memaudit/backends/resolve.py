@@ -31,4 +31,4 @@ def open_backend(config: dict, model: str, *, model_dir: str | Path | None = Non
     manifest = read_json(Path(model_dir or Path("results/models") / model) / "manifest.json")
     return HFBackend(manifest["load"], name=model, dtype=entry.get("dtype", "auto"),
                      device=entry.get("device", "auto"), batch_size=entry.get("batch_size", 8),
-                     max_tokens=entry.get("max_tokens", 512))
+                     max_tokens=entry.get("max_tokens", 512), generation_cache=config.get("generation_cache"))

@@ -68,17 +68,27 @@ def prompts_for(items: Sequence[dict], *, instruction: str, chat: bool) -> list[
     return [it["prefix"] for it in items]
 
 
+def generation_params(cfg: dict, *, chat: bool) -> GenerationParams:
+    """Greedy decoding with the probe's token limit, repetition penalty and stop strings."""
+    return GenerationParams(max_new_tokens=int(cfg["max_new_tokens"]), temperature=0.0,
+                            system_prompt=cfg.get("system_prompt") if chat else None, chat=chat,
+                            repetition_penalty=float(cfg.get("repetition_penalty", 1.0)),
+                            stop=tuple(cfg.get("stop") or ()))
+
+
 def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat: bool,
                      out_items: str | Path, out_documents: str | Path, out_outcomes: str | Path,
                      progress: Callable[[str], None] = log.info) -> pd.DataFrame:
     """Generate a continuation of every item's prefix, score it, write item, document and outcome tables."""
-    params = GenerationParams(max_new_tokens=int(cfg["max_new_tokens"]), temperature=0.0,
-                              system_prompt=cfg.get("system_prompt") if chat else None, chat=chat,
-                              repetition_penalty=float(cfg.get("repetition_penalty", 1.0)))
+    params = generation_params(cfg, chat=chat)
     prompts = prompts_for(items, instruction=cfg["instruction"], chat=chat)
     progress(f"{len(prompts)} prefix probes ({'chat' if chat else 'plain text'}, "
              f"max {params.max_new_tokens} new tokens)")
-    generations = backend.generate(prompts, params)
+    # A local model decodes greedily in continuous batches (the same tokens as generate), through
+    # the generation cache that CopyBench's literal mode reads too.
+    batched = getattr(backend, "generate_batched", None)
+    generations = (batched(prompts, params, max_rows=backend.batch_size) if batched is not None
+                   else backend.generate(prompts, params))
     rows, long_rows = [], []
     for it, g in zip(items, generations):
         scores = score_continuation(g.text, it["continuation"]) if g.status == STATUS_OK else dict.fromkeys(METHODS, 0.0)
@@ -128,7 +138,9 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str =
 
     if not is_api_model(config["models"][model]):
         return []
+    from memaudit.backends.planning import plan_requests
+
     cfg = config["probes"]["prefix"]
-    return [{"model": model, "prompt": prompt, "system_prompt": cfg.get("system_prompt"),
-             "max_new_tokens": int(cfg["max_new_tokens"])}
-            for prompt in prompts_for(items, instruction=cfg["instruction"], chat=True)]
+    # every field of the request's cache key, so requests already cached are counted as free
+    return plan_requests(model, prompts_for(items, instruction=cfg["instruction"], chat=True),
+                         generation_params(cfg, chat=True))

@@ -1,0 +1,137 @@
+"""Greedy generations of local models cached by content (memaudit.backends.generation_cache): shared
+across backend instances (jobs) and probes, never across weights, settings or MemFree decodings."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+from memaudit.backends import open_backend
+from memaudit.backends.base import GenerationParams
+from memaudit.io import read_jsonl, write_json
+
+PROMPTS = ["The whale rose from the sea", "Mr Darcy bowed to her", "The oil price fell again"]
+
+
+def _model_dir(tiny_model_dir, path):
+    shutil.copytree(tiny_model_dir, path)
+    write_json(path / "manifest.json", {"load": {"path": str(path)}})
+    return path
+
+
+def _open(model_dir, cache):
+    config = {"generation_cache": str(cache) if cache else None,
+              "models": {"tiny": {"dtype": "float32", "device": "cpu", "batch_size": 2}}}
+    return open_backend(config, "tiny", model_dir=model_dir)
+
+
+def _counting(backend) -> list[int]:
+    """Rows each call of the backend's decoder decoded."""
+    rows, decode = [], backend._decode_greedy
+
+    def counted(encoded, params, **kw):
+        rows.append(len(encoded))
+        return decode(encoded, params, **kw)
+
+    backend._decode_greedy = counted
+    return rows
+
+
+def _entries(cache) -> int:
+    with sqlite3.connect(cache) as db:
+        return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+def test_a_second_backend_reads_what_the_first_decoded_and_nothing_else(tiny_model_dir, tmp_path):
+    cache = tmp_path / "generations.sqlite"
+    model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
+    params = GenerationParams(max_new_tokens=12, repetition_penalty=1.1, chat=False)
+    plain = _open(model_dir, None).generate_batched(PROMPTS, params)
+
+    first = _open(model_dir, cache)
+    decoded = _counting(first)
+    out = first.generate_batched([*PROMPTS, PROMPTS[0]], params)
+    assert decoded == [3] and _entries(cache) == 3  # the repeated prompt decoded once
+    assert [g.text for g in out] == [g.text for g in plain] + [plain[0].text]
+    assert not any(g.from_cache for g in out)
+    first.close()
+
+    second = _open(model_dir, cache)  # another job: a new process would open the same file
+    decoded = _counting(second)
+    again = second.generate_batched(PROMPTS, params)
+    assert decoded == [] and all(g.from_cache for g in again)
+    for a, b in zip(again, plain):
+        assert (a.text, a.meta["token_ids"], a.input_tokens, a.output_tokens, a.status) == (
+            b.text, b.meta["token_ids"], b.input_tokens, b.output_tokens, b.status)
+        assert a.requested_at is not None
+
+    # another token limit, repetition penalty or stop string is another request
+    second.generate_batched(PROMPTS[:1], GenerationParams(max_new_tokens=13, repetition_penalty=1.1, chat=False))
+    second.generate_batched(PROMPTS[:1], GenerationParams(max_new_tokens=12, chat=False))
+    second.generate_batched(PROMPTS[:1], GenerationParams(max_new_tokens=12, repetition_penalty=1.1, chat=False,
+                                                          stop=("\n\n\n",)))
+    assert decoded == [1, 1, 1] and _entries(cache) == 6
+
+    # MemFree decodings are never cached: their rejection corpus is part of the decoding
+    from memaudit.probes.copybench.memfree import NGramIndex
+
+    index = NGramIndex.build([[1, 2, 3, 4]], 3)
+    second.generate_batched(PROMPTS, params, memfree=index)
+    assert decoded == [1, 1, 1, 3] and _entries(cache) == 6
+    second.close()
+
+
+def test_other_weights_never_read_an_entry(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cache = tmp_path / "generations.sqlite"
+    params = GenerationParams(max_new_tokens=8, chat=False)
+    same_path = _model_dir(tiny_model_dir, tmp_path / "m")
+    _open(same_path, cache).generate_batched(PROMPTS, params)
+    # the same directory re-trained in place (a fine-tune rerun): one weight changed
+    model = AutoModelForCausalLM.from_pretrained(same_path)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 0.5
+    model.save_pretrained(same_path)
+    retrained = _open(same_path, cache)
+    decoded = _counting(retrained)
+    assert not any(g.from_cache for g in retrained.generate_batched(PROMPTS, params))
+    assert decoded == [3] and _entries(cache) == 6
+
+
+def test_the_prefix_probe_and_copybench_literal_share_a_decoding(tiny_model_dir, tmp_path):
+    """With CopyBench's decoding settings on the prefix probe, the bare prefix both show a local model
+    is decoded once: the literal mode reads the prefix probe's continuation."""
+    from memaudit.probes.copybench.runner import _params as copybench_params
+    from memaudit.probes.copybench.runner import generate as copybench_generate
+    from memaudit.probes.prefix.runner import run_prefix_probe
+
+    cache = tmp_path / "generations.sqlite"
+    model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
+    items = [{"item_id": f"d{i}#p0", "passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2, "prefix": p,
+              "continuation": "and then the story went on"} for i, p in enumerate(PROMPTS)]
+    copybench = {"literal_max_new_tokens": 16, "repetition_penalty": 1.1}
+    prefix = {"max_new_tokens": 16, "repetition_penalty": 1.1, "stop": ["\n\n\n"],
+              "instruction": "Please complete the following text with more than 150 words:"}
+    probe = _open(model_dir, cache)
+    run_prefix_probe(probe, items, prefix, chat=False, out_items=tmp_path / "items.jsonl",
+                     out_documents=tmp_path / "docs.csv", out_outcomes=tmp_path / "outcomes.json")
+    probe.close()
+    written = read_jsonl(tmp_path / "items.jsonl")
+    assert not any(r["from_cache"] for r in written)
+
+    literal = _open(model_dir, cache)
+    decoded = _counting(literal)
+    generations = copybench_generate(literal, [it["prefix"] for it in items],
+                                     copybench_params(copybench, "literal", chat=False, system=None))
+    assert decoded == [] and all(g.from_cache for g in generations)
+    assert [g.text for g in generations] == [r["generation"] for r in written]
+    literal.close()
+
+
+def test_no_cache_configured_writes_nothing(tiny_model_dir, tmp_path):
+    backend = _open(_model_dir(tiny_model_dir, tmp_path / "m"), None)
+    backend.generate_batched(PROMPTS[:1], GenerationParams(max_new_tokens=4, chat=False))
+    assert backend._generation_cache is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
