@@ -72,7 +72,7 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
         c["models"]["tiny-gpt2-small"]["dtype"] = "float64"
         c["models"]["x"] = {"base": "nope", "finetune": {"members_of": ["novels"]}}  # a cross-key problem
     lines = bad(mutate).splitlines()
-    known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
+    known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, generation_cache, models, pretrain, probes, seed, "
              "stats, threads_per_job")
     assert lines == [f"config key extra_{i:02d}: unknown key (known here: {known})" for i in range(12)] + [
         "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
@@ -241,7 +241,7 @@ RANDOM_TOKEN = "PLANTEDaB3dE5gH7jK9mN1pQ3rS5tU7"  # no provider prefix: refused 
 PRICING = {"input_per_mtok": 1, "output_per_mtok": 1}
 API_KEYS_HERE = ("api_key_env, base_url, concurrency, logprobs, max_retries, max_tokens_field, model_id, "
                  "pricing, revision, timeout, top_logprobs")
-TOP_KEYS = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, models, pretrain, probes, seed, "
+TOP_KEYS = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, generation_cache, models, pretrain, probes, seed, "
             "stats, threads_per_job")
 CREDENTIAL = ("looks like an API key or token (the value is not shown); keep keys out of the config: put the key "
               "in an environment variable and name that variable in api_key_env")
