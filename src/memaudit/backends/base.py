@@ -89,6 +89,17 @@ class Generation:
     error: str | None = None
 
 
+def generate_batched_if_greedy(backend, prompts: Sequence[str], params: GenerationParams, *,
+                               max_rows: int = 16, memfree=None) -> list[Generation]:
+    """Greedy requests to an open model decode together (``HFBackend.generate_batched``: continuous
+    batching, the same tokens as one at a time, through the generation cache; optionally MemFree);
+    everything else, API models and sampled decodings, goes through :meth:`Backend.generate`."""
+    batched = getattr(backend, "generate_batched", None)
+    if batched is not None and params.temperature == 0:
+        return batched(prompts, params, max_rows=max_rows, memfree=memfree)
+    return backend.generate(prompts, params)
+
+
 def option_variants(option: str) -> tuple[str, ...]:
     """The next-token strings that count as answering ``option``: ``"A"`` and ``" A"``.
 

@@ -85,8 +85,8 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
         label = MEMBER if rank < n_members else NONMEMBER
         excerpt = "\n".join(passages)
         meta = dict(d.meta, label=label, n_passages=len(passages), benchmark=name)
-        if _unit(d, cfg) in groups:
-            meta["near_duplicates"] = [u for u in groups[_unit(d, cfg)] if u != _unit(d, cfg)]
+        if (unit := _unit(d, cfg)) in groups:
+            meta["near_duplicates"] = [u for u in groups[unit] if u != unit]
         out_docs.append(Document(d.doc_id, d.source, d.title, d.author, d.kind, excerpt, meta))
         qa_fields = {k: d.meta[k] for k in QA_META if k in d.meta} if d.kind == "qa" else {}
         for i, p in enumerate(passages):

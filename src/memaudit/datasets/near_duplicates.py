@@ -13,10 +13,10 @@ a group goes wholly to the side of its first unit in sorted order. Without such 
 a split is unchanged. Shorter runs than 13 catch boilerplate (in Reuters, "in a filing with the
 Securities and Exchange Commission" joins unrelated acquisitions), hence the default.
 
-Written here (a union-find over hashed n-grams) rather than with ``datasketch``'s MinHash LSH:
-the test is exact containment of one shared run, which a hash map answers in one linear pass,
-while MinHash estimates Jaccard similarity over whole documents and would miss a copied paragraph
-inside a longer article.
+Each run is looked up in one dict in one linear pass, and the groups are scipy's connected
+components of the resulting unit graph. ``datasketch``'s MinHash LSH is not used: the test is
+exact containment of one shared run, while MinHash estimates Jaccard similarity over whole
+documents and would miss a copied paragraph inside a longer article.
 """
 
 from __future__ import annotations
@@ -38,28 +38,27 @@ def near_duplicate_groups(texts: Mapping[str, Iterable[str]], n: int = DEFAULT_N
     """
     if int(n) < 1:
         raise InputError(f"near_duplicate_ngram must be a positive integer, got {n!r}")
-    parent: dict[str, str] = {}
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    def root(unit: str) -> str:
-        while parent[unit] != unit:
-            parent[unit] = parent[parent[unit]]
-            unit = parent[unit]
-        return unit
-
-    first_owner: dict[str, str] = {}
-    for unit, unit_texts in texts.items():
-        parent.setdefault(unit, unit)
-        for text in unit_texts:
+    units = list(texts)
+    first_owner: dict[str, int] = {}
+    edges: set[tuple[int, int]] = set()  # (a unit, the first unit that had one of its runs)
+    for index, unit in enumerate(units):
+        for text in texts[unit]:
             words = _WORD.findall(text.lower())
             for i in range(len(words) - n + 1):
-                owner = first_owner.setdefault(" ".join(words[i:i + n]), unit)
-                if owner != unit:
-                    a, b = root(owner), root(unit)
-                    if a != b:
-                        parent[max(a, b)] = min(a, b)
-    members: dict[str, list[str]] = {}
-    for unit in parent:
-        members.setdefault(root(unit), []).append(unit)
+                owner = first_owner.setdefault(" ".join(words[i:i + n]), index)
+                if owner != index:
+                    edges.add((index, owner))
+    if not edges:
+        return {}
+    rows, cols = zip(*edges)
+    graph = coo_matrix(([1] * len(rows), (rows, cols)), shape=(len(units), len(units)))
+    _, component = connected_components(graph, directed=False)
+    members: dict[int, list[str]] = {}
+    for unit, c in zip(units, component):
+        members.setdefault(int(c), []).append(unit)
     return {unit: tuple(sorted(group)) for group in members.values() if len(group) > 1 for unit in group}
 
 

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from memaudit.backends.base import STATUS_OK, STATUS_REFUSAL, GenerationParams
+from memaudit.backends.base import STATUS_OK, STATUS_REFUSAL, GenerationParams, generate_batched_if_greedy
 
 SYSTEM_PROMPT = ("You are a fair judge assistant tasked with providing clear, objective feedback based on specific "
                  "criteria, ensuring each assessment reflects the absolute standards set for performance.")
@@ -122,10 +122,7 @@ class FluencyJudge:
         """Greedy judgements on an open model decode together (the same tokens as one at a time; one
         prompt at a time was slower on a GPU than on the CPU, docs/benchmarks.md); else the model
         interface (API models: cache, retries, concurrency)."""
-        batched = getattr(self.backend, "generate_batched", None)
-        if batched is not None and params.temperature == 0:
-            return batched(prompts, params)
-        return self.backend.generate(prompts, params)
+        return generate_batched_if_greedy(self.backend, prompts, params)
 
     def rate(self, outputs: Sequence[str]) -> list[Rating]:
         ratings = [Rating(None, EMPTY, "no output to rate") if not o.strip() else Rating(None, INVALID)

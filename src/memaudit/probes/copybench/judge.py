@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from memaudit.backends.base import STATUS_OK, GenerationParams
+from memaudit.backends.base import STATUS_OK, GenerationParams, generate_batched_if_greedy
 
 ATTRIBUTION_PROMPT = (  # Figure 8, spelled as the reference code sends it
     "### Instruction:\nPlease solely verify whether the reference can support the claim. "
@@ -111,9 +111,7 @@ class LLMJudge:
 
     def supported(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[bool], int]:
         prompts = [ATTRIBUTION_PROMPT.format(claim=e, reference=p) for e, p in pairs]
-        # an open model decodes the verdicts together (the same greedy tokens as one at a time)
-        batched = getattr(self.backend, "generate_batched", None)
-        gens = batched(prompts, self.params) if batched is not None else self.backend.generate(prompts, self.params)
+        gens = generate_batched_if_greedy(self.backend, prompts, self.params)
         verdicts = [parse_verdict(g.text) if g.status == STATUS_OK else None for g in gens]
         return [bool(v) for v in verdicts], sum(v is None for v in verdicts)
 

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, GenerationParams
+from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, GenerationParams, generate_batched_if_greedy
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from memaudit.probes.copybench import metrics
@@ -282,13 +282,10 @@ def rejection_corpus(mode: str, items: Sequence[dict], documents: Sequence[dict]
 
 def generate(backend, prompts: Sequence[str], params: GenerationParams, *, memfree=None, batch_size: int = 16):
     """Generations through the backend: batched greedy decoding on open models (MemFree there only)."""
-    batched = getattr(backend, "generate_batched", None)
-    if batched is not None:
-        return batched(prompts, params, memfree=memfree, max_rows=batch_size)
-    if memfree is not None:
+    if memfree is not None and getattr(backend, "generate_batched", None) is None:
         raise ConfigError(f"probes.copybench.decodings: memfree needs control of decoding, which model "
                           f"{backend.name!r} (an API model) does not give")
-    return backend.generate(prompts, params)
+    return generate_batched_if_greedy(backend, prompts, params, max_rows=batch_size, memfree=memfree)
 
 
 # ----------------------------------------------------------------------------- scoring

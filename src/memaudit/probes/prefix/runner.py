@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, Backend, GenerationParams
+from memaudit.backends.base import (STATUS_ERROR, STATUS_OK, STATUSES, Backend, GenerationParams,
+                                    generate_batched_if_greedy)
 from memaudit.io import write_csv, write_json, write_jsonl
 from memaudit.probes.job import document_scores
 from memaudit.probes.overlap import lcs_length, longest_common_run
@@ -84,11 +85,8 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     prompts = prompts_for(items, instruction=cfg["instruction"], chat=chat)
     progress(f"{len(prompts)} prefix probes ({'chat' if chat else 'plain text'}, "
              f"max {params.max_new_tokens} new tokens)")
-    # A local model decodes greedily in continuous batches (the same tokens as generate), through
-    # the generation cache that CopyBench's literal mode reads too.
-    batched = getattr(backend, "generate_batched", None)
-    generations = (batched(prompts, params, max_rows=backend.batch_size) if batched is not None
-                   else backend.generate(prompts, params))
+    # through the generation cache that CopyBench's literal mode reads too
+    generations = generate_batched_if_greedy(backend, prompts, params, max_rows=getattr(backend, "batch_size", 16))
     rows, long_rows = [], []
     for it, g in zip(items, generations):
         scores = score_continuation(g.text, it["continuation"]) if g.status == STATUS_OK else dict.fromkeys(METHODS, 0.0)
