@@ -62,9 +62,22 @@ def _memory_mb() -> int:
     raise RuntimeError("no MemTotal in /proc/meminfo")
 
 
+CONF_MARKER = "# Written by memaudit's tests (tests/slurm_cluster.py): a single-node test cluster."
+
+
+def conf_to_restore(existing: str | None) -> str | None:
+    """What :meth:`SlurmCluster.stop` puts back in ``/etc/slurm/slurm.conf``: the machine's own file,
+    never one an earlier test run wrote and could not remove (killed before ``stop``). Such a file
+    names a controller that is gone, and while it stays every ``snakemake`` start waits 9 s: the SLURM
+    executor plugin runs ``scontrol show config`` when it is imported, and that times out."""
+    if existing is None or existing.startswith(CONF_MARKER):
+        return None
+    return existing
+
+
 def slurm_conf(scratch: Path, *, host: str, cpus: int, memory_mb: int) -> str:
     return f"""\
-# Written by memaudit's tests (tests/slurm_cluster.py): a single-node test cluster.
+{CONF_MARKER}
 ClusterName=memaudit-test
 SlurmctldHost={host}
 SlurmUser=root
@@ -116,8 +129,7 @@ class SlurmCluster:
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
         self._start_munge()
         SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
-        if SLURM_CONF.exists():
-            self._saved_conf = SLURM_CONF.read_text()
+        self._saved_conf = conf_to_restore(SLURM_CONF.read_text() if SLURM_CONF.exists() else None)
         SLURM_CONF.write_text(slurm_conf(self.scratch, host=self.host, cpus=self.cpus, memory_mb=self.memory_mb))
         # -c: a clean state (no jobs from an earlier test run); -D: stay in the foreground, so the pid is ours.
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-c", "-f", str(SLURM_CONF)])
