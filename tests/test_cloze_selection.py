@@ -303,3 +303,46 @@ def test_tune_threshold_takes_the_strictest_with_the_target_coverage():
     with pytest.raises(ValueError, match="no text has 2 scored candidates"):
         tune_threshold([text(-3.0)], PROB)
     assert math.isfinite(half.threshold)
+
+
+# ----------------------------------------------------------------------------- question-answer scope
+
+def test_question_answer_texts_mask_the_question_only(backend):
+    from memaudit.datasets.qa import render_qa
+    from memaudit.probes.cloze.items import build_items, mask_limit
+
+    question = "Texaco sold its refinery in Toledo to Sun Company for 1.2 billion dollars in March."
+    choices = ["Exxon", "Chevron", "Mobil", "Texaco"]
+    qa = {"passage_id": "q#p0", "doc_id": "q", "label": 1, "text": render_qa(question, choices, "Texaco"),
+          "meta": {"question": question, "choices": choices, "answer": "Texaco", "answer_index": 3}}
+    prose = {"passage_id": "n#p0", "doc_id": "n", "label": 0, "text": CRUDE, "meta": {}}
+    assert mask_limit(qa) == (len(question), "question")
+    assert mask_limit(qa, "all") == (len(qa["text"]), "text")
+    assert mask_limit(prose) == (len(CRUDE), "text")
+    # a question that does not open the text (another format) is not a QA text
+    assert mask_limit({**qa, "meta": {"question": "Who sold it?"}}) == (len(qa["text"]), "text")
+    with pytest.raises(ValueError, match="qa_scope: 'choices' is not one of question, all"):
+        mask_limit(qa, "choices")
+
+    settings = {"prob_threshold": 0.0, "rank_threshold": 0, "tune_coverage": 0.5, "top_k": 50,
+                "min_reconstructed": 1, "context_chars": 300, "measures": ["prob", "rank", "person"]}
+    everywhere = extract_candidates(qa["text"])
+    outside = [c for c in everywhere if c.end > len(question)]
+    # the choices and the answer line hold candidates ("Answer" among them: NER calls it a name),
+    # and "Texaco" recurs in the choices and the answer line, so it is no candidate anywhere
+    assert {"Exxon", "Chevron", "Mobil"} <= set(words_of(outside))
+    assert "Texaco" not in words_of(everywhere)
+    logs: list[str] = []
+    items, table = build_items([qa, prose], backend, settings, progress=logs.append)
+    inside = [c for c in everywhere if c.end <= len(question)]
+    assert items[0]["mask_scope"] == "question" and items[0]["n_candidates"] == len(inside) > 0
+    assert items[0]["n_out_of_scope"] == len(outside)
+    assert items[1]["mask_scope"] == "text" and items[1]["n_out_of_scope"] == 0
+    assert {t["word"] for t in items[0]["tokens"]} == set(words_of(inside))
+    assert all(t["end"] <= len(question) for t in items[0]["tokens"])
+    assert sorted(table[table.doc_id == "q"].word) == sorted(words_of(inside))
+    assert f"({len(outside)} more in question-answer texts' choices and answer lines left out" in logs[0]
+    items_all, table_all = build_items([qa, prose], backend, {**settings, "qa_scope": "all"}, progress=logs.append)
+    assert items_all[0]["mask_scope"] == "text" and items_all[0]["n_candidates"] == len(everywhere)
+    assert sorted(table_all[table_all.doc_id == "q"].word) == sorted(words_of(everywhere))
+    assert items_all[1] == items[1]

@@ -13,6 +13,17 @@ A threshold given as ``"tune"`` is fitted on the benchmark's own texts by
 member split it is later tested on); the value used is written in every item and in the
 candidates table. A passage left with fewer than ``min_reconstructed`` tokens of a type is kept,
 with ``too_few_tokens`` as its reason for that type: it can never be flagged, and the tables count it.
+
+A question-answer passage (``meta.question`` opens its text, as :func:`memaudit.datasets.qa.render_qa`
+writes it: the question, the lettered choices, ``Answer: X. <choice>``) has its words masked in the
+question only (``qa_scope: question``, the default; ``all`` masks the choices and the answer line
+too). A choice is a short isolated word whose context is a letter and a line break, so whether a
+model "reconstructs" it says more about the format than about the question; the answer line is
+template (spaCy tags its ``Answer`` as a person name). On the demo's QA set, 30 of the 36 tokens
+reconstructed on *clean* questions by the model fine-tuned on the other half were choices or that
+``Answer`` (docs/probes/cloze.md). A masked question word still has the choices in its context,
+and a word that recurs there (a choice repeating it) is no candidate: the once-in-the-window rule
+reads the whole text. Each item records the scope and how many candidate words it left out.
 """
 
 from __future__ import annotations
@@ -26,6 +37,22 @@ from memaudit.probes.cloze.candidates import cloze_context, extract_candidates_m
 from memaudit.probes.cloze.select import MEASURES, PERSON, PROB, RANK, select_surprisal_tokens, tune_threshold
 
 TOO_FEW = "too_few_tokens"
+QA_SCOPES = ("question", "all")
+
+
+def mask_limit(passage: dict, qa_scope: str = "question") -> tuple[int, str]:
+    """Where maskable words end in ``passage["text"]``, and the scope's name (module docstring).
+
+    ``(len(question), "question")`` for a question-answer passage under ``qa_scope: question``,
+    else ``(len(text), "text")``.
+    """
+    if qa_scope not in QA_SCOPES:
+        raise ValueError(f"qa_scope: {qa_scope!r} is not one of {', '.join(QA_SCOPES)}")
+    text = passage["text"]
+    question = (passage.get("meta") or {}).get("question")
+    if qa_scope == "question" and isinstance(question, str) and question.strip() and text.startswith(question):
+        return len(question), "question"
+    return len(text), "text"
 
 
 def thresholds_for(settings: dict, scores: Sequence[Sequence[dict]]) -> dict[str, float]:
@@ -49,8 +76,13 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     as dicts with ``context`` and ``word`` (see :mod:`memaudit.probes.cloze.knowledge_filter`).
     """
     texts = [p["text"] for p in passages]
-    candidates = extract_candidates_many(texts)
-    progress(f"{sum(map(len, candidates))} candidate words in {len(texts)} passages")
+    limits = [mask_limit(p, settings.get("qa_scope", "question")) for p in passages]
+    found = extract_candidates_many(texts)
+    candidates = [[c for c in cs if c.end <= limit] for cs, (limit, _) in zip(found, limits)]
+    left_out = [len(f) - len(c) for f, c in zip(found, candidates)]
+    progress(f"{sum(map(len, candidates))} candidate words in {len(texts)} passages"
+             + (f" ({sum(left_out)} more in question-answer texts' choices and answer lines left out: "
+                f"qa_scope question)" if sum(left_out) else ""))
     scores = reference.word_logprobs(texts, [spans(c) for c in candidates])
     thresholds = thresholds_for(settings, scores)
     progress(f"thresholds: log-probability < {thresholds[PROB]}, rank > {thresholds[RANK]:.0f}")
@@ -73,7 +105,8 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
         kept = [t for t in tokens[i] if (i, t["start"]) not in dropped]
         counts = {m: sum(t["measure"] == m for t in kept) for m in measures}
         items.append({"passage_id": p["passage_id"], "doc_id": p["doc_id"], "label": int(p["label"]),
-                      "text": p["text"], "n_candidates": len(candidates[i]), "tokens": kept,
+                      "text": p["text"], "n_candidates": len(candidates[i]), "mask_scope": limits[i][1],
+                      "n_out_of_scope": left_out[i], "tokens": kept,
                       "n_filtered": len(tokens[i]) - len(kept),
                       "reasons": {m: TOO_FEW for m, n in counts.items() if n < settings["min_reconstructed"]},
                       "thresholds": thresholds})
