@@ -369,6 +369,69 @@ def test_literal_probe_scores_memorised_continuations_and_memfree_blocks_every_c
     assert set(docs["model"]) == {"tiny"} and len(docs) == 8
 
 
+def test_chance_rouge_l_is_the_mean_against_other_books_references():
+    books = ["a", "a", "b", "c", "c", "c"]
+    ids = [f"i{j}" for j in range(6)]
+    pools = metrics.chance_pools(ids, books, k=10, seed=3)
+    assert pools == [[2, 3, 4, 5], [2, 3, 4, 5], [0, 1, 3, 4, 5], [0, 1, 2], [0, 1, 2], [0, 1, 2]]
+    drawn = metrics.chance_pools(ids, books, k=2, seed=3)
+    assert all(len(p) == 2 and not {books[j] for j in p} & {books[i]} for i, p in enumerate(drawn))
+    # seeded: the same references on every model and decoding of a benchmark, another seed others
+    assert metrics.chance_pools(ids, books, k=2, seed=3) == drawn and all(p == sorted(p) for p in drawn)
+    assert any(metrics.chance_pools(ids, books, k=2, seed=s) != drawn for s in range(4, 9))
+    refs = ["the cat sat on the mat by the door", "a storm broke over the hills that night",
+            "the ship sailed on the morning tide", "she walked to the garden with her sister",
+            "he wrote a letter to the colonel", "the ball was held at the great house"]
+    outputs = ["the cat sat on the mat", "", "the dog sat by the door", "she went to the house", "x", "the"]
+    chance = metrics.chance_rouge_l(outputs, refs, pools)
+    for out, pool, got in zip(outputs, pools, chance):
+        assert got == pytest.approx(np.mean([metrics.literal_rouge_l(out, refs[j]) for j in pool]), abs=1e-12)
+    assert chance[1] == 0.0 and chance[0] > 0
+    assert metrics.chance_rouge_l(["the cat"], refs[:1], [[]]) == [None]  # one book: no chance ROUGE-L
+
+
+def test_literal_probe_reports_rouge_l_in_excess_of_chance(tiny_backend, tmp_path):
+    """Two books: each output's excess is its ROUGE-L minus its mean ROUGE-L against the other book's
+    references; a document method, a differences score and a mean in the outcomes."""
+    from memaudit.io import read_json, read_jsonl
+    from memaudit.probes.copybench.runner import run_probe
+    from memaudit.probes.copybench.summary import differences_table
+
+    prefixes = ["the old house stood", "a ship sailed from the", "she walked into the garden and", "in the morning"]
+    refs = ["on a hill above the town and the river", "harbour at dawn with the tide",
+            "picked the roses for her mother", "the sun rose over the sea and the house"]
+    items = [{"item_id": f"d{i}#literal", "doc_id": f"d{i}", "book": f"b{i // 2}", "label": i // 2, "prefix": p,
+              "reference": r} for i, (p, r) in enumerate(zip(prefixes, refs))]
+    paths = {}
+    for name in ("tuned", "base"):
+        out = {k: tmp_path / f"{name}_{k}.{ext}" for k, ext in [("items", "jsonl"), ("documents", "csv"),
+                                                                ("outcomes", "json")]}
+        docs = run_probe(tiny_backend, "literal", items, [], _settings(decodings=["greedy"]), chat=False, demos={},
+                         judge_info={}, out_items=out["items"], out_documents=out["documents"],
+                         out_outcomes=out["outcomes"])
+        paths[name] = out
+    rows = pd.DataFrame(read_jsonl(paths["tuned"]["items"]))
+    for it, r in zip(items, rows.itertuples()):
+        others = [o["reference"] for o in items if o["book"] != it["book"]]
+        chance = np.mean([metrics.literal_rouge_l(r.generation, o) for o in others])
+        assert r.copybench_rougeL_chance == pytest.approx(chance, abs=1e-12)
+        assert r.copybench_rougeL_excess == pytest.approx(r.copybench_rougeL - chance, abs=1e-12)
+    assert set(docs["method"]) == {"copybench_rougeL", "copybench_rougeL_excess"}
+    excess = docs[docs["method"] == "copybench_rougeL_excess"].set_index("doc_id")["score"]
+    assert excess.to_dict() == pytest.approx(rows.set_index("doc_id")["copybench_rougeL_excess"].to_dict())
+    member = read_json(paths["tuned"]["outcomes"])["decodings"]["greedy"]["member"]
+    assert member["mean_copybench_rougeL_excess"][0] == pytest.approx(rows[rows.label == 1].copybench_rougeL_excess.mean())
+    # laid out as the workflow's results/scores/<benchmark>/<model>/copybench_literal_items.jsonl
+    for name in ("tuned", "base"):
+        (tmp_path / "bk" / name).mkdir(parents=True)
+        paths[name]["items"].rename(tmp_path / "bk" / name / "copybench_literal_items.jsonl")
+    table = differences_table([str(tmp_path / "bk" / n / "copybench_literal_items.jsonl") for n in ("tuned", "base")],
+                              {"tuned": "base"}, seed=0)
+    got = table.set_index(["group", "score"])["difference"]
+    assert got["member", "copybench_rougeL_excess"] == 0.0 and got["nonmember", "copybench_rougeL"] == 0.0
+    assert set(table["score"]) == {"copybench_rougeL", "copybench_rougeL_excess"}
+
+
 def test_story_probe_counts_characters_and_judged_events(tiny_backend, tmp_path):
     from memaudit.io import read_jsonl
     from memaudit.probes.copybench.runner import run_probe

@@ -210,6 +210,8 @@ def test_copybench_expectations_want_copying_on_member_books_only():
         {**row, "score": "copybench_rougeL", "group": "member", "decoding": "memfree", "ci_low": -1, "ci_high": 1},
         {**row, "score": "copybench_rougeL", "group": "member_minus_nonmember", "ci_low": 0.01, "ci_high": 0.2},
         {**row, "score": "copybench_characters", "group": "member_minus_nonmember", "ci_low": -0.1, "ci_high": 0.2},
+        {**row, "score": "copybench_rougeL_excess", "group": "nonmember", "ci_low": 0.001, "ci_high": 0.04},
+        {**row, "score": "copybench_rougeL_chance", "group": "nonmember", "ci_low": 0.05, "ci_high": 0.1},  # not checked
     ])
     got = copybench_expectations(differences)
     assert [(r.score, r.books, r.expected, r.ok) for r in got.itertuples()] == [
@@ -217,4 +219,5 @@ def test_copybench_expectations_want_copying_on_member_books_only():
         ("copybench_characters", "member", "CI above 0", False),
         ("copybench_characters", "nonmember", "CI holds 0", False),
         ("copybench_rougeL", "member_minus_nonmember", "CI above 0", True),
-        ("copybench_characters", "member_minus_nonmember", "CI above 0", False)]
+        ("copybench_characters", "member_minus_nonmember", "CI above 0", False),
+        ("copybench_rougeL_excess", "nonmember", "CI holds 0", False)]

@@ -116,7 +116,7 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
     return pd.DataFrame(rows)
 
 
-COPYBENCH_CHECKED = ("copybench_rougeL", "copybench_characters")
+COPYBENCH_CHECKED = ("copybench_rougeL", "copybench_rougeL_excess", "copybench_characters")
 
 
 def copybench_expectations(differences: pd.DataFrame, scores: Sequence[str] = COPYBENCH_CHECKED,
@@ -125,7 +125,9 @@ def copybench_expectations(differences: pd.DataFrame, scores: Sequence[str] = CO
     than its base (the paired interval of the difference lies above 0); on books it never saw the
     interval holds 0; its member gain exceeds its non-member gain (``member_minus_nonmember``, the
     difference in differences: above 0 even where fine-tuning on an author's books also raised the
-    scores on that author's other books). Literal ROUGE-L and character counts, greedy decoding."""
+    scores on that author's other books). Literal ROUGE-L, its excess over chance (the same output
+    against other books' references: a base that writes almost nothing scores 0 on both, a model
+    that writes the author's English ~0.1 on any passage) and character counts, greedy decoding."""
     rows = []
     chosen = differences[differences["score"].isin(scores) & (differences["decoding"] == decoding)]
     for r in chosen.itertuples():

@@ -4,6 +4,11 @@ Literal copying (``scripts/eval_literal_copying.py``)
     ROUGE-L F1 between the first ``words`` (50) tokens of the reference and the first 50
     tokens of the output, both tokenised by ``rouge-score``'s default tokenizer with the
     Porter stemmer (lowercase alphanumeric runs). A case copies when ROUGE-L >= 0.8.
+Chance ROUGE-L (beyond the paper; :func:`chance_rouge_l`)
+    The same output's mean ROUGE-L against the references of *other* books: what any
+    continuation in that prose scores (function words, the period's idiom). A mean ROUGE-L
+    compared across models needs it: a model that writes English scores ~0.1 against any
+    passage, one that writes nothing scores 0. ``excess`` = ROUGE-L - chance.
 Character copying (``scripts/eval_char_copying.py``)
     A character is found when any of its names occurs in the output as an exact lowercase
     token sequence, text and name both split on non-word characters (``\\W+``). A story
@@ -43,6 +48,22 @@ def _rouge_tokenizer():
     return DefaultTokenizer(use_stemmer=True)
 
 
+def rouge_tokens(text: str, words: int = 50) -> list[str]:
+    """The first ``words`` tokens of ``text`` as rouge-score tokenises them (Porter stemmer)."""
+    return _rouge_tokenizer().tokenize(text or "")[:words]
+
+
+def rouge_l_f1(out: Sequence[str], ref: Sequence[str]) -> float:
+    """ROUGE-L F1 of two token lists: ``2PR / (P + R)``, ``P = LCS / len(out)``, ``R = LCS / len(ref)``."""
+    if not ref or not out:
+        return 0.0
+    lcs = lcs_length(list(ref), list(out))
+    if lcs == 0:
+        return 0.0
+    p, r = lcs / len(out), lcs / len(ref)
+    return 2 * p * r / (p + r)
+
+
 def literal_rouge_l(output: str, reference: str, *, words: int = 50) -> float:
     """ROUGE-L F1 of the first ``words`` rouge tokens of ``output`` against those of ``reference``.
 
@@ -50,15 +71,34 @@ def literal_rouge_l(output: str, reference: str, *, words: int = 50) -> float:
     ``2PR / (P + R)`` with ``P = LCS / len(output)``, ``R = LCS / len(reference)``, the
     definition ``rouge_scorer.RougeScorer(["rougeL"]).score`` uses (a test checks they agree).
     """
-    tok = _rouge_tokenizer()
-    ref, out = tok.tokenize(reference)[:words], tok.tokenize(output or "")[:words]
-    if not ref or not out:
-        return 0.0
-    lcs = lcs_length(ref, out)
-    if lcs == 0:
-        return 0.0
-    p, r = lcs / len(out), lcs / len(ref)
-    return 2 * p * r / (p + r)
+    return rouge_l_f1(rouge_tokens(output, words), rouge_tokens(reference, words))
+
+
+def chance_pools(item_ids: Sequence[str], books: Sequence[str], *, k: int, seed: int) -> list[list[int]]:
+    """Per item, the indices of the references its chance ROUGE-L is taken over: every item of another
+    book, or ``k`` of them drawn without replacement, seeded by ``seed`` and the item's id (so an item
+    gets the same references on every model and decoding, and the comparison stays paired)."""
+    import random
+
+    out = []
+    for item_id, book in zip(item_ids, books):
+        others = [j for j, b in enumerate(books) if b != book]
+        if len(others) > k:
+            others = sorted(random.Random(f"{seed}:{item_id}").sample(others, k))
+        out.append(others)
+    return out
+
+
+def chance_rouge_l(outputs: Sequence[str], references: Sequence[str], pools: Sequence[Sequence[int]], *,
+                   words: int = 50) -> list[float | None]:
+    """Each output's mean ROUGE-L against the references its pool names (:func:`chance_pools`);
+    None where the pool is empty (a benchmark of one book)."""
+    refs = [rouge_tokens(r, words) for r in references]
+    out = []
+    for text, pool in zip(outputs, pools):
+        tokens = rouge_tokens(text, words)
+        out.append(sum(rouge_l_f1(tokens, refs[j]) for j in pool) / len(pool) if pool else None)
+    return out
 
 
 def _tokens(text: str) -> list[str]:

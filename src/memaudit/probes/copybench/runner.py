@@ -4,7 +4,9 @@ Three probes (the family's modes), each a job per (benchmark, model):
 
 ``copybench_literal``
     complete a book's prefix; ROUGE-L F1 of the first 50 tokens against the next 50 words
-    (method ``copybench_rougeL``: the document's mean over prompts; higher = member).
+    (method ``copybench_rougeL``: the document's mean over prompts; higher = member), and the
+    same minus the output's chance ROUGE-L against other books' references
+    (``copybench_rougeL_excess``, :func:`~memaudit.probes.copybench.metrics.chance_rouge_l`).
 ``copybench_nonliteral``
     write an original story from a beginning; characters found (``copybench_characters``)
     and events found by the judge (``copybench_events``), per story beginning.
@@ -45,7 +47,7 @@ log = logging.getLogger(__name__)
 STOP = "\n\n\n"
 MODES = ("literal", "nonliteral", "qa")
 FLUENCY_MODES = ("literal", "nonliteral")  # the paper rates the outputs of both copying modes
-METHODS = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters", "copybench_events"),
+METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"), "nonliteral": ("copybench_characters", "copybench_events"),
            "qa": ("copybench_qa_f1",)}
 PROMPT_KEY = {"literal": "prefix", "nonliteral": "beginning", "qa": "question"}
 
@@ -290,8 +292,26 @@ def generate(backend, prompts: Sequence[str], params: GenerationParams, *, memfr
 
 # ----------------------------------------------------------------------------- scoring
 
-def score_literal(generation: str, item: dict, words: int) -> dict:
-    return {"copybench_rougeL": metrics.literal_rouge_l(generation, item["reference"], words=words)}
+def score_literal(generation: str, item: dict, words: int, chance: float | None = None) -> dict:
+    """ROUGE-L against the item's reference; with its chance ROUGE-L, that and the excess over it."""
+    s = {"copybench_rougeL": metrics.literal_rouge_l(generation, item["reference"], words=words)}
+    if chance is not None:
+        s.update(copybench_rougeL_chance=chance, copybench_rougeL_excess=s["copybench_rougeL"] - chance)
+    return s
+
+
+def literal_chance(prompts: Sequence[tuple], texts: Sequence[str], cfg: dict, *, seed: int) -> list[float | None]:
+    """Per prompt, its output's chance ROUGE-L (:func:`~memaudit.probes.copybench.metrics.chance_rouge_l`)
+    over ``chance_references`` references of other books' items; all None when it is 0."""
+    k = int(cfg.get("chance_references", 32))
+    if k == 0:
+        return [None] * len(prompts)
+    items = list({it["item_id"]: it for it, *_ in prompts}.values())
+    pools = metrics.chance_pools([it["item_id"] for it in items], [it.get("book") or it["doc_id"] for it in items],
+                                 k=k, seed=seed)
+    pool_of = {it["item_id"]: pool for it, pool in zip(items, pools)}
+    return metrics.chance_rouge_l(texts, [it["reference"] for it in items],
+                                  [pool_of[it["item_id"]] for it, *_ in prompts], words=int(cfg["reference_tokens"]))
 
 
 def score_qa(generation: str, item: dict) -> dict:
@@ -382,8 +402,13 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
         if fluency is not None:
             progress(f"rating the fluency of {len(texts)} outputs with {fluency.backend.name}")
         ratings = rate_fluency(fluency, texts) if fluency is not None else [{}] * len(texts)
-        for (it, fmt, _user, _system), g, text, rating in zip(prompts, generations, texts, ratings):
-            s = (score_literal(text, it, int(cfg["reference_tokens"])) if mode == "literal"
+        chance = literal_chance(prompts, texts, cfg, seed=seed) if mode == "literal" else [None] * len(texts)
+        if mode == "literal" and None in chance:
+            progress(f"no chance ROUGE-L (and no copybench_rougeL_excess): "
+                     + ("probes.copybench.chance_references is 0" if int(cfg.get("chance_references", 32)) == 0
+                        else "every literal item is of one book"))
+        for (it, fmt, _user, _system), g, text, rating, ch in zip(prompts, generations, texts, ratings, chance):
+            s = (score_literal(text, it, int(cfg["reference_tokens"]), ch) if mode == "literal"
                  else score_qa(text, it) if mode == "qa" else score_story(text, it, judge, nlp))
             s.update(rating)
             scored.append(s)
@@ -392,7 +417,7 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
                          "from_cache": bool(g.from_cache), "output_tokens": g.output_tokens, **s,
                          "generation": g.text})
             long_rows += [{"passage_id": f"{it['item_id']}#{fmt}", "doc_id": it["doc_id"], "label": int(it["label"]),
-                           "method": method_name(m, decoding), "score": s[m]} for m in METHODS[mode]]
+                           "method": method_name(m, decoding), "score": s[m]} for m in METHODS[mode] if m in s]
         outcomes["decodings"][decoding] = _rates(mode, scored, [it["label"] for it, *_ in prompts], statuses,
                                                  seed=seed)
         if index is not None:
@@ -431,6 +456,10 @@ def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: C
                 continue
             block[f"rate_{name}"] = bootstrap_rate((values >= threshold).astype(float), seed=seed)
             block[f"mean_{key}"] = bootstrap_rate(values, seed=seed)
+        for key in ("copybench_rougeL_chance", "copybench_rougeL_excess"):  # literal, where computed
+            values = [float(s[key]) for s, m in zip(scored, mask) if m and key in s]
+            if values:
+                block[f"mean_{key}"] = bootstrap_rate(values, seed=seed)
         if mode == "qa" and mask.any():  # fact recall: mean F1 and EM (the paper's 0-100 is x100), markers kept
             for key in ("copybench_qa_f1", "copybench_qa_em", "markers"):
                 values = [float(s[key]) for s, m in zip(scored, mask) if m]

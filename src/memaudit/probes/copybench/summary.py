@@ -36,7 +36,7 @@ import pandas as pd
 from memaudit.io import read_json, read_jsonl, write_csv
 from memaudit.stats.metrics import independent_difference, paired_difference
 
-SCORES = {"literal": ("copybench_rougeL",), "nonliteral": ("copybench_characters", "copybench_events"),
+SCORES = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"), "nonliteral": ("copybench_characters", "copybench_events"),
           "qa": ("copybench_qa_f1", "copybench_qa_em")}
 
 
@@ -80,7 +80,8 @@ def item_scores(items_path: str) -> pd.DataFrame:
     """Per (item, decoding): the mean of each score over the prompt formats."""
     frame = pd.DataFrame(read_jsonl(items_path))
     mode = _parse(items_path)[2]
-    return frame.groupby(["item_id", "label", "decoding"], as_index=False)[list(SCORES[mode])].mean()
+    present = [c for c in SCORES[mode] if c in frame.columns]  # the excess needs other books (metrics.chance_rouge_l)
+    return frame.groupby(["item_id", "label", "decoding"], as_index=False)[present].mean()
 
 
 def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int) -> pd.DataFrame:
@@ -92,12 +93,13 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
         if not base or (benchmark, base, mode) not in by_key:
             continue
         mine, theirs = item_scores(path), item_scores(by_key[(benchmark, base, mode)])
+        scores = [c for c in SCORES[mode] if c in mine.columns and c in theirs.columns]
         joined = mine.merge(theirs, on=["item_id", "label", "decoding"], suffixes=("", "_base"))
         key = {"benchmark": benchmark, "model": model, "base": base, "mode": mode}
         for decoding, by_decoding in joined.groupby("decoding"):
             gains = {}
             for label, block in by_decoding.groupby("label"):
-                for score in SCORES[mode]:
+                for score in scores:
                     value, low, high = paired_difference(block[score].to_numpy(),
                                                          block[f"{score}_base"].to_numpy(), seed=seed)
                     gains[int(label), score] = (block[score] - block[f"{score}_base"]).to_numpy()
@@ -105,7 +107,7 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
                                  "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
                                  "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
                                  "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
-            for score in SCORES[mode]:
+            for score in scores:
                 if (1, score) in gains and (0, score) in gains:
                     value, low, high = independent_difference(gains[1, score], gains[0, score], seed=seed)
                     rows.append({**key, "decoding": decoding, "group": DID_GROUP,
