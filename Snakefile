@@ -7,8 +7,12 @@ min_version("9.0")
 
 # The demo config is the default and `--config key=value` applies on top of it; `--configfile
 # other.yaml` replaces it rather than being merged into it (a merge would keep the demo's models
-# and benchmarks). An empty --configfile is an error naming it (common.smk), not the demo.
+# and benchmarks). An empty --configfile is an error naming it (common.smk), not the demo; a YAML
+# error in the demo config names its line and column (check_config_file) before the directive reads it.
 if not workflow.overwrite_configfiles:
+    from memaudit.workflow_support import check_config_file
+
+    check_config_file("config/config.yaml")
 
     configfile: "config/config.yaml"
 

@@ -354,6 +354,25 @@ def test_an_empty_configfile_is_an_error_naming_it_not_the_demo(tmp_path):
                f"(config/ci.yaml is a small example)\n")
 
 
+def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
+    """The default config is read by the Snakefile's configfile directive, whose own message would be
+    "Config file is not valid JSON or YAML" at the Snakefile's line; a --configfile cannot be helped
+    (Snakemake reads it before the Snakefile runs; `memaudit check-config FILE` names the line)."""
+    from workflow_helpers import make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    config = workdir / "config/config.yaml"
+    lines = config.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("models:"))
+    lines.insert(at + 1, "\tsmollm2-135m-copy: {}")  # a tab where YAML wants spaces
+    config.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all"], cwd=workdir, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"config/config.yaml, line {at + 2}, column 1: not valid YAML (found character '\\t' that cannot start "
+        f"any token)"]
+
+
 @pytest.mark.parametrize("text, message", [
     ("benchmarks:\n  a: [1, 2\nmodels: {}\n", ", line 3, column 7: not valid YAML (expected ',' or ']', but got ':'; "
                                               "while parsing a flow sequence that starts on line 2)"),

@@ -115,3 +115,18 @@ def _claimed_gpus(snakemake) -> int:
     """The job's ``gpu`` resource (0 when the rule declares none)."""
     resources = getattr(snakemake, "resources", None)
     return int(resources.get("gpu", 0) or 0) if resources is not None else 0
+
+
+def check_config_file(path: str) -> None:
+    """Exit with one line on stderr naming the file, line and column where ``path`` is no readable
+    config (:func:`memaudit.config.read_config_file`). The Snakefile runs it before its
+    ``configfile:`` directive reads the demo config: Snakemake's own message for a YAML error there
+    is "Config file is not valid JSON or YAML", at the Snakefile's line."""
+    from memaudit.config import read_config_file
+    from memaudit.errors import ConfigError
+
+    try:
+        read_config_file(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(1)
