@@ -57,7 +57,7 @@ def rouge_l_f1(out: Sequence[str], ref: Sequence[str]) -> float:
     """ROUGE-L F1 of two token lists: ``2PR / (P + R)``, ``P = LCS / len(out)``, ``R = LCS / len(ref)``."""
     if not ref or not out:
         return 0.0
-    lcs = lcs_length(list(ref), list(out))
+    lcs = lcs_length(ref, out)
     if lcs == 0:
         return 0.0
     p, r = lcs / len(out), lcs / len(ref)

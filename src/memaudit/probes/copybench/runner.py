@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 STOP = "\n\n\n"
 MODES = ("literal", "nonliteral", "qa")
 FLUENCY_MODES = ("literal", "nonliteral")  # the paper rates the outputs of both copying modes
-METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"), "nonliteral": ("copybench_characters", "copybench_events"),
-           "qa": ("copybench_qa_f1",)}
+METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
+           "nonliteral": ("copybench_characters", "copybench_events"), "qa": ("copybench_qa_f1",)}
 PROMPT_KEY = {"literal": "prefix", "nonliteral": "beginning", "qa": "question"}
 
 
@@ -300,18 +300,25 @@ def score_literal(generation: str, item: dict, words: int, chance: float | None 
     return s
 
 
-def literal_chance(prompts: Sequence[tuple], texts: Sequence[str], cfg: dict, *, seed: int) -> list[float | None]:
+def literal_chance(prompts: Sequence[tuple], texts: Sequence[str], cfg: dict, *, seed: int,
+                   progress: Callable[[str], None] = log.info) -> list[float | None]:
     """Per prompt, its output's chance ROUGE-L (:func:`~memaudit.probes.copybench.metrics.chance_rouge_l`)
-    over ``chance_references`` references of other books' items; all None when it is 0."""
+    over ``chance_references`` references of other books' items; None (and a line saying why) where
+    there is none: the setting is 0, or every item is of one book."""
     k = int(cfg.get("chance_references", 32))
-    if k == 0:
-        return [None] * len(prompts)
-    items = list({it["item_id"]: it for it, *_ in prompts}.values())
-    pools = metrics.chance_pools([it["item_id"] for it in items], [it.get("book") or it["doc_id"] for it in items],
-                                 k=k, seed=seed)
-    pool_of = {it["item_id"]: pool for it, pool in zip(items, pools)}
-    return metrics.chance_rouge_l(texts, [it["reference"] for it in items],
-                                  [pool_of[it["item_id"]] for it, *_ in prompts], words=int(cfg["reference_tokens"]))
+    chance: list[float | None] = [None] * len(prompts)
+    if k:
+        items = list({it["item_id"]: it for it, *_ in prompts}.values())
+        pools = metrics.chance_pools([it["item_id"] for it in items],
+                                     [it.get("book") or it["doc_id"] for it in items], k=k, seed=seed)
+        pool_of = {it["item_id"]: pool for it, pool in zip(items, pools)}
+        chance = metrics.chance_rouge_l(texts, [it["reference"] for it in items],
+                                        [pool_of[it["item_id"]] for it, *_ in prompts],
+                                        words=int(cfg["reference_tokens"]))
+    if None in chance:
+        progress("no chance ROUGE-L (and no copybench_rougeL_excess): "
+                 + ("every literal item is of one book" if k else "probes.copybench.chance_references is 0"))
+    return chance
 
 
 def score_qa(generation: str, item: dict) -> dict:
@@ -402,11 +409,8 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
         if fluency is not None:
             progress(f"rating the fluency of {len(texts)} outputs with {fluency.backend.name}")
         ratings = rate_fluency(fluency, texts) if fluency is not None else [{}] * len(texts)
-        chance = literal_chance(prompts, texts, cfg, seed=seed) if mode == "literal" else [None] * len(texts)
-        if mode == "literal" and None in chance:
-            progress(f"no chance ROUGE-L (and no copybench_rougeL_excess): "
-                     + ("probes.copybench.chance_references is 0" if int(cfg.get("chance_references", 32)) == 0
-                        else "every literal item is of one book"))
+        chance = (literal_chance(prompts, texts, cfg, seed=seed, progress=progress) if mode == "literal"
+                  else [None] * len(texts))
         for (it, fmt, _user, _system), g, text, rating, ch in zip(prompts, generations, texts, ratings, chance):
             s = (score_literal(text, it, int(cfg["reference_tokens"]), ch) if mode == "literal"
                  else score_qa(text, it) if mode == "qa" else score_story(text, it, judge, nlp))

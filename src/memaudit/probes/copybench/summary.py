@@ -36,8 +36,8 @@ import pandas as pd
 from memaudit.io import read_json, read_jsonl, write_csv
 from memaudit.stats.metrics import independent_difference, paired_difference
 
-SCORES = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"), "nonliteral": ("copybench_characters", "copybench_events"),
-          "qa": ("copybench_qa_f1", "copybench_qa_em")}
+SCORES = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
+          "nonliteral": ("copybench_characters", "copybench_events"), "qa": ("copybench_qa_f1", "copybench_qa_em")}
 
 
 GROUPS = {1: "member", 0: "nonmember"}  # label -1: an unlabelled benchmark's items (published CopyBench)
