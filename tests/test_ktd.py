@@ -302,3 +302,73 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
     base = checks[checks.model == "tiny"].iloc[0]
     assert base["expected"] == "named <= 6.0" and base["ok"] is True
     assert (checks.loc[checks.model == "tiny-contaminated", "power"] > 0.8).all()
+
+
+def test_match_lengths_cuts_a_group_to_its_shortest_word_count_as_written():
+    from memaudit.probes.ktd.runner import match_lengths
+
+    group = ["One two,  three\nfour five six.", "a b c d", "x\ty z w v"]
+    cut, n = match_lengths(group)
+    assert n == 4
+    assert cut == ["One two,  three\nfour", "a b c d", "x\ty z w"]
+    # a function of the group as a set: the passage and its knockoffs are cut alike
+    again, m = match_lengths(group[::-1])
+    assert m == 4 and again == cut[::-1]
+    assert match_lengths(["  ", "a b"]) == (["", ""], 0)
+
+
+def test_length_matched_knockoffs_remove_a_pure_length_difference(tiny_model_dir, tmp_path):
+    """Knockoffs that are the passage's own first words: a difference of length only. Unmatched, W
+    is far from 0; matched (the default), every text of a group is the same 12 words, so W is 0 for
+    every statistic, while the detectors without knockoffs still read the whole passages."""
+    import json
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.config import validate_config
+    from memaudit.io import write_jsonl
+    from memaudit.probes.job import ProbeJob
+    from memaudit.probes.ktd.runner import run_job
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
+    words = ("the cat sat on the mat and the dog ran in the park while the old man read a book by the "
+             "river and the children played with a red ball near the tall trees").split()
+    items = []
+    for d in range(4):
+        for k in range(2):
+            text = " ".join(words[k + d:k + d + 24])
+            prefixes = [" ".join(text.split()[:n]) for n in (12, 15, 18)]
+            items.append({"item_id": f"doc{d}#p{k}", "doc_id": f"doc{d}", "label": int(d < 2), "answer": 0,
+                          "options": [text, *prefixes], "meta": {}})
+    write_jsonl(tmp_path / "items.jsonl", items)
+    tiny = {"source": {"tiny_gpt2": {}}}
+    outputs = ("documents", "selection", "symmetry", "w", "imbalance")
+
+    def run(name: str, **ktd) -> dict[str, pd.DataFrame]:
+        config = validate_config({
+            "benchmarks": {"b": {"sources": ["austen"]}}, "models": {"local": tiny, "paraphraser": tiny},
+            "probes": {"decop": {"paraphrase": {"model": "paraphraser"}}, "decop_likelihood": {"models": ["local"]},
+                       "ktd": {"models": ["local"], "m": 2, "ms": [1, 2, 3], "n_draws": 2, "qs": [0.1, 0.5],
+                               "validation_texts": 4, "member_ratios": [0.5], **ktd}}})
+        out = {k: str(tmp_path / name / f"{k}.csv") for k in outputs}
+        run_job(ProbeJob("ktd", "", "local", "b", config,
+                         {"model": str(model_dir), "records": str(tmp_path / "items.jsonl")}, out))
+        return {k: pd.read_csv(v) for k, v in out.items()}
+
+    matched, unmatched = run("matched"), run("unmatched", length_match=False)
+    w = matched["w"]
+    assert len(w) == 8 * 3 * 3 * 2 and (w["words"] == 12).all()
+    np.testing.assert_allclose(w["w"], 0.0, atol=1e-5)
+    assert unmatched["w"]["words"].isna().all()
+    size = unmatched["w"].assign(a=unmatched["w"]["w"].abs()).groupby("statistic")["a"]
+    assert (size.mean() > 1e-3).all()
+    # the longer text has the smaller gradient (a mean over more tokens): every original looks seen
+    assert (unmatched["w"].query("statistic == 'gradnorm'")["w"] > 0.05).all()
+    # without knockoffs, both read the whole passages: the gradient norm of each full text
+    backend = HFBackend({"path": str(tiny_model_dir)}, name="local")
+    norms = backend.gradient_norms([it["options"][0] for it in items])
+    expected = pd.Series(-norms, index=[it["doc_id"] for it in items]).groupby(level=0).mean()
+    for tables in (matched, unmatched):
+        z = tables["documents"].query("method == 'ktd_z_gradnorm'").set_index("doc_id")["score"]
+        np.testing.assert_allclose(z.loc[expected.index], expected.to_numpy(), rtol=1e-5)

@@ -176,6 +176,9 @@ def test_fdr_selection_and_ktd_tables_of_the_ci_run(ci_run):
     assert all(len(p["options"]) == 5 and p["options"][:4] == items[p["item_id"]]["options"] for p in pool)
     assert all(p["options"][4] not in p["options"][:4] for p in pool)
     assert set(w["item_id"]) == {p["item_id"] for p in pool} and set(w["m"]) == {1, 2, 4}
+    # length-matched knockoffs (the default): Z of each passage and its pool at the pool's shortest word count
+    cut = w.drop_duplicates("item_id").set_index("item_id")["words"]
+    assert all(cut[p["item_id"]] == min(len(o.split()) for o in p["options"]) for p in pool)
     assert set(ktd["n_params"]) == set(pd.read_csv(ci_run / "results/summary/models.csv").set_index("model")
                                        .loc[["tiny-gpt2-small", "tiny-gpt2-small-contaminated"], "n_params"])
     for name in ("fdr_power", "w_distributions", "imbalance", "m_and_size"):

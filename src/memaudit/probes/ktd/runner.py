@@ -15,11 +15,23 @@ Importance scores Z (higher = more likely seen), each computed once for every te
     the mean token log-likelihood (the paper's code offers it as Z);
 ``min_k``
     the mean of the 20% lowest token log-probabilities (Min-K%, the paper's "top-k" Z).
+
+Length-matched knockoffs (``probes.ktd.length_match``, on by default; beyond the paper): a
+passage and every knockoff in its pool are cut to the word count of the group's shortest text
+before Z, so a passage is never compared with knockoffs of another length. Every score here
+depends on length (the gradient of a mean over more tokens is smaller; later tokens have more
+context), and a paraphraser that shortens its passages makes the original look "seen" to any
+model: on the demo, SmolLM2's paraphrases are 0.71x their passages' length and the untouched
+base tiny-gpt2-small named 37 of 40 passages at q = 0.1. The cut is a function of the group
+alone (its shortest member), so it treats the passage and its knockoffs alike and keeps them
+exchangeable where they were. The score-only baselines and ``ktd_z_gradnorm`` (no knockoffs)
+read the whole passages.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Callable, Sequence
 
 import numpy as np
@@ -35,6 +47,7 @@ from memaudit.probes.token_prob.methods import k_lowest_mean, zlib_lengths
 
 log = logging.getLogger(__name__)
 
+_WORD = re.compile(r"\S+")
 STATISTICS = ("gradnorm", "loss", "min_k")
 MIN_K_RATIO = 0.2
 
@@ -56,6 +69,15 @@ def importance_scores(backend, texts: Sequence[str], *, params, progress: Callab
     progress(f"per-sample gradient norms of {len(texts)} texts (parameters: {params})")
     z["gradnorm"] = -np.asarray(backend.gradient_norms(texts, params=params), dtype=float)
     return z
+
+
+def match_lengths(group: Sequence[str]) -> tuple[list[str], int]:
+    """Every text of ``group`` (a passage and its knockoffs) cut to the shortest one's word count
+    (whitespace-separated words; the text up to the end of that many words, as written), and
+    that count."""
+    ends = [[m.end() for m in _WORD.finditer(t)] for t in group]
+    n = min(len(e) for e in ends)
+    return [t[:e[n - 1]] if n else "" for t, e in zip(group, ends)], n
 
 
 def passage_starts(items: Sequence[dict]) -> np.ndarray:
@@ -83,7 +105,8 @@ def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.
 
 def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[int], m: int, n_draws: int,
                qs: Sequence[float], seed: int, n_validation: int = 100,
-               member_ratios: Sequence[float] = (), baselines: dict[str, pd.Series] | None = None
+               member_ratios: Sequence[float] = (), baselines: dict[str, pd.Series] | None = None,
+               passage_z: dict[str, np.ndarray] | None = None, words: Sequence[int] | None = None
                ) -> dict[str, pd.DataFrame]:
     """Every table of one (benchmark, model) from the scores of the texts laid out as
     ``[item 0's passage, its pool..., item 1's passage, ...]``: knockoff+ over passages (the
@@ -95,6 +118,9 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     ``validation_<score>``, m 0; :func:`memaudit.probes.ktd.statistics.validation_runs`), with a
     validation set of ``n_validation`` texts (at most half of them) drawn ``n_draws`` times.
     ``baselines``: their scores (:func:`baseline_scores`; default LOSS, Min-K% and zlib from ``z``).
+    ``passage_z``: Z of the whole passages where ``z`` holds length-matched ones (:func:`match_lengths`),
+    for the detector without knockoffs (``ktd_z_gradnorm``) and the default baselines; ``words``:
+    the word count each passage's group was cut to (a ``words`` column of the W table).
     ``member_ratios``: the imbalanced test sets of the paper's Appendix B (members per non-member;
     :func:`memaudit.probes.ktd.statistics.imbalanced_runs`), at ``m``, in the ``imbalance`` table.
     """
@@ -103,6 +129,7 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     pools = [pool_of(it) for it in items]
     starts = passage_starts(items)
     ids = [it["item_id"] for it in items]
+    whole = {name: (passage_z or {}).get(name, z[name][starts]) for name in STATISTICS}
     doc_of = pd.Series({it["item_id"]: it["doc_id"] for it in items})
     labels = pd.Series({it["item_id"]: int(it["label"]) for it in items})
     draws: dict[tuple[str, int], list[pd.Series]] = {}
@@ -112,13 +139,15 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
         for k in ms:
             draws[(name, k)] = [statistics.passage_w(passage_z, pool_z, ids, k, np.random.default_rng([seed, k, d]))
                                 for d in range(n_draws)]
+    baselines = baselines or baseline_scores(items, whole, np.arange(len(items)))
     runs = pd.concat([statistics.selection_runs(draws, labels, qs),
-                      statistics.validation_runs(baselines or baseline_scores(items, z, starts), labels, qs,
+                      statistics.validation_runs(baselines, labels, qs,
                                                  n_validation=n_validation, n_draws=n_draws, seed=seed)],
                      ignore_index=True)
+    cut = pd.Series(np.asarray(words, dtype=float) if words is not None else np.nan, index=ids)
     w_rows = [pd.DataFrame({"item_id": w.index, "doc_id": doc_of.loc[w.index].to_numpy(),
                             "label": labels.loc[w.index].to_numpy(), "statistic": name, "m": k, "draw": d,
-                            "w": w.to_numpy()})
+                            "w": w.to_numpy(), "words": cut.loc[w.index].to_numpy()})
               for (name, k), ws in sorted(draws.items()) for d, w in enumerate(ws)]
 
     def per_document(values: pd.Series, method: str) -> pd.DataFrame:
@@ -127,7 +156,7 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
 
     scores = [per_document(draws[(name, m)][0], f"ktd_w_{name}") for name in STATISTICS]
     # the gradient norm alone is a detector too (loss and Min-K% are token_prob's methods)
-    scores.append(per_document(pd.Series(z["gradnorm"][starts], index=ids), "ktd_z_gradnorm"))
+    scores.append(per_document(pd.Series(whole["gradnorm"], index=ids), "ktd_z_gradnorm"))
     documents = pd.concat(scores, ignore_index=True)
     doc_labels = pd.Series({it["doc_id"]: int(it["label"]) for it in items})
     documents.insert(1, "label", doc_labels.loc[documents["doc_id"]].to_numpy())
@@ -146,12 +175,24 @@ def run_job(job: ProbeJob) -> None:
     if short:
         raise InputError(f"{job.inputs['records']}: {len(short)} item(s) hold fewer than "
                          f"{max(cfg['ms'])} knockoffs (probes.ktd.ms), e.g. {short[0]!r}")
-    texts = [t for it in items for t in (it["options"][0], *pool_of(it))]
+    groups = [[it["options"][0], *pool_of(it)] for it in items]
     job.progress(f"{len(items)} passages of {len({it['doc_id'] for it in items})} documents, "
-                 f"{len(texts) - len(items)} knockoffs")
+                 f"{sum(map(len, groups)) - len(items)} knockoffs")
     originals = [it["options"][0] for it in items]
+    words = None
+    if cfg["length_match"]:
+        groups, words = map(list, zip(*(match_lengths(g) for g in groups)))
+        full = [len(_WORD.findall(t)) for t in originals]
+        job.progress(f"length-matched: each passage and its knockoffs cut to the shortest's word count "
+                     f"(median {np.median(words):.0f} words; passages kept {np.sum(words) / np.sum(full):.0%} "
+                     f"of their words)")
+    texts = [t for g in groups for t in g]
     with job.opened_backend() as backend:
         z = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
+        passage_z = None
+        if cfg["length_match"]:  # the detectors without knockoffs read the whole passages
+            job.progress("Z of the whole passages (the baselines and ktd_z_gradnorm)")
+            passage_z = importance_scores(backend, originals, params=cfg["params"], progress=job.progress)
         job.progress(f"token statistics of the {len(originals)} lowercased passages (the lowercase baseline)")
         lowercase_nll = backend.token_stats([t.lower() for t in originals], with_distribution=False).mean_nll()
         dtype = getattr(backend, "dtype", None)
@@ -161,10 +202,14 @@ def run_job(job: ProbeJob) -> None:
         ref = open_backend(job.config, name, model_dir=path, rule=job.rule)  # a local model (check_config)
         reference_nll[name] = ref.token_stats(originals, with_distribution=False).mean_nll()
         del ref
-    baselines = baseline_scores(items, z, passage_starts(items), lowercase_nll=lowercase_nll, reference_nll=reference_nll)
+    baselines = (baseline_scores(items, passage_z, np.arange(len(items)), lowercase_nll=lowercase_nll,
+                                 reference_nll=reference_nll) if passage_z is not None else
+                 baseline_scores(items, z, passage_starts(items), lowercase_nll=lowercase_nll,
+                                 reference_nll=reference_nll))
     tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]), qs=cfg["qs"],
                         seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
-                        member_ratios=cfg["member_ratios"], baselines=baselines)
+                        member_ratios=cfg["member_ratios"], baselines=baselines, passage_z=passage_z,
+                        words=words)
     write_csv(job.outputs["documents"], document_scores(tables["documents"], model=job.model, dtype=dtype))
     ids = {"benchmark": job.benchmark, "model": job.model}
     for name in ("selection", "symmetry", "w", "imbalance"):
