@@ -144,6 +144,30 @@ def test_likelihood_mode_scores_accuracy_and_the_verbatim_probability_by_hand():
     assert acc["suspect"].notna().all() and (acc["clean_rate"] == 0.0).all() and (acc["test"] == "fisher").all()
 
 
+def test_the_longest_option_rows_score_a_reader_that_sees_only_lengths_by_hand(tmp_path):
+    """The blind row of the DE-COP table: per document, the share of its evaluated passages whose
+    verbatim option has the most words (a tie shared among the tied); calibration passages left out."""
+    def item(doc, label, lengths, answer=0, role="evaluate"):
+        return {"doc_id": doc, "label": label, "answer": answer, "options": [" ".join(["w"] * n) for n in lengths],
+                "meta": {"role": role, "length_tokens": 64}}
+
+    items = [item("m1", 1, [9, 5, 6, 7]), item("m1", 1, [5, 9, 6, 7]),       # 1, 0
+             item("m2", 1, [9, 9, 6, 7]),                                   # tie of two: 1/2
+             item("n1", 0, [4, 9, 6, 7]), item("n1", 0, [4, 5, 6, 7], answer=3),  # 0, 1
+             item("n2", 0, [3, 5, 6, 7]),                                   # 0
+             item("c1", 0, [9, 1, 1, 1], role="calibrate")]
+    (row,) = analysis.longest_option_rows(items).to_dict("records")
+    assert (row["model"], row["method"], row["length"], row["n_documents"]) == ("(none)", "decop-longest-option", 64, 4)
+    assert row["accuracy_members"] == pytest.approx((0.5 + 0.5) / 2)
+    assert row["accuracy_nonmembers"] == pytest.approx((0.5 + 0.0) / 2)
+    # members' shares 0.5, 0.5 against non-members' 0.5, 0: two wins and two ties of four pairs
+    assert row["auc"] == pytest.approx((2 + 0.5 * 2) / 4)
+    hits, n, p = analysis.longest_option_rate(items)
+    assert (hits, n) == (2, 6)  # strictly the longest: m1's first and n1's second
+    assert p == pytest.approx(scipy_stats.binomtest(2, 6, 0.25, alternative="greater").pvalue)
+    assert analysis.longest_option_rows([items[-1]]).empty
+
+
 def test_binomial_test_and_benjamini_hochberg_by_hand():
     from scipy.stats import binomtest
 

@@ -235,6 +235,19 @@ def test_the_ci_workflow_writes_decop_rows_tables_and_figures(ci_run):
     for name in ("auc_by_model_size", "auc_by_length", "accuracy_calibration", "accuracy_by_position",
                  "label_probabilities"):
         assert (ci_run / f"results/figures/novels/decop/{name}.png").stat().st_size > 1000
+    # the blind row: what picking the longest option scores on the same items
+    from memaudit.io import read_jsonl
+    from memaudit.probes.decop.analysis import longest_option_rows
+
+    table = pd.read_csv(ci_run / "results/summary/decop_novels.csv")
+    blind = table[table["model"] == "(none)"].reset_index(drop=True)
+    expected = longest_option_rows(read_jsonl(ci_run / "results/datasets/novels/decop_items.jsonl"))
+    assert list(blind["method"]) == ["decop-longest-option"] and blind["n_params"].isna().all()
+    pd.testing.assert_frame_equal(blind[["length", "n_documents", "auc", "accuracy_members", "accuracy_nonmembers"]],
+                                  expected[["length", "n_documents", "auc", "accuracy_members", "accuracy_nonmembers"]],
+                                  check_dtype=False)
+    assert set(table.loc[table["model"] != "(none)", "model"]) == set(cfg["decop_logit"]["models"]) | set(
+        cfg["decop_likelihood"]["models"])
 
 
 def test_a_logit_run_without_surviving_calibration_documents_skips_only_the_calibrated_variant(

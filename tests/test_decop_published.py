@@ -387,3 +387,22 @@ def test_the_real_arxivtection_file_loads_but_for_its_blank_option():
         (615, "Example_A", "' '", "empty or whitespace-only text")]
     lines = [it["meta"]["source_line"] for it in items]
     assert lines[626:629] == [629, 630, 634]  # the record at line 630 spans four lines
+
+
+@pytest.mark.skipif(not REAL_ARXIV.is_file(), reason="the real file is not committed: put DE-COP_Method's "
+                    "data/arXivTection.csv in resources/published/ (git-ignored) to check against it")
+def test_the_real_arxivtection_files_longest_option_is_the_verbatim_one_far_above_chance():
+    """The length cue in the paper's own benchmark: picking the option with the most words finds
+    the verbatim passage far above chance (25%), more often on members' passages than on
+    non-members': a model that reads nothing separates them with AUC 0.60."""
+    from memaudit.probes.decop.analysis import longest_option_rate, longest_option_rows
+
+    items, _ = published_items({"format": "arxivtection", "path": str(REAL_ARXIV)})
+    hits, n, p = longest_option_rate(items)
+    assert (hits, n) == (583, 1548) and p < 1e-25  # strictly the longest: 38%
+    (row,) = longest_option_rows(items).to_dict("records")
+    assert (row["model"], row["method"], row["length"], row["n_documents"]) == ("(none)", "decop-longest-option",
+                                                                                128, 50)
+    assert row["accuracy_members"] == pytest.approx(0.4426, abs=1e-4)
+    assert row["accuracy_nonmembers"] == pytest.approx(0.3876, abs=1e-4)
+    assert row["auc"] == pytest.approx(0.5992, abs=1e-4)

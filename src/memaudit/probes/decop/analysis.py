@@ -153,6 +153,61 @@ def auc_summary(tables: dict[str, pd.DataFrame], n_params: dict[str, int]) -> pd
     return pd.DataFrame(rows)
 
 
+BLIND_MODEL = "(none)"  # as token_prob's blind baseline rows in metrics.csv
+LONGEST = "decop-longest-option"
+
+
+def longest_option_rows(items) -> pd.DataFrame:
+    """The length cue of a DE-COP item set: rows of :func:`auc_summary`'s table for a model that
+    sees nothing and picks the longest option (most words; a tie shared among the tied).
+
+    Every DE-COP accuracy should be read against it. Four options make chance 25%. But where the
+    paraphraser shortens passages, "the longest one is the verbatim one" scores far more, on
+    members and non-members alike. It is 41% on the published arXivTection (Claude's
+    paraphrases): 44% on members' passages and 39% on non-members', a blind AUC of 0.60. It is 73%
+    on the demo's novels (SmolLM2's paraphrases). Per document: the share of its evaluated
+    passages whose verbatim option is the longest; AUC of that share against membership.
+    """
+    from memaudit.stats.metrics import roc_auc
+
+    per_passage = []
+    for it in items:
+        if (it.get("meta") or {}).get("role", "evaluate") != "evaluate":
+            continue
+        words = np.array([len(str(o).split()) for o in it["options"]])
+        longest = np.flatnonzero(words == words.max())
+        per_passage.append({"doc_id": it["doc_id"], "label": int(it["label"]),
+                            "length": int((it.get("meta") or {}).get("length_tokens", 0)),
+                            "hit": float(int(it["answer"]) in longest) / len(longest)})
+    if not per_passage:
+        return pd.DataFrame()
+    docs = pd.DataFrame(per_passage).groupby(["length", "doc_id", "label"], as_index=False)["hit"].mean()
+    rows = []
+    for length, g in docs.groupby("length", sort=True):
+        by_label = {k: g.loc[g["label"] == k, "hit"].mean() for k in (0, 1)}
+        rows.append({"model": BLIND_MODEL, "method": LONGEST, "length": int(length), "n_params": None,
+                     "n_documents": len(g), "auc": roc_auc(g["hit"].to_numpy(), g["label"].to_numpy()),
+                     "accuracy_members": by_label[1], "accuracy_nonmembers": by_label[0],
+                     "score_members": by_label[1], "score_nonmembers": by_label[0],
+                     "n_suspect": np.nan, "n_suspect_members": np.nan})
+    return pd.DataFrame(rows)
+
+
+def longest_option_rate(items) -> tuple[int, int, float]:
+    """(passages whose verbatim option is the strictly longest, evaluated passages, binomial
+    p-value of that count against 1/4): the log line of the length cue."""
+    from scipy.stats import binomtest
+
+    hits = n = 0
+    for it in items:
+        if (it.get("meta") or {}).get("role", "evaluate") != "evaluate":
+            continue
+        words = [len(str(o).split()) for o in it["options"]]
+        n += 1
+        hits += int(words.count(max(words)) == 1 and words.index(max(words)) == int(it["answer"]))
+    return hits, n, (binomtest(hits, n, 1 / len(items[0]["options"]), alternative="greater").pvalue if n else 1.0)
+
+
 def _suspects(g: pd.DataFrame) -> dict:
     """Suspect counts of one method's documents; NaN for a score without a test (``-prob``)."""
     if "suspect" not in g or g["suspect"].isna().all():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Sequence
 
@@ -12,12 +13,16 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from memaudit.figures.plots import FIGURE_WIDTH_IN, MARKERS, format_params, new_figure, save_figure, style
-from memaudit.io import read_json, write_csv
-from memaudit.probes.decop.analysis import auc_summary
+from memaudit.io import read_json, read_jsonl, write_csv
+from memaudit.probes.decop.analysis import auc_summary, longest_option_rate, longest_option_rows
+
+log = logging.getLogger(__name__)
 
 
 def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[str], calibrations: Sequence[str],
-                       model_dirs: Sequence[str], out: dict) -> pd.DataFrame:
+                       model_dirs: Sequence[str], out: dict, items: str | Path | None = None) -> pd.DataFrame:
+    """The AUC table and figures of one benchmark; with the benchmark's ``items``, the table also
+    holds the blind longest-option rows (:func:`~memaudit.probes.decop.analysis.longest_option_rows`)."""
     manifests = [read_json(Path(d) / "manifest.json") for d in model_dirs]
     n_params = {m["name"]: m.get("n_params") for m in manifests}
     by_model: dict[str, list[pd.DataFrame]] = {}
@@ -26,6 +31,16 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
         by_model.setdefault(str(table["model"].iloc[0]), []).append(table.drop(columns=["model", "mode"]))
     merged = {m: pd.concat(ts, ignore_index=True) for m, ts in by_model.items()}
     summary = auc_summary(merged, n_params)
+    if items is not None:
+        records = read_jsonl(items)
+        blind = longest_option_rows(records)
+        if not blind.empty:
+            summary = pd.concat([summary, blind], ignore_index=True)
+            hits, n, p = longest_option_rate(records)
+            log.info(f"DE-COP on {benchmark}: the verbatim passage is the strictly longest option in {hits} of "
+                     f"{n} evaluated passages ({hits / n:.0%}; chance 25%, binomial p = {p:.2g}). A model that "
+                     "picks the longest option scores that without having seen anything: read accuracies "
+                     "against the table's (none) decop-longest-option rows")
     write_csv(out["summary"], summary)
     runs = {}
     for path in answers:
