@@ -36,7 +36,7 @@ def figure_inputs(config: dict, benchmark: str) -> dict[str, list[str]]:
     runs = [(m, mode) for b, m, mode in probe_runs(config, "decop") if b == benchmark]
     scores = f"results/scores/{benchmark}"
     return {
-        "items": f"results/datasets/{benchmark}/decop_items.jsonl",  # the blind longest-option rows
+        "decop_items": f"results/datasets/{benchmark}/decop_items.jsonl",  # the blind longest-option rows
         "tables": [f"{scores}/{m}/decop_{mode}_table.csv" for m, mode in runs],
         "answers": [f"{scores}/{m}/decop_{mode}_answers.csv" for m, mode in runs],
         "documents": [f"{scores}/{m}/decop_{mode}_documents.csv" for m, mode in runs],
