@@ -126,6 +126,16 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["headline", "--summary", str(tmp_path / "summary" / "metrics.csv")]) == 0
     out = capsys.readouterr().out
     assert "0.930 [0.88, 0.97]" in out and "0.510 [0.46, 0.55]" in out and "figures" in out
+    assert "length cue" not in out  # no DE-COP table
+    pd.DataFrame([{"model": "m1", "method": "decop-logit", "length": 64, "n_documents": 12, "auc": 0.9,
+                   "accuracy_members": 0.6, "accuracy_nonmembers": 0.2},
+                  {"model": "(none)", "method": "decop-longest-option", "length": 64, "n_documents": 12,
+                   "auc": 0.3125, "accuracy_members": 0.708, "accuracy_nonmembers": 0.81}]).to_csv(
+        tmp_path / "summary" / "decop_novels.csv", index=False)
+    assert main(["headline", "--summary", str(tmp_path / "summary" / "metrics.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "DE-COP's length cue" in out
+    assert "  novels (64 tokens): members 0.71, non-members 0.81, AUC 0.31 (12 documents)" in out
     assert main(["headline", "--summary", str(tmp_path / "missing.csv")]) == 2
     # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
     (tmp_path / "unlabelled").mkdir()

@@ -65,12 +65,34 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         if len(checks):
             print(f"\n{header}:\n")
             print(checks.to_string(index=False))
+    cue = decop_length_cue(sorted(summary_path.parent.glob("decop_*.csv")))
+    if cue:
+        print("\n" + cue)
     rejects_path = summary_path.with_name("rejects.csv")
     if rejects_path.exists():
         print("\n" + rejects_summary(pd.read_csv(rejects_path, keep_default_na=False)))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report})"))
+
+
+def decop_length_cue(paths: Sequence[Path]) -> str:
+    """A line per benchmark of the DE-COP tables' blind longest-option rows
+    (:func:`memaudit.probes.decop.analysis.longest_option_rows`), or "" where there are none."""
+    lines = []
+    for path in paths:
+        table = pd.read_csv(path)
+        if not {"model", "method"} <= set(table.columns):
+            continue
+        blind = table[(table["model"] == "(none)") & (table["method"] == "decop-longest-option")]
+        for r in blind.itertuples():
+            lines.append(f"  {path.stem.removeprefix('decop_')} ({r.length} tokens): members {r.accuracy_members:.2f}, "
+                         f"non-members {r.accuracy_nonmembers:.2f}, AUC {r.auc:.2f} ({r.n_documents} documents)")
+    if not lines:
+        return ""
+    return "\n".join(["DE-COP's length cue (a reader that sees only the options' word counts picks the longest; "
+                      "chance 0.25). Read the models' accuracies in results/summary/decop_<benchmark>.csv "
+                      "against it:", *lines])
 
 
 def rejects_summary(rejects: pd.DataFrame) -> str:
