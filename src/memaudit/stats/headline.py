@@ -79,12 +79,14 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
 def decop_length_cue(paths: Sequence[Path]) -> str:
     """A line per benchmark of the DE-COP tables' blind longest-option rows
     (:func:`memaudit.probes.decop.analysis.longest_option_rows`), or "" where there are none."""
+    from memaudit.probes.decop.analysis import BLIND_MODEL, LONGEST
+
     lines = []
     for path in paths:
         table = pd.read_csv(path)
         if not {"model", "method"} <= set(table.columns):
             continue
-        blind = table[(table["model"] == "(none)") & (table["method"] == "decop-longest-option")]
+        blind = table[(table["model"] == BLIND_MODEL) & (table["method"] == LONGEST)]
         for r in blind.itertuples():
             lines.append(f"  {path.stem.removeprefix('decop_')} ({r.length} tokens): members {r.accuracy_members:.2f}, "
                          f"non-members {r.accuracy_nonmembers:.2f}, AUC {r.auc:.2f} ({r.n_documents} documents)")

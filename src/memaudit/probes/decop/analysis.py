@@ -171,10 +171,7 @@ def longest_option_rows(items) -> pd.DataFrame:
     from memaudit.stats.metrics import roc_auc
 
     per_passage = []
-    for it in items:
-        if (it.get("meta") or {}).get("role", "evaluate") != "evaluate":
-            continue
-        words = np.array([len(str(o).split()) for o in it["options"]])
+    for it, words in _evaluated_word_counts(items):
         longest = np.flatnonzero(words == words.max())
         per_passage.append({"doc_id": it["doc_id"], "label": int(it["label"]),
                             "length": int((it.get("meta") or {}).get("length_tokens", 0)),
@@ -198,14 +195,17 @@ def longest_option_rate(items) -> tuple[int, int, float]:
     p-value of that count against 1/4): the log line of the length cue."""
     from scipy.stats import binomtest
 
-    hits = n = 0
-    for it in items:
-        if (it.get("meta") or {}).get("role", "evaluate") != "evaluate":
-            continue
-        words = [len(str(o).split()) for o in it["options"]]
-        n += 1
-        hits += int(words.count(max(words)) == 1 and words.index(max(words)) == int(it["answer"]))
+    counted = list(_evaluated_word_counts(items))
+    hits = sum(int((words == words.max()).sum() == 1 and words.argmax() == int(it["answer"])) for it, words in counted)
+    n = len(counted)
     return hits, n, (binomtest(hits, n, 1 / len(items[0]["options"]), alternative="greater").pvalue if n else 1.0)
+
+
+def _evaluated_word_counts(items):
+    """``(item, word count of each option)`` for the items of evaluated documents (not calibration)."""
+    for it in items:
+        if (it.get("meta") or {}).get("role", "evaluate") == "evaluate":
+            yield it, np.array([len(str(o).split()) for o in it["options"]])
 
 
 def _suspects(g: pd.DataFrame) -> dict:

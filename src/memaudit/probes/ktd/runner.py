@@ -202,10 +202,8 @@ def run_job(job: ProbeJob) -> None:
         ref = open_backend(job.config, name, model_dir=path, rule=job.rule)  # a local model (check_config)
         reference_nll[name] = ref.token_stats(originals, with_distribution=False).mean_nll()
         del ref
-    baselines = (baseline_scores(items, passage_z, np.arange(len(items)), lowercase_nll=lowercase_nll,
-                                 reference_nll=reference_nll) if passage_z is not None else
-                 baseline_scores(items, z, passage_starts(items), lowercase_nll=lowercase_nll,
-                                 reference_nll=reference_nll))
+    whole, at = (passage_z, np.arange(len(items))) if passage_z is not None else (z, passage_starts(items))
+    baselines = baseline_scores(items, whole, at, lowercase_nll=lowercase_nll, reference_nll=reference_nll)
     tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]), qs=cfg["qs"],
                         seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
                         member_ratios=cfg["member_ratios"], baselines=baselines, passage_z=passage_z,
