@@ -89,6 +89,19 @@ def test_binarized_auc_equals_balanced_accuracy_at_youden_point():
     assert binarized_auc(scores, labels) == pytest.approx((1 + best) / 2)
 
 
+def test_binarized_auc_equals_sklearns_auc_of_the_youden_predictions():
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n1, n0 = rng.integers(1, 30, size=2)
+        scores = np.round(rng.normal(size=n1 + n0), int(rng.integers(0, 3)))  # ties too
+        labels = np.r_[np.ones(n1, int), np.zeros(n0, int)]
+        fpr, tpr, thresholds = roc_curve(labels, scores)
+        predictions = (scores >= thresholds[int(np.argmax(tpr - fpr))]).astype(int)
+        assert binarized_auc(scores, labels) == pytest.approx(roc_auc_score(labels, predictions), abs=1e-12)
+
+
 def test_binarized_auc_is_optimistic_on_noise():
     rng = np.random.default_rng(3)
     scores, labels = rng.normal(size=200), np.repeat([0, 1], 100)
