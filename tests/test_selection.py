@@ -143,6 +143,24 @@ def test_conformal_bh_uses_the_same_calibration_documents_for_every_method():
     assert part["selected"].tolist() == selection.benjamini_hochberg(part["pvalue"], 0.5).tolist()
 
 
+def test_named_documents_over_a_q_grid_are_bhs_at_each_q_in_method_then_q_order():
+    rng = np.random.default_rng(6)
+    a = _frame(rng.normal(1.5, 1, 25), rng.normal(0, 1, 30), "a")
+    b = a.assign(method="b", score=a["score"] + rng.normal(0, 1, len(a)))
+    qs = [0.1, 0.3, 0.5, 0.9]
+    chosen = selection.selected_documents(pd.concat([b, a]), qs, seed=3)
+    assert list(chosen.columns) == selection.SELECTED_COLUMNS
+    assert len(chosen) == 2 * len(qs) * 40  # 55 documents less 15 calibration non-members
+    assert chosen[["method", "q"]].drop_duplicates().values.tolist() == [[m, q] for m in "ab" for q in qs]
+    for (method, q), part in chosen.groupby(["method", "q"], sort=False):
+        first = chosen[(chosen.method == method) & (chosen.q == qs[0])]
+        assert part["doc_id"].tolist() == first["doc_id"].tolist()  # the same test documents at every q
+        assert part["pvalue"].tolist() == first["pvalue"].tolist()
+        assert part["selected"].tolist() == selection.benjamini_hochberg(part["pvalue"], q).tolist()
+    sizes = chosen.groupby(["method", "q"])["selected"].sum()
+    assert sizes.loc["a"].is_monotonic_increasing and sizes.loc["a", 0.9] > sizes.loc["a", 0.1]
+
+
 def test_too_few_nonmembers_for_a_calibration_set_is_reported():
     frame = _frame([1.0, 2.0], [0.0])
     with pytest.raises(InputError, match="1 non-member.*no calibration document"):

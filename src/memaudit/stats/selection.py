@@ -280,8 +280,12 @@ def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_Q
                                            calibration_fraction=calibration_fraction, seed=seed))
         test = group.loc[~cal, ["doc_id", "label", "score"]].reset_index(drop=True)
         adjusted = bh_adjusted_pvalues(pvalues)
-        for q in qs:
-            frames.append(test.assign(method=method, q=q, pvalue=pvalues, selected=rejected_at(adjusted, q)))
+        # the test documents once per q, in q order: one frame per method, not one per (method, q)
+        frame = test.iloc[np.tile(np.arange(len(test)), len(qs))].reset_index(drop=True)
+        frames.append(frame.assign(method=method, q=np.repeat(np.asarray(qs, dtype=float), len(test)),
+                                   pvalue=np.tile(pvalues, len(qs)),
+                                   selected=np.concatenate([rejected_at(adjusted, q) for q in qs])
+                                   if qs else np.zeros(0, dtype=bool)))
     if not frames:
         return pd.DataFrame(columns=SELECTED_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SELECTED_COLUMNS]
