@@ -264,7 +264,7 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
 def test_summary_table_figures_and_headline_rows(tmp_path):
     from memaudit.probes.ktd.summary import (IMBALANCE_COLUMNS, SUMMARY_COLUMNS, build_imbalance_summary, build_summary,
                                             figure_q)
-    from memaudit.stats.headline import ktd_expectations
+    from memaudit.probes.ktd.headline import expectations as ktd_expectations
 
     paths = {name: [] for name in ("selection", "symmetry", "w", "imbalance")}
     for model, gap in (("tiny-contaminated", 3.0), ("tiny", 0.0)):

@@ -148,6 +148,45 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert "No labelled benchmark in this run: no ROC-AUC" in out and "ROC-AUC [bootstrap" not in out
 
 
+def fake_family_headline(summary_dir, models):
+    """A headline hook of a family the tests declare (test_families_add_their_headline_sections...)."""
+    return [f"Fake family: {len(models)} models in {Path(summary_dir).name}", ""]
+
+
+def test_families_add_their_headline_sections_through_the_registry(tmp_path, capsys, monkeypatch):
+    """`memaudit headline` prints the core checks (metrics, selection), then each family's own sections
+    through its registry entry's `headline` hook, in registry order; a new family's hook is picked up
+    with no change to memaudit.stats.headline, and its empty sections print nothing."""
+    from memaudit.probes import registry
+    from memaudit.stats.headline import print_headline
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "auc": 0.93,
+                   "auc_ci_low": 0.88, "auc_ci_high": 0.97}]).to_csv(summary / "metrics.csv", index=False)
+    pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
+    diff = {"benchmark": "b", "model": "m1", "base": "m0", "group": "member", "difference": 0.2, "ci_low": 0.1,
+            "ci_high": 0.3}
+    pd.DataFrame([{**diff, "mode": "logit", "measure": "prob", "contaminated_on_benchmark": True}]).to_csv(
+        summary / "cloze_differences.csv", index=False)
+    pd.DataFrame([{**diff, "score": "copybench_rougeL", "decoding": "greedy"}]).to_csv(
+        summary / "copybench_differences.csv", index=False)
+    fake = registry.ProbeFamily("zz_fake", reads="passages.jsonl", modes={"": frozenset()}, runner="x:y",
+                                version=1, fingerprint="", headline=f"{__name__}:fake_family_headline")
+    monkeypatch.setitem(registry.FAMILIES, "zz_fake", fake)
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    heads = ["Ground truth (contaminated", "CopyBench ground truth", "Cloze probes ground truth",
+             "Fake family: 2 models in summary", "Input rows left out", "Report:"]
+    at = [out.find(h) for h in heads[:-2]] + [out.find("Report:")]
+    assert -1 not in at and at == sorted(at), dict(zip(heads, at))
+    assert "FDR-controlled selection" not in out and "KTD knockoff+" not in out  # no selection.csv, no ktd.csv
+    assert "\n\nFake family: 2 models in summary\n" in out and "\n\n\n" not in out  # the empty section: nothing
+    assert "        b    m1   m0 logit   prob member         0.2 [0.100, 0.300] CI above 0 True\n" in out
+    assert not [m for f in ("cloze", "copybench", "decop", "ktd") for m in registry.family_modules(f)
+                if m.endswith(".headline")]  # printing code is not part of a family's fingerprint
+
+
 def test_demo_expectations_flag_each_rule():
     from memaudit.stats.headline import demo_expectations
 
@@ -188,7 +227,7 @@ def test_demo_expectations_for_decop_likelihood():
 
 
 def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
-    from memaudit.stats.headline import cloze_expectations
+    from memaudit.probes.cloze.headline import expectations as cloze_expectations
 
     row = {"benchmark": "qa", "model": "tuned", "base": "base", "mode": "logit", "measure": "prob",
            "contaminated_on_benchmark": True, "difference": 0.2}
@@ -208,7 +247,7 @@ def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
 
 
 def test_copybench_expectations_want_copying_on_member_books_only():
-    from memaudit.stats.headline import copybench_expectations
+    from memaudit.probes.copybench.headline import expectations as copybench_expectations
 
     row = {"benchmark": "books", "model": "tuned", "base": "base", "decoding": "greedy", "difference": 0.1}
     differences = pd.DataFrame([

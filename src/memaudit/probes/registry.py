@@ -63,6 +63,9 @@ class ProbeFamily:
     role_plan_inputs: str | None = None
     role_planner: str | None = None
     checks: str | None = None  # "module:function"(config) -> problems ("dotted.key: message"), before any job
+    # "module:function"(summary_dir, models) -> the sections it adds to `memaudit headline` (its ground-truth
+    # checks; memaudit.stats.headline.family_blocks); a module named `headline`, which decides no result
+    headline: str | None = None
     description: str = ""
     # whether its probes mean something on a benchmark without membership labels (CopyBench's rates do;
     # a detector's AUC does not): memaudit.config.is_labelled
@@ -109,7 +112,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
         plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=1, fingerprint="101e11adffca6767",
-        roles={"paraphraser": "decop.paraphrase.model"},
+        roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
     ProbeFamily(
@@ -131,6 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
         role_planner="memaudit.probes.copybench.api_plan:role_plan_records",
         checks="memaudit.probes.copybench.plan:check_config", unlabelled=True,
+        headline="memaudit.probes.copybench.headline:headline",
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "
                     "with MemFree and system-reminder mitigations",
     ),
@@ -139,7 +143,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
         runner="memaudit.probes.ktd.runner:run_job", version=5, fingerprint="a468d502f3a3119e",
-        checks="memaudit.probes.ktd.plan:check_config",
+        checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
     ProbeFamily(
@@ -155,7 +159,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
         plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=2, fingerprint="2d7bf7092c61ba59",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
-        checks="memaudit.probes.cloze.plan:check_config",
+        checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
                     "reconstructions",
     ),
@@ -365,8 +369,8 @@ def family_modules(family: str) -> list[str]:
     seen: set[str] = set()
     while todo:
         name = todo.pop()
-        if name in seen or name in NOT_RESULT_CODE:
-            continue
+        if name in seen or name in NOT_RESULT_CODE or name.endswith(".headline"):
+            continue  # a family's headline module prints checks over finished tables: it decides no result
         seen.add(name)
         path = _module_file(name)
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))

@@ -1,0 +1,52 @@
+"""KTD's section of ``memaudit headline``: knockoff+ FDR and power, and the null check on base models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from memaudit.stats.headline import base_models, table_section
+
+HEADER = ("KTD knockoff+ (gradient-norm W, the largest m; FDR and power reported, the guarantee holds "
+          "or fails as measured; base models: (near) nothing named at q = 0.1)")
+
+
+def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
+    """The registry's ``headline`` hook: :func:`expectations` over ``ktd.csv`` (with ``models.csv``)."""
+    if models is None:
+        return []
+    return [table_section(Path(summary_dir) / "ktd.csv", HEADER, lambda table: expectations(table, models))]
+
+
+def expectations(ktd: pd.DataFrame, models: pd.DataFrame, statistic: str = "gradnorm",
+                 qs: Sequence[float] = (0.1, 0.2, 0.3), null_q: float = 0.1,
+                 null_share: float = 0.05) -> pd.DataFrame:
+    """KTD's rows at ``qs`` for the largest m: empirical FDR and power with the symmetry test of
+    non-members' W beside them. Contaminated models are reported, not checked (the paper's
+    guarantee leaks with imperfect knockoffs: ``guarantee`` says where); a *base* model's
+    selection at ``null_q`` is checked to be (near) empty: at most ``null_share`` of the
+    passages on average."""
+    nulls = base_models(models)
+    part = ktd[ktd["statistic"] == statistic]
+    if part.empty:
+        return pd.DataFrame()
+    part = part[part["m"] == part["m"].max()]
+    rows = []
+    for r in part.itertuples():
+        q = round(float(r.q), 6)
+        if q not in {round(x, 6) for x in qs}:
+            continue
+        row = {"benchmark": r.benchmark, "model": r.model, "m": int(r.m), "q": q, "fdr": round(r.fdr, 3),
+               "power": round(r.power, 3), "named": round(r.mean_selected, 1), "guarantee": r.guarantee,
+               "symmetry_p": f"{r.sign_pvalue:.2g}"}
+        if r.model in nulls and q == round(null_q, 6):
+            limit = null_share * r.n_texts
+            row.update(expected=f"named <= {limit:.1f}", ok=bool(r.mean_selected <= limit))
+        elif r.model in nulls:
+            continue
+        else:
+            row.update(expected="reported", ok="")  # not a check: the paper's guarantee may leak
+        rows.append(row)
+    return pd.DataFrame(rows)
