@@ -201,7 +201,8 @@ def test_429_honours_retry_after_and_retries_only_once(server, tmp_path):
     assert g.status == STATUS_OK and g.meta["attempts"] == 2 and server.count() == 2
     first, second = server.records
     assert first.status == 429 and second.status == 200
-    assert second.arrived - first.finished >= 0.3 - 0.01  # waited what the server asked, not the 0.01 s backoff
+    # waited what the server asked, not the 0.01 s backoff: from when the 429 began to leave the server
+    assert second.arrived - first.responding >= 0.3 - 0.01
     assert b.counts == {"sent": 1, "cached": 0, "retries": 1, "failed": 0}
     assert len(b.cache.usage_rows()) == 1  # only the answered request is in the ledger
 
@@ -211,8 +212,8 @@ def test_a_429_pauses_the_other_threads_too(tmp_path):
         srv.responder.queue(rate_limited(0.4))  # to whichever request comes first
         make_openai(srv, tmp_path / "c.sqlite", concurrency=2).generate([f"p{i}" for i in range(4)], GREEDY)
     (limited,) = [r for r in srv.records if r.status == 429]
-    later = [r.arrived for r in srv.records if r.arrived > limited.finished + 0.02]
-    assert later and min(later) >= limited.finished + 0.4 - 0.02
+    later = [r.arrived for r in srv.records if r.arrived > limited.responding + 0.02]
+    assert later and min(later) >= limited.responding + 0.4 - 0.02
     assert srv.count() == 5
 
 
@@ -327,7 +328,7 @@ def test_anthropic_messages_success_overload_retry_refusal_and_cache(server, tmp
     assert out[0].text == "Echo: hello claude" and out[0].meta["finish_reason"] == "end_turn"
     assert (out[0].input_tokens, out[0].output_tokens, out[0].meta["attempts"]) == (5, 3, 2)
     busy = [r for r in server.records if r.prompt == "busy"]
-    assert [r.status for r in busy] == [429, 200] and busy[1].arrived - busy[0].finished >= 0.25 - 0.01
+    assert [r.status for r in busy] == [429, 200] and busy[1].arrived - busy[0].responding >= 0.25 - 0.01
     sent = server.records[-1].request
     assert (sent.api, sent.messages[0], sent.stop, sent.temperature) == (
         "anthropic", {"role": "system", "content": "You are terse."}, ("END",), 0.0)

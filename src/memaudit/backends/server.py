@@ -212,6 +212,9 @@ class RequestRecord:
     api: str
     prompt: str | None
     arrived: float  # time.monotonic()
+    # when the answer began to be written: the client cannot have it earlier (``finished`` is taken
+    # after the write, which a busy machine can delay past the client's next request)
+    responding: float | None = None
     finished: float | None = None
     status: int | None = None
     authorization: str | None = None  # kept in memory only, so tests can check which key was sent
@@ -316,6 +319,9 @@ def _make_handler(server: ChatServer):
             return
 
         def _send(self, status: int, payload: bytes, headers: dict | None = None) -> None:
+            record = getattr(self, "_record", None)
+            if record is not None:
+                record.responding = time.monotonic()
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -346,6 +352,7 @@ def _make_handler(server: ChatServer):
             record = RequestRecord(path, api or "unknown", None, time.monotonic(),
                                    authorization=self.headers.get("Authorization") or self.headers.get("x-api-key"))
             server._begin(record)
+            self._record = record
             status = 500
             try:
                 if api is None:
