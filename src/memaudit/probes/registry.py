@@ -14,7 +14,8 @@ The declaration says what the family reads, which backend capabilities each mode
 needs, where its job runner and API request planner live (``"module:function"``,
 imported only when called, as lm-evaluation-harness maps model names to classes:
 ``import memaudit.probes.registry`` imports no torch, no SDK), which auxiliary
-models it uses by role, and its code version.
+models it uses by role, its code version, and the ground-truth checks it adds to
+``memaudit headline`` (``headline``; :func:`memaudit.stats.headline.family_blocks` calls it).
 
 Code versions. ``version`` is part of every job's params (``family_version`` in the
 rules), so bumping it reruns that family's jobs and nothing else. It is bumped by
