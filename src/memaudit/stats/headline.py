@@ -3,8 +3,8 @@
 The core prints the AUC table, the ground-truth checks over ``metrics.csv`` and conformal BH's
 over ``selection.csv``; each probe family adds its own sections through the ``headline`` hook of
 its registry entry (:mod:`memaudit.probes.registry`), in registry order, so a new family's checks
-need no change here. The helpers below (:func:`section`, :func:`interval_check`,
-:func:`base_models`) are what those hooks share.
+need no change here. The helpers below (:func:`section`, :func:`table_section`,
+:func:`interval_check`, :func:`base_models`) are what those hooks share.
 """
 
 from __future__ import annotations
