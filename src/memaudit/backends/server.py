@@ -386,5 +386,6 @@ def _make_handler(server: ChatServer):
                 return self._json(200, shape(request, answer, n))
             finally:
                 server._end(record, status)
+                self._record = None  # a keep-alive connection's next request (a GET, say) is not this one
 
     return Handler
