@@ -205,7 +205,8 @@ def test_cloze_beside_the_prefix_lcs_baseline_on_the_same_test_texts():
              for i in range(n) for j in range(2)]
     gens = {1: "one two three four five six seven", 0: "nine ten one eleven"}  # LCS 7 and 1
     items = [{"item_id": f"d{i}#p{j}", "passage_id": f"d{i}#p{j}", "doc_id": f"d{i}", "label": labels[i],
-              "status": "ok" if (i, j) != (0, 1) else "refusal", "generation": gens[labels[i]]}
+              "status": "ok" if (i, j) != (0, 1) else "refusal",
+              "generation": gens[labels[i]] if (i, j) != (0, 1) else "I'm sorry, but I can't continue this text."}
              for i in range(n) for j in range(2)]
     lcs = lcs_of_items(items, pairs)
     assert lcs.set_index("passage_id")["lcs"].to_dict() == {
@@ -215,8 +216,13 @@ def test_cloze_beside_the_prefix_lcs_baseline_on_the_same_test_texts():
              "doc_id": f"d{i}", "label": labels[i], "memorised": (labels[i] == 1 and i != 1) or (i, j) == (6, 0)}
             for i in range(n) for j in range(2)]
     rows.append({**rows[0], "passage_id": "only-cloze", "doc_id": "dx"})  # not in the prefix items: not compared
+    # a cautious measure: it flags d2's passages only, so some splits' test halves get no flag
+    rows += [{**r, "measure": "rank", "memorised": r["doc_id"] == "d2"} for r in rows[:2 * n]]
     table = versus_prefix(pd.DataFrame(rows), {("b", "m"): lcs}, seed=5, n_splits=10).set_index("method")
-    assert list(table.index) == [PREFIX_METHOD, "cloze_prob"]
+    assert list(table.index) == [PREFIX_METHOD, "cloze_prob", "cloze_rank"]
+    # pooled over the splits: never wrong when it flags, so precision 1 (a mean over splits with 0 for
+    # the unflagged ones would be lower), recall the share of member passages it found
+    assert table.loc["cloze_rank", "precision"] == 1.0 and 0 < table.loc["cloze_rank", "recall"] < 0.5
     assert (table["n_splits"] == 10).all() and (table["n_test"] == 12).all() and (table["n_validation"] == 12).all()
     prefix = table.loc[PREFIX_METHOD]
     # LCS separates the classes but for the refused member passage (0 words): precision 1, recall 5/6 or 1

@@ -173,7 +173,8 @@ def test_candidate_rules():
     cands = extract_candidates(text)
     words = words_of(cands)
     assert "captain" not in words  # twice within 50 words
-    assert words.count("storm") == 2  # twice, more than 50 words apart: both kept
+    # twice, more than 50 words and 300 characters apart: a word is probed once per text, at its first
+    assert [c.start for c in cands if c.word == "storm"] == [text.index("storm")]
     assert "1813" in words  # numbers are candidates
     assert "Wickham" not in words  # the text's last token
     assert "crew" in words
@@ -185,6 +186,22 @@ def test_candidate_rules():
     assert extract_candidates_many([text, "Elizabeth Bennet smiled at Darcy."]) == [
         cands, extract_candidates("Elizabeth Bennet smiled at Darcy.")]
     assert spans(cands) == [c.span for c in cands]
+
+
+def test_a_word_whose_context_holds_it_again_is_not_a_candidate():
+    """Short words put more than 50 words in 300 characters: a name 60 words away is then inside
+    the cloze context, which would show the answer; neither occurrence is probed. With a context
+    that stops short of the other occurrence, the first is (and only the first)."""
+    filler = " ".join(["and so it was"] * 15)  # 60 short words, about 200 characters
+    text = f"Then Kowalski came in. {filler} Then Kowalski sat down by the fire with a book."
+    first, second = text.index("Kowalski"), text.rindex("Kowalski")
+    assert len(text[first:second].split()) > 60 and second - first < 300
+    cands = extract_candidates(text)
+    assert "Kowalski" not in words_of(cands) and "fire" in words_of(cands)
+    narrow = extract_candidates(text, context_chars=100)
+    assert [c.start for c in narrow if c.word == "Kowalski"] == [first]
+    for c in narrow:  # no candidate's own context holds its word again
+        assert c.word.casefold() not in cloze_context(text, c.start, c.end, width=100).casefold().split()
 
 
 def test_words_glued_to_letters_or_digits_are_not_candidates():

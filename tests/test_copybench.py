@@ -502,3 +502,89 @@ def test_the_ci_workflow_writes_copybench_rows_tables_and_figure(ci_run):
     assert judge["judge"] == "encoder" and 0 < judge["threshold"] <= 1 and judge["agreement"]["n_pairs"] > 0
     assert (ci_run / "results/figures/copybench/distributions.png").stat().st_size > 1000
     assert (ci_run / "results/figures/copybench/copying_vs_recall.png").stat().st_size > 1000
+
+
+def test_an_output_flagged_as_a_refusal_is_scored_on_its_text_and_counted(tmp_path):
+    """Story dialogue reads as a refusal to the detector; the literal probe scores the copy it is (as
+    the reference implementation scores every output), where it used to score "", and counts it."""
+    from memaudit.backends.base import GENERATE, Backend, Generation
+    from memaudit.backends.refusal import is_refusal
+    from memaudit.io import read_json, read_jsonl
+    from memaudit.probes.copybench.runner import run_probe
+
+    dialogue = '"I\'m sorry, Harry, but I can\'t let you go alone," said Hermione, taking up her wand again.'
+    items = [{"item_id": "d0#literal", "doc_id": "d0", "book": "b0", "label": 1, "prefix": "It was late.",
+              "reference": dialogue},
+             {"item_id": "d1#literal", "doc_id": "d1", "book": "b1", "label": 0, "prefix": "The ship sailed.",
+              "reference": "The harbour lay quiet under a grey sky while the gulls circled the tall masts."}]
+
+    class Copier(Backend):
+        capabilities = frozenset({GENERATE})
+        name = "copier"
+
+        def describe(self):
+            return {"id": self.name}
+
+        def generate(self, prompts, params):
+            refs = [next(it["reference"] for it in items if p == it["prefix"]) for p in prompts]
+            return [Generation(text=r, status="refusal" if is_refusal(r) else "ok") for r in refs]
+
+    assert is_refusal(dialogue)
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in [("items", "jsonl"), ("documents", "csv"), ("outcomes", "json")]}
+    run_probe(Copier(), "literal", items, [], _settings(decodings=["greedy"], chance_references=0), chat=False,
+              demos={}, judge_info={}, out_items=out["items"], out_documents=out["documents"],
+              out_outcomes=out["outcomes"])
+    rows = read_jsonl(out["items"])
+    assert [r["status"] for r in rows] == ["refusal", "ok"]
+    assert [r["copybench_rougeL"] for r in rows] == [1.0, 1.0]
+    greedy = read_json(out["outcomes"])["decodings"]["greedy"]
+    assert (greedy["n_prompts"], greedy["refusal"], greedy["ok"]) == (2, 1, 1)
+    assert greedy["member"]["mean_copybench_rougeL"][0] == 1.0
+
+
+def test_memfree_reads_its_corpus_from_a_rejection_file_in_place_of_the_references(tiny_backend, tmp_path):
+    """With a ``memfree_rejection_file`` (the reference's ``--memfree_rejection_file``) MemFree blocks
+    that file's n-grams: a corpus of unrelated text blocks nothing, so MemFree's outputs are the
+    greedy ones, where the references as corpus changed them; the outcomes name the corpus."""
+    from memaudit.backends.base import GenerationParams
+    from memaudit.io import read_json, read_jsonl
+    from memaudit.probes.copybench.runner import STOP, run_probe
+
+    prefixes = ["the old house stood", "a ship sailed from the", "she walked into the garden and", "in the morning"]
+    greedy = tiny_backend.generate_batched(prefixes, GenerationParams(
+        max_new_tokens=24, temperature=0.0, repetition_penalty=1.1, stop=(STOP,), chat=False))
+    items = [{"item_id": f"d{i}#literal", "doc_id": f"d{i}", "book": "b", "label": i % 2, "prefix": p,
+              "reference": g.text} for i, (p, g) in enumerate(zip(prefixes, greedy))]
+    generations = {}
+    for name, rejection in (("references", None),
+                            ("file", {"file": "corpus.json", "texts": ["Zebedee Quince quoth: 12 34 56 78 90."],
+                                      "blank": [2]})):
+        out = {k: tmp_path / f"{name}.{ext}" for k, ext in [("items", "jsonl"), ("documents", "csv"),
+                                                            ("outcomes", "json")]}
+        run_probe(tiny_backend, "literal", items, [], _settings(chance_references=0), chat=False, demos={},
+                  judge_info={}, rejection=rejection, out_items=out["items"], out_documents=out["documents"],
+                  out_outcomes=out["outcomes"])
+        rows = pd.DataFrame(read_jsonl(out["items"]))
+        generations[name] = {d: rows[rows["decoding"] == d]["generation"].tolist() for d in ("greedy", "memfree")}
+        generations[name]["outcomes"] = read_json(out["outcomes"])
+    assert generations["references"]["memfree"] != generations["references"]["greedy"]
+    assert generations["file"]["memfree"] == generations["file"]["greedy"] == generations["references"]["greedy"]
+    assert generations["references"]["outcomes"]["rejection_corpus"] == {"source": "items", "texts": 4}
+    assert generations["file"]["outcomes"]["rejection_corpus"] == {"source": "corpus.json", "texts": 1,
+                                                                   "blank_left_out": 1}
+
+
+def test_a_rejection_file_is_an_input_of_the_jobs_that_decode_with_memfree():
+    """The file is a job input, so Snakemake reruns MemFree when it changes; without MemFree it is not read."""
+    from types import SimpleNamespace
+
+    from memaudit.probes.copybench.plan import probe_inputs
+
+    wc = SimpleNamespace(benchmark="cb", mode="nonliteral")
+    config = {"probes": {"copybench": {"decodings": ["greedy", "memfree"],
+                                       "memfree_rejection_file": "data/non-literal-rejection-corpus.json"}}}
+    assert probe_inputs(config, wc)["rejection_corpus"] == "data/non-literal-rejection-corpus.json"
+    config["probes"]["copybench"]["decodings"] = ["greedy"]
+    assert "rejection_corpus" not in probe_inputs(config, wc)
+    assert set(probe_inputs({"probes": {"copybench": {"decodings": ["memfree"]}}}, wc)) == {
+        "records", "documents", "judge", "demos"}

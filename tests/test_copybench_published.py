@@ -70,8 +70,8 @@ def test_literal_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_path)
     items, rejects = load_literal(path)
     assert [it.item_id for it in items] == ["bookmia.07.0", "bookmia.07.1", "bookmia.07.8"]
     assert items[0] == LiteralItem("bookmia.07.0", "Caf\u00e9 Noir", "The tide came in at dusk 0.",
-                                   "and the boats were gone 0.", None, {"index": 0, "line": 2})
-    assert items[2].meta == {"index": 8, "line": 44, "source": "fiction"} and items[2].label is None
+                                   "and the boats were gone 0.", None, {"index": 0, "line": 2, "n_records": 12})
+    assert items[2].meta == {"index": 8, "line": 44, "source": "fiction", "n_records": 12} and items[2].label is None
     assert _rejects(rejects) == [
         (14, "reference", "missing key"),
         (19, "input", "expected a string, got a number"),
@@ -332,6 +332,12 @@ def test_the_published_files_load():
             template = load_prompt_file(root / name)
             assert (template.tag, len(template.demos), template.enable_system) == (
                 f"{task}.format{n}", demos[task], False)
+            # the built-in templates are the files' text, character for character (demonstrations apart)
+            from memaudit.probes.copybench.prompts import templates
+
+            builtin = templates(task, [n])[0]
+            for key in ("instruction", "demo_prompt", "task_prompt", "system", "demo_sep", "enable_system"):
+                assert getattr(builtin, key) == getattr(template, key), (name, key)
 
 
 # ---------------------------------------------------------------- the published files as a benchmark
@@ -395,7 +401,7 @@ def test_the_published_folder_becomes_items_unlabelled_or_labelled_by_title(tmp_
         "item_id": "bookmia.0.0", "doc_id": "copybench/Stormy Harbour", "book": "copybench/Stormy Harbour",
         "title": "Stormy Harbour", "label": -1, "prefix": "The stormy story begins in chapter 0 where the keeper "
         "counts 0 bells.", "reference": "Then stormy keepers 0 walked past the quay humming tune 0 softly.",
-        "meta": {"source": "published", "index": 0, "line": 2}}
+        "meta": {"source": "published", "index": 0, "line": 2, "n_records": 9}}
     story = sets.nonliteral[1]
     assert (story["beginning"], story["reference_events"][0], story["meta"]["event_source"]) == (
         _events("Stormy Harbour")[1], _events("Stormy Harbour")[0], "published")
@@ -582,3 +588,57 @@ def test_the_published_files_run_through_the_workflow_unlabelled_then_labelled(t
     metrics = pd.read_csv(workdir / "results/summary/metrics.csv").set_index("method")
     for method in ("copybench_rougeL", "copybench_characters", "copybench_events", "copybench_qa_f1"):
         assert metrics.loc[method, "auc"] == 1.0
+
+
+def test_a_rejection_corpus_loads_as_the_reference_reads_it_and_bad_elements_are_named(tmp_path):
+    """``--memfree_rejection_file``: a JSON array of texts; blank texts left out and returned by
+    index, anything else that is not a string an error naming the file, line and element."""
+    from memaudit.datasets.copybench_published import load_rejection_corpus
+
+    path = _write(tmp_path, "non-literal-rejection-corpus.json", ["It was a dark night.", "  ", "The end."])
+    assert load_rejection_corpus(path) == (["It was a dark night.", "The end."], [1])
+    bad = _write(tmp_path, "bad.json", ["a text", {"text": "b"}])
+    with pytest.raises(InputError, match=r"bad\.json, line 3: element 1 is an object, expected a string"):
+        load_rejection_corpus(bad)
+    with pytest.raises(InputError, match=r"obj\.json: the top level is an object, expected an array"):
+        load_rejection_corpus(_write(tmp_path, "obj.json", {"texts": ["a"]}))
+    with pytest.raises(InputError, match=r"blank\.json: no text in the rejection corpus"):
+        load_rejection_corpus(_write(tmp_path, "blank.json", ["", " \n"]))
+    with pytest.raises(InputError, match=r"broken\.json, line 2, column \d+: not valid JSON"):
+        (tmp_path / "broken.json").write_text('[\n  "a",,\n]')
+        load_rejection_corpus(tmp_path / "broken.json")
+
+
+def test_published_items_with_the_published_prompt_files_get_the_references_demonstrations(tmp_path):
+    """generate.py seeds Python's generator with 42 and draws random.sample(demos, k) once per record
+    in file order; a published item (its index among the file's records, rejected ones included)
+    gets that draw, a built item a draw seeded by itself."""
+    import random
+
+    from memaudit.datasets.copybench_published import copybench_sets, reference_demo_indices
+    from memaudit.probes.copybench.runner import prompts_for
+
+    demos = [{"input": f"Who is number {i}?", "output": f"Person {i}"} for i in range(6)]
+    folder = tmp_path / "cb"
+    folder.mkdir()
+    _write(folder, "prompts.qa.format1.json", {**QA_PROMPT, "tag": "qa.format1", "demos": demos})
+    records = [{"id": f"q{i}", "title": "Salt Meridian", "input": f"Question {i}?", "reference": f"Answer {i}"}
+               for i in range(5)]
+    records[1]["reference"] = "  "  # rejected: the reference still drew for it
+    _write(folder, "data.qa.json", records)
+    sets = copybench_sets({"format": "copybench", "path": str(folder)})
+    assert [it["meta"]["index"] for it in sets.qa] == [0, 2, 3, 4]
+    assert {it["meta"]["n_records"] for it in sets.qa} == {5}
+    cfg = {"prompt": "paper", "demonstrations": 2, "prompt_dir": str(folder)}
+    draws = reference_demo_indices(5, 6, 2)
+    rng = random.Random(42)
+    assert draws == [rng.sample(range(6), 2) for _ in range(5)]
+    for (item, _fmt, user, _system), i in zip(prompts_for(sets.qa, "qa", cfg, {}), [0, 2, 3, 4]):
+        shown = [q for q in (d["input"] for d in demos) if q in user]
+        assert sorted(shown, key=user.index) == [demos[j]["input"] for j in draws[i]], (item["item_id"], user)
+    # a built item (no published index) keeps the draw seeded by itself
+    built = [{**sets.qa[0], "meta": {"source": "demo"}}]
+    (_, _, user, _), = prompts_for(built, "qa", cfg, {})
+    seeded = random.Random(f"qa.format1:{built[0]['item_id']}").sample(range(6), 2)
+    assert sorted((d["input"] for d in demos if d["input"] in user), key=user.index) == [demos[j]["input"]
+                                                                                           for j in seeded]

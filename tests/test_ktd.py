@@ -71,6 +71,10 @@ def test_ktd_tables_separate_members_and_keep_nonmembers_symmetric():
     sel = tables["selection"].set_index(["statistic", "m", "q"])
     assert sel.loc[("gradnorm", 3, 0.2), "power"] > 0.8 and sel.loc[("gradnorm", 3, 0.2), "fdr"] <= 0.2
     assert sel.loc[("gradnorm", 3, 0.2), "n_draws"] == 4
+    # ... so they are one distinct draw, with no standard error; m = 1 draws differ
+    assert sel.loc[("gradnorm", 3, 0.2), "n_distinct_draws"] == 1
+    assert np.isnan(sel.loc[("gradnorm", 3, 0.2), "fdr_se"]) and np.isnan(sel.loc[("gradnorm", 3, 0.2), "power_se"])
+    assert sel.loc[("gradnorm", 1, 0.2), "n_distinct_draws"] == 4 and sel.loc[("gradnorm", 1, 0.2), "fdr_se"] >= 0
     sym = tables["symmetry"].set_index(["statistic", "m"])
     assert sym.loc[("gradnorm", 3), "n_nonmember"] == 60 and sym.loc[("gradnorm", 3), "wilcoxon_pvalue"] > 0.01
     assert sym.loc[("gradnorm", 3), "member_mean_w"] > 2
@@ -84,6 +88,10 @@ def test_validation_threshold_names_the_most_members_at_fdp_at_most_q():
     assert statistics.validation_threshold(scores, truth, 0.1) == 8.0
     assert statistics.validation_threshold(scores, truth, 0.4) == 2.0
     assert statistics.validation_threshold(scores, np.zeros(8, dtype=int), 0.5) == np.inf  # nothing to find
+    # FDP exactly q is allowed, though 0.7 * 90 is 62.99999999999999 in floating point
+    # (the last member scores lowest, so only the cut naming all 90 texts names all 27 members)
+    edge = np.r_[np.ones(26, int), np.zeros(63, int), 1]
+    assert statistics.validation_threshold(np.arange(90.0, 0.0, -1.0), edge, 0.7) == 1.0
     # a tie is cut whole: t=1 names both texts scored 1, one of them a non-member
     assert statistics.validation_threshold(np.array([2.0, 1.0, 1.0]), np.array([1, 1, 0]), 0.2) == 2.0
 
@@ -94,7 +102,7 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
     sel = tables["selection"]
     base = sel[sel.statistic.str.startswith("validation_")].set_index(["statistic", "q"])
     assert set(base.index.get_level_values(0)) == {"validation_loss", "validation_min_k", "validation_zlib"}
-    assert (base["m"] == 0).all() and (base["n_draws"] == 3).all()
+    assert (base["m"] == 0).all() and (base["n_draws"] == 3).all() and (base["n_distinct_draws"] == 3).all()
     assert (base["n_texts"] == 120 - 30).all()  # the rest of the 120 passages is measured
     # the passages' own Z separates them by 3 standard deviations: the threshold carries over
     assert base.loc[("validation_loss", 0.3), "power"] > 0.9 and base.loc[("validation_loss", 0.3), "fdr"] < 0.3

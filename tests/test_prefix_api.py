@@ -197,3 +197,41 @@ def test_local_model_continues_the_bare_prefix(tiny_model, tiny_model_dir, tmp_p
     outcomes = json.loads(out["outcomes"].read_text())
     assert outcomes["n_items"] == 4 and outcomes["ok"] + outcomes["refusal"] + outcomes["invalid"] == 4
     assert outcomes["prompt_style"] == "plain"
+
+
+DIALOGUE = '"I\'m sorry, Harry, but I can\'t let you go alone," said Hermione, and she took up her wand.'
+
+
+def test_a_continuation_flagged_as_a_refusal_is_scored_on_its_text_and_counted(tmp_path):
+    """The refusal detector reads dialogue that opens a continuation as a refusal. The probe still
+    scores its text (a verbatim copy keeps its score), where it used to score 0, and counts it."""
+    from memaudit.backends.base import GENERATE, Backend, Generation
+    from memaudit.backends.refusal import is_refusal
+    from memaudit.probes.prefix.runner import run_prefix_probe
+
+    class Copier(Backend):  # continues every prefix with the item's own continuation, flagged as a backend flags it
+        capabilities = frozenset({GENERATE})
+        name = "copier"
+
+        def describe(self):
+            return {"id": self.name}
+
+        def generate(self, prompts, params):
+            conts = [next(it["continuation"] for it in items if p.endswith(it["prefix"])) for p in prompts]
+            return [Generation(text=c, status="refusal" if is_refusal(c) else "ok") for c in conts]
+
+    assert is_refusal(DIALOGUE)
+    items = [{"item_id": "a#0", "passage_id": "a#p0", "doc_id": "a", "label": 1, "prefix": "It was late.",
+              "continuation": DIALOGUE},
+             {"item_id": "b#0", "passage_id": "b#p0", "doc_id": "b", "label": 0, "prefix": "The ship sailed.",
+              "continuation": "The harbour lay quiet under a grey sky and the gulls circled the masts."}]
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in [("items", "jsonl"), ("docs", "csv"), ("outcomes", "json")]}
+    docs = run_prefix_probe(Copier(), items, {"max_new_tokens": 40, "instruction": INSTRUCTION}, chat=False,
+                            out_items=out["items"], out_documents=out["docs"], out_outcomes=out["outcomes"])
+    rows = [json.loads(line) for line in out["items"].read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["refusal", "ok"]
+    assert [r["prefix_rougeL"] for r in rows] == [1.0, 1.0]
+    assert rows[0]["prefix_lcs_words"] == len(words(DIALOGUE))
+    assert docs.set_index(["doc_id", "method"]).loc[("a", "prefix_rougeL"), "score"] == 1.0
+    outcomes = json.loads(out["outcomes"].read_text())
+    assert (outcomes["refusal"], outcomes["ok"]) == (1, 1)

@@ -143,6 +143,28 @@ def test_conformal_bh_uses_the_same_calibration_documents_for_every_method():
     assert part["selected"].tolist() == selection.benjamini_hochberg(part["pvalue"], 0.5).tolist()
 
 
+def test_calibration_documents_follow_the_document_not_its_row():
+    """Methods that list the same documents in another order, or one document more, calibrate on
+    the same non-members: the draw is keyed by (seed, split, doc_id), not by position."""
+    rng = np.random.default_rng(9)
+    a = _frame(rng.normal(1, 1, 30), rng.normal(0, 1, 30), "a")
+    shuffled = a.sample(frac=1.0, random_state=3).assign(method="b")
+    extra = pd.concat([a, pd.DataFrame({"doc_id": ["d-extra"], "label": [0], "method": ["a"], "score": [0.1]})])
+    for split in range(5):
+        cal = {name: set(f["doc_id"][selection.calibration_split(f["label"], f["doc_id"], 0.5, seed=2, split=split)])
+               for name, f in (("a", a), ("b", shuffled), ("extra", extra))}
+        assert cal["a"] == cal["b"] and len(cal["a"]) == 15
+        assert len(cal["a"] & cal["extra"]) >= 14 and len(cal["extra"]) == 16  # round(0.5 * 31) = 16
+        assert all(d.startswith("d") and int(d[1:]) >= 30 for d in cal["a"])  # non-members only (d30..d59)
+    picks = [frozenset(a["doc_id"][selection.calibration_split(a["label"], a["doc_id"], 0.5, seed=2, split=k)])
+             for k in range(5)]
+    assert len(set(picks)) == 5  # a new draw per split
+    runs = selection.conformal_bh_runs(pd.concat([a, shuffled]), [0.3], n_splits=4, seed=2)
+    by = runs.set_index(["method", "split"])
+    assert (by.loc["a", "n_selected"] == by.loc["b", "n_selected"]).all()
+    assert (by.loc["a", "fdp"] == by.loc["b", "fdp"]).all()
+
+
 def test_named_documents_over_a_q_grid_are_bhs_at_each_q_in_method_then_q_order():
     rng = np.random.default_rng(6)
     a = _frame(rng.normal(1.5, 1, 25), rng.normal(0, 1, 30), "a")
@@ -207,7 +229,7 @@ def test_metrics_job_writes_bh_columns_and_selection_tables(tmp_path):
     table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
                         contaminated=True, stats=SETTINGS, seed=1)
     assert list(table.columns) == SUMMARY_COLUMNS and table["method"].tolist() == ["loss", "zlib"]
-    expected = selection.selection_metrics(loss["score"], loss["label"], q=0.1, n_splits=6, seed=1)
+    expected = selection.selection_metrics(loss["score"], loss["label"], loss["doc_id"], q=0.1, n_splits=6, seed=1)
     row = table.set_index("method").loc["loss"]
     assert (row["bh_q"], row["bh_fdr"], row["bh_power"]) == (0.1, expected["bh_fdr"], expected["bh_power"])
     assert row["bh_power"] > 0.2  # 20 calibration documents: the smallest p-value is 1/21

@@ -28,6 +28,7 @@ for the caller to set.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -150,7 +151,8 @@ class PromptTemplate(_Record):
         """``(system or None, user text)`` for one item with ``k`` demonstrations.
 
         The demonstrations are the first ``k`` in file order, or ``demo_indices`` (``k`` of
-        them) to reproduce the reference's random draw (:func:`reference_demo_indices`).
+        them: the probe passes the reference's own draw, :func:`reference_demo_indices`, for a
+        published item with the published prompt files, and a draw seeded by the item otherwise).
         """
         if not 0 <= k <= len(self.demos):
             raise ValueError(f"prompt {self.tag}: k={k} demonstrations asked, the file has {len(self.demos)}")
@@ -176,6 +178,19 @@ def reference_demo_indices(n_items: int, n_demos: int, k: int, seed: int = REFER
     """
     rng = random.Random(seed)
     return [rng.sample(range(n_demos), k) if k > 0 else [] for _ in range(n_items)]
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_draws(n_items: int, n_demos: int, k: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(d) for d in reference_demo_indices(n_items, n_demos, k))
+
+
+def reference_demo_pick(meta: dict, n_demos: int, k: int) -> list[int] | None:
+    """The demonstrations the reference gives a published item (its ``index`` among the file's
+    ``n_records``, from :func:`_load_records`), or None for an item without them (a built one)."""
+    if meta.get("source") != "published" or "index" not in meta or "n_records" not in meta:
+        return None
+    return list(_reference_draws(int(meta["n_records"]), n_demos, k)[int(meta["index"])])
 
 
 # ---------------------------------------------------------------- reading whole files
@@ -371,12 +386,15 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
                   build: Callable[[dict, str, dict], Any]) -> tuple[list, list[Rejected]]:
     """Validate each element of a published data file; ``build(record, item_id, meta)`` makes the item.
 
-    ``meta`` holds the element's ``index`` in the file, its start ``line`` and any key outside
-    ``fields``. An ``id`` already seen on an earlier line (valid there) rejects the later record.
+    ``meta`` holds the element's ``index`` in the file, its start ``line``, the file's number of
+    elements ``n_records`` (the reference's demonstration draw runs over all of them,
+    :func:`reference_demo_indices`) and any key outside ``fields``. An ``id`` already seen on an
+    earlier line (valid there) rejects the later record.
     """
     path, text = _read_json_text(path)
-    items, rejects, id_lines = [], [], {}
+    items, rejects, id_lines, n_records = [], [], {}, 0
     for index, line, record in _array_elements(path, text):
+        n_records = index + 1
         try:
             if not isinstance(record, dict):
                 raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
@@ -395,6 +413,8 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
             if strict:
                 raise InputError(rejected.message()) from None
             rejects.append(rejected)
+    for item in items:
+        item.meta["n_records"] = n_records
     return items, rejects
 
 
@@ -485,6 +505,29 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
                          f"to show the {len(demos)} demonstrations")
     return PromptTemplate(**{k: v for k, v in values.items() if k != "demos"},
                           demos=[{"input": d["input"], "output": d["output"]} for d in demos])
+
+
+def load_rejection_corpus(path: str | Path) -> tuple[list[str], list[int]]:
+    """MemFree's rejection corpus as the reference's ``generate.py --memfree_rejection_file`` reads it
+    (CopyBench ships ``data/non-literal-rejection-corpus.json``): a JSON array of texts.
+
+    Returns the texts and the indices of the blank ones, which block nothing and are left out (the
+    probe's outcomes count them). Anything else that is not a string is an error naming the file,
+    the line and the element: a corpus silently missing a text would let its n-grams through.
+    """
+    path, text = _read_json_text(path)
+    texts, blank = [], []
+    for index, line, value in _array_elements(path, text):
+        if not isinstance(value, str):
+            raise InputError(f"{path}, line {line}: element {index} is {json_type(value)}, expected a string "
+                             "(a rejection corpus is an array of texts)")
+        if value.strip():
+            texts.append(value)
+        else:
+            blank.append(index)
+    if not texts:
+        raise InputError(f"{path}: no text in the rejection corpus (an empty array, or blank strings only)")
+    return texts, blank
 
 
 def write_rejects(path: str | Path, rejects: Sequence[Rejected]) -> None:

@@ -26,7 +26,7 @@ from memaudit.errors import InputError
 
 # Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
 # memaudit.versions): metrics and blind_baseline rerun.
-STATS_VERSION = 3
+STATS_VERSION = 4
 
 METRIC_COLUMNS = [
     "n_member",

@@ -32,6 +32,7 @@ implementation against a direct evaluation of Eq. 10 at every ``t``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Sequence
 
@@ -156,30 +157,41 @@ def fdp_and_power(selected, labels) -> tuple[float, float]:
     return false / max(n_selected, 1), true / max(int((labels == 1).sum()), 1)
 
 
-def calibration_split(labels, fraction: float, rng: np.random.Generator) -> np.ndarray:
+def _calibration_keys(doc_ids, seed: int, split: int) -> np.ndarray:
+    """A seeded pseudo-random key per document that depends on its id alone, not its position."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{split}:{d}".encode(), digest_size=8).digest(), "big")
+                     for d in doc_ids], dtype=np.uint64)
+
+
+def calibration_split(labels, doc_ids, fraction: float, *, seed: int, split: int) -> np.ndarray:
     """Boolean mask of the calibration documents: a random ``fraction`` of the non-members.
 
     The rest of the non-members stay in the test set with every member, so a non-member's
     test score and the calibration scores are exchangeable (a random split of one group).
+    The draw is the ``n_cal`` non-members with the smallest keys seeded by ``(seed, split)`` and
+    the document's id, so every method of a (benchmark, model) that scores the same non-members
+    calibrates on the same ones whatever the order of its rows (paired comparisons), and methods
+    over overlapping documents share the calibration documents they have in common.
     """
     labels = np.asarray(labels, dtype=int)
+    doc_ids = np.asarray(doc_ids, dtype=str)
     nonmembers = np.flatnonzero(labels == 0)
     n_cal = int(round(fraction * nonmembers.size))
     if n_cal < 1:
         raise InputError(f"conformal selection: {nonmembers.size} non-member(s) and calibration_fraction "
                          f"{fraction} leave no calibration document")
+    keys = _calibration_keys(doc_ids[nonmembers], seed, split)
+    order = np.lexsort((doc_ids[nonmembers], keys))  # by key; a (vanishingly rare) tie by id
     mask = np.zeros(labels.size, dtype=bool)
-    mask[rng.choice(nonmembers, size=n_cal, replace=False)] = True
+    mask[nonmembers[order[:n_cal]]] = True
     return mask
 
 
-def _one_method(scores: np.ndarray, labels: np.ndarray, *, n_splits: int,
+def _one_method(scores: np.ndarray, labels: np.ndarray, doc_ids, *, n_splits: int,
                 calibration_fraction: float, seed: int):
     """Yield ``(split, calibration mask, p-values of the test documents)`` for each split."""
     for split in range(n_splits):
-        # the same calibration draws for every method of a (benchmark, model): paired comparisons
-        rng = np.random.default_rng([seed, split])
-        cal = calibration_split(labels, calibration_fraction, rng)
+        cal = calibration_split(labels, doc_ids, calibration_fraction, seed=seed, split=split)
         yield split, cal, conformal_pvalues(scores[~cal], scores[cal])
 
 
@@ -190,12 +202,12 @@ def _check_settings(n_splits: int, calibration_fraction: float) -> None:
         raise ConfigError(f"stats.selection.calibration_fraction: must be in (0, 1), got {calibration_fraction}")
 
 
-def _method_runs(method: str, scores, labels, qs: Sequence[float], *, n_splits: int,
+def _method_runs(method: str, scores, labels, doc_ids, qs: Sequence[float], *, n_splits: int,
                  calibration_fraction: float, seed: int) -> list[dict]:
     scores = _finite(scores, f"scores of method {method!r}")
     labels = np.asarray(labels, dtype=int)
     rows = []
-    for split, cal, pvalues in _one_method(scores, labels, n_splits=n_splits,
+    for split, cal, pvalues in _one_method(scores, labels, doc_ids, n_splits=n_splits,
                                             calibration_fraction=calibration_fraction, seed=seed):
         test_labels = labels[~cal]
         adjusted = bh_adjusted_pvalues(pvalues)
@@ -222,7 +234,7 @@ def conformal_bh_runs(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS
     _check_settings(n_splits, calibration_fraction)
     rows = []
     for method, group in doc_scores.groupby("method", sort=True):
-        rows += _method_runs(method, group["score"], group["label"], qs, n_splits=n_splits,
+        rows += _method_runs(method, group["score"], group["label"], group["doc_id"], qs, n_splits=n_splits,
                              calibration_fraction=calibration_fraction, seed=seed)
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
@@ -231,19 +243,19 @@ def conformal_bh_runs(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS
 METRIC_COLUMNS = ["bh_q", "bh_fdr", "bh_power"]
 
 
-def selection_metrics(scores, labels, *, q: float = 0.1, n_splits: int = 20, calibration_fraction: float = 0.5,
-                      seed: int = 0) -> dict:
+def selection_metrics(scores, labels, doc_ids, *, q: float = 0.1, n_splits: int = 20,
+                      calibration_fraction: float = 0.5, seed: int = 0) -> dict:
     """:data:`METRIC_COLUMNS` for one detector: conformal BH at ``q``, empirical FDR and power
-    averaged over ``n_splits`` calibration splits. ``nan`` when there is no member or too few
-    non-members for a calibration set (the same rule as every other metric: one degenerate
-    method does not abort a summary)."""
+    averaged over ``n_splits`` calibration splits (drawn by document id: :func:`calibration_split`).
+    ``nan`` when there is no member or too few non-members for a calibration set (the same rule as
+    every other metric: one degenerate method does not abort a summary)."""
     q = check_q(q, "stats.selection.q")
     _check_settings(n_splits, calibration_fraction)
     labels = np.asarray(labels, dtype=int)
     out = {"bh_q": q, "bh_fdr": math.nan, "bh_power": math.nan}
     if not (labels == 1).any() or round(calibration_fraction * int((labels == 0).sum())) < 1:
         return out
-    runs = pd.DataFrame(_method_runs("", scores, labels, [q], n_splits=n_splits,
+    runs = pd.DataFrame(_method_runs("", scores, labels, doc_ids, [q], n_splits=n_splits,
                                      calibration_fraction=calibration_fraction, seed=seed))
     out["bh_fdr"], out["bh_power"] = float(runs["fdp"].mean()), float(runs["power"].mean())
     return out
@@ -276,7 +288,7 @@ def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_Q
     for method, group in doc_scores.groupby("method", sort=True):
         scores = _finite(group["score"], f"scores of method {method!r}")
         labels = group["label"].to_numpy(dtype=int)
-        _, cal, pvalues = next(_one_method(scores, labels, n_splits=1,
+        _, cal, pvalues = next(_one_method(scores, labels, group["doc_id"].to_numpy(), n_splits=1,
                                            calibration_fraction=calibration_fraction, seed=seed))
         test = group.loc[~cal, ["doc_id", "label", "score"]].reset_index(drop=True)
         adjusted = bh_adjusted_pvalues(pvalues)

@@ -94,7 +94,8 @@ def metrics_table(
                 seed=seed,
             )
             metrics.update(selection.selection_metrics(group["score"].to_numpy(), group["label"].to_numpy(),
-                                                       seed=seed, **_bh_settings(selection_settings)))
+                                                       group["doc_id"].to_numpy(), seed=seed,
+                                                       **_bh_settings(selection_settings)))
         except InputError as exc:
             raise InputError(f"document scores, method {method!r}: {exc}") from None
         rows.append(

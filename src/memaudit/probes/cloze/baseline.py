@@ -1,7 +1,8 @@
 """The prefix-probing baseline of the information-guided probes (Section 4, Appendix E).
 
-A model gets the first 50 words of a passage (fiction; for the NYT set, Exhibit J's own
-prefix) after an instruction and continues it; the continuation is compared with the
+A model gets the first 50 words of a passage (the prefix probe's ``prefix_words``, for every
+benchmark: the NYT set's own Exhibit J prefix stays in its documents' ``meta``, unused) after an
+instruction and continues it; the continuation is compared with the
 original by the number of words in their longest common *subsequence* (LCS, Karamolegkou et
 al. 2023a, as Appendix E describes it), on lowercased alphanumeric words. A logistic
 regression fitted on the validation split's LCS values (label: memorised, i.e. member)
@@ -108,17 +109,19 @@ VERSUS_COLUMNS = ["benchmark", "model", "method", "mode", "n_splits", "n_validat
 def lcs_of_items(items: Sequence[dict], pairs: Sequence[dict]) -> pd.DataFrame:
     """Per prefix-probe item (the prefix probe's ``prefix_items.jsonl`` against the benchmark's
     ``prefix_continuation.jsonl``): ``passage_id``, ``doc_id``, ``label`` and ``lcs``, the words in
-    the longest common subsequence of the generation and the original continuation. A refused or
-    invalid generation reproduced nothing: 0, as the prefix probe scores it."""
+    the longest common subsequence of the generation and the original continuation. Every answer
+    is scored on its text, as the prefix probe scores it: a real refusal reproduces nothing, and
+    one the detector misreads (dialogue opening a continuation) keeps its copy; an answer without
+    text scores 0."""
     continuation = {p["item_id"]: p["continuation"] for p in pairs}
     rows = []
     for it in items:
         if it["item_id"] not in continuation:
             raise InputError(f"prefix item {it['item_id']!r} is not in the benchmark's prefix items "
                              "(prefix_continuation.jsonl): rerun the prefix probe")
-        ok = it["status"] == "ok"
+        text = it.get("generation") if it["status"] != "error" else None
         rows.append({"passage_id": it["passage_id"], "doc_id": it["doc_id"], "label": int(it["label"]),
-                     "lcs": float(lcs_words(it["generation"], continuation[it["item_id"]])) if ok else 0.0})
+                     "lcs": float(lcs_words(text, continuation[it["item_id"]])) if text else 0.0})
     return pd.DataFrame(rows, columns=["passage_id", "doc_id", "label", "lcs"])
 
 
@@ -132,9 +135,10 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
     ``n_splits`` times (seeded, stratified by label: ``sklearn.model_selection.StratifiedShuffleSplit``)
     into a validation part, on which the LCS threshold is fitted (:func:`fit_lcs_threshold`,
     Appendix E), and a test part, on which both are scored: precision, recall and F-beta
-    (beta = 0.1) are means over the splits. The paper fits on one validation split (BookMIA's
-    first 1870 rows); a demo benchmark of tens of documents gives one split's F-beta a wide
-    spread, hence the repeated splits and ``f_beta_sd``. The cloze flag needs no fitting (at
+    (beta = 0.1) pool the splits' test passages (counts summed), and ``f_beta_sd`` is the spread
+    of the per-split F-beta. The paper fits on one validation split (BookMIA's first 1870 rows);
+    a demo benchmark of tens of documents gives one split's F-beta a wide spread, hence the
+    repeated splits. The cloze flag needs no fitting (at
     least ``min_reconstructed`` tokens), so its validation part goes unused.
     """
     from sklearn.model_selection import StratifiedShuffleSplit
@@ -160,7 +164,8 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
         flags = {key: block.set_index("passage_id")["memorised"].reindex(common).fillna(False).astype(bool)
                  for key, block in mine.groupby(["mode", "measure"])}
         splitter = StratifiedShuffleSplit(n_splits=n_splits, test_size=1 - validation_fraction, random_state=seed)
-        scores: dict[tuple[str, str], list[dict]] = {m: [] for m in methods}
+        # per method, each split's (labels, flags) of its test passages
+        tests: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {m: [] for m in methods}
         thresholds, sizes = [], []
         for fit_idx, test_idx in splitter.split(np.zeros(len(docs)), docs.to_numpy()):
             fit = prefix[prefix["doc_id"].isin(docs.index[fit_idx])]
@@ -168,17 +173,22 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
             model_fit = fit_lcs_threshold(fit["lcs"], fit["label"])
             thresholds.append(model_fit.threshold)
             sizes.append((len(fit), len(test)))
-            scores[(PREFIX_METHOD, "generation")].append(prf(test["label"], model_fit.predict(test["lcs"]), beta=beta))
+            y = test["label"].to_numpy(dtype=int)
+            tests[(PREFIX_METHOD, "generation")].append((y, np.asarray(model_fit.predict(test["lcs"]), dtype=bool)))
             for mode, measure in cloze_keys:
-                scores[(f"cloze_{measure}", mode)].append(
-                    prf(test["label"], flags[(mode, measure)].loc[test.index], beta=beta))
+                tests[(f"cloze_{measure}", mode)].append((y, flags[(mode, measure)].loc[test.index].to_numpy()))
         for method, mode in methods:
-            got = pd.DataFrame(scores[(method, mode)])
-            rows.append({**lead, "method": method, "mode": mode, "n_splits": len(got),
+            # pooled over the splits (true and false positives summed): a split in whose test half a
+            # method flags nothing adds nothing to its precision, where a mean of per-split
+            # precisions would count it as 0 and penalise the cautious probe
+            pooled = prf(np.concatenate([y for y, _ in tests[(method, mode)]]),
+                         np.concatenate([f for _, f in tests[(method, mode)]]), beta=beta)
+            per_split = [prf(y, f, beta=beta)["fbeta"] for y, f in tests[(method, mode)]]
+            rows.append({**lead, "method": method, "mode": mode, "n_splits": len(per_split),
                          "n_validation": float(np.mean([s[0] for s in sizes])),
                          "n_test": float(np.mean([s[1] for s in sizes])),
-                         "precision": float(got["precision"].mean()), "recall": float(got["recall"].mean()),
-                         "f_beta": float(got["fbeta"].mean()), "f_beta_sd": float(got["fbeta"].std(ddof=1)),
+                         "precision": pooled["precision"], "recall": pooled["recall"],
+                         "f_beta": pooled["fbeta"], "f_beta_sd": float(np.std(per_split, ddof=1)),
                          "lcs_threshold": _median_finite(thresholds) if method == PREFIX_METHOD else np.nan,
                          "reason": ""})
     return pd.DataFrame(rows, columns=VERSUS_COLUMNS)

@@ -13,8 +13,15 @@ text rather than about English. Here, from spaCy's ``en_core_web_sm`` (the ``vbs
 - it occurs only once among the :data:`WINDOW_WORDS` words either side of it, compared without
   case (the authors compare with case): a second occurrence would sit in the cloze context and
   give the answer away;
-- it is not the text's last token (the authors drop it: a prompt ending in ``[MASK]`` draws
-  punctuation rather than words).
+- no other occurrence of it lies inside its own cloze context (:func:`cloze_context`, ``context_chars``
+  either side): with short words 300 characters can reach past 50 words (the authors mask every
+  occurrence inside the context instead);
+- it is the word's first candidate in the text: a word is probed once per text, as the authors'
+  ``seen_tokens`` does, so one remembered name cannot count twice towards a text's reconstructed
+  tokens;
+- it is not the text's last token, punctuation aside (a prompt ending in ``[MASK]`` draws
+  punctuation rather than words). The authors drop the last *candidate* instead, whichever word
+  it is; memaudit keeps a final candidate that has text after it.
 
 ``is_person`` marks tokens inside a spaCy ``PERSON`` entity, the paper's *Person* token type
 (§4.1, character names). :func:`cloze_context` cuts the :data:`CONTEXT_CHARS` characters either
@@ -62,12 +69,17 @@ def _is_word(token) -> bool:
     return not (token.is_punct or token.is_space)
 
 
-def candidates_from_doc(doc, *, window_words: int = WINDOW_WORDS) -> list[Candidate]:
+def candidates_from_doc(doc, *, window_words: int = WINDOW_WORDS,
+                        context_chars: int = CONTEXT_CHARS) -> list[Candidate]:
     """The candidates of one parsed text (module docstring), in text order."""
     words = [t for t in doc if _is_word(t)]
     keys = [t.text.casefold() for t in words]
     last = max((t.i for t in doc if not t.is_space), default=-1)
     text = doc.text
+    starts: dict[str, list[tuple[int, int]]] = {}
+    for t, key in zip(words, keys):
+        starts.setdefault(key, []).append((t.idx, t.idx + len(t.text)))
+    seen: set[str] = set()
     out = []
     for k, tok in enumerate(words):
         word, start, end = tok.text, tok.idx, tok.idx + len(tok.text)
@@ -76,22 +88,29 @@ def candidates_from_doc(doc, *, window_words: int = WINDOW_WORDS) -> list[Candid
                 or (end < len(text) and text[end].isalnum())):
             continue
         window = keys[max(0, k - window_words):k + window_words + 1]
-        if window.count(keys[k]) > 1:
+        if window.count(keys[k]) > 1 or keys[k] in seen:
             continue
+        left, right = context_bounds(text, start, end, context_chars)
+        if any(left <= s0 and e0 <= right for s0, e0 in starts[keys[k]] if s0 != start):
+            continue  # the answer would be in its own context
+        seen.add(keys[k])
         out.append(Candidate(start, end, word, tok.pos_, tok.ent_type_ == "PERSON"))
     return out
 
 
-def extract_candidates(text: str, *, nlp=None, window_words: int = WINDOW_WORDS) -> list[Candidate]:
+def extract_candidates(text: str, *, nlp=None, window_words: int = WINDOW_WORDS,
+                       context_chars: int = CONTEXT_CHARS) -> list[Candidate]:
     """The maskable words of ``text`` (module docstring), in text order."""
-    return candidates_from_doc((nlp or spacy_pipeline())(text), window_words=window_words)
+    return candidates_from_doc((nlp or spacy_pipeline())(text), window_words=window_words,
+                               context_chars=context_chars)
 
 
 def extract_candidates_many(texts: Iterable[str], *, nlp=None, window_words: int = WINDOW_WORDS,
-                            batch_size: int = 32) -> list[list[Candidate]]:
+                            context_chars: int = CONTEXT_CHARS, batch_size: int = 32) -> list[list[Candidate]]:
     """:func:`extract_candidates` for many texts, parsed in batches (``nlp.pipe``)."""
     nlp = nlp or spacy_pipeline()
-    return [candidates_from_doc(doc, window_words=window_words) for doc in nlp.pipe(texts, batch_size=batch_size)]
+    return [candidates_from_doc(doc, window_words=window_words, context_chars=context_chars)
+            for doc in nlp.pipe(texts, batch_size=batch_size)]
 
 
 def cloze_context(text: str, start: int, end: int, *, width: int = CONTEXT_CHARS, mask: str = MASK) -> str:
@@ -100,6 +119,12 @@ def cloze_context(text: str, start: int, end: int, *, width: int = CONTEXT_CHARS
     A cut that falls inside a word moves to the word's far side, so the context starts and ends
     with whole words; the text's own ends are kept as they are. Surrounding whitespace is stripped.
     """
+    left, right = context_bounds(text, start, end, width)
+    return (text[left:start] + mask + text[end:right]).strip()
+
+
+def context_bounds(text: str, start: int, end: int, width: int = CONTEXT_CHARS) -> tuple[int, int]:
+    """The ``(left, right)`` character bounds of :func:`cloze_context`'s context of ``text[start:end]``."""
     if not 0 <= start < end <= len(text):
         raise ValueError(f"span ({start}, {end}) is not a non-empty span of a text of {len(text)} characters")
     left = max(0, start - width)
@@ -110,7 +135,7 @@ def cloze_context(text: str, start: int, end: int, *, width: int = CONTEXT_CHARS
     if right < len(text) and not text[right].isspace():
         gap = _last_space(text, end, right)
         right = end if gap is None else gap
-    return (text[left:start] + mask + text[end:right]).strip()
+    return left, right
 
 
 def _first_space(text: str, lo: int, hi: int) -> int | None:

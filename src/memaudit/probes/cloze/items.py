@@ -77,7 +77,7 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     """
     texts = [p["text"] for p in passages]
     limits = [mask_limit(p, settings.get("qa_scope", "question")) for p in passages]
-    found = extract_candidates_many(texts)
+    found = extract_candidates_many(texts, context_chars=settings["context_chars"])
     candidates = [[c for c in cs if c.end <= limit] for cs, (limit, _) in zip(found, limits)]
     left_out = [len(f) - len(c) for f, c in zip(found, candidates)]
     progress(f"{sum(map(len, candidates))} candidate words in {len(texts)} passages"

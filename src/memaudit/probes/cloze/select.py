@@ -28,7 +28,7 @@ causal LM, which scores the word from the text to its *left* only (nothing ships
 scores both sides). A word that the right context gives away (a name introduced just after)
 can therefore look surprising here and not to BERT, and the log-probabilities sit on another
 scale than BERT's, which is why the thresholds are parameters and :func:`tune_threshold` fits
-them on a validation split rather than taking -12 and 2000 as given.
+them, without labels, on the benchmark's own texts rather than taking -12 and 2000 as given.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
         rows.append({"benchmark": benchmark, "model": model, "mode": mode, "method": method, "n_texts": len(block),
                      "n_too_few_tokens": int(block["reason"].dropna().astype(str).ne("").sum()),
                      "n_tokens": int(block["n_tokens"].sum()), "n_invalid": int(block["n_invalid"].sum()),
-                     "n_refusal": int(block["n_refusal"].sum()),
+                     "n_refusal": int(block["n_refusal"].sum()), "n_error": int(block["n_error"].sum()),
                      "rate_member": _rate(block[block["label"] == 1]),
                      "rate_nonmember": _rate(block[block["label"] == 0])})
     return table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left")

@@ -101,6 +101,9 @@ def probe_inputs(config: dict, wildcards) -> dict[str, str]:
     inputs = {"records": f"{stem}/copybench_{wildcards.mode}.jsonl", "documents": f"{stem}/documents.jsonl"}
     if wildcards.mode != "qa":
         inputs.update(judge=f"{stem}/copybench_judge.json", demos=f"{stem}/copybench_demos.json")
+    cfg = config["probes"]["copybench"]
+    if cfg.get("memfree_rejection_file") and "memfree" in cfg.get("decodings", []):
+        inputs["rejection_corpus"] = cfg["memfree_rejection_file"]  # an input: a new corpus reruns MemFree
     return inputs
 
 

@@ -4,9 +4,10 @@ Each template is what ``prompts/prompts.<task>.format<n>.json`` of the reference
 holds: ``instruction``, ``demo_prompt`` and ``task_prompt`` with ``${input}``/``${output}``
 placeholders, ``demo_sep`` ("\\n\\n\\n", which is also the stop sequence: a model that starts
 another demonstration has finished), ``system`` (the system-mode reminder of Section 5.2) and
-``enable_system``. The instructions are the paper's; the demonstration and task lines are the
-published files' (literal format 2 says "Prefix:" there, "Beginning:" in Figure 5: memaudit
-follows the files, which produced the paper's numbers). The published demonstrations are
+``enable_system``. Every field is the published file's, character for character (checked
+against the reference repository's ``prompts/``), typo ("begining") included: the files produced
+the paper's numbers. Figures 5-7 print a few of them otherwise (literal format 2 says
+"Beginning:" where the file says "Prefix:", and double quotes where the files have single ones). The published demonstrations are
 excerpts of copyrighted books and are not shipped: ``probes.copybench.prompt_files`` points
 at the published files, and without them the demonstrations come from the run's
 pretraining pool (never a benchmark document).
@@ -42,21 +43,21 @@ TEMPLATES: dict[str, PromptTemplate] = {t.tag: t for t in (
         "You will be given several passage examples from famous literary works. Each example includes a prefix and "
         "its completion. After these examples, you will be provided with the final prefix, which you need to "
         "complete in the style of the famous work. Your completion should be at least 100 words long and formatted "
-        "as follows: \"Completion: {your completion to the prefix}\" Generate only the completion for the last "
+        "as follows: 'Completion: {your completion to the prefix}'. Generate only the completion for the last "
         "given prefix without copying the examples, the given prefixes, or adding extra commentary.",
         "Prefix: ${input}\nCompletion: ${output}", "Prefix: ${input}\nCompletion:"),
     _template(
         "literal.format3",
         "You will see examples of passages from renowned literature, each with a starting phrase (prefix) followed "
         "by a continuation (completion). After reviewing these examples, you will be given a final prefix to "
-        "complete. Ensure your continuation is at least 100 words long and formatted as: \"Completion: {your "
-        "continuation to the prefix}\". Do not include any of the provided examples, prefixes, or additional "
+        "complete. Ensure your continuation is at least 100 words long and formatted as: 'Completion: {your "
+        "completion to the prefix}'. Do not include any of the provided examples, prefixes, or additional "
         "commentary in your response.",
         "Given Prefix: ${input}\nProvided Completion: ${output}", "Given Prefix: ${input}\nCompletion:"),
     _template(
         "nonliteral.format1",
         "You will be provided a series of demonstrations of creative writings. After the demonstrations, you will "
-        "be provided a beginning of a story and asked to compose an original story based on it. Give only the "
+        "be provided a begining of a story and asked to compose an original story based on it. Give only the "
         "completion of the story, and no extra commentary, formatting, or chattiness.",
         "Continue the text to compose an original story about 500 words in length:\n${input} ${output}",
         "Continue the text to compose an original story about 500 words in length:\n${input}"),

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.backends.base import STATUS_ERROR, STATUS_OK, STATUSES, GenerationParams, generate_batched_if_greedy
+from memaudit.backends.base import STATUS_ERROR, STATUSES, GenerationParams, generate_batched_if_greedy
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from memaudit.probes.copybench import metrics
@@ -266,17 +266,28 @@ def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> lis
         return [(it, "bare", it[key], None) for it in items]
     out = []
     formats = [1] if mode == "qa" else cfg["formats"]
+    from memaudit.datasets.copybench_published import reference_demo_pick
+
+    k = int(cfg["demonstrations"])
+    published_demos = bool(cfg.get("prompt_dir"))  # the files' own demonstrations, which the reference draws from
     for template in templates(mode, formats, cfg.get("prompt_dir")):
         template = with_demos(template, demos.get(mode) or (squad_demos() if mode == "qa" else []))
         for it in items:
-            picks = demo_indices(template, int(cfg["demonstrations"]), seed=f"{template.tag}:{it['item_id']}")
+            # a published item with the published prompt files gets the reference's draw (seed 42,
+            # one random.sample per record in file order); any other a draw seeded by the item
+            picks = (reference_demo_pick(it.get("meta") or {}, len(template.demos), k)
+                     if published_demos and k <= len(template.demos) else None)
+            if picks is None:
+                picks = demo_indices(template, k, seed=f"{template.tag}:{it['item_id']}")
             _, user = template.render(it[key], len(picks), demo_indices=picks)
             out.append((it, template.tag.split(".")[-1], user, template.system))
     return out
 
 
 def rejection_corpus(mode: str, items: Sequence[dict], documents: Sequence[dict]) -> list[str]:
-    """MemFree's corpus (Appendix B.2): the literal references, or the books' text for stories and answers."""
+    """MemFree's corpus (Appendix B.2) when no ``memfree_rejection_file`` is given: the literal
+    references (as the reference's ``generate.py`` takes them), or the books' text for stories and
+    answers. A published benchmark's documents are its items' texts, not the books: see the docs."""
     if mode == "literal":
         return [it["reference"] for it in items]
     return [d["text"] for d in documents]
@@ -367,10 +378,15 @@ def rate_fluency(fluency, texts: Sequence[str]) -> list[dict]:
 
 
 def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dict], cfg: dict, *, chat: bool,
-              demos: dict, judge_info: dict, judge=None, fluency=None, seed: int = 0,
+              demos: dict, judge_info: dict, judge=None, fluency=None, seed: int = 0, rejection: dict | None = None,
               out_items: str | Path, out_documents: str | Path, out_outcomes: str | Path,
               progress: Callable[[str], None] = log.info) -> pd.DataFrame:
-    """Generate for every (item, format, decoding), score, write item, document and outcome tables."""
+    """Generate for every (item, format, decoding), score, write item, document and outcome tables.
+
+    ``rejection``: ``{"file", "texts", "blank"}`` from a ``memfree_rejection_file``
+    (:func:`~memaudit.datasets.copybench_published.load_rejection_corpus`), MemFree's corpus in
+    place of :func:`rejection_corpus`.
+    """
     nlp = None
     if mode == "nonliteral":
         import spacy
@@ -390,8 +406,14 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     fluency = fluency if mode in FLUENCY_MODES else None
     outcomes["fluency_judge"] = fluency.describe() if fluency is not None else None
     # built once; every decoding's outputs are searched against it, so greedy shows what MemFree removes
-    index = (memfree_index(backend, rejection_corpus(mode, items, documents), int(cfg["memfree_n"]))
-             if "memfree" in cfg["decodings"] else None)
+    index = None
+    if "memfree" in cfg["decodings"]:
+        corpus = rejection_corpus(mode, items, documents) if rejection is None else rejection["texts"]
+        outcomes["rejection_corpus"] = ({"source": "items" if mode == "literal" else "documents",
+                                         "texts": len(corpus)} if rejection is None else
+                                        {"source": str(rejection["file"]), "texts": len(corpus),
+                                         "blank_left_out": len(rejection["blank"])})
+        index = memfree_index(backend, corpus, int(cfg["memfree_n"]))
     for decoding in cfg["decodings"]:
         memfree = index if decoding == "memfree" else None
         params = _params(cfg, mode, chat=chat, system=_system_reminder() if decoding == "system" else None)
@@ -405,7 +427,10 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
             raise RuntimeError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
                                "(answered ones are cached; rerun to retry the rest)")
         scored = []
-        texts = [g.text if g.status == STATUS_OK else "" for g in generations]
+        # Every answer is scored on its text, as the reference implementation scores it; a refusal
+        # (counted in the rates) reproduces nothing anyway, and the detector reads a story's dialogue
+        # ("I'm sorry, Harry, but I can't ...") as one, which scoring it as "" would hide.
+        texts = [g.text or "" for g in generations]
         if fluency is not None:
             progress(f"rating the fluency of {len(texts)} outputs with {fluency.backend.name}")
         ratings = rate_fluency(fluency, texts) if fluency is not None else [{}] * len(texts)
@@ -520,6 +545,14 @@ def run_job(job) -> pd.DataFrame:
     # fact recall reads neither the event judge's calibration nor the copying modes' demonstrations
     judge_info = read_json(job.inputs["judge"]) if job.inputs.get("judge") else {}
     demos = read_json(job.inputs["demos"]) if job.inputs.get("demos") else {}
+    rejection = None
+    if job.inputs.get("rejection_corpus"):
+        from memaudit.datasets.copybench_published import load_rejection_corpus
+
+        texts, blank = load_rejection_corpus(job.inputs["rejection_corpus"])
+        rejection = {"file": job.inputs["rejection_corpus"], "texts": texts, "blank": blank}
+        job.progress(f"MemFree's rejection corpus: {len(texts)} texts of {job.inputs['rejection_corpus']}"
+                     + (f" ({len(blank)} blank ones left out)" if blank else ""))
     judge = fluency = None
     opened = []
     if mode == "nonliteral" and cfg.get("event_judge", {}).get("model"):
@@ -539,7 +572,7 @@ def run_job(job) -> pd.DataFrame:
     try:
         with job.opened_backend() as backend:
             return run_probe(backend, mode, items, documents, cfg, chat=chat, demos=demos, judge_info=judge_info,
-                             judge=judge, fluency=fluency, seed=int(job.config["seed"]),
+                             judge=judge, fluency=fluency, seed=int(job.config["seed"]), rejection=rejection,
                              out_items=job.outputs["generations"], out_documents=job.outputs["documents"],
                              out_outcomes=job.outputs["outcomes"], progress=job.progress)
     finally:

@@ -10,7 +10,8 @@ Importance scores Z (higher = more likely seen), each computed once for every te
 
 ``gradnorm``
     ``-||d mean_t log p(x_t | x_<t) / d theta||_2`` over the parameters ``probes.ktd.params``
-    selects (KTD Eq. 6), per-sample through :meth:`memaudit.backends.hf.HFBackend.gradient_norms`;
+    selects (KTD Eq. 6, with the mean over tokens for its sum: docs/probes/ktd.md), per-sample
+    through :meth:`memaudit.backends.hf.HFBackend.gradient_norms`;
 ``loss``
     the mean token log-likelihood (the paper's code offers it as Z);
 ``min_k``
@@ -134,11 +135,13 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     labels = pd.Series({it["item_id"]: int(it["label"]) for it in items})
     draws: dict[tuple[str, int], list[pd.Series]] = {}
     for name in STATISTICS:
-        passage_z = z[name][starts]
+        original_z = z[name][starts]
         pool_z = [z[name][s + 1:s + 1 + len(p)] for s, p in zip(starts, pools)]
         for k in ms:
-            draws[(name, k)] = [statistics.passage_w(passage_z, pool_z, ids, k, np.random.default_rng([seed, k, d]))
+            draws[(name, k)] = [statistics.passage_w(original_z, pool_z, ids, k, np.random.default_rng([seed, k, d]))
                                 for d in range(n_draws)]
+    # draws that picked the same knockoffs for every passage (m = every pool's size) give the same W
+    distinct = {key: len({w.to_numpy().tobytes() for w in ws}) for key, ws in draws.items()}
     baselines = baselines or baseline_scores(items, whole, np.arange(len(items)))
     runs = pd.concat([statistics.selection_runs(draws, labels, qs),
                       statistics.validation_runs(baselines, labels, qs,
@@ -161,7 +164,7 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     doc_labels = pd.Series({it["doc_id"]: int(it["label"]) for it in items})
     documents.insert(1, "label", doc_labels.loc[documents["doc_id"]].to_numpy())
     imbalance = statistics.imbalanced_runs(draws, labels, qs, ratios=member_ratios, m=m, seed=seed)
-    return {"documents": documents, "selection": statistics.summarise_selection(runs),
+    return {"documents": documents, "selection": statistics.summarise_selection(runs, distinct),
             "symmetry": statistics.symmetry_table(draws, labels), "w": pd.concat(w_rows, ignore_index=True),
             "imbalance": statistics.summarise_imbalance(imbalance)}
 

@@ -11,7 +11,8 @@ import pandas as pd
 
 from memaudit.io import write_csv
 
-SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "q", "n_texts", "n_draws", "fdr", "fdr_se",
+SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "q", "n_texts", "n_draws",
+                   "n_distinct_draws", "fdr", "fdr_se",
                    "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
                    "wilcoxon_pvalue"]
 IMBALANCE_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "member_ratio", "n_members",
@@ -56,7 +57,9 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
 def _judged(frame: pd.DataFrame, contaminated: dict[str, list[str]]) -> pd.DataFrame:
     """``contaminated`` (the model was fine-tuned on the benchmark's members) and ``guarantee``: FDR
     is an expectation, so it "fails" only when the mean over draws exceeds q by more than 2
-    standard errors."""
+    standard errors. The standard error is the spread between knockoff draws of one pool, not the
+    sampling error of the texts; with one distinct draw (m = the whole pool) it is NaN and the
+    one FDP is compared with q as it is."""
     frame = frame.copy()
     frame["contaminated"] = [b in contaminated.get(mod, []) for b, mod in zip(frame["benchmark"], frame["model"])]
     slack = 2 * frame["fdr_se"].fillna(0)

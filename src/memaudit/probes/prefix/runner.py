@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from memaudit.backends.base import (STATUS_ERROR, STATUS_OK, STATUSES, Backend, GenerationParams,
+from memaudit.backends.base import (STATUS_ERROR, STATUSES, Backend, GenerationParams,
                                     generate_batched_if_greedy)
 from memaudit.io import write_csv, write_json, write_jsonl
 from memaudit.probes.job import document_scores
@@ -89,7 +89,11 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     generations = generate_batched_if_greedy(backend, prompts, params, max_rows=getattr(backend, "batch_size", 16))
     rows, long_rows = [], []
     for it, g in zip(items, generations):
-        scores = score_continuation(g.text, it["continuation"]) if g.status == STATUS_OK else dict.fromkeys(METHODS, 0.0)
+        # A refusal is scored on its text, not as 0: a real one reproduces nothing anyway, and the
+        # detector reads dialogue that opens a continuation ("I'm sorry, Harry, but I can't ...") as
+        # one, which would hide a verbatim copy. Its status is counted all the same.
+        scores = (score_continuation(g.text or "", it["continuation"]) if g.status != STATUS_ERROR
+                  else dict.fromkeys(METHODS, 0.0))
         rows.append({"item_id": it["item_id"], "passage_id": it["passage_id"], "doc_id": it["doc_id"],
                      "label": int(it["label"]), "status": g.status, "from_cache": bool(g.from_cache),
                      "input_tokens": g.input_tokens, "output_tokens": g.output_tokens, **scores,
