@@ -7,10 +7,10 @@ another demonstration has finished), ``system`` (the system-mode reminder of Sec
 ``enable_system``. Every field is the published file's, character for character (checked
 against the reference repository's ``prompts/``), typo ("begining") included: the files produced
 the paper's numbers. Figures 5-7 print a few of them otherwise (literal format 2 says
-"Beginning:" where the file says "Prefix:", and double quotes where the files have single ones). The published demonstrations are
-excerpts of copyrighted books and are not shipped: ``probes.copybench.prompt_files`` points
-at the published files, and without them the demonstrations come from the run's
-pretraining pool (never a benchmark document).
+"Beginning:" where the file says "Prefix:", and double quotes where the files have single
+ones). The published demonstrations are excerpts of copyrighted books and are not shipped:
+``probes.copybench.prompt_dir`` points at the published files, and without them the
+demonstrations come from the run's pretraining pool (never a benchmark document).
 """
 
 from __future__ import annotations
