@@ -21,9 +21,10 @@ Two scores per item, both higher = more likely a member (memaudit's convention):
     (Karamolegkou et al.'s "LCS" in words): long runs are what a legal expert
     reads as verbatim copying.
 
-A refusal or an empty answer scores 0 on both (nothing was reproduced) and is
-counted: the refusal and invalid rates sit beside the scores in
-``prefix_outcomes.json``.
+An empty answer scores 0 on both. A refusal is scored on its text like any answer
+(a real one reproduces nothing; the detector also reads dialogue that opens a
+continuation as one) and counted: the refusal and invalid rates sit beside the
+scores in ``prefix_outcomes.json``.
 """
 
 from __future__ import annotations
