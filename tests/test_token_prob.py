@@ -33,6 +33,15 @@ def test_loss_is_negative_mean_nll():
     np.testing.assert_allclose(Loss().score(ctx), [-2.5, -1.0])
 
 
+def test_a_passage_without_tokens_has_no_mean_nll_rather_than_its_neighbours():
+    """np.add.reduceat gives an empty segment the next segment's first value, and a trailing one
+    fails: a passage without a scored token is NaN, its neighbours keep their own means."""
+    stats = stats_of([[(-1.0, 0, 1), (-3.0, 0, 1)], [], [(-5.0, 0, 1)], []])
+    got = stats.mean_nll()
+    assert got[0] == 2.0 and np.isnan(got[1]) and got[2] == 5.0 and np.isnan(got[3])
+    assert np.isnan(stats_of([[]]).mean_nll()).all()
+
+
 def test_zlib_divides_loss_by_compressed_bytes():
     ctx = ScoringContext(TEXTS, HAND)
     z = [len(zlib.compress(t.encode())) for t in TEXTS]

@@ -61,10 +61,16 @@ class TokenStats:
         return self.logprob[s], self.mu[s], self.sigma[s]
 
     def mean_nll(self) -> np.ndarray:
-        """Per-passage mean negative log-likelihood (nats per token)."""
-        sums = np.add.reduceat(self.logprob.astype(np.float64), self.offsets[:-1]) if len(self.logprob) else np.zeros(0)
+        """Per-passage mean negative log-likelihood (nats per token); NaN for a passage without a
+        scored token, which the scores' finiteness check then reports (``np.add.reduceat`` alone
+        would give an empty segment the next passage's first token)."""
         lengths = np.diff(self.offsets)
-        return -sums / np.maximum(lengths, 1)
+        out = np.full(len(lengths), np.nan)
+        nonempty = lengths > 0
+        if nonempty.any():
+            sums = np.add.reduceat(self.logprob.astype(np.float64), self.offsets[:-1][nonempty])
+            out[nonempty] = -sums / lengths[nonempty]
+        return out
 
     def save(self, path: Path, **arrays) -> None:
         with atomic_path(path, suffix=".npz") as tmp:

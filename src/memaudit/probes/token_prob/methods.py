@@ -17,9 +17,10 @@ method                 score                                                    
 
 ``mu_t``/``sigma_t`` are the mean and standard deviation of ``log p(z|x_<t)``
 under ``z ~ p(.|x_<t)`` (see :mod:`memaudit.models.token_stats`). Each model
-computes L on its own tokenisation; the reference ratio compares per-token
-means, so tokenisers may differ. The "k% lowest" keeps ``max(1, floor(k*T))``
-tokens, as in the Min-K% reference code (``int(len * k)``, at least one).
+computes L on its own tokenisation; the reference score is a difference of
+per-token means, so tokenisers may differ. The "k% lowest" keeps
+``max(1, floor(k*T))`` tokens: the Min-K% reference code and MIMIR take
+``int(len * k)``, with no floor of one (the mean of nothing for a short text).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ import numpy as np
 import pandas as pd
 
 from memaudit.models.token_stats import TokenStats
-
-# Bump with every change that alters a score (see memaudit.versions): token_prob_scores reruns.
 
 
 @dataclass
