@@ -127,7 +127,8 @@ def test_hub_revision_must_be_a_commit_unless_the_entry_accepts_moving_weights()
 def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
     with pytest.raises(ConfigError) as err:
         load_config(ROOT / "config" / "paper.yaml")
-    models = ["llama-2-7b", "llama-2-13b", "mistral-7b", "pythia-1.4b", "pythia-6.9b", "stablelm-3b-ref"]
+    models = ["llama-2-7b", "llama-2-13b", "mistral-7b", "llama-2-7b-chat", "llama-2-13b-chat", "pythia-1.4b",
+              "pythia-6.9b", "stablelm-3b-ref"]
     path = ROOT / "config" / "paper.yaml"
     assert str(err.value).splitlines() == [
         f"{path}: config key models.{m}.source.revision: "
@@ -208,6 +209,9 @@ def test_paper_config_validates_with_the_papers_settings(tmp_path):
     assert decop["orderings"] == "permutations" and decop["lengths"] == [64, 128, 256]
     assert decop["passages_per_document"] == 34 and decop["calibration_documents"] == 30
     assert decop["paraphrase"]["temperature"] == 0.1
+    # DE-COP's logit mode on the chat checkpoints, as the reference's 2_decop_hf.py loads them
+    assert [cfg["models"][m]["source"]["hub_id"] for m in cfg["probes"]["decop_logit"]["models"]] == [
+        "meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-13b-chat-hf"]
     paraphraser = cfg["models"][decop["paraphrase"]["model"]]
     assert paraphraser["backend"] == "openai" and paraphraser["api"]["api_key_env"] == "OPENAI_API_KEY"
     assert cfg["probes"]["token_prob"]["min_k_ratios"] == [0.2]

@@ -42,7 +42,8 @@ def test_paper_prompts():
     assert question("Emma", "Jane Austen", "book") == \
         'Which of the following passages is verbatim from the "Emma" book by Jane Austen?'
     assert question("Attention Is All You Need", "", "paper") == \
-        'Which of the following passages is verbatim from the "Attention Is All You Need" paper?'
+        'Which of the following passages is verbatim from the arXiv paper "Attention Is All You Need"?'
+    assert question("Notes", "unknown", "book") == 'Which of the following passages is verbatim from the "Notes" document?'
     prompt = user_prompt("Emma", "Jane Austen", "book", ["w", "x", "y", "z"])
     assert prompt.endswith("Options:\nA. w\nB. x\nC. y\nD. z\nAnswer:")
 
@@ -59,6 +60,8 @@ def test_parse_paraphrases_in_the_paper_format():
     ("B", ("ok", "B", "strict")),
     ("(C).", ("ok", "C", "strict")),
     ("'D'", ("ok", "D", "strict")),
+    ("<A>", ("ok", "A", "strict")),  # the format the system prompt asks for: '<put correct answer here>'
+    ("'<C>'", ("ok", "C", "strict")),
     ("a", ("ok", "A", "lenient")),
     ("The answer is D because it reads like the book.", ("ok", "D", "lenient")),
     ("B. The verbatim passage", ("ok", "B", "lenient")),
@@ -95,6 +98,10 @@ def test_label_adjustments_follow_algorithm_1_by_hand():
     probs = np.array([[0.40, 0.16, 0.34, 0.10]])
     assert analysis.predict(probs).tolist() == [0]
     assert analysis.predict(probs, delta).tolist() == [2]
+    # a question an API listed no letter for has no probabilities: no answer (-1), never "A"
+    unlisted = np.array([[np.nan] * 4, [0.40, 0.16, 0.34, 0.10]])
+    assert analysis.predict(unlisted).tolist() == [-1, 0]
+    assert analysis.predict(unlisted, delta).tolist() == [-1, 2]
     with pytest.raises(ValueError, match="clean calibration document"):
         analysis.label_adjustments(a.iloc[0:0])
 

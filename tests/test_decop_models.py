@@ -82,9 +82,39 @@ def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
     assert prompts[0].endswith("Answer:<|im_end|>\n<|im_start|>assistant\n")
     assert all(len({tok(v, add_special_tokens=False)["input_ids"][0] for v in (x, " " + x)}) == 2
                for x in LETTERS)  # "A" and " A" are different tokens
+    # each a single token, so reading the last token of each (option_token_ids) is reading the first
+    from memaudit.backends.base import option_token_ids
+
+    assert [option_token_ids(tok, x) for x in LETTERS] == [
+        sorted({tok(v, add_special_tokens=False)["input_ids"][0] for v in (x, " " + x)}) for x in LETTERS]
     ours, _ = _backend_probabilities(HFBackend({}, model=model, tokenizer=tok), pairs)
     ref, _ = reference_probabilities(model, tok, prompts)
     assert np.abs(ours - ref).max() <= 1e-4
+
+
+def _sentencepiece_like_tokenizer():
+    """A tokenizer with Llama 2's normalizer (▁ prepended, spaces as ▁): " A" encodes as ▁, ▁A."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "▁": 1, **{f"▁{x}": 2 + i for i, x in enumerate(LETTERS)}, "▁Answer:": 6}
+    t = Tokenizer(models.WordPiece(vocab, unk_token="<unk>", max_input_chars_per_word=100))
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    t.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    t.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=t, unk_token="<unk>")
+
+
+def test_option_tokens_are_the_letters_not_the_space_a_sentencepiece_tokenizer_puts_first():
+    """The reference reads tokenizer("A").input_ids[-1]; the first token of " A" is a bare ▁ that
+    all four letters share, which would add one probability to each and squeeze them to 0.25."""
+    from memaudit.backends.base import option_token_ids
+
+    tok = _sentencepiece_like_tokenizer()
+    assert tok.convert_ids_to_tokens(tok(" A", add_special_tokens=False)["input_ids"]) == ["▁", "▁A"]
+    assert [option_token_ids(tok, x) for x in LETTERS] == [[2], [3], [4], [5]]
+    with pytest.raises(ValueError, match="no single token of this tokenizer answers option 'E'"):
+        option_token_ids(tok, "E")
 
 
 def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_asked():

@@ -109,6 +109,25 @@ def option_variants(option: str) -> tuple[str, ...]:
     return (option,) if option.startswith(" ") else (option, " " + option)
 
 
+def option_token_ids(tokenizer, option: str) -> list[int]:
+    """The token ids that answer ``option`` in a local model's next-token distribution.
+
+    For each of :func:`option_variants`, the *last* token of its encoding, as the DE-COP
+    reference reads ``tokenizer("A").input_ids[-1]``, kept when it decodes to the option alone.
+    The first token would be wrong for SentencePiece tokenizers (Llama 2, Mistral): they encode
+    ``" A"`` as ``▁`` then ``▁A``, and a bare ``▁`` shared by all four letters would add the same
+    probability to each. A tokenizer with no such token for an option is an error naming it.
+    """
+    ids = set()
+    for variant in option_variants(option):
+        encoded = tokenizer(variant, add_special_tokens=False)["input_ids"]
+        if encoded and tokenizer.decode([encoded[-1]]).strip() == option.strip():
+            ids.add(int(encoded[-1]))
+    if not ids:
+        raise ValueError(f"no single token of this tokenizer answers option {option!r}")
+    return sorted(ids)
+
+
 class Backend(abc.ABC):
     """A model behind one of the request types above."""
 

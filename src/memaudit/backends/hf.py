@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS,
-                                    Backend, Generation, GenerationParams, option_variants)
+                                    Backend, Generation, GenerationParams, option_token_ids)
 from memaudit.errors import ConfigError
 
 
@@ -135,9 +135,9 @@ class HFBackend(Backend):
                         share_prefix: bool = True) -> list[dict[str, float]]:
         """log p(option's first token | rendered prompt), read at the answer position by teacher forcing.
 
-        Each option string counts with its variants (``"A"`` and ``" A"``,
-        :func:`~memaudit.backends.base.option_variants`); their probabilities are summed,
-        since a tokenizer may emit either. Prompts are rendered as :meth:`generate` renders
+        Each option string counts with its variants (``"A"`` and ``" A"``, each read as the last
+        token of its encoding: :func:`~memaudit.backends.base.option_token_ids`); their
+        probabilities are summed, since a tokenizer may emit either. Prompts are rendered as :meth:`generate` renders
         them (system prompt, chat template) and batched ``batch_size`` at a time (default:
         the backend's) with their shared prefix computed once
         (:func:`memaudit.models.forward.next_token_logprobs`).
@@ -154,7 +154,7 @@ class HFBackend(Backend):
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         variant_ids: dict[str, list[int]] = {}
         for opt in {o for opts in options for o in opts}:
-            variant_ids[opt] = sorted({tok(v, add_special_tokens=False)["input_ids"][0] for v in option_variants(opt)})
+            variant_ids[opt] = option_token_ids(tok, opt)
         out: list[dict[str, float]] = []
         for logp in next_token_logprobs(self.model, encoded, pad_id=pad, batch_size=batch_size or self.batch_size,
                                         share_prefix=share_prefix):

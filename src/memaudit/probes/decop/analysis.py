@@ -35,11 +35,14 @@ def label_adjustments(answers: pd.DataFrame) -> np.ndarray:
 
 
 def predict(probs: np.ndarray, delta: np.ndarray | None = None) -> np.ndarray:
-    """argmax over the four labels, after adding Δ (Section 4.1: re-calibrate, then pick)."""
+    """argmax over the four labels, after adding Δ (Section 4.1: re-calibrate, then pick); -1 (no
+    answer, scored wrong) for a question without probabilities (an API that listed no letter),
+    which ``argmax`` over NaN would read as A."""
     p = np.asarray(probs, dtype=float)
     if delta is not None:
         p = p + np.asarray(delta, dtype=float)[None, :]
-    return p.argmax(axis=1)
+    unanswered = np.isnan(p).any(axis=1)
+    return np.where(unanswered, -1, np.where(np.isnan(p), -np.inf, p).argmax(axis=1))
 
 
 def verbatim_probability(answers: pd.DataFrame, mode: str) -> pd.Series | None:

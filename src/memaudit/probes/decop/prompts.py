@@ -68,14 +68,16 @@ def parse_paraphrases(reply: str) -> list[str]:
 
 
 def question(title: str, author: str, kind: str) -> str:
-    """Appendix C's question: books name title and author; papers (arXivTection) the title.
+    """Appendix C's question: books name title and author; papers (arXivTection) the title, in
+    the reference code's words (``2_decop_hf.py``: 'verbatim from the arXiv paper "X"?').
 
-    The paper prints two book variants (C.1 '"X" book by Y', C.2 '"X" by Y'); we use C.1's,
-    which reads as a sentence with or without a known author.
+    The paper prints two book variants (C.1 '"X" book by Y', C.2 '"X" by Y'); we use C.1's, the
+    reference code's. A book without a known author is a "document" (memaudit's wording).
     """
-    if kind == "paper" or not author or author == "unknown":
-        what = "paper" if kind == "paper" else "document"
-        return f'Which of the following passages is verbatim from the "{title}" {what}?'
+    if kind == "paper":
+        return f'Which of the following passages is verbatim from the arXiv paper "{title}"?'
+    if not author or author == "unknown":
+        return f'Which of the following passages is verbatim from the "{title}" document?'
     return f'Which of the following passages is verbatim from the "{title}" book by {author}?'
 
 
@@ -107,7 +109,8 @@ def correct_position(perm: Sequence[int], answer: int = 0) -> int:
     return list(perm).index(answer)
 
 
-_STRICT_RE = re.compile(r"^\s*[\"'(\[*]*\s*([A-D])\s*[\"')\].:*]*\s*$")
+# the letter alone, perhaps quoted, bracketed, starred or in the <...> the format hint asks for
+_STRICT_RE = re.compile(r"^\s*[\"'(\[*<]*\s*([A-D])\s*[\"')\].:*>]*\s*$")
 
 
 def parse_answer(text: str | None, *, provider_refusal: bool = False) -> tuple[str, str | None, str]:

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.backends.base import GenerationParams, option_variants
+from memaudit.backends.base import GenerationParams, option_token_ids
 from memaudit.probes.decop.prompts import LETTERS, correct_position, parse_answer, system_prompt, user_prompt
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,14 @@ def letter_probabilities(letter_logprobs: Sequence[dict[str, float]]) -> tuple[n
 
 
 def reference_probabilities(model, tokenizer, prompts: Sequence[str]):
-    """The reference implementation's way: one ``generate(max_new_tokens=2, output_scores=True)``
-    per rendered prompt, reading the scores of the first generated step (the benchmark's baseline)."""
+    """The benchmark's baseline: one ``generate(max_new_tokens=2, output_scores=True)`` per rendered
+    prompt, reading the letters' probabilities at the first generated step, as one generate() per
+    question (the reference reads step 1 or, for Llama-2-7B-chat, 2, and one token per letter)."""
     import torch
 
     from memaudit.models.forward import check_fits
 
-    letter_ids = [sorted({tokenizer(v, add_special_tokens=False)["input_ids"][0] for v in option_variants(letter)})
-                  for letter in LETTERS]
+    letter_ids = [option_token_ids(tokenizer, letter) for letter in LETTERS]
     probs, masses = [], []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with torch.inference_mode():
