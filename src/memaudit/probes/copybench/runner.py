@@ -408,11 +408,13 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     # built once; every decoding's outputs are searched against it, so greedy shows what MemFree removes
     index = None
     if "memfree" in cfg["decodings"]:
-        corpus = rejection_corpus(mode, items, documents) if rejection is None else rejection["texts"]
-        outcomes["rejection_corpus"] = ({"source": "items" if mode == "literal" else "documents",
-                                         "texts": len(corpus)} if rejection is None else
-                                        {"source": str(rejection["file"]), "texts": len(corpus),
-                                         "blank_left_out": len(rejection["blank"])})
+        if rejection is None:
+            corpus = rejection_corpus(mode, items, documents)
+            used = {"source": "items" if mode == "literal" else "documents", "texts": len(corpus)}
+        else:
+            corpus = rejection["texts"]
+            used = {"source": str(rejection["file"]), "texts": len(corpus), "blank_left_out": len(rejection["blank"])}
+        outcomes["rejection_corpus"] = used
         index = memfree_index(backend, corpus, int(cfg["memfree_n"]))
     for decoding in cfg["decodings"]:
         memfree = index if decoding == "memfree" else None

@@ -41,8 +41,7 @@ def predict(probs: np.ndarray, delta: np.ndarray | None = None) -> np.ndarray:
     p = np.asarray(probs, dtype=float)
     if delta is not None:
         p = p + np.asarray(delta, dtype=float)[None, :]
-    unanswered = np.isnan(p).any(axis=1)
-    return np.where(unanswered, -1, np.where(np.isnan(p), -np.inf, p).argmax(axis=1))
+    return np.where(np.isnan(p).any(axis=1), -1, p.argmax(axis=1))
 
 
 def verbatim_probability(answers: pd.DataFrame, mode: str) -> pd.Series | None:
