@@ -207,7 +207,12 @@ def test_paper_config_validates_with_the_papers_settings(tmp_path):
     cfg = load_config(pinned)
     decop = cfg["probes"]["decop"]
     assert decop["orderings"] == "permutations" and decop["lengths"] == [64, 128, 256]
-    assert decop["passages_per_document"] == 34 and decop["calibration_documents"] == 30
+    assert decop["passages_per_document"] == 34 and decop["calibration_documents"] == {"default": 30, "arxivtection": 0}
+    from memaudit.probes.decop.plan import calibration_documents
+
+    # DE-COP's 30 unseen books; arXivTection's 25 clean papers would all be held out: no calibration there
+    clean = {"booktection": 30, "arxivtection": 0}
+    assert {b: calibration_documents(decop, b) for b in clean} == clean
     assert decop["paraphrase"]["temperature"] == 0.1
     # DE-COP's logit mode on the chat checkpoints, as the reference's 2_decop_hf.py loads them
     assert [cfg["models"][m]["source"]["hub_id"] for m in cfg["probes"]["decop_logit"]["models"]] == [

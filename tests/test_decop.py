@@ -574,3 +574,65 @@ def test_local_paraphrases_are_trimmed_to_the_passage_length_at_sentence_ends():
     assert trim_to_length(long, original) == "A b c d e f g h i j. K l m n o p q r s."
     assert trim_to_length("One two.\n\nThree four five. Unfinished", original) == "One two.\n\nThree four five."
     assert trim_to_length("no sentence end at all", original) == "no sentence end at all"
+
+
+def test_calibration_documents_per_benchmark_resolve_validate_and_zero_skips_calibration():
+    """config/paper.yaml's arXivTection has 25 clean papers: BookTection's 30 calibration books would
+    stop its decop_items job, so the number can be given per benchmark, and 0 means no calibration."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import validate_config
+    from memaudit.probes.decop import plan
+    from memaudit.probes.decop.runner import _evaluate
+
+    ci = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "ci.yaml").read_text())
+    cfg = copy.deepcopy(ci)
+    benches = sorted(cfg["benchmarks"])
+    cfg["probes"]["decop"]["calibration_documents"] = {"default": 3, benches[0]: 0}
+    done = validate_config(cfg)
+    assert plan.calibration_documents(done["probes"]["decop"], benches[0]) == 0
+    assert plan.calibration_documents(done["probes"]["decop"], benches[1]) == 3
+    assert plan.calibration_documents({"calibration_documents": {benches[0]: 2}}, benches[1]) == 30  # the paper's
+    assert plan.calibration_documents({}, benches[0]) == 30
+    first, second = plan.settings(done, benches[0]), plan.settings(done, benches[1])
+    assert first["calibration_documents"] == 0 and second["calibration_documents"] == 3
+    assert {k: v for k, v in first.items() if k != "calibration_documents"} == \
+        {k: v for k, v in second.items() if k != "calibration_documents"}
+    assert "models" not in first and "benchmarks" not in first
+    # a one-number config is every benchmark's number: the demo's job parameters do not change
+    assert plan.settings(validate_config(ci), benches[0])["calibration_documents"] == ci["probes"]["decop"][
+        "calibration_documents"]
+
+    cfg["probes"]["decop"]["calibration_documents"] = {"default": 3, "arxivtecton": 0}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert str(err.value).splitlines() == [
+        f"config key probes.decop.calibration_documents.arxivtecton: not a configured benchmark (benchmarks: "
+        f"{', '.join(benches)}; or `default`)"]
+    cfg["probes"]["decop"]["calibration_documents"] = {"default": -1}
+    with pytest.raises(ConfigError, match="probes.decop.calibration_documents"):
+        validate_config(cfg)
+
+    docs = [{"doc_id": f"d{i:02d}", "meta": {"label": int(i < 10)}} for i in range(25)]
+    roles = select_documents(docs, n_documents=None, calibration_documents=0, seed=3)
+    assert set(roles.values()) == {"evaluate"} and len(roles) == 25
+    with pytest.raises(InputError) as err:
+        select_documents(docs, n_documents=None, calibration_documents=30, seed=3, where="arxiv/documents.jsonl")
+    assert str(err.value).startswith("arxiv/documents.jsonl: probes.decop.calibration_documents=30 leaves no "
+                                     "clean document to evaluate (only 15 clean documents)")
+
+    # logit mode with 0 calibration documents: the uncalibrated variant only, and the reason recorded
+    answers = pd.DataFrame([{"doc_id": d, "label": lab, "role": "evaluate", "passage_id": f"{d}#0",
+                             "item_id": f"{d}#0", "length": 64, "ordering": "0123", "correct": 0, "pred": pred,
+                             "p_A": pa, "p_B": (1 - pa) / 3, "p_C": (1 - pa) / 3, "p_D": (1 - pa) / 3}
+                            for d, lab, pred, pa in [("m", 1, 0, 0.7), ("n", 0, 1, 0.1)]])
+    scored, table, calibration = _evaluate(answers, "logit", [64], fdr=0.1, calibration_documents=0)
+    assert calibration == {"64": {"skipped": "probes.decop.calibration_documents is 0 for this benchmark",
+                                  "n_calibration_documents": 0}}
+    assert not scored["method"].str.contains("calibrated").any()
+    assert dict(zip(scored.loc[scored["method"] == "decop-logit", "doc_id"],
+                    scored.loc[scored["method"] == "decop-logit", "score"])) == {"m": 1.0, "n": 0.0}

@@ -14,7 +14,7 @@ rule decop_items:
         mcq="results/datasets/{benchmark}/decop_items.jsonl",
         qc="results/datasets/{benchmark}/decop_qc.csv",
     params:
-        decop=probe_settings("decop"),
+        decop=lambda wc: decop_plan.settings(config, wc.benchmark),
         paraphraser=lambda wc: (
             role_model(config, "decop", "paraphraser") if decop_plan.needs_paraphraser(config, wc) else None
         ),
@@ -55,7 +55,7 @@ rule decop_probe:
         mode=mode_constraint("decop"),
     params:
         family="decop",
-        decop=probe_settings("decop"),
+        decop=lambda wc: decop_plan.settings(config, wc.benchmark),
         entry=model_entry,
         mode_settings=lambda wc: probe_settings(f"decop_{wc.mode}"),
         code_version=family_version("decop"),

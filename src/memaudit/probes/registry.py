@@ -112,8 +112,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=2, fingerprint="11c0e2d54943449f",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=2, fingerprint="6c80f1c0636e7826",
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
+        checks="memaudit.probes.decop.plan:check_config",
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
     ProbeFamily(
@@ -143,7 +144,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=6, fingerprint="0f34089ccda2ad82",
+        runner="memaudit.probes.ktd.runner:run_job", version=6, fingerprint="29d54d58a8aa681b",
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),

@@ -84,7 +84,7 @@ def passages_of(text: str, length_tokens: int, n: int | None, *, seed: int | str
 
 
 def select_documents(docs: Sequence[dict], *, n_documents: int | None, calibration_documents: int,
-                     seed: int | str) -> dict[str, str]:
+                     seed: int | str, where: str = "documents") -> dict[str, str]:
     """``doc_id -> role``: ``calibrate`` for clean documents held out for Algorithm 1, ``evaluate`` for
     the rest (at most ``n_documents``, half members and half non-members when both exist).
 
@@ -96,8 +96,9 @@ def select_documents(docs: Sequence[dict], *, n_documents: int | None, calibrati
     label = {d["doc_id"]: int(d["meta"]["label"]) for d in docs}
     clean = [i for i in ids if label[i] == NONMEMBER]
     if calibration_documents >= len(clean):
-        raise InputError(f"calibration_documents={calibration_documents} leaves no clean document to evaluate "
-                         f"(only {len(clean)} clean documents)")
+        raise InputError(f"{where}: probes.decop.calibration_documents={calibration_documents} leaves no clean "
+                         f"document to evaluate (only {len(clean)} clean documents); give this benchmark fewer "
+                         f"(calibration_documents: {{default: N, <benchmark>: n}}, 0 for none)")
     calib = set(rng.sample(clean, calibration_documents))
     rest = [i for i in ids if i not in calib]
     if n_documents is not None and n_documents < len(rest):

@@ -3,7 +3,41 @@
 from __future__ import annotations
 
 from memaudit.backends.base import is_api_model
-from memaudit.jobs import probe_runs
+from memaudit.jobs import canonical, probe_runs
+
+# Algorithm 1's 30 unseen books (Section 4.1): the default where the config names no number
+DEFAULT_CALIBRATION_DOCUMENTS = 30
+
+
+def calibration_documents(cfg: dict, benchmark: str) -> int:
+    """``probes.decop.calibration_documents`` for one benchmark: a number for every benchmark, or a
+    mapping of benchmark names (and ``default``) to numbers. arXivTection has 25 clean papers, so
+    BookTection's 30 cannot apply to it; 0 computes no calibrated variant (the paper calibrates on
+    books only, Section 6.5)."""
+    value = cfg.get("calibration_documents", DEFAULT_CALIBRATION_DOCUMENTS)
+    if isinstance(value, dict):
+        value = value.get(benchmark, value.get("default", DEFAULT_CALIBRATION_DOCUMENTS))
+    return int(value)
+
+
+def settings(config: dict, benchmark: str) -> dict:
+    """``probes.decop`` as one benchmark's jobs see it (less ``models``/``benchmarks``, which choose jobs):
+    ``calibration_documents`` resolved to that benchmark's number, so changing another benchmark's
+    number reruns nothing here."""
+    cfg = {k: v for k, v in config["probes"].get("decop", {}).items() if k not in ("models", "benchmarks")}
+    cfg["calibration_documents"] = calibration_documents(cfg, benchmark)
+    return canonical(cfg)
+
+
+def check_config(config: dict) -> list[str]:
+    """DE-COP's config problems (dotted key: message): a per-benchmark ``calibration_documents`` names
+    configured benchmarks (or ``default``) only."""
+    value = config.get("probes", {}).get("decop", {}).get("calibration_documents")
+    if not isinstance(value, dict):
+        return []
+    known = sorted(config.get("benchmarks", {}))
+    return [f"probes.decop.calibration_documents.{name}: not a configured benchmark (benchmarks: "
+            f"{', '.join(known)}; or `default`)" for name in value if name != "default" and name not in known]
 
 
 def has_published_items(bench: dict) -> bool:

@@ -41,7 +41,8 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
     """
     docs = read_jsonl(documents_path)
     roles = select_documents(docs, n_documents=cfg.get("n_documents"),
-                             calibration_documents=int(cfg["calibration_documents"]), seed=seed)
+                             calibration_documents=int(cfg["calibration_documents"]), seed=seed,
+                             where=str(documents_path))
     by_id = {d["doc_id"]: d for d in docs}
     lengths = [int(n) for n in cfg["lengths"]]
     todo = []
@@ -97,7 +98,8 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
 
     docs = read_jsonl(documents_path)
     roles = select_documents(docs, n_documents=cfg.get("n_documents"),
-                             calibration_documents=int(cfg["calibration_documents"]), seed=seed)
+                             calibration_documents=int(cfg["calibration_documents"]), seed=seed,
+                             where=str(documents_path))
     lengths = {int(n) for n in cfg["lengths"]}
     source = published.get("path") or published.get("hf") or published["format"]
     items = []
@@ -129,15 +131,22 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
 
 # ----------------------------------------------------------------------------- scoring
 
-def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: float):
-    """Document scores (evaluated documents) and the per-document table (all), per variant and length."""
+def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: float, *,
+              calibration_documents: int | None = None):
+    """Document scores (evaluated documents) and the per-document table (all), per variant and length.
+    ``calibration_documents``: the number configured for this benchmark (0: no calibrated variant)."""
     doc_rows, tables, calibration = [], [], {}
     for length in lengths:
         ans = answers[answers["length"] == length]
         if ans.empty:
             continue
         variants = [("pred", "")]
-        if mode == "logit" and ans[ans["role"] == "calibrate"].empty:
+        if mode == "logit" and calibration_documents == 0:
+            log.info("%d-token passages: probes.decop.calibration_documents is 0 for this benchmark; "
+                     "decop-logit-calibrated is not computed", length)
+            calibration[str(length)] = {"skipped": "probes.decop.calibration_documents is 0 for this benchmark",
+                                        "n_calibration_documents": 0}
+        elif mode == "logit" and ans[ans["role"] == "calibrate"].empty:
             # Quality control can reject every clean calibration passage: report the
             # uncalibrated variant and say why the calibrated one is missing, never crash.
             log.warning("%d-token passages: no clean calibration document survived quality control; "
@@ -243,7 +252,8 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
 
         answers = score_likelihood(backend, items)
     progress(f"{mode} mode: {len(answers)} questions in {time.time() - t0:.1f}s")
-    documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]))
+    documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]),
+                                              calibration_documents=cfg.get("calibration_documents"))
     if mode == "blackbox":
         counts = answers.groupby("doc_id")["status"].value_counts().unstack(fill_value=0)
         for status in ("invalid", "refusal", "error"):
