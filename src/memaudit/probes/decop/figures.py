@@ -66,6 +66,12 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
 
 # ----------------------------------------------------------------------------- the figures
 
+# Which AUC: the ROC-AUC of the document scores (accuracy, or mean verbatim probability), the
+# summary table's `auc`. DE-COP's own tables and Figures 4-5 report the mean of 10 bootstrap
+# resamples of the reference code's binarized AUC (Section 5.1.3), which metrics.csv carries as
+# auc_binarized_boot_mean: the two are not the same number.
+AUC_LABEL = "ROC-AUC of document scores"
+
 def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
     """DE-COP AUC against parameter count, one line per (model family: base/contaminated, method)."""
     with style():
@@ -82,7 +88,7 @@ def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> lis
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(format_params))
-        ax.set(xlabel="parameters", ylabel="AUC (document score)", ylim=(0, 1.02), title=title)
+        ax.set(xlabel="parameters", ylabel=AUC_LABEL, ylim=(0, 1.02), title=title)
         if groups:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         return save_figure(fig, out_prefix)
@@ -102,7 +108,7 @@ def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> l
             ax.set_xticks(sorted(data["length"].unique()))
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-        ax.set(xlabel="passage length (tokens)", ylabel="AUC", ylim=(0, 1.02), title=title)
+        ax.set(xlabel="passage length (tokens)", ylabel=AUC_LABEL, ylim=(0, 1.02), title=title)
         return save_figure(fig, out_prefix)
 
 
