@@ -217,3 +217,26 @@ def test_memfree_counts_the_prompt(setup):
                  for p in prompts]
     assert ours == reference
     assert all(o[0] != b[0] for o, b in zip(ours, plain))
+
+
+def test_memfree_index_refuses_a_verbatim_continuation_from_its_first_ngram(tiny_backend):
+    """A literal reference is the text after the prompt's prefix: the model writes its first word after
+    a space. Tokenised alone (the reference code's way) the index never holds that first n-gram."""
+    from memaudit.probes.copybench.runner import memfree_index
+
+    tok = tiny_backend.tokenizer
+    prefix, reference = "Call me Ishmael. Some years ago,", "never mind how long precisely, having little"
+    whole = tok(prefix + " " + reference, add_special_tokens=False)["input_ids"]
+    head = tok(prefix, add_special_tokens=False)["input_ids"]
+    assert whole[:len(head)] == head
+    written = whole[len(head):]  # the verbatim continuation's tokens, as a model emits them
+    alone = NGramIndex.build([tok(reference, add_special_tokens=False)["input_ids"]], 3)
+    assert written[0] != tok(reference, add_special_tokens=False)["input_ids"][0]  # " never" is not "never"
+    assert 0 not in alone.contains_ngram(written)  # the old index let the first n-gram through
+    index = memfree_index(tiny_backend, [reference], 3)
+    assert index.contains_ngram(written) == list(range(len(written) - 2))  # every window, the first included
+    assert index.blocked(written[:2]) == frozenset({written[2]})
+    assert set(alone.contains_ngram(written)) < set(index.contains_ngram(written))
+    # a text that already starts with a space is indexed once
+    assert len(memfree_index(tiny_backend, [" " + reference], 3)) == len(NGramIndex.build(
+        [tok(" " + reference, add_special_tokens=False)["input_ids"]], 3))

@@ -130,7 +130,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=3, fingerprint="923d370332da3f7b",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="dc402ae6e2e9684f",
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",

@@ -508,13 +508,22 @@ def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: C
 # ----------------------------------------------------------------------------- MemFree
 
 def memfree_index(backend, corpus: Sequence[str], n: int):
+    """MemFree's n-gram index of ``corpus`` in ``backend``'s tokenizer, each text tokenised twice: as it
+    is, and after a space, as it reads when a generation continues a prefix with it.
+
+    The reference (``vllm_memfree_sampler.py``) tokenises each text alone, so a literal reference's
+    first word is indexed without its leading space ("word", not " word") and the n-grams that hold it
+    never match the continuation a model writes: a verbatim copy of the reference was refused only from
+    the first n-gram after its first word. Indexing both spellings refuses it from the first n-gram;
+    a space-led variant of a text adds only n-grams of that same text."""
     from memaudit.probes.copybench.memfree import NGramIndex
 
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is None:
         raise ConfigError(f"probes.copybench.decodings: memfree needs an open model's tokenizer; "
                           f"model {backend.name!r} has none (API models cannot use MemFree)")
-    sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in corpus]
+    variants = [v for text in corpus for v in ((text,) if text[:1].isspace() else (text, " " + text))]
+    sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in variants]
     return NGramIndex.build(sequences, n)
 
 
