@@ -216,100 +216,47 @@ def test_filter_without_models_keeps_all_and_errors_stop_it():
         knowledge_filter.knowledge_filter([cand("c1", "d1", "x", "no mask here")], {})
 
 
-# ----------------------------------------------------------------------------- probing and per-text scores
+# ----------------------------------------------------------------------------- reading replies
 
 
-PROBE_CANDIDATES = [
-    cand("d1-1", "d1", "Frodo", "A hobbit named [MASK] left the Shire."),
-    cand("d1-2", "d1", "Mordor", "He walked into [MASK] at last."),
-    cand("d1-3", "d1", "Bree", "They reached [MASK] by nightfall."),
-    cand("d2-1", "d2", "lembas", "They ate [MASK] on the road."),
-    cand("d2-2", "d2", "Shadowfax", "Gandalf rode [MASK] to Minas Tirith."),
-    cand("d3-1", "d3", "Smaug", "The dragon [MASK] slept on the gold."),
-]
-REPLIES = {
-    "A hobbit named [MASK] left the Shire.": "<word>frodo</word>",  # reconstructed
-    "He walked into [MASK] at last.": "<word>Mordor.</word>",  # reconstructed
-    "They reached [MASK] by nightfall.": "<word>Rivendell</word>",  # wrong
-    "They ate [MASK] on the road.": "<word>Lembas</word>",  # reconstructed
-    "Gandalf rode [MASK] to Minas Tirith.": "Shadowfax",  # no tags: invalid, though right
-    "The dragon [MASK] slept on the gold.": "I'm sorry, but I can't help with that.",
+REPLIES = {  # context -> (reply, the status and guess read from it)
+    "A hobbit named [MASK] left the Shire.": (Generation(text="<word>frodo</word>"), ("ok", "frodo")),
+    "He walked into [MASK] at last.": (Generation(text="<word>Mordor.</word>"), ("ok", "Mordor")),
+    "Gandalf rode [MASK] to Minas Tirith.": (Generation(text="Shadowfax"), ("invalid", None)),  # no tags
+    "The dragon [MASK] slept on the gold.": (Generation(text="I'm sorry, but I can't help with that."),
+                                             ("refusal", None)),
+    "They ate [MASK] on the road.": (Generation(text="", status="error", error="timeout"), ("error", None)),
 }
-TEXTS = [{"doc_id": d, "label": lab} for d, lab in [("d1", 1), ("d2", 1), ("d3", 0), ("d4", 0)]]
 
 
-def test_probe_records_and_text_summary():
-    backend = ScriptedBackend(lambda p: REPLIES[passage_of(p)])
-    records = scoring.probe_texts(backend, PROBE_CANDIDATES)
-    assert [len(sent) for sent, _ in backend.calls] == [3, 2, 1]  # one call per text
-    assert backend.calls[0][0][0] == prompts.cloze_prompt(PROBE_CANDIDATES[0]["context"])
-    by_id = {r["candidate_id"]: r for r in records}
-    assert (by_id["d1-1"]["guess"], by_id["d1-1"]["status"], by_id["d1-1"]["reconstructed"]) == ("frodo", "ok", True)
-    assert (by_id["d1-3"]["status"], by_id["d1-3"]["reconstructed"]) == ("ok", False)
-    assert (by_id["d2-2"]["guess"], by_id["d2-2"]["status"], by_id["d2-2"]["reconstructed"]) == (None, "invalid", False)
-    assert by_id["d3-1"]["status"] == "refusal"
-    assert list(records[0]) == scoring.RECORD_COLUMNS
-
-    summary = scoring.summarise_texts(records, TEXTS).set_index("doc_id")
-    assert list(summary.index) == ["d1", "d2", "d3", "d4"]  # no text dropped
-    d1, d2, d3, d4 = (summary.loc[d] for d in ("d1", "d2", "d3", "d4"))
-    assert (d1.n_candidates, d1.n_probed, d1.n_reconstructed, d1.n_invalid, d1.n_refusal) == (3, 3, 2, 0, 0)
-    assert bool(d1.memorised) and d1.score == 2.0 and d1.reconstruction_rate == pytest.approx(2 / 3)
-    assert d1.reason == ""
-    assert (d2.n_candidates, d2.n_probed, d2.n_reconstructed, d2.n_invalid) == (2, 1, 1, 1)
-    assert not bool(d2.memorised) and d2.score == 1.0
-    assert (d3.n_candidates, d3.n_probed, d3.n_refusal, d3.reason) == (1, 0, 1, "too_few_candidates")
-    assert (d4.n_candidates, d4.score, d4.reason) == (0, 0.0, "too_few_candidates")
-    assert np.isnan(d4.reconstruction_rate)
-    assert set(summary["mode"]) == {"generate"}
-
-    # the threshold is configurable: one reconstruction suffices at min_reconstructed=1
-    loose = scoring.summarise_texts(records, TEXTS, min_reconstructed=1).set_index("doc_id")["memorised"]
-    assert loose.to_dict() == {"d1": True, "d2": True, "d3": False, "d4": False}
-    docs = scoring.document_frame(scoring.summarise_texts(records, TEXTS), "cloze_prob")
-    assert list(docs.columns[:4]) == ["doc_id", "label", "method", "score"]
-    assert docs["score"].tolist() == [2.0, 1.0, 0.0, 0.0]
-
-
-def test_summary_keeps_an_upstream_reason_and_rejects_stray_records():
-    texts = [{"doc_id": "d9", "label": 0, "reason": "pdf_without_text"}]
-    row = scoring.summarise_texts([], texts).iloc[0]
-    assert row["reason"] == "pdf_without_text" and row["n_candidates"] == 0
-    with pytest.raises(ValueError, match="not in the text list"):
-        scoring.summarise_texts([{"doc_id": "dX", "status": "ok", "reconstructed": True}], texts)
+def test_classify_reply_reads_status_and_guess():
+    for context, (reply, expected) in REPLIES.items():
+        assert scoring.classify_reply(reply, context=context) == expected, context
+    assert prompts.matches("frodo", "Frodo")  # case is no miss
 
 
 def test_errors_are_counted_not_raised_and_one_word_style():
+    """The runner's black-box path (the only one): an error reply is counted in its passage's row."""
+    from memaudit.probes.cloze import runner
+
+    text = "Which of these is produced during photosynthesis? They ate lembas on the road."
+    items = [{"passage_id": "q1#p0", "doc_id": "q1", "label": 1, "text": text, "reasons": {},
+              "tokens": [{"measure": "prob", "word": w, "start": text.index(w), "end": text.index(w) + len(w),
+                          "context": text.replace(w, "[MASK]")} for w in ("photosynthesis", "lembas")]}]
     backend = ScriptedBackend(lambda p: Generation(text="", status="error", error="timeout")
-                              if "road" in p else "Answer: photosynthesis")
-    cands = [cand("q1", "q1", "photosynthesis", "Which of these is produced during [MASK]?"),
-             cand("q2", "q1", "lembas", "They ate [MASK] on the road.")]
-    records = scoring.probe_texts(backend, cands, style="one_word")
-    assert backend.calls[0][0][0] == prompts.one_word_prompt(cands[0]["context"])
-    assert [(r["status"], r["reconstructed"]) for r in records] == [("ok", True), ("error", False)]
-    row = scoring.summarise_texts(records, [{"doc_id": "q1", "label": 1}]).iloc[0]
-    assert (row["n_candidates"], row["n_probed"], row["n_error"], row["n_reconstructed"]) == (2, 1, 1, 1)
+                              if "[MASK] on the road" in p else "Answer: photosynthesis")
+    tokens = runner.probe_tokens(items)
+    answers = runner.blackbox_answers(backend, tokens, style="one_word", max_new_tokens=8)
+    assert backend.calls[0][0][0] == prompts.one_word_prompt(tokens[0][1]["context"])
+    assert [(a["status"], a["reconstructed"]) for a in answers] == [("ok", True), ("error", False)]
+    row = runner.text_table(items, runner.token_table(items, tokens, answers), ["prob"], min_reconstructed=2).iloc[0]
+    assert (row["n_tokens"], row["n_reconstructed"], row["n_error"], row["memorised"]) == (2, 1, 1, False)
 
 
 def test_a_tagged_answer_flagged_as_refusal_by_the_backend_counts_as_answered():
     gen = Generation(text="I can't be certain, but <word>Frodo</word>", status="refusal")
     assert scoring.classify_reply(gen) == ("ok", "Frodo")
     assert scoring.classify_reply(Generation(text="No idea.")) == ("invalid", None)
-
-
-def test_rank_mode():
-    cands = PROBE_CANDIDATES[:3] + PROBE_CANDIDATES[3:4]
-    spans = [{"logprob": -0.1, "first_logprob": -0.1, "rank": 0}, {"logprob": -3.0, "first_logprob": -2.0, "rank": 3},
-             {"logprob": -0.5, "first_logprob": -0.2, "rank": 0}, None]
-    records = scoring.rank_records(cands, spans)
-    assert [r["reconstructed"] for r in records] == [True, False, True, False]
-    assert [r["status"] for r in records] == ["ok", "ok", "ok", "invalid"]
-    summary = scoring.summarise_texts(records, TEXTS[:2], mode="rank").set_index("doc_id")
-    assert summary.loc["d1", "mean_reciprocal_rank"] == pytest.approx((1 + 1 / 4 + 1) / 3)
-    assert summary.loc["d1", "score"] == pytest.approx(0.75)
-    assert bool(summary.loc["d1", "memorised"]) and summary.loc["d1", "n_reconstructed"] == 2
-    assert summary.loc["d2", "score"] == 0.0 and summary.loc["d2", "n_invalid"] == 1
-    assert set(summary["mode"]) == {"rank"}
 
 
 # ----------------------------------------------------------------------------- prefix-LCS baseline

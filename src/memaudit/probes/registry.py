@@ -159,7 +159,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="75e2dc25f8cbf390",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="3832d673bbf8681b",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
