@@ -10,7 +10,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from memaudit.probes.decop import analysis
-from memaudit.probes.decop.construct import passages_of, read_pdf, select_documents, words_for_tokens
+from memaudit.datasets.readers import read_pdf
+from memaudit.probes.decop.construct import passages_of, select_documents, words_for_tokens
 from memaudit.datasets.published import load_bookmia, load_tection_file
 from memaudit.probes.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate, trim_commentary
 from memaudit.probes.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,

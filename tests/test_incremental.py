@@ -18,6 +18,7 @@ jobs to the first set and fails the test.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ import yaml
 from memaudit import jobs
 
 from memaudit.versions import VERSIONED, code_version
-from workflow_helpers import ROOT, directory_outputs, make_workdir, planned_jobs, touch_finished
+from workflow_helpers import ROOT, directory_outputs, make_workdir, planned_jobs, snakemake, touch_finished
 
 pytestmark = pytest.mark.workflow
 
@@ -257,3 +258,41 @@ def test_code_version_is_read_without_importing(module, name):
 def test_code_version_of_a_missing_constant_is_an_error():
     with pytest.raises(LookupError, match="assigns no top-level NO_SUCH_VERSION"):
         code_version("memaudit.probes.token_prob.methods", "NO_SUCH_VERSION")
+
+
+def test_a_book_added_to_a_user_books_folder_reruns_its_benchmark(tmp_path):
+    """The user's books are the dataset job's inputs: a new file (here a PDF paper) reruns it, and
+    an untouched folder reruns nothing. The dataset is built for real (seconds: the folder is small)."""
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    workdir = make_workdir(tmp_path)
+    books = workdir / "mybooks"
+    books.mkdir()
+    chapters = "\n\n".join(f"CHAPTER {n}.\n\n" + " ".join(f"Sentence {n} {k} of the tale." for k in range(30))
+                           for n in ("I", "II", "III", "IV"))
+    (books / "tale.txt").write_text(f"A TALE\n\n{chapters}\n", encoding="utf-8")
+
+    def mine(c):
+        c["benchmarks"]["mine"] = {"sources": ["user_books"], "passage_words": 20, "passages_per_document": 1,
+                                   "source_options": {"user_books": {"directory": "mybooks", "min_chapter_words": 20}}}
+
+    config = with_config(workdir, "mine", mine)
+    target = "results/datasets/mine/documents.jsonl"
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+    assert len((workdir / target).read_text().splitlines()) == 4  # four chapters
+    assert "Nothing to be done" in snakemake(workdir, target, "-n", "--configfile", config).stdout
+
+    with PdfPages(books / "paper.pdf") as pdf:
+        fig = Figure()
+        fig.text(0.05, 0.5, "A paper of our own, with several words in it.", fontsize=10)
+        pdf.savefig(fig)
+    plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["benchmark_dataset"]
+    assert "reason: Updated input files: mybooks/paper.pdf" in plan
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+    kinds = [json.loads(line)["kind"] for line in (workdir / target).read_text().splitlines()]
+    assert sorted(kinds) == ["book"] * 4 + ["paper"]
+    (books / "tale.txt").unlink()  # a book taken out of the folder reruns it too
+    plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["benchmark_dataset"]

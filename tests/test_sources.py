@@ -249,7 +249,7 @@ def test_user_books_txt_and_epub(tmp_path):
     books.mkdir()
     (books / "little tales.txt").write_text(GUTENBERG_BOOK, encoding="utf-8")
     (books / "notes.txt").write_text("One paragraph per line.\nAnother line here.\n", encoding="utf-8")
-    (books / "ignored.pdf").write_bytes(b"%PDF")
+    (books / "ignored.docx").write_bytes(b"PK")
     with zipfile.ZipFile(books / "Story.epub", "w") as zf:
         zf.writestr("META-INF/container.xml",
                     '<container xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
@@ -271,6 +271,40 @@ def test_user_books_txt_and_epub(tmp_path):
         ("user/story/ch001", "A Story", "Bo Teller", "", "Once upon a time.\n\nThe end came."),
     ]
     assert {d.source for d in docs} == {"user_books"} and {d.kind for d in docs} == {"book"}
+
+
+def test_user_books_reads_pdf_papers_for_an_arxivtection_like_benchmark(tmp_path):
+    """A paper is one document of kind paper: its text layer (pypdf) with hyphenated line breaks re-joined,
+    title and author from the PDF's metadata (else the file name and "unknown")."""
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    papers = tmp_path / "papers"
+    papers.mkdir()
+    for name, meta, pages in [
+        ("attention.pdf", {"Title": "Attention Is Enough", "Author": "A. Writer"},
+         ["Transformers re-\nplace recurrence with attention.\nThey scale well.", "Page two says more."]),
+        ("untitled.pdf", {}, ["A second paper without metadata."]),
+    ]:
+        with PdfPages(papers / name, metadata=meta) as pdf:
+            for page in pages:
+                fig = Figure()
+                fig.text(0.05, 0.5, page, fontsize=10)
+                pdf.savefig(fig)
+    docs = load_source("user_books", tmp_path, directory=papers)
+    assert [(d.doc_id, d.title, d.author, d.kind, d.text, d.meta["n_words"]) for d in docs] == [
+        ("user/attention", "Attention Is Enough", "A. Writer", "paper",
+         "Transformers replace recurrence with attention. They scale well. Page two says more.", 12),
+        ("user/untitled", "untitled", "unknown", "paper", "A second paper without metadata.", 5)]
+    # a broken or text-less PDF stops the source with its name and the reason
+    (papers / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    with pytest.raises(InputError, match=r"broken\.pdf: not a readable PDF"):
+        load_source("user_books", tmp_path, directory=papers)
+    (papers / "broken.pdf").unlink()
+    with PdfPages(papers / "scan.pdf") as pdf:
+        pdf.savefig(Figure())
+    with pytest.raises(InputError, match=r"scan\.pdf: no text layer in its 1 page\(s\)"):
+        load_source("user_books", tmp_path, directory=papers)
 
 
 def test_user_books_missing_directory_and_bad_file(tmp_path):

@@ -9,6 +9,7 @@ from memaudit.errors import ConfigError
 from memaudit.backends.planning import planned_inputs
 from memaudit.backends.settings import api_settings, api_slots
 from memaudit.config import contaminated_on, model_build_settings, model_scoring_settings
+from memaudit.datasets.sources import user_books_inputs
 from memaudit.jobs import canonical
 from memaudit.probes.registry import FAMILIES, family_version, role_model
 from memaudit.versions import code_version
@@ -129,6 +130,11 @@ def published_file(wildcards):
     if published.get("format") == "copybench":
         return published_inputs(config, wildcards)
     return {"published": published["path"]} if published.get("path") else {}
+
+
+def user_books(wildcards):
+    """A benchmark built from the user's books reruns when one is added, changed or removed."""
+    return user_books_inputs(config["benchmarks"][wildcards.benchmark])
 
 
 def probe_documents(wildcards):

@@ -20,6 +20,7 @@ rule benchmark_dataset:
     input:
         unpack(published_file),
         assets=rules.fetch_assets.output.stamp,
+        user_books=user_books,
     output:
         documents="results/datasets/{benchmark}/documents.jsonl",
         passages="results/datasets/{benchmark}/passages.jsonl",
@@ -41,6 +42,7 @@ rule benchmark_dataset:
 rule pretrain_pool:
     input:
         assets=rules.fetch_assets.output.stamp,
+        user_books=lambda wc: user_books_inputs(config["pretrain"]),
     output:
         documents="results/pretrain/documents.jsonl",
     params:

@@ -1,4 +1,4 @@
-"""Readers of the files a user's books come in: UTF-8 text and epub.
+"""Readers of the files a user's books and papers come in: UTF-8 text, epub and PDF.
 
 Each reads only the file it is given; a file that cannot be read, or has no
 text left after :func:`~memaudit.datasets.text.clean_text`, raises
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html.parser
 import posixpath
+import re
 import zipfile
 from pathlib import Path
 from urllib.parse import unquote
@@ -17,7 +18,7 @@ from xml.etree import ElementTree
 from memaudit.datasets.text import clean_text
 from memaudit.errors import InputError
 
-__all__ = ["epub_metadata", "read_epub", "read_text_file"]
+__all__ = ["epub_metadata", "pdf_metadata", "read_epub", "read_pdf", "read_text_file"]
 
 
 def read_text_file(path: str | Path) -> str:
@@ -182,3 +183,40 @@ def read_epub(path: str | Path) -> str:
     if not clean_text(text):
         raise InputError(f"{path}: no text in the epub's spine documents")
     return text
+
+
+def read_pdf(path: str | Path) -> str:
+    """A PDF's text layer as prose: pypdf's pages in order (the one PDF reader,
+    :func:`memaudit.datasets.articles.read_pdf_text`), words hyphenated across lines re-joined and the
+    lines of a paragraph joined, then :func:`clean_text`. A broken, encrypted or scanned (text-less)
+    PDF raises :class:`InputError` naming the file and why."""
+    from memaudit.datasets.articles import read_pdf_text
+    from memaudit.datasets.rejects import RowReject
+
+    try:
+        text = read_pdf_text(path)
+    except RowReject as exc:
+        raise InputError(f"{path}: {exc.reason}") from None
+    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
+    text = re.sub(r"(?<!\n)\n(?!\n)", " ", text)
+    text = clean_text(text)
+    if not text:
+        raise InputError(f"{path}: no text left after cleaning its text layer")
+    return text
+
+
+def pdf_metadata(path: str | Path) -> dict[str, str]:
+    """``title`` and ``author`` from a PDF's document information, where it has them (read after
+    :func:`read_pdf` has accepted the file)."""
+    from pypdf import PdfReader
+
+    try:
+        info = PdfReader(str(path)).metadata or {}
+    except Exception:  # noqa: BLE001 - metadata is optional; read_pdf has already judged the file
+        return {}
+    out = {}
+    for key, field in (("title", "/Title"), ("author", "/Author")):
+        value = clean_text(str(info.get(field) or ""))
+        if value:
+            out[key] = value
+    return out

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from xml.etree import ElementTree
 
 from memaudit.assets import package_dir, read_lazyload, read_rda
-from memaudit.datasets.readers import epub_metadata, read_epub, read_text_file
+from memaudit.datasets.readers import epub_metadata, pdf_metadata, read_epub, read_pdf, read_text_file
 from memaudit.datasets.text import (
     clean_text,
     gutenberg_metadata,
@@ -266,24 +266,47 @@ def _load_reuters(assets_dir: Path) -> list[Document]:
 
 # --------------------------------------------------------------------------- user_books
 
+USER_BOOKS_DIRECTORY = "resources/books"
+USER_BOOK_SUFFIXES = (".txt", ".epub", ".pdf")
+
+
+def user_book_files(directory: str | Path = USER_BOOKS_DIRECTORY) -> list[Path]:
+    """The files the ``user_books`` source reads, sorted (none for a missing directory): what a
+    dataset job depends on, so that adding, changing or removing a book reruns it."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in USER_BOOK_SUFFIXES)
+
+
+def user_books_inputs(sources_config: dict) -> list[str]:
+    """:func:`user_book_files` of a benchmark's or the pretraining pool's config (``sources`` and
+    ``source_options``), as paths for a rule's input; none unless it uses ``user_books``."""
+    if "user_books" not in (sources_config.get("sources") or []):
+        return []
+    options = (sources_config.get("source_options") or {}).get("user_books") or {}
+    return [str(p) for p in user_book_files(options.get("directory", USER_BOOKS_DIRECTORY))]
+
+
 def _load_user_books(
-    assets_dir: Path, directory: str | Path = "resources/books", min_chapter_words: int = 200,
+    assets_dir: Path, directory: str | Path = USER_BOOKS_DIRECTORY, min_chapter_words: int = 200,
 ) -> list[Document]:
-    """Every ``.txt``/``.epub`` file directly in ``directory``.
+    """Every ``.txt``/``.epub``/``.pdf`` file directly in ``directory``.
 
     Gutenberg header/licence are stripped; the book is split into chapters
-    when it has chapter headings, else it is one document. Title and author
-    come from the Gutenberg ``Title:``/``Author:`` lines, the epub metadata,
-    or the file stem. A missing directory gives no documents; an unreadable
-    file is an :class:`InputError` naming it.
+    when it has chapter headings, else it is one document. A PDF (a paper, for
+    an arXivTection-like benchmark) is one document of kind ``paper``, its text
+    layer read by pypdf (:func:`~memaudit.datasets.readers.read_pdf`). Title and
+    author come from the Gutenberg ``Title:``/``Author:`` lines, the epub or PDF
+    metadata, or the file stem. A missing directory gives no documents; an
+    unreadable file is an :class:`InputError` naming it.
     """
     directory = Path(directory)
     if not directory.exists():
         return []
     if not directory.is_dir():
         raise InputError(f"{directory}: user_books directory is not a directory")
-    files = sorted(p for p in directory.iterdir()
-                   if p.is_file() and p.suffix.lower() in (".txt", ".epub"))
+    files = user_book_files(directory)
     docs: list[Document] = []
     seen: dict[str, Path] = {}
     for path in files:
@@ -291,6 +314,13 @@ def _load_user_books(
         if slug in seen:
             raise InputError(f"{path}: same document id 'user/{slug}' as {seen[slug]}; rename one")
         seen[slug] = path
+        if path.suffix.lower() == ".pdf":
+            body, meta = read_pdf(path), pdf_metadata(path)
+            docs.append(Document(
+                doc_id=f"user/{slug}", source="user_books", title=meta.get("title") or path.stem,
+                author=meta.get("author") or "unknown", kind="paper", text=body,
+                meta={"book": slug, "heading": "", "n_words": word_count(body), "origin": f"user_books::{path.name}"}))
+            continue
         if path.suffix.lower() == ".epub":
             text, meta = read_epub(path), epub_metadata(path)
         else:
@@ -389,7 +419,7 @@ SOURCES: dict[str, Source] = {
                _load_tidytext, packages=("r-cran-tidytext",), options=("exclude_titles",)),
         Source("reuters", "Reuters-21578 articles on crude oil and acquisitions (tm)",
                _load_reuters, packages=("r-cran-tm",)),
-        Source("user_books", "The user's .txt/.epub books in a directory",
+        Source("user_books", "The user's .txt/.epub books and .pdf papers in a directory",
                _load_user_books, options=("directory", "min_chapter_words")),
         Source("pydoc_topics", "Python reference documentation topics shipped with CPython (pydoc_data)",
                _load_pydoc_topics),

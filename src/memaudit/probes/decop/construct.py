@@ -1,4 +1,5 @@
-"""DE-COP passages from raw documents: books (.txt, .epub) and papers (text, or PDF through pypdf).
+"""DE-COP passages from a benchmark's documents (books and papers: the ``user_books`` source reads
+.txt, .epub and .pdf files, :mod:`memaudit.datasets.sources`), and the calibration split.
 
 Passages of about 64, 128 or 256 tokens (BookTection's small/medium/large), made
 of whole sentences and ending with punctuation (Section 3), cleaned of markup, a
@@ -11,13 +12,10 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 from typing import Sequence
 
 from memaudit import NONMEMBER
-from memaudit.datasets.readers import read_epub, read_text_file
-from memaudit.datasets.text import clean_text, make_passages, strip_gutenberg
-from memaudit.datasets.types import Document
+from memaudit.datasets.text import make_passages
 from memaudit.errors import InputError
 
 TOKENS_PER_WORD = 1.33
@@ -27,46 +25,6 @@ ENDS_WITH_PUNCT = re.compile(r"[.!?;:][\"'\u201d\u2019)\]]*$")
 
 def words_for_tokens(tokens: int) -> int:
     return max(1, round(tokens / TOKENS_PER_WORD))
-
-
-def read_pdf(path: str | Path) -> str:
-    """Text of a PDF (pypdf): pages joined, words hyphenated across lines re-joined, lines inside a
-    paragraph joined; a PDF with no extractable text (a scan) is an :class:`InputError`."""
-    try:
-        from pypdf import PdfReader
-    except ImportError as exc:  # pragma: no cover - pypdf is a declared dependency
-        raise InputError(f"{path}: reading PDFs needs pypdf (pip install pypdf)") from exc
-    try:
-        reader = PdfReader(str(path))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except Exception as exc:  # pypdf raises many types for a damaged file
-        raise InputError(f"{path}: not a readable PDF ({exc})") from exc
-    text = "\n\n".join(pages)
-    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
-    text = re.sub(r"(?<!\n)\n(?!\n)", " ", text)
-    text = clean_text(text)
-    if not text.strip():
-        raise InputError(f"{path}: no extractable text (a scanned PDF needs OCR first)")
-    return text
-
-
-def document_from_file(path: str | Path, *, label: int, kind: str | None = None, title: str | None = None,
-                       author: str = "") -> Document:
-    """One raw document: ``.txt`` (a Gutenberg header/licence is stripped), ``.epub`` or ``.pdf``."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".pdf":
-        text, kind = read_pdf(path), kind or "paper"
-    elif suffix == ".epub":
-        text, kind = read_epub(path), kind or "book"
-    elif suffix in (".txt", ".md", ".text"):
-        text, kind = read_text_file(path), kind or "book"
-        text = "\n".join(strip_gutenberg(text.split("\n")))
-    else:
-        raise InputError(f"{path}: unsupported document type {suffix!r} (.txt, .epub or .pdf)")
-    text = clean_text(text)
-    return Document(doc_id=path.stem, source="files", title=title or path.stem, author=author, kind=kind,
-                    text=text, meta={"label": int(label), "origin": str(path)})
 
 
 def passages_of(text: str, length_tokens: int, n: int | None, *, seed: int | str, doc_id: str) -> list[str]:
