@@ -341,3 +341,40 @@ def test_logit_mode_on_an_openai_compatible_model_reads_the_letters_from_top_log
     hits = answers[answers["role"] == "evaluate"].assign(hit=lambda a: a["pred"] == a["correct"])
     by_doc = docs[docs["method"] == "decop-logit"].set_index("doc_id")["score"].sort_index()
     np.testing.assert_allclose(by_doc, hits.groupby("doc_id")["hit"].mean().sort_index())
+
+
+def test_a_probe_job_reads_its_benchmarks_calibration_documents(long_tiny_model, tmp_path):
+    """run_job resolves probes.decop.calibration_documents for its own benchmark: 0 there means no
+    calibrated variant (and says so), while the default still calibrates another benchmark's items."""
+    from memaudit.io import read_json, read_jsonl, write_json, write_jsonl
+    from memaudit.probes.decop.runner import run_job
+    from memaudit.probes.job import ProbeJob
+
+    model_dir = tmp_path / "m"
+    for part in long_tiny_model:
+        part.save_pretrained(model_dir)
+    write_json(model_dir / "manifest.json", {"load": {"path": str(model_dir)}})
+    short = {**ITEM, "options": [o[:40] for o in ITEM["options"]]}
+    items = [{**short, "item_id": f"d{i}#p0", "passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": int(i < 2),
+              "meta": {**short["meta"], "role": "calibrate" if i == 4 else "evaluate"}} for i in range(5)]
+    write_jsonl(tmp_path / "items.jsonl", items)
+    config = {"models": {"tiny": {"dtype": "float32", "device": "cpu"}},
+              "probes": {"decop": {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "batch_size": 4,
+                                   "calibration_documents": {"default": 1, "arxiv": 0}},
+                         "decop_logit": {}}}
+    calibration = {}
+    for bench in ("arxiv", "books"):
+        outs = {k: str(tmp_path / f"{bench}_{k}.{ext}") for k, ext in
+                [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+        job = ProbeJob(family="decop", mode="logit", model="tiny", benchmark=bench, config=config,
+                       inputs={"model": str(model_dir), "mcq": str(tmp_path / "items.jsonl")}, outputs=outs)
+        run_job(job)
+        calibration[bench] = read_json(outs["calibration"])["calibration"]["64"]
+        methods = set(pd.read_csv(outs["documents"])["method"])
+        assert methods == ({"decop-logit", "decop-logit-prob"} if bench == "arxiv" else
+                           {"decop-logit", "decop-logit-prob", "decop-logit-calibrated"}), bench
+    assert calibration["arxiv"] == {"skipped": "probes.decop.calibration_documents is 0 for this benchmark",
+                                    "n_calibration_documents": 0}
+    assert calibration["books"]["n_calibration_documents"] == 1
+    assert sum(calibration["books"]["delta"].values()) == pytest.approx(0.0, abs=1e-9)
+    assert len(read_jsonl(tmp_path / "items.jsonl")) == 5

@@ -213,9 +213,11 @@ def first_passages(items: Sequence[dict], per_document: int | None) -> list[dict
 def run_job(job) -> pd.DataFrame:
     """One DE-COP probe job (:class:`memaudit.probes.job.ProbeJob`): one mode on one model."""
     with job.opened_backend() as backend:
-        # the shared settings (probes.decop) build the items; a mode's own passages_per_document
-        # (probes.decop_<mode>) probes only the first of them
-        return run_decop(job.mode, backend, job.inputs["mcq"], job.config["probes"]["decop"],
+        # the shared settings (probes.decop, per-benchmark values resolved for this benchmark) build
+        # the items; a mode's own passages_per_document (probes.decop_<mode>) probes only the first of them
+        from memaudit.probes.decop.plan import settings
+
+        return run_decop(job.mode, backend, job.inputs["mcq"], settings(job.config, job.benchmark),
                          out_answers=job.outputs["answers"], out_documents=job.outputs["documents"],
                          out_table=job.outputs["table"], out_calibration=job.outputs["calibration"],
                          passages_per_document=job.config["probes"][job.probe].get("passages_per_document"),
