@@ -235,3 +235,38 @@ def test_a_continuation_flagged_as_a_refusal_is_scored_on_its_text_and_counted(t
     assert docs.set_index(["doc_id", "method"]).loc[("a", "prefix_rougeL"), "score"] == 1.0
     outcomes = json.loads(out["outcomes"].read_text())
     assert (outcomes["refusal"], outcomes["ok"]) == (1, 1)
+
+
+def test_the_instruction_can_be_given_per_benchmark_appendix_e(tmp_path):
+    """The information-guided probes' Appendix E asks for fiction with one instruction and for news with
+    "Complete exactly and don't hallucinate": one run probing both gets each its own, in the jobs'
+    settings, the prompts sent and the cost estimate's plan; a name that is not a benchmark is refused."""
+    import copy
+    from pathlib import Path
+
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import validate_config
+    from memaudit.probes.cloze.baseline import NEWS_INSTRUCTION
+    from memaudit.probes.prefix.runner import plan_records, settings
+
+    demo = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    cfg = copy.deepcopy(demo)
+    cfg["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "api_key_env": "OPENAI_API_KEY",
+                                                         "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+    cfg["probes"]["prefix"]["instruction"] = {"default": INSTRUCTION, "news": NEWS_INSTRUCTION}
+    done = validate_config(cfg)
+    assert settings(done, "news")["instruction"] == NEWS_INSTRUCTION
+    assert settings(done, "novels")["instruction"] == INSTRUCTION
+    assert {k: v for k, v in settings(done, "news").items() if k != "instruction"} == \
+        {k: v for k, v in settings(done, "novels").items() if k != "instruction"}
+    assert settings(validate_config(demo), "news")["instruction"] == INSTRUCTION  # the default, unchanged
+    items = [{"prefix": "Stocks fell on Monday"}]
+    planned = {b: plan_records(done, "gpt", items, datasets=tmp_path / b)[0]["prompt"] for b in ("news", "novels")}
+    assert planned == {"news": f"{NEWS_INSTRUCTION}\n\nStocks fell on Monday",
+                       "novels": f"{INSTRUCTION}\n\nStocks fell on Monday"}
+    cfg["probes"]["prefix"]["instruction"] = {"nyt": NEWS_INSTRUCTION}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert str(err.value).splitlines() == [
+        f"config key probes.prefix.instruction.nyt: not a configured benchmark (benchmarks: "
+        f"{', '.join(sorted(cfg['benchmarks']))}; or `default`)"]

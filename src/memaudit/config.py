@@ -212,6 +212,27 @@ DECOP_FORMATS = ("booktection", "arxivtection", "bookmia")
 REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts", "copybench", *DECOP_FORMATS)
 
 
+def for_benchmark(value, benchmark: str | None, default=None):
+    """A setting given once for every benchmark, or per benchmark: a mapping of benchmark names (and
+    ``default``) to values, where the schema allows one (DE-COP's ``calibration_documents``, the prefix
+    probe's ``instruction``). ``benchmark`` None or absent from the mapping: its ``default``, else
+    ``default``."""
+    if isinstance(value, dict):
+        return value.get(benchmark, value.get("default", default)) if benchmark is not None else \
+            value.get("default", default)
+    return default if value is None else value
+
+
+def per_benchmark_problems(config: dict, probe: str, key: str) -> list[str]:
+    """``probes.<probe>.<key>`` given per benchmark names configured benchmarks (or ``default``) only."""
+    value = config.get("probes", {}).get(probe, {}).get(key)
+    if not isinstance(value, dict):
+        return []
+    known = sorted(config.get("benchmarks", {}))
+    return [f"probes.{probe}.{key}.{name}: not a configured benchmark (benchmarks: {', '.join(known)}; "
+            f"or `default`)" for name in value if name != "default" and name not in known]
+
+
 def is_labelled(bench: dict) -> bool:
     """Whether a benchmark has members and non-members: every one but CopyBench's published files
     without a ``labels`` file (its books carry no membership labels; :mod:`memaudit.datasets.copybench_published`)."""

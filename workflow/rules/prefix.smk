@@ -1,5 +1,6 @@
 # Prefix probing (memaudit.probes.prefix): black-box, so it runs on API models too. Jobs that send
 # requests claim the global resources api_openai / api_anthropic (their model's concurrency).
+from memaudit.probes.prefix.runner import settings as prefix_settings
 
 
 rule prefix_dataset:
@@ -29,7 +30,7 @@ rule prefix_probe:
     params:
         family="prefix",
         entry=model_entry,
-        prefix=probe_settings("prefix"),
+        prefix=lambda wc: prefix_settings(config, wc.benchmark),
         code_version=family_version("prefix"),
     resources:
         gpu=gpu_slots,

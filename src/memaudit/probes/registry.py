@@ -91,14 +91,15 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="11118673ac281170",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="c5a645eaf1c62023",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        version=3, fingerprint="444f5602b01523c6",
+        checks="memaudit.probes.prefix.runner:check_config",
+        version=3, fingerprint="b3c1fc1667eb8e30",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -112,7 +113,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=2, fingerprint="1965542a146a5f23",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=2, fingerprint="ea327417fa168b0e",
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         description="DE-COP: pick the verbatim passage among three paraphrases",
@@ -130,7 +131,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="dc402ae6e2e9684f",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="18924e0a67750bcc",
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -144,7 +145,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=6, fingerprint="b28251f635c79032",
+        runner="memaudit.probes.ktd.runner:run_job", version=6, fingerprint="37d48daabde389fc",
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -159,7 +160,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="3832d673bbf8681b",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="9d0df3cb5d642c0e",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memaudit.backends.base import is_api_model
+from memaudit.config import for_benchmark, per_benchmark_problems
 from memaudit.jobs import canonical, probe_runs
 
 # Algorithm 1's 30 unseen books (Section 4.1): the default where the config names no number
@@ -14,10 +15,7 @@ def calibration_documents(cfg: dict, benchmark: str) -> int:
     mapping of benchmark names (and ``default``) to numbers. arXivTection has 25 clean papers, so
     BookTection's 30 cannot apply to it; 0 computes no calibrated variant (the paper calibrates on
     books only, Section 6.5)."""
-    value = cfg.get("calibration_documents", DEFAULT_CALIBRATION_DOCUMENTS)
-    if isinstance(value, dict):
-        value = value.get(benchmark, value.get("default", DEFAULT_CALIBRATION_DOCUMENTS))
-    return int(value)
+    return int(for_benchmark(cfg.get("calibration_documents"), benchmark, DEFAULT_CALIBRATION_DOCUMENTS))
 
 
 def settings(config: dict, benchmark: str) -> dict:
@@ -32,22 +30,7 @@ def settings(config: dict, benchmark: str) -> dict:
 def check_config(config: dict) -> list[str]:
     """DE-COP's config problems (dotted key: message): a per-benchmark ``calibration_documents`` names
     configured benchmarks (or ``default``) only."""
-    value = config.get("probes", {}).get("decop", {}).get("calibration_documents")
-    if not isinstance(value, dict):
-        return []
-    known = sorted(config.get("benchmarks", {}))
-    return [f"probes.decop.calibration_documents.{name}: not a configured benchmark (benchmarks: "
-            f"{', '.join(known)}; or `default`)" for name in value if name != "default" and name not in known]
-
-
-def has_published_items(bench: dict) -> bool:
-    """Whether a benchmark's DE-COP questions come ready-made (BookTection/arXivTection): no paraphraser."""
-    return (bench.get("published") or {}).get("format") in ("booktection", "arxivtection")
-
-
-def needs_paraphraser(config: dict, wildcards) -> bool:
-    """Whether a job's benchmark (``wildcards.benchmark``) has its questions built here, by the paraphraser."""
-    return not has_published_items(config["benchmarks"][wildcards.benchmark])
+    return per_benchmark_problems(config, "decop", "calibration_documents")
 
 
 def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:

@@ -122,12 +122,32 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     return docs
 
 
+def settings(config: dict, benchmark: str | None) -> dict:
+    """``probes.prefix`` as one benchmark's jobs see it (less ``models``/``benchmarks``, which choose
+    jobs): ``instruction`` resolved to that benchmark's, given once or per benchmark (Appendix E of
+    the information-guided probes: the fiction prompt for books, "Complete exactly and don't
+    hallucinate" for news), so changing one benchmark's instruction reruns only its jobs."""
+    from memaudit.config import for_benchmark
+    from memaudit.jobs import canonical
+
+    cfg = {k: v for k, v in config["probes"].get("prefix", {}).items() if k not in ("models", "benchmarks")}
+    cfg["instruction"] = for_benchmark(cfg.get("instruction"), benchmark, INSTRUCTION)
+    return canonical(cfg)
+
+
+def check_config(config: dict) -> list[str]:
+    """The prefix probe's config problems: a per-benchmark ``instruction`` names configured benchmarks."""
+    from memaudit.config import per_benchmark_problems
+
+    return per_benchmark_problems(config, "prefix", "instruction")
+
+
 def run_job(job) -> pd.DataFrame:
     """The prefix probe job (:class:`memaudit.probes.job.ProbeJob`) of one (benchmark, model)."""
     from memaudit.backends import is_api_model
     from memaudit.io import read_jsonl
 
-    cfg = job.settings
+    cfg = settings(job.config, job.benchmark)
     chat = is_api_model(job.config["models"][job.model]) or cfg.get("local_prompt") == "chat"
     with job.opened_backend() as backend:
         return run_prefix_probe(backend, read_jsonl(job.inputs["pairs"]), cfg, chat=chat,
@@ -143,7 +163,7 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str =
         return []
     from memaudit.backends.planning import plan_requests
 
-    cfg = config["probes"]["prefix"]
+    cfg = settings(config, Path(datasets).name if datasets is not None else None)
     # every field of the request's cache key, so requests already cached are counted as free
     return plan_requests(model, prompts_for(items, instruction=cfg["instruction"], chat=True),
                          generation_params(cfg, chat=True))
