@@ -33,6 +33,16 @@ def check_config(config: dict) -> list[str]:
     return per_benchmark_problems(config, "decop", "calibration_documents")
 
 
+def has_published_items(bench: dict) -> bool:
+    """Whether a benchmark's DE-COP questions come ready-made (BookTection/arXivTection): no paraphraser."""
+    return (bench.get("published") or {}).get("format") in ("booktection", "arxivtection")
+
+
+def needs_paraphraser(config: dict, wildcards) -> bool:
+    """Whether a job's benchmark (``wildcards.benchmark``) has its questions built here, by the paraphraser."""
+    return not has_published_items(config["benchmarks"][wildcards.benchmark])
+
+
 def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
     """What the cost estimate's DE-COP planner reads: the benchmark's items -- unless an API paraphraser
     would have to be paid to make them (rule decop_items), which an estimate must not do."""
