@@ -62,6 +62,32 @@ def test_prefix_items_split_at_words_and_skip_short_passages():
         prefix_items([_passage(1, 7)], prefix_words=5, continuation_words=6, min_continuation_words=3)
 
 
+def test_a_published_prefix_is_probed_as_given_nyt_exhibit_j(tmp_path):
+    """Section 4.2: "For prefix probing, we use prefixes provided in Exhibit-J". A passage carrying the
+    set's Prefix and Completion is probed with the whole prefix and scored against the completion's
+    first words; an empty one is skipped; any other passage is cut as before."""
+    from memaudit.io import read_jsonl, write_jsonl
+    from memaudit.probes.prefix.runner import build_pairs
+
+    snippet = " ".join(f"s{i}" for i in range(80))
+    nyt = [Passage(f"nyt/{k}#p0", f"nyt/{k}", 1, snippet, meta={"prefix": prefix, "completion": completion})
+           for k, prefix, completion in [
+               ("a", "  The  Times reported  on Monday that", " ".join(f"c{i}" for i in range(70))),
+               ("b", "", "some completion words here today"),  # kept for the cloze probe, not here
+               ("c", "A prefix", "too short")]]
+    items = prefix_items([*nyt, _passage(0, 12)], prefix_words=5, continuation_words=6, min_continuation_words=3)
+    assert [it.doc_id for it in items] == ["nyt/a", "d0"]
+    a, d0 = items
+    assert a.prefix == "The Times reported on Monday that" and a.continuation == "c0 c1 c2 c3 c4 c5"
+    assert (a.meta["prefix_source"], a.meta["prefix_words"], a.meta["continuation_words"]) == ("published", 6, 6)
+    assert d0.prefix == "w0_0 w0_1 w0_2 w0_3 w0_4" and d0.meta["prefix_source"] == "passage"
+    # the prefix_dataset job's function writes the same pairs
+    write_jsonl(tmp_path / "passages.jsonl", [p.to_dict() for p in [*nyt, _passage(0, 12)]])
+    assert build_pairs(tmp_path / "passages.jsonl", tmp_path / "pairs.jsonl", prefix_words=5,
+                       continuation_words=6) == 2
+    assert [r["prefix"] for r in read_jsonl(tmp_path / "pairs.jsonl")] == [a.prefix, d0.prefix]
+
+
 # --------------------------------------------------------------------------- the workflow on API models
 
 KEY_ENV, KEY = "MEMAUDIT_TEST_OPENAI_KEY", "sk-test-never-in-a-file-4242"

@@ -11,6 +11,8 @@ rule prefix_dataset:
     params:
         prefix_words=config["probes"].get("prefix", {}).get("prefix_words"),
         continuation_words=config["probes"].get("prefix", {}).get("continuation_words"),
+        # the pairs are the prefix family's too (a published prefix, NYT Exhibit J's, is used as given)
+        code_version=family_version("prefix"),
     log:
         "logs/prefix_dataset/{benchmark}.log",
     conda:

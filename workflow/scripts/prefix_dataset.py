@@ -1,11 +1,7 @@
-from memaudit.datasets.prefix import prefix_items
-from memaudit.datasets.types import Passage
-from memaudit.io import read_jsonl, write_jsonl
+from memaudit.probes.prefix.runner import build_pairs
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")
-passages = [Passage.from_dict(d) for d in read_jsonl(snakemake.input.passages)]
-items = prefix_items(passages, prefix_words=snakemake.params.prefix_words,
-                     continuation_words=snakemake.params.continuation_words)
-write_jsonl(snakemake.output.pairs, (it.__dict__ for it in items))
-log.info(f"{len(items)} prefix/continuation items from {len(passages)} passages")
+n = build_pairs(snakemake.input.passages, snakemake.output.pairs, prefix_words=snakemake.params.prefix_words,
+                continuation_words=snakemake.params.continuation_words)
+log.info(f"{n} prefix/continuation items from {snakemake.input.passages}")

@@ -27,9 +27,9 @@ reader of labelled-text sets.
 
 One :class:`~memaudit.datasets.types.Document` and one
 :class:`~memaudit.datasets.types.Passage` per article: the passage text is the snippet, the
-full text the cloze probe masks; ``meta`` keeps the set's own ``prefix`` and ``completion``
-(kept, not used: the prefix-probing baseline cuts its prefix from the snippet as for every
-benchmark), the file and its ``line``. Title and author stay empty: the outlet
+full text the cloze probe masks; ``meta`` keeps the set's own ``prefix`` and ``completion``,
+which the prefix-probing baseline uses as the paper does (:func:`memaudit.datasets.prefix.prefix_items`),
+the file and its ``line``. Title and author stay empty: the outlet
 would tell a probe the label. Rows the loader cannot use follow the published-data policy of
 :mod:`memaudit.datasets.rejects`.
 """

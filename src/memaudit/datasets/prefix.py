@@ -5,6 +5,12 @@ continuation it should not be able to reproduce unless it memorised the text.
 The information-guided probes paper gives the first 50 words of a passage as the
 prefix (Appendix E); CopyBench gives 200 words and scores the next 50. Both are
 ``prefix_words``/``continuation_words`` settings here.
+
+A passage that carries its published prefix and completion (the NYT Exhibit J set's
+``Prefix``/``Completion``, in ``meta``) is probed with them, as the paper does for the NYT
+articles ("we use prefixes provided in Exhibit-J of the lawsuit", Section 4.2): the whole
+published prefix, and the first ``continuation_words`` words of the completion. A row whose
+prefix or completion is empty is skipped (the loader notes it as kept for the cloze probe).
 """
 
 from __future__ import annotations
@@ -25,6 +31,18 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
     """
     items, n_skipped = [], 0
     for p in passages:
+        if "prefix" in p.meta and "completion" in p.meta:  # a published prefix (NYT Exhibit J)
+            prefix, completion = " ".join(str(p.meta["prefix"]).split()), str(p.meta["completion"]).split()
+            if not prefix or len(completion) < min_continuation_words:
+                n_skipped += 1
+                continue
+            continuation = completion[:continuation_words]
+            items.append(PrefixContinuation(
+                item_id=f"{p.passage_id}#prefix", passage_id=p.passage_id, doc_id=p.doc_id, label=p.label,
+                prefix=prefix, continuation=" ".join(continuation),
+                meta={"title": p.title, "author": p.author, "prefix_source": "published",
+                      "prefix_words": len(prefix.split()), "continuation_words": len(continuation)}))
+            continue
         words = p.text.split()
         if len(words) < prefix_words + min_continuation_words:
             n_skipped += 1
@@ -33,7 +51,7 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
         items.append(PrefixContinuation(
             item_id=f"{p.passage_id}#prefix", passage_id=p.passage_id, doc_id=p.doc_id, label=p.label,
             prefix=" ".join(words[:prefix_words]), continuation=" ".join(continuation),
-            meta={"title": p.title, "author": p.author, "prefix_words": prefix_words,
+            meta={"title": p.title, "author": p.author, "prefix_source": "passage", "prefix_words": prefix_words,
                   "continuation_words": len(continuation)}))
     if not items:
         raise InputError(f"no passage has the {prefix_words + min_continuation_words} words a prefix probe "

@@ -99,7 +99,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config",
-        version=3, fingerprint="b3c1fc1667eb8e30",
+        version=4, fingerprint="89db94a2c71d7828",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -113,7 +113,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=2, fingerprint="ea327417fa168b0e",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=2, fingerprint="2ecbec51ed6a8822",
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         description="DE-COP: pick the verbatim passage among three paraphrases",
@@ -160,7 +160,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="9d0df3cb5d642c0e",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="f04fdf7cbe74f6c1",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "

@@ -122,6 +122,21 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     return docs
 
 
+def build_pairs(passages_path: str | Path, out_pairs: str | Path, *, prefix_words: int,
+                continuation_words: int) -> int:
+    """The prefix_dataset job: a benchmark's passages to prefix/continuation pairs
+    (:func:`memaudit.datasets.prefix.prefix_items`: a published prefix, NYT Exhibit J's, as given;
+    else the passage's first ``prefix_words`` words). Returns how many pairs were written."""
+    from memaudit.datasets.prefix import prefix_items
+    from memaudit.datasets.types import Passage
+    from memaudit.io import read_jsonl
+
+    passages = [Passage.from_dict(d) for d in read_jsonl(passages_path)]
+    items = prefix_items(passages, prefix_words=prefix_words, continuation_words=continuation_words)
+    write_jsonl(out_pairs, (it.__dict__ for it in items))
+    return len(items)
+
+
 def settings(config: dict, benchmark: str | None) -> dict:
     """``probes.prefix`` as one benchmark's jobs see it (less ``models``/``benchmarks``, which choose
     jobs): ``instruction`` resolved to that benchmark's, given once or per benchmark (Appendix E of
