@@ -66,6 +66,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--orderings", choices=["permutations", "latin_square"], default="permutations")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], default="float32",
+                    help="both ways in this dtype (auto: bfloat16 where the CPU computes it natively)")
     ap.add_argument("--assets-dir", type=Path, default=ROOT / "resources/demo")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / "resources/cache")
     ap.add_argument("--out", type=Path, default=ROOT / "results/bench/decop.json")
@@ -75,11 +77,12 @@ def main(argv=None) -> dict:
 
     from memaudit.probes.decop.prompts import LETTERS, orderings
     from memaudit.backends.hf import HFBackend
+    from memaudit.models.loading import cpu_has_native_bf16
     from memaudit.probes.decop.scoring import (letter_probabilities, question_params, question_prompts,
                                                reference_probabilities, render_question)
 
     torch.set_num_threads(args.threads)
-    backend = HFBackend({"builtin": "smollm2-135m-instruct", "cache_dir": str(args.cache_dir)}, dtype="float32",
+    backend = HFBackend({"builtin": "smollm2-135m-instruct", "cache_dir": str(args.cache_dir)}, dtype=args.dtype,
                         device="cpu")
     model, tok = backend.model, backend.tokenizer
     perms = orderings(args.orderings)
@@ -111,6 +114,8 @@ def main(argv=None) -> dict:
         "name": NAME, "n_items": n_prompts, "n_passages": args.n_passages, "orderings": args.orderings,
         "prompt_tokens": n_tokens, "ours_seconds": ours_s, "baseline_seconds": base_s,
         "speedup": base_s / ours_s, "max_abs_diff": max(diffs), "model": "smollm2-135m-instruct",
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "cpu_native_bf16": cpu_has_native_bf16(),
         "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
