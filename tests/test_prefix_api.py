@@ -74,7 +74,8 @@ def test_a_published_prefix_is_probed_as_given_nyt_exhibit_j(tmp_path):
            for k, prefix, completion in [
                ("a", "  The  Times reported  on Monday that", " ".join(f"c{i}" for i in range(70))),
                ("b", "", "some completion words here today"),  # kept for the cloze probe, not here
-               ("c", "A prefix", "too short")]]
+               ("c", "A prefix", "too short"),
+               ("d", None, None)]]  # a missing value is empty, not the word "None"
     items = prefix_items([*nyt, _passage(0, 12)], prefix_words=5, continuation_words=6, min_continuation_words=3)
     assert [it.doc_id for it in items] == ["nyt/a", "d0"]
     a, d0 = items

@@ -32,7 +32,8 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
     items, n_skipped = [], 0
     for p in passages:
         if "prefix" in p.meta and "completion" in p.meta:  # a published prefix (NYT Exhibit J)
-            prefix, completion = " ".join(str(p.meta["prefix"]).split()), str(p.meta["completion"]).split()
+            prefix = " ".join(str(p.meta["prefix"] or "").split())
+            completion = str(p.meta["completion"] or "").split()
             if not prefix or len(completion) < min_continuation_words:
                 n_skipped += 1
                 continue

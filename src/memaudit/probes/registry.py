@@ -99,7 +99,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config",
-        version=4, fingerprint="89db94a2c71d7828",
+        version=4, fingerprint="2b83218ff85f30eb",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -160,7 +160,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="f04fdf7cbe74f6c1",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="0c154418705d324e",
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
