@@ -68,7 +68,7 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
 
 # Which AUC: the ROC-AUC of the document scores (accuracy, or mean verbatim probability), the
 # summary table's `auc`. DE-COP's own tables and Figures 4-5 report the mean of 10 bootstrap
-# resamples of the reference code's binarized AUC (Section 5.1.3), which metrics.csv carries as
+# resamples of the reference code's binarized AUC (Section 5.1), which metrics.csv carries as
 # auc_binarized_boot_mean: the two are not the same number.
 AUC_LABEL = "ROC-AUC of document scores"
 
