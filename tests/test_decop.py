@@ -637,3 +637,20 @@ def test_calibration_documents_per_benchmark_resolve_validate_and_zero_skips_cal
     assert not scored["method"].str.contains("calibrated").any()
     assert dict(zip(scored.loc[scored["method"] == "decop-logit", "doc_id"],
                     scored.loc[scored["method"] == "decop-logit", "score"])) == {"m": 1.0, "n": 0.0}
+
+
+def test_calibration_deltas_leave_out_skipped_calibrations(tmp_path):
+    """A benchmark with calibration_documents 0 (arXivTection in paper.yaml), or whose clean passages all
+    failed quality control, has calibration files without a Δ: the figures job reads past them."""
+    from memaudit.io import write_json
+    from memaudit.probes.decop.figures import calibration_deltas
+
+    delta = {"A": 0.1, "B": -0.05, "C": -0.05, "D": 0.0}
+    write_json(tmp_path / "a.json", {"model": "m1", "mode": "logit", "calibration": {
+        "64": {"skipped": "probes.decop.calibration_documents is 0 for this benchmark", "n_calibration_documents": 0}}})
+    write_json(tmp_path / "b.json", {"model": "m2", "mode": "logit", "calibration": {
+        "64": {"skipped": "no clean calibration document survived quality control", "n_calibration_documents": 0},
+        "256": {"delta": {**delta, "A": 0.2}, "n_calibration_documents": 3},
+        "128": {"delta": delta, "n_calibration_documents": 3}}})
+    write_json(tmp_path / "c.json", {"model": "m3", "mode": "likelihood", "calibration": {}})
+    assert calibration_deltas([tmp_path / f"{k}.json" for k in "abc"]) == {"m2 (logit)": delta}

@@ -46,12 +46,7 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
     for path in answers:
         frame = pd.read_csv(path)
         runs[f"{frame['model'].iloc[0]} ({frame['mode'].iloc[0]})"] = frame
-    deltas = {}
-    for path in calibrations:
-        record = json.loads(Path(path).read_text())
-        cal = record.get("calibration", {})
-        if cal:
-            deltas[f"{record['model']} ({record['mode']})"] = cal[min(cal, key=int)]["delta"]
+    deltas = calibration_deltas(calibrations)
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg
     plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size")
     plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")
@@ -62,6 +57,20 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
     plot_decop_label_probabilities(runs, deltas, strip(out["probabilities"]),
                                          f"DE-COP on {benchmark}: label probabilities before/after calibration")
     return summary
+
+
+def calibration_deltas(calibrations: Sequence[str | Path]) -> dict[str, dict]:
+    """``"<model> (<mode>)" -> Algorithm 1's Δ per letter`` at the shortest length that was calibrated,
+    from the probe jobs' calibration files. A length whose calibration was skipped (no clean document
+    survived quality control, or ``calibration_documents`` is 0 for the benchmark) has no Δ: a job
+    with none is left out of the label-probability figure (it crashed the figures job)."""
+    deltas = {}
+    for path in calibrations:
+        record = json.loads(Path(path).read_text())
+        done = {length: c for length, c in record.get("calibration", {}).items() if "delta" in c}
+        if done:
+            deltas[f"{record['model']} ({record['mode']})"] = done[min(done, key=int)]["delta"]
+    return deltas
 
 
 # ----------------------------------------------------------------------------- the figures
