@@ -477,6 +477,25 @@ def test_quality_control_reasons():
     assert clean_candidate('Here is the rewritten text:\n"A fast fox."') == "A fast fox."
     assert trim_commentary("A fast fox.\n\nThis version keeps the meaning.", orig) == "A fast fox."
     assert trim_commentary("One.\n\nTwo.\n\nComment.", "First.\n\nSecond.") == "One.\n\nTwo."
+    # commentary SmolLM2-135M-Instruct wrote in the demo's distractors: dropped wherever it stands, so a
+    # two-paragraph passage no longer keeps it as its second paragraph
+    two = "First paragraph.\n\nSecond paragraph."
+    assert trim_commentary("A fast fox.\n\nThis rewritten text maintains the original meaning.\n\nMore.", two) \
+        == "A fast fox.\n\nMore."
+    assert trim_commentary("The rewritten text is:\n\nA fast fox.", orig) == "A fast fox."
+    assert trim_commentary("I'm sorry for the error. Here's the rewritten text with some minor improvements:"
+                           "\n\nA fast fox.", orig) == "A fast fox."
+    assert trim_commentary("Rewrite: A fast fox leaps.", orig) == "A fast fox leaps."
+    for comment in ("The original text is: \"The quick brown fox.\"", "Explanation: In Python, a module has types.",
+                    "The above text can be rewritten using the following alternative approach:",
+                    "While rewriting the text, you can modify the original as follows:",
+                    "Original text: The quick brown fox.", "Your text is a well-crafted example.",
+                    "The text uses different words to convey the same information."):
+        assert trim_commentary(f"{comment}\n\nA fast fox.", orig) == "A fast fox.", comment
+    # prose that only looks like it stays
+    for prose in ("This morning Emma walked to Hartfield.", "The house stood high. Here is the garden they liked.",
+                  "Note the date: Monday."):
+        assert trim_commentary(prose, orig) == prose
 
 
 @pytest.fixture(scope="module")

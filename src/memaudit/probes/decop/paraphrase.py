@@ -90,13 +90,41 @@ def _paragraphs(text: str) -> list[str]:
     return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
 
 
+# A paragraph a small chat model writes about its paraphrase instead of paraphrasing, as
+# SmolLM2-135M-Instruct does in the demo: "The rewritten text is:", "The original text is: ...",
+# "Explanation: ...", "I'm sorry for the error. Here's the rewritten text ...:", "While rewriting
+# the text ...". Counting it as a paragraph kept it in a distractor whenever the passage had as
+# many paragraphs (7% of the demo's distractors carried one), and a distractor that talks about
+# rewriting tells any reader which option is not the original.
+_COMMENTARY_RE = re.compile(
+    r"\s*(?:(?:the|this|your|my)\s+(?:(?:above|following|original|rewritten|revised|new|paraphrased)\s+)?"
+    r"(?:text|sentence|passage|version|paraphrase|rewrite)\b"
+    r"|(?:original\s+text|explanation|note)\s*:"
+    r"|i(?:'m|\s+am)\s+sorry\b|i\s+apologi[sz]e\b"
+    r"|here(?:'s|\s+is)\s+(?:the|a|my)\s+(?:rewritten|paraphrased|revised|new)\b"
+    r"|while\s+rewriting\b)", re.IGNORECASE)
+# A label before the paraphrase itself ("Rewrite: Anne's thoughts ..."): dropped, the text kept.
+_LABEL_RE = re.compile(r"\s*(?:rewrite|rewritten(?:\s+text)?|paraphrase[ds]?)\s*:\s*", re.IGNORECASE)
+
+
+def content_paragraphs(text: str) -> list[str]:
+    """The paragraphs of a generated paraphrase less commentary about it (:data:`_COMMENTARY_RE`),
+    each without a leading "Rewrite:" label."""
+    out = []
+    for para in _paragraphs(text):
+        para = para[_LABEL_RE.match(para).end():] if _LABEL_RE.match(para) else para
+        if para.strip() and not _COMMENTARY_RE.match(para):
+            out.append(para)
+    return out
+
+
 def trim_commentary(candidate: str, original: str) -> str:
-    """Keep as many leading paragraphs as the original has: small chat models follow the
-    paraphrase with a blank line and a comment on it ("This version ..."), which would fail
-    the length check of an otherwise usable paraphrase."""
-    paragraphs = _paragraphs(candidate)
+    """Keep as many leading paragraphs as the original has, commentary left out
+    (:func:`content_paragraphs`): small chat models follow the paraphrase with a blank line and a
+    comment on it ("This version ..."), or open with one, which would fail the length check of an
+    otherwise usable paraphrase, or pass it and give the original away."""
     keep = len(_paragraphs(original)) or 1
-    return "\n\n".join(paragraphs[:keep])
+    return "\n\n".join(content_paragraphs(candidate)[:keep])
 
 
 def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> str:
@@ -166,8 +194,8 @@ class LocalParaphraser:
 
         def done(i: int, ids: list[int]) -> bool:
             text = tok.decode(ids, skip_special_tokens=True).strip()
-            if len(_paragraphs(text)) > paragraphs[i]:
-                return True  # a comment after the paraphrase, which trim_commentary drops
+            if len(content_paragraphs(text)) > paragraphs[i]:
+                return True  # a paragraph past the passage's, which trim_commentary drops
             return len(text.split()) >= self.stop_at * words[i] and bool(ENDS_WITH_PUNCT.search(text))
 
         outs: list[list[str]] = [[] for _ in texts]
