@@ -69,6 +69,20 @@ def canonical(obj: Any) -> Any:
     return obj
 
 
+def job_settings(config: dict, probe: str, benchmark: str | None = None, per_benchmark: dict | None = None) -> dict:
+    """``probes.<probe>`` as a job sees it, keys sorted (:func:`canonical`): less its ``models`` and
+    ``benchmarks`` lists, which choose which jobs run, not what a job computes (adding a model or a
+    benchmark runs the probe there alone); and each key of ``per_benchmark`` (key -> default)
+    resolved for ``benchmark`` (:func:`memaudit.config.for_benchmark`), so changing one benchmark's
+    value reruns only that benchmark's jobs."""
+    from memaudit.config import for_benchmark
+
+    cfg = {k: v for k, v in config["probes"].get(probe, {}).items() if k not in ("models", "benchmarks")}
+    for key, default in (per_benchmark or {}).items():
+        cfg[key] = for_benchmark(cfg.get(key), benchmark, default)
+    return canonical(cfg)
+
+
 def local_models(config: dict) -> list[str]:
     return [m for m in sorted(config["models"]) if not is_api_model(config["models"][m])]
 

@@ -82,7 +82,7 @@ def bh_settings():
 def probe_settings(probe):
     """A probe's config less its ``models`` and ``benchmarks`` lists: they choose which jobs run, not what a
     job computes, so adding a model or a benchmark to them runs the probe there alone."""
-    return canonical({k: v for k, v in config["probes"].get(probe, {}).items() if k not in ("models", "benchmarks")})
+    return jobs.job_settings(config, probe)
 
 
 def job_threads(default):

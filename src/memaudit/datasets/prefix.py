@@ -32,28 +32,22 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
     items, n_skipped = [], 0
     for p in passages:
         if "prefix" in p.meta and "completion" in p.meta:  # a published prefix (NYT Exhibit J)
-            prefix = " ".join(str(p.meta["prefix"] or "").split())
-            completion = str(p.meta["completion"] or "").split()
-            if not prefix or len(completion) < min_continuation_words:
-                n_skipped += 1
-                continue
-            continuation = completion[:continuation_words]
-            items.append(PrefixContinuation(
-                item_id=f"{p.passage_id}#prefix", passage_id=p.passage_id, doc_id=p.doc_id, label=p.label,
-                prefix=prefix, continuation=" ".join(continuation),
-                meta={"title": p.title, "author": p.author, "prefix_source": "published",
-                      "prefix_words": len(prefix.split()), "continuation_words": len(continuation)}))
-            continue
-        words = p.text.split()
-        if len(words) < prefix_words + min_continuation_words:
+            source, prefix = "published", " ".join(str(p.meta["prefix"] or "").split())
+            rest = str(p.meta["completion"] or "").split()
+            usable = bool(prefix) and len(rest) >= min_continuation_words
+        else:
+            words = p.text.split()
+            source, prefix, rest = "passage", " ".join(words[:prefix_words]), words[prefix_words:]
+            usable = len(words) >= prefix_words + min_continuation_words
+        if not usable:
             n_skipped += 1
             continue
-        continuation = words[prefix_words:prefix_words + continuation_words]
+        continuation = rest[:continuation_words]
         items.append(PrefixContinuation(
             item_id=f"{p.passage_id}#prefix", passage_id=p.passage_id, doc_id=p.doc_id, label=p.label,
-            prefix=" ".join(words[:prefix_words]), continuation=" ".join(continuation),
-            meta={"title": p.title, "author": p.author, "prefix_source": "passage", "prefix_words": prefix_words,
-                  "continuation_words": len(continuation)}))
+            prefix=prefix, continuation=" ".join(continuation),
+            meta={"title": p.title, "author": p.author, "prefix_source": source,
+                  "prefix_words": len(prefix.split()), "continuation_words": len(continuation)}))
     if not items:
         raise InputError(f"no passage has the {prefix_words + min_continuation_words} words a prefix probe "
                          f"needs ({n_skipped} too short): lower probes.prefix.prefix_words or use longer passages")

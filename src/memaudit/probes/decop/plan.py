@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memaudit.backends.base import is_api_model
 from memaudit.config import for_benchmark, per_benchmark_problems
-from memaudit.jobs import canonical, probe_runs
+from memaudit.jobs import job_settings, probe_runs
 
 # Algorithm 1's 30 unseen books (Section 4.1): the default where the config names no number
 DEFAULT_CALIBRATION_DOCUMENTS = 30
@@ -22,9 +22,9 @@ def settings(config: dict, benchmark: str) -> dict:
     """``probes.decop`` as one benchmark's jobs see it (less ``models``/``benchmarks``, which choose jobs):
     ``calibration_documents`` resolved to that benchmark's number, so changing another benchmark's
     number reruns nothing here."""
-    cfg = {k: v for k, v in config["probes"].get("decop", {}).items() if k not in ("models", "benchmarks")}
+    cfg = job_settings(config, "decop")
     cfg["calibration_documents"] = calibration_documents(cfg, benchmark)
-    return canonical(cfg)
+    return cfg
 
 
 def check_config(config: dict) -> list[str]:

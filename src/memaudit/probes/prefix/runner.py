@@ -142,12 +142,9 @@ def settings(config: dict, benchmark: str | None) -> dict:
     jobs): ``instruction`` resolved to that benchmark's, given once or per benchmark (Appendix E of
     the information-guided probes: the fiction prompt for books, "Complete exactly and don't
     hallucinate" for news), so changing one benchmark's instruction reruns only its jobs."""
-    from memaudit.config import for_benchmark
-    from memaudit.jobs import canonical
+    from memaudit.jobs import job_settings
 
-    cfg = {k: v for k, v in config["probes"].get("prefix", {}).items() if k not in ("models", "benchmarks")}
-    cfg["instruction"] = for_benchmark(cfg.get("instruction"), benchmark, INSTRUCTION)
-    return canonical(cfg)
+    return job_settings(config, "prefix", benchmark, {"instruction": INSTRUCTION})
 
 
 def check_config(config: dict) -> list[str]:
