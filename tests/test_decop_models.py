@@ -68,6 +68,53 @@ def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_mode
         _backend_probabilities(HFBackend({}, model=short_model, tokenizer=tok), pairs)
 
 
+def test_prompt_trie_gives_the_flat_batch_numbers_and_runs_each_shared_prefix_once(long_tiny_model):
+    """``share_prefix="tree"`` (what a CPU backend runs) against the flat batch and against no sharing,
+    on DE-COP's 24 orderings plus the trie's corner cases; and the tokens it runs: each distinct
+    prefix of the orderings exactly once, a third fewer than the flat batch."""
+    import torch
+
+    from memaudit.models.forward import common_prefix_length, next_token_logprobs
+    from memaudit.probes.decop.scoring import render_question
+
+    model, tok = long_tiny_model
+    pad = tok.eos_token_id
+    decop = [tok(render_question(tok, ITEM, p), add_special_tokens=False)["input_ids"]
+             for p in orderings("permutations")]
+    corner = [decop[0], decop[0][:-5], [decop[3][0] + 1] + decop[3][1:], decop[0][:1], decop[5][:40]]
+    ran = []
+
+    def count(module, args, kwargs):  # real (unpadded) tokens of each pass
+        ids, mask = kwargs["input_ids"], kwargs.get("attention_mask")
+        ran.append(int(mask[:, -ids.shape[1]:].sum()) if mask is not None else ids.numel())
+
+    hook = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        runs = {}
+        for mode, bs in (("tree", 24), ("tree", 5), (True, 7), (False, 24)):
+            ran.clear()
+            runs[mode, bs] = (torch.cat(list(next_token_logprobs(model, decop + corner, pad_id=pad, batch_size=bs,
+                                                               share_prefix=mode))), sum(ran))
+        ran.clear()
+        (tree_decop,) = next_token_logprobs(model, decop, pad_id=pad, share_prefix="tree")
+        tree_tokens = sum(ran)
+        ran.clear()
+        flat_decop = torch.cat(list(next_token_logprobs(model, decop, pad_id=pad, batch_size=24)))
+        flat_tokens = sum(ran)
+    finally:
+        hook.remove()
+    reference = runs[False, 24][0]
+    assert reference.shape == (29, len(tok))
+    for key, (logp, _) in runs.items():
+        assert (logp - reference).abs().max() <= 1e-4, key
+    assert (tree_decop - flat_decop).abs().max() <= 1e-4
+    distinct = {tuple(s[:k]) for s in decop for k in range(1, len(s) + 1)}
+    assert tree_tokens == len(distinct)
+    shared = common_prefix_length(decop)
+    assert flat_tokens == shared + sum(len(s) - shared for s in decop)
+    assert tree_tokens < 0.75 * flat_tokens
+
+
 def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
     from memaudit.backends.hf import HFBackend
     from memaudit.probes.decop.scoring import reference_probabilities, render_question

@@ -132,15 +132,17 @@ class HFBackend(Backend):
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
                         params: GenerationParams = GenerationParams(), batch_size: int | None = None,
-                        share_prefix: bool = True) -> list[dict[str, float]]:
+                        share_prefix: bool | str = "auto") -> list[dict[str, float]]:
         """log p(option's first token | rendered prompt), read at the answer position by teacher forcing.
 
         Each option string counts with its variants (``"A"`` and ``" A"``, each read as the last
         token of its encoding: :func:`~memaudit.backends.base.option_token_ids`); their
         probabilities are summed, since a tokenizer may emit either. Prompts are rendered as :meth:`generate` renders
-        them (system prompt, chat template) and batched ``batch_size`` at a time (default:
-        the backend's) with their shared prefix computed once
-        (:func:`memaudit.models.forward.next_token_logprobs`).
+        them (system prompt, chat template); every prefix that prompts share goes through the model
+        once (:func:`memaudit.models.forward.next_token_logprobs`). ``share_prefix="auto"`` walks the
+        prompts' token trie on a CPU (``"tree"``: a pass costs in proportion to its tokens, and the
+        trie halves DE-COP's) and elsewhere batches ``batch_size`` prompts (default: the backend's)
+        around their common prefix (``"batch"``: one large pass beats many small ones on a GPU).
         """
         import torch
 
@@ -155,6 +157,8 @@ class HFBackend(Backend):
         variant_ids: dict[str, list[int]] = {}
         for opt in {o for opts in options for o in opts}:
             variant_ids[opt] = option_token_ids(tok, opt)
+        if share_prefix == "auto":
+            share_prefix = "tree" if self.model.device.type == "cpu" else "batch"
         out: list[dict[str, float]] = []
         for logp in next_token_logprobs(self.model, encoded, pad_id=pad, batch_size=batch_size or self.batch_size,
                                         share_prefix=share_prefix):
