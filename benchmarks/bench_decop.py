@@ -122,7 +122,8 @@ def main(argv=None) -> dict:
     result = {
         "name": NAME, "n_items": n_prompts, "n_passages": args.n_passages, "orderings": args.orderings,
         "prompt_tokens": n_tokens, "ours_seconds": ours_s, "batch_seconds": batch_s, "baseline_seconds": base_s,
-        "speedup": base_s / ours_s, "speedup_batch": base_s / batch_s, "tree_over_batch": batch_s / ours_s, "max_abs_diff": max(diffs), "model": "smollm2-135m-instruct",
+        "speedup": base_s / ours_s, "speedup_batch": base_s / batch_s, "tree_over_batch": batch_s / ours_s,
+        "max_abs_diff": max(diffs), "model": "smollm2-135m-instruct",
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "cpu_native_bf16": cpu_has_native_bf16(),
         "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),

@@ -141,7 +141,7 @@ class HFBackend(Backend):
         them (system prompt, chat template); every prefix that prompts share goes through the model
         once (:func:`memaudit.models.forward.next_token_logprobs`). ``share_prefix="auto"`` walks the
         prompts' token trie on a CPU (``"tree"``: a pass costs in proportion to its tokens, and the
-        trie halves DE-COP's) and elsewhere batches ``batch_size`` prompts (default: the backend's)
+        trie runs a third fewer of DE-COP's) and elsewhere batches ``batch_size`` prompts (default: the backend's)
         around their common prefix (``"batch"``: one large pass beats many small ones on a GPU).
         """
         import torch
