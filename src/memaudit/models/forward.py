@@ -87,7 +87,7 @@ def tree_next_token_logprobs(model, encoded: Sequence[Sequence[int]], *, pad_id:
 
     Depth first from the root: a group of prompts that share tokens ``[0, n)`` (in the key/value
     cache) runs its longer common prefix once (batch of one), then splits by the next token.
-    Prompts left alone in their branch (or with one token to go) are the branch's leaves: they run
+    Prompts left alone in their branch (or with one token to go) are the group's leaves: they run
     together, left-padded after the branch's prefix as in :func:`next_token_logprobs`
     (``batch_size`` at a time); branches of two or more recurse on a copy of the cache.
 
@@ -113,9 +113,14 @@ def tree_next_token_logprobs(model, encoded: Sequence[Sequence[int]], *, pad_id:
         branches: dict[int, list[int]] = {}
         for i in idx:
             branches.setdefault(encoded[i][n], []).append(i)
-        leaves = [i for b in branches.values() for i in b if len(b) == 1 or len(encoded[i]) == n + 1]
-        inner = [[i for i in b if len(encoded[i]) > n + 1] for b in branches.values() if len(b) > 1]
-        inner = [b for b in inner if b]
+        leaves, inner = [], []
+        for branch in branches.values():
+            longer = [i for i in branch if len(encoded[i]) > n + 1]
+            if len(longer) > 1:
+                inner.append(longer)
+                leaves += [i for i in branch if i not in longer]
+            else:
+                leaves += branch
         steps = [(node, b) for b in inner] + [(leaf, leaves[k:k + batch_size])
                                               for k in range(0, len(leaves), batch_size)]
         for k, (step, part) in enumerate(steps):
