@@ -218,8 +218,8 @@ def for_benchmark(value, benchmark: str | None, default=None):
     probe's ``instruction``). ``benchmark`` None or absent from the mapping: its ``default``, else
     ``default``."""
     if isinstance(value, dict):
-        return value.get(benchmark, value.get("default", default)) if benchmark is not None else \
-            value.get("default", default)
+        fallback = value.get("default", default)
+        return fallback if benchmark is None else value.get(benchmark, fallback)
     return default if value is None else value
 
 
