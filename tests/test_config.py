@@ -60,7 +60,7 @@ def test_the_docs_example_error_is_what_comes_out():
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "
-                   "here: member_fraction, min_passages, n_documents, near_duplicate_ngram, passage_words, "
+                   "here: documents_per_book, member_fraction, min_passages, n_documents, near_duplicate_ngram, passage_words, "
                    "passages_per_document, published, source_options, sources, split_by)")
 
 

@@ -159,6 +159,31 @@ def test_a_book_split_keeps_every_chapter_of_a_book_on_one_side():
     assert {p.label for p in passages} == {0, 1} and len(docs) == 60
 
 
+
+def test_documents_per_book_caps_each_book_before_the_sample_and_is_seeded():
+    from collections import Counter
+
+    from memaudit.datasets.build import build_benchmark
+
+    cfg = {"sources": ["austen"], "member_fraction": 0.5, "passage_words": 120,
+           "passages_per_document": 1, "min_passages": 1, "split_by": "book", "documents_per_book": 6}
+    docs, _ = build_benchmark("books", cfg, ROOT / "resources" / "demo", 13)
+    counts = Counter(d.meta["book"] for d in docs)
+    # every one of the six novels has more than 6 usable chapters, so each gives exactly 6
+    assert sorted(counts.values()) == [6] * 6 and len(docs) == 36
+    assert sorted(Counter(d.meta["label"] for d in docs).values()) == [18, 18]
+    again, _ = build_benchmark("books", cfg, ROOT / "resources" / "demo", 13)
+    assert [d.doc_id for d in again] == [d.doc_id for d in docs]
+    other, _ = build_benchmark("books", cfg, ROOT / "resources" / "demo", 14)
+    assert [d.doc_id for d in other] != [d.doc_id for d in docs]
+    # n_documents then samples among the capped chapters; a cap above a book's chapters keeps them all
+    capped, _ = build_benchmark("books", dict(cfg, n_documents=12), ROOT / "resources" / "demo", 13)
+    assert len(capped) == 12 and max(Counter(d.meta["book"] for d in capped).values()) <= 6
+    whole, _ = build_benchmark("books", dict(cfg, documents_per_book=10_000), ROOT / "resources" / "demo", 13)
+    plain, _ = build_benchmark("books", {k: v for k, v in cfg.items() if k != "documents_per_book"},
+                               ROOT / "resources" / "demo", 13)
+    assert len(whole) == len(plain) > 250
+
 # ----------------------------------------------------------------------------- judges
 
 def test_chunks_are_128_spacy_tokens_with_stride_128(nlp):

@@ -2,8 +2,8 @@
 
 A benchmark draws documents from its sources, cuts each into sentence-aligned
 passages, keeps ``passages_per_document`` of them as the document's excerpt,
-samples ``n_documents`` documents and splits them IID into members and
-non-members (seeded). The excerpt is both what the probes read and what a
+samples ``n_documents`` documents (at most ``documents_per_book`` of each book first, where
+set) and splits them IID into members and non-members (seeded). The excerpt is both what the probes read and what a
 contaminated model is fine-tuned on, so membership is exact.
 
 ``split_by: book`` splits whole books instead (every sampled chapter of a member book is
@@ -69,6 +69,8 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
         raise InputError(f"benchmark {name!r}: only {len(candidates)} usable documents in sources "
                          f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s))")
     rng = random.Random(f"{seed}:{name}")
+    if cfg.get("documents_per_book") is not None:
+        candidates = _sample_per_book(candidates, int(cfg["documents_per_book"]), rng)
     n = cfg.get("n_documents")
     if n is not None and n < len(candidates):
         candidates = rng.sample(candidates, n)
@@ -103,6 +105,20 @@ def _document_passages(d: Document, cfg: dict) -> list[str]:
     if d.kind == "qa":
         return [d.text]
     return make_passages(d.text, cfg["passage_words"], cfg["passages_per_document"])
+
+
+def _sample_per_book(candidates: list, per_book: int, rng: random.Random) -> list:
+    """At most ``per_book`` documents of each book (seeded, books in sorted order), so that no book
+    is left with too little text for its events and beginnings where a plain sample of chapters
+    follows the books' lengths (Emma's 55 chapters against Northanger Abbey's 31)."""
+    by_book: dict[str, list] = {}
+    for c in candidates:
+        by_book.setdefault(_book(c[0]), []).append(c)
+    kept = []
+    for book in sorted(by_book):
+        group = by_book[book]
+        kept += rng.sample(group, per_book) if len(group) > per_book else group
+    return kept
 
 
 def _book(d: Document) -> str:
