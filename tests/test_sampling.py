@@ -22,6 +22,7 @@ def _generate_greedy(model, tok, prompt_ids, max_new):
     return new[:new.index(tok.eos_token_id)] if tok.eos_token_id in new else new
 
 
+@pytest.mark.filterwarnings("error:.*past_key_values.*")  # the cache under its current name
 def test_greedy_rows_of_a_left_padded_batch_equal_generate_one_at_a_time(model_and_prompts, monkeypatch):
     import memaudit.models.sampling as sampling
     from memaudit.models.sampling import sample
@@ -48,6 +49,7 @@ def test_greedy_rows_of_a_left_padded_batch_equal_generate_one_at_a_time(model_a
     assert len(joins) == 1 and joins[0][0] != joins[0][1]  # a join of caches of different lengths
 
 
+@pytest.mark.filterwarnings("error:.*past_key_values.*")  # the cache under its current name
 def test_sampling_is_seeded_and_done_stops_a_row_early(model_and_prompts):
     from memaudit.models.sampling import sample
 

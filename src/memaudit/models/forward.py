@@ -11,7 +11,18 @@ token trie (:func:`tree_next_token_logprobs`).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterator, Sequence
+
+
+@lru_cache(maxsize=1)
+def cache_keyword() -> str:
+    """The name of a causal LM's key/value cache, as forward keyword and output field: ``cache``
+    where transformers has it (``past_key_values``, the old name, warns and goes in 5.40),
+    ``past_key_values`` in the 5.x releases before the rename (``pyproject.toml`` allows 5.0)."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def right_padded(encoded: Sequence[Sequence[int]], batch: Sequence[int], pad_id: int):
@@ -143,8 +154,8 @@ def _extend(model, cache, ids: list[int], start: int):
     kwargs = dict(input_ids=torch.tensor([ids], device=model.device), use_cache=True,
                   position_ids=torch.arange(start, start + len(ids), device=model.device)[None])
     if cache is not None:
-        kwargs["past_key_values"] = cache
-    return model(**kwargs).past_key_values
+        kwargs[cache_keyword()] = cache
+    return getattr(model(**kwargs), cache_keyword())
 
 
 def _suffix_step(model, cache, n: int, chunk: Sequence[Sequence[int]], pad_id: int):
@@ -167,5 +178,5 @@ def _suffix_step(model, cache, n: int, chunk: Sequence[Sequence[int]], pad_id: i
     kwargs = dict(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
                   position_ids=positions.to(model.device), logits_to_keep=1)
     if cache is not None:
-        kwargs.update(past_key_values=cache, use_cache=True)
+        kwargs.update({cache_keyword(): cache, "use_cache": True})
     return torch.log_softmax(model(**kwargs).logits[:, -1].float(), dim=-1)

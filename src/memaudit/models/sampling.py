@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from memaudit.models.forward import cache_keyword
+
 
 def _pad_prompts(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
@@ -145,7 +147,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
         new_cache = DynamicCache()
         new_logits = model(input_ids=ids.to(device), attention_mask=new_mask.to(device),
                            position_ids=(new_mask.cumsum(-1) - 1).clamp(min=0).to(device),
-                           past_key_values=new_cache, use_cache=True).logits[:, -1, :]
+                           **{cache_keyword(): new_cache}, use_cache=True).logits[:, -1, :]
         repeat = torch.tensor([r for r, i in enumerate(group) for _ in range(n_samples[i])], dtype=torch.long)
         new_cache.batch_select_indices(repeat.to(device))
         new_logits, new_mask = new_logits[repeat.to(device)], new_mask[repeat]
@@ -207,7 +209,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
             logits = model(input_ids=nxt[:, None].to(device), attention_mask=mask.to(device),
                            position_ids=(mask.sum(-1, keepdim=True) - 1).to(device),
-                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+                           **{cache_keyword(): cache}, use_cache=True).logits[:, -1, :]
         if waiting and len(active) <= max_rows // 2:
             if not active:
                 cache, mask, logits, seen = DynamicCache(), torch.zeros((0, 0), dtype=torch.long), None, None
