@@ -189,6 +189,14 @@ def test_too_few_nonmembers_for_a_calibration_set_is_reported():
         selection.conformal_bh_runs(frame, [0.1], calibration_fraction=0.4)
 
 
+def test_calibration_size_rounds_half_to_even_as_documented():
+    labels = np.array([1] * 3 + [0] * 25)
+    ids = [f"d{i}" for i in range(labels.size)]
+    sizes = {n: int(selection.calibration_split(labels[:3 + n], ids[:3 + n], 0.5, seed=1, split=0).sum())
+             for n in (25, 24, 23, 3)}
+    assert sizes == {25: 12, 24: 12, 23: 12, 3: 2}  # round(12.5) = 12, round(11.5) = 12, round(1.5) = 2
+
+
 def test_unresolvable_q_is_named():
     rng = np.random.default_rng(5)
     frame = _frame(rng.normal(5, 1, 10), rng.normal(0, 1, 8))
