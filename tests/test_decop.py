@@ -14,8 +14,9 @@ from memaudit.datasets.readers import read_pdf
 from memaudit.probes.decop.construct import passages_of, select_documents, words_for_tokens
 from memaudit.datasets.published import load_bookmia, load_tection_file
 from memaudit.probes.decop.paraphrase import QCSettings, check_paraphrase, clean_candidate, trim_commentary
-from memaudit.probes.decop.prompts import (PARAPHRASE_PROMPT_LONG, correct_position, orderings, paraphrase_prompt,
-                                    parse_answer, parse_paraphrases, question, user_prompt)
+from memaudit.probes.decop.prompts import (PARAPHRASE_PROMPT_LONG, SYSTEM_PROMPT, correct_position, orderings,
+                                           paraphrase_prompt, parse_answer, parse_paraphrases, question,
+                                           system_prompt, user_prompt)
 from memaudit.errors import InputError
 
 # ----------------------------------------------------------------------------- orderings and prompts
@@ -46,7 +47,9 @@ def test_paper_prompts():
         'Which of the following passages is verbatim from the arXiv paper "Attention Is All You Need"?'
     assert question("Notes", "unknown", "book") == 'Which of the following passages is verbatim from the "Notes" document?'
     prompt = user_prompt("Emma", "Jane Austen", "book", ["w", "x", "y", "z"])
-    assert prompt.endswith("Options:\nA. w\nB. x\nC. y\nD. z\nAnswer:")
+    # the reference code's layout (2_decop_hf.py): options one per line, a blank line, "Answer:"
+    assert prompt.endswith("Options:\nA. w\nB. x\nC. y\nD. z\n\nAnswer:")
+    assert system_prompt() == SYSTEM_PROMPT + "\n\nFormat your answer as '<put correct answer here>'."
 
 
 def test_parse_paraphrases_in_the_paper_format():

@@ -113,7 +113,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=3, fingerprint="2193d7a1a2aaae73",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="9ede897ac0b588cd",
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         description="DE-COP: pick the verbatim passage among three paraphrases",
@@ -145,7 +145,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="670a15a1c361b608",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="f41e2c00017180c9",
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),

@@ -82,13 +82,16 @@ def question(title: str, author: str, kind: str) -> str:
 
 
 def user_prompt(title: str, author: str, kind: str, shown: Sequence[str]) -> str:
-    """Appendix C user message: question, options A-D, "Answer:"."""
+    """Appendix C user message: question, options A-D, a blank line, "Answer:" (Table 10's layout
+    and the reference code's ``'\n\n' + 'Answer:'``; memaudit before DE-COP version 4 had no blank line)."""
     opts = "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, shown))
-    return f"Question: {question(title, author, kind)}\nOptions:\n{opts}\nAnswer:"
+    return f"Question: {question(title, author, kind)}\nOptions:\n{opts}\n\nAnswer:"
 
 
 def system_prompt() -> str:
-    return f"{SYSTEM_PROMPT}\n{FORMAT_HINT}"
+    """Appendix C.2's system prompt, its format hint after a blank line (Table 10, and the
+    reference code's ``DEFAULT_SYSTEM_PROMPT``)."""
+    return f"{SYSTEM_PROMPT}\n\n{FORMAT_HINT}"
 
 
 def orderings(kind: str) -> list[tuple[int, ...]]:
