@@ -25,6 +25,9 @@ def test_shipped_configs_validate_and_get_defaults():
         for key, bench in cfg["benchmarks"].items():  # the default unless set (techdocs asks for 2)
             assert bench["min_passages"] == raw["benchmarks"][key].get("min_passages", 1)
             assert "member_fraction" in bench
+            # an option added later has no default: its absence keeps a benchmark's params (the
+            # benchmark_dataset rule's), so upgrading redoes no finished run
+            assert ("documents_per_book" in bench) == ("documents_per_book" in raw["benchmarks"][key])
         for entry in cfg["models"].values():
             assert entry["backend"] == "hf" and entry["max_tokens"] >= 16
 
