@@ -3,8 +3,8 @@
 A benchmark draws documents from its sources, cuts each into sentence-aligned
 passages, keeps ``passages_per_document`` of them as the document's excerpt,
 samples ``n_documents`` documents (at most ``documents_per_book`` of each book first, where
-set) and splits them IID into members and non-members (seeded). The excerpt is both what the probes read and what a
-contaminated model is fine-tuned on, so membership is exact.
+set) and splits them IID into members and non-members (seeded). The excerpt is both what the
+probes read and what a contaminated model is fine-tuned on, so membership is exact.
 
 ``split_by: book`` splits whole books instead (every sampled chapter of a member book is
 a member): the level CopyBench's non-literal copying works at, where a model that saw

@@ -83,7 +83,7 @@ def question(title: str, author: str, kind: str) -> str:
 
 def user_prompt(title: str, author: str, kind: str, shown: Sequence[str]) -> str:
     """Appendix C user message: question, options A-D, a blank line, "Answer:" (Table 10's layout
-    and the reference code's ``'\n\n' + 'Answer:'``; memaudit before DE-COP version 4 had no blank line)."""
+    and the reference's ``2_decop_hf.py``; memaudit before DE-COP version 4 had no blank line)."""
     opts = "\n".join(f"{letter}. {text}" for letter, text in zip(LETTERS, shown))
     return f"Question: {question(title, author, kind)}\nOptions:\n{opts}\n\nAnswer:"
 
