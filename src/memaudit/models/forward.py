@@ -38,9 +38,11 @@ def right_padded(encoded: Sequence[Sequence[int]], batch: Sequence[int], pad_id:
     return ids, mask
 
 
-def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
-    n = 0
-    for column in zip(*seqs):
+def common_prefix_length(seqs: Sequence[Sequence[int]], start: int = 0) -> int:
+    """How many first tokens every sequence shares; the first ``start`` are known to be shared
+    (the trie's branches: only the tokens after their parent's prefix are compared)."""
+    n = start
+    for column in zip(*(seq[start:] for seq in seqs)):
         if any(t != column[0] for t in column):
             break
         n += 1
@@ -117,7 +119,7 @@ def tree_next_token_logprobs(model, encoded: Sequence[Sequence[int]], *, pad_id:
 
     def node(cache, n: int, idx: list[int]) -> None:
         group = [encoded[i] for i in idx]
-        m = min(common_prefix_length(group), min(len(s) for s in group) - 1)
+        m = min(common_prefix_length(group, n), min(len(s) for s in group) - 1)
         if m > n:
             cache = _extend(model, cache, list(group[0][n:m]), n)
             n = m
