@@ -60,6 +60,27 @@ def test_the_docs_example_error_is_what_comes_out():
     assert f"`{expected}`" in readme
 
 
+def test_a_source_key_on_a_published_benchmark_is_an_error_not_ignored():
+    """n_documents, passage_words, ... shape a benchmark built from sources; on a published one
+    they would be ignored without a word. Only what the user wrote counts (defaults come later)."""
+    def mutate(c):
+        c["benchmarks"]["pub"] = {"published": {"format": "arxivtection", "path": "x.csv"},
+                                  "n_documents": 5, "member_fraction": 0.3}
+    assert bad(mutate).splitlines() == [
+        "config key benchmarks.pub.n_documents: only a benchmark built from 'sources' reads it; a published "
+        "benchmark's documents come as published (remove it)",
+        "config key benchmarks.pub.member_fraction: only a benchmark built from 'sources' reads it; a published "
+        "benchmark's documents come as published (remove it, or set it under published: for format qa)"]
+    ok = copy.deepcopy(CI)
+    ok["benchmarks"]["pub"] = {"published": {"format": "qa", "path": "q.jsonl", "member_fraction": 0.3}}
+    assert validate_config(ok)["benchmarks"]["pub"]["n_documents"] is None  # defaults still filled in
+    # every benchmark key but the two kinds themselves is a sources-only key: a new one must be sorted here
+    from memaudit.config import SOURCE_ONLY_KEYS, load_schema
+
+    keys = set(load_schema()["properties"]["benchmarks"]["additionalProperties"]["properties"])
+    assert keys - {"sources", "published"} == set(SOURCE_ONLY_KEYS)
+
+
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "

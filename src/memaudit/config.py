@@ -185,6 +185,7 @@ def validate_config(config: dict, schema: dict | None = None, *,
     if not isinstance(config, dict):
         raise ConfigError(f"config key <top level>: must be a mapping, not {_describe(config, ())}")
     problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
+    problems += _source_keys_on_published(config)  # before the defaults fill these keys in
     config = copy.deepcopy(config)
     validator = _validator_with_defaults(schema or load_schema())
     # Defaults are filled during the first pass; a second pass reports errors on
@@ -196,6 +197,27 @@ def validate_config(config: dict, schema: dict | None = None, *,
     problems += _cross_key_problems(config, checks, guarded=bool(errors))
     _raise_problems(problems)
     return config
+
+
+# What shapes a benchmark built from sources (memaudit.datasets.build); a published benchmark's
+# documents, passages and labels come as published (qa's own split keys live under published:).
+SOURCE_ONLY_KEYS = ("source_options", "n_documents", "documents_per_book", "member_fraction", "split_by",
+                    "near_duplicate_ngram", "passage_words", "passages_per_document", "min_passages")
+
+
+def _source_keys_on_published(config: dict) -> list[str]:
+    """A key that only a benchmark built from sources reads, set on a published one (where it
+    would be ignored without a word), as written by the user: the schema's defaults come later."""
+    benchmarks = config.get("benchmarks")
+    if not isinstance(benchmarks, dict):
+        return []
+    return [f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' reads it; "
+            f"a published benchmark's documents come as published (remove it"
+            + (", or set it under published: for format qa)" if key in ("member_fraction", "near_duplicate_ngram")
+               else ")")
+            for name, bench in benchmarks.items()
+            if isinstance(bench, dict) and "published" in bench and "sources" not in bench
+            for key in SOURCE_ONLY_KEYS if key in bench]
 
 
 def is_api_model(entry: dict) -> bool:
