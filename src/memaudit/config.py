@@ -211,13 +211,17 @@ def _source_keys_on_published(config: dict) -> list[str]:
     benchmarks = config.get("benchmarks")
     if not isinstance(benchmarks, dict):
         return []
-    return [f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' reads it; "
-            f"a published benchmark's documents come as published (remove it"
-            + (", or set it under published: for format qa)" if key in ("member_fraction", "near_duplicate_ngram")
-               else ")")
-            for name, bench in benchmarks.items()
-            if isinstance(bench, dict) and "published" in bench and "sources" not in bench
-            for key in SOURCE_ONLY_KEYS if key in bench]
+    problems = []
+    for name, bench in benchmarks.items():
+        if not isinstance(bench, dict) or "published" not in bench or "sources" in bench:
+            continue
+        for key in SOURCE_ONLY_KEYS:
+            if key in bench:
+                remedy = "remove it" + (", or set it under published: for format qa"
+                                        if key in ("member_fraction", "near_duplicate_ngram") else "")
+                problems.append(f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' "
+                                f"reads it; a published benchmark's documents come as published ({remedy})")
+    return problems
 
 
 def is_api_model(entry: dict) -> bool:

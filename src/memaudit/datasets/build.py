@@ -70,7 +70,7 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
                          f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s))")
     rng = random.Random(f"{seed}:{name}")
     if cfg.get("documents_per_book") is not None:
-        candidates = _sample_per_book(candidates, int(cfg["documents_per_book"]), rng)
+        candidates = _sample_per_book(candidates, cfg["documents_per_book"], rng)
     n = cfg.get("n_documents")
     if n is not None and n < len(candidates):
         candidates = rng.sample(candidates, n)
