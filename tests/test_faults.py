@@ -212,7 +212,15 @@ def killed_workflow(tmp_path_factory):
 
     # 2. Rerun; SIGKILL after it has saved a later checkpoint: no cleanup runs at all.
     run = Run(workdir, MODEL_TARGET, name="2-finetune-sigkill")
-    run.wait_for("a later fine-tuning checkpoint", lambda: (saved_step(workdir) or 0) > seen["step_sigterm"])
+
+    def later_checkpoint_logged() -> bool:
+        # The state file is renamed into place before the job logs it: waiting for the file
+        # alone let SIGKILL land between the two (CI on 88e70bc), so wait for the log line too.
+        step = saved_step(workdir) or 0
+        return step > seen["step_sigterm"] and f"checkpoint saved at step {step} (epoch" in job_log(
+            workdir, "prepare_model", FINETUNED)
+
+    run.wait_for("a later fine-tuning checkpoint, logged", later_checkpoint_logged)
     seen["rc_sigkill_finetune"] = run.kill(signal.SIGKILL)
     seen["step_sigkill"] = saved_step(workdir)
     seen["log_sigkill_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
