@@ -245,7 +245,7 @@ def test_copybench_extractor_requests_are_planned_first_exactly_then_bounded(tmp
     upper bound; the probe jobs whose items it makes are listed as not yet plannable."""
     from memaudit.backends.planning import plan_run as run_plan
     from memaudit.probes.copybench.build import nonliteral_items
-    from memaudit.probes.copybench.runner import make_extractor
+    from memaudit.probes.copybench.items import make_extractor
 
     docs = _books(data)
     with loopback() as server:

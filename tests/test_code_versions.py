@@ -22,6 +22,40 @@ def test_each_familys_recorded_fingerprint_matches_its_code(family):
         f"`memaudit code-versions --record`")
 
 
+STAGES = sorted((fam.name, stage) for fam in FAMILIES.values() for stage in fam.stages)
+
+
+@pytest.mark.parametrize("family, stage", STAGES)
+def test_each_stages_recorded_fingerprint_matches_its_code(family, stage):
+    current = code_fingerprint(family, stage)
+    recorded = FAMILIES[family].stages[stage]
+    assert recorded.fingerprint == current, (
+        f"the code of stage {stage!r} of probe family {family!r} changed ({recorded.fingerprint} -> {current}): "
+        f"if what it builds changes, bump the stage's version in memaudit/probes/registry.py; then run "
+        f"`memaudit code-versions --record`")
+
+
+def test_the_stages_that_build_items_once_per_benchmark_are_declared():
+    assert STAGES == [("cloze", "items"), ("copybench", "items"), ("decop", "items"), ("ktd", "pool")]
+    assert registry.family_version("decop", "items") == FAMILIES["decop"].stages["items"].version
+    assert registry.family_version("decop") == FAMILIES["decop"].version
+    with pytest.raises(KeyError, match="probe family 'prefix' declares no stage 'items'"):
+        registry.family_version("prefix", "items")
+
+
+def test_a_stages_modules_are_what_builds_it_not_the_probe_code():
+    items = set(registry.stage_modules("decop", "items"))
+    assert {"memaudit.probes.decop.items", "memaudit.probes.decop.paraphrase",
+            "memaudit.probes.decop.construct"} <= items
+    # how models are probed and scored is not the items' code
+    assert not items & {"memaudit.probes.decop.runner", "memaudit.probes.decop.scoring",
+                        "memaudit.probes.decop.analysis"}
+    assert items < set(family_modules("decop"))  # the family's fingerprint covers its stages' code too
+    # KTD's top-up is made by DE-COP's paraphraser: that code is the pool's
+    assert {"memaudit.probes.ktd.pool", "memaudit.probes.decop.paraphrase"} <= set(registry.stage_modules("ktd", "pool"))
+    assert "memaudit.probes.ktd.statistics" not in registry.stage_modules("ktd", "pool")
+
+
 def test_a_familys_modules_are_its_package_and_what_it_imports():
     modules = family_modules("decop")
     assert {"memaudit.probes.decop.scoring", "memaudit.probes.decop.analysis", "memaudit.probes.decop.runner"} <= set(modules)
@@ -70,6 +104,19 @@ def test_record_writes_only_stale_fingerprints_and_keeps_versions(tmp_path, monk
     assert tree.body
 
 
+def test_record_writes_a_stale_stages_fingerprint_into_its_own_entry(tmp_path, monkeypatch):
+    copy = tmp_path / "registry.py"
+    text = open(registry.__file__, encoding="utf-8").read()
+    recorded = FAMILIES["decop"].stages["items"].fingerprint
+    assert text.count(f'fingerprint="{recorded}"') == 1
+    copy.write_text(text.replace(f'fingerprint="{recorded}"', 'fingerprint="0000000000000000"'))
+    stale = registry.Stage(**{**FAMILIES["decop"].stages["items"].__dict__, "fingerprint": "0000000000000000"})
+    monkeypatch.setitem(FAMILIES, "decop", registry.ProbeFamily(
+        **{**FAMILIES["decop"].__dict__, "stages": {"items": stale}}))
+    assert registry.record_fingerprints(copy) == {"decop.items": recorded}
+    assert copy.read_text() == text  # the family's own fingerprint, before it, is left as it was
+
+
 def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
     monkeypatch.setitem(FAMILIES, "prefix", registry.ProbeFamily(
         **{**FAMILIES["prefix"].__dict__, "fingerprint": "0000000000000000"}))
@@ -77,3 +124,4 @@ def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"prefix       version {FAMILIES['prefix'].version}  fingerprint 0000000000000000  changed" in out
     assert "token_prob   version 1" in out and "ok" in out
+    assert f"decop.items  version {FAMILIES['decop'].stages['items'].version}  fingerprint" in out

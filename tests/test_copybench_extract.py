@@ -22,7 +22,7 @@ from memaudit.probes.copybench.extract import (
     parse_events,
     repair_prompt,
 )
-from memaudit.probes.copybench.runner import extraction_table
+from memaudit.probes.copybench.items import extraction_table
 
 KEY_ENV = "MEMAUDIT_TEST_EXTRACT_KEY"
 

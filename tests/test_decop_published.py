@@ -13,7 +13,7 @@ import yaml
 from api_server import ChatReply, ChatServer, ScriptedResponder, refusal_text
 from memaudit.jobs import validate_config
 from memaudit.datasets.published import published_benchmark, published_items
-from memaudit.probes.decop.runner import published_items_for_run
+from memaudit.probes.decop.items import published_items_for_run
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_jsonl
 

@@ -220,32 +220,53 @@ def test_adding_a_benchmark_schedules_only_its_jobs(finished, finished_run):
     assert jobs == like | {("summary", ""), ("all", "")}
 
 
-# The rules that carry each family's code version, and the rules of the other families that must not rerun.
-FAMILY_RULES = {"token_prob": ("token_prob_scores",), "decop": ("decop_items", "decop_probe"), "ktd": ("ktd_pool", "ktd_probe"),
-                "cloze": ("cloze_items", "cloze_probe")}
+# The rules that carry each version: a family's own (its probe jobs) and its stages' (what it builds once
+# per benchmark, before any model is probed). The summaries carrying a family's version read its probe jobs.
+VERSION_RULES = {("token_prob", ""): ("token_prob_scores",),
+                 ("decop", ""): ("decop_probe",), ("decop", "items"): ("decop_items",),
+                 ("ktd", ""): ("ktd_probe",), ("ktd", "pool"): ("ktd_pool",),
+                 ("cloze", ""): ("cloze_probe",), ("cloze", "items"): ("cloze_items",),
+                 ("copybench", ""): ("copybench_probe",), ("copybench", "items"): ("copybench_items", "copybench_qa_items")}
+FAMILY_RULES = {f: {r for (g, _), rules in VERSION_RULES.items() if g == f for r in rules}
+                for f, _ in VERSION_RULES}
 
 
-@pytest.mark.parametrize("family", sorted(FAMILY_RULES))
-def test_bumping_a_familys_version_reruns_its_jobs_and_nothing_else(family, finished, tmp_path):
-    """Package code does not trigger reruns; the family's version in its registry entry, a param, does."""
+def test_every_version_in_the_registry_is_tested_here():
+    from memaudit.probes.registry import FAMILIES
+
+    declared = {(f.name, s) for f in FAMILIES.values() for s in f.stages}
+    assert declared == {k for k in VERSION_RULES if k[1]}
+
+
+@pytest.mark.parametrize("family, stage", sorted(VERSION_RULES))
+def test_bumping_a_version_reruns_its_jobs_and_nothing_else(family, stage, finished, finished_run, tmp_path):
+    """Package code does not trigger reruns; a version in the registry, a param, does: the family's
+    reruns its probe jobs (not the items they read), a stage's reruns what it builds and what reads it."""
     src = shutil.copytree(ROOT / "src" / "memaudit", tmp_path / "src" / "memaudit")
     (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the package finds its schema beside src/
     registry = src / "probes" / "registry.py"
     text = registry.read_text()
-    pattern = rf'(ProbeFamily\(\s*"{family}",.*?version=)(\d+)'
+    # the family's own version comes first in its entry, its stages' after it
+    pattern = rf'(ProbeFamily\(\s*"{family}",' + (rf'.*?"{stage}":\s*Stage\(' if stage else "") + r'.*?version=)(\d+)'
     assert len(re.findall(pattern, text, re.S)) == 1
     registry.write_text(re.sub(pattern, lambda m: f"{m[1]}{int(m[2]) + 1}", text, count=1, flags=re.S))
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
     jobs = planned_jobs(finished, CI_YAML, env=env)
-    # exactly the family's jobs and what depends on them ...
-    assert jobs == downstream_of(finished, *FAMILY_RULES[family])
+    rules = {r for r, _ in jobs}
+    # exactly the version's jobs and what depends on them ...
+    assert jobs == downstream_of(finished, *VERSION_RULES[family, stage])
+    # (config/ci.yaml runs no CopyBench QA, so copybench_qa_items has no job there)
+    ran = {r for r in VERSION_RULES[family, stage] if any(job[0] == r for job in finished_run[1])}
+    assert ran and rules >= ran
+    # ... not the family's other versioned jobs upstream: a probe change keeps its items ...
+    if not stage:
+        assert rules.isdisjoint(FAMILY_RULES[family] - set(VERSION_RULES[family, stage]))
     # ... and no job of another family (but KTD's, whose knockoffs are DE-COP's items: new items, new W;
     # config/ci.yaml tops the pool up, so the top-up reruns too)
-    reads_decop_items = {"ktd_pool", "ktd_probe"} if family == "decop" else set()
-    assert {r for r, _ in jobs} >= reads_decop_items
-    others = {r for f, rules in FAMILY_RULES.items() if f != family for r in rules} - reads_decop_items
-    assert {r for r, _ in jobs}.isdisjoint(others | {"token_stats", "prepare_model", "benchmark_dataset"})
-    assert {r for r, _ in jobs} >= set(FAMILY_RULES[family])
+    reads_decop_items = {"ktd_pool", "ktd_probe"} if (family, stage) == ("decop", "items") else set()
+    assert rules >= reads_decop_items
+    others = {r for f, fam_rules in FAMILY_RULES.items() if f != family for r in fam_rules} - reads_decop_items
+    assert rules.isdisjoint(others | {"token_stats", "prepare_model", "benchmark_dataset"})
 
 
 @pytest.mark.parametrize(("module", "name"), sorted(VERSIONED))

@@ -16,7 +16,7 @@ rule cloze_items:
     params:
         cloze=probe_settings("cloze"),
         reference=lambda wc: role_model(config, "cloze", "reference"),
-        code_version=family_version("cloze"),
+        code_version=family_version("cloze", "items"),
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=4000,

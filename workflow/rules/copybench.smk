@@ -24,7 +24,7 @@ rule copybench_items:
         extractor=lambda wc: copybench_plan.extractor_model(config, wc),
         published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
-        code_version=family_version("copybench"),
+        code_version=family_version("copybench", "items"),
     threads: 1
     resources:
         mem_mb=3000,
@@ -55,7 +55,7 @@ rule copybench_qa_items:
         writer=lambda wc: copybench_plan.qa_writer(config, wc),
         published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
-        code_version=family_version("copybench"),
+        code_version=family_version("copybench", "items"),
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=3000,

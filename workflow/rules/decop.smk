@@ -20,7 +20,7 @@ rule decop_items:
         ),
         published=lambda wc: canonical(config["benchmarks"][wc.benchmark].get("published")),
         seed=config["seed"],
-        code_version=family_version("decop"),
+        code_version=family_version("decop", "items"),
     # a local paraphraser decodes on one thread (memaudit.probes.decop.paraphrase); an API one waits
     threads: 1
     # Paraphrasing heads DE-COP's and KTD's chains: at priority 0 the demo's techdocs paraphrases

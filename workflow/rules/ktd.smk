@@ -18,7 +18,7 @@ rule ktd_pool:
         paraphrase=lambda wc: canonical(config["probes"]["decop"]["paraphrase"]),
         paraphraser=lambda wc: role_model(config, "decop", "paraphraser"),
         seed=config["seed"],
-        code_version=family_version("ktd"),
+        code_version=family_version("ktd", "pool"),
     # as decop_items: a local paraphraser decodes on one thread, an API one waits
     threads: 1
     priority: 15

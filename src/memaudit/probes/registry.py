@@ -27,6 +27,13 @@ code changed and the fingerprint did not follow. A change that alters numbers bu
 prints it); a refactor records the fingerprint only. Why not derive the version from
 the source? A pure refactor or a comment fix would then rerun days of GPU or paid API
 work, and people learn to ignore a signal that fires on every edit.
+
+Stages. What a family builds once per benchmark before any model is probed (DE-COP's
+paraphrased items, KTD's topped-up knockoff pool, the cloze probes' surprisal tokens) can cost
+more than the probes, so it has its own :class:`Stage`: a version and a fingerprint over the
+modules that build it (``roots``, and what they import). Its rules carry
+``family_version(family, stage)``; the family's own version covers the probe jobs. A change
+to how models are probed then reruns the probes and not the paraphrasing before them.
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ from typing import Callable, Mapping
 
 from memaudit.backends.base import GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS
 from memaudit.config import is_api_model, is_labelled
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A family's once-per-benchmark step with its own code version (see the module docstring)."""
+
+    roots: tuple[str, ...]  # the modules whose code, with what they import, builds the stage's output
+    version: int
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,9 @@ class ProbeFamily:
     # whether its probes mean something on a benchmark without membership labels (CopyBench's rates do;
     # a detector's AUC does not): memaudit.config.is_labelled
     unlabelled: bool = False
+    # name -> its Stage; declared after `fingerprint` so that the family's own version and fingerprint
+    # come first in its entry (record_fingerprints and the tests find them by that order)
+    stages: Mapping[str, Stage] = field(default_factory=dict)
 
     def probe(self, mode: str) -> str:
         """The probe (config block, score file stem) of one mode."""
@@ -113,7 +132,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="5e0ba273c009e871",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="e15a180f2931da8b",
+        # the paraphrased items (decop_items), which KTD reads too
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="9efb929992baf6ee")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         description="DE-COP: pick the verbatim passage among three paraphrases",
@@ -131,7 +152,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="9e3ff5fe73697edd",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="9fe83915c836d5b2",
+        # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
+        # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
+        stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"), version=4, fingerprint="8892cf2448c14bd3")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -146,6 +170,8 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
         runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="bb9a529a530ee724",
+        # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
+        stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"), version=7, fingerprint="e3b895dea49377a8")},
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -161,6 +187,8 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
         plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="667fcf2cfa0eaa3f",
+        # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
+        stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"), version=3, fingerprint="860818e289627bf9")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
@@ -200,8 +228,14 @@ def runner_of(family: str) -> Callable:
     return load_callable(FAMILIES[family].runner)
 
 
-def family_version(family: str) -> int:
-    return FAMILIES[family].version
+def family_version(family: str, stage: str | None = None) -> int:
+    """The code version a family's probe jobs carry, or (``stage``) the one its stage's jobs carry."""
+    fam = FAMILIES[family]
+    if stage is None:
+        return fam.version
+    if stage not in fam.stages:
+        raise KeyError(f"probe family {family!r} declares no stage {stage!r} (stages: {sorted(fam.stages)})")
+    return fam.stages[stage].version
 
 
 def modes_of(family: str) -> list[str]:
@@ -368,7 +402,15 @@ def family_modules(family: str) -> list[str]:
     """Every memaudit module a family's package uses, directly or not (less :data:`NOT_RESULT_CODE`)."""
     package = FAMILIES[family].package
     root = _module_file(package).parent
-    todo = [package + ("" if p.stem == "__init__" else "." + p.stem) for p in sorted(root.glob("*.py"))]
+    return _reachable([package + ("" if p.stem == "__init__" else "." + p.stem) for p in sorted(root.glob("*.py"))])
+
+
+def stage_modules(family: str, stage: str) -> list[str]:
+    """Every memaudit module a family's stage uses: its roots and what they import, directly or not."""
+    return _reachable(list(FAMILIES[family].stages[stage].roots))
+
+
+def _reachable(todo: list[str]) -> list[str]:
     seen: set[str] = set()
     while todo:
         name = todo.pop()
@@ -381,10 +423,11 @@ def family_modules(family: str) -> list[str]:
     return sorted(seen)
 
 
-def code_fingerprint(family: str) -> str:
-    """A short hash of the family's code (:func:`family_modules`, docstrings and comments stripped)."""
+def code_fingerprint(family: str, stage: str | None = None) -> str:
+    """A short hash of the family's code (:func:`family_modules`), or of a stage's
+    (:func:`stage_modules`), docstrings and comments stripped."""
     digest = hashlib.sha256()
-    for name in family_modules(family):
+    for name in (family_modules(family) if stage is None else stage_modules(family, stage)):
         path = _module_file(name)
         digest.update(name.encode() + b"\0")
         digest.update(_normalised(ast.parse(path.read_text(encoding="utf-8"))).encode() + b"\0")
@@ -392,12 +435,17 @@ def code_fingerprint(family: str) -> str:
 
 
 def stale_fingerprints() -> dict[str, tuple[str, str]]:
-    """Families whose recorded fingerprint differs from their code: ``{family: (recorded, current)}``."""
+    """Families and stages whose recorded fingerprint differs from their code:
+    ``{family or "family.stage": (recorded, current)}``."""
     out = {}
     for fam in FAMILIES.values():
         current = code_fingerprint(fam.name)
         if current != fam.fingerprint:
             out[fam.name] = (fam.fingerprint, current)
+        for stage, st in fam.stages.items():
+            current = code_fingerprint(fam.name, stage)
+            if current != st.fingerprint:
+                out[f"{fam.name}.{stage}"] = (st.fingerprint, current)
     return out
 
 
@@ -411,12 +459,16 @@ def record_fingerprints(path: Path | None = None) -> dict[str, str]:
     path = path or Path(__file__)
     text = path.read_text(encoding="utf-8")
     changed = {}
-    for family, (_, current) in stale_fingerprints().items():
-        pattern = re.compile(rf'(ProbeFamily\(\s*"{re.escape(family)}",.*?fingerprint=")([0-9a-f]*)(")', re.S)
+    for key, (_, current) in stale_fingerprints().items():
+        family, _, stage = key.partition(".")
+        entry = rf'ProbeFamily\(\s*"{re.escape(family)}",.*?'
+        if stage:  # the stage's own entry inside the family's: stages={"<stage>": Stage(..., fingerprint="...")}
+            entry += rf'"{re.escape(stage)}":\s*Stage\(.*?'
+        pattern = re.compile(rf'({entry}fingerprint=")([0-9a-f]*)(")', re.S)
         text, n = pattern.subn(lambda m: m[1] + current + m[3], text, count=1)
         if n != 1:
-            raise LookupError(f"{path}: no fingerprint of family {family!r} to update")
-        changed[family] = current
+            raise LookupError(f"{path}: no fingerprint of {key!r} to update")
+        changed[key] = current
     path.write_text(text, encoding="utf-8")
     return changed
 
@@ -432,10 +484,14 @@ def code_versions_main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stale = stale_fingerprints()
     for fam in FAMILIES.values():
-        status = "changed: bump version if its numbers change, then --record" if fam.name in stale else "ok"
-        print(f"{fam.name:12s} version {fam.version}  fingerprint {fam.fingerprint}  {status}")
-        if fam.name in stale:
-            print(f"{'':12s} current fingerprint {stale[fam.name][1]} over {len(family_modules(fam.name))} modules")
+        rows = [(fam.name, fam.version, fam.fingerprint, lambda f=fam.name: family_modules(f))]
+        rows += [(f"{fam.name}.{name}", st.version, st.fingerprint, lambda f=fam.name, n=name: stage_modules(f, n))
+                 for name, st in fam.stages.items()]
+        for key, version, fingerprint, modules in rows:
+            status = "changed: bump version if its numbers change, then --record" if key in stale else "ok"
+            print(f"{key:12s} version {version}  fingerprint {fingerprint}  {status}")
+            if key in stale:
+                print(f"{'':12s} current fingerprint {stale[key][1]} over {len(modules())} modules")
     if args.record and stale:
         for family, current in record_fingerprints().items():
             print(f"recorded {family}: {current}")

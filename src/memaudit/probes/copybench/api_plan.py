@@ -192,7 +192,7 @@ def _extractor_records(config: dict, model: str, documents: Sequence[dict]) -> l
     from memaudit.backends.planning import plan_requests
     from memaudit.probes.copybench.build import books_of
     from memaudit.probes.copybench.extract import LLMExtractor, character_prompt, event_prompt, repair_prompt
-    from memaudit.probes.copybench.runner import book_extractor
+    from memaudit.probes.copybench.items import book_extractor
 
     cfg = config["probes"]["copybench"]
     settings = cfg["extractor"]

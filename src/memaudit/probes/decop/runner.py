@@ -1,4 +1,5 @@
-"""What the workflow's DE-COP rules call: build the items once per benchmark, probe each model."""
+"""What the workflow's ``decop_probe`` rule calls: probe each model on the items (built by
+:mod:`memaudit.probes.decop.items`), score and tabulate."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ import numpy as np
 import pandas as pd
 
 from memaudit.probes.decop import analysis
-from memaudit.probes.decop.construct import passages_of, select_documents
-from memaudit.probes.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc, quality_table
 from memaudit.probes.decop.prompts import orderings
-from memaudit.io import read_jsonl, write_csv, write_json, write_jsonl
+from memaudit.io import read_jsonl, write_csv, write_json
 from memaudit.probes.job import document_scores
 from memaudit.probes.registry import modes_of
 
@@ -27,106 +26,6 @@ def method_name(mode: str, length: int, lengths: Sequence[int], variant: str = "
     """``decop-<mode>[-calibrated|-prob]``, with ``-<n>tok`` for every length but the first configured one."""
     name = f"decop-{mode}" + (f"-{variant}" if variant else "")
     return name if length == lengths[0] else f"{name}-{length}tok"
-
-
-# ----------------------------------------------------------------------------- items
-
-def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, encoder,
-                out_items: str | Path, out_qc: str | Path, *,
-                progress: Callable[[str], None] = log.info) -> list[dict]:
-    """Multiple-choice items (verbatim passage + three QC'd paraphrases) for a benchmark's documents.
-
-    Passages are cut from each document's text — for the demo benchmarks exactly the excerpt a
-    contaminated model was fine-tuned on — and shared by every probed model.
-    """
-    docs = read_jsonl(documents_path)
-    roles = select_documents(docs, n_documents=cfg.get("n_documents"),
-                             calibration_documents=int(cfg["calibration_documents"]), seed=seed,
-                             where=str(documents_path))
-    by_id = {d["doc_id"]: d for d in docs}
-    lengths = [int(n) for n in cfg["lengths"]]
-    todo = []
-    for doc_id, role in roles.items():
-        d = by_id[doc_id]
-        for length in lengths:
-            for k, text in enumerate(passages_of(d["text"], length, cfg["passages_per_document"],
-                                                 seed=seed, doc_id=doc_id)):
-                todo.append((d, role, length, k, text))
-    progress(f"{len(roles)} documents ({sum(r == 'calibrate' for r in roles.values())} for calibration), "
-             f"{len(todo)} passages to paraphrase")
-    qc = QCSettings.from_config(cfg["paraphrase"])
-    t0 = time.time()
-    results = paraphrase_with_qc([t[4] for t in todo], [t[2] for t in todo], paraphraser, encoder, qc,
-                                 progress=progress)
-    progress(f"paraphrases in {time.time() - t0:.1f}s")
-    who = paraphraser.describe()
-    items = []
-    for (d, role, length, k, text), res in zip(todo, results):
-        if res.paraphrases is None:
-            continue
-        pid = f"{d['doc_id']}#L{length}p{k}"
-        items.append({"item_id": pid, "passage_id": pid, "doc_id": d["doc_id"], "label": int(d["meta"]["label"]),
-                      "options": [text, *res.paraphrases], "answer": 0,
-                      "meta": {"title": d["title"], "author": d["author"], "kind": d["kind"], "role": role,
-                               "length_tokens": length, "attempts": res.attempts, **who}})
-    qc_table = quality_table([(d["doc_id"], int(d["meta"]["label"]), role) for d, role, *_ in todo], results,
-                             paraphraser=who["paraphraser"], per_passage=3)
-    write_csv(out_qc, qc_table)
-    write_jsonl(out_items, items)
-    dropped = int((qc_table["n_passages"] - qc_table["n_kept"]).sum())
-    progress(f"{len(items)} items, {dropped} passage(s) dropped by quality control")
-    if not any(it["meta"]["role"] == "evaluate" for it in items):
-        from memaudit.errors import InputError
-
-        raise InputError(f"{documents_path}: quality control rejected every evaluated passage "
-                         f"(see {out_qc}); loosen probes.decop.paraphrase or change the paraphraser")
-    return items
-
-
-def published_items_for_run(documents_path: str | Path, published: dict, cfg: dict, seed: int,
-                            out_items: str | Path, out_qc: str | Path, *,
-                            progress: Callable[[str], None] = log.info) -> list[dict]:
-    """The ready-made questions of a BookTection/arXivTection benchmark, with the run's roles.
-
-    The documents are chosen and split into calibration and evaluation exactly as for built
-    benchmarks (:func:`select_documents`: clean ``Label`` 0 documents held out for Algorithm 1);
-    only questions of the configured ``lengths`` are kept. The QC table records that nothing was
-    paraphrased here (the published paraphrases were made by Claude 2.0 for the paper).
-    """
-    from memaudit.datasets.published import published_items
-    from memaudit.errors import InputError
-
-    docs = read_jsonl(documents_path)
-    roles = select_documents(docs, n_documents=cfg.get("n_documents"),
-                             calibration_documents=int(cfg["calibration_documents"]), seed=seed,
-                             where=str(documents_path))
-    lengths = {int(n) for n in cfg["lengths"]}
-    source = published.get("path") or published.get("hf") or published["format"]
-    items = []
-    published_rows, _ = published_items(published)  # rejects: listed by the benchmark_dataset job
-    for it in published_rows:
-        if it["doc_id"] in roles and int(it["meta"]["length_tokens"]) in lengths:
-            it["meta"].update(role=roles[it["doc_id"]], paraphraser=f"published ({published['format']})")
-            items.append(it)
-    if not any(it["meta"]["role"] == "evaluate" for it in items):
-        raise InputError(f"{source}: no question of length(s) {sorted(lengths)} tokens among the selected "
-                         f"documents (probes.decop.lengths; BookTection small/medium/large = 64/128/256)")
-    by_doc = pd.DataFrame([{"doc_id": it["doc_id"], "label": it["label"], "role": it["meta"]["role"]}
-                           for it in items])
-    qc = by_doc.groupby(["doc_id", "label", "role"]).size().rename("n_passages").reset_index()
-    qc["n_kept"] = qc["n_passages"]
-    qc["n_candidates"] = 3 * qc["n_passages"]
-    for r in REASONS:
-        qc[f"n_{r}"] = 0
-    qc["accept_rate"] = 1.0
-    for r in REASONS:
-        qc[f"{r}_rate"] = 0.0
-    qc["paraphraser"] = f"published ({source})"
-    write_csv(out_qc, qc)
-    write_jsonl(out_items, items)
-    progress(f"{len(items)} published questions from {source} ({qc['doc_id'].nunique()} documents, "
-             f"{int((qc['role'] == 'calibrate').sum())} for calibration)")
-    return items
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -272,24 +171,6 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
     write_json(out_calibration, {"model": backend.name, "mode": mode, "orderings": cfg["orderings"],
                                  "n_orderings": len(perms), "calibration": calibration, "seconds": time.time() - t0})
     return documents
-
-
-def make_paraphraser(config: dict, name: str, *, model_dir: str | Path | None = None, rule: str | None = None):
-    """The configured paraphrasing model (the ``paraphraser`` role): a local instruct model (one
-    paraphrase per request, sampled at ``paraphrase.temperature``) or an API/served model with the
-    paper's prompts."""
-    from memaudit.backends import is_api_model, open_backend
-
-    settings = config["probes"]["decop"]["paraphrase"]
-    backend = open_backend(config, name, model_dir=model_dir, rule=rule)
-    if is_api_model(config["models"][name]):
-        from memaudit.probes.decop.paraphrase import BackendParaphraser
-
-        return BackendParaphraser(backend, name=name, temperature=float(settings["temperature"]))
-    from memaudit.probes.decop.paraphrase import LocalParaphraser
-
-    return LocalParaphraser(backend.model, backend.tokenizer, name=name, temperature=float(settings["temperature"]),
-                            batch_size=int(settings["batch_size"]), seed=int(config["seed"]))
 
 
 def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, datasets=None) -> list[dict]:
