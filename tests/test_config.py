@@ -81,6 +81,40 @@ def test_a_source_key_on_a_published_benchmark_is_an_error_not_ignored():
     assert keys - {"sources", "published"} == set(SOURCE_ONLY_KEYS)
 
 
+def test_a_model_key_nothing_reads_is_an_error_not_ignored():
+    """dtype, device, gpus, ... on an API model, LoRA settings on a full fine-tune: nothing reads
+    them there, and the run would go on as if they had been heeded. Only what the user wrote
+    counts (the schema's defaults set dtype and the LoRA keys on every model later)."""
+    def mutate(c):
+        c["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"},
+                              "dtype": "bfloat16", "gpus": 2, "batch_size": 4}
+        c["models"]["tiny-gpt2-small-contaminated"]["finetune"].update(lora_r=8, target_modules=["c_attn"])
+    assert bad(mutate).splitlines() == [  # in the config's order
+        "config key models.tiny-gpt2-small-contaminated.finetune.lora_r: only method lora reads it; this model "
+        "is fine-tuned fully (method: full; remove it)",
+        "config key models.tiny-gpt2-small-contaminated.finetune.target_modules: only method lora reads it; this "
+        "model is fine-tuned fully (method: full; remove it)",
+        "config key models.gpt.dtype: only a local model reads it; backend 'openai' runs on the provider's "
+        "machines (remove it)",
+        "config key models.gpt.gpus: only a local model reads it; backend 'openai' runs on the provider's "
+        "machines (remove it)",
+        "config key models.gpt.batch_size: only a local model reads it; backend 'openai' runs on the provider's "
+        "machines (remove it)"]
+    ok = copy.deepcopy(CI)
+    ok["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"}}
+    ok["models"]["smollm2-135m-contaminated"]["finetune"].update(lora_r=8)  # method lora: read
+    done = validate_config(ok)
+    assert done["models"]["gpt"]["dtype"] == "auto"  # the defaults are still filled in, and not refused
+    assert done["models"]["tiny-gpt2-small-contaminated"]["finetune"]["lora_r"] == 16
+    # every model key is sorted: read by API models too, local-only (here), or local weights (config_checks)
+    from memaudit.config import LOCAL_ONLY_MODEL_KEYS, LORA_ONLY_KEYS, load_schema
+
+    model = load_schema()["properties"]["models"]["additionalProperties"]["properties"]
+    assert set(model) - {"backend", "api", "family", "source", "base", "finetune"} == set(LOCAL_ONLY_MODEL_KEYS)
+    common = {"members_of", "method", "epochs", "lr", "duplication", "batch_size", "max_length"}
+    assert set(model["finetune"]["properties"]) - common == set(LORA_ONLY_KEYS)
+
+
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "

@@ -186,6 +186,7 @@ def validate_config(config: dict, schema: dict | None = None, *,
         raise ConfigError(f"config key <top level>: must be a mapping, not {_describe(config, ())}")
     problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
     problems += _source_keys_on_published(config)  # before the defaults fill these keys in
+    problems += _model_keys_nothing_reads(config)
     config = copy.deepcopy(config)
     validator = _validator_with_defaults(schema or load_schema())
     # Defaults are filled during the first pass; a second pass reports errors on
@@ -221,6 +222,38 @@ def _source_keys_on_published(config: dict) -> list[str]:
                                         if key in ("member_fraction", "near_duplicate_ngram") else "")
                 problems.append(f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' "
                                 f"reads it; a published benchmark's documents come as published ({remedy})")
+    return problems
+
+
+# What only a model with local weights reads (memaudit.backends.resolve, memaudit.devices); an API
+# model's entry holding one would have it ignored. (source, base and finetune: backends.config_checks.)
+LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "max_tokens", "batch_size")
+# What only LoRA fine-tuning reads (memaudit.models.finetune); under method full it would be ignored.
+LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules")
+
+
+def _model_keys_nothing_reads(config: dict) -> list[str]:
+    """A model key that nothing reads for that model, as written by the user (the schema's
+    defaults, filled in later, set most of them on every model): a local-model setting on an
+    API model, a LoRA setting on a model fine-tuned fully."""
+    models = config.get("models")
+    if not isinstance(models, dict):
+        return []
+    problems = []
+    for name, entry in models.items():
+        if not isinstance(entry, dict):
+            continue
+        if is_api_model(entry):
+            for key in LOCAL_ONLY_MODEL_KEYS:
+                if key in entry:
+                    problems.append(f"{key_path(('models', name, key))}: only a local model reads it; backend "
+                                    f"{entry['backend']!r} runs on the provider's machines (remove it)")
+        finetune = entry.get("finetune")
+        if isinstance(finetune, dict) and finetune.get("method") == "full":
+            for key in LORA_ONLY_KEYS:
+                if key in finetune:
+                    problems.append(f"{key_path(('models', name, 'finetune', key))}: only method lora reads it; "
+                                    f"this model is fine-tuned fully (method: full; remove it)")
     return problems
 
 
