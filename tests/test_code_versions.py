@@ -36,7 +36,8 @@ def test_each_stages_recorded_fingerprint_matches_its_code(family, stage):
 
 
 def test_the_stages_that_build_items_once_per_benchmark_are_declared():
-    assert STAGES == [("cloze", "items"), ("copybench", "items"), ("decop", "items"), ("ktd", "pool")]
+    assert STAGES == [("cloze", "items"), ("cloze", "summary"), ("copybench", "items"), ("copybench", "summary"),
+                      ("decop", "items"), ("ktd", "pool"), ("ktd", "summary")]
     assert registry.family_version("decop", "items") == FAMILIES["decop"].stages["items"].version
     assert registry.family_version("decop") == FAMILIES["decop"].version
     with pytest.raises(KeyError, match="probe family 'prefix' declares no stage 'items'"):
@@ -122,6 +123,6 @@ def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
         **{**FAMILIES["prefix"].__dict__, "fingerprint": "0000000000000000"}))
     assert registry.code_versions_main([]) == 1
     out = capsys.readouterr().out
-    assert f"prefix       version {FAMILIES['prefix'].version}  fingerprint 0000000000000000  changed" in out
-    assert "token_prob   version 1" in out and "ok" in out
-    assert f"decop.items  version {FAMILIES['decop'].stages['items'].version}  fingerprint" in out
+    assert f"{'prefix':18s} version {FAMILIES['prefix'].version}  fingerprint 0000000000000000  changed" in out
+    assert f"{'token_prob':18s} version 1" in out and "ok" in out
+    assert f"{'copybench.summary':18s} version {FAMILIES['copybench'].stages['summary'].version}  fingerprint" in out

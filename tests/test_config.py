@@ -73,7 +73,9 @@ def test_a_source_key_on_a_published_benchmark_is_an_error_not_ignored():
         "benchmark's documents come as published (remove it, or set it under published: for format qa)"]
     ok = copy.deepcopy(CI)
     ok["benchmarks"]["pub"] = {"published": {"format": "qa", "path": "q.jsonl", "member_fraction": 0.3}}
-    assert validate_config(ok)["benchmarks"]["pub"]["n_documents"] is None  # defaults still filled in
+    done = validate_config(ok)
+    assert done["benchmarks"]["pub"]["n_documents"] is None  # defaults still filled in
+    assert validate_config(done) == done  # and the completed config validates again
     # every benchmark key but the two kinds themselves is a sources-only key: a new one must be sorted here
     from memaudit.config import SOURCE_ONLY_KEYS, load_schema
 
@@ -101,11 +103,13 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
         "config key models.gpt.batch_size: only a local model reads it; backend 'openai' runs on the provider's "
         "machines (remove it)"]
     ok = copy.deepcopy(CI)
-    ok["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"}}
+    ok["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"},
+                           "dtype": "auto"}  # the default says nothing: not refused
     ok["models"]["smollm2-135m-contaminated"]["finetune"].update(lora_r=8)  # method lora: read
     done = validate_config(ok)
-    assert done["models"]["gpt"]["dtype"] == "auto"  # the defaults are still filled in, and not refused
+    assert done["models"]["gpt"]["max_tokens"] == 512  # the defaults are still filled in, and not refused ...
     assert done["models"]["tiny-gpt2-small-contaminated"]["finetune"]["lora_r"] == 16
+    assert validate_config(done) == done  # ... so a completed config validates again, unchanged
     # every model key is sorted: read by API models too, local-only (here), or local weights (config_checks)
     from memaudit.config import LOCAL_ONLY_MODEL_KEYS, LORA_ONLY_KEYS, load_schema
 

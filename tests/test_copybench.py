@@ -286,14 +286,21 @@ def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path)
         write_jsonl(path, rows)
         return str(path)
 
-    table = differences_table([items("base", 0.2, 0.2), items("tuned", 0.7, 0.2)], {"tuned": "base"}, seed=1)
-    rows = {r.group: r for r in table.itertuples()}
+    # the tuned model's member outputs: ROUGE-L 0.775 ... 0.825, three of six at the paper's 0.8
+    table = differences_table([items("base", 0.2, 0.2), items("tuned", 0.775, 0.2)], {"tuned": "base"}, seed=1)
+    assert set(table["score"]) == {"copybench_rougeL", "copybench_rougeL_copy"}  # no chance: no other books
+    rows = {r.group: r for r in table[table["score"] == "copybench_rougeL"].itertuples()}
     assert set(rows) == {"member", "nonmember", "member_minus_nonmember"} and (table["model"] == "tuned").all()
-    assert rows["member"].difference == pytest.approx(0.5) and rows["member"].n_items == 6
+    assert rows["member"].difference == pytest.approx(0.575) and rows["member"].n_items == 6
     assert rows["nonmember"].difference == 0.0 and rows["nonmember"].interval_holds_0
-    # every gain constant within its group: the difference in differences and its interval are 0.5
+    # every gain constant within its group: the difference in differences and its interval are 0.575
     did = rows["member_minus_nonmember"]
-    assert (did.difference, did.ci_low, did.ci_high) == pytest.approx((0.5, 0.5, 0.5)) and did.n_items == 12
+    assert (did.difference, did.ci_low, did.ci_high) == pytest.approx((0.575, 0.575, 0.575)) and did.n_items == 12
+    # literal copying as the paper counts it: the difference of the two models' rates at ROUGE-L >= 0.8
+    copied = {r.group: r for r in table[table["score"] == "copybench_rougeL_copy"].itertuples()}
+    assert (copied["member"].mean_model, copied["member"].mean_base, copied["member"].difference) == (0.5, 0.0, 0.5)
+    assert copied["member"].ci_low > 0
+    assert (copied["nonmember"].difference, copied["nonmember"].ci_low, copied["nonmember"].ci_high) == (0, 0, 0)
 
 
 def test_the_difference_in_differences_resamples_each_group_on_its_own_as_scipy_does():
@@ -454,7 +461,7 @@ def test_literal_probe_reports_rouge_l_in_excess_of_chance(tiny_backend, tmp_pat
                               {"tuned": "base"}, seed=0)
     got = table.set_index(["group", "score"])["difference"]
     assert got["member", "copybench_rougeL_excess"] == 0.0 and got["nonmember", "copybench_rougeL"] == 0.0
-    assert set(table["score"]) == {"copybench_rougeL", "copybench_rougeL_excess"}
+    assert set(table["score"]) == {"copybench_rougeL", "copybench_rougeL_copy", "copybench_rougeL_excess"}
 
 
 def test_story_probe_counts_characters_and_judged_events(tiny_backend, tmp_path):

@@ -226,7 +226,10 @@ VERSION_RULES = {("token_prob", ""): ("token_prob_scores",),
                  ("decop", ""): ("decop_probe",), ("decop", "items"): ("decop_items",),
                  ("ktd", ""): ("ktd_probe",), ("ktd", "pool"): ("ktd_pool",),
                  ("cloze", ""): ("cloze_probe",), ("cloze", "items"): ("cloze_items",),
-                 ("copybench", ""): ("copybench_probe",), ("copybench", "items"): ("copybench_items", "copybench_qa_items")}
+                 ("copybench", ""): ("copybench_probe",),
+                 ("copybench", "items"): ("copybench_items", "copybench_qa_items"),
+                 ("copybench", "summary"): ("copybench_summary",), ("ktd", "summary"): ("ktd_summary",),
+                 ("cloze", "summary"): ("cloze_summary",)}
 FAMILY_RULES = {f: {r for (g, _), rules in VERSION_RULES.items() if g == f for r in rules}
                 for f, _ in VERSION_RULES}
 
@@ -258,12 +261,13 @@ def test_bumping_a_version_reruns_its_jobs_and_nothing_else(family, stage, finis
     # (config/ci.yaml runs no CopyBench QA, so copybench_qa_items has no job there)
     ran = {r for r in VERSION_RULES[family, stage] if any(job[0] == r for job in finished_run[1])}
     assert ran and rules >= ran
-    # ... not the family's other versioned jobs upstream: a probe change keeps its items ...
-    if not stage:
-        assert rules.isdisjoint(FAMILY_RULES[family] - set(VERSION_RULES[family, stage]))
+    # ... not the family's jobs upstream: a probe change keeps its items, a summary change its probes ...
+    step = {"items": 0, "pool": 0, "": 1, "summary": 2}
+    upstream = {r for (f, st), rs in VERSION_RULES.items() if f == family and step[st] < step[stage] for r in rs}
+    assert rules.isdisjoint(upstream)
     # ... and no job of another family (but KTD's, whose knockoffs are DE-COP's items: new items, new W;
     # config/ci.yaml tops the pool up, so the top-up reruns too)
-    reads_decop_items = {"ktd_pool", "ktd_probe"} if (family, stage) == ("decop", "items") else set()
+    reads_decop_items = {"ktd_pool", "ktd_probe", "ktd_summary"} if (family, stage) == ("decop", "items") else set()
     assert rules >= reads_decop_items
     others = {r for f, fam_rules in FAMILY_RULES.items() if f != family for r in fam_rules} - reads_decop_items
     assert rules.isdisjoint(others | {"token_stats", "prepare_model", "benchmark_dataset"})

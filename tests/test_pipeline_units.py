@@ -169,7 +169,7 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
             "ci_high": 0.3}
     pd.DataFrame([{**diff, "mode": "logit", "measure": "prob", "contaminated_on_benchmark": True}]).to_csv(
         summary / "cloze_differences.csv", index=False)
-    pd.DataFrame([{**diff, "score": "copybench_rougeL", "decoding": "greedy"}]).to_csv(
+    pd.DataFrame([{**diff, "score": "copybench_rougeL_excess", "decoding": "greedy"}]).to_csv(
         summary / "copybench_differences.csv", index=False)
     fake = registry.ProbeFamily("zz_fake", reads="passages.jsonl", modes={"": frozenset()}, runner="x:y",
                                 version=1, fingerprint="", headline=f"{__name__}:fake_family_headline")
@@ -177,7 +177,7 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
     heads = ["Ground truth (contaminated", "CopyBench ground truth", "Cloze probes ground truth",
-             "Fake family: 2 models in summary", "Report:"]
+             "Fake family: 2 models in summary", "Ground-truth checks: 3 of 3 hold\n", "Report:"]
     at = [out.find(h) for h in heads]
     assert -1 not in at and at == sorted(at), dict(zip(heads, at))
     assert "FDR-controlled selection" not in out and "KTD knockoff+" not in out  # no selection.csv, no ktd.csv
@@ -185,6 +185,19 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
     assert "        b    m1   m0 logit   prob member         0.2 [0.100, 0.300] CI above 0 True\n" in out
     assert not [m for f in ("cloze", "copybench", "decop", "ktd") for m in registry.family_modules(f)
                 if m.endswith(".headline")]  # printing code is not part of a family's fingerprint
+
+
+def test_the_headline_counts_its_checks_and_names_where_they_fail():
+    from memaudit.stats.headline import section, tally
+
+    checked = section("A checks (the rule)", pd.DataFrame({"v": [1, 2, 3], "ok": [True, False, True]}))
+    reported = section("B: some reported", pd.DataFrame({"v": [1, 2], "ok": [True, ""]}))  # blank: not a check
+    plain = section("C plain", pd.DataFrame({"v": [1]}))
+    assert (checked.held, checked.checked, checked.title) == (2, 3, "A checks")
+    assert tally([checked, reported, plain, "a line of text"]) == (
+        "Ground-truth checks: 3 of 4 hold; failing (ok False above): 1 in A checks")
+    assert tally([plain, "a line of text", ""]) == ""
+    assert tally([reported]) == "Ground-truth checks: 1 of 1 hold"
 
 
 def test_demo_expectations_flag_each_rule():
@@ -248,25 +261,34 @@ def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
 
 def test_copybench_expectations_want_copying_on_member_books_only():
     from memaudit.probes.copybench.headline import expectations as copybench_expectations
+    from memaudit.probes.copybench.headline import reported
 
     row = {"benchmark": "books", "model": "tuned", "base": "base", "decoding": "greedy", "difference": 0.1}
     differences = pd.DataFrame([
-        {**row, "score": "copybench_rougeL", "group": "member", "ci_low": 0.05, "ci_high": 0.2},
-        {**row, "score": "copybench_rougeL", "group": "nonmember", "ci_low": -0.02, "ci_high": 0.04},
+        {**row, "score": "copybench_rougeL_excess", "group": "member", "ci_low": 0.05, "ci_high": 0.2},
+        {**row, "score": "copybench_rougeL_excess", "group": "nonmember", "ci_low": -0.02, "ci_high": 0.04},
         {**row, "score": "copybench_characters", "group": "member", "ci_low": 0.0, "ci_high": 0.3},
         {**row, "score": "copybench_characters", "group": "nonmember", "ci_low": 0.01, "ci_high": 0.3},
         {**row, "score": "copybench_events", "group": "member", "ci_low": 0.5, "ci_high": 1.0},  # not checked
-        {**row, "score": "copybench_rougeL", "group": "member", "decoding": "memfree", "ci_low": -1, "ci_high": 1},
-        {**row, "score": "copybench_rougeL", "group": "member_minus_nonmember", "ci_low": 0.01, "ci_high": 0.2},
+        {**row, "score": "copybench_rougeL_excess", "group": "member", "decoding": "memfree", "ci_low": -1,
+         "ci_high": 1},
+        {**row, "score": "copybench_rougeL_excess", "group": "member_minus_nonmember", "ci_low": 0.01, "ci_high": 0.2},
         {**row, "score": "copybench_characters", "group": "member_minus_nonmember", "ci_low": -0.1, "ci_high": 0.2},
-        {**row, "score": "copybench_rougeL_excess", "group": "nonmember", "ci_low": 0.001, "ci_high": 0.04},
         {**row, "score": "copybench_rougeL_chance", "group": "nonmember", "ci_low": 0.05, "ci_high": 0.1},  # not checked
+        # the mean ROUGE-L rises with the author's style on unseen books; the paper's rate at ROUGE-L >= 0.8:
+        # both reported, no verdict
+        {**row, "score": "copybench_rougeL", "group": "nonmember", "ci_low": 0.05, "ci_high": 0.09},
+        {**row, "score": "copybench_rougeL_copy", "group": "member", "ci_low": 0.0, "ci_high": 0.17},
     ])
     got = copybench_expectations(differences)
     assert [(r.score, r.books, r.expected, r.ok) for r in got.itertuples()] == [
-        ("copybench_rougeL", "member", "CI above 0", True), ("copybench_rougeL", "nonmember", "CI holds 0", True),
+        ("copybench_rougeL_excess", "member", "CI above 0", True),
+        ("copybench_rougeL_excess", "nonmember", "CI holds 0", True),
         ("copybench_characters", "member", "CI above 0", False),
         ("copybench_characters", "nonmember", "CI holds 0", False),
-        ("copybench_rougeL", "member_minus_nonmember", "CI above 0", True),
-        ("copybench_characters", "member_minus_nonmember", "CI above 0", False),
-        ("copybench_rougeL_excess", "nonmember", "CI holds 0", False)]
+        ("copybench_rougeL_excess", "member_minus_nonmember", "CI above 0", True),
+        ("copybench_characters", "member_minus_nonmember", "CI above 0", False)]
+    shown = reported(differences)
+    assert [(r["score"], r["books"], r["ci"]) for r in shown.to_dict("records")] == [
+        ("copybench_rougeL", "nonmember", "[0.050, 0.090]"), ("copybench_rougeL_copy", "member", "[0.000, 0.170]")]
+    assert "ok" not in shown.columns and "expected" not in shown.columns

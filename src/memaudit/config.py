@@ -185,10 +185,11 @@ def validate_config(config: dict, schema: dict | None = None, *,
     if not isinstance(config, dict):
         raise ConfigError(f"config key <top level>: must be a mapping, not {_describe(config, ())}")
     problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
-    problems += _source_keys_on_published(config)  # before the defaults fill these keys in
-    problems += _model_keys_nothing_reads(config)
+    schema = schema or load_schema()
+    problems += _source_keys_on_published(config, schema)
+    problems += _model_keys_nothing_reads(config, schema)
     config = copy.deepcopy(config)
-    validator = _validator_with_defaults(schema or load_schema())
+    validator = _validator_with_defaults(schema)
     # Defaults are filled during the first pass; a second pass reports errors on
     # the completed document so nested defaults are validated too.
     list(validator.iter_errors(config))
@@ -206,18 +207,32 @@ SOURCE_ONLY_KEYS = ("source_options", "n_documents", "documents_per_book", "memb
                     "near_duplicate_ngram", "passage_words", "passages_per_document", "min_passages")
 
 
-def _source_keys_on_published(config: dict) -> list[str]:
-    """A key that only a benchmark built from sources reads, set on a published one (where it
-    would be ignored without a word), as written by the user: the schema's defaults come later."""
+def _set_here(block: dict, key: str, properties: dict) -> bool:
+    """Whether ``key`` in ``block`` says something: present, and not the schema's default for it.
+
+    A default says nothing, so the checks of keys that nothing reads in context flag only other
+    values, and they hold for a config the schema has already completed (validating twice gives
+    the same result): the defaults fill most of these keys into every entry.
+    """
+    if key not in block:
+        return False
+    spec = properties.get(key, {})
+    return "default" not in spec or block[key] != spec["default"]
+
+
+def _source_keys_on_published(config: dict, schema: dict | None = None) -> list[str]:
+    """A key that only a benchmark built from sources reads, set on a published one to a value
+    other than its default (where it would be ignored without a word)."""
     benchmarks = config.get("benchmarks")
     if not isinstance(benchmarks, dict):
         return []
+    properties = (schema or load_schema())["properties"]["benchmarks"]["additionalProperties"]["properties"]
     problems = []
     for name, bench in benchmarks.items():
         if not isinstance(bench, dict) or "published" not in bench or "sources" in bench:
             continue
         for key in SOURCE_ONLY_KEYS:
-            if key in bench:
+            if _set_here(bench, key, properties):
                 remedy = "remove it" + (", or set it under published: for format qa"
                                         if key in ("member_fraction", "near_duplicate_ngram") else "")
                 problems.append(f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' "
@@ -232,26 +247,26 @@ LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "max_tokens", "batch_size")
 LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules")
 
 
-def _model_keys_nothing_reads(config: dict) -> list[str]:
-    """A model key that nothing reads for that model, as written by the user (the schema's
-    defaults, filled in later, set most of them on every model): a local-model setting on an
-    API model, a LoRA setting on a model fine-tuned fully."""
+def _model_keys_nothing_reads(config: dict, schema: dict | None = None) -> list[str]:
+    """A model key that nothing reads for that model, set to a value other than its default: a
+    local-model setting on an API model, a LoRA setting on a model fine-tuned fully."""
     models = config.get("models")
     if not isinstance(models, dict):
         return []
+    properties = (schema or load_schema())["properties"]["models"]["additionalProperties"]["properties"]
     problems = []
     for name, entry in models.items():
         if not isinstance(entry, dict):
             continue
         if is_api_model(entry):
             for key in LOCAL_ONLY_MODEL_KEYS:
-                if key in entry:
+                if _set_here(entry, key, properties):
                     problems.append(f"{key_path(('models', name, key))}: only a local model reads it; backend "
                                     f"{entry['backend']!r} runs on the provider's machines (remove it)")
         finetune = entry.get("finetune")
         if isinstance(finetune, dict) and finetune.get("method") == "full":
             for key in LORA_ONLY_KEYS:
-                if key in finetune:
+                if _set_here(finetune, key, properties["finetune"]["properties"]):
                     problems.append(f"{key_path(('models', name, 'finetune', key))}: only method lora reads it; "
                                     f"this model is fine-tuned fully (method: full; remove it)")
     return problems

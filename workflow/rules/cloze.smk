@@ -119,7 +119,7 @@ rule cloze_summary:
         prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
         cloze=probe_settings("cloze"),
         seed=config["seed"],
-        code_version=family_version("cloze"),
+        code_version=family_version("cloze", "summary"),
     log:
         "logs/cloze_summary/summary.log",
     conda:

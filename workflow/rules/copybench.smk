@@ -144,7 +144,7 @@ rule copybench_summary:
     params:
         bases=lambda wc: copybench_plan.bases(config),
         seed=config["seed"],
-        code_version=family_version("copybench"),
+        code_version=family_version("copybench", "summary"),
     log:
         "logs/copybench_summary/summary.log",
     conda:

@@ -117,7 +117,7 @@ rule ktd_summary:
         # only KTD's models: adding a model elsewhere does not redraw the summary
         contaminated=lambda wc: {m: contaminated_on(config["models"][m]) for m in sorted({m for _, m, _ in ktd_plan.runs(config)})},
         m=config["probes"].get("ktd", {}).get("m"),
-        code_version=family_version("ktd"),
+        code_version=family_version("ktd", "summary"),
     log:
         "logs/ktd_summary/summary.log",
     conda:

@@ -29,11 +29,13 @@ the source? A pure refactor or a comment fix would then rerun days of GPU or pai
 work, and people learn to ignore a signal that fires on every edit.
 
 Stages. What a family builds once per benchmark before any model is probed (DE-COP's
-paraphrased items, KTD's topped-up knockoff pool, the cloze probes' surprisal tokens) can cost
-more than the probes, so it has its own :class:`Stage`: a version and a fingerprint over the
-modules that build it (``roots``, and what they import). Its rules carry
-``family_version(family, stage)``; the family's own version covers the probe jobs. A change
-to how models are probed then reruns the probes and not the paraphrasing before them.
+paraphrased items, KTD's topped-up knockoff pool, CopyBench's items, the cloze probes'
+surprisal tokens) can cost more than the probes, and its tables over every model come after
+them, so each has its own :class:`Stage`: a version and a fingerprint over the modules that
+build it (``roots``, and what they import). Its rules carry ``family_version(family, stage)``;
+the family's own version covers the probe jobs. A change to how models are probed then reruns
+the probes and not the paraphrasing before them; a change to a summary table reruns the summary
+and not the generation it reads.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from memaudit.config import is_api_model, is_labelled
 
 @dataclass(frozen=True)
 class Stage:
-    """A family's once-per-benchmark step with its own code version (see the module docstring)."""
+    """A step of a family with its own rules and code version: its items or its summary (see the module docstring)."""
 
     roots: tuple[str, ...]  # the modules whose code, with what they import, builds the stage's output
     version: int
@@ -110,7 +112,7 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="94b5e95b9fafca97",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="760d3e62b9363e98",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -118,7 +120,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config",
-        version=4, fingerprint="e3b8d80e103aad26",
+        version=4, fingerprint="3bbee95ade60a487",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -132,9 +134,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="e15a180f2931da8b",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="a976a415063f4cbb",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="9efb929992baf6ee")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="0f9809988f5bed52")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         description="DE-COP: pick the verbatim passage among three paraphrases",
@@ -152,10 +154,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="9fe83915c836d5b2",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="2e5ad8c876296652",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
-        stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"), version=4, fingerprint="8892cf2448c14bd3")},
+        # and the tables and figures over every model's outcomes (copybench_summary)
+        stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
+                               version=4, fingerprint="4eb085837356e621"),
+                "summary": Stage(("memaudit.probes.copybench.summary",),
+                                 version=5, fingerprint="a92cc7b926d629e9")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -169,9 +175,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="bb9a529a530ee724",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="2e4d9f9299e8603e",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
-        stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"), version=7, fingerprint="e3b895dea49377a8")},
+        stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
+                              version=7, fingerprint="51d2bb10702f9c8d"),
+                # the tables and figures over every model's selections (ktd_summary)
+                "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
+                                 version=7, fingerprint="e0a12628bae03853")},
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -186,9 +196,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="667fcf2cfa0eaa3f",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="cff7d691ca629d5b",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
-        stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"), version=3, fingerprint="860818e289627bf9")},
+        stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
+                               version=3, fingerprint="f1b8027b7ea8751c"),
+                # the tables and figures over every model's reconstructions (cloze_summary)
+                "summary": Stage(("memaudit.probes.cloze.summary",),
+                                 version=3, fingerprint="581452634dbf5936")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
@@ -489,9 +503,9 @@ def code_versions_main(argv: list[str] | None = None) -> int:
                  for name, st in fam.stages.items()]
         for key, version, fingerprint, modules in rows:
             status = "changed: bump version if its numbers change, then --record" if key in stale else "ok"
-            print(f"{key:12s} version {version}  fingerprint {fingerprint}  {status}")
+            print(f"{key:18s} version {version}  fingerprint {fingerprint}  {status}")
             if key in stale:
-                print(f"{'':12s} current fingerprint {stale[key][1]} over {len(modules())} modules")
+                print(f"{'':18s} current fingerprint {stale[key][1]} over {len(modules())} modules")
     if args.record and stale:
         for family, current in record_fingerprints().items():
             print(f"recorded {family}: {current}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from memaudit.errors import InputError
@@ -52,8 +53,11 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                       "FDR-controlled selection (conformal BH over the loss score; contaminated: "
                       "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
                       lambda table: selection_expectations(table, models))]
-    for block in [b for b in core if b] + family_blocks(summary_path.parent, models):
+    blocks = [b for b in core if b] + family_blocks(summary_path.parent, models)
+    for block in blocks:
         print("\n" + block)
+    if tally(blocks):
+        print("\n" + tally(blocks))
     rejects_path = summary_path.with_name("rejects.csv")
     if rejects_path.exists():
         print("\n" + rejects_summary(pd.read_csv(rejects_path, keep_default_na=False)))
@@ -62,11 +66,37 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                                                         f"{report})"))
 
 
+class Section(str):
+    """A headline section's text, with how many of its ground-truth checks (rows of a table with an
+    ``ok`` column) hold: :func:`tally` adds them up over every section."""
+
+    held: int = 0
+    checked: int = 0
+    title: str = ""
+
+
 def section(header: str, table: pd.DataFrame) -> str:
     """A headline section: ``header:``, a blank line and ``table`` without its index; "" for no rows."""
     if table is None or table.empty:
         return ""
-    return f"{header}:\n\n{table.to_string(index=False)}"
+    out = Section(f"{header}:\n\n{table.to_string(index=False)}")
+    if "ok" in table.columns:  # rows whose ok is blank are reported, not checked (KTD's contaminated models)
+        verdicts = [bool(v) for v in table["ok"] if isinstance(v, (bool, np.bool_))]
+        out.held, out.checked = sum(verdicts), len(verdicts)
+        out.title = header.split(" (")[0].split(":")[0]
+    return out
+
+
+def tally(blocks: Sequence[str]) -> str:
+    """One line: how many ground-truth checks hold over the sections, and where the others fail;
+    "" where no section checks anything."""
+    checked = sum(getattr(b, "checked", 0) for b in blocks)
+    if not checked:
+        return ""
+    held = sum(getattr(b, "held", 0) for b in blocks)
+    line = f"Ground-truth checks: {held} of {checked} hold"
+    failing = [f"{b.checked - b.held} in {b.title}" for b in blocks if getattr(b, "checked", 0) > getattr(b, "held", 0)]
+    return line + (f"; failing (ok False above): {', '.join(failing)}" if failing else "")
 
 
 def table_section(path: Path, header: str, check: Callable[[pd.DataFrame], pd.DataFrame]) -> str:

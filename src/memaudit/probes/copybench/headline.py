@@ -7,16 +7,36 @@ from typing import Sequence
 
 import pandas as pd
 
-from memaudit.stats.headline import interval_check, table_section
+from memaudit.stats.headline import interval_check, section
 
-CHECKED = ("copybench_rougeL", "copybench_rougeL_excess", "copybench_characters")
+# What is copied from a passage: the mean ROUGE-L's excess over chance (the same output scored against
+# other books' references taken off), and the characters a story names. Reported beside them without a
+# verdict: the mean ROUGE-L itself, which also rises with the author's style on books the model never
+# saw (fine-tuned on three of Austen's novels, it writes her English on the other three), and the
+# paper's literal copying (the share of outputs at ROUGE-L >= 0.8), which a small model fine-tuned
+# on a few books reaches on a handful of prompts or none.
+CHECKED = ("copybench_rougeL_excess", "copybench_characters")
+REPORTED = ("copybench_rougeL", "copybench_rougeL_copy")
 HEADER = ("CopyBench ground truth (contaminated minus base, paired; member books: above 0, "
           "non-member books: interval holds 0; member minus non-member gain: above 0)")
+REPORTED_HEADER = ("CopyBench, reported without a verdict: the mean ROUGE-L (it also rises with the author's "
+                   "style on books never seen) and literal copying as the paper counts it (ROUGE-L >= 0.8)")
 
 
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
-    """The registry's ``headline`` hook: :func:`expectations` over ``copybench_differences.csv``."""
-    return [table_section(Path(summary_dir) / "copybench_differences.csv", HEADER, expectations)]
+    """The registry's ``headline`` hook: :func:`expectations` over ``copybench_differences.csv``, and
+    the mean ROUGE-L's differences (:data:`REPORTED`) below them."""
+    path = Path(summary_dir) / "copybench_differences.csv"
+    if not path.exists():
+        return []
+    differences = pd.read_csv(path)
+    if differences.empty:
+        return []
+    return [section(HEADER, expectations(differences)), section(REPORTED_HEADER, reported(differences))]
+
+
+def _greedy(differences: pd.DataFrame, scores: Sequence[str], decoding: str) -> pd.DataFrame:
+    return differences[differences["score"].isin(scores) & (differences["decoding"] == decoding)]
 
 
 def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
@@ -24,15 +44,21 @@ def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
     """CopyBench's ground-truth checks: a model fine-tuned on the member books copies more of them
     than its base (the paired interval of the difference lies above 0); on books it never saw the
     interval holds 0; its member gain exceeds its non-member gain (``member_minus_nonmember``, the
-    difference in differences: above 0 even where fine-tuning on an author's books also raised the
-    scores on that author's other books). Literal ROUGE-L, its excess over chance (the same output
-    against other books' references: a base that writes almost nothing scores 0 on both, a model
-    that writes the author's English ~0.1 on any passage) and character counts, greedy decoding."""
+    difference in differences). The mean ROUGE-L's excess over chance (the same output against other
+    books' references: a base that writes almost nothing scores 0 on both, a model that writes the
+    author's English ~0.1 on any passage) and character counts, greedy decoding."""
     rows = []
-    chosen = differences[differences["score"].isin(scores) & (differences["decoding"] == decoding)]
-    for r in chosen.itertuples():
+    for r in _greedy(differences, scores, decoding).itertuples():
         expect, ok = interval_check(r.group, r.ci_low, r.ci_high)
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score,
                      "books": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})
+    return pd.DataFrame(rows)
+
+
+def reported(differences: pd.DataFrame, scores: Sequence[str] = REPORTED, decoding: str = "greedy") -> pd.DataFrame:
+    """The differences of :data:`REPORTED` scores, without a verdict."""
+    rows = [{"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score, "books": r.group,
+             "difference": round(r.difference, 3), "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"}
+            for r in _greedy(differences, scores, decoding).itertuples()]
     return pd.DataFrame(rows)

@@ -12,7 +12,9 @@
     contaminated model minus its base on the same prompts (paired per item, scores averaged
     over prompt formats), member and non-member items apart, with a paired bootstrap
     interval: the ground-truth check that contamination shows up as copying and only on
-    the books the model was fine-tuned on. A third row per score, group
+    the books the model was fine-tuned on. Literal scores: the mean ROUGE-L, the paper's literal
+    copying (``copybench_rougeL_copy``: the share of outputs at ROUGE-L >= 0.8, so the
+    difference is the difference of copying rates) and the excess over chance. A third row per score, group
     ``member_minus_nonmember``, is the difference in differences (the member items' mean gain
     minus the non-member items'; each group resampled on its own): fine-tuning on books of one
     author or genre also teaches their style, which raises the scores on that author's other
@@ -34,9 +36,14 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import read_json, read_jsonl, write_csv
+from memaudit.probes.copybench import metrics
 from memaudit.stats.metrics import independent_difference, paired_difference
 
-SCORES = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
+# copybench_rougeL_copy: 1 where an output's ROUGE-L reaches the paper's 0.8 (what it counts as literal
+# copying), averaged over prompt formats like the other scores: its paired difference is the difference
+# of the two models' literal copying rates on the same prompts
+COPY_SCORE = "copybench_rougeL_copy"
+SCORES = {"literal": ("copybench_rougeL", COPY_SCORE, "copybench_rougeL_excess"),
           "nonliteral": ("copybench_characters", "copybench_events"), "qa": ("copybench_qa_f1", "copybench_qa_em")}
 
 
@@ -80,6 +87,8 @@ def item_scores(items_path: str) -> pd.DataFrame:
     """Per (item, decoding): the mean of each score over the prompt formats."""
     frame = pd.DataFrame(read_jsonl(items_path))
     mode = _parse(items_path)[2]
+    if "copybench_rougeL" in frame.columns:
+        frame[COPY_SCORE] = (frame["copybench_rougeL"] >= metrics.LITERAL_THRESHOLD).astype(float)
     present = [c for c in SCORES[mode] if c in frame.columns]  # the excess needs other books (metrics.chance_rouge_l)
     return frame.groupby(["item_id", "label", "decoding"], as_index=False)[present].mean()
 
