@@ -45,6 +45,7 @@ import hashlib
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -431,10 +432,22 @@ def _reachable(todo: list[str]) -> list[str]:
         if name in seen or name in NOT_RESULT_CODE or name.endswith(".headline"):
             continue  # a family's headline module prints checks over finished tables: it decides no result
         seen.add(name)
-        path = _module_file(name)
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        todo.extend(_imports(name, tree, path.name == "__init__.py") - seen)
+        todo.extend(_module_facts(name)[1] - seen)
     return sorted(seen)
+
+
+def _module_facts(name: str) -> tuple[str, frozenset[str]]:
+    """A module's normalised syntax tree (:func:`_normalised`) and the memaudit modules it imports,
+    parsed once per text of its file: the fingerprints of families and stages share most modules."""
+    path = _module_file(name)
+    return _parsed(name, str(path), path.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def _parsed(name: str, path: str, source: str) -> tuple[str, frozenset[str]]:
+    tree = ast.parse(source, filename=path)
+    imports = frozenset(_imports(name, tree, Path(path).name == "__init__.py"))
+    return _normalised(tree), imports  # (after the imports: it drops the docstrings from the tree)
 
 
 def code_fingerprint(family: str, stage: str | None = None) -> str:
@@ -442,9 +455,8 @@ def code_fingerprint(family: str, stage: str | None = None) -> str:
     (:func:`stage_modules`), docstrings and comments stripped."""
     digest = hashlib.sha256()
     for name in (family_modules(family) if stage is None else stage_modules(family, stage)):
-        path = _module_file(name)
         digest.update(name.encode() + b"\0")
-        digest.update(_normalised(ast.parse(path.read_text(encoding="utf-8"))).encode() + b"\0")
+        digest.update(_module_facts(name)[0].encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
