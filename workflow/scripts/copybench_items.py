@@ -1,4 +1,4 @@
-from memaudit.probes.copybench.items import build_items, make_extractor
+from memaudit.probes.copybench.runner import build_items, make_extractor
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")

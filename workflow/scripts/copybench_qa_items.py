@@ -1,5 +1,5 @@
 from memaudit.backends import open_backend
-from memaudit.probes.copybench.items import build_qa_items
+from memaudit.probes.copybench.runner import build_qa_items
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")

@@ -2,7 +2,7 @@ from memaudit.workflow_support import start
 
 log = start(snakemake)
 from memaudit.probes.decop.paraphrase import MiniLMEncoder
-from memaudit.probes.decop.items import make_paraphraser
+from memaudit.probes.decop.runner import make_paraphraser
 from memaudit.probes.ktd.pool import build_pool
 
 paraphraser = make_paraphraser(snakemake.config, snakemake.params.paraphraser, rule=snakemake.rule,

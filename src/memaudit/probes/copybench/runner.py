@@ -39,6 +39,10 @@ from memaudit.backends.base import STATUS_ERROR, STATUSES, GenerationParams, gen
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from memaudit.probes.copybench import metrics
+# workflow/scripts/copybench_items.py and copybench_qa_items.py import the item builders from here, as
+# before they moved to memaudit.probes.copybench.items: Snakemake reruns a rule whose script text
+# changes, and finished extractions must not be redone for a move
+from memaudit.probes.copybench.items import build_items, build_qa_items, make_extractor  # noqa: F401
 from memaudit.probes.copybench.prompts import demo_indices, templates, with_demos
 from memaudit.probes.copybench.qa import squad_demos
 from memaudit.probes.job import document_scores

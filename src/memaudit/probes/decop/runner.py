@@ -12,6 +12,10 @@ import numpy as np
 import pandas as pd
 
 from memaudit.probes.decop import analysis
+# workflow/scripts/decop_items.py and ktd_pool.py import the item builders from here, as before they
+# moved to memaudit.probes.decop.items: Snakemake reruns a rule whose script text changes, and a
+# finished paraphrase pool must not be redone for a move
+from memaudit.probes.decop.items import build_items, make_paraphraser, published_items_for_run  # noqa: F401
 from memaudit.probes.decop.prompts import orderings
 from memaudit.io import read_jsonl, write_csv, write_json
 from memaudit.probes.job import document_scores
