@@ -2,10 +2,11 @@
 and characters (the ``extractor`` role's or extractive), the demonstrations, the encoder judge's
 calibration (rule ``copybench_items``) and the fact-recall questions (rule ``copybench_qa_items``).
 
-The two rules call this module alone, and its own code version (the registry's ``copybench``
-``items`` stage) decides when the items are rebuilt: a change to how models are probed or scored
-(:mod:`memaudit.probes.copybench.runner`) reruns the probes, not an LLM's event extraction or
-question synthesis before them.
+Only this module's code, and what it imports, builds the items (the rules' scripts reach it through
+:mod:`memaudit.probes.copybench.runner`'s re-export, so that their text, which Snakemake tracks, did
+not change when it moved here), and its own code version (the registry's ``copybench`` ``items``
+stage) decides when they are rebuilt: a change to how models are probed or scored reruns the
+probes, not an LLM's event extraction or question synthesis before them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """DE-COP's items: the verbatim passage and its three paraphrases, built once per benchmark.
 
-The ``decop_items`` rule calls this module alone, and its own code version (the registry's
-``decop`` ``items`` stage) decides when the items are rebuilt: a change to how models are
-probed or scored (:mod:`memaudit.probes.decop.runner`) reruns the probes, not the paraphrasing
-before them, nor KTD, which reads the same items.
+Only this module's code, and what it imports, builds the items (the ``decop_items`` and
+``ktd_pool`` scripts reach it through :mod:`memaudit.probes.decop.runner`'s re-export, so that
+their text, which Snakemake tracks, did not change when it moved here), and its own code version
+(the registry's ``decop`` ``items`` stage) decides when they are rebuilt: a change to how models
+are probed or scored reruns the probes, not the paraphrasing before them, nor KTD, which reads
+the same items.
 """
 
 from __future__ import annotations
