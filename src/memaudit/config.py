@@ -220,13 +220,13 @@ def _set_here(block: dict, key: str, properties: dict) -> bool:
     return "default" not in spec or block[key] != spec["default"]
 
 
-def _source_keys_on_published(config: dict, schema: dict | None = None) -> list[str]:
+def _source_keys_on_published(config: dict, schema: dict) -> list[str]:
     """A key that only a benchmark built from sources reads, set on a published one to a value
     other than its default (where it would be ignored without a word)."""
     benchmarks = config.get("benchmarks")
     if not isinstance(benchmarks, dict):
         return []
-    properties = (schema or load_schema())["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    properties = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]
     problems = []
     for name, bench in benchmarks.items():
         if not isinstance(bench, dict) or "published" not in bench or "sources" in bench:
@@ -247,13 +247,13 @@ LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "max_tokens", "batch_size")
 LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules")
 
 
-def _model_keys_nothing_reads(config: dict, schema: dict | None = None) -> list[str]:
+def _model_keys_nothing_reads(config: dict, schema: dict) -> list[str]:
     """A model key that nothing reads for that model, set to a value other than its default: a
     local-model setting on an API model, a LoRA setting on a model fine-tuned fully."""
     models = config.get("models")
     if not isinstance(models, dict):
         return []
-    properties = (schema or load_schema())["properties"]["models"]["additionalProperties"]["properties"]
+    properties = schema["properties"]["models"]["additionalProperties"]["properties"]
     problems = []
     for name, entry in models.items():
         if not isinstance(entry, dict):
