@@ -221,6 +221,7 @@ def killed_workflow(tmp_path_factory):
             workdir, "prepare_model", FINETUNED)
 
     run.wait_for("a later fine-tuning checkpoint, logged", later_checkpoint_logged)
+    seen["step_logged"] = saved_step(workdir)
     seen["rc_sigkill_finetune"] = run.kill(signal.SIGKILL)
     seen["step_sigkill"] = saved_step(workdir)
     seen["log_sigkill_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
@@ -268,7 +269,10 @@ def test_killed_finetuning_resumes_from_its_checkpoint(killed_workflow):
     # The rerun started from that step, and SIGKILL left the last periodic checkpoint.
     assert f"resumed from checkpoint at step {term}/" in seen["log_sigkill_finetune"]
     assert seen["rc_sigkill_finetune"] == -signal.SIGKILL
-    assert kill > term and f"checkpoint saved at step {kill} (epoch" in seen["log_sigkill_finetune"]
+    # The job may save (and not yet log) one more checkpoint between the wait and the kill: the
+    # logged one is the wait's, the one on disk is at least as late and is what the rerun reads.
+    logged = seen["step_logged"]
+    assert kill >= logged > term and f"checkpoint saved at step {logged} (epoch" in seen["log_sigkill_finetune"]
     # The third run resumed from the SIGKILL checkpoint and finished.
     assert f"resumed from checkpoint at step {kill}/" in seen["log_finetune_resumed"]
     manifest = json.loads((workdir / MODEL_TARGET / "manifest.json").read_text())
