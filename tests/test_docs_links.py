@@ -51,3 +51,10 @@ def test_every_relative_link_resolves():
     assert len(PAGES) > 10
     bad = [b for page in PAGES for b in broken_links(page)]
     assert bad == []
+
+
+def test_the_headlines_pointer_to_the_fragile_checks_resolves():
+    from memaudit.stats.headline import FRAGILE_CHECKS
+
+    path, _, anchor = FRAGILE_CHECKS.partition("#")
+    assert anchor and anchor in anchors(ROOT / path)
