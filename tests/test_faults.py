@@ -217,11 +217,11 @@ def killed_workflow(tmp_path_factory):
         # The state file is renamed into place before the job logs it: waiting for the file
         # alone let SIGKILL land between the two (CI on 88e70bc), so wait for the log line too.
         step = saved_step(workdir) or 0
+        seen["step_logged"] = step  # the step this check saw both on disk and in the log
         return step > seen["step_sigterm"] and f"checkpoint saved at step {step} (epoch" in job_log(
             workdir, "prepare_model", FINETUNED)
 
     run.wait_for("a later fine-tuning checkpoint, logged", later_checkpoint_logged)
-    seen["step_logged"] = saved_step(workdir)
     seen["rc_sigkill_finetune"] = run.kill(signal.SIGKILL)
     seen["step_sigkill"] = saved_step(workdir)
     seen["log_sigkill_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
