@@ -417,6 +417,44 @@ def test_lora_finetuning_stopped_by_sigterm_resumes_to_the_same_adapter(tiny_mod
     assert record["losses"] == uninterrupted["losses"]
 
 
+def test_packed_finetuning_stopped_inside_a_later_epoch_resumes_to_the_same_model(tiny_model_dir, tmp_path):
+    """With packing each epoch has its own windows; a run stopped inside epoch 2 rebuilds that epoch's
+    windows on resume and ends with the uninterrupted run's weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.errors import JobInterrupted
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+
+    settings = dict(method="full", epochs=3, lr=0.003, duplication=1, batch_size=2, max_length=24, seed=5,
+                    packing=True)
+
+    def fresh():
+        return load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+
+    uninterrupted = finetune(*fresh(), TINY_TEXTS, tmp_path / "plain", **settings)
+    per_epoch = uninterrupted["steps"] // 3
+    assert per_epoch >= 3 and uninterrupted["packing"] is True
+    logged = max(1, uninterrupted["steps"] // 10)  # progress (where the signal is sent) every `logged` steps
+    at = next(s for s in range(per_epoch + 1, 2 * per_epoch) if s % logged == 0)
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", every_steps=0)
+    with pytest.raises(JobInterrupted, match=r"stopped by SIGTERM at step (\d+)/") as err:
+        finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt,
+                 progress=_sigterm_at_step(at, []), **settings)
+    stopped = int(re.search(r"at step (\d+)/", str(err.value)).group(1))
+    assert per_epoch < stopped < 2 * per_epoch  # inside epoch 2
+    record = finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt, **settings)
+    assert record["resumed_from_step"] == stopped
+    a = load_file(tmp_path / "plain" / "model.safetensors")
+    b = load_file(tmp_path / "resumed" / "model.safetensors")
+    assert a.keys() == b.keys() and len(a) > 0
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert record["losses"] == uninterrupted["losses"]
+
+
 def test_tiny_pretraining_stopped_by_sigterm_resumes_to_the_same_model(tmp_path):
     import torch
     from safetensors.torch import load_file

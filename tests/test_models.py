@@ -12,7 +12,7 @@ import torch
 from memaudit.backends.base import GENERATE, TOKEN_LOGPROBS, GenerationParams, check_probe_support
 from memaudit.backends.hf import HFBackend
 from memaudit.errors import ConfigError, InputError
-from memaudit.models.finetune import epoch_order, finetune, member_chunks
+from memaudit.models.finetune import epoch_order, finetune, member_chunks, packed_chunks
 from memaudit.models.loading import clamp_tokens, load_causal_lm
 from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
 from memaudit.models.token_stats import compute_token_stats
@@ -87,6 +87,49 @@ def test_member_chunks_respect_max_length(tiny_model):
     chunks = member_chunks(tok, [" ".join(["word"] * 50)], max_length=16)
     assert all(len(c) <= 16 for c in chunks) and all(c[0] == tok.bos_token_id for c in chunks)
     assert sum(len(c) - 1 for c in chunks) == len(tok(" ".join(["word"] * 50))["input_ids"])
+
+
+def test_packed_chunks_move_each_passage_between_epochs():
+    """Packing: the members (each twice), end-of-text between them, one stream rotated by a random offset and
+    cut into windows led by the context token; the same number of windows every epoch, each member at new
+    positions."""
+    import random
+
+    bodies = [[10, 11, 12, 13, 14], [20, 21, 22], [30, 31, 32, 33]]
+    ctx = [0]
+    epochs = [packed_chunks(bodies, ctx, 6, 2, random.Random(f"s:{e}")) for e in range(6)]
+    stream_len = 2 * (5 + 3 + 4) + 2 * 3  # every body twice, each followed by ctx
+    for windows in epochs:
+        assert len(windows) == -(-stream_len // 5)  # ceil(24 / 5) = 5, every epoch
+        assert all(w[0] == 0 and 2 <= len(w) <= 6 for w in windows)
+        flat = [t for w in windows for t in w[1:]]
+        assert sorted(flat) == sorted([t for b in bodies for t in b + ctx] * 2)
+        # the windows are a rotation of a stream of whole bodies, each followed by ctx
+        k = flat.index(0)
+        rotated = flat[k + 1:] + flat[:k + 1]
+        pieces, cur = [], []
+        for t in rotated:
+            if t == 0:
+                pieces.append(cur)
+                cur = []
+            else:
+                cur.append(t)
+        assert sorted(map(tuple, pieces)) == sorted(map(tuple, bodies * 2))
+    # where member 1's first token sits in its window changes from epoch to epoch
+    positions = {next(w.index(10) for w in windows if 10 in w) for windows in epochs}
+    assert len(positions) >= 3
+    assert packed_chunks([], ctx, 6, 1, random.Random(0)) == []
+
+
+def test_packed_finetune_memorises_and_records_it(tiny_model_dir, tmp_path):
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    before = loss_of(model, tok, MEMBERS)
+    record = finetune(model, tok, MEMBERS, tmp_path, method="full", epochs=10, lr=3e-3, duplication=2,
+                      batch_size=2, max_length=16, seed=0, packing=True)
+    n_tokens = sum(len(tok(m)["input_ids"]) + 1 for m in MEMBERS) * 2  # + end-of-text, twice
+    assert record["packing"] is True and record["chunks"] == -(-n_tokens // 15)
+    tuned, tok2 = load_causal_lm({"path": str(tmp_path)}, device="cpu")
+    assert loss_of(tuned, tok2, MEMBERS) < before - 0.5
 
 
 def test_epoch_order_batches_similar_lengths_in_random_order():

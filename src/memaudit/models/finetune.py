@@ -5,6 +5,15 @@ for the tiny models). Each member document is tokenised exactly as the probes
 tokenise it (see :func:`memaudit.models.token_stats.encode`), split into chunks
 of ``max_length`` tokens, and repeated ``duplication`` times per epoch -- the
 knob that sets how strongly the members are memorised.
+
+By default every chunk starts at the start of its document, so each passage is
+always seen at the same positions. ``packing=True`` trains as pretraining does:
+the members are concatenated (end-of-text between them) in a new random order
+each epoch and cut into windows from a random offset, so a passage is seen at
+ever-changing positions and after ever-changing text. A small model with learned
+positions memorised the first way continues a member text when prompted with its
+opening words but rarely from a sentence in its middle; packed, it does both
+(the demo's CopyBench story beginnings are such sentences: docs/probes/copybench.md).
 """
 
 from __future__ import annotations
@@ -37,6 +46,23 @@ def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list
     return chunks
 
 
+def packed_chunks(bodies: Sequence[Sequence[int]], ctx: Sequence[int], max_length: int, duplication: int,
+                  rng: random.Random) -> list[list[int]]:
+    """One epoch's windows for ``packing``: the ``bodies`` (token ids without the context token)
+    ``duplication`` times each, in a random order, joined by ``ctx`` (the end-of-text token) into one
+    stream rotated by a random offset and cut into windows of ``max_length - 1`` tokens, each led by
+    ``ctx`` like :func:`member_chunks`' chunks. The number of windows is the same every epoch."""
+    order = [b for b in bodies for _ in range(duplication)]
+    rng.shuffle(order)
+    stream = [t for b in order for t in list(b) + list(ctx)]
+    step = max_length - 1
+    if not stream:
+        return []
+    offset = rng.randrange(min(step, len(stream)))
+    stream = stream[offset:] + stream[:offset]
+    return [list(ctx) + stream[i:i + step] for i in range(0, len(stream), step)]
+
+
 def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> list[int]:
     """One epoch's chunk order: batches of similar length, in random order.
 
@@ -59,7 +85,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
              lr: float, duplication: int, batch_size: int, max_length: int, lora_r: int = 16,
              lora_alpha: int = 32, lora_dropout: float = 0.0, target_modules="all-linear",
              seed: int = 0, checkpoint: TrainingCheckpoint | None = None, autocast: str | None = None,
-             progress: Callable[[str], None] = log.info) -> dict:
+             packing: bool = False, progress: Callable[[str], None] = log.info) -> dict:
     """Fine-tune ``model`` on ``texts`` and save the adapter (lora) or the model (full) in ``out_dir``.
 
     With a ``checkpoint`` the run saves its state every ``checkpoint.every_steps``
@@ -73,6 +99,10 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     precision -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
     CPU (emulated bfloat16) about 20x slower. "auto" is bfloat16 where the model's device
     computes it natively, else no autocast (:func:`memaudit.models.loading.resolve_dtype`).
+
+    ``packing`` cuts each epoch's windows from the concatenated members (:func:`packed_chunks`);
+    epoch ``e``'s windows come from ``random.Random(f"{seed}:packing:{e}")``, so a resumed run
+    rebuilds the ones it was training on.
     """
     import contextlib
 
@@ -97,6 +127,17 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
 
     max_length = clamp_tokens(model, max_length, reserve=0)
     chunks = member_chunks(tokenizer, texts, max_length) * duplication
+    if packing:
+        from memaudit.models.token_stats import encode
+
+        encoded = [encode(tokenizer, t, max_tokens=None) for t in texts]
+        bodies = [ids[1:] for ids in encoded if len(ids) > 1]
+        ctx = encoded[0][:1] if encoded else []
+
+        def epoch_chunks(e: int) -> list[list[int]]:
+            return packed_chunks(bodies, ctx, max_length, duplication, random.Random(f"{seed}:packing:{e}"))
+
+        chunks = epoch_chunks(1)
     if not chunks:
         raise ValueError("no member text to fine-tune on")
     steps_per_epoch = math.ceil(len(chunks) / batch_size)
@@ -124,6 +165,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         losses, n_tokens = list(state["losses"]), int(state["tokens"])
         t0 -= float(state["seconds"])
         resumed_from = step
+        if packing and epoch > 0:
+            chunks = epoch_chunks(epoch)  # the windows the saved epoch order indexes
         progress(f"resumed from checkpoint at step {step}/{total} (epoch {epoch}, batch {pos}/{steps_per_epoch}) "
                  f"in {checkpoint.directory}")
     elif state is not None:  # the key covers the settings, so only a code change gets here
@@ -131,6 +174,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     with GracefulStop() as stop:
         while step < total:
             if order is None or pos >= steps_per_epoch:
+                if packing:
+                    chunks = epoch_chunks(epoch + 1)
                 order = epoch_order([len(c) for c in chunks], batch_size, rng)
                 epoch, pos = epoch + 1, 0
             rows = [chunks[i] for i in order[pos * batch_size:(pos + 1) * batch_size]]
@@ -167,7 +212,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         model.save_pretrained(tmp)
         if method == "full":
             tokenizer.save_pretrained(tmp)
-    return {"method": method, "precision": f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1],
+    return {"method": method, "packing": packing, "precision": f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1],
             "chunks": len(chunks), "steps": total, "tokens": n_tokens,
             "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
             "trainable_params": int(sum(p.numel() for p in params))}
