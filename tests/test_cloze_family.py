@@ -254,6 +254,13 @@ def test_config_checks_name_the_key():
     api["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-4o-mini"}}
     api["probes"]["cloze"]["reference"]["model"] = "gpt"
     assert plan.check_config(api)[0].startswith("probes.cloze.reference.model: 'gpt' cannot score words")
+    api["probes"]["cloze"]["reference"]["model"] = "tiny-gpt2-cb"
+    api["probes"]["cloze"]["filter"] = {"model": "gpt", "mode": "logit"}
+    assert plan.check_config(api) == [
+        "probes.cloze.filter.mode: logit reads 'gpt''s next-token ranks, which it cannot give (word_logprobs: "
+        "local causal models only); use mode generate"]
+    api["probes"]["cloze"]["filter"]["mode"] = "generate"
+    assert plan.check_config(api) == []
     bare = copy.deepcopy(config)
     del bare["probes"]["cloze"]
     assert plan.check_config(bare)[0].startswith("probes.cloze: the settings")

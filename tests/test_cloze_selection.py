@@ -363,3 +363,53 @@ def test_question_answer_texts_mask_the_question_only(backend):
     assert items_all[0]["mask_scope"] == "text" and items_all[0]["n_candidates"] == len(everywhere)
     assert sorted(table_all[table_all.doc_id == "q"].word) == sorted(words_of(everywhere))
     assert items_all[1] == items[1]
+
+
+# ----------------------------------------------------------------------------- the logit knowledge filter
+
+def test_logit_filter_drops_exactly_the_words_the_filter_model_ranks_first(tiny_model_dir, tmp_path):
+    """``filter.mode: logit``: a token is dropped when the filter model's first choice at its position (from
+    the text to its left) is the word's first token -- checked against the brute-force rank of each word, on a
+    filter model that memorised one of the two texts (so both outcomes occur)."""
+    from memaudit.backends.hf import HFBackend
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+    from memaudit.probes.cloze.knowledge_filter import top_choice_filter
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    finetune(model, tok, [CRUDE], tmp_path / "weights", method="full", epochs=40, lr=3e-3, duplication=1,
+             batch_size=1, max_length=64, seed=0)
+    model, tok = load_causal_lm({"path": str(tmp_path / "weights")}, device="cpu")
+    texts = [ISHMAEL, CRUDE]
+    words = {0: ["years", "money", "purse"], 1: ["crude", "price", "Monday", "cartel", "production"]}
+    tokens = {(i, span_of(texts[i], w)[0]): {"word": w, "start": span_of(texts[i], w)[0],
+                                            "end": span_of(texts[i], w)[1]} for i, ws in words.items() for w in ws}
+    dropped = top_choice_filter(texts, tokens, HFBackend({}, model=model, tokenizer=tok, batch_size=2))
+    expected = {key for key, t in tokens.items() if hand_scores(model, tok, texts[key[0]], t["word"])[2] == 0}
+    assert dropped == expected
+    assert {i for i, _ in dropped} == {1}  # the memorised text's words, none of the other's
+    assert len(dropped) >= 3
+    assert top_choice_filter(texts, {}, None) == set()
+    # through the config (probes.cloze.filter: {model, mode: logit}) into build_items: the same tokens are
+    # dropped, counted per item and marked in the candidates table
+    from memaudit.io import write_json
+    from memaudit.probes.cloze.items import build_items, knowledge_filter_from
+
+    write_json(tmp_path / "filter" / "manifest.json", {"load": {"path": str(tmp_path / "weights")}})
+    settings = {"prob_threshold": 0.0, "rank_threshold": 0, "tune_coverage": 0.5, "top_k": 50,
+                "min_reconstructed": 1, "context_chars": 300, "measures": ["rank"],
+                "filter": {"model": "f", "mode": "logit"}}
+    drop = knowledge_filter_from({"models": {"f": {"family": "tiny-gpt2", "dtype": "float32"}}}, settings,
+                                 str(tmp_path / "filter"))
+    passages = [{"passage_id": f"p{i}", "doc_id": f"d{i}", "label": i, "text": t, "meta": {}}
+                for i, t in enumerate(texts)]
+    reference = HFBackend({}, model=load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")[0], tokenizer=tok)
+    plain, _ = build_items(passages, reference, {k: v for k, v in settings.items() if k != "filter"},
+                           progress=lambda m: None)
+    items, table = build_items(passages, reference, settings, knowledge_filter=drop, progress=lambda m: None)
+    selected = {(i, t["start"]): t for i, it in enumerate(plain) for t in it["tokens"]}
+    gone = {key for key, t in selected.items() if hand_scores(model, tok, texts[key[0]], t["word"])[2] == 0}
+    assert gone and {i for i, _ in gone} == {1}
+    assert [it["n_filtered"] for it in items] == [sum(j == k for j, _ in gone) for k in range(2)]
+    assert {(i, t["start"]) for i, it in enumerate(items) for t in it["tokens"]} == set(selected) - gone
+    assert {(int(r.doc_id[1:]), r.start) for r in table[table.filtered].itertuples()} == gone

@@ -197,10 +197,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="67a301177d20960c",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="4fb71459f0ee555c",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=3, fingerprint="7e6110f98496753d"),
+                               version=3, fingerprint="2920787c1b391864"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
                                  version=3, fingerprint="73e22ea092f01109")},

@@ -72,8 +72,9 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     """Cloze items (one per passage) and the candidates table (one row per candidate word).
 
     ``reference``: a backend with ``word_logprobs`` (the reference model). ``knowledge_filter``:
-    optional ``f(tokens) -> set of (passage index, start)`` to drop, given every selected token
-    as dicts with ``context`` and ``word`` (see :mod:`memaudit.probes.cloze.knowledge_filter`).
+    optional ``f(tokens, texts) -> set of (passage index, start)`` to drop, given every selected token
+    (``(passage index, start) -> {"word", "start", "end", "context", ...}``) and the passages' texts
+    (see :mod:`memaudit.probes.cloze.knowledge_filter`).
     """
     texts = [p["text"] for p in passages]
     limits = [mask_limit(p, settings.get("qa_scope", "question")) for p in passages]
@@ -98,7 +99,7 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     dropped: set = set()
     if knowledge_filter is not None:
         unique = {(i, t["start"]): t for i, ts in enumerate(tokens) for t in ts}
-        dropped = knowledge_filter(unique)
+        dropped = knowledge_filter(unique, texts)
         progress(f"knowledge filter: {len(dropped)} of {len(unique)} tokens guessed from context, dropped")
     items = []
     for i, p in enumerate(passages):
@@ -136,8 +137,12 @@ def knowledge_filter_from(config: dict, settings: dict, model_dir: str | None, *
     from memaudit.probes.cloze.knowledge_filter import knowledge_filter
 
     backend = open_backend(config, name, model_dir=model_dir, rule=rule)
+    if settings["filter"].get("mode", "generate") == "logit":
+        from memaudit.probes.cloze.knowledge_filter import top_choice_filter
 
-    def drop(tokens: dict) -> set:
+        return lambda tokens, texts: top_choice_filter(texts, tokens, backend)
+
+    def drop(tokens: dict, texts) -> set:
         candidates = [{"candidate_id": f"{i}:{start}", "doc_id": str(i), "word": t["word"], "context": t["context"]}
                       for (i, start), t in tokens.items()]
         kept = {c["candidate_id"] for c in knowledge_filter(candidates, {name: backend}).kept}

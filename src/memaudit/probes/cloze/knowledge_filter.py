@@ -11,6 +11,9 @@ filter model gets both of the paper's filter prompts for every candidate:
   candidate is reconstructed when the true word is among the listed words
   (:func:`~.prompts.parse_word_list`, :func:`~.prompts.listed`).
 
+``mode: logit`` (:func:`top_choice_filter`) asks an open filter model the logit probe's
+question instead: is the word its first choice from the text to the left.
+
 A candidate is dropped when *any* filter model reconstructs it with either prompt. Every
 filter model sees every candidate (not only those the previous ones kept), so which model
 dropped what does not depend on their order and the table shows each model's share.
@@ -138,6 +141,28 @@ def judge_replies(candidate: Mapping, replies: Mapping[str, Generation], *, plur
     reasons = [f"{name}_prompt" for name in FILTER_PROMPTS if rec[f"{name}_match"]]
     rec.update(dropped=bool(reasons), reason="+".join(reasons))
     return rec
+
+
+def top_choice_filter(texts: Sequence[str], tokens: Mapping[tuple[int, int], Mapping], backend: Backend) -> set:
+    """The ``logit`` knowledge filter (``probes.cloze.filter.mode: logit``, beyond the paper): the keys of
+    the ``tokens`` whose word the filter model ranks first at its position, reading the text to its left
+    -- the question the logit probe asks the model under test, asked of a model that never saw the
+    members, so a word any fluent reader predicts there ("Securities and Exchange [Commission]") is not
+    counted as memorised. One forward pass per text (``Backend.word_logprobs``), every token of the text
+    read from it; no generation, so it costs what the reference model's scoring costs, where the paper's
+    two prompts cost a generated list of 100 words per token.
+
+    ``tokens``: ``(text index, start) -> {"start", "end", ...}``, character spans in ``texts[index]``.
+    """
+    by_text: dict[int, list[tuple[int, int]]] = {}
+    for key in sorted(tokens):
+        by_text.setdefault(key[0], []).append(key)
+    order = sorted(by_text)
+    if not order:
+        return set()
+    scores = backend.word_logprobs([texts[i] for i in order],
+                                   [[(tokens[k]["start"], tokens[k]["end"]) for k in by_text[i]] for i in order])
+    return {k for i, row in zip(order, scores) for k, s in zip(by_text[i], row) if s.get("rank") == 0}
 
 
 def knowledge_filter(candidates: Sequence[Mapping], filters: Mapping[str, Backend], *,

@@ -37,6 +37,11 @@ def check_config(config: dict) -> list[str]:
     if WORD_LOGPROBS not in model_capabilities(config["models"][reference]):
         problems.append(f"probes.cloze.reference.model: {reference!r} cannot score words "
                         f"({WORD_LOGPROBS}: local models only)")
+    filt = config["probes"]["cloze"].get("filter") or {}
+    if filt.get("model") in config["models"] and filt.get("mode") == "logit" and \
+            WORD_LOGPROBS not in model_capabilities(config["models"][filt["model"]]):
+        problems.append(f"probes.cloze.filter.mode: logit reads {filt['model']!r}'s next-token ranks, which it "
+                        f"cannot give ({WORD_LOGPROBS}: local causal models only); use mode generate")
     if any(m == reference for _, m, _ in runs(config)):
         problems.append(f"probes.cloze.reference.model: {reference!r} chooses the masked words and cannot also "
                         f"be probed with them (probes.cloze_<mode>.models)")
