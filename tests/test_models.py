@@ -252,3 +252,26 @@ def test_missing_pypi_model_package_names_the_fix(monkeypatch):
         locate_gguf("smollm2-135m-instruct")
     with pytest.raises(ConfigError, match="unknown builtin"):
         locate_gguf("gpt-9")
+
+
+def test_the_config_key_packing_reaches_the_fine_tune_and_its_manifest(tiny_model_dir, tmp_path):
+    """``finetune.packing`` from a model entry: the manifest records it, and the windows are the packed
+    count (a member longer than one window, so unpacked and packed differ); absent, the chunks as before."""
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tiny_model_dir)}})
+    ft = {"method": "full", "epochs": 1, "lr": 1e-3, "duplication": 1, "batch_size": 2, "max_length": 16,
+          "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear", "members_of": ["x"]}
+    _, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    texts = [" ".join(["word"] * 20), "A short member.", "Another one.", "And a third."]
+    lengths = [len(tok(t)["input_ids"]) for t in texts]
+    plain = prepare_finetuned_model("p", {"dtype": "float32", "base": "b", "finetune": ft}, base, texts,
+                                    tmp_path / "plain", device="cpu")
+    packed = prepare_finetuned_model("q", {"dtype": "float32", "base": "b", "finetune": {**ft, "packing": True}},
+                                     base, texts, tmp_path / "packed", device="cpu")
+    assert plain["training"]["packing"] is False and packed["training"]["packing"] is True
+    assert plain["training"]["chunks"] == sum(-(-n // 15) for n in lengths)  # each member cut on its own
+    assert packed["training"]["chunks"] == -(-(sum(lengths) + len(texts)) // 15)  # one stream, end-of-text after each
+    assert packed["training"]["chunks"] < plain["training"]["chunks"]
