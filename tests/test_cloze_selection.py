@@ -377,7 +377,7 @@ def test_logit_filter_drops_exactly_the_words_the_filter_model_ranks_first(tiny_
     from memaudit.probes.cloze.knowledge_filter import top_choice_filter
 
     model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
-    finetune(model, tok, [CRUDE], tmp_path / "weights", method="full", epochs=40, lr=3e-3, duplication=1,
+    finetune(model, tok, [CRUDE], tmp_path / "weights", method="full", epochs=20, lr=5e-3, duplication=1,
              batch_size=1, max_length=64, seed=0)
     model, tok = load_causal_lm({"path": str(tmp_path / "weights")}, device="cpu")
     texts = [ISHMAEL, CRUDE]
