@@ -382,8 +382,8 @@ def test_logit_filter_drops_exactly_the_words_the_filter_model_ranks_first(tiny_
     model, tok = load_causal_lm({"path": str(tmp_path / "weights")}, device="cpu")
     texts = [ISHMAEL, CRUDE]
     words = {0: ["years", "money", "purse"], 1: ["crude", "price", "Monday", "cartel", "production"]}
-    tokens = {(i, span_of(texts[i], w)[0]): {"word": w, "start": span_of(texts[i], w)[0],
-                                            "end": span_of(texts[i], w)[1]} for i, ws in words.items() for w in ws}
+    spans = {(i, w): span_of(texts[i], w) for i, ws in words.items() for w in ws}
+    tokens = {(i, a): {"word": w, "start": a, "end": b} for (i, w), (a, b) in spans.items()}
     dropped = top_choice_filter(texts, tokens, HFBackend({}, model=model, tokenizer=tok, batch_size=2))
     expected = {key for key, t in tokens.items() if hand_scores(model, tok, texts[key[0]], t["word"])[2] == 0}
     assert dropped == expected

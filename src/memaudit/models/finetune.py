@@ -126,7 +126,6 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     from memaudit.models.loading import clamp_tokens
 
     max_length = clamp_tokens(model, max_length, reserve=0)
-    chunks = member_chunks(tokenizer, texts, max_length) * duplication
     if packing:
         from memaudit.models.token_stats import encode
 
@@ -138,6 +137,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             return packed_chunks(bodies, ctx, max_length, duplication, random.Random(f"{seed}:packing:{e}"))
 
         chunks = epoch_chunks(1)
+    else:
+        chunks = member_chunks(tokenizer, texts, max_length) * duplication
     if not chunks:
         raise ValueError("no member text to fine-tune on")
     steps_per_epoch = math.ceil(len(chunks) / batch_size)
@@ -212,7 +213,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         model.save_pretrained(tmp)
         if method == "full":
             tokenizer.save_pretrained(tmp)
-    return {"method": method, "packing": packing, "precision": f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1],
+    precision = f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1]
+    return {"method": method, "packing": packing, "precision": precision,
             "chunks": len(chunks), "steps": total, "tokens": n_tokens,
             "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
             "trainable_params": int(sum(p.numel() for p in params))}
