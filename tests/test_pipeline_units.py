@@ -219,6 +219,70 @@ def test_demo_expectations_flag_each_rule():
         ("b", "base", True), ("b", "tuned", True), ("c", "base", False), ("b", "weak", False)]
 
 
+def test_label_provenance_says_where_labels_come_from_and_where_base_models_are_null_controls():
+    from memaudit.config import label_provenance
+
+    assert label_provenance({"sources": ["austen"], "member_fraction": 0.4}, 13) == {
+        "labels": "random split of documents (seed 13, member fraction 0.4)", "null_control": True}
+    assert label_provenance({"sources": ["austen"], "split_by": "book"}, 7)["labels"] == (
+        "random split of whole books (seed 7, member fraction 0.5)")
+    assert label_provenance({"published": {"format": "qa", "path": "q.jsonl", "member_fraction": 0.3}}, 5) == {
+        "labels": "random split of the QA set's questions (seed 5, member fraction 0.3)", "null_control": True}
+    assert label_provenance({"published": {"format": "articles", "path": "a", "cutoff": "2020-01-01"}}, 5) == {
+        "labels": "published (articles): the articles' dates (1 = dated before 2020-01-01, 0 = on or after it)",
+        "null_control": False}
+    for fmt in ("nyt", "wikimia", "member_texts", "booktection", "arxivtection", "bookmia"):
+        got = label_provenance({"published": {"format": fmt, "path": "x"}}, 5)
+        assert got["null_control"] is False and got["labels"].startswith(f"published ({fmt}): ") and "{" not in got["labels"]
+    assert label_provenance({"published": {"format": "copybench", "path": "d", "labels": "l.csv"}}, 5)["labels"] == (
+        "published (copybench): the labels file l.csv (1 = a member book)")
+    assert label_provenance({"published": {"format": "copybench", "path": "d"}}, 5)["null_control"] is False
+
+
+def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_random(tmp_path, capsys):
+    """On an auditor's own articles (labels by date) a base model's AUC of 0.25 and its selections are
+    findings: not checked, and the headline says why; on the benchmark split at random the same model is
+    checked. A run from before benchmarks.csv checks base models everywhere, as it did."""
+    from memaudit.stats.headline import print_headline
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    auc = {"method": "loss", "auc_ci_low": 0.1, "auc_ci_high": 0.9}
+    pd.DataFrame([{"benchmark": "novels", "model": "m0", "contaminated": False, "auc": 0.7, **auc},
+                  {"benchmark": "archive", "model": "m0", "contaminated": False, "auc": 0.25, **auc},
+                  {"benchmark": "archive", "model": "m1", "contaminated": True, "auc": 0.95, **auc}]).to_csv(
+        summary / "metrics.csv", index=False)
+    pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
+    sel = {"method": "loss", "q": 0.1, "fdr": 0.0, "power": 0.5, "n_test": 10}
+    pd.DataFrame([{"benchmark": "novels", "model": "m0", "contaminated": False, "mean_selected": 0.0, **sel},
+                  {"benchmark": "archive", "model": "m0", "contaminated": False, "mean_selected": 4.0, **sel}]).to_csv(
+        summary / "selection.csv", index=False)
+    ktd = {"model": "m0", "statistic": "gradnorm", "m": 2, "q": 0.1, "fdr": 0.5, "power": 0.2, "guarantee": "holds",
+           "sign_pvalue": 0.5, "n_texts": 20}
+    pd.DataFrame([{"benchmark": "novels", "mean_selected": 0.0, **ktd},
+                  {"benchmark": "archive", "mean_selected": 6.0, **ktd}]).to_csv(summary / "ktd.csv", index=False)
+    pd.DataFrame([{"benchmark": "archive", "labels": "published (articles): dated before 2020-01-01",
+                   "null_control": False},
+                  {"benchmark": "novels", "labels": "random split of documents", "null_control": True}]).to_csv(
+        summary / "benchmarks.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert "  novels    m0   loss 0.70 in [0.4, 0.6] False\n" in out
+    assert "  archive    m1   loss 0.95        >= 0.9  True\n" in out and "archive    m0   loss" not in out
+    assert "   novels    m0 0.1  0.0    0.5         0.0 named <= 5% of 10 True\n" in out
+    assert "archive    m0 0.1" not in out  # the selection: novels only
+    assert "   novels    m0  2 0.1  0.5    0.2    0.0     holds        0.5 named <= 1.0 True\n" in out
+    assert "  archive    m0  2 0.1  0.5    0.2    6.0     holds        0.5     reported     \n" in out
+    assert ("there a base model's AUC and selections are findings, not checks "
+            f"({summary / 'benchmarks.csv'}):\n  archive: published (articles): dated before 2020-01-01\n") in out
+    assert "Ground-truth checks: 3 of 4 hold; failing (ok False above): 1 in Ground truth" in out
+    (summary / "benchmarks.csv").unlink()
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert "archive    m0   loss 0.25 in [0.4, 0.6] False" in out and "findings, not checks" not in out
+    assert "Ground-truth checks: 3 of 7 hold" in out
+
+
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
     base model the bootstrap interval must hold 0.5 (a wide interval around 0.3 passes, a tight one

@@ -40,6 +40,9 @@ def expected_results() -> dict[str, tuple[str, str | None, dict, list[str]]]:
                                         ["one row per benchmark, model and method"]),
         "results/summary/models.csv": ("Summary", None, {"table": "models: size, family, contamination"},
                                        ["parameter count"]),
+        "results/summary/benchmarks.csv": (
+            "Summary", None, {"table": "benchmarks: where the labels come from, which base models are null controls"},
+            ["null controls", "a finding, not a check"]),
     }
     for b in CI["benchmarks"]:
         out[f"results/figures/{b}/auc_vs_size.png"] = (

@@ -62,6 +62,11 @@ def test_end_to_end_artifacts(ci_run):
     assert (ci_run / "results/models/tiny-gpt2-small-contaminated/weights/model.safetensors").exists()
     models = pd.read_csv(ci_run / "results/summary/models.csv")
     assert models.set_index("model").loc["smollm2-135m", "n_params"] == 134_515_008
+    # every ci benchmark is split at random (books by whole book): base models are null controls on each
+    origins = pd.read_csv(ci_run / "results/summary/benchmarks.csv").set_index("benchmark")
+    assert list(origins.index) == ["books", "news", "novels"] and origins["null_control"].all()
+    assert origins.loc["books", "labels"] == "random split of whole books (seed 7, member fraction 0.5)"
+    assert origins.loc["news", "labels"] == "random split of documents (seed 7, member fraction 0.5)"
     docs = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_documents.csv")
     passages = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_passages.csv")
     loss = passages[passages.method == "loss"].groupby("doc_id")["score"].mean()

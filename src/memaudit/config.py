@@ -314,6 +314,48 @@ def is_labelled(bench: dict) -> bool:
     return not (published.get("format") == "copybench" and not published.get("labels"))
 
 
+# What label 1 means in each published format: a claim about the world (a date, a court exhibit, a
+# file's say-so), not a split memaudit drew, so an unmodified model may well separate the labels.
+PUBLISHED_LABELS = {
+    "booktection": "BookTection's Label (1 = a book the models may have seen, 0 = published after their cutoff)",
+    "arxivtection": "arXivTection's Label (1 = a paper the models may have seen, 0 = published after their "
+                    "cutoff)",
+    "bookmia": "BookMIA's label (1 = a book the authors judge the models saw, 0 = published in 2023)",
+    "nyt": "the NYT set's label (1 = an article of Exhibit J, 0 = a later article of another outlet)",
+    "articles": "the articles' dates (1 = dated before {cutoff}, 0 = on or after it)",
+    "wikimia": "WikiMIA's label (1 = a Wikipedia event before 2017, 0 = an event after 2023)",
+    "member_texts": "the file's label column (1 = member)",
+    "copybench": "the labels file {labels} (1 = a member book)",
+}
+
+
+def label_provenance(cfg: dict, seed: int) -> dict:
+    """Where a benchmark's member/non-member labels come from (``labels``, a sentence), and whether its
+    base models are null controls (``null_control``).
+
+    A split memaudit draws at random (a built benchmark, by document or by book, or a published QA set's
+    contaminated half) gives an unmodified model nothing to tell the halves apart by: its AUC sits near
+    0.5 and its selections are near empty, which the headline checks. A published set's labels are a
+    claim about the world (dates, a court exhibit), which an unmodified model may well reflect: there a
+    base model's AUC is a finding, not a check. Contaminated models are checked on both (their members
+    are what they were fine-tuned on).
+    """
+    published = cfg.get("published")
+    if not published:
+        unit = "whole books" if cfg.get("split_by", "document") == "book" else "documents"
+        return {"labels": f"random split of {unit} (seed {seed}, member fraction {cfg.get('member_fraction', 0.5)})",
+                "null_control": True}
+    fmt = published["format"]
+    if fmt == "copybench" and not published.get("labels"):
+        return {"labels": "none: CopyBench's published books carry no membership labels", "null_control": False}
+    if fmt == "qa":
+        return {"labels": f"random split of the QA set's questions (seed {seed}, member fraction "
+                          f"{published.get('member_fraction', 0.5)})", "null_control": True}
+    text = PUBLISHED_LABELS.get(fmt, "the published set's labels").format(
+        cutoff=published.get("cutoff"), labels=published.get("labels"))
+    return {"labels": f"published ({fmt}): {text}", "null_control": False}
+
+
 def _cloze_published_problems(name: str, published: dict) -> list[str]:
     """The keys of the published formats read under the rejects policy (nyt, articles, qa for the
     information-guided probes; wikimia, member_texts for KTD and the other detectors)."""

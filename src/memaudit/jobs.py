@@ -12,6 +12,7 @@ from typing import Any
 
 from memaudit.backends.base import is_api_model
 from memaudit.config import is_labelled
+from memaudit.config import label_provenance as provenance
 from memaudit.probes.registry import FAMILIES, probes_for_model, role_model
 
 
@@ -169,6 +170,12 @@ def selection_tables(config: dict) -> list[str]:
     return [f"results/selection/{b}/{m}.csv" for b, models in scored(config).items() for m in models]
 
 
+def label_provenance(config: dict) -> dict[str, dict]:
+    """``{benchmark: {labels, null_control}}`` (:func:`memaudit.config.label_provenance`): the summary's
+    ``benchmarks.csv``, which tells the headline where a base model is a null control."""
+    return {name: provenance(bench, int(config["seed"])) for name, bench in sorted(config["benchmarks"].items())}
+
+
 def final_outputs(config: dict) -> list[str]:
     """What ``snakemake all`` builds, less what the families register in their rule files."""
     by_benchmark = scored(config)
@@ -176,6 +183,7 @@ def final_outputs(config: dict) -> list[str]:
         "results/summary/metrics.csv",
         "results/summary/metrics.md",
         "results/summary/models.csv",
+        "results/summary/benchmarks.csv",
         "results/summary/selection.csv",
         "results/figures/selection_fdr_power.png",
         "results/api/ledger.csv",

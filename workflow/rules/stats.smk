@@ -92,9 +92,16 @@ rule summary:
             category="Summary",
             labels={"table": "rejects: input rows the loaders left out, per benchmark"},
         ),
+        benchmarks=report(
+            "results/summary/benchmarks.csv",
+            caption="../report/summary_benchmarks.rst",
+            category="Summary",
+            labels={"table": "benchmarks: where the labels come from, which base models are null controls"},
+        ),
     params:
         figure_methods=config["stats"]["selection"]["figure_methods"],
         benchmarks=sorted(config["benchmarks"]),
+        label_provenance=jobs.label_provenance(config),
     log:
         "logs/summary.log",
     conda:

@@ -8,4 +8,5 @@ build_summary(
     selection_paths=snakemake.input.selection, out_selection=snakemake.output.selection,
     out_figure=snakemake.output.selection_figure, figure_methods=snakemake.params.figure_methods,
     rejects=dict(zip(snakemake.params.benchmarks, snakemake.input.rejects)), out_rejects=snakemake.output.rejects,
+    benchmarks=snakemake.params.label_provenance, out_benchmarks=snakemake.output.benchmarks,
 )

@@ -46,13 +46,15 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
           f"{root / 'figures'}/<benchmark>/auc_vs_size.png")
     models_path = summary_path.with_name("models.csv")
     models = pd.read_csv(models_path) if models_path.exists() else None
+    controlled = null_control_benchmarks(summary_path.parent)
     core = [] if models is None else [
         section("Ground truth (contaminated: fine-tuned on the members; base models: null control)",
-                demo_expectations(summary, models) if not summary.empty else summary),
+                demo_expectations(summary, models, controlled=controlled) if not summary.empty else summary),
         table_section(summary_path.with_name("selection.csv"),
                       "FDR-controlled selection (conformal BH over the loss score; contaminated: "
                       "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
-                      lambda table: selection_expectations(table, models))]
+                      lambda table: selection_expectations(table, models, controlled=controlled)),
+        published_labels_note(summary_path.parent, summary)]
     blocks = [b for b in core if b] + family_blocks(summary_path.parent, models)
     for block in blocks:
         print("\n" + block)
@@ -124,8 +126,44 @@ def interval_check(group: str, ci_low: float, ci_high: float) -> tuple[str, bool
 
 
 def base_models(models: pd.DataFrame) -> set[str]:
-    """The models of ``results/summary/models.csv`` that are no other model's fine-tune: the null controls."""
+    """The models of ``results/summary/models.csv`` that are no other model's fine-tune: the null controls
+    (on the benchmarks of :func:`null_control_benchmarks`)."""
     return set(models.loc[models["base"].fillna("") == "", "model"])
+
+
+def null_control_benchmarks(summary_dir: Path) -> set[str] | None:
+    """The benchmarks of ``benchmarks.csv`` whose split memaudit drew at random, where a base model is a
+    null control (:func:`memaudit.config.label_provenance`); None for a run that wrote no such table
+    (before it existed: every benchmark, as then)."""
+    path = Path(summary_dir) / "benchmarks.csv"
+    if not path.exists():
+        return None
+    table = pd.read_csv(path)
+    return set(table.loc[table["null_control"].astype(str).str.lower() == "true", "benchmark"])
+
+
+def is_null_control(benchmark: str, model: str, nulls: set[str], controlled: set[str] | None) -> bool:
+    """Whether ``model`` is a null control on ``benchmark``: a base model (``nulls``), on a benchmark split at
+    random (``controlled``; None: every benchmark)."""
+    return model in nulls and (controlled is None or benchmark in controlled)
+
+
+def published_labels_note(summary_dir: Path, summary: pd.DataFrame) -> str:
+    """A line per scored benchmark whose labels are published claims (``benchmarks.csv``): base models are
+    not checked there, and why; "" where every scored benchmark was split at random."""
+    path = Path(summary_dir) / "benchmarks.csv"
+    if not path.exists() or summary.empty:
+        return ""
+    table = pd.read_csv(path)
+    table = table[(table["null_control"].astype(str).str.lower() != "true")
+                  & table["benchmark"].isin(set(summary["benchmark"]))]
+    if table.empty:
+        return ""
+    lines = ["Base models are null controls only where memaudit split members from non-members at random.",
+             "These benchmarks' labels are published claims, which a model never fine-tuned on them may well",
+             f"reflect: there a base model's AUC and selections are findings, not checks ({path}):"]
+    lines += [f"  {r.benchmark}: {r.labels}" for r in table.itertuples()]
+    return "\n".join(lines)
 
 
 def family_blocks(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
@@ -155,7 +193,8 @@ def rejects_summary(rejects: pd.DataFrame) -> str:
 
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
                       contaminated_min: float = 0.9, null_range: tuple[float, float] = (0.4, 0.6),
-                      decop_method: str = "decop-likelihood-prob", decop_min: float = 0.8) -> pd.DataFrame:
+                      decop_method: str = "decop-likelihood-prob", decop_min: float = 0.8, *,
+                      controlled: set[str] | None = None) -> pd.DataFrame:
     """Check the ground-truth expectations of a run against its summary.
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
@@ -164,18 +203,20 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
     the verbatim option, since accuracy over the demo's 3 passages per document takes 4 values)
     should reach ``decop_min`` on the contaminated models; on a base model its bootstrap 95% interval should hold 0.5 -- DE-COP
     scores a few dozen documents, too few for a fixed band around 0.5 to be a fair null check.
-    Returns one row per checked (benchmark, model, method) with ``ok``.
+    Base models are checked on the ``controlled`` benchmarks only (:func:`null_control_benchmarks`;
+    None: every benchmark). Returns one row per checked (benchmark, model, method) with ``ok``.
     """
     nulls = base_models(models)
     rows = []
     for r in summary[summary["method"].isin([method, decop_method])].itertuples():
         is_decop = r.method == decop_method
+        null = is_null_control(r.benchmark, r.model, nulls, controlled)
         if bool(r.contaminated):
             floor = decop_min if is_decop else contaminated_min
             expect, ok = f">= {floor}", r.auc >= floor
-        elif r.model in nulls and is_decop:
+        elif null and is_decop:
             expect, ok = "95% CI holds 0.5", r.auc_ci_low <= 0.5 <= r.auc_ci_high
-        elif r.model in nulls:
+        elif null:
             expect, ok = f"in [{null_range[0]}, {null_range[1]}]", null_range[0] <= r.auc <= null_range[1]
         else:
             continue
@@ -186,12 +227,14 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
 
 def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
                            qs: Sequence[float] = (0.1, 0.2, 0.3), slack: float = 0.02,
-                           null_q: float = 0.1, null_share: float = 0.05) -> pd.DataFrame:
+                           null_q: float = 0.1, null_share: float = 0.05, *,
+                           controlled: set[str] | None = None) -> pd.DataFrame:
     """Issue 17's checks of conformal BH against ground truth, over ``method``'s scores.
 
     On a benchmark whose members a model was fine-tuned on, the empirical FDR (mean over the
     calibration splits) is at most ``q + slack`` at each of ``qs``; a *base* model (the null
-    control) names at most ``null_share`` of the test documents on average at ``null_q``.
+    control, on the ``controlled`` benchmarks: :func:`null_control_benchmarks`) names at most
+    ``null_share`` of the test documents on average at ``null_q``.
     """
     nulls = base_models(models)
     rows = []
@@ -199,7 +242,7 @@ def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method
         q = round(float(r.q), 6)
         if bool(r.contaminated) and q in {round(x, 6) for x in qs}:
             expect, ok = f"fdr <= {q + slack:g}", r.fdr <= q + slack
-        elif r.model in nulls and q == round(null_q, 6):
+        elif is_null_control(r.benchmark, r.model, nulls, controlled) and q == round(null_q, 6):
             expect, ok = f"named <= {null_share:.0%} of {r.n_test}", r.mean_selected <= null_share * r.n_test
         else:
             continue

@@ -67,17 +67,24 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
 def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_csv, out_md, out_models,
                   selection_paths: Sequence[str] = (), out_selection=None, out_figure=None,
                   figure_methods: Sequence[str] = (), rejects: Mapping[str, str] | None = None,
-                  out_rejects=None) -> pd.DataFrame:
+                  out_rejects=None, benchmarks: Mapping[str, dict] | None = None,
+                  out_benchmarks=None) -> pd.DataFrame:
     """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``; with
     ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure; with
     ``rejects`` (``{benchmark: its rejects.csv}``), ``rejects.csv``: the input rows each
-    benchmark's loaders rejected, counted by file and reason."""
+    benchmark's loaders rejected, counted by file and reason; with ``benchmarks`` (``{benchmark:
+    its label provenance}``, :func:`memaudit.config.label_provenance`), ``benchmarks.csv``:
+    where each benchmark's labels come from and whether its base models are null controls."""
     from memaudit.datasets.rejects import count_rejects
     from memaudit.stats.summary import merge_metrics, write_summary
 
     frame = merge_metrics(metric_paths)
     write_summary(frame, out_csv, out_md)
     write_csv(out_models, models_table(model_dirs))
+    if out_benchmarks is not None:
+        write_csv(out_benchmarks, pd.DataFrame([{"benchmark": name, **origin} for name, origin in
+                                                sorted((benchmarks or {}).items())],
+                                               columns=["benchmark", "labels", "null_control"]))
     if out_rejects is not None:
         write_csv(out_rejects, count_rejects(rejects or {}))
     if out_selection is not None:
