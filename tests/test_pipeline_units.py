@@ -283,6 +283,39 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     assert "Ground-truth checks: 3 of 7 hold" in out
 
 
+def test_the_headline_shows_the_main_scores_of_models_no_token_probability_method_scored(tmp_path, capsys):
+    """A black-box audit (an API model probed by the cloze probes and prefix probing only) gets its AUCs in
+    the headline: each family's main scores (the registry's headline_methods), in registry order, for the
+    pairs the token-probability table has no score of; a pair that table shows is not repeated."""
+    from memaudit.stats.headline import other_scores_table, print_headline
+
+    ci = {"auc_ci_low": 0.4, "auc_ci_high": 0.9, "contaminated": False}
+    summary = pd.DataFrame([
+        {"benchmark": "archive", "model": "(none)", "method": "blind_bag_of_words", "auc": 0.55, **ci},
+        {"benchmark": "archive", "model": "gpt", "method": "cloze_person", "auc": 0.61, **ci},
+        {"benchmark": "archive", "model": "gpt", "method": "cloze_rank", "auc": 0.72, **ci},
+        {"benchmark": "archive", "model": "gpt", "method": "prefix_lcs_words", "auc": 0.66, **ci},
+        {"benchmark": "archive", "model": "local", "method": "loss", "auc": 0.58, **ci},
+        {"benchmark": "archive", "model": "local", "method": "prefix_lcs_words", "auc": 0.51, **ci},
+        {"benchmark": "novels", "model": "gpt", "method": "decop-blackbox", "auc": 0.8, **ci},
+    ])
+    got = other_scores_table(summary, ["loss"])
+    assert got.to_dict("records") == [
+        {"benchmark": "archive", "model": "gpt", "contaminated": False, "method": "prefix_lcs_words",
+         "auc": "0.660 [0.40, 0.90]"},
+        {"benchmark": "archive", "model": "gpt", "contaminated": False, "method": "cloze_rank",
+         "auc": "0.720 [0.40, 0.90]"},
+        {"benchmark": "novels", "model": "gpt", "contaminated": False, "method": "decop-blackbox",
+         "auc": "0.800 [0.40, 0.90]"}]
+    assert other_scores_table(summary[summary["model"] != "gpt"], ["loss"]).empty
+    (tmp_path / "s").mkdir()
+    summary.to_csv(tmp_path / "s" / "metrics.csv", index=False)
+    print_headline(tmp_path / "s" / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert "of the models scored by other probes only" in out
+    assert "  archive   gpt         False       cloze_rank 0.720 [0.40, 0.90]\n" in out
+
+
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
     base model the bootstrap interval must hold 0.5 (a wide interval around 0.3 passes, a tight one

@@ -86,6 +86,9 @@ class ProbeFamily:
     # "module:function"(summary_dir, models) -> the sections it adds to `memaudit headline` (its ground-truth
     # checks; memaudit.stats.headline.family_blocks); a module named `headline`, which decides no result
     headline: str | None = None
+    # its main per-document scores (metrics.csv methods): `memaudit headline` shows their AUC for a model that
+    # no headline token-probability method scored on a benchmark (a black-box audit), whatever its other sections
+    headline_methods: tuple[str, ...] = ()
     description: str = ""
     # whether its probes mean something on a benchmark without membership labels (CopyBench's rates do;
     # a detector's AUC does not): memaudit.config.is_labelled
@@ -120,7 +123,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        checks="memaudit.probes.prefix.runner:check_config",
+        checks="memaudit.probes.prefix.runner:check_config", headline_methods=("prefix_lcs_words", "prefix_rougeL"),
         version=4, fingerprint="4c7c4be7aab7c51c",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
@@ -140,6 +143,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="6d4eda4daaf398e3")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
+        headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
     ProbeFamily(
@@ -169,6 +173,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         role_planner="memaudit.probes.copybench.api_plan:role_plan_records",
         checks="memaudit.probes.copybench.plan:check_config", unlabelled=True,
         headline="memaudit.probes.copybench.headline:headline",
+        headline_methods=("copybench_rougeL_excess", "copybench_characters"),
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "
                     "with MemFree and system-reminder mitigations",
     ),
@@ -184,6 +189,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="49ef1fe2a0857931")},
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
+        headline_methods=("ktd_w_gradnorm",),
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
     ProbeFamily(
@@ -206,6 +212,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                  version=3, fingerprint="7650fe91a883d24d")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
+        headline_methods=("cloze_rank", "cloze_rank_mrr"),
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
                     "reconstructions",
     ),

@@ -28,6 +28,24 @@ def headline_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFram
     return table.fillna("")
 
 
+def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+    """AUC [95% CI] of each family's main scores (its registry entry's ``headline_methods``) for the
+    (benchmark, model) pairs :func:`headline_table` has no score of: a model probed black-box only (an
+    API model under audit), or by other families only. One row per (benchmark, model, method)."""
+    from memaudit.probes.registry import FAMILIES
+
+    main = [m for f in FAMILIES.values() for m in f.headline_methods]
+    shown = summary["method"].isin(methods) | summary["method"].str.startswith("ref_")
+    scored = set(zip(summary.loc[shown, "benchmark"], summary.loc[shown, "model"]))
+    rows = summary[summary["method"].isin(main) & (summary["model"] != "(none)")
+                   & ~pd.Series(list(zip(summary["benchmark"], summary["model"])), index=summary.index).isin(scored)]
+    rows = rows.assign(order=rows["method"].map({m: i for i, m in enumerate(main)}))
+    rows = rows.sort_values(["benchmark", "model", "order"], kind="stable")
+    cell = rows.apply(lambda r: f"{r['auc']:.3f} [{r['auc_ci_low']:.2f}, {r['auc_ci_high']:.2f}]", axis=1)
+    return pd.DataFrame({"benchmark": rows["benchmark"], "model": rows["model"],
+                         "contaminated": rows["contaminated"], "method": rows["method"], "auc": cell})
+
+
 def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     summary_path = Path(summary_path)
     if not summary_path.exists():
@@ -40,6 +58,11 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 22):
             print("\nROC-AUC [bootstrap 95% CI] of document scores (higher score = member):\n")
             print(headline_table(summary, methods).to_string())
+            other = other_scores_table(summary, methods)
+            if not other.empty:
+                print("\nROC-AUC [bootstrap 95% CI] of the models scored by other probes only (each family's main "
+                      "scores;\nevery score of every model: the metrics table below):\n")
+                print(other.to_string(index=False))
     root = summary_path.parent.parent
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
     print(f"Figures: {root / 'figures'}/<benchmark>/<model>/roc.png, score_distributions.png, "
