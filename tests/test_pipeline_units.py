@@ -316,6 +316,24 @@ def test_the_headline_shows_the_main_scores_of_models_no_token_probability_metho
     assert "  archive   gpt         False       cloze_rank 0.720 [0.40, 0.90]\n" in out
 
 
+def test_the_cloze_headline_says_how_many_black_box_replies_could_be_read():
+    """A model that ignores the cloze prompt (every reply without <word> tags) scores AUC 0.5 on every
+    text; the headline's replies table says so beside its precision, for black-box rows only."""
+    from memaudit.probes.cloze.headline import replies
+
+    base = {"benchmark": "archive", "n": 12, "n_member": 6, "precision": 0.0, "recall": 0.0, "fbeta": 0.0}
+    table = pd.DataFrame([
+        {**base, "model": "gpt", "mode": "blackbox", "method": "majority"},  # a baseline row: no replies
+        {**base, "model": "gpt", "mode": "blackbox", "method": "cloze_rank", "n_texts": 12, "n_tokens": 53,
+         "n_invalid": 50, "n_refusal": 1, "n_error": 0},
+        {**base, "model": "tiny", "mode": "logit", "method": "cloze_rank", "n_texts": 12, "n_tokens": 53,
+         "n_invalid": 0, "n_refusal": 0, "n_error": 0},
+    ])
+    assert replies(table).to_dict("records") == [
+        {"benchmark": "archive", "model": "gpt", "tokens": "cloze_rank", "texts": 12, "words": 53, "answered": 2,
+         "refused": 1, "invalid": 50, "errors": 0, "precision": 0.0, "recall": 0.0, "fbeta": 0.0}]
+
+
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
     base model the bootstrap interval must hold 0.5 (a wide interval around 0.3 passes, a tight one

@@ -1,4 +1,5 @@
-"""The cloze probes' section of ``memaudit headline``: their ground-truth checks on the paired differences."""
+"""The cloze probes' sections of ``memaudit headline``: their ground-truth checks on the paired differences,
+and how many of a black-box model's replies could be read."""
 
 from __future__ import annotations
 
@@ -8,13 +9,34 @@ import pandas as pd
 
 from memaudit.stats.headline import interval_check, table_section
 
+REPLIES = ("Cloze probes, black-box replies (per masked word; a reply without <word> tags is invalid; only "
+           "answered words can be reconstructed: where few are, the AUC says little)")
+
 HEADER = ("Cloze probes ground truth (fine-tuned on the benchmark minus base, reconstruction rate, paired; "
           "members: above 0, non-members: interval holds 0; member minus non-member gain: above 0)")
 
 
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
-    """The registry's ``headline`` hook: :func:`expectations` over ``cloze_differences.csv``."""
-    return [table_section(Path(summary_dir) / "cloze_differences.csv", HEADER, expectations)]
+    """The registry's ``headline`` hook: :func:`replies` over ``cloze.csv`` and :func:`expectations` over
+    ``cloze_differences.csv``."""
+    return [table_section(Path(summary_dir) / "cloze.csv", REPLIES, replies),
+            table_section(Path(summary_dir) / "cloze_differences.csv", HEADER, expectations)]
+
+
+def replies(table: pd.DataFrame) -> pd.DataFrame:
+    """Per black-box (benchmark, model, token selection): the masked words asked, how many replies were
+    answers, refusals, invalid or errors, and the detection's precision, recall and F-beta beside them.
+    Reported, not checked: it says whether the model followed the cloze prompt at all."""
+    rows = table[(table["mode"] == "blackbox") & table["n_tokens"].notna()]
+    out = []
+    for r in rows.itertuples():
+        asked = int(r.n_tokens)
+        unusable = int(r.n_invalid) + int(r.n_refusal) + int(r.n_error)
+        out.append({"benchmark": r.benchmark, "model": r.model, "tokens": r.method, "texts": int(r.n_texts),
+                    "words": asked, "answered": asked - unusable, "refused": int(r.n_refusal),
+                    "invalid": int(r.n_invalid), "errors": int(r.n_error), "precision": round(r.precision, 3),
+                    "recall": round(r.recall, 3), "fbeta": round(r.fbeta, 3)})
+    return pd.DataFrame(out)
 
 
 def expectations(differences: pd.DataFrame) -> pd.DataFrame:
