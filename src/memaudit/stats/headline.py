@@ -154,15 +154,22 @@ def base_models(models: pd.DataFrame) -> set[str]:
     return set(models.loc[models["base"].fillna("") == "", "model"])
 
 
-def null_control_benchmarks(summary_dir: Path) -> set[str] | None:
-    """The benchmarks of ``benchmarks.csv`` whose split memaudit drew at random, where a base model is a
-    null control (:func:`memaudit.config.label_provenance`); None for a run that wrote no such table
-    (before it existed: every benchmark, as then)."""
+def benchmarks_table(summary_dir: Path) -> pd.DataFrame | None:
+    """``benchmarks.csv`` (``benchmark, labels, null_control``, the last as booleans), or None for a run
+    summarised before it existed."""
     path = Path(summary_dir) / "benchmarks.csv"
     if not path.exists():
         return None
     table = pd.read_csv(path)
-    return set(table.loc[table["null_control"].astype(str).str.lower() == "true", "benchmark"])
+    return table.assign(null_control=table["null_control"].astype(str).str.lower() == "true")
+
+
+def null_control_benchmarks(summary_dir: Path) -> set[str] | None:
+    """The benchmarks of ``benchmarks.csv`` whose split memaudit drew at random, where a base model is a
+    null control (:func:`memaudit.config.label_provenance`); None for a run that wrote no such table
+    (before it existed: every benchmark, as then)."""
+    table = benchmarks_table(summary_dir)
+    return None if table is None else set(table.loc[table["null_control"], "benchmark"])
 
 
 def is_null_control(benchmark: str, model: str, nulls: set[str], controlled: set[str] | None) -> bool:
@@ -174,14 +181,13 @@ def is_null_control(benchmark: str, model: str, nulls: set[str], controlled: set
 def published_labels_note(summary_dir: Path, summary: pd.DataFrame) -> str:
     """A line per scored benchmark whose labels are published claims (``benchmarks.csv``): base models are
     not checked there, and why; "" where every scored benchmark was split at random."""
-    path = Path(summary_dir) / "benchmarks.csv"
-    if not path.exists() or summary.empty:
+    table = benchmarks_table(summary_dir)
+    if table is None or summary.empty:
         return ""
-    table = pd.read_csv(path)
-    table = table[(table["null_control"].astype(str).str.lower() != "true")
-                  & table["benchmark"].isin(set(summary["benchmark"]))]
+    table = table[~table["null_control"] & table["benchmark"].isin(set(summary["benchmark"]))]
     if table.empty:
         return ""
+    path = Path(summary_dir) / "benchmarks.csv"
     lines = ["Base models are null controls only where memaudit split members from non-members at random.",
              "These benchmarks' labels are published claims, which a model never fine-tuned on them may well",
              f"reflect: there a base model's AUC and selections are findings, not checks ({path}):"]
