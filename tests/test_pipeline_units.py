@@ -225,7 +225,7 @@ def test_label_provenance_says_where_labels_come_from_and_where_base_models_are_
     assert label_provenance({"sources": ["austen"], "member_fraction": 0.4}, 13) == {
         "labels": "random split of documents (seed 13, member fraction 0.4)", "null_control": True}
     assert label_provenance({"sources": ["austen"], "split_by": "book"}, 7)["labels"] == (
-        "random split of whole books (seed 7, member fraction 0.5)")
+        "random split by book (seed 7, member fraction 0.5)")
     assert label_provenance({"published": {"format": "qa", "path": "q.jsonl", "member_fraction": 0.3}}, 5) == {
         "labels": "random split of the QA set's questions (seed 5, member fraction 0.3)", "null_control": True}
     assert label_provenance({"published": {"format": "articles", "path": "a", "cutoff": "2020-01-01"}}, 5) == {

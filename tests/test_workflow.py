@@ -65,7 +65,7 @@ def test_end_to_end_artifacts(ci_run):
     # every ci benchmark is split at random (books by whole book): base models are null controls on each
     origins = pd.read_csv(ci_run / "results/summary/benchmarks.csv").set_index("benchmark")
     assert list(origins.index) == ["books", "news", "novels"] and origins["null_control"].all()
-    assert origins.loc["books", "labels"] == "random split of whole books (seed 7, member fraction 0.5)"
+    assert origins.loc["books", "labels"] == "random split by book (seed 7, member fraction 0.5)"
     assert origins.loc["news", "labels"] == "random split of documents (seed 7, member fraction 0.5)"
     docs = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_documents.csv")
     passages = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_passages.csv")

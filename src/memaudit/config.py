@@ -342,8 +342,9 @@ def label_provenance(cfg: dict, seed: int) -> dict:
     """
     published = cfg.get("published")
     if not published:
-        unit = "whole books" if cfg.get("split_by", "document") == "book" else "documents"
-        return {"labels": f"random split of {unit} (seed {seed}, member fraction {cfg.get('member_fraction', 0.5)})",
+        # split_by: book keeps each book's documents (the demo's QA set: each article's questions) on one side
+        unit = "by book" if cfg.get("split_by", "document") == "book" else "of documents"
+        return {"labels": f"random split {unit} (seed {seed}, member fraction {cfg.get('member_fraction', 0.5)})",
                 "null_control": True}
     fmt = published["format"]
     if fmt == "copybench" and not published.get("labels"):
