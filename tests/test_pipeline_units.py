@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -332,6 +333,33 @@ def test_the_cloze_headline_says_how_many_black_box_replies_could_be_read():
     assert replies(table).to_dict("records") == [
         {"benchmark": "archive", "model": "gpt", "tokens": "cloze_rank", "texts": 12, "words": 53, "answered": 2,
          "refused": 1, "invalid": 50, "errors": 0, "precision": 0.0, "recall": 0.0, "fbeta": 0.0}]
+
+
+def test_the_prefix_headline_lists_the_models_that_refused(tmp_path):
+    """Prefix probing's section: one row per (benchmark, model) of metrics.csv with a refusal or an invalid
+    reply in its prefix_outcomes.json (found from the names, not parsed from paths); none where every reply
+    was a continuation."""
+    from memaudit.probes.prefix.headline import headline
+
+    summary = tmp_path / "results" / "summary"
+    summary.mkdir(parents=True)
+    pd.DataFrame([{"benchmark": "archive", "model": "claude", "method": "prefix_lcs_words", "auc": 0.6},
+                  {"benchmark": "news", "model": "tiny", "method": "prefix_rougeL", "auc": 0.8},
+                  {"benchmark": "news", "model": "tiny", "method": "loss", "auc": 0.9}]).to_csv(
+        summary / "metrics.csv", index=False)
+    outcomes = {("archive", "claude"): {"n_items": 40, "ok": 9, "refusal": 30, "invalid": 1, "error": 0,
+                                        "n_from_cache": 40},
+                ("news", "tiny"): {"n_items": 12, "ok": 12, "refusal": 0, "invalid": 0, "error": 0, "n_from_cache": 0},
+                ("other", "unscored"): {"n_items": 5, "ok": 0, "refusal": 5, "invalid": 0, "error": 0}}
+    for (b, m), o in outcomes.items():
+        (tmp_path / "results" / "scores" / b / m).mkdir(parents=True)
+        (tmp_path / "results" / "scores" / b / m / "prefix_outcomes.json").write_text(json.dumps(o))
+    [text] = headline(summary, None)
+    assert text.startswith("Prefix probing, refusals and invalid replies")
+    assert text.endswith("benchmark  model  items  refused  invalid  from_cache\n  archive claude     40       30"
+                         "        1          40")
+    (tmp_path / "results" / "scores" / "archive" / "claude" / "prefix_outcomes.json").unlink()
+    assert headline(summary, None) == [""]
 
 
 def test_demo_expectations_for_decop_likelihood():

@@ -123,7 +123,8 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        checks="memaudit.probes.prefix.runner:check_config", headline_methods=("prefix_lcs_words", "prefix_rougeL"),
+        checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
+        headline_methods=("prefix_lcs_words", "prefix_rougeL"),
         version=4, fingerprint="e8532a2cc27697b4",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
