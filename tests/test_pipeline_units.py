@@ -362,6 +362,35 @@ def test_the_prefix_headline_lists_the_models_that_refused(tmp_path):
     assert headline(summary, None) == [""]
 
 
+def test_the_decop_headline_flags_answers_that_favour_one_letter(tmp_path):
+    """A model that answers A to 3 of 4 evaluated questions is listed with each letter's share and its
+    accuracy; a balanced one is not; likelihood mode (no letter asked) is never; calibration questions
+    and failed replies do not count."""
+    from memaudit.probes.decop.headline import letter_bias, letter_bias_section
+
+    def answers(preds, role="evaluate", status="ok"):
+        return [{"role": role, "status": status, "pred": p, "correct": i % 4} for i, p in enumerate(preds)]
+
+    biased = pd.DataFrame(answers([0, 0, 0, 1]) + answers([3, 3], role="calibrate") + answers([2], status="invalid"))
+    assert letter_bias(biased) == {"A": 0.75, "B": 0.25, "C": 0.0, "D": 0.0, "answers": 4, "accuracy": 0.25}
+    summary = tmp_path / "results" / "summary"
+    summary.mkdir(parents=True)
+    pd.DataFrame([{"benchmark": "novels", "model": "gpt", "method": "decop-blackbox"},
+                  {"benchmark": "novels", "model": "fair", "method": "decop-logit"},
+                  {"benchmark": "novels", "model": "fair", "method": "decop-logit-calibrated"},
+                  {"benchmark": "novels", "model": "tiny", "method": "decop-likelihood"}]).to_csv(
+        summary / "metrics.csv", index=False)
+    for model, mode, table in (("gpt", "blackbox", biased), ("fair", "logit", pd.DataFrame(answers([0, 1, 2, 3]))),
+                               ("tiny", "likelihood", pd.DataFrame(answers([0, 0, 0, 0])))):
+        (tmp_path / "results" / "scores" / "novels" / model).mkdir(parents=True)
+        table.to_csv(tmp_path / "results" / "scores" / "novels" / model / f"decop_{mode}_answers.csv", index=False)
+    text = letter_bias_section(summary)
+    assert text.startswith("DE-COP answers that favour one letter")
+    assert text.endswith("benchmark model     mode    A    B   C   D  answers  accuracy\n"
+                         "   novels   gpt blackbox 0.75 0.25 0.0 0.0        4      0.25")
+    assert letter_bias_section(summary, min_share=0.8) == ""
+
+
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
     base model the bootstrap interval must hold 0.5 (a wide interval around 0.3 passes, a tight one

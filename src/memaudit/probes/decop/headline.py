@@ -1,4 +1,5 @@
-"""DE-COP's section of ``memaudit headline``: the length cue its tables carry beside the models' accuracies."""
+"""DE-COP's sections of ``memaudit headline``: the length cue its tables carry beside the models' accuracies,
+and the models whose answers favour one letter."""
 
 from __future__ import annotations
 
@@ -8,9 +9,51 @@ from typing import Sequence
 import pandas as pd
 
 
+LETTERS = "ABCD"
+POSITION_HEADER = ("DE-COP answers that favour one letter (share of each letter among the evaluated questions; "
+                   "the orderings put the verbatim passage at each letter equally often, so a model that "
+                   "answers one letter scores chance whatever it saw; logit mode's -calibrated variant "
+                   "corrects for it)")
+
+
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
-    """The registry's ``headline`` hook: :func:`length_cue` over ``decop_<benchmark>.csv``."""
-    return [length_cue(sorted(Path(summary_dir).glob("decop_*.csv")))]
+    """The registry's ``headline`` hook: :func:`length_cue` over ``decop_<benchmark>.csv`` and
+    :func:`letter_bias` over the answers of every (benchmark, model, mode) in ``metrics.csv``."""
+    summary_dir = Path(summary_dir)
+    return [length_cue(sorted(summary_dir.glob("decop_*.csv"))), letter_bias_section(summary_dir)]
+
+
+def letter_bias_section(summary_dir: Path, min_share: float = 0.5) -> str:
+    """:func:`letter_bias` over ``results/scores/<benchmark>/<model>/decop_<mode>_answers.csv`` for every
+    (benchmark, model, mode) with a ``decop-<mode>`` row in ``metrics.csv`` (found from the names); the
+    rows whose most frequent letter reaches ``min_share``; "" where none does."""
+    from memaudit.probes.registry import modes_of
+    from memaudit.stats.headline import section
+
+    metrics = summary_dir / "metrics.csv"
+    if not metrics.exists():
+        return ""
+    table = pd.read_csv(metrics)
+    # likelihood mode scores each option's text on its own: no letter is asked, so none can be favoured
+    lettered = [mode for mode in modes_of("decop") if mode != "likelihood"]
+    runs = sorted({(r.benchmark, r.model, mode) for r in table.itertuples() for mode in lettered
+                   if str(r.method) == f"decop-{mode}"})
+    rows = []
+    for benchmark, model, mode in runs:
+        path = summary_dir.parent / "scores" / benchmark / model / f"decop_{mode}_answers.csv"
+        if path.exists():
+            rows.append({"benchmark": benchmark, "model": model, "mode": mode, **letter_bias(pd.read_csv(path))})
+    biased = pd.DataFrame([r for r in rows if max(r[c] for c in LETTERS) >= min_share])
+    return section(POSITION_HEADER, biased) if not biased.empty else ""
+
+
+def letter_bias(answers: pd.DataFrame) -> dict:
+    """The share of each letter among the answers to the evaluated questions (``role`` evaluate, status
+    ok; ``pred`` is the answered position), their number and the accuracy."""
+    rows = answers[(answers["role"] == "evaluate") & (answers["status"] == "ok")]
+    n = len(rows)
+    shares = {letter: round(float((rows["pred"] == i).mean()), 2) if n else 0.0 for i, letter in enumerate(LETTERS)}
+    return {**shares, "answers": n, "accuracy": round(float((rows["pred"] == rows["correct"]).mean()), 2) if n else 0.0}
 
 
 def length_cue(paths: Sequence[Path]) -> str:
