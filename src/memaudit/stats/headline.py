@@ -22,10 +22,14 @@ def headline_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFram
     """AUC [95% CI] per (benchmark, model) for the headline methods, plus the blind baseline."""
     rows = summary[summary["method"].isin(methods) | summary["method"].str.startswith("ref_")
                    | (summary["model"] == "(none)")]
-    cell = rows.apply(lambda r: f"{r['auc']:.3f} [{r['auc_ci_low']:.2f}, {r['auc_ci_high']:.2f}]", axis=1)
-    table = rows.assign(cell=cell).pivot_table(index=["benchmark", "model", "contaminated"],
+    table = rows.assign(cell=auc_cells(rows)).pivot_table(index=["benchmark", "model", "contaminated"],
                                                columns="method", values="cell", aggfunc="first")
     return table.fillna("")
+
+
+def auc_cells(rows: pd.DataFrame) -> pd.Series:
+    """``AUC [low, high]`` of each row of ``metrics.csv``."""
+    return rows.apply(lambda r: f"{r['auc']:.3f} [{r['auc_ci_low']:.2f}, {r['auc_ci_high']:.2f}]", axis=1)
 
 
 def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
@@ -37,13 +41,12 @@ def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.Data
     main = [m for f in FAMILIES.values() for m in f.headline_methods]
     shown = summary["method"].isin(methods) | summary["method"].str.startswith("ref_")
     scored = set(zip(summary.loc[shown, "benchmark"], summary.loc[shown, "model"]))
-    rows = summary[summary["method"].isin(main) & (summary["model"] != "(none)")
-                   & ~pd.Series(list(zip(summary["benchmark"], summary["model"])), index=summary.index).isin(scored)]
+    unscored = np.array([(b, m) not in scored for b, m in zip(summary["benchmark"], summary["model"])], dtype=bool)
+    rows = summary[summary["method"].isin(main) & (summary["model"] != "(none)") & unscored]
     rows = rows.assign(order=rows["method"].map({m: i for i, m in enumerate(main)}))
     rows = rows.sort_values(["benchmark", "model", "order"], kind="stable")
-    cell = rows.apply(lambda r: f"{r['auc']:.3f} [{r['auc_ci_low']:.2f}, {r['auc_ci_high']:.2f}]", axis=1)
     return pd.DataFrame({"benchmark": rows["benchmark"], "model": rows["model"],
-                         "contaminated": rows["contaminated"], "method": rows["method"], "auc": cell})
+                         "contaminated": rows["contaminated"], "method": rows["method"], "auc": auc_cells(rows)})
 
 
 def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
@@ -193,6 +196,20 @@ def published_labels_note(summary_dir: Path, summary: pd.DataFrame) -> str:
              f"reflect: there a base model's AUC and selections are findings, not checks ({path}):"]
     lines += [f"  {r.benchmark}: {r.labels}" for r in table.itertuples()]
     return "\n".join(lines)
+
+
+def scored_files(summary_dir: Path, files: dict[str, str]) -> dict[tuple[str, str, str], Path]:
+    """``{(benchmark, model, method): results/scores/<benchmark>/<model>/<files[method]>}`` for every row of
+    ``summary_dir/metrics.csv`` whose method is a key of ``files`` and whose file exists: a family's
+    per-run files found from the names in the summary, never parsed out of a path."""
+    metrics = Path(summary_dir) / "metrics.csv"
+    if not metrics.exists():
+        return {}
+    table = pd.read_csv(metrics)
+    runs = sorted({(b, m, method) for b, m, method in zip(table["benchmark"], table["model"], table["method"])
+                   if method in files})
+    paths = {(b, m, method): Path(summary_dir).parent / "scores" / b / m / files[method] for b, m, method in runs}
+    return {key: path for key, path in paths.items() if path.exists()}
 
 
 def family_blocks(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:

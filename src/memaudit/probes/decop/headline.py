@@ -28,21 +28,13 @@ def letter_bias_section(summary_dir: Path, min_share: float = 0.5) -> str:
     (benchmark, model, mode) with a ``decop-<mode>`` row in ``metrics.csv`` (found from the names); the
     rows whose most frequent letter reaches ``min_share``; "" where none does."""
     from memaudit.probes.registry import modes_of
-    from memaudit.stats.headline import section
+    from memaudit.stats.headline import scored_files, section
 
-    metrics = summary_dir / "metrics.csv"
-    if not metrics.exists():
-        return ""
-    table = pd.read_csv(metrics)
     # likelihood mode scores each option's text on its own: no letter is asked, so none can be favoured
-    lettered = [mode for mode in modes_of("decop") if mode != "likelihood"]
-    runs = sorted({(r.benchmark, r.model, mode) for r in table.itertuples() for mode in lettered
-                   if str(r.method) == f"decop-{mode}"})
-    rows = []
-    for benchmark, model, mode in runs:
-        path = summary_dir.parent / "scores" / benchmark / model / f"decop_{mode}_answers.csv"
-        if path.exists():
-            rows.append({"benchmark": benchmark, "model": model, "mode": mode, **letter_bias(pd.read_csv(path))})
+    lettered = {f"decop-{mode}": mode for mode in modes_of("decop") if mode != "likelihood"}
+    files = scored_files(summary_dir, {method: f"decop_{mode}_answers.csv" for method, mode in lettered.items()})
+    rows = [{"benchmark": b, "model": m, "mode": lettered[method], **letter_bias(pd.read_csv(path))}
+            for (b, m, method), path in files.items()]
     biased = pd.DataFrame([r for r in rows if max(r[c] for c in LETTERS) >= min_share])
     return section(POSITION_HEADER, biased) if not biased.empty else ""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from memaudit.io import read_json
-from memaudit.stats.headline import section
+from memaudit.stats.headline import scored_files, section
 
 HEADER = ("Prefix probing, refusals and invalid replies (each scored on its text: a refusal reproduces "
           "nothing, so where many are, the AUC says more about the refusals than about the text)")
@@ -15,18 +15,11 @@ HEADER = ("Prefix probing, refusals and invalid replies (each scored on its text
 
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     """The registry's ``headline`` hook: :func:`replies` over the ``prefix_outcomes.json`` of every
-    (benchmark, model) with prefix scores in ``metrics.csv`` (``results/scores/<benchmark>/<model>/``,
-    beside ``summary_dir``)."""
+    (benchmark, model) with prefix scores in ``metrics.csv`` (:func:`~memaudit.stats.headline.scored_files`)."""
     from memaudit.probes.prefix.runner import METHODS
 
-    summary_dir = Path(summary_dir)
-    metrics = summary_dir / "metrics.csv"
-    if not metrics.exists():
-        return []
-    table = pd.read_csv(metrics)
-    pairs = sorted(set(zip(*table.loc[table["method"].isin(METHODS), ["benchmark", "model"]].T.values)))
-    paths = {(b, m): summary_dir.parent / "scores" / b / m / "prefix_outcomes.json" for b, m in pairs}
-    return [section(HEADER, replies({pair: read_json(p) for pair, p in paths.items() if p.exists()}))]
+    files = scored_files(summary_dir, dict.fromkeys(METHODS, "prefix_outcomes.json"))
+    return [section(HEADER, replies({(b, m): read_json(p) for (b, m, _), p in files.items()}))]
 
 
 def replies(outcomes: dict[tuple[str, str], dict]) -> pd.DataFrame:
