@@ -122,7 +122,7 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "
-                   "here: documents_per_book, member_fraction, min_passages, n_documents, near_duplicate_ngram, passage_words, "
+                   "here: documents_per_book, labels, member_fraction, min_passages, n_documents, near_duplicate_ngram, passage_words, "
                    "passages_per_document, published, source_options, sources, split_by)")
 
 

@@ -204,7 +204,7 @@ def validate_config(config: dict, schema: dict | None = None, *,
 # What shapes a benchmark built from sources (memaudit.datasets.build); a published benchmark's
 # documents, passages and labels come as published (qa's own split keys live under published:).
 SOURCE_ONLY_KEYS = ("source_options", "n_documents", "documents_per_book", "member_fraction", "split_by",
-                    "near_duplicate_ngram", "passage_words", "passages_per_document", "min_passages")
+                    "near_duplicate_ngram", "passage_words", "passages_per_document", "min_passages", "labels")
 
 
 def _set_here(block: dict, key: str, properties: dict) -> bool:
@@ -234,9 +234,20 @@ def _source_keys_on_published(config: dict, schema: dict) -> list[str]:
         for key in SOURCE_ONLY_KEYS:
             if _set_here(bench, key, properties):
                 remedy = "remove it" + (", or set it under published: for format qa"
-                                        if key in ("member_fraction", "near_duplicate_ngram") else "")
+                                        if key in ("member_fraction", "near_duplicate_ngram") else
+                                        ", or set it under published: for format copybench" if key == "labels" else "")
                 problems.append(f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' "
                                 f"reads it; a published benchmark's documents come as published ({remedy})")
+    for name, bench in benchmarks.items():
+        if not isinstance(bench, dict) or "published" in bench or not bench.get("labels"):
+            continue
+        # the user's labels are the split: by book, whatever member_fraction would draw
+        if _set_here(bench, "member_fraction", properties):
+            problems.append(f"{key_path(('benchmarks', name, 'member_fraction'))}: the labels file "
+                            f"({bench['labels']}) gives the members; remove member_fraction")
+        if bench.get("split_by") == "document":
+            problems.append(f"{key_path(('benchmarks', name, 'split_by'))}: labels are given per book, so the "
+                            f"split is by book; remove split_by or set it to book")
     return problems
 
 
@@ -341,6 +352,8 @@ def label_provenance(cfg: dict, seed: int) -> dict:
     are what they were fine-tuned on).
     """
     published = cfg.get("published")
+    if not published and cfg.get("labels"):
+        return {"labels": f"given per book in {cfg['labels']} (book,label; 1 = member)", "null_control": False}
     if not published:
         # split_by: book keeps each book's documents (the demo's QA set: each article's questions) on one side
         unit = "by book" if cfg.get("split_by", "document") == "book" else "of documents"

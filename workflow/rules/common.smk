@@ -123,12 +123,15 @@ def is_contaminated(wildcards):
 
 def published_file(wildcards):
     """A benchmark read from a local published file reruns when the file changes (CopyBench's: each data
-    file in its folder, and the labels file)."""
+    file in its folder, and the labels file), as does one built from sources with the user's labels."""
     from memaudit.probes.copybench.plan import published_inputs
 
-    published = config["benchmarks"][wildcards.benchmark].get("published", {})
+    bench = config["benchmarks"][wildcards.benchmark]
+    published = bench.get("published", {})
     if published.get("format") == "copybench":
         return published_inputs(config, wildcards)
+    if bench.get("labels"):
+        return {"labels": bench["labels"]}
     return {"published": published["path"]} if published.get("path") else {}
 
 

@@ -12,10 +12,15 @@ some chapters of a book knows its characters in all of them. A model is contamin
 only on the benchmarks in its ``members_of``; a book split's books may recur in another
 benchmark, which then must not be in the same model's ``members_of``.
 
+``labels`` (a ``book,label`` CSV) replaces the random split with the user's own labels, by book: the
+books a model is known to have seen and known not to have (a licence list, publication dates against a
+training cutoff). A book the file does not list is left out with a row in the rejects table.
+
 Documents (or books) that share a ``near_duplicate_ngram``-word run (default 13) are kept on one
-side of either split (:mod:`memaudit.datasets.near_duplicates`): a non-member that repeats a
-member's text was seen in training. Each such document's ``meta["near_duplicates"]`` lists the
-others of its group.
+side of either random split (:mod:`memaudit.datasets.near_duplicates`): a non-member that repeats a
+member's text was seen in training; given labels are never moved (a ``kept`` row says where a
+non-member repeats a member). Each such document's ``meta["near_duplicates"]`` lists the others of its
+group.
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
                     rejects: list | None = None) -> tuple[list[Document], list[Passage]]:
     """Documents (with ``meta['label']``) and their passages for one benchmark.
 
-    A published benchmark's rejected rows (the ``nyt``, ``articles`` and ``qa`` formats) are
-    appended to ``rejects`` (see :func:`memaudit.datasets.rejects.write_benchmark_rejects`).
+    A published benchmark's rejected rows (the ``nyt``, ``articles`` and ``qa`` formats), and a
+    labelled one's books without a label and labels without a book, are appended to ``rejects`` (see :func:`memaudit.datasets.rejects.write_benchmark_rejects`).
     """
     if "published" in cfg:
         from memaudit.datasets.published import published_benchmark
@@ -68,6 +73,9 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
     if len(candidates) < 2:
         raise InputError(f"benchmark {name!r}: only {len(candidates)} usable documents in sources "
                          f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s))")
+    labels = _book_labels(name, cfg["labels"], candidates, rejects) if cfg.get("labels") else None
+    if labels is not None:
+        candidates = [c for c in candidates if _book(c[0]) in labels]
     rng = random.Random(f"{seed}:{name}")
     if cfg.get("documents_per_book") is not None:
         candidates = _sample_per_book(candidates, cfg["documents_per_book"], rng)
@@ -75,12 +83,15 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
     if n is not None and n < len(candidates):
         candidates = rng.sample(candidates, n)
     rng.shuffle(candidates)
-    if cfg.get("split_by", "document") == "book":
-        candidates, n_members = _split_books(name, candidates, cfg["member_fraction"], rng)
+    if labels is not None:
+        candidates, n_members, groups = _given_split(name, cfg, candidates, labels, rejects)
     else:
-        n_members = round(len(candidates) * cfg["member_fraction"])
-        n_members = min(max(n_members, 1), len(candidates) - 1)
-    candidates, n_members, groups = _keep_near_duplicates_together(name, cfg, candidates, n_members)
+        if cfg.get("split_by", "document") == "book":
+            candidates, n_members = _split_books(name, candidates, cfg["member_fraction"], rng)
+        else:
+            n_members = round(len(candidates) * cfg["member_fraction"])
+            n_members = min(max(n_members, 1), len(candidates) - 1)
+        candidates, n_members, groups = _keep_near_duplicates_together(name, cfg, candidates, n_members)
     out_docs, out_passages = [], []
     for rank, (d, passages) in enumerate(sorted(candidates[:n_members], key=lambda c: c[0].doc_id)
                                           + sorted(candidates[n_members:], key=lambda c: c[0].doc_id)):
@@ -126,8 +137,88 @@ def _book(d: Document) -> str:
 
 
 def _unit(d: Document, cfg: dict) -> str:
-    """What a split assigns to one side: a book (``split_by: book``) or a document."""
-    return _book(d) if cfg.get("split_by", "document") == "book" else d.doc_id
+    """What a split assigns to one side: a book (``split_by: book``, or labels given per book) or a document."""
+    return _book(d) if cfg.get("split_by", "document") == "book" or cfg.get("labels") else d.doc_id
+
+
+def _book_names(d: Document) -> set[str]:
+    """What a labels file may call a document's book: ``source/book`` (as ``documents.jsonl`` has it), the
+    book's id (``meta.book``, else the title) and the file it was read from (``user_books``: ``Emma.txt``)."""
+    names = {_book(d), d.meta.get("book") or d.title}
+    origin = str(d.meta.get("origin") or "")
+    if d.source == "user_books" and "::" in origin:
+        names.add(origin.split("::", 1)[1])
+    return names
+
+
+def _book_labels(name: str, path: str, candidates: list, rejects: list | None) -> dict[str, int]:
+    """``{source/book: label}`` from the user's ``book,label`` file (:mod:`memaudit.datasets.label_files`).
+
+    A book the file does not list is left out (never guessed), a row that names no book is kept
+    unused, each with a row in the benchmark's rejects table; a row that names two books is an error.
+    """
+    from memaudit.datasets.label_files import read_labels
+    from memaudit.datasets.rejects import Rejected, short_repr
+
+    rows = read_labels(path, "book")
+    books: dict[str, Document] = {}
+    for d, _ in candidates:
+        books.setdefault(_book(d), d)
+    matches: dict[str, set[str]] = {}
+    for book, d in books.items():
+        for key in _book_names(d):
+            matches.setdefault(key, set()).add(book)
+    labels: dict[str, int] = {}
+    out: list = []
+    for key, (label, line) in rows.items():
+        found = sorted(matches.get(key, ()))
+        if len(found) > 1:
+            raise InputError(f"{path}, line {line}, column book: {key!r} names {len(found)} books of benchmark "
+                             f"{name!r} ({', '.join(found)}); write one of these instead")
+        if not found:
+            out.append(Rejected(str(path), line, "book", short_repr(key), f"no book of benchmark {name!r} is called this "
+                                f"(its books: {', '.join(sorted(books))})", "unused"))
+            continue
+        if found[0] in labels:
+            raise InputError(f"{path}, line {line}, column book: {key!r} is {found[0]}, labelled on an earlier line")
+        labels[found[0]] = label
+    for book, d in sorted(books.items()):
+        if book not in labels:
+            also = sorted(_book_names(d) - {book})
+            out.append(Rejected(str(path), 0, "book", short_repr(book) + (f" ({', '.join(also)})" if also else ""),
+                                "no row names this book: its documents are left out, never guessed"))
+    if rejects is not None:
+        rejects += out
+    return labels
+
+
+def _given_split(name: str, cfg: dict, candidates: list, labels: dict[str, int],
+                 rejects: list | None) -> tuple[list, int, dict[str, tuple[str, ...]]]:
+    """Candidates (members first), their member count and the near-duplicate groups of a benchmark whose
+    labels the user gave. Nothing is moved: a book that shares a ``near_duplicate_ngram``-word run with a
+    book of the other label keeps its label, with a ``kept`` row in the rejects table saying so."""
+    from memaudit.datasets.rejects import Rejected, short_repr
+
+    members = [c for c in candidates if labels[_book(c[0])] == MEMBER]
+    others = [c for c in candidates if labels[_book(c[0])] != MEMBER]
+    if not members or not others:
+        raise InputError(f"benchmark {name!r}: the labels in {cfg['labels']} leave no "
+                         f"{'members' if not members else 'non-members'} among its {len(candidates)} documents "
+                         f"(a benchmark needs both)")
+    n = cfg.get("near_duplicate_ngram", DEFAULT_NGRAM)
+    groups: dict[str, tuple[str, ...]] = {}
+    if n is not None:
+        texts: dict[str, list[str]] = {}
+        for d, passages in candidates:
+            texts.setdefault(_book(d), []).extend(passages)
+        groups = near_duplicate_groups(texts, n)
+        for book in sorted(b for b in groups if labels[b] != MEMBER):
+            shared = [b for b in groups[book] if b != book and labels[b] == MEMBER]
+            if shared and rejects is not None:
+                rejects.append(Rejected(str(cfg["labels"]), 0, "book", short_repr(book),
+                                        f"a non-member that shares a {n}-word run with member(s) {', '.join(shared)}: "
+                                        f"kept with its label", "kept"))
+    return members + others, len(members), groups
 
 
 def _keep_near_duplicates_together(name: str, cfg: dict, candidates: list,

@@ -541,7 +541,6 @@ def write_rejects(path: str | Path, rejects: Sequence[Rejected]) -> None:
 # *unlabelled* (label -1 on every item): its rates are reported over all books, and the membership
 # statistics (AUC, conformal selection, the blind baseline) are not scheduled for it.
 UNLABELLED = -1
-LABELS_HEADER = ("title", "label")
 
 
 @dataclass
@@ -582,35 +581,11 @@ def data_files(published: dict) -> dict[str, Path]:
 
 
 def load_title_labels(path: str | Path) -> dict[str, int]:
-    """A user's membership labels for CopyBench's books: a CSV with header ``title,label``, label 0 or 1.
+    """A user's membership labels for CopyBench's books: a CSV with header ``title,label``, label 0 or 1
+    (:func:`memaudit.datasets.label_files.read_labels`: any problem is a one-line error)."""
+    from memaudit.datasets.label_files import read_labels
 
-    The user's own file, not a published one: any problem stops the build with a one-line
-    :class:`InputError` naming the file, the line and the column.
-    """
-    from memaudit.datasets.rejects import csv_rows, read_text
-
-    path, text = read_text(path, "a CSV file of title,label rows")
-    labels: dict[str, int] = {}
-    lines: dict[str, int] = {}
-    rows = csv_rows(path, text)
-    header = next(rows, None)
-    if header is None or tuple(c.strip().lower() for c in header[1]) != LABELS_HEADER:
-        got = ",".join(header[1]) if header else ""
-        raise InputError(f"{path}, line {header[0] if header else 1}: the header must be 'title,label', got {got!r}")
-    for line, cells in rows:
-        if len(cells) != 2:
-            raise InputError(f"{path}, line {line}: {len(cells)} columns, expected 2 (title,label)")
-        title, label = cells[0].strip(), cells[1].strip()
-        if not title or "\x00" in title:
-            raise InputError(f"{path}, line {line}, column title: {'a NUL character' if title else 'empty title'}")
-        if label not in ("0", "1"):
-            raise InputError(f"{path}, line {line}, column label: {label!r} is not 0 or 1 (1 = member)")
-        if title in lines:
-            raise InputError(f"{path}, line {line}, column title: {title!r} again (first on line {lines[title]})")
-        labels[title], lines[title] = int(label), line
-    if not labels:
-        raise InputError(f"{path}: no title,label rows after the header")
-    return labels
+    return {title: label for title, (label, _) in read_labels(path, "title").items()}
 
 
 def book_key(title: str) -> str:

@@ -1,0 +1,184 @@
+"""A benchmark built from the user's books with the user's own labels (``benchmarks.<name>.labels``):
+the books a model is known to have seen and known not to have, instead of a random split."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import pytest
+
+from memaudit.config import ConfigError, label_provenance, validate_config
+from memaudit.datasets.build import build_benchmark
+from memaudit.errors import InputError
+
+WORDS = ("river garden letter morning carriage window sister cousin evening winter harbour voyage captain "
+         "candle meadow orchard mirror ribbon parlour journey bridge lantern chapel market").split()
+BOOKS = ("Emma.txt", "Persuasion.txt", "The Voyage.txt", "Winter Tales.txt")
+MODELS = {"m": {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}}
+
+
+def _books(tmp_path: Path, names=BOOKS, shared: str | None = None) -> Path:
+    """Real book files: three chapters of seeded word salad each (no two books share a 13-word run,
+    unless ``shared`` is put in the first two)."""
+    folder = tmp_path / "books"
+    folder.mkdir()
+    for i, name in enumerate(names):
+        rng = random.Random(name)
+        chapters = []
+        for n in ("I", "II", "III"):
+            sentences = [" ".join(rng.choice(WORDS) for _ in range(9)).capitalize() + "." for _ in range(40)]
+            if shared and i < 2 and n == "I":
+                sentences.insert(3, shared)
+            chapters.append(f"CHAPTER {n}.\n\n" + " ".join(sentences))
+        (folder / name).write_text(f"{name.upper()}\n\n" + "\n\n".join(chapters) + "\n", encoding="utf-8")
+    return folder
+
+
+def _labels(tmp_path: Path, rows: list[tuple[str, str]], header=("book", "label")) -> Path:
+    path = tmp_path / "labels.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    return path
+
+
+def _bench(folder: Path, labels: Path, **extra) -> dict:
+    return {"sources": ["user_books"], "labels": str(labels), "passage_words": 30, "passages_per_document": 2,
+            "min_passages": 1, "member_fraction": 0.5, "near_duplicate_ngram": 13,
+            "source_options": {"user_books": {"directory": str(folder), "min_chapter_words": 50}}, **extra}
+
+
+def _build(bench: dict, rejects: list | None = None):
+    return build_benchmark("mine", bench, Path("resources/demo"), seed=3, rejects=rejects)
+
+
+def test_the_labels_file_gives_each_books_documents_their_label(tmp_path):
+    folder = _books(tmp_path)
+    # a file name, a book id and source/id all name a book
+    labels = _labels(tmp_path, [("Emma.txt", "1"), ("persuasion", "0"), ("user_books/the-voyage", "1"),
+                                ("Winter Tales.txt", "0")])
+    rejects: list = []
+    docs, passages = _build(_bench(folder, labels), rejects)
+    by_book = {}
+    for d in docs:
+        by_book.setdefault(d.meta["book"], set()).add(d.meta["label"])
+    assert by_book == {"emma": {1}, "persuasion": {0}, "the-voyage": {1}, "winter-tales": {0}}
+    assert len(docs) == 12 and {p.label for p in passages} == {0, 1}
+    assert all(p.label == next(d.meta["label"] for d in docs if d.doc_id == p.doc_id) for p in passages)
+    assert rejects == []
+
+
+def test_the_labels_replace_the_random_split_whatever_the_seed(tmp_path):
+    folder = _books(tmp_path)
+    labels = _labels(tmp_path, [("Emma.txt", "1"), ("Persuasion.txt", "1"), ("The Voyage.txt", "1"),
+                                ("Winter Tales.txt", "0")])
+    for seed in (0, 1, 2):
+        docs, _ = build_benchmark("mine", _bench(folder, labels), Path("resources/demo"), seed=seed)
+        assert sum(d.meta["label"] for d in docs) == 9  # three member books of three chapters, not a half
+
+
+def test_a_book_without_a_row_is_left_out_and_a_row_without_a_book_is_kept_unused(tmp_path):
+    folder = _books(tmp_path)
+    labels = _labels(tmp_path, [("Emma.txt", "1"), ("Persuasion.txt", "0"), ("Emma2.txt", "1")])
+    rejects: list = []
+    docs, _ = _build(_bench(folder, labels), rejects)
+    assert sorted({d.meta["book"] for d in docs}) == ["emma", "persuasion"]
+    rows = sorted((r.line, r.key, r.value, r.action, r.reason) for r in rejects)
+    assert rows == [
+        (0, "book", "'user_books/the-voyage' (The Voyage.txt, the-voyage)", "rejected",
+         "no row names this book: its documents are left out, never guessed"),
+        (0, "book", "'user_books/winter-tales' (Winter Tales.txt, winter-tales)", "rejected",
+         "no row names this book: its documents are left out, never guessed"),
+        (4, "book", "'Emma2.txt'", "unused",
+         "no book of benchmark 'mine' is called this (its books: user_books/emma, user_books/persuasion, "
+         "user_books/the-voyage, user_books/winter-tales)"),
+    ]
+    assert {r.file for r in rejects} == {str(labels)}
+
+
+def test_a_non_member_repeating_a_member_keeps_its_label_with_a_row_saying_so(tmp_path):
+    run = "All the bells of the old town rang out over the water at once that strange bright morning."
+    folder = _books(tmp_path, shared=run)
+    labels = _labels(tmp_path, [("Emma.txt", "1"), ("Persuasion.txt", "0"), ("The Voyage.txt", "1"),
+                                ("Winter Tales.txt", "0")])
+    rejects: list = []
+    docs, _ = _build(_bench(folder, labels, passages_per_document=40, passage_words=400), rejects)
+    assert {d.meta["book"]: d.meta["label"] for d in docs} == {"emma": 1, "persuasion": 0, "the-voyage": 1,
+                                                               "winter-tales": 0}
+    assert [(r.value, r.action, r.reason) for r in rejects] == [
+        ("'user_books/persuasion'", "kept",
+         "a non-member that shares a 13-word run with member(s) user_books/emma: kept with its label")]
+    near = {d.meta["book"]: d.meta.get("near_duplicates") for d in docs if d.meta["chapter"] == 1}
+    assert near == {"emma": ["user_books/persuasion"], "persuasion": ["user_books/emma"],
+                    "the-voyage": None, "winter-tales": None}
+
+
+def test_labels_that_leave_one_side_empty_stop_the_build(tmp_path):
+    folder = _books(tmp_path)
+    labels = _labels(tmp_path, [(b, "1") for b in BOOKS])
+    with pytest.raises(InputError, match=r"^benchmark 'mine': the labels in .*labels.csv leave no non-members "
+                                         r"among its 12 documents \(a benchmark needs both\)$"):
+        _build(_bench(folder, labels))
+
+
+def test_a_row_naming_two_books_is_an_error_naming_its_line(tmp_path):
+    from unittest import mock
+
+    from memaudit.datasets.types import Document
+
+    docs = [Document(f"{src}/emma/ch001", src, "Emma", "a", "book", "Word " * 80, {"book": "emma"})
+            for src in ("austen", "user_books")]
+    labels = _labels(tmp_path, [("austen/emma", "1"), ("emma", "0")])
+    with mock.patch("memaudit.datasets.build.load_documents", return_value=docs), \
+            pytest.raises(InputError) as err:
+        _build({"sources": ["austen", "user_books"], "labels": str(labels), "passage_words": 30,
+                "passages_per_document": 1, "min_passages": 1})
+    assert str(err.value) == (f"{labels}, line 3, column book: 'emma' names 2 books of benchmark 'mine' "
+                              "(austen/emma, user_books/emma); write one of these instead")
+
+
+def test_two_rows_naming_one_book_are_an_error(tmp_path):
+    folder = _books(tmp_path)
+    labels = _labels(tmp_path, [("Emma.txt", "1"), ("emma", "0")])
+    with pytest.raises(InputError) as err:
+        _build(_bench(folder, labels))
+    assert str(err.value) == f"{labels}, line 3, column book: 'emma' is user_books/emma, labelled on an earlier line"
+
+
+@pytest.mark.parametrize(("rows", "header", "message"), [
+    ([("Emma.txt", "1")], ("title", "label"), "line 1: the header must be 'book,label', got 'title,label'"),
+    ([("Emma.txt", "yes")], ("book", "label"), "line 2, column label: 'yes' is not 0 or 1 (1 = member)"),
+    ([("", "1")], ("book", "label"), "line 2, column book: empty book"),
+])
+def test_a_labels_file_problem_is_one_line_naming_its_line_and_column(tmp_path, rows, header, message):
+    folder = _books(tmp_path)
+    labels = _labels(tmp_path, rows, header)
+    with pytest.raises(InputError) as err:
+        _build(_bench(folder, labels))
+    assert str(err.value) == f"{labels}, {message}"
+
+
+def test_the_config_refuses_a_split_the_labels_replace():
+    bench = {"sources": ["user_books"], "labels": "labels.csv"}
+    assert validate_config({"benchmarks": {"b": bench}, "models": MODELS})["benchmarks"]["b"]["labels"] == "labels.csv"
+    assert validate_config({"benchmarks": {"b": dict(bench, split_by="book")}, "models": MODELS})
+    with pytest.raises(ConfigError) as err:
+        validate_config({"benchmarks": {"b": dict(bench, member_fraction=0.3, split_by="document")},
+                         "models": MODELS})
+    assert str(err.value).splitlines() == [
+        "config key benchmarks.b.member_fraction: the labels file (labels.csv) gives the members; "
+        "remove member_fraction",
+        "config key benchmarks.b.split_by: labels are given per book, so the split is by book; "
+        "remove split_by or set it to book"]
+    with pytest.raises(ConfigError, match=r"benchmarks\.p\.labels: only a benchmark built from 'sources' reads it; "
+                                          r".*set it under published: for format copybench"):
+        validate_config({"benchmarks": {"p": {"published": {"format": "nyt", "path": "x.csv"}, "labels": "l.csv"}},
+                         "models": MODELS})
+
+
+def test_given_labels_make_no_null_control():
+    provenance = label_provenance({"sources": ["user_books"], "labels": "my/labels.csv"}, seed=3)
+    assert provenance == {"labels": "given per book in my/labels.csv (book,label; 1 = member)",
+                          "null_control": False}
+    assert label_provenance({"sources": ["user_books"]}, seed=3)["null_control"] is True
