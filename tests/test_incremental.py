@@ -18,6 +18,7 @@ jobs to the first set and fails the test.
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import os
 import re
@@ -283,6 +284,42 @@ def test_code_version_is_read_without_importing(module, name):
 def test_code_version_of_a_missing_constant_is_an_error():
     with pytest.raises(LookupError, match="assigns no top-level NO_SUCH_VERSION"):
         code_version("memaudit.probes.token_prob.methods", "NO_SUCH_VERSION")
+
+
+def test_the_users_labels_file_labels_its_books_and_an_edit_reruns_the_benchmark(tmp_path):
+    """A benchmark of the user's books labelled by the user's own file (the auditor's books known seen and
+    known unseen): the documents carry its labels, a book it leaves out is in rejects.csv, and an edit to the
+    file reruns the dataset job (it is an input, not only a parameter)."""
+    workdir = make_workdir(tmp_path)
+    books = workdir / "mybooks"
+    books.mkdir()
+    for i, name in enumerate(("Tale", "Saga", "Ode")):
+        chapters = "\n\n".join(f"CHAPTER {n}.\n\n" + " ".join(f"{name} {n} {k} went on {i}." for k in range(30))
+                               for n in ("I", "II"))
+        (books / f"{name}.txt").write_text(f"{name.upper()}\n\n{chapters}\n", encoding="utf-8")
+    (workdir / "labels.csv").write_text("book,label\nTale.txt,1\nSaga.txt,0\n", encoding="utf-8")
+
+    def mine(c):
+        c["benchmarks"]["mine"] = {"sources": ["user_books"], "labels": "labels.csv", "passage_words": 20,
+                                   "passages_per_document": 1, "near_duplicate_ngram": None,
+                                   "source_options": {"user_books": {"directory": "mybooks", "min_chapter_words": 20}}}
+
+    config = with_config(workdir, "mine", mine)
+    target = "results/datasets/mine/documents.jsonl"
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+    labels = {json.loads(line)["doc_id"]: json.loads(line)["meta"]["label"]
+              for line in (workdir / target).read_text().splitlines()}
+    assert labels == {"user/tale/ch001": 1, "user/tale/ch002": 1, "user/saga/ch001": 0, "user/saga/ch002": 0}
+    with open(workdir / "results/datasets/mine/rejects.csv", newline="") as f:
+        rejects = list(csv.reader(f))
+    assert rejects[1:] == [["labels.csv", "0", "book", "'user_books/ode' (Ode.txt, ode)",
+                            "no row names this book: its documents are left out, never guessed", "rejected"]]
+    assert "Nothing to be done" in snakemake(workdir, target, "-n", "--configfile", config).stdout
+
+    (workdir / "labels.csv").write_text("book,label\nTale.txt,1\nSaga.txt,0\nOde.txt,1\n", encoding="utf-8")
+    plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["benchmark_dataset"]
+    assert "reason: Updated input files: labels.csv" in plan
 
 
 def test_a_book_added_to_a_user_books_folder_reruns_its_benchmark(tmp_path):

@@ -274,7 +274,7 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     assert "archive    m0 0.1" not in out  # the selection: novels only
     assert "   novels    m0  2 0.1  0.5    0.2    0.0     holds        0.5 named <= 1.0 True\n" in out
     assert "  archive    m0  2 0.1  0.5    0.2    6.0     holds        0.5     reported     \n" in out
-    assert ("there a base model's AUC and selections are findings, not checks "
+    assert ("there a base model's AUC and selections are findings, not checks\n"
             f"({summary / 'benchmarks.csv'}):\n  archive: published (articles): dated before 2020-01-01\n") in out
     assert "Ground-truth checks: 3 of 4 hold; failing (ok False above): 1 in Ground truth" in out
     (summary / "benchmarks.csv").unlink()
@@ -315,6 +315,39 @@ def test_the_headline_shows_the_main_scores_of_models_no_token_probability_metho
     out = capsys.readouterr().out
     assert "of the models scored by other probes only" in out
     assert "  archive   gpt         False       cloze_rank 0.720 [0.40, 0.90]\n" in out
+
+
+def test_the_headline_names_benchmarks_the_text_alone_separates_and_the_models_above_that(tmp_path, capsys):
+    """Where the blind baseline's interval lies above 0.5, a detector's AUC mixes memorisation with what the
+    text says of the labels: the headline says so, naming the models whose interval clears the blind AUC
+    (their best headline method); a benchmark whose blind interval holds 0.5 gets no line."""
+    from memaudit.stats.headline import blind_baseline_note, print_headline
+
+    def row(benchmark, model, method, auc, low, high):
+        return {"benchmark": benchmark, "model": model, "method": method, "auc": auc, "auc_ci_low": low,
+                "auc_ci_high": high, "contaminated": False}
+
+    summary = pd.DataFrame([
+        row("books", "(none)", "blind_bag_of_words", 0.80, 0.70, 0.90),
+        row("books", "base", "loss", 0.82, 0.72, 0.92),          # within reach of the text alone
+        row("books", "suspect", "loss", 0.95, 0.90, 0.99),       # clears it ...
+        row("books", "suspect", "zlib", 0.97, 0.93, 1.00),       # ... best by AUC
+        row("books", "suspect", "min_k_20pct", 0.99, 0.97, 1.0),  # not a headline method here
+        row("books", "api", "cloze_rank", 0.91, 0.85, 0.97),      # a family's main score counts too
+        row("news", "(none)", "blind_bag_of_words", 0.55, 0.45, 0.65),
+        row("news", "suspect", "loss", 0.99, 0.97, 1.0),
+    ])
+    note = blind_baseline_note(summary, ["loss", "zlib"])
+    assert note.splitlines()[-1] == ("  books: blind AUC 0.800 [0.70, 0.90]; above it: api (cloze_rank 0.910 [0.85, "
+                                     "0.97]), suspect (zlib 0.970 [0.93, 1.00])")
+    assert len(note.splitlines()) == 4 and "news" not in note
+    assert blind_baseline_note(summary[summary["benchmark"] == "news"], ["loss"]) == ""
+    weaker = summary[~summary["model"].isin(["suspect", "api"])]
+    assert blind_baseline_note(weaker, ["loss"]).endswith("books: blind AUC 0.800 [0.70, 0.90]; above it: no model")
+    (tmp_path / "s").mkdir()
+    summary.to_csv(tmp_path / "s" / "metrics.csv", index=False)
+    print_headline(tmp_path / "s" / "metrics.csv", ["loss", "zlib"])
+    assert note in capsys.readouterr().out
 
 
 def test_the_cloze_headline_says_how_many_black_box_replies_could_be_read():

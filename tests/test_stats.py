@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from sklearn.metrics import roc_auc_score
 
 from memaudit.errors import InputError
-from memaudit.stats.blind import blind_baseline_scores
+from memaudit.stats.blind import blind_baseline_scores, label_groups
 from memaudit.stats.cli import stats_main
 from memaudit.stats.metrics import (
     METRIC_COLUMNS,
@@ -298,6 +298,40 @@ def test_blind_baseline_reduces_folds_and_is_deterministic():
     assert ((a > 0) & (a < 1)).all()
     with pytest.raises(InputError, match="at least 2"):
         blind_baseline_scores(texts[:11], labels[2:], n_splits=5)
+
+
+def _books_with_their_own_names(n_books: int = 8, chapters: int = 6, seed: int = 3):
+    """Chapters of books labelled per book, where each book has its own names (its characters) and the
+    shared words say nothing of the label: a classifier can only recognise a book it has seen."""
+    rng = np.random.default_rng(seed)
+    texts, labels, books = [], [], []
+    for b in range(n_books):
+        names = [f"name{b}x{i}" for i in range(6)]
+        for _ in range(chapters):
+            texts.append(" ".join(rng.choice(VOCAB + names * 3, 40)))
+            labels.append(int(b % 2 == 0))
+            books.append(f"book{b}")
+    return texts, np.array(labels), books
+
+
+def test_blind_baseline_keeps_books_whole_where_labels_are_given_per_book():
+    texts, labels, books = _books_with_their_own_names()
+    groups = label_groups(books, labels)
+    assert groups == books
+    # folds by document: a held-out chapter's book is in training with its label
+    assert roc_auc(blind_baseline_scores(texts, labels, seed=0), labels) > 0.95
+    # folds by book: a book's names never reach the classifier before its chapters are scored
+    assert 0.2 <= roc_auc(blind_baseline_scores(texts, labels, seed=0, groups=groups), labels) <= 0.8
+
+
+def test_label_groups_only_where_every_book_has_one_label_and_each_side_two_books():
+    assert label_groups(["a", "a", "b", "b", "c", "d"], [1, 1, 0, 0, 1, 0]) == ["a", "a", "b", "b", "c", "d"]
+    assert label_groups(["a", "a", "b", "b"], [1, 0, 0, 0]) is None  # a book on both sides: an IID split
+    assert label_groups(["a", "b", "c", "d"], [1, 1, 0, 0]) is None  # one document a book: nothing to keep whole
+    assert label_groups(["a", "a", "b", "c"], [1, 1, 0, 0]) is None  # one member book: none to hold out
+    texts = [" ".join(["w1"] * 5)] * 6
+    with pytest.raises(InputError, match="2 groups of each class"):
+        blind_baseline_scores(texts, [1, 1, 1, 0, 0, 0], groups=["a", "a", "a", "b", "c", "c"])
 
 
 # ---------------------------------------------------------- summary tables

@@ -81,6 +81,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                       "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
                       lambda table: selection_expectations(table, models, controlled=controlled)),
         published_labels_note(summary_path.parent, summary)]
+    core.append(blind_baseline_note(summary, methods) if not summary.empty else "")
     blocks = [b for b in core if b] + family_blocks(summary_path.parent, models)
     for block in blocks:
         print("\n" + block)
@@ -181,6 +182,35 @@ def is_null_control(benchmark: str, model: str, nulls: set[str], controlled: set
     return model in nulls and (controlled is None or benchmark in controlled)
 
 
+def blind_baseline_note(summary: pd.DataFrame, methods: Sequence[str]) -> str:
+    """A line per benchmark whose labels the text alone tells apart (the blind baseline's AUC interval lies
+    above 0.5), with the models whose headline AUC lies above the blind AUC; "" where there is none.
+
+    On such a benchmark (books split by book, texts split by date) a detector's AUC mixes memorisation with
+    the difference between the two sides (Das et al. 2024): 0.87 there may mean no more than the bag of
+    words' 0.87. Only a model whose interval clears the blind AUC shows more than the labels' own signal.
+    """
+    from memaudit.probes.registry import FAMILIES
+    from memaudit.stats.workflow import BLIND_METHOD, BLIND_MODEL
+
+    blind = summary[(summary["method"] == BLIND_METHOD) & (summary["auc_ci_low"] > 0.5)]
+    if blind.empty:
+        return ""
+    main = set(methods) | {m for f in FAMILIES.values() for m in f.headline_methods}
+    lines = ["The text alone separates members from non-members here (the blind baseline: a bag-of-words",
+             "classifier that sees no model; Das et al. 2024). A model's AUC there mixes memorisation with that",
+             "difference: only an interval above the blind AUC shows more (docs/statistics.md#blind-baseline):"]
+    for r in blind.sort_values("benchmark").itertuples():
+        rows = summary[(summary["benchmark"] == r.benchmark) & (summary["model"] != BLIND_MODEL)
+                       & (summary["method"].isin(main) | summary["method"].str.startswith("ref_"))]
+        above = rows[rows["auc_ci_low"] > r.auc].sort_values(["model", "auc"], ascending=[True, False])
+        best = above.drop_duplicates("model")
+        named = ", ".join(f"{b.model} ({b.method} {cell})" for b, cell in zip(best.itertuples(), auc_cells(best)))
+        lines.append(f"  {r.benchmark}: blind AUC {r.auc:.3f} [{r.auc_ci_low:.2f}, {r.auc_ci_high:.2f}]; above it: "
+                     + (named or "no model"))
+    return "\n".join(lines)
+
+
 def published_labels_note(summary_dir: Path, summary: pd.DataFrame) -> str:
     """A line per scored benchmark whose labels are published claims (``benchmarks.csv``): base models are
     not checked there, and why; "" where every scored benchmark was split at random."""
@@ -192,8 +222,9 @@ def published_labels_note(summary_dir: Path, summary: pd.DataFrame) -> str:
         return ""
     path = Path(summary_dir) / "benchmarks.csv"
     lines = ["Base models are null controls only where memaudit split members from non-members at random.",
-             "These benchmarks' labels are published claims, which a model never fine-tuned on them may well",
-             f"reflect: there a base model's AUC and selections are findings, not checks ({path}):"]
+             "These benchmarks' labels are claims about the world (published, or your own), which a model never",
+             f"fine-tuned on them may well reflect: there a base model's AUC and selections are findings, not checks",
+             f"({path}):"]
     lines += [f"  {r.benchmark}: {r.labels}" for r in table.itertuples()]
     return "\n".join(lines)
 

@@ -46,13 +46,17 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
 def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: str, stats: dict,
                        seed: int) -> pd.DataFrame:
     """Cross-validated bag-of-words member classifier, no language model involved."""
-    from memaudit.stats.blind import blind_baseline_scores
+    from memaudit.stats.blind import blind_baseline_scores, label_groups
     from memaudit.stats.summary import metrics_table
 
     docs = read_jsonl(documents_path)
     texts = [d["text"] for d in docs]
     labels = [int(d["meta"]["label"]) for d in docs]
-    scores = blind_baseline_scores(texts, labels, n_splits=stats["blind_folds"], seed=seed)
+    groups = label_groups([d["meta"].get("book") or d["doc_id"] for d in docs], labels)
+    log.info("blind baseline folds on %s: %s", benchmark,
+             f"by book ({len(set(groups))} books, each in one fold: the labels are given per book)" if groups
+             else "by document")
+    scores = blind_baseline_scores(texts, labels, n_splits=stats["blind_folds"], seed=seed, groups=groups)
     frame = pd.DataFrame({"doc_id": [d["doc_id"] for d in docs], "label": labels,
                           "method": BLIND_METHOD, "score": scores})
     write_csv(out_scores, frame)

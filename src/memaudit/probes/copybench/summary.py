@@ -93,6 +93,12 @@ def item_scores(items_path: str) -> pd.DataFrame:
     return frame.groupby(["item_id", "label", "decoding"], as_index=False)[present].mean()
 
 
+# copybench_differences.csv's columns: a run with no contaminated model beside its base (an audit of
+# models that are not fine-tunes of the run's own) writes the header alone, which pandas reads back.
+DIFFERENCE_COLUMNS = ("benchmark", "model", "base", "mode", "decoding", "group", "n_items", "score", "mean_model",
+                      "mean_base", "difference", "ci_low", "ci_high", "interval_holds_0")
+
+
 def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int) -> pd.DataFrame:
     """Contaminated minus base, per (benchmark, mode, decoding, group, score)."""
     by_key = {_parse(p): p for p in items_paths}
@@ -123,7 +129,7 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
                                  "n_items": len(gains[1, score]) + len(gains[0, score]), "score": score,
                                  "mean_model": float("nan"), "mean_base": float("nan"), "difference": value,
                                  "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(DIFFERENCE_COLUMNS))
 
 
 def distributions_figure(items_paths: Sequence[str], out: str | Path) -> None:
