@@ -350,6 +350,18 @@ def test_the_headline_names_benchmarks_the_text_alone_separates_and_the_models_a
     assert note in capsys.readouterr().out
 
 
+def test_the_headline_says_which_intervals_rest_on_whole_books_and_when_they_are_too_few():
+    from memaudit.stats.headline import book_intervals_note
+
+    summary = pd.DataFrame({"benchmark": ["books", "books", "qa", "novels"], "method": ["a", "b", "a", "a"],
+                            "ci_books": [6.0, float("nan"), 70.0, float("nan")]})
+    assert book_intervals_note(summary).splitlines()[2:] == [
+        "  books: 6 books; fewer than 20: no interval or p-value here is a guide, only the scores book by book",
+        "  qa: 70 books"]
+    assert book_intervals_note(summary[summary["benchmark"] == "novels"]) == ""
+    assert book_intervals_note(summary.drop(columns="ci_books")) == ""  # a run summarised before the column
+
+
 def test_the_cloze_headline_says_how_many_black_box_replies_could_be_read():
     """A model that ignores the cloze prompt (every reply without <word> tags) scores AUC 0.5 on every
     text; the headline's replies table says so beside its precision, for black-box rows only."""

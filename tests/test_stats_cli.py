@@ -110,6 +110,38 @@ def test_skip_unscorable_groups_scores_the_rest_and_says_what_it_left_out(tmp_pa
         f"(1 record(s), line 2): members only (1); an AUC needs both)\n")
 
 
+# ---------------------------------------------------------------- books
+
+def test_book_col_resamples_whole_books_where_each_book_has_one_label(tmp_path):
+    """Chapters of 8 books labelled per book: --book-col gives the cluster interval and the books' t-test
+    (ci_books 8); without it, or where a book has both labels, the interval resamples documents."""
+    rng = np.random.default_rng(3)
+    rows, scores, labels, books = [], [], [], []
+    for b in range(8):
+        offset = rng.normal()
+        for c in range(5):
+            scores.append(offset + rng.normal(scale=0.3))
+            labels.append(b % 2)
+            books.append(f"book {b}")
+            rows.append(f"{scores[-1]!r},{labels[-1]},book {b}\n")
+    src = tmp_path / "chapters.csv"
+    src.write_text("score,label,book\n" + "".join(rows))
+    out = tmp_path / "m.csv"
+    rc, printed, _ = _run("--input", str(src), "--book-col", "book", "--output", str(out), *FAST)
+    assert rc == 0 and "ci_books" in printed
+    row = pd.read_csv(out).iloc[0]
+    expected = compute_metrics(scores, labels, groups=books, n_boot_small=3, n_boot_ci=20, seed=0)
+    assert row["ci_books"] == 8
+    assert (row["auc_ci_low"], row["auc_ci_high"], row["t_pvalue"]) == pytest.approx(
+        (expected["auc_ci_low"], expected["auc_ci_high"], expected["t_pvalue"]))
+    rc, printed, _ = _run("--input", str(src), *FAST)
+    assert rc == 0 and "ci_books" not in printed  # no --book-col: the column is left out of the printout
+    src.write_text("score,label,book\n" + "".join(rows[:-1]) + rows[-1].replace(",1,book 7", ",0,book 7"))
+    rc, _, err = _run("--input", str(src), "--book-col", "book", "--output", str(out), *FAST)
+    assert rc == 0 and pd.isna(pd.read_csv(out).iloc[0]["ci_books"])
+    assert f"note: {src}: the labels are not given per book" in err
+
+
 # ---------------------------------------------------------------- few documents
 
 def test_few_documents_warn_that_intervals_and_low_fpr_rates_are_unreliable(tmp_path):

@@ -4,6 +4,8 @@
 rule metrics:
     input:
         documents=probe_documents,
+        # each document's book: intervals over whole books where labels are given per book
+        benchmark_documents="results/datasets/{benchmark}/documents.jsonl",
     output:
         metrics=report(
             "results/metrics/{benchmark}/{model}.csv",

@@ -6,5 +6,6 @@ table = run_metrics(
     snakemake.input.documents, snakemake.output.metrics, snakemake.output.selection, snakemake.output.named,
     benchmark=snakemake.wildcards.benchmark, model=snakemake.wildcards.model,
     contaminated=bool(snakemake.params.contaminated), stats=snakemake.params.stats, seed=snakemake.params.seed,
+    benchmark_documents=snakemake.input.benchmark_documents,
 )
 log.info(f"{len(table)} methods; best AUC {table['auc'].max():.3f}")

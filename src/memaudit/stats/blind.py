@@ -33,21 +33,6 @@ from sklearn.pipeline import make_pipeline
 from memaudit.errors import InputError
 
 
-def label_groups(units: Sequence[str], labels) -> list[str] | None:
-    """``units`` (each document's book) as :func:`blind_baseline_scores`'s ``groups`` where the labels are
-    given per unit: every unit's documents share one label, some unit has more than one document, and
-    each class has at least 2 units; else None (folds by document: nothing to keep whole, or too few
-    books to hold one out)."""
-    labels = np.asarray(labels).ravel()
-    by_unit: dict[str, set[int]] = {}
-    for unit, label in zip(units, labels):
-        by_unit.setdefault(str(unit), set()).add(int(label))
-    if len(by_unit) == len(labels) or any(len(v) > 1 for v in by_unit.values()):
-        return None
-    per_class = [sum(1 for v in by_unit.values() if c in v) for c in (0, 1)]
-    return [str(u) for u in units] if min(per_class) >= 2 else None
-
-
 def blind_baseline_scores(
     texts: Sequence[str], labels, *, n_splits: int = 5, seed: int = 0, groups: Sequence[str] | None = None
 ) -> np.ndarray:
@@ -63,7 +48,7 @@ def blind_baseline_scores(
     never leaks into training.  ``n_splits`` is lowered to the size of the
     smaller class when that is smaller (every fold needs one document of each
     class); fewer than 2 documents in a class raises :class:`InputError`. With
-    ``groups`` (:func:`label_groups`), a ``StratifiedGroupKFold`` keeps each
+    ``groups`` (:func:`memaudit.stats.metrics.label_groups`), a ``StratifiedGroupKFold`` keeps each
     group in one fold, ``n_splits`` lowered to the groups of the smaller class.
 
     Returns scores aligned with ``texts`` (higher = more likely member), ready

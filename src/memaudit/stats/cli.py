@@ -27,7 +27,7 @@ import pandas as pd
 
 from memaudit.errors import MemauditError
 from memaudit.io import write_csv
-from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics
+from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics, label_groups
 from memaudit.stats.table_input import Table, read_table
 
 EXIT_INPUT_ERROR = 2
@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         "--skip-unscorable-groups", action="store_true",
         help="leave out, with a note on stderr, a group that cannot be scored (an empty group value, "
              "or members only or non-members only) instead of stopping with an error",
+    )
+    parser.add_argument(
+        "--book-col", metavar="COL",
+        help="the book (or other unit) each document belongs to: where every book's documents share one "
+             "label, the 95%% CI resamples whole books and the t-test compares the books' means "
+             "(ci_books says how many books)",
     )
     parser.add_argument(
         "--member-value", default="1",
@@ -236,7 +242,8 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     """
     table = read_table(args.input)
     score_cols = list(dict.fromkeys(args.score_col)) or ["score"]
-    needed = list(dict.fromkeys([*score_cols, args.label_col, *args.group_col]))
+    needed = list(dict.fromkeys([*score_cols, args.label_col, *args.group_col,
+                                 *([args.book_col] if args.book_col else [])]))
     positions = _column_positions(table, needed)
     if not table.records:
         raise _UsageError(f"{table.path}: no data rows (only a header, {table.unit} {table.header_at})")
@@ -248,9 +255,18 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     options = dict(n_boot_small=args.n_boot, n_boot_ci=args.n_boot_ci, seed=args.seed)
     several = len(score_cols) > 1
     rows = []
+    books = (np.array([fields[positions[args.book_col]].strip() for _, fields in table.records], dtype=object)
+             if args.book_col else None)
     for score_col, scores in all_scores.items():
         for key, members in groups:
-            metrics = compute_metrics(scores[members], labels[members], **options)
+            units = None
+            if books is not None:
+                units = label_groups(list(books[members]), labels[members])
+                if units is None and score_col == score_cols[0]:
+                    notes.append(f"note: {_describe(args.group_col, key) or table.path}: the labels are not given "
+                                 f"per {args.book_col} (a {args.book_col} with both labels, one document each, or "
+                                 f"fewer than 2 a side): the interval resamples documents")
+            metrics = compute_metrics(scores[members], labels[members], groups=units, **options)
             prefix = {"score_column": score_col} if several else {}
             rows.append({**prefix, **dict(zip(args.group_col, key)), **metrics})
             what = ", ".join(filter(None, [f"score column {score_col!r}" if several else "",
@@ -263,7 +279,10 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
 
 
 def _format_for_terminal(table: pd.DataFrame) -> str:
+    if "ci_books" in table.columns and table["ci_books"].isna().all():  # no --book-col, or none applied
+        table = table.drop(columns="ci_books")
     formatters = {
+        "ci_books": lambda v: "n/a" if pd.isna(v) else f"{int(v)}",
         "t_pvalue": lambda v: "n/a" if pd.isna(v) else f"{v:.2e}",
     }
     return table.to_string(

@@ -12,11 +12,19 @@ groups.  In addition we report a 1000-resample percentile
 confidence interval and the TPR at low FPR (Carlini et al., 2022, "Membership
 inference attacks from first principles"), which is what matters when a
 detector is used to accuse a single document.
+
+Where labels are given per book (every book's documents share one label: ``split_by: book``, a
+user's ``labels`` file, a QA set split by article), a book's chapters are not independent draws:
+the interval and the t-test then take the book as their unit (``groups``): the bootstrap resamples
+whole books within each class (a cluster bootstrap; Field & Welsh 2007), the t-test compares the
+books' mean scores, and ``ci_books`` says how many books the interval rests on (NaN where it
+resampled documents). The 10-resample mean and standard deviation stay DE-COP's, by document.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -26,7 +34,7 @@ from memaudit.errors import InputError
 
 # Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
 # memaudit.versions): metrics and blind_baseline rerun.
-STATS_VERSION = 5  # 5: the blind baseline keeps each book in one fold where labels are given per book
+STATS_VERSION = 6  # 5: the blind folds keep books whole; 6: so do the AUC interval and the t-test (ci_books)
 
 METRIC_COLUMNS = [
     "n_member",
@@ -39,6 +47,7 @@ METRIC_COLUMNS = [
     "auc_binarized_boot_std",
     "auc_ci_low",
     "auc_ci_high",
+    "ci_books",
     "tpr_at_1pct_fpr",
     "tpr_at_01pct_fpr",
     "t_pvalue",
@@ -162,6 +171,63 @@ def bootstrap_auc(
     return out
 
 
+def label_groups(units: Sequence[str], labels) -> list[str] | None:
+    """``units`` (each document's book) as :func:`blind_baseline_scores`'s ``groups`` where the labels are
+    given per unit: every unit's documents share one label, some unit has more than one document, and
+    each class has at least 2 units; else None (folds by document: nothing to keep whole, or too few
+    books to hold one out)."""
+    labels = np.asarray(labels).ravel()
+    by_unit: dict[str, set[int]] = {}
+    for unit, label in zip(units, labels):
+        by_unit.setdefault(str(unit), set()).add(int(label))
+    if len(by_unit) == len(labels) or any(len(v) > 1 for v in by_unit.values()):
+        return None
+    per_class = [sum(1 for v in by_unit.values() if c in v) for c in (0, 1)]
+    return [str(u) for u in units] if min(per_class) >= 2 else None
+
+
+def cluster_bootstrap_auc(scores, labels, groups, n_resamples: int, seed: int) -> np.ndarray:
+    """AUCs of ``n_resamples`` stratified cluster-bootstrap resamples: each draws, with replacement, as
+    many member groups as there are (every document of each drawn group) and as many non-member groups.
+
+    For labels given per book (``groups``: each document's book, one label per book): the books, not
+    their chapters, are the independent draws. Resample ``b`` uses the ``b``-th draws of
+    ``numpy.random.default_rng(seed)``; a group with both labels raises :class:`InputError`.
+    """
+    scores, labels = _as_arrays(scores, labels)
+    groups = np.asarray(groups, dtype=str).ravel()
+    if groups.shape != scores.shape:
+        raise InputError(f"scores and groups differ in length ({scores.size} vs {groups.size})")
+    if n_resamples < 0:
+        raise InputError(f"n_resamples must be >= 0, got {n_resamples}")
+    if not _both_classes(labels):
+        return np.array([], dtype=float)
+    sides = []
+    for label in (1, 0):
+        names = np.unique(groups[labels == label])
+        mixed = np.intersect1d(names, groups[labels != label])
+        if mixed.size:
+            raise InputError(f"group {str(mixed[0])!r} has members and non-members: not a per-group label")
+        sides.append([scores[(groups == g) & (labels == label)] for g in names])
+    rng = np.random.default_rng(seed)
+    out = np.empty(n_resamples, dtype=float)
+    for b in range(n_resamples):
+        members, nonmembers = (np.concatenate([side[i] for i in rng.integers(0, len(side), size=len(side))])
+                               for side in sides)
+        out[b] = _auc_of_rows(np.r_[members, nonmembers][None, :], members.size)[0]
+    return out
+
+
+def group_t_test_pvalue(scores, labels, groups) -> float:
+    """:func:`t_test_pvalue` of the groups' mean scores (a book's chapters count once, as their mean)."""
+    scores, labels = _as_arrays(scores, labels)
+    frame = {}
+    for score, label, group in zip(scores, labels, np.asarray(groups, dtype=str).ravel()):
+        frame.setdefault((group, int(label)), []).append(score)
+    keys = sorted(frame)
+    return t_test_pvalue([float(np.mean(frame[k])) for k in keys], [k[1] for k in keys])
+
+
 def _auc_of_rows(draws: np.ndarray, n_member: int) -> np.ndarray:
     """ROC AUC of each row of ``draws`` whose first ``n_member`` entries are the members.
 
@@ -220,7 +286,7 @@ def t_test_pvalue(scores, labels) -> float:
 
 
 def compute_metrics(
-    scores, labels, *, n_boot_small: int = 10, n_boot_ci: int = 1000, seed: int = 0
+    scores, labels, *, n_boot_small: int = 10, n_boot_ci: int = 1000, seed: int = 0, groups=None
 ) -> dict:
     """All of :data:`METRIC_COLUMNS` for one detector on one document set.
 
@@ -233,9 +299,11 @@ def compute_metrics(
       re-chosen in each resample: DE-COP's protocol (10 resamples), the
       ``mean_{std}`` entries of its Table 2.
     - ``auc_ci_low`` / ``auc_ci_high``: 2.5th and 97.5th percentiles of
-      ``n_boot_ci`` resamples (percentile bootstrap 95% interval).
+      ``n_boot_ci`` resamples (percentile bootstrap 95% interval); with ``groups``
+      (each document's book, labels given per book), of :func:`cluster_bootstrap_auc`,
+      and ``ci_books`` the number of books.
     - ``tpr_at_1pct_fpr`` / ``tpr_at_01pct_fpr``: :func:`tpr_at_fpr` at 1% and 0.1%.
-    - ``t_pvalue``: :func:`t_test_pvalue`.
+    - ``t_pvalue``: :func:`t_test_pvalue` (with ``groups``: :func:`group_t_test_pvalue`).
 
     Non-finite scores raise :class:`InputError`.  With a single class every
     metric is ``nan`` (the counts are still filled in) so that one degenerate
@@ -257,14 +325,18 @@ def compute_metrics(
         if small.size:
             out[f"{prefix}_mean"] = float(small.mean())
             out[f"{prefix}_std"] = float(small.std(ddof=1)) if small.size > 1 else math.nan
-    wide = bootstrap_auc(scores, labels, n_boot_ci, seed)
+    if groups is None:
+        wide = bootstrap_auc(scores, labels, n_boot_ci, seed)
+    else:
+        wide = cluster_bootstrap_auc(scores, labels, groups, n_boot_ci, seed)
+        out["ci_books"] = int(np.unique(np.asarray(groups, dtype=str)).size)
     if wide.size:
         low, high = np.percentile(wide, [2.5, 97.5])
         out["auc_ci_low"] = float(low)
         out["auc_ci_high"] = float(high)
     out["tpr_at_1pct_fpr"] = tpr_at_fpr(scores, labels, 0.01)
     out["tpr_at_01pct_fpr"] = tpr_at_fpr(scores, labels, 0.001)
-    out["t_pvalue"] = t_test_pvalue(scores, labels)
+    out["t_pvalue"] = t_test_pvalue(scores, labels) if groups is None else group_t_test_pvalue(scores, labels, groups)
     return out
 
 

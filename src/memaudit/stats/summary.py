@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ import pandas as pd
 from memaudit.errors import InputError
 from memaudit.io import write_csv, write_text
 from memaudit.stats import selection
-from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics
+from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics, label_groups
 
 SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "method"] + METRIC_COLUMNS + selection.METRIC_COLUMNS
 DOC_SCORE_COLUMNS = ["doc_id", "label", "method", "score"]
@@ -34,10 +34,11 @@ _MARKDOWN_HEADER = (
     "`auc_boot_std`: ROC AUC over stratified bootstrap resamples of the documents; "
     "`auc_binarized_boot_mean` ± `auc_binarized_boot_std`: binarized AUC over the same "
     "resamples (DE-COP's Table 2 protocol, 10 resamples); "
-    "`auc_ci_low`–`auc_ci_high`: 95% percentile bootstrap interval; "
+    "`auc_ci_low`–`auc_ci_high`: 95% percentile bootstrap interval (of whole books where the labels "
+    "are given per book: `ci_books` says how many; blank where it resampled documents); "
     "`tpr_at_1pct_fpr`, `tpr_at_01pct_fpr`: TPR at FPR <= 1% / 0.1% (the TPR at "
     "FPR = 0 when there are fewer than 1/FPR non-members); `t_pvalue`: two-sided "
-    "Welch t-test of equal mean score; `bh_fdr`, `bh_power`: empirical FDR and power of the "
+    "Welch t-test of equal mean score (of the books' means where `ci_books` is set); `bh_fdr`, `bh_power`: empirical FDR and power of the "
     "documents named by conformal p-values with Benjamini-Hochberg at level `bh_q` (half the "
     "non-members as calibration, mean over random splits; results/summary/selection.csv has every q)."
 )
@@ -62,8 +63,13 @@ def metrics_table(
     n_boot_small: int = 10,
     n_boot_ci: int = 1000,
     selection_settings: dict | None = None,
+    books: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """One row of :data:`SUMMARY_COLUMNS` per method, sorted by method name.
+
+    ``books`` (``{doc_id: book}``, from the benchmark's ``documents.jsonl``): where a method's
+    documents are labelled per book (:func:`memaudit.stats.metrics.label_groups`), its AUC interval
+    and t-test take the book as their unit (:func:`memaudit.stats.metrics.compute_metrics`).
 
     ``selection_settings`` (``q``, ``n_splits``, ``calibration_fraction``: the config's
     ``stats.selection``; defaults if None) fill the conformal BH columns
@@ -86,12 +92,15 @@ def metrics_table(
     rows = []
     for method, group in doc_scores.groupby("method", sort=True):
         try:
+            units = None if books is None else label_groups(
+                [books.get(str(d), str(d)) for d in group["doc_id"]], group["label"].to_numpy())
             metrics = compute_metrics(
                 group["score"].to_numpy(),
                 group["label"].to_numpy(),
                 n_boot_small=n_boot_small,
                 n_boot_ci=n_boot_ci,
                 seed=seed,
+                groups=units,
             )
             metrics.update(selection.selection_metrics(group["score"].to_numpy(), group["label"].to_numpy(),
                                                        group["doc_id"].to_numpy(), seed=seed,

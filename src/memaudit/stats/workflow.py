@@ -16,19 +16,30 @@ BLIND_MODEL = "(none)"
 BLIND_METHOD = "blind_bag_of_words"
 
 
+def document_books(documents_path) -> dict[str, str]:
+    """``{doc_id: book}`` of a benchmark's ``documents.jsonl`` (a document without a book is its own)."""
+    return {d["doc_id"]: str(d["meta"].get("book") or d["doc_id"]) for d in read_jsonl(documents_path)}
+
+
 def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_named, *, benchmark: str,
-                model: str, contaminated: bool, stats: dict, seed: int) -> pd.DataFrame:
+                model: str, contaminated: bool, stats: dict, seed: int, benchmark_documents=None) -> pd.DataFrame:
     """Every statistic of one (benchmark, model): the metrics table (one row per method, the
     conformal BH columns at ``stats.selection.q`` included) and the selection tables over the
-    whole q grid: FDR and power per (method, q), and the documents named at each q."""
+    whole q grid: FDR and power per (method, q), and the documents named at each q.
+    ``benchmark_documents`` (its ``documents.jsonl``) says each document's book, for the intervals
+    of labels given per book (:func:`memaudit.stats.summary.metrics_table`)."""
     from memaudit.stats import selection
     from memaudit.stats.summary import metrics_table
 
     docs = pd.concat([pd.read_csv(p) for p in document_paths], ignore_index=True)
     chosen = stats["selection"]
+    books = document_books(benchmark_documents) if benchmark_documents else None
     table = metrics_table(docs, benchmark=benchmark, model=model, contaminated=contaminated, seed=seed,
                           n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],
-                          selection_settings=chosen)
+                          selection_settings=chosen, books=books)
+    if table["ci_books"].notna().any():
+        log.info("%s/%s: intervals and t-tests over whole books (labels given per book) for %s", benchmark, model,
+                 ", ".join(table.loc[table["ci_books"].notna(), "method"]))
     runs = selection.conformal_bh_runs(docs, chosen["qs"], n_splits=chosen["n_splits"],
                                        calibration_fraction=chosen["calibration_fraction"], seed=seed)
     summary = selection.summarise_runs(runs)
@@ -46,13 +57,15 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
 def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: str, stats: dict,
                        seed: int) -> pd.DataFrame:
     """Cross-validated bag-of-words member classifier, no language model involved."""
-    from memaudit.stats.blind import blind_baseline_scores, label_groups
+    from memaudit.stats.blind import blind_baseline_scores
+    from memaudit.stats.metrics import label_groups
     from memaudit.stats.summary import metrics_table
 
     docs = read_jsonl(documents_path)
     texts = [d["text"] for d in docs]
     labels = [int(d["meta"]["label"]) for d in docs]
-    groups = label_groups([d["meta"].get("book") or d["doc_id"] for d in docs], labels)
+    books = document_books(documents_path)
+    groups = label_groups([books[d["doc_id"]] for d in docs], labels)
     log.info("blind baseline folds on %s: %s", benchmark,
              f"by book ({len(set(groups))} books, each in one fold: the labels are given per book)" if groups
              else "by document")
@@ -62,7 +75,7 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
     write_csv(out_scores, frame)
     table = metrics_table(frame, benchmark=benchmark, model=BLIND_MODEL, contaminated=False, seed=seed,
                           n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],
-                          selection_settings=stats.get("selection"))
+                          selection_settings=stats.get("selection"), books=books)
     write_csv(out_metrics, table)
     log.info("blind baseline AUC on %s: %.3f", benchmark, table["auc"].iloc[0])
     return table
