@@ -353,10 +353,15 @@ def test_the_headline_names_benchmarks_the_text_alone_separates_and_the_models_a
 def test_the_headline_says_which_intervals_rest_on_whole_books_and_when_they_are_too_few():
     from memaudit.stats.headline import book_intervals_note
 
-    summary = pd.DataFrame({"benchmark": ["books", "books", "qa", "novels"], "method": ["a", "b", "a", "a"],
-                            "ci_books": [6.0, float("nan"), 70.0, float("nan")]})
-    assert book_intervals_note(summary).splitlines()[2:] == [
-        "  books: 6 books; fewer than 20: no interval or p-value here is a guide, only the scores book by book",
+    nan = float("nan")
+    summary = pd.DataFrame({"benchmark": ["books"] * 4 + ["qa", "novels"], "model": ["m", "m", "m", "base", "m", "m"],
+                            "method": ["zlib", "loss", "b", "zlib", "loss", "loss"],
+                            "ci_books": [6.0, 6.0, nan, 6.0, 70.0, nan], "books_pvalue": [0.2, 0.05, nan, 0.5, 0.01, nan]})
+    assert book_intervals_note(summary, ["loss", "zlib"]).splitlines()[2:] == [
+        "  books: 6 books, fewer than 20: no interval is a guide; the rank test of the books' means is "
+        "(books_pvalue, one-sided)",
+        "    base zlib: books_pvalue 0.500",
+        "    m loss: books_pvalue 0.050",  # the first headline method a model has, not the smallest p
         "  qa: 70 books"]
     assert book_intervals_note(summary[summary["benchmark"] == "novels"]) == ""
     assert book_intervals_note(summary.drop(columns="ci_books")) == ""  # a run summarised before the column

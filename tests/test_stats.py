@@ -380,6 +380,17 @@ def test_books_not_chapters_are_the_draws_where_labels_are_given_per_book():
     assert by_document["t_pvalue"] < 0.05 < by_book["t_pvalue"]
 
 
+def test_the_rank_test_of_the_books_means_is_exact_and_one_sided():
+    """Three member books above three non-member ones: p = 1/20, the smallest 3 against 3 can give; the
+    reverse order 1; chapters count through their book's mean only."""
+    books = ["a", "a", "b", "c", "d", "d", "e", "f"]
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    high = [5.0, 7.0, 6.0, 5.5, 1.0, 9.0, 2.0, 3.0]  # book d's mean is 5.0: below every member book's
+    assert compute_metrics(high, labels, groups=books, n_boot_ci=10)["books_pvalue"] == pytest.approx(1 / 20)
+    assert compute_metrics([-x for x in high], labels, groups=books, n_boot_ci=10)["books_pvalue"] == pytest.approx(1.0)
+    assert math.isnan(compute_metrics(high, labels, n_boot_ci=10)["books_pvalue"])
+
+
 def test_a_book_with_both_labels_is_no_cluster():
     with pytest.raises(InputError, match="group 'a' has members and non-members"):
         cluster_bootstrap_auc([0.1, 0.2, 0.3, 0.4], [1, 0, 1, 0], ["a", "a", "b", "c"], 10, seed=0)

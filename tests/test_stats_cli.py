@@ -132,8 +132,8 @@ def test_book_col_resamples_whole_books_where_each_book_has_one_label(tmp_path):
     row = pd.read_csv(out).iloc[0]
     expected = compute_metrics(scores, labels, groups=books, n_boot_small=3, n_boot_ci=20, seed=0)
     assert row["ci_books"] == 8
-    assert (row["auc_ci_low"], row["auc_ci_high"], row["t_pvalue"]) == pytest.approx(
-        (expected["auc_ci_low"], expected["auc_ci_high"], expected["t_pvalue"]))
+    assert (row["auc_ci_low"], row["auc_ci_high"], row["t_pvalue"], row["books_pvalue"]) == pytest.approx(
+        (expected["auc_ci_low"], expected["auc_ci_high"], expected["t_pvalue"], expected["books_pvalue"]))
     rc, printed, _ = _run("--input", str(src), *FAST)
     assert rc == 0 and "ci_books" not in printed  # no --book-col: the column is left out of the printout
     src.write_text("score,label,book\n" + "".join(rows[:-1]) + rows[-1].replace(",1,book 7", ",0,book 7"))

@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         "--book-col", metavar="COL",
         help="the book (or other unit) each document belongs to: where every book's documents share one "
              "label, the 95%% CI resamples whole books and the t-test compares the books' means "
-             "(ci_books says how many books)",
+             "(ci_books says how many books; books_pvalue: a one-sided rank test of the books' means)",
     )
     parser.add_argument(
         "--member-value", default="1",
@@ -280,9 +280,10 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
 
 def _format_for_terminal(table: pd.DataFrame) -> str:
     if "ci_books" in table.columns and table["ci_books"].isna().all():  # no --book-col, or none applied
-        table = table.drop(columns="ci_books")
+        table = table.drop(columns=["ci_books", "books_pvalue"])
     formatters = {
         "ci_books": lambda v: "n/a" if pd.isna(v) else f"{int(v)}",
+        "books_pvalue": lambda v: "n/a" if pd.isna(v) else f"{v:.2e}",
         "t_pvalue": lambda v: "n/a" if pd.isna(v) else f"{v:.2e}",
     }
     return table.to_string(

@@ -81,7 +81,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                       "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
                       lambda table: selection_expectations(table, models, controlled=controlled)),
         published_labels_note(summary_path.parent, summary)]
-    core += [blind_baseline_note(summary, methods), book_intervals_note(summary)] if not summary.empty else []
+    core += [blind_baseline_note(summary, methods), book_intervals_note(summary, methods)] if not summary.empty else []
     blocks = [b for b in core if b] + family_blocks(summary_path.parent, models)
     for block in blocks:
         print("\n" + block)
@@ -217,19 +217,29 @@ def blind_baseline_note(summary: pd.DataFrame, methods: Sequence[str]) -> str:
 FEW_BOOKS = 20
 
 
-def book_intervals_note(summary: pd.DataFrame) -> str:
+def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = ()) -> str:
     """A line per benchmark whose intervals resampled whole books (``ci_books`` in ``metrics.csv``: labels
-    given per book), saying how many and whether that is too few for an interval to be a guide."""
+    given per book), saying how many; below :data:`FEW_BOOKS`, that no interval is a guide there, and each
+    model's rank test of the books' means (``books_pvalue``) for the first of ``methods`` it has."""
     if "ci_books" not in summary.columns:
         return ""
-    books = summary.dropna(subset=["ci_books"]).groupby("benchmark")["ci_books"].max()
+    grouped = summary.dropna(subset=["ci_books"])
+    books = grouped.groupby("benchmark")["ci_books"].max()
     if books.empty:
         return ""
     lines = ["Labels given per book: the intervals resample whole books and the t-test compares the books'",
              "mean scores (metrics.csv ci_books), since a book's chapters are no independent draws:"]
-    lines += [f"  {benchmark}: {int(n)} books" + (f"; fewer than {FEW_BOOKS}: no interval or p-value here is "
-                                                  "a guide, only the scores book by book" if n < FEW_BOOKS else "")
-              for benchmark, n in books.items()]
+    for benchmark, n in books.items():
+        if n >= FEW_BOOKS:
+            lines.append(f"  {benchmark}: {int(n)} books")
+            continue
+        lines.append(f"  {benchmark}: {int(n)} books, fewer than {FEW_BOOKS}: no interval is a guide; the rank test of "
+                     f"the books' means is (books_pvalue, one-sided)")
+        rows = grouped[(grouped["benchmark"] == benchmark) & grouped["method"].isin(methods)
+                       & grouped["books_pvalue"].notna()] if "books_pvalue" in grouped.columns else grouped.iloc[:0]
+        order = {m: i for i, m in enumerate(methods)}
+        rows = rows.assign(order=rows["method"].map(order)).sort_values(["model", "order"]).drop_duplicates("model")
+        lines += [f"    {r.model} {r.method}: books_pvalue {r.books_pvalue:.3f}" for r in rows.itertuples()]
     return "\n".join(lines)
 
 

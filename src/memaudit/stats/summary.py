@@ -36,6 +36,7 @@ _MARKDOWN_HEADER = (
     "resamples (DE-COP's Table 2 protocol, 10 resamples); "
     "`auc_ci_low`–`auc_ci_high`: 95% percentile bootstrap interval (of whole books where the labels "
     "are given per book: `ci_books` says how many; blank where it resampled documents); "
+    "`books_pvalue`: one-sided Mann-Whitney test that the member books' mean scores are higher; "
     "`tpr_at_1pct_fpr`, `tpr_at_01pct_fpr`: TPR at FPR <= 1% / 0.1% (the TPR at "
     "FPR = 0 when there are fewer than 1/FPR non-members); `t_pvalue`: two-sided "
     "Welch t-test of equal mean score (of the books' means where `ci_books` is set); `bh_fdr`, `bh_power`: empirical FDR and power of the "
