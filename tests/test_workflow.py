@@ -23,7 +23,7 @@ def test_end_to_end_summary_has_every_row(ci_run):
     expected_cols = ["benchmark", "model", "contaminated", "method", "n_member", "n_nonmember", "auc",
                      "auc_binarized", "auc_boot_mean", "auc_boot_std",
                      "auc_binarized_boot_mean", "auc_binarized_boot_std", "auc_ci_low", "auc_ci_high",
-                     "tpr_at_1pct_fpr", "tpr_at_01pct_fpr", "t_pvalue", "bh_q", "bh_fdr", "bh_power"]
+                     "ci_books", "books_pvalue", "tpr_at_1pct_fpr", "tpr_at_01pct_fpr", "t_pvalue", "bh_q", "bh_fdr", "bh_power"]
     assert list(summary.columns) == expected_cols
     methods = {"loss", "zlib", "lowercase", "min_k_10pct", "min_k_20pct", "min_k_plus_plus_10pct",
                "min_k_plus_plus_20pct"}
@@ -47,6 +47,14 @@ def test_end_to_end_summary_has_every_row(ci_run):
     assert summary["auc"].between(0, 1).all()
     assert (summary["auc_ci_low"] <= summary["auc_ci_high"]).all()
     assert (ci_run / "results/summary/metrics.md").read_text().count("\n") > len(summary)
+    # books is split by book: its intervals resample whole books (the blind baseline's at least, over every
+    # book); the IID benchmarks' resample documents
+    n_books = len({json.loads(line)["meta"]["book"]
+                   for line in (ci_run / "results/datasets/books/documents.jsonl").read_text().splitlines()})
+    books = summary[summary.benchmark == "books"]
+    assert books.loc[books["model"] == "(none)", "ci_books"].tolist() == [n_books] and n_books >= 4
+    assert books["ci_books"].dropna().le(n_books).all() and books["books_pvalue"].dropna().between(0, 1).all()
+    assert summary.loc[summary.benchmark != "books", ["ci_books", "books_pvalue"]].isna().all().all()
 
 
 def test_end_to_end_artifacts(ci_run):

@@ -220,24 +220,29 @@ FEW_BOOKS = 20
 def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = ()) -> str:
     """A line per benchmark whose intervals resampled whole books (``ci_books`` in ``metrics.csv``: labels
     given per book), saying how many; below :data:`FEW_BOOKS`, that no interval is a guide there, and each
-    model's rank test of the books' means (``books_pvalue``) for the first of ``methods`` it has."""
+    model's rank test of the books' means (``books_pvalue``) for the first of ``methods`` it has, else the
+    first of the families' main scores (the registry's ``headline_methods``)."""
+    from memaudit.probes.registry import FAMILIES
+
     if "ci_books" not in summary.columns:
         return ""
+    # the headline methods, then each family's main scores (a book benchmark probed by CopyBench only)
+    ordered = list(dict.fromkeys([*methods, *(m for f in FAMILIES.values() for m in f.headline_methods)]))
     grouped = summary.dropna(subset=["ci_books"])
     books = grouped.groupby("benchmark")["ci_books"].max()
     if books.empty:
         return ""
-    lines = ["Labels given per book: the intervals resample whole books and the t-test compares the books'",
-             "mean scores (metrics.csv ci_books), since a book's chapters are no independent draws:"]
+    lines = ["Labels given per book (a QA set's: per article): the intervals resample whole books and the t-test",
+             "compares the books' mean scores (metrics.csv ci_books), since a book's chapters are no independent draws:"]
     for benchmark, n in books.items():
         if n >= FEW_BOOKS:
             lines.append(f"  {benchmark}: {int(n)} books")
             continue
         lines.append(f"  {benchmark}: {int(n)} books, fewer than {FEW_BOOKS}: no interval is a guide; the rank test of "
                      f"the books' means is (books_pvalue, one-sided)")
-        rows = grouped[(grouped["benchmark"] == benchmark) & grouped["method"].isin(methods)
+        rows = grouped[(grouped["benchmark"] == benchmark) & grouped["method"].isin(ordered)
                        & grouped["books_pvalue"].notna()] if "books_pvalue" in grouped.columns else grouped.iloc[:0]
-        order = {m: i for i, m in enumerate(methods)}
+        order = {m: i for i, m in enumerate(ordered)}
         rows = rows.assign(order=rows["method"].map(order)).sort_values(["model", "order"]).drop_duplicates("model")
         lines += [f"    {r.model} {r.method}: books_pvalue {r.books_pvalue:.3f}" for r in rows.itertuples()]
     return "\n".join(lines)
