@@ -182,3 +182,41 @@ def test_given_labels_make_no_null_control():
     assert provenance == {"labels": "given per book in my/labels.csv (book,label; 1 = member)",
                           "null_control": False}
     assert label_provenance({"sources": ["user_books"]}, seed=3)["null_control"] is True
+
+
+def test_only_labels_given_per_book_make_books_the_statistical_draws(tmp_path):
+    """A built benchmark labelled by the user's file: its metrics resample whole books (``ci_books``) and its
+    blind baseline folds by book; the same documents as an IID split (per_book False, what the config
+    says of a split by document) resample documents, even where a sample's books happen to share a label."""
+    import numpy as np
+    import pandas as pd
+
+    from memaudit.config import labels_per_book
+    from memaudit.io import write_jsonl
+    from memaudit.stats.workflow import run_blind_baseline, run_metrics
+
+    assert labels_per_book({"sources": ["user_books"], "labels": "l.csv"})
+    assert labels_per_book({"sources": ["austen"], "split_by": "book"})
+    assert labels_per_book({"published": {"format": "nyt", "path": "x"}})
+    assert not labels_per_book({"sources": ["austen"]}) and not labels_per_book({"sources": ["a"], "split_by": "document"})
+
+    folder = _books(tmp_path)
+    labels = _labels(tmp_path, [("Emma.txt", "1"), ("Persuasion.txt", "0"), ("The Voyage.txt", "1"),
+                                ("Winter Tales.txt", "0")])
+    docs, _ = _build(_bench(folder, labels))
+    documents = tmp_path / "documents.jsonl"
+    write_jsonl(documents, (d.to_dict() for d in docs))
+    rng = np.random.default_rng(0)
+    scores = tmp_path / "scores.csv"
+    pd.DataFrame({"doc_id": [d.doc_id for d in docs], "label": [d.meta["label"] for d in docs],
+                  "method": "loss", "score": rng.normal(size=len(docs))}).to_csv(scores, index=False)
+    stats = {"n_boot_small": 5, "n_boot_ci": 100, "blind_folds": 5,
+             "selection": {"q": 0.1, "qs": [0.1], "n_splits": 2, "calibration_fraction": 0.5}}
+    for per_book, books in ((True, 4), (False, None)):
+        out = {k: tmp_path / f"{k}_{per_book}.csv" for k in ("metrics", "selection", "named", "blind", "blind_scores")}
+        table = run_metrics([scores], out["metrics"], out["selection"], out["named"], benchmark="mine", model="m",
+                            contaminated=False, stats=stats, seed=0, benchmark_documents=documents, per_book=per_book)
+        blind = run_blind_baseline(documents, out["blind_scores"], out["blind"], benchmark="mine", stats=stats,
+                                   seed=0, per_book=per_book)
+        for got in (table, blind):
+            assert (got["ci_books"].iloc[0] == books) if books else got["ci_books"].isna().all()

@@ -340,6 +340,14 @@ PUBLISHED_LABELS = {
 }
 
 
+def labels_per_book(cfg: dict) -> bool:
+    """Whether a benchmark's labels are given per book, so that a book's documents are one draw for the
+    statistics (:func:`memaudit.stats.metrics.label_groups` then checks each book has one label): a split
+    by book, the user's ``labels``, or a published set's labels. Never an IID split of documents, where
+    the chapters a sample happens to draw from one book may share a label by chance."""
+    return bool(cfg.get("published") or cfg.get("labels") or cfg.get("split_by", "document") == "book")
+
+
 def label_provenance(cfg: dict, seed: int) -> dict:
     """Where a benchmark's member/non-member labels come from (``labels``, a sentence), and whether its
     base models are null controls (``null_control``).

@@ -135,6 +135,14 @@ def published_file(wildcards):
     return {"published": published["path"]} if published.get("path") else {}
 
 
+def labels_per_book_param(wildcards):
+    """Whether the benchmark's labels are given per book (memaudit.config.labels_per_book): then its
+    statistics take books as their draws."""
+    from memaudit.config import labels_per_book
+
+    return labels_per_book(config["benchmarks"][wildcards.benchmark])
+
+
 def user_books(wildcards):
     """A benchmark built from the user's books reruns when one is added, changed or removed."""
     return user_books_inputs(config["benchmarks"][wildcards.benchmark])

@@ -21,6 +21,7 @@ rule metrics:
         contaminated=is_contaminated,
         stats=stats_settings("n_boot_small", "n_boot_ci", "selection"),
         seed=config["seed"],
+        per_book=labels_per_book_param,
         code_version=STATS_VERSION,
     log:
         "logs/metrics/{benchmark}/{model}.log",
@@ -46,6 +47,7 @@ rule blind_baseline:
     params:
         stats=stats_settings("n_boot_small", "n_boot_ci", "blind_folds") | {"selection": bh_settings()},
         seed=config["seed"],
+        per_book=labels_per_book_param,
         code_version=STATS_VERSION,
     log:
         "logs/blind_baseline/{benchmark}.log",

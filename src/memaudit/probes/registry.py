@@ -116,7 +116,7 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="7ed3634038f55e03",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="61f67a3eea6c8ca8",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -125,7 +125,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="21169a322a12c7fa",
+        version=4, fingerprint="a4d113bdfc49f4df",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -139,9 +139,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="cd6bca3fe417cb64",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="92016694dd401571",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="854a6cd0449a1b0a")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="b5d4749c431d350f")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -160,14 +160,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="667c0a2e327c5855",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="a481968f20e095fa",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="cda109298475d0ac"),
+                               version=4, fingerprint="8dcb971184220e22"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=5, fingerprint="4b77f25dfc23379a")},
+                                 version=5, fingerprint="f9fa4bea6110c082")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -182,13 +182,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="ee5c7e9e05189739",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="63a23dd0f3b8a69f",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="eab752b4e0efb456"),
+                              version=7, fingerprint="b8dfa927544348aa"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="f64f384ac43ebb27")},
+                                 version=7, fingerprint="02926cfe8346a3e5")},
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
@@ -204,13 +204,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="ea7c94b8129299bc",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="375781afac65403a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=3, fingerprint="040b2bc52063703a"),
+                               version=3, fingerprint="b9e2817a751701fc"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=3, fingerprint="ca84335c883097bc")},
+                                 version=3, fingerprint="c2d68aa229ec4863")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
         headline_methods=("cloze_rank", "cloze_rank_mrr"),

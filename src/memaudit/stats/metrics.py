@@ -35,7 +35,7 @@ from memaudit.errors import InputError
 
 # Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
 # memaudit.versions): metrics and blind_baseline rerun.
-STATS_VERSION = 7  # 5: the blind folds keep books whole; 6: so do the AUC interval and the t-test (ci_books); 7: books_pvalue
+STATS_VERSION = 8  # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books); 7: books_pvalue; 8: only where the config labels per book
 
 METRIC_COLUMNS = [
     "n_member",

@@ -22,18 +22,20 @@ def document_books(documents_path) -> dict[str, str]:
 
 
 def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_named, *, benchmark: str,
-                model: str, contaminated: bool, stats: dict, seed: int, benchmark_documents=None) -> pd.DataFrame:
+                model: str, contaminated: bool, stats: dict, seed: int, benchmark_documents=None,
+                per_book: bool = False) -> pd.DataFrame:
     """Every statistic of one (benchmark, model): the metrics table (one row per method, the
     conformal BH columns at ``stats.selection.q`` included) and the selection tables over the
     whole q grid: FDR and power per (method, q), and the documents named at each q.
     ``benchmark_documents`` (its ``documents.jsonl``) says each document's book, for the intervals
-    of labels given per book (:func:`memaudit.stats.summary.metrics_table`)."""
+    of labels given per book (``per_book``: :func:`memaudit.config.labels_per_book`;
+    :func:`memaudit.stats.summary.metrics_table`)."""
     from memaudit.stats import selection
     from memaudit.stats.summary import metrics_table
 
     docs = pd.concat([pd.read_csv(p) for p in document_paths], ignore_index=True)
     chosen = stats["selection"]
-    books = document_books(benchmark_documents) if benchmark_documents else None
+    books = document_books(benchmark_documents) if per_book and benchmark_documents else None
     table = metrics_table(docs, benchmark=benchmark, model=model, contaminated=contaminated, seed=seed,
                           n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],
                           selection_settings=chosen, books=books)
@@ -55,8 +57,9 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
 
 
 def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: str, stats: dict,
-                       seed: int) -> pd.DataFrame:
-    """Cross-validated bag-of-words member classifier, no language model involved."""
+                       seed: int, per_book: bool = False) -> pd.DataFrame:
+    """Cross-validated bag-of-words member classifier, no language model involved; with ``per_book``
+    (labels given per book), each book in one fold and the intervals over books."""
     from memaudit.stats.blind import blind_baseline_scores
     from memaudit.stats.metrics import label_groups
     from memaudit.stats.summary import metrics_table
@@ -64,8 +67,8 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
     docs = read_jsonl(documents_path)
     texts = [d["text"] for d in docs]
     labels = [int(d["meta"]["label"]) for d in docs]
-    books = document_books(documents_path)
-    groups = label_groups([books[d["doc_id"]] for d in docs], labels)
+    books = document_books(documents_path) if per_book else None
+    groups = label_groups([books[d["doc_id"]] for d in docs], labels) if books else None
     log.info("blind baseline folds on %s: %s", benchmark,
              f"by book ({len(set(groups))} books, each in one fold: the labels are given per book)" if groups
              else "by document")
