@@ -34,6 +34,9 @@ def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
                                                  "cmd: snakemake --cores 2 all --configfile config/ci.yaml\n")
                                    .replace("- config/config.yaml\n", "- config/ci.yaml\n"))
     shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    assert "- resources/books\n" in stage  # the user_books folder is a dependency (the repository holds its README)
+    (repo / "resources" / "books").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / "resources" / "books" / "README.md", repo / "resources" / "books" / "README.md")
     (repo / ".gitignore").write_text(".snakemake/\nresources/\n")
     sh(["git", "init", "-q"], repo)
     sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"], repo)
@@ -65,3 +68,8 @@ def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
     made = sorted(p.relative_to(repo) for p in (repo / "results").rglob("*") if p.is_file())
     assert pulled == made and len(made) > 20
     assert all((clone / p).read_bytes() == (repo / p).read_bytes() for p in made)
+    # a book dropped into the user_books folder makes the stage stale for DVC too (dvc repro reruns Snakemake)
+    assert "Data and pipelines are up to date" in sh(DVC + ["status"], repo)
+    (repo / "resources" / "books" / "new.txt").write_text("CHAPTER I.\n\nA new book.\n", encoding="utf-8")
+    status = sh(DVC + ["status"], repo)
+    assert "changed deps" in status and "resources/books" in status, status
