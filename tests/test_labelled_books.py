@@ -91,7 +91,8 @@ def test_a_book_without_a_row_is_left_out_and_a_row_without_a_book_is_kept_unuse
         (0, "book", "'user_books/winter-tales' (Winter Tales.txt, winter-tales)", "rejected",
          "no row names this book: its documents are left out, never guessed"),
         (4, "book", "'Emma2.txt'", "unused",
-         "no book of benchmark 'mine' is called this (its books: user_books/emma, user_books/persuasion, "
+         "no book of benchmark 'mine' with usable documents is called this (its books: user_books/emma, "
+         "user_books/persuasion, "
          "user_books/the-voyage, user_books/winter-tales)"),
     ]
     assert {r.file for r in rejects} == {str(labels)}
@@ -198,7 +199,8 @@ def test_only_labels_given_per_book_make_books_the_statistical_draws(tmp_path):
     assert labels_per_book({"sources": ["user_books"], "labels": "l.csv"})
     assert labels_per_book({"sources": ["austen"], "split_by": "book"})
     assert labels_per_book({"published": {"format": "nyt", "path": "x"}})
-    assert not labels_per_book({"sources": ["austen"]}) and not labels_per_book({"sources": ["a"], "split_by": "document"})
+    assert not labels_per_book({"sources": ["austen"]})
+    assert not labels_per_book({"sources": ["a"], "split_by": "document"})
 
     folder = _books(tmp_path)
     labels = _labels(tmp_path, [("Emma.txt", "1"), ("Persuasion.txt", "0"), ("The Voyage.txt", "1"),

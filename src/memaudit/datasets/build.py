@@ -58,7 +58,8 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
     """Documents (with ``meta['label']``) and their passages for one benchmark.
 
     A published benchmark's rejected rows (the ``nyt``, ``articles`` and ``qa`` formats), and a
-    labelled one's books without a label and labels without a book, are appended to ``rejects`` (see :func:`memaudit.datasets.rejects.write_benchmark_rejects`).
+    labelled one's books without a label and labels without a book, are appended to ``rejects``
+    (see :func:`memaudit.datasets.rejects.write_benchmark_rejects`).
     """
     if "published" in cfg:
         from memaudit.datasets.published import published_benchmark
@@ -176,8 +177,8 @@ def _book_labels(name: str, path: str, candidates: list, rejects: list | None) -
             raise InputError(f"{path}, line {line}, column book: {key!r} names {len(found)} books of benchmark "
                              f"{name!r} ({', '.join(found)}); write one of these instead")
         if not found:
-            out.append(Rejected(str(path), line, "book", short_repr(key), f"no book of benchmark {name!r} is called this "
-                                f"(its books: {', '.join(sorted(books))})", "unused"))
+            out.append(Rejected(str(path), line, "book", short_repr(key), f"no book of benchmark {name!r} with usable "
+                                f"documents is called this (its books: {', '.join(sorted(books))})", "unused"))
             continue
         if found[0] in labels:
             raise InputError(f"{path}, line {line}, column book: {key!r} is {found[0]}, labelled on an earlier line")

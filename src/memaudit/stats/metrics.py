@@ -35,7 +35,9 @@ from memaudit.errors import InputError
 
 # Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
 # memaudit.versions): metrics and blind_baseline rerun.
-STATS_VERSION = 8  # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books); 7: books_pvalue; 8: only where the config labels per book
+# 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
+# 7: books_pvalue; 8: books only where the config gives labels per book
+STATS_VERSION = 8
 
 METRIC_COLUMNS = [
     "n_member",

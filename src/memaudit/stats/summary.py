@@ -39,7 +39,8 @@ _MARKDOWN_HEADER = (
     "`books_pvalue`: one-sided Mann-Whitney test that the member books' mean scores are higher; "
     "`tpr_at_1pct_fpr`, `tpr_at_01pct_fpr`: TPR at FPR <= 1% / 0.1% (the TPR at "
     "FPR = 0 when there are fewer than 1/FPR non-members); `t_pvalue`: two-sided "
-    "Welch t-test of equal mean score (of the books' means where `ci_books` is set); `bh_fdr`, `bh_power`: empirical FDR and power of the "
+    "Welch t-test of equal mean score (of the books' means where `ci_books` is set); "
+    "`bh_fdr`, `bh_power`: empirical FDR and power of the "
     "documents named by conformal p-values with Benjamini-Hochberg at level `bh_q` (half the "
     "non-members as calibration, mean over random splits; results/summary/selection.csv has every q)."
 )
