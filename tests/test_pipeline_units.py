@@ -368,6 +368,31 @@ def test_the_headline_says_which_intervals_rest_on_whole_books_and_when_they_are
     assert book_intervals_note(summary.drop(columns="ci_books")) == ""  # a run summarised before the column
 
 
+def test_the_few_books_line_orders_the_books_by_the_models_mean_score(tmp_path):
+    """Below 20 books the headline lists a model's books by its mean score over each book's documents,
+    members starred: the ranking the rank test rests on, read from the run's own per-document scores."""
+    import json
+
+    from memaudit.stats.headline import book_intervals_note
+
+    results = tmp_path / "results"
+    (results / "datasets" / "books").mkdir(parents=True)
+    docs = [("a/1", "a", 1), ("a/2", "a", 1), ("b/1", "b", 0), ("c/1", "c", 1), ("d/1", "d", 0)]
+    (results / "datasets" / "books" / "documents.jsonl").write_text("".join(
+        json.dumps({"doc_id": d, "text": "x", "meta": {"book": b, "label": y}}) + "\n" for d, b, y in docs))
+    (results / "scores" / "books" / "m").mkdir(parents=True)
+    pd.DataFrame({"doc_id": [d for d, _, _ in docs] * 2, "label": [y for _, _, y in docs] * 2,
+                  "method": ["loss"] * 5 + ["zlib"] * 5,
+                  "score": [0.9, 0.1, 0.6, 0.2, 0.8] + [0.0] * 5}).to_csv(
+        results / "scores" / "books" / "m" / "token_prob_documents.csv", index=False)
+    summary = pd.DataFrame({"benchmark": ["books"], "model": ["m"], "method": ["loss"], "ci_books": [4.0],
+                            "books_pvalue": [0.5]})
+    note = book_intervals_note(summary, ["loss"], results / "summary")
+    # d 0.8, b 0.6, a (0.9 + 0.1) / 2 = 0.5, c 0.2
+    assert note.splitlines()[-1] == "    m loss: books_pvalue 0.500; by mean score (* member): d, b, a*, c*"
+    assert book_intervals_note(summary, ["loss"]).splitlines()[-1] == "    m loss: books_pvalue 0.500"
+
+
 def test_the_cloze_headline_says_how_many_black_box_replies_could_be_read():
     """A model that ignores the cloze prompt (every reply without <word> tags) scores AUC 0.5 on every
     text; the headline's replies table says so beside its precision, for black-box rows only."""

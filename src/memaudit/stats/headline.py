@@ -81,7 +81,8 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                       "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
                       lambda table: selection_expectations(table, models, controlled=controlled)),
         published_labels_note(summary_path.parent, summary)]
-    core += [blind_baseline_note(summary, methods), book_intervals_note(summary, methods)] if not summary.empty else []
+    core += [blind_baseline_note(summary, methods),
+             book_intervals_note(summary, methods, summary_path.parent)] if not summary.empty else []
     blocks = [b for b in core if b] + family_blocks(summary_path.parent, models)
     for block in blocks:
         print("\n" + block)
@@ -217,11 +218,31 @@ def blind_baseline_note(summary: pd.DataFrame, methods: Sequence[str]) -> str:
 FEW_BOOKS = 20
 
 
-def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = ()) -> str:
+def book_ranking(results_dir: Path, benchmark: str, model: str, method: str) -> str:
+    """The books of ``benchmark`` by ``model``'s mean ``method`` score, highest first, members starred: what a
+    rank test of few books rests on, read from the run's per-document scores
+    (``results/scores/<benchmark>/<model>/*_documents.csv``) and ``documents.jsonl``; "" where either is missing."""
+    from memaudit.stats.workflow import document_books
+
+    documents = Path(results_dir) / "datasets" / benchmark / "documents.jsonl"
+    folder = Path(results_dir) / "scores" / benchmark / model
+    tables = [pd.read_csv(p) for p in sorted(folder.glob("*_documents.csv"))] if folder.is_dir() else []
+    tables = [t[t["method"] == method] for t in tables if {"method", "doc_id", "label", "score"} <= set(t.columns)]
+    scores = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    if scores.empty or not documents.exists():
+        return ""
+    books = document_books(documents)
+    means = (scores.assign(book=scores["doc_id"].map(books)).groupby(["book", "label"])["score"].mean()
+             .sort_values(ascending=False, kind="stable"))
+    return ", ".join(f"{book}{'*' if int(label) == 1 else ''}" for book, label in means.index)
+
+
+def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summary_dir: Path | None = None) -> str:
     """A line per benchmark whose intervals resampled whole books (``ci_books`` in ``metrics.csv``: labels
     given per book), saying how many; below :data:`FEW_BOOKS`, that no interval is a guide there, and each
     model's rank test of the books' means (``books_pvalue``) for the first of ``methods`` it has, else the
-    first of the families' main scores (the registry's ``headline_methods``)."""
+    first of the families' main scores (the registry's ``headline_methods``), with the books in the order of
+    their mean scores where ``summary_dir``'s run has its per-document scores (:func:`book_ranking`)."""
     from memaudit.probes.registry import FAMILIES
 
     if "ci_books" not in summary.columns:
@@ -245,7 +266,10 @@ def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = ()) -> s
                        & grouped["books_pvalue"].notna()] if "books_pvalue" in grouped.columns else grouped.iloc[:0]
         order = {m: i for i, m in enumerate(ordered)}
         rows = rows.assign(order=rows["method"].map(order)).sort_values(["model", "order"]).drop_duplicates("model")
-        lines += [f"    {r.model} {r.method}: books_pvalue {r.books_pvalue:.3f}" for r in rows.itertuples()]
+        for r in rows.itertuples():
+            ranking = book_ranking(Path(summary_dir).parent, benchmark, r.model, r.method) if summary_dir else ""
+            lines.append(f"    {r.model} {r.method}: books_pvalue {r.books_pvalue:.3f}"
+                         + (f"; by mean score (* member): {ranking}" if ranking else ""))
     return "\n".join(lines)
 
 
