@@ -187,6 +187,7 @@ def validate_config(config: dict, schema: dict | None = None, *,
     problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
     schema = schema or load_schema()
     problems += _source_keys_on_published(config, schema)
+    problems += _split_keys_beside_labels(config, schema)
     problems += _model_keys_nothing_reads(config, schema)
     config = copy.deepcopy(config)
     validator = _validator_with_defaults(schema)
@@ -238,6 +239,17 @@ def _source_keys_on_published(config: dict, schema: dict) -> list[str]:
                                         ", or set it under published: for format copybench" if key == "labels" else "")
                 problems.append(f"{key_path(('benchmarks', name, key))}: only a benchmark built from 'sources' "
                                 f"reads it; a published benchmark's documents come as published ({remedy})")
+    return problems
+
+
+def _split_keys_beside_labels(config: dict, schema: dict) -> list[str]:
+    """A random split's keys set beside a built benchmark's ``labels`` (the user's file gives the members,
+    by book), to a value other than their default."""
+    benchmarks = config.get("benchmarks")
+    if not isinstance(benchmarks, dict):
+        return []
+    properties = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    problems = []
     for name, bench in benchmarks.items():
         if not isinstance(bench, dict) or "published" in bench or not bench.get("labels"):
             continue

@@ -206,20 +206,24 @@ def _given_split(name: str, cfg: dict, candidates: list, labels: dict[str, int],
         raise InputError(f"benchmark {name!r}: the labels in {cfg['labels']} leave no "
                          f"{'members' if not members else 'non-members'} among its {len(candidates)} documents "
                          f"(a benchmark needs both)")
-    n = cfg.get("near_duplicate_ngram", DEFAULT_NGRAM)
-    groups: dict[str, tuple[str, ...]] = {}
-    if n is not None:
-        texts: dict[str, list[str]] = {}
-        for d, passages in candidates:
-            texts.setdefault(_book(d), []).extend(passages)
-        groups = near_duplicate_groups(texts, n)
-        for book in sorted(b for b in groups if labels[b] != MEMBER):
-            shared = [b for b in groups[book] if b != book and labels[b] == MEMBER]
-            if shared and rejects is not None:
-                rejects.append(Rejected(str(cfg["labels"]), 0, "book", short_repr(book),
-                                        f"a non-member that shares a {n}-word run with member(s) {', '.join(shared)}: "
-                                        f"kept with its label", "kept"))
+    n, _, groups = _near_duplicate_units(cfg, candidates)  # units are books: labels are given per book
+    for book in sorted(b for b in groups if labels[b] != MEMBER):
+        shared = [b for b in groups[book] if b != book and labels[b] == MEMBER]
+        if shared and rejects is not None:
+            rejects.append(Rejected(str(cfg["labels"]), 0, "book", short_repr(book),
+                                    f"a non-member that shares a {n}-word run with member(s) {', '.join(shared)}: "
+                                    f"kept with its label", "kept"))
     return members + others, len(members), groups
+
+
+def _near_duplicate_units(cfg: dict, candidates: list) -> tuple[int | None, int, dict[str, tuple[str, ...]]]:
+    """``near_duplicate_ngram``, the number of split units and the groups of units that share a run of that
+    many words (:func:`memaudit.datasets.near_duplicates.near_duplicate_groups`; none where it is null)."""
+    n = cfg.get("near_duplicate_ngram", DEFAULT_NGRAM)
+    texts: dict[str, list[str]] = {}
+    for d, passages in candidates:
+        texts.setdefault(_unit(d, cfg), []).extend(passages)
+    return n, len(texts), (near_duplicate_groups(texts, n) if n is not None else {})
 
 
 def _keep_near_duplicates_together(name: str, cfg: dict, candidates: list,
@@ -227,17 +231,11 @@ def _keep_near_duplicates_together(name: str, cfg: dict, candidates: list,
     """Candidates (members first) and their member count once split units that share a
     ``near_duplicate_ngram``-word run are on one side (:mod:`memaudit.datasets.near_duplicates`),
     with the groups found; the split is unchanged where there are none."""
-    n = cfg.get("near_duplicate_ngram", DEFAULT_NGRAM)
-    if n is None:
-        return candidates, n_members, {}
-    texts: dict[str, list[str]] = {}
-    for d, passages in candidates:
-        texts.setdefault(_unit(d, cfg), []).extend(passages)
-    groups = near_duplicate_groups(texts, n)
+    n, n_units, groups = _near_duplicate_units(cfg, candidates)
     if not groups:
         return candidates, n_members, {}
     members = keep_together({_unit(d, cfg) for d, _ in candidates[:n_members]}, groups)
-    check_both_sides(f"benchmark {name!r}", len(texts), members, n)
+    check_both_sides(f"benchmark {name!r}", n_units, members, n)
     ordered = [c for c in candidates if _unit(c[0], cfg) in members]
     return ordered + [c for c in candidates if _unit(c[0], cfg) not in members], len(ordered), groups
 

@@ -32,13 +32,18 @@ def auc_cells(rows: pd.DataFrame) -> pd.Series:
     return rows.apply(lambda r: f"{r['auc']:.3f} [{r['auc_ci_low']:.2f}, {r['auc_ci_high']:.2f}]", axis=1)
 
 
+def family_main_methods() -> list[str]:
+    """Each probe family's main scores (its registry entry's ``headline_methods``), in registry order."""
+    from memaudit.probes.registry import FAMILIES
+
+    return [m for f in FAMILIES.values() for m in f.headline_methods]
+
+
 def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """AUC [95% CI] of each family's main scores (its registry entry's ``headline_methods``) for the
     (benchmark, model) pairs :func:`headline_table` has no score of: a model probed black-box only (an
     API model under audit), or by other families only. One row per (benchmark, model, method)."""
-    from memaudit.probes.registry import FAMILIES
-
-    main = [m for f in FAMILIES.values() for m in f.headline_methods]
+    main = family_main_methods()
     shown = summary["method"].isin(methods) | summary["method"].str.startswith("ref_")
     scored = set(zip(summary.loc[shown, "benchmark"], summary.loc[shown, "model"]))
     unscored = np.array([(b, m) not in scored for b, m in zip(summary["benchmark"], summary["model"])], dtype=bool)
@@ -191,13 +196,12 @@ def blind_baseline_note(summary: pd.DataFrame, methods: Sequence[str]) -> str:
     the difference between the two sides (Das et al. 2024): 0.87 there may mean no more than the bag of
     words' 0.87. Only a model whose interval clears the blind AUC shows more than the labels' own signal.
     """
-    from memaudit.probes.registry import FAMILIES
     from memaudit.stats.workflow import BLIND_METHOD, BLIND_MODEL
 
     blind = summary[(summary["method"] == BLIND_METHOD) & (summary["auc_ci_low"] > 0.5)]
     if blind.empty:
         return ""
-    main = set(methods) | {m for f in FAMILIES.values() for m in f.headline_methods}
+    main = {*methods, *family_main_methods()}
     lines = ["The text alone separates members from non-members here (the blind baseline: a bag-of-words",
              "classifier that sees no model; Das et al. 2024). A model's AUC there mixes memorisation with that",
              "difference: only an interval above the blind AUC shows more (docs/statistics.md#blind-baseline):"]
@@ -222,6 +226,7 @@ def book_ranking(results_dir: Path, benchmark: str, model: str, method: str) -> 
     """The books of ``benchmark`` by ``model``'s mean ``method`` score, highest first, members starred: what a
     rank test of few books rests on, read from the run's per-document scores
     (``results/scores/<benchmark>/<model>/*_documents.csv``) and ``documents.jsonl``; "" where either is missing."""
+    from memaudit.stats.metrics import group_means
     from memaudit.stats.workflow import document_books
 
     documents = Path(results_dir) / "datasets" / benchmark / "documents.jsonl"
@@ -232,9 +237,9 @@ def book_ranking(results_dir: Path, benchmark: str, model: str, method: str) -> 
     if scores.empty or not documents.exists():
         return ""
     books = document_books(documents)
-    means = (scores.assign(book=scores["doc_id"].map(books)).groupby(["book", "label"])["score"].mean()
-             .sort_values(ascending=False, kind="stable"))
-    return ", ".join(f"{book}{'*' if int(label) == 1 else ''}" for book, label in means.index)
+    names, means, labels = group_means(scores["score"], scores["label"], scores["doc_id"].map(books))
+    order = np.argsort(-means, kind="stable")
+    return ", ".join(f"{names[i]}{'*' if labels[i] == 1 else ''}" for i in order)
 
 
 def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summary_dir: Path | None = None) -> str:
@@ -243,12 +248,10 @@ def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summ
     model's rank test of the books' means (``books_pvalue``) for the first of ``methods`` it has, else the
     first of the families' main scores (the registry's ``headline_methods``), with the books in the order of
     their mean scores where ``summary_dir``'s run has its per-document scores (:func:`book_ranking`)."""
-    from memaudit.probes.registry import FAMILIES
-
     if "ci_books" not in summary.columns:
         return ""
     # the headline methods, then each family's main scores (a book benchmark probed by CopyBench only)
-    ordered = list(dict.fromkeys([*methods, *(m for f in FAMILIES.values() for m in f.headline_methods)]))
+    ordered = list(dict.fromkeys([*methods, *family_main_methods()]))
     grouped = summary.dropna(subset=["ci_books"])
     books = grouped.groupby("benchmark")["ci_books"].max()
     if books.empty:

@@ -222,19 +222,21 @@ def cluster_bootstrap_auc(scores, labels, groups, n_resamples: int, seed: int) -
     return out
 
 
-def group_means(scores, labels, groups) -> tuple[np.ndarray, np.ndarray]:
-    """Each group's mean score and its label, groups in sorted order (a book's chapters count once)."""
+def group_means(scores, labels, groups) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Each group's name, mean score and label, groups in sorted order (a book's chapters count once)."""
     scores, labels = _as_arrays(scores, labels)
     frame: dict = {}
     for score, label, group in zip(scores, labels, np.asarray(groups, dtype=str).ravel()):
-        frame.setdefault((group, int(label)), []).append(score)
+        frame.setdefault((str(group), int(label)), []).append(score)
     keys = sorted(frame)
-    return np.array([float(np.mean(frame[k])) for k in keys]), np.array([k[1] for k in keys], dtype=int)
+    return ([k[0] for k in keys], np.array([float(np.mean(frame[k])) for k in keys]),
+            np.array([k[1] for k in keys], dtype=int))
 
 
 def group_t_test_pvalue(scores, labels, groups) -> float:
     """:func:`t_test_pvalue` of the groups' mean scores."""
-    return t_test_pvalue(*group_means(scores, labels, groups))
+    _, means, labels = group_means(scores, labels, groups)
+    return t_test_pvalue(means, labels)
 
 
 def group_rank_pvalue(scores, labels, groups, *, seed: int = 0) -> float:
@@ -243,7 +245,7 @@ def group_rank_pvalue(scores, labels, groups, *, seed: int = 0) -> float:
     ``PermutationMethod``: every split where there are at most 9,999, ties included, else 9,999 seeded
     draws). The test that holds with few books, where no interval does: 3 member books above 3
     non-member ones give 0.05, the smallest p-value 3 against 3 can give."""
-    means, labels = group_means(scores, labels, groups)
+    _, means, labels = group_means(scores, labels, groups)
     members, nonmembers = means[labels == 1], means[labels == 0]
     if not members.size or not nonmembers.size:
         return math.nan

@@ -16,9 +16,11 @@ BLIND_MODEL = "(none)"
 BLIND_METHOD = "blind_bag_of_words"
 
 
-def document_books(documents_path) -> dict[str, str]:
-    """``{doc_id: book}`` of a benchmark's ``documents.jsonl`` (a document without a book is its own)."""
-    return {d["doc_id"]: str(d["meta"].get("book") or d["doc_id"]) for d in read_jsonl(documents_path)}
+def document_books(documents) -> dict[str, str]:
+    """``{doc_id: book}`` of a benchmark's ``documents.jsonl`` (a path, or its records already read); a
+    document without a book is its own."""
+    records = read_jsonl(documents) if isinstance(documents, (str, Path)) else documents
+    return {d["doc_id"]: str(d["meta"].get("book") or d["doc_id"]) for d in records}
 
 
 def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_named, *, benchmark: str,
@@ -67,7 +69,7 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
     docs = read_jsonl(documents_path)
     texts = [d["text"] for d in docs]
     labels = [int(d["meta"]["label"]) for d in docs]
-    books = document_books(documents_path) if per_book else None
+    books = document_books(docs) if per_book else None
     groups = label_groups([books[d["doc_id"]] for d in docs], labels) if books else None
     log.info("blind baseline folds on %s: %s", benchmark,
              f"by book ({len(set(groups))} books, each in one fold: the labels are given per book)" if groups
