@@ -114,7 +114,7 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
     from memaudit.config import LOCAL_ONLY_MODEL_KEYS, LORA_ONLY_KEYS, load_schema
 
     model = load_schema()["properties"]["models"]["additionalProperties"]["properties"]
-    assert set(model) - {"backend", "api", "family", "source", "base", "finetune"} == set(LOCAL_ONLY_MODEL_KEYS)
+    assert set(model) - {"backend", "api", "family", "source", "base", "control", "finetune"} == set(LOCAL_ONLY_MODEL_KEYS)
     common = {"members_of", "method", "epochs", "lr", "duplication", "batch_size", "max_length", "packing"}
     assert set(model["finetune"]["properties"]) - common == set(LORA_ONLY_KEYS)
 

@@ -271,8 +271,8 @@ def test_summary_rows_and_the_copying_against_recall_figure(tmp_path):
     assert points.loc["base", "qa_f1"] == pytest.approx(10.0) and pd.isna(points.loc["base", "rate_rougeL>=0.8"])
     out = {k: str(tmp_path / name) for k, name in [("rates", "copybench.csv"), ("diff", "diff.csv"),
                                                    ("dist", "dist.png"), ("recall", "copying_vs_recall.png")]}
-    write_summary([p for p, _ in paths], [i for _, i in paths], {"models": {"tuned": {"base": "base"}}, "seed": 1},
-                  out_rates=out["rates"], out_differences=out["diff"], out_figure=out["dist"],
+    write_summary([p for p, _ in paths], [i for _, i in paths], bases={"tuned": "base"}, declared=[],
+                  members_of={"tuned": ["books"]}, seed=1, out_rates=out["rates"], out_differences=out["diff"], out_figure=out["dist"],
                   out_recall_figure=out["recall"])
     written = pd.read_csv(out["rates"])
     assert len(written) == len(rates) and (written["mode"] == "qa").sum() == 3 * 3

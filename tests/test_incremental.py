@@ -203,6 +203,16 @@ def test_changing_the_headline_methods_redraws_only_the_figures(finished, finish
     assert planned_jobs(finished, config) == expected | cross_model() - {("summary", "")}
 
 
+def test_declaring_a_control_reruns_only_the_tables_that_pair_the_two(finished):
+    """``control`` pairs two probed models in the cloze differences: its summary reruns, no model
+    is prepared or probed again (tiny-gpt2-small, a base model, against the other model cloze_logit runs)."""
+    config = with_config(finished, "control",
+                         lambda c: c["models"]["tiny-gpt2-small"].__setitem__("control", "tiny-gpt2-small-contaminated"))
+    jobs = planned_jobs(finished, config)
+    assert ("cloze_summary", "") in jobs
+    assert jobs == downstream_of(finished, "cloze_summary")
+
+
 def test_adding_a_benchmark_schedules_only_its_jobs(finished, finished_run):
     tales = {"sources": ["tidytext"], "n_documents": 8, "passage_words": 40, "passages_per_document": 1,
              "source_options": {"tidytext": {"exclude_titles": ["Pride and Prejudice"]}}}

@@ -519,6 +519,7 @@ def _model_problems(config: dict) -> list[str]:
     problems = []
     for name, entry in models.items():
         where = f"models.{name}"
+        problems += _control_problems(name, entry, models)
         if is_api_model(entry):
             continue  # an API model: no local weights; checked by check_api_models
         has_source, has_base = "source" in entry, "base" in entry
@@ -546,6 +547,22 @@ def _model_problems(config: dict) -> list[str]:
                     if b not in benchmarks:
                         problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
     return problems
+
+
+def _control_problems(name: str, entry: dict, models: dict) -> list[str]:
+    """``control``: another model, set on a model that is not fine-tuned here (a fine-tuned model's
+    control is its base)."""
+    control = entry.get("control")
+    if control is None:
+        return []
+    where = key_path(("models", name, "control"))
+    if "base" in entry:
+        return [f"{where}: {name!r} is fine-tuned from {entry['base']!r}, which is its control; remove control"]
+    if control == name:
+        return [f"{where}: a model cannot be its own control"]
+    if control not in models:
+        return [f"{where}: unknown model {control!r}"]
+    return []
 
 
 def _reference_problems(config: dict) -> list[str]:
@@ -641,6 +658,19 @@ def check_workflow_config(config: dict, configfiles: Sequence[str | Path],
     return validate_config(config, checks=checks)
 
 
+def control_of(entry: dict) -> str | None:
+    """The model a model is compared with in the families' paired differences (CopyBench's and the
+    cloze probes'): its declared ``control`` (two checkpoints given by path: the suspect and the one it
+    was made from), else the base it is fine-tuned from here; None for a model with neither."""
+    return entry.get("control") or entry.get("base")
+
+
+def pairing_of(entry: dict) -> str:
+    """How a model's :func:`control_of` was given: ``control`` (declared: labels as given, no ground
+    truth) or ``base`` (fine-tuned here: the controlled contamination's null control)."""
+    return "control" if entry.get("control") else "base"
+
+
 def base_model_of(config: dict, model: str) -> str:
     """The base model a model derives from (itself for a base model)."""
     return config["models"][model].get("base", model)
@@ -657,6 +687,8 @@ def contaminated_on(model_entry: dict) -> list[str]:
 EXECUTION_KEYS = ("gpus",)
 # how the prepared model is scored (passage truncation, forward batch) does not change its weights.
 SCORING_KEYS = ("max_tokens", "batch_size")
+# Which model a model is compared with changes the tables that pair them, never its weights or scores.
+COMPARISON_KEYS = ("control",)
 
 
 def model_build_settings(entry: dict) -> dict:
@@ -665,9 +697,9 @@ def model_build_settings(entry: dict) -> dict:
     Changing ``max_tokens``, ``batch_size`` or ``gpus`` then re-scores the model without
     re-training or re-converting it.
     """
-    return {k: v for k, v in entry.items() if k not in SCORING_KEYS + EXECUTION_KEYS}
+    return {k: v for k, v in entry.items() if k not in SCORING_KEYS + EXECUTION_KEYS + COMPARISON_KEYS}
 
 
 def model_scoring_settings(entry: dict) -> dict:
     """The part of a model entry a probing job's results depend on (everything but scheduling)."""
-    return {k: v for k, v in entry.items() if k not in EXECUTION_KEYS}
+    return {k: v for k, v in entry.items() if k not in EXECUTION_KEYS + COMPARISON_KEYS}

@@ -129,6 +129,36 @@ def probe_runs(config: dict, family: str) -> list[tuple[str, str, str]]:
             if fam.probe(mode) in probes_for_model(config, m, b)]
 
 
+def controls(config: dict, family: str) -> dict[str, str]:
+    """Per model the family probes, its control (:func:`memaudit.config.control_of`): the pairs of the
+    family's differences table. Only probed models: a model added elsewhere in the config does not
+    rerun the family's summary."""
+    from memaudit.config import control_of
+
+    probed = sorted({m for _, m, _ in probe_runs(config, family)})
+    return {m: control_of(config["models"][m]) for m in probed if control_of(config["models"][m])}
+
+
+def declared_controls(config: dict, family: str) -> list[str]:
+    """The models of :func:`controls` whose control is declared (``control``), not the base they are
+    fine-tuned from here: their rows are comparisons with labels as given, not ground-truth checks."""
+    return sorted(m for m in controls(config, family) if config["models"][m].get("control"))
+
+
+def unpaired_controls(config: dict, family: str) -> list[str]:
+    """A declared ``control`` the family does not run where it runs the model (same benchmark and mode):
+    the difference the user asked for would be missing from the family's differences table."""
+    runs = set(probe_runs(config, family))
+    problems = []
+    for benchmark, model, mode in sorted(runs):
+        control = config["models"][model].get("control")
+        if control and (benchmark, control, mode) not in runs:
+            probe = f"{family}_{mode}" if mode else family
+            problems.append(f"models.{model}.control: {family} pairs {model!r} with {control!r}, which "
+                            f"probes.{probe} does not run on {benchmark!r}; add {control!r} to its models")
+    return problems
+
+
 def scored(config: dict) -> dict[str, list[str]]:
     """Per labelled benchmark, the models some probe scores there (a probe's ``benchmarks:`` list can leave
     one out): what the membership statistics, selection and figures cover. An unlabelled benchmark

@@ -115,6 +115,7 @@ rule cloze_summary:
         size_figure_svg="results/figures/cloze/recovery_by_size.svg",
     params:
         bases=lambda wc: cloze_plan.bases(config),
+        declared=lambda wc: cloze_plan.declared(config),
         members_of=lambda wc: cloze_plan.members_of(config),
         prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
         cloze=probe_settings("cloze"),

@@ -143,6 +143,8 @@ rule copybench_summary:
         ),
     params:
         bases=lambda wc: copybench_plan.bases(config),
+        declared=lambda wc: copybench_plan.declared(config),
+        members_of=lambda wc: copybench_plan.members_of(config),
         seed=config["seed"],
         code_version=family_version("copybench", "summary"),
     log:

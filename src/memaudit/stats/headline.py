@@ -158,6 +158,28 @@ def interval_check(group: str, ci_low: float, ci_high: float) -> tuple[str, bool
     return "CI holds 0", bool(ci_low <= 0 <= ci_high)
 
 
+def interval_reading(ci_low: float, ci_high: float) -> str:
+    """Where a difference's interval lies, without a verdict: ``above 0``, ``below 0`` or ``holds 0``."""
+    if ci_low > 0:
+        return "above 0"
+    return "below 0" if ci_high < 0 else "holds 0"
+
+
+def split_pairings(differences: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A differences table's rows of models paired with the base they are fine-tuned from here, and of
+    models paired with a declared ``control`` (``pairing``; a table written before the column has the
+    first kind only)."""
+    if "pairing" not in differences.columns:
+        return differences, differences.iloc[0:0]
+    declared = differences["pairing"].astype(str) == "control"
+    return differences[~declared], differences[declared]
+
+
+# The paired differences' section for models given a control (CopyBench's and the cloze probes'):
+CONTROL_READING = ("labels as given, no ground truth: memorised members show as members above 0 and the member "
+                   "minus non-member gain above 0, non-members holding 0")
+
+
 def base_models(models: pd.DataFrame) -> set[str]:
     """The models of ``results/summary/models.csv`` that are no other model's fine-tune: the null controls
     (on the benchmarks of :func:`null_control_benchmarks`)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from memaudit.stats.headline import interval_check, table_section
+from memaudit.stats.headline import CONTROL_READING, interval_check, interval_reading, section, split_pairings, table_section
 
 REPLIES = ("Cloze probes, black-box replies (per masked word; a reply without <word> tags is invalid; only "
            "answered words can be reconstructed: where few are, the AUC says little)")
@@ -16,11 +16,19 @@ HEADER = ("Cloze probes ground truth (fine-tuned on the benchmark minus base, re
           "members: above 0, non-members: interval holds 0; member minus non-member gain: above 0)")
 
 
+CONTROL_HEADER = (f"Cloze probes, each model minus its declared control (models.<name>.control; reconstruction "
+                  f"rate, paired by text; {CONTROL_READING})")
+
+
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
-    """The registry's ``headline`` hook: :func:`replies` over ``cloze.csv`` and :func:`expectations` over
-    ``cloze_differences.csv``."""
-    return [table_section(Path(summary_dir) / "cloze.csv", REPLIES, replies),
-            table_section(Path(summary_dir) / "cloze_differences.csv", HEADER, expectations)]
+    """The registry's ``headline`` hook: :func:`replies` over ``cloze.csv``, :func:`expectations` over
+    ``cloze_differences.csv`` and :func:`against_control` over its rows of declared controls."""
+    blocks = [table_section(Path(summary_dir) / "cloze.csv", REPLIES, replies),
+              table_section(Path(summary_dir) / "cloze_differences.csv", HEADER, expectations)]
+    path = Path(summary_dir) / "cloze_differences.csv"
+    if path.exists():
+        blocks.append(section(CONTROL_HEADER, against_control(pd.read_csv(path))))
+    return blocks
 
 
 def replies(table: pd.DataFrame) -> pd.DataFrame:
@@ -45,9 +53,21 @@ def expectations(differences: pd.DataFrame) -> pd.DataFrame:
     0); on the non-members the interval holds 0. Rows of models fine-tuned on other texts
     (``contaminated_on_benchmark`` false) are comparisons, not checked."""
     rows = []
+    differences = split_pairings(differences)[0]
     for r in differences[differences["contaminated_on_benchmark"].astype(bool)].itertuples():
         expect, ok = interval_check(r.group, r.ci_low, r.ci_high)
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "mode": r.mode,
                      "tokens": r.measure, "texts": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})
+    return pd.DataFrame(rows)
+
+
+def against_control(differences: pd.DataFrame) -> pd.DataFrame:
+    """The rows of models paired with a declared ``control`` (an audit's two checkpoints), with where the
+    interval lies and no verdict."""
+    declared = split_pairings(differences)[1]
+    rows = [{"benchmark": r.benchmark, "model": r.model, "control": r.base, "mode": r.mode, "tokens": r.measure,
+             "texts": r.group, "n": int(r.n_texts), "difference": round(r.difference, 3),
+             "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "interval": interval_reading(r.ci_low, r.ci_high)}
+            for r in declared.itertuples()]
     return pd.DataFrame(rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memaudit.config import is_api_model
-from memaudit.jobs import probe_runs
+from memaudit.jobs import controls, declared_controls, probe_runs, unpaired_controls
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
@@ -21,7 +21,8 @@ def uses_filter(config: dict, wildcards=None) -> bool:
 
 def check_config(config: dict) -> list[str]:
     """The reference model must be able to score words, and must not be a model under test on its benchmark
-    (a model that memorised a text finds nothing in it surprising, §3)."""
+    (a model that memorised a text finds nothing in it surprising, §3). A declared ``control`` runs where
+    its model does (:func:`memaudit.jobs.unpaired_controls`)."""
     from memaudit.backends.base import WORD_LOGPROBS, model_capabilities
     from memaudit.probes.registry import role_model
 
@@ -30,7 +31,7 @@ def check_config(config: dict) -> list[str]:
     if "cloze" not in config["probes"]:
         return ["probes.cloze: the settings cloze_blackbox and cloze_logit share (reference model, token "
                 "types, thresholds) are missing; add a probes.cloze block (it may be empty: {})"]
-    problems = []
+    problems = unpaired_controls(config, "cloze")
     reference = role_model(config, "cloze", "reference")
     if reference not in config["models"]:
         return []  # registry.check_roles names the unknown model
@@ -72,9 +73,13 @@ def _probed(config: dict) -> list[str]:
 
 
 def bases(config: dict) -> dict[str, str]:
-    """Per fine-tuned model the cloze probes run on, its base (the differences table's pairs). Only
-    probed models: a model added elsewhere in the config does not rerun the cloze summary."""
-    return {m: config["models"][m]["base"] for m in _probed(config) if config["models"][m].get("base")}
+    """Per model the cloze probes run on, its control (the base it is fine-tuned from, or its declared
+    ``control``): the differences table's pairs (:func:`memaudit.jobs.controls`)."""
+    return controls(config, "cloze")
+
+
+def declared(config: dict) -> list[str]:
+    return declared_controls(config, "cloze")
 
 
 def members_of(config: dict) -> dict[str, list[str]]:

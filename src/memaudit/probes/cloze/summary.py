@@ -34,7 +34,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,7 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
 
 
 def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
-                      members_of: dict[str, list[str]] | None = None) -> pd.DataFrame:
+                      members_of: dict[str, list[str]] | None = None, declared: Collection[str] = ()) -> pd.DataFrame:
     """Contaminated minus base reconstruction rate per passage, members and non-members apart, and the
     member gain minus the non-member gain (group ``member_minus_nonmember``, each group resampled on
     its own): a model fine-tuned on a QA set's members also learns its format and domain, which
@@ -88,7 +88,9 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
     ``contaminated_on_benchmark`` says whether the model was fine-tuned on this benchmark's
     members (``finetune.members_of``): only then is the member split its ground truth. A model
     fine-tuned on other texts (the source articles a QA set quotes, say) is a comparison, not a
-    controlled contamination, and may rise on both halves."""
+    controlled contamination, and may rise on both halves. ``bases`` pairs each model with its control:
+    the base it is fine-tuned from, or its declared ``control`` (the models in ``declared``, ``pairing``
+    control: two checkpoints an auditor was given, labels as given, no ground truth)."""
     members_of = members_of or {}
     rows = []
     keys = ["benchmark", "mode", "measure"]
@@ -100,7 +102,8 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
             continue
         joined = mine.merge(theirs, on=["passage_id", "label"], suffixes=("", "_base"))
         joined = joined[joined["n_tokens"] > 0]
-        key = {"benchmark": benchmark, "model": model, "base": base, "mode": mode, "measure": measure,
+        key = {"benchmark": benchmark, "model": model, "base": base,
+               "pairing": "control" if model in declared else "base", "mode": mode, "measure": measure,
                "contaminated_on_benchmark": benchmark in members_of.get(model, ())}
         gains = {}
         for label, block in joined.groupby("label"):
@@ -119,7 +122,7 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
 
 
-DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",
+DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "pairing", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",
                       "rate_model", "rate_base", "difference", "ci_low", "ci_high", "interval_holds_0"]
 
 
@@ -213,6 +216,7 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
 
 
 def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int, out_table: str,
+                  declared: Collection[str] = (),
                   out_differences: str, out_figure: str, out_versus: str, out_overlap: str,
                   prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None,
                   token_paths: Sequence[str] = (), model_dirs: Sequence[str] = (), out_by_size: str | None = None,
@@ -226,7 +230,7 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
     texts = read_texts(text_paths)
     table = detection_table(texts, seed=seed)
     write_csv(out_table, table)
-    write_csv(out_differences, differences_table(texts, bases, seed=seed, members_of=members_of))
+    write_csv(out_differences, differences_table(texts, bases, seed=seed, members_of=members_of, declared=declared))
     lcs = {(b, m): lcs_of_items(read_jsonl(items), read_jsonl(pairs)) for b, m, items, pairs in prefix}
     write_csv(out_versus, versus_prefix(texts, lcs, seed=seed, beta=BETA))
     write_csv(out_overlap, overlap(texts))

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from memaudit.stats.headline import interval_check, section
+from memaudit.stats.headline import CONTROL_READING, interval_check, interval_reading, section, split_pairings
 
 # What is copied from a passage: the mean ROUGE-L's excess over chance (the same output scored against
 # other books' references taken off), and the characters a story names. Reported beside them without a
@@ -21,6 +21,7 @@ HEADER = ("CopyBench ground truth (contaminated minus base, paired; member books
           "non-member books: interval holds 0; member minus non-member gain: above 0)")
 REPORTED_HEADER = ("CopyBench, reported without a verdict: the mean ROUGE-L (it also rises with the author's "
                    "style on books never seen) and literal copying as the paper counts it (ROUGE-L >= 0.8)")
+CONTROL_HEADER = f"CopyBench, each model minus its declared control (models.<name>.control; paired by item; {CONTROL_READING})"
 
 
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
@@ -32,7 +33,8 @@ def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     differences = pd.read_csv(path)
     if differences.empty:
         return []
-    return [section(HEADER, expectations(differences)), section(REPORTED_HEADER, reported(differences))]
+    return [section(HEADER, expectations(differences)), section(REPORTED_HEADER, reported(differences)),
+            section(CONTROL_HEADER, against_control(differences))]
 
 
 def _greedy(differences: pd.DataFrame, scores: Sequence[str], decoding: str) -> pd.DataFrame:
@@ -47,6 +49,9 @@ def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
     difference in differences). The mean ROUGE-L's excess over chance (the same output against other
     books' references: a base that writes almost nothing scores 0 on both, a model that writes the
     author's English ~0.1 on any passage) and character counts, greedy decoding."""
+    differences = split_pairings(differences)[0]  # a declared control's rows: against_control
+    if "contaminated_on_benchmark" in differences.columns:  # a model fine-tuned on other texts: no ground truth here
+        differences = differences[differences["contaminated_on_benchmark"].astype(bool)]
     rows = []
     for r in _greedy(differences, scores, decoding).itertuples():
         expect, ok = interval_check(r.group, r.ci_low, r.ci_high)
@@ -57,8 +62,20 @@ def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
 
 
 def reported(differences: pd.DataFrame, scores: Sequence[str] = REPORTED, decoding: str = "greedy") -> pd.DataFrame:
-    """The differences of :data:`REPORTED` scores, without a verdict."""
+    """The differences of :data:`REPORTED` scores of the fine-tuned models, without a verdict."""
     rows = [{"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score, "books": r.group,
              "difference": round(r.difference, 3), "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"}
-            for r in _greedy(differences, scores, decoding).itertuples()]
+            for r in _greedy(split_pairings(differences)[0], scores, decoding).itertuples()]
+    return pd.DataFrame(rows)
+
+
+def against_control(differences: pd.DataFrame, scores: Sequence[str] = CHECKED + REPORTED,
+                    decoding: str = "greedy") -> pd.DataFrame:
+    """The rows of models paired with a declared ``control`` (an audit's two checkpoints): every score of
+    :data:`CHECKED` and :data:`REPORTED`, with where the interval lies and no verdict."""
+    declared = split_pairings(differences)[1]
+    rows = [{"benchmark": r.benchmark, "model": r.model, "control": r.base, "score": r.score, "books": r.group,
+             "items": int(r.n_items), "difference": round(r.difference, 3), "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
+             "interval": interval_reading(r.ci_low, r.ci_high)}
+            for r in _greedy(declared, scores, decoding).itertuples()]
     return pd.DataFrame(rows)

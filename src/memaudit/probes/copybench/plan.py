@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memaudit.jobs import probe_runs
+from memaudit.config import contaminated_on
+from memaudit.jobs import controls, declared_controls, probe_runs, unpaired_controls
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
@@ -12,10 +13,18 @@ def runs(config: dict) -> list[tuple[str, str, str]]:
 
 
 def bases(config: dict) -> dict[str, str]:
-    """Per fine-tuned model CopyBench runs on, its base (the differences table's pairs). Only probed
-    models: a fine-tuned model added elsewhere in the config does not rerun CopyBench's summary."""
-    probed = sorted({m for _, m, _ in runs(config)})
-    return {m: config["models"][m]["base"] for m in probed if config["models"][m].get("base")}
+    """Per model CopyBench runs on, its control (the base it is fine-tuned from, or its declared
+    ``control``): the differences table's pairs (:func:`memaudit.jobs.controls`)."""
+    return controls(config, "copybench")
+
+
+def declared(config: dict) -> list[str]:
+    return declared_controls(config, "copybench")
+
+
+def members_of(config: dict) -> dict[str, list[str]]:
+    """Per paired model, the benchmarks whose members it was fine-tuned on (where its rows are checks)."""
+    return {m: contaminated_on(config["models"][m]) for m in bases(config)}
 
 
 def published(config: dict, benchmark: str) -> dict | None:
@@ -38,8 +47,9 @@ def published_inputs(config: dict, wildcards) -> dict[str, str]:
 
 def check_config(config: dict) -> list[str]:
     """CopyBench on its published files: stories need an event judge that is a model, since the MiniLM
-    judge is calibrated on pairs cut from the books' text, which the published files do not hold."""
-    problems = []
+    judge is calibrated on pairs cut from the books' text, which the published files do not hold. A
+    declared ``control`` runs where its model does (:func:`memaudit.jobs.unpaired_controls`)."""
+    problems = unpaired_controls(config, "copybench")
     judge = (config["probes"].get("copybench", {}).get("event_judge", {}) or {}).get("model")
     for benchmark in sorted({b for b, _, mode in runs(config) if mode == "nonliteral"}):
         if published(config, benchmark) is not None and not judge:

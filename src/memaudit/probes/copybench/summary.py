@@ -30,7 +30,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -93,24 +93,35 @@ def item_scores(items_path: str) -> pd.DataFrame:
     return frame.groupby(["item_id", "label", "decoding"], as_index=False)[present].mean()
 
 
-# copybench_differences.csv's columns: a run with no contaminated model beside its base (an audit of
-# models that are not fine-tunes of the run's own) writes the header alone, which pandas reads back.
-DIFFERENCE_COLUMNS = ("benchmark", "model", "base", "mode", "decoding", "group", "n_items", "score", "mean_model",
-                      "mean_base", "difference", "ci_low", "ci_high", "interval_holds_0")
+# copybench_differences.csv's columns: a run with no model beside its control (an audit of models
+# that are not fine-tunes of the run's own, without a declared control) writes the header alone,
+# which pandas reads back. ``base`` is the model compared with: the base a model is fine-tuned from
+# here (``pairing`` base) or its declared ``control`` (``pairing`` control); ``contaminated_on_benchmark``
+# says whether the model was fine-tuned on this benchmark's members, where the rows are ground truth.
+DIFFERENCE_COLUMNS = ("benchmark", "model", "base", "pairing", "mode", "decoding", "contaminated_on_benchmark",
+                      "group", "n_items", "score", "mean_model", "mean_base", "difference", "ci_low", "ci_high",
+                      "interval_holds_0")
 
 
-def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int) -> pd.DataFrame:
-    """Contaminated minus base, per (benchmark, mode, decoding, group, score)."""
+def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int,
+                      declared: Collection[str] = (), members_of: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """A model minus its control (``bases``: per model), per (benchmark, mode, decoding, group, score).
+    ``declared``: the models whose control is declared (``models.<name>.control``), not their base;
+    ``members_of``: per model, the benchmarks it was fine-tuned on (None: every pair is a controlled
+    contamination of its benchmark, as before the column existed)."""
     by_key = {_parse(p): p for p in items_paths}
     rows = []
     for (benchmark, model, mode), path in sorted(by_key.items()):
         base = bases.get(model)
         if not base or (benchmark, base, mode) not in by_key:
             continue
+        contaminated = True if members_of is None else benchmark in members_of.get(model, ())
         mine, theirs = item_scores(path), item_scores(by_key[(benchmark, base, mode)])
         scores = [c for c in SCORES[mode] if c in mine.columns and c in theirs.columns]
         joined = mine.merge(theirs, on=["item_id", "label", "decoding"], suffixes=("", "_base"))
-        key = {"benchmark": benchmark, "model": model, "base": base, "mode": mode}
+        key = {"benchmark": benchmark, "model": model, "base": base,
+               "pairing": "control" if model in declared else "base", "mode": mode,
+               "contaminated_on_benchmark": contaminated}
         for decoding, by_decoding in joined.groupby("decoding"):
             gains = {}
             for label, block in by_decoding.groupby("label"):
@@ -216,11 +227,13 @@ def recall_figure(rates: pd.DataFrame, out: str | Path) -> None:
     plt.close(fig)
 
 
-def write_summary(outcome_paths: Sequence[str], items_paths: Sequence[str], config: dict, *,
+def write_summary(outcome_paths: Sequence[str], items_paths: Sequence[str], *, bases: dict[str, str],
+                  declared: Collection[str], members_of: dict[str, list[str]], seed: int,
                   out_rates: str, out_differences: str, out_figure: str, out_recall_figure: str) -> None:
-    bases = {m: e["base"] for m, e in config["models"].items() if e.get("base")}
+    """``bases``, ``declared``, ``members_of``: the rule's params (:mod:`memaudit.probes.copybench.plan`)."""
     rates = rates_table(outcome_paths)
     write_csv(out_rates, rates)
     recall_figure(rates, out_recall_figure)
-    write_csv(out_differences, differences_table(items_paths, bases, seed=int(config["seed"])))
+    write_csv(out_differences, differences_table(items_paths, bases, seed=int(seed), declared=declared,
+                                                 members_of=members_of))
     distributions_figure(items_paths, out_figure)
