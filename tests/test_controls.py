@@ -108,7 +108,10 @@ def test_copybench_rows_of_a_declared_control_are_reported_not_checked(tmp_path)
     # (no excess over chance: one book's items only) the fine-tune on this benchmark alone is checked
     checks = headline.expectations(table, scores=("copybench_rougeL",))
     assert set(checks["model"]) == {"tuned"} and checks["ok"].all()
-    audit = headline.against_control(table).set_index(["score", "books"])
+    shown = headline.against_control(table)  # per score: members, non-members, the gain beyond them
+    assert shown["books"].tolist()[:3] == ["member", "nonmember", "member_minus_nonmember"]
+    assert shown["score"].tolist()[:3] == ["copybench_rougeL"] * 3
+    audit = shown.set_index(["score", "books"])
     assert set(audit["model"]) == {"suspect"} and set(audit["control"]) == {"original"}
     assert "ok" not in audit.columns  # no ground truth: where the interval lies, no verdict
     assert audit.loc[("copybench_rougeL", "member"), "interval"] == "above 0"

@@ -175,6 +175,13 @@ def split_pairings(differences: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFram
     return differences[~declared], differences[declared]
 
 
+def by_group(differences: pd.DataFrame, *keys: str) -> pd.DataFrame:
+    """Rows sorted by ``keys``, then members, non-members and the gain beyond the non-members."""
+    order = {"member": 0, "nonmember": 1, "member_minus_nonmember": 2}
+    rank = differences["group"].map(order).fillna(len(order))
+    return differences.assign(_rank=rank).sort_values([*keys, "_rank"], kind="stable").drop(columns="_rank")
+
+
 # The paired differences' section for models given a control (CopyBench's and the cloze probes'):
 CONTROL_READING = ("labels as given, no ground truth: memorised members show as members above 0 and the member "
                    "minus non-member gain above 0, non-members holding 0")

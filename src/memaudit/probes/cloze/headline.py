@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from memaudit.stats.headline import CONTROL_READING, interval_check, interval_reading, section, split_pairings, table_section
+from memaudit.stats.headline import (CONTROL_READING, by_group, interval_check, interval_reading, section,
+                                     split_pairings, table_section)
 
 REPLIES = ("Cloze probes, black-box replies (per masked word; a reply without <word> tags is invalid; only "
            "answered words can be reconstructed: where few are, the AUC says little)")
@@ -65,7 +66,7 @@ def expectations(differences: pd.DataFrame) -> pd.DataFrame:
 def against_control(differences: pd.DataFrame) -> pd.DataFrame:
     """The rows of models paired with a declared ``control`` (an audit's two checkpoints), with where the
     interval lies and no verdict."""
-    declared = split_pairings(differences)[1]
+    declared = by_group(split_pairings(differences)[1], "benchmark", "model", "mode", "measure")
     rows = [{"benchmark": r.benchmark, "model": r.model, "control": r.base, "mode": r.mode, "tokens": r.measure,
              "texts": r.group, "n": int(r.n_texts), "difference": round(r.difference, 3),
              "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "interval": interval_reading(r.ci_low, r.ci_high)}

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from memaudit.stats.headline import CONTROL_READING, interval_check, interval_reading, section, split_pairings
+from memaudit.stats.headline import (CONTROL_READING, by_group, interval_check, interval_reading, section,
+                                     split_pairings)
 
 # What is copied from a passage: the mean ROUGE-L's excess over chance (the same output scored against
 # other books' references taken off), and the characters a story names. Reported beside them without a
@@ -73,7 +74,7 @@ def against_control(differences: pd.DataFrame, scores: Sequence[str] = CHECKED +
                     decoding: str = "greedy") -> pd.DataFrame:
     """The rows of models paired with a declared ``control`` (an audit's two checkpoints): every score of
     :data:`CHECKED` and :data:`REPORTED`, with where the interval lies and no verdict."""
-    declared = split_pairings(differences)[1]
+    declared = by_group(split_pairings(differences)[1], "benchmark", "model", "score")
     rows = [{"benchmark": r.benchmark, "model": r.model, "control": r.base, "score": r.score, "books": r.group,
              "items": int(r.n_items), "difference": round(r.difference, 3), "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
              "interval": interval_reading(r.ci_low, r.ci_high)}
