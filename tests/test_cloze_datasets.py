@@ -492,6 +492,48 @@ def test_bad_qa_rows_are_rejected_and_strict_raises(tmp_path):
         load_qa_jsonl(path, strict=True)
 
 
+def test_a_qa_set_that_labels_its_own_questions_is_not_split_and_nothing_moves(tmp_path):
+    """label_key: an audit's set (a benchmark's published questions, 1, beside questions written after
+    the model's cutoff, 0): the file's labels, rows without a usable one rejected, a non-member sharing a
+    run with a member kept with its label."""
+    shared = "the committee met in the old town hall on a cold morning to decide the matter of the bridge"
+    lines = [{**q, "seen": i % 2} for i, q in enumerate(QA_LINES)]
+    lines += [{"id": "copy-m", "question": f"In the story, {shared}: who spoke first?", "answer": "Ann", "seen": 1},
+              {"id": "copy-n", "question": f"Later, {shared}: who spoke last?", "answer": "Bob", "seen": 0},
+              {"question": "No label?", "answer": "x"},                                  # line 13
+              {"question": "A text label?", "answer": "x", "seen": "1"},                 # line 14
+              {"question": "A boolean label?", "answer": "x", "seen": True},             # line 15
+              {"question": "Two?", "answer": "x", "seen": 2}]                            # line 16
+    path = _write(tmp_path / "audit.jsonl", _jsonl(*lines))
+    docs, passages, rejected = load_qa_jsonl(path, label_key="seen")
+    labels = {p.doc_id: p.label for p in passages}
+    assert len(labels) == 12
+    assert labels["qa/gpqa-1"] == 0 and labels["qa/copy-m"] == 1 and labels["qa/copy-n"] == 0  # as given
+    assert sum(labels.values()) == 6  # lines 2, 4, 6, 8, 10 and copy-m: no split drawn, nothing moved
+    assert {p.meta["split"] for p in passages} == {"given"} and "seen" not in passages[0].meta["extra"]
+    assert [(r.line, r.key, r.action) for r in rejected] == [
+        (12, "id", "kept"), (13, "seen", "rejected"), (14, "seen", "rejected"), (15, "seen", "rejected"),
+        (16, "seen", "rejected")]
+    assert rejected[0].reason == "a non-member that shares a 13-word run with member question(s) copy-m: kept with its label"
+    assert rejected[1].reason == "missing key"
+    assert rejected[2].reason == "not exactly 0 or 1: got a string '1'"
+    with pytest.raises(InputError, match=r"audit\.jsonl, line 13, key seen: missing key"):
+        load_qa_jsonl(path, strict=True, label_key="seen")
+
+
+def test_a_labelled_qa_benchmark_records_where_its_labels_come_from(tmp_path):
+    from memaudit.config import label_provenance
+    from memaudit.datasets.published import cloze_published
+
+    block = {"format": "qa", "path": "x.jsonl", "label_key": "seen"}
+    assert label_provenance({"published": block}, 13) == {
+        "labels": "published (qa): the QA set's own 'seen' field (1 = member)", "null_control": False}
+    assert label_provenance({"published": {"format": "qa", "path": "x.jsonl"}}, 13)["null_control"] is True
+    path = _write(tmp_path / "all.jsonl", _jsonl(*[{**q, "seen": 1} for q in QA_LINES]))
+    with pytest.raises(InputError, match=r"all\.jsonl: all 10 usable rows are members \(label 1\)"):
+        cloze_published("audit", {"format": "qa", "path": str(path), "label_key": "seen"})
+
+
 # ----------------------------------------------------------------------------- the demo QA source
 
 

@@ -149,3 +149,11 @@ def test_the_config_accepts_the_formats_and_names_wrong_keys():
     with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.path: the wikimia set is read from a local "
                                           r"file"):
         validate_config(config({"format": "wikimia"}))
+    # a QA set that labels its own questions (label_key) is not split
+    validate_config(config({"format": "qa", "path": "q.jsonl", "label_key": "seen"}))
+    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.label_key: only format qa reads each "
+                                          r"question's label from a field"):
+        validate_config(config({"format": "wikimia", "path": "w.jsonl", "label_key": "seen"}))
+    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.member_fraction: the QA set labels its "
+                                          r"own questions \(label_key 'seen'\); memaudit splits only an unlabelled set"):
+        validate_config(config({"format": "qa", "path": "q.jsonl", "label_key": "seen", "member_fraction": 0.3}))

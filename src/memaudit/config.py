@@ -382,6 +382,9 @@ def label_provenance(cfg: dict, seed: int) -> dict:
     fmt = published["format"]
     if fmt == "copybench" and not published.get("labels"):
         return {"labels": "none: CopyBench's published books carry no membership labels", "null_control": False}
+    if fmt == "qa" and published.get("label_key"):
+        return {"labels": f"published (qa): the QA set's own {published['label_key']!r} field (1 = member)",
+                "null_control": False}
     if fmt == "qa":
         return {"labels": f"random split of the QA set's questions (seed {seed}, member fraction "
                           f"{published.get('member_fraction', 0.5)})", "null_control": True}
@@ -416,6 +419,12 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
     if "member_fraction" in published and fmt != "qa":
         problems.append(f"{where}.member_fraction: only format qa is split by memaudit "
                         f"(the other formats carry labels)")
+    if "label_key" in published and fmt != "qa":
+        problems.append(f"{where}.label_key: only format qa reads each question's label from a field "
+                        f"(the other formats carry theirs)")
+    elif "label_key" in published and "member_fraction" in published:
+        problems.append(f"{where}.member_fraction: the QA set labels its own questions "
+                        f"(label_key {published['label_key']!r}); memaudit splits only an unlabelled set (remove one)")
     if "near_duplicate_ngram" in published and fmt != "qa":
         problems.append(f"{where}.near_duplicate_ngram: only format qa is split by memaudit "
                         f"(the other formats carry labels)")

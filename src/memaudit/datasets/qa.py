@@ -49,6 +49,7 @@ from memaudit.datasets.rejects import (
     json_type,
     read_text,
     require_rows,
+    short_repr,
 )
 from memaudit.datasets.text import split_sentences
 from memaudit.datasets.types import Document, Passage
@@ -74,6 +75,7 @@ class QAQuestion:
     answer_index: int | None
     line: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    label: int | None = None  # the file's own label (``label_key``), else None: memaudit splits
 
 
 def render_qa(question: str, choices: Sequence[str], answer: str) -> str:
@@ -132,9 +134,12 @@ def _answer(value: Any, choices: list[str]) -> tuple[str, int | None]:
     return text, choices.index(text)
 
 
-def _question(record: Any, line: int) -> QAQuestion:
+def _question(record: Any, line: int, label_key: str | None = None) -> QAQuestion:
+    from memaudit.datasets.labelled import check_label
+
     if not isinstance(record, dict):
         raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
+    label = None if label_key is None else check_label(record.get(label_key, MISSING), False, "0 or 1", key=label_key)
     question = check_text("question", record.get("question", MISSING)).strip()
     choices = _choices(record.get("choices", MISSING))
     answer, index = _answer(record.get("answer", MISSING), choices)
@@ -145,19 +150,21 @@ def _question(record: Any, line: int) -> QAQuestion:
         qid = str(qid).strip()
     else:
         raise RowReject("id", qid, "expected a non-empty string or an integer")
-    extra = {k: v for k, v in record.items() if k not in QA_FIELDS}
-    return QAQuestion(qid, question, choices, answer, index, line, extra)
+    extra = {k: v for k, v in record.items() if k not in QA_FIELDS and k != label_key}
+    return QAQuestion(qid, question, choices, answer, index, line, extra, label)
 
 
-def read_qa_jsonl(path: str | Path, strict: bool = False) -> tuple[list[QAQuestion], list[Rejected]]:
+def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | None = None,
+                  ) -> tuple[list[QAQuestion], list[Rejected]]:
     """The usable questions of a QA JSON-lines file (Section 4.3's benchmarks: GPQA, CommonsenseQA,
     ARC) and the rejected rows (published-data policy).
 
     Rejected: a line that is not a JSON object, an empty question, a choice that is empty,
     repeated or not a string, fewer than two choices, an answer that is no choice or an index out
     of range, a repeated ``id``, and a question asked again (same text, ignoring case and
-    spacing: it would sit in both halves of the split). ``strict=True``: the first rejected row
-    is an InputError; empty, non-UTF-8 or unusable files: InputError.
+    spacing: it would sit in both halves of the split). With ``label_key``, also a row whose field
+    of that name is missing or not exactly 0 or 1 (a JSON integer). ``strict=True``: the first
+    rejected row is an InputError; empty, non-UTF-8 or unusable files: InputError.
     """
     path, text = read_text(path, "a QA JSON-lines file")
     log = RejectLog(strict)
@@ -166,7 +173,7 @@ def read_qa_jsonl(path: str | Path, strict: bool = False) -> tuple[list[QAQuesti
         try:
             if isinstance(record, RowReject):
                 raise record
-            q = _question(record, line)
+            q = _question(record, line, label_key)
             if q.qid in ids:
                 raise RowReject("id", q.qid, f"duplicate id, first on line {ids[q.qid]}")
             key = _normalised(q.question)
@@ -213,7 +220,7 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
         text = render_qa(q.question, q.choices, q.answer)
         fields = {"question": q.question, "choices": list(q.choices), "answer": q.answer,
                   "answer_index": q.answer_index}
-        half = "contaminated" if label == MEMBER else "clean"
+        half = ("contaminated" if label == MEMBER else "clean") if q.label is None else "given"
         docs.append(Document(doc_id, source, "", "", "qa", text,
                              dict(fields, label=label, split=half, line=q.line, origin=origin, n_passages=1)))
         passages.append(Passage(f"{doc_id}#p0", doc_id, label, text, "", "",
@@ -222,7 +229,7 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
 
 
 def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: float = 0.5, seed: int = 13,
-                  near_duplicate_ngram: int | None = DEFAULT_NGRAM,
+                  near_duplicate_ngram: int | None = DEFAULT_NGRAM, label_key: str | None = None,
                   ) -> tuple[list[Document], list[Passage], list[Rejected]]:
     """A QA JSON-lines file split into a contaminated half (label 1) and a clean half (label 0): the
     controlled contamination of Section 4.3 (Table 4), with the clean half as the control.
@@ -232,20 +239,44 @@ def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: fl
     ``near_duplicate_ngram``-word run are kept in one half
     (:mod:`memaudit.datasets.near_duplicates`; ``None``: no such check), and each such document's
     ``meta["near_duplicates"]`` names the others.
+
+    ``label_key`` (beyond the paper): each question carries its own label in that field (1 = member:
+    a benchmark's published questions, say; 0 = questions written after the model's cutoff), and
+    nothing is split. An audit of a model someone else trained has no contaminated half of its own
+    making. Nothing is moved either: a non-member sharing a run with a member keeps its label, with
+    a ``kept`` row saying so.
     """
-    questions, rejected = read_qa_jsonl(path, strict)
-    members = contamination_split([q.qid for q in questions], member_fraction, seed)
+    questions, rejected = read_qa_jsonl(path, strict, label_key=label_key)
     groups: dict[str, tuple[str, ...]] = {}
     if near_duplicate_ngram is not None:
         groups = near_duplicate_groups({q.qid: [render_qa(q.question, q.choices, q.answer)] for q in questions},
                                        near_duplicate_ngram)
-        members = keep_together(members, groups)
-        check_both_sides(f"{path}", len({q.qid for q in questions}), members, near_duplicate_ngram)
+    if label_key is None:
+        members = keep_together(contamination_split([q.qid for q in questions], member_fraction, seed), groups)
+        if near_duplicate_ngram is not None:
+            check_both_sides(f"{path}", len({q.qid for q in questions}), members, near_duplicate_ngram)
+    else:
+        members = {q.qid for q in questions if q.label == MEMBER}
+        rejected = sorted(rejected + _kept_across(path, questions, members, groups, near_duplicate_ngram),
+                          key=lambda r: r.line)
     docs, passages = qa_records(questions, members, origin=str(path))
     by_id = {d.doc_id: d for d in docs}
     for qid, group in groups.items():
         by_id[f"{QA_SOURCE}/{qid}"].meta["near_duplicates"] = [f"{QA_SOURCE}/{o}" for o in group if o != qid]
     return docs, passages, rejected
+
+
+def _kept_across(path: str | Path, questions: Sequence[QAQuestion], members: set[str],
+                 groups: dict[str, tuple[str, ...]], n: int | None) -> list[Rejected]:
+    """A ``kept`` row per non-member question that shares an ``n``-word run with a member question: its
+    label is the file's, and a member's text in it is a reason to read its scores with care."""
+    rows = []
+    for q in questions:
+        shared = [o for o in groups.get(q.qid, ()) if o != q.qid and o in members]
+        if q.qid not in members and shared:
+            rows.append(Rejected(str(path), q.line, "id", short_repr(q.qid), f"a non-member that shares a {n}-word run with "
+                                 f"member question(s) {', '.join(sorted(shared))}: kept with its label", "kept"))
+    return rows
 
 
 # ---------------------------------------------------------------- the demo set
