@@ -1,4 +1,4 @@
-"""Fuzzed published files (issue 14): BookTection/arXivTection CSVs, BookMIA JSON lines and
+"""Fuzzed published files (issue 14): BookTection/arXivTection CSVs, BookMIA JSON lines, labelled QA sets and
 CopyBench's JSON arrays, from rows drawn with blank, duplicated, NUL-holding, mistyped and huge
 fields, then written in another encoding, truncated or spliced with random bytes.
 
@@ -189,3 +189,52 @@ def test_fuzzed_copybench_literal_files_load_with_every_record_accounted_for_or_
                                                                        record["reference"])
 
     assert run_cases(check, "CopyBench data.literal.json") >= 100
+
+
+USABLE_QA = st.fixed_dictionaries({"question": st.integers(0, 99).map(lambda i: f"Which year, {i}?"),
+                                   "answer": st.integers(1900, 2000), "seen": st.sampled_from([0, 1])})
+QA_RECORD = st.one_of(
+    USABLE_QA,
+    st.fixed_dictionaries(
+        {"question": st.one_of(st.integers(0, 99).map(lambda i: f"Which river, {i}?"),
+                               st.sampled_from(["Which river, 1? ", ""]), CELL),
+         "choices": st.one_of(st.none(), st.none(), st.lists(st.sampled_from(["Nile", "Rhine", " ", "nile"]),
+                                                                max_size=3)),
+         "answer": st.one_of(st.integers(-1, 3), st.sampled_from(["Nile", "Rhine", ""]), st.booleans())},
+        # mostly a usable label, and every kind of unusable one (a string, 2, 1.0, null, a boolean)
+        optional={"seen": st.sampled_from([0, 1, 0, 1, 0, 1, "1", 2, 1.0, None, True]),
+                  "id": st.one_of(st.integers(0, 3), st.sampled_from(["a", " ", ""]))}),
+    st.integers(), st.lists(st.integers(), max_size=2))
+
+
+def test_fuzzed_labelled_qa_files_load_with_every_line_accounted_for_or_fail_in_one_line(tmp_path):
+    """A QA set that labels its own questions (``label_key``): each loaded question carries exactly the
+    file's 0 or 1, and every other non-blank line is a rejected row."""
+    from memaudit.datasets.qa import load_qa_jsonl
+
+    path = tmp_path / "audit.jsonl"
+    labels_loaded: list[int] = []
+
+    @settings(max_examples=150, deadline=None)
+    @given(records=st.lists(QA_RECORD, max_size=8), **FILE_VARIANTS)
+    def check(records, huge, encoding, mutation, raw):
+        lines = [json.dumps(r, ensure_ascii=encoding != "utf-8") for r in records]
+        if huge:
+            lines.append(json.dumps({"question": huge, "answer": "x", "seen": 1}))
+        loaded = _load_variant(lambda p: load_qa_jsonl(p, label_key="seen"), path,
+                               ("\n".join(lines) + "\n").encode(encoding), mutation, raw)
+        if loaded is None:
+            return
+        docs, passages, rejected = loaded
+        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+        in_file = {n: line for n, line in enumerate(text.split("\n"), 1) if line.strip()}
+        rejected_lines = {r.line for r in rejected if r.action == "rejected"}
+        assert len(passages) + len(rejected_lines) == len(in_file)
+        for p in passages:
+            record = json.loads(in_file[p.meta["line"]], strict=False)
+            assert type(record["seen"]) is int and p.label == record["seen"] in (0, 1)
+            assert p.meta["split"] == "given"
+            labels_loaded.append(p.label)
+
+    assert run_cases(check, "labelled QA") >= 100
+    assert set(labels_loaded) == {0, 1}  # the cases load questions of both labels, not only rejects

@@ -34,7 +34,7 @@ def check_config(config: dict) -> list[str]:
     problems = unpaired_controls(config, "cloze")
     reference = role_model(config, "cloze", "reference")
     if reference not in config["models"]:
-        return []  # registry.check_roles names the unknown model
+        return problems  # registry.check_roles names the unknown model
     if WORD_LOGPROBS not in model_capabilities(config["models"][reference]):
         problems.append(f"probes.cloze.reference.model: {reference!r} cannot score words "
                         f"({WORD_LOGPROBS}: local models only)")
