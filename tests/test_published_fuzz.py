@@ -69,6 +69,16 @@ def _load_variant(load, path, data: bytes, mutation, raw):
         return None
 
 
+def _every_line_accounted_for(path, passages, rejected) -> dict[int, str]:
+    """The file's non-blank JSON lines by number, after checking that each is a loaded passage or a
+    rejected row (a ``kept`` row notes a loaded one)."""
+    text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+    in_file = {n: line for n, line in enumerate(text.split("\n"), 1) if line.strip()}
+    rejected_lines = {r.line for r in rejected if r.action == "rejected"}
+    assert len(passages) + len(rejected_lines) == len(in_file)
+    return in_file
+
+
 def _csv_records(text: str) -> dict[int, list[str]]:
     """The file's non-blank CSV records by start line, read by the csv module on its own."""
     reader, records = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline="")), {}
@@ -144,10 +154,7 @@ def test_fuzzed_bookmia_files_load_with_every_line_accounted_for_or_fail_in_one_
         if loaded is None:
             return
         docs, passages, rejected = loaded
-        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
-        in_file = {n: line for n, line in enumerate(text.split("\n"), 1) if line.strip()}
-        rejected_lines = {r.line for r in rejected if r.action == "rejected"}
-        assert len(passages) + len(rejected_lines) == len(in_file)
+        in_file = _every_line_accounted_for(path, passages, rejected)
         noted = {r.line for r in rejected if r.action == "kept"}
         for p in passages:
             record = json.loads(in_file[p.meta["source_line"]], strict=False)
@@ -226,10 +233,7 @@ def test_fuzzed_labelled_qa_files_load_with_every_line_accounted_for_or_fail_in_
         if loaded is None:
             return
         docs, passages, rejected = loaded
-        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
-        in_file = {n: line for n, line in enumerate(text.split("\n"), 1) if line.strip()}
-        rejected_lines = {r.line for r in rejected if r.action == "rejected"}
-        assert len(passages) + len(rejected_lines) == len(in_file)
+        in_file = _every_line_accounted_for(path, passages, rejected)
         for p in passages:
             record = json.loads(in_file[p.meta["line"]], strict=False)
             assert type(record["seen"]) is int and p.label == record["seen"] in (0, 1)
