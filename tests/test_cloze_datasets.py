@@ -521,6 +521,48 @@ def test_a_qa_set_that_labels_its_own_questions_is_not_split_and_nothing_moves(t
         load_qa_jsonl(path, strict=True, label_key="seen")
 
 
+def test_questions_grouped_by_their_source_are_one_unit_of_the_split_and_of_the_statistics(tmp_path):
+    """group_key: the questions asked of one passage split together (seeded, by group) and are one book,
+    which the statistics count; a question without a group is rejected with its line and key."""
+    from memaudit.stats.metrics import label_groups
+    from memaudit.stats.workflow import document_books
+
+    lines = [{"id": f"p{g}-{k}", "question": f"Question {k} about passage {g}?", "answer": f"answer {g}{k}",
+              "passage": f"p{g}"} for g in range(10) for k in range(3)]
+    lines += [{"question": "An orphan?", "answer": "x"}, {"question": "A float group?", "answer": "x", "passage": 1.5}]
+    path = _write(tmp_path / "race.jsonl", _jsonl(*lines))
+    docs, passages, rejected = load_qa_jsonl(path, seed=13, group_key="passage")
+    assert [(r.line, r.key, r.reason) for r in rejected] == [
+        (31, "passage", "missing key"), (32, "passage", "expected a non-empty string or an integer")]
+    books = document_books([d.to_dict() for d in docs])
+    labels = {p.doc_id: p.label for p in passages}
+    by_group: dict[str, set[int]] = {}
+    for doc_id, book in books.items():
+        by_group.setdefault(book, set()).add(labels[doc_id])
+    assert len(by_group) == 10 and all(len(v) == 1 for v in by_group.values())  # a group on one side
+    assert sum(next(iter(v)) for v in by_group.values()) == 5  # half of the groups, not of the questions
+    assert books["qa/p3-1"] == "qa/p3" and "passage" not in passages[0].meta["extra"]
+    ids = sorted(labels)
+    assert label_groups([books[i] for i in ids], [labels[i] for i in ids]) == [books[i] for i in ids]
+    # the same file split again: the same halves; another seed, others
+    assert {p.doc_id: p.label for p in load_qa_jsonl(path, seed=13, group_key="passage")[1]} == labels
+    assert {p.doc_id: p.label for p in load_qa_jsonl(path, seed=2, group_key="passage")[1]} != labels
+
+    # given labels: a group with both is kept, with a row saying the statistics count questions
+    for line in lines[:30]:
+        line["seen"] = int(line["passage"] in ("p0", "p1", "p2", "p3", "p4"))
+    lines[0]["seen"] = 0
+    path = _write(tmp_path / "race_labelled.jsonl", _jsonl(*lines[:30]))
+    docs, passages, rejected = load_qa_jsonl(path, label_key="seen", group_key="passage")
+    assert sum(p.label for p in passages) == 14
+    assert [(r.line, r.key, r.value, r.action) for r in rejected] == [(1, "passage", "'p0'", "kept")]
+    assert rejected[0].reason.startswith("a group whose questions carry both labels")
+    books = document_books([d.to_dict() for d in docs])
+    ids = sorted(books)
+    labels = {p.doc_id: p.label for p in passages}
+    assert label_groups([books[i] for i in ids], [labels[i] for i in ids]) is None
+
+
 def test_a_labelled_qa_benchmark_records_where_its_labels_come_from(tmp_path):
     from memaudit.config import label_provenance
     from memaudit.datasets.published import cloze_published

@@ -150,7 +150,10 @@ def test_the_config_accepts_the_formats_and_names_wrong_keys():
                                           r"file"):
         validate_config(config({"format": "wikimia"}))
     # a QA set that labels its own questions (label_key) is not split
-    validate_config(config({"format": "qa", "path": "q.jsonl", "label_key": "seen"}))
+    validate_config(config({"format": "qa", "path": "q.jsonl", "label_key": "seen", "group_key": "passage"}))
+    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.group_key: only format qa groups its "
+                                          r"questions by a field"):
+        validate_config(config({"format": "wikimia", "path": "w.jsonl", "group_key": "passage"}))
     with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.label_key: only format qa reads each "
                                           r"question's label from a field"):
         validate_config(config({"format": "wikimia", "path": "w.jsonl", "label_key": "seen"}))

@@ -419,6 +419,8 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
     if "member_fraction" in published and fmt != "qa":
         problems.append(f"{where}.member_fraction: only format qa is split by memaudit "
                         f"(the other formats carry labels)")
+    if "group_key" in published and fmt != "qa":
+        problems.append(f"{where}.group_key: only format qa groups its questions by a field")
     if "label_key" in published and fmt != "qa":
         problems.append(f"{where}.label_key: only format qa reads each question's label from a field "
                         f"(the other formats carry theirs)")

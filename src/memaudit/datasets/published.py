@@ -365,7 +365,8 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
       by date (:func:`memaudit.datasets.articles.build_articles`);
     - ``{format: qa, path: <file>, member_fraction: 0.5}``: a QA set in JSON lines split (seeded by
       ``seed``) into a contaminated and a clean half (:func:`memaudit.datasets.qa.load_qa_jsonl`), or
-      labelled by the file itself (``label_key``: each question's field holding 0 or 1);
+      labelled by the file itself (``label_key``: each question's field holding 0 or 1), its questions
+      grouped by source (``group_key``);
     - ``{format: wikimia, path: <file>}``: WikiMIA (``input``, ``label``) and ``{format: member_texts,
       path: <file>, text_key: text}``: an XSum/BBC-style member/non-member set (the KTD paper's
       Section 5), both by :func:`memaudit.datasets.labelled.load_labelled`.
@@ -396,7 +397,7 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
         docs, passages, rejected = load_qa_jsonl(path, strict, member_fraction=float(
             published.get("member_fraction", 0.5)), seed=seed,
             near_duplicate_ngram=published.get("near_duplicate_ngram", DEFAULT_NGRAM),
-            label_key=published.get("label_key"))
+            label_key=published.get("label_key"), group_key=published.get("group_key"))
     elif fmt in ("wikimia", "member_texts"):
         from memaudit.datasets.labelled import WIKIMIA, load_labelled, member_texts_set
 

@@ -76,6 +76,7 @@ class QAQuestion:
     line: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     label: int | None = None  # the file's own label (``label_key``), else None: memaudit splits
+    group: str | None = None  # the source the question is asked of (``group_key``), else None: its own unit
 
 
 def render_qa(question: str, choices: Sequence[str], answer: str) -> str:
@@ -134,28 +135,36 @@ def _answer(value: Any, choices: list[str]) -> tuple[str, int | None]:
     return text, choices.index(text)
 
 
-def _question(record: Any, line: int, label_key: str | None = None) -> QAQuestion:
+def _identifier(key: str, value: Any) -> str:
+    """An id-like field: a non-empty string (stripped) or an integer (its digits)."""
+    if value is MISSING:
+        raise RowReject(key, value, "missing key")
+    if type(value) is int or (isinstance(value, str) and value.strip() and "\x00" not in value):
+        return str(value).strip()
+    raise RowReject(key, value, "expected a non-empty string or an integer")
+
+
+def _question(record: Any, line: int, label_key: str | None = None, group_key: str | None = None) -> QAQuestion:
     from memaudit.datasets.labelled import check_label
 
     if not isinstance(record, dict):
         raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
     label = None if label_key is None else check_label(record.get(label_key, MISSING), False, "0 or 1", key=label_key)
+    group = None if group_key is None else _identifier(group_key, record.get(group_key, MISSING))
     question = check_text("question", record.get("question", MISSING)).strip()
     choices = _choices(record.get("choices", MISSING))
     answer, index = _answer(record.get("answer", MISSING), choices)
     qid = record.get("id", MISSING)
     if qid is MISSING or qid is None:
         qid = "q" + hashlib.sha256(_normalised(question).encode("utf-8")).hexdigest()[:12]
-    elif type(qid) is int or (isinstance(qid, str) and qid.strip() and "\x00" not in qid):
-        qid = str(qid).strip()
     else:
-        raise RowReject("id", qid, "expected a non-empty string or an integer")
-    extra = {k: v for k, v in record.items() if k not in QA_FIELDS and k != label_key}
-    return QAQuestion(qid, question, choices, answer, index, line, extra, label)
+        qid = _identifier("id", qid)
+    extra = {k: v for k, v in record.items() if k not in QA_FIELDS and k not in (label_key, group_key)}
+    return QAQuestion(qid, question, choices, answer, index, line, extra, label, group)
 
 
 def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | None = None,
-                  ) -> tuple[list[QAQuestion], list[Rejected]]:
+                  group_key: str | None = None) -> tuple[list[QAQuestion], list[Rejected]]:
     """The usable questions of a QA JSON-lines file (Section 4.3's benchmarks: GPQA, CommonsenseQA,
     ARC) and the rejected rows (published-data policy).
 
@@ -163,7 +172,8 @@ def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | No
     repeated or not a string, fewer than two choices, an answer that is no choice or an index out
     of range, a repeated ``id``, and a question asked again (same text, ignoring case and
     spacing: it would sit in both halves of the split). With ``label_key``, also a row whose field
-    of that name is missing or not exactly 0 or 1 (a JSON integer). ``strict=True``: the first
+    of that name is missing or not exactly 0 or 1 (a JSON integer); with ``group_key``, one whose
+    field of that name is missing or not a non-empty string or an integer. ``strict=True``: the first
     rejected row is an InputError; empty, non-UTF-8 or unusable files: InputError.
     """
     path, text = read_text(path, "a QA JSON-lines file")
@@ -173,7 +183,7 @@ def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | No
         try:
             if isinstance(record, RowReject):
                 raise record
-            q = _question(record, line, label_key)
+            q = _question(record, line, label_key, group_key)
             if q.qid in ids:
                 raise RowReject("id", q.qid, f"duplicate id, first on line {ids[q.qid]}")
             key = _normalised(q.question)
@@ -212,7 +222,8 @@ def contamination_split(qids: Iterable[str], member_fraction: float = 0.5, seed:
 
 def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: str = QA_SOURCE,
                origin: str = "") -> tuple[list[Document], list[Passage]]:
-    """One document and one passage per question, labelled by ``members`` (Section 4.3's halves)."""
+    """One document and one passage per question, labelled by ``members`` (Section 4.3's halves); a
+    question's group (``group_key``) is its document's ``book``, the unit of the statistics."""
     docs, passages = [], []
     for q in questions:
         doc_id = f"{source}/{q.qid}"
@@ -221,8 +232,9 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
         fields = {"question": q.question, "choices": list(q.choices), "answer": q.answer,
                   "answer_index": q.answer_index}
         half = ("contaminated" if label == MEMBER else "clean") if q.label is None else "given"
+        book = {} if q.group is None else {"book": f"{source}/{q.group}"}
         docs.append(Document(doc_id, source, "", "", "qa", text,
-                             dict(fields, label=label, split=half, line=q.line, origin=origin, n_passages=1)))
+                             dict(fields, label=label, split=half, line=q.line, origin=origin, n_passages=1, **book)))
         passages.append(Passage(f"{doc_id}#p0", doc_id, label, text, "", "",
                                 dict(fields, split=half, line=q.line, n_words=len(text.split()), extra=q.extra)))
     return sorted(docs, key=lambda d: d.doc_id), sorted(passages, key=lambda p: p.passage_id)
@@ -230,7 +242,7 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
 
 def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: float = 0.5, seed: int = 13,
                   near_duplicate_ngram: int | None = DEFAULT_NGRAM, label_key: str | None = None,
-                  ) -> tuple[list[Document], list[Passage], list[Rejected]]:
+                  group_key: str | None = None) -> tuple[list[Document], list[Passage], list[Rejected]]:
     """A QA JSON-lines file split into a contaminated half (label 1) and a clean half (label 0): the
     controlled contamination of Section 4.3 (Table 4), with the clean half as the control.
 
@@ -240,43 +252,72 @@ def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: fl
     (:mod:`memaudit.datasets.near_duplicates`; ``None``: no such check), and each such document's
     ``meta["near_duplicates"]`` names the others.
 
+    ``group_key`` (beyond the paper): the questions asked of one source (a reading passage, an
+    article) share that field's value and are one unit: split together, and one draw of the
+    intervals, tests and blind-baseline folds (their documents' ``book``).
+
     ``label_key`` (beyond the paper): each question carries its own label in that field (1 = member:
     a benchmark's published questions, say; 0 = questions written after the model's cutoff), and
     nothing is split. An audit of a model someone else trained has no contaminated half of its own
-    making. Nothing is moved either: a non-member sharing a run with a member keeps its label, with
-    a ``kept`` row saying so.
+    making. Nothing is moved either: a non-member unit sharing a run with a member unit keeps its
+    label, with a ``kept`` row saying so, as does a group whose questions carry both labels (the
+    statistics then count questions, not groups: :func:`memaudit.stats.metrics.label_groups`).
     """
-    questions, rejected = read_qa_jsonl(path, strict, label_key=label_key)
-    groups: dict[str, tuple[str, ...]] = {}
-    if near_duplicate_ngram is not None:
-        groups = near_duplicate_groups({q.qid: [render_qa(q.question, q.choices, q.answer)] for q in questions},
-                                       near_duplicate_ngram)
+    questions, rejected = read_qa_jsonl(path, strict, label_key=label_key, group_key=group_key)
+    unit = {q.qid: q.qid if q.group is None else q.group for q in questions}
+    texts: dict[str, list[str]] = {}
+    for q in questions:
+        texts.setdefault(unit[q.qid], []).append(render_qa(q.question, q.choices, q.answer))
+    groups = near_duplicate_groups(texts, near_duplicate_ngram) if near_duplicate_ngram is not None else {}
     if label_key is None:
-        members = keep_together(contamination_split([q.qid for q in questions], member_fraction, seed), groups)
+        member_units = keep_together(contamination_split(list(texts), member_fraction, seed), groups)
         if near_duplicate_ngram is not None:
-            check_both_sides(f"{path}", len({q.qid for q in questions}), members, near_duplicate_ngram)
+            check_both_sides(f"{path}", len(texts), member_units, near_duplicate_ngram)
+        members = {q.qid for q in questions if unit[q.qid] in member_units}
     else:
         members = {q.qid for q in questions if q.label == MEMBER}
-        rejected = sorted(rejected + _kept_across(path, questions, members, groups, near_duplicate_ngram),
+        notes = _kept_across(path, questions, unit, members, groups, near_duplicate_ngram)
+        rejected = sorted(rejected + notes + _mixed_groups(path, questions, members, group_key),
                           key=lambda r: r.line)
     docs, passages = qa_records(questions, members, origin=str(path))
+    by_unit: dict[str, list[str]] = {}
+    for q in questions:
+        by_unit.setdefault(unit[q.qid], []).append(f"{QA_SOURCE}/{q.qid}")
     by_id = {d.doc_id: d for d in docs}
-    for qid, group in groups.items():
-        by_id[f"{QA_SOURCE}/{qid}"].meta["near_duplicates"] = [f"{QA_SOURCE}/{o}" for o in group if o != qid]
+    for q in questions:
+        near = [doc for u in groups.get(unit[q.qid], ()) if u != unit[q.qid] for doc in by_unit[u]]
+        if near:
+            by_id[f"{QA_SOURCE}/{q.qid}"].meta["near_duplicates"] = near
     return docs, passages, rejected
 
 
-def _kept_across(path: str | Path, questions: Sequence[QAQuestion], members: set[str],
+def _kept_across(path: str | Path, questions: Sequence[QAQuestion], unit: dict[str, str], members: set[str],
                  groups: dict[str, tuple[str, ...]], n: int | None) -> list[Rejected]:
-    """A ``kept`` row per non-member question that shares an ``n``-word run with a member question: its
-    label is the file's, and a member's text in it is a reason to read its scores with care."""
+    """A ``kept`` row per non-member question whose unit shares an ``n``-word run with a member's unit:
+    its label is the file's, and a member's text in it is a reason to read its scores with care."""
+    member_units = {unit[q] for q in members}
     rows = []
     for q in questions:
-        shared = [o for o in groups.get(q.qid, ()) if o != q.qid and o in members]
+        shared = [u for u in groups.get(unit[q.qid], ()) if u != unit[q.qid] and u in member_units]
         if q.qid not in members and shared:
-            rows.append(Rejected(str(path), q.line, "id", short_repr(q.qid), f"a non-member that shares a {n}-word run with "
-                                 f"member question(s) {', '.join(sorted(shared))}: kept with its label", "kept"))
+            what = "question" if q.group is None else "group"
+            rows.append(Rejected(str(path), q.line, "id", short_repr(q.qid), f"a non-member that shares a {n}-word run "
+                                 f"with member {what}(s) {', '.join(sorted(shared))}: kept with its label", "kept"))
     return rows
+
+
+def _mixed_groups(path: str | Path, questions: Sequence[QAQuestion], members: set[str],
+                  group_key: str | None) -> list[Rejected]:
+    """A ``kept`` row per group (``group_key``) whose questions carry both labels, on its first question."""
+    labels: dict[str, set[bool]] = {}
+    first: dict[str, QAQuestion] = {}
+    for q in questions:
+        if q.group is not None:
+            labels.setdefault(q.group, set()).add(q.qid in members)
+            first.setdefault(q.group, q)
+    return [Rejected(str(path), first[g].line, group_key, short_repr(g), "a group whose questions carry both labels: "
+                     "kept; the statistics count this benchmark's questions one by one, not its groups", "kept")
+            for g in sorted(labels) if len(labels[g]) > 1]
 
 
 # ---------------------------------------------------------------- the demo set
