@@ -285,7 +285,7 @@ def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summ
     books = grouped.groupby("benchmark")["ci_books"].max()
     if books.empty:
         return ""
-    lines = ["Labels given per book (a QA set's: per article): the intervals resample whole books and the t-test",
+    lines = ["Labels given per book (a QA set's: per article or group_key): the intervals resample whole books and the t-test",
              "compares the books' mean scores (metrics.csv ci_books), since a book's chapters are no independent draws:"]
     for benchmark, n in books.items():
         if n >= FEW_BOOKS:
