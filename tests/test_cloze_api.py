@@ -91,3 +91,58 @@ def test_cloze_blackbox_on_an_api_model_through_the_workflow(ci_run, tmp_path, m
     written = [p for top in ("results", "logs", ".snakemake", "config") for p in (workdir / top).rglob("*")
                if p.is_file()]
     assert [p for p in written if KEY.encode() in p.read_bytes()] == []
+
+
+class ByModel(ScriptedResponder):
+    """Two API models behind one server: ``memorizer-v1`` fills the member passages' masks right, every
+    other model (and every non-member mask) gets a wrong word."""
+
+    def __init__(self, answers: dict[str, tuple[str, int]]):
+        super().__init__()
+        self.answers = answers
+
+    def default(self, request):
+        context = request.prompt.rsplit("Input: ", 1)[1].rsplit("\nOutput:", 1)[0].strip()
+        word, label = self.answers[context]
+        right = request.model == "memorizer-v1" and label == 1
+        return ChatReply(text=f"<word>{word if right else 'zeppelin'}</word>", input_tokens=120, output_tokens=4)
+
+
+def test_an_api_model_and_its_declared_control_are_paired_in_the_differences(ci_run, tmp_path, monkeypatch):
+    """``control``: a suspect API model against the one it was made from (two model ids behind the loopback
+    server, the real SDK): the cloze differences pair them, labels as given, in the headline's own section."""
+    from memaudit.probes.cloze import headline
+    from workflow_helpers import snakemake
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    workdir = shutil.copytree(ci_run, tmp_path / "tree", symlinks=True)
+    items = read_jsonl(workdir / "results/datasets/novels/cloze_items.jsonl")
+    answers = {t["context"].strip(): (t["word"], it["label"]) for it in items for t in it["tokens"]}
+    config = yaml.safe_load((workdir / "config/ci.yaml").read_text())
+    with ChatServer(ByModel(answers)) as server:
+        for name, control in (("memorizer", {"control": "original"}), ("original", {})):
+            config["models"][name] = {
+                "family": "api", "backend": "openai", **control,
+                "api": {"api_key_env": KEY_ENV, "concurrency": 4, "base_url": server.openai_base_url,
+                        "model_id": f"{name}-v1", "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}}}
+        config["probes"]["cloze_blackbox"] = {"models": ["memorizer", "original"], "benchmarks": ["novels"]}
+        (workdir / "config/pair.yaml").write_text(yaml.safe_dump(config))
+        snakemake(workdir, "results/summary/cloze_differences.csv", "--cores", "2", "--resources", "api_openai=4",
+                  "--configfile", "config/pair.yaml")
+        assert server.count("openai") == 2 * len(answers)
+
+    differences = pd.read_csv(workdir / "results/summary/cloze_differences.csv")
+    pair = differences[differences["model"] == "memorizer"]
+    assert set(pair["base"]) == {"original"} and set(pair["pairing"]) == {"control"}
+    assert not pair["contaminated_on_benchmark"].any() and set(pair["mode"]) == {"blackbox"}
+    # the ci config's own fine-tune is still paired with its base, and checked
+    tuned = differences[differences["model"] == "tiny-gpt2-small-contaminated"]
+    assert set(tuned["pairing"]) == {"base"} and tuned["contaminated_on_benchmark"].all()
+    by_group = pair.groupby("group")
+    # every member mask filled by the suspect and none by the original; every non-member mask by neither
+    assert (by_group.get_group("member")["difference"] == 1.0).all()
+    assert (by_group.get_group("nonmember")[["difference", "ci_low", "ci_high"]] == 0.0).all().all()
+    assert (by_group.get_group("member_minus_nonmember")["difference"] == 1.0).all()
+    shown = headline.against_control(differences)
+    assert set(shown["model"]) == {"memorizer"} and set(shown["interval"]) == {"above 0", "holds 0"}
+    assert headline.expectations(differences)["model"].eq("tiny-gpt2-small-contaminated").all()
