@@ -65,6 +65,11 @@ def test_a_declared_control_pairs_the_two_in_both_families_and_nowhere_else():
     (lambda c: c["probes"]["copybench_nonliteral"].update(models=["tiny-gpt2-cb", "suspect"]),
      "models.suspect.control: copybench pairs 'suspect' with 'original', which probes.copybench_nonliteral does "
      "not run on 'books'; add 'original' to its models"),
+    (lambda c: c["probes"].update(cloze_logit={"models": ["original"], "benchmarks": ["novels"]},
+                                  copybench_literal={"models": ["original"], "benchmarks": ["books"]},
+                                  copybench_nonliteral={"models": ["original"], "benchmarks": ["books"]}),
+     "models.suspect.control: only copybench and cloze pair a model with its control, and none of them probes "
+     "'suspect'; probe it there or remove control"),
 ])
 def test_a_control_that_cannot_be_paired_is_a_config_error_naming_the_key(change, message):
     cfg = audit_config(control="original")

@@ -20,7 +20,7 @@ def _checks() -> list:
     from memaudit.backends.config_checks import check_api_models
     from memaudit.probes.registry import check_capabilities, check_families, check_roles
 
-    return [check_capabilities, check_roles, check_families, check_api_models]
+    return [check_capabilities, check_roles, check_families, check_api_models, check_controls]
 
 
 def run_checks(config: dict) -> list[str]:
@@ -152,10 +152,24 @@ def unpaired_controls(config: dict, family: str) -> list[str]:
     problems = []
     for benchmark, model, mode in sorted(runs):
         control = config["models"][model].get("control")
-        if control and (benchmark, control, mode) not in runs:
+        if control in config["models"] and control != model and (benchmark, control, mode) not in runs:
             probe = f"{family}_{mode}" if mode else family
             problems.append(f"models.{model}.control: {family} pairs {model!r} with {control!r}, which "
                             f"probes.{probe} does not run on {benchmark!r}; add {control!r} to its models")
+    return problems
+
+
+def check_controls(config: dict) -> list[str]:
+    """Each declared ``control`` paired where its model is (:func:`unpaired_controls`, per family that pairs
+    models), and read at all: a control on a model no such family probes would change nothing."""
+    paired = [fam.name for fam in FAMILIES.values() if fam.paired]
+    problems = [problem for family in paired for problem in unpaired_controls(config, family)]
+    probed = {m for family in paired for _, m, _ in probe_runs(config, family)}
+    for name, entry in config["models"].items():
+        control = entry.get("control")
+        if control in config["models"] and control != name and "base" not in entry and name not in probed:
+            problems.append(f"models.{name}.control: only {' and '.join(paired)} pair a model with its control, "
+                            f"and none of them probes {name!r}; probe it there or remove control")
     return problems
 
 

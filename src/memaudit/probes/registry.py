@@ -93,6 +93,9 @@ class ProbeFamily:
     # whether its probes mean something on a benchmark without membership labels (CopyBench's rates do;
     # a detector's AUC does not): memaudit.config.is_labelled
     unlabelled: bool = False
+    # whether its summary pairs each model it probes with the model's control (memaudit.config.control_of:
+    # the base it is fine-tuned from, or its declared `control`) in a differences table
+    paired: bool = False
     # name -> its Stage; declared after `fingerprint` so that the family's own version and fingerprint
     # come first in its entry (record_fingerprints and the tests find them by that order)
     stages: Mapping[str, Stage] = field(default_factory=dict)
@@ -125,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="0dee6a3a9f1875c4",
+        version=4, fingerprint="5e04c4dbbd5cc045",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -139,7 +142,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="46bee08eca4703c0",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="6093c1cb1d77d602",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="90d3c31aa51616d3")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -160,7 +163,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="4f15a7ca2a47e2ba",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="08c546b758dafad4",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
@@ -172,7 +175,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
         role_planner="memaudit.probes.copybench.api_plan:role_plan_records",
-        checks="memaudit.probes.copybench.plan:check_config", unlabelled=True,
+        checks="memaudit.probes.copybench.plan:check_config", unlabelled=True, paired=True,
         headline="memaudit.probes.copybench.headline:headline",
         headline_methods=("copybench_rougeL_excess", "copybench_characters"),
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "
@@ -182,10 +185,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="253fd15207c6e346",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="04ed98c9246dad49",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="f2daaf2663ebee2f"),
+                              version=7, fingerprint="3da254589b30828b"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="09238c42f2943044")},
@@ -204,15 +207,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="2f9512a6e33d60ac",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="275d4ecf98d9644b",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
                                version=3, fingerprint="09377d9415267866"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="84a3655964249046")},
+                                 version=4, fingerprint="77ce299c11def688")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
-        checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline",
+        checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
                     "reconstructions",

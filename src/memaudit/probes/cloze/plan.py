@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memaudit.config import is_api_model
-from memaudit.jobs import controls, declared_controls, probe_runs, unpaired_controls
+from memaudit.jobs import controls, declared_controls, probe_runs
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
@@ -21,8 +21,7 @@ def uses_filter(config: dict, wildcards=None) -> bool:
 
 def check_config(config: dict) -> list[str]:
     """The reference model must be able to score words, and must not be a model under test on its benchmark
-    (a model that memorised a text finds nothing in it surprising, §3). A declared ``control`` runs where
-    its model does (:func:`memaudit.jobs.unpaired_controls`)."""
+    (a model that memorised a text finds nothing in it surprising, §3)."""
     from memaudit.backends.base import WORD_LOGPROBS, model_capabilities
     from memaudit.probes.registry import role_model
 
@@ -31,10 +30,10 @@ def check_config(config: dict) -> list[str]:
     if "cloze" not in config["probes"]:
         return ["probes.cloze: the settings cloze_blackbox and cloze_logit share (reference model, token "
                 "types, thresholds) are missing; add a probes.cloze block (it may be empty: {})"]
-    problems = unpaired_controls(config, "cloze")
+    problems = []
     reference = role_model(config, "cloze", "reference")
     if reference not in config["models"]:
-        return problems  # registry.check_roles names the unknown model
+        return []  # registry.check_roles names the unknown model
     if WORD_LOGPROBS not in model_capabilities(config["models"][reference]):
         problems.append(f"probes.cloze.reference.model: {reference!r} cannot score words "
                         f"({WORD_LOGPROBS}: local models only)")
