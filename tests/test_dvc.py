@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from workflow_helpers import ROOT, snakemake
 
@@ -73,3 +74,57 @@ def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
     (repo / "resources" / "books" / "new.txt").write_text("CHAPTER I.\n\nA new book.\n", encoding="utf-8")
     status = sh(DVC + ["status"], repo)
     assert "changed deps" in status and "resources/books" in status, status
+
+
+def test_dvc_stage_makes_every_input_of_an_audit_config_a_dependency_hashed_in_the_lock(tmp_path):
+    """``memaudit dvc-stage``: a config's books folder, labels file and checkpoint, outside the repository,
+    become the stage's dependencies (the file's comments and outputs kept); ``dvc commit`` hashes them
+    into dvc.lock and ``dvc status`` then names the one that changed."""
+    from memaudit.dvc_stage import CORE_DEPS
+
+    data = tmp_path / "client"  # the auditor's files, outside the repository
+    (data / "books").mkdir(parents=True)
+    (data / "books" / "Emma.txt").write_text("CHAPTER I\n\nEmma Woodhouse, handsome, clever, and rich.\n")
+    (data / "labels.csv").write_text("book,label\nEmma.txt,1\n")
+    (data / "suspect").mkdir()
+    (data / "suspect" / "config.json").write_text("{}\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy2(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    for dep in CORE_DEPS:  # stand-ins: DVC hashes whatever is there
+        path = repo / dep
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if "." in path.name or path.name == "Snakefile":
+            path.write_text(f"{dep}\n")
+        else:
+            path.mkdir()
+            (path / "README").write_text(f"{dep}\n")
+    audit = {"benchmarks": {"mine": {"sources": ["user_books"], "labels": str(data / "labels.csv"),
+                                     "source_options": {"user_books": {"directory": str(data / "books")}}}},
+             "models": {"suspect": {"family": "theirs", "source": {"path": str(data / "suspect")}}},
+             "probes": {"token_prob": {"models": ["suspect"], "reference_models": []}}}
+    (repo / "audit.yaml").write_text(yaml.safe_dump(audit))
+    out = sh([str(Path(sys.executable).with_name("memaudit")), "dvc-stage", "audit.yaml", "--cores", "2"], repo)
+    assert "depends on 9 paths" in out
+
+    stage_file = (repo / "dvc.yaml").read_text()
+    assert stage_file.startswith("# One stage: Snakemake is the only DAG")  # the comments kept
+    assert "# the user_books source's default folder" in stage_file
+    stage = yaml.safe_load(stage_file)["stages"]["memaudit"]
+    assert stage["cmd"] == "snakemake --cores 2 all --configfile audit.yaml"
+    assert stage["deps"] == [*CORE_DEPS, "audit.yaml", str(data / "books"), str(data / "labels.csv"),
+                             str(data / "suspect")]
+    assert stage["outs"] == yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["memaudit"]["outs"]
+
+    for out_dir in [next(iter(o)) for o in stage["outs"]]:
+        (repo / out_dir).mkdir(parents=True, exist_ok=True)
+        (repo / out_dir / "placeholder").write_text("x\n")
+    sh(["git", "init", "-q"], repo)
+    sh(DVC + ["init", "-q"], repo)
+    sh(DVC + ["commit", "-f", "-q", "memaudit"], repo)  # the inputs' hashes into dvc.lock, nothing run
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]["memaudit"]
+    assert {d["path"] for d in lock["deps"]} >= {str(data / "labels.csv"), str(data / "books"), str(data / "suspect")}
+    assert "up to date" in sh(DVC + ["status"], repo)
+    (data / "labels.csv").write_text("book,label\nEmma.txt,0\n")
+    status = sh(DVC + ["status"], repo)
+    assert "modified:" in status and str(data / "labels.csv") in status and str(data / "books") not in status

@@ -542,3 +542,30 @@ def test_copybench_expectations_want_copying_on_member_books_only():
     assert [(r["score"], r["books"], r["ci"]) for r in shown.to_dict("records")] == [
         ("copybench_rougeL", "nonmember", "[0.050, 0.090]"), ("copybench_rougeL_copy", "member", "[0.000, 0.170]")]
     assert "ok" not in shown.columns and "expected" not in shown.columns
+
+
+def test_the_dvc_stage_lists_every_local_input_a_config_names_and_nothing_else():
+    from memaudit.dvc_stage import CORE_DEPS, config_inputs, stage_deps
+
+    config = {
+        "benchmarks": {
+            "mine": {"sources": ["user_books"], "labels": "/data/labels.csv",
+                     "source_options": {"user_books": {"directory": "/data/books"}}},
+            "demo_books": {"sources": ["user_books", "austen"]},  # the default folder, already a core dep
+            "cb": {"published": {"format": "copybench", "path": "/data/copybench", "labels": "/data/titles.csv"}},
+            "quiz": {"published": {"format": "qa", "path": "data/quiz.jsonl", "label_key": "seen"}},
+            "hub": {"published": {"format": "booktection", "hf": "avduarte333/BookTection"}},
+            "novels": {"sources": ["austen"]},
+        },
+        "pretrain": {"sources": ["user_books"], "source_options": {"user_books": {"directory": "/data/pool"}}},
+        "models": {"suspect": {"source": {"path": "/models/suspect"}}, "hub": {"source": {"hub_id": "org/m"}},
+                   "api": {"backend": "openai", "api": {"model_id": "gpt"}},
+                   "again": {"source": {"path": "/models/suspect"}}},
+        "probes": {"copybench": {"prompt_dir": "/data/prompts", "memfree_rejection_file": "/data/corpus.json"}},
+    }
+    assert config_inputs(config) == [
+        "/data/books", "/data/labels.csv", "resources/books", "/data/copybench", "/data/titles.csv",
+        "data/quiz.jsonl", "/data/pool", "/models/suspect", "/data/prompts", "/data/corpus.json"]
+    deps = stage_deps(config, "audit.yaml")
+    assert deps[:6] == [*CORE_DEPS, "audit.yaml"] and "resources/books" not in deps[6:]
+    assert len(deps) == len(CORE_DEPS) + 1 + 9

@@ -15,6 +15,8 @@
                                                         its code changed since it was recorded
     memaudit check-config CONFIG                        every problem of a config file, one line each
                                                         (a YAML error with its line and column)
+    memaudit dvc-stage CONFIG [--cores 8]               point dvc.yaml's stage at a config, every local
+                                                        input it reads (books, labels, checkpoints) a dependency
 """
 
 from __future__ import annotations
@@ -89,7 +91,13 @@ def _check_config(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"check-config": _check_config, "fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
+def _dvc_stage(argv: list[str]) -> int:
+    from memaudit.dvc_stage import dvc_stage_main
+
+    return dvc_stage_main(argv)
+
+
+COMMANDS = {"check-config": _check_config, "dvc-stage": _dvc_stage, "fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
             "estimate-cost": _estimate_cost, "api-ledger": _api_ledger, "code-versions": _code_versions}
 
 

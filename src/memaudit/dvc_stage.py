@@ -1,0 +1,122 @@
+"""The DVC stage of a run on a config of your own: every local input it reads, hashed in ``dvc.lock``.
+
+``dvc.yaml`` ships one stage, ``memaudit``, that runs the workflow on the demo config and depends on
+the code, the demo config and ``resources/books``. An audit reads more: its own config file, a books
+folder elsewhere, a labels file, a published set, the checkpoints under test. DVC hashes what a
+stage lists (an absolute path outside the repository too: an external dependency), so listing them
+puts into ``dvc.lock`` the exact books, labels and weights a result came from, and makes
+``dvc status`` report the stage changed when any of them does.
+
+:func:`config_inputs` reads those paths from a validated config; :func:`write_stage` rewrites the
+stage's ``cmd`` and ``deps`` in place (comments and the outputs kept: ``ruamel.yaml``, which DVC
+itself uses, round-trips the file). Two stages may not share outputs, so the one stage is retargeted
+rather than a second one added. ``memaudit dvc-stage CONFIG`` does both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memaudit.errors import InputError
+
+# What the stage always depends on (dvc.yaml's own list): the workflow, the package, the demo config
+# (Snakemake reads it first, a --configfile on top) and the user_books source's default folder.
+CORE_DEPS = ("Snakefile", "workflow", "config/config.yaml", "src/memaudit", "resources/books")
+STAGE = "memaudit"
+
+
+def config_inputs(config: dict) -> list[str]:
+    """Every local file or folder a validated config names as an input, in config order, each once: books
+    folders (``source_options.user_books.directory``, the pretraining pool's too), labels files,
+    published sets and their labels, local checkpoints (``source.path``), CopyBench's prompt folder and
+    MemFree rejection file. Hub ids, API models, the demo's assets and caches are not inputs here."""
+    from memaudit.datasets.sources import USER_BOOKS_DIRECTORY
+
+    paths: list[str] = []
+
+    def sources(block: dict) -> None:
+        if "user_books" in (block.get("sources") or []):
+            options = (block.get("source_options") or {}).get("user_books") or {}
+            paths.append(str(options.get("directory", USER_BOOKS_DIRECTORY)))
+
+    for bench in config.get("benchmarks", {}).values():
+        sources(bench)
+        if bench.get("labels"):
+            paths.append(str(bench["labels"]))
+        published = bench.get("published") or {}
+        paths += [str(published[k]) for k in ("path", "labels") if published.get(k)]
+    sources(config.get("pretrain") or {})
+    for entry in config.get("models", {}).values():
+        source = entry.get("source") or {}
+        if source.get("path"):
+            paths.append(str(source["path"]))
+    copybench = (config.get("probes") or {}).get("copybench") or {}
+    paths += [str(copybench[k]) for k in ("prompt_dir", "memfree_rejection_file") if copybench.get(k)]
+    return list(dict.fromkeys(paths))
+
+
+def stage_deps(config: dict, configfile: str) -> list[str]:
+    """:data:`CORE_DEPS`, the config file, then :func:`config_inputs` not already inside a listed one."""
+    deps = [*CORE_DEPS, configfile]
+    for path in config_inputs(config):
+        if not any(_inside(path, d) for d in deps):
+            deps.append(path)
+    return list(dict.fromkeys(deps))
+
+
+def _inside(path: str, folder: str) -> bool:
+    p, f = Path(path), Path(folder)
+    return p == f or (not p.is_absolute() and not f.is_absolute() and f in p.parents)
+
+
+def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: int = 8,
+                stage: str = STAGE) -> list[str]:
+    """Point ``stage`` of ``dvc_file`` at ``configfile``: its ``cmd`` runs the workflow on it, its ``deps``
+    are :func:`stage_deps`. Everything else in the file is kept. Returns the deps written."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)  # dvc.yaml's own layout: "- item" two spaces in
+    dvc_file = Path(dvc_file)
+    if not dvc_file.is_file():
+        raise InputError(f"{dvc_file}: no such file (run from the repository root, where dvc.yaml is)")
+    data = yaml.load(dvc_file.read_text())
+    stages = (data or {}).get("stages") or {}
+    if stage not in stages:
+        raise InputError(f"{dvc_file}: no stage {stage!r} (stages: {', '.join(stages) or 'none'})")
+    deps = stage_deps(config, configfile)
+    stages[stage]["cmd"] = f"snakemake --cores {int(cores)} all --configfile {configfile}"
+    listed = stages[stage].get("deps")
+    n = len(CORE_DEPS)
+    if isinstance(listed, list) and list(listed[:n]) == list(CORE_DEPS):
+        del listed[n:]  # the core entries stay where they are, with their comments
+        listed.extend(deps[n:])
+    else:
+        stages[stage]["deps"] = deps
+    with dvc_file.open("w") as out:
+        yaml.dump(data, out)
+    return deps
+
+
+def dvc_stage_main(argv: list[str]) -> int:
+    import argparse
+
+    from memaudit.jobs import load_config
+
+    p = argparse.ArgumentParser(prog="memaudit dvc-stage",
+                                description="Point dvc.yaml's stage at a config: its command runs the workflow on it, "
+                                            "and every local input the config reads (books, labels, published sets, "
+                                            "checkpoints) becomes a dependency DVC hashes into dvc.lock.")
+    p.add_argument("config", help="the config file (a path relative to the repository root, as Snakemake takes it)")
+    p.add_argument("--dvc-file", default="dvc.yaml", type=Path)
+    p.add_argument("--cores", type=int, default=8)
+    args = p.parse_args(argv)
+    config = load_config(args.config)
+    deps = write_stage(args.dvc_file, args.config, config, cores=args.cores)
+    missing = [d for d in deps if not Path(d).exists()]
+    print(f"{args.dvc_file}: stage {STAGE!r} runs `snakemake --cores {args.cores} all --configfile {args.config}` "
+          f"and depends on {len(deps)} paths: {', '.join(deps)}")
+    if missing:
+        print(f"not there yet (DVC will report them missing): {', '.join(missing)}")
+    return 0
