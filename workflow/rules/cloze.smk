@@ -79,7 +79,7 @@ rule cloze_summary:
             "results/summary/cloze_differences.csv",
             caption="../report/cloze_differences.rst",
             category="Cloze probes",
-            labels={"table": "reconstruction rate, contaminated minus base"},
+            labels={"table": "reconstruction rate, each model minus its base or control"},
         ),
         versus=report(
             "results/summary/cloze_vs_prefix.csv",

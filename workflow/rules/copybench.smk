@@ -127,7 +127,7 @@ rule copybench_summary:
             "results/summary/copybench_differences.csv",
             caption="../report/copybench_differences.rst",
             category="CopyBench",
-            labels={"figure": "contaminated minus base, paired"},
+            labels={"figure": "each model minus its base or control, paired"},
         ),
         figure=report(
             "results/figures/copybench/distributions.png",
