@@ -221,17 +221,22 @@ def _set_here(block: dict, key: str, properties: dict) -> bool:
     return "default" not in spec or block[key] != spec["default"]
 
 
+def _benchmarks_where(config: dict, schema: dict, keep: Callable[[dict], bool]) -> tuple[list[tuple[str, dict]], dict]:
+    """The ``(name, entry)`` of the benchmarks ``keep`` selects (well-formed entries only: the schema's
+    pass names the others), and the schema's properties of a benchmark entry."""
+    benchmarks = config.get("benchmarks")
+    properties = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    if not isinstance(benchmarks, dict):
+        return [], properties
+    return [(n, b) for n, b in benchmarks.items() if isinstance(b, dict) and keep(b)], properties
+
+
 def _source_keys_on_published(config: dict, schema: dict) -> list[str]:
     """A key that only a benchmark built from sources reads, set on a published one to a value
     other than its default (where it would be ignored without a word)."""
-    benchmarks = config.get("benchmarks")
-    if not isinstance(benchmarks, dict):
-        return []
-    properties = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    selected, properties = _benchmarks_where(config, schema, lambda b: "published" in b and "sources" not in b)
     problems = []
-    for name, bench in benchmarks.items():
-        if not isinstance(bench, dict) or "published" not in bench or "sources" in bench:
-            continue
+    for name, bench in selected:
         for key in SOURCE_ONLY_KEYS:
             if _set_here(bench, key, properties):
                 remedy = "remove it" + (", or set it under published: for format qa"
@@ -245,14 +250,9 @@ def _source_keys_on_published(config: dict, schema: dict) -> list[str]:
 def _split_keys_beside_labels(config: dict, schema: dict) -> list[str]:
     """A random split's keys set beside a built benchmark's ``labels`` (the user's file gives the members,
     by book), to a value other than their default."""
-    benchmarks = config.get("benchmarks")
-    if not isinstance(benchmarks, dict):
-        return []
-    properties = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    selected, properties = _benchmarks_where(config, schema, lambda b: "published" not in b and bool(b.get("labels")))
     problems = []
-    for name, bench in benchmarks.items():
-        if not isinstance(bench, dict) or "published" in bench or not bench.get("labels"):
-            continue
+    for name, bench in selected:
         # the user's labels are the split: by book, whatever member_fraction would draw
         if _set_here(bench, "member_fraction", properties):
             problems.append(f"{key_path(('benchmarks', name, 'member_fraction'))}: the labels file "
