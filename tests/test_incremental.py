@@ -368,3 +368,40 @@ def test_a_book_added_to_a_user_books_folder_reruns_its_benchmark(tmp_path):
     (books / "tale.txt").unlink()  # a book taken out of the folder reruns it too
     plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
     assert re.findall(r"^rule (\w+):", plan, re.M) == ["benchmark_dataset"]
+
+
+def test_a_checkpoint_given_by_path_is_recorded_by_digest_and_replacing_it_reruns_its_model(tmp_path, tiny_model_dir):
+    """A model given by ``source.path``: its manifest records the SHA-256 of every file (what the checkpoint
+    was when the run read it), and the files are the job's inputs, so a checkpoint replaced in place
+    reruns the model (and, after it, all that read it), where before nothing would."""
+    import hashlib
+
+    from memaudit.stats.workflow import models_table
+
+    workdir = make_workdir(tmp_path)
+    shutil.copytree(tiny_model_dir, workdir / "given")
+    config = with_config(workdir, "given", lambda c: c["models"].__setitem__(
+        "given", {"family": "theirs", "dtype": "float32", "source": {"path": "given"}}))
+    target = "results/models/given"
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+    manifest = json.loads((workdir / target / "manifest.json").read_text())
+    files = sorted(p for p in (workdir / "given").rglob("*") if p.is_file())
+    each = {str(p.relative_to(workdir / "given")): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    assert manifest["source_digest"]["files"] == each and "model.safetensors" in each
+    whole = hashlib.sha256("".join(f"{n}\0{h}\n" for n, h in each.items()).encode()).hexdigest()
+    assert manifest["source_digest"]["sha256"] == whole
+    assert models_table([str(workdir / target)]).loc[0, "source_sha256"] == whole
+    assert "Nothing to be done" in snakemake(workdir, target, "-n", "--configfile", config).stdout
+
+    weights = workdir / "given" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())  # rewritten, the same bytes: Snakemake's checksum sees no change
+    assert "Nothing to be done" in snakemake(workdir, target, "-n", "--configfile", config).stdout
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(weights)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 0.01  # the same path, other weights: a checkpoint replaced in place
+    save_file(tensors, weights, metadata={"format": "pt"})
+    plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["prepare_model"]
+    assert "reason: Updated input files: given/model.safetensors" in plan

@@ -126,13 +126,24 @@ def test_roles_name_their_model_or_default_to_the_first_local_model():
     assert role_model(cfg, "decop", "paraphraser") is None and jobs.role_input(cfg, "decop", "paraphraser") == {}
 
 
-def test_model_priorities_and_inputs():
+def test_model_priorities_and_inputs(tmp_path):
     assert [jobs.model_priority(CI["models"][m]) for m in ("smollm2-135m", "smollm2-135m-contaminated",
                                                           "tiny-gpt2-small")] == [30, 20, 10]
     assert jobs.model_inputs(CI, "smollm2-135m-contaminated") == {
         "base": "results/models/smollm2-135m", "members": ["results/datasets/novels/documents.jsonl"]}
     assert jobs.model_inputs(CI, "tiny-gpt2-small") == {"pretrain": "results/pretrain/documents.jsonl"}
     assert jobs.model_inputs(CI, "smollm2-135m") == {}
+    # a checkpoint given by path: its files (hidden ones left out), so one replaced in place reruns the model
+    given = tmp_path / "ckpt"
+    (given / "sub").mkdir(parents=True)
+    (given / ".git").mkdir()
+    for name in ("config.json", "model.safetensors", "sub/tokenizer.json", ".git/HEAD"):
+        (given / name).write_text("x")
+    config = {"models": {"given": {"source": {"path": str(given)}}}}
+    assert jobs.model_inputs(config, "given") == {"weights": [str(given / n) for n in
+                                                              ("config.json", "model.safetensors", "sub/tokenizer.json")]}
+    config["models"]["given"]["source"]["path"] = str(given / "model.safetensors")  # a single file (GGUF, say)
+    assert jobs.model_inputs(config, "given") == {"weights": [str(given / "model.safetensors")]}
     assert jobs.reference_models(CI, "tiny-gpt2-small") == []  # never its own reference
     assert jobs.reference_models(CI, "smollm2-135m") == ["tiny-gpt2-small"]
 

@@ -195,3 +195,32 @@ def _json_default(obj):
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def checkpoint_files(path: str | os.PathLike) -> list[str]:
+    """The files of a local checkpoint (``source.path``): the file itself, or every file under the folder,
+    hidden ones (a ``.git`` of a cloned model repository, caches) left out, sorted; [] where nothing is there."""
+    path = Path(path)
+    if path.is_file():
+        return [str(path)]
+    if not path.is_dir():
+        return []
+    return sorted(str(f) for f in path.rglob("*")
+                  if f.is_file() and not any(part.startswith(".") for part in f.relative_to(path).parts))
+
+
+def files_digest(files: Iterable[str | os.PathLike], root: str | os.PathLike) -> dict:
+    """SHA-256 of each file (by its path relative to ``root``) and of them all together: what a checkpoint
+    given by path was, byte for byte, when a run read it."""
+    import hashlib
+
+    each, whole = {}, hashlib.sha256()
+    for f in files:
+        h = hashlib.sha256()
+        with open(f, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                h.update(block)
+        name = str(Path(f).relative_to(root)) if Path(f) != Path(root) else Path(f).name
+        each[name] = h.hexdigest()
+        whole.update(f"{name}\0{each[name]}\n".encode("utf-8"))
+    return {"sha256": whole.hexdigest(), "files": each}

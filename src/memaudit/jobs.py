@@ -112,13 +112,18 @@ def model_priority(entry: dict) -> int:
 
 
 def model_inputs(config: dict, model: str) -> dict:
-    """What preparing a model needs: its base and the members it is fine-tuned on, or the pretraining pool."""
+    """What preparing a model needs: its base and the members it is fine-tuned on, the pretraining pool, or
+    the files of a checkpoint given by path."""
     entry = config["models"][model]
     if "base" in entry:
         return {"base": f"results/models/{entry['base']}",
                 "members": [f"results/datasets/{b}/documents.jsonl" for b in entry["finetune"]["members_of"]]}
     if "tiny_gpt2" in entry["source"]:
         return {"pretrain": "results/pretrain/documents.jsonl"}
+    if "path" in entry["source"]:  # a checkpoint replaced in place reruns the model and all after it
+        from memaudit.io import checkpoint_files
+
+        return {"weights": checkpoint_files(entry["source"]["path"])}
     return {}
 
 

@@ -69,6 +69,11 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
         load = {"builtin": src["builtin"], "cache_dir": str(cache_dir)}
     else:
         load = {k: src[k] for k in ("path", "hub_id", "revision", "gguf_file") if k in src}
+        if "path" in src:  # what the checkpoint was, byte for byte (it may be replaced in place later)
+            from memaudit.io import checkpoint_files, files_digest
+
+            root = Path(src["path"])
+            extra["source_digest"] = files_digest(checkpoint_files(root), root if root.is_dir() else root.parent)
     model, _ = load_model(load, dtype=entry.get("dtype", "auto"), device="cpu")
     if is_encoder_decoder(model):  # a generation role only (HFBackend says so to any probe that asks more)
         extra["architecture"] = "encoder-decoder"

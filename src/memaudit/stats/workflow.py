@@ -128,14 +128,20 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
     return frame
 
 
+MODEL_COLUMNS = ["model", "family", "n_params", "base", "contaminated_on", "source_sha256"]
+
+
 def models_table(model_dirs: Sequence[str]) -> pd.DataFrame:
-    """``model, family, n_params, base, contaminated_on`` from each prepared model's ``manifest.json``."""
+    """``model, family, n_params, base, contaminated_on, source_sha256`` from each prepared model's
+    ``manifest.json``; ``source_sha256``: the digest of a checkpoint given by path (its files, when the
+    run read them), blank for the others."""
     rows = []
     for d in model_dirs:
         m = read_json(Path(d) / "manifest.json")
         rows.append({"model": m["name"], "family": m["family"], "n_params": m["n_params"],
-                     "base": m.get("base") or "", "contaminated_on": ";".join(m["contaminated_on"])})
-    return pd.DataFrame(rows, columns=["model", "family", "n_params", "base", "contaminated_on"]).sort_values("model")
+                     "base": m.get("base") or "", "contaminated_on": ";".join(m["contaminated_on"]),
+                     "source_sha256": (m.get("source_digest") or {}).get("sha256", "")})
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS).sort_values("model")
 
 
 def select_methods(doc_scores: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
