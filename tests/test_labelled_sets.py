@@ -143,20 +143,20 @@ def test_the_config_accepts_the_formats_and_names_wrong_keys():
 
     validate_config(config({"format": "wikimia", "path": "w.jsonl", "strict": True}))
     validate_config(config({"format": "member_texts", "path": "x.jsonl", "text_key": "document"}))
-    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.text_key: only format member_texts names "
-                                          r"its text field"):
-        validate_config(config({"format": "wikimia", "path": "w.jsonl", "text_key": "input"}))
-    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.path: the wikimia set is read from a local "
-                                          r"file"):
-        validate_config(config({"format": "wikimia"}))
     # a QA set that labels its own questions (label_key) is not split
     validate_config(config({"format": "qa", "path": "q.jsonl", "label_key": "seen", "group_key": "passage"}))
-    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.group_key: only format qa groups its "
-                                          r"questions by a field"):
-        validate_config(config({"format": "wikimia", "path": "w.jsonl", "group_key": "passage"}))
-    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.label_key: only format qa reads each "
-                                          r"question's label from a field"):
-        validate_config(config({"format": "wikimia", "path": "w.jsonl", "label_key": "seen"}))
-    with pytest.raises(ConfigError, match=r"benchmarks\.wiki\.published\.member_fraction: the QA set labels its "
-                                          r"own questions \(label_key 'seen'\); memaudit splits only an unlabelled set"):
-        validate_config(config({"format": "qa", "path": "q.jsonl", "label_key": "seen", "member_fraction": 0.3}))
+    wrong = [
+        ({"format": "wikimia", "path": "w.jsonl", "text_key": "input"},
+         r"benchmarks\.wiki\.published\.text_key: only format member_texts names its text field"),
+        ({"format": "wikimia"}, r"benchmarks\.wiki\.published\.path: the wikimia set is read from a local file"),
+        ({"format": "wikimia", "path": "w.jsonl", "group_key": "passage"},
+         r"benchmarks\.wiki\.published\.group_key: only format qa groups its questions by a field"),
+        ({"format": "wikimia", "path": "w.jsonl", "label_key": "seen"},
+         r"benchmarks\.wiki\.published\.label_key: only format qa reads each question's label from a field"),
+        ({"format": "qa", "path": "q.jsonl", "label_key": "seen", "member_fraction": 0.3},
+         r"benchmarks\.wiki\.published\.member_fraction: the QA set labels its own questions \(label_key 'seen'\); "
+         r"memaudit splits only an unlabelled set"),
+    ]
+    for published, message in wrong:
+        with pytest.raises(ConfigError, match=message):
+            validate_config(config(published))

@@ -24,11 +24,11 @@ CONTROL_HEADER = (f"Cloze probes, each model minus its declared control (models.
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     """The registry's ``headline`` hook: :func:`replies` over ``cloze.csv``, :func:`expectations` over
     ``cloze_differences.csv`` and :func:`against_control` over its rows of declared controls."""
-    blocks = [table_section(Path(summary_dir) / "cloze.csv", REPLIES, replies),
-              table_section(Path(summary_dir) / "cloze_differences.csv", HEADER, expectations)]
+    blocks = [table_section(Path(summary_dir) / "cloze.csv", REPLIES, replies)]
     path = Path(summary_dir) / "cloze_differences.csv"
-    if path.exists():
-        blocks.append(section(CONTROL_HEADER, against_control(pd.read_csv(path))))
+    differences = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    if not differences.empty:
+        blocks += [section(HEADER, expectations(differences)), section(CONTROL_HEADER, against_control(differences))]
     return blocks
 
 
