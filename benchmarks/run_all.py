@@ -12,7 +12,8 @@ The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
 text; one row per model under ``models``, its ``speedup`` over all models together),
 ``memfree`` (MemFree against plain greedy decoding per generated token; its
 ``ours_seconds``/``baseline_seconds`` are batched story generation and one prompt at a time),
-``paraphrase``, ``throughput`` (the demo model's token statistics and generation in tokens/s on
+``paraphrase``, ``serve`` (``memaudit serve`` decoding the greedy requests waiting at once together,
+against one request at a time), ``throughput`` (the demo model's token statistics and generation in tokens/s on
 every device the machine has, batched and one at a time), ``token_prob``, ``word_logprobs`` (the
 cloze probes' word log-probabilities and ranks, one forward pass per text against one per
 candidate word; one row per model under ``models``).

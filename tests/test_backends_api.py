@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -257,7 +258,9 @@ def test_malformed_json_is_retried_then_a_clear_error_or_recorded(server, tmp_pa
 
     server.responder.queue(malformed_json(), malformed_json(), malformed_json(), prompt="broken")
     (g,) = make_openai(server, tmp_path / "b.sqlite", on_error="record").generate(["broken"], GREEDY)
-    assert g.status == STATUS_ERROR and "malformed response" in g.error and g.text == ""
+    assert g.status == STATUS_ERROR and g.text == ""
+    assert g.error.startswith("openai model 'gpt-test': malformed response, not valid JSON") and \
+        g.error.count("openai model") == 1 and g.error.endswith("after 3 attempts")
 
 
 def test_an_error_object_with_status_200_is_invalid_and_not_cached(server, tmp_path):
@@ -681,6 +684,100 @@ def test_serve_puts_a_local_model_behind_the_openai_api(tiny_model):
     got = remote.meta["top_logprobs"][0]
     assert [t for t, _ in got] == [t for t, _ in expected]
     assert max(abs(a[1] - b[1]) for a, b in zip(got, expected)) < 1e-5
+
+
+class _Gated:
+    """An HF backend whose first sampled answer waits for ``gate``: the requests sent meanwhile queue up."""
+
+    def __init__(self, backend):
+        self.backend, self.gate, self.busy, self.decoded = backend, threading.Event(), threading.Event(), []
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def generate_text(self, text, params, **kw):
+        if params.temperature > 0:
+            self.busy.set()
+            assert self.gate.wait(30)
+        self.decoded.append(text)
+        return self.backend.generate_text(text, params, **kw)
+
+    def generate_rendered_batched(self, texts, params, **kw):
+        self.decoded.extend(texts)
+        return self.backend.generate_rendered_batched(texts, params, **kw)
+
+
+def test_serve_decodes_the_greedy_requests_waiting_together_as_each_alone(tiny_model):
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.server import ChatServer, HFResponder
+
+    model, tok = tiny_model
+    hf = HFBackend({"path": "tiny"}, model=model, tokenizer=tok)
+    gated = _Gated(hf)
+    responder = HFResponder(gated)
+    prompts = [f"The sea {'and the ship ' * i}was" for i in range(6)]
+    params = GenerationParams(max_new_tokens=8, chat=False)
+    with ChatServer(responder, model_name="tiny") as srv:
+        api = OpenAIBackend("tiny", base_url=srv.openai_base_url, cache=None, concurrency=6)
+        sampled = threading.Thread(target=api.generate, args=(["warm"], GenerationParams(
+            max_new_tokens=2, temperature=1.0, chat=False)))
+        sampled.start()
+        assert gated.busy.wait(30)  # the model is busy: the next six requests wait together
+        out = []
+        greedy = threading.Thread(target=lambda: out.extend(api.generate(prompts, params)))
+        greedy.start()
+        deadline = time.monotonic() + 30
+        while srv.count() < 7 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gated.gate.set()
+        greedy.join(30)
+        sampled.join(30)
+    assert responder.batches == [6] and responder.dropped == 0
+    alone = [hf.generate([p], params)[0] for p in prompts]
+    assert [g.text for g in out] == [g.text for g in alone] and all(g.text for g in out)
+    assert [g.input_tokens for g in out] == [g.input_tokens for g in alone]
+
+
+def test_serve_drops_a_request_whose_client_went_away_before_its_turn(tiny_model):
+    import openai
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.server import ChatServer, HFResponder
+
+    model, tok = tiny_model
+    gated = _Gated(HFBackend({"path": "tiny"}, model=model, tokenizer=tok))
+    responder = HFResponder(gated)
+    with ChatServer(responder, model_name="tiny") as srv:
+        api = OpenAIBackend("tiny", base_url=srv.openai_base_url, cache=None)
+        sampled = threading.Thread(target=api.generate, args=(["warm"], GenerationParams(
+            max_new_tokens=2, temperature=1.0, chat=False)))
+        sampled.start()
+        assert gated.busy.wait(30)
+        impatient = openai.OpenAI(api_key="none", base_url=srv.openai_base_url, max_retries=0, timeout=0.3)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "gone"}],
+                                              max_tokens=4, temperature=0.0)
+        gated.gate.set()
+        sampled.join(30)
+        deadline = time.monotonic() + 30
+        while (len(srv.records) < 2 or srv.records[1].status is None) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        after = api.generate(["back"], GenerationParams(max_new_tokens=3, chat=False))[0]
+    assert responder.dropped == 1 and [r.status for r in srv.records] == [200, 499, 200]
+    assert len(gated.decoded) == 2 and not any("gone" in t for t in gated.decoded) and after.status == STATUS_OK
+
+
+def test_a_connection_is_alive_until_its_client_closes_it():
+    from memaudit.backends.server import client_connected
+
+    ours, theirs = socket.socketpair()
+    try:
+        assert client_connected(ours)
+        theirs.close()
+        assert not client_connected(ours)
+    finally:
+        ours.close()
+    assert not client_connected(ours)  # a closed socket, too
 
 
 def test_credentials_are_told_from_config_values():

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from memaudit import jobs
+from memaudit.config import is_api_model
 from memaudit.backends.base import GENERATE, Backend, Generation
 from memaudit.errors import InputError
 from memaudit.probes.cloze import plan, runner, summary
@@ -259,6 +260,24 @@ def test_config_checks_name_the_key():
     assert plan.check_config(api) == [
         "probes.cloze.filter.mode: logit reads 'gpt''s next-token ranks, which it cannot give (word_logprobs: "
         "local causal models only); use mode generate"]
+    # not set: the first local model is the reference; with none, one line about the missing key,
+    # not two about an API model the user never named as the reference
+    unset = copy.deepcopy(config)
+    unset["probes"]["cloze"]["reference"] = {}
+    unset["models"] = {"gpt": api["models"]["gpt"]}
+    unset["probes"]["cloze_logit"] = {"models": [], "benchmarks": []}
+    unset["probes"]["cloze_blackbox"] = {"models": ["gpt"], "benchmarks": ["novels"]}
+    assert plan.check_config(unset) == [
+        "probes.cloze.reference.model: not set, and every model of the config is an API model, which cannot score "
+        "words; add a local causal model that is not under test (e.g. source: {builtin: smollm2-135m-instruct}) "
+        "and name it here"]
+    first = copy.deepcopy(probed)
+    first["probes"]["cloze"]["reference"] = {}
+    local = sorted(m for m, e in first["models"].items() if not is_api_model(e))[0]
+    first["probes"]["cloze_logit"]["models"].append(local)
+    assert (f"probes.cloze.reference.model: not set, so the first local model, {local!r} chooses the masked "
+            f"words and cannot also be probed with them (probes.cloze_<mode>.models); name another"
+            ) in plan.check_config(first)
     api["probes"]["cloze"]["filter"]["mode"] = "generate"
     assert plan.check_config(api) == []
     bare = copy.deepcopy(config)

@@ -411,7 +411,7 @@ class APIBackend(Backend):
         except RetriesExhausted as exc:
             with self._counts_lock:
                 self.counts["failed"] += 1
-            message = redact(f"{self.label}: {exc}")
+            message = redact(str(exc))  # every fault's message starts with this model's label already
             log.warning("%s", message)
             return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
                                error=message)

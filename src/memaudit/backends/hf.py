@@ -212,6 +212,17 @@ class HFBackend(Backend):
                                                                   memfree=None, max_rows=max_rows))
         return self._decode_greedy(encoded, params, memfree=memfree, max_rows=max_rows)
 
+    def generate_rendered_batched(self, texts: Sequence[str], params: GenerationParams, *,
+                                  max_rows: int = 16) -> list[Generation]:
+        """:meth:`generate_batched` for inputs already rendered (:meth:`render_messages`): the greedy
+        answers ``memaudit serve`` decodes together for the requests waiting at once."""
+        if params.temperature > 0:
+            raise ValueError("generate_rendered_batched decodes greedily: temperature must be 0")
+        if self.encoder_decoder:
+            return self._generate_seq2seq(list(texts), params, max_rows=max_rows)
+        return self._decode_greedy([self._prompt_ids(t, params) for t in texts], params, memfree=None,
+                                   max_rows=max_rows)
+
     def _decode_greedy(self, encoded: list[list[int]], params: GenerationParams, *,
                        memfree, max_rows: int) -> list[Generation]:
         """:meth:`generate_batched`'s decoding of prompts already rendered and tokenised."""

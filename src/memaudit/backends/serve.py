@@ -35,6 +35,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
                    help="auto: bfloat16 where the hardware computes it natively, else float32")
     p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
+    p.add_argument("--max-batch", type=int, default=16,
+                   help="greedy requests waiting at once are decoded together, this many rows at a time")
     args = p.parse_args(argv)
 
     if args.scripted:
@@ -53,7 +55,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         if args.adapter:
             spec["adapter"] = args.adapter
         model, tok = load_model(spec, dtype=args.dtype, device=args.device)
-        responder = HFResponder(HFBackend(spec, model=model, tokenizer=tok))
+        responder = HFResponder(HFBackend(spec, model=model, tokenizer=tok), max_rows=args.max_batch)
         name = args.name or Path(args.path or args.hub_id or args.builtin).name
     server = ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)
     print(f"serving {name!r} at {server.openai_base_url} (OpenAI Chat Completions; Anthropic Messages at "

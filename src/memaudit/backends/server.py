@@ -27,12 +27,14 @@ meant for one machine, not for the network.
 from __future__ import annotations
 
 import json
+import queue
+import select
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Callable, Protocol
 from urllib.parse import urlsplit
 
 MAX_TOP_LOGPROBS = 20
@@ -53,6 +55,8 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     repetition_penalty: float = 1.0
+    # whether the client still waits for the answer (set by the server; None: assume it does)
+    alive: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
 
     @property
     def prompt(self) -> str:
@@ -89,7 +93,8 @@ class Stall:
 
 
 class Responder(Protocol):
-    def respond(self, request: ChatRequest) -> ChatReply | Fault | Stall: ...
+    # None: the client went away before the answer was made (nothing is sent)
+    def respond(self, request: ChatRequest) -> ChatReply | Fault | Stall | None: ...
 
 
 class BadRequest(Exception):
@@ -98,28 +103,136 @@ class BadRequest(Exception):
 
 # ----------------------------------------------------------------------------- the real-model responder
 
+@dataclass
+class _Pending:
+    request: ChatRequest
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: ChatReply | None = None
+    error: BaseException | None = None
+
+
 class HFResponder:
-    """Answers from a local model through :class:`memaudit.backends.hf.HFBackend` (one at a time)."""
+    """Answers from a local model through :class:`memaudit.backends.hf.HFBackend`.
 
-    def __init__(self, backend):
+    One worker thread owns the model, which is not re-entrant. Requests that arrive while it
+    decodes wait, and it takes all of them next: the greedy ones without log-probabilities (what
+    the probes send) are decoded together by continuous batching
+    (:meth:`~memaudit.backends.hf.HFBackend.generate_rendered_batched`, ``max_rows`` rows at a
+    time), grouped by their token limit, repetition penalty and stop strings; the others one at a
+    time. A batched answer is the greedy answer of the same prompt alone, up to floating-point
+    rounding of the padded batch (a near tie may pick the other token, as in any batching server).
+
+    Before it decodes, it waits for more requests while they keep coming (``gather`` seconds
+    after the last, ``gather_max`` in all): a client's next requests follow its answers by a few
+    milliseconds, and without the wait they would form a batch of their own.
+
+    A request whose client has gone by its turn (its timeout passed) is dropped undecoded
+    (``dropped`` counts them): on a slow machine the client's retry would otherwise queue behind an
+    answer nobody reads, and every later request time out in turn. ``batches`` lists the size of
+    each batched decoding.
+    """
+
+    def __init__(self, backend, *, max_rows: int = 16, gather: float = 0.02, gather_max: float = 0.2):
         self.backend = backend
-        self._lock = threading.Lock()  # one generation at a time: the model is not re-entrant
+        self.max_rows = max(1, int(max_rows))
+        self.gather, self.gather_max = gather, gather_max
+        self.batches: list[int] = []
+        self.dropped = 0
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._start = threading.Lock()
 
-    def respond(self, request: ChatRequest) -> ChatReply:
+    def respond(self, request: ChatRequest) -> ChatReply | None:
+        """The answer, or None if the client went away before it was decoded."""
+        with self._start:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="hf-responder", daemon=True)
+                self._worker.start()
+        pending = _Pending(request)
+        self._queue.put(pending)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.reply
+
+    def _work(self) -> None:
+        while True:
+            taken = [self._queue.get()]
+            # Gather: a client with several requests in flight sends the next ones as its answers
+            # arrive, a few milliseconds apart; take them into this batch rather than the next.
+            deadline = time.monotonic() + self.gather_max
+            while True:
+                try:
+                    taken.append(self._queue.get(timeout=max(0.0, min(self.gather, deadline - time.monotonic()))))
+                except queue.Empty:
+                    break
+            self.answer(taken)
+
+    def answer(self, pending: list[_Pending]) -> None:
+        """Answer ``pending`` (the requests waiting now), setting each one's reply or error."""
+        groups: dict[tuple, list[_Pending]] = {}
+        singles: list[_Pending] = []
+        for p in pending:
+            r = p.request
+            if r.alive is not None and not r.alive():
+                self.dropped += 1
+                p.done.set()
+            elif r.temperature == 0 and not r.logprobs:
+                groups.setdefault((r.max_tokens, r.repetition_penalty, r.stop), []).append(p)
+            else:
+                singles.append(p)
+        for group in groups.values():
+            if len(group) == 1:
+                singles.extend(group)
+                continue
+            texts = [self.backend.render_messages(p.request.messages, chat=True) for p in group]
+            try:
+                gens = self.backend.generate_rendered_batched(texts, self._params(group[0].request),
+                                                              max_rows=self.max_rows)
+            except Exception:  # noqa: BLE001 -- one bad prompt (too long, say): each request its own answer or error
+                singles.extend(group)
+                continue
+            self.batches.append(len(group))
+            for p, g in zip(group, gens, strict=True):
+                p.reply = ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens)
+                p.done.set()
+        for p in singles:
+            try:
+                p.reply = self._one(p.request)
+            except BaseException as exc:  # noqa: BLE001 -- raised again in the request's own thread
+                p.error = exc
+            p.done.set()
+
+    @staticmethod
+    def _params(request: ChatRequest):
         from memaudit.backends.base import GenerationParams
 
-        params = GenerationParams(max_new_tokens=request.max_tokens, temperature=request.temperature,
-                                  top_p=request.top_p, stop=request.stop,
-                                  repetition_penalty=request.repetition_penalty, seed=request.seed or 0)
+        return GenerationParams(max_new_tokens=request.max_tokens, temperature=request.temperature,
+                                top_p=request.top_p, stop=request.stop,
+                                repetition_penalty=request.repetition_penalty, seed=request.seed or 0)
+
+    def _one(self, request: ChatRequest) -> ChatReply:
         text = self.backend.render_messages(request.messages, chat=True)
         k = max(1, request.top_logprobs) if request.logprobs else 0
-        with self._lock:
-            g = self.backend.generate_text(text, params, top_logprobs=k)
+        g = self.backend.generate_text(text, self._params(request), top_logprobs=k)
         reply = ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens)
         if request.logprobs:
             reply.tokens = [tuple(t) for t in g.meta["tokens"]]
             reply.top_logprobs = [[tuple(t) for t in pos[:request.top_logprobs]] for pos in g.meta["top_logprobs"]]
         return reply
+
+
+def client_connected(sock: socket.socket) -> bool:
+    """Whether the client of a connection waiting for its answer is still there.
+
+    An HTTP client sends nothing while it waits, so a connection that reads as ready holds either
+    the end of the stream (the client closed it: its timeout passed) or nothing we expect.
+    """
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable or bool(sock.recv(1, socket.MSG_PEEK))
+    except (OSError, ValueError):
+        return False
 
 
 # ----------------------------------------------------------------------------- wire formats
@@ -368,9 +481,13 @@ def _make_handler(server: ChatServer):
                     status = 400
                     return self._json(400, error_body(api, 400, str(exc)))
                 record.prompt, record.request = request.prompt, request
+                request.alive = lambda: client_connected(self.connection)
                 if server.latency:
                     time.sleep(server.latency)
                 answer = server.responder.respond(request)
+                if answer is None:  # the client went away before its answer was made
+                    status, self.close_connection = 499, True
+                    return None
                 if isinstance(answer, Stall):
                     time.sleep(answer.seconds)
                     answer = server.responder.default(request)  # type: ignore[attr-defined]

@@ -34,6 +34,13 @@ def check_config(config: dict) -> list[str]:
     reference = role_model(config, "cloze", "reference")
     if reference not in config["models"]:
         return []  # registry.check_roles names the unknown model
+    named = (config["probes"]["cloze"].get("reference") or {}).get("model")
+    if not named and is_api_model(config["models"][reference]):
+        # the default is the first local model; with none, a message about a model the user never named
+        # as the reference would puzzle more than it helps
+        return ["probes.cloze.reference.model: not set, and every model of the config is an API model, which "
+                "cannot score words; add a local causal model that is not under test (e.g. source: {builtin: "
+                "smollm2-135m-instruct}) and name it here"]
     if WORD_LOGPROBS not in model_capabilities(config["models"][reference]):
         problems.append(f"probes.cloze.reference.model: {reference!r} cannot score words "
                         f"({WORD_LOGPROBS}: local models only)")
@@ -43,8 +50,9 @@ def check_config(config: dict) -> list[str]:
         problems.append(f"probes.cloze.filter.mode: logit reads {filt['model']!r}'s next-token ranks, which it "
                         f"cannot give ({WORD_LOGPROBS}: local causal models only); use mode generate")
     if any(m == reference for _, m, _ in runs(config)):
-        problems.append(f"probes.cloze.reference.model: {reference!r} chooses the masked words and cannot also "
-                        f"be probed with them (probes.cloze_<mode>.models)")
+        default = "" if named else "not set, so the first local model, "
+        problems.append(f"probes.cloze.reference.model: {default}{reference!r} chooses the masked words and cannot "
+                        f"also be probed with them (probes.cloze_<mode>.models)" + ("" if named else "; name another"))
     return problems
 
 
