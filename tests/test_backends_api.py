@@ -695,6 +695,27 @@ class _Gated:
     def __getattr__(self, name):
         return getattr(self.backend, name)
 
+    def hold(self, api) -> threading.Thread:
+        """Send a sampled request through ``api`` and return once the model is busy with it."""
+        sampled = threading.Thread(target=api.generate, args=(["warm"], GenerationParams(
+            max_new_tokens=2, temperature=1.0, chat=False)))
+        sampled.start()
+        assert self.busy.wait(30)
+        return sampled
+
+    def queued_behind(self, api, server, prompts, params) -> list:
+        """``api``'s answers to ``prompts``, all of them sent while the model is busy, then let go."""
+        sampled, out = self.hold(api), []
+        waiting = threading.Thread(target=lambda: out.extend(api.generate(prompts, params)))
+        waiting.start()
+        deadline = time.monotonic() + 30
+        while server.count() < len(prompts) + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.gate.set()
+        waiting.join(30)
+        sampled.join(30)
+        return out
+
     def generate_text(self, text, params, **kw):
         if params.temperature > 0:
             self.busy.set()
@@ -719,19 +740,7 @@ def test_serve_decodes_the_greedy_requests_waiting_together_as_each_alone(tiny_m
     params = GenerationParams(max_new_tokens=8, chat=False)
     with ChatServer(responder, model_name="tiny") as srv:
         api = OpenAIBackend("tiny", base_url=srv.openai_base_url, cache=None, concurrency=6)
-        sampled = threading.Thread(target=api.generate, args=(["warm"], GenerationParams(
-            max_new_tokens=2, temperature=1.0, chat=False)))
-        sampled.start()
-        assert gated.busy.wait(30)  # the model is busy: the next six requests wait together
-        out = []
-        greedy = threading.Thread(target=lambda: out.extend(api.generate(prompts, params)))
-        greedy.start()
-        deadline = time.monotonic() + 30
-        while srv.count() < 7 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        gated.gate.set()
-        greedy.join(30)
-        sampled.join(30)
+        out = gated.queued_behind(api, srv, prompts, params)
     assert responder.batches == [6] and responder.dropped == 0
     alone = [hf.generate([p], params)[0] for p in prompts]
     assert [g.text for g in out] == [g.text for g in alone] and all(g.text for g in out)
@@ -749,10 +758,7 @@ def test_serve_drops_a_request_whose_client_went_away_before_its_turn(tiny_model
     responder = HFResponder(gated)
     with ChatServer(responder, model_name="tiny") as srv:
         api = OpenAIBackend("tiny", base_url=srv.openai_base_url, cache=None)
-        sampled = threading.Thread(target=api.generate, args=(["warm"], GenerationParams(
-            max_new_tokens=2, temperature=1.0, chat=False)))
-        sampled.start()
-        assert gated.busy.wait(30)
+        sampled = gated.hold(api)
         impatient = openai.OpenAI(api_key="none", base_url=srv.openai_base_url, max_retries=0, timeout=0.3)
         with pytest.raises(openai.APITimeoutError):
             impatient.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "gone"}],
@@ -765,6 +771,27 @@ def test_serve_drops_a_request_whose_client_went_away_before_its_turn(tiny_model
         after = api.generate(["back"], GenerationParams(max_new_tokens=3, chat=False))[0]
     assert responder.dropped == 1 and [r.status for r in srv.records] == [200, 499, 200]
     assert len(gated.decoded) == 2 and not any("gone" in t for t in gated.decoded) and after.status == STATUS_OK
+
+
+def test_serve_answers_a_prompt_too_long_with_a_400_and_its_batch_without_it(tiny_model):
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.server import ChatServer, HFResponder
+
+    model, tok = tiny_model
+    hf = HFBackend({"path": "tiny"}, model=model, tokenizer=tok)
+    gated = _Gated(hf)
+    responder = HFResponder(gated)
+    params = GenerationParams(max_new_tokens=8, chat=False)
+    long = " ".join(["the sea and the ship"] * 60)  # over the tiny model's 128 positions
+    with ChatServer(responder, model_name="tiny") as srv:
+        api = OpenAIBackend("tiny", base_url=srv.openai_base_url, cache=None, concurrency=3, on_error="record")
+        out = gated.queued_behind(api, srv, ["The sea", long, "The ship"], params)
+        statuses = sorted(r.status for r in srv.records)
+    alone = [hf.generate([p], params)[0].text for p in ("The sea", "The ship")]
+    assert [out[0].text, out[2].text] == alone and out[0].status == out[2].status == STATUS_OK
+    assert out[1].status == STATUS_ERROR and "exceeds its 128 positions" in out[1].error
+    assert out[1].error.endswith("(not retried: the request itself was rejected)")
+    assert statuses == [200, 200, 200, 400] and srv.count() == 4  # the batch failed, then each alone
 
 
 def test_a_connection_is_alive_until_its_client_closes_it():

@@ -227,16 +227,10 @@ class HFBackend(Backend):
                        memfree, max_rows: int) -> list[Generation]:
         """:meth:`generate_batched`'s decoding of prompts already rendered and tokenised."""
         from memaudit.backends.refusal import is_refusal
-        from memaudit.models.loading import model_max_length
         from memaudit.models.sampling import sample
 
         tok = self.tokenizer
-        limit_positions = model_max_length(self.model)
-        longest = max((len(e) for e in encoded), default=0)
-        if limit_positions is not None and longest + params.max_new_tokens > limit_positions:
-            raise ValueError(f"model {self.name!r}: a prompt of {longest} tokens plus {params.max_new_tokens} new "
-                             f"tokens exceeds its {limit_positions} positions; use shorter prompts or fewer new "
-                             "tokens (the prompt is never cut silently)")
+        self._check_fits(max((len(e) for e in encoded), default=0), params)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         eos_ids = [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None] or [tok.eos_token_id]
@@ -271,6 +265,16 @@ class HFBackend(Backend):
             generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
                                         status="refusal" if is_refusal(text) else "ok")
         return generations
+
+    def _check_fits(self, n_prompt: int, params: GenerationParams) -> None:
+        """A ValueError if a prompt of ``n_prompt`` tokens and its new tokens exceed a causal model's positions."""
+        from memaudit.models.loading import model_max_length
+
+        limit_positions = None if self.encoder_decoder else model_max_length(self.model)
+        if limit_positions is not None and n_prompt + params.max_new_tokens > limit_positions:
+            raise ValueError(f"model {self.name!r}: a prompt of {n_prompt} tokens plus {params.max_new_tokens} new "
+                             f"tokens exceeds its {limit_positions} positions; use shorter prompts or fewer new "
+                             "tokens (the prompt is never cut silently)")
 
     def _prompt_ids(self, text: str, params: GenerationParams) -> list[int]:
         """A rendered prompt's token ids. Plain text (no chat template) starts with the context token,
@@ -323,7 +327,9 @@ class HFBackend(Backend):
         from memaudit.backends.refusal import is_refusal
 
         tok = self.tokenizer
-        enc = {"input_ids": torch.tensor([self._prompt_ids(text, params)], device=self.model.device)}
+        ids = self._prompt_ids(text, params)
+        self._check_fits(len(ids), params)
+        enc = {"input_ids": torch.tensor([ids], device=self.model.device)}
         enc["attention_mask"] = torch.ones_like(enc["input_ids"])
         kwargs = dict(max_new_tokens=params.max_new_tokens, repetition_penalty=params.repetition_penalty,
                       pad_token_id=tok.pad_token_id)

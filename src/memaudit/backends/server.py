@@ -21,8 +21,10 @@ Endpoints (JSON, non-streaming):
 
 Log-probabilities of a served HF model are those of the raw next-token
 distribution at each generated position (before temperature), as OpenAI reports.
-The server listens on 127.0.0.1 unless told otherwise and checks no key: it is
-meant for one machine, not for the network.
+A request the model cannot answer as asked (a prompt and its new tokens longer than
+the model's positions) gets HTTP 400 saying why, which clients do not retry; a failure
+of the model itself, 500. The server listens on 127.0.0.1 unless told otherwise and
+checks no key: it is meant for one machine, not for the network.
 """
 from __future__ import annotations
 
@@ -166,7 +168,13 @@ class HFResponder:
                     taken.append(self._queue.get(timeout=max(0.0, min(self.gather, deadline - time.monotonic()))))
                 except queue.Empty:
                     break
-            self.answer(taken)
+            try:
+                self.answer(taken)
+            except BaseException as exc:  # noqa: BLE001 -- the worker must outlive any request
+                for p in taken:
+                    if not p.done.is_set():
+                        p.error = exc
+                        p.done.set()
 
     def answer(self, pending: list[_Pending]) -> None:
         """Answer ``pending`` (the requests waiting now), setting each one's reply or error."""
@@ -185,8 +193,8 @@ class HFResponder:
             if len(group) == 1:
                 singles.extend(group)
                 continue
-            texts = [self.backend.render_messages(p.request.messages, chat=True) for p in group]
             try:
+                texts = [self.backend.render_messages(p.request.messages, chat=True) for p in group]
                 gens = self.backend.generate_rendered_batched(texts, self._params(group[0].request),
                                                               max_rows=self.max_rows)
             except Exception:  # noqa: BLE001 -- one bad prompt (too long, say): each request its own answer or error
@@ -484,7 +492,14 @@ def _make_handler(server: ChatServer):
                 request.alive = lambda: client_connected(self.connection)
                 if server.latency:
                     time.sleep(server.latency)
-                answer = server.responder.respond(request)
+                try:
+                    answer = server.responder.respond(request)
+                except ValueError as exc:  # what the request asks cannot be done (a prompt too long): not retried
+                    status = 400
+                    return self._json(400, error_body(api, 400, str(exc)))
+                except Exception as exc:  # noqa: BLE001 -- the model failed: an error the client may retry
+                    status = 500
+                    return self._json(500, error_body(api, 500, f"{type(exc).__name__}: {exc}"))
                 if answer is None:  # the client went away before its answer was made
                     status, self.close_connection = 499, True
                     return None
