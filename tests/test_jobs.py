@@ -151,3 +151,14 @@ def test_model_priorities_and_inputs(tmp_path):
 def test_canonical_sorts_every_mapping():
     assert list(jobs.canonical({"b": 1, "a": {"d": [{"z": 0, "y": 1}], "c": 2}})) == ["a", "b"]
     assert list(jobs.canonical({"a": [{"z": 0, "y": 1}]})["a"][0]) == ["y", "z"]
+
+
+def test_benchmarks_csv_names_the_families_each_benchmark_is_probed_by():
+    """What the summary writes to benchmarks.csv's ``families`` (the headline shows only those families'
+    tables): each family whose probes run on the benchmark, in registry order."""
+    assert {b: p["families"] for b, p in jobs.label_provenance(DEMO).items()} == {
+        "books": "copybench", "news": "token_prob;prefix;cloze", "novels": "token_prob;decop;ktd", "qa": "cloze",
+        "techdocs": "decop;ktd"}
+    off = copy.deepcopy(DEMO)
+    del off["probes"]["ktd"]
+    assert jobs.label_provenance(off)["techdocs"]["families"] == "decop"

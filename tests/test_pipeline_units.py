@@ -282,6 +282,22 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     out = capsys.readouterr().out
     assert "archive    m0   loss 0.25 in [0.4, 0.6] False" in out and "findings, not checks" not in out
     assert "Ground-truth checks: 3 of 7 hold" in out
+    # benchmarks.csv names the families this run ran: a KTD table left by a run of another config is not shown
+    origins = pd.DataFrame([{"benchmark": "archive", "labels": "random split of documents", "null_control": True,
+                             "families": "token_prob"},
+                            {"benchmark": "novels", "labels": "random split of documents", "null_control": True,
+                             "families": "token_prob;decop"}])
+    origins.to_csv(summary / "benchmarks.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert "holds        0.5 named <= 1.0" not in out and (
+        f"Not shown: the tables of ktd in {summary}, left there by a run of another config (this run's "
+        "benchmarks.csv lists the families it ran on each benchmark).") in out
+    assert "Ground-truth checks: 2 of 5 hold" in out  # less the two KTD rows, one of them held
+    origins.assign(families=["token_prob", "token_prob;ktd"]).to_csv(summary / "benchmarks.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert "Not shown" not in out and "Ground-truth checks: 3 of 7 hold" in out  # the KTD rows again
 
 
 def test_the_headline_shows_the_main_scores_of_models_no_token_probability_method_scored(tmp_path, capsys):

@@ -75,6 +75,8 @@ def test_end_to_end_artifacts(ci_run):
     assert list(origins.index) == ["books", "news", "novels"] and origins["null_control"].all()
     assert origins.loc["books", "labels"] == "random split by book (seed 7, member fraction 0.5)"
     assert origins.loc["news", "labels"] == "random split of documents (seed 7, member fraction 0.5)"
+    assert origins["families"].to_dict() == {"books": "copybench", "news": "token_prob",
+                                             "novels": "token_prob;decop;ktd;cloze"}
     docs = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_documents.csv")
     passages = pd.read_csv(ci_run / "results/scores/novels/tiny-gpt2-small/token_prob_passages.csv")
     loss = passages[passages.method == "loss"].groupby("doc_id")["score"].mean()

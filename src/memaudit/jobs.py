@@ -220,9 +220,14 @@ def selection_tables(config: dict) -> list[str]:
 
 
 def label_provenance(config: dict) -> dict[str, dict]:
-    """``{benchmark: {labels, null_control}}`` (:func:`memaudit.config.label_provenance`): the summary's
-    ``benchmarks.csv``, which tells the headline where a base model is a null control."""
-    return {name: provenance(bench, int(config["seed"])) for name, bench in sorted(config["benchmarks"].items())}
+    """``{benchmark: {labels, null_control, families}}`` (:func:`memaudit.config.label_provenance`, and the
+    probe families this config runs on the benchmark, ``;``-joined in registry order): the summary's
+    ``benchmarks.csv``, which tells the headline where a base model is a null control and which families'
+    tables are this run's (one left in ``results/summary`` by a run of another config is not)."""
+    on = {name: [f for f in FAMILIES if any(b == name for b, _, _ in probe_runs(config, f))]
+          for name in config["benchmarks"]}
+    return {name: {**provenance(bench, int(config["seed"])), "families": ";".join(on[name])}
+            for name, bench in sorted(config["benchmarks"].items())}
 
 
 def final_outputs(config: dict) -> list[str]:

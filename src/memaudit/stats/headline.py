@@ -343,11 +343,28 @@ def family_blocks(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     ``models.csv``); empty sections are dropped."""
     from memaudit.probes.registry import FAMILIES, load_callable
 
-    blocks = []
+    ran = families_run(summary_dir)
+    blocks, left = [], []
     for family in FAMILIES.values():
         if family.headline:
-            blocks += [b for b in load_callable(family.headline)(Path(summary_dir), models) if b]
+            shown = [b for b in load_callable(family.headline)(Path(summary_dir), models) if b]
+            if ran is None or family.name in ran:
+                blocks += shown
+            elif shown:
+                left.append(family.name)
+    if left:  # a family this run's config does not run: its tables are another config's run
+        blocks.append(f"Not shown: the tables of {', '.join(left)} in {summary_dir}, left there by a run of another "
+                      f"config (this run's benchmarks.csv lists the families it ran on each benchmark).")
     return blocks
+
+
+def families_run(summary_dir: Path) -> set[str] | None:
+    """The probe families the run ran on any benchmark (``benchmarks.csv``'s ``families``); None for a run
+    whose table has no such column (then every family's tables are shown, as before it existed)."""
+    table = benchmarks_table(summary_dir)
+    if table is None or "families" not in table.columns:
+        return None
+    return {f for cell in table["families"].fillna("") for f in str(cell).split(";") if f}
 
 
 def rejects_summary(rejects: pd.DataFrame) -> str:

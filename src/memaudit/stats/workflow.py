@@ -95,8 +95,9 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
     ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure; with
     ``rejects`` (``{benchmark: its rejects.csv}``), ``rejects.csv``: the input rows each
     benchmark's loaders rejected, counted by file and reason; with ``benchmarks`` (``{benchmark:
-    its label provenance}``, :func:`memaudit.config.label_provenance`), ``benchmarks.csv``:
-    where each benchmark's labels come from and whether its base models are null controls."""
+    its label provenance}``, :func:`memaudit.jobs.label_provenance`), ``benchmarks.csv``:
+    where each benchmark's labels come from, whether its base models are null controls and which
+    probe families ran on it."""
     from memaudit.datasets.rejects import count_rejects
     from memaudit.stats.summary import merge_metrics, write_summary
 
@@ -106,7 +107,7 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
     if out_benchmarks is not None:
         write_csv(out_benchmarks, pd.DataFrame([{"benchmark": name, **origin} for name, origin in
                                                 sorted((benchmarks or {}).items())],
-                                               columns=["benchmark", "labels", "null_control"]))
+                                               columns=["benchmark", "labels", "null_control", "families"]))
     if out_rejects is not None:
         write_csv(out_rejects, count_rejects(rejects or {}))
     if out_selection is not None:
