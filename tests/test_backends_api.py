@@ -807,6 +807,29 @@ def test_a_connection_is_alive_until_its_client_closes_it():
     assert not client_connected(ours)  # a closed socket, too
 
 
+def test_a_connection_past_descriptor_1023_is_told_alive_too():
+    """select() refuses descriptors above 1023, which a server with many clients reaches."""
+    import resource
+
+    from memaudit.backends.server import client_connected
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this machine allows {hard} open files")
+    if soft != resource.RLIM_INFINITY and soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    held = [socket.socket() for _ in range(1100)]
+    try:
+        ours, theirs = socket.socketpair()
+        assert ours.fileno() > 1024 and client_connected(ours)
+        theirs.close()
+        assert not client_connected(ours)
+        ours.close()
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_credentials_are_told_from_config_values():
     from pathlib import Path
 

@@ -237,7 +237,12 @@ def client_connected(sock: socket.socket) -> bool:
     the end of the stream (the client closed it: its timeout passed) or nothing we expect.
     """
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        if hasattr(select, "poll"):  # select() refuses descriptors above 1023, which a busy server reaches
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            readable = bool(poller.poll(0))
+        else:
+            readable = bool(select.select([sock], [], [], 0)[0])
         return not readable or bool(sock.recv(1, socket.MSG_PEEK))
     except (OSError, ValueError):
         return False
