@@ -36,7 +36,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
     p.add_argument("--max-batch", type=int, default=16,
-                   help="greedy requests waiting at once are decoded together, this many rows at a time")
+                   help="greedy requests waiting at once are decoded together, this many rows at a time; 1: each "
+                        "answer independent of the others waiting (in bfloat16, batching changes some answers)")
     args = p.parse_args(argv)
 
     if args.scripted:

@@ -122,7 +122,9 @@ class HFResponder:
     (:meth:`~memaudit.backends.hf.HFBackend.generate_rendered_batched`, ``max_rows`` rows at a
     time), grouped by their token limit, repetition penalty and stop strings; the others one at a
     time. A batched answer is the greedy answer of the same prompt alone, up to floating-point
-    rounding of the padded batch (a near tie may pick the other token, as in any batching server).
+    rounding of the padded batch (a near tie may pick the other token, as in any batching server:
+    measured on SmolLM2, none of 32 answers in float32, 6 of 16 in bfloat16); ``max_rows=1``
+    decodes each alone, its answer independent of the others waiting.
 
     Before it decodes, it waits for more requests while they keep coming (``gather`` seconds
     after the last, ``gather_max`` in all): a client's next requests follow its answers by a few
