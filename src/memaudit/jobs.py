@@ -224,9 +224,9 @@ def label_provenance(config: dict) -> dict[str, dict]:
     probe families this config runs on the benchmark, ``;``-joined in registry order): the summary's
     ``benchmarks.csv``, which tells the headline where a base model is a null control and which families'
     tables are this run's (one left in ``results/summary`` by a run of another config is not)."""
-    on = {name: [f for f in FAMILIES if any(b == name for b, _, _ in probe_runs(config, f))]
-          for name in config["benchmarks"]}
-    return {name: {**provenance(bench, int(config["seed"])), "families": ";".join(on[name])}
+    probed = {f: {b for b, _, _ in probe_runs(config, f)} for f in FAMILIES}
+    return {name: {**provenance(bench, int(config["seed"])),
+                   "families": ";".join(f for f in FAMILIES if name in probed[f])}
             for name, bench in sorted(config["benchmarks"].items())}
 
 

@@ -204,7 +204,7 @@ class HFResponder:
                 continue
             self.batches.append(len(group))
             for p, g in zip(group, gens, strict=True):
-                p.reply = ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens)
+                p.reply = self._reply(g)
                 p.done.set()
         for p in singles:
             try:
@@ -221,11 +221,15 @@ class HFResponder:
                                 top_p=request.top_p, stop=request.stop,
                                 repetition_penalty=request.repetition_penalty, seed=request.seed or 0)
 
+    @staticmethod
+    def _reply(g) -> ChatReply:
+        return ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens)
+
     def _one(self, request: ChatRequest) -> ChatReply:
         text = self.backend.render_messages(request.messages, chat=True)
         k = max(1, request.top_logprobs) if request.logprobs else 0
         g = self.backend.generate_text(text, self._params(request), top_logprobs=k)
-        reply = ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens)
+        reply = self._reply(g)
         if request.logprobs:
             reply.tokens = [tuple(t) for t in g.meta["tokens"]]
             reply.top_logprobs = [[tuple(t) for t in pos[:request.top_logprobs]] for pos in g.meta["top_logprobs"]]
