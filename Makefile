@@ -22,7 +22,15 @@ venv: $(STAMP)
 # installed or fails, pip installs the same pins. --compile-bytecode, as pip does: where
 # PYTHONDONTWRITEBYTECODE is set, nothing would ever write the .pyc files, and every Python
 # process (each Snakemake job, each test's dry run) would compile its imports again.
+# The venv takes about 2.5 GB, and pip and uv need room for the wheels they unpack: with less than
+# VENV_FREE_GB free, stop with one line instead of pip's "No space left on device" half-way through.
+VENV_FREE_GB ?= 4
 $(STAMP): pyproject.toml $(LOCK)
+	@free_kb=$$(df -Pk . | awk 'NR == 2 {print $$4}'); \
+	if [ -n "$$free_kb" ] && [ "$$free_kb" -lt $$(( $(VENV_FREE_GB) * 1024 * 1024 )) ]; then \
+	  echo "make: $$(( free_kb / 1024 )) MB free on the file system of $(CURDIR); setting up $(VENV) needs about $(VENV_FREE_GB) GB (VENV_FREE_GB=N to change this check)" >&2; \
+	  exit 1; \
+	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0

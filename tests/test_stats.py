@@ -170,6 +170,36 @@ def test_t_test_pvalue_nan_for_tiny_group():
     assert math.isnan(t_test_pvalue([0.1, 0.2, 0.3], [1, 0, 0]))
 
 
+def test_t_test_pvalue_nan_for_two_constant_groups_whatever_their_means():
+    # 0/1 scores, every member 1 and every non-member 0: scipy's Welch test says t = inf, p = 0
+    with pytest.warns(RuntimeWarning, match="Precision loss"):
+        assert scipy_stats.ttest_ind([1.0] * 3, [0.0] * 3, equal_var=False).pvalue == 0.0
+    assert math.isnan(t_test_pvalue([1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]))
+    assert math.isnan(t_test_pvalue([0.25] * 6, [1, 1, 1, 0, 0, 0]))
+
+
+def test_t_test_pvalue_takes_rounding_noise_for_no_variance(recwarn):
+    noisy = 0.1 + 0.2  # 0.30000000000000004
+    # the same numbers in both groups: scipy finds t = 1.41 in the rounding noise
+    with pytest.warns(RuntimeWarning, match="Precision loss"):
+        assert scipy_stats.ttest_ind([noisy, 0.3, 0.3], [0.3, 0.3, noisy], equal_var=False).pvalue < 0.25
+    assert math.isnan(t_test_pvalue([noisy, 0.3, 0.3, 0.3, 0.3, noisy], [1, 1, 1, 0, 0, 0]))
+    # one group constant up to rounding: Welch's test with that group's variance 0, hand-computed
+    # (members mean 0.3, var 0; non-members 0, 0.1, 0.2: mean 0.1, var 0.01; t = 0.2 / sqrt(0.01 / 3),
+    # df = n0 - 1 = 2), and no precision-loss warning from the constant group
+    recwarn.clear()
+    p = t_test_pvalue([noisy, 0.3, 0.3, 0.0, 0.1, 0.2], [1, 1, 1, 0, 0, 0])
+    assert p == pytest.approx(2 * scipy_stats.t.sf(0.2 / math.sqrt(0.01 / 3), df=2), rel=1e-9)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_t_test_pvalue_does_not_change_with_a_shift_of_every_score():
+    scores, labels = _random_data(5)
+    expected = scipy_stats.ttest_ind(scores[labels == 1], scores[labels == 0], equal_var=False).pvalue
+    for shift in (-3e4, 1e6, 1e9):  # log-likelihood sums are large negative numbers
+        assert t_test_pvalue(scores + shift, labels) == pytest.approx(expected, rel=1e-5)
+
+
 # ---------------------------------------------------------- bootstrap_auc
 
 def test_bootstrap_deterministic_for_seed():

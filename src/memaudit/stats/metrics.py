@@ -36,8 +36,9 @@ from memaudit.errors import InputError
 # Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
 # memaudit.versions): metrics and blind_baseline rerun.
 # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
-# 7: books_pvalue; 8: books only where the config gives labels per book
-STATS_VERSION = 8
+# 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
+# constant up to rounding is nan (was p = 0 where their means differ)
+STATS_VERSION = 9
 
 METRIC_COLUMNS = [
     "n_member",
@@ -300,14 +301,37 @@ def t_test_pvalue(scores, labels) -> float:
     Unlike DE-COP, which pools the documents of all 10 bootstrap resamples
     before testing (counting each document about 10 times and so shrinking the
     p-value), this tests the original documents once each.
+
+    Zero variance is judged up to float rounding: a group whose scores differ by
+    no more than a few units in the last place of their magnitude (one mean summed
+    in another order) is constant. scipy alone would return p = 0 for two constant
+    groups with different means (t = inf: e.g. 0/1 scores, all members 1 and all
+    non-members 0, read as infinitely significant from 3 documents against 3),
+    and a t of 1.4 for the same three numbers in both groups written with rounding
+    noise. The scores are centred on their median first: the test is unchanged
+    by a shift, and scores far from 0 (log-likelihood sums) keep their digits.
     """
     scores, labels = _as_arrays(scores, labels)
     members = scores[labels == 1]
     nonmembers = scores[labels == 0]
     if members.size < 2 or nonmembers.size < 2:
         return math.nan
-    result = scipy_stats.ttest_ind(members, nonmembers, equal_var=False)
+    scale = float(np.abs(scores).max())
+    if _constant(members, scale) and _constant(nonmembers, scale):
+        return math.nan
+    shift = float(np.median(scores))
+    # From the groups' statistics: ttest_ind on a constant group warns of precision loss (it
+    # cannot tell a constant from a nearly constant group), and the variance of a group constant
+    # up to rounding is 0, not the rounding's.
+    moments = [((g - shift).mean(), 0.0 if _constant(g, scale) else (g - shift).std(ddof=1), g.size)
+               for g in (members, nonmembers)]
+    result = scipy_stats.ttest_ind_from_stats(*moments[0], *moments[1], equal_var=False)
     return float(result.pvalue)
+
+
+def _constant(values: np.ndarray, scale: float) -> bool:
+    """Whether ``values`` are one number up to float rounding at ``scale`` (the scores' magnitude)."""
+    return float(np.ptp(values)) <= 8 * np.finfo(float).eps * max(scale, np.finfo(float).tiny)
 
 
 def compute_metrics(
