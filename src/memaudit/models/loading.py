@@ -123,7 +123,7 @@ def set_threads(threads: int | None) -> None:
 
 def _from_pretrained_args(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if "builtin" in spec:
-        from memaudit.models.smollm2 import ensure_builtin
+        from memaudit.models.builtin import ensure_builtin
 
         return str(ensure_builtin(spec["builtin"], Path(spec.get("cache_dir", "resources/cache")))), {}
     if "path" in spec:
