@@ -186,6 +186,32 @@ def test_hub_revision_must_be_a_commit_unless_the_entry_accepts_moving_weights()
     assert f"config key models.pythia-1b.source.revision: {MOVING}\n" in docs
 
 
+def test_the_docs_gemma_entries_join_the_demo_and_plan_only_their_jobs(tmp_path):
+    """docs/models.md's two Gemma entries (the builtin base and its LoRA fine-tune), added to the demo
+    config with both names in token_prob's models, validate, and a dry run plans each of the two
+    models' per-model jobs on novels and news; the builtin name is checked by the schema."""
+    docs = (ROOT / "docs" / "models.md").read_text()
+    block = docs.split("Size trends across two pretrained families")[1].split("```yaml\n")[1].split("```")[0]
+    entries = yaml.safe_load(block)
+    assert set(entries) == {"gemma-3-270m", "gemma-3-270m-contaminated"}
+    demo = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    demo["models"].update(entries)
+    demo["probes"]["token_prob"]["models"] += list(entries)
+    assert validate_config(copy.deepcopy(demo))["models"]["gemma-3-270m"]["source"] == {"builtin": "gemma-3-270m"}
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    make_workdir(workdir, share_resources=False)
+    (workdir / "sizes.yaml").write_text(yaml.safe_dump(demo))
+    gemma = {(rule, wildcards) for rule, wildcards in planned_jobs(workdir, "sizes.yaml") if "gemma" in wildcards}
+    per_pair = {(rule, f"benchmark={b}, model={m}") for rule in ("token_stats", "token_prob_scores", "metrics",
+                                                                  "figures_model")
+                for b in ("news", "novels") for m in entries}
+    assert gemma == {("prepare_model", f"model={m}") for m in entries} | per_pair
+    demo["models"]["gemma-3-270m"]["source"] = {"builtin": "gemma-3-27b"}
+    with pytest.raises(ConfigError, match="models.gemma-3-270m.source.builtin"):
+        validate_config(demo)
+
+
 def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
     with pytest.raises(ConfigError) as err:
         load_config(ROOT / "config" / "paper.yaml")
