@@ -57,8 +57,8 @@ def _missing(name: str, info: dict, what: str) -> AssetError:
 def locate_gguf(name: str) -> tuple[Path, str]:
     """Folder and file name of a builtin model's GGUF file inside its installed wheel.
 
-    For a model shipped in parts, the folder of the package that assembles it: the file itself
-    is written by :func:`assemble_gguf`.
+    For a model shipped in parts, the folder of the package that assembles it (its parts checked):
+    the file itself is written when the model is converted.
     """
     info = _info(name)
     spec = importlib.util.find_spec(info["package"])
@@ -74,13 +74,6 @@ def locate_gguf(name: str) -> tuple[Path, str]:
         raise AssetError(f"builtin model {name!r}: {folder / info['gguf_file']} is missing "
                          f"from the installed {info['pip'][0]} package")
     return folder, info["gguf_file"]
-
-
-def assemble_gguf(name: str, folder: Path) -> Path:
-    """Write a split builtin's GGUF file into ``folder`` (its SHA-256 checked by the package)."""
-    info = _info(name)
-    locate_gguf(name)
-    return Path(importlib.import_module(info["package"]).assemble(Path(folder) / info["gguf_file"]))
 
 
 def _converted(out: Path) -> bool:
@@ -114,8 +107,9 @@ def _convert(name: str, out: Path) -> None:
     folder, gguf_file = locate_gguf(name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out.parent))
     try:
-        if _info(name).get("assembled"):
-            folder = assemble_gguf(name, tmp / "gguf").parent
+        info = _info(name)
+        if info.get("assembled"):  # written by the package, its SHA-256 checked
+            folder = Path(importlib.import_module(info["package"]).assemble(tmp / "gguf" / gguf_file)).parent
         log.info("converting %s (%s) to safetensors in %s", name, gguf_file, out)
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
