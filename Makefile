@@ -94,8 +94,10 @@ test-quick: venv assets
 bench: venv assets
 	$(BIN)/python benchmarks/run_all.py
 
+# Snakemake's own lint, and the Snakefile and rule files formatted by snakefmt (pyproject.toml's [tool.snakefmt]).
 lint: venv
 	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
 
 clean-results:
 	rm -rf results/datasets results/models results/scores results/metrics results/summary results/figures logs

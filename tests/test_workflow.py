@@ -97,6 +97,20 @@ def test_lint_is_clean():
     assert proc.returncode == 0 and "your workflow is in a good condition" in proc.stdout + proc.stderr
 
 
+def test_the_snakefile_and_rules_are_formatted_with_snakefmt():
+    """STYLE.md: the workflow is formatted with snakefmt (line length 120, pyproject.toml's
+    [tool.snakefmt]); `make lint` checks the same. Every file is checked: the Snakefile and each rule file."""
+    import sys
+
+    files = ["Snakefile", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "workflow" / "rules").glob("*.smk"))]
+    assert len(files) >= 13, files
+    proc = subprocess.run([sys.executable, "-m", "snakefmt", "--check", *files], cwd=ROOT, capture_output=True,
+                          text=True)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"run `snakefmt Snakefile workflow/rules` (or `make lint` to see which):\n{log}"
+    assert f"All {len(files)} file(s) would be left unchanged" in log, log
+
+
 def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
     """A probe's `benchmarks:` list can leave (benchmark, model) pairs unscored: those get no
     metric table or per-model figure (an empty table used to fail the metrics job)."""

@@ -6,12 +6,12 @@ rule api_ledger:
         jobs.api_probe_outputs(config),
     output:
         ledger="results/api/ledger.csv",
-    params:
-        cache=API_CACHE,
     log:
         "logs/api_ledger.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        cache=API_CACHE,
     script:
         "../scripts/api_ledger.py"
 

@@ -13,22 +13,22 @@ rule cloze_items:
     output:
         cloze_items="results/datasets/{benchmark}/cloze_items.jsonl",
         candidates="results/datasets/{benchmark}/cloze_candidates.csv",
-    params:
-        cloze=probe_settings("cloze"),
-        reference=lambda wc: role_model(config, "cloze", "reference"),
-        code_version=family_version("cloze", "items"),
-    threads: lambda wc: job_threads(1)
-    resources:
-        mem_mb=4000,
-        gpu=role_gpus("cloze", "reference"),
-        api_openai=role_api_slots("cloze", "filter", "openai", needed=cloze_plan.uses_filter),
-        api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
     log:
         "logs/cloze_items/{benchmark}.log",
     benchmark:
         "logs/benchmarks/cloze_items/{benchmark}.tsv"
     conda:
         "../../envs/memaudit.yaml"
+    threads: lambda wc: job_threads(1)
+    resources:
+        mem_mb=4000,
+        gpu=role_gpus("cloze", "reference"),
+        api_openai=role_api_slots("cloze", "filter", "openai", needed=cloze_plan.uses_filter),
+        api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
+    params:
+        cloze=probe_settings("cloze"),
+        reference=lambda wc: role_model(config, "cloze", "reference"),
+        code_version=family_version("cloze", "items"),
     script:
         "../scripts/cloze_items.py"
 
@@ -41,26 +41,26 @@ rule cloze_probe:
         documents="results/scores/{benchmark}/{model}/cloze_{mode}_documents.csv",
         texts="results/scores/{benchmark}/{model}/cloze_{mode}_texts.csv",
         tokens="results/scores/{benchmark}/{model}/cloze_{mode}_tokens.csv",
+    log:
+        "logs/cloze_probe/{benchmark}/{model}/{mode}.log",
+    benchmark:
+        "logs/benchmarks/cloze_probe/{benchmark}/{model}/{mode}.tsv"
     wildcard_constraints:
         mode=mode_constraint("cloze"),
-    params:
-        family="cloze",
-        cloze=probe_settings("cloze"),
-        mode_settings=lambda wc: probe_settings(f"cloze_{wc.mode}"),
-        entry=model_entry,
-        code_version=family_version("cloze"),
+    conda:
+        "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=4000,
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
         gpu=gpu_slots,
-    log:
-        "logs/cloze_probe/{benchmark}/{model}/{mode}.log",
-    benchmark:
-        "logs/benchmarks/cloze_probe/{benchmark}/{model}/{mode}.tsv"
-    conda:
-        "../../envs/memaudit.yaml"
+    params:
+        family="cloze",
+        cloze=probe_settings("cloze"),
+        mode_settings=lambda wc: probe_settings(f"cloze_{wc.mode}"),
+        entry=model_entry,
+        code_version=family_version("cloze"),
     script:
         "../scripts/probe.py"
 
@@ -113,6 +113,10 @@ rule cloze_summary:
             labels={"figure": "masked words reconstructed by model size"},
         ),
         size_figure_svg="results/figures/cloze/recovery_by_size.svg",
+    log:
+        "logs/cloze_summary/summary.log",
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         bases=lambda wc: cloze_plan.bases(config),
         declared=lambda wc: cloze_plan.declared(config),
@@ -121,9 +125,5 @@ rule cloze_summary:
         cloze=probe_settings("cloze"),
         seed=config["seed"],
         code_version=family_version("cloze", "summary"),
-    log:
-        "logs/cloze_summary/summary.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/cloze_summary.py"

@@ -14,7 +14,6 @@ from memaudit.jobs import canonical
 from memaudit.probes.registry import FAMILIES, family_version, role_model
 from memaudit.versions import code_version
 
-
 # memaudit validates the config itself, before anything reads or prints it (snakemake.utils.validate
 # would print the offending config section, a pasted API key with it): one line per problem,
 # `config key <dotted.key>: <what is wrong>`, all at once, and nothing else (no traceback).
@@ -212,7 +211,11 @@ def role_gpus(family, role, needed=None):
 
 def role_api_slots(family, role, backend, needed=None):
     def slots(wildcards):
-        return 0 if needed and not needed(config, wildcards) else api_slots(config, role_model(config, family, role), backend)
+        return (
+            0
+            if needed and not needed(config, wildcards)
+            else api_slots(config, role_model(config, family, role), backend)
+        )
 
     return slots
 
@@ -235,7 +238,8 @@ def probe_api_slots(family, roles, backend):
 
     def slots(wildcards):
         return api_slots(config, wildcards.model, backend) + sum(
-            role_api_slots(family, r, backend, needed=n)(wildcards) for r, n in roles)
+            role_api_slots(family, r, backend, needed=n)(wildcards) for r, n in roles
+        )
 
     return slots
 

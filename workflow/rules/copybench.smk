@@ -19,24 +19,24 @@ rule copybench_items:
         judge="results/datasets/{benchmark}/copybench_judge.json",
         demos="results/datasets/{benchmark}/copybench_demos.json",
         extraction="results/datasets/{benchmark}/copybench_extraction.csv",
-    params:
-        copybench=probe_settings("copybench"),
-        extractor=lambda wc: copybench_plan.extractor_model(config, wc),
-        published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
-        seed=config["seed"],
-        code_version=family_version("copybench", "items"),
-    threads: 1
-    resources:
-        mem_mb=3000,
-        api_openai=role_api_slots("copybench", "extractor", "openai", needed=copybench_plan.needs_extractor),
-        api_anthropic=role_api_slots("copybench", "extractor", "anthropic", needed=copybench_plan.needs_extractor),
-        gpu=role_gpus("copybench", "extractor", needed=copybench_plan.needs_extractor),
     log:
         "logs/copybench_items/{benchmark}.log",
     benchmark:
         "logs/benchmarks/copybench_items/{benchmark}.tsv"
     conda:
         "../../envs/memaudit.yaml"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        api_openai=role_api_slots("copybench", "extractor", "openai", needed=copybench_plan.needs_extractor),
+        api_anthropic=role_api_slots("copybench", "extractor", "anthropic", needed=copybench_plan.needs_extractor),
+        gpu=role_gpus("copybench", "extractor", needed=copybench_plan.needs_extractor),
+    params:
+        copybench=probe_settings("copybench"),
+        extractor=lambda wc: copybench_plan.extractor_model(config, wc),
+        published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
+        seed=config["seed"],
+        code_version=family_version("copybench", "items"),
     script:
         "../scripts/copybench_items.py"
 
@@ -50,24 +50,24 @@ rule copybench_qa_items:
     output:
         qa="results/datasets/{benchmark}/copybench_qa.jsonl",
         rejects="results/datasets/{benchmark}/copybench_qa_rejects.csv",
-    params:
-        copybench=probe_settings("copybench"),
-        writer=lambda wc: copybench_plan.qa_writer(config, wc),
-        published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
-        seed=config["seed"],
-        code_version=family_version("copybench", "items"),
-    threads: lambda wc: job_threads(1)
-    resources:
-        mem_mb=3000,
-        gpu=role_gpus("copybench", "qa_writer", needed=copybench_plan.needs_qa_writer),
-        api_openai=role_api_slots("copybench", "qa_writer", "openai", needed=copybench_plan.needs_qa_writer),
-        api_anthropic=role_api_slots("copybench", "qa_writer", "anthropic", needed=copybench_plan.needs_qa_writer),
     log:
         "logs/copybench_qa_items/{benchmark}.log",
     benchmark:
         "logs/benchmarks/copybench_qa_items/{benchmark}.tsv"
     conda:
         "../../envs/memaudit.yaml"
+    threads: lambda wc: job_threads(1)
+    resources:
+        mem_mb=3000,
+        gpu=role_gpus("copybench", "qa_writer", needed=copybench_plan.needs_qa_writer),
+        api_openai=role_api_slots("copybench", "qa_writer", "openai", needed=copybench_plan.needs_qa_writer),
+        api_anthropic=role_api_slots("copybench", "qa_writer", "anthropic", needed=copybench_plan.needs_qa_writer),
+    params:
+        copybench=probe_settings("copybench"),
+        writer=lambda wc: copybench_plan.qa_writer(config, wc),
+        published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
+        seed=config["seed"],
+        code_version=family_version("copybench", "items"),
     script:
         "../scripts/copybench_qa_items.py"
 
@@ -88,14 +88,14 @@ rule copybench_probe:
         generations="results/scores/{benchmark}/{model}/copybench_{mode}_items.jsonl",
         documents="results/scores/{benchmark}/{model}/copybench_{mode}_documents.csv",
         outcomes="results/scores/{benchmark}/{model}/copybench_{mode}_outcomes.json",
+    log:
+        "logs/copybench_probe/{benchmark}/{model}/{mode}.log",
+    benchmark:
+        "logs/benchmarks/copybench_probe/{benchmark}/{model}/{mode}.tsv"
     wildcard_constraints:
         mode=mode_constraint("copybench"),
-    params:
-        family="copybench",
-        copybench=probe_settings("copybench"),
-        mode_settings=lambda wc: probe_settings(f"copybench_{wc.mode}"),
-        entry=model_entry,
-        code_version=family_version("copybench"),
+    conda:
+        "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=4000,
@@ -103,12 +103,12 @@ rule copybench_probe:
         api_openai=probe_api_slots("copybench", COPYBENCH_JUDGES, "openai"),
         api_anthropic=probe_api_slots("copybench", COPYBENCH_JUDGES, "anthropic"),
         gpu=probe_gpus("copybench", COPYBENCH_JUDGES),
-    log:
-        "logs/copybench_probe/{benchmark}/{model}/{mode}.log",
-    benchmark:
-        "logs/benchmarks/copybench_probe/{benchmark}/{model}/{mode}.tsv"
-    conda:
-        "../../envs/memaudit.yaml"
+    params:
+        family="copybench",
+        copybench=probe_settings("copybench"),
+        mode_settings=lambda wc: probe_settings(f"copybench_{wc.mode}"),
+        entry=model_entry,
+        code_version=family_version("copybench"),
     script:
         "../scripts/probe.py"
 
@@ -141,15 +141,15 @@ rule copybench_summary:
             category="CopyBench",
             labels={"figure": "copying against fact recall"},
         ),
+    log:
+        "logs/copybench_summary/summary.log",
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         bases=lambda wc: copybench_plan.bases(config),
         declared=lambda wc: copybench_plan.declared(config),
         members_of=lambda wc: copybench_plan.members_of(config),
         seed=config["seed"],
         code_version=family_version("copybench", "summary"),
-    log:
-        "logs/copybench_summary/summary.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/copybench_summary.py"

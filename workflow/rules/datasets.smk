@@ -25,16 +25,16 @@ rule benchmark_dataset:
         documents="results/datasets/{benchmark}/documents.jsonl",
         passages="results/datasets/{benchmark}/passages.jsonl",
         rejects="results/datasets/{benchmark}/rejects.csv",
+    log:
+        "logs/benchmark_dataset/{benchmark}.log",
+    # a benchmark's dataset takes seconds, and the fine-tunes wait on its members: first of all
+    priority: 40
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         benchmark=benchmark_entry,
         seed=config["seed"],
         code_version=DATASET_VERSION,
-    # seconds each, and the fine-tunes wait on their members: first of all
-    priority: 40
-    log:
-        "logs/benchmark_dataset/{benchmark}.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/benchmark_dataset.py"
 
@@ -45,12 +45,12 @@ rule pretrain_pool:
         user_books=lambda wc: user_books_inputs(config["pretrain"]),
     output:
         documents="results/pretrain/documents.jsonl",
-    params:
-        pretrain=canonical(config["pretrain"]),
-        code_version=DATASET_VERSION,
     log:
         "logs/pretrain_pool.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        pretrain=canonical(config["pretrain"]),
+        code_version=DATASET_VERSION,
     script:
         "../scripts/pretrain_pool.py"

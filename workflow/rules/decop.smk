@@ -13,6 +13,23 @@ rule decop_items:
     output:
         mcq="results/datasets/{benchmark}/decop_items.jsonl",
         qc="results/datasets/{benchmark}/decop_qc.csv",
+    log:
+        "logs/decop_items/{benchmark}.log",
+    benchmark:
+        "logs/benchmarks/decop_items/{benchmark}.tsv"
+    # Paraphrasing heads DE-COP's and KTD's chains: at priority 0 the demo's techdocs paraphrases
+    # started after every tiny-model job, 21 minutes into make run, and their probes ran last on one
+    # core. Above the tiny models' pretraining (10), below a fine-tune (20): see jobs.model_priority.
+    priority: 15
+    conda:
+        "../../envs/memaudit.yaml"
+    # a local paraphraser decodes on one thread (memaudit.probes.decop.paraphrase); an API one waits
+    threads: 1
+    resources:
+        mem_mb=4000,
+        api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_plan.needs_paraphraser),
+        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
+        gpu=role_gpus("decop", "paraphraser", needed=decop_plan.needs_paraphraser),
     params:
         decop=lambda wc: decop_plan.settings(config, wc.benchmark),
         paraphraser=lambda wc: (
@@ -21,23 +38,6 @@ rule decop_items:
         published=lambda wc: canonical(config["benchmarks"][wc.benchmark].get("published")),
         seed=config["seed"],
         code_version=family_version("decop", "items"),
-    # a local paraphraser decodes on one thread (memaudit.probes.decop.paraphrase); an API one waits
-    threads: 1
-    # Paraphrasing heads DE-COP's and KTD's chains: at priority 0 the demo's techdocs paraphrases
-    # started after every tiny-model job, 21 minutes into make run, and their probes ran last on one
-    # core. Above the tiny models' pretraining (10), below a fine-tune (20): see jobs.model_priority.
-    priority: 15
-    resources:
-        mem_mb=4000,
-        api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_plan.needs_paraphraser),
-        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
-        gpu=role_gpus("decop", "paraphraser", needed=decop_plan.needs_paraphraser),
-    log:
-        "logs/decop_items/{benchmark}.log",
-    benchmark:
-        "logs/benchmarks/decop_items/{benchmark}.tsv"
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/decop_items.py"
 
@@ -51,14 +51,14 @@ rule decop_probe:
         documents="results/scores/{benchmark}/{model}/decop_{mode}_documents.csv",
         table="results/scores/{benchmark}/{model}/decop_{mode}_table.csv",
         calibration="results/scores/{benchmark}/{model}/decop_{mode}_calibration.json",
+    log:
+        "logs/decop_probe/{benchmark}/{model}/{mode}.log",
+    benchmark:
+        "logs/benchmarks/decop_probe/{benchmark}/{model}/{mode}.tsv"
     wildcard_constraints:
         mode=mode_constraint("decop"),
-    params:
-        family="decop",
-        decop=lambda wc: decop_plan.settings(config, wc.benchmark),
-        entry=model_entry,
-        mode_settings=lambda wc: probe_settings(f"decop_{wc.mode}"),
-        code_version=family_version("decop"),
+    conda:
+        "../../envs/memaudit.yaml"
     # logit prompts are long (four passages); likelihood and black-box jobs are light or wait on an API
     threads: lambda wc: job_threads(2 if wc.mode == "logit" else 1)
     resources:
@@ -66,12 +66,12 @@ rule decop_probe:
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
         gpu=gpu_slots,
-    log:
-        "logs/decop_probe/{benchmark}/{model}/{mode}.log",
-    benchmark:
-        "logs/benchmarks/decop_probe/{benchmark}/{model}/{mode}.tsv"
-    conda:
-        "../../envs/memaudit.yaml"
+    params:
+        family="decop",
+        decop=lambda wc: decop_plan.settings(config, wc.benchmark),
+        entry=model_entry,
+        mode_settings=lambda wc: probe_settings(f"decop_{wc.mode}"),
+        code_version=family_version("decop"),
     script:
         "../scripts/probe.py"
 

@@ -23,12 +23,12 @@ rule figures_model:
             labels=figure_labels,
         ),
         distributions_svg="results/figures/{benchmark}/{model}/score_distributions.svg",
-    params:
-        methods=config["figures"]["headline_methods"],
     log:
         "logs/figures_model/{benchmark}/{model}.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        methods=config["figures"]["headline_methods"],
     script:
         "../scripts/figures_model.py"
 
@@ -45,11 +45,11 @@ rule figure_auc_vs_size:
             labels=auc_vs_size_labels,
         ),
         svg="results/figures/{benchmark}/auc_vs_size.svg",
-    params:
-        methods=config["figures"]["headline_methods"],
     log:
         "logs/figure_auc_vs_size/{benchmark}.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        methods=config["figures"]["headline_methods"],
     script:
         "../scripts/figure_auc_vs_size.py"

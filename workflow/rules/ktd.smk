@@ -13,26 +13,26 @@ rule ktd_pool:
     output:
         pool="results/datasets/{benchmark}/ktd_pool.jsonl",
         qc="results/datasets/{benchmark}/ktd_pool_qc.csv",
+    log:
+        "logs/ktd_pool/{benchmark}.log",
+    benchmark:
+        "logs/benchmarks/ktd_pool/{benchmark}.tsv"
+    priority: 15
+    conda:
+        "../../envs/memaudit.yaml"
+    # as decop_items: a local paraphraser decodes on one thread, an API one waits
+    threads: 1
+    resources:
+        mem_mb=4000,
+        api_openai=role_api_slots("decop", "paraphraser", "openai"),
+        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic"),
+        gpu=role_gpus("decop", "paraphraser"),
     params:
         size=lambda wc: ktd_plan.pool_size(config["probes"]["ktd"]),
         paraphrase=lambda wc: canonical(config["probes"]["decop"]["paraphrase"]),
         paraphraser=lambda wc: role_model(config, "decop", "paraphraser"),
         seed=config["seed"],
         code_version=family_version("ktd", "pool"),
-    # as decop_items: a local paraphraser decodes on one thread, an API one waits
-    threads: 1
-    priority: 15
-    resources:
-        mem_mb=4000,
-        api_openai=role_api_slots("decop", "paraphraser", "openai"),
-        api_anthropic=role_api_slots("decop", "paraphraser", "anthropic"),
-        gpu=role_gpus("decop", "paraphraser"),
-    log:
-        "logs/ktd_pool/{benchmark}.log",
-    benchmark:
-        "logs/benchmarks/ktd_pool/{benchmark}.tsv"
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/ktd_pool.py"
 
@@ -48,6 +48,16 @@ rule ktd_probe:
         symmetry="results/scores/{benchmark}/{model}/ktd_symmetry.csv",
         w="results/scores/{benchmark}/{model}/ktd_w.csv",
         imbalance="results/scores/{benchmark}/{model}/ktd_imbalance.csv",
+    log:
+        "logs/ktd_probe/{benchmark}/{model}.log",
+    benchmark:
+        "logs/benchmarks/ktd_probe/{benchmark}/{model}.tsv"
+    conda:
+        "../../envs/memaudit.yaml"
+    threads: lambda wc: job_threads(1)
+    resources:
+        mem_mb=6000,
+        gpu=gpu_slots,
     params:
         family="ktd",
         ktd=probe_settings("ktd"),
@@ -55,16 +65,6 @@ rule ktd_probe:
         entry=model_entry,
         seed=config["seed"],
         code_version=family_version("ktd"),
-    threads: lambda wc: job_threads(1)
-    resources:
-        mem_mb=6000,
-        gpu=gpu_slots,
-    log:
-        "logs/ktd_probe/{benchmark}/{model}.log",
-    benchmark:
-        "logs/benchmarks/ktd_probe/{benchmark}/{model}.tsv"
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/probe.py"
 
@@ -113,14 +113,16 @@ rule ktd_summary:
             labels={"figure": "FDR and power against m and model size"},
         ),
         m_size_svg="results/figures/ktd/m_and_size.svg",
-    params:
-        # only KTD's models: adding a model elsewhere does not redraw the summary
-        contaminated=lambda wc: {m: contaminated_on(config["models"][m]) for m in sorted({m for _, m, _ in ktd_plan.runs(config)})},
-        m=config["probes"].get("ktd", {}).get("m"),
-        code_version=family_version("ktd", "summary"),
     log:
         "logs/ktd_summary/summary.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        # only KTD's models: adding a model elsewhere does not redraw the summary
+        contaminated=lambda wc: {
+            m: contaminated_on(config["models"][m]) for m in sorted({m for _, m, _ in ktd_plan.runs(config)})
+        },
+        m=config["probes"].get("ktd", {}).get("m"),
+        code_version=family_version("ktd", "summary"),
     script:
         "../scripts/ktd_summary.py"

@@ -8,15 +8,15 @@ rule prefix_dataset:
         passages="results/datasets/{benchmark}/passages.jsonl",
     output:
         pairs="results/datasets/{benchmark}/prefix_continuation.jsonl",
+    log:
+        "logs/prefix_dataset/{benchmark}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         prefix_words=config["probes"].get("prefix", {}).get("prefix_words"),
         continuation_words=config["probes"].get("prefix", {}).get("continuation_words"),
         # the pairs are the prefix family's too (a published prefix, NYT Exhibit J's, is used as given)
         code_version=family_version("prefix"),
-    log:
-        "logs/prefix_dataset/{benchmark}.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/prefix_dataset.py"
 
@@ -29,18 +29,18 @@ rule prefix_probe:
         generations="results/scores/{benchmark}/{model}/prefix_items.jsonl",
         documents="results/scores/{benchmark}/{model}/prefix_documents.csv",
         outcomes="results/scores/{benchmark}/{model}/prefix_outcomes.json",
+    log:
+        "logs/prefix_probe/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
+    resources:
+        gpu=gpu_slots,
+        api_openai=api_openai_slots,
+        api_anthropic=api_anthropic_slots,
     params:
         family="prefix",
         entry=model_entry,
         prefix=lambda wc: prefix_settings(config, wc.benchmark),
         code_version=family_version("prefix"),
-    resources:
-        gpu=gpu_slots,
-        api_openai=api_openai_slots,
-        api_anthropic=api_anthropic_slots,
-    log:
-        "logs/prefix_probe/{benchmark}/{model}.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/probe.py"

@@ -17,16 +17,16 @@ rule metrics:
         # conformal BH over the q grid: FDR and power per (method, q), and the documents named
         selection="results/selection/{benchmark}/{model}.csv",
         named="results/selection/{benchmark}/{model}_named.csv",
+    log:
+        "logs/metrics/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         contaminated=is_contaminated,
         stats=stats_settings("n_boot_small", "n_boot_ci", "selection"),
         seed=config["seed"],
         per_book=labels_per_book_param,
         code_version=STATS_VERSION,
-    log:
-        "logs/metrics/{benchmark}/{model}.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/metrics.py"
 
@@ -44,15 +44,15 @@ rule blind_baseline:
             subcategory="{benchmark}",
             labels={"benchmark": "{benchmark}", "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
         ),
+    log:
+        "logs/blind_baseline/{benchmark}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         stats=stats_settings("n_boot_small", "n_boot_ci", "blind_folds") | {"selection": bh_settings()},
         seed=config["seed"],
         per_book=labels_per_book_param,
         code_version=STATS_VERSION,
-    log:
-        "logs/blind_baseline/{benchmark}.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/blind_baseline.py"
 
@@ -102,13 +102,13 @@ rule summary:
             category="Summary",
             labels={"table": "benchmarks: where the labels come from, which base models are null controls"},
         ),
-    params:
-        figure_methods=config["stats"]["selection"]["figure_methods"],
-        benchmarks=sorted(config["benchmarks"]),
-        label_provenance=jobs.label_provenance(config),
     log:
         "logs/summary.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        figure_methods=config["stats"]["selection"]["figure_methods"],
+        benchmarks=sorted(config["benchmarks"]),
+        label_provenance=jobs.label_provenance(config),
     script:
         "../scripts/summary.py"

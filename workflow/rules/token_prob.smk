@@ -8,25 +8,25 @@ rule token_stats:
         passages="results/datasets/{benchmark}/passages.jsonl",
     output:
         stats="results/scores/{benchmark}/{model}/token_stats.npz",
-    params:
-        entry=model_entry,
-        lowercase="lowercase" in config["probes"]["token_prob"]["methods"],
-        shard_passages=config["checkpoints"]["shard_passages"],
-    threads: job_threads(8)
-    # The longest probing jobs first (a fine-tuned model's forward passes over a whole benchmark):
-    # at equal priority the demo's SmolLM2 statistics on novels started 14 minutes after its
-    # fine-tune ended and ran last, alone on one core (make run 31.6 min, 2 cores).
-    priority: 5
-    resources:
-        mem_mb=8000,
-        runtime=120,
-        gpu=gpu_slots,
     log:
         "logs/token_stats/{benchmark}/{model}.log",
     benchmark:
         "logs/benchmarks/token_stats/{benchmark}/{model}.tsv"
+    # The longest probing jobs first (a fine-tuned model's forward passes over a whole benchmark):
+    # at equal priority the demo's SmolLM2 statistics on novels started 14 minutes after its
+    # fine-tune ended and ran last, alone on one core (make run 31.6 min, 2 cores).
+    priority: 5
     conda:
         "../../envs/memaudit.yaml"
+    threads: job_threads(8)
+    resources:
+        mem_mb=8000,
+        runtime=120,
+        gpu=gpu_slots,
+    params:
+        entry=model_entry,
+        lowercase="lowercase" in config["probes"]["token_prob"]["methods"],
+        shard_passages=config["checkpoints"]["shard_passages"],
     script:
         "../scripts/token_stats.py"
 
@@ -41,15 +41,15 @@ rule token_prob_scores:
     output:
         passages="results/scores/{benchmark}/{model}/token_prob_passages.csv",
         documents="results/scores/{benchmark}/{model}/token_prob_documents.csv",
+    log:
+        "logs/token_prob_scores/{benchmark}/{model}.log",
+    conda:
+        "../../envs/memaudit.yaml"
     params:
         family="token_prob",
         light=True,
         token_prob=probe_settings("token_prob"),
         reference_models=lambda wc: jobs.reference_models(config, wc.model),
         code_version=family_version("token_prob"),
-    log:
-        "logs/token_prob_scores/{benchmark}/{model}.log",
-    conda:
-        "../../envs/memaudit.yaml"
     script:
         "../scripts/probe.py"
