@@ -204,8 +204,25 @@ def test_unresolvable_q_is_named():
     # 4 calibration non-members: the smallest p-value is 1/5 = 0.2, so q = 0.1 selects nothing
     assert summary.set_index("q").loc[0.1, "mean_selected"] == 0
     notes = selection.resolution_notes(summary)
-    assert notes == ["method 'loss': q = 0.1 is below 1/(n_calibration + 1) = 0.2 (4 calibration "
-                     "non-members): nothing can be selected"]
+    assert notes == ["q = 0.1 is below 1/(n_calibration + 1) = 0.2 (4 calibration non-members) for method "
+                     "'loss': nothing can be selected"]
+
+
+def test_unresolvable_qs_are_named_in_one_line_per_q_and_calibration_size():
+    """Three methods on the same 8 non-members (4 calibrate) and one on 4 (2 calibrate): q = 0.1 is
+    unresolvable for all four (1/5 and 1/3), q = 0.3 only for the last (1/3 = 0.333)."""
+    rng = np.random.default_rng(5)
+    members, nonmembers = rng.normal(5, 1, 10), rng.normal(0, 1, 8)
+    frame = pd.concat([_frame(members, nonmembers, method=m) for m in ("zlib", "loss", "min_k")]
+                      + [_frame(members, nonmembers[:4], method="ref")], ignore_index=True)
+    summary = selection.summarise_runs(selection.conformal_bh_runs(frame, [0.1, 0.3], n_splits=3))
+    assert selection.resolution_notes(summary) == [
+        "q = 0.1 is below 1/(n_calibration + 1) = 0.2 (4 calibration non-members) for 3 methods "
+        "('loss', 'min_k', 'zlib'): nothing can be selected",
+        "q = 0.1 is below 1/(n_calibration + 1) = 0.333 (2 calibration non-members) for method 'ref': "
+        "nothing can be selected",
+        "q = 0.3 is below 1/(n_calibration + 1) = 0.333 (2 calibration non-members) for method 'ref': "
+        "nothing can be selected"]
 
 
 @pytest.mark.parametrize("key,kwargs", [("n_splits", {"n_splits": 0}),

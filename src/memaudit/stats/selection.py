@@ -303,7 +303,15 @@ def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_Q
 
 
 def resolution_notes(summary: pd.DataFrame) -> list[str]:
-    """One line per (method, q) that the calibration set is too small to resolve."""
+    """The (method, q) pairs the calibration set is too small to resolve: one line per q and
+    calibration size, naming every method it holds for (the methods of one document set share their
+    calibration size, so a model's 25 methods at q = 0.05 make one line, not 25)."""
     low = summary[summary["q"] < summary["min_q"]]
-    return [f"method {r.method!r}: q = {r.q:g} is below 1/(n_calibration + 1) = {r.min_q:.3g} "
-            f"({r.n_calibration} calibration non-members): nothing can be selected" for r in low.itertuples()]
+    notes = []
+    for (q, min_q, n_cal), group in low.groupby(["q", "min_q", "n_calibration"], sort=True):
+        methods = list(dict.fromkeys(group["method"]))
+        which = (f"method {methods[0]!r}" if len(methods) == 1
+                 else f"{len(methods)} methods ({', '.join(repr(m) for m in methods)})")
+        notes.append(f"q = {q:g} is below 1/(n_calibration + 1) = {min_q:.3g} ({n_cal} calibration "
+                     f"non-members) for {which}: nothing can be selected")
+    return notes
