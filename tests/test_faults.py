@@ -455,6 +455,54 @@ def test_packed_finetuning_stopped_inside_a_later_epoch_resumes_to_the_same_mode
     assert record["losses"] == uninterrupted["losses"]
 
 
+def test_epoch_end_checkpoints_wait_epoch_min_seconds_and_step_checkpoints_do_not(tmp_path):
+    from memaudit.checkpoints import TrainingCheckpoint
+
+    now = [0.0]
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", epoch_min_seconds=60, clock=lambda: now[0])
+    due = []
+    # (clock, step, epoch end): 4 steps per epoch; the first step starts the clock
+    for t, step, end in [(0, 1, False), (30, 4, True), (61, 8, True), (100, 12, True), (121, 16, True)]:
+        now[0] = t
+        if ckpt.due(step, epoch_end=end):
+            ckpt.save({"step": step, "epoch": step // 4})
+            due.append(step)
+    assert due == [8, 16]  # 61 s after the first step, then 60 s after that save (not 39 s)
+    assert ckpt.saved_at == 16
+
+    now[0] = 0.0
+    steps = TrainingCheckpoint(tmp_path / "steps", every_steps=5, epoch_min_seconds=60, clock=lambda: now[0])
+    assert [s for s in range(1, 11) if steps.due(s, epoch_end=s % 4 == 0)] == [5, 10]  # every_steps: no floor
+    every = TrainingCheckpoint(tmp_path / "every", clock=lambda: now[0])  # the default floor, 0: every epoch end
+    assert [s for s in range(1, 13) if every.due(s, epoch_end=s % 4 == 0)] == [4, 8, 12]
+    assert not TrainingCheckpoint(None).due(4, epoch_end=True)
+
+
+def test_a_fine_tune_with_an_epoch_floor_saves_nothing_at_short_epoch_ends_and_the_same_weights(tiny_model_dir,
+                                                                                               tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+
+    settings = dict(method="full", epochs=3, lr=0.003, duplication=1, batch_size=2, max_length=24, seed=5)
+    saved = {}
+    for floor in (0, 3600):
+        messages: list[str] = []
+        ckpt = TrainingCheckpoint(tmp_path / f"ckpt-{floor}", epoch_min_seconds=floor, progress=messages.append)
+        record = finetune(*load_causal_lm({"path": str(tiny_model_dir)}, device="cpu"), TINY_TEXTS,
+                          tmp_path / f"out-{floor}", checkpoint=ckpt, **settings)
+        saved[floor] = [m for m in messages if m.startswith("checkpoint saved at step")]
+        per_epoch = record["steps"] // 3
+    # without a floor the first two epoch ends save (the last step writes the model instead)
+    assert [int(m.split()[4]) for m in saved[0]] == [per_epoch, 2 * per_epoch]
+    assert saved[3600] == []  # an hour's floor: a few-second fine-tune writes no checkpoint
+    a, b = load_file(tmp_path / "out-0" / "model.safetensors"), load_file(tmp_path / "out-3600" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_tiny_pretraining_stopped_by_sigterm_resumes_to_the_same_model(tmp_path):
     import torch
     from safetensors.torch import load_file
