@@ -476,6 +476,11 @@ def test_epoch_end_checkpoints_wait_epoch_min_seconds_and_step_checkpoints_do_no
     every = TrainingCheckpoint(tmp_path / "every", clock=lambda: now[0])  # the default floor, 0: every epoch end
     assert [s for s in range(1, 13) if every.due(s, epoch_end=s % 4 == 0)] == [4, 8, 12]
     assert not TrainingCheckpoint(None).due(4, epoch_end=True)
+    # the workflow's training jobs (prepare_model) wait a minute between epoch-end saves
+    from memaudit.models.prepare import _training_checkpoint
+
+    assert _training_checkpoint(tmp_path / "root", "m", {"seed": 0}, 0, print).epoch_min_seconds == 60
+    assert _training_checkpoint(None, "m", {"seed": 0}, 0, print).directory is None
 
 
 def test_a_fine_tune_with_an_epoch_floor_saves_nothing_at_short_epoch_ends_and_the_same_weights(tiny_model_dir,

@@ -7,9 +7,8 @@ from memaudit.workflow_support import checkpoint_root, start
 
 log = start(snakemake)
 name, entry, out = snakemake.wildcards.model, snakemake.params.entry, Path(snakemake.output.model)
-checkpoints = snakemake.config.get("checkpoints", {})
-resume = dict(checkpoint_root=checkpoint_root(snakemake), checkpoint_every=checkpoints.get("every_steps", 0),
-              checkpoint_epoch_min_seconds=checkpoints.get("epoch_min_seconds", 60))
+resume = dict(checkpoint_root=checkpoint_root(snakemake),
+              checkpoint_every=snakemake.config.get("checkpoints", {}).get("every_steps", 0))
 if "base" in entry:
     texts = [t for path in snakemake.input.members for t in member_texts(read_jsonl(path))]
     log.info(f"fine-tuning {name} ({entry['finetune']['method']}) on {len(texts)} member documents")

@@ -25,8 +25,16 @@ def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dic
             "base": entry.get("base"), "dtype": entry.get("dtype", "auto"), **extra}
 
 
+# An epoch end saves a training checkpoint only this long after the last save (TrainingCheckpoint):
+# the demo's tiny models train 24-240 epochs of a few steps, and a save at every epoch end wrote 424
+# checkpoints, 5.6 GB, in one make run. Not a config key: the script would have to pass it, and an
+# edit to a rule's script reruns every job of the rule (every model of a finished run);
+# `checkpoints.every_steps` saves more often where a user wants that.
+EPOCH_CHECKPOINT_MIN_SECONDS = 60.0
+
+
 def _training_checkpoint(root: Path | None, name: str, settings: dict, every_steps: int,
-                         epoch_min_seconds: float, progress: Callable[[str], None]):
+                         progress: Callable[[str], None]):
     """The checkpoint of ``prepare_model`` for ``name``, keyed by ``settings`` (None: no checkpointing)."""
     from memaudit.checkpoints import TrainingCheckpoint, checkpoint_key, keyed_dir
 
@@ -34,14 +42,13 @@ def _training_checkpoint(root: Path | None, name: str, settings: dict, every_ste
         return TrainingCheckpoint(None)
     key = checkpoint_key({"rule": "prepare_model", "name": name, **settings})
     directory = keyed_dir(Path(root) / "prepare_model" / name, key, progress=progress)
-    return TrainingCheckpoint(directory, every_steps=every_steps, epoch_min_seconds=epoch_min_seconds, root=root,
-                              progress=progress)
+    return TrainingCheckpoint(directory, every_steps=every_steps, epoch_min_seconds=EPOCH_CHECKPOINT_MIN_SECONDS,
+                              root=root, progress=progress)
 
 
 def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path,
                        pretrain_texts: Sequence[str] | None = None, seed: int = 0,
                        checkpoint_root: Path | None = None, checkpoint_every: int = 0,
-                       checkpoint_epoch_min_seconds: float = 0.0,
                        progress: Callable[[str], None] = log.info) -> dict:
     """Write the manifest of a base model (training it first for ``tiny_gpt2``).
 
@@ -62,7 +69,7 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
 
         checkpoint = _training_checkpoint(
             checkpoint_root, name, {"tiny_gpt2": src["tiny_gpt2"], "texts": texts_digest(pretrain_texts),
-                                    "seed": seed}, checkpoint_every, checkpoint_epoch_min_seconds, progress)
+                                    "seed": seed}, checkpoint_every, progress)
         record = train_tiny_gpt2(pretrain_texts, out_dir / "weights", seed=seed, checkpoint=checkpoint,
                                  progress=progress, **src["tiny_gpt2"])
         load = {"path": str(out_dir / "weights")}
@@ -89,7 +96,6 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
 def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, member_texts: Sequence[str],
                             out_dir: Path, *, seed: int = 0, device: str = "auto",
                             checkpoint_root: Path | None = None, checkpoint_every: int = 0,
-                            checkpoint_epoch_min_seconds: float = 0.0,
                             progress: Callable[[str], None] = log.info) -> dict:
     """Fine-tune the base model on ``member_texts``; write the adapter or weights and the manifest.
 
@@ -110,7 +116,7 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
         checkpoint_root, name, {"finetune": ft, "dtype": dtype_used,
                                 "base_manifest": file_digest(base_manifest_path),
                                 "members": texts_digest(member_texts), "seed": seed},
-        checkpoint_every, checkpoint_epoch_min_seconds, progress)
+        checkpoint_every, progress)
     # A half-precision entry trains in mixed precision: float32 weights and optimizer, half-precision
     # products. Training the weights themselves in bfloat16 loses small Adam updates to rounding.
     autocast = dtype_used if dtype_used in ("bfloat16", "float16") else None
