@@ -257,3 +257,60 @@ def test_cloze_probes_of_the_ci_run(ci_run):
     assert (sized["n_params"] > 0).all() and set(sized["label"]) == {0, 1}
     assert sized["n_candidates"].sum() == 2 * len(tokens)  # every masked word, once per model
     assert (ci_run / "results/figures/cloze/recovery_by_size.png").stat().st_size > 1000
+
+
+LOADING_JOB = """
+import json, sys
+from memaudit.workflow_support import start
+start(snakemake)
+from memaudit.models.loading import count_parameters, load_causal_lm
+model, _ = load_causal_lm({"path": snakemake.params.model}, device="cpu")
+json.dump({"params": count_parameters(model), "hub": "huggingface_hub" in sys.modules},
+          open(snakemake.output[0], "w"))
+"""
+
+
+def test_a_job_loading_a_model_prints_no_progress_bar(tiny_model_dir, tmp_path):
+    """transformers draws a tqdm "Loading weights" bar at every model load: carriage-return noise in
+    the run's output (60 of them in make run). A job's start() turns hub progress bars off; without
+    it the same load draws the bar (the control), so the check can fail."""
+    import os
+    import sys
+
+    (tmp_path / "job.py").write_text(LOADING_JOB)
+    (tmp_path / "Snakefile").write_text(
+        f'rule load:\n    output: "out.json"\n    log: "load.log"\n    params: model="{tiny_model_dir}"\n'
+        '    script: "job.py"\n')
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    proc = subprocess.run([*SNAKEMAKE, "--cores", "1"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads((tmp_path / "out.json").read_text())
+    assert loaded["params"] > 0 and loaded["hub"]  # a real load, through huggingface_hub
+    assert "Loading weights" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+
+    control = subprocess.run(
+        [sys.executable, "-c", "from memaudit.models.loading import load_causal_lm; "
+                               f"load_causal_lm({{'path': {str(tiny_model_dir)!r}}}, device='cpu')"],
+        env=env, capture_output=True, text=True)
+    assert control.returncode == 0, control.stderr[-2000:]
+    assert "Loading weights" in control.stderr
+
+
+def test_no_script_imports_huggingface_hub_before_its_job_starts():
+    """start() sets HF_HUB_DISABLE_PROGRESS_BARS, which huggingface_hub reads once, at its import: a
+    script whose top-level imports pulled it in first would draw the bars again."""
+    import sys
+
+    scripts = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
+    assert len(scripts) > 20
+    code = ("import ast, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    for node in ast.parse(open(path).read()).body:\n"
+            "        if isinstance(node, ast.ImportFrom) and node.module.startswith('memaudit'):\n"
+            "            __import__(node.module)\n"
+            "        elif isinstance(node, ast.Import):\n"
+            "            [__import__(a.name) for a in node.names]\n"
+            "print(sorted(m for m in ('huggingface_hub', 'transformers') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, scripts)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", proc.stdout

@@ -35,6 +35,10 @@ def start(snakemake, name: str | None = None) -> logging.Logger:
             logging.getLogger(lib).setLevel(logging.INFO)
     warnings.filterwarnings("ignore", message=".*TRANSFORMERS_CACHE.*")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # transformers' "Loading weights" bar (every model load, 60 in make run) is a tqdm bar: in a job's
+    # log and in the run's output it is carriage-return noise; the jobs log their own progress.
+    # Read by huggingface_hub when first imported, which no script does before this call (tested).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # Before anything touches CUDA: the job sees only the GPUs it claimed (resources: gpu=N).
     from memaudit.devices import bind_job_devices
 
