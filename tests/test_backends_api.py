@@ -813,21 +813,28 @@ def test_a_connection_past_descriptor_1023_is_told_alive_too():
 
     from memaudit.backends.server import client_connected
 
+    import fcntl
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1200:
         pytest.skip(f"this machine allows {hard} open files")
     if soft != resource.RLIM_INFINITY and soft < 1200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
-    held = [socket.socket() for _ in range(1100)]
+    ours, theirs = socket.socketpair()
     try:
-        ours, theirs = socket.socketpair()
-        assert ours.fileno() > 1024 and client_connected(ours)
-        theirs.close()
-        assert not client_connected(ours)
+        # Our end moved to the lowest free descriptor from 1100 up. Opening 1100 sockets first and
+        # taking the next one was flaky: a descriptor below 1024 that another thread closed in the
+        # meantime was handed out instead (fd 22 in session 46's make test-quick).
+        high = socket.socket(fileno=fcntl.fcntl(ours.fileno(), fcntl.F_DUPFD, 1100))
         ours.close()
+        assert high.fileno() >= 1100 and client_connected(high)
+        theirs.close()
+        assert not client_connected(high)
+        high.close()
     finally:
-        for s in held:
-            s.close()
+        ours.close()
+        theirs.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_credentials_are_told_from_config_values():
