@@ -126,3 +126,70 @@ def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
     assert f"{'prefix':18s} version {FAMILIES['prefix'].version}  fingerprint 0000000000000000  changed" in out
     assert f"{'token_prob':18s} version 1" in out and "ok" in out
     assert f"{'copybench.summary':18s} version {FAMILIES['copybench'].stages['summary'].version}  fingerprint" in out
+
+
+# ----------------------------------------------------------------------------- workflow scripts
+
+# A rule's `script:` is outside the code versions: on a user's finished run, any edit to it (a comment
+# too) reruns every job of every rule that runs it, through Snakemake's code trigger (docs/reruns.md).
+# probe.py alone runs six rules, every probe of every family. The logic lives in src/memaudit/, behind
+# code versions, and a script changes only where all of its rules' outputs must be remade: then its
+# digest here changes in the same commit. Session 46 nearly shipped a one-line edit of prepare_model.py
+# that would have retrained every model of every finished run, for a change that altered no result.
+SCRIPT_DIGESTS = {
+    "api_estimate.py": "b702258527a8e0e6",
+    "api_ledger.py": "41733b030d26f799",
+    "benchmark_dataset.py": "d79fe6c2732ca2a1",
+    "blind_baseline.py": "cae3e7e82c63b2d5",
+    "cloze_items.py": "4adacda3efcc7b7a",
+    "cloze_summary.py": "a319cca41c7cf906",
+    "copybench_items.py": "20daf51240614211",
+    "copybench_qa_items.py": "0e799f313d74e6d3",
+    "copybench_summary.py": "428fcb444a7267ff",
+    "decop_figures.py": "6abd23f77c9844c2",
+    "decop_items.py": "6f584e89a9584f73",
+    "fetch_assets.py": "7c809a89731d662d",
+    "figure_auc_vs_size.py": "5d9f730e649110df",
+    "figures_model.py": "fc71e4be9abb01b0",
+    "ktd_pool.py": "3fce2b6b4975b63f",
+    "ktd_summary.py": "04dff7249cb66f21",
+    "metrics.py": "97fa06db94bf61e4",
+    "prefix_dataset.py": "30c8014e6b3c461c",
+    "prepare_model.py": "3adb46d6c6eff193",
+    "pretrain_pool.py": "729d10066d7b55ca",
+    "probe.py": "471ddcd2b35c726a",
+    "summary.py": "4a0254ae8735e031",
+    "token_stats.py": "c1aaf7d80bb66735",
+}
+
+
+def _rules_by_script() -> dict[str, list[str]]:
+    """{script file name: the rules whose `script:` runs it}, read from workflow/rules/*.smk."""
+    import re
+    from pathlib import Path
+
+    rules: dict[str, list[str]] = {}
+    for smk in sorted((Path(__file__).resolve().parents[1] / "workflow" / "rules").glob("*.smk")):
+        for chunk in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M):
+            rule = re.match(r"rule (\w+):", chunk)
+            script = re.search(r"^\s+script:\s*\n\s+\"\.\./scripts/([\w.]+)\"", chunk, re.M)
+            if rule and script:
+                rules.setdefault(script.group(1), []).append(rule.group(1))
+    return rules
+
+
+def test_a_workflow_script_changes_only_with_its_digest():
+    import hashlib
+    from pathlib import Path
+
+    scripts = {p.name: p for p in (Path(__file__).resolve().parents[1] / "workflow" / "scripts").glob("*.py")}
+    rules = _rules_by_script()
+    assert set(rules) == set(scripts), "every script runs in a rule, and every rule's script is here"
+    assert len(rules["probe.py"]) == 6 and "prepare_model" in rules["prepare_model.py"]
+    assert set(SCRIPT_DIGESTS) == set(scripts), f"add the new script's digest: {sorted(set(scripts) ^ set(SCRIPT_DIGESTS))}"
+    for name, path in sorted(scripts.items()):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        assert digest == SCRIPT_DIGESTS[name], (
+            f"workflow/scripts/{name} changed ({SCRIPT_DIGESTS[name]} -> {digest}): on a user's finished run every "
+            f"job of rule(s) {', '.join(rules[name])} reruns. Put the change in src/memaudit/ (behind a code "
+            f"version where results change); if the script must change, update SCRIPT_DIGESTS in {Path(__file__).name}")
