@@ -809,11 +809,10 @@ def test_a_connection_is_alive_until_its_client_closes_it():
 
 def test_a_connection_past_descriptor_1023_is_told_alive_too():
     """select() refuses descriptors above 1023, which a server with many clients reaches."""
+    import fcntl
     import resource
 
     from memaudit.backends.server import client_connected
-
-    import fcntl
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1200:

@@ -11,6 +11,7 @@ import pytest
 
 from memaudit.probes import registry
 from memaudit.probes.registry import FAMILIES, code_fingerprint, family_modules
+from workflow_helpers import ROOT
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -166,10 +167,9 @@ SCRIPT_DIGESTS = {
 def _rules_by_script() -> dict[str, list[str]]:
     """{script file name: the rules whose `script:` runs it}, read from workflow/rules/*.smk."""
     import re
-    from pathlib import Path
 
     rules: dict[str, list[str]] = {}
-    for smk in sorted((Path(__file__).resolve().parents[1] / "workflow" / "rules").glob("*.smk")):
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
         for chunk in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M):
             rule = re.match(r"rule (\w+):", chunk)
             script = re.search(r"^\s+script:\s*\n\s+\"\.\./scripts/([\w.]+)\"", chunk, re.M)
@@ -180,9 +180,8 @@ def _rules_by_script() -> dict[str, list[str]]:
 
 def test_a_workflow_script_changes_only_with_its_digest():
     import hashlib
-    from pathlib import Path
 
-    scripts = {p.name: p for p in (Path(__file__).resolve().parents[1] / "workflow" / "scripts").glob("*.py")}
+    scripts = {p.name: p for p in (ROOT / "workflow" / "scripts").glob("*.py")}
     rules = _rules_by_script()
     assert set(rules) == set(scripts), "every script runs in a rule, and every rule's script is here"
     assert len(rules["probe.py"]) == 6 and "prepare_model" in rules["prepare_model.py"]
@@ -192,4 +191,4 @@ def test_a_workflow_script_changes_only_with_its_digest():
         assert digest == SCRIPT_DIGESTS[name], (
             f"workflow/scripts/{name} changed ({SCRIPT_DIGESTS[name]} -> {digest}): on a user's finished run every "
             f"job of rule(s) {', '.join(rules[name])} reruns. Put the change in src/memaudit/ (behind a code "
-            f"version where results change); if the script must change, update SCRIPT_DIGESTS in {Path(__file__).name}")
+            f"version where results change); if the script must change, update SCRIPT_DIGESTS in tests/test_code_versions.py")

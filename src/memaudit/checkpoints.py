@@ -183,12 +183,9 @@ class TrainingCheckpoint:
 
     ``every_steps`` > 0 saves every that many optimizer steps; a checkpoint is
     also saved on a graceful stop, and at an epoch end unless the last save (or
-    the first step) was less than ``epoch_min_seconds`` ago. That floor is for
-    short epochs: the demo's tiny models train 24-240 epochs of a few steps, and
-    a save at every epoch end wrote 424 checkpoints, 5.6 GB, in one ``make run``;
-    a SIGKILL now costs at most that many seconds more of training, and SIGTERM
-    (what SLURM and Snakemake send) still saves at once. Where a save falls never
-    changes the result: a resumed run takes the uninterrupted run's steps.
+    the first step) was less than ``epoch_min_seconds`` ago (for many short
+    epochs: ``memaudit.models.prepare.EPOCH_CHECKPOINT_MIN_SECONDS``). Where a save
+    falls never changes the result: a resumed run takes the uninterrupted run's steps.
     ``directory=None`` disables checkpointing (library use, tests of the bare loop).
     """
 

@@ -27,8 +27,9 @@ def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dic
 
 # An epoch end saves a training checkpoint only this long after the last save (TrainingCheckpoint):
 # the demo's tiny models train 24-240 epochs of a few steps, and a save at every epoch end wrote 424
-# checkpoints, 5.6 GB, in one make run. Not a config key: the script would have to pass it, and an
-# edit to a rule's script reruns every job of the rule (every model of a finished run);
+# checkpoints, 5.7 GB, in one make run. A SIGKILL costs at most this much more training; SIGTERM (what
+# SLURM and Snakemake send) still saves at once. Not a config key: the script would have to pass it,
+# and an edit to a rule's script reruns every job of the rule (every model of a finished run);
 # `checkpoints.every_steps` saves more often where a user wants that.
 EPOCH_CHECKPOINT_MIN_SECONDS = 60.0
 
