@@ -119,6 +119,19 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
     assert set(model["finetune"]["properties"]) - common == set(LORA_ONLY_KEYS)
 
 
+def test_a_repeated_list_item_or_a_log_probability_threshold_above_0_is_an_error_not_run():
+    # a repeated format, decoding or token type ran twice: prompts counted twice in the rates'
+    # intervals, and cloze_<type> summed twice over the same words
+    def mutate(c):
+        c["probes"]["copybench"].update(formats=[1, 1], decodings=["greedy", "greedy"])
+        c["probes"]["cloze"].update(measures=["prob", "prob"], prob_threshold=12)  # the minus sign forgotten
+    assert bad(mutate).splitlines() == [
+        "config key probes.cloze.measures: must not list an item twice",
+        "config key probes.cloze.prob_threshold: must be a number < 0 or 'tune', not the number 12",
+        "config key probes.copybench.decodings: must not list an item twice",
+        "config key probes.copybench.formats: must not list an item twice"]
+
+
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "

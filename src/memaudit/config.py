@@ -86,6 +86,9 @@ def _describe(value, path) -> str:
     return f"the string {text!r}"
 
 
+_BOUNDS = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+
+
 def _kinds(schema: dict) -> str:
     """What a subschema accepts, in words (``an integer``, ``'tune'``)."""
     if "enum" in schema:
@@ -97,8 +100,9 @@ def _kinds(schema: dict) -> str:
         return "a value of another form"
     words = [_TYPE_WORDS.get(t, t) for t in ([types] if isinstance(types, str) else types)]
     text = " or ".join(words)
-    if "minimum" in schema:
-        text += f" >= {schema['minimum']}"
+    for bound, sign in _BOUNDS.items():
+        if bound in schema:
+            text += f" {sign} {schema[bound]}"
     return text
 
 
@@ -140,9 +144,8 @@ def schema_problems(error) -> list[str]:
         return [f"{where}: must be {_kinds({rule: expected})}, not {_describe(value, path)}"]
     if rule in ("oneOf", "anyOf"):
         return [f"{where}: must be {' or '.join(_kinds(s) for s in expected)}, not {_describe(value, path)}"]
-    bounds = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
-    if rule in bounds:
-        return [f"{where}: must be {bounds[rule]} {expected}, not {_describe(value, path)}"]
+    if rule in _BOUNDS:
+        return [f"{where}: must be {_BOUNDS[rule]} {expected}, not {_describe(value, path)}"]
     if rule == "minItems":
         return [f"{where}: must list at least {_plural(expected, 'item')}"]
     if rule == "maxItems":
