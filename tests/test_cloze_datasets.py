@@ -492,6 +492,20 @@ def test_bad_qa_rows_are_rejected_and_strict_raises(tmp_path):
         load_qa_jsonl(path, strict=True)
 
 
+def test_a_qa_set_with_one_usable_question_names_the_file_and_what_was_rejected(tmp_path):
+    path = _write(tmp_path / "qa.jsonl", _jsonl({"id": 1, "question": "Kept?", "answer": "a"},
+                                                {"id": 1, "question": "Same id?", "answer": "b"}))
+    with pytest.raises(InputError) as err:
+        load_qa_jsonl(path)
+    assert str(err.value) == (f"{path}: one usable question, and the contamination split needs two (1 rejected; "
+                              f"first: {path}, line 2, key id: duplicate id, first on line 1)")
+    grouped = _write(tmp_path / "grouped.jsonl", _jsonl({"question": "A?", "answer": "a", "passage": "p1"},
+                                                        {"question": "B?", "answer": "b", "passage": "p1"}))
+    with pytest.raises(InputError) as err:
+        load_qa_jsonl(grouped, group_key="passage")
+    assert str(err.value) == f"{grouped}: one usable group of passage, and the contamination split needs two"
+
+
 def test_a_qa_set_that_labels_its_own_questions_is_not_split_and_nothing_moves(tmp_path):
     """label_key: an audit's set (a benchmark's published questions, 1, beside questions written after
     the model's cutoff, 0): the file's labels, rows without a usable one rejected, a non-member sharing a

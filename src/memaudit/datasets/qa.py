@@ -270,6 +270,10 @@ def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: fl
         texts.setdefault(unit[q.qid], []).append(render_qa(q.question, q.choices, q.answer))
     groups = near_duplicate_groups(texts, near_duplicate_ngram) if near_duplicate_ngram is not None else {}
     if label_key is None:
+        if len(texts) < 2:  # contamination_split's own error names neither the file nor the rows left out
+            what = "question" if group_key is None else f"group of {group_key}"
+            first = f" ({len(rejected)} rejected; first: {rejected[0].message()})" if rejected else ""
+            raise InputError(f"{path}: one usable {what}, and the contamination split needs two{first}")
         member_units = keep_together(contamination_split(list(texts), member_fraction, seed), groups)
         if near_duplicate_ngram is not None:
             check_both_sides(f"{path}", len(texts), member_units, near_duplicate_ngram)
