@@ -151,6 +151,20 @@ def test_summaries_load_by_book_and_bad_lines_name_file_line_and_key(tmp_path):
             load_summaries(path)
     with pytest.raises(InputError, match="file not found"):
         load_summaries(tmp_path / "none.jsonl")
+    # a file saved by a Windows editor: the BOM is read past, as every other input file's
+    path.write_bytes(b'\xef\xbb\xbf{"book": "Emma", "summary": "x"}\r\n')
+    assert load_summaries(path) == {"Emma": {"title": None, "author": None, "summary": "x"}}
+    for data, message in ((b'{"book": "Emma", "summary": "caf\xe9"}\n',
+                           f"{path}, line 1: invalid UTF-8 at byte offset 32 (byte 0xe9); convert the file to UTF-8"),
+                          (b'["Emma"]\n', f"{path}, line 1: expected a JSON object, got an array"),
+                          (b"", f"{path}: empty file")):
+        path.write_bytes(data)
+        with pytest.raises(InputError) as err:
+            load_summaries(path)
+        assert str(err.value) == message
+    with pytest.raises(InputError) as err:
+        load_summaries(tmp_path)
+    assert str(err.value) == f"{tmp_path}: is a directory, expected a JSONL file of book summaries"
 
 
 # ----------------------------------------------------------------------------- through the real SDK

@@ -163,12 +163,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="964d109c00016235",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="ee8477c1fb138e06",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="f82722365c29d4be"),
+                               version=4, fingerprint="ad45de1941507fea"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="32698e97a3c30478")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",

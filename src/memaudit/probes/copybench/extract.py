@@ -367,11 +367,17 @@ def load_summaries(path) -> dict[str, dict]:
     title). A malformed line, a missing or empty field, or a book given twice is an error
     naming the file, line and key.
     """
+    from memaudit.datasets.rejects import RowReject, json_lines, json_type, read_text
     from memaudit.errors import InputError
-    from memaudit.io import read_jsonl_lines
 
+    # read_text: a directory, an empty file, bad UTF-8 are one-line errors, and a BOM is read past
+    path, text = read_text(path, "a JSONL file of book summaries")
     out: dict[str, dict] = {}
-    for line, rec in read_jsonl_lines(path):
+    for line, rec in json_lines(text):
+        if isinstance(rec, RowReject):
+            raise InputError(f"{path}, line {line}: {rec.reason}")
+        if not isinstance(rec, dict):
+            raise InputError(f"{path}, line {line}: expected a JSON object, got {json_type(rec)}")
         for key in SUMMARY_FIELDS:
             if not isinstance(rec.get(key), str) or not rec[key].strip():
                 raise InputError(f"{path}, line {line}, key {key!r}: a non-empty string is required")
