@@ -301,6 +301,25 @@ def test_prompt_file_problems_name_the_file_and_key(tmp_path, change, message):
     assert str(err.value) == f"{path}, {message}"
 
 
+def test_a_key_given_twice_rejects_its_record_not_the_first_value_silently(tmp_path):
+    """JSON allows a repeated key and the decoder keeps the last value; the first one was dropped unseen."""
+    path = tmp_path / "data.literal.json"
+    path.write_text('[\n  {"id": "a", "title": "T", "input": "first", "input": "second", "reference": "r"},\n'
+                    '  {"id": "b", "title": "T", "input": "kept", "reference": "r"}\n]', encoding="utf-8")
+    items, rejects = load_literal(path)
+    assert [it.item_id for it in items] == ["b"]
+    assert [(r.line, r.key, r.value, r.reason) for r in rejects] == [
+        (2, "input", "'second'", "key given twice (only its last value would be read)")]
+    prompt = json.dumps(QA_PROMPT)
+    for text, key in ((prompt[:-1] + ', "tag": "again"}', "tag"),
+                      (prompt.replace('"output": ', '"output": "x", "output": ', 1), "demos[0].output")):
+        path = tmp_path / "prompts.qa.format1.json"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(InputError) as err:
+            load_prompt_file(path)
+        assert str(err.value) == f"{path}, key {key}: key given twice (only its last value would be read)"
+
+
 def test_a_demo_prompt_without_output_is_fine_when_there_are_no_demos(tmp_path):
     path = _write(tmp_path, "p.json", {**QA_PROMPT, "demo_prompt": "Question: ${input}", "demos": []})
     assert load_prompt_file(path).render("Why?", 0)[1] == "Answer briefly.\n\n\n\n\n\nQuestion: Why?\nAnswer:"

@@ -33,6 +33,7 @@ import json
 import random
 import re
 import string
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -60,9 +61,26 @@ REJECT_COLUMNS = ("file", "line", "key", "value", "reason", "action")
 _VALUE_CHARS = 60
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "task_prompt")
+
+
+class JSONObject(dict):
+    """A decoded JSON object with the keys it was given more than once (``repeated``): JSON allows
+    them and the decoder keeps the last value, which would drop the first silently."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
+    obj = JSONObject(pairs)
+    if len(obj) != len(pairs):
+        counts = Counter(key for key, _ in pairs)
+        obj.repeated = tuple(key for key, n in counts.items() if n > 1)
+    return obj
+
+
 # Non-strict: a raw control character inside a string (a stray NUL byte) reaches the record
 # checks and costs that record only, not the whole file.
-_DECODER = json.JSONDecoder(strict=False)
+_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=json_object)
 
 
 class _Record:
@@ -301,6 +319,14 @@ class RowReject(Exception):
 MISSING = object()
 
 
+def check_keys_once(record: Any, where: str = "") -> None:
+    """An object (as the decoders here make them) with a key given twice: rejected, naming the key
+    (after ``where``, e.g. ``demos[0].``)."""
+    if getattr(record, "repeated", ()):
+        key = record.repeated[0]
+        raise RowReject(where + key, record[key], "key given twice (only its last value would be read)")
+
+
 def short_repr(value: Any) -> str:
     """The value as the rejects table shows it: its repr, cut at 60 characters."""
     if value is MISSING:
@@ -398,6 +424,7 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
         try:
             if not isinstance(record, dict):
                 raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
+            check_keys_once(record)
             item_id = _text_field(record, "id")
             if item_id in id_lines:
                 raise RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
@@ -480,6 +507,7 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
         if key in obj:
             raise InputError(f"{path}, key {key}: not supported (no published prompt file uses it)")
     try:
+        check_keys_once(obj)
         values = {key: _required(obj, key) for key in (*_PROMPT_STRINGS, "enable_system", "demos")}
         for key in _PROMPT_STRINGS:
             if not isinstance(values[key], str):
@@ -491,6 +519,7 @@ def load_prompt_file(path: str | Path) -> PromptTemplate:
         for i, demo in enumerate(demos):
             if not isinstance(demo, dict):
                 raise RowReject(f"demos[{i}]", demo, f"expected an object, got {json_type(demo)}")
+            check_keys_once(demo, f"demos[{i}].")
             for key in ("input", "output"):
                 if key not in demo:
                     raise RowReject(f"demos[{i}].{key}", MISSING, "missing key")

@@ -14,9 +14,9 @@ mean) and not a copy of the parsing:
 
 Field names match case-insensitively; other fields are kept in ``extra``. The label must be
 exactly 0 or 1 (the number in JSON and parquet, the text in a CSV cell). A row with an empty
-text, another label, a NUL character, broken JSON or a wrong field count is rejected with its
-line; a repeated text (whitespace-normalised) is rejected, and every copy of a text given with
-conflicting labels is rejected (:func:`deduplicate`). A file that cannot be read at all is a
+text, another label, a NUL character, broken JSON, a key given twice or a wrong field count is
+rejected with its line; a repeated text (whitespace-normalised) is rejected, and every copy of a
+text given with conflicting labels is rejected (:func:`deduplicate`). A file that cannot be read at all is a
 one-line :class:`~memaudit.errors.InputError`.
 
 WikiMIA (``swj0419/WikiMIA``, splits ``WikiMIA_length32`` ... ``_length256``): ``input`` and
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from memaudit.datasets.copybench_published import _array_elements
+from memaudit.datasets.copybench_published import _array_elements, check_keys_once
 from memaudit.datasets.rejects import (
     MISSING,
     Rejected,
@@ -83,6 +83,7 @@ def json_getter(record: Any) -> Getter:
     """Case-insensitive access to a JSON object's keys; two keys equal but for case reject the row."""
     if not isinstance(record, dict):
         raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
+    check_keys_once(record)
     keys: dict[str, str] = {}
     for key in record:
         other = keys.setdefault(str(key).strip().lower(), key)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.copybench_published import check_keys_once
 from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups
 from memaudit.datasets.rejects import (
     MISSING,
@@ -149,6 +150,7 @@ def _question(record: Any, line: int, label_key: str | None = None, group_key: s
 
     if not isinstance(record, dict):
         raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
+    check_keys_once(record)
     label = None if label_key is None else check_label(record.get(label_key, MISSING), False, "0 or 1", key=label_key)
     group = None if group_key is None else _identifier(group_key, record.get(group_key, MISSING))
     question = check_text("question", record.get("question", MISSING)).strip()
