@@ -359,6 +359,23 @@ def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
         build_articles(folder, "2023-01-01", strict=True)
 
 
+def test_a_dates_row_with_more_fields_than_its_header_is_rejected_not_cut(tmp_path):
+    """An unquoted title with a comma: the cells past the header were dropped, the title cut unseen."""
+    folder = tmp_path / "archive"
+    for name in ("budget", "vote", "later"):
+        _write(folder / f"{name}.txt", ARTICLE)
+    _write(folder / "dates.csv", 'file,date,title\nbudget.txt,2022-05-01,Budget passes, senate says\n'
+                                 'vote.txt,2022-06-01,"Vote held, count delayed",\nlater.txt,2024-01-01\n')
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert [(p.doc_id, p.title, p.label) for p in passages] == [
+        ("articles/later", "later", 0), ("articles/vote", "Vote held, count delayed", 1)]
+    assert [(Path(r.file).name, r.line, r.key, r.value, r.reason) for r in rejected] == [
+        ("budget.txt", 0, "date", "''", "no date: list it in dates.csv (file,date) or start the file with a line "
+                                        "'Date: YYYY-MM-DD'"),
+        ("dates.csv", 2, "(record)", "'budget.txt,2022-05-01,Budget passes, senate says'",
+         "4 fields, the header has 3 (quote a title that holds a comma)")]
+
+
 def test_article_folders_that_cannot_be_used_are_input_errors(tmp_path):
     with pytest.raises(InputError, match=r"nowhere: no such folder \(expected a folder of \.txt/\.pdf articles\)$"):
         build_articles(tmp_path / "nowhere", "2023-01-01")

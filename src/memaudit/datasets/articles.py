@@ -25,7 +25,8 @@ used is a rejected row with its reason, never silently dropped: a PDF without a 
 scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8, a file with no
 text, a file without a date, two dates that disagree, a file that is neither ``.txt`` nor
 ``.pdf``, a sub-folder, and two files with the same document id; so is a ``dates.csv`` row that
-names no article in the folder, gives an invalid date, or repeats a file.
+names no article in the folder, gives an invalid date, repeats a file, or has more fields than
+the header (an unquoted title with a comma).
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
             continue
         record = dict(zip(header, (cell.strip() for cell in row)))
         try:
+            if any(cell.strip() for cell in row[len(header):]):  # zip would drop them: a title cut at a comma
+                raise RowReject("(record)", ",".join(row), f"{len(row)} fields, the header has {len(header)} "
+                                "(quote a title that holds a comma)")
             name, dated = _dates_row(folder, record, start, dates)
         except RowReject as exc:
             log.reject(path, start, exc)
