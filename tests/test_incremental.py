@@ -370,6 +370,52 @@ def test_a_book_added_to_a_user_books_folder_reruns_its_benchmark(tmp_path):
     assert re.findall(r"^rule (\w+):", plan, re.M) == ["benchmark_dataset"]
 
 
+def test_an_article_or_its_date_edited_in_place_reruns_its_benchmark(tmp_path):
+    """An auditor's article folder (published format articles): each file is an input beside the folder,
+    so an article rewritten in place (the folder's own time unchanged) or a date corrected in dates.csv
+    reruns the dataset job, where the folder alone would not; an untouched folder reruns nothing."""
+    workdir = make_workdir(tmp_path)
+    folder = workdir / "myarticles"
+    folder.mkdir()
+    for name, words in (("rates", "The central bank raised rates"), ("harvest", "Farmers reported a record harvest")):
+        (folder / f"{name}.txt").write_text(" ".join(f"{words} in week {k}." for k in range(20)), encoding="utf-8")
+    (folder / "dates.csv").write_text("file,date\nrates.txt,2022-03-01\nharvest.txt,2024-06-01\n", encoding="utf-8")
+
+    def mine(c):
+        c["benchmarks"]["mine"] = {"published": {"format": "articles", "path": "myarticles", "cutoff": "2023-01-01"}}
+
+    config = with_config(workdir, "mine", mine)
+    target = "results/datasets/mine/documents.jsonl"
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+    labels = {json.loads(line)["doc_id"]: json.loads(line)["meta"]["label"]
+              for line in (workdir / target).read_text().splitlines()}
+    assert labels == {"articles/rates": 1, "articles/harvest": 0}
+    assert "Nothing to be done" in snakemake(workdir, target, "-n", "--configfile", config).stdout
+
+    def rewritten(path, text):
+        """``text`` written into ``path`` in place, the folder's time kept as it was (as an editor saving
+        over the file leaves it), and the file's time a second later than the dataset's."""
+        folder_times = os.stat(folder).st_atime_ns, os.stat(folder).st_mtime_ns
+        path.write_text(text, encoding="utf-8")
+        later = (workdir / target).stat().st_mtime + 1
+        os.utime(path, (later, later))
+        os.utime(folder, ns=folder_times)
+
+    rewritten(folder / "rates.txt", (folder / "rates.txt").read_text() + " A correction was appended.")
+    plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["benchmark_dataset"]
+    assert "reason: Updated input files: myarticles/rates.txt" in plan
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+
+    rewritten(folder / "dates.csv", "file,date\nrates.txt,2024-03-01\nharvest.txt,2022-06-01\n")
+    plan = snakemake(workdir, target, "-n", "--configfile", config).stdout
+    assert "reason: Updated input files: myarticles/dates.csv" in plan
+    snakemake(workdir, target, "--cores", "1", "--configfile", config)
+    labels = {json.loads(line)["doc_id"]: json.loads(line)["meta"]["label"]
+              for line in (workdir / target).read_text().splitlines()}
+    assert labels == {"articles/rates": 0, "articles/harvest": 1}
+
+
 def test_a_checkpoint_given_by_path_is_recorded_by_digest_and_replacing_it_reruns_its_model(tmp_path, tiny_model_dir):
     """A model given by ``source.path``: its manifest records the SHA-256 of every file (what the checkpoint
     was when the run read it), and the files are the job's inputs, so a checkpoint replaced in place

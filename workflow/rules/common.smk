@@ -122,13 +122,17 @@ def is_contaminated(wildcards):
 
 def published_file(wildcards):
     """A benchmark read from a local published file reruns when the file changes (CopyBench's: each data
-    file in its folder, and the labels file), as does one built from sources with the user's labels."""
+    file in its folder, and the labels file; an article folder: each file in it, and the folder for a file
+    added or removed), as does one built from sources with the user's labels."""
+    from memaudit.datasets.articles import article_files
     from memaudit.probes.copybench.plan import published_inputs
 
     bench = config["benchmarks"][wildcards.benchmark]
     published = bench.get("published", {})
     if published.get("format") == "copybench":
         return published_inputs(config, wildcards)
+    if published.get("format") == "articles":  # the folder (a file added or removed) and each file (one edited)
+        return {"published": [published["path"], *article_files(published["path"])]}
     if bench.get("labels"):
         return {"labels": bench["labels"]}
     return {"published": published["path"]} if published.get("path") else {}

@@ -211,6 +211,18 @@ def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]
 # ---------------------------------------------------------------- the builder
 
 
+def article_files(folder: str | Path) -> list[str]:
+    """The files :func:`build_articles` reads in ``folder`` (its top-level files but hidden ones,
+    ``dates.csv`` included; none for a missing folder), sorted: a dataset job's inputs beside the folder
+    itself, so that an article or ``dates.csv`` edited in place reruns it. Snakemake dates a folder
+    input by the folder's own time, which changes when a file is added, removed or renamed, not when
+    one is rewritten."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return [str(p) for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")]
+
+
 def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
                    ) -> tuple[list[Document], list[Passage], list[Rejected]]:
     """Documents, passages and rejected rows of an auditor's article folder (Section 4.2's set, built
