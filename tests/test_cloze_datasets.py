@@ -325,6 +325,21 @@ def test_a_pdf_and_a_txt_of_an_article_become_the_same_records(tmp_path):
     assert [d.kind for d in docs] == ["news", "news"] and docs[0].meta["label"] == 1
 
 
+def test_articles_named_in_another_script_keep_distinct_ids(tmp_path):
+    """A file name without ASCII letters or digits (an archive in Chinese or Russian) gets ``article-`` and
+    8 hex digits of its name's SHA-256, where all such files took the id ``articles/article`` and all but
+    one were rejected as its duplicates; an ASCII name keeps its id."""
+    folder = tmp_path / "archive"
+    for name in ("東京", "北京", "Москва", "rates 2022"):
+        _write(folder / f"{name}.txt", "Date: 2022-01-01\n" + ARTICLE)
+    _write(folder / "late.txt", "Date: 2024-01-01\n" + ARTICLE)
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert rejected == []
+    assert sorted((d.doc_id, d.title) for d in docs) == [
+        ("articles/article-130016b2", "東京"), ("articles/article-68c77e15", "北京"),
+        ("articles/article-eb63f79a", "Москва"), ("articles/late", "late"), ("articles/rates-2022", "rates 2022")]
+
+
 def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
     folder = tmp_path / "archive"
     _pdf(folder / "scan.pdf", None)

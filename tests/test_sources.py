@@ -307,6 +307,16 @@ def test_user_books_reads_pdf_papers_for_an_arxivtection_like_benchmark(tmp_path
         load_source("user_books", tmp_path, directory=papers)
 
 
+def test_user_books_named_in_another_script_keep_distinct_ids(tmp_path):
+    """Books whose file names hold no ASCII letter or digit are ``book-`` and 8 hex digits of the name's
+    SHA-256, not all ``user/book`` (the second was refused as the first's duplicate)."""
+    for name in ("Война и мир", "紅樓夢"):
+        (tmp_path / f"{name}.txt").write_text("One paragraph of the book.\n", encoding="utf-8")
+    docs = load_source("user_books", tmp_path, directory=tmp_path, min_chapter_words=3)
+    assert sorted((d.doc_id, d.title) for d in docs) == [
+        ("user/book-ea1d47ab/ch001", "紅樓夢"), ("user/book-f83d61d9/ch001", "Война и мир")]
+
+
 def test_user_books_missing_directory_and_bad_file(tmp_path):
     assert load_source("user_books", tmp_path, directory=tmp_path / "absent") == []
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9")

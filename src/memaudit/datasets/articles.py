@@ -39,7 +39,7 @@ from typing import Any
 
 from memaudit import MEMBER, NONMEMBER
 from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
-from memaudit.datasets.text import clean_text
+from memaudit.datasets.text import clean_text, file_slug
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import ConfigError, InputError
 
@@ -186,10 +186,6 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
     return listed.date if listed is not None else own
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "article"
-
-
 def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]:
     """``(single-spaced text, date, title)`` of one file; RowReject for anything that stops it."""
     suffix = path.suffix.lower()
@@ -250,7 +246,7 @@ def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
     for path in entries:
         try:
             text, date, title = _read_article(path, dates.get(path.name))
-            doc_id = f"{ARTICLES_SOURCE}/{_slug(path.stem)}"
+            doc_id = f"{ARTICLES_SOURCE}/{file_slug(path.stem, 'article')}"
             if doc_id in ids:
                 raise RowReject("(file)", path.name, f"same document id {doc_id!r} as {ids[doc_id]}; rename one")
         except RowReject as exc:

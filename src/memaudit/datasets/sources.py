@@ -24,6 +24,7 @@ from memaudit.assets import package_dir, read_lazyload, read_rda
 from memaudit.datasets.readers import epub_metadata, pdf_metadata, read_epub, read_pdf, read_text_file
 from memaudit.datasets.text import (
     clean_text,
+    file_slug,
     gutenberg_metadata,
     paragraphs,
     split_chapters,
@@ -310,7 +311,7 @@ def _load_user_books(
     docs: list[Document] = []
     seen: dict[str, Path] = {}
     for path in files:
-        slug = _slug(path.stem) or "book"
+        slug = file_slug(path.stem, "book")
         if slug in seen:
             raise InputError(f"{path}: same document id 'user/{slug}' as {seen[slug]}; rename one")
         seen[slug] = path

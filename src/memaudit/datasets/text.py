@@ -8,6 +8,7 @@ project.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import unicodedata
@@ -36,6 +37,15 @@ def word_count(text: str) -> int:
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")
 # Gutenberg's plain-text italics: _word_ or _several words_ (not snake_case).
 _ITALIC_RE = re.compile(r"(?<![\w_])_(?=\S)([^_\n]*?\S)_(?![\w_])")
+
+
+def file_slug(stem: str, fallback: str) -> str:
+    """A document id's part from a file's name: its lowercase ASCII letters and digits, runs of anything
+    else as ``-``. A name with none (one written in another script: ``東京.txt``, ``Москва.txt``) gives
+    ``fallback-`` and the first 8 hex digits of the name's SHA-256, so that such files keep distinct,
+    stable ids instead of all taking ``fallback``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
+    return slug or f"{fallback}-{hashlib.sha256(stem.encode('utf-8')).hexdigest()[:8]}"
 
 
 def clean_text(text: str) -> str:
