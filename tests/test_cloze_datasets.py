@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memaudit.config import validate_config
-from memaudit.datasets.articles import build_articles, split_prefix
+from memaudit.datasets.articles import build_articles
 from memaudit.datasets.build import build_benchmark
 from memaudit.datasets.nyt import load_nyt, nyt_doc_id
+from memaudit.datasets.prefix import prefix_items
 from memaudit.datasets.published import published_benchmark
 from memaudit.datasets.qa import contamination_split, load_qa_jsonl, read_qa_jsonl, render_qa
 from memaudit.datasets.rejects import (REJECT_COLUMNS, benchmark_rejects_path, count_rejects, write_benchmark_rejects,
@@ -315,10 +316,15 @@ def test_a_pdf_and_a_txt_of_an_article_become_the_same_records(tmp_path):
     pdf, txt = passages  # by passage id: articles/riverside, articles/riverside-copy
     assert (pdf.doc_id, txt.doc_id) == ("articles/riverside", "articles/riverside-copy")
     assert pdf.text == txt.text == " ".join(ARTICLE.split())
-    prefix, completion = split_prefix(ARTICLE)
-    assert len(prefix.split()) == 50 and prefix.split()[-1] == "that"
-    assert (pdf.meta["prefix"], pdf.meta["completion"]) == (txt.meta["prefix"], txt.meta["completion"]) \
-        == (prefix, completion)
+    # no published prefix: the prefix probe cuts an article at prefix_words, as any passage (it took the
+    # first 50 words whatever probes.prefix.prefix_words said, labelled published)
+    assert "prefix" not in pdf.meta and "completion" not in pdf.meta
+    words = ARTICLE.split()
+    assert words[49] == "that"
+    for n in (50, 60):
+        items = prefix_items([pdf, txt], prefix_words=n, continuation_words=50)
+        assert [(it.prefix, it.continuation) for it in items] == [(" ".join(words[:n]), " ".join(words[n:n + 50]))] * 2
+        assert {it.meta["prefix_source"] for it in items} == {"passage"}
     assert (pdf.label, txt.label) == (1, 0)  # before the cutoff / after it
     assert (pdf.meta["date"], txt.meta["date"]) == ("2022-05-01", "2023-03-01")
     assert (pdf.title, txt.title) == ("Council approves Riverside plan", "riverside-copy")

@@ -15,8 +15,9 @@ A ``.txt`` dated both ways must agree. Hidden files (``.DS_Store``) are skipped.
 (:mod:`memaudit.datasets.nyt`): one document and one passage per article, the passage text the
 article's words separated by single spaces (a PDF's text layer does not mark paragraphs
 reliably, so line and paragraph breaks are not kept, in either format, and a ``.txt`` and a
-PDF of the same article give the same record); ``meta`` keeps ``prefix`` (the first 50 words,
-Appendix E) and ``completion`` (the rest) for the prefix-probing baseline. The title is the
+PDF of the same article give the same record). Unlike the NYT set's published ``Prefix``, an
+article carries no prefix of its own: the prefix probe cuts it at ``probes.prefix.prefix_words``
+(50 in the paper's Appendix E, the default) as it cuts any passage. The title is the
 ``title`` column of ``dates.csv`` or the file name's stem; no outlet or date goes into the
 text or title a probe reads.
 
@@ -46,7 +47,6 @@ from memaudit.errors import ConfigError, InputError
 DATES_FILE = "dates.csv"
 ARTICLE_SUFFIXES = (".txt", ".pdf")
 ARTICLES_SOURCE = "articles"
-PREFIX_WORDS = 50  # Appendix E: the first 50 words are the prefix-probing prompt
 _DATE_LINE = re.compile(r"^\s*Date\s*:\s*(\S.*?)\s*$", re.IGNORECASE)
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -69,12 +69,6 @@ def parse_date(value: Any) -> dt.date:
 def label_for(date: dt.date, cutoff: dt.date) -> int:
     """1 (member, possibly seen) for an article published before ``cutoff``, 0 on or after it."""
     return MEMBER if date < cutoff else NONMEMBER
-
-
-def split_prefix(text: str, prefix_words: int = PREFIX_WORDS) -> tuple[str, str]:
-    """``(first prefix_words words, the rest)``, single-spaced (Appendix E's prefix probe)."""
-    words = text.split()
-    return " ".join(words[:prefix_words]), " ".join(words[prefix_words:])
 
 
 # ---------------------------------------------------------------- dates.csv
@@ -255,13 +249,11 @@ def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
             continue
         ids[doc_id] = path.name
         label = label_for(date, cutoff)
-        prefix, completion = split_prefix(text)
         meta = {"date": date.isoformat(), "cutoff": cutoff.isoformat(), "file": str(path), "line": 0,
                 "n_words": len(text.split())}
         docs.append(Document(doc_id, ARTICLES_SOURCE, title, "", "news", text,
                              dict(meta, label=label, origin=str(folder), n_passages=1)))
-        passages.append(Passage(f"{doc_id}#p0", doc_id, label, text, title, "",
-                                dict(meta, prefix=prefix, completion=completion)))
+        passages.append(Passage(f"{doc_id}#p0", doc_id, label, text, title, "", meta))
     rejected = log.finish()
     require_rows(folder, len(docs), rejected, "article")
     return sorted(docs, key=lambda d: d.doc_id), sorted(passages, key=lambda p: p.passage_id), rejected
