@@ -483,6 +483,13 @@ def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     (f"{OPENAI_KEY}\n", ", line 1: expected a mapping of config keys at the top level, not a string (the value is "
                         "not shown)"),
     (b"seed: 1\nx: caf\xe9\n", ", line 2: not UTF-8 text (byte 14)"),
+    # PyYAML keeps a repeated key's last value without a word: the first model would be dropped
+    ("models:\n  a: {family: x}\n  b: {}\n  a: {family: y}\n", ", line 4, column 3: not valid YAML (duplicate key "
+                                                                "'a', first on line 2; YAML would keep only the last "
+                                                                "one: remove or rename one)"),
+    (f"seed: 1\n{OPENAI_KEY}: 1\n{OPENAI_KEY}: 2\n", ", line 3, column 1: not valid YAML (duplicate key "
+                                                    "'<not shown>', first on line 2; YAML would keep only the last "
+                                                    "one: remove or rename one)"),
 ])
 def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tmp_path, text, message):
     from memaudit.cli import main
@@ -494,6 +501,16 @@ def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(
     assert str(err.value) == f"{path}{message}"
     assert ANTHROPIC_KEY not in str(err.value) and OPENAI_KEY not in str(err.value)
     assert main(["check-config", str(path)]) == 2
+
+
+def test_a_key_merged_in_may_be_overridden_without_being_a_duplicate(tmp_path):
+    from memaudit.config import read_config_file
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("x-model: &small {family: tiny, max_tokens: 64}\n"
+                    "models:\n  a: {<<: *small, max_tokens: 32}\n  b:\n    <<: [*small]\n    family: other\n")
+    assert read_config_file(path)["models"] == {"a": {"family": "tiny", "max_tokens": 32},
+                                                "b": {"family": "other", "max_tokens": 64}}
 
 
 def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, capsys):

@@ -610,6 +610,29 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
     return config
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key repeated in one mapping: PyYAML keeps the last value
+    without a word, so a model or benchmark named twice would drop the first entry silently (the
+    YAML spec requires unique keys). Keys brought in by a merge (``<<: *defaults``) may be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    line = first_line.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: the base class names it
+                    continue
+                if line != key_node.start_mark.line + 1:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}, first on line {line}; YAML would keep only the "
+                                    f"last one: remove or rename one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_config_file(path: str | Path) -> dict:
     """The mapping in a YAML (or JSON) config file, before validation.
 
@@ -633,7 +656,7 @@ def read_config_file(path: str | Path) -> dict:
         line = data[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {exc.start})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
         where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
