@@ -487,6 +487,8 @@ def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     ("models:\n  a: {family: x}\n  b: {}\n  a: {family: y}\n", ", line 4, column 3: not valid YAML (duplicate key "
                                                                 "'a', first on line 2; YAML would keep only the last "
                                                                 "one: remove or rename one)"),
+    ("benchmarks: {}\nmodels: {a: {}, a: {}}\n", ", line 2, column 17: not valid YAML (duplicate key 'a', first on "
+                                                "line 2; YAML would keep only the last one: remove or rename one)"),
     (f"seed: 1\n{OPENAI_KEY}: 1\n{OPENAI_KEY}: 2\n", ", line 3, column 1: not valid YAML (duplicate key "
                                                     "'<not shown>', first on line 2; YAML would keep only the last "
                                                     "one: remove or rename one)"),

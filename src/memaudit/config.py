@@ -623,13 +623,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     continue
                 key = self.construct_object(key_node, deep=True)
                 try:
-                    line = first_line.setdefault(key, key_node.start_mark.line + 1)
+                    repeated = key in first_line
                 except TypeError:  # an unhashable key: the base class names it
                     continue
-                if line != key_node.start_mark.line + 1:
+                if repeated:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}, first on line {line}; YAML would keep only the "
-                                    f"last one: remove or rename one", key_node.start_mark)
+                        None, None, f"duplicate key {key!r}, first on line {first_line[key]}; YAML would keep "
+                                    f"only the last one: remove or rename one", key_node.start_mark)
+                first_line[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 
