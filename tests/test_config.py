@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -43,6 +44,13 @@ def bad(mutate):
 def test_wrong_type_names_the_key():
     msg = bad(lambda c: c["models"]["tiny-gpt2-small"]["source"]["tiny_gpt2"].update(n_layer="two"))
     assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
+
+
+def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
+    with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
+        np.random.default_rng(-1)
+    assert bad(lambda c: c.update(seed=-1)) == "config key seed: must be >= 0, not the number -1"
+    assert validate_config({**CI, "seed": 0})["seed"] == 0
 
 
 def test_the_docs_example_error_is_what_comes_out():
