@@ -127,6 +127,15 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
     assert set(model["finetune"]["properties"]) - common == set(LORA_ONLY_KEYS)
 
 
+def test_a_value_under_token_prob_is_shown_as_any_other_probes():
+    """``token`` in a key's name hides its values (a pasted token); a probe's name is the schema's own."""
+    msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["loss", "minn_k"], min_k_ratios=[0.2, 1.5]))
+    assert msg.splitlines() == [
+        "config key probes.token_prob.methods.1: must be 'loss' or 'zlib' or 'lowercase' or 'min_k' or "
+        "'min_k_plus_plus' or 'reference', not the string 'minn_k'",
+        "config key probes.token_prob.min_k_ratios.1: must be <= 1, not the number 1.5"]
+
+
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "

@@ -59,10 +59,12 @@ _TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "
 
 
 def _secret_path(path) -> bool:
-    """Whether values at ``path`` may be secrets: anything in an ``api`` block or under a key-ish name."""
+    """Whether values at ``path`` may be secrets: anything in an ``api`` block or under a key-ish name.
+    A probe's name is fixed by the schema, never a secret's (``probes.token_prob`` holds no token)."""
     from memaudit.secrets import keyish_name
 
-    return any(p == "api" or keyish_name(p) for p in path)
+    path = tuple(path)
+    return any(p == "api" or (keyish_name(p) and path[:i] != ("probes",)) for i, p in enumerate(path))
 
 
 def _describe(value, path) -> str:

@@ -119,7 +119,7 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="de5c9ed2b08e0783",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="55e6480c406831f5",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -128,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="f24a59c9e3e50a80",
+        version=4, fingerprint="da654876224b8e88",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -142,9 +142,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="8e4ab9e61e15f331",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="603f70b5d21c6a09",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="e72b96688a802f13")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="6fbc8d37115f0e86")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -163,12 +163,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="89d9e97ef2b04083",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="a57b5146a32cf5b0",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="c44be68e1d098087"),
+                               version=4, fingerprint="213643ad139de50c"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="32698e97a3c30478")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -185,10 +185,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="564c322f4f61bf82",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="52426fe158daad6b",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="429b49131d0fb256"),
+                              version=7, fingerprint="a34142e647c038f8"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="402fdd9413c5a2a0")},
@@ -207,13 +207,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="374b77474b36572b",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="bbc3412a8ad008b5",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=3, fingerprint="587229a672357ecc"),
+                               version=3, fingerprint="f5d7239f9c0f1f28"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="8a980dc3cfb713af")},
+                                 version=4, fingerprint="1a7077e4e83f6008")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),
