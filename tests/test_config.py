@@ -53,6 +53,17 @@ def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
     assert validate_config({**CI, "seed": 0})["seed"] == 0
 
 
+def test_a_device_the_gpu_claims_cannot_read_is_refused_before_any_job():
+    """Snakemake asked memaudit.devices.model_gpus for the model's GPUs only once its first GPU job was ready."""
+    assert bad(lambda c: c["models"]["smollm2-135m"].update(device="gpu")) == (
+        "config key models.smollm2-135m.device: must match ^(auto|cpu|cuda(:[0-9]+)?)$, not the string 'gpu'")
+    assert bad(lambda c: c["models"]["smollm2-135m"].update(device="cuda1")).endswith("not the string 'cuda1'")
+    for device in ("auto", "cpu", "cuda", "cuda:1"):
+        cfg = copy.deepcopy(CI)
+        cfg["models"]["smollm2-135m"]["device"] = device
+        assert validate_config(cfg)["models"]["smollm2-135m"]["device"] == device
+
+
 def test_the_docs_example_error_is_what_comes_out():
     """docs/models.md and the README quote the error for a tiny_gpt2 model named tiny with n_layer 'two'."""
     import re
