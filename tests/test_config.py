@@ -171,6 +171,25 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
         "config key models.x.base: unknown model 'nope'"]
 
 
+def test_source_options_nothing_reads_are_named_not_ignored():
+    """Options of a source the benchmark does not list were ignored without a word; an option its source does
+    not take stopped the dataset job (memaudit.datasets.sources.load_source)."""
+    def mutate(c):
+        c["benchmarks"]["novels"]["source_options"] = {"tidytext": {"exclude_titles": ["Emma"]},
+                                                       "austen": {"exclude_titles": ["Emma"]}}
+        c["benchmarks"]["news"]["sources"] = ["user_books"]
+        c["benchmarks"]["news"]["source_options"] = {"user_books": {"directory": "books", "min_words": 5}}
+        c["pretrain"]["source_options"] = {"mobydick": {"chapters": 3}, "tidytext": {"exclude_titles": []}}
+    assert bad(mutate).splitlines() == [
+        "config key benchmarks.novels.source_options.tidytext: 'tidytext' is not one of the sources (austen), so "
+        "nothing reads these options (remove them or add the source)",
+        "config key benchmarks.novels.source_options.austen.exclude_titles: source 'austen' has no such option "
+        "(it takes: none)",
+        "config key benchmarks.news.source_options.user_books.min_words: source 'user_books' has no such option "
+        "(it takes: directory, min_chapter_words)",
+        "config key pretrain.source_options.mobydick.chapters: source 'mobydick' has no such option (it takes: none)"]
+
+
 def test_unknown_base_model_and_benchmark():
     def mutate(c):
         c["models"]["x"] = {"base": "nope", "finetune": {"members_of": ["novels", "missing"]}}

@@ -488,12 +488,39 @@ def _benchmark_problems(config: dict) -> list[str]:
             if src not in BUILTIN_SOURCES:
                 problems.append(f"benchmarks.{name}.sources.{i}: unknown source {src!r} "
                                 f"(known: {', '.join(BUILTIN_SOURCES)})")
+        if "sources" in bench:  # (on a published benchmark, _source_keys_on_published names the block)
+            problems += _source_option_problems(("benchmarks", name), bench, unlisted=True)
+    return problems
+
+
+def _source_option_problems(where: tuple, block: dict, *, unlisted: bool) -> list[str]:
+    """Options under a block's ``source_options`` that no loader reads (:data:`memaudit.datasets.sources.SOURCES`):
+    one its source does not take (the dataset job stopped on it), and with ``unlisted`` the options of a
+    source the block does not list (ignored without a word). The pretraining pool's schema default holds
+    options for a source it may not list, so it is checked without ``unlisted``."""
+    from memaudit.datasets.sources import SOURCES
+
+    sources = block.get("sources") or []
+    problems = []
+    for src, options in (block.get("source_options") or {}).items():
+        if src not in sources:
+            if unlisted:
+                problems.append(f"{key_path((*where, 'source_options', src))}: {src!r} is not one of the "
+                                f"sources ({', '.join(sources)}), so nothing reads these options (remove them or "
+                                f"add the source)")
+            continue
+        if src not in SOURCES or not isinstance(options, dict):
+            continue  # an unknown source is named under sources
+        for option in options:
+            if option not in SOURCES[src].options:
+                problems.append(f"{key_path((*where, 'source_options', src, option))}: source {src!r} has no such "
+                                f"option (it takes: {', '.join(SOURCES[src].options) or 'none'})")
     return problems
 
 
 def _pretrain_problems(config: dict) -> list[str]:
     benchmarks = config["benchmarks"]
-    problems = []
+    problems = _source_option_problems(("pretrain",), config.get("pretrain", {}), unlisted=False)
     for src in sorted(set(config.get("pretrain", {}).get("sources", []))):
         if src not in BUILTIN_SOURCES:
             problems.append(f"pretrain.sources: unknown source {src!r}")
