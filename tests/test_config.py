@@ -190,6 +190,18 @@ def test_source_options_nothing_reads_are_named_not_ignored():
         "config key pretrain.source_options.mobydick.chapters: source 'mobydick' has no such option (it takes: none)"]
 
 
+def test_a_source_or_a_members_benchmark_listed_twice_is_an_error():
+    """members_of [novels, novels] fine-tuned on every member twice (prepare_model reads each listed file)."""
+    def mutate(c):
+        c["models"]["tiny-gpt2-small-contaminated"]["finetune"]["members_of"] = ["novels", "news", "novels"]
+        c["benchmarks"]["news"]["sources"] = ["reuters", "reuters"]
+        c["pretrain"]["sources"] = ["mobydick", "mobydick"]
+    assert bad(mutate).splitlines() == [
+        "config key benchmarks.news.sources: must not list an item twice",
+        "config key models.tiny-gpt2-small-contaminated.finetune.members_of: must not list an item twice",
+        "config key pretrain.sources: must not list an item twice"]
+
+
 def test_unknown_base_model_and_benchmark():
     def mutate(c):
         c["models"]["x"] = {"base": "nope", "finetune": {"members_of": ["novels", "missing"]}}
