@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from api_server import (bad_request, error_object_200, loopback, malformed_json, overloaded,
                         provider_refusal, rate_limited, refusal_text, reply_with_top, server_error, stall,
@@ -503,6 +504,34 @@ def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
     assert est.total_cost_usd == pytest.approx((29 * 0.15 + 6 * 0.6) / 1e6)
     assert f"environment variable {KEY_ENV} is not set" in est.format()
     assert not (tmp_path / "c.sqlite").exists()  # an estimate writes nothing
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"model": "gpt", "prompt": "hi", "max_new_tokens": "lots"}', "max_new_tokens must be an integer >= 1"),
+    ('{"model": "gpt", "prompt": "hi", "samples": 0}', "samples must be an integer >= 1"),
+    ('{"model": "gpt", "prompt": 5}', "prompt must be a string"),
+    ('{"model": ["gpt"], "prompt": "hi"}', "model must be a string"),
+    ('{"model": "gpt", "prompt": "hi", "stop": "END"}', "stop must be a list of strings"),
+    ('{"model": "gpt", "prompt": "hi", "temperature": "hot"}', "temperature must be a number"),
+    ('{"model": "nope", "prompt": "hi"}', "unknown model 'nope'"),
+])
+def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, monkeypatch, capsys, line, message):
+    """A wrong kind of value stopped the estimate with a traceback; every problem is one line naming the file
+    and its line (blank lines counted)."""
+    from memaudit.cli import main
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "benchmarks": {"b": {"sources": ["austen"]}},
+        "models": {"gpt": {"backend": "openai", "family": "gpt",
+                           "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": KEY_ENV,
+                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}},
+        "api": {"cache": str(tmp_path / "cache.sqlite")}}))
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text(f'{{"model": "gpt", "prompt": "fine"}}\n\n{line}\n')
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan)]) == 2
+    assert capsys.readouterr().err == f"memaudit estimate-cost: error: {plan}, line 3: {message}\n"
 
 
 # ----------------------------------------------------------------------------- retry policy

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -43,6 +44,24 @@ def bad(mutate):
 def test_wrong_type_names_the_key():
     msg = bad(lambda c: c["models"]["tiny-gpt2-small"]["source"]["tiny_gpt2"].update(n_layer="two"))
     assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
+
+
+def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
+    with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
+        np.random.default_rng(-1)
+    assert bad(lambda c: c.update(seed=-1)) == "config key seed: must be >= 0, not the number -1"
+    assert validate_config({**CI, "seed": 0})["seed"] == 0
+
+
+def test_a_device_the_gpu_claims_cannot_read_is_refused_before_any_job():
+    """Snakemake asked memaudit.devices.model_gpus for the model's GPUs only once its first GPU job was ready."""
+    assert bad(lambda c: c["models"]["smollm2-135m"].update(device="gpu")) == (
+        "config key models.smollm2-135m.device: must match ^(auto|cpu|cuda(:[0-9]+)?)$, not the string 'gpu'")
+    assert bad(lambda c: c["models"]["smollm2-135m"].update(device="cuda1")).endswith("not the string 'cuda1'")
+    for device in ("auto", "cpu", "cuda", "cuda:1"):
+        cfg = copy.deepcopy(CI)
+        cfg["models"]["smollm2-135m"]["device"] = device
+        assert validate_config(cfg)["models"]["smollm2-135m"]["device"] == device
 
 
 def test_the_docs_example_error_is_what_comes_out():
@@ -132,6 +151,15 @@ def test_a_repeated_list_item_or_a_log_probability_threshold_above_0_is_an_error
         "config key probes.copybench.formats: must not list an item twice"]
 
 
+def test_a_value_under_token_prob_is_shown_as_any_other_probes():
+    """``token`` in a key's name hides its values (a pasted token); a probe's name is the schema's own."""
+    msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["loss", "minn_k"], min_k_ratios=[0.2, 1.5]))
+    assert msg.splitlines() == [
+        "config key probes.token_prob.methods.1: must be 'loss' or 'zlib' or 'lowercase' or 'min_k' or "
+        "'min_k_plus_plus' or 'reference', not the string 'minn_k'",
+        "config key probes.token_prob.min_k_ratios.1: must be <= 1, not the number 1.5"]
+
+
 def test_unknown_key_is_rejected():
     msg = bad(lambda c: c["benchmarks"]["novels"].update(passage_wrods=3))
     assert msg == ("config key benchmarks.novels.passage_wrods: unknown key; did you mean 'passage_words'? (known "
@@ -154,6 +182,37 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
         "not the string 'float64'",
         "config key stats.n_boot_ci: must be >= 100, not the number -5",
         "config key models.x.base: unknown model 'nope'"]
+
+
+def test_source_options_nothing_reads_are_named_not_ignored():
+    """Options of a source the benchmark does not list were ignored without a word; an option its source does
+    not take stopped the dataset job (memaudit.datasets.sources.load_source)."""
+    def mutate(c):
+        c["benchmarks"]["novels"]["source_options"] = {"tidytext": {"exclude_titles": ["Emma"]},
+                                                       "austen": {"exclude_titles": ["Emma"]}}
+        c["benchmarks"]["news"]["sources"] = ["user_books"]
+        c["benchmarks"]["news"]["source_options"] = {"user_books": {"directory": "books", "min_words": 5}}
+        c["pretrain"]["source_options"] = {"mobydick": {"chapters": 3}, "tidytext": {"exclude_titles": []}}
+    assert bad(mutate).splitlines() == [
+        "config key benchmarks.novels.source_options.tidytext: 'tidytext' is not one of the sources (austen), so "
+        "nothing reads these options (remove them or add the source)",
+        "config key benchmarks.novels.source_options.austen.exclude_titles: source 'austen' has no such option "
+        "(it takes: none)",
+        "config key benchmarks.news.source_options.user_books.min_words: source 'user_books' has no such option "
+        "(it takes: directory, min_chapter_words)",
+        "config key pretrain.source_options.mobydick.chapters: source 'mobydick' has no such option (it takes: none)"]
+
+
+def test_a_source_or_a_members_benchmark_listed_twice_is_an_error():
+    """members_of [novels, novels] fine-tuned on every member twice (prepare_model reads each listed file)."""
+    def mutate(c):
+        c["models"]["tiny-gpt2-small-contaminated"]["finetune"]["members_of"] = ["novels", "news", "novels"]
+        c["benchmarks"]["news"]["sources"] = ["reuters", "reuters"]
+        c["pretrain"]["sources"] = ["mobydick", "mobydick"]
+    assert bad(mutate).splitlines() == [
+        "config key benchmarks.news.sources: must not list an item twice",
+        "config key models.tiny-gpt2-small-contaminated.finetune.members_of: must not list an item twice",
+        "config key pretrain.sources: must not list an item twice"]
 
 
 def test_unknown_base_model_and_benchmark():
@@ -496,6 +555,15 @@ def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     (f"{OPENAI_KEY}\n", ", line 1: expected a mapping of config keys at the top level, not a string (the value is "
                         "not shown)"),
     (b"seed: 1\nx: caf\xe9\n", ", line 2: not UTF-8 text (byte 14)"),
+    # PyYAML keeps a repeated key's last value without a word: the first model would be dropped
+    ("models:\n  a: {family: x}\n  b: {}\n  a: {family: y}\n", ", line 4, column 3: not valid YAML (duplicate key "
+                                                                "'a', first on line 2; YAML would keep only the last "
+                                                                "one: remove or rename one)"),
+    ("benchmarks: {}\nmodels: {a: {}, a: {}}\n", ", line 2, column 17: not valid YAML (duplicate key 'a', first on "
+                                                "line 2; YAML would keep only the last one: remove or rename one)"),
+    (f"seed: 1\n{OPENAI_KEY}: 1\n{OPENAI_KEY}: 2\n", ", line 3, column 1: not valid YAML (duplicate key "
+                                                    "'<not shown>', first on line 2; YAML would keep only the last "
+                                                    "one: remove or rename one)"),
 ])
 def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tmp_path, text, message):
     from memaudit.cli import main
@@ -507,6 +575,16 @@ def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(
     assert str(err.value) == f"{path}{message}"
     assert ANTHROPIC_KEY not in str(err.value) and OPENAI_KEY not in str(err.value)
     assert main(["check-config", str(path)]) == 2
+
+
+def test_a_key_merged_in_may_be_overridden_without_being_a_duplicate(tmp_path):
+    from memaudit.config import read_config_file
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("x-model: &small {family: tiny, max_tokens: 64}\n"
+                    "models:\n  a: {<<: *small, max_tokens: 32}\n  b:\n    <<: [*small]\n    family: other\n")
+    assert read_config_file(path)["models"] == {"a": {"family": "tiny", "max_tokens": 32},
+                                                "b": {"family": "other", "max_tokens": 64}}
 
 
 def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, capsys):

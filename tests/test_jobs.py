@@ -144,6 +144,9 @@ def test_model_priorities_and_inputs(tmp_path):
                                                               ("config.json", "model.safetensors", "sub/tokenizer.json")]}
     config["models"]["given"]["source"]["path"] = str(given / "model.safetensors")  # a single file (GGUF, say)
     assert jobs.model_inputs(config, "given") == {"weights": [str(given / "model.safetensors")]}
+    # nothing there (a typo): the path itself, so that Snakemake's missing-input error names it before any job
+    config["models"]["given"]["source"]["path"] = str(tmp_path / "ckpt-typo")
+    assert jobs.model_inputs(config, "given") == {"weights": [str(tmp_path / "ckpt-typo")]}
     assert jobs.reference_models(CI, "tiny-gpt2-small") == []  # never its own reference
     assert jobs.reference_models(CI, "smollm2-135m") == ["tiny-gpt2-small"]
 

@@ -117,6 +117,13 @@ def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir
 
 def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["nope"]) == 2
+    commands = "api-ledger, check-config, code-versions, dvc-stage, estimate-cost, fetch-assets, headline, serve, stats"
+    assert capsys.readouterr() == ("", f"memaudit: error: unknown command 'nope' (commands: {commands}; "
+                                       f"memaudit --help)\n")
+    assert main(["check_config", "my.yaml"]) == 2  # a typo is named, with the command meant
+    assert capsys.readouterr().err == (f"memaudit: error: unknown command 'check_config'; did you mean 'check-config'? "
+                                       f"(commands: {commands}; memaudit --help)\n")
+    assert main([]) == 2 and capsys.readouterr().out.startswith("The ``memaudit`` command line.")
     rows = []
     for model, auc in (("m1", 0.93), ("(none)", 0.51)):
         rows.append({"benchmark": "b", "model": model, "contaminated": model == "m1",

@@ -318,7 +318,17 @@ def test_user_books_named_in_another_script_keep_distinct_ids(tmp_path):
 
 
 def test_user_books_missing_directory_and_bad_file(tmp_path):
+    from memaudit.datasets.sources import user_books_inputs
+
     assert load_source("user_books", tmp_path, directory=tmp_path / "absent") == []
+    # the dataset job's inputs: the folder itself when it is not there, which Snakemake names before any job runs
+    bench = {"sources": ["austen", "user_books"],
+             "source_options": {"user_books": {"directory": str(tmp_path / "absent")}}}
+    assert user_books_inputs(bench) == [str(tmp_path / "absent")]
+    (tmp_path / "absent").mkdir()
+    assert user_books_inputs(bench) == [] and user_books_inputs({"sources": ["austen"]}) == []
+    (tmp_path / "absent" / "Emma.txt").write_text("x")
+    assert user_books_inputs(bench) == [str(tmp_path / "absent" / "Emma.txt")]
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9")
     with pytest.raises(InputError, match=r"bad\.txt: not valid UTF-8 at byte offset 3"):
         load_source("user_books", tmp_path, directory=tmp_path)

@@ -103,9 +103,17 @@ COMMANDS = {"check-config": _check_config, "dvc-stage": _dvc_stage, "fetch-asset
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        print(f"memaudit: error: unknown command {argv[0]!r}{hint} (commands: {', '.join(sorted(COMMANDS))}; "
+              f"memaudit --help)", file=sys.stderr)
+        return 2
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0 if argv else 2
     try:
         return COMMANDS[argv[0]](argv[1:])
     except MemauditError as exc:

@@ -59,10 +59,12 @@ _TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "
 
 
 def _secret_path(path) -> bool:
-    """Whether values at ``path`` may be secrets: anything in an ``api`` block or under a key-ish name."""
+    """Whether values at ``path`` may be secrets: anything in an ``api`` block or under a key-ish name.
+    A probe's name is fixed by the schema, never a secret's (``probes.token_prob`` holds no token)."""
     from memaudit.secrets import keyish_name
 
-    return any(p == "api" or keyish_name(p) for p in path)
+    path = tuple(path)
+    return any(p == "api" or (keyish_name(p) and path[:i] != ("probes",)) for i, p in enumerate(path))
 
 
 def _describe(value, path) -> str:
@@ -489,12 +491,39 @@ def _benchmark_problems(config: dict) -> list[str]:
             if src not in BUILTIN_SOURCES:
                 problems.append(f"benchmarks.{name}.sources.{i}: unknown source {src!r} "
                                 f"(known: {', '.join(BUILTIN_SOURCES)})")
+        if "sources" in bench:  # (on a published benchmark, _source_keys_on_published names the block)
+            problems += _source_option_problems(("benchmarks", name), bench, unlisted=True)
+    return problems
+
+
+def _source_option_problems(where: tuple, block: dict, *, unlisted: bool) -> list[str]:
+    """Options under a block's ``source_options`` that no loader reads (:data:`memaudit.datasets.sources.SOURCES`):
+    one its source does not take (the dataset job stopped on it), and with ``unlisted`` the options of a
+    source the block does not list (ignored without a word). The pretraining pool's schema default holds
+    options for a source it may not list, so it is checked without ``unlisted``."""
+    from memaudit.datasets.sources import SOURCES
+
+    sources = block.get("sources") or []
+    problems = []
+    for src, options in (block.get("source_options") or {}).items():
+        if src not in sources:
+            if unlisted:
+                problems.append(f"{key_path((*where, 'source_options', src))}: {src!r} is not one of the "
+                                f"sources ({', '.join(sources)}), so nothing reads these options (remove them or "
+                                f"add the source)")
+            continue
+        if src not in SOURCES or not isinstance(options, dict):
+            continue  # an unknown source is named under sources
+        for option in options:
+            if option not in SOURCES[src].options:
+                problems.append(f"{key_path((*where, 'source_options', src, option))}: source {src!r} has no such "
+                                f"option (it takes: {', '.join(SOURCES[src].options) or 'none'})")
     return problems
 
 
 def _pretrain_problems(config: dict) -> list[str]:
     benchmarks = config["benchmarks"]
-    problems = []
+    problems = _source_option_problems(("pretrain",), config.get("pretrain", {}), unlisted=False)
     for src in sorted(set(config.get("pretrain", {}).get("sources", []))):
         if src not in BUILTIN_SOURCES:
             problems.append(f"pretrain.sources: unknown source {src!r}")
@@ -613,6 +642,30 @@ def check_config(config: dict, *, checks: Sequence[Callable[[dict], list[str]]] 
     return config
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key repeated in one mapping: PyYAML keeps the last value
+    without a word, so a model or benchmark named twice would drop the first entry silently (the
+    YAML spec requires unique keys). Keys brought in by a merge (``<<: *defaults``) may be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in first_line
+                except TypeError:  # an unhashable key: the base class names it
+                    continue
+                if repeated:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}, first on line {first_line[key]}; YAML would keep "
+                                    f"only the last one: remove or rename one", key_node.start_mark)
+                first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_config_file(path: str | Path) -> dict:
     """The mapping in a YAML (or JSON) config file, before validation.
 
@@ -636,7 +689,7 @@ def read_config_file(path: str | Path) -> dict:
         line = data[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {exc.start})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
         where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)

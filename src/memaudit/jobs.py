@@ -123,7 +123,8 @@ def model_inputs(config: dict, model: str) -> dict:
     if "path" in entry["source"]:  # a checkpoint replaced in place reruns the model and all after it
         from memaudit.io import checkpoint_files
 
-        return {"weights": checkpoint_files(entry["source"]["path"])}
+        # a path with nothing there is itself the input: Snakemake names it before any job runs
+        return {"weights": checkpoint_files(entry["source"]["path"]) or [str(entry["source"]["path"])]}
     return {}
 
 

@@ -169,13 +169,37 @@ def estimate_cost(backend, prompts: Sequence[str], params, *, n_samples: int = 1
 
 PLAN_FIELDS = ("model", "prompt", "system_prompt", "max_new_tokens", "temperature", "top_p", "stop", "seed",
                "repetition_penalty", "samples", "kind")
+# what each optional field must be (a wrong one stopped the estimate with a traceback)
+_PLAN_FIELD_KINDS = {"model": (str, "a string"), "prompt": (str, "a string"),
+                     "system_prompt": ((str, type(None)), "a string or null"),
+                     "max_new_tokens": (int, "an integer >= 1"), "samples": (int, "an integer >= 1"),
+                     "seed": (int, "an integer"), "temperature": ((int, float), "a number"),
+                     "top_p": ((int, float), "a number"), "repetition_penalty": ((int, float), "a number"),
+                     "stop": (list, "a list of strings")}
 
 
-def estimate_plan(config: dict, records: Sequence[dict]) -> CostEstimate:
+def _plan_field_problem(rec: dict) -> str | None:
+    """The first field of a plan record that has the wrong kind of value, in words; None if all are right."""
+    for name, (kinds, words) in _PLAN_FIELD_KINDS.items():
+        if name not in rec:
+            continue
+        value = rec[name]
+        right = isinstance(value, kinds) and not isinstance(value, bool)
+        if right and name in ("max_new_tokens", "samples"):
+            right = value >= 1
+        if right and name == "stop":
+            right = all(isinstance(s, str) for s in value)
+        if not right:
+            return f"{name} must be {words}"
+    return None
+
+
+def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str] = ()) -> CostEstimate:
     """Price a plan: records ``{"model", "prompt", ...}`` (see ``memaudit estimate-cost --help``).
 
     Records of one model with the same decoding parameters are priced together;
-    local (``hf``) models cost nothing and are skipped.
+    local (``hf``) models cost nothing and are skipped. ``where`` names each record in
+    errors (``plan.jsonl, line 3``; default ``plan record 3``).
     """
     from memaudit.backends.api import api_backend_from_config
     from memaudit.backends.base import GenerationParams, is_api_model
@@ -183,12 +207,16 @@ def estimate_plan(config: dict, records: Sequence[dict]) -> CostEstimate:
 
     groups: dict[tuple, list[str]] = {}
     for i, rec in enumerate(records, 1):
+        at = where[i - 1] if where else f"plan record {i}"
         unknown = set(rec) - set(PLAN_FIELDS)
         if unknown or "model" not in rec or "prompt" not in rec:
-            raise InputError(f"plan record {i}: needs 'model' and 'prompt'; may have {', '.join(PLAN_FIELDS)}"
+            raise InputError(f"{at}: needs 'model' and 'prompt'; may have {', '.join(PLAN_FIELDS)}"
                              + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else ""))
+        problem = _plan_field_problem(rec)
+        if problem:
+            raise InputError(f"{at}: {problem}")
         if rec["model"] not in config["models"]:
-            raise InputError(f"plan record {i}: unknown model {rec['model']!r}")
+            raise InputError(f"{at}: unknown model {rec['model']!r}")
         params = GenerationParams(max_new_tokens=int(rec.get("max_new_tokens", 64)),
                                   temperature=float(rec.get("temperature", 0.0)), top_p=float(rec.get("top_p", 1.0)),
                                   stop=tuple(rec.get("stop", ())), system_prompt=rec.get("system_prompt"),
@@ -196,7 +224,7 @@ def estimate_plan(config: dict, records: Sequence[dict]) -> CostEstimate:
                                   repetition_penalty=float(rec.get("repetition_penalty", 1.0)))
         kind = rec.get("kind", "generate")
         if kind not in ("generate", "option_logprobs"):
-            raise InputError(f"plan record {i}: kind must be generate or option_logprobs, not {kind!r}")
+            raise InputError(f"{at}: kind must be generate or option_logprobs, not {kind!r}")
         key = (rec["model"], params, int(rec.get("samples", 1)), kind)
         groups.setdefault(key, []).append(rec["prompt"])
     estimate = CostEstimate()
@@ -226,7 +254,7 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     from memaudit.jobs import load_config
-    from memaudit.io import read_jsonl, write_json
+    from memaudit.io import read_jsonl_lines, write_json
 
     p = argparse.ArgumentParser(
         prog="memaudit estimate-cost",
@@ -235,12 +263,15 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
         epilog='Plan: JSONL, one request per line: {"model": <config model name>, "prompt": "...", '
                '"system_prompt", "max_new_tokens" (64), "temperature" (0), "top_p", "stop", "seed", '
                '"repetition_penalty" (1), '
-               '"samples" (1; sampled requests only), "kind" ("generate" or "option_logprobs")}.')
+               '"samples" (1; sampled requests only), "kind" ("generate" or "option_logprobs")}. A local '
+               'model\'s records cost nothing and are left out.')
     p.add_argument("--config", default="config/config.yaml", type=Path)
     p.add_argument("--plan", required=True, type=Path, help="planned requests (JSONL)")
     p.add_argument("--json", type=Path, help="also write the estimate here")
     args = p.parse_args(argv)
-    estimate = estimate_plan(load_config(args.config), read_jsonl(args.plan))
+    numbered = read_jsonl_lines(args.plan)
+    estimate = estimate_plan(load_config(args.config), [rec for _, rec in numbered],
+                             where=[f"{args.plan}, line {line}" for line, _ in numbered])
     print(estimate.format())
     if args.json:
         write_json(args.json, {"rows": estimate.rows, "total_cost_usd_max": estimate.total_cost_usd})

@@ -282,11 +282,15 @@ def user_book_files(directory: str | Path = USER_BOOKS_DIRECTORY) -> list[Path]:
 
 def user_books_inputs(sources_config: dict) -> list[str]:
     """:func:`user_book_files` of a benchmark's or the pretraining pool's config (``sources`` and
-    ``source_options``), as paths for a rule's input; none unless it uses ``user_books``."""
+    ``source_options``), as paths for a rule's input; none unless it uses ``user_books``. A folder
+    that is not there (a typo) is itself the input, so that Snakemake names it before any job runs."""
     if "user_books" not in (sources_config.get("sources") or []):
         return []
     options = (sources_config.get("source_options") or {}).get("user_books") or {}
-    return [str(p) for p in user_book_files(options.get("directory", USER_BOOKS_DIRECTORY))]
+    directory = options.get("directory", USER_BOOKS_DIRECTORY)
+    if not Path(directory).exists():
+        return [str(directory)]
+    return [str(p) for p in user_book_files(directory)]
 
 
 def _load_user_books(
