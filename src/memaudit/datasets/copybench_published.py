@@ -60,9 +60,29 @@ REJECT_COLUMNS = ("file", "line", "key", "value", "reason", "action")
 _VALUE_CHARS = 60
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "task_prompt")
+
+
+class JSONObject(dict):
+    """A decoded JSON object that keeps, in ``repeated``, every value of a key its text gives more
+    than once (``{key: [values in order]}``): a plain dict keeps the last and drops the others."""
+
+    repeated: dict[str, list[Any]] = {}
+
+
+def json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
+    """``object_pairs_hook`` of the loaders' decoders: the object, its repeated keys noted."""
+    record = JSONObject(pairs)
+    if len(record) < len(pairs):
+        values: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            values.setdefault(key, []).append(value)
+        record.repeated = {key: found for key, found in values.items() if len(found) > 1}
+    return record
+
+
 # Non-strict: a raw control character inside a string (a stray NUL byte) reaches the record
 # checks and costs that record only, not the whole file.
-_DECODER = json.JSONDecoder(strict=False)
+_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=json_object)
 
 
 class _Record:

@@ -46,6 +46,7 @@ from memaudit.datasets.rejects import (
     json_type,
     read_text,
     require_rows,
+    short_repr,
 )
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
@@ -80,9 +81,13 @@ Getter = Callable[[str], Any]  # a field name -> its value, or MISSING
 
 
 def json_getter(record: Any) -> Getter:
-    """Case-insensitive access to a JSON object's keys; two keys equal but for case reject the row."""
+    """Case-insensitive access to a JSON object's keys; a key given twice, or two keys equal but for
+    case, reject the row."""
     if not isinstance(record, dict):
         raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
+    for key, values in getattr(record, "repeated", {}).items():  # JSONObject: a dict keeps the last silently
+        given = ", then ".join(map(short_repr, values))
+        raise RowReject(key, values, f"given {len(values)} times in one record ({given}): which value is meant is unknown")
     keys: dict[str, str] = {}
     for key in record:
         other = keys.setdefault(str(key).strip().lower(), key)

@@ -31,6 +31,7 @@ from memaudit.datasets.copybench_published import (
     REJECT_COLUMNS,
     Rejected,
     RowReject,
+    json_object,
     json_type,
     short_repr,
     write_rejects,
@@ -143,7 +144,8 @@ def _refuse_binary(path: Path, data: bytes, what: str) -> None:
             raise InputError(f"{path}: {kind}, expected {what} in UTF-8; {remedy}")
 
 
-_DECODER = json.JSONDecoder(strict=False)  # a raw control character costs its record, not the file
+# a raw control character costs its record, not the file; a repeated key is noted (JSONObject.repeated)
+_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=json_object)
 
 
 # One physical line with its ending, split as ``io.StringIO(text, newline="")`` splits (on \r\n, \r
