@@ -98,6 +98,16 @@ def test_a_key_given_twice_in_one_record_rejects_the_row_in_json_lines_and_array
         assert [(r.line, r.key, r.value, r.reason) for r in rejected] == expected
 
 
+def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
+    # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
+    path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.text, p.label, p.meta["line"]) for p in passages] == [("An event before 2017.", 1, 2),
+                                                                     ("An event after 2023.", 0, 6)]
+    assert [r.message() for r in rejected] == [f"{path}, line 3, key input: empty or whitespace-only text",
+                                               f"{path}, line 5, key input: empty or whitespace-only text"]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", r"w\.jsonl: empty file$"),
     (b'{"input": "only members", "label": 1}\n', r"w\.jsonl: every usable row has label 1; a benchmark needs "
