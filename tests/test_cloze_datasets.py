@@ -534,10 +534,11 @@ def test_a_key_given_twice_rejects_its_row_in_the_nyt_and_qa_sets(tmp_path):
     nyt = _write(tmp_path / "nyt.jsonl", '{"snippet": "One.", "snippet": "Two.", "prefix": "", "completion": "", '
                                          '"label": 1}\n' + _jsonl(*NYT_ROWS))
     assert [(r.line, r.key, r.value, r.reason) for r in load_nyt(nyt)[2]] == [
-        (1, "snippet", "'Two.'", "key given twice (only its last value would be read)")]
+        (1, "snippet", "['One.', 'Two.']", "given 2 times in one record ('One.', then 'Two.'): which value is meant "
+                                           "is unknown")]
     qa = _write(tmp_path / "qa.jsonl", '{"question": "Q?", "answer": "a", "answer": "b"}\n' + _jsonl(*QA_LINES))
     assert [(r.line, r.key, r.value, r.reason) for r in read_qa_jsonl(qa)[1]] == [
-        (1, "answer", "'b'", "key given twice (only its last value would be read)")]
+        (1, "answer", "['a', 'b']", "given 2 times in one record ('a', then 'b'): which value is meant is unknown")]
 
 
 def test_a_qa_set_with_one_usable_question_names_the_file_and_what_was_rejected(tmp_path):

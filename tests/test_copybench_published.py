@@ -309,15 +309,18 @@ def test_a_key_given_twice_rejects_its_record_not_the_first_value_silently(tmp_p
     items, rejects = load_literal(path)
     assert [it.item_id for it in items] == ["b"]
     assert [(r.line, r.key, r.value, r.reason) for r in rejects] == [
-        (2, "input", "'second'", "key given twice (only its last value would be read)")]
+        (2, "input", "['first', 'second']",
+         "given 2 times in one record ('first', then 'second'): which value is meant is unknown")]
     prompt = json.dumps(QA_PROMPT)
-    for text, key in ((prompt[:-1] + ', "tag": "again"}', "tag"),
-                      (prompt.replace('"output": ', '"output": "x", "output": ', 1), "demos[0].output")):
+    for text, key, given in ((prompt[:-1] + ', "tag": "again"}', "tag", f"{QA_PROMPT['tag']!r}, then 'again'"),
+                             (prompt.replace('"output": ', '"output": "x", "output": ', 1), "demos[0].output",
+                              f"'x', then {QA_PROMPT['demos'][0]['output']!r}")):
         path = tmp_path / "prompts.qa.format1.json"
         path.write_text(text, encoding="utf-8")
         with pytest.raises(InputError) as err:
             load_prompt_file(path)
-        assert str(err.value) == f"{path}, key {key}: key given twice (only its last value would be read)"
+        assert str(err.value) == (f"{path}, key {key}: given 2 times in one record ({given}): which value is meant "
+                                  f"is unknown")
 
 
 def test_a_demo_prompt_without_output_is_fine_when_there_are_no_demos(tmp_path):

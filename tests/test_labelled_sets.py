@@ -82,6 +82,32 @@ def test_bad_rows_are_rejected_with_line_key_and_reason_and_strict_raises(tmp_pa
     assert str(info.value) == f"{path}, line 2, key document: empty or whitespace-only text (8 rows rejected in all)"
 
 
+def test_a_key_given_twice_in_one_record_rejects_the_row_in_json_lines_and_arrays(tmp_path):
+    # json.loads keeps the last of a repeated key and drops the others without a word: the file
+    # says label 0 and label 1 for one text, and which one it means is unknown
+    rows = ['{"input": "An event before 2017.", "label": 1}',
+            '{"input": "An event after 2023.", "label": 0}',
+            '{"input": "Labelled both ways.", "label": 0, "label": 1}',
+            '{"input": "First text.", "input": "Second text.", "label": 1}']
+    expected = [(3, "label", "[0, 1]", "given 2 times in one record (0, then 1): which value is meant is unknown"),
+                (4, "input", "['First text.', 'Second text.']",
+                 "given 2 times in one record ('First text.', then 'Second text.'): which value is meant is unknown")]
+    for name, content in (("w.jsonl", "\n".join(rows) + "\n"), ("w.json", "[" + ",\n".join(rows) + "]\n")):
+        docs, passages, rejected = load_labelled(_write(tmp_path / name, content), WIKIMIA, source="wikimia")
+        assert [(p.text, p.label) for p in passages] == [("An event before 2017.", 1), ("An event after 2023.", 0)]
+        assert [(r.line, r.key, r.value, r.reason) for r in rejected] == expected
+
+
+def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
+    # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
+    path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.text, p.label, p.meta["line"]) for p in passages] == [("An event before 2017.", 1, 2),
+                                                                     ("An event after 2023.", 0, 6)]
+    assert [r.message() for r in rejected] == [f"{path}, line 3, key input: empty or whitespace-only text",
+                                               f"{path}, line 5, key input: empty or whitespace-only text"]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", r"w\.jsonl: empty file$"),
     (b'{"input": "only members", "label": 1}\n', r"w\.jsonl: every usable row has label 1; a benchmark needs "

@@ -33,7 +33,6 @@ import json
 import random
 import re
 import string
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -64,18 +63,22 @@ _PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "t
 
 
 class JSONObject(dict):
-    """A decoded JSON object with the keys it was given more than once (``repeated``): JSON allows
-    them and the decoder keeps the last value, which would drop the first silently."""
+    """A decoded JSON object that keeps, in ``repeated``, every value of a key its text gives more
+    than once (``{key: [values in order]}``): JSON allows that, and a plain dict keeps the last value
+    and drops the others silently."""
 
-    repeated: tuple[str, ...] = ()
+    repeated: dict[str, list[Any]] = {}
 
 
 def json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
-    obj = JSONObject(pairs)
-    if len(obj) != len(pairs):
-        counts = Counter(key for key, _ in pairs)
-        obj.repeated = tuple(key for key, n in counts.items() if n > 1)
-    return obj
+    """``object_pairs_hook`` of the loaders' decoders: the object, its repeated keys noted."""
+    record = JSONObject(pairs)
+    if len(record) < len(pairs):
+        values: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            values.setdefault(key, []).append(value)
+        record.repeated = {key: found for key, found in values.items() if len(found) > 1}
+    return record
 
 
 # Non-strict: a raw control character inside a string (a stray NUL byte) reaches the record
@@ -322,9 +325,10 @@ MISSING = object()
 def check_keys_once(record: Any, where: str = "") -> None:
     """An object (as the decoders here make them) with a key given twice: rejected, naming the key
     (after ``where``, e.g. ``demos[0].``)."""
-    if getattr(record, "repeated", ()):
-        key = record.repeated[0]
-        raise RowReject(where + key, record[key], "key given twice (only its last value would be read)")
+    for key, values in getattr(record, "repeated", {}).items():
+        given = ", then ".join(map(short_repr, values))
+        raise RowReject(where + key, values, f"given {len(values)} times in one record ({given}): which value "
+                                             f"is meant is unknown")
 
 
 def short_repr(value: Any) -> str:

@@ -106,7 +106,7 @@ def csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[
     old_limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
     try:
         header: list[str] | None = None
-        for start, row in csv_rows(path, text):
+        for start, row in csv_rows(path, text, empty_fields=True):  # a ",," row has an empty text: rejected
             if header is None:
                 header = _csv_header(path, row, start, fields)
                 continue

@@ -162,9 +162,10 @@ def _lines(text: str) -> Iterator[str]:
     return (m.group() for m in _LINE.finditer(text))
 
 
-def csv_rows(path: str | Path, text: str) -> Iterator[tuple[int, list[str]]]:
+def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
-    :class:`InputError` naming the line where the row starts."""
+    :class:`InputError` naming the line where the row starts. ``empty_fields``: a line of empty
+    fields (``,,``) is a row too, for a loader that rejects it with its line (a blank line never is)."""
     reader = csv.reader(_lines(text))
     while True:
         start = reader.line_num + 1
@@ -174,7 +175,7 @@ def csv_rows(path: str | Path, text: str) -> Iterator[tuple[int, list[str]]]:
             return
         except csv.Error as exc:
             raise InputError(f"{path}, line {start}: not valid CSV ({exc})") from None
-        if any(cell.strip() for cell in row):
+        if any(cell.strip() for cell in row) or (empty_fields and len(row) > 1):
             yield start, row
 
 
