@@ -186,7 +186,27 @@ def test_named_documents_over_a_q_grid_are_bhs_at_each_q_in_method_then_q_order(
 def test_too_few_nonmembers_for_a_calibration_set_is_reported():
     frame = _frame([1.0, 2.0], [0.0])
     with pytest.raises(InputError, match="1 non-member.*no calibration document"):
-        selection.conformal_bh_runs(frame, [0.1], calibration_fraction=0.4)
+        selection.calibration_split(frame["label"], frame["doc_id"], 0.4, seed=0, split=0)
+
+
+def test_a_method_too_few_non_members_calibrate_is_left_out_and_named_not_the_whole_table():
+    """A method that scored one non-member (a probe that skipped the others) has no selection rows and
+    nan bh_* columns, and one note names it; the other methods of its (benchmark, model) are selected as
+    alone: it stopped the metrics job before, losing every method's tables."""
+    full = _frame([5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0], method="loss")
+    few = _frame([5.0, 6.0], [1.0], method="prefix_rougeL")
+    fewer = _frame([5.0], [1.0], method="cloze_prob")
+    both = pd.concat([full, few, fewer], ignore_index=True)
+    runs = selection.conformal_bh_runs(both, [0.5], n_splits=3)
+    assert runs.equals(selection.conformal_bh_runs(full, [0.5], n_splits=3))
+    named = selection.selected_documents(both, [0.5])
+    assert named.equals(selection.selected_documents(full, [0.5]))
+    assert selection.uncalibrated_notes(both, 0.5) == [
+        "1 non-member(s) and calibration_fraction 0.5 leave no calibration document for methods 'cloze_prob', "
+        "'prefix_rougeL': no conformal BH selection (no rows in the selection tables, nan bh_* columns)"]
+    assert selection.uncalibrated_notes(full, 0.5) == []
+    metrics = selection.selection_metrics(few["score"], few["label"], few["doc_id"], q=0.5)
+    assert metrics["bh_q"] == 0.5 and np.isnan(metrics["bh_fdr"]) and np.isnan(metrics["bh_power"])
 
 
 def test_calibration_size_rounds_half_to_even_as_documented():
@@ -240,6 +260,28 @@ SETTINGS = {"n_boot_small": 10, "n_boot_ci": 100,
 def _write_docs(path, frame):
     frame.to_csv(path, index=False)
     return str(path)
+
+
+def test_a_metrics_job_keeps_every_method_when_one_has_too_few_non_members(tmp_path, caplog):
+    """The metrics job of a (benchmark, model) where one probe scored a single non-member writes every
+    table: that method's metrics row with nan bh_* columns and no selection rows, one warning naming it."""
+    from memaudit.stats.workflow import run_metrics
+
+    rng = np.random.default_rng(8)
+    loss = _frame(rng.normal(3, 1, 40), rng.normal(0, 1, 40))
+    docs = [_write_docs(tmp_path / "a.csv", loss),
+            _write_docs(tmp_path / "b.csv", _frame(rng.normal(3, 1, 4), [0.0], method="prefix_rougeL"))]
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    with caplog.at_level("WARNING", logger="memaudit.stats.workflow"):
+        table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
+                            contaminated=True, stats=SETTINGS, seed=1)
+    assert table["method"].tolist() == ["loss", "prefix_rougeL"]
+    few = table.set_index("method").loc["prefix_rougeL"]
+    assert few["bh_q"] == 0.1 and np.isnan(few["bh_fdr"]) and np.isnan(few["bh_power"]) and few["auc"] == 1.0
+    assert set(pd.read_csv(out["selection"])["method"]) == set(pd.read_csv(out["named"])["method"]) == {"loss"}
+    assert [r.getMessage() for r in caplog.records if "calibration document" in r.getMessage()] == [
+        "news/m: 1 non-member(s) and calibration_fraction 0.5 leave no calibration document for method "
+        "'prefix_rougeL': no conformal BH selection (no rows in the selection tables, nan bh_* columns)"]
 
 
 def test_metrics_job_writes_bh_columns_and_selection_tables(tmp_path):

@@ -195,6 +195,27 @@ def _one_method(scores: np.ndarray, labels: np.ndarray, doc_ids, *, n_splits: in
         yield split, cal, conformal_pvalues(scores[~cal], scores[cal])
 
 
+def can_calibrate(labels, calibration_fraction: float) -> bool:
+    """Whether a method's non-members leave at least one calibration document (:func:`calibration_split`)."""
+    return round(calibration_fraction * int((np.asarray(labels, dtype=int) == 0).sum())) >= 1
+
+
+def uncalibrated_notes(doc_scores: pd.DataFrame, calibration_fraction: float) -> list[str]:
+    """The methods whose non-members are too few for a calibration set, one line per number of
+    non-members: they get no rows in the selection tables (and ``nan`` ``bh_*`` columns in the metrics
+    table), where a method that scored only a few documents stopped the whole (benchmark, model)."""
+    counts = {method: int((group["label"] == 0).sum()) for method, group in doc_scores.groupby("method", sort=True)
+              if not can_calibrate(group["label"], calibration_fraction)}
+    notes = []
+    for n in sorted(set(counts.values())):
+        methods = [m for m, k in counts.items() if k == n]
+        which = f"method {methods[0]!r}" if len(methods) == 1 else f"methods {', '.join(map(repr, methods))}"
+        notes.append(f"{n} non-member(s) and calibration_fraction {calibration_fraction} leave no calibration "
+                     f"document for {which}: no conformal BH selection (no rows in the selection tables, nan "
+                     f"bh_* columns)")
+    return notes
+
+
 def _check_settings(n_splits: int, calibration_fraction: float) -> None:
     if n_splits < 1:
         raise ConfigError(f"stats.selection.n_splits: must be >= 1, got {n_splits}")
@@ -228,12 +249,15 @@ def conformal_bh_runs(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS
     ``doc_scores`` is the long format of every probe (``doc_id, label, method, score``). For each
     split a random ``calibration_fraction`` of the non-members is the calibration set; every other
     document is tested, and BH at each q selects among them. FDP and power are measured against
-    the labels of the test documents.
+    the labels of the test documents. A method whose non-members leave no calibration document has
+    no rows (:func:`uncalibrated_notes` names it).
     """
     qs = [check_q(q, "stats.selection.qs") for q in qs]
     _check_settings(n_splits, calibration_fraction)
     rows = []
     for method, group in doc_scores.groupby("method", sort=True):
+        if not can_calibrate(group["label"], calibration_fraction):
+            continue
         rows += _method_runs(method, group["score"], group["label"], group["doc_id"], qs, n_splits=n_splits,
                              calibration_fraction=calibration_fraction, seed=seed)
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -253,7 +277,7 @@ def selection_metrics(scores, labels, doc_ids, *, q: float = 0.1, n_splits: int 
     _check_settings(n_splits, calibration_fraction)
     labels = np.asarray(labels, dtype=int)
     out = {"bh_q": q, "bh_fdr": math.nan, "bh_power": math.nan}
-    if not (labels == 1).any() or round(calibration_fraction * int((labels == 0).sum())) < 1:
+    if not (labels == 1).any() or not can_calibrate(labels, calibration_fraction):
         return out
     runs = pd.DataFrame(_method_runs("", scores, labels, doc_ids, [q], n_splits=n_splits,
                                      calibration_fraction=calibration_fraction, seed=seed))
@@ -282,10 +306,13 @@ def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
 def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_QS, *,
                        calibration_fraction: float = 0.5, seed: int = 0) -> pd.DataFrame:
     """The named documents of the first calibration split: one row of :data:`SELECTED_COLUMNS` per
-    (method, q, test document), with its conformal p-value and whether BH selects it."""
+    (method, q, test document), with its conformal p-value and whether BH selects it (none for a method
+    whose non-members leave no calibration document: :func:`uncalibrated_notes`)."""
     qs = [check_q(q, "stats.selection.qs") for q in qs]
     frames = []
     for method, group in doc_scores.groupby("method", sort=True):
+        if not can_calibrate(group["label"], calibration_fraction):
+            continue
         scores = _finite(group["score"], f"scores of method {method!r}")
         labels = group["label"].to_numpy(dtype=int)
         _, cal, pvalues = next(_one_method(scores, labels, group["doc_id"].to_numpy(), n_splits=1,

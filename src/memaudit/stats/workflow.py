@@ -47,7 +47,8 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
     runs = selection.conformal_bh_runs(docs, chosen["qs"], n_splits=chosen["n_splits"],
                                        calibration_fraction=chosen["calibration_fraction"], seed=seed)
     summary = selection.summarise_runs(runs)
-    for note in selection.resolution_notes(summary):
+    notes = selection.uncalibrated_notes(docs, chosen["calibration_fraction"]) + selection.resolution_notes(summary)
+    for note in notes:
         log.warning("%s/%s: %s", benchmark, model, note)
     named = selection.selected_documents(docs, chosen["qs"], calibration_fraction=chosen["calibration_fraction"],
                                          seed=seed)
