@@ -155,6 +155,30 @@ def test_a_booktection_file_in_the_published_shape_keeps_its_lengths_and_lines(t
     assert len(rejected) == 1
 
 
+def test_a_quote_left_open_stops_the_load_naming_its_line_not_merging_the_rows_after_it(tmp_path):
+    """The lenient CSV reader closed a stray quote where the quotes paired up again: line 5's row went
+    into line 4's Example_A, loaded as one question; or, with no quote after it, at the end of the
+    file: every row after it was one rejected row, '3 fields'."""
+    header, orwell, _, _, closed, _ = BOOK_EXCERPT.split("\r\n")
+    stray = '"He spoke, A,Happy_Place_-_Emily_Henry,0,small'
+    path = tmp_path / "BookTection.csv"
+    path.write_text("\r\n".join([header, orwell, closed, stray, closed.replace("closed", "locked"), orwell, ""]),
+                    encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        published_items({"format": "booktection", "path": str(path)})
+    assert str(err.value) == f"""{path}, line 4: not valid CSV (',' expected after '"')"""
+    path.write_text("\r\n".join([header, orwell, stray, closed.replace('"', ""), orwell.replace('"', ""), ""]),
+                    encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        published_items({"format": "booktection", "path": str(path)})
+    assert str(err.value) == (f"{path}, line 3: not valid CSV (a quoted field opened in this record is never "
+                              f"closed: a stray quote or a truncated file?)")
+    # an open quote on the last line takes in no other row: that row alone is rejected, as before
+    path.write_text("\r\n".join([header, orwell, closed, stray, ""]), encoding="utf-8")
+    items, rejected = published_items({"format": "booktection", "path": str(path)})
+    assert len(items) == 2 and [(r.line, r.reason) for r in rejected] == [(4, "1 fields, the header has 8")]
+
+
 def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_path):
     """The Hub serves the DE-COP sets as parquet (typed cells: Label an integer): the same rows as the
     CSV excerpt give the same items, rows numbered from 1; a float label is rejected, not rounded."""

@@ -25,7 +25,7 @@ field alike, IDs and text, and each row so cleaned is listed with action ``kept`
 never becomes two documents unseen. ``strict=True`` makes the first rejected row (in line
 order) an :class:`~memaudit.errors.InputError` with the count. A file that cannot be read at
 all (missing, a directory, empty, a spreadsheet, UTF-16 or other non-UTF-8 bytes, a missing
-column) is a one-line ``InputError`` naming the file. Loading is one pass over the rows plus
+column, a quote left open before the last line) is a one-line ``InputError`` naming the file. Loading is one pass over the rows plus
 dictionary look-ups: linear in the rows (``benchmarks/bench_loaders.py``).
 """
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -165,8 +166,13 @@ def _lines(text: str) -> Iterator[str]:
 def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
     :class:`InputError` naming the line where the row starts. ``empty_fields``: a line of empty
-    fields (``,,``) is a row too, for a loader that rejects it with its line (a blank line never is)."""
-    reader = csv.reader(_lines(text))
+    fields (``,,``) is a row too, for a loader that rejects it with its line (a blank line never is).
+
+    Quoting is read strictly: a lenient reader closes a quote left open (a stray quote, a truncated
+    file) wherever the quotes happen to pair up, or at the end of the file, and so merged the rows
+    after it into one field without a word. Only a quote left open on the last line, which takes in
+    no other row, gives that row (as the lenient reader splits it) for the loader to reject."""
+    reader = csv.reader(_lines(text), strict=True)
     while True:
         start = reader.line_num + 1
         try:
@@ -174,7 +180,12 @@ def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iter
         except StopIteration:
             return
         except csv.Error as exc:
-            raise InputError(f"{path}, line {start}: not valid CSV ({exc})") from None
+            if str(exc) == "unexpected end of data" and reader.line_num == start:
+                yield start, next(csv.reader(deque(_lines(text), maxlen=1)))
+                return
+            reason = ("a quoted field opened in this record is never closed: a stray quote or a truncated file?"
+                      if str(exc) == "unexpected end of data" else exc)
+            raise InputError(f"{path}, line {start}: not valid CSV ({reason})") from None
         if any(cell.strip() for cell in row) or (empty_fields and len(row) > 1):
             yield start, row
 

@@ -88,8 +88,8 @@ def read_table(path: Path) -> Table:
 
 
 def _parse_csv(path: Path, text: str) -> Table:
-    # Not memaudit.datasets.rejects.csv_rows: that reader is lenient (a loader rejects rows, not
-    # files), and a lenient reader takes a quoted field cut off by a truncated file as complete.
+    # Not memaudit.datasets.rejects.csv_rows: that reader gives a loader the rows to reject (a wrong
+    # field count, a quote left open on the last line); a table of scores is refused whole.
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
     header_at = 0
