@@ -151,6 +151,27 @@ def test_a_repeated_list_item_or_a_log_probability_threshold_above_0_is_an_error
         "config key probes.copybench.formats: must not list an item twice"]
 
 
+def test_a_repeated_method_ratio_reference_or_length_or_a_reversed_length_ratio_is_an_error_not_run():
+    # methods [loss, loss] scored loss twice: its documents' n_passages doubled; lengths [64, 64] cut and
+    # paraphrased every passage twice under one item id; length_ratio [1.6, 0.4] rejected every
+    # paraphrase after paying for them, and stopped decop_items
+    def mutate(c):
+        c["probes"]["token_prob"].update(methods=["loss", "min_k", "loss"], min_k_ratios=[0.2, 0.2],
+                                         reference_models=["tiny-gpt2-small", "tiny-gpt2-small"])
+        c["probes"]["decop"].update(lengths=[64, 64])
+    assert bad(mutate).splitlines() == [
+        "config key probes.decop.lengths: must not list an item twice",
+        "config key probes.token_prob.methods: must not list an item twice",
+        "config key probes.token_prob.min_k_ratios: must not list an item twice",
+        "config key probes.token_prob.reference_models: must not list an item twice"]
+    assert bad(lambda c: c["probes"]["decop"].update(paraphrase={"length_ratio": [1.6, 0.4]})).splitlines() == [
+        "config key probes.decop.paraphrase.length_ratio: [1.6, 0.4] is no range (the lower bound first): every "
+        "paraphrase would be rejected for its length"]
+    ok = copy.deepcopy(CI)
+    ok["probes"]["decop"]["paraphrase"] = {"length_ratio": [1.0, 1.0]}  # a bound may be the other bound
+    assert validate_config(ok)["probes"]["decop"]["paraphrase"]["length_ratio"] == [1.0, 1.0]
+
+
 def test_a_value_under_token_prob_is_shown_as_any_other_probes():
     """``token`` in a key's name hides its values (a pasted token); a probe's name is the schema's own."""
     msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["loss", "minn_k"], min_k_ratios=[0.2, 1.5]))

@@ -29,8 +29,14 @@ def settings(config: dict, benchmark: str) -> dict:
 
 def check_config(config: dict) -> list[str]:
     """DE-COP's config problems (dotted key: message): a per-benchmark ``calibration_documents`` names
-    configured benchmarks (or ``default``) only."""
-    return per_benchmark_problems(config, "decop", "calibration_documents")
+    configured benchmarks (or ``default``) only; ``paraphrase.length_ratio`` is a range, its lower
+    bound first (reversed, quality control rejected every paraphrase, after paying for them all)."""
+    problems = per_benchmark_problems(config, "decop", "calibration_documents")
+    low, high = config["probes"]["decop"]["paraphrase"]["length_ratio"]
+    if low > high:
+        problems.append(f"probes.decop.paraphrase.length_ratio: [{low}, {high}] is no range (the lower bound "
+                        f"first): every paraphrase would be rejected for its length")
+    return problems
 
 
 def has_published_items(bench: dict) -> bool:
