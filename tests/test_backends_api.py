@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -37,7 +38,7 @@ from memaudit.backends.retry import (Cooldown, RequestFault, RetriesExhausted, R
                                      parse_retry_after)
 from memaudit.backends.secrets import redact
 from memaudit.backends.settings import Pricing, api_slots
-from memaudit.errors import ConfigError
+from memaudit.errors import ConfigError, InputError
 
 KEY_ENV = "MEMAUDIT_TEST_API_KEY"
 KEY = "sk-test-Z9q2" + "x7Lm4Pw8Rt6Yh3Nv" * 2  # what a real key looks like; must never be written anywhere
@@ -158,6 +159,37 @@ def test_concurrent_writers_share_one_cache_file(tmp_path):
     assert caches[0].count() == 220
     assert caches[1].get_many(["k5", "k150", "k999"]).keys() == {"k5", "k150"}
     assert caches[0]._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.parametrize("damage", ['{"choi', "null", '{"choices": []}'])
+def test_a_damaged_cache_entry_is_asked_again_not_replayed_or_a_traceback(server, tmp_path, caplog, damage):
+    db = tmp_path / "c.sqlite"
+    prompts = ["first prompt alpha", "second prompt beta"]
+    b = make_openai(server, db)
+    (key, _) = [c.key for c in b.plan(prompts, GREEDY)]
+    b.generate(prompts, GREEDY)
+    b.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE responses SET response = ? WHERE key = ?", (damage, key))
+    with caplog.at_level(logging.WARNING):
+        out = make_openai(server, db).generate(prompts, GREEDY)
+    assert [(g.text, g.status, g.from_cache) for g in out] == [("Echo: first prompt alpha", STATUS_OK, False),
+                                                                ("Echo: second prompt beta", STATUS_OK, True)]
+    assert server.count() == 3  # only the damaged one asked again
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"cache entry {key}" in warning and str(db) in warning and warning.endswith("; asking again")
+    # the new answer took the damaged one's place
+    again = make_openai(server, db).generate(prompts, GREEDY)
+    assert [g.from_cache for g in again] == [True, True] and server.count() == 3
+
+
+def test_a_cache_file_that_is_no_database_is_a_one_line_error_naming_it(tmp_path):
+    db = tmp_path / "cache.sqlite"
+    db.write_bytes(b"not a database, a half-copied file " * 200)
+    with pytest.raises(InputError) as err:
+        ResponseCache(db)
+    assert str(err.value) == (f"{db}: not a usable response cache (file is not a database); restore it "
+                              f"(dvc checkout) or move it aside to start an empty one")
 
 
 # ----------------------------------------------------------------------------- option log-probabilities

@@ -363,13 +363,20 @@ class APIBackend(Backend):
         outcomes: dict[str, CallOutcome] = {}
         if self.cache is not None:
             hits = self.cache.get_many(unique)
-            usage = []
+            usage, unreadable = [], []
             for key, hit in hits.items():
                 parsed, status, error = self._parse_safely(hit.response)
+                if parsed is None:
+                    # Only responses that parsed are stored: this entry was damaged since, and
+                    # replaying it would record an invalid answer for a request that got a valid one.
+                    log.warning("%s (cache entry %s in %s); asking again", error, key, self.cache.path)
+                    unreadable.append(key)
+                    continue
                 outcomes[key] = CallOutcome(key, status, hit.response, parsed, from_cache=True,
                                             requested_at=hit.requested_at, attempts=hit.attempts, error=error)
                 usage.append(self._usage(key, status, hit.input_tokens, hit.output_tokens, from_cache=True))
             self.cache.record_usage(usage)
+            self.cache.discard(unreadable)
         todo = [c for k, c in unique.items() if k not in outcomes]
         with self._counts_lock:
             self.counts["cached"] += len(outcomes)
