@@ -689,6 +689,29 @@ def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key():
     assert check_api_models({"models": {"gpt": API_MODEL}, "api": {}}) == []
 
 
+def test_one_model_id_at_two_base_urls_needs_a_revision_to_tell_their_cached_answers_apart(tmp_path):
+    from memaudit.backends.config_checks import check_api_models
+
+    def served(port, **api):
+        return {"backend": "openai", "api": {"model_id": "smollm2-135m-instruct",
+                                             "base_url": f"http://127.0.0.1:{port}/v1", **api}}
+
+    # a base and its LoRA adapter behind two `memaudit serve`s, both answering to the builtin's name
+    models = {"base": served(8000), "tuned": served(8001), "alias": served(8000), "slash": {
+        "backend": "openai", "api": {"model_id": "smollm2-135m-instruct", "base_url": "http://127.0.0.1:8000/v1/"}}}
+    assert check_api_models({"models": models}) == [
+        "models.tuned.api.revision: models.base has the same backend, model_id and revision at another base_url, "
+        "so the two would share cached answers; set api.revision on one to what its server serves (e.g. the adapter)"]
+    models["tuned"] = served(8001, revision="adapter-1")
+    assert check_api_models({"models": models}) == []
+    # what the check prevents: the second server is never asked, the first one's answer is served
+    with loopback({"q": "base answer"}) as first, loopback({"q": "fine-tuned answer"}) as second:
+        answers = [OpenAIBackend("smollm2-135m-instruct", base_url=srv.openai_base_url, cache=tmp_path / "c.sqlite",
+                                 **kw).generate(["q"], GREEDY)[0].text
+                   for srv, kw in ((first, {}), (second, {}), (second, {"revision": "adapter-1"}))]
+        assert answers == ["base answer", "base answer", "fine-tuned answer"] and second.count() == 1
+
+
 def test_capabilities_registry_and_resource_slots():
     check_probe_support("decop", {OPTION_LOGPROBS, GENERATE}, "gpt", "openai")
     with pytest.raises(ConfigError, match="needs option_logprobs, which model 'claude' \\(backend 'anthropic'\\)"):
