@@ -313,6 +313,34 @@ def test_a_rejected_request_is_not_retried(server, tmp_path):
     assert server.count() == 1
 
 
+def test_what_the_server_said_is_one_short_line_of_the_final_error(server, tmp_path):
+    import anthropic
+    import httpx
+
+    from memaudit.backends.api import _error_detail
+
+    server.responder.queue(bad_request("Invalid value for 'temperature':\n  expected a number\n"), prompt="bad")
+    with pytest.raises(APIRequestError) as err:
+        make_openai(server, tmp_path / "c.sqlite").generate(["bad"], GREEDY)
+    assert str(err.value) == ("openai model 'gpt-test': 1 of 1 requests failed (the answered ones are cached: a rerun "
+                              "sends only what failed). First failure: openai model 'gpt-test': HTTP 400: Invalid "
+                              "value for 'temperature': expected a number (not retried: the request itself was "
+                              "rejected)")
+
+    def status_error(body):
+        response = httpx.Response(502, request=httpx.Request("POST", "http://127.0.0.1/v1/messages"))
+        return anthropic.APIStatusError(body if isinstance(body, str) else "Error code: 502", response=response,
+                                        body=body)
+
+    # a proxy's error page, which the anthropic SDK quotes whole
+    page = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center>nginx</center>\r\n</body></html>"
+    assert _error_detail(status_error(page)) == "502 Bad Gateway nginx"
+    assert _error_detail(status_error({"detail": "Not Found"})) == "Not Found"
+    # a token the cut would leave too short to be told is one is masked first
+    assert _error_detail(status_error("x" * 285 + " hf_" + "A1b2C3d4E5" * 3)) == "x" * 285 + " ***"
+    assert _error_detail(status_error("y" * 400)) == "y" * 299 + "…"
+
+
 # ----------------------------------------------------------------------------- refusals and rates
 
 def test_refusals_are_detected_from_text_and_provider_signal(server, tmp_path):

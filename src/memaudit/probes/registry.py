@@ -119,7 +119,7 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="6bfe1837386fcc74",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="792f8cbcca0e56a5",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -128,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="b11c8f90a31c0df9",
+        version=4, fingerprint="d9bb494fab9acaf4",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -142,9 +142,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="b9ea247df4572053",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="ab7da82b8387b999",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="dc24acef7c7fa5fa")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="7b19b5ddc3070980")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -163,12 +163,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="3978deea09d9dc5b",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="3da331113dcb5572",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="bb845ea6492f58cf"),
+                               version=4, fingerprint="8f02077a1af3f93c"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="32698e97a3c30478")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -185,10 +185,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="3b5d690a0a7c1876",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="7ac75a35c3895351",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="6c382203ea1a083e"),
+                              version=7, fingerprint="98d52779a6ec5779"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="7923a48d2b5ff172")},
@@ -207,13 +207,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="7cb4acfdbe93be7b",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="bcef1696944dbb97",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=3, fingerprint="246ced232df9e18d"),
+                               version=3, fingerprint="23b30f23aa5c75fe"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="23190cfd9d474fdd")},
+                                 version=4, fingerprint="cf4ba216f760e9ad")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),
