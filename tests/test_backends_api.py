@@ -528,6 +528,17 @@ def test_a_missing_key_variable_is_named_and_only_needed_to_send(server, monkeyp
 
 # ----------------------------------------------------------------------------- cost estimate
 
+@pytest.mark.parametrize("value", [KEY + "\n" + KEY[::-1], KEY + "\u2019", KEY[:20] + " " + KEY[20:]])
+def test_a_key_no_http_header_can_carry_is_refused_before_anything_is_sent(server, monkeypatch, tmp_path, value):
+    monkeypatch.setenv(KEY_ENV, value)
+    with pytest.raises(ConfigError) as err:
+        make_openai(server, tmp_path / "c.sqlite")
+    assert str(err.value) == (f"openai model 'gpt-test': environment variable {KEY_ENV} holds a space, line break "
+                              f"or non-ASCII character inside the key (two keys pasted, a typographic quote?); the "
+                              f"value is not shown")
+    assert server.count() == 0
+
+
 def test_estimate_counts_cached_requests_as_free_and_bounds_the_rest(server, tmp_path):
     db = tmp_path / "c.sqlite"
     b = make_openai(server, db, pricing=Pricing(2.0, 8.0))
