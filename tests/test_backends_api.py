@@ -526,8 +526,6 @@ def test_a_missing_key_variable_is_named_and_only_needed_to_send(server, monkeyp
     assert server.count() == 0
 
 
-# ----------------------------------------------------------------------------- cost estimate
-
 @pytest.mark.parametrize("value", [KEY + "\n" + KEY[::-1], KEY + "\u2019", KEY[:20] + " " + KEY[20:]])
 def test_a_key_no_http_header_can_carry_is_refused_before_anything_is_sent(server, monkeypatch, tmp_path, value):
     monkeypatch.setenv(KEY_ENV, value)
@@ -538,6 +536,8 @@ def test_a_key_no_http_header_can_carry_is_refused_before_anything_is_sent(serve
                               f"value is not shown")
     assert server.count() == 0
 
+
+# ----------------------------------------------------------------------------- cost estimate
 
 def test_estimate_counts_cached_requests_as_free_and_bounds_the_rest(server, tmp_path):
     db = tmp_path / "c.sqlite"
