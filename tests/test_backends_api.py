@@ -585,6 +585,12 @@ def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
     ('{"model": "gpt", "prompt": "hi", "stop": "END"}', "stop must be a list of strings"),
     ('{"model": "gpt", "prompt": "hi", "temperature": "hot"}', "temperature must be a number"),
     ('{"model": "nope", "prompt": "hi"}', "unknown model 'nope'"),
+    # requests the model's API cannot take (a traceback-free error that named no line)
+    ('{"model": "claude", "prompt": "hi", "kind": "option_logprobs"}',
+     "anthropic model 'claude': the Messages API returns no log-probabilities"),
+    ('{"model": "gpt", "prompt": "hi", "repetition_penalty": 1.2}',
+     "openai model 'gpt': OpenAI's API has no repetition_penalty (use 1.0); OpenAI-compatible servers such as vLLM "
+     "take it"),
 ])
 def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, monkeypatch, capsys, line, message):
     """A wrong kind of value stopped the estimate with a traceback; every problem is one line naming the file
@@ -597,7 +603,10 @@ def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, mo
         "benchmarks": {"b": {"sources": ["austen"]}},
         "models": {"gpt": {"backend": "openai", "family": "gpt",
                            "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": KEY_ENV,
-                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}},
+                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}},
+                   "claude": {"backend": "anthropic", "family": "claude",
+                              "api": {"model_id": "claude-x", "api_key_env": KEY_ENV,
+                                      "pricing": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}}},
         "api": {"cache": str(tmp_path / "cache.sqlite")}}))
     plan = tmp_path / "plan.jsonl"
     plan.write_text(f'{{"model": "gpt", "prompt": "fine"}}\n\n{line}\n')
