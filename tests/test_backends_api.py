@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -37,7 +38,7 @@ from memaudit.backends.retry import (Cooldown, RequestFault, RetriesExhausted, R
                                      parse_retry_after)
 from memaudit.backends.secrets import redact
 from memaudit.backends.settings import Pricing, api_slots
-from memaudit.errors import ConfigError
+from memaudit.errors import ConfigError, InputError
 
 KEY_ENV = "MEMAUDIT_TEST_API_KEY"
 KEY = "sk-test-Z9q2" + "x7Lm4Pw8Rt6Yh3Nv" * 2  # what a real key looks like; must never be written anywhere
@@ -160,6 +161,37 @@ def test_concurrent_writers_share_one_cache_file(tmp_path):
     assert caches[0]._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.parametrize("damage", ['{"choi', "null", '{"choices": []}'])
+def test_a_damaged_cache_entry_is_asked_again_not_replayed_or_a_traceback(server, tmp_path, caplog, damage):
+    db = tmp_path / "c.sqlite"
+    prompts = ["first prompt alpha", "second prompt beta"]
+    b = make_openai(server, db)
+    (key, _) = [c.key for c in b.plan(prompts, GREEDY)]
+    b.generate(prompts, GREEDY)
+    b.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE responses SET response = ? WHERE key = ?", (damage, key))
+    with caplog.at_level(logging.WARNING):
+        out = make_openai(server, db).generate(prompts, GREEDY)
+    assert [(g.text, g.status, g.from_cache) for g in out] == [("Echo: first prompt alpha", STATUS_OK, False),
+                                                                ("Echo: second prompt beta", STATUS_OK, True)]
+    assert server.count() == 3  # only the damaged one asked again
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"cache entry {key}" in warning and str(db) in warning and warning.endswith("; asking again")
+    # the new answer took the damaged one's place
+    again = make_openai(server, db).generate(prompts, GREEDY)
+    assert [g.from_cache for g in again] == [True, True] and server.count() == 3
+
+
+def test_a_cache_file_that_is_no_database_is_a_one_line_error_naming_it(tmp_path):
+    db = tmp_path / "cache.sqlite"
+    db.write_bytes(b"not a database, a half-copied file " * 200)
+    with pytest.raises(InputError) as err:
+        ResponseCache(db)
+    assert str(err.value) == (f"{db}: not a usable response cache (file is not a database); restore it "
+                              f"(dvc checkout) or move it aside to start an empty one")
+
+
 # ----------------------------------------------------------------------------- option log-probabilities
 
 def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_path):
@@ -279,6 +311,34 @@ def test_a_rejected_request_is_not_retried(server, tmp_path):
     with pytest.raises(APIRequestError, match=r"HTTP 400: Invalid value for 'temperature' \(not retried"):
         make_openai(server, tmp_path / "c.sqlite").generate(["bad"], GREEDY)
     assert server.count() == 1
+
+
+def test_what_the_server_said_is_one_short_line_of_the_final_error(server, tmp_path):
+    import anthropic
+    import httpx
+
+    from memaudit.backends.api import _error_detail
+
+    server.responder.queue(bad_request("Invalid value for 'temperature':\n  expected a number\n"), prompt="bad")
+    with pytest.raises(APIRequestError) as err:
+        make_openai(server, tmp_path / "c.sqlite").generate(["bad"], GREEDY)
+    assert str(err.value) == ("openai model 'gpt-test': 1 of 1 requests failed (the answered ones are cached: a rerun "
+                              "sends only what failed). First failure: openai model 'gpt-test': HTTP 400: Invalid "
+                              "value for 'temperature': expected a number (not retried: the request itself was "
+                              "rejected)")
+
+    def status_error(body):
+        response = httpx.Response(502, request=httpx.Request("POST", "http://127.0.0.1/v1/messages"))
+        return anthropic.APIStatusError(body if isinstance(body, str) else "Error code: 502", response=response,
+                                        body=body)
+
+    # a proxy's error page, which the anthropic SDK quotes whole
+    page = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center>nginx</center>\r\n</body></html>"
+    assert _error_detail(status_error(page)) == "502 Bad Gateway nginx"
+    assert _error_detail(status_error({"detail": "Not Found"})) == "Not Found"
+    # a token the cut would leave too short to be told is one is masked first
+    assert _error_detail(status_error("x" * 285 + " hf_" + "A1b2C3d4E5" * 3)) == "x" * 285 + " ***"
+    assert _error_detail(status_error("y" * 400)) == "y" * 299 + "…"
 
 
 # ----------------------------------------------------------------------------- refusals and rates
@@ -466,6 +526,17 @@ def test_a_missing_key_variable_is_named_and_only_needed_to_send(server, monkeyp
     assert server.count() == 0
 
 
+@pytest.mark.parametrize("value", [KEY + "\n" + KEY[::-1], KEY + "\u2019", KEY[:20] + " " + KEY[20:]])
+def test_a_key_no_http_header_can_carry_is_refused_before_anything_is_sent(server, monkeypatch, tmp_path, value):
+    monkeypatch.setenv(KEY_ENV, value)
+    with pytest.raises(ConfigError) as err:
+        make_openai(server, tmp_path / "c.sqlite")
+    assert str(err.value) == (f"openai model 'gpt-test': environment variable {KEY_ENV} holds a space, line break "
+                              f"or non-ASCII character inside the key (two keys pasted, a typographic quote?); the "
+                              f"value is not shown")
+    assert server.count() == 0
+
+
 # ----------------------------------------------------------------------------- cost estimate
 
 def test_estimate_counts_cached_requests_as_free_and_bounds_the_rest(server, tmp_path):
@@ -514,6 +585,12 @@ def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
     ('{"model": "gpt", "prompt": "hi", "stop": "END"}', "stop must be a list of strings"),
     ('{"model": "gpt", "prompt": "hi", "temperature": "hot"}', "temperature must be a number"),
     ('{"model": "nope", "prompt": "hi"}', "unknown model 'nope'"),
+    # requests the model's API cannot take (a traceback-free error that named no line)
+    ('{"model": "claude", "prompt": "hi", "kind": "option_logprobs"}',
+     "anthropic model 'claude': the Messages API returns no log-probabilities"),
+    ('{"model": "gpt", "prompt": "hi", "repetition_penalty": 1.2}',
+     "openai model 'gpt': OpenAI's API has no repetition_penalty (use 1.0); OpenAI-compatible servers such as vLLM "
+     "take it"),
 ])
 def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, monkeypatch, capsys, line, message):
     """A wrong kind of value stopped the estimate with a traceback; every problem is one line naming the file
@@ -526,7 +603,10 @@ def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, mo
         "benchmarks": {"b": {"sources": ["austen"]}},
         "models": {"gpt": {"backend": "openai", "family": "gpt",
                            "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": KEY_ENV,
-                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}},
+                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}},
+                   "claude": {"backend": "anthropic", "family": "claude",
+                              "api": {"model_id": "claude-x", "api_key_env": KEY_ENV,
+                                      "pricing": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}}},
         "api": {"cache": str(tmp_path / "cache.sqlite")}}))
     plan = tmp_path / "plan.jsonl"
     plan.write_text(f'{{"model": "gpt", "prompt": "fine"}}\n\n{line}\n')
@@ -655,6 +735,29 @@ def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key():
         "models.nolp.backend: probe 'decop_logit' needs option_logprobs, which model 'nolp' (backend 'openai', "
         "api.logprobs: false) cannot serve"]
     assert check_api_models({"models": {"gpt": API_MODEL}, "api": {}}) == []
+
+
+def test_one_model_id_at_two_base_urls_needs_a_revision_to_tell_their_cached_answers_apart(tmp_path):
+    from memaudit.backends.config_checks import check_api_models
+
+    def served(port, **api):
+        return {"backend": "openai", "api": {"model_id": "smollm2-135m-instruct",
+                                             "base_url": f"http://127.0.0.1:{port}/v1", **api}}
+
+    # a base and its LoRA adapter behind two `memaudit serve`s, both answering to the builtin's name
+    models = {"base": served(8000), "tuned": served(8001), "alias": served(8000), "slash": {
+        "backend": "openai", "api": {"model_id": "smollm2-135m-instruct", "base_url": "http://127.0.0.1:8000/v1/"}}}
+    assert check_api_models({"models": models}) == [
+        "models.tuned.api.revision: models.base has the same backend, model_id and revision at another base_url, "
+        "so the two would share cached answers; set api.revision on one to what its server serves (e.g. the adapter)"]
+    models["tuned"] = served(8001, revision="adapter-1")
+    assert check_api_models({"models": models}) == []
+    # what the check prevents: the second server is never asked, the first one's answer is served
+    with loopback({"q": "base answer"}) as first, loopback({"q": "fine-tuned answer"}) as second:
+        answers = [OpenAIBackend("smollm2-135m-instruct", base_url=srv.openai_base_url, cache=tmp_path / "c.sqlite",
+                                 **kw).generate(["q"], GREEDY)[0].text
+                   for srv, kw in ((first, {}), (second, {}), (second, {"revision": "adapter-1"}))]
+        assert answers == ["base answer", "base answer", "fine-tuned answer"] and second.count() == 1
 
 
 def test_capabilities_registry_and_resource_slots():

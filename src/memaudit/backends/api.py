@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import threading
 import time
 import uuid
@@ -363,13 +364,20 @@ class APIBackend(Backend):
         outcomes: dict[str, CallOutcome] = {}
         if self.cache is not None:
             hits = self.cache.get_many(unique)
-            usage = []
+            usage, unreadable = [], []
             for key, hit in hits.items():
                 parsed, status, error = self._parse_safely(hit.response)
+                if parsed is None:
+                    # Only responses that parsed are stored: this entry was damaged since, and
+                    # replaying it would record an invalid answer for a request that got a valid one.
+                    log.warning("%s (cache entry %s in %s); asking again", error, key, self.cache.path)
+                    unreadable.append(key)
+                    continue
                 outcomes[key] = CallOutcome(key, status, hit.response, parsed, from_cache=True,
                                             requested_at=hit.requested_at, attempts=hit.attempts, error=error)
                 usage.append(self._usage(key, status, hit.input_tokens, hit.output_tokens, from_cache=True))
             self.cache.record_usage(usage)
+            self.cache.discard(unreadable)
         todo = [c for k, c in unique.items() if k not in outcomes]
         with self._counts_lock:
             self.counts["cached"] += len(outcomes)
@@ -511,10 +519,26 @@ class APIBackend(Backend):
                           from_cache=o.from_cache, requested_at=o.requested_at, error=o.error)
 
 
+ERROR_DETAIL_CHARS = 300
+
+
 def _error_detail(exc) -> str:
+    """What the server said, on one line of at most :data:`ERROR_DETAIL_CHARS` characters.
+
+    An error message may span lines, and a proxy's error page is HTML (its tags dropped here),
+    which the SDKs quote whole (anthropic) or not at all (openai): either made a final error
+    of many lines, or one that said only the status.
+    """
     body = getattr(exc, "body", None)
+    detail = None
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(getattr(exc, "message", exc))
+            detail = str(err["message"])
+        elif body.get("detail"):  # FastAPI-based servers
+            detail = str(body["detail"])
+    elif isinstance(body, str) and body.strip():
+        detail = re.sub(r"<[^>]*>", " ", body)
+    # redacted before it is cut, so that no part of a key is left unmatched at the cut
+    detail = " ".join(redact(detail or str(getattr(exc, "message", exc))).split())
+    return detail if len(detail) <= ERROR_DETAIL_CHARS else detail[:ERROR_DETAIL_CHARS - 1] + "…"

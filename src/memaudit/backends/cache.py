@@ -17,18 +17,27 @@ on the next run.
 The file lives under ``results/`` (default ``results/api/cache.sqlite``) so DVC
 versions it with the results it produced. It holds request bodies and responses,
 never credentials: keys travel in HTTP headers, which are not stored.
+
+An entry whose response is not a JSON object (a row damaged outside memaudit) is
+removed with a warning naming the file and key, and asked again; a file that is
+not an SQLite database is an error naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from memaudit.errors import InputError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # keys per SELECT ... IN (...), well under SQLite's bound-parameter limit
@@ -127,7 +136,7 @@ class ResponseCache:
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False,
                                      isolation_level=None)
         self._lock = threading.Lock()
-        with self._lock:
+        try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             self._conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL in WAL mode: a killed process loses nothing committed; only a power
@@ -138,6 +147,10 @@ class ResponseCache:
                 self._conn.execute(stmt)
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise InputError(f"{self.path}: not a usable response cache ({exc}); restore it (dvc checkout) "
+                             f"or move it aside to start an empty one") from None
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.path)!r})"
@@ -153,9 +166,10 @@ class ResponseCache:
         self.close()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
-        """The cached responses among ``keys`` (missing keys are absent from the result)."""
+        """The cached responses among ``keys`` (missing and unreadable ones are absent from the result)."""
         keys = list(dict.fromkeys(keys))
         out: dict[str, CachedResponse] = {}
+        unreadable: list[str] = []
         with self._lock:
             for i in range(0, len(keys), _CHUNK):
                 chunk = keys[i:i + _CHUNK]
@@ -163,8 +177,25 @@ class ResponseCache:
                     "SELECT key, response, input_tokens, output_tokens, requested_at, attempts FROM responses "
                     f"WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall()
                 for key, response, n_in, n_out, requested_at, attempts in rows:
-                    out[key] = CachedResponse(key, json.loads(response), n_in, n_out, requested_at, attempts)
+                    try:
+                        data = json.loads(response)
+                    except (TypeError, ValueError) as exc:
+                        data = exc
+                    if isinstance(data, dict):
+                        out[key] = CachedResponse(key, data, n_in, n_out, requested_at, attempts)
+                    else:
+                        unreadable.append(key)
+                        what = data if isinstance(data, Exception) else "not a JSON object"
+                        log.warning("%s: cache entry %s is unreadable (%s); asking again", self.path, key, what)
+        self.discard(unreadable)
         return out
+
+    def discard(self, keys: Sequence[str]) -> None:
+        """Remove entries (unreadable ones), so that the answer asked again is stored in their place."""
+        if not keys:
+            return
+        with self._lock:
+            self._conn.executemany("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
 
     def contains_many(self, keys: Iterable[str]) -> set[str]:
         keys = list(dict.fromkeys(keys))

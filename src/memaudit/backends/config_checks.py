@@ -26,10 +26,14 @@ def check_api_models(config: dict) -> list[str]:
     - a model on a provider's own API (no ``base_url``) needs a price
       (``api.pricing`` or the top-level ``api.pricing.<model_id>``), so that the
       cost estimate and ledger are never silently zero;
+    - two models with one backend, ``model_id`` and ``revision`` at different ``base_url`` s (two
+      ``memaudit serve`` s, a base and its adapter, both answering to the model's name) would share
+      cache entries, which leave the server out: one model's answers would be served as the other's;
     - a token-probability reference model must be local: it needs token log-probabilities.
     """
     problems: list[str] = []
     price_table = config.get("api", {}).get("pricing", {})
+    endpoints: dict[tuple, tuple[str, str | None]] = {}  # a request's cache identity -> first model, base_url
     for name, entry in config["models"].items():
         where = f"models.{name}"
         backend = entry.get("backend", "hf")
@@ -49,11 +53,18 @@ def check_api_models(config: dict) -> list[str]:
         if env is not None and looks_like_a_key_not_a_variable(env):
             problems.append(f"{where}.api.api_key_env: {API_KEY_ENV_PROBLEM}")
         base_url = api.get("base_url")
-        if base_url:
-            problem = url_credential_problem(base_url)
-            if problem:
-                problems.append(f"{where}.api.base_url: {problem}")
-        elif "pricing" not in api and api.get("model_id") not in price_table:
+        problem = url_credential_problem(base_url) if base_url else None
+        if problem:
+            problems.append(f"{where}.api.base_url: {problem}")
+        else:
+            first, first_url = endpoints.setdefault((backend, api.get("model_id"), api.get("revision")),
+                                                    (name, base_url))
+            if (first_url or "").rstrip("/") != (base_url or "").rstrip("/"):
+                # values under api are never shown: the message names the keys only
+                problems.append(f"{where}.api.revision: models.{first} has the same backend, model_id and "
+                                f"revision at another base_url, so the two would share cached answers; set "
+                                f"api.revision on one to what its server serves (e.g. the adapter)")
+        if not base_url and "pricing" not in api and api.get("model_id") not in price_table:
             problems.append(f"{where}.api.pricing: required for a paid API model (or add "
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
         if backend == "anthropic" and "max_tokens_field" in api:

@@ -203,9 +203,10 @@ def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str]
     """
     from memaudit.backends.api import api_backend_from_config
     from memaudit.backends.base import GenerationParams, is_api_model
-    from memaudit.errors import InputError
+    from memaudit.errors import ConfigError, InputError
 
     groups: dict[tuple, list[str]] = {}
+    first_at: dict[tuple, str] = {}  # where each group's first record is: a request it cannot make is named there
     for i, rec in enumerate(records, 1):
         at = where[i - 1] if where else f"plan record {i}"
         unknown = set(rec) - set(PLAN_FIELDS)
@@ -227,6 +228,7 @@ def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str]
             raise InputError(f"{at}: kind must be generate or option_logprobs, not {kind!r}")
         key = (rec["model"], params, int(rec.get("samples", 1)), kind)
         groups.setdefault(key, []).append(rec["prompt"])
+        first_at.setdefault(key, at)
     estimate = CostEstimate()
     backends: dict = {}
     from memaudit.backends.cache import ResponseCache
@@ -241,8 +243,11 @@ def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str]
                 continue
             if model not in backends:
                 backends[model] = api_backend_from_config(config, model, require_key=False, cache=cache)
-            estimate_cost(backends[model], prompts, params, n_samples=samples,
-                          option_logprobs=kind == "option_logprobs", estimate=estimate)
+            try:
+                estimate_cost(backends[model], prompts, params, n_samples=samples,
+                              option_logprobs=kind == "option_logprobs", estimate=estimate)
+            except ConfigError as exc:  # a request this model's API cannot take (log-probabilities of Claude)
+                raise InputError(f"{first_at[model, params, samples, kind]}: {exc}") from None
     finally:
         if cache is not False:
             cache.close()

@@ -107,5 +107,11 @@ def read_api_key(env_name: str, *, label: str) -> Secret:
     if not value:
         raise ConfigError(f"{label}: environment variable {env_name} is not set; export the API key in it "
                           f"(the config names the variable, never the key)")
+    if any(not 33 <= ord(c) <= 126 for c in value):
+        # No HTTP header may carry it: httpx stopped the job with a traceback (a non-ASCII character)
+        # or quoted the header, key and all, in a log record (a line break between two pasted keys).
+        raise ConfigError(f"{label}: environment variable {env_name} holds a space, line break or non-ASCII "
+                          f"character inside the key (two keys pasted, a typographic quote?); the value is "
+                          f"not shown")
     register_secret(value)
     return Secret(value)
