@@ -60,8 +60,34 @@ def test_a_device_the_gpu_claims_cannot_read_is_refused_before_any_job():
     assert bad(lambda c: c["models"]["smollm2-135m"].update(device="cuda1")).endswith("not the string 'cuda1'")
     for device in ("auto", "cpu", "cuda", "cuda:1"):
         cfg = copy.deepcopy(CI)
-        cfg["models"]["smollm2-135m"]["device"] = device
+        cfg["models"]["smollm2-135m"].update(device=device, **({"gpus": 2} if device == "cuda:1" else {}))
         assert validate_config(cfg)["models"]["smollm2-135m"]["device"] == device
+
+
+def test_a_device_outside_the_gpus_a_job_claims_is_refused_before_any_job():
+    """A job sees only the GPUs it claims (memaudit.devices), numbered from 0: `cuda:1` with `gpus` unset
+    claimed one GPU and then failed inside the model's first GPU job ("this job sees 1 GPU(s)"), after
+    the jobs before it had run; `gpus: 0` with `cuda` likewise; `cpu` with `gpus: 2` held two GPUs idle."""
+    def model(**keys):
+        return lambda c: c["models"]["smollm2-135m"].update(keys)
+
+    assert bad(model(device="cuda:1")) == (
+        "config key models.smollm2-135m.device: 'cuda:1', but each job of this model claims 1 GPU(s) (gpus unset) "
+        "and sees only those, numbered from 0; use cuda, or set gpus: 2")
+    assert bad(model(device="cuda:2", gpus=2)) == (
+        "config key models.smollm2-135m.device: 'cuda:2', but each job of this model claims 2 GPU(s) (gpus: 2) "
+        "and sees only those, numbered from 0; use cuda, or set gpus: 3")
+    assert bad(model(device="cuda", gpus=0)) == (
+        "config key models.smollm2-135m.gpus: 0, but device 'cuda' runs on a GPU and a job sees only the GPUs it "
+        "claims; remove gpus: 0 or use device cpu")
+    assert bad(model(device="cpu", gpus=2)) == (
+        "config key models.smollm2-135m.gpus: 2 GPU(s) claimed by each job of a model on device 'cpu', which uses "
+        "none; remove gpus or use device cuda")
+    for keys in ({"device": "cuda:1", "gpus": 2}, {"device": "cuda:0"}, {"device": "auto", "gpus": 0},
+                 {"device": "auto", "gpus": 2}, {"device": "cpu", "gpus": 0}):
+        cfg = copy.deepcopy(CI)
+        model(**keys)(cfg)
+        assert {k: validate_config(cfg)["models"]["smollm2-135m"][k] for k in keys} == keys
 
 
 def test_the_docs_example_error_is_what_comes_out():

@@ -220,3 +220,44 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
     others = {k: v for k, v in gpu.items()
               if k[0] not in ("prepare_model", "token_stats", "decop_probe", "ktd_probe", "cloze_probe")}
     assert others and all(v in (None, 0) for v in others.values()), others
+
+
+# The rules that declare a `gpu` resource, read from the workflow itself (run in a subprocess: the API
+# changes the working directory).
+_GPU_RULES = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1),
+                      config_settings=ConfigSettings(configfiles=[Path("config/ci.yaml")]),
+                      snakefile=Path("Snakefile"), workdir=Path("."))
+    print("GPU_RULES" + json.dumps({r.name: sorted(r.resources) for r in wf._workflow.rules if "gpu" in r.resources}))
+"""
+
+
+def test_the_slurm_profile_sends_every_rule_that_claims_gpus_to_the_gpu_partition():
+    """A rule with a `gpu` resource left in the CPU partition asks sbatch for `--gpus=N` there, which a
+    partition without GPUs refuses: KTD's, the cloze probes' and CopyBench's jobs of a local model failed
+    at submission, after every other job had run."""
+    import yaml
+
+    proc = subprocess.run([sys.executable, "-c", _GPU_RULES], cwd=ROOT, capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("GPU_RULES")), None)
+    assert proc.returncode == 0 and line is not None, proc.stderr[-3000:]
+    declared = json.loads(line.removeprefix("GPU_RULES"))
+    gpu_rules = sorted(declared)
+    assert gpu_rules == ["cloze_items", "cloze_probe", "copybench_items", "copybench_probe", "copybench_qa_items",
+                         "decop_items", "decop_probe", "ktd_pool", "ktd_probe", "prefix_probe", "prepare_model",
+                         "token_stats"]
+    # each loads a model: its memory is the rule's, not the profile's 2000 MB default for small jobs
+    assert [rule for rule in gpu_rules if "mem_mb" not in declared[rule]] == []
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    assert profile["default-resources"]["slurm_partition"] == "cpu"
+    assert {rule: res["slurm_partition"] for rule, res in profile["set-resources"].items()} == {
+        rule: "gpu" for rule in gpu_rules}
+    # docs/cluster.md names each of them among the jobs that claim GPUs
+    doc = (ROOT / "docs/cluster.md").read_text()
+    section = doc[doc.index("## Which jobs claim GPUs"):doc.index("## One machine")]
+    assert [rule for rule in gpu_rules if f"`{rule}`" not in section] == []

@@ -128,3 +128,20 @@ def test_dvc_stage_makes_every_input_of_an_audit_config_a_dependency_hashed_in_t
     (data / "labels.csv").write_text("book,label\nEmma.txt,0\n")
     status = sh(DVC + ["status"], repo)
     assert "modified:" in status and str(data / "labels.csv") in status and str(data / "books") not in status
+
+
+def test_dvc_stage_quotes_a_config_path_with_a_space(tmp_path):
+    """The stage's command runs in a shell: `--configfile my audit/x.yaml` unquoted gave Snakemake the target
+    `audit/x.yaml` and `dvc repro` failed."""
+    import shlex
+
+    from memaudit.dvc_stage import write_stage
+
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    write_stage(tmp_path / "dvc.yaml", "my audit/x.yaml", {"benchmarks": {}, "models": {}}, cores=2)
+    cmd = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["memaudit"]["cmd"]
+    assert cmd == "snakemake --cores 2 all --configfile 'my audit/x.yaml'"
+    assert shlex.split(cmd)[-2:] == ["--configfile", "my audit/x.yaml"]
+    write_stage(tmp_path / "dvc.yaml", "config/ci.yaml", {"benchmarks": {}, "models": {}}, cores=2)
+    assert yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["memaudit"]["cmd"] == (
+        "snakemake --cores 2 all --configfile config/ci.yaml")

@@ -735,3 +735,43 @@ def test_read_only_mount_is_a_clear_error(tmp_path):
     finally:
         subprocess.run(["umount", str(ro)], check=True)
     assert list(ro.iterdir()) == []
+
+
+def test_token_statistics_resumed_where_dtype_auto_resolves_otherwise_start_over(tiny_model_dir, tmp_path,
+                                                                                 monkeypatch):
+    """`dtype: auto` is bfloat16 on one machine and float32 on another: shards computed in float32 by a killed
+    job were joined to bfloat16 ones by its rerun on a bfloat16 machine, all recorded as bfloat16."""
+    from memaudit.io import write_json, write_jsonl
+    from memaudit.models import loading
+    from memaudit.models.token_stats import load_provenance
+    from memaudit.probes.token_prob.runner import run_token_stats
+
+    write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
+    write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
+                                              for i, t in enumerate(TINY_TEXTS)))
+    out = tmp_path / "token_stats.npz"
+    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "auto", "device": "cpu"}}}, "tiny", tmp_path,
+            tmp_path / "passages.jsonl", out)
+
+    class Killed(Exception):
+        pass
+
+    def killed_after_two_shards(message):
+        if message.startswith("original shard 2/3: passages"):
+            raise Killed
+
+    resolved = loading.resolve_dtype
+    monkeypatch.setattr(loading, "resolve_dtype", lambda dtype, device="auto", **kw: (
+        "float32" if dtype == "auto" else resolved(dtype, device, **kw)))
+    with pytest.raises(Killed):
+        run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=killed_after_two_shards)
+    [stale] = {p.parent for p in (tmp_path / "ckpt").glob("*/*.npz")}
+    assert len(list(stale.iterdir())) == 2
+    # the rerun lands on a machine where auto is bfloat16
+    monkeypatch.setattr(loading, "resolve_dtype", lambda dtype, device="auto", **kw: (
+        "bfloat16" if dtype == "auto" else resolved(dtype, device, **kw)))
+    messages: list[str] = []
+    info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
+    assert info["shards_resumed"] == 0 and load_provenance(out)["dtype"] == "bfloat16"
+    assert [m for m in messages if m.startswith("discarding")] == [
+        f"discarding stale checkpoint {stale} (inputs or settings changed)"]

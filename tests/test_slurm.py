@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 CLUSTER_SPECIFIC = {
     "default-resources": {"slurm_partition": PARTITION, "slurm_account": None},
     "set-resources": {rule: {"slurm_partition": PARTITION}
-                      for rule in ("prepare_model", "token_stats", "prefix_probe", "decop_items", "decop_probe")},
+                      for rule in yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())["set-resources"]},
     # No accounting database here: squeue, which sees finished jobs for MinJobAge (a day).
     "slurm-status-command": "squeue",
     # A short first status check instead of 40 s (the executor adds 10 s per check while

@@ -565,6 +565,7 @@ def _model_problems(config: dict) -> list[str]:
         problems += _control_problems(name, entry, models)
         if is_api_model(entry):
             continue  # an API model: no local weights; checked by check_api_models
+        problems += _device_problems(where, entry)
         has_source, has_base = "source" in entry, "base" in entry
         if has_source == has_base:
             problems.append(f"{where}: give exactly one of 'source' (a base model) or "
@@ -590,6 +591,28 @@ def _model_problems(config: dict) -> list[str]:
                     if b not in benchmarks:
                         problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
     return problems
+
+
+def _device_problems(where: str, entry: dict) -> list[str]:
+    """``device`` against ``gpus``: a job sees only the GPUs it claims (memaudit.devices), so ``cuda:N``
+    counts among those and a job claiming none has no ``cuda``; a ``cpu`` model claiming GPUs holds them idle.
+    Each failed only inside the model's first job (or, for ``cpu``, never said a word)."""
+    device, gpus = str(entry.get("device", "auto")), entry.get("gpus")
+    if device == "cpu" and gpus:
+        return [f"{where}.gpus: {gpus} GPU(s) claimed by each job of a model on device 'cpu', which uses none; "
+                f"remove gpus or use device cuda"]
+    if not device.startswith("cuda"):
+        return []
+    claimed = 1 if gpus is None else gpus
+    index = int(device.partition(":")[2] or 0)
+    if index < claimed:
+        return []
+    if claimed == 0:
+        return [f"{where}.gpus: 0, but device {device!r} runs on a GPU and a job sees only the GPUs it claims; "
+                f"remove gpus: 0 or use device cpu"]
+    return [f"{where}.device: {device!r}, but each job of this model claims {claimed} GPU(s) "
+            f"({'gpus unset' if gpus is None else f'gpus: {gpus}'}) and sees only those, numbered from 0; "
+            f"use cuda, or set gpus: {index + 1}"]
 
 
 def _control_problems(name: str, entry: dict, models: dict) -> list[str]:

@@ -69,6 +69,14 @@ def _inside(path: str, folder: str) -> bool:
     return p == f or (not p.is_absolute() and not f.is_absolute() and f in p.parents)
 
 
+def stage_command(configfile: str, cores: int = 8) -> str:
+    """The stage's ``cmd``: the workflow on ``configfile``, quoted for the shell DVC runs it in (a path with a
+    space was split into two arguments, and ``dvc repro`` failed)."""
+    import shlex
+
+    return f"snakemake --cores {int(cores)} all --configfile {shlex.quote(str(configfile))}"
+
+
 def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: int = 8,
                 stage: str = STAGE) -> list[str]:
     """Point ``stage`` of ``dvc_file`` at ``configfile``: its ``cmd`` runs the workflow on it, its ``deps``
@@ -86,7 +94,7 @@ def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: i
     if stage not in stages:
         raise InputError(f"{dvc_file}: no stage {stage!r} (stages: {', '.join(stages) or 'none'})")
     deps = stage_deps(config, configfile)
-    stages[stage]["cmd"] = f"snakemake --cores {int(cores)} all --configfile {configfile}"
+    stages[stage]["cmd"] = stage_command(configfile, cores)
     listed = stages[stage].get("deps")
     n = len(CORE_DEPS)
     if isinstance(listed, list) and list(listed[:n]) == list(CORE_DEPS):
@@ -115,7 +123,7 @@ def dvc_stage_main(argv: list[str]) -> int:
     config = load_config(args.config)
     deps = write_stage(args.dvc_file, args.config, config, cores=args.cores)
     missing = [d for d in deps if not Path(d).exists()]
-    print(f"{args.dvc_file}: stage {STAGE!r} runs `snakemake --cores {args.cores} all --configfile {args.config}` "
+    print(f"{args.dvc_file}: stage {STAGE!r} runs `{stage_command(args.config, args.cores)}` "
           f"and depends on {len(deps)} paths: {', '.join(deps)}")
     if missing:
         print(f"not there yet (DVC will report them missing): {', '.join(missing)}")

@@ -49,9 +49,11 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
     if checkpoint_dir is not None:
         from memaudit.checkpoints import checkpoint_key, file_digest, keyed_dir
 
+        # `dtype: auto` resolves per machine: a job resumed on another (a GPU without bfloat16, the CPU) must
+        # not join the shards of one precision to those of another under the second one's name
         key = checkpoint_key({"rule": "token_stats", "manifest": file_digest(manifest_path),
                               "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
-                              "shard_passages": size})
+                              "shard_passages": size, "dtype_used": _dtype_used(None, entry)})
         shards_dir = keyed_dir(checkpoint_dir, key, progress=progress)
     backend = None
 
