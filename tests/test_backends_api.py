@@ -577,6 +577,29 @@ def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
     assert not (tmp_path / "c.sqlite").exists()  # an estimate writes nothing
 
 
+def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypatch):
+    """An OpenAI-compatible server of one's own (loopback, localhost, a private address) with no price costs
+    nothing; a provider elsewhere has no price, so the estimate's total is unknown, where it counted the
+    provider's requests at $0 and the total understated the bill."""
+    from memaudit.backends.settings import pricing_for
+
+    monkeypatch.delenv(KEY_ENV)
+    urls = ["http://127.0.0.1:8000/v1", "http://localhost:8000/v1", "http://[::1]:9000/v1", "http://10.1.2.3/v1",
+            "http://192.168.0.7:8000/v1", "https://api.together.xyz/v1", "https://openrouter.ai/api/v1",
+            "http://8.8.8.8/v1"]
+    config = {"models": {f"m{i}": {"backend": "openai", "api": {"model_id": "llama", "base_url": url,
+                                                                 "api_key_env": KEY_ENV}}
+                         for i, url in enumerate(urls)},
+              "api": {"cache": "c.sqlite"}}
+    assert [pricing_for(config, f"m{i}") for i in range(len(urls))] == [Pricing(0.0, 0.0)] * 5 + [None] * 3
+    config["models"]["m5"]["api"]["pricing"] = {"input_per_mtok": 0.2, "output_per_mtok": 0.2}
+    assert pricing_for(config, "m5") == Pricing(0.2, 0.2)
+    est = estimate_plan(config, [{"model": "m0", "prompt": "hi", "max_new_tokens": 4},
+                                 {"model": "m6", "prompt": "hi", "max_new_tokens": 4}])
+    assert est.total_cost_usd is None
+    assert "total: at most unknown (a model has no price)" in est.format()
+
+
 @pytest.mark.parametrize("line, message", [
     ('{"model": "gpt", "prompt": "hi", "max_new_tokens": "lots"}', "max_new_tokens must be an integer >= 1"),
     ('{"model": "gpt", "prompt": "hi", "samples": 0}', "samples must be an integer >= 1"),

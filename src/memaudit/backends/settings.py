@@ -75,10 +75,28 @@ class Pricing:
         return cls(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
 
 
+def own_server(base_url: str) -> bool:
+    """Whether ``base_url`` is a server of the user's own: ``localhost`` or a loopback or private
+    address (``memaudit serve``, a vLLM server on the cluster's network)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
 def pricing_for(config: dict, model: str) -> Pricing | None:
     """A model's price: its own ``api.pricing``, else ``api.pricing.<model_id>`` at the top level.
 
-    An OpenAI-compatible server (``base_url`` set) with no price costs nothing.
+    An OpenAI-compatible server of the user's own (:func:`own_server`) with no price costs nothing;
+    one elsewhere (a paid provider's ``base_url``) has no price, so the estimate and the ledger say
+    "no price" rather than a total that leaves it out (they counted it free).
     """
     entry = config["models"][model]
     api = entry.get("api", {})
@@ -88,6 +106,6 @@ def pricing_for(config: dict, model: str) -> Pricing | None:
     table = config.get("api", {}).get("pricing", {})
     if api.get("model_id") in table:
         return Pricing.from_config(table[api["model_id"]])
-    if api.get("base_url"):
+    if api.get("base_url") and own_server(api["base_url"]):
         return Pricing(0.0, 0.0)
     return None
