@@ -62,6 +62,24 @@ def test_prefix_items_split_at_words_and_skip_short_passages():
         prefix_items([_passage(1, 7)], prefix_words=5, continuation_words=6, min_continuation_words=3)
 
 
+def test_a_continuation_with_no_ascii_word_is_skipped_and_counted_not_a_failed_probe(caplog):
+    """The scores count ASCII words (as rouge_score does), so a passage in another script has nothing to
+    score: it is skipped when the items are made, and the log counts it beside the short ones, where the
+    probe job stopped on it with 'empty reference continuation' after generating (and paying for) it."""
+    greek = Passage("g#p0", "g", 1, " ".join(["Το"] * 5 + ["ποτάμι", "κυλούσε", "ήσυχα", "μέσα", "στη", "νύχτα"]))
+    mixed = Passage("m#p0", "m", 0, " ".join(["Ο"] * 5 + ["Νίκος", "είδε", "το", "BBC", "στις", "9"]))
+    with caplog.at_level("INFO", logger="memaudit.datasets.prefix"):
+        items = prefix_items([greek, mixed, _passage(0, 12), _passage(1, 6)], prefix_words=5, continuation_words=6,
+                             min_continuation_words=3)
+    assert [it.doc_id for it in items] == ["m", "d0"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "2 of 4 passages skipped: 1 shorter than 8 words, 1 with no ASCII letter or digit in the continuation "
+        "(the scores count ASCII words, as rouge_score does)"]
+    with pytest.raises(InputError, match=r"no passage has the 8 words a prefix probe needs \(0 too short, 1 with "
+                                         r"no ASCII letter or digit in the continuation"):
+        prefix_items([greek], prefix_words=5, continuation_words=6, min_continuation_words=3)
+
+
 def test_a_published_prefix_is_probed_as_given_nyt_exhibit_j(tmp_path):
     """Section 4.2: "For prefix probing, we use prefixes provided in Exhibit-J". A passage carrying the
     set's Prefix and Completion is probed with the whole prefix and scored against the completion's

@@ -15,10 +15,19 @@ prefix or completion is empty is skipped (the loader notes it as kept for the cl
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
 from memaudit.datasets.types import Passage, PrefixContinuation
 from memaudit.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def _scorable(words: list[str]) -> bool:
+    """Whether a continuation has a word the prefix probe scores: its scores count lowercased ASCII letters
+    and digits, as ``rouge_score`` does (:func:`memaudit.probes.prefix.runner.words`)."""
+    return any(ch.isascii() and ch.isalnum() for word in words for ch in word)
 
 
 def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation_words: int,
@@ -27,9 +36,11 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
 
     A passage shorter than ``prefix_words + continuation_words`` keeps its full
     prefix and a shorter continuation (recorded in ``meta``); shorter than
-    ``prefix_words + min_continuation_words`` it is skipped.
+    ``prefix_words + min_continuation_words`` it is skipped, and so is one whose continuation has
+    no ASCII letter or digit (text in another script: nothing to score, where the probe job
+    stopped on it after generating); the log counts both.
     """
-    items, n_skipped = [], 0
+    items, n_skipped, n_unscorable = [], 0, 0
     for p in passages:
         if "prefix" in p.meta and "completion" in p.meta:  # a published prefix (NYT Exhibit J)
             source, prefix = "published", " ".join(str(p.meta["prefix"] or "").split())
@@ -43,12 +54,21 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
             n_skipped += 1
             continue
         continuation = rest[:continuation_words]
+        if not _scorable(continuation):
+            n_unscorable += 1
+            continue
         items.append(PrefixContinuation(
             item_id=f"{p.passage_id}#prefix", passage_id=p.passage_id, doc_id=p.doc_id, label=p.label,
             prefix=prefix, continuation=" ".join(continuation),
             meta={"title": p.title, "author": p.author, "prefix_source": source,
                   "prefix_words": len(prefix.split()), "continuation_words": len(continuation)}))
+    unscorable = (f", {n_unscorable} with no ASCII letter or digit in the continuation (the scores count ASCII "
+                  f"words, as rouge_score does)") if n_unscorable else ""
     if not items:
         raise InputError(f"no passage has the {prefix_words + min_continuation_words} words a prefix probe "
-                         f"needs ({n_skipped} too short): lower probes.prefix.prefix_words or use longer passages")
+                         f"needs ({n_skipped} too short{unscorable}): lower probes.prefix.prefix_words or use "
+                         f"longer passages")
+    if n_skipped or n_unscorable:
+        log.info("%d of %d passages skipped: %d shorter than %d words%s", n_skipped + n_unscorable,
+                 len(items) + n_skipped + n_unscorable, n_skipped, prefix_words + min_continuation_words, unscorable)
     return items

@@ -128,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="ae6ceaa8efb229d7",
+        version=4, fingerprint="036264bc9f00f4fb",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -207,13 +207,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="f601b2af086ced56",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="d635b5423aa7349c",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
                                version=3, fingerprint="b8e1f0d8bf36ccad"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="f45881fcdc5c13de")},
+                                 version=4, fingerprint="ad9b7feaa2ab82b8")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),
