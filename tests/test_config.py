@@ -198,6 +198,20 @@ def test_a_repeated_method_ratio_reference_or_length_or_a_reversed_length_ratio_
     assert validate_config(ok)["probes"]["decop"]["paraphrase"]["length_ratio"] == [1.0, 1.0]
 
 
+def test_a_decop_mode_asking_for_more_passages_than_its_items_have_is_an_error():
+    # first_passages took the 3 there were and the mode probed fewer passages than its config said
+    def mutate(c):
+        c["probes"]["decop"]["passages_per_document"] = 3
+        c["probes"]["decop_logit"]["passages_per_document"] = 5
+    assert bad(mutate).splitlines() == [
+        "config key probes.decop_logit.passages_per_document: 5, but the items of 'novels' have "
+        "probes.decop.passages_per_document = 3 per document; raise that one or lower this one"]
+    ok = copy.deepcopy(CI)
+    ok["probes"]["decop"]["passages_per_document"] = 3
+    ok["probes"]["decop_logit"]["passages_per_document"] = 3
+    assert validate_config(ok)["probes"]["decop_logit"]["passages_per_document"] == 3
+
+
 def test_a_value_under_token_prob_is_shown_as_any_other_probes():
     """``token`` in a key's name hides its values (a pasted token); a probe's name is the schema's own."""
     msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["loss", "minn_k"], min_k_ratios=[0.2, 1.5]))

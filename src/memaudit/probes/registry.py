@@ -142,7 +142,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="a846d2413e39afa3",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="85b41018e295174f",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="cc1ed1e56dd4fb74")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",

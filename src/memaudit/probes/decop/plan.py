@@ -5,6 +5,7 @@ from __future__ import annotations
 from memaudit.backends.base import is_api_model
 from memaudit.config import for_benchmark, per_benchmark_problems
 from memaudit.jobs import job_settings, probe_runs
+from memaudit.probes.registry import FAMILIES
 
 # Algorithm 1's 30 unseen books (Section 4.1): the default where the config names no number
 DEFAULT_CALIBRATION_DOCUMENTS = 30
@@ -30,12 +31,24 @@ def settings(config: dict, benchmark: str) -> dict:
 def check_config(config: dict) -> list[str]:
     """DE-COP's config problems (dotted key: message): a per-benchmark ``calibration_documents`` names
     configured benchmarks (or ``default``) only; ``paraphrase.length_ratio`` is a range, its lower
-    bound first (reversed, quality control rejected every paraphrase, after paying for them all)."""
+    bound first (reversed, quality control rejected every paraphrase, after paying for them all); a
+    mode's ``passages_per_document`` is at most the items' on benchmarks whose items are built here
+    (above it, the mode quietly probed fewer passages than it said)."""
     problems = per_benchmark_problems(config, "decop", "calibration_documents")
     low, high = config["probes"]["decop"]["paraphrase"]["length_ratio"]
     if low > high:
         problems.append(f"probes.decop.paraphrase.length_ratio: [{low}, {high}] is no range (the lower bound "
                         f"first): every paraphrase would be rejected for its length")
+    made = config["probes"]["decop"]["passages_per_document"]
+    for mode in FAMILIES["decop"].modes:
+        wanted = (config["probes"].get(f"decop_{mode}") or {}).get("passages_per_document")
+        built_here = sorted({b for b, _, m in probe_runs(config, "decop")
+                             if m == mode and not has_published_items(config["benchmarks"][b])})
+        if wanted is not None and wanted > made and built_here:
+            # first_passages takes the first `wanted` of each document's items: there are only `made`
+            problems.append(f"probes.decop_{mode}.passages_per_document: {wanted}, but the items of "
+                            f"{', '.join(map(repr, built_here))} have probes.decop.passages_per_document = {made} "
+                            f"per document; raise that one or lower this one")
     return problems
 
 
