@@ -223,6 +223,19 @@ def test_a_bookmia_file_in_the_published_shape(tmp_path):
         (3, "snippet", "empty or whitespace-only text", "rejected")]
 
 
+def test_a_bookmia_document_is_its_snippets_what_a_contaminated_model_is_fine_tuned_on(tmp_path):
+    """A BookMIA book's text was empty: a model with the benchmark in its members_of was fine-tuned on
+    nothing of it (alone: 'no member text to fine-tune on') and DE-COP paraphrased no passage of it."""
+    from memaudit.datasets.build import member_texts
+
+    _, docs, _, _ = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", BOOKMIA_EXCERPT.encode("ascii"))
+    assert [d.text for d in docs] == [
+        "There was no possibility of taking a walk that day.\n"
+        "I was glad of it; I never liked long walks, especially on chilly afternoons \u2014 dreadful.",
+        "The cherries came in early that year."]
+    assert member_texts([d.to_dict() for d in docs]) == [docs[0].text]
+
+
 @pytest.mark.slow
 def test_a_published_booktection_csv_runs_through_the_workflow_like_the_built_benchmark(ci_run, tmp_path):
     """The ci run's novels questions, written as a BookTection CSV and configured as a published

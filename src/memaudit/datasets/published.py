@@ -250,8 +250,9 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
 # ----------------------------------------------------------------------------- BookMIA
 
 def load_bookmia(path: str | Path, *, strict: bool = False) -> tuple[list[Document], list[Passage], list[Rejected]]:
-    """``(documents, passages, rejected)`` of a BookMIA JSON-lines file: one document per ``book_id``,
-    one passage per snippet (``<book_id>#<snippet_id>``). ``book_id`` and ``snippet_id`` may be
+    """``(documents, passages, rejected)`` of a BookMIA JSON-lines file: one document per ``book_id``
+    (its text: the book's snippets in file order, what DE-COP paraphrases and a model with the benchmark in
+    its ``members_of`` is fine-tuned on), one passage per snippet (``<book_id>#<snippet_id>``). ``book_id`` and ``snippet_id`` may be
     whole numbers or text; ``label`` must be the number 0 or 1. Rejected: a line that is not a
     JSON object, a missing or mistyped field, an empty snippet, a repeated ``snippet_id`` of a
     book (the later copies) and every snippet of a book given both labels; NULs are removed from
@@ -281,6 +282,7 @@ def load_bookmia(path: str | Path, *, strict: bool = False) -> tuple[list[Docume
     for row in rows:
         doc = docs.setdefault(row["doc_id"], Document(row["doc_id"], "bookmia", row["book"], "", "book", "",
                                                       {"label": row["label"]}))
+        doc.text = f"{doc.text}\n{row['snippet']}" if doc.text else row["snippet"]
         passages.append(Passage(f"{row['doc_id']}#{row['snippet_id']}", row["doc_id"], row["label"], row["snippet"],
                                 doc.title, "", {"source_file": str(path), "source_line": row["line"]}))
     return sorted(docs.values(), key=lambda d: d.doc_id), passages, rejected

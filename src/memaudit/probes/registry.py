@@ -142,9 +142,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="85b41018e295174f",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="813e1a44a65c2667",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="cc1ed1e56dd4fb74")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="8618b3e192c1c495")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -188,7 +188,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="3cc4c7b17ea309d6",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="155cc143020fd7c6"),
+                              version=7, fingerprint="7a4553f35c480c83"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="e2dc490deb5b3e89")},
