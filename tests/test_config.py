@@ -361,6 +361,36 @@ def test_pretraining_pool_must_be_disjoint_from_benchmarks():
     assert "pretrain.sources" in msg and "novels" in msg
 
 
+def test_a_pool_source_holding_a_benchmarks_text_under_another_name_is_refused():
+    """Only source names were compared: tidytext's Pride and Prejudice (janeaustenr's text) and the Reuters
+    articles demo_qa quotes reached the pretraining pool of every tiny model, members and non-members alike."""
+    def tidytext_whole(c):
+        c["pretrain"] = {"sources": ["mobydick", "tidytext"], "source_options": {"tidytext": {"exclude_titles": []}}}
+
+    assert bad(tidytext_whole) == (
+        "config key pretrain.sources: 'tidytext' holds Pride and Prejudice (janeaustenr's and tidytext's), as source "
+        "'austen' of benchmark(s) novels, books does; the pretraining pool must be disjoint "
+        "(pretrain.source_options: {tidytext: {exclude_titles: [Pride and Prejudice]}})")
+
+    def reuters_quoted(c):
+        c["benchmarks"]["news"] = {"sources": ["demo_qa"], "split_by": "book"}
+        c["pretrain"] = {"sources": ["reuters"]}
+
+    assert bad(reuters_quoted) == ("config key pretrain.sources: 'reuters' holds the reuters documents, as source "
+                                   "'demo_qa' of benchmark(s) news does; the pretraining pool must be disjoint")
+    cfg = copy.deepcopy(CI)
+    cfg["pretrain"] = {"sources": ["mobydick", "tidytext"]}  # the schema's default leaves Pride and Prejudice out
+    assert validate_config(cfg)["pretrain"]["source_options"] == {"tidytext": {"exclude_titles": ["Pride and Prejudice"]}}
+
+
+def test_two_benchmarks_of_one_text_in_one_members_of_are_refused():
+    """novels and books split Austen's chapters apart: a model fine-tuned on both saw 4 of books' 12 non-member
+    excerpts verbatim (novels' members) in the demo, and 3 of novels' non-member chapters (books' members)."""
+    msg = bad(lambda c: c["models"]["tiny-gpt2-cb-books"]["finetune"].update(members_of=["books", "novels"]))
+    assert msg == ("config key models.tiny-gpt2-cb-books.finetune.members_of: 'books' and 'novels' both hold the "
+                   "austen documents; a model contaminated on both has seen non-members of each (the other's members)")
+
+
 def test_unknown_reference_model():
     msg = bad(lambda c: c["probes"]["token_prob"].update(reference_models=["ghost"]))
     assert "probes.token_prob.reference_models.0: unknown model 'ghost'" in msg

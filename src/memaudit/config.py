@@ -459,20 +459,65 @@ def _unlabelled_problems(config: dict) -> list[str]:
     return problems
 
 
+def _text_origins(block: dict) -> dict[str, str]:
+    """The texts a benchmark's or the pretraining pool's ``sources`` hold, as ``{text: the source holding it}``:
+    each source its own (``user_books``: its directory's); ``demo_qa`` also its ``from_source``, whose sentences
+    its questions quote; ``tidytext`` also ``austen`` unless ``exclude_titles`` drops Pride and Prejudice, the
+    same text as janeaustenr's."""
+    from memaudit.datasets.sources import USER_BOOKS_DIRECTORY
+
+    out: dict[str, str] = {}
+    for src in block.get("sources") or []:
+        options = (block.get("source_options") or {}).get(src)
+        options = options if isinstance(options, dict) else {}
+        if src == "user_books":
+            out[f"user_books:{options.get('directory', USER_BOOKS_DIRECTORY)}"] = src
+            continue
+        out[src] = src
+        if src == "demo_qa":
+            out[str(options.get("from_source", "reuters"))] = src
+        excluded = options.get("exclude_titles") or ()
+        if src == "tidytext" and "pride and prejudice" not in {str(t).lower() for t in
+                                                               ([excluded] if isinstance(excluded, str) else excluded)}:
+            out["austen"] = src
+    return out
+
+
+def _shared_text(origin: str, *holders: str) -> str:
+    """What two blocks share, in words: the ``origin`` text of :func:`_text_origins`, held by sources ``holders``."""
+    if origin == "austen" and "tidytext" in holders:
+        return "Pride and Prejudice (janeaustenr's and tidytext's)"
+    return f"the {origin} documents"
+
+
 def _demo_qa_overlaps(config: dict) -> list[str]:
     """demo_qa quotes sentences of its from_source (Reuters): a model contaminated on a benchmark of
-    those articles has seen questions of both halves of a demo_qa benchmark."""
+    those articles has seen questions of both halves of a demo_qa benchmark. Any two benchmarks of one
+    model's members_of that hold the same texts (:func:`_text_origins`) are refused alike: novels and books
+    both split Austen's chapters, so either's members include non-members of the other."""
     benchmarks = config["benchmarks"]
     quoted = {name: bench.get("source_options", {}).get("demo_qa", {}).get("from_source", "reuters")
               for name, bench in benchmarks.items() if "demo_qa" in bench.get("sources", [])}
+    origins = {name: _text_origins(bench) for name, bench in benchmarks.items() if "sources" in bench}
     problems = []
     for model, entry in config["models"].items():
         members_of = (entry.get("finetune") or {}).get("members_of") or []
+        reported = set()
         for qa in (b for b in members_of if b in quoted):
             for other in members_of:
                 if quoted[qa] in benchmarks.get(other, {}).get("sources", []):
+                    reported.add(frozenset((qa, other)))
                     problems.append(f"models.{model}.finetune.members_of: {qa!r} (demo_qa) quotes the {quoted[qa]} "
                                     f"articles of {other!r}; a model contaminated on both has seen clean questions")
+        built = [b for b in dict.fromkeys(members_of) if b in origins]
+        for i, a in enumerate(built):
+            for b in built[i + 1:]:
+                shared = [_shared_text(o, origins[a][o], origins[b][o])
+                          for o in sorted(origins[a].keys() & origins[b].keys())]
+                if shared and frozenset((a, b)) not in reported:
+                    problems.append(f"models.{model}.finetune.members_of: {a!r} and {b!r} both hold "
+                                    f"{', '.join(shared)}; a model contaminated on both has seen non-members of "
+                                    f"each (the other's members)")
     return problems
 
 
@@ -531,6 +576,19 @@ def _pretrain_problems(config: dict) -> list[str]:
         if used:
             problems.append(f"pretrain.sources: {src!r} is also a source of benchmark(s) "
                             f"{', '.join(used)}; the pretraining pool must be disjoint")
+    # texts one source holds under another's name: tidytext's Pride and Prejudice, demo_qa's Reuters sentences
+    pool = _text_origins(config.get("pretrain", {}))
+    shared: dict[tuple[str, str, str], list[str]] = {}
+    for b, bench in benchmarks.items():
+        held = _text_origins(bench) if "sources" in bench else {}
+        for origin in sorted(pool.keys() & held.keys()):
+            if pool[origin] != held[origin]:  # the same source: named above
+                shared.setdefault((pool[origin], held[origin], origin), []).append(b)
+    for (src, other, origin), used in shared.items():
+        problems.append(f"pretrain.sources: {src!r} holds {_shared_text(origin, src, other)}, as source {other!r} of "
+                        f"benchmark(s) {', '.join(used)} does; the pretraining pool must be disjoint"
+                        + (" (pretrain.source_options: {tidytext: {exclude_titles: [Pride and Prejudice]}})"
+                           if origin == "austen" and src == "tidytext" else ""))
     return problems
 
 
