@@ -284,6 +284,40 @@ def test_bumping_a_version_reruns_its_jobs_and_nothing_else(family, stage, finis
     assert rules.isdisjoint(others | {"token_stats", "prepare_model", "benchmark_dataset"})
 
 
+def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only(tmp_path):
+    """A published format's loader has a version of its own (FORMAT_VERSIONS): bumping BookMIA's reruns
+    the datasets of BookMIA benchmarks and what reads them, and no other benchmark's, where only
+    DATASET_VERSION (every dataset, every model's probes) could reach a finished run."""
+    from memaudit.datasets.published import FORMAT_VERSIONS
+    from memaudit.versions import dataset_code_version
+
+    version = code_version("memaudit.datasets.build", "DATASET_VERSION")
+    assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
+    assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == version
+    assert dataset_code_version({"published": {"format": "bookmia", "path": "b.jsonl"}}) == \
+        f"{version}+bookmia{FORMAT_VERSIONS['bookmia']}"
+
+    (tmp_path / "run").mkdir()
+    workdir = make_workdir(tmp_path / "run", share_resources=False)
+    (workdir / "bookmia.jsonl").write_text("".join(
+        json.dumps({"book_id": b, "book": f"Book {b}", "snippet_id": k, "snippet": f"Snippet {k} of book {b}.",
+                    "label": b % 2}) + "\n" for b in range(4) for k in range(2)), encoding="utf-8")
+    config = with_config(workdir, "bookmia", lambda c: c["benchmarks"].__setitem__(
+        "bm", {"published": {"format": "bookmia", "path": "bookmia.jsonl"}}))
+    touch_finished(workdir, config)
+    assert planned_jobs(workdir, config) == set()
+    src = shutil.copytree(ROOT / "src" / "memaudit", tmp_path / "src" / "memaudit")
+    (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the package finds its schema beside src/
+    published = src / "datasets" / "published.py"
+    text = published.read_text()
+    assert text.count('FORMAT_VERSIONS = {"bookmia": ') == 1
+    published.write_text(re.sub(r'(FORMAT_VERSIONS = \{"bookmia": )(\d+)', lambda m: f"{m[1]}{int(m[2]) + 1}", text))
+    jobs = planned_jobs(workdir, config, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
+    assert ("benchmark_dataset", "benchmark=bm") in jobs
+    assert jobs == planned_jobs(workdir, config, "--forcerun", "results/datasets/bm/documents.jsonl")
+    assert {wildcard(job, "benchmark") for job in jobs} - {None} == {"bm"}
+
+
 @pytest.mark.parametrize(("module", "name"), sorted(VERSIONED))
 def test_code_version_is_read_without_importing(module, name):
     import importlib

@@ -27,8 +27,27 @@ VERSIONED = {
 }
 
 
+def dataset_code_version(benchmark: dict) -> int | str:
+    """A benchmark's dataset job's ``code_version``: ``DATASET_VERSION``, and for a published format with
+    a version of its own (``FORMAT_VERSIONS`` in :mod:`memaudit.datasets.published`) that too, as
+    ``"<DATASET_VERSION>+<format><n>"``: a fix to one format's loader reruns that format's benchmarks
+    and nothing else (every other benchmark keeps the plain integer its finished jobs recorded)."""
+    version = code_version("memaudit.datasets.build", "DATASET_VERSION")
+    fmt = (benchmark.get("published") or {}).get("format")
+    own = _literal("memaudit.datasets.published", "FORMAT_VERSIONS").get(fmt)
+    return f"{version}+{fmt}{own}" if own is not None else version
+
+
 def code_version(module: str, name: str) -> int:
     """The integer ``name = <int>`` assigned at the top level of ``module``, read without importing it."""
+    value = _literal(module, name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{module}.{name} must be an int literal, got {value!r}")
+    return value
+
+
+def _literal(module: str, name: str):
+    """The literal assigned to ``name`` at the top level of ``module``, read without importing it."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise LookupError(f"module {module} not found")
@@ -41,8 +60,5 @@ def code_version(module: str, name: str) -> int:
         else:
             continue
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            value = ast.literal_eval(node.value)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{module}.{name} must be an int literal, got {value!r}")
-            return value
+            return ast.literal_eval(node.value)
     raise LookupError(f"{module} assigns no top-level {name}")

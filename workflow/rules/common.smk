@@ -12,7 +12,7 @@ from memaudit.config import contaminated_on, model_build_settings, model_scoring
 from memaudit.datasets.sources import user_books_inputs
 from memaudit.jobs import canonical
 from memaudit.probes.registry import FAMILIES, family_version, role_model
-from memaudit.versions import code_version
+from memaudit.versions import code_version, dataset_code_version
 
 # memaudit validates the config itself, before anything reads or prints it (snakemake.utils.validate
 # would print the offending config section, a pasted API key with it): one line per problem,
@@ -105,6 +105,11 @@ def model_build_entry(wildcards):
 
 def benchmark_entry(wildcards):
     return canonical(config["benchmarks"][wildcards.benchmark])
+
+
+def dataset_version(wildcards):
+    """DATASET_VERSION, with the benchmark's published format's own version where it has one."""
+    return dataset_code_version(config["benchmarks"][wildcards.benchmark])
 
 
 def model_inputs(wildcards):

@@ -34,7 +34,7 @@ rule benchmark_dataset:
     params:
         benchmark=benchmark_entry,
         seed=config["seed"],
-        code_version=DATASET_VERSION,
+        code_version=dataset_version,
     script:
         "../scripts/benchmark_dataset.py"
 

@@ -61,6 +61,10 @@ TECTION_LABELS = "0 (clean) or 1 (suspect)"
 HF_DATASETS = {"booktection": "avduarte333/BookTection", "arxivtection": "avduarte333/arXivTection"}
 BOOKMIA_FIELDS = ("book_id", "book", "snippet_id", "snippet", "label")
 BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
+# A published format's own version, beside DATASET_VERSION (memaudit.versions.dataset_code_version):
+# bump a format's with a change to its loader's records, and only its benchmarks' datasets rerun.
+# bookmia 1: a book's document text is its snippets (it was empty: nothing to fine-tune on or paraphrase).
+FORMAT_VERSIONS = {"bookmia": 1}
 # The published formats of the information-guided probes and of the KTD paper's labelled-text sets
 # (memaudit.datasets.labelled), read by cloze_published
 CLOZE_FORMATS = tuple(f for f in REJECTS_FORMATS if f not in ("copybench", *DECOP_FORMATS))
