@@ -119,7 +119,7 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="54c98e59e5fff911",
+        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="9139034b696eaa77",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -128,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
         checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="036264bc9f00f4fb",
+        version=4, fingerprint="fd34676b27f973de",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -142,9 +142,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="85b41018e295174f",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="79df2ba44446bafa",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="cc1ed1e56dd4fb74")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="d2a66446f0c40c4f")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -163,12 +163,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="49e069a4e3dfba89",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="8a87fdf50fa86a6f",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="117fe79856366e62"),
+                               version=4, fingerprint="a35cab14ea46b2fa"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="32698e97a3c30478")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -185,13 +185,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="3cc4c7b17ea309d6",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="5e7d02b6a52a4f20",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="155cc143020fd7c6"),
+                              version=7, fingerprint="d600ac49bbf95c8a"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="e2dc490deb5b3e89")},
+                                 version=7, fingerprint="816f40716bb320f5")},
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
@@ -207,13 +207,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="d635b5423aa7349c",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="a8c26d39743ed49a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=3, fingerprint="b8e1f0d8bf36ccad"),
+                               version=3, fingerprint="f6dff750bc2f0a1c"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="ad9b7feaa2ab82b8")},
+                                 version=4, fingerprint="2263af8dad8b4bf0")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),
