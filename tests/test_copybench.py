@@ -100,6 +100,19 @@ def test_literal_items_cut_prefix_and_reference_and_reject_short_documents():
         ("austen/emma/ch002", "2 words, a literal item needs 28 (prefix_words 20 + reference_words 8)")]
 
 
+def test_a_literal_reference_without_an_ascii_word_is_rejected_not_scored_0():
+    # rouge-score keeps ASCII letters and digits only: a verbatim copy of this reference scores ROUGE-L 0
+    russian = "Наташа вошла в комнату и увидела князя Андрея"
+    assert metrics.literal_rouge_l(russian, russian) == 0.0
+    prefix = " ".join(f"w{i}" for i in range(20))
+    documents = [_doc("war", 1, 1, f"{prefix} {russian}"), _doc("war", 2, 1, f"{prefix} 1812 {russian}")]
+    items, rejects = literal_items(documents, prefix_words=20, reference_words=8)
+    assert [it["reference"] for it in items] == ["1812 Наташа вошла в комнату и увидела князя"]
+    assert [(r.where, r.reason) for r in rejects] == [
+        ("austen/war/ch001", "its reference (8 words) has no ASCII letter or digit: ROUGE-L (rouge-score's "
+                             "tokenizer) would score every output 0")]
+
+
 def test_characters_group_aliases_and_drop_a_name_two_characters_share(nlp):
     text = ("Elizabeth Bennet walked to Netherfield. Jane Bennet was ill there. Elizabeth sat with her sister. "
             "Mr. Darcy watched Elizabeth. Darcy said nothing. Mr. Bingley was kind to Jane Bennet. "

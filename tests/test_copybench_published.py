@@ -90,6 +90,17 @@ def test_literal_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_path)
     assert all(lines[r.line - 1].strip().startswith(("{", '"')) for r in rejects)
 
 
+def test_a_literal_reference_without_an_ascii_word_is_rejected(tmp_path):
+    path = _write(tmp_path, "data.literal.json", [
+        {"id": "ru.0", "title": "Voina i mir", "input": "Glava pervaya.",
+         "reference": "Наташа вошла в комнату."},
+        {"id": "ru.1", "title": "Voina i mir", "input": "Glava vtoraya.", "reference": "В 1812 году."}])
+    items, rejects = load_literal(path)
+    assert [it.item_id for it in items] == ["ru.1"]
+    assert _rejects(rejects) == [(2, "reference", "no ASCII letter or digit: ROUGE-L (rouge-score's tokenizer) "
+                                                  "would score every output 0")]
+
+
 def test_strict_mode_turns_the_first_reject_into_a_one_line_input_error(tmp_path):
     path = _literal_file(tmp_path)
     with pytest.raises(InputError) as err:

@@ -41,7 +41,7 @@ import pandas as pd
 
 from memaudit.errors import InputError
 from memaudit.io import write_csv
-from memaudit.probes.copybench.metrics import alias_key
+from memaudit.probes.copybench.metrics import alias_key, rouge_tokens
 
 DATA_FILES = {"literal": "data.literal.json", "nonliteral": "data.nonliteral.json", "qa": "data.qa.json"}
 PROMPT_FILES = {
@@ -453,8 +453,16 @@ def load_literal(path: str | Path, strict: bool = False) -> tuple[list[LiteralIt
     """Load ``data.literal.json`` (Section 3.2, literal copying) under the published-data policy."""
     def build(record, item_id, meta):
         return LiteralItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
-                           _text_field(record, "reference"), None, meta)
+                           _literal_reference(record), None, meta)
     return _load_records(path, strict, ("id", "title", "input", "reference"), build)
+
+
+def _literal_reference(record: dict) -> str:
+    reference = _text_field(record, "reference")
+    if not rouge_tokens(reference):  # another script: every output, a verbatim copy too, would score ROUGE-L 0
+        raise RowReject("reference", reference, "no ASCII letter or digit: ROUGE-L (rouge-score's tokenizer) "
+                                                "would score every output 0")
+    return reference
 
 
 def load_nonliteral(path: str | Path, strict: bool = False) -> tuple[list[NonLiteralItem], list[Rejected]]:

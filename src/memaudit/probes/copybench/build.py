@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from memaudit.probes.copybench.metrics import has_name
+from memaudit.probes.copybench.metrics import has_name, rouge_tokens
 
 TITLES = frozenset({
     "mr", "mrs", "miss", "ms", "mister", "master", "madam", "madame", "dr", "doctor", "sir", "lady", "lord",
@@ -59,7 +59,8 @@ class Reject:
 # ----------------------------------------------------------------------------- literal
 
 def literal_items(documents: Iterable[dict], *, prefix_words: int, reference_words: int) -> tuple[list[dict], list[Reject]]:
-    """One literal item per document with ``prefix_words + reference_words`` words of text."""
+    """One literal item per document with ``prefix_words + reference_words`` words of text; a document
+    too short, or whose reference has no ASCII letter or digit (ROUGE-L has nothing to compare), is a reject."""
     items, rejects = [], []
     for d in documents:
         words = d["text"].split()
@@ -68,10 +69,17 @@ def literal_items(documents: Iterable[dict], *, prefix_words: int, reference_wor
             rejects.append(Reject(d["doc_id"], f"{len(words)} words, a literal item needs {need} "
                                                f"(prefix_words {prefix_words} + reference_words {reference_words})"))
             continue
+        reference = " ".join(words[prefix_words:need])
+        if not rouge_tokens(reference):
+            # rouge-score's tokenizer keeps ASCII letters and digits only: against a reference in another
+            # script every output, a verbatim copy too, would score ROUGE-L 0 (no copying, silently)
+            rejects.append(Reject(d["doc_id"], f"its reference ({reference_words} words) has no ASCII letter or "
+                                               "digit: ROUGE-L (rouge-score's tokenizer) would score every output 0"))
+            continue
         items.append({
             "item_id": f"{d['doc_id']}#literal", "doc_id": d["doc_id"], "book": book_key(d), "title": d["title"],
             "label": int(d["meta"]["label"]), "prefix": " ".join(words[:prefix_words]),
-            "reference": " ".join(words[prefix_words:need]),
+            "reference": reference,
             "meta": {"source": "built", "prefix_words": prefix_words, "reference_words": reference_words},
         })
     return items, rejects
