@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api_server import (bad_request, error_object_200, loopback, malformed_json, overloaded,
+from api_server import (Fault, bad_request, error_object_200, loopback, malformed_json, overloaded,
                         provider_refusal, rate_limited, refusal_text, reply_with_top, server_error, stall,
                         unauthorized)
 from memaudit.backends.anthropic_backend import AnthropicBackend
@@ -304,6 +304,32 @@ def test_an_error_object_with_status_200_is_invalid_and_not_cached(server, tmp_p
     assert ResponseCache(db).count() == 0
     (g,) = make_openai(server, db).generate(["odd"], GREEDY)
     assert g.status == STATUS_OK and server.count() == 2
+
+
+def test_an_unreadable_response_is_still_in_the_ledger_at_the_tokens_its_usage_block_bills(server, tmp_path):
+    """A 200 the parser cannot read (no choices, an empty content list) but whose usage block counts tokens
+    was billed: its row is in the ledger, priced, status invalid, where it had none and the total understated
+    the bill; one without a readable usage block adds no row (nothing to count)."""
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(Fault(raw=json.dumps({"id": "x", "object": "chat.completion", "choices": [],
+                                                   "usage": {"prompt_tokens": 7, "completion_tokens": 3}}).encode()),
+                           prompt="none")
+    server.responder.queue(Fault(raw=json.dumps({"choices": [], "usage": {"prompt_tokens": "many"}}).encode()),
+                           prompt="odd")
+    gens = make_openai(server, db).generate(["none", "odd"], GREEDY)
+    assert [g.status for g in gens] == [STATUS_INVALID, STATUS_INVALID]
+    rows = ResponseCache(db).usage_rows()
+    assert [(r["status"], r["input_tokens"], r["output_tokens"], r["from_cache"]) for r in rows] == [
+        (STATUS_INVALID, 7, 3, 0)]
+    assert rows[0]["cost_usd"] == pytest.approx((7 * 1.0 + 3 * 2.0) / 1e6)
+    assert ResponseCache(db).count() == 0  # not cached: a rerun asks again
+    server.responder.queue(Fault(raw=json.dumps({"type": "message", "content": None,
+                                                 "usage": {"input_tokens": 5, "output_tokens": 2}}).encode()),
+                           prompt="blank")
+    (g,) = make_anthropic(server, db).generate(["blank"], GREEDY)
+    assert g.status == STATUS_INVALID
+    assert [(r["backend"], r["input_tokens"], r["output_tokens"]) for r in ResponseCache(db).usage_rows()][1:] == [
+        ("anthropic", 5, 2)]
 
 
 def test_a_rejected_request_is_not_retried(server, tmp_path):

@@ -225,6 +225,7 @@ class APIBackend(Backend):
     backend_name = "api"
     default_key_env = ""
     default_base_url = ""
+    usage_keys = ("input_tokens", "output_tokens")  # the response's usage block: (input, output) token counts
 
     def __init__(self, model_id: str, *, name: str | None = None, revision: str | None = None,
                  base_url: str | None = None, api_key_env: str | None = None, concurrency: int = 4,
@@ -429,6 +430,10 @@ class APIBackend(Backend):
         if parsed is None:
             # Valid JSON that is not a response of this API (an error object with status
             # 200, a missing field): recorded as invalid, not cached, so a rerun asks again.
+            # What its usage block says was billed goes to the ledger all the same.
+            n_in, n_out = self._billed_tokens(data)
+            if self.cache is not None and (n_in or n_out):
+                self.cache.record_usage([self._usage(call.key, STATUS_INVALID, n_in, n_out, from_cache=False)])
             return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
                                error=error)
         usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False)
@@ -472,6 +477,16 @@ class APIBackend(Backend):
         if not parsed.text and not parsed.top_logprobs:
             return parsed, STATUS_INVALID, f"{self.label}: empty answer (finish_reason {parsed.finish_reason!r})"
         return parsed, STATUS_OK, None
+
+    def _billed_tokens(self, data: Any) -> tuple[int, int]:
+        """The input and output tokens a response's usage block (``usage_keys``) counts, ``(0, 0)`` where
+        it counts nothing readable: a response the parser cannot read may still have been billed."""
+        try:
+            usage = data.get("usage") or {}
+            n_in, n_out = (max(int(usage.get(k) or 0), 0) for k in self.usage_keys)
+        except (AttributeError, TypeError, ValueError):
+            return 0, 0
+        return n_in, n_out
 
     def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool) -> UsageRow:
         if from_cache:

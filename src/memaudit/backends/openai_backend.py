@@ -32,6 +32,7 @@ MAX_TOP_LOGPROBS = 20
 
 class OpenAIBackend(APIBackend):
     backend_name = "openai"
+    usage_keys = ("prompt_tokens", "completion_tokens")
     capabilities = frozenset({OPTION_LOGPROBS, GENERATE})
     default_key_env = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
