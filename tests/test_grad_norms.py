@@ -119,6 +119,22 @@ def test_lora_adapters_only(tiny_model):
     assert np.all(everything > lora)
 
 
+def test_lora_of_an_embedding_counts_its_parameter_dict(tiny_model):
+    """peft keeps an embedding's adapters in ParameterDicts (``wte.lora_embedding_A.default``), which are
+    never called: they belong to the LoRA embedding's call, not to a module of their own. They were left
+    out, and the adapters' norm of the first text came out 0.0039 against the loop's 0.052."""
+    from peft import LoraConfig, get_peft_model
+
+    _, tok = tiny_model
+    model = get_peft_model(_tiny_gpt2(tok), LoraConfig(r=4, target_modules=["wte", "c_attn"], fan_in_fan_out=True,
+                                                       init_lora_weights=False))
+    names = [n for names, _ in select_parameters(model, "lora") for n in names]
+    assert "base_model.model.transformer.wte.lora_embedding_A.default" in names and len(names) == 6
+    _agree(model, tok, params="lora")
+    _agree(model, tok, params=["*.wte.lora_embedding_*"])
+    _agree(model, tok, params="all")
+
+
 def test_glob_selection(tiny_model):
     model, tok = tiny_model
     names = [n for names, _ in select_parameters(model, ["*.h.1.*", "transformer.ln_f.*"]) for n in names]
@@ -202,3 +218,24 @@ def test_hf_backend_serves_gradient_norms_and_api_backends_do_not(tiny_model):
             cls.gradient_norms(object.__new__(cls), TEXTS)
         with pytest.raises(ConfigError, match=f"needs gradient_norms, which model 'api' \\(backend '{name}'\\)"):
             check_probe_support("ktd", {GRADIENT_NORMS}, "api", name)
+
+
+def test_hf_backend_lora_reads_the_adapter_its_loading_merged(tiny_model_dir, tiny_model, tmp_path):
+    """A LoRA fine-tune's load spec names an adapter, which loading merges into the weights: params
+    'lora' found no adapter weight and was a ConfigError for every such model."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.models.loading import load_causal_lm
+
+    _, tok = tiny_model
+    base, _ = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    get_peft_model(base, LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True,
+                                    init_lora_weights=False)).save_pretrained(tmp_path / "adapter")
+    backend = HFBackend({"path": str(tiny_model_dir), "adapter": str(tmp_path / "adapter")}, device="cpu")
+    assert not any("lora_" in n for n, _ in backend.model.named_parameters())  # merged
+    unmerged = PeftModel.from_pretrained(load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")[0],
+                                         str(tmp_path / "adapter")).eval()
+    np.testing.assert_allclose(backend.gradient_norms(TEXTS, params="lora"),
+                               per_sample_grad_norms_loop(unmerged, tok, TEXTS, params="lora"), rtol=RTOL)
+    assert not any("lora_" in n for n, _ in backend.model.named_parameters())

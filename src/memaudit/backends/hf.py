@@ -75,7 +75,8 @@ class HFBackend(Backend):
         :func:`memaudit.models.grad_norms.per_sample_grad_norms` with this backend's tokenizer,
         ``max_tokens`` and batch size (``batch_size`` overrides it); ``params`` is ``"all"``,
         ``"lora"`` or glob patterns over the parameter names. Gradients are computed in float32:
-        a model loaded in another dtype is upcast once, on a copy kept beside it.
+        a model loaded in another dtype is upcast once, on a copy kept beside it. ``"lora"`` reads
+        the adapter of the load spec, which loading merged into the weights, from an unmerged copy.
         """
         import importlib
 
@@ -83,7 +84,8 @@ class HFBackend(Backend):
         # Loaded by name, not imported: an import would make every probe family that uses this
         # backend fingerprint the gradient code too (memaudit.probes.registry), as with MemFree below.
         grad_norms = importlib.import_module("memaudit.models.grad_norms")
-        return grad_norms.per_sample_grad_norms(self._float32_model(), self.tokenizer, texts, params=params,
+        model = self._unmerged_model() if params == "lora" else self._float32_model()
+        return grad_norms.per_sample_grad_norms(model, self.tokenizer, texts, params=params,
                                                 batch_size=batch_size or self.batch_size,
                                                 max_tokens=self.max_tokens)
 
@@ -104,6 +106,21 @@ class HFBackend(Backend):
         return word_logprobs.compute_word_logprobs(self.model, self.tokenizer, texts, spans,
                                                    batch_size=batch_size or self.batch_size,
                                                    max_tokens=self.max_tokens)
+
+    def _unmerged_model(self):
+        """For ``params="lora"``: the model with its adapter as separate weights, in float32.
+
+        The adapter of a load spec is merged into the weights at load (:func:`memaudit.models.loading.load_model`),
+        which leaves no LoRA weight to select; a second copy is loaded unmerged, once. A model without an
+        adapter in its load spec is used as it is (one handed in may hold its adapters unmerged)."""
+        if not self.load_spec.get("adapter") or any("lora_" in n for n, _ in self.model.named_parameters()):
+            return self._float32_model()
+        if getattr(self, "_unmerged_copy", None) is None:
+            from memaudit.models.loading import load_model
+
+            self._unmerged_copy = load_model(self.load_spec, dtype="float32", device=self.device,
+                                             merge_adapter=False)[0]
+        return self._unmerged_copy
 
     def _float32_model(self):
         import copy

@@ -309,6 +309,19 @@ def _linear_parts(module, x, g, chosen: set[int]) -> dict[int, object]:
     return parts
 
 
+def _own_parameters(module) -> dict:
+    """The parameters a call of ``module`` uses as its own: those it holds directly, and those of its
+    ``ParameterDict`` and ``ParameterList`` children (containers that are never called: peft keeps
+    an embedding's LoRA weights in them, ``lora_embedding_A.default``), by their names under ``module``."""
+    import torch
+
+    own = dict(module.named_parameters(recurse=False))
+    for name, child in module.named_children():
+        if isinstance(child, (torch.nn.ParameterDict, torch.nn.ParameterList)):
+            own.update({f"{name}.{n}": p for n, p in child.named_parameters()})
+    return own
+
+
 def _scale_shift_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, object] | None:
     """Per-sample gradients of a module ``y = f(x) * weight + bias`` (LayerNorm, RMSNorm), or None if it is not one.
 
@@ -320,7 +333,7 @@ def _scale_shift_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, ob
     import torch
     from torch.func import functional_call
 
-    own = dict(module.named_parameters(recurse=False))
+    own = _own_parameters(module)
     w, b = own.get("weight"), own.get("bias")
     if (w is None or set(own) - {"weight", "bias"} or len(args) != 1 or w.dim() != 1 or w.shape != g.shape[-1:]
             or (b is not None and b.shape != w.shape)):
@@ -357,7 +370,7 @@ def _generic_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, object
     fast = _scale_shift_parts(module, args, g, chosen)
     if fast is not None:
         return fast
-    own = dict(module.named_parameters(recurse=False))
+    own = _own_parameters(module)
     mine = {n: p.detach() for n, p in own.items() if id(p) in chosen}
     rest = {n: p.detach() for n, p in own.items() if id(p) not in chosen}
     if not all(torch.is_tensor(a) for a in args):
@@ -453,13 +466,13 @@ class _Batch:
     def before_backward(self) -> None:
         seen: dict[int, int] = {}
         for module, _ in self.calls:
-            for p in module.parameters(recurse=False):
+            for p in _own_parameters(module).values():
                 seen[id(p)] = seen.get(id(p), 0) + 1
         self.multi = {k for k, count in seen.items() if count > 1 and k in self.chosen}
 
     def receive(self, i: int, grad) -> None:
         module, args = self.calls[i]
-        owned = {id(p) for p in module.parameters(recurse=False)}
+        owned = {id(p) for p in _own_parameters(module).values()}
         if not _is_ghost_module(module) or owned & self.multi:
             self.later.append((i, grad))
             return
@@ -529,7 +542,7 @@ def per_sample_grad_norms(model, tokenizer, texts: Sequence[str], *, params="all
     selected = select_parameters(model, params)
     _check_float32(selected)
     chosen = {id(t) for _, t in selected}
-    owners = [m for m in model.modules() if any(id(p) in chosen for p in m.parameters(recurse=False))]
+    owners = [m for m in model.modules() if any(id(p) in chosen for p in _own_parameters(m).values())]
     encoded = _encoded(tokenizer, texts, model, max_tokens)
     lengths = [len(e) for e in encoded]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
