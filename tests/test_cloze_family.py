@@ -302,3 +302,24 @@ def test_ci_config_plans_items_once_and_a_probe_per_model():
         "prefix": ["results/scores/novels/tiny-gpt2-small/prefix_items.jsonl"],
         "pairs": ["results/datasets/novels/prefix_continuation.jsonl"]}
     assert "results/summary/cloze.csv" in plan.outputs(config)
+
+
+def test_size_figure_names_each_point_a_base_and_its_fine_tune_share(tmp_path, monkeypatch):
+    """A base and its fine-tune have one size: unnamed, their member points were two dots of one colour at
+    one x, the fine-tune's rise (what the figure is for) unreadable."""
+    from memaudit.figures import plots
+    from memaudit.probes.cloze.summary import size_figure
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [{"benchmark": "b", "mode": "logit", "measure": "rank", "label": label, "model": model, "n_params": n,
+             "rate": rate, "rate_low": rate - 0.05, "rate_high": rate + 0.05}
+            for model, n, member, nonmember in (("tiny", 1e8, 0.2, 0.2), ("tiny-ft", 1e8, 0.6, 0.21),
+                                                ("big", 1e9, 0.3, 0.3))
+            for label, rate in ((1, member), (0, nonmember))]
+    size_figure(pd.DataFrame(rows), tmp_path / "size.png")
+    ax = drawn[0].axes[0]
+    names = [(t.get_text(), tuple(t.xy)) for t in ax.texts]
+    assert names == [("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.6)), ("big", (1e9, 0.3)),
+                     ("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.21)), ("big", (1e9, 0.3))]
+    assert ax.get_ylabel() == "share of masked words reconstructed"

@@ -633,3 +633,26 @@ def test_a_rejection_file_is_an_input_of_the_jobs_that_decode_with_memfree():
     assert "rejection_corpus" not in probe_inputs(config, wc)
     assert set(probe_inputs({"probes": {"copybench": {"decodings": ["memfree"]}}}, wc)) == {
         "records", "documents", "judge", "demos"}
+
+
+def test_distributions_figure_bins_every_model_alike(tmp_path, monkeypatch):
+    """Each model's histogram took its own 20 bins, so a model whose ROUGE-L spans 0.1-0.3 had bars a fifth
+    as wide as one spanning 0-1 and their heights (prompts per bin) could not be compared."""
+    import matplotlib.pyplot as plt
+
+    from memaudit.probes.copybench.summary import distributions_figure
+
+    closed = []
+    monkeypatch.setattr(plt, "close", closed.append)
+    paths = []
+    for model, values in (("narrow", np.linspace(0.1, 0.3, 11)), ("wide", np.linspace(0.0, 1.0, 11))):
+        path = tmp_path / "scores" / "bt" / model / "copybench_literal_items.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps({"decoding": d, "copybench_rougeL": float(v)}) + "\n"
+                                for v in values for d in ("greedy", "sampled")))
+        paths.append(str(path))
+    distributions_figure(paths, tmp_path / "distributions.png")
+    ax = closed[0].axes[0]
+    edges = [[round(p.get_x(), 9) for p in bars] for bars in ax.containers]
+    assert edges[0] == edges[1] == [round(0.05 * i, 9) for i in range(20)]
+    assert [sum(p.get_height() for p in bars) for bars in ax.containers] == [11, 11]  # greedy only

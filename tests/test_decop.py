@@ -676,3 +676,25 @@ def test_calibration_deltas_leave_out_skipped_calibrations(tmp_path):
         "128": {"delta": delta, "n_calibration_documents": 3}}})
     write_json(tmp_path / "c.json", {"model": "m3", "mode": "likelihood", "calibration": {}})
     assert calibration_deltas([tmp_path / f"{k}.json" for k in "abc"]) == {"m2 (logit)": delta}
+
+
+def test_auc_by_size_lines_follow_the_manifests_not_the_names(tmp_path, monkeypatch):
+    """A fine-tune is contaminated by its manifest's contaminated_on, whatever its name; each family is its
+    own line (the figure read '-contaminated' off the names and joined the families into one line)."""
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [("pythia-160m", 1.6e8, 0.50), ("pythia-160m-ft", 1.6e8, 0.90), ("pythia-410m", 4.1e8, 0.55),
+            ("opt-125m", 1.25e8, 0.45), ("opt-125m-contaminated", 1.25e8, 0.60), ("opt-350m", 3.5e8, 0.52)]
+    summary = pd.DataFrame([{"model": m, "method": "decop-likelihood-prob", "length": 64, "n_params": n, "auc": a}
+                            for m, n, a in rows])
+    models = {m: {"family": m.split("-")[0], "contaminated": m == "pythia-160m-ft"} for m, _, _ in rows}
+    figures.plot_decop_auc_by_size(summary, tmp_path / "size", "t", models)
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()), line.get_linestyle())
+             for line in drawn[0].axes[0].get_lines() if not line.get_label().startswith("_")}
+    assert lines == {
+        "decop-likelihood-prob, opt (not contaminated)": ([1.25e8, 1.25e8, 3.5e8], [0.45, 0.60, 0.52], "--"),
+        "decop-likelihood-prob, pythia (contaminated)": ([1.6e8], [0.90], "-"),
+        "decop-likelihood-prob, pythia (not contaminated)": ([1.6e8, 4.1e8], [0.50, 0.55], "--"),
+    }

@@ -58,3 +58,11 @@ def test_the_headlines_pointer_to_the_fragile_checks_resolves():
 
     path, _, anchor = FRAGILE_CHECKS.partition("#")
     assert anchor and anchor in anchors(ROOT / path)
+
+
+def test_every_page_a_report_caption_names_exists():
+    """A caption names the docs page that explains its figure or table (``See docs/<page>.md``)."""
+    captions = sorted((ROOT / "workflow" / "report").glob("*.rst"))
+    named = {(c.name, p) for c in captions for p in re.findall(r"docs/[\w/.-]+?\.md", c.read_text())}
+    assert ("summary_selection.rst", "docs/statistics.md") in named
+    assert [(c, p) for c, p in sorted(named) if not (ROOT / p).exists()] == []

@@ -104,3 +104,31 @@ def test_failure_while_saving_leaves_neither_file(tmp_path, monkeypatch):
         plot_score_distributions(_doc_scores(), tmp_path / "dist", "t")
     # The PNG was rendered first but must not appear without its SVG.
     assert list(tmp_path.iterdir()) == []
+
+
+def _drawn(monkeypatch):
+    """The figures the plot functions save, kept for the test to read."""
+    from memaudit.figures import plots
+
+    figures = []
+    original = plots.save_figure
+
+    def keep(fig, out_prefix):
+        figures.append(fig)
+        return original(fig, out_prefix)
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    return figures
+
+
+def test_plot_roc_tells_25_methods_apart_and_names_a_method_without_curve(tmp_path, monkeypatch):
+    figures = _drawn(monkeypatch)
+    docs = pd.concat([_doc_scores(n=40).assign(method=f"m{i:02d}") for i in range(25)], ignore_index=True)
+    members_only = docs[(docs["method"] == "m24") & (docs["label"] == 1)].assign(method="members_only")
+    plot_roc(pd.concat([docs, members_only], ignore_index=True), tmp_path / "roc", "t")
+    lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() != "chance"]
+    styles = [(tuple(line.get_color()), str(line.get_linestyle())) for line in lines]
+    assert len(styles) == 26 and len(set(styles)) == 26  # tab20 alone repeated 6 colours
+    assert [line.get_linestyle() for line in lines[:21:10]] == ["-", "-", "--"]
+    labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    assert "members_only (one class only: no curve)" in labels and len(labels) == 27

@@ -581,3 +581,24 @@ def test_cli_member_value_absent_exit_2(tmp_path, capsys):
     src.write_text("score,label\n0.1,a\n0.5,b\n")
     assert stats_main(["--input", str(src), "--member-value", "c"]) == 2
     assert "'c'" in capsys.readouterr().err
+
+
+def test_summary_markdown_prints_books_as_counts_and_their_pvalue_as_a_pvalue(tmp_path):
+    """metrics.md printed a book count read back from the CSV as "20.000" and a books_pvalue of 1e-4 (9,999
+    permutations) as "0.000", a p-value of 0."""
+    docs = _doc_scores()
+    books = {d: f"book{int(d[1:]) // 5}" for d in docs["doc_id"]}
+    per_book = metrics_table(docs, benchmark="bt", model="m", contaminated=True, seed=0, n_boot_small=2,
+                             n_boot_ci=20, books=books)
+    by_document = metrics_table(docs, benchmark="bt", model="m0", contaminated=False, seed=0, n_boot_small=2,
+                                n_boot_ci=20)
+    for name, table in (("a", per_book), ("b", by_document)):
+        table.to_csv(tmp_path / f"{name}.csv", index=False)
+    merged = merge_metrics([tmp_path / "a.csv", tmp_path / "b.csv"])
+    merged.loc[0, "books_pvalue"] = 1e-4
+    cells = [line.strip("| ").split(" | ") for line in summary_markdown(merged).splitlines()[4:]]
+    at = {c: i for i, c in enumerate(merged.columns)}
+    assert [row[at["model"]] for row in cells] == list(merged["model"]) and merged.loc[0, "model"] == "m"
+    assert merged["ci_books"].dtype == float and merged.loc[0, "ci_books"] == len(set(books.values())) == 16
+    assert (cells[0][at["ci_books"]], cells[0][at["books_pvalue"]]) == ("16", "1.00e-04")
+    assert (cells[-1][at["ci_books"]], cells[-1][at["books_pvalue"]]) == ("n/a", "n/a")

@@ -44,6 +44,8 @@ _RC = {
     "ytick.labelsize": FONT_SIZE - 1,
 }
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+# Past the palette's last colour, lines take the next style ("-.", then dash-dot-dot): dotted is chance.
+LINESTYLES = ["-", "--", "-.", (0, (5, 1, 1, 1, 1, 1))]
 
 
 def style():
@@ -60,6 +62,13 @@ def new_figure(width: float, height: float) -> Figure:
 def palette(n: int) -> list:
     cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
+
+
+def line_styles(n: int) -> list[tuple]:
+    """``(colour, line style)`` of ``n`` lines, no two alike up to ``4 x 20``: :func:`palette`'s colours, and
+    once they repeat (past 20 lines) the next of :data:`LINESTYLES`."""
+    size = 10 if n <= 10 else 20
+    return [(color, LINESTYLES[(i // size) % len(LINESTYLES)]) for i, color in enumerate(palette(n))]
 
 
 def save_figure(fig: Figure, out_prefix: str | os.PathLike) -> list[Path]:
@@ -93,27 +102,28 @@ def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str
     The right panel shows the low-FPR regime that matters for accusing a single
     document (Carlini et al., 2022); the dotted line is a random detector
     (TPR = FPR).  FPR cannot be below ``1 / n_nonmember``, so with few
-    non-members the curve starts at that FPR.  Methods with a single class are
-    skipped.  Returns the PNG and SVG paths.
+    non-members the curve starts at that FPR.  A method with a single class has
+    no curve; its legend entry says so.  Past 20 methods the colours repeat with
+    another line style.  Returns the PNG and SVG paths.
     """
     frame = _check_doc_scores(doc_scores)
     methods = sorted(frame["method"].unique(), key=str)
-    colors = palette(len(methods))
     with style():
         fig = new_figure(FIGURE_WIDTH_IN, 4.0)
         ax_lin, ax_log = fig.subplots(1, 2)
         plotted = 0
-        for method, color in zip(methods, colors):
+        for method, (color, ls) in zip(methods, line_styles(len(methods))):
             group = frame[frame["method"] == method]
             labels = group["label"].to_numpy()
             scores = group["score"].to_numpy(dtype=float)
             auc = roc_auc(scores, labels)
             if math.isnan(auc):
+                ax_lin.plot([], [], color=color, ls=ls, lw=1.4, label=f"{method} (one class only: no curve)")
                 continue
             fpr, tpr, _ = roc_curve(labels, scores)
-            ax_lin.plot(fpr, tpr, color=color, lw=1.4, label=f"{method} (AUC {auc:.3f})")
+            ax_lin.plot(fpr, tpr, color=color, ls=ls, lw=1.4, label=f"{method} (AUC {auc:.3f})")
             positive = fpr > 0
-            ax_log.plot(fpr[positive], tpr[positive], color=color, lw=1.4, drawstyle="steps-post")
+            ax_log.plot(fpr[positive], tpr[positive], color=color, ls=ls, lw=1.4, drawstyle="steps-post")
             plotted += 1
         if not plotted:
             raise InputError("document scores: no method has both members and non-members")

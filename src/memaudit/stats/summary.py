@@ -23,8 +23,8 @@ from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics, label_groups
 SUMMARY_COLUMNS = ["benchmark", "model", "contaminated", "method"] + METRIC_COLUMNS + selection.METRIC_COLUMNS
 DOC_SCORE_COLUMNS = ["doc_id", "label", "method", "score"]
 
-_COUNT_COLUMNS = {"n_member", "n_nonmember"}
-_PVALUE_COLUMNS = {"t_pvalue"}
+_COUNT_COLUMNS = {"n_member", "n_nonmember", "ci_books"}  # ci_books reads back as a float where a row is blank
+_PVALUE_COLUMNS = {"t_pvalue", "books_pvalue"}
 
 _MARKDOWN_HEADER = (
     "Detector scores are oriented so that higher = more likely a member of the "

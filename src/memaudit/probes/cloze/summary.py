@@ -162,7 +162,7 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
         ax.bar(x + 0.2, block["rate_nonmember"], 0.4, label="non-members")
         ax.set_xticks(x, block["model"], rotation=30, ha="right", fontsize=7)
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
-        ax.set_ylabel("masked words reconstructed")
+        ax.set_ylabel("share of masked words reconstructed")
         ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, Path(out).with_suffix(""))
@@ -186,7 +186,8 @@ def by_size(tokens: pd.DataFrame, n_params: dict[str, float], *, seed: int) -> p
 
 
 def size_figure(table: pd.DataFrame, out: str | Path) -> None:
-    """One panel per (benchmark, mode, token type): reconstruction rate against parameters (log scale)."""
+    """One panel per (benchmark, mode, token type): reconstruction rate against parameters (log scale), each
+    point named by its model (a base and its fine-tunes share a size)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,12 +203,15 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
             line = block[block["label"] == label].sort_values("n_params")
             if line.empty:
                 continue
-            # several models of one size (a base and its fine-tunes) are separate points at that size
-            ax.errorbar(line["n_params"], line["rate"], yerr=[line["rate"] - line["rate_low"],
-                        line["rate_high"] - line["rate"]], fmt="o", capsize=3, label=name, alpha=0.8)
+            # several models of one size (a base and its fine-tunes) are separate points at that size: each named
+            bars = ax.errorbar(line["n_params"], line["rate"], yerr=[line["rate"] - line["rate_low"],
+                               line["rate_high"] - line["rate"]], fmt="o", capsize=3, label=name, alpha=0.8)
+            for model, x, y in zip(line["model"], line["n_params"], line["rate"]):
+                ax.annotate(model, (x, y), xytext=(4, 2), textcoords="offset points", fontsize=6,
+                            color=bars[0].get_color())
         ax.set_xscale("log")
         ax.set_xlabel("parameters")
-        ax.set_ylabel("masked words reconstructed")
+        ax.set_ylabel("share of masked words reconstructed")
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()

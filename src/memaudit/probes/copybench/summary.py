@@ -156,13 +156,16 @@ def distributions_figure(items_paths: Sequence[str], out: str | Path) -> None:
               ("nonliteral", "copybench_characters", "characters found")]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, (mode, score, title) in zip(axes, panels):
+        shown = []
         for path in items_paths:
             benchmark, model, m = _parse(path)
-            if m != mode:
-                continue
-            frame = pd.DataFrame(read_jsonl(path))
-            frame = frame[frame["decoding"] == "greedy"]
-            ax.hist(frame[score], bins=20, alpha=0.5, label=f"{model} ({benchmark})")
+            if m == mode:
+                frame = pd.DataFrame(read_jsonl(path))
+                shown.append((f"{model} ({benchmark})", frame.loc[frame["decoding"] == "greedy", score]))
+        # one set of bins per panel: each model's own 20 bins made its bars narrower or wider than the others'
+        bins = np.histogram_bin_edges(pd.concat([v for _, v in shown]), bins=20) if shown else 20
+        for label, values in shown:
+            ax.hist(values, bins=bins, alpha=0.5, label=label)
         ax.set_title(title)
         ax.set_ylabel("prompts")
         if ax.has_data():

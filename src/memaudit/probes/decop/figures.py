@@ -48,7 +48,8 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
         runs[f"{frame['model'].iloc[0]} ({frame['mode'].iloc[0]})"] = frame
     deltas = calibration_deltas(calibrations)
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg
-    plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size")
+    sized = {m["name"]: {"family": m["family"], "contaminated": benchmark in m["contaminated_on"]} for m in manifests}
+    plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size", sized)
     plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")
     plot_decop_calibration_accuracy(merged, strip(out["calibration"]),
                                           f"DE-COP on {benchmark}: logit mode with and without calibration")
@@ -81,19 +82,23 @@ def calibration_deltas(calibrations: Sequence[str | Path]) -> dict[str, dict]:
 # auc_binarized_boot_mean: the two are not the same number.
 AUC_LABEL = "ROC-AUC of document scores"
 
-def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
-    """DE-COP AUC against parameter count, one line per (model family: base/contaminated, method)."""
+def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models: dict[str, dict]) -> list[Path]:
+    """DE-COP AUC against parameter count at the shortest passage length, one line per (method, model
+    family, contaminated): ``models`` gives each model's ``family`` and whether it was fine-tuned on this
+    benchmark's members (``contaminated``, from its manifest's ``contaminated_on``; solid), not its name."""
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
         data = summary.dropna(subset=["n_params"])
         data = data[data["length"] == data["length"].min()] if not data.empty else data
-        groups = list(data.groupby([data["model"].str.endswith("-contaminated"), "method"])) if not data.empty else []
-        for (i, ((contaminated, method), g)) in enumerate(groups):
+        data = data.assign(family=[models[m]["family"] for m in data["model"]],
+                           contaminated=[bool(models[m]["contaminated"]) for m in data["model"]])
+        groups = list(data.groupby(["method", "family", "contaminated"])) if not data.empty else []
+        for (i, ((method, family, contaminated), g)) in enumerate(groups):
             g = g.sort_values("n_params")
             ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)],
                     linestyle="-" if contaminated else "--",
-                    label=f"{method} ({'contaminated' if contaminated else 'base'})")
+                    label=f"{method}, {family} ({'contaminated' if contaminated else 'not contaminated'})")
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(format_params))
