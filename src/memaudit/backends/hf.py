@@ -12,6 +12,16 @@ from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, T
 from memaudit.errors import ConfigError
 
 
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
+    """``text`` cut before each of ``stops`` in turn that it holds, and the last stop string that cut it
+    (None: none did; the answer then ended at its end token or its token limit)."""
+    matched = None
+    for s in stops:
+        if s and s in text:
+            text, matched = text[:text.index(s)], s
+    return text, matched
+
+
 class HFBackend(Backend):
     capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS, WORD_LOGPROBS})
 
@@ -272,13 +282,13 @@ class HFBackend(Backend):
         generations: list[Generation | None] = [None] * len(encoded)
         for j, i in enumerate(order):
             new = out[j][0]
-            text = tok.decode(new, skip_special_tokens=True)
-            for s in stops:
-                if s in text:
-                    text = text[:text.index(s)]
+            text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), stops)
             # generate() counts the end token it emitted among the output tokens
             n_out = len(new) + int(j not in stopped and len(new) < limit)
-            meta = {"finish_reason": "length" if n_out >= limit else "stop", "token_ids": list(new)}
+            meta = {"finish_reason": "length" if n_out >= limit and matched is None else "stop",
+                    "token_ids": list(new)}
+            if matched is not None:
+                meta["stop_sequence"] = matched
             generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
                                         status="refusal" if is_refusal(text) else "ok")
         return generations
@@ -327,12 +337,11 @@ class HFBackend(Backend):
                                            repetition_penalty=params.repetition_penalty, pad_token_id=pad)
             for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
                 new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
-                text = tok.decode(new, skip_special_tokens=True)
-                for s in params.stop:
-                    if s and s in text:
-                        text = text[:text.index(s)]
-                meta = {"finish_reason": "length" if len(new) >= params.max_new_tokens else "stop",
+                text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
+                meta = {"finish_reason": "length" if len(new) >= params.max_new_tokens and matched is None else "stop",
                         "token_ids": list(new)}
+                if matched is not None:
+                    meta["stop_sequence"] = matched
                 out.append(Generation(text=text, input_tokens=len(e), output_tokens=len(new), meta=meta,
                                       status="refusal" if is_refusal(text) else "ok"))
         return out
@@ -362,11 +371,11 @@ class HFBackend(Backend):
         sequences = gen.sequences if top_logprobs else gen
         # a causal LM's sequence continues the prompt; a decoder's starts from its start token
         new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
-        out = tok.decode(new, skip_special_tokens=True)
-        for s in params.stop:
-            if s and s in out:
-                out = out[:out.index(s)]
-        meta: dict = {"finish_reason": "length" if len(new) >= params.max_new_tokens else "stop"}
+        out, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
+        # a stop string in the answer ends it, as an API's would, whatever was decoded after it
+        meta: dict = {"finish_reason": "length" if len(new) >= params.max_new_tokens and matched is None else "stop"}
+        if matched is not None:
+            meta["stop_sequence"] = matched
         if top_logprobs:
             tokens, top = [], []
             for step, logits in enumerate(gen.logits):

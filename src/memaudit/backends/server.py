@@ -29,6 +29,7 @@ checks no key: it is meant for one machine, not for the network.
 from __future__ import annotations
 
 import json
+import math
 import queue
 import select
 import socket
@@ -75,6 +76,7 @@ class ChatReply:
     tokens: list[tuple[str, float]] | None = None  # the generated tokens with their log-probabilities
     top_logprobs: list[list[tuple[str, float]]] | None = None  # per position, best first
     refusal: bool = False  # answer through the provider's refusal signal
+    stop_sequence: str | None = None  # the stop string that ended the answer (finish_reason "stop")
 
 
 @dataclass
@@ -223,7 +225,8 @@ class HFResponder:
 
     @staticmethod
     def _reply(g) -> ChatReply:
-        return ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens)
+        return ChatReply(g.text, g.meta.get("finish_reason", "stop"), g.input_tokens, g.output_tokens,
+                         stop_sequence=g.meta.get("stop_sequence"))
 
     def _one(self, request: ChatRequest) -> ChatReply:
         text = self.backend.render_messages(request.messages, chat=True)
@@ -256,43 +259,95 @@ def client_connected(sock: socket.socket) -> bool:
 
 # ----------------------------------------------------------------------------- wire formats
 
-def _text_of(content) -> str:
+def _text_of(content, where: str) -> str:
+    if content is None:  # an assistant turn may have none (OpenAI)
+        return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    raise BadRequest("message content must be a string or a list of text parts")
+    raise BadRequest(f"{where}: message content must be a string or a list of text parts")
+
+
+def _messages(body: dict) -> list[dict]:
+    """``body["messages"]`` as ``[{"role", "content": str}]``; a BadRequest naming the message that is not one."""
+    messages = body["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: expected a non-empty list of messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise BadRequest(f"messages[{i}]: expected an object with a string 'role'")
+        out.append({"role": m["role"], "content": _text_of(m.get("content"), f"messages[{i}].content")})
+    return out
+
+
+def _number(body: dict, key: str, default, low: float, high: float = math.inf, *, integer: bool = False,
+            above: bool = False):
+    """``body[key]`` (absent or null: ``default``), a number from ``low`` (excluded with ``above``) to
+    ``high``; anything else is a BadRequest naming the key, where ``int()``/``float()`` would
+    accept a string, round a fraction, or let a value the model cannot take through."""
+    value = body.get(key)
+    if value is None:
+        return default
+    kind = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < low or (above and value == low) \
+            or value > high:
+        bounds = ("" if low == -math.inf else f" > {low:g}" if above else f" >= {low:g}" if high == math.inf
+                  else f" in [{low:g}, {high:g}]")
+        raise BadRequest(f"{key}: expected {'an integer' if integer else 'a number'}{bounds}, got {value!r}")
+    return value if integer else float(value)
+
+
+def _stops(body: dict, key: str) -> tuple[str, ...]:
+    stop = body.get(key)
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list) and all(isinstance(x, str) for x in stop):
+        return tuple(stop)
+    raise BadRequest(f"{key}: expected a string or a list of strings, got {stop!r}")
 
 
 def parse_openai_request(body: dict) -> ChatRequest:
+    """A Chat Completions request; a parameter of the wrong type or out of the API's range is a
+    BadRequest naming it (HTTP 400), never a default put in its place or a 500."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
     for key in ("model", "messages"):
-        if key not in body:
+        if body.get(key) is None:
             raise BadRequest(f"missing required parameter: '{key}'")
     if body.get("stream"):
         raise BadRequest("streaming is not supported by this server")
-    if body.get("n", 1) != 1:
+    if body.get("n") not in (None, 1):
         raise BadRequest("only n=1 is supported")
-    messages = [{"role": m["role"], "content": _text_of(m.get("content", ""))} for m in body["messages"]]
-    top = int(body.get("top_logprobs") or 0)
-    if top > MAX_TOP_LOGPROBS:
-        raise BadRequest(f"top_logprobs must be at most {MAX_TOP_LOGPROBS}")
-    stop = body.get("stop") or ()
-    return ChatRequest("openai", body["model"], messages,
-                       int(body.get("max_completion_tokens") or body.get("max_tokens") or 256),
-                       float(body.get("temperature", 1.0)), float(body.get("top_p", 1.0)),
-                       (stop,) if isinstance(stop, str) else tuple(stop), body.get("seed"),
-                       bool(body.get("logprobs")), top, float(body.get("repetition_penalty", 1.0)))
+    messages = _messages(body)
+    top = _number(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, integer=True)
+    logprobs = body.get("logprobs")
+    if top and not logprobs:
+        raise BadRequest("top_logprobs: logprobs must be true when top_logprobs is set")
+    max_tokens = _number(body, "max_completion_tokens", None, 1, integer=True)
+    if max_tokens is None:
+        max_tokens = _number(body, "max_tokens", 256, 1, integer=True)
+    return ChatRequest("openai", body["model"], messages, max_tokens, _number(body, "temperature", 1.0, 0, 2),
+                       _number(body, "top_p", 1.0, 0, 1), _stops(body, "stop"),
+                       _number(body, "seed", None, -math.inf, integer=True), bool(logprobs), top,
+                       _number(body, "repetition_penalty", 1.0, 0, above=True))
 
 
 def parse_anthropic_request(body: dict) -> ChatRequest:
+    """A Messages request; checked as :func:`parse_openai_request` checks its own."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
     for key in ("model", "messages", "max_tokens"):
-        if key not in body:
+        if body.get(key) is None:
             raise BadRequest(f"{key}: Field required")
-    messages = [{"role": "system", "content": _text_of(body["system"])}] if body.get("system") else []
-    messages += [{"role": m["role"], "content": _text_of(m.get("content", ""))} for m in body["messages"]]
-    return ChatRequest("anthropic", body["model"], messages, int(body["max_tokens"]),
-                       float(body.get("temperature", 1.0)), float(body.get("top_p", 1.0)),
-                       tuple(body.get("stop_sequences") or ()))
+    messages = [{"role": "system", "content": _text_of(body["system"], "system")}] if body.get("system") else []
+    messages += _messages(body)
+    return ChatRequest("anthropic", body["model"], messages, _number(body, "max_tokens", None, 1, integer=True),
+                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1),
+                       _stops(body, "stop_sequences"))
 
 
 def openai_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
@@ -318,8 +373,11 @@ _ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "content_filter":
 
 def anthropic_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
     stop = "refusal" if reply.refusal else _ANTHROPIC_STOP.get(reply.finish_reason, reply.finish_reason)
+    if stop == "end_turn" and reply.stop_sequence is not None:
+        stop = "stop_sequence"
     return {"id": f"msg_{n:024d}", "type": "message", "role": "assistant", "model": request.model,
-            "content": [{"type": "text", "text": reply.text}], "stop_reason": stop, "stop_sequence": None,
+            "content": [{"type": "text", "text": reply.text}], "stop_reason": stop,
+            "stop_sequence": reply.stop_sequence if stop == "stop_sequence" else None,
             "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}}
 
 

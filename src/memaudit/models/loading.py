@@ -147,6 +147,11 @@ def load_tokenizer(spec: dict[str, Any]):
 
     name, kwargs = _from_pretrained_args(spec)
     tok = AutoTokenizer.from_pretrained(name, **kwargs)
+    # A folder without tokenizer files loads, from its config, a tokenizer with no vocabulary that
+    # turns every text into no tokens: every passage would score NaN, every prompt be empty.
+    if not tok("The", add_special_tokens=False)["input_ids"]:
+        raise InputError(f"model {name!r}: its tokenizer encodes no text (no tokenizer files, e.g. "
+                         "tokenizer.json, beside the weights?)")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
