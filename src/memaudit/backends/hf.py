@@ -22,6 +22,15 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
     return text, matched
 
 
+def finish_meta(n_out: int, limit: int, matched: str | None) -> dict:
+    """A generation's ``finish_reason`` (``length`` only when the token limit ended it and no stop
+    string did) and, when a stop string ended it, ``stop_sequence``."""
+    meta: dict = {"finish_reason": "length" if n_out >= limit and matched is None else "stop"}
+    if matched is not None:
+        meta["stop_sequence"] = matched
+    return meta
+
+
 class HFBackend(Backend):
     capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS, WORD_LOGPROBS})
 
@@ -285,10 +294,7 @@ class HFBackend(Backend):
             text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), stops)
             # generate() counts the end token it emitted among the output tokens
             n_out = len(new) + int(j not in stopped and len(new) < limit)
-            meta = {"finish_reason": "length" if n_out >= limit and matched is None else "stop",
-                    "token_ids": list(new)}
-            if matched is not None:
-                meta["stop_sequence"] = matched
+            meta = {**finish_meta(n_out, limit, matched), "token_ids": list(new)}
             generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
                                         status="refusal" if is_refusal(text) else "ok")
         return generations
@@ -338,10 +344,7 @@ class HFBackend(Backend):
             for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
                 new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
                 text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
-                meta = {"finish_reason": "length" if len(new) >= params.max_new_tokens and matched is None else "stop",
-                        "token_ids": list(new)}
-                if matched is not None:
-                    meta["stop_sequence"] = matched
+                meta = {**finish_meta(len(new), params.max_new_tokens, matched), "token_ids": list(new)}
                 out.append(Generation(text=text, input_tokens=len(e), output_tokens=len(new), meta=meta,
                                       status="refusal" if is_refusal(text) else "ok"))
         return out
@@ -373,9 +376,7 @@ class HFBackend(Backend):
         new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
         out, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
         # a stop string in the answer ends it, as an API's would, whatever was decoded after it
-        meta: dict = {"finish_reason": "length" if len(new) >= params.max_new_tokens and matched is None else "stop"}
-        if matched is not None:
-            meta["stop_sequence"] = matched
+        meta = finish_meta(len(new), params.max_new_tokens, matched)
         if top_logprobs:
             tokens, top = [], []
             for step, logits in enumerate(gen.logits):

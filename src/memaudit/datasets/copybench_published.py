@@ -81,9 +81,10 @@ def json_object(pairs: list[tuple[str, Any]]) -> JSONObject:
     return record
 
 
-# Non-strict: a raw control character inside a string (a stray NUL byte) reaches the record
-# checks and costs that record only, not the whole file.
-_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=json_object)
+# The published loaders' one decoder (memaudit.datasets.rejects reads JSON lines with it too). Non-strict:
+# a raw control character inside a string (a stray NUL byte) reaches the record checks and costs that
+# record only, not the whole file; a key given twice is kept for the checks (json_object).
+RECORD_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=json_object)
 
 
 class _Record:
@@ -245,7 +246,7 @@ def _invalid_json(path: Path, exc: json.JSONDecodeError) -> InputError:
 
 def _decode_document(path: Path, text: str) -> Any:
     try:
-        return _DECODER.decode(text)
+        return RECORD_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise _invalid_json(path, exc) from None
 
@@ -288,7 +289,7 @@ def _array_elements(path: Path, text: str) -> Iterator[tuple[int, int, Any]]:
         while True:
             start = pos
             try:
-                value, pos = _DECODER.raw_decode(text, pos)
+                value, pos = RECORD_DECODER.raw_decode(text, pos)
             except json.JSONDecodeError as exc:
                 raise _invalid_json(path, exc) from None
             line += text.count("\n", counted, start)

@@ -29,10 +29,10 @@ from typing import Any, Iterator, Mapping, Sequence
 # one definition of the rejects machinery, shared with the CopyBench loaders
 from memaudit.datasets.copybench_published import (
     MISSING,
+    RECORD_DECODER,
     REJECT_COLUMNS,
     Rejected,
     RowReject,
-    json_object,
     json_type,
     short_repr,
     write_rejects,
@@ -145,9 +145,6 @@ def _refuse_binary(path: Path, data: bytes, what: str) -> None:
             raise InputError(f"{path}: {kind}, expected {what} in UTF-8; {remedy}")
 
 
-# a raw control character costs its record, not the file; a key given twice is kept for the checks
-_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=json_object)
-
 
 # One physical line with its ending, split as ``io.StringIO(text, newline="")`` splits (on \r\n, \r
 # or \n, endings kept), without copying the whole text into StringIO's four-bytes-a-character buffer.
@@ -197,7 +194,7 @@ def json_lines(text: str) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            yield line_no, _DECODER.decode(line)
+            yield line_no, RECORD_DECODER.decode(line)
         except json.JSONDecodeError as exc:
             yield line_no, RowReject("(record)", line.strip(), f"not valid JSON ({exc.msg}, column {exc.colno})")
 
