@@ -110,6 +110,10 @@ def test_logit_mode_reads_the_models_own_rank_at_each_masked_word(tiny_model):
     expected = np.mean([1 / (r["rank"] + 1) for r in direct[:2]])
     assert texts.set_index("passage_id").loc["d1#p0", "mrr"] == pytest.approx(expected)
     assert {"cloze_prob", "cloze_prob_mrr"} == set(runner.document_table(texts, "logit")["method"])
+    from memaudit.probes.cloze.plan import method_names  # what the config check lists
+
+    assert method_names({"probes": {"cloze": {"measures": ["prob"]}}}, [("b", "m", "logit")]) == [
+        "cloze_prob", "cloze_prob_mrr"]
 
 
 def _texts(model: str, rec: list[int], labels: list[int]) -> pd.DataFrame:

@@ -396,6 +396,7 @@ def test_a_probe_job_reads_its_benchmarks_calibration_documents(long_tiny_model,
     """run_job resolves probes.decop.calibration_documents for its own benchmark: 0 there means no
     calibrated variant (and says so), while the default still calibrates another benchmark's items."""
     from memaudit.io import read_json, read_jsonl, write_json, write_jsonl
+    from memaudit.probes.decop.plan import method_names
     from memaudit.probes.decop.runner import run_job
     from memaudit.probes.job import ProbeJob
 
@@ -422,6 +423,7 @@ def test_a_probe_job_reads_its_benchmarks_calibration_documents(long_tiny_model,
         methods = set(pd.read_csv(outs["documents"])["method"])
         assert methods == ({"decop-logit", "decop-logit-prob"} if bench == "arxiv" else
                            {"decop-logit", "decop-logit-prob", "decop-logit-calibrated"}), bench
+        assert set(method_names(config, [(bench, "tiny", "logit")])) == methods  # what the config check lists
     assert calibration["arxiv"] == {"skipped": "probes.decop.calibration_documents is 0 for this benchmark",
                                     "n_calibration_documents": 0}
     assert calibration["books"]["n_calibration_documents"] == 1

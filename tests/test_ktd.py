@@ -59,6 +59,9 @@ def test_ktd_tables_separate_members_and_keep_nonmembers_symmetric():
     tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=4, qs=[0.1, 0.2], seed=5)
     docs = tables["documents"]
     assert sorted(docs["method"].unique()) == ["ktd_w_gradnorm", "ktd_w_loss", "ktd_w_min_k", "ktd_z_gradnorm"]
+    from memaudit.probes.ktd.plan import method_names  # what the config check lets figures name
+
+    assert sorted(method_names({}, [("b", "m", "")])) == sorted(docs["method"].unique())
     assert len(docs) == 4 * 40 and set(docs.loc[docs.doc_id == "doc0", "label"]) == {1}
     # a document's score is the mean of its passages' W (first draw, m = 3: every knockoff)
     w = tables["w"]

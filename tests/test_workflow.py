@@ -27,9 +27,12 @@ def test_end_to_end_summary_has_every_row(ci_run):
     assert list(summary.columns) == expected_cols
     methods = {"loss", "zlib", "lowercase", "min_k_10pct", "min_k_20pct", "min_k_plus_plus_10pct",
                "min_k_plus_plus_20pct"}
-    from memaudit.jobs import probe_runs, validate_config
+    from memaudit.jobs import method_names, probe_runs, validate_config
 
     runs = probe_runs(validate_config(copy.deepcopy(cfg)), "token_prob")
+    # every method the run wrote is one the config check lets figures.headline_methods name
+    written = set(summary["method"]) - {"blind_bag_of_words"}
+    assert written <= set(method_names(validate_config(copy.deepcopy(cfg)))), written
     assert len(runs) == 2 * len(cfg["probes"]["token_prob"]["models"])  # novels and news
     for bench, model, _ in runs:
         rows = summary[(summary.benchmark == bench) & (summary.model == model)]

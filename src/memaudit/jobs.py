@@ -20,7 +20,8 @@ def _checks() -> list:
     from memaudit.backends.config_checks import check_api_models
     from memaudit.probes.registry import check_capabilities, check_families, check_roles
 
-    return [check_capabilities, check_roles, check_families, check_api_models, check_controls]
+    return [check_capabilities, check_roles, check_families, check_api_models, check_controls,
+            check_headline_methods]
 
 
 def run_checks(config: dict) -> list[str]:
@@ -133,6 +134,43 @@ def probe_runs(config: dict, family: str) -> list[tuple[str, str, str]]:
     fam = FAMILIES[family]
     return [(b, m, mode) for mode in fam.modes for b in sorted(config["benchmarks"]) for m in sorted(config["models"])
             if fam.probe(mode) in probes_for_model(config, m, b)]
+
+
+def method_names(config: dict) -> list[str]:
+    """Every method name (the ``method`` of the score files, metrics.csv) the configured run writes: each
+    family whose probes run somewhere lists its own (its registry entry's ``methods`` hook, from the naming
+    code its runners use), in registry order, each name once."""
+    from memaudit.probes.registry import load_callable
+
+    names: dict[str, None] = {}
+    for fam in FAMILIES.values():
+        runs = probe_runs(config, fam.name)
+        if runs and fam.methods:
+            names.update(dict.fromkeys(load_callable(fam.methods)(config, runs)))
+    return list(names)
+
+
+def check_headline_methods(config: dict) -> list[str]:
+    """``figures.headline_methods`` names methods the run writes (:func:`method_names`): the figures keep
+    the rows of the names listed, so a misspelt one (``zlibb``) would be left out without a word. The
+    schema's default is not checked: it names the token-probability methods of the default settings, and
+    a run without some of them (a DE-COP-only one) draws what it has."""
+    import difflib
+
+    from memaudit.backends.settings import _schema_defaults
+
+    chosen = config["figures"]["headline_methods"]
+    if chosen == _schema_defaults("properties", "figures")["headline_methods"]:
+        return []
+    known = method_names(config)
+    problems = []
+    for i, name in enumerate(chosen):
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            problems.append(f"figures.headline_methods.{i}: {name!r} is no method this config's probes write"
+                            f"{hint} (they write {len(known)}: see config/README.md)")
+    return problems
 
 
 def controls(config: dict, family: str) -> dict[str, str]:

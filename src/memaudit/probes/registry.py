@@ -83,6 +83,10 @@ class ProbeFamily:
     role_plan_inputs: str | None = None
     role_planner: str | None = None
     checks: str | None = None  # "module:function"(config) -> problems ("dotted.key: message"), before any job
+    # "module:function"(config, runs) -> the method names (the `method` of its score files) its probes write
+    # under this config, from the naming code its runners use; runs: its (benchmark, model, mode) jobs
+    # (memaudit.jobs.probe_runs, never empty). memaudit.jobs.method_names lists them over every family
+    methods: str | None = None
     # "module:function"(summary_dir, models) -> the sections it adds to `memaudit headline` (its ground-truth
     # checks; memaudit.stats.headline.family_blocks); a module named `headline`, which decides no result
     headline: str | None = None
@@ -119,16 +123,18 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", version=1, fingerprint="86dccc7891a44fc9",
+        runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.methods:check_config",
+        methods="memaudit.probes.token_prob.methods:method_names", version=1, fingerprint="e81d148cd7de759c",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        checks="memaudit.probes.prefix.runner:check_config", headline="memaudit.probes.prefix.headline:headline",
+        checks="memaudit.probes.prefix.runner:check_config", methods="memaudit.probes.prefix.runner:method_names",
+        headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="938870d4f6c41086",
+        version=4, fingerprint="0f0e9d1555862d22",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -142,11 +148,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="5f0622e75f1173a5",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="f1265f6186c074d8",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="a7a1c0f56865ec3d")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
-        checks="memaudit.probes.decop.plan:check_config",
+        checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
         description="DE-COP: pick the verbatim passage among three paraphrases",
     ),
@@ -163,7 +169,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="3308e0de03aafb2f",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="89e9451d6cb83c03",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
@@ -175,7 +181,8 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
         role_planner="memaudit.probes.copybench.api_plan:role_plan_records",
-        checks="memaudit.probes.copybench.plan:check_config", unlabelled=True, paired=True,
+        checks="memaudit.probes.copybench.plan:check_config", methods="memaudit.probes.copybench.runner:method_names",
+        unlabelled=True, paired=True,
         headline="memaudit.probes.copybench.headline:headline",
         headline_methods=("copybench_rougeL_excess", "copybench_characters"),
         description="CopyBench: literal and non-literal copying (characters, events) against fact recall, "
@@ -185,14 +192,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="a8a1b69d1015232c",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="fab850d60ac6f5de",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="20945a1dce3d72a8"),
+                              version=7, fingerprint="4acbc38049c5f7a7"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="a3bcba8dcc5c41e1")},
-        checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
+        checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
+        headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
     ),
@@ -207,15 +215,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="4292f4797a061736",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="9ed7ae406c0bdda3",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
                                version=3, fingerprint="69acb2e74f7ed20b"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="cedb854be460980a")},
+                                 version=4, fingerprint="00402aae9ea454b6")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
-        checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
+        checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
+        headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),
         description="information-guided cloze probes: mask high-surprisal words one at a time, count "
                     "reconstructions",

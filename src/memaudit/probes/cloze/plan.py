@@ -19,6 +19,20 @@ def uses_filter(config: dict, wildcards=None) -> bool:
     return bool((config["probes"].get("cloze", {}).get("filter") or {}).get("model"))
 
 
+def method_name(measure: str, *, mrr: bool = False) -> str:
+    """A document score's method: reconstructed words of one token type (``cloze_<measure>``), or in logit
+    mode their mean reciprocal rank (``cloze_<measure>_mrr``)."""
+    return f"cloze_{measure}" + ("_mrr" if mrr else "")
+
+
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: :func:`method_name` of every configured measure in the runs' modes."""
+    measures = config["probes"]["cloze"]["measures"]
+    modes = {mode for _, _, mode in runs}
+    mrr = [method_name(m, mrr=True) for m in measures] if "logit" in modes else []
+    return [method_name(m) for m in measures] + mrr
+
+
 def check_config(config: dict) -> list[str]:
     """The reference model must be able to score words, and must not be a model under test on its benchmark
     (a model that memorised a text finds nothing in it surprising, §3)."""

@@ -32,6 +32,7 @@ from memaudit.backends.base import GenerationParams
 from memaudit.errors import InputError
 from memaudit.io import read_jsonl, write_csv
 from memaudit.probes.cloze import prompts
+from memaudit.probes.cloze.plan import method_name
 from memaudit.probes.cloze.scoring import classify_reply
 from memaudit.probes.job import ProbeJob, document_scores
 
@@ -111,10 +112,10 @@ def document_table(texts: pd.DataFrame, mode: str) -> pd.DataFrame:
     frames = []
     grouped = texts.groupby(["doc_id", "label", "measure"], sort=True)
     count = grouped["n_reconstructed"].sum().reset_index()
-    frames.append(count.assign(method="cloze_" + count["measure"], score=count["n_reconstructed"].astype(float)))
+    frames.append(count.assign(method=count["measure"].map(method_name), score=count["n_reconstructed"].astype(float)))
     if mode == "logit":
         mrr = grouped["mrr"].mean().reset_index().fillna({"mrr": 0.0})
-        frames.append(mrr.assign(method="cloze_" + mrr["measure"] + "_mrr", score=mrr["mrr"]))
+        frames.append(mrr.assign(method=mrr["measure"].map(lambda m: method_name(m, mrr=True)), score=mrr["mrr"]))
     out = pd.concat(frames, ignore_index=True)
     return out[["doc_id", "label", "method", "score"]].sort_values(["method", "doc_id"]).reset_index(drop=True)
 

@@ -61,6 +61,15 @@ def method_name(method: str, decoding: str) -> str:
     return method if decoding == "greedy" else f"{method}_{decoding}"
 
 
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: each probed mode's :data:`METHODS` under every configured decoding
+    (:func:`method_name`). ``copybench_rougeL_excess`` is listed though a run without chance references
+    (``chance_references: 0``, or items of one book) leaves it out."""
+    modes = dict.fromkeys(mode for _, _, mode in runs)
+    decodings = config["probes"]["copybench"]["decodings"]
+    return [method_name(m, d) for mode in modes for d in decodings for m in METHODS[mode]]
+
+
 def judge_agreement(judge, judge_info: dict) -> dict | None:
     """The agreement of the judge that runs with the labelled held-out pairs: the encoder's was measured
     when it was calibrated; an LLM judge is asked the same pairs (its unparseable verdicts counted)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from memaudit.backends.base import is_api_model
 from memaudit.config import for_benchmark, per_benchmark_problems
 from memaudit.jobs import job_settings, probe_runs
@@ -17,6 +19,32 @@ def calibration_documents(cfg: dict, benchmark: str) -> int:
     BookTection's 30 cannot apply to it; 0 computes no calibrated variant (the paper calibrates on
     books only, Section 6.5)."""
     return int(for_benchmark(cfg.get("calibration_documents"), benchmark, DEFAULT_CALIBRATION_DOCUMENTS))
+
+
+def method_name(mode: str, length: int, lengths: Sequence[int], variant: str = "") -> str:
+    """``decop-<mode>[-calibrated|-prob]``, with ``-<n>tok`` for every length but the first configured one."""
+    name = f"decop-{mode}" + (f"-{variant}" if variant else "")
+    return name if length == lengths[0] else f"{name}-{length}tok"
+
+
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: the names :func:`method_name` gives what the runs'
+    (``(benchmark, model, mode)``) jobs score at every configured length: the accuracy; in logit mode
+    the calibrated accuracy where the benchmark's ``calibration_documents`` is not 0
+    (:func:`memaudit.probes.decop.runner.run_decop` skips it, with a line, where quality control left
+    no clean calibration document); and, in the modes with option probabilities (logit, likelihood;
+    :func:`memaudit.probes.decop.analysis.verbatim_probability`), the verbatim option's probability."""
+    cfg = config["probes"]["decop"]
+    lengths = cfg["lengths"]
+    names: dict[str, None] = {}
+    for benchmark, _, mode in runs:
+        variants = [""]
+        if mode == "logit" and calibration_documents(cfg, benchmark):
+            variants.append("calibrated")
+        if mode in ("logit", "likelihood"):
+            variants.append("prob")
+        names.update(dict.fromkeys(method_name(mode, n, lengths, v) for n in lengths for v in variants))
+    return list(names)
 
 
 def settings(config: dict, benchmark: str) -> dict:

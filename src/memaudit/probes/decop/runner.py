@@ -16,6 +16,7 @@ from memaudit.probes.decop import analysis
 # moved to memaudit.probes.decop.items: Snakemake reruns a rule whose script text changes, and a
 # finished paraphrase pool must not be redone for a move
 from memaudit.probes.decop.items import build_items, make_paraphraser, published_items_for_run  # noqa: F401
+from memaudit.probes.decop.plan import method_name
 from memaudit.probes.decop.prompts import orderings
 from memaudit.io import read_jsonl, write_csv, write_json
 from memaudit.probes.job import document_scores
@@ -24,12 +25,6 @@ from memaudit.probes.registry import modes_of
 log = logging.getLogger(__name__)
 
 MODES = tuple(modes_of("decop"))
-
-
-def method_name(mode: str, length: int, lengths: Sequence[int], variant: str = "") -> str:
-    """``decop-<mode>[-calibrated|-prob]``, with ``-<n>tok`` for every length but the first configured one."""
-    name = f"decop-{mode}" + (f"-{variant}" if variant else "")
-    return name if length == lengths[0] else f"{name}-{length}tok"
 
 
 # ----------------------------------------------------------------------------- scoring

@@ -9,6 +9,20 @@ from memaudit.jobs import probe_runs
 DECOP_POOL = 3
 POOL_FILE = "ktd_pool.jsonl"
 
+# The importance scores Z of every text (memaudit.probes.ktd.runner), each with its knockoff statistic W
+STATISTICS = ("gradnorm", "loss", "min_k")
+Z_GRADNORM = "ktd_z_gradnorm"  # the gradient norm alone, a detector without knockoffs
+
+
+def w_method(statistic: str) -> str:
+    """The method name of the knockoff statistic W over one Z of :data:`STATISTICS`."""
+    return f"ktd_w_{statistic}"
+
+
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: every KTD job writes each W (:func:`w_method`) and :data:`Z_GRADNORM`."""
+    return [w_method(s) for s in STATISTICS] + [Z_GRADNORM]
+
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
     return probe_runs(config, "ktd")

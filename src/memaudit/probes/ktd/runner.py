@@ -44,12 +44,12 @@ from memaudit.io import read_jsonl, write_csv
 from memaudit.models import grad_norms  # noqa: F401 -- computes Z (HFBackend.gradient_norms): in KTD's fingerprint
 from memaudit.probes.job import ProbeJob, document_scores
 from memaudit.probes.ktd import statistics
+from memaudit.probes.ktd.plan import STATISTICS, Z_GRADNORM, w_method
 from memaudit.probes.token_prob.methods import k_lowest_mean, zlib_lengths
 
 log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\S+")
-STATISTICS = ("gradnorm", "loss", "min_k")
 MIN_K_RATIO = 0.2
 
 
@@ -157,9 +157,9 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
         means = values.groupby(doc_of.loc[values.index].to_numpy()).mean().sort_index()
         return pd.DataFrame({"doc_id": means.index, "method": method, "score": means.to_numpy()})
 
-    scores = [per_document(draws[(name, m)][0], f"ktd_w_{name}") for name in STATISTICS]
+    scores = [per_document(draws[(name, m)][0], w_method(name)) for name in STATISTICS]
     # the gradient norm alone is a detector too (loss and Min-K% are token_prob's methods)
-    scores.append(per_document(pd.Series(whole["gradnorm"], index=ids), "ktd_z_gradnorm"))
+    scores.append(per_document(pd.Series(whole["gradnorm"], index=ids), Z_GRADNORM))
     documents = pd.concat(scores, ignore_index=True)
     doc_labels = pd.Series({it["doc_id"]: int(it["label"]) for it in items})
     documents.insert(1, "label", doc_labels.loc[documents["doc_id"]].to_numpy())

@@ -51,6 +51,11 @@ INSTRUCTION = "Please complete the following text with more than 150 words:"  # 
 _WORD = re.compile(r"[a-z0-9]+")
 
 
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: every prefix job writes :data:`METHODS`."""
+    return list(METHODS)
+
+
 def words(text: str) -> list[str]:
     """Lowercased alphanumeric words (ROUGE's tokenisation: punctuation and case do not count)."""
     return _WORD.findall(text.lower())
