@@ -263,6 +263,12 @@ HOBBIT = "'The_Hobbit_-_J._R._R._Tolkien'"
     ({"Answer": "E"}, [(3, "Answer", "'E'", "'E' is not one of A, B, C, D", "rejected")]),
     ({"Example_C": " "}, [(3, "Example_C", "' '", "empty or whitespace-only text", "rejected")]),
     ({"Example_C": ""}, [(3, "Example_C", "''", "empty or whitespace-only text", "rejected")]),
+    # two options alike: no single verbatim option to find, or three choices where chance is a quarter
+    ({"Example_D": "Para one."}, [(3, "Example_D", "'Para one.'", "the same text as Example_B (up to whitespace): "
+                                   "a question needs four different options", "rejected")]),
+    ({"Example_C": " Other \t verbatim. "},
+     [(3, "Example_C", "' Other \\t verbatim. '", "the same text as Example_A (up to whitespace): a question "
+       "needs four different options", "rejected")]),
     ({"Label": "yes"}, [(3, "Label", "'yes'", "not exactly 0 (clean) or 1 (suspect): got the text 'yes'", "rejected")]),
     ({"Label": "0.7"}, [(3, "Label", "'0.7'", "not exactly 0 (clean) or 1 (suspect): got the text '0.7'", "rejected")]),
     ({"Label": "1.5"}, [(3, "Label", "'1.5'", "not exactly 0 (clean) or 1 (suspect): got the text '1.5'", "rejected")]),

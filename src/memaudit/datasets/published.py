@@ -17,7 +17,8 @@ Published-data policy (:mod:`memaudit.datasets.rejects`, as for every published 
 the loader cannot use is skipped, never the file, and listed as a rejected row naming the file,
 the physical line where the record starts (1-based, as an editor shows it; the header is line 1),
 the column (key, in BookMIA), a short repr of the value and the reason. Rejected: a wrong field
-count, an empty or whitespace-only option or ID, an ``Answer`` outside A-D, a ``Label`` other than
+count, an empty or whitespace-only option or ID, two options with the same text (up to whitespace;
+the later one is named), an ``Answer`` outside A-D, a ``Label`` other than
 exactly ``0`` or ``1``, a ``Length`` other than small/medium/large, a question repeated (same ID,
 ``Example_A`` up to whitespace and length: the later copies), and every row of an ID whose rows
 give both labels (the file cannot say which is right). NUL characters are removed from every
@@ -112,6 +113,13 @@ def _tection_row(get: Getter, textual: bool, has_length: bool) -> dict[str, Any]
     """The checked cells of one BookTection/arXivTection row (a :class:`RowReject` names the first bad one)."""
     notes: Notes = []
     options = [_text(get, column, notes) for column in OPTION_COLUMNS]
+    seen: dict[str, str] = {}
+    for column, option in zip(OPTION_COLUMNS, options):
+        # two options alike leave no single verbatim one to find (or three choices where chance is a quarter)
+        first = seen.setdefault(text_key(option), column)
+        if first != column:
+            raise RowReject(column, get(column), f"the same text as {first} (up to whitespace): a question needs "
+                                            f"four different options")
     answer = get("Answer")
     if not isinstance(answer, str) or answer.strip().upper() not in ("A", "B", "C", "D"):
         raise RowReject("Answer", answer, f"{answer!r} is not one of A, B, C, D" if isinstance(answer, str)
