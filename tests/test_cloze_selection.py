@@ -209,6 +209,47 @@ def test_words_glued_to_letters_or_digits_are_not_candidates():
     assert "5" not in words and "pm" not in words and "station" in words
 
 
+@pytest.mark.parametrize("text, expected", [
+    # spaCy splits these at the hyphen; NLTK (the authors') keeps each whole and drops it as not alphanumeric
+    ("The co-op sold twenty-five sea-captain hats at the well-to-do market in Port-au-Prince today.",
+     ["hats", "market", "today"]),
+    # slash, a number range, underscores, two joined names
+    ("The miles/hour limit, the 1914-1918 war, the __init__ method and the Texaco-Pennzoil talks ended in court.",
+     ["limit", "war", "method", "talks", "court"]),
+    # a double hyphen or an em dash is a dash, not a joiner; 10-Q and x-ray are joined; 1850s is one word
+    ("The captain--a tall man--and the mate\u2014a sailor\u2014stood on deck with the 10-Q and a x-ray in 1850s "
+     "clothes.", ["captain", "man", "mate", "sailor", "deck", "1850s", "clothes"]),
+    # inner apostrophes are single spaCy tokens (not alphanumeric); a possessive 's is split off
+    ("At five o'clock the O'Brien boys met at O\u2019Brien\u2019s farm near the rock'n'roll club and Smith's 3rd "
+     "barn.", ["five", "boys", "farm", "club", "Smith", "barn"]),
+])
+def test_pieces_of_hyphenated_and_joined_words_are_not_candidates(text, expected):
+    assert words_of(extract_candidates(text)) == expected
+
+
+def test_part_of_larger_word():
+    from memaudit.probes.cloze.candidates import part_of_larger_word
+
+    text = "a co-op, the sea--side, 5pm and x_y or a/b"
+    assert [part_of_larger_word(text, *span_of(text, w)) for w in ("co", "op", "sea", "side", "5", "x", "b")] == [
+        True, True, False, False, True, True, True]
+    assert not part_of_larger_word("co-op", 0, 5) and part_of_larger_word("pre-war", 4, 7)
+
+
+def test_the_uniqueness_window_counts_a_hyphenated_compound_as_one_word():
+    """36 whole words (75 word pieces) and 321 characters apart: a second Kowalski within a window of
+    36 words hides the first, as it does in the authors' NLTK tokens; the pieces once counted 75."""
+    filler = " ".join(["the well-to-do mother-in-law"] * 10)
+    text = f"Then Kowalski came in with {filler} and then Kowalski sat down by the fire."
+    first, second = text.index("Kowalski"), text.rindex("Kowalski")
+    assert len(text[first:second].split()) == 36 and second - first == 321 > 300
+    assert words_of(extract_candidates(text)) == ["fire"]
+    assert words_of(extract_candidates(text, window_words=36)) == ["fire"]
+    assert words_of(extract_candidates(text, window_words=35)) == ["Kowalski", "fire"]
+    # a piece still counts as an occurrence: sea-captain would show captain in its context
+    assert words_of(extract_candidates("The captain of the sea-captain's ship sailed.")) == ["ship"]
+
+
 def test_cloze_context_cuts_at_word_boundaries():
     text = "alpha bravo charlie delta echo foxtrot golf"
     start, end = span_of(text, "delta")

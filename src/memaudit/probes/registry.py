@@ -215,10 +215,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="9ed7ae406c0bdda3",
-        # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="72551669325df4fb",
+        # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
+        # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
+        # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=3, fingerprint="69acb2e74f7ed20b"),
+                               version=4, fingerprint="a3811a84581fbcd9"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
                                  version=4, fingerprint="00402aae9ea454b6")},

@@ -9,10 +9,17 @@ text rather than about English. Here, from spaCy's ``en_core_web_sm`` (the ``vbs
 - it is alphanumeric (``str.isalnum``: no punctuation, no ``1,000``, no ``don't``) and not a
   single letter (a single digit is kept, as in the authors' ``can_be_masked_token``);
 - it is a whole word: no letter or digit touches it (spaCy splits ``5pm`` into ``5`` and ``pm``;
-  ``[MASK]pm`` is no cloze question);
+  ``[MASK]pm`` is no cloze question), and no hyphen, slash or underscore (:data:`JOINERS`) joins
+  it to more of a word: spaCy splits ``co-op``, ``sea-captain``, ``twenty-five``, ``1914-1918``,
+  ``miles/hour`` and ``__init__`` into pieces, where the authors' ``nltk.word_tokenize`` keeps each
+  whole and ``can_be_masked_token`` then rejects it as not alphanumeric. A run of two or more
+  hyphens (``word--word``) is a dash, which NLTK splits off too, so the words beside it stay
+  candidates. Words with an inner apostrophe (``o'clock``, ``O'Brien``) are single spaCy tokens
+  and not alphanumeric; a clitic (``Smith's``) is split off by both tokenisers;
 - it occurs only once among the :data:`WINDOW_WORDS` words either side of it, compared without
   case (the authors compare with case): a second occurrence would sit in the cloze context and
-  give the answer away;
+  give the answer away. A hyphenated compound counts as one word of the window, as NLTK's token
+  does, but its pieces count as occurrences (``sea-captain`` gives ``captain`` away);
 - no other occurrence of it lies inside its own cloze context (:func:`cloze_context`, ``context_chars``
   either side): with short words 300 characters can reach past 50 words (the authors mask every
   occurrence inside the context instead);
@@ -31,6 +38,7 @@ puts ``[MASK]`` in the word's place.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
@@ -40,6 +48,10 @@ CANDIDATE_POS = frozenset({"NOUN", "PROPN", "NUM"})
 WINDOW_WORDS = 50
 CONTEXT_CHARS = 300
 MASK = "[MASK]"
+# Characters that join the parts of one word: hyphens (ASCII, U+2010, U+2011), slash and underscore.
+# spaCy splits at them, NLTK's word_tokenize (the authors') does not.
+HYPHENS = "-\u2010\u2011"
+JOINERS = HYPHENS + "/_"
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,34 @@ def _is_word(token) -> bool:
     return not (token.is_punct or token.is_space)
 
 
+def _joins(text: str, i: int, step: int) -> bool:
+    """Whether ``text[i]`` is a joiner tying the word on its other side (``i - step``) to more of
+    itself: a hyphen in a run of two or more (``--``, a dash) ties nothing."""
+    if not 0 <= i < len(text) or text[i] not in JOINERS:
+        return False
+    return not (text[i] in HYPHENS and 0 <= i + step < len(text) and text[i + step] in HYPHENS)
+
+
+def part_of_larger_word(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is a piece of a larger word: a letter or digit touches it, or a
+    joiner (:data:`JOINERS`) does (``co`` and ``op`` of ``co-op``, ``5`` of ``5pm``)."""
+    return ((start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum())
+            or _joins(text, start - 1, -1) or _joins(text, end, 1))
+
+
+def _word_positions(words, text: str) -> list[int]:
+    """Each word's position counted in whole words: a word joined to the one before it by one
+    joiner character (``sea-captain``) shares its position."""
+    out, pos, prev_end = [], -1, None
+    for t in words:
+        gap = text[prev_end:t.idx] if prev_end is not None else None
+        if not (gap is not None and len(gap) == 1 and gap in JOINERS):
+            pos += 1
+        out.append(pos)
+        prev_end = t.idx + len(t.text)
+    return out
+
+
 def candidates_from_doc(doc, *, window_words: int = WINDOW_WORDS,
                         context_chars: int = CONTEXT_CHARS) -> list[Candidate]:
     """The candidates of one parsed text (module docstring), in text order."""
@@ -76,6 +116,7 @@ def candidates_from_doc(doc, *, window_words: int = WINDOW_WORDS,
     keys = [t.text.casefold() for t in words]
     last = max((t.i for t in doc if not t.is_space), default=-1)
     text = doc.text
+    positions = _word_positions(words, text)
     starts: dict[str, list[tuple[int, int]]] = {}
     for t, key in zip(words, keys):
         starts.setdefault(key, []).append((t.idx, t.idx + len(t.text)))
@@ -84,11 +125,12 @@ def candidates_from_doc(doc, *, window_words: int = WINDOW_WORDS,
     for k, tok in enumerate(words):
         word, start, end = tok.text, tok.idx, tok.idx + len(tok.text)
         if (tok.pos_ not in CANDIDATE_POS or not word.isalnum() or (len(word) == 1 and word.isalpha())
-                or tok.i == last or (start > 0 and text[start - 1].isalnum())
-                or (end < len(text) and text[end].isalnum())):
+                or tok.i == last or part_of_larger_word(text, start, end)):
             continue
-        window = keys[max(0, k - window_words):k + window_words + 1]
-        if window.count(keys[k]) > 1 or keys[k] in seen:
+        # the words within window_words whole words of it (positions are sorted)
+        lo = bisect_left(positions, positions[k] - window_words)
+        hi = bisect_right(positions, positions[k] + window_words)
+        if keys[lo:hi].count(keys[k]) > 1 or keys[k] in seen:
             continue
         left, right = context_bounds(text, start, end, context_chars)
         if any(left <= s0 and e0 <= right for s0, e0 in starts[keys[k]] if s0 != start):
