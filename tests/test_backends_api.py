@@ -1037,6 +1037,40 @@ def test_serve_answers_a_prompt_too_long_with_a_400_and_its_batch_without_it(tin
     assert statuses == [200, 200, 200, 400] and srv.count() == 4  # the batch failed, then each alone
 
 
+def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
+    """``memaudit serve`` built its backend without a name: a prompt too long was refused as
+    "model None: ...". The error names the served model (``--name``, else the path's last part), which
+    answers whatever model name a request gives; the request's name is echoed in answers only."""
+    import openai
+
+    from memaudit.backends.serve import make_server
+
+    long = " ".join(["the sea and the ship"] * 60)  # over the tiny model's 128 positions
+    for extra, served in (([], tiny_model_dir.name), (["--name", "austen-tiny"], "austen-tiny")):
+        server = make_server(["--path", str(tiny_model_dir), "--port", "0", "--device", "cpu", "--dtype", "float32",
+                              *extra])
+        assert server.model_name == served
+        with server:
+            client = openai.OpenAI(api_key="none", base_url=server.openai_base_url, max_retries=0)
+            with pytest.raises(openai.BadRequestError) as err:
+                client.chat.completions.create(model="whatever-the-client-says", max_tokens=8,
+                                               messages=[{"role": "user", "content": long}])
+        n_prompt = len(encode_plain(tiny_model_dir, long))
+        assert err.value.status_code == 400 and err.value.body == {
+            "message": f"model {served!r}: a prompt of {n_prompt} tokens plus 8 new tokens exceeds its 128 positions; "
+                       "use shorter prompts or fewer new tokens (the prompt is never cut silently)",
+            "type": "invalid_request_error", "param": None, "code": None}
+
+
+def encode_plain(model_dir, text: str) -> list[int]:
+    """A plain-text prompt's tokens as the HF backend reads them: the context token, then the text."""
+    from transformers import AutoTokenizer
+
+    from memaudit.models.token_stats import encode
+
+    return encode(AutoTokenizer.from_pretrained(model_dir), text, max_tokens=None)
+
+
 def test_a_connection_is_alive_until_its_client_closes_it():
     from memaudit.backends.server import client_connected
 
