@@ -256,8 +256,9 @@ class HFBackend(Backend):
 
         Each option string counts with its variants (``"A"`` and ``" A"``, each read as the last
         token of its encoding: :func:`~memaudit.backends.base.option_token_ids`); their
-        probabilities are summed, since a tokenizer may emit either. Prompts are rendered as :meth:`generate` renders
-        them (system prompt, chat template); every prefix that prompts share goes through the model
+        probabilities are summed, since a tokenizer may emit either. Prompts are rendered and tokenised as
+        :meth:`generate` renders and tokenises them (system prompt, chat template; plain text after the
+        context token, :meth:`_prompt_ids`); every prefix that prompts share goes through the model
         once (:func:`memaudit.models.forward.next_token_logprobs`). ``share_prefix="auto"`` walks the
         prompts' token trie on a CPU (``"tree"``: a pass costs in proportion to its tokens, and the
         trie runs a third fewer of DE-COP's) and elsewhere batches ``batch_size`` prompts (default: the backend's)
@@ -271,7 +272,8 @@ class HFBackend(Backend):
         if len(prompts) != len(options):
             raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
         tok = self.tokenizer
-        encoded = [tok(self._render(p, params), add_special_tokens=False)["input_ids"] for p in prompts]
+        # tokenised as generate() tokenises them: plain text (no chat template) after the context token
+        encoded = [self._prompt_ids(self._render(p, params), params) for p in prompts]
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         variant_ids: dict[str, list[int]] = {}
         for opt in {o for opts in options for o in opts}:
