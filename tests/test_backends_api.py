@@ -1037,6 +1037,130 @@ def test_serve_answers_a_prompt_too_long_with_a_400_and_its_batch_without_it(tin
     assert statuses == [200, 200, 200, 400] and srv.count() == 4  # the batch failed, then each alone
 
 
+def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
+    """``memaudit serve`` built its backend without a name: a prompt too long was refused as
+    "model None: ...". The error names the served model (``--name``, else the path's last part), which
+    answers whatever model name a request gives; the request's name is echoed in answers only."""
+    import openai
+
+    from memaudit.backends.serve import make_server
+
+    long = " ".join(["the sea and the ship"] * 60)  # over the tiny model's 128 positions
+    for extra, served in (([], tiny_model_dir.name), (["--name", "austen-tiny"], "austen-tiny")):
+        server = make_server(["--path", str(tiny_model_dir), "--port", "0", "--device", "cpu", "--dtype", "float32",
+                              *extra])
+        assert server.model_name == served
+        with server:
+            client = openai.OpenAI(api_key="none", base_url=server.openai_base_url, max_retries=0)
+            with pytest.raises(openai.BadRequestError) as err:
+                client.chat.completions.create(model="whatever-the-client-says", max_tokens=8,
+                                               messages=[{"role": "user", "content": long}])
+        n_prompt = len(encode_plain(tiny_model_dir, long))
+        assert err.value.status_code == 400 and err.value.body == {
+            "message": f"model {served!r}: a prompt of {n_prompt} tokens plus 8 new tokens exceeds its 128 positions; "
+                       "use shorter prompts or fewer new tokens (the prompt is never cut silently)",
+            "type": "invalid_request_error", "param": None, "code": None}
+
+
+def encode_plain(model_dir, text: str) -> list[int]:
+    """A plain-text prompt's tokens as the HF backend reads them: the context token, then the text."""
+    from transformers import AutoTokenizer
+
+    from memaudit.models.token_stats import encode
+
+    return encode(AutoTokenizer.from_pretrained(model_dir), text, max_tokens=None)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    """The demo's SmolLM2 tokenizer (byte-level BPE), from its converted cache or its GGUF file (~10 s)."""
+    from transformers import AutoTokenizer
+
+    from memaudit.models.builtin import locate_gguf
+
+    cached = Path("resources/cache/smollm2-135m-instruct")
+    if (cached / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(cached)
+    folder, gguf_file = locate_gguf("smollm2-135m-instruct")
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+
+
+def test_token_bytes_are_the_raw_bytes_of_a_character_split_across_tokens(smollm2_tokenizer):
+    """Byte-level BPE (SmolLM2) splits an emoji and some CJK characters across tokens; decoded alone
+    such a token is U+FFFD, whose UTF-8 (EF BF BD) was given as its bytes. SentencePiece's byte
+    fallback spells them <0xE6>."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    from memaudit.backends.hf import token_bytes
+
+    tok = smollm2_tokenizer
+    for text in ("😀 ok", "日本語の文", "naïve café —"):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        raw = token_bytes(tok, ids)
+        assert b"".join(raw) == text.encode("utf-8")
+    emoji = tok("😀 ok", add_special_tokens=False)["input_ids"]
+    assert [tok.decode([i]) for i in emoji] == ["\ufffd"] * 3 + [" ok"]
+    assert token_bytes(tok, emoji) == [b"\xf0\x9f", b"\x98", b"\x80", b" ok"]
+    assert token_bytes(tok, [tok.convert_tokens_to_ids("<|im_start|>")]) == [b"<|im_start|>"]  # a special token
+
+    vocab = {"<unk>": 0, "<0xE6>": 1, "<0x97>": 2, "<0xA5>": 3, "\u2581": 4, "a": 5, "\u2581a": 6}
+    sp = Tokenizer(models.BPE(vocab, [("\u2581", "a")], unk_token="<unk>", byte_fallback=True))
+    sp.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    sp.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+    sp = PreTrainedTokenizerFast(tokenizer_object=sp, unk_token="<unk>")
+    ids = sp("a 日", add_special_tokens=False)["input_ids"]
+    assert sp.convert_ids_to_tokens(ids) == ["\u2581a", "\u2581", "<0xE6>", "<0x97>", "<0xA5>"]
+    assert token_bytes(sp, ids) == [b" a", b" ", b"\xe6", b"\x97", b"\xa5"]
+
+
+def test_serve_gives_the_raw_bytes_of_a_token_that_holds_part_of_a_character(smollm2_tokenizer):
+    """Through the openai SDK: a model with SmolLM2's tokenizer answers "😀 ok" in four tokens, the
+    first three parts of the emoji. Each token's ``bytes`` (and its top alternatives') are its raw
+    bytes, and they join to the answer's UTF-8, as OpenAI's; they were EF BF BD (U+FFFD) each."""
+    import openai
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.backends.server import ChatServer, HFResponder
+
+    tok = smollm2_tokenizer
+
+    class Forced(LlamaForCausalLM):
+        """A random tiny Llama that follows ``successor`` (last token -> next token) where it says."""
+
+        def forward(self, input_ids=None, **kwargs):
+            out = super().forward(input_ids=input_ids, **kwargs)
+            nxt = self.successor.get(int(input_ids[0, -1]))
+            if nxt is not None:
+                out.logits[:, -1, nxt] += 50.0
+            return out
+
+    torch.manual_seed(0)
+    model = Forced(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).eval()
+    hf = HFBackend({"path": "forced"}, name="forced", model=model, tokenizer=tok)
+    messages = [{"role": "user", "content": "Smile"}]
+    prompt = hf._prompt_ids(hf.render_messages(messages), GenerationParams(chat=True))
+    answer = tok("😀 ok", add_special_tokens=False)["input_ids"]
+    model.successor = dict(zip([prompt[-1], *answer[:-1]], answer))
+    with ChatServer(HFResponder(hf), model_name="forced") as srv:
+        client = openai.OpenAI(api_key="none", base_url=srv.openai_base_url, max_retries=0)
+        chat = client.chat.completions.create(model="forced", messages=messages, max_tokens=4, temperature=0.0,
+                                              logprobs=True, top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    assert chat.choices[0].message.content == "😀 ok"
+    assert [c.token for c in content] == ["\ufffd", "\ufffd", "\ufffd", " ok"]
+    assert [c.bytes for c in content] == [[0xF0, 0x9F], [0x98], [0x80], [0x20, 0x6F, 0x6B]]
+    assert bytes(b for c in content for b in c.bytes).decode("utf-8") == "😀 ok"
+    for c in content:
+        assert c.top_logprobs[0].bytes == c.bytes  # the forced token is the best one
+        assert all(alt.bytes == list(alt.token.encode("utf-8")) for alt in c.top_logprobs if "\ufffd" not in alt.token)
+
+
 def test_a_connection_is_alive_until_its_client_closes_it():
     from memaudit.backends.server import client_connected
 

@@ -68,6 +68,48 @@ def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_mode
         _backend_probabilities(HFBackend({}, model=short_model, tokenizer=tok), pairs)
 
 
+@pytest.mark.parametrize("share_prefix", ["tree", "batch"])
+def test_logit_mode_without_a_chat_template_reads_the_prompt_after_the_context_token(long_tiny_model,
+                                                                                   share_prefix):
+    """A model without a chat template gets DE-COP's question as plain text. generate() (and every
+    probe's scoring) puts the context token before it; option_logprobs did not, so logit mode asked
+    the model a question it never sees in that position. Each option's log-probability is now that
+    of a naive forward pass over context token + rendered prompt + the option's letter, with the
+    orderings' shared prefix still batched."""
+    import torch
+
+    from memaudit.backends.base import option_token_ids
+    from memaudit.backends.hf import HFBackend
+    from memaudit.models.token_stats import context_token_id
+    from memaudit.probes.decop.scoring import question_params, question_prompts, render_question
+
+    model, tok = long_tiny_model
+    assert not getattr(tok, "chat_template", None)
+    perms = orderings("permutations")[:5]
+    prompts = question_prompts(ITEM, perms)
+    backend = HFBackend({}, model=model, tokenizer=tok)
+    ours = backend.option_logprobs(prompts, [LETTERS] * len(prompts), params=question_params(), batch_size=3,
+                                   share_prefix=share_prefix)
+    worst = 0.0
+    for perm, got in zip(perms, ours):
+        text = render_question(tok, ITEM, perm)
+        assert text == backend._render(prompts[perms.index(perm)], question_params())
+        ids = [context_token_id(tok)] + tok(text, add_special_tokens=False)["input_ids"]
+        for letter in LETTERS:
+            variants = []
+            for v in option_token_ids(tok, letter):
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([ids + [v]])).logits[0, -2].double()
+                variants.append(torch.log_softmax(logits, -1)[v])
+            worst = max(worst, abs(got[letter] - float(torch.logsumexp(torch.stack(variants), 0))))
+    assert worst <= 1e-4
+    # without the context token the numbers differ: what option_logprobs read before
+    ids = tok(render_question(tok, ITEM, perms[0]), add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        bare = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)
+    assert abs(ours[0]["A"] - float(torch.logsumexp(bare[option_token_ids(tok, "A")], 0))) > 1e-3
+
+
 # the cache goes in under its current name (transformers drops ``past_key_values`` in 5.40)
 @pytest.mark.filterwarnings("error:.*past_key_values.*")
 def test_prompt_trie_gives_the_flat_batch_numbers_and_runs_each_shared_prefix_once(long_tiny_model):

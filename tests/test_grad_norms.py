@@ -135,6 +135,76 @@ def test_lora_of_an_embedding_counts_its_parameter_dict(tiny_model):
     _agree(model, tok, params="all")
 
 
+def _backward_loop(model, tok, texts, params):
+    """The naive reference: per text, ``loss.backward()`` and the norm of the selected ``.grad``s."""
+    import torch
+
+    from memaudit.models.token_stats import encode
+
+    selected = [t for _, t in select_parameters(model, params)]
+    for p in model.parameters():
+        p.requires_grad_(any(p is t for t in selected))
+    model.eval()
+    out = []
+    for text in texts:
+        ids = torch.tensor([encode(tok, text, None)])
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        out.append(float(sum(t.grad.double().square().sum() for t in selected if t.grad is not None)) ** 0.5)
+    model.zero_grad(set_to_none=True)
+    return np.array(out)
+
+
+def _dora(model, targets):
+    """``model`` with a DoRA adapter on ``targets``; magnitudes moved off their initial value (the
+    weight's norm, where the base bias's second use inside DoRA cancels out)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(3)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=targets, fan_in_fan_out=True, use_dora=True,
+                                             init_lora_weights=False))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_magnitude_vector" in name:
+                p.mul_(1 + 0.5 * torch.rand_like(p))
+    return model
+
+
+@pytest.mark.parametrize("params", ["lora", "all", ["*lora_magnitude_vector*"], ["*c_attn.base_layer.bias"]])
+def test_dora_adapters_equal_a_loop_of_backward(tiny_model, params):
+    """DoRA's magnitude layer is called with keyword arguments (the LoRA modules, the base output):
+    rerun without them it raised a TypeError. It uses the base layer's bias a second time (it subtracts
+    it from the base output): left out, the bias's norm was 28% off the loop's."""
+    _, tok = tiny_model
+    model = _dora(_tiny_gpt2(tok), ["c_attn", "c_fc"])
+    assert len(select_parameters(model, ["*lora_magnitude_vector*"])) == 4  # 2 modules in 2 layers
+    ours = per_sample_grad_norms(model, tok, TEXTS, params=params, batch_size=4)
+    loop = _backward_loop(model, tok, TEXTS, params)
+    assert np.all(loop > 0) and np.max(np.abs(ours / loop - 1)) <= RTOL
+    np.testing.assert_allclose(ours, per_sample_grad_norms_loop(model, tok, TEXTS, params=params), rtol=RTOL)
+
+
+def test_dora_on_llama_and_on_an_embedding(tiny_model):
+    """SmolLM2's architecture (no biases) with DoRA on every projection; DoRA on an embedding (peft's
+    magnitude layer then returns a tuple) is refused, naming it, rather than computed wrong."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tok = tiny_model
+    torch.manual_seed(2)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = _dora(LlamaForCausalLM(cfg).eval(), ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"])
+    ours = per_sample_grad_norms(model, tok, TEXTS, params="lora", batch_size=4)
+    assert np.max(np.abs(ours / _backward_loop(model, tok, TEXTS, "lora") - 1)) <= RTOL
+    embedded = _dora(_tiny_gpt2(tok), ["wte", "c_attn"])
+    with pytest.raises(ConfigError, match="per-sample gradients of peft's DoraEmbeddingLayer .DoRA on an embedding"):
+        per_sample_grad_norms(embedded, tok, TEXTS, params="lora")
+
+
 def test_glob_selection(tiny_model):
     model, tok = tiny_model
     names = [n for names, _ in select_parameters(model, ["*.h.1.*", "transformer.ln_f.*"]) for n in names]
@@ -239,3 +309,23 @@ def test_hf_backend_lora_reads_the_adapter_its_loading_merged(tiny_model_dir, ti
     np.testing.assert_allclose(backend.gradient_norms(TEXTS, params="lora"),
                                per_sample_grad_norms_loop(unmerged, tok, TEXTS, params="lora"), rtol=RTOL)
     assert not any("lora_" in n for n, _ in backend.model.named_parameters())
+
+
+def test_hf_backend_lora_reads_a_dora_adapter(tiny_model_dir, tiny_model, tmp_path):
+    """An external DoRA adapter named by a model's load spec (``adapter``): KTD's params 'lora' reads it
+    unmerged, and its norms are the naive loop's."""
+    from peft import PeftModel
+
+    from memaudit.backends.hf import HFBackend
+    from memaudit.models.loading import load_causal_lm
+
+    _, tok = tiny_model
+    base, _ = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    _dora(base, ["c_attn", "c_fc"]).save_pretrained(tmp_path / "dora")
+    backend = HFBackend({"path": str(tiny_model_dir), "adapter": str(tmp_path / "dora")}, device="cpu")
+    unmerged = PeftModel.from_pretrained(load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")[0],
+                                         str(tmp_path / "dora")).eval()
+    assert len(select_parameters(unmerged, ["*lora_magnitude_vector*"])) == 4
+    ours = backend.gradient_norms(TEXTS, params="lora")
+    loop = _backward_loop(unmerged, tok, TEXTS, "lora")
+    assert np.all(loop > 0) and np.max(np.abs(ours / loop - 1)) <= RTOL

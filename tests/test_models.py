@@ -15,7 +15,7 @@ from memaudit.errors import ConfigError, InputError
 from memaudit.models.finetune import epoch_order, finetune, member_chunks, packed_chunks
 from memaudit.models.loading import clamp_tokens, load_causal_lm
 from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
-from memaudit.models.token_stats import compute_token_stats
+from memaudit.models.token_stats import compute_token_stats, encode
 
 from conftest import TINY_TEXTS
 
@@ -267,8 +267,9 @@ def test_hf_backend_serves_all_three_request_types(tiny_model):
     probs = backend.option_logprobs(["Which is it?"], [["A", "B", "C", "D"]],
                                     params=GenerationParams(chat=False))[0]
     assert set(probs) == {"A", "B", "C", "D"} and all(v < 0 for v in probs.values())
-    # teacher forcing: the option's log-probability is read from the next-token distribution
-    ids = tok("Which is it?", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    # teacher forcing: the option's log-probability is read from the next-token distribution after
+    # the plain-text prompt, which follows the context token as generate()'s does
+    ids = torch.tensor([encode(tok, "Which is it?", max_tokens=None)])
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits[0, -1].double(), -1)
     # each variant's last token, where it is the letter: this small BPE splits " A" into a bare

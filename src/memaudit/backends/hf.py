@@ -4,6 +4,8 @@ generation only: the roles that ask a model and read its reply (CopyBench's even
 
 from __future__ import annotations
 
+import re
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -29,6 +31,87 @@ def finish_meta(n_out: int, limit: int, matched: str | None) -> dict:
     if matched is not None:
         meta["stop_sequence"] = matched
     return meta
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: each byte as one printable character (printable Latin-1 bytes as
+    themselves, the others from U+0100 on), as byte-level BPE tokenizers spell their tokens."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return {b: chr(b) if b in keep else chr(next(extra)) for b in range(256)}
+
+
+_BYTE_DECODER = {c: b for b, c in _bytes_to_unicode().items()}
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+_DECODER_TYPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _decoder_types(tokenizer) -> set[str]:
+    """The types of a fast tokenizer's decoder (``ByteLevel``, ``ByteFallback``, ...), a sequence's
+    included; empty for a tokenizer without a ``tokenizers`` backend. Read once per tokenizer (its
+    JSON holds the whole vocabulary)."""
+    try:
+        return _DECODER_TYPES[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    types = _read_decoder_types(tokenizer)
+    try:
+        _DECODER_TYPES[tokenizer] = types
+    except TypeError:  # pragma: no cover - an object that takes no weak reference
+        pass
+    return types
+
+
+def _read_decoder_types(tokenizer) -> set[str]:
+    import json
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return set()
+    types: set[str] = set()
+
+    def walk(d) -> None:
+        if isinstance(d, dict):
+            types.add(str(d.get("type")))
+            for sub in d.get("decoders") or []:
+                walk(sub)
+
+    walk(json.loads(backend.to_str()).get("decoder"))
+    return types
+
+
+def token_bytes(tokenizer, token_ids: Sequence[int]) -> list[bytes]:
+    """The raw bytes each token stands for, as OpenAI's ``logprobs.content[].bytes`` gives them.
+
+    A token may hold part of a character's UTF-8 (one or two bytes of an emoji or a CJK character,
+    which byte-level BPE splits across tokens): decoded alone it is U+FFFD, whose UTF-8 is not the
+    token's. Its bytes are read from the token's spelling instead: byte-level BPE (GPT-2, SmolLM2,
+    Llama 3; a ``ByteLevel`` decoder or GPT-2's ``byte_decoder``) spells each byte as one character
+    of GPT-2's alphabet; SentencePiece's byte fallback (Llama 2, Gemma) spells a byte ``<0xE2>`` and a
+    space ``▁``. Added and special tokens are their text. Any other tokenizer: the token's text
+    decoded alone, in UTF-8.
+    """
+    types = _decoder_types(tokenizer)
+    byte_level = "ByteLevel" in types or getattr(tokenizer, "byte_decoder", None) is not None
+    fallback = "ByteFallback" in types
+    added = set(getattr(tokenizer, "added_tokens_decoder", {}) or ())
+    out = []
+    for i in token_ids:
+        i = int(i)
+        piece = tokenizer.convert_ids_to_tokens(i) if (byte_level or fallback) and i not in added else None
+        if piece is None:
+            out.append(tokenizer.decode([i]).encode("utf-8"))
+        elif byte_level and all(c in _BYTE_DECODER for c in piece):
+            out.append(bytes(_BYTE_DECODER[c] for c in piece))
+        elif fallback and _BYTE_FALLBACK.fullmatch(piece):
+            out.append(bytes([int(piece[3:5], 16)]))
+        elif fallback:
+            out.append(piece.replace("▁", " ").encode("utf-8"))
+        else:
+            out.append(tokenizer.decode([i]).encode("utf-8"))
+    return out
 
 
 class HFBackend(Backend):
@@ -173,8 +256,9 @@ class HFBackend(Backend):
 
         Each option string counts with its variants (``"A"`` and ``" A"``, each read as the last
         token of its encoding: :func:`~memaudit.backends.base.option_token_ids`); their
-        probabilities are summed, since a tokenizer may emit either. Prompts are rendered as :meth:`generate` renders
-        them (system prompt, chat template); every prefix that prompts share goes through the model
+        probabilities are summed, since a tokenizer may emit either. Prompts are rendered and tokenised as
+        :meth:`generate` renders and tokenises them (system prompt, chat template; plain text after the
+        context token, :meth:`_prompt_ids`); every prefix that prompts share goes through the model
         once (:func:`memaudit.models.forward.next_token_logprobs`). ``share_prefix="auto"`` walks the
         prompts' token trie on a CPU (``"tree"``: a pass costs in proportion to its tokens, and the
         trie runs a third fewer of DE-COP's) and elsewhere batches ``batch_size`` prompts (default: the backend's)
@@ -188,7 +272,8 @@ class HFBackend(Backend):
         if len(prompts) != len(options):
             raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
         tok = self.tokenizer
-        encoded = [tok(self._render(p, params), add_special_tokens=False)["input_ids"] for p in prompts]
+        # tokenised as generate() tokenises them: plain text (no chat template) after the context token
+        encoded = [self._prompt_ids(self._render(p, params), params) for p in prompts]
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         variant_ids: dict[str, list[int]] = {}
         for opt in {o for opts in options for o in opts}:
@@ -207,9 +292,10 @@ class HFBackend(Backend):
                  top_logprobs: int = 0) -> list[Generation]:
         """Answers to ``prompts``; with ``top_logprobs > 0`` also each position's top alternatives.
 
-        ``meta["top_logprobs"]`` then lists, per generated position, the ``[token, logprob]``
-        pairs of the *unprocessed* next-token distribution (before temperature and
-        repetition penalty), as the OpenAI API reports them.
+        ``meta["top_logprobs"]`` then lists, per generated position, the ``[token, logprob, bytes]``
+        of the *unprocessed* next-token distribution (before temperature and repetition penalty),
+        as the OpenAI API reports them, and ``meta["tokens"]`` the generated tokens alike;
+        ``bytes`` are the token's raw bytes (:func:`token_bytes`), its text may hold U+FFFD.
         """
         return [self.generate_text(self._render(prompt, params), params, top_logprobs=top_logprobs)
                 for prompt in prompts]
@@ -378,13 +464,16 @@ class HFBackend(Backend):
         # a stop string in the answer ends it, as an API's would, whatever was decoded after it
         meta = finish_meta(len(new), params.max_new_tokens, matched)
         if top_logprobs:
+            # [text, log-probability, raw bytes (a list of ints, as OpenAI's "bytes")] per token
             tokens, top = [], []
             for step, logits in enumerate(gen.logits):
                 logp = torch.log_softmax(logits[0].float(), -1)
                 values, ids = torch.topk(logp, min(top_logprobs, logp.shape[-1]))
                 chosen = int(new[step])
-                tokens.append([tok.decode([chosen]), float(logp[chosen])])
-                top.append([[tok.decode([int(i)]), float(v)] for v, i in zip(values, ids)])
+                ranked = [chosen, *(int(i) for i in ids)]
+                raw = token_bytes(tok, ranked)
+                tokens.append([tok.decode([chosen]), float(logp[chosen]), list(raw[0])])
+                top.append([[tok.decode([i]), float(v), list(b)] for v, i, b in zip(values, ranked[1:], raw[1:])])
             meta.update(tokens=tokens, top_logprobs=top)
         return Generation(text=out, input_tokens=int(enc["input_ids"].shape[1]), output_tokens=int(len(new)),
                           meta=meta, status="refusal" if is_refusal(out) else "ok")

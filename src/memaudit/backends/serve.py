@@ -19,6 +19,24 @@ from memaudit.backends.server import ChatServer, HFResponder, Responder
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """``memaudit serve``: serve a local model (or a reply script) until interrupted."""
+    server = make_server(argv)
+    name = server.model_name
+    print(f"serving {name!r} at {server.openai_base_url} (OpenAI Chat Completions; Anthropic Messages at "
+          f"{server.anthropic_base_url}/v1/messages); Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def make_server(argv: Sequence[str] | None = None) -> ChatServer:
+    """The server ``memaudit serve`` runs for ``argv`` (listening, not yet serving).
+
+    The model is served under ``--name`` (default: the last part of its path, hub id or builtin
+    name), which is also the name its backend's errors give (a prompt too long, say)."""
     p = argparse.ArgumentParser(prog="memaudit serve", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--path", help="a local Hugging Face model directory")
@@ -44,6 +62,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         responder: Responder = ScriptedResponder.from_file(args.scripted)
         name = args.name or "scripted"
     else:
+        name = args.name or Path(args.path or args.hub_id or args.builtin).name
         from memaudit.backends.hf import HFBackend
         from memaudit.models.loading import load_model
 
@@ -56,15 +75,6 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         if args.adapter:
             spec["adapter"] = args.adapter
         model, tok = load_model(spec, dtype=args.dtype, device=args.device)
-        responder = HFResponder(HFBackend(spec, model=model, tokenizer=tok), max_rows=args.max_batch)
-        name = args.name or Path(args.path or args.hub_id or args.builtin).name
-    server = ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)
-    print(f"serving {name!r} at {server.openai_base_url} (OpenAI Chat Completions; Anthropic Messages at "
-          f"{server.anthropic_base_url}/v1/messages); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    return 0
+        # named: the backend's errors say which model (they said "model None")
+        responder = HFResponder(HFBackend(spec, name=name, model=model, tokenizer=tok), max_rows=args.max_batch)
+    return ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)

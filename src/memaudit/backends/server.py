@@ -73,8 +73,10 @@ class ChatReply:
     finish_reason: str = "stop"  # OpenAI terms: stop, length, content_filter
     input_tokens: int = 0
     output_tokens: int = 0
-    tokens: list[tuple[str, float]] | None = None  # the generated tokens with their log-probabilities
-    top_logprobs: list[list[tuple[str, float]]] | None = None  # per position, best first
+    # the generated tokens with their log-probabilities and, optionally, their raw bytes (a token
+    # that holds part of a character's UTF-8 has no text of its own); without them, the text's UTF-8
+    tokens: list[tuple[str, float] | tuple[str, float, bytes]] | None = None
+    top_logprobs: list[list[tuple[str, float] | tuple[str, float, bytes]]] | None = None  # per position, best first
     refusal: bool = False  # answer through the provider's refusal signal
     stop_sequence: str | None = None  # the stop string that ended the answer (finish_reason "stop")
 
@@ -350,14 +352,20 @@ def parse_anthropic_request(body: dict) -> ChatRequest:
                        _stops(body, "stop_sequences"))
 
 
+def _logprob_entry(entry) -> dict:
+    """A token's ``{"token", "logprob", "bytes"}``: its raw bytes where the reply gives them (a
+    token holding part of a character), else its text's UTF-8."""
+    token, logprob, *raw = entry
+    return {"token": token, "logprob": logprob, "bytes": list(raw[0]) if raw else list(token.encode("utf-8"))}
+
+
 def openai_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
     logprobs = None
     if request.logprobs and reply.tokens is not None:
         content = []
-        for i, (tok, lp) in enumerate(reply.tokens):
+        for i, entry in enumerate(reply.tokens):
             top = (reply.top_logprobs[i] if reply.top_logprobs else [])[:request.top_logprobs]
-            content.append({"token": tok, "logprob": lp, "bytes": list(tok.encode()),
-                            "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top]})
+            content.append({**_logprob_entry(entry), "top_logprobs": [_logprob_entry(t) for t in top]})
         logprobs = {"content": content, "refusal": None}
     message = {"role": "assistant", "content": None if reply.refusal else reply.text,
                "refusal": reply.text if reply.refusal else None}

@@ -28,7 +28,9 @@ selected parameters directly (LayerNorm, RMSNorm, ...) get exact per-sample grad
 ``torch.func`` (``vmap`` over ``vjp`` of the module alone: a few thousand floats per text).
 Tied weights (GPT-2 and SmolLM2 share ``lm_head`` with the token embedding) are one parameter
 whose gradient sums both uses: its squared norm adds the cross terms ``2 <G_emb, G_head>``, from
-the same Gram matrices.
+the same Gram matrices. A peft DoRA layer (on a linear layer) is taken apart by hand
+(:func:`_dora_parts`): its magnitude's gradient from the base and LoRA outputs, and the second use
+it makes of the base layer's bias.
 
 Why not ``vmap(grad(...))``: it forms every per-sample weight gradient (the loop's work, plus
 ``B x P`` floats of memory) and its batching rules are slower on a CPU. Measured on SmolLM2-135M,
@@ -356,20 +358,25 @@ def _scale_shift_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, ob
     return parts
 
 
-def _generic_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, object]:
+def _generic_parts(module, args: tuple, g, chosen: set[int], kwargs: dict | None = None) -> dict[int, object]:
     """Exact per-sample gradients of a module's own selected parameters: ``vmap`` over ``vjp`` of the module alone.
 
     For small modules that are neither linear nor embeddings: per text, the module is rerun on
-    its recorded input and pulled back along its recorded output gradient. LayerNorm and RMSNorm
-    take the shortcut of :func:`_scale_shift_parts` (one batched call instead of ``vmap``: a tenth
-    of the time).
+    its recorded input (positional arguments and the tensors among its keyword arguments, row by
+    row; its other keyword arguments as they were) and pulled back along its recorded output
+    gradient. LayerNorm and RMSNorm take the shortcut of :func:`_scale_shift_parts` (one batched
+    call instead of ``vmap``: a tenth of the time).
     """
     import torch
     from torch.func import functional_call, vjp, vmap
 
-    fast = _scale_shift_parts(module, args, g, chosen)
-    if fast is not None:
-        return fast
+    kwargs = kwargs or {}
+    if _is_dora(module):
+        return _dora_parts(module, args, kwargs, g, chosen)
+    if not kwargs:
+        fast = _scale_shift_parts(module, args, g, chosen)
+        if fast is not None:
+            return fast
     own = _own_parameters(module)
     mine = {n: p.detach() for n, p in own.items() if id(p) in chosen}
     rest = {n: p.detach() for n, p in own.items() if id(p) not in chosen}
@@ -377,17 +384,89 @@ def _generic_parts(module, args: tuple, g, chosen: set[int]) -> dict[int, object
         raise ConfigError(f"probes.ktd.params: per-sample gradients of {type(module).__name__}: "
                           "its call has non-tensor "
                                   "arguments; leave its parameters out of params")
+    rows = g.shape[0]
+    batched = {k: v for k, v in kwargs.items() if torch.is_tensor(v) and v.dim() and v.shape[0] == rows}
+    fixed = {k: v for k, v in kwargs.items() if k not in batched}
 
-    def one(params, g_b, *a_b):
+    def one(params, g_b, kw_b, *a_b):
         def f(p):
-            return functional_call(module, {**p, **rest}, tuple(a[None] for a in a_b))[0]
+            kw = {**fixed, **{k: v[None] for k, v in kw_b.items()}}
+            return functional_call(module, {**p, **rest}, tuple(a[None] for a in a_b), kw)[0]
 
         return vjp(f, params)[1](g_b)[0]
 
-    per_text = vmap(one, in_dims=(None, 0) + (0,) * len(args))
-    chunks = [per_text(mine, g[b], *(a[b] for a in args))
-              for b in _slices(g.shape[0], 4 * sum(p.numel() for p in mine.values()))]
+    per_text = vmap(one, in_dims=(None, 0, 0) + (0,) * len(args))
+    chunks = [per_text(mine, g[b], {k: v[b] for k, v in batched.items()}, *(a[b] for a in args))
+              for b in _slices(rows, 4 * sum(p.numel() for p in mine.values()))]
     return {id(own[n]): torch.cat([c[n] for c in chunks]) for n in mine}
+
+
+def _is_dora(module) -> bool:
+    """A peft DoRA layer (``lora_magnitude_vector.<adapter>``, holding the magnitude vector)."""
+    return type(module).__module__.startswith("peft.") and type(module).__name__.startswith("Dora")
+
+
+def _dora_base_bias(module, kwargs: dict):
+    """The base layer's bias, which a DoRA layer's call uses directly (it subtracts it from the base
+    output it is handed), or None."""
+    base_layer = kwargs.get("base_layer")
+    return getattr(base_layer, "bias", None) if kwargs.get("base_result") is not None else None
+
+
+def _check_dora(module) -> None:
+    """A ConfigError for a DoRA layer other than a linear one (peft's embedding and convolution variants)."""
+    name = type(module).__name__
+    if name != "DoraLinearLayer":
+        raise ConfigError(f"probes.ktd.params: per-sample gradients of peft's {name} (DoRA on an embedding or a "
+                          "convolution) are not implemented; leave its lora_magnitude_vector out of params, or "
+                          "put the DoRA adapter on linear layers only")
+
+
+def _dora_parts(module, args: tuple, kwargs: dict, g, chosen: set[int]) -> dict[int, object]:
+    """Per-sample gradients of a peft DoRA linear layer's magnitude ``m`` and of its base layer's bias.
+
+    In eval mode the layer adds ``(s - 1) * base + s * scaling * lora`` to the base layer's output,
+    with ``s = m / ||W + scaling * B A||`` (the norm detached, as peft and the DoRA paper do),
+    ``base`` the base output less its bias and ``lora = B(A(x))``. So ``dL/dm = sum_t g_t * (base_t
+    + scaling * lora_t) / norm`` and the bias, used here a second time, gets ``-(s - 1) * sum_t g_t``
+    (added to its base layer's part as a tied weight's uses are). ``A`` and ``B`` are called as
+    modules inside it and take the linear path; the base weight enters only the detached norm.
+    """
+    import torch
+
+    _check_dora(module)
+    base_result = kwargs.get("base_result")
+    if base_result is None:  # pragma: no cover - peft passes it whenever the model is in eval mode
+        raise ConfigError("probes.ktd.params: a DoRA layer called without its base output (training mode with "
+                          "dropout): gradient norms run in eval mode")
+    x = args[0] if args else kwargs["x"]
+    lora_A, lora_B, scaling = kwargs["lora_A"], kwargs["lora_B"], kwargs["scaling"]
+    m, bias = module.weight, _dora_base_bias(module, kwargs)
+    with torch.no_grad():
+        lora_weight = module.get_lora_weight(lora_A=lora_A, lora_B=lora_B).to(x.dtype)
+        norm = module.get_weight_norm(weight=kwargs["base_layer"].weight.to(x.dtype), lora_weight=lora_weight,
+                                      scaling=scaling).detach()
+        rows, d = g.shape[0], g.shape[-1]
+        g = g.reshape(rows, -1, d)
+        parts: dict[int, object] = {}
+        if id(m) in chosen:
+            base = base_result if bias is None else base_result - bias
+            h = (base + scaling * lora_B(lora_A(x))) / norm
+            parts[id(m)] = (g * h.reshape(rows, -1, d)).sum(1)
+        if bias is not None and id(bias) in chosen:
+            parts[id(bias)] = -(g * (m.detach() / norm - 1)).sum(1)
+    return parts
+
+
+def _call_parameters(module, kwargs: dict) -> dict:
+    """The parameters one call of ``module`` uses: its own (:func:`_own_parameters`), and for a DoRA
+    layer its base layer's bias (:func:`_dora_base_bias`)."""
+    own = _own_parameters(module)
+    if _is_dora(module):
+        bias = _dora_base_bias(module, kwargs)
+        if bias is not None:
+            own["base_layer.bias"] = bias
+    return own
 
 
 def _is_ghost_module(module) -> bool:
@@ -437,7 +516,7 @@ class _Batch:
         self.rows, self.chosen = rows, chosen
         self.anchor = torch.zeros((), device=device, requires_grad=True)
         self.identity = _identity_function()
-        self.calls: list = []  # (module, recorded positional args) per call
+        self.calls: list = []  # (module, recorded positional args, recorded keyword args) per call
         self.total = torch.zeros(rows, dtype=torch.float64, device=device)
         self.later: list = []  # (call index, output gradient) of the calls handled after the backward
         self.multi: set[int] = set()  # parameters used by more than one call
@@ -450,42 +529,45 @@ class _Batch:
         """
         return a.detach().expand(self.rows, *a.shape[1:]) if a.dim() and a.shape[0] == 1 else a.detach()
 
-    def hook(self, module, args, out):
+    def hook(self, module, args, kwargs, out):
         import torch
 
+        if _is_dora(module):
+            _check_dora(module)
         if not torch.is_tensor(out):
             raise ConfigError(f"probes.ktd.params: per-sample gradients of {type(module).__name__}: "
                               "its output is not one "
                                       "tensor; leave its parameters out of params")
         i = len(self.calls)
-        self.calls.append((module, tuple(self.per_row(a) if torch.is_tensor(a) else a for a in args)))
+        self.calls.append((module, tuple(self.per_row(a) if torch.is_tensor(a) else a for a in args),
+                           {k: self.per_row(v) if torch.is_tensor(v) else v for k, v in kwargs.items()}))
         if out.dim() and out.shape[0] == 1:
             out = out.expand(self.rows, *out.shape[1:])
         return self.identity.apply(out, self.anchor, lambda grad: self.receive(i, grad))
 
     def before_backward(self) -> None:
         seen: dict[int, int] = {}
-        for module, _ in self.calls:
-            for p in _own_parameters(module).values():
+        for module, _, kwargs in self.calls:
+            for p in _call_parameters(module, kwargs).values():
                 seen[id(p)] = seen.get(id(p), 0) + 1
         self.multi = {k for k, count in seen.items() if count > 1 and k in self.chosen}
 
     def receive(self, i: int, grad) -> None:
-        module, args = self.calls[i]
-        owned = {id(p) for p in _own_parameters(module).values()}
+        module, args, kwargs = self.calls[i]
+        owned = {id(p) for p in _call_parameters(module, kwargs).values()}
         if not _is_ghost_module(module) or owned & self.multi:
             self.later.append((i, grad))
             return
         for part in _linear_parts(module, args[0], grad, self.chosen).values():
             self.total += _sq_norm(part)
-        self.calls[i] = (module, ())  # the activation is no longer needed
+        self.calls[i] = (module, (), {})  # the activation is no longer needed
 
     def finish(self):
         parts: dict[int, list] = {}
         for i, grad in self.later:
-            module, args = self.calls[i]
+            module, args, kwargs = self.calls[i]
             found = (_linear_parts(module, args[0], grad, self.chosen) if _is_ghost_module(module)
-                     else _generic_parts(module, args, grad, self.chosen))
+                     else _generic_parts(module, args, grad, self.chosen, kwargs))
             for k, part in found.items():
                 parts.setdefault(k, []).append(part)
         for ps in parts.values():
@@ -502,7 +584,7 @@ def _batch_sq_norms(model, ids, lengths: Sequence[int], owners: Sequence, chosen
 
     B, W = ids.shape
     batch = _Batch(B, ids.device, chosen)
-    handles = [m.register_forward_hook(batch.hook) for m in owners]
+    handles = [m.register_forward_hook(batch.hook, with_kwargs=True) for m in owners]
     try:
         # No attention mask: the padding is on the right and attention is causal, so no real
         # position sees it, and without a mask the attention runs its causal kernel (20% of
@@ -526,6 +608,18 @@ def _batch_sq_norms(model, ids, lengths: Sequence[int], owners: Sequence, chosen
     return batch.finish()
 
 
+def _owners(model, chosen: set[int]) -> list:
+    """The modules whose calls use selected parameters: those that own one (:func:`_own_parameters`),
+    and the DoRA layers of a peft layer whose base layer's bias is selected (:func:`_dora_parts`)."""
+    out = [m for m in model.modules() if any(id(p) in chosen for p in _own_parameters(m).values())]
+    for m in model.modules():
+        bias = getattr(getattr(m, "base_layer", None), "bias", None)
+        dora = getattr(m, "lora_magnitude_vector", None)
+        if bias is not None and id(bias) in chosen and dora is not None:
+            out += [d for d in dora.values() if d not in out]
+    return out
+
+
 def per_sample_grad_norms(model, tokenizer, texts: Sequence[str], *, params="all", batch_size: int = 8,
                           max_tokens: int | None = 512) -> np.ndarray:
     """``||d/d theta (mean token log-likelihood of text)||_2`` for each text (float64; KTD's ``Z = -`` this).
@@ -542,7 +636,7 @@ def per_sample_grad_norms(model, tokenizer, texts: Sequence[str], *, params="all
     selected = select_parameters(model, params)
     _check_float32(selected)
     chosen = {id(t) for _, t in selected}
-    owners = [m for m in model.modules() if any(id(p) in chosen for p in _own_parameters(m).values())]
+    owners = _owners(model, chosen)
     encoded = _encoded(tokenizer, texts, model, max_tokens)
     lengths = [len(e) for e in encoded]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -67,13 +67,18 @@ def letter_probabilities(letter_logprobs: Sequence[dict[str, float]]) -> tuple[n
     return probs, mass
 
 
-def reference_probabilities(model, tokenizer, prompts: Sequence[str]):
+def reference_probabilities(model, tokenizer, prompts: Sequence[str], *, chat: bool = True):
     """The benchmark's baseline: one ``generate(max_new_tokens=2, output_scores=True)`` per rendered
     prompt, reading the letters' probabilities at the first generated step, as one generate() per
-    question (the reference reads step 1 or, for Llama-2-7B-chat, 2, and one token per letter)."""
+    question (the reference reads step 1 or, for Llama-2-7B-chat, 2, and one token per letter).
+    A prompt rendered as plain text (``chat`` false, or a tokenizer without a chat template: see
+    :func:`render_question`) follows the context token, as the HF backend's generate() puts it."""
     import torch
 
     from memaudit.models.forward import check_fits
+    from memaudit.models.token_stats import context_token_id
+
+    plain = not (chat and getattr(tokenizer, "chat_template", None))
 
     letter_ids = [option_token_ids(tokenizer, letter) for letter in LETTERS]
     probs, masses = [], []
@@ -81,6 +86,10 @@ def reference_probabilities(model, tokenizer, prompts: Sequence[str]):
     with torch.inference_mode():
         for prompt in prompts:
             enc = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").to(model.device)
+            if plain:
+                ids = enc["input_ids"]
+                ids = torch.cat([ids.new_full((1, 1), context_token_id(tokenizer)), ids], 1)
+                enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             check_fits(model, enc["input_ids"].shape[1])
             out = model.generate(**enc, max_new_tokens=2, do_sample=False, output_scores=True,
                                  return_dict_in_generate=True, pad_token_id=pad)
