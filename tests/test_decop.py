@@ -726,3 +726,28 @@ def test_auc_figures_mark_an_auc_that_could_not_be_computed(tmp_path, monkeypatc
         assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == MISSING_LABEL
     # by size: the shortest length only (m-big's NaN at 64 tokens); by length: m-big at 64, m-small at 128
     assert marked == [[(1e9, MISSING_Y)], [(64.0, MISSING_Y), (128.0, MISSING_Y)]]
+
+
+def test_calibration_figure_marks_a_model_without_calibrated_rows(tmp_path, monkeypatch):
+    """A model whose calibration was skipped has raw rows only: its calibrated bars are hollow 'n/a' markers
+    (the bars were left out without a mark)."""
+    from memaudit.figures.plots import MISSING_Y
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    def table(methods):
+        return pd.DataFrame([{"role": "evaluate", "method": method, "length": 64, "label": label, "accuracy": acc}
+                             for method in methods for label, acc in ((1, 0.75), (0, 0.25))])
+
+    figures.plot_decop_calibration_accuracy(
+        {"a": table(["decop-logit-64tok", "decop-logit-calibrated-64tok"]), "b": table(["decop-logit-64tok"])},
+        tmp_path / "calibration", "t")
+    ax = drawn[0].axes[0]
+    hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+    # bars: (a, members), (a, non-members), (b, members), (b, non-members); calibrated bars sit at x + 0.19
+    assert [pytest.approx(list(line.get_xdata())) for line in hollow] == [[2.19, 3.19]]
+    assert list(hollow[0].get_ydata()) == [MISSING_Y, MISSING_Y]
+    assert len([t for t in ax.texts if t.get_text() == "n/a"]) == 2
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == (
+        "n/a (hollow, at the bottom): no documents (calibration skipped)")

@@ -80,11 +80,11 @@ def mark_missing(ax, x, *, color, marker: str = "o") -> None:
                     ha="center", va="bottom", color=color, fontsize=FONT_SIZE - 3)
 
 
-def missing_handle():
-    """The legend entry that explains :func:`mark_missing`'s markers."""
+def missing_handle(label: str = MISSING_LABEL):
+    """The legend entry that explains :func:`mark_missing`'s markers (by default, for an AUC)."""
     from matplotlib.lines import Line2D
 
-    return Line2D([], [], ls="none", marker="o", ms=6, mfc="none", mec="grey", label=MISSING_LABEL)
+    return Line2D([], [], ls="none", marker="o", ms=6, mfc="none", mec="grey", label=label)
 
 
 def palette(n: int) -> list:

@@ -142,7 +142,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "likelihood": frozenset({TOKEN_LOGPROBS}),
         },
         runner="memaudit.probes.decop.runner:run_job", planner="memaudit.probes.decop.runner:plan_records",
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="675e848ef65bbe2d",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=4, fingerprint="51c6c249faee98da",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="a7a1c0f56865ec3d")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -185,13 +185,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="f69d51d745512526",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="09836a7ee6f24fc2",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
                               version=7, fingerprint="20945a1dce3d72a8"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="1f96d05f02b9974d")},
+                                 version=7, fingerprint="22117efc16b98703")},
         checks="memaudit.probes.ktd.plan:check_config", headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
         description="KTD: paraphrase knockoffs, gradient-norm knockoff statistics, knockoff+ FDR control",
@@ -207,13 +207,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="435ba1a83ccdcf65",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="8579dab3f6422d43",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items)
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
                                version=3, fingerprint="69acb2e74f7ed20b"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="3ff86f898db77a4f")},
+                                 version=4, fingerprint="d482d9f6a08fe4eb")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", headline="memaudit.probes.cloze.headline:headline", paired=True,
         headline_methods=("cloze_rank", "cloze_rank_mrr"),

@@ -143,7 +143,9 @@ def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> l
 
 
 def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
-    """Mean document accuracy by group (members / non-members), logit mode without and with calibration."""
+    """Mean document accuracy by group (members / non-members), logit mode without and with calibration; a
+    bar with no documents (a model whose calibration was skipped has no calibrated rows) is a hollow
+    marker with "n/a" at the bottom."""
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
@@ -157,14 +159,22 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
         data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
         bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
         x = np.arange(len(bars))
+        any_missing = False
         for k, variant in enumerate(("raw", "calibrated")):
-            vals = [data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant), "accuracy"]
-                    .mean() for m, lab in bars]
-            ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
+            vals = np.array([data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant),
+                                      "accuracy"].mean() for m, lab in bars], dtype=float)
+            drawn = ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
+            # a model whose calibration was skipped (no clean calibration document) has no calibrated bar
+            if len(drawn.patches):
+                mark_missing(ax, (x + (k - 0.5) * 0.38)[np.isnan(vals)], color=drawn.patches[0].get_facecolor())
+            any_missing |= bool(np.isnan(vals).any())
         ax.set_xticks(x, [f"{m}\n{'members' if lab else 'non-members'}" for m, lab in bars], rotation=30, ha="right")
         ax.axhline(0.25, color="grey", lw=0.8, ls=":")
         ax.set(ylabel="mean document accuracy", ylim=(0, 1.02), title=title)
-        ax.legend()
+        handles, labels = ax.get_legend_handles_labels()
+        if any_missing:
+            handles.append(missing_handle("n/a (hollow, at the bottom): no documents (calibration skipped)"))
+        ax.legend(handles=handles)
         return save_figure(fig, out_prefix)
 
 
