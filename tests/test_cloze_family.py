@@ -327,3 +327,23 @@ def test_size_figure_names_each_point_a_base_and_its_fine_tune_share(tmp_path, m
     assert names == [("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.6)), ("big", (1e9, 0.3)),
                      ("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.21)), ("big", (1e9, 0.3))]
     assert ax.get_ylabel() == "share of masked words reconstructed"
+
+
+def test_reconstruction_figure_marks_a_rate_with_no_masked_word(tmp_path, monkeypatch):
+    """A (model, group) with no masked word of the type has no reconstruction rate (NaN): a hollow 'n/a'
+    marker at its bar's place and a legend entry, where the bar was left out without a mark."""
+    from memaudit.figures import plots
+    from memaudit.probes.cloze.summary import reconstruction_figure
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    table = pd.DataFrame({"benchmark": "b", "mode": "logit", "method": "cloze_rank", "model": ["m1", "m2"],
+                          "rate_member": [0.5, float("nan")], "rate_nonmember": [0.25, 0.1]})
+    reconstruction_figure(table, tmp_path / "reconstruction.png")
+    ax = drawn[0].axes[0]
+    hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+    assert [(list(line.get_xdata()), list(line.get_ydata())) for line in hollow] == [([0.8], [plots.MISSING_Y])]
+    assert hollow[0].get_markerfacecolor() == "none" and hollow[0].get_transform() == ax.get_xaxis_transform()
+    assert [t.xy[0] for t in ax.texts if t.get_text() == "n/a"] == [0.8]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type"]

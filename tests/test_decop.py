@@ -704,3 +704,56 @@ def test_auc_by_size_lines_follow_the_manifests_not_the_names(tmp_path, monkeypa
         "decop-likelihood-prob, pythia (contaminated)": ([1.6e8], [0.90], "-"),
         "decop-likelihood-prob, pythia (not contaminated)": ([1.6e8, 4.1e8], [0.50, 0.55], "--"),
     }
+
+
+def test_auc_figures_mark_an_auc_that_could_not_be_computed(tmp_path, monkeypatch):
+    """A NaN AUC (a model whose evaluated documents are one class) is a hollow 'n/a' marker at the bottom edge
+    of the AUC-by-size and AUC-by-length figures, explained in the legend; both figures dropped it without a mark."""
+    from memaudit.figures.plots import MISSING_LABEL, MISSING_Y
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [("m-small", 1e8, 64, 0.6), ("m-big", 1e9, 64, float("nan")), ("m-small", 1e8, 128, float("nan")),
+            ("m-big", 1e9, 128, 0.7)]
+    summary = pd.DataFrame([{"model": m, "method": f"decop-logit-{n}tok", "length": n, "n_params": p, "auc": a}
+                            for m, p, n, a in rows])
+    models = {m: {"family": "m", "contaminated": False} for m in ("m-small", "m-big")}
+    figures.plot_decop_auc_by_size(summary, tmp_path / "size", "t", models)
+    figures.plot_decop_auc_by_length(summary, tmp_path / "length", "t")
+    marked = []
+    for fig in drawn:
+        ax = fig.axes[0]
+        hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+        assert all(line.get_markerfacecolor() == "none" and line.get_transform() == ax.get_xaxis_transform()
+                   for line in hollow)
+        marked.append(sorted((float(x), float(y)) for line in hollow for x, y in zip(*line.get_data())))
+        assert sorted(t.xy[0] for t in ax.texts if t.get_text() == "n/a") == [x for x, _ in marked[-1]]
+        assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == MISSING_LABEL
+    # by size: the shortest length only (m-big's NaN at 64 tokens); by length: m-big at 64, m-small at 128
+    assert marked == [[(1e9, MISSING_Y)], [(64.0, MISSING_Y), (128.0, MISSING_Y)]]
+
+
+def test_calibration_figure_marks_a_model_without_calibrated_rows(tmp_path, monkeypatch):
+    """A model whose calibration was skipped has raw rows only: its calibrated bars are hollow 'n/a' markers
+    (the bars were left out without a mark)."""
+    from memaudit.figures.plots import MISSING_Y
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    def table(methods):
+        return pd.DataFrame([{"role": "evaluate", "method": method, "length": 64, "label": label, "accuracy": acc}
+                             for method in methods for label, acc in ((1, 0.75), (0, 0.25))])
+
+    figures.plot_decop_calibration_accuracy(
+        {"a": table(["decop-logit-64tok", "decop-logit-calibrated-64tok"]), "b": table(["decop-logit-64tok"])},
+        tmp_path / "calibration", "t")
+    ax = drawn[0].axes[0]
+    hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+    # bars: (a, members), (a, non-members), (b, members), (b, non-members); calibrated bars sit at x + 0.19
+    assert [pytest.approx(list(line.get_xdata())) for line in hollow] == [[2.19, 3.19]]
+    assert list(hollow[0].get_ydata()) == [MISSING_Y, MISSING_Y]
+    assert len([t for t in ax.texts if t.get_text() == "n/a"]) == 2
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == (
+        "n/a (hollow, at the bottom): no documents (calibration skipped)")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, snakemake
+from workflow_helpers import ROOT, share_resources_into, snakemake
 
 pytestmark = pytest.mark.slow
 DVC = [str(Path(sys.executable).with_name("dvc"))]
@@ -25,7 +25,34 @@ def sh(cmd, cwd):
     return proc.stdout
 
 
+def test_a_workflow_tree_has_its_own_assets_stamp(tmp_path):
+    """A test's workflow tree links the unpacked demo packages but has its own copy of their stamp, the input
+    of every dataset job: through a link to resources/demo, a stamp touched by any other run (the clone's
+    `snakemake --touch` below, another session sharing the folder) made a finished tree's datasets older
+    than their input, and the copy of the ci run without its .snakemake (the round trip below) reran every
+    job: the round trip's flake."""
+    from workflow_helpers import ASSETS_STAMP, make_workdir
+
+    shared = ROOT / "resources" / "demo"
+    before = (shared / ASSETS_STAMP).stat().st_mtime_ns if (shared / ASSETS_STAMP).exists() else None
+    tree = make_workdir(tmp_path)
+    demo = tree / "resources" / "demo"
+    assert demo.is_dir() and not demo.is_symlink()
+    assert os.path.samefile(demo / "extracted", shared / "extracted") and os.path.samefile(demo / "debs", shared / "debs")
+    assert os.path.samefile(tree / "resources" / "cache", ROOT / "resources" / "cache")  # not an input: shared
+    if before is None:  # assets not fetched yet: the tree's first run fetches them through the links
+        assert not (demo / ASSETS_STAMP).exists()
+    else:
+        stamp = demo / ASSETS_STAMP
+        assert stamp.is_file() and not stamp.is_symlink() and not os.path.samefile(stamp, shared / ASSETS_STAMP)
+        assert stamp.read_bytes() == (shared / ASSETS_STAMP).read_bytes()
+        # as old as the fetch (another session may touch the shared one meanwhile)
+        assert stamp.stat().st_mtime_ns in {before, (shared / ASSETS_STAMP).stat().st_mtime_ns}
+
+
 def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
+    # the shared run's own assets stamp: one touched by another run is not this run's input (above)
+    assert not (ci_run / "resources" / "demo").is_symlink()
     repo = tmp_path / "repo"  # a copy: the shared run directory stays as the other tests expect
     shutil.copytree(ci_run, repo, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
     # The project's stage, run on the ci config: `dvc repro` runs Snakemake, which finds the run finished.
@@ -54,9 +81,9 @@ def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
 
     clone = tmp_path / "clone"
     sh(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
-    (clone / "resources").mkdir()
-    for name in ("demo", "cache"):
-        (clone / "resources" / name).symlink_to(ROOT / "resources" / name)
+    # the assets' stamp its own: the clone's scripts are newer than the stamp, so the `--touch` below touches
+    # it (fetch_assets' code changed), which through a link to resources/demo made every other tree stale
+    share_resources_into(clone)
     # git carries only DVC's .gitignore under results/; every artifact comes from the remote
     assert [p.name for p in (clone / "results").rglob("*")] == [".gitignore"]
     sh(DVC + ["pull", "-q"], clone)

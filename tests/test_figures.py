@@ -132,3 +132,54 @@ def test_plot_roc_tells_25_methods_apart_and_names_a_method_without_curve(tmp_pa
     assert [line.get_linestyle() for line in lines[:21:10]] == ["-", "-", "--"]
     labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
     assert "members_only (one class only: no curve)" in labels and len(labels) == 27
+
+
+def _missing_marks(ax):
+    """(x, y) of the hollow markers drawn at the bottom edge, and the "n/a" annotations' x, of one panel."""
+    hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+    for line in hollow:
+        assert line.get_markerfacecolor() == "none" and line.get_linestyle() == "None"
+        # y in axes coordinates: the bottom edge, whatever the AUC range of the panel
+        assert line.get_transform() == ax.get_xaxis_transform()
+    points = sorted((float(x), float(y)) for line in hollow for x, y in zip(line.get_xdata(), line.get_ydata()))
+    notes = sorted(float(t.xy[0]) for t in ax.texts if t.get_text() == "n/a")
+    return points, notes
+
+
+def test_plot_auc_vs_size_marks_a_missing_auc(tmp_path, monkeypatch):
+    from memaudit.figures.plots import MISSING_LABEL, MISSING_Y
+
+    figures = _drawn(monkeypatch)
+    models = pd.DataFrame({"model": ["p-70m", "p-160m", "p-410m"], "family": ["pythia"] * 3,
+                           "n_params": [7e7, 1.6e8, 4.1e8]})
+    docs = _doc_scores(n=40)
+    tables = []
+    for model in models["model"]:
+        scores = docs
+        if model == "p-160m":  # zlib_ratio scored members only: its AUC is NaN
+            scores = docs[(docs["method"] != "zlib_ratio") | (docs["label"] == 1)]
+        tables.append(metrics_table(scores, benchmark="bt", model=model, contaminated=False,
+                                    seed=0, n_boot_small=2, n_boot_ci=10))
+    metrics = pd.concat(tables, ignore_index=True)
+    assert np.isnan(metrics.loc[(metrics["model"] == "p-160m") & (metrics["method"] == "zlib_ratio"), "auc"]).all()
+    plot_auc_vs_size(metrics, models, tmp_path / "auc", "t", methods=["loss", "zlib_ratio"])
+    ax = figures[0].axes[0]
+    dodge = 10 ** 0.005  # zlib_ratio, the second of two methods
+    points, notes = _missing_marks(ax)
+    assert points == [(pytest.approx(1.6e8 * dodge), MISSING_Y)]
+    assert notes == [pytest.approx(1.6e8 * dodge)]
+    assert ax.get_xlim()[0] < 1.6e8 < ax.get_xlim()[1]
+    legend = [t.get_text() for t in figures[0].legends[0].get_texts()]
+    assert legend[-1] == MISSING_LABEL and "loss · pythia" in legend
+
+
+def test_plot_auc_vs_size_without_missing_auc_has_no_mark(tmp_path, monkeypatch):
+    from memaudit.figures.plots import MISSING_LABEL
+
+    figures = _drawn(monkeypatch)
+    metrics = metrics_table(_doc_scores(n=40), benchmark="bt", model="m", contaminated=False,
+                            seed=0, n_boot_small=2, n_boot_ci=10)
+    models = pd.DataFrame({"model": ["m"], "family": ["f"], "n_params": [1e9]})
+    plot_auc_vs_size(metrics, models, tmp_path / "auc", "t")
+    assert _missing_marks(figures[0].axes[0]) == ([], [])
+    assert MISSING_LABEL not in [t.get_text() for t in figures[0].legends[0].get_texts()]

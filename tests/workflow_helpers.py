@@ -14,21 +14,46 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def make_workdir(dest: Path, share_resources: bool = True) -> Path:
-    """A copy of the workflow sharing the fetched assets and the converted-model cache.
+    """A copy of the workflow sharing the fetched assets and the converted-model cache (:func:`share_resources_into`).
 
-    ``share_resources=False`` gives it empty ``resources/`` instead: enough for dry runs, and
-    immune to another run re-fetching the shared assets (a newer stamp reruns everything).
+    ``share_resources=False`` gives it empty ``resources/`` instead: enough for dry runs.
     """
     for name in ("Snakefile", "workflow", "config", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
     (dest / "resources").mkdir()
-    if not share_resources:
-        return dest
-    for name in ("demo", "cache"):
-        (ROOT / "resources" / name).mkdir(parents=True, exist_ok=True)
-        (dest / "resources" / name).symlink_to(ROOT / "resources" / name)
+    if share_resources:
+        share_resources_into(dest)
     return dest
+
+
+ASSETS_STAMP = ".fetched"  # fetch_assets' output: an input of every dataset job
+
+
+def share_resources_into(dest: Path) -> None:
+    """``dest/resources``: the converted-model cache as a link to the repository's (no rule reads it as an
+    input), and a ``demo`` folder of the tree's own whose unpacked packages link to the repository's but
+    whose stamp ``.fetched`` is a copy (its time kept).
+
+    The stamp is the input of every dataset job, so its time decides whether a tree's whole run is stale.
+    Shared through a link to ``resources/demo``, it was touched under every tree by any other run: a
+    ``snakemake --touch`` where fetch_assets' script is newer than the stamp (test_dvc's git clone), a
+    fetch_assets rerun, any session on the machine sharing the folder. A finished tree's datasets were
+    then older than their input: Snakemake's recorded checksum hid it where the tree's .snakemake is,
+    but test_dvc's copy without it reran every job (and saw its outputs rewritten).
+    """
+    assets = ROOT / "resources" / "demo"
+    for name in ("debs", "extracted"):  # where fetch_assets unpacks, created for a first fetch through the links
+        (assets / name).mkdir(parents=True, exist_ok=True)
+    demo = dest / "resources" / "demo"
+    demo.mkdir(parents=True)
+    for entry in sorted(assets.iterdir()):
+        if entry.name == ASSETS_STAMP:
+            shutil.copy2(entry, demo / entry.name)
+        elif not entry.name.startswith("."):  # not a stamp being written (io.atomic_path's ..fetched.*)
+            (demo / entry.name).symlink_to(entry)
+    (ROOT / "resources" / "cache").mkdir(parents=True, exist_ok=True)
+    (dest / "resources" / "cache").symlink_to(ROOT / "resources" / "cache")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

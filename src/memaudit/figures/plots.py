@@ -59,6 +59,34 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+# Where a missing value (an AUC of NaN: a method that scored one class only, or a model with no
+# scores) is marked: a hollow marker this far up from the x axis, in axes coordinates, with "n/a".
+MISSING_Y = 0.03
+MISSING_LABEL = "n/a (hollow, at the bottom): no AUC (one class only, or no scores)"
+
+
+def mark_missing(ax, x, *, color, marker: str = "o") -> None:
+    """Mark points whose y value is missing: a hollow marker at the bottom edge of ``ax`` (``x`` in data
+    coordinates, y at :data:`MISSING_Y` of the axes height), each with "n/a" above it, so a point
+    that could not be computed is told apart from one never computed. The x limits take them in."""
+    x = np.asarray(x, dtype=float)
+    if not x.size:
+        return
+    edge = ax.get_xaxis_transform()  # x: data, y: axes fraction
+    ax.plot(x, np.full(x.size, MISSING_Y), ls="none", marker=marker, ms=6, mfc="none", mec=color,
+            mew=1.2, transform=edge, clip_on=False, label="_missing")
+    for xi in x:
+        ax.annotate("n/a", (xi, MISSING_Y), xycoords=edge, xytext=(0, 5), textcoords="offset points",
+                    ha="center", va="bottom", color=color, fontsize=FONT_SIZE - 3)
+
+
+def missing_handle(label: str = MISSING_LABEL):
+    """The legend entry that explains :func:`mark_missing`'s markers (by default, for an AUC)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], ls="none", marker="o", ms=6, mfc="none", mec="grey", label=label)
+
+
 def palette(n: int) -> list:
     cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
@@ -202,7 +230,10 @@ def plot_auc_vs_size(
     saw that benchmark).  One line per (method, family, contaminated): colour =
     method, marker = family, dashed = contaminated.  Error bars are the
     bootstrap 95% interval ``[auc_ci_low, auc_ci_high]``; the dotted line is
-    chance (0.5).  ``methods`` defaults to every method present.
+    chance (0.5).  An AUC that could not be computed (NaN: the method scored
+    members only or non-members only, or the model has no scores) is a hollow
+    marker with "n/a" at the bottom edge (:func:`mark_missing`), and the legend
+    says so.  ``methods`` defaults to every method present.
     """
     require_columns(metrics, ["benchmark", "model", "contaminated", "method", "auc",
                               "auc_ci_low", "auc_ci_high"], "metrics")
@@ -238,6 +269,7 @@ def plot_auc_vs_size(
     with style():
         fig = new_figure(FIGURE_WIDTH_IN, 4.0)
         axes = np.atleast_1d(fig.subplots(1, len(benchmarks), squeeze=False)).ravel()
+        any_missing = False
         for ax, benchmark in zip(axes, benchmarks):
             panel = data[data["benchmark"] == benchmark]
             for (method, family, contaminated), line in panel.groupby(
@@ -257,6 +289,10 @@ def plot_auc_vs_size(
                     ls="--" if contaminated else "-",
                     label=f"{method} · {family}{' · contaminated' if contaminated else ''}",
                 )
+                missing = np.isnan(auc)
+                mark_missing(ax, line["n_params"].to_numpy(dtype=float)[missing] * dodge[method],
+                             color=colors[method], marker=markers[family])
+                any_missing |= bool(missing.any())
             ax.axhline(0.5, ls=":", color="grey", lw=1)
             ax.set_xscale("log")
             ax.xaxis.set_major_formatter(FuncFormatter(format_params))
@@ -268,6 +304,8 @@ def plot_auc_vs_size(
         for ax in axes[1:]:
             for handle, label in zip(*ax.get_legend_handles_labels()):
                 seen.setdefault(label, handle)
+        if any_missing:
+            seen[MISSING_LABEL] = missing_handle()
         fig.legend(list(seen.values()), list(seen.keys()), loc="center left",
                    bbox_to_anchor=(1.0, 0.5), frameon=False)
         fig.suptitle(f"{title} (dotted: chance; bars: bootstrap 95% CI)")

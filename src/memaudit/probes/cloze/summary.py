@@ -150,7 +150,7 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from memaudit.figures.plots import save_figure
+    from memaudit.figures.plots import mark_missing, missing_handle, save_figure
 
     table = table[table["method"].str.startswith("cloze_")]
     panels = sorted(set(zip(table["benchmark"], table["mode"], table["method"])))
@@ -158,12 +158,19 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
     for ax, (benchmark, mode, measure) in zip(axes[0], panels):
         block = table[(table["benchmark"] == benchmark) & (table["mode"] == mode) & (table["method"] == measure)]
         x = np.arange(len(block))
-        ax.bar(x - 0.2, block["rate_member"], 0.4, label="members")
-        ax.bar(x + 0.2, block["rate_nonmember"], 0.4, label="non-members")
+        handles = []
+        for offset, column, name in ((-0.2, "rate_member", "members"), (0.2, "rate_nonmember", "non-members")):
+            rates = block[column].to_numpy(dtype=float)
+            bars = ax.bar(x + offset, rates, 0.4, label=name)
+            handles.append(bars)
+            # no masked word of this type in the group: no rate, marked n/a rather than an empty slot
+            mark_missing(ax, (x + offset)[np.isnan(rates)], color=bars.patches[0].get_facecolor())
+        if block[["rate_member", "rate_nonmember"]].isna().to_numpy().any():
+            handles.append(missing_handle("n/a (hollow, at the bottom): no masked word of this type"))
         ax.set_xticks(x, block["model"], rotation=30, ha="right", fontsize=7)
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
         ax.set_ylabel("share of masked words reconstructed")
-        ax.legend(fontsize=7)
+        ax.legend(handles=handles, fontsize=7)
     fig.tight_layout()
     save_figure(fig, Path(out).with_suffix(""))
     plt.close(fig)

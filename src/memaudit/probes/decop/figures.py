@@ -12,7 +12,8 @@ import pandas as pd
 
 from matplotlib.ticker import FuncFormatter
 
-from memaudit.figures.plots import FIGURE_WIDTH_IN, MARKERS, format_params, new_figure, save_figure, style
+from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, format_params, mark_missing, missing_handle, new_figure,
+                                    save_figure, style)
 from memaudit.io import read_json, read_jsonl, write_csv
 from memaudit.probes.decop.analysis import auc_summary, longest_option_rate, longest_option_rows
 
@@ -82,10 +83,20 @@ def calibration_deltas(calibrations: Sequence[str | Path]) -> dict[str, dict]:
 # auc_binarized_boot_mean: the two are not the same number.
 AUC_LABEL = "ROC-AUC of document scores"
 
+def _legend(ax, any_missing: bool) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if any_missing:  # what the hollow n/a markers of mark_missing mean
+        handles.append(missing_handle())
+        labels.append(handles[-1].get_label())
+    ax.legend(handles, labels, loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+
 def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models: dict[str, dict]) -> list[Path]:
     """DE-COP AUC against parameter count at the shortest passage length, one line per (method, model
     family, contaminated): ``models`` gives each model's ``family`` and whether it was fine-tuned on this
-    benchmark's members (``contaminated``, from its manifest's ``contaminated_on``; solid), not its name."""
+    benchmark's members (``contaminated``, from its manifest's ``contaminated_on``; solid), not its name.
+    An AUC that could not be computed (NaN: one class only) is a hollow marker with "n/a" at the bottom;
+    a model without a parameter count (an API model) has no place on the axis and is not drawn."""
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
@@ -96,20 +107,23 @@ def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models
         groups = list(data.groupby(["method", "family", "contaminated"])) if not data.empty else []
         for (i, ((method, family, contaminated), g)) in enumerate(groups):
             g = g.sort_values("n_params")
-            ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)],
-                    linestyle="-" if contaminated else "--",
-                    label=f"{method}, {family} ({'contaminated' if contaminated else 'not contaminated'})")
+            (line,) = ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)],
+                              linestyle="-" if contaminated else "--",
+                              label=f"{method}, {family} ({'contaminated' if contaminated else 'not contaminated'})")
+            mark_missing(ax, g.loc[g["auc"].isna(), "n_params"], color=line.get_color(),
+                         marker=MARKERS[i % len(MARKERS)])
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(format_params))
         ax.set(xlabel="parameters", ylabel=AUC_LABEL, ylim=(0, 1.02), title=title)
         if groups:
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+            _legend(ax, data["auc"].isna().any())
         return save_figure(fig, out_prefix)
 
 
 def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> list[Path]:
-    """DE-COP AUC against passage length (tokens), one line per (model, method) without calibration."""
+    """DE-COP AUC against passage length (tokens), one line per (model, method) without calibration; an AUC
+    that could not be computed (NaN: one class only) is a hollow marker with "n/a" at the bottom."""
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
@@ -118,16 +132,20 @@ def plot_decop_auc_by_length(summary: pd.DataFrame, out_prefix, title: str) -> l
             data = data[~data["method"].str.contains("-calibrated")]
             for i, ((model, method), g) in enumerate(data.groupby(["model", "method"])):
                 g = g.sort_values("length")
-                ax.plot(g["length"], g["auc"], marker=MARKERS[i % len(MARKERS)], label=f"{model} ({method})")
+                (line,) = ax.plot(g["length"], g["auc"], marker=MARKERS[i % len(MARKERS)], label=f"{model} ({method})")
+                mark_missing(ax, g.loc[g["auc"].isna(), "length"], color=line.get_color(),
+                             marker=MARKERS[i % len(MARKERS)])
             ax.set_xticks(sorted(data["length"].unique()))
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+            _legend(ax, data["auc"].isna().any())
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set(xlabel="passage length (tokens)", ylabel=AUC_LABEL, ylim=(0, 1.02), title=title)
         return save_figure(fig, out_prefix)
 
 
 def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix, title: str) -> list[Path]:
-    """Mean document accuracy by group (members / non-members), logit mode without and with calibration."""
+    """Mean document accuracy by group (members / non-members), logit mode without and with calibration; a
+    bar with no documents (a model whose calibration was skipped has no calibrated rows) is a hollow
+    marker with "n/a" at the bottom."""
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
@@ -141,14 +159,22 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
         data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
         bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
         x = np.arange(len(bars))
+        any_missing = False
         for k, variant in enumerate(("raw", "calibrated")):
-            vals = [data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant), "accuracy"]
-                    .mean() for m, lab in bars]
-            ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
+            vals = np.array([data.loc[(data["model"] == m) & (data["label"] == lab) & (data["variant"] == variant),
+                                      "accuracy"].mean() for m, lab in bars], dtype=float)
+            drawn = ax.bar(x + (k - 0.5) * 0.38, vals, width=0.38, label=f"{variant}")
+            # a model whose calibration was skipped (no clean calibration document) has no calibrated bar
+            if len(drawn.patches):
+                mark_missing(ax, (x + (k - 0.5) * 0.38)[np.isnan(vals)], color=drawn.patches[0].get_facecolor())
+            any_missing |= bool(np.isnan(vals).any())
         ax.set_xticks(x, [f"{m}\n{'members' if lab else 'non-members'}" for m, lab in bars], rotation=30, ha="right")
         ax.axhline(0.25, color="grey", lw=0.8, ls=":")
         ax.set(ylabel="mean document accuracy", ylim=(0, 1.02), title=title)
-        ax.legend()
+        handles, labels = ax.get_legend_handles_labels()
+        if any_missing:
+            handles.append(missing_handle("n/a (hollow, at the bottom): no documents (calibration skipped)"))
+        ax.legend(handles=handles)
         return save_figure(fig, out_prefix)
 
 
