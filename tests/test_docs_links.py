@@ -66,3 +66,125 @@ def test_every_page_a_report_caption_names_exists():
     named = {(c.name, p) for c in captions for p in re.findall(r"docs/[\w/.-]+?\.md", c.read_text())}
     assert ("summary_selection.rst", "docs/statistics.md") in named
     assert [(c, p) for c, p in sorted(named) if not (ROOT / p).exists()] == []
+
+
+# ----------------------------------------------------------------------------- config/README.md against the schema
+
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+CONFIG_README = ROOT / "config" / "README.md"
+CLAIMED_DEFAULT = re.compile(r"`([a-z_][\w.]*)` (-?\d[\d.]*\b|\[[^\]]*\])")
+
+
+def schema_nodes() -> dict[tuple[str, ...], dict]:
+    """Every key of the config schema by its path (``<name>`` for a name the user chooses), ``$ref`` resolved."""
+    import yaml
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    nodes: dict[tuple[str, ...], dict] = {}
+
+    def walk(node: dict, path: tuple[str, ...]) -> None:
+        if "$ref" in node:
+            node = {**schema["$defs"][node["$ref"].rsplit("/", 1)[1]], **node}
+        nodes[path] = node
+        for key, sub in node.get("properties", {}).items():
+            walk(sub, path + (key,))
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], path + ("<name>",))
+        for alternative in node.get("oneOf", []):
+            walk(alternative, path)
+
+    walk(schema, ())
+    return nodes
+
+
+def readme_rows(text: str) -> list[tuple[list[tuple[str, ...]], str]]:
+    """config/README.md's table: per row the keys its first column names and the text of the second.
+    After a full dotted key, a bare name or ``.name`` is a sibling (``checkpoints.dir``, ``every_steps``)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        key_column, meaning = line[2:].split(" | ", 1)
+        names = re.findall(r"`([^`]+)`", key_column)
+        first = tuple("<name>" if part.startswith("<") else part for part in names[0].split("."))
+        keys = [first]
+        for name in names[1:]:
+            parts = tuple("<name>" if p.startswith("<") else p for p in name.lstrip(".").split("."))
+            keys.append(first[:-1] + parts if name.startswith(".") or len(parts) == 1 else parts)
+        rows.append((keys, meaning))
+    return rows
+
+
+def undocumented_keys(text: str) -> list[str]:
+    """Schema keys no row of config/README.md documents: a row's key, or a key below it whose every further
+    part the row names in backticks (``probes.ktd``'s row naming `m`). A block counts where a key inside it does."""
+    nodes = schema_nodes()
+    rows = [(keys, set(re.findall(r"[A-Za-z_]\w*", " ".join(re.findall(r"`([^`]+)`", meaning)))))
+            for keys, meaning in readme_rows(text)]
+
+    def documented(path: tuple[str, ...]) -> bool:
+        return any(path == key or (path[:len(key)] == key and all(p in names or p == "<name>" for p in path[len(key):]))
+                   for keys, names in rows for key in keys)
+
+    missing = []
+    for path in nodes:
+        if not path or documented(path):
+            continue
+        if any(other[:len(path)] == path and documented(other) for other in nodes if len(other) > len(path)):
+            continue  # a block: its keys are documented one by one
+        missing.append(".".join(path))
+    return missing
+
+
+def wrong_defaults(text: str) -> list[str]:
+    """A default config/README.md states ("`m` 10", "`ms` [1, 2, 5, 10]") that is not the schema's. A name
+    is looked up inside the row's key and the parenthesised settings it stands in (`paraphrase` (`temperature` 0.1))."""
+    import yaml
+
+    nodes = schema_nodes()
+    bad = []
+    for keys, meaning in readme_rows(text):
+        base = keys[0]
+        stack: list[str | None] = []
+        for i, ch in enumerate(meaning):
+            if ch == "(":
+                opener = re.search(r"`([a-z_][\w.]*)` $", meaning[:i])
+                stack.append(opener.group(1) if opener else None)
+            elif ch == ")" and stack:
+                stack.pop()
+            elif ch == "`" and (claim := CLAIMED_DEFAULT.match(meaning, i)):
+                inner = tuple(p for name in stack if name for p in name.split("."))
+                sub = tuple(claim.group(1).split("."))
+                node = next((nodes[p + sub] for p in (base + inner, base, base[:-1]) if p + sub in nodes), None)
+                if node is None or "default" not in node:
+                    continue
+                if yaml.safe_load(claim.group(2)) != node["default"]:
+                    bad.append(f"{'.'.join(base + inner + sub)}: README says {claim.group(2)}, "
+                               f"the schema's default is {node['default']!r}")
+    return bad
+
+
+def test_every_schema_key_is_in_config_readme():
+    assert len(schema_nodes()) > 200
+    assert undocumented_keys(CONFIG_README.read_text()) == []
+
+
+def test_every_key_config_readme_names_is_in_the_schema():
+    nodes = schema_nodes()
+    named = [key for keys, _ in readme_rows(CONFIG_README.read_text()) for key in keys]
+    assert len(named) > 60
+    assert [".".join(k) for k in named if k not in nodes] == []
+
+
+def test_the_defaults_config_readme_states_are_the_schemas():
+    assert wrong_defaults(CONFIG_README.read_text()) == []
+
+
+def test_the_config_readme_checks_catch_what_they_are_for():
+    rows = ("| `probes.ktd` | `m` 2, `ms` [1, 2, 3], `n_draws` 5 |\n"
+            "| `probes.decop` | `fdr` 0.1, `paraphrase` (`model`, `temperature` 0.5), `max_answer_tokens` 8 |\n")
+    assert wrong_defaults(rows) == ["probes.ktd.m: README says 2, the schema's default is 10",
+                                    "probes.ktd.ms: README says [1, 2, 3], the schema's default is [1, 2, 5, 10]",
+                                    "probes.decop.paraphrase.temperature: README says 0.5, the schema's default is 0.1"]
+    missing = undocumented_keys(CONFIG_README.read_text().replace("`validation_texts` 100 and ", ""))
+    assert missing == ["probes.ktd.validation_texts"]
