@@ -188,3 +188,85 @@ def test_the_config_readme_checks_catch_what_they_are_for():
                                     "probes.decop.paraphrase.temperature: README says 0.5, the schema's default is 0.1"]
     missing = undocumented_keys(CONFIG_README.read_text().replace("`validation_texts` 100 and ", ""))
     assert missing == ["probes.ktd.validation_texts"]
+
+
+# ----------------------------------------------------------------------------- the command line's --help and the docs
+
+
+class _Parsed(Exception):
+    pass
+
+
+def cli_parsers(monkeypatch) -> dict[str, "argparse.ArgumentParser"]:
+    """Each ``memaudit`` subcommand's parser, caught as it parses (nothing runs)."""
+    import argparse
+
+    from memaudit.cli import COMMANDS, main
+
+    caught = {}
+
+    def catch(self, args=None, namespace=None):
+        caught[self.prog.removeprefix("memaudit ")] = self
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
+    for command in COMMANDS:
+        try:
+            main([command])
+        except _Parsed:
+            pass
+    assert sorted(caught) == sorted(COMMANDS)
+    return caught
+
+
+def undescribed_options(parser) -> list[str]:
+    """Options whose --help line says nothing, or hides the default the command takes without them."""
+    import argparse
+
+    bad = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = "/".join(action.option_strings) or action.dest
+        if not action.help:
+            bad.append(f"{parser.prog} {name}: no help")
+        elif action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in action.help:
+            bad.append(f"{parser.prog} {name}: help does not give the default {action.default!r}")
+    return bad
+
+
+def test_every_option_of_every_command_says_what_it_is_and_its_default(monkeypatch):
+    parsers = cli_parsers(monkeypatch)
+    assert [p for parser in parsers.values() for p in undescribed_options(parser)] == []
+
+
+def test_an_option_without_help_is_caught():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="memaudit demo")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1", help="listen address")
+    parser.add_argument("--name", help="the model name")
+    assert undescribed_options(parser) == ["memaudit demo --port: no help",
+                                           "memaudit demo --host: help does not give the default '127.0.0.1'"]
+
+
+DOC_COMMAND = re.compile(r"memaudit ([a-z][a-z-]+)((?: +(?:\\\n *)?[^`\n|;]*)?)")
+
+
+def test_every_flag_the_docs_give_a_memaudit_command_exists(monkeypatch):
+    """`memaudit stats --input x --score-col score` in a page: stats takes --input and --score-col."""
+    parsers = cli_parsers(monkeypatch)
+    pages = [p for p in PAGES if p.name != "timings.md"] + [ROOT / "src" / "memaudit" / "cli.py"]
+    seen, bad = 0, []
+    for page in pages:
+        for command, rest in DOC_COMMAND.findall(page.read_text()):
+            if command not in parsers:
+                continue
+            known = {s for a in parsers[command]._actions for s in a.option_strings}
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", rest):
+                seen += 1
+                if flag not in known:
+                    bad.append(f"{page.relative_to(ROOT)}: memaudit {command} {flag}")
+    assert seen > 15
+    assert bad == []
