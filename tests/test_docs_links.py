@@ -270,3 +270,51 @@ def test_every_flag_the_docs_give_a_memaudit_command_exists(monkeypatch):
                     bad.append(f"{page.relative_to(ROOT)}: memaudit {command} {flag}")
     assert seen > 15
     assert bad == []
+
+
+# ----------------------------------------------------------------------------- results/ paths the docs name
+
+# Files under results/ that no rule declares as an output: the API cache and the generation cache (config
+# defaults), the report (`snakemake --report`), the checkpoints (deliberately not outputs), make bench's files.
+NOT_RULE_OUTPUTS = ("results/api/cache.sqlite", "results/models/generations.sqlite", "results/report.html",
+                    "results/checkpoints", "results/bench/")
+DOC_RESULT_PATH = re.compile(r"results/[\w<>{}.,*/-]*[\w>}/*]")
+
+
+def rule_outputs() -> set[str]:
+    """Every ``results/…`` path the rules write, each wildcard (``{benchmark}``) as ``{}``."""
+    return {re.sub(r"\{[^}]*\}", "{}", m)
+            for smk in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+            for m in re.findall(r"\"(results/[^\"]+)\"", smk.read_text())}
+
+
+def expand(path: str) -> list[str]:
+    """``{roc,score_distributions}.{png,svg}`` as four paths; a placeholder (``<benchmark>``, ``…``) as ``<>``."""
+    alternatives = re.search(r"\{([^{}]*,[^{}]*)\}", path)
+    if alternatives:
+        return [p for alt in alternatives.group(1).split(",")
+                for p in expand(path[:alternatives.start()] + alt + path[alternatives.end():])]
+    return [re.sub(r"<[^>]*>|…", "<>", path).rstrip("/")]
+
+
+def produced(path: str, outputs: set[str]) -> bool:
+    """A rule writes ``path``, or a file under it (a folder): the docs' placeholders match any part of a path
+    component, the rules' wildcards a whole component."""
+    doc = re.compile(re.escape(path).replace("<>", "[^/]*") + "(/.*)?$")
+    return any(doc.match(out) or re.match(re.escape(out).replace(r"\{\}", "[^/]+") + "$", path) for out in outputs)
+
+
+def unknown_result_paths(pages) -> list[str]:
+    outputs = rule_outputs()
+    return [f"{page.relative_to(ROOT)}: {path}" for page in pages for path in DOC_RESULT_PATH.findall(page.read_text())
+            if not path.startswith(NOT_RULE_OUTPUTS) and "*" not in path
+            and not all(produced(one, outputs) for one in expand(path))]
+
+
+def test_every_results_path_the_docs_name_is_a_rule_output():
+    pages = [p for p in PAGES if p.name not in ("timings.md", "adding-a-probe-family.md")]  # its example is not built
+    assert sum(len(DOC_RESULT_PATH.findall(p.read_text())) for p in pages) > 80
+    assert unknown_result_paths(pages) == []
+    assert unknown_result_paths([ROOT / "docs" / "adding-a-probe-family.md"]) == [
+        "docs/adding-a-probe-family.md: results/scores/{benchmark}/{model}/recall_judge_documents.csv",
+        "docs/adding-a-probe-family.md: results/scores/{benchmark}/{model}/recall_judge_ratings.jsonl"]
