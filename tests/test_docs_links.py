@@ -318,3 +318,23 @@ def test_every_results_path_the_docs_name_is_a_rule_output():
     assert unknown_result_paths([ROOT / "docs" / "adding-a-probe-family.md"]) == [
         "docs/adding-a-probe-family.md: results/scores/{benchmark}/{model}/recall_judge_documents.csv",
         "docs/adding-a-probe-family.md: results/scores/{benchmark}/{model}/recall_judge_ratings.jsonl"]
+
+
+# The settings section of each probe page that lists its block's keys one by one.
+PROBE_SETTINGS = {"token_prob.md": ("probes", "token_prob"), "prefix.md": ("probes", "prefix"),
+                  "ktd.md": ("probes", "ktd"), "copybench.md": ("probes", "copybench")}
+
+
+def settings_gaps(page: Path, block: tuple[str, ...]) -> list[str]:
+    """Keys of ``block`` that the page's settings section (the "## …settings…" heading to the next) never names."""
+    text = page.read_text()
+    section = re.search(r"^## [^\n]*[Ss]ettings[^\n]*\n(.*?)(?=^## |\Z)", text, re.S | re.M).group(1)
+    names = set(re.findall(r"[A-Za-z_]\w*", " ".join(re.findall(r"`([^`]+)`", section))))
+    return [".".join(path) for path in schema_nodes() if path[:len(block)] == block and len(path) > len(block)
+            and not all(part in names or part == "<name>" for part in path[len(block):])]
+
+
+def test_every_key_of_a_probe_block_is_in_its_pages_settings():
+    pages = ROOT / "docs" / "probes"
+    assert {page: settings_gaps(pages / page, block) for page, block in PROBE_SETTINGS.items()} == dict.fromkeys(
+        PROBE_SETTINGS, [])
