@@ -338,3 +338,15 @@ def test_every_key_of_a_probe_block_is_in_its_pages_settings():
     pages = ROOT / "docs" / "probes"
     assert {page: settings_gaps(pages / page, block) for page, block in PROBE_SETTINGS.items()} == dict.fromkeys(
         PROBE_SETTINGS, [])
+
+
+def test_every_column_of_metrics_csv_is_in_the_metrics_table():
+    """docs/statistics.md's table under "## Metrics" names every column of results/summary/metrics.csv."""
+    from memaudit.stats.summary import SUMMARY_COLUMNS
+
+    text = (ROOT / "docs" / "statistics.md").read_text()
+    table = re.search(r"^## Metrics\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    rows = " ".join(line.split(" | ")[0] for line in table.splitlines() if line.startswith("| `"))
+    named = set(re.findall(r"`(\w+)`", rows))
+    assert len(SUMMARY_COLUMNS) > 15
+    assert [c for c in SUMMARY_COLUMNS if c not in named] == []
