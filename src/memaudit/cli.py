@@ -32,7 +32,8 @@ def _fetch_assets(argv: list[str]) -> int:
     from memaudit.assets import fetch_demo_assets
 
     p = argparse.ArgumentParser(prog="memaudit fetch-assets", description="Fetch the demo text packages.")
-    p.add_argument("--dest", default="resources/demo", type=Path)
+    p.add_argument("--dest", default="resources/demo", type=Path,
+                   help="where the packages are fetched and unpacked (default: resources/demo)")
     args = p.parse_args(argv)
     fetch_demo_assets(args.dest)
     return 0
@@ -42,8 +43,11 @@ def _headline(argv: list[str]) -> int:
     from memaudit.stats.headline import print_headline
 
     p = argparse.ArgumentParser(prog="memaudit headline", description="Print the headline numbers of a run.")
-    p.add_argument("--summary", default="results/summary/metrics.csv", type=Path)
-    p.add_argument("--methods", nargs="*", default=["loss", "zlib", "min_k_20pct", "min_k_plus_plus_20pct"])
+    p.add_argument("--summary", default="results/summary/metrics.csv", type=Path,
+                   help="the run's metrics table; the other summary tables are read beside it "
+                        "(default: results/summary/metrics.csv)")
+    p.add_argument("--methods", nargs="*", default=["loss", "zlib", "min_k_20pct", "min_k_plus_plus_20pct"],
+                   help="methods of the AUC table (default: loss zlib min_k_20pct min_k_plus_plus_20pct)")
     args = p.parse_args(argv)
     print_headline(args.summary, args.methods)
     return 0
@@ -84,7 +88,7 @@ def _check_config(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="memaudit check-config",
                                 description="Validate a config file as the workflow does, without running it.")
-    p.add_argument("config", type=Path)
+    p.add_argument("config", type=Path, help="the config file (YAML)")
     args = p.parse_args(argv)
     load_config(args.config)
     print(f"{args.config}: valid")

@@ -117,8 +117,8 @@ def dvc_stage_main(argv: list[str]) -> int:
                                             "and every local input the config reads (books, labels, published sets, "
                                             "checkpoints) becomes a dependency DVC hashes into dvc.lock.")
     p.add_argument("config", help="the config file (a path relative to the repository root, as Snakemake takes it)")
-    p.add_argument("--dvc-file", default="dvc.yaml", type=Path)
-    p.add_argument("--cores", type=int, default=8)
+    p.add_argument("--dvc-file", default="dvc.yaml", type=Path, help="the DVC file to write (default: dvc.yaml)")
+    p.add_argument("--cores", type=int, default=8, help="the stage command's snakemake --cores (default: 8)")
     args = p.parse_args(argv)
     config = load_config(args.config)
     deps = write_stage(args.dvc_file, args.config, config, cores=args.cores)

@@ -270,7 +270,8 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
                '"repetition_penalty" (1), '
                '"samples" (1; sampled requests only), "kind" ("generate" or "option_logprobs")}. A local '
                'model\'s records cost nothing and are left out.')
-    p.add_argument("--config", default="config/config.yaml", type=Path)
+    p.add_argument("--config", default="config/config.yaml", type=Path,
+                   help="the config naming the plan's models and their prices (default: config/config.yaml)")
     p.add_argument("--plan", required=True, type=Path, help="planned requests (JSONL)")
     p.add_argument("--json", type=Path, help="also write the estimate here")
     args = p.parse_args(argv)
@@ -290,9 +291,11 @@ def ledger_main(argv: Sequence[str] | None = None) -> int:
     from memaudit.io import write_csv
 
     p = argparse.ArgumentParser(prog="memaudit api-ledger", description="Tokens and cost of the API calls made.")
-    p.add_argument("--cache", default="results/api/cache.sqlite", type=Path, help="the API cache database")
+    p.add_argument("--cache", default="results/api/cache.sqlite", type=Path,
+                   help="the API cache database (default: results/api/cache.sqlite)")
     p.add_argument("--by", nargs="+", default=["model", "rule"], choices=["model", "rule", "model_id", "backend",
-                                                                           "run_id"])
+                                                                           "run_id"],
+                   help="the columns the table is grouped by (default: model rule)")
     p.add_argument("--out", type=Path, help="write the table as CSV")
     args = p.parse_args(argv)
     if not args.cache.exists():

@@ -47,15 +47,15 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
     p.add_argument("--adapter", help="a peft adapter directory on top of the model")
     p.add_argument("--name", default=None, help="the model name clients send (default: derived from the source)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--port", type=int, default=8000, help="listen port (default: 8000)")
+    p.add_argument("--device", default="auto", help="auto (a GPU if present; the default), cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto: bfloat16 where the hardware computes it natively, else float32")
-    p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted")
+                   help="auto (the default): bfloat16 where the hardware computes it natively, else float32")
+    p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted (default: resources/cache)")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
     p.add_argument("--max-batch", type=int, default=16,
                    help="greedy requests waiting at once are decoded together, this many rows at a time; 1: each "
-                        "answer independent of the others waiting (in bfloat16, batching changes some answers)")
+                        "answer independent of the others waiting (in bfloat16, batching changes some answers; default: 16)")
     args = p.parse_args(argv)
 
     if args.scripted:
