@@ -1040,7 +1040,8 @@ def test_serve_answers_a_prompt_too_long_with_a_400_and_its_batch_without_it(tin
 def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
     """``memaudit serve`` built its backend without a name: a prompt too long was refused as
     "model None: ...". The error names the served model (``--name``, else the path's last part), which
-    answers whatever model name a request gives; the request's name is echoed in answers only."""
+    answers whatever model name a request gives; an answer's ``model`` is the served model's name too, as
+    OpenAI and Anthropic give the model that answered (it echoed the request's name)."""
     import openai
 
     from memaudit.backends.serve import make_server
@@ -1055,6 +1056,11 @@ def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
             with pytest.raises(openai.BadRequestError) as err:
                 client.chat.completions.create(model="whatever-the-client-says", max_tokens=8,
                                                messages=[{"role": "user", "content": long}])
+            answer = client.chat.completions.create(model="whatever-the-client-says", max_tokens=2,
+                                                    temperature=0.0, messages=[{"role": "user", "content": "The"}])
+            message = urllib_request(f"{server.anthropic_base_url}/v1/messages", {
+                "model": "whatever-the-client-says", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]})
+        assert (answer.model, answer.usage.completion_tokens, message["model"]) == (served, 2, served)
         n_prompt = len(encode_plain(tiny_model_dir, long))
         assert err.value.status_code == 400 and err.value.body == {
             "message": f"model {served!r}: a prompt of {n_prompt} tokens plus 8 new tokens exceeds its 128 positions; "

@@ -183,3 +183,26 @@ def test_plot_auc_vs_size_without_missing_auc_has_no_mark(tmp_path, monkeypatch)
     plot_auc_vs_size(metrics, models, tmp_path / "auc", "t")
     assert _missing_marks(figures[0].axes[0]) == ([], [])
     assert MISSING_LABEL not in [t.get_text() for t in figures[0].legends[0].get_texts()]
+
+
+def test_plot_selection_draws_the_first_listed_method_and_names_a_model_without_one(tmp_path, monkeypatch):
+    """One line per model for the first of the figure methods it has; a model with none of them keeps a
+    legend entry that says it has no line (it was left out without a word)."""
+    from memaudit.figures.plots import plot_selection
+
+    figures = _drawn(monkeypatch)
+    qs = [0.1, 0.5]
+    rows = [{"benchmark": "news", "model": model, "contaminated": model == "ft", "method": method, "q": q,
+             "fdr": q / 2, "power": power * q}
+            for model, method, power in (("ft", "loss", 1.0), ("ft", "zlib", 0.5), ("base", "zlib", 0.2),
+                                         ("blind", "blind_tfidf", 0.1))
+            for q in qs]
+    plot_selection(pd.DataFrame(rows), tmp_path / "selection", ["decop-likelihood-prob", "loss", "zlib"])
+    ax_fdr, ax_power = figures[0].axes
+    drawn = {line.get_label(): line.get_ydata().tolist() for line in ax_power.get_lines()}
+    assert drawn == {"base (zlib)": pytest.approx([0.02, 0.1]), "ft (loss)": [0.1, 0.5],
+                     "blind (none of stats.selection.figure_methods: no line)": []}
+    assert [line.get_linestyle() for line in ax_power.get_lines()[:2]] == ["--", "-"]  # base dashed, ft solid
+    labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
+    assert labels == ["base (zlib)", "blind (none of stats.selection.figure_methods: no line)", "ft (loss)"]
+    assert [line.get_label() for line in ax_fdr.get_lines()] == ["base (zlib)", "ft (loss)", "FDR = q"]

@@ -1,5 +1,5 @@
 """The method names a config's run writes (memaudit.jobs.method_names), and the config errors built on them:
-a misspelt ``figures.headline_methods`` entry, two Min-K% ratios that would share one name."""
+a misspelt ``figures.headline_methods`` or ``stats.selection.figure_methods`` entry, two Min-K% ratios that would share one name."""
 
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def test_every_shipped_config_writes_the_names_it_would_draw(tmp_path):
         assert {"loss", "zlib", "min_k_20pct", "min_k_plus_plus_20pct"} <= set(names), name
         assert ("lowercase" in names) == (name != "config.yaml"), name
         cfg["figures"]["headline_methods"] = names[::-1]
+        cfg["stats"]["selection"]["figure_methods"] = names
         validate_config(cfg)
 
 
@@ -98,6 +99,35 @@ def test_a_misspelt_headline_method_is_a_config_error_with_close_matches():
         del cfg["probes"][key]
     with pytest.raises(ConfigError, match=r"headline_methods\.1: 'decop-logit' is no method"):
         validate_config(cfg)
+
+
+def test_a_misspelt_selection_figure_method_is_a_config_error_the_default_is_not():
+    """stats.selection.figure_methods is checked as figures.headline_methods is, where the user sets it;
+    its default (decop-likelihood-prob, copybench_rougeL) names methods a token-probability-only run lacks."""
+    cfg = copy.deepcopy(CI)
+    cfg["stats"] = {"selection": {"figure_methods": ["decop-likelihood-prob", "copybench_rougel", "loss"]}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert str(err.value).splitlines() == [
+        "config key stats.selection.figure_methods.1: 'copybench_rougel' is no method this config's probes "
+        "write; did you mean 'copybench_rougeL', 'copybench_rougeL_excess', 'copybench_rougeL_memfree'? "
+        "(they write 31: see config/README.md)"]
+    # both lists misspelt: one line each
+    cfg["figures"] = {"headline_methods": ["zlibb"]}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert [line.split(":")[0] for line in str(err.value).splitlines()] == [
+        "config key figures.headline_methods.0", "config key stats.selection.figure_methods.1"]
+    # the default is not checked: a token-probability-only run has neither DE-COP nor CopyBench methods
+    only_tokens = copy.deepcopy(CI)
+    only_tokens["probes"] = {"token_prob": only_tokens["probes"]["token_prob"]}
+    checked = validate_config(only_tokens)
+    assert checked["stats"]["selection"]["figure_methods"] == ["loss", "decop-likelihood-prob", "copybench_rougeL"]
+    assert "decop-likelihood-prob" not in method_names(checked)
+    # set by the user, the same names are refused there
+    only_tokens["stats"] = {"selection": {"figure_methods": ["loss", "decop-likelihood-prob"]}}
+    with pytest.raises(ConfigError, match=r"figure_methods\.1: 'decop-likelihood-prob' is no method"):
+        validate_config(only_tokens)
 
 
 def test_check_config_names_the_file_and_the_misspelt_headline_method(tmp_path):

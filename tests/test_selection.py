@@ -338,3 +338,92 @@ def test_metrics_job_writes_bh_columns_and_selection_tables(tmp_path):
     worse = merged.assign(fdr=np.where(merged.model == "m", merged.q + 0.05, merged.fdr))
     rechecked = selection_expectations(worse, pd.read_csv(summary / "models.csv"))
     assert not rechecked.loc[rechecked.model == "m", "ok"].any()
+
+
+# ----------------------------------------------------------------------------- independent checks, edge cases
+
+def _direct_pvalues(test, calibration) -> list[float]:
+    """p = (1 + #{c >= s}) / (n_cal + 1), counted one test score at a time."""
+    return [(1 + sum(c >= s for c in calibration)) / (len(calibration) + 1) for s in test]
+
+
+@pytest.mark.parametrize("test, calibration", [
+    ([0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 2.0, 2.0, 2.0]),  # every test score ties calibration scores
+    ([0.0, 1.0, 2.0], [1.0]),  # a single calibration point: p in {1/2, 1}
+    ([5.0, 5.0, 5.0], [5.0, 5.0]),  # everything equal: every p is 1
+    ([0.0, -0.0], [-0.0, 0.0]),  # signed zeros tie
+    ([-1e308, 1e308], [1e308, -1e308, 0.0]),
+])
+def test_conformal_pvalues_are_the_formula_counted_directly_on_ties(test, calibration):
+    assert selection.conformal_pvalues(test, calibration).tolist() == _direct_pvalues(test, calibration)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_score_that_is_no_number_is_an_error_on_either_side_not_a_p_value(bad):
+    for test, calibration, side in (([bad, 1.0], [1.0, 2.0], "test"), ([1.0], [2.0, bad], "calibration")):
+        with pytest.raises(InputError, match=f"{side} scores: 1 value"):
+            selection.conformal_pvalues(test, calibration)
+    with pytest.raises(InputError, match="p-values: 1 value"):
+        selection.bh_adjusted_pvalues([0.1, bad])
+
+
+def _exact_step_up(pvalues, q) -> list[bool]:
+    """BH's step-up rule in exact rational arithmetic: reject p <= p_(k), k = max{k : p_(k) <= q k / m}."""
+    from fractions import Fraction
+
+    p = [Fraction(x).limit_denominator(10**6) for x in pvalues]
+    q = Fraction(q).limit_denominator(10**6)
+    order, m = sorted(p), len(p)
+    passing = [k for k in range(1, m + 1) if order[k - 1] <= q * k / m]
+    return [bool(passing) and x <= order[max(passing) - 1] for x in p]
+
+
+@pytest.mark.parametrize("pvalues, q", [
+    ([0.02, 0.2, 1.0], 0.3),  # p_(2) = 0.2 = 0.3 * 2 / 3 exactly; in floating point 0.3 * 2 / 3 < 0.2
+    ([0.25, 0.25, 0.25, 0.25], 0.25),  # all equal and at q: all rejected
+    ([0.25, 0.25, 0.25, 0.25], 0.2),  # all equal above q: none
+    ([1 / 3, 2 / 3, 1.0], 0.95),
+    ([0.5], 0.5), ([0.5], 0.4999),
+    ([0.01, 0.04, 0.04, 0.04, 0.2, 0.9], 0.1),  # ties at the threshold all go in
+])
+def test_benjamini_hochberg_is_the_exact_step_up_rule_and_scipys_adjustment(pvalues, q):
+    from scipy.stats import false_discovery_control
+
+    assert selection.benjamini_hochberg(pvalues, q).tolist() == _exact_step_up(pvalues, q)
+    np.testing.assert_array_equal(selection.bh_adjusted_pvalues(pvalues),
+                                  false_discovery_control(pvalues, method="bh"))
+
+
+def test_conformal_bh_with_ties_is_the_direct_formula_then_the_exact_step_up():
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        calibration = rng.integers(0, 4, rng.integers(1, 12)).astype(float)
+        test = rng.integers(0, 5, rng.integers(1, 15)).astype(float)
+        p = selection.conformal_pvalues(test, calibration)
+        assert p.tolist() == _direct_pvalues(test, calibration)
+        for q in (0.1, 0.3, 0.5):
+            assert selection.benjamini_hochberg(p, q).tolist() == _exact_step_up(p, q)
+
+
+def test_q_of_one_is_refused_though_bh_at_one_would_name_every_document():
+    """q = 1 controls nothing: the config's q and qs are in (0, 1) (the schema's bounds, check_q's)."""
+    with pytest.raises(ConfigError, match=r"stats.selection.qs: an FDR level must be in \(0, 1\), got 1.0"):
+        selection.conformal_bh_runs(_frame([1.0, 2.0], [0.0, 0.5]), [0.5, 1])
+    assert selection.rejected_at(selection.bh_adjusted_pvalues([1.0, 0.5, 0.9]), 1.0).all()
+
+
+def test_a_metrics_job_names_the_file_and_row_of_a_score_that_is_no_number(tmp_path):
+    """A nan score in one probe's file stopped the job naming the method only, not the file it came from."""
+    from memaudit.stats.workflow import run_metrics
+
+    rng = np.random.default_rng(8)
+    good = _write_docs(tmp_path / "a.csv", _frame(rng.normal(3, 1, 10), rng.normal(0, 1, 10)))
+    scores = _frame(rng.normal(3, 1, 10), rng.normal(0, 1, 10), method="zlib")
+    scores.loc[[3, 7], "score"] = [np.nan, np.inf]
+    bad = _write_docs(tmp_path / "b.csv", scores)
+    out = [tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")]
+    with pytest.raises(InputError) as err:
+        run_metrics([good, bad], *out, benchmark="news", model="m", contaminated=True, stats=SETTINGS, seed=1)
+    assert str(err.value) == (f"{bad}: row 4 (doc_id {scores['doc_id'][3]!r}, method 'zlib'), column score: "
+                              f"nan is not a finite number (2 such row(s))")
+    assert not any(p.exists() for p in out)

@@ -21,7 +21,7 @@ def _checks() -> list:
     from memaudit.probes.registry import check_capabilities, check_families, check_roles
 
     return [check_capabilities, check_roles, check_families, check_api_models, check_controls,
-            check_headline_methods]
+            check_method_lists]
 
 
 def run_checks(config: dict) -> list[str]:
@@ -150,26 +150,42 @@ def method_names(config: dict) -> list[str]:
     return list(names)
 
 
-def check_headline_methods(config: dict) -> list[str]:
-    """``figures.headline_methods`` names methods the run writes (:func:`method_names`): the figures keep
-    the rows of the names listed, so a misspelt one (``zlibb``) would be left out without a word. The
-    schema's default is not checked: it names the token-probability methods of the default settings, and
-    a run without some of them (a DE-COP-only one) draws what it has."""
+# The config's lists of method names (dotted key: the schema object holding its default). Set, each name must
+# be one the run writes (:func:`check_method_lists`); a user's misspelt name would otherwise be left out of
+# the figures without a word.
+METHOD_LISTS = {
+    "figures.headline_methods": ("properties", "figures"),
+    "stats.selection.figure_methods": ("properties", "stats", "properties", "selection"),
+}
+
+
+def check_method_lists(config: dict) -> list[str]:
+    """Each of :data:`METHOD_LISTS` (``figures.headline_methods``, ``stats.selection.figure_methods``)
+    names methods the run writes (:func:`method_names`): the figures keep the rows of the names listed,
+    so a misspelt one (``zlibb``) would be left out without a word. A list equal to the schema's default
+    is not checked: the defaults name the methods of the default settings, and a run without some of
+    them (a DE-COP-only one) draws what it has."""
     import difflib
 
     from memaudit.backends.settings import _schema_defaults
 
-    chosen = config["figures"]["headline_methods"]
-    if chosen == _schema_defaults("properties", "figures")["headline_methods"]:
-        return []
-    known = method_names(config)
+    known = None
     problems = []
-    for i, name in enumerate(chosen):
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            problems.append(f"figures.headline_methods.{i}: {name!r} is no method this config's probes write"
-                            f"{hint} (they write {len(known)}: see config/README.md)")
+    for key, schema in METHOD_LISTS.items():
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            node = node[part]
+        chosen = node[leaf]
+        if chosen == _schema_defaults(*schema)[leaf]:
+            continue
+        known = method_names(config) if known is None else known
+        for i, name in enumerate(chosen):
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=3)
+                hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+                problems.append(f"{key}.{i}: {name!r} is no method this config's probes write"
+                                f"{hint} (they write {len(known)}: see config/README.md)")
     return problems
 
 

@@ -359,7 +359,9 @@ def _logprob_entry(entry) -> dict:
     return {"token": token, "logprob": logprob, "bytes": list(raw[0]) if raw else list(token.encode("utf-8"))}
 
 
-def openai_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
+def openai_response(request: ChatRequest, reply: ChatReply, n: int, model: str) -> dict:
+    """A Chat Completions answer; ``model`` is the model that answered (the server's), as OpenAI gives the
+    model that answered, not the name (an alias, say) the request sent."""
     logprobs = None
     if request.logprobs and reply.tokens is not None:
         content = []
@@ -369,7 +371,7 @@ def openai_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
         logprobs = {"content": content, "refusal": None}
     message = {"role": "assistant", "content": None if reply.refusal else reply.text,
                "refusal": reply.text if reply.refusal else None}
-    return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": request.model,
+    return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reply.finish_reason}],
             "usage": {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
                       "total_tokens": reply.input_tokens + reply.output_tokens},
@@ -379,11 +381,12 @@ def openai_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
 _ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "content_filter": "refusal"}
 
 
-def anthropic_response(request: ChatRequest, reply: ChatReply, n: int) -> dict:
+def anthropic_response(request: ChatRequest, reply: ChatReply, n: int, model: str) -> dict:
+    """A Messages answer; ``model``, the model that answered, as :func:`openai_response`'s."""
     stop = "refusal" if reply.refusal else _ANTHROPIC_STOP.get(reply.finish_reason, reply.finish_reason)
     if stop == "end_turn" and reply.stop_sequence is not None:
         stop = "stop_sequence"
-    return {"id": f"msg_{n:024d}", "type": "message", "role": "assistant", "model": request.model,
+    return {"id": f"msg_{n:024d}", "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": reply.text}], "stop_reason": stop,
             "stop_sequence": reply.stop_sequence if stop == "stop_sequence" else None,
             "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}}
@@ -592,7 +595,7 @@ def _make_handler(server: ChatServer):
                 n = len(server.records)
                 status = 200
                 shape = openai_response if api == "openai" else anthropic_response
-                return self._json(200, shape(request, answer, n))
+                return self._json(200, shape(request, answer, n, server.model_name))
             finally:
                 server._end(record, status)
                 self._record = None  # a keep-alive connection's next request (a GET, say) is not this one

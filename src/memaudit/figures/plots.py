@@ -344,8 +344,8 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
     """Empirical FDR and power of conformal BH against the target q (KTD's Figure 1), one row of
     panels per benchmark and one line per model, for the first of ``methods`` each model has.
 
-    ``selection`` is ``results/summary/selection.csv``. A model with none of ``methods`` is left
-    out of the figure (it stays in the table). Contaminated models are solid lines, the others
+    ``selection`` is ``results/summary/selection.csv``. A model with none of ``methods`` has no line;
+    its legend entry says so (its rows stay in the table). Contaminated models are solid lines, the others
     dashed; the FDR panel's diagonal is the bound ``FDR = q``.
     """
     require_columns(selection, ["benchmark", "model", "contaminated", "method", "q", "fdr", "power"], "selection table")
@@ -362,6 +362,8 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                 rows = part[part["model"] == model]
                 method = next((m for m in methods if m in set(rows["method"])), None)
                 if method is None:
+                    ax_power.plot([], [], color=color, label=f"{model} (none of stats.selection.figure_methods: "
+                                                             f"no line)")
                     continue
                 line = rows[rows["method"] == method].sort_values("q")
                 dash = "-" if as_bool(line["contaminated"].iloc[0]) else "--"

@@ -6,8 +6,10 @@ import logging
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
+from memaudit.errors import InputError
 from memaudit.io import read_json, read_jsonl, write_csv
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,24 @@ def document_books(documents) -> dict[str, str]:
     return {d["doc_id"]: str(d["meta"].get("book") or d["doc_id"]) for d in records}
 
 
+def read_document_scores(paths: Sequence[str]) -> pd.DataFrame:
+    """The document-score files of one (benchmark, model), concatenated. A score that is not a finite
+    number (``nan``, empty, ``inf``) is an :class:`InputError` naming the file, the row and its doc_id:
+    the statistics would refuse it later naming only the method, not where it came from."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        if "score" in frame.columns:
+            bad = np.flatnonzero(~np.isfinite(pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float)))
+            if bad.size:
+                row = frame.iloc[bad[0]]
+                raise InputError(f"{path}: row {bad[0] + 1} (doc_id {row.get('doc_id')!r}, method "
+                                 f"{row.get('method')!r}), column score: {row['score']} is not a finite number "
+                                 f"({bad.size} such row(s))")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
 def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_named, *, benchmark: str,
                 model: str, contaminated: bool, stats: dict, seed: int, benchmark_documents=None,
                 per_book: bool = False) -> pd.DataFrame:
@@ -35,7 +55,7 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
     from memaudit.stats import selection
     from memaudit.stats.summary import metrics_table
 
-    docs = pd.concat([pd.read_csv(p) for p in document_paths], ignore_index=True)
+    docs = read_document_scores(document_paths)
     chosen = stats["selection"]
     books = document_books(benchmark_documents) if per_book and benchmark_documents else None
     table = metrics_table(docs, benchmark=benchmark, model=model, contaminated=contaminated, seed=seed,
