@@ -175,9 +175,9 @@ def check_method_lists(config: dict) -> list[str]:
         *parents, leaf = key.split(".")
         node = config
         for part in parents:
-            node = node[part]
-        chosen = node[leaf]
-        if chosen == _schema_defaults(*schema)[leaf]:
+            node = node.get(part, {})
+        chosen = node.get(leaf)
+        if chosen is None or chosen == _schema_defaults(*schema)[leaf]:  # unset: the figures draw what the run has
             continue
         known = method_names(config) if known is None else known
         for i, name in enumerate(chosen):
