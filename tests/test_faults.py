@@ -187,6 +187,14 @@ def job_log(workdir: Path, rule: str, *wildcards: str) -> str:
     return (workdir / "logs" / rule / Path(*wildcards[:-1], f"{wildcards[-1]}.log")).read_text()
 
 
+def settled_log(workdir: Path, line: str, rule: str, *wildcards: str, timeout: float = 30) -> str:
+    """The job's log once it holds ``line`` (or, after ``timeout`` seconds, as it is, for the test to fail on)."""
+    deadline = time.monotonic() + timeout
+    while line not in (text := job_log(workdir, rule, *wildcards)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return text
+
+
 # ----------------------------------------------------------------------------- kill the workflow
 
 @pytest.fixture(scope="module")
@@ -205,8 +213,11 @@ def killed_workflow(tmp_path_factory):
     run.wait_for("the first fine-tuning checkpoint", lambda: saved_step(workdir) is not None)
     seen["first_checkpoint"] = saved_step(workdir)
     seen["rc_sigterm_finetune"] = run.kill(signal.SIGTERM)
+    # The job saves its checkpoint, then logs that it stopped: read the log first (waiting a moment for
+    # that line), then the checkpoint. Read the other way round, a full make test under load once saw
+    # the checkpoint of the step before the one the line names (session 48).
+    seen["log_sigterm_finetune"] = settled_log(workdir, "fine-tuning stopped by", "prepare_model", FINETUNED)
     seen["step_sigterm"] = saved_step(workdir)
-    seen["log_sigterm_finetune"] = job_log(workdir, "prepare_model", FINETUNED)
     seen["model_after_sigterm"] = (workdir / MODEL_TARGET).exists()
     seen["parsed"].append(parse_every_file(workdir / "results"))
 
