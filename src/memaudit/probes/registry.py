@@ -219,7 +219,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="058b00506246b55c",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="527a7c3cb3f058fa",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -227,7 +227,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="999fb9d09c2e0423"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="7d3a59e24f0c7080")},
+                                 version=4, fingerprint="7fb8d6528e7462c2")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
