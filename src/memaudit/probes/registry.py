@@ -134,7 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.runner:check_config", methods="memaudit.probes.prefix.runner:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="5eac4cbe04026786",
+        version=4, fingerprint="120344683c3163c2",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -152,7 +152,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="dd4005ef4dc38cec",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="7f394d226bd28e31",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="29d94d3ed546fca6")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -173,7 +173,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="981be9f4cbb0c94e",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="849525b86dab7eaa",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
@@ -196,10 +196,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="99b1b9118956926a",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="be0c653590133591",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="518e8ae932802a48"),
+                              version=7, fingerprint="d1f33f53da07e807"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="427cf522c4cc8e8b")},
@@ -219,7 +219,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="527a7c3cb3f058fa",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="eb314a21fe85955a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -227,7 +227,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="999fb9d09c2e0423"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="7fb8d6528e7462c2")},
+                                 version=4, fingerprint="22bc0d6b7393787b")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
