@@ -160,6 +160,24 @@ def test_overlap_counts_each_region_of_the_token_types_flags():
     assert summary.overlap(pd.DataFrame(columns=prob.columns)).empty
 
 
+def test_the_summarys_method_names_are_the_plans_for_the_ci_config():
+    """The summary names its rows with plan.method_name, the one naming function the config checks and the
+    document tables use: for the ci config's token types, its methods are plan.method_names' (the
+    reconstruction ones; the _mrr scores are document scores, not flagged sets)."""
+    config = _ci()
+    measures = config["probes"]["cloze"]["measures"]
+    labels = [1, 1, 0, 0]
+    texts = pd.concat([_texts(model, [2, 0, 2, 0], labels).assign(measure=measure)
+                       for _, model, _ in plan.runs(config) for measure in measures], ignore_index=True)
+    expected = [n for n in plan.method_names(config, plan.runs(config)) if not n.endswith("_mrr")]
+    assert expected == ["cloze_prob", "cloze_rank", "cloze_person"]
+    table = summary.detection_table(texts, seed=0)
+    named = table.loc[~table["method"].isin(["majority", "random", "random_expected"]), "method"]
+    assert sorted(set(named)) == sorted(expected)
+    regions = summary.overlap(texts)
+    assert set(regions.columns) >= set(expected) and "+".join(expected) in set(regions["region"])
+
+
 def test_figure_3_rates_by_model_size_from_the_token_tables_and_manifests(tmp_path):
     # two models (small: 1 of 4 member words, big: 3 of 4), one API-like model without a size;
     # the token tables as the probe writes them (reconstructed read back from CSV)
@@ -327,6 +345,35 @@ def test_size_figure_names_each_point_a_base_and_its_fine_tune_share(tmp_path, m
     assert names == [("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.6)), ("big", (1e9, 0.3)),
                      ("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.21)), ("big", (1e9, 0.3))]
     assert ax.get_ylabel() == "share of masked words reconstructed"
+
+
+def test_size_figure_marks_and_names_a_model_with_no_rate(tmp_path, monkeypatch):
+    """A model with no masked word of the type has no rate (NaN): a hollow 'n/a' marker at the bottom of the
+    panel with the model's name beside it and a legend entry, where the point was skipped and its name
+    annotated at a NaN height, drawn nowhere."""
+    from memaudit.figures import plots
+    from memaudit.probes.cloze.summary import size_figure
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    nan = float("nan")
+    rows = [{"benchmark": "b", "mode": "logit", "measure": "person", "label": label, "model": model, "n_params": n,
+             "rate": rate, "rate_low": rate - 0.05, "rate_high": rate + 0.05}
+            for model, n, member, nonmember in (("tiny", 1e8, 0.2, 0.2), ("big", 1e9, 0.3, nan))
+            for label, rate in ((1, member), (0, nonmember))]
+    size_figure(pd.DataFrame(rows), tmp_path / "size.png")
+    ax = drawn[0].axes[0]
+    hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+    assert [(list(line.get_xdata()), list(line.get_ydata())) for line in hollow] == [([1e9], [plots.MISSING_Y])]
+    assert hollow[0].get_markerfacecolor() == "none" and hollow[0].get_transform() == ax.get_xaxis_transform()
+    assert [t.xy[0] for t in ax.texts if t.get_text() == "n/a"] == [1e9]
+    # every model is named at a finite place: the one without a rate at the bottom edge, beside its marker
+    names = [(t.get_text(), tuple(t.xy)) for t in ax.texts if t.get_text() != "n/a"]
+    assert names == [("tiny", (1e8, 0.2)), ("big", (1e9, 0.3)), ("tiny", (1e8, 0.2)), ("big", (1e9, plots.MISSING_Y))]
+    big = next(t for t in ax.texts if t.get_text() == "big" and t.xy[1] == plots.MISSING_Y)
+    assert big.xycoords == ax.get_xaxis_transform()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type"]
 
 
 def test_reconstruction_figure_marks_a_rate_with_no_masked_word(tmp_path, monkeypatch):

@@ -206,3 +206,21 @@ def test_plot_selection_draws_the_first_listed_method_and_names_a_model_without_
     labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
     assert labels == ["base (zlib)", "blind (none of stats.selection.figure_methods: no line)", "ft (loss)"]
     assert [line.get_label() for line in ax_fdr.get_lines()] == ["base (zlib)", "ft (loss)", "FDR = q"]
+
+
+def test_plot_selection_marks_a_power_with_no_member_to_find(tmp_path, monkeypatch):
+    """A method whose test documents hold no member has no power (nan): a hollow 'n/a' marker at the bottom
+    of the power panel for each q and a legend entry, where its line was empty and unexplained."""
+    from memaudit.figures.plots import MISSING_Y, plot_selection
+
+    figures = _drawn(monkeypatch)
+    rows = [{"benchmark": "news", "model": model, "contaminated": False, "method": "loss", "q": q,
+             "fdr": 0.05, "power": power}
+            for model, power in (("base", 0.3), ("empty", float("nan"))) for q in (0.1, 0.5)]
+    plot_selection(pd.DataFrame(rows), tmp_path / "selection", ["loss"])
+    ax_fdr, ax_power = figures[0].axes
+    points, notes = _missing_marks(ax_power)
+    assert points == [(0.1, MISSING_Y), (0.5, MISSING_Y)] and notes == [0.1, 0.5]
+    assert _missing_marks(ax_fdr) == ([], [])
+    labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
+    assert labels == ["base (loss)", "empty (loss)", "n/a (hollow, at the bottom): no member among the test documents"]

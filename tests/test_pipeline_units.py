@@ -156,6 +156,28 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert "No labelled benchmark in this run: no ROC-AUC" in out and "ROC-AUC [bootstrap" not in out
 
 
+def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, capsys):
+    """memaudit headline --methods defaults to figures.headline_methods' schema default, what the ROC and
+    distribution figures of a config that does not set it draw (a hand-written copy had drifted: no lowercase)."""
+    import yaml
+
+    from memaudit import jobs
+    from memaudit.stats import headline
+
+    seen = []
+    monkeypatch.setattr(headline, "print_headline", lambda summary, methods: seen.append(list(methods)))
+    ci = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    assert "figures" not in ci
+    drawn = jobs.validate_config(ci)["figures"]["headline_methods"]
+    assert main(["headline"]) == 0 and main(["headline", "--methods", "loss"]) == 0
+    assert seen == [drawn, ["loss"]]
+    assert drawn == ["loss", "zlib", "lowercase", "min_k_20pct", "min_k_plus_plus_20pct"]
+    with pytest.raises(SystemExit):
+        main(["headline", "--help"])
+    assert "(default: loss zlib lowercase min_k_20pct min_k_plus_plus_20pct: the schema's default of" in " ".join(
+        capsys.readouterr().out.split())
+
+
 def fake_family_headline(summary_dir, models):
     """A headline hook of a family the tests declare (test_families_add_their_headline_sections...)."""
     return [f"Fake family: {len(models)} models in {Path(summary_dir).name}", ""]

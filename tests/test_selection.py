@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memaudit.errors import ConfigError, InputError
@@ -101,6 +101,50 @@ def test_fdp_and_power():
     fdp, power = selection.fdp_and_power([True, True, True, False, False], [1, 1, 0, 1, 0])
     assert (fdp, power) == (1 / 3, 2 / 3)
     assert selection.fdp_and_power([False, False], [1, 0]) == (0.0, 0.0)
+
+
+def test_a_method_without_members_has_no_power_in_the_selection_tables_as_in_metrics():
+    """Power with no member to find is undefined: nan in the runs and the selection table (it was 0.0), as
+    metrics.csv's bh_power; the FDR stays a number, the share of splits in which BH names anything."""
+    rng = np.random.default_rng(3)
+    frame = _frame(rng.normal(2.0, 1.0, 20), rng.normal(0.0, 1.0, 30))
+    frame = pd.concat([frame, _frame([], np.linspace(0, 1, 30), method="no_members")], ignore_index=True)
+    runs = selection.conformal_bh_runs(frame, [0.1, 0.9], n_splits=4, seed=0)
+    empty = runs[runs["method"] == "no_members"]
+    assert (empty["n_test_member"] == 0).all() and empty["power"].isna().all()
+    assert (empty["fdp"] == (empty["n_selected"] > 0)).all()  # every document named is a false one
+    assert runs.loc[runs["method"] == "loss", "power"].notna().all()
+    summary = selection.summarise_runs(runs).set_index(["method", "q"])
+    assert summary.loc["no_members", ["power", "power_se"]].isna().all().all()
+    at = empty[empty["q"] == 0.9]
+    assert summary.loc[("no_members", 0.9), "fdr"] == pytest.approx((at["n_selected"] > 0).mean())
+    assert summary.loc["loss", "power"].notna().all()
+    group = frame[frame["method"] == "no_members"]
+    metrics = selection.selection_metrics(group["score"], group["label"], group["doc_id"], q=0.1, n_splits=4)
+    assert math.isnan(metrics["bh_power"]) and math.isnan(summary.loc[("no_members", 0.1), "power"])
+
+
+def test_a_mean_over_splits_does_not_skip_a_missing_power():
+    """The means over splits are explicit about nan: a split without a power makes the mean nan, not the
+    mean of the others (pandas' default skipna)."""
+    runs = pd.DataFrame({"method": "m", "split": [0, 1], "q": 0.1, "n_calibration": 5, "n_test": 10,
+                         "n_test_member": 3, "n_selected": 2, "n_false": 0, "fdp": 0.0, "power": [0.5, math.nan]})
+    out = selection.summarise_runs(runs)
+    assert math.isnan(out["power"].iloc[0]) and math.isnan(out["power_se"].iloc[0]) and out["fdr"].iloc[0] == 0.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 1), min_size=2, max_size=40), st.sampled_from([0.25, 0.5, 0.75]),
+       st.integers(0, 5))
+def test_every_split_tests_every_member(labels, fraction, split):
+    """Calibration draws non-members only, so a split's test documents hold every member: a method with
+    members (every method of the demo, whose benchmarks are half members and whose DE-COP subsets take
+    half members) has a power on every split, and one without has none on any."""
+    labels = np.asarray(labels)
+    assume(selection.can_calibrate(labels, fraction))
+    cal = selection.calibration_split(labels, [f"d{i}" for i in range(labels.size)], fraction, seed=7, split=split)
+    assert not (cal & (labels == 1)).any()
+    assert int(labels[~cal].sum()) == int(labels.sum())
 
 
 def _frame(member_scores, nonmember_scores, method="loss"):

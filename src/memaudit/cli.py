@@ -40,14 +40,19 @@ def _fetch_assets(argv: list[str]) -> int:
 
 
 def _headline(argv: list[str]) -> int:
+    from memaudit.jobs import method_list_default
     from memaudit.stats.headline import print_headline
+
+    # one list for the figures and the headline table: the schema's default of figures.headline_methods
+    methods = method_list_default("figures.headline_methods")
 
     p = argparse.ArgumentParser(prog="memaudit headline", description="Print the headline numbers of a run.")
     p.add_argument("--summary", default="results/summary/metrics.csv", type=Path,
                    help="the run's metrics table; the other summary tables are read beside it "
                         "(default: results/summary/metrics.csv)")
-    p.add_argument("--methods", nargs="*", default=["loss", "zlib", "min_k_20pct", "min_k_plus_plus_20pct"],
-                   help="methods of the AUC table (default: loss zlib min_k_20pct min_k_plus_plus_20pct)")
+    p.add_argument("--methods", nargs="*", default=methods,
+                   help=f"methods of the AUC table, as far as the run has them (default: {' '.join(methods)}: the "
+                        f"schema's default of figures.headline_methods, what the ROC and distribution figures draw)")
     args = p.parse_args(argv)
     print_headline(args.summary, args.methods)
     return 0

@@ -159,6 +159,14 @@ METHOD_LISTS = {
 }
 
 
+def method_list_default(key: str) -> list[str]:
+    """The schema's default of one of :data:`METHOD_LISTS` (a fresh copy): ``memaudit headline --methods``
+    defaults to ``figures.headline_methods``' so the figures and the headline table cannot drift apart."""
+    from memaudit.backends.settings import _schema_defaults
+
+    return _schema_defaults(*METHOD_LISTS[key])[key.rsplit(".", 1)[-1]]
+
+
 def check_method_lists(config: dict) -> list[str]:
     """Each of :data:`METHOD_LISTS` (``figures.headline_methods``, ``stats.selection.figure_methods``)
     names methods the run writes (:func:`method_names`): the figures keep the rows of the names listed,
@@ -167,17 +175,15 @@ def check_method_lists(config: dict) -> list[str]:
     them (a DE-COP-only one) draws what it has."""
     import difflib
 
-    from memaudit.backends.settings import _schema_defaults
-
     known = None
     problems = []
-    for key, schema in METHOD_LISTS.items():
+    for key in METHOD_LISTS:
         *parents, leaf = key.split(".")
         node = config
         for part in parents:
             node = node.get(part, {})
         chosen = node.get(leaf)
-        if chosen is None or chosen == _schema_defaults(*schema)[leaf]:  # unset: the figures draw what the run has
+        if chosen is None or chosen == method_list_default(key):  # unset: the figures draw what the run has
             continue
         known = method_names(config) if known is None else known
         for i, name in enumerate(chosen):

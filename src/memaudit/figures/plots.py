@@ -346,7 +346,8 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
 
     ``selection`` is ``results/summary/selection.csv``. A model with none of ``methods`` has no line;
     its legend entry says so (its rows stay in the table). Contaminated models are solid lines, the others
-    dashed; the FDR panel's diagonal is the bound ``FDR = q``.
+    dashed; the FDR panel's diagonal is the bound ``FDR = q``. A missing value (power where the test
+    documents hold no member) is a hollow "n/a" marker at the bottom of its panel (:func:`mark_missing`).
     """
     require_columns(selection, ["benchmark", "model", "contaminated", "method", "q", "fdr", "power"], "selection table")
     if selection.empty:
@@ -355,6 +356,7 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
     with style():
         fig = new_figure(FIGURE_WIDTH_IN, 2.8 * len(benchmarks) + 0.6)
         axes = fig.subplots(len(benchmarks), 2, squeeze=False)
+        any_missing = selection[["fdr", "power"]].isna().to_numpy().any()
         for (ax_fdr, ax_power), benchmark in zip(axes, benchmarks):
             part = selection[selection["benchmark"] == benchmark]
             models = sorted(part["model"].unique())
@@ -370,6 +372,7 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                 for ax, column in ((ax_fdr, "fdr"), (ax_power, "power")):
                     ax.plot(line["q"], line[column], dash, marker="o", markersize=3, color=color,
                             label=f"{model} ({method})")
+                    mark_missing(ax, line.loc[line[column].isna(), "q"], color=color)
             ax_fdr.plot([0, 1], [0, 1], ":", color="grey", label="FDR = q")
             ax_fdr.set_title(f"{benchmark}: empirical FDR")
             ax_power.set_title(f"{benchmark}: power")
@@ -377,7 +380,11 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                 ax.set_xlabel("target FDR q")
                 ax.set_xlim(0, 1)
                 ax.set_ylim(-0.02, 1.02)
-            ax_power.legend(frameon=False, fontsize=FONT_SIZE - 2, loc="center left", bbox_to_anchor=(1.02, 0.5))
+            handles, _ = ax_power.get_legend_handles_labels()
+            if any_missing:
+                handles.append(missing_handle("n/a (hollow, at the bottom): no member among the test documents"))
+            ax_power.legend(handles=handles, frameon=False, fontsize=FONT_SIZE - 2, loc="center left",
+                            bbox_to_anchor=(1.02, 0.5))
         fig.suptitle(title)
         fig.tight_layout()
         return save_figure(fig, out_prefix)

@@ -37,8 +37,9 @@ from memaudit.errors import InputError
 # memaudit.versions): metrics and blind_baseline rerun.
 # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
 # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
-# constant up to rounding is nan (was p = 0 where their means differ)
-STATS_VERSION = 9
+# constant up to rounding is nan (was p = 0 where their means differ); 10: a selection table's power
+# where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0)
+STATS_VERSION = 10
 
 METRIC_COLUMNS = [
     "n_member",

@@ -235,6 +235,11 @@ def _method_runs(method: str, scores, labels, doc_ids, qs: Sequence[float], *, n
         for q in qs:
             selected = rejected_at(adjusted, q)
             fdp, power = fdp_and_power(selected, test_labels)
+            if not test_labels.any():
+                # no member to find: power is undefined (nan, as metrics.csv's bh_power), not 0. The
+                # FDP stays: every document named is a false discovery, so its mean over splits is
+                # the chance BH names anything when nothing is a member, which BH keeps <= q.
+                power = math.nan
             rows.append({"method": method, "split": split, "q": q, "n_calibration": int(cal.sum()),
                          "n_test": int((~cal).sum()), "n_test_member": int(test_labels.sum()),
                          "n_selected": int(selected.sum()),
@@ -281,13 +286,18 @@ def selection_metrics(scores, labels, doc_ids, *, q: float = 0.1, n_splits: int 
         return out
     runs = pd.DataFrame(_method_runs("", scores, labels, doc_ids, [q], n_splits=n_splits,
                                      calibration_fraction=calibration_fraction, seed=seed))
-    out["bh_fdr"], out["bh_power"] = float(runs["fdp"].mean()), float(runs["power"].mean())
+    out["bh_fdr"], out["bh_power"] = float(runs["fdp"].mean(skipna=False)), float(runs["power"].mean(skipna=False))
     return out
 
 
 def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """:data:`SELECTION_COLUMNS`: empirical FDR (mean FDP over splits) and power per (method, q),
-    with their standard errors and the smallest resolvable q of the calibration size."""
+    with their standard errors and the smallest resolvable q of the calibration size.
+
+    Power is ``nan`` where the test documents hold no member. Calibration draws non-members only, so
+    every split of a method tests all its members: power is ``nan`` on every split or on none. The
+    means and standard errors do not skip ``nan`` (``skipna=False``), so were a split ever without
+    members its ``nan`` would show in the mean rather than be averaged away over the other splits."""
     out = []
     for (method, q), group in runs.groupby(["method", "q"], sort=True):
         n = len(group)
@@ -295,10 +305,11 @@ def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
         out.append({"method": method, "q": q, "n_splits": n, "n_calibration": n_cal,
                     "n_test": int(group["n_test"].iloc[0]), "n_test_member": int(group["n_test_member"].iloc[0]),
                     "min_q": min_resolvable_q(n_cal),
-                    "fdr": float(group["fdp"].mean()),
-                    "fdr_se": float(group["fdp"].std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
-                    "power": float(group["power"].mean()),
-                    "power_se": float(group["power"].std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+                    "fdr": float(group["fdp"].mean(skipna=False)),
+                    "fdr_se": float(group["fdp"].std(ddof=1, skipna=False) / math.sqrt(n)) if n > 1 else math.nan,
+                    "power": float(group["power"].mean(skipna=False)),
+                    "power_se": (float(group["power"].std(ddof=1, skipna=False) / math.sqrt(n)) if n > 1
+                                 else math.nan),
                     "mean_selected": float(group["n_selected"].mean())})
     return pd.DataFrame(out, columns=SELECTION_COLUMNS)
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.errors import InputError
+from memaudit.probes.cloze.plan import method_name
 from memaudit.probes.overlap import lcs_length
 from memaudit.probes.prefix.runner import INSTRUCTION as FICTION_INSTRUCTION
 from memaudit.probes.prefix.runner import prompts_for, words
@@ -155,7 +156,7 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
         docs = prefix.groupby("doc_id")["label"].first()
         lead = {"benchmark": benchmark, "model": model}
         cloze_keys = sorted(set(zip(mine["mode"], mine["measure"])))
-        methods = [(PREFIX_METHOD, "generation")] + [(f"cloze_{measure}", mode) for mode, measure in cloze_keys]
+        methods = [(PREFIX_METHOD, "generation")] + [(method_name(measure), mode) for mode, measure in cloze_keys]
         if docs.value_counts().reindex([0, 1], fill_value=0).min() < 2:
             rows += [{**lead, "method": method, "mode": mode, "n_splits": 0,
                       "reason": f"{len(common)} passages of {len(docs)} documents scored by both: fewer than "
@@ -176,7 +177,7 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
             y = test["label"].to_numpy(dtype=int)
             tests[(PREFIX_METHOD, "generation")].append((y, np.asarray(model_fit.predict(test["lcs"]), dtype=bool)))
             for mode, measure in cloze_keys:
-                tests[(f"cloze_{measure}", mode)].append((y, flags[(mode, measure)].loc[test.index].to_numpy()))
+                tests[(method_name(measure), mode)].append((y, flags[(mode, measure)].loc[test.index].to_numpy()))
         for method, mode in methods:
             # pooled over the splits (true and false positives summed): a split in whose test half a
             # method flags nothing adds nothing to its precision, where a mean of per-split

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import write_csv
+from memaudit.probes.cloze.plan import method_name
 from memaudit.stats.metrics import independent_difference, paired_difference
 
 BETA = 0.1
@@ -60,11 +61,11 @@ GROUP = ["benchmark", "model", "mode"]
 
 def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
     """Per (benchmark, model, mode): the majority and random reference rows, then one row per token type
-    (method ``cloze_<type>``) with precision, recall and F-beta of the memorised flag
+    (method ``cloze_<type>``: :func:`memaudit.probes.cloze.plan.method_name`) with precision, recall and F-beta of the memorised flag
     (:func:`memaudit.probes.cloze.tables.detection_table`), its counts and its reconstruction rates."""
     from memaudit.probes.cloze.tables import detection_table as prf_table
 
-    texts = texts.assign(method="cloze_" + texts["measure"])
+    texts = texts.assign(method=texts["measure"].map(method_name))
     predictions = texts.rename(columns={"doc_id": "document", "passage_id": "doc_id", "memorised": "flagged"})
     table = prf_table(predictions[[*GROUP, "method", "doc_id", "label", "flagged"]], by=GROUP, beta=BETA, seed=seed)
     rows = []
@@ -134,7 +135,7 @@ def overlap(texts: pd.DataFrame) -> pd.DataFrame:
 
     frames = []
     for (benchmark, model, mode), block in texts.groupby(GROUP, sort=True):
-        predictions = block.assign(method="cloze_" + block["measure"]).rename(
+        predictions = block.assign(method=block["measure"].map(method_name)).rename(
             columns={"doc_id": "document", "passage_id": "doc_id", "memorised": "flagged"})
         table = overlap_table(predictions[["method", "doc_id", "label", "flagged"]])
         frames.append(table.assign(benchmark=benchmark, model=model, mode=mode))
@@ -194,13 +195,15 @@ def by_size(tokens: pd.DataFrame, n_params: dict[str, float], *, seed: int) -> p
 
 def size_figure(table: pd.DataFrame, out: str | Path) -> None:
     """One panel per (benchmark, mode, token type): reconstruction rate against parameters (log scale), each
-    point named by its model (a base and its fine-tunes share a size)."""
+    point named by its model (a base and its fine-tunes share a size). A model with no rate (no masked word
+    of the type in the group) is a hollow "n/a" marker at the bottom of the panel, named there too
+    (:func:`memaudit.figures.plots.mark_missing`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from memaudit.figures.plots import save_figure
+    from memaudit.figures.plots import MISSING_Y, mark_missing, missing_handle, save_figure
 
     panels = sorted(set(zip(table["benchmark"], table["mode"], table["measure"])))
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.0 * max(len(panels), 1), 3.4), squeeze=False)
@@ -210,17 +213,27 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
             line = block[block["label"] == label].sort_values("n_params")
             if line.empty:
                 continue
+            known, missing = line[line["rate"].notna()], line[line["rate"].isna()]
             # several models of one size (a base and its fine-tunes) are separate points at that size: each named
-            bars = ax.errorbar(line["n_params"], line["rate"], yerr=[line["rate"] - line["rate_low"],
-                               line["rate_high"] - line["rate"]], fmt="o", capsize=3, label=name, alpha=0.8)
-            for model, x, y in zip(line["model"], line["n_params"], line["rate"]):
-                ax.annotate(model, (x, y), xytext=(4, 2), textcoords="offset points", fontsize=6,
-                            color=bars[0].get_color())
+            bars = ax.errorbar(known["n_params"], known["rate"], yerr=[known["rate"] - known["rate_low"],
+                               known["rate_high"] - known["rate"]], fmt="o", capsize=3, label=name, alpha=0.8)
+            color = bars[0].get_color()
+            for model, x, y in zip(known["model"], known["n_params"], known["rate"]):
+                ax.annotate(model, (x, y), xytext=(4, 2), textcoords="offset points", fontsize=6, color=color)
+            # no masked word of this type: no rate, marked n/a at the bottom and named there (a name at a nan
+            # height was drawn nowhere)
+            mark_missing(ax, missing["n_params"], color=color)
+            for model, x in zip(missing["model"], missing["n_params"]):
+                ax.annotate(model, (x, MISSING_Y), xycoords=ax.get_xaxis_transform(), xytext=(8, -1),
+                            textcoords="offset points", fontsize=6, color=color)
         ax.set_xscale("log")
         ax.set_xlabel("parameters")
         ax.set_ylabel("share of masked words reconstructed")
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
-        ax.legend(fontsize=7)
+        handles, _ = ax.get_legend_handles_labels()
+        if block["rate"].isna().any():
+            handles.append(missing_handle("n/a (hollow, at the bottom): no masked word of this type"))
+        ax.legend(handles=handles, fontsize=7)
     fig.tight_layout()
     save_figure(fig, Path(out).with_suffix(""))
     plt.close(fig)
