@@ -160,8 +160,8 @@ METHOD_LISTS = {
 
 
 def method_list_default(key: str) -> list[str]:
-    """The schema's default of one of :data:`METHOD_LISTS` (a fresh copy): ``memaudit headline --methods``
-    defaults to ``figures.headline_methods``' so the figures and the headline table cannot drift apart."""
+    """The schema's default of one of :data:`METHOD_LISTS` (a fresh copy). ``memaudit headline --methods``
+    defaults to that of ``figures.headline_methods``, so the figures and the headline table cannot drift apart."""
     from memaudit.backends.settings import _schema_defaults
 
     return _schema_defaults(*METHOD_LISTS[key])[key.rsplit(".", 1)[-1]]

@@ -76,7 +76,8 @@ class Generation:
     ``from_cache`` and ``requested_at`` (UTC, ISO 8601, when the model was actually
     asked) matter for API models, which change behind a fixed name over time.
     ``meta`` holds backend extras: ``finish_reason``, ``attempts``, per-position
-    ``top_logprobs`` (lists of ``[token, logprob]``) when requested.
+    ``top_logprobs`` (lists of ``[token, logprob]``; a local model adds the token's raw bytes,
+    :func:`memaudit.backends.hf.token_bytes`) when requested.
     """
 
     text: str
