@@ -50,6 +50,40 @@ def test_runners_and_planners_are_imported_only_when_asked():
     assert out.strip() == "[]"
 
 
+def test_config_checks_import_no_numpy_or_pandas():
+    # every family's `checks` hook runs in `memaudit check-config` and while Snakemake reads the Snakefile:
+    # token_prob's (two Min-K% ratios named alike) once pulled in pandas, tripling check-config's time
+    import subprocess
+    import sys
+
+    code = ("import sys; from memaudit.jobs import load_config; load_config('config/ci.yaml'); "
+            "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_config_check_parses_the_schema_once(monkeypatch):
+    # the validator, the API settings' defaults and check_method_lists' defaults each read the schema:
+    # parsed each time, the two extra parses cost check-config half its time again
+    import memaudit.config as cfg
+
+    parsed = []
+    real = cfg.yaml.safe_load
+
+    def counting(stream):
+        parsed.append(getattr(stream, "name", None))
+        return real(stream)
+
+    cfg._parsed_schema.cache_clear()
+    monkeypatch.setattr(cfg.yaml, "safe_load", counting)
+    jobs.load_config(ROOT / "config" / "ci.yaml")
+    jobs.load_config(ROOT / "config" / "config.yaml")
+    assert parsed.count(str(cfg.SCHEMA_PATH)) == 1
+    first = cfg.load_schema()
+    first["properties"].clear()  # a caller's copy: changing it changes no one else's
+    assert "figures" in cfg.load_schema()["properties"]
+
+
 def test_probe_runs_follow_each_probes_models_and_benchmarks():
     assert jobs.probe_runs(CI, "decop") == [
         ("novels", "smollm2-135m-contaminated", "logit"),

@@ -11,6 +11,7 @@ that could be a secret (:mod:`memaudit.secrets`).
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from pathlib import Path
 from typing import Callable, Sequence
@@ -28,6 +29,16 @@ BUILTIN_SOURCES = ("austen", "mobydick", "tidytext", "reuters", "user_books", "p
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    """The config schema, a fresh copy (callers may change theirs). The file is parsed once per version
+    of it: a config check reads it more than once (the validator, the schema defaults of
+    :mod:`memaudit.backends.settings` and :func:`memaudit.jobs.method_list_default`), and each parse
+    costs a tenth of ``memaudit check-config``'s time."""
+    stat = Path(path).stat()
+    return copy.deepcopy(_parsed_schema(str(path), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_schema(path: str, mtime_ns: int, size: int) -> dict:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 

@@ -123,8 +123,8 @@ class ProbeFamily:
 FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
-        runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.methods:check_config",
-        methods="memaudit.probes.token_prob.methods:method_names", version=1, fingerprint="aa342d1aba7f5992",
+        runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
+        methods="memaudit.probes.token_prob.methods:method_names", version=1, fingerprint="640fa8405c61c7b2",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -134,7 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.runner:check_config", methods="memaudit.probes.prefix.runner:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="1f5e5a28e7703778",
+        version=4, fingerprint="e598f2e3c1865d52",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -152,9 +152,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="64c9258de0282847",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="a765928ee9a763cb",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="29d94d3ed546fca6")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="dfcda7817febecad")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -173,12 +173,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="554ec903f0790936",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="dce3402ebd6592c1",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="005f6093f636af52"),
+                               version=4, fingerprint="f39faaceddd0479c"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="a4aee4e1873ef2e4")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -196,10 +196,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         "ktd",
         # knockoffs are the paraphrases of DE-COP's items: the pool DE-COP's paraphraser role makes
         reads="decop_items.jsonl", modes={"": frozenset({TOKEN_LOGPROBS, GRADIENT_NORMS})},
-        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="5eb0ef2699e76563",
+        runner="memaudit.probes.ktd.runner:run_job", version=7, fingerprint="466858d077c6b12a",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="86a43fcd1a57f069"),
+                              version=7, fingerprint="173ca2fe55e52bb7"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="427cf522c4cc8e8b")},
@@ -219,15 +219,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="c8d56856ae9bd5b0",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="f1adc8dc1e5b2549",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="999fb9d09c2e0423"),
+                               version=4, fingerprint="415ee77476f97636"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="47979cdb36fcbb94")},
+                                 version=4, fingerprint="b7b4a1ca82bebed7")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.models.token_stats import TokenStats
+from memaudit.probes.token_prob.plan import pct_name
 
 
 @dataclass
@@ -50,11 +51,6 @@ def k_lowest_mean(values: np.ndarray, k: float) -> float:
         return float("nan")
     n = max(1, int(len(values) * k))
     return float(np.mean(np.partition(values.astype(np.float64), n - 1)[:n]))
-
-
-def pct_name(k: float) -> str:
-    pct = k * 100
-    return f"{pct:g}pct".replace(".", "p")
 
 
 class Method(abc.ABC):
@@ -160,24 +156,6 @@ def method_names(config: dict, runs) -> list[str]:
     names = {m.name: None for _, model, _ in runs
              for m in build_methods(cfg["methods"], cfg["min_k_ratios"], cfg["reference_models"], model)}
     return list(names)
-
-
-def check_config(config: dict) -> list[str]:
-    """token_prob's config problems (dotted key: message): two Min-K% ratios whose names round alike
-    (:func:`pct_name`: 6 significant digits of the percentage) would give two methods one name, and
-    one's scores would overwrite the other's in every table after them. (A ratio listed twice is the
-    schema's problem: ``uniqueItems``.)"""
-    first: dict[str, float] = {}
-    problems = []
-    for i, k in enumerate(config["probes"]["token_prob"]["min_k_ratios"]):
-        pct = pct_name(k)
-        if pct in first and first[pct] != k:
-            problems.append(f"probes.token_prob.min_k_ratios.{i}: {k!r} and {first[pct]!r} both name the methods "
-                            f"min_k_{pct} and min_k_plus_plus_{pct}, so one's scores would overwrite the other's: "
-                            f"drop one, or make them differ within 6 significant digits of the percentage")
-        else:
-            first.setdefault(pct, k)
-    return problems
 
 
 def score_passages(ctx: ScoringContext, methods: Sequence[Method], passages: pd.DataFrame) -> pd.DataFrame:
