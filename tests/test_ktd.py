@@ -131,6 +131,52 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
                                    [0.2], n_validation=100, n_draws=1, seed=0)
 
 
+def test_a_validation_draw_without_test_members_has_no_power():
+    """A validation baseline's test part can hold no member (every member fell in the validation set): its
+    power is nan (it was 0.0, which read as "found none"), and the mean over draws does not skip it."""
+    ids = [f"t{i}" for i in range(10)]
+    perm = np.random.default_rng([0, 0, 7]).permutation(10)
+    labels = pd.Series(0, index=ids)
+    labels.iloc[perm[0]] = 1  # the one member is in draw 0's validation set (perm[:5])
+    scores = {"loss": pd.Series(np.linspace(0.0, 1.0, 10), index=ids)}
+    runs = statistics.validation_runs(scores, labels, [0.2, 0.5], n_validation=5, n_draws=2, seed=0)
+    first = runs[runs["draw"] == 0]
+    assert first["power"].isna().all() and (first["n_selected"] == 0).all() and (first["fdp"] == 0.0).all()
+    table = statistics.summarise_selection(runs).set_index("q")
+    assert table["power"].isna().all() and table["power_se"].isna().all()
+    assert (table["fdr"] == runs.groupby("q")["fdp"].mean()).all()
+
+
+def test_ktd_means_over_draws_do_not_skip_a_missing_power():
+    runs = pd.DataFrame({"statistic": "gradnorm", "m": 1, "draw": [0, 1], "q": 0.1, "n_texts": 10, "tau": 1.0,
+                         "n_selected": [2, 4], "n_false": 0, "fdp": [0.0, 0.5], "power": [0.5, np.nan]})
+    out = statistics.summarise_selection(runs).iloc[0]
+    assert np.isnan(out["power"]) and np.isnan(out["power_se"])
+    assert out["fdr"] == 0.25 and out["fdr_se"] == pytest.approx(np.std([0.0, 0.5], ddof=1) / np.sqrt(2))
+    assert out["mean_selected"] == 3.0
+
+
+def test_m_and_size_figure_marks_a_missing_power(tmp_path, monkeypatch):
+    """A power that could not be computed (no member among the texts) is a hollow 'n/a' marker at the
+    bottom of the power panels, not a gap in the line."""
+    from memaudit.figures import plots
+    from memaudit.probes.ktd.summary import plot_m_and_size
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    frame = pd.DataFrame({"benchmark": "b", "model": "tiny", "n_params": 1e6, "contaminated": False,
+                          "statistic": "gradnorm", "m": [1, 2], "q": 0.1, "fdr": [0.1, 0.0], "fdr_se": 0.01,
+                          "power": [0.4, np.nan], "power_se": [0.05, np.nan]})
+    plot_m_and_size(frame, str(tmp_path / "m_and_size"), m=2)
+    axes = drawn[0].axes
+    for ax, x in ((axes[1], 2.0), (axes[3], 1e6)):  # power against m, power against size
+        hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]
+        assert [(list(line.get_xdata()), list(line.get_ydata())) for line in hollow] == [([x], [plots.MISSING_Y])]
+        assert [t.xy[0] for t in ax.texts if t.get_text() == "n/a"] == [x]
+        assert ax.get_legend().get_texts()[-1].get_text() == "n/a (hollow, at the bottom): no member among the texts"
+    assert not [line for ax in (axes[0], axes[2]) for line in ax.get_lines() if line.get_label() == "_missing"]
+
+
 def test_members_for_ratio_rounds_floors_at_one_and_caps():
     assert statistics.members_for_ratio(0.1, 60, 60) == 6
     assert statistics.members_for_ratio(0.05, 60, 60) == 3

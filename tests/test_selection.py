@@ -101,6 +101,11 @@ def test_fdp_and_power():
     fdp, power = selection.fdp_and_power([True, True, True, False, False], [1, 1, 0, 1, 0])
     assert (fdp, power) == (1 / 3, 2 / 3)
     assert selection.fdp_and_power([False, False], [1, 0]) == (0.0, 0.0)
+    # no member to find: power is undefined (nan, one definition for BH and KTD's knockoff+), the FDP is not
+    fdp, power = selection.fdp_and_power([True, False, True], [0, 0, 0])
+    assert fdp == 1.0 and math.isnan(power)
+    fdp, power = selection.fdp_and_power([False, False], [0, 0])
+    assert fdp == 0.0 and math.isnan(power)
 
 
 def test_a_method_without_members_has_no_power_in_the_selection_tables_as_in_metrics():

@@ -148,13 +148,18 @@ def knockoff_plus_select(w, q: float) -> np.ndarray:
 
 def fdp_and_power(selected, labels) -> tuple[float, float]:
     """False discovery proportion ``|S ∩ non-members| / max(|S|, 1)`` and power
-    ``|S ∩ members| / max(#members, 1)`` (KTD's Eq. 1, one draw)."""
+    ``|S ∩ members| / #members`` (KTD's Eq. 1, one draw).
+
+    With no member to find, power is undefined: ``nan`` (as metrics.csv's ``bh_power``), not 0. The
+    FDP stays a number: every document named is a false discovery, so its mean over draws is the
+    chance of naming anything when nothing is a member, which BH and knockoff+ keep ``<= q``."""
     selected = np.asarray(selected, dtype=bool)
     labels = np.asarray(labels, dtype=int)
     n_selected = int(selected.sum())
     false = int((selected & (labels == 0)).sum())
-    true = n_selected - false
-    return false / max(n_selected, 1), true / max(int((labels == 1).sum()), 1)
+    n_members = int((labels == 1).sum())
+    power = (n_selected - false) / n_members if n_members else math.nan
+    return false / max(n_selected, 1), power
 
 
 def _calibration_keys(doc_ids, seed: int, split: int) -> np.ndarray:
@@ -234,12 +239,7 @@ def _method_runs(method: str, scores, labels, doc_ids, qs: Sequence[float], *, n
         adjusted = bh_adjusted_pvalues(pvalues)
         for q in qs:
             selected = rejected_at(adjusted, q)
-            fdp, power = fdp_and_power(selected, test_labels)
-            if not test_labels.any():
-                # no member to find: power is undefined (nan, as metrics.csv's bh_power), not 0. The
-                # FDP stays: every document named is a false discovery, so its mean over splits is
-                # the chance BH names anything when nothing is a member, which BH keeps <= q.
-                power = math.nan
+            fdp, power = fdp_and_power(selected, test_labels)  # power nan where no test document is a member
             rows.append({"method": method, "split": split, "q": q, "n_calibration": int(cal.sum()),
                          "n_test": int((~cal).sum()), "n_test_member": int(test_labels.sum()),
                          "n_selected": int(selected.sum()),

@@ -153,14 +153,20 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
 
 def summarise_runs(runs: pd.DataFrame, keys: Sequence[str], first: Sequence[str]) -> pd.DataFrame:
     """Empirical FDR and power per ``keys``: means over the draws, with standard errors; the
-    ``first`` columns (counts of texts) carried along."""
+    ``first`` columns (counts of texts) carried along.
+
+    A draw whose texts hold no member has no power (``nan``: a validation baseline's test part when
+    every member fell in its validation set). The means and standard errors do not skip ``nan``
+    (``skipna=False``, as :func:`memaudit.stats.selection.summarise_runs`): such a draw makes its
+    row's power ``nan`` rather than be averaged away over the other draws."""
     grouped = runs.groupby(list(keys), sort=True)
-    out = grouped.agg(n_draws=("draw", "size"), **{c: (c, "first") for c in first}, fdr=("fdp", "mean"),
-                      power=("power", "mean"), mean_selected=("n_selected", "mean"), fdp_sd=("fdp", "std"),
-                      power_sd=("power", "std"))
-    n = out["n_draws"].clip(lower=1)
-    out["fdr_se"] = out.pop("fdp_sd") / np.sqrt(n)
-    out["power_se"] = out.pop("power_sd") / np.sqrt(n)
+    out = grouped.agg(n_draws=("draw", "size"), **{c: (c, "first") for c in first})
+    out["fdr"] = grouped["fdp"].mean(skipna=False)
+    out["power"] = grouped["power"].mean(skipna=False)
+    out["mean_selected"] = grouped["n_selected"].mean()
+    n = np.sqrt(out["n_draws"].clip(lower=1))
+    out["fdr_se"] = grouped["fdp"].std(skipna=False) / n
+    out["power_se"] = grouped["power"].std(skipna=False) / n
     return out.reset_index()
 
 

@@ -98,15 +98,17 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
     (against model size), for the gradient-norm statistic at the q nearest 0.1, one row per
     benchmark; solid lines and filled markers for models fine-tuned on the benchmark's members,
     dashed and open for the others; FDR's target q dotted. Models without a size (none here: KTD
-    runs on local models) are left out of the size panels."""
+    runs on local models) are left out of the size panels. A missing power (no member among the
+    texts) is a hollow "n/a" marker at the bottom of its panel (:func:`memaudit.figures.plots.mark_missing`)."""
     from matplotlib.ticker import MaxNLocator
 
-    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, format_params, format_params_minor, new_figure,
-                                        palette, save_figure, style)
+    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, format_params, format_params_minor, mark_missing,
+                                        missing_handle, new_figure, palette, save_figure, style)
 
     knock = frame[frame["statistic"] == "gradnorm"]
     q = figure_q(knock["q"])
     at_q = knock[np.isclose(knock["q"], q)]
+    any_missing = at_q[["fdr", "power"]].isna().to_numpy().any()
     benchmarks = sorted(at_q["benchmark"].unique())
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 1.4, 2.6 * len(benchmarks) + 0.7)
@@ -120,6 +122,7 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                 for ax, column in ((row[0], "fdr"), (row[1], "power")):
                     ax.errorbar(line["m"], line[column], yerr=line[f"{column}_se"].fillna(0), fmt=dash, marker="o",
                                 markersize=3, color=color, label=model, capsize=2)
+                    mark_missing(ax, line.loc[line[column].isna(), "m"], color=color)
             sized = part[(part["m"] == m) & part["n_params"].notna()]
             for contaminated, name, marker in ((True, "fine-tuned on members", "o"), (False, "not fine-tuned", "s")):
                 pts = sized[sized["contaminated"] == contaminated].sort_values("n_params")
@@ -129,6 +132,8 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                                     fmt="-" if contaminated else "--", marker=marker, markersize=4, capsize=2,
                                     color="tab:red" if contaminated else "tab:blue", label=name,
                                     markerfacecolor=None if contaminated else "none")
+                        mark_missing(ax, pts.loc[pts[column].isna(), "n_params"],
+                                     color="tab:red" if contaminated else "tab:blue", marker=marker)
             for ax in (row[0], row[2]):
                 ax.axhline(q, color="grey", linestyle=":", label=f"q = {q:g}")
             for ax, title in zip(row, ("FDR against m", "power against m", f"FDR against size (m = {m})",
@@ -143,8 +148,11 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                 ax.xaxis.set_major_formatter(format_params)
                 ax.xaxis.set_minor_formatter(format_params_minor)
                 ax.set_xlabel("parameters")
-            row[1].legend(frameon=False, fontsize=FONT_SIZE - 2)
-            row[3].legend(frameon=False, fontsize=FONT_SIZE - 2)
+            for ax in (row[1], row[3]):
+                handles, _ = ax.get_legend_handles_labels()
+                if any_missing:
+                    handles.append(missing_handle("n/a (hollow, at the bottom): no member among the texts"))
+                ax.legend(handles=handles, frameon=False, fontsize=FONT_SIZE - 2)
         fig.suptitle(f"KTD knockoff+ at q = {q:g} (gradient-norm W): against the number of knockoffs "
                      "(Figure 3) and model size (Figure 5); mean over knockoff draws, bars one standard error")
         fig.tight_layout()
