@@ -56,10 +56,26 @@ def test_config_checks_import_no_numpy_or_pandas():
     import subprocess
     import sys
 
-    code = ("import sys; from memaudit.jobs import load_config; load_config('config/ci.yaml'); "
-            "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))")
+    # prefix's (config/config.yaml runs it) lived in its pandas runner; the `methods` hooks (loaded once a
+    # method list is set: check_method_lists) in token_prob's, copybench's and prefix's numpy modules
+    heavy = "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))"
+    for name in ("ci", "config"):
+        code = f"import sys; from memaudit.jobs import load_config; load_config('config/{name}.yaml'); {heavy}"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        assert out.strip() == "[]", name
+    # every method list set: every family the demo runs names its methods
+    code = ("import sys, yaml; from memaudit import jobs\n"
+            "raw = yaml.safe_load(open('config/config.yaml'))\n"
+            "lists = ['loss', 'min_k_20pct', 'prefix_rougeL', 'copybench_rougeL', 'ktd_w_gradnorm', 'cloze_rank']\n"
+            "raw.setdefault('figures', {})['headline_methods'] = lists\n"
+            "raw.setdefault('stats', {}).setdefault('selection', {})['figure_methods'] = lists[::-1]\n"
+            "config = jobs.validate_config(raw)\n"
+            "assert [k for k in jobs.METHOD_LISTS] == ['figures.headline_methods', 'stats.selection.figure_methods']\n"
+            "print(sorted({f.methods.split(':')[0] for f in jobs.FAMILIES.values() if jobs.probe_runs(config, f.name)}"
+            " - set(sys.modules)))\n"
+            f"{heavy}")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert out.strip() == "[]"
+    assert out.split("\n")[:2] == ["[]", "[]"]  # every running family's methods hook loaded; no numpy, pandas, torch
 
 
 def test_a_config_check_parses_the_schema_once(monkeypatch):

@@ -124,17 +124,17 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
-        methods="memaudit.probes.token_prob.methods:method_names", version=1, fingerprint="640fa8405c61c7b2",
+        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="740cde0b02e2c8ab",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
         runner="memaudit.probes.prefix.runner:run_job", planner="memaudit.probes.prefix.runner:plan_records",
-        checks="memaudit.probes.prefix.runner:check_config", methods="memaudit.probes.prefix.runner:method_names",
+        checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="e598f2e3c1865d52",
+        version=4, fingerprint="48810ec6d06894de",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -173,7 +173,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="dce3402ebd6592c1",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="779bc80e710e0b1b",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
@@ -185,7 +185,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
         role_planner="memaudit.probes.copybench.api_plan:role_plan_records",
-        checks="memaudit.probes.copybench.plan:check_config", methods="memaudit.probes.copybench.runner:method_names",
+        checks="memaudit.probes.copybench.plan:check_config", methods="memaudit.probes.copybench.plan:method_names",
         unlabelled=True, paired=True,
         headline="memaudit.probes.copybench.headline:headline",
         headline_methods=("copybench_rougeL_excess", "copybench_characters"),
@@ -201,7 +201,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # part holds no member when every member fell in its validation set, which a benchmark with few
         # members (at most validation_texts) reaches. The knockoff+ rows test every passage (a labelled
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
-        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="78f635ff33214609",
+        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="b503ecab6450b915",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
                               version=7, fingerprint="173ca2fe55e52bb7"),
@@ -224,7 +224,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="ad355cc0158ddc64",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="d51df5fbc56385a3",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -232,7 +232,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="415ee77476f97636"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="bbdd1a9a3f617477")},
+                                 version=4, fingerprint="48ffdc584cbf595c")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

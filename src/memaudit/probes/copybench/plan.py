@@ -1,4 +1,5 @@
-"""CopyBench's part of the job list: which (benchmark, model, mode) runs, what its summary reads."""
+"""CopyBench's part of the job list: which (benchmark, model, mode) runs, what its summary reads, and its
+method names (no numpy or pandas: read by every config check and while Snakemake builds the DAG)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,22 @@ from pathlib import Path
 
 from memaudit.config import contaminated_on
 from memaudit.jobs import controls, declared_controls, probe_runs
+
+METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
+           "nonliteral": ("copybench_characters", "copybench_events"), "qa": ("copybench_qa_f1",)}
+
+
+def method_name(method: str, decoding: str) -> str:
+    return method if decoding == "greedy" else f"{method}_{decoding}"
+
+
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: each probed mode's :data:`METHODS` under every configured decoding
+    (:func:`method_name`). ``copybench_rougeL_excess`` is listed though a run without chance references
+    (``chance_references: 0``, or items of one book) leaves it out."""
+    modes = dict.fromkeys(mode for _, _, mode in runs)
+    decodings = config["probes"]["copybench"]["decodings"]
+    return [method_name(m, d) for mode in modes for d in decodings for m in METHODS[mode]]
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:

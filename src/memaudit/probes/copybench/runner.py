@@ -43,6 +43,7 @@ from memaudit.probes.copybench import metrics
 # before they moved to memaudit.probes.copybench.items: Snakemake reruns a rule whose script text
 # changes, and finished extractions must not be redone for a move
 from memaudit.probes.copybench.items import build_items, build_qa_items, make_extractor  # noqa: F401
+from memaudit.probes.copybench.plan import METHODS, method_name
 from memaudit.probes.copybench.prompts import demo_indices, templates, with_demos
 from memaudit.probes.copybench.qa import squad_demos
 from memaudit.probes.job import document_scores
@@ -52,22 +53,7 @@ log = logging.getLogger(__name__)
 STOP = "\n\n\n"
 MODES = ("literal", "nonliteral", "qa")
 FLUENCY_MODES = ("literal", "nonliteral")  # the paper rates the outputs of both copying modes
-METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
-           "nonliteral": ("copybench_characters", "copybench_events"), "qa": ("copybench_qa_f1",)}
 PROMPT_KEY = {"literal": "prefix", "nonliteral": "beginning", "qa": "question"}
-
-
-def method_name(method: str, decoding: str) -> str:
-    return method if decoding == "greedy" else f"{method}_{decoding}"
-
-
-def method_names(config: dict, runs) -> list[str]:
-    """The registry's ``methods`` hook: each probed mode's :data:`METHODS` under every configured decoding
-    (:func:`method_name`). ``copybench_rougeL_excess`` is listed though a run without chance references
-    (``chance_references: 0``, or items of one book) leaves it out."""
-    modes = dict.fromkeys(mode for _, _, mode in runs)
-    decodings = config["probes"]["copybench"]["decodings"]
-    return [method_name(m, d) for mode in modes for d in decodings for m in METHODS[mode]]
 
 
 def judge_agreement(judge, judge_info: dict) -> dict | None:

@@ -16,7 +16,7 @@ HEADER = ("Prefix probing, refusals and invalid replies (each scored on its text
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     """The registry's ``headline`` hook: :func:`replies` over the ``prefix_outcomes.json`` of every
     (benchmark, model) with prefix scores in ``metrics.csv`` (:func:`~memaudit.stats.headline.scored_files`)."""
-    from memaudit.probes.prefix.runner import METHODS
+    from memaudit.probes.prefix.plan import METHODS
 
     files = scored_files(summary_dir, dict.fromkeys(METHODS, "prefix_outcomes.json"))
     return [section(HEADER, replies({(b, m): read_json(p) for (b, m, _), p in files.items()}))]

@@ -42,18 +42,13 @@ from memaudit.backends.base import (STATUS_ERROR, STATUSES, Backend, GenerationP
 from memaudit.io import write_csv, write_json, write_jsonl
 from memaudit.probes.job import document_scores
 from memaudit.probes.overlap import lcs_length, longest_common_run
+from memaudit.probes.prefix.plan import METHODS
 from memaudit.probes.token_prob.methods import aggregate_documents
 
 log = logging.getLogger(__name__)
 
-METHODS = ("prefix_rougeL", "prefix_lcs_words")
 INSTRUCTION = "Please complete the following text with more than 150 words:"  # information-guided probes, App. E
 _WORD = re.compile(r"[a-z0-9]+")
-
-
-def method_names(config: dict, runs) -> list[str]:
-    """The registry's ``methods`` hook: every prefix job writes :data:`METHODS`."""
-    return list(METHODS)
 
 
 def words(text: str) -> list[str]:
@@ -150,13 +145,6 @@ def settings(config: dict, benchmark: str | None) -> dict:
     from memaudit.jobs import job_settings
 
     return job_settings(config, "prefix", benchmark, {"instruction": INSTRUCTION})
-
-
-def check_config(config: dict) -> list[str]:
-    """The prefix probe's config problems: a per-benchmark ``instruction`` names configured benchmarks."""
-    from memaudit.config import per_benchmark_problems
-
-    return per_benchmark_problems(config, "prefix", "instruction")
 
 
 def run_job(job) -> pd.DataFrame:

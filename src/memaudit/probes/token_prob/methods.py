@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.models.token_stats import TokenStats
-from memaudit.probes.token_prob.plan import pct_name
+from memaudit.probes.token_prob.plan import method_name, method_specs
 
 
 @dataclass
@@ -96,7 +96,7 @@ class Lowercase(Method):
 class MinK(Method):
     def __init__(self, k: float):
         self.k = k
-        self.name = f"min_k_{pct_name(k)}"
+        self.name = method_name("min_k", k)
 
     def score(self, ctx):
         return np.array([k_lowest_mean(ctx.stats.passage(i)[0], self.k) for i in range(len(ctx.stats))])
@@ -107,7 +107,7 @@ class MinKPlusPlus(Method):
 
     def __init__(self, k: float):
         self.k = k
-        self.name = f"min_k_plus_plus_{pct_name(k)}"
+        self.name = method_name("min_k_plus_plus", k)
 
     def score(self, ctx):
         out = np.empty(len(ctx.stats))
@@ -121,41 +121,22 @@ class MinKPlusPlus(Method):
 class Reference(Method):
     def __init__(self, reference: str):
         self.reference = reference
-        self.name = f"ref_{reference}"
+        self.name = method_name("reference", reference)
 
     def score(self, ctx):
         return ctx.references[self.reference].mean_nll() - ctx.stats.mean_nll()
 
 
+_CLASSES = {"loss": Loss, "zlib": Zlib, "lowercase": Lowercase, "min_k": MinK, "min_k_plus_plus": MinKPlusPlus,
+            "reference": Reference}
+
+
 def build_methods(methods: Sequence[str], min_k_ratios: Sequence[float],
                   reference_models: Sequence[str], model: str) -> list[Method]:
-    """Instantiate the configured methods for ``model`` (a model is never its own reference)."""
-    out: list[Method] = []
-    for m in methods:
-        if m == "loss":
-            out.append(Loss())
-        elif m == "zlib":
-            out.append(Zlib())
-        elif m == "lowercase":
-            out.append(Lowercase())
-        elif m == "min_k":
-            out.extend(MinK(k) for k in min_k_ratios)
-        elif m == "min_k_plus_plus":
-            out.extend(MinKPlusPlus(k) for k in min_k_ratios)
-        elif m == "reference":
-            out.extend(Reference(r) for r in reference_models if r != model)
-        else:
-            raise ValueError(f"unknown token-probability method {m!r}")
-    return out
-
-
-def method_names(config: dict, runs) -> list[str]:
-    """The registry's ``methods`` hook: the names :func:`build_methods` gives the models of ``runs``
-    (``(benchmark, model, mode)``), each with its references (:func:`memaudit.jobs.reference_models`)."""
-    cfg = config["probes"]["token_prob"]
-    names = {m.name: None for _, model, _ in runs
-             for m in build_methods(cfg["methods"], cfg["min_k_ratios"], cfg["reference_models"], model)}
-    return list(names)
+    """Instantiate the configured methods for ``model`` (:func:`memaudit.probes.token_prob.plan.method_specs`:
+    a model is never its own reference)."""
+    return [_CLASSES[m]() if arg is None else _CLASSES[m](arg)
+            for m, arg in method_specs(methods, min_k_ratios, reference_models, model)]
 
 
 def score_passages(ctx: ScoringContext, methods: Sequence[Method], passages: pd.DataFrame) -> pd.DataFrame:

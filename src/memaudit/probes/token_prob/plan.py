@@ -3,12 +3,55 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
+# the methods of probes.token_prob.methods that take no argument; min_k and min_k_plus_plus take each
+# ratio of min_k_ratios, reference each reference model
+PLAIN = ("loss", "zlib", "lowercase")
+PER_RATIO = ("min_k", "min_k_plus_plus")
+
 
 def pct_name(k: float) -> str:
     """A Min-K% ratio's part of its methods' names (``0.2`` -> ``20pct``, ``0.055`` -> ``5p5pct``):
     6 significant digits of the percentage."""
     pct = k * 100
     return f"{pct:g}pct".replace(".", "p")
+
+
+def method_specs(methods: Sequence[str], min_k_ratios: Sequence[float], reference_models: Sequence[str],
+                 model: str) -> list[tuple[str, float | str | None]]:
+    """``(method, argument)`` of each score the configured ``methods`` give ``model``, in order: a Min-K%
+    method once per ratio, ``reference`` once per reference model other than ``model`` (a model is
+    never its own reference), the others with argument ``None``. An unknown method is a ValueError."""
+    out: list[tuple[str, float | str | None]] = []
+    for m in methods:
+        if m in PLAIN:
+            out.append((m, None))
+        elif m in PER_RATIO:
+            out.extend((m, k) for k in min_k_ratios)
+        elif m == "reference":
+            out.extend((m, r) for r in reference_models if r != model)
+        else:
+            raise ValueError(f"unknown token-probability method {m!r}")
+    return out
+
+
+def method_name(method: str, argument: float | str | None = None) -> str:
+    """The name a score is written under: ``loss``, ``min_k_20pct`` (:func:`pct_name`), ``ref_<model>``."""
+    if method in PER_RATIO:
+        return f"{method}_{pct_name(argument)}"
+    if method == "reference":
+        return f"ref_{argument}"
+    return method
+
+
+def method_names(config: dict, runs) -> list[str]:
+    """The registry's ``methods`` hook: the names of :func:`method_specs` for the models of ``runs``
+    (``(benchmark, model, mode)``), each with its references (:func:`memaudit.jobs.reference_models`)."""
+    cfg = config["probes"]["token_prob"]
+    return list(dict.fromkeys(method_name(*spec) for _, model, _ in runs
+                              for spec in method_specs(cfg["methods"], cfg["min_k_ratios"], cfg["reference_models"],
+                                                       model)))
 
 
 def check_config(config: dict) -> list[str]:
