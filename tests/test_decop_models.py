@@ -68,6 +68,24 @@ def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_mode
         _backend_probabilities(HFBackend({}, model=short_model, tokenizer=tok), pairs)
 
 
+def test_the_generate_reference_encodes_plain_text_with_the_one_prompt_rule(long_tiny_model, monkeypatch):
+    """The reference reads a plain-text prompt through memaudit.models.token_stats.encode (the rule the
+    HF backend's generate() and every probe's scoring use), not a copy of it; a chat prompt it does not."""
+    from memaudit.models import token_stats
+    from memaudit.probes.decop.scoring import reference_probabilities
+
+    model, tok = long_tiny_model
+    seen = []
+    real = token_stats.encode
+    monkeypatch.setattr(token_stats, "encode", lambda t, text, max_tokens: seen.append(text) or real(t, text, max_tokens))
+    prompts = ["Question: which one?\nAnswer:", "Another question\nAnswer:"]
+    plain, _ = reference_probabilities(model, tok, prompts, chat=False)
+    assert seen == prompts
+    monkeypatch.setattr(tok, "chat_template", "{{ messages[0]['content'] }}", raising=False)
+    templated, _ = reference_probabilities(model, tok, prompts, chat=True)
+    assert seen == prompts and not np.allclose(plain, templated)  # no context token before a chat prompt
+
+
 @pytest.mark.parametrize("share_prefix", ["tree", "batch"])
 def test_logit_mode_without_a_chat_template_reads_the_prompt_after_the_context_token(long_tiny_model,
                                                                                    share_prefix):

@@ -72,11 +72,12 @@ def reference_probabilities(model, tokenizer, prompts: Sequence[str], *, chat: b
     prompt, reading the letters' probabilities at the first generated step, as one generate() per
     question (the reference reads step 1 or, for Llama-2-7B-chat, 2, and one token per letter).
     A prompt rendered as plain text (``chat`` false, or a tokenizer without a chat template: see
-    :func:`render_question`) follows the context token, as the HF backend's generate() puts it."""
+    :func:`render_question`) follows the context token: :func:`memaudit.models.token_stats.encode`,
+    as the HF backend's generate() encodes it (``HFBackend._prompt_ids``)."""
     import torch
 
     from memaudit.models.forward import check_fits
-    from memaudit.models.token_stats import context_token_id
+    from memaudit.models.token_stats import encode
 
     plain = not (chat and getattr(tokenizer, "chat_template", None))
 
@@ -85,11 +86,11 @@ def reference_probabilities(model, tokenizer, prompts: Sequence[str], *, chat: b
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with torch.inference_mode():
         for prompt in prompts:
-            enc = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").to(model.device)
             if plain:
-                ids = enc["input_ids"]
-                ids = torch.cat([ids.new_full((1, 1), context_token_id(tokenizer)), ids], 1)
+                ids = torch.tensor([encode(tokenizer, prompt, max_tokens=None)], device=model.device)
                 enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            else:
+                enc = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").to(model.device)
             check_fits(model, enc["input_ids"].shape[1])
             out = model.generate(**enc, max_new_tokens=2, do_sample=False, output_scores=True,
                                  return_dict_in_generate=True, pad_token_id=pad)
