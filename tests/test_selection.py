@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -473,6 +474,13 @@ def test_a_metrics_job_names_the_file_and_row_of_a_score_that_is_no_number(tmp_p
     out = [tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")]
     with pytest.raises(InputError) as err:
         run_metrics([good, bad], *out, benchmark="news", model="m", contaminated=True, stats=SETTINGS, seed=1)
-    assert str(err.value) == (f"{bad}: row 4 (doc_id {scores['doc_id'][3]!r}, method 'zlib'), column score: "
-                              f"nan is not a finite number (2 such row(s))")
+    # one line, the house rule's: the file, its line (the header is line 1, so data row 4 is line 5), the column
+    assert str(err.value) == (f"{bad}, line 5, column score: nan is not a finite number (doc_id "
+                              f"{scores['doc_id'][3]!r}, method 'zlib'; 2 such row(s))")
+    assert (tmp_path / "b.csv").read_text().splitlines()[4].split(",")[scores.columns.get_loc("score")] == ""  # line 5 is the nan
     assert not any(p.exists() for p in out)
+    # a doc_id quoted over two lines before it: the line the row starts on, not the row count plus one
+    scores.loc[1, "doc_id"] = "two\nlines"
+    bad = _write_docs(tmp_path / "c.csv", scores)
+    with pytest.raises(InputError, match=rf"^{re.escape(str(bad))}, line 6, column score: nan is not a finite"):
+        run_metrics([good, bad], *out, benchmark="news", model="m", contaminated=True, stats=SETTINGS, seed=1)

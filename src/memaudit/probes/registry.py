@@ -207,7 +207,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                               version=7, fingerprint="173ca2fe55e52bb7"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="2fc201ba5d5d8d8c")},
+                                 version=7, fingerprint="6594b2c5fa65a562")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -224,7 +224,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="d51df5fbc56385a3",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="0c4836d7d2b35808",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -232,7 +232,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="415ee77476f97636"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="48ffdc584cbf595c")},
+                                 version=4, fingerprint="5a402164411fd38d")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

@@ -27,8 +27,9 @@ def document_books(documents) -> dict[str, str]:
 
 def read_document_scores(paths: Sequence[str]) -> pd.DataFrame:
     """The document-score files of one (benchmark, model), concatenated. A score that is not a finite
-    number (``nan``, empty, ``inf``) is an :class:`InputError` naming the file, the row and its doc_id:
-    the statistics would refuse it later naming only the method, not where it came from."""
+    number (``nan``, empty, ``inf``) is an :class:`InputError` naming the file, the line (the header is
+    line 1), the column and the row's doc_id: the statistics would refuse it later naming only the
+    method, not where it came from."""
     frames = []
     for path in paths:
         frame = pd.read_csv(path)
@@ -36,11 +37,21 @@ def read_document_scores(paths: Sequence[str]) -> pd.DataFrame:
             bad = np.flatnonzero(~np.isfinite(pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float)))
             if bad.size:
                 row = frame.iloc[bad[0]]
-                raise InputError(f"{path}: row {bad[0] + 1} (doc_id {row.get('doc_id')!r}, method "
-                                 f"{row.get('method')!r}), column score: {row['score']} is not a finite number "
-                                 f"({bad.size} such row(s))")
+                raise InputError(f"{path}, line {_data_line(path, bad[0])}, column score: {row['score']} is not a "
+                                 f"finite number (doc_id {row.get('doc_id')!r}, method {row.get('method')!r}; "
+                                 f"{bad.size} such row(s))")
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def _data_line(path, index: int) -> int:
+    """The line of the file where data row ``index`` (0-based, as ``pandas.read_csv`` numbers them)
+    starts: counted by :func:`memaudit.datasets.rejects.csv_rows`, so a quoted field over several
+    lines or a blank line before it does not shift it."""
+    from memaudit.datasets.rejects import csv_rows
+
+    starts = [line for line, _ in csv_rows(path, Path(path).read_text(encoding="utf-8"), empty_fields=True)]
+    return starts[index + 1] if index + 1 < len(starts) else index + 2
 
 
 def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_named, *, benchmark: str,
