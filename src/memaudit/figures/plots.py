@@ -62,7 +62,8 @@ def new_figure(width: float, height: float) -> Figure:
 # Where a missing value (an AUC of NaN: a method that scored one class only, or a model with no
 # scores) is marked: a hollow marker this far up from the x axis, in axes coordinates, with "n/a".
 MISSING_Y = 0.03
-MISSING_LABEL = "n/a (hollow, at the bottom): no AUC (one class only, or no scores)"
+MISSING_AUC = "no AUC (one class only, or no scores)"
+MISSING_LABEL = f"n/a (hollow, at the bottom): {MISSING_AUC}"
 
 
 def mark_missing(ax, x, *, color, marker: str = "o") -> None:
@@ -80,11 +81,20 @@ def mark_missing(ax, x, *, color, marker: str = "o") -> None:
                     ha="center", va="bottom", color=color, fontsize=FONT_SIZE - 3)
 
 
-def missing_handle(label: str = MISSING_LABEL):
-    """The legend entry that explains :func:`mark_missing`'s markers (by default, for an AUC)."""
+def missing_handle(reason: str = MISSING_AUC):
+    """The legend entry that explains :func:`mark_missing`'s markers: "n/a (hollow, at the bottom): <reason>"
+    (by default, for an AUC)."""
     from matplotlib.lines import Line2D
 
-    return Line2D([], [], ls="none", marker="o", ms=6, mfc="none", mec="grey", label=label)
+    return Line2D([], [], ls="none", marker="o", ms=6, mfc="none", mec="grey",
+                  label=f"n/a (hollow, at the bottom): {reason}")
+
+
+def legend_handles(ax, missing: str | None = None) -> list:
+    """``ax``'s legend handles, then, where ``missing`` gives why a value is missing (the panel has
+    :func:`mark_missing`'s markers), the :func:`missing_handle` that explains them."""
+    handles, _ = ax.get_legend_handles_labels()
+    return handles + [missing_handle(missing)] if missing else handles
 
 
 def palette(n: int) -> list:
@@ -380,9 +390,7 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                 ax.set_xlabel("target FDR q")
                 ax.set_xlim(0, 1)
                 ax.set_ylim(-0.02, 1.02)
-            handles, _ = ax_power.get_legend_handles_labels()
-            if any_missing:
-                handles.append(missing_handle("n/a (hollow, at the bottom): no member among the test documents"))
+            handles = legend_handles(ax_power, any_missing and "no member among the test documents")
             ax_power.legend(handles=handles, frameon=False, fontsize=FONT_SIZE - 2, loc="center left",
                             bbox_to_anchor=(1.02, 0.5))
         fig.suptitle(title)

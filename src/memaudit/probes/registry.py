@@ -152,7 +152,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="52fb6d15d2877434",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="749343a3a8a38dd2",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="dfcda7817febecad")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -201,13 +201,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # part holds no member when every member fell in its validation set, which a benchmark with few
         # members (at most validation_texts) reaches. The knockoff+ rows test every passage (a labelled
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
-        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="b503ecab6450b915",
+        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="5fb7dd9952414a99",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
                               version=7, fingerprint="173ca2fe55e52bb7"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="6594b2c5fa65a562")},
+                                 version=7, fingerprint="3519b3bacc866fad")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -224,7 +224,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="0c4836d7d2b35808",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="4506d4bf38e2de8f",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -232,7 +232,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="415ee77476f97636"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="5a402164411fd38d")},
+                                 version=4, fingerprint="e1ff83e93d1ba4e8")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

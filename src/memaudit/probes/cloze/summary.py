@@ -44,6 +44,8 @@ from memaudit.probes.cloze.plan import method_name
 from memaudit.stats.metrics import independent_difference, paired_difference
 
 BETA = 0.1
+# why a figure's reconstruction rate is missing (memaudit.figures.plots.mark_missing)
+NO_WORD = "no masked word of this type"
 
 
 def read_texts(paths: Sequence[str]) -> pd.DataFrame:
@@ -167,7 +169,7 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
             # no masked word of this type in the group: no rate, marked n/a rather than an empty slot
             mark_missing(ax, (x + offset)[np.isnan(rates)], color=bars.patches[0].get_facecolor())
         if block[["rate_member", "rate_nonmember"]].isna().to_numpy().any():
-            handles.append(missing_handle("n/a (hollow, at the bottom): no masked word of this type"))
+            handles.append(missing_handle(NO_WORD))
         ax.set_xticks(x, block["model"], rotation=30, ha="right", fontsize=7)
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
         ax.set_ylabel("share of masked words reconstructed")
@@ -203,7 +205,7 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from memaudit.figures.plots import MISSING_Y, mark_missing, missing_handle, save_figure
+    from memaudit.figures.plots import MISSING_Y, legend_handles, mark_missing, save_figure
 
     panels = sorted(set(zip(table["benchmark"], table["mode"], table["measure"])))
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.0 * max(len(panels), 1), 3.4), squeeze=False)
@@ -230,9 +232,7 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
         ax.set_xlabel("parameters")
         ax.set_ylabel("share of masked words reconstructed")
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
-        handles, _ = ax.get_legend_handles_labels()
-        if block["rate"].isna().any():
-            handles.append(missing_handle("n/a (hollow, at the bottom): no masked word of this type"))
+        handles = legend_handles(ax, block["rate"].isna().any() and NO_WORD)
         ax.legend(handles=handles, fontsize=7)
     fig.tight_layout()
     save_figure(fig, Path(out).with_suffix(""))

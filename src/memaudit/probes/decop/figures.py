@@ -12,8 +12,8 @@ import pandas as pd
 
 from matplotlib.ticker import FuncFormatter
 
-from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, format_params, mark_missing, missing_handle, new_figure,
-                                    save_figure, style)
+from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, MISSING_AUC, format_params, legend_handles, mark_missing,
+                                    new_figure, save_figure, style)
 from memaudit.io import read_json, read_jsonl, write_csv
 from memaudit.probes.decop.analysis import auc_summary, longest_option_rate, longest_option_rows
 
@@ -84,11 +84,7 @@ def calibration_deltas(calibrations: Sequence[str | Path]) -> dict[str, dict]:
 AUC_LABEL = "ROC-AUC of document scores"
 
 def _legend(ax, any_missing: bool) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    if any_missing:  # what the hollow n/a markers of mark_missing mean
-        handles.append(missing_handle())
-        labels.append(handles[-1].get_label())
-    ax.legend(handles, labels, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(handles=legend_handles(ax, any_missing and MISSING_AUC), loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models: dict[str, dict]) -> list[Path]:
@@ -171,10 +167,7 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
         ax.set_xticks(x, [f"{m}\n{'members' if lab else 'non-members'}" for m, lab in bars], rotation=30, ha="right")
         ax.axhline(0.25, color="grey", lw=0.8, ls=":")
         ax.set(ylabel="mean document accuracy", ylim=(0, 1.02), title=title)
-        handles, labels = ax.get_legend_handles_labels()
-        if any_missing:
-            handles.append(missing_handle("n/a (hollow, at the bottom): no documents (calibration skipped)"))
-        ax.legend(handles=handles)
+        ax.legend(handles=legend_handles(ax, any_missing and "no documents (calibration skipped)"))
         return save_figure(fig, out_prefix)
 
 

@@ -46,6 +46,7 @@ from memaudit.probes.job import ProbeJob, document_scores
 from memaudit.probes.ktd import statistics
 from memaudit.probes.ktd.plan import STATISTICS, Z_GRADNORM, w_method
 from memaudit.probes.token_prob.methods import k_lowest_mean, zlib_lengths
+from memaudit.probes.token_prob.plan import method_name
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.
     if lowercase_nll is not None:
         out["lowercase"] = np.asarray(lowercase_nll) / nll
     for name, ref in (reference_nll or {}).items():
-        out[f"ref_{name}"] = np.asarray(ref) - nll
+        out[method_name("reference", name)] = np.asarray(ref) - nll  # token_prob's ref_<name>
     return {name: pd.Series(values, index=ids) for name, values in out.items()}
 
 

@@ -102,8 +102,8 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
     texts) is a hollow "n/a" marker at the bottom of its panel (:func:`memaudit.figures.plots.mark_missing`)."""
     from matplotlib.ticker import MaxNLocator
 
-    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, format_params, format_params_minor, mark_missing,
-                                        missing_handle, new_figure, palette, save_figure, style)
+    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, format_params, format_params_minor, legend_handles,
+                                        mark_missing, new_figure, palette, save_figure, style)
 
     knock = frame[frame["statistic"] == "gradnorm"]
     q = figure_q(knock["q"])
@@ -149,9 +149,7 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                 ax.xaxis.set_minor_formatter(format_params_minor)
                 ax.set_xlabel("parameters")
             for ax in (row[1], row[3]):
-                handles, _ = ax.get_legend_handles_labels()
-                if any_missing:
-                    handles.append(missing_handle("n/a (hollow, at the bottom): no member among the texts"))
+                handles = legend_handles(ax, any_missing and "no member among the texts")
                 ax.legend(handles=handles, frameon=False, fontsize=FONT_SIZE - 2)
         fig.suptitle(f"KTD knockoff+ at q = {q:g} (gradient-norm W): against the number of knockoffs "
                      "(Figure 3) and model size (Figure 5); mean over knockoff draws, bars one standard error")
