@@ -417,7 +417,7 @@ class RequestRecord:
     # after the write, which a busy machine can delay past the client's next request)
     responding: float | None = None
     finished: float | None = None
-    status: int | None = None
+    status: int | None = None  # set as the answer begins to be written (499, the client gone: at the end)
     authorization: str | None = None  # kept in memory only, so tests can check which key was sent
     request: ChatRequest | None = None  # the parsed request (parameters as received)
 
@@ -522,7 +522,9 @@ def _make_handler(server: ChatServer):
         def _send(self, status: int, payload: bytes, headers: dict | None = None) -> None:
             record = getattr(self, "_record", None)
             if record is not None:
-                record.responding = time.monotonic()
+                # the status too, before the client can have the answer: ``_end`` runs after the write,
+                # and a client reading ``records`` once it has every answer saw None there (a busy machine)
+                record.responding, record.status = time.monotonic(), status
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
