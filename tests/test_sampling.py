@@ -70,3 +70,68 @@ def test_sampling_is_seeded_and_done_stops_a_row_early(model_and_prompts):
     assert sample(model, prompts, [0, 0, 0], [5, 5, 5], **kwargs) == [[], [], []]
     with pytest.raises(ValueError, match="differ in length"):
         sample(model, prompts, [1], [5, 5, 5], **kwargs)
+
+
+@pytest.mark.filterwarnings("error:.*past_key_values.*")
+def test_growing_cache_writes_steps_in_place_and_samples_what_a_dynamic_cache_samples(model_and_prompts, monkeypatch):
+    """The sampler's cache (spare columns, a step's key/value written in place) against
+    transformers' DynamicCache (a torch.cat of the whole cache each step): the same tokens,
+    through rows leaving, a join and padding crops; and far fewer buffers than steps."""
+    from transformers import DynamicCache
+
+    import memaudit.models.sampling as sampling
+
+    model, tok, prompts = model_and_prompts
+    kwargs = dict(eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id, temperature=1.0, top_k=50, seed=11,
+                  max_rows=4, done=lambda i, ids: len(ids) >= 6 + 5 * i)
+    layer_class = sampling._growing_layer_class
+    allocations, updates = [], []
+
+    def counting_class():
+        cls = layer_class()
+
+        class Counting(cls):
+            def update(self, key_states, value_states, *args, **kw):
+                before = self._kbuf
+                out = super().update(key_states, value_states, *args, **kw)
+                updates.append(1)
+                if self._kbuf is not before:
+                    allocations.append(self._kbuf.shape[-2])
+                assert out[0].shape[-2] == out[1].shape[-2] and torch.equal(out[0], self.keys)
+                return out
+
+        return Counting
+
+    monkeypatch.setattr(sampling, "_growing_layer_class", counting_class)
+    ours = sampling.sample(model, prompts, [2, 3, 2], [25, 25, 25], **kwargs)
+    monkeypatch.setattr(sampling, "_growing_cache", DynamicCache)
+    theirs = sampling.sample(model, prompts, [2, 3, 2], [25, 25, 25], **kwargs)
+    assert ours == theirs
+    assert sum(len(s) for samples in ours for s in samples) > 40
+    n_layers = model.config.num_hidden_layers
+    steps = len(updates) // n_layers
+    assert steps > 25 and len(updates) % n_layers == 0
+    # a layer's buffer is rebuilt at a prefill, a join, a crop or when full; never at most steps
+    assert len(allocations) / n_layers < steps / 3, (len(allocations) / n_layers, steps)
+
+
+def test_growing_layer_keeps_exactly_what_a_dynamic_layer_keeps():
+    """update, a row selection and an outside replacement of keys (the sampler's join and crop)."""
+    from transformers.cache_utils import DynamicLayer
+
+    from memaudit.models.sampling import _growing_layer_class
+
+    ours, theirs = _growing_layer_class()(), DynamicLayer()
+    g = torch.Generator().manual_seed(0)
+    for step, q in enumerate([5, 1, 1, 30, 1, 1]):
+        k, v = torch.randn(3, 2, q, 4, generator=g), torch.randn(3, 2, q, 4, generator=g)
+        a, b = ours.update(k, v), theirs.update(k, v)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        if step == 2:
+            for layer in (ours, theirs):
+                layer.batch_select_indices(torch.tensor([0, 2, 1]))
+        if step == 3:
+            for layer in (ours, theirs):
+                layer.keys, layer.values = layer.keys[:, :, 2:], layer.values[:, :, 2:]
+    assert ours.get_seq_length() == theirs.get_seq_length() == 37
+    assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
