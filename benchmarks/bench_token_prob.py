@@ -459,7 +459,7 @@ def run(args) -> dict:
     import torch
 
     from memaudit.models.loading import count_parameters, load_causal_lm, resolve_device
-    from memaudit.models.smollm2 import ensure_builtin
+    from memaudit.models.builtin import ensure_builtin
 
     torch.set_num_threads(args.threads or os.cpu_count())
     device = resolve_device(args.device)
