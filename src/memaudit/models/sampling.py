@@ -116,13 +116,14 @@ def _growing_layer_class():
 
 
 def _growing_cache():
-    """A ``DynamicCache`` of :func:`_growing_layer_class` layers (appended as the model fills them)."""
+    """A ``DynamicCache`` of :func:`_growing_layer_class` layers (appended as the model fills them);
+    a plain ``DynamicCache`` (slower, the same numbers) from a transformers release whose cache does
+    not create its layers from ``layer_class_to_replicate``."""
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    if getattr(cache, "layer_class_to_replicate", None) is None or cache.layers:
-        raise TypeError("memaudit.models.sampling needs a transformers DynamicCache that creates its layers lazily")
-    cache.layer_class_to_replicate = _growing_layer_class()
+    if getattr(cache, "layer_class_to_replicate", None) is not None and not cache.layers:
+        cache.layer_class_to_replicate = _growing_layer_class()
     return cache
 
 
