@@ -161,7 +161,8 @@ def main(argv=None) -> dict:
     result = {
         "name": NAME, "n_items": 3 * len(texts), "n_passages": len(texts), "ours_seconds": ours_s,
         "baseline_seconds": base_s, "speedup": base_s / ours_s, "ours_concat_cache_seconds": concat_s,
-        "cache_speedup": concat_s / ours_s, "same_samples_both_caches": ours_concat == ours, "max_abs_diff": float(mismatches),
+        "cache_speedup": concat_s / ours_s, "same_samples_both_caches": ours_concat == ours,
+        "max_abs_diff": float(mismatches),
         "n_greedy_checked": len(few), "accept_rate_ours": accept_rate(texts, ours, encoder),
         "accept_rate_baseline": accept_rate(texts, base, encoder), "model": f"smollm2-135m-instruct ({dtype})",
         "threads": 1, "load_average_1_5_15min": [load_before[:3], load_after[:3]], "machine": platform.machine(),
@@ -173,7 +174,8 @@ def main(argv=None) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, result)
     print(f"{NAME}: {3 * len(texts)} paraphrases; ours {ours_s:.1f}s, generate() {base_s:.1f}s "
-          f"(speedup {result['speedup']:.2f}x; concatenating cache {concat_s:.1f}s, {result['cache_speedup']:.2f}x); accepted {result['accept_rate_ours']:.2f} vs "
+          f"(speedup {result['speedup']:.2f}x; concatenating cache {concat_s:.1f}s, {result['cache_speedup']:.2f}x); "
+          f"accepted {result['accept_rate_ours']:.2f} vs "
           f"{result['accept_rate_baseline']:.2f}; greedy mismatches {mismatches}/{len(few)} -> {args.out}")
     return result
 

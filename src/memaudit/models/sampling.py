@@ -12,7 +12,7 @@ CPU a decoding step of a 135M model at small batch sizes costs about the same fo
   joined to it (caches aligned by left padding; columns that are padding in every row are
   cropped, so the cache does not grow with the run);
 - several samples of one prompt share that prompt's prefill (its cache rows are repeated);
-- a decoding step writes its key/value column into spare room of the cache (:class:`_GrowingCache`)
+- a decoding step writes its key/value column into spare room of the cache (:func:`_growing_cache`)
   instead of copying the whole cache, as transformers' ``DynamicCache`` does with ``torch.cat``.
 
 Decoding can take transformers' repetition penalty and a caller's logits processor
@@ -22,6 +22,7 @@ Decoding can take transformers' repetition penalty and a caller's logits process
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 import torch
@@ -61,7 +62,9 @@ def _penalise_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) 
     return torch.where(seen, penalised, logits)
 
 
+@functools.cache
 def _growing_layer_class():
+    """The cache layer class of :func:`_growing_cache` (made once: transformers is imported lazily)."""
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
@@ -80,8 +83,6 @@ def _growing_layer_class():
         _kbuf = _vbuf = _kview = None
 
         def update(self, key_states, value_states, *args, **kwargs):
-            import torch
-
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             n = self.keys.shape[-2] if self.keys.numel() else 0
@@ -90,9 +91,9 @@ def _growing_layer_class():
             if (buf is None or self.keys is not self._kview or n + q > buf.shape[-2]
                     or buf.shape[0] != key_states.shape[0]):
                 width = n + q + max(16, (n + q) // 2)
-                shape = (*key_states.shape[:-2], width, key_states.shape[-1])
-                self._kbuf = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
-                self._vbuf = torch.empty(shape, dtype=value_states.dtype, device=value_states.device)
+                self._kbuf, self._vbuf = (
+                    torch.empty((*t.shape[:-2], width, t.shape[-1]), dtype=t.dtype, device=t.device)
+                    for t in (key_states, value_states))  # a value head may differ from a key head
                 if n:
                     self._kbuf[..., :n, :] = self.keys
                     self._vbuf[..., :n, :] = self.values
