@@ -7,6 +7,7 @@ The table is also written to ``<dir>/summary.csv``.
 The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
 (float32 against bfloat16 on this machine, and whether ``dtype: auto`` picks the faster; its
 ``ours_seconds``/``baseline_seconds`` are a LoRA step in auto's dtype and in the other one),
+``lora_layers`` (a SmolLM2 LoRA step with adapters in the last 15 of 30 layers against all 30),
 ``loaders`` (the published DE-COP CSV loader on 10k and 40k synthetic arXivTection rows: linear time),
 ``grad_norms`` (KTD's per-sample gradient norms, batched ghost norms against one backward per
 text; one row per model under ``models``, its ``speedup`` over all models together),

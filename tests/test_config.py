@@ -135,11 +135,14 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
     def mutate(c):
         c["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"},
                               "dtype": "bfloat16", "gpus": 2, "batch_size": 4}
-        c["models"]["tiny-gpt2-small-contaminated"]["finetune"].update(lora_r=8, target_modules=["c_attn"])
+        c["models"]["tiny-gpt2-small-contaminated"]["finetune"].update(lora_r=8, target_modules=["c_attn"],
+                                                                       lora_layers=1)
     assert bad(mutate).splitlines() == [  # in the config's order
         "config key models.tiny-gpt2-small-contaminated.finetune.lora_r: only method lora reads it; this model "
         "is fine-tuned fully (method: full; remove it)",
         "config key models.tiny-gpt2-small-contaminated.finetune.target_modules: only method lora reads it; this "
+        "model is fine-tuned fully (method: full; remove it)",
+        "config key models.tiny-gpt2-small-contaminated.finetune.lora_layers: only method lora reads it; this "
         "model is fine-tuned fully (method: full; remove it)",
         "config key models.gpt.dtype: only a local model reads it; backend 'openai' runs on the provider's "
         "machines (remove it)",

@@ -58,6 +58,44 @@ def test_lora_stores_only_the_adapter_and_lowers_member_loss(tiny_model_dir, tmp
     assert loss_of(base, tok, MEMBERS) == pytest.approx(before, abs=1e-5)
 
 
+def test_lora_in_the_last_layers_trains_only_them_and_backpropagates_no_lower(tiny_model_dir, tmp_path):
+    """finetune.lora_layers: adapters in the last N blocks only (all-linear resolved to GPT-2's
+    Conv1D names, since peft takes a layer subset only with names); no gradient reaches a layer
+    below them, which is what makes the step cheaper; the members' loss still falls."""
+    import torch
+    from peft import get_peft_model, LoraConfig
+
+    from memaudit.models.finetune import lora_layer_settings
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert lora_layer_settings(model, "all-linear", None) == {"target_modules": "all-linear"}
+    assert lora_layer_settings(model, "all-linear", 1) == {"target_modules": ["c_attn", "c_fc", "c_proj"],
+                                                           "layers_to_transform": [1]}
+    assert lora_layer_settings(model, ["c_attn"], 2)["layers_to_transform"] == [0, 1]
+    with pytest.raises(ValueError, match="finetune.lora_layers: 3 layers asked for, the model has 2"):
+        lora_layer_settings(model, "all-linear", 3)
+    with pytest.raises(ValueError, match="list of module names or all-linear"):
+        lora_layer_settings(model, ".*attn.*", 1)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
+                                                  **lora_layer_settings(model, "all-linear", 1)))
+    adapted = {name.split(".h.")[1].split(".")[0] for name, p in peft_model.named_parameters() if p.requires_grad}
+    assert adapted == {"1"}
+    seen = []
+    for i, block in enumerate(peft_model.base_model.model.transformer.h):
+        block.register_full_backward_hook(lambda module, grad_in, grad_out, i=i: seen.append(i))
+    ids = torch.tensor([tok(MEMBERS[0])["input_ids"][:32]])
+    peft_model(input_ids=ids, labels=ids).loss.backward()
+    assert seen == [1]  # block 0 has no adapter and nothing above it needs its gradient
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    before = loss_of(model, tok, MEMBERS)
+    record = finetune(model, tok, MEMBERS, tmp_path / "adapter", method="lora", epochs=20, lr=1e-2,
+                      duplication=2, batch_size=2, max_length=64, lora_r=4, lora_alpha=8, lora_layers=1, seed=0)
+    tuned, tok2 = load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path / "adapter")}, device="cpu")
+    assert loss_of(tuned, tok2, MEMBERS) < before - 0.2
+    assert 0 < record["trainable_params"] < 10_000
+
+
 def test_full_finetune_saves_model_and_tokenizer(tiny_model_dir, tmp_path):
     model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
     before = loss_of(model, tok, MEMBERS)

@@ -73,6 +73,47 @@ def test_sampling_is_seeded_and_done_stops_a_row_early(model_and_prompts):
 
 
 @pytest.mark.filterwarnings("error:.*past_key_values.*")
+def test_prompts_sharing_a_prefix_prefill_it_once_and_sample_what_each_would_alone(model_and_prompts, monkeypatch):
+    """A chat template's system turn and an instruction lead every paraphrase prompt: the prompts
+    prefilled together run that prefix once (a batch of one), then only their own rest; each row
+    still decodes what ``generate()`` gives for its prompt alone, and sampling draws the same
+    tokens as without the sharing."""
+    import memaudit.models.sampling as sampling
+    from memaudit.models.forward import common_prefix_length
+
+    model, tok, _ = model_and_prompts
+    head = "Rewrite the following text using different words. Text:"
+    prompts = [tok(head + t)["input_ids"] for t in (" It is a truth universally acknowledged",
+                                                    " Call me Ishmael.", " The crude oil price rose sharply")]
+    n = common_prefix_length(prompts)
+    assert n >= 8 and len({len(p) for p in prompts}) == 3
+    shapes, head_positions = [], []
+    hooks = [model.register_forward_pre_hook(lambda module, args, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                             with_kwargs=True),
+             model.get_output_embeddings().register_forward_pre_hook(
+                 lambda module, args: head_positions.append(args[0].shape[1]))]
+    try:
+        limits = [9, 14, 6]
+        greedy = sampling.sample(model, prompts, [2, 1, 1], limits, eos_ids=[tok.eos_token_id],
+                                 pad_id=tok.eos_token_id, temperature=0.0)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # the prefix once, then each prompt's rest left-padded to the longest rest, then one token a step
+    assert shapes[:2] == [(1, n), (3, max(len(p) for p in prompts) - n)]
+    assert all(shape[1] == 1 for shape in shapes[2:])
+    # only the last position of a prefill goes through the output layer (logits_to_keep=1)
+    assert head_positions == [1] * len(shapes)
+    for prompt, limit, samples in zip(prompts, limits, greedy):
+        reference = _generate_greedy(model, tok, prompt, limit)
+        assert reference and all(s == reference for s in samples)
+    kwargs = dict(eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id, temperature=1.0, top_k=50, seed=3, max_rows=3)
+    shared = sampling.sample(model, prompts, [2, 2, 2], [12, 12, 12], **kwargs)
+    monkeypatch.setattr(sampling, "common_prefix_length", lambda *a, **k: 0)
+    assert sampling.sample(model, prompts, [2, 2, 2], [12, 12, 12], **kwargs) == shared
+
+
+@pytest.mark.filterwarnings("error:.*past_key_values.*")
 def test_growing_cache_writes_steps_in_place_and_samples_what_a_dynamic_cache_samples(model_and_prompts, monkeypatch):
     """The sampler's cache (spare columns, a step's key/value written in place) against
     transformers' DynamicCache (a torch.cat of the whole cache each step): the same tokens,

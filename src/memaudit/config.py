@@ -283,7 +283,7 @@ def _split_keys_beside_labels(config: dict, schema: dict) -> list[str]:
 # model's entry holding one would have it ignored. (source, base and finetune: backends.config_checks.)
 LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "max_tokens", "batch_size")
 # What only LoRA fine-tuning reads (memaudit.models.finetune); under method full it would be ignored.
-LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules")
+LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "lora_layers")
 
 
 def _model_keys_nothing_reads(config: dict, schema: dict) -> list[str]:

@@ -81,11 +81,44 @@ def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> 
     return [i for batch in batches + partial for i in batch]
 
 
+def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
+    """``LoraConfig`` keywords for adapters in the last ``lora_layers`` transformer layers.
+
+    Gradients then flow back only through those layers: below the lowest adapter nothing needs
+    one, so autograd stops there and a step costs the forward pass plus ``lora_layers / L`` of
+    the backward one. peft takes ``layers_to_transform`` only with a list of module names, so
+    ``"all-linear"`` becomes the names of the linear layers inside the transformer blocks (what
+    peft's all-linear picks: every ``nn.Linear`` or GPT-2 ``Conv1D`` but the output layer). None: every layer, as given.
+    """
+    import torch
+
+    if lora_layers is None:
+        return {"target_modules": target_modules}
+    n_layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layer", None)
+    if not n_layers:
+        raise ValueError(f"finetune.lora_layers: the model's config names no number of layers "
+                         f"({type(model.config).__name__})")
+    if not 1 <= int(lora_layers) <= int(n_layers):
+        raise ValueError(f"finetune.lora_layers: {lora_layers} layers asked for, the model has {n_layers}")
+    if isinstance(target_modules, str):
+        if target_modules != "all-linear":
+            raise ValueError(f"finetune.lora_layers needs finetune.target_modules as a list of module names "
+                             f"or all-linear, not the pattern {target_modules!r}")
+        from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
+
+        output = model.get_output_embeddings()
+        target_modules = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                                 if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output})
+    return {"target_modules": list(target_modules),
+            "layers_to_transform": list(range(int(n_layers) - int(lora_layers), int(n_layers)))}
+
+
 def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: str, epochs: float,
              lr: float, duplication: int, batch_size: int, max_length: int, lora_r: int = 16,
              lora_alpha: int = 32, lora_dropout: float = 0.0, target_modules="all-linear",
              seed: int = 0, checkpoint: TrainingCheckpoint | None = None, autocast: str | None = None,
-             packing: bool = False, progress: Callable[[str], None] = log.info) -> dict:
+             packing: bool = False, lora_layers: int | None = None,
+             progress: Callable[[str], None] = log.info) -> dict:
     """Fine-tune ``model`` on ``texts`` and save the adapter (lora) or the model (full) in ``out_dir``.
 
     With a ``checkpoint`` the run saves its state every ``checkpoint.every_steps``
@@ -99,6 +132,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     precision -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
     CPU (emulated bfloat16) about 20x slower. "auto" is bfloat16 where the model's device
     computes it natively, else no autocast (:func:`memaudit.models.loading.resolve_dtype`).
+
+    ``lora_layers`` (LoRA only) puts the adapters in the last that many transformer layers
+    (:func:`lora_layer_settings`); None: in every layer.
 
     ``packing`` cuts each epoch's windows from the concatenated members (:func:`packed_chunks`);
     epoch ``e``'s windows come from ``random.Random(f"{seed}:packing:{e}")``, so a resumed run
@@ -118,8 +154,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                         target_modules=target_modules, task_type="CAUSAL_LM")
+        cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM",
+                         **lora_layer_settings(model, target_modules, lora_layers))
         model = get_peft_model(model, cfg)
     elif method != "full":
         raise ValueError(f"unknown fine-tuning method {method!r}")

@@ -130,7 +130,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
                       lr=ft["lr"], duplication=ft["duplication"], batch_size=ft["batch_size"],
                       max_length=ft["max_length"], lora_r=ft["lora_r"], lora_alpha=ft["lora_alpha"],
                       lora_dropout=ft["lora_dropout"], target_modules=ft["target_modules"], seed=seed,
-                      packing=ft.get("packing", False), checkpoint=checkpoint, autocast=autocast, progress=progress)
+                      lora_layers=ft.get("lora_layers"), packing=ft.get("packing", False), checkpoint=checkpoint,
+                      autocast=autocast, progress=progress)
     record["n_member_documents"] = len(member_texts)
     if ft["method"] == "lora":
         load = dict(base["load"], adapter=str(weights))
