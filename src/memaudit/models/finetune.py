@@ -88,13 +88,14 @@ def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
     one, so autograd stops there and a step costs the forward pass plus ``lora_layers / L`` of
     the backward one. peft takes ``layers_to_transform`` only with a list of module names, so
     ``"all-linear"`` becomes the names of the linear layers inside the transformer blocks (what
-    peft's all-linear picks: every ``nn.Linear`` or GPT-2 ``Conv1D`` but the output layer). None: every layer, as given.
+    peft's all-linear picks: every ``nn.Linear`` or GPT-2 ``Conv1D`` but the output layer).
+    None: every layer, as given.
     """
     import torch
 
     if lora_layers is None:
         return {"target_modules": target_modules}
-    n_layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layer", None)
+    n_layers = getattr(model.config, "num_hidden_layers", None)  # GPT-2's n_layer answers to it too
     if not n_layers:
         raise ValueError(f"finetune.lora_layers: the model's config names no number of layers "
                          f"({type(model.config).__name__})")

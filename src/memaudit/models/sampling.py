@@ -179,13 +179,13 @@ def _prefill(model, group: Sequence[Sequence[int]], pad_id: int, device):
     21 prompts of 130 tokens).
     """
     n = min(common_prefix_length(group), min(len(p) for p in group) - 1) if len(group) > 1 else 0
+    head = torch.tensor(list(group[0][:n]), dtype=torch.long)
     cache = _growing_cache()
     if n > 0:
-        model(input_ids=torch.tensor([list(group[0][:n])], dtype=torch.long).to(device),
-              **{cache_keyword(): cache}, use_cache=True, logits_to_keep=1)
+        model(input_ids=head[None].to(device), **{cache_keyword(): cache}, use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(len(group))
     rest, rest_mask = _pad_prompts([p[n:] for p in group], pad_id)
-    ids = torch.cat([torch.tensor(list(group[0][:n]), dtype=torch.long).expand(len(group), n), rest], 1)
+    ids = torch.cat([head.expand(len(group), n), rest], 1)
     mask = torch.cat([torch.ones((len(group), n), dtype=torch.long), rest_mask], 1)
     logits = model(input_ids=rest.to(device), attention_mask=mask.to(device),
                    position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, n:].to(device),
