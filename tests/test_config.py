@@ -134,10 +134,13 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
     counts (the schema's defaults set dtype and the LoRA keys on every model later)."""
     def mutate(c):
         c["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"},
-                              "dtype": "bfloat16", "gpus": 2, "batch_size": 4}
+                              "dtype": "bfloat16", "gpus": 2, "batch_size": 4, "context_token": "<|endoftext|>"}
         c["models"]["tiny-gpt2-small-contaminated"]["finetune"].update(lora_r=8, target_modules=["c_attn"],
                                                                        lora_layers=1)
+        c["models"]["smollm2-135m-contaminated"]["context_token"] = "<|endoftext|>"
     assert bad(mutate).splitlines() == [  # in the config's order
+        "config key models.smollm2-135m-contaminated.context_token: a fine-tuned model trains and scores with its "
+        "base's context token; set it on models.smollm2-135m (remove it here)",
         "config key models.tiny-gpt2-small-contaminated.finetune.lora_r: only method lora reads it; this model "
         "is fine-tuned fully (method: full; remove it)",
         "config key models.tiny-gpt2-small-contaminated.finetune.target_modules: only method lora reads it; this "
@@ -149,6 +152,8 @@ def test_a_model_key_nothing_reads_is_an_error_not_ignored():
         "config key models.gpt.gpus: only a local model reads it; backend 'openai' runs on the provider's "
         "machines (remove it)",
         "config key models.gpt.batch_size: only a local model reads it; backend 'openai' runs on the provider's "
+        "machines (remove it)",
+        "config key models.gpt.context_token: only a local model reads it; backend 'openai' runs on the provider's "
         "machines (remove it)"]
     ok = copy.deepcopy(CI)
     ok["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"},

@@ -261,6 +261,34 @@ def test_builtin_smollm2_loads_from_the_pypi_wheel():
     assert "quantization_config" not in json.loads((converted / "config.json").read_text())
 
 
+def test_smollm2s_bos_opens_chat_turns_and_its_end_of_text_token_is_the_better_context(caplog):
+    """SmolLM2-Instruct's BOS token is <|im_start|>, which its chat template follows with a role name:
+    a text scored after it starts where the model expects "system" or "user". The first five tokens
+    of Austen's first sentence then cost 8.8 nats more than after <|endoftext|>, its pretraining's
+    document separator (the demo's context_token), the first one 2.6; the other 21 cost the same
+    within 0.1 nats a token. Left unset, the BOS is used as before, with one warning naming the key."""
+    from memaudit.models.loading import load_tokenizer
+    from memaudit.models.token_stats import bos_opens_chat_turns, context_token_id
+
+    spec = {"builtin": "smollm2-135m-instruct", "cache_dir": "resources/cache"}
+    model, tok = load_causal_lm(spec, dtype="float32", device="cpu")
+    assert tok.bos_token == "<|im_start|>" and bos_opens_chat_turns(tok)
+    with caplog.at_level("WARNING", logger="memaudit.models.token_stats"):
+        assert [context_token_id(tok), context_token_id(tok)] == [tok.bos_token_id] * 2
+    assert [r.getMessage() for r in caplog.records if "context_token" in r.getMessage()] == [
+        "texts are scored after '<|im_start|>', the BOS token of resources/cache/smollm2-135m-instruct, which opens "
+        "chat turns: the first tokens of every text score as surprises; set the model's context_token (e.g. "
+        "'<|endoftext|>', docs/models.md#the-context-token)"]
+    eot = load_tokenizer({**spec, "context_token": "<|endoftext|>"})
+    assert encode(eot, "Call me Ishmael.", None)[0] == eot.convert_tokens_to_ids("<|endoftext|>") == 0
+    im_start = compute_token_stats(model, tok, [AUSTEN], max_tokens=None).passage(0)[0]
+    endoftext = compute_token_stats(model, eot, [AUSTEN], max_tokens=None).passage(0)[0]
+    assert len(im_start) == len(endoftext) == len(tok(AUSTEN, add_special_tokens=False)["input_ids"])
+    assert endoftext[:5].sum() - im_start[:5].sum() == pytest.approx(8.8, abs=0.5)
+    assert endoftext[0] - im_start[0] == pytest.approx(2.6, abs=0.2)
+    assert abs(endoftext[5:].mean() - im_start[5:].mean()) < 0.1
+
+
 AUSTEN = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
           "must be in want of a wife.")
 
@@ -272,6 +300,7 @@ def test_builtin_gemma_is_assembled_from_its_part_wheels_and_scores_english():
     on Austen's first sentence (SmolLM2-135M-Instruct: 2.84), and a batch of passages of different
     lengths (padding, Gemma's sliding-window layers) scores each as it scores alone."""
     from memaudit.models.builtin import ensure_builtin, locate_gguf
+    from memaudit.models.token_stats import bos_opens_chat_turns
 
     folder, name = locate_gguf("gemma-3-270m")
     assert (folder, name) == (folder, "gemma-3-270m-q4_k_m.gguf") and not (folder / name).exists()
@@ -288,6 +317,7 @@ def test_builtin_gemma_is_assembled_from_its_part_wheels_and_scores_english():
                              device="cpu")
     gemma_nll, smollm2_nll = loss_of(model, tok, [AUSTEN]), loss_of(*smollm2, [AUSTEN])
     assert gemma_nll == pytest.approx(2.052, abs=0.01) and smollm2_nll > gemma_nll + 0.3
+    assert tok.bos_token == "<bos>" and not bos_opens_chat_turns(tok)  # Gemma's turns open with <start_of_turn>
     texts = [AUSTEN, "Call me Ishmael.", MEMBERS[0] + " " + MEMBERS[1]]
     batched = compute_token_stats(model, tok, texts, batch_size=3, max_tokens=None)
     for i, text in enumerate(texts):
@@ -362,3 +392,31 @@ def test_the_config_key_packing_reaches_the_fine_tune_and_its_manifest(tiny_mode
     assert plain["training"]["chunks"] == sum(-(-n // 15) for n in lengths)  # each member cut on its own
     assert packed["training"]["chunks"] == -(-(sum(lengths) + len(texts)) // 15)  # one stream, end-of-text after each
     assert packed["training"]["chunks"] < plain["training"]["chunks"]
+
+
+def test_a_models_context_token_is_what_its_texts_follow_when_fine_tuned_and_scored(tiny_model_dir, tmp_path):
+    """``context_token`` on a base model: its manifest's load spec records it, a model fine-tuned from it
+    (fully or by LoRA) records it too, and every load of either scores and trains each text after it. A
+    token outside the vocabulary stops the job with one line naming the key."""
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_base_model, prepare_finetuned_model
+
+    _, plain = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    token = plain.convert_ids_to_tokens(7)
+    assert plain.bos_token_id != 7 and encode(plain, "A text.", None)[0] == plain.bos_token_id
+    entry = {"source": {"path": str(tiny_model_dir)}, "dtype": "float32", "context_token": token}
+    base = prepare_base_model("b", entry, tmp_path / "b", cache_dir=tmp_path / "cache")
+    assert base["load"]["context_token"] == token
+    write_json(tmp_path / "base.json", base)
+    ft = {"method": "full", "epochs": 1, "lr": 1e-3, "duplication": 1, "batch_size": 2, "max_length": 16,
+          "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear", "members_of": ["x"]}
+    for method in ("full", "lora"):
+        tuned = prepare_finetuned_model(method, {"dtype": "float32", "base": "b", "finetune": {**ft, "method": method}},
+                                        tmp_path / "base.json", MEMBERS, tmp_path / method, device="cpu")
+        assert tuned["load"]["context_token"] == token, method
+        _, tok = load_causal_lm(tuned["load"], device="cpu")
+        assert encode(tok, "A text.", None)[0] == 7
+        assert {c[0] for c in member_chunks(tok, MEMBERS, 16)} == {7}
+    with pytest.raises(ConfigError) as err:
+        prepare_base_model("b", {**entry, "context_token": "no-such-token"}, tmp_path / "bad", cache_dir=tmp_path)
+    assert str(err.value).startswith("models.b.context_token 'no-such-token': not a token of the vocabulary of ")

@@ -281,14 +281,15 @@ def _split_keys_beside_labels(config: dict, schema: dict) -> list[str]:
 
 # What only a model with local weights reads (memaudit.backends.resolve, memaudit.devices); an API
 # model's entry holding one would have it ignored. (source, base and finetune: backends.config_checks.)
-LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "max_tokens", "batch_size")
+LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "max_tokens", "batch_size", "context_token")
 # What only LoRA fine-tuning reads (memaudit.models.finetune); under method full it would be ignored.
 LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "lora_layers")
 
 
 def _model_keys_nothing_reads(config: dict, schema: dict) -> list[str]:
     """A model key that nothing reads for that model, set to a value other than its default: a
-    local-model setting on an API model, a LoRA setting on a model fine-tuned fully."""
+    local-model setting on an API model, a LoRA setting on a model fine-tuned fully, a context token
+    on a fine-tuned model (it trains and scores with its base's)."""
     models = config.get("models")
     if not isinstance(models, dict):
         return []
@@ -302,6 +303,9 @@ def _model_keys_nothing_reads(config: dict, schema: dict) -> list[str]:
                 if _set_here(entry, key, properties):
                     problems.append(f"{key_path(('models', name, key))}: only a local model reads it; backend "
                                     f"{entry['backend']!r} runs on the provider's machines (remove it)")
+        elif "base" in entry and "context_token" in entry:
+            problems.append(f"{key_path(('models', name, 'context_token'))}: a fine-tuned model trains and scores "
+                            f"with its base's context token; set it on models.{entry['base']} (remove it here)")
         finetune = entry.get("finetune")
         if isinstance(finetune, dict) and finetune.get("method") == "full":
             for key in LORA_ONLY_KEYS:

@@ -154,6 +154,10 @@ def load_tokenizer(spec: dict[str, Any]):
                          "tokenizer.json, beside the weights?)")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
+    if spec.get("context_token"):
+        from memaudit.models.token_stats import set_context_token
+
+        set_context_token(tok, spec["context_token"], name)
     return tok
 
 

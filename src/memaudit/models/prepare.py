@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memaudit.config import contaminated_on
+from memaudit.errors import ConfigError
 from memaudit.io import read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,14 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
 
             root = Path(src["path"])
             extra["source_digest"] = files_digest(checkpoint_files(root), root if root.is_dir() else root.parent)
-    model, _ = load_model(load, dtype=entry.get("dtype", "auto"), device="cpu")
+    if entry.get("context_token"):  # every load of the model (and of a model fine-tuned from it) reads it
+        load["context_token"] = entry["context_token"]
+    try:
+        model, _ = load_model(load, dtype=entry.get("dtype", "auto"), device="cpu")
+    except ConfigError as exc:
+        if str(exc).startswith("context_token "):
+            raise ConfigError(f"models.{name}.{exc}") from None
+        raise
     if is_encoder_decoder(model):  # a generation role only (HFBackend says so to any probe that asks more)
         extra["architecture"] = "encoder-decoder"
     manifest = _manifest(name, entry, load, count_parameters(model), **extra)
@@ -137,6 +145,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
         load = dict(base["load"], adapter=str(weights))
     else:
         load = {"path": str(weights)}
+        if base["load"].get("context_token"):  # trained after it: scored after it
+            load["context_token"] = base["load"]["context_token"]
     manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"],
                          dtype_used=dtype_used)
     write_json(out_dir / "manifest.json", manifest)

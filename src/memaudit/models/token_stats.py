@@ -1,7 +1,8 @@
 """Per-token statistics, computed once per (model, texts) and shared by every token-probability method.
 
-For each passage ``x_1..x_T`` (prefixed with one context token, BOS or EOS, so
-that the first text token is scored too) we keep, for every position t:
+For each passage ``x_1..x_T`` (prefixed with one context token, the model's
+``context_token`` or else BOS or EOS, so that the first text token is scored too) we keep,
+for every position t:
 
 - ``logprob[t] = log p(x_t | x_<t)``
 - ``mu[t]    = E_{z~p(.|x_<t)} log p(z | x_<t)``                (Min-K%++, Zhang et al. 2024)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +31,55 @@ from memaudit.io import atomic_path
 log = logging.getLogger(__name__)
 
 
+# The attribute :func:`set_context_token` sets on a tokenizer (a model's ``context_token``).
+_CONTEXT_ATTR = "memaudit_context_token_id"
+_WARNED_ATTR = "memaudit_context_warned"
+
+
+def set_context_token(tokenizer, token: str, name: str) -> None:
+    """Score and train every text of this tokenizer's model after ``token`` (a model's
+    ``context_token``); a token outside the vocabulary is a :class:`ConfigError` naming the model."""
+    from memaudit.errors import ConfigError
+
+    vocab = tokenizer.get_vocab()
+    if token not in vocab:
+        known = [t for t in (tokenizer.bos_token, tokenizer.eos_token, "<|endoftext|>") if t and t in vocab]
+        raise ConfigError(f"context_token {token!r}: not a token of the vocabulary of {name}"
+                          + (f" (it has {', '.join(map(repr, dict.fromkeys(known)))})" if known else ""))
+    setattr(tokenizer, _CONTEXT_ATTR, int(vocab[token]))
+
+
+def bos_opens_chat_turns(tokenizer) -> bool:
+    """Whether the tokenizer's BOS token opens a chat turn (its chat template puts a role name right
+    after it, as SmolLM2-Instruct's ``<|im_start|>``) rather than a document: text scored after it
+    starts where the model expects ``system`` or ``user``."""
+    bos = tokenizer.bos_token
+    if not bos or not getattr(tokenizer, "chat_template", None):
+        return False
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+    except Exception:  # a template that needs more than one user turn: no evidence either way
+        return False
+    return re.search(re.escape(bos) + r"\s*(system|user|assistant)\b", str(text)) is not None
+
+
 def context_token_id(tokenizer) -> int:
+    """The token every scored or fine-tuned text follows: the model's ``context_token``
+    (:func:`set_context_token`), else the BOS token, else the EOS token. A BOS token that opens chat
+    turns is used as before, with one warning per tokenizer naming the config key that changes it."""
+    tid = getattr(tokenizer, _CONTEXT_ATTR, None)
+    if tid is not None:
+        return int(tid)
     tid = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if tid is None:
         raise ValueError("tokenizer has neither a BOS nor an EOS token to use as context")
+    if tid == tokenizer.bos_token_id and not getattr(tokenizer, _WARNED_ATTR, False):
+        setattr(tokenizer, _WARNED_ATTR, True)
+        if bos_opens_chat_turns(tokenizer):
+            log.warning(f"texts are scored after {tokenizer.bos_token!r}, the BOS token of "
+                        f"{getattr(tokenizer, 'name_or_path', 'this model')}, which opens chat turns: the first "
+                        "tokens of every text score as surprises; set the model's context_token (e.g. "
+                        "'<|endoftext|>', docs/models.md#the-context-token)")
     return int(tid)
 
 
