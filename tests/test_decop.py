@@ -605,6 +605,30 @@ def test_local_paraphrases_are_trimmed_to_the_passage_length_at_sentence_ends():
     assert trim_to_length("no sentence end at all", original) == "no sentence end at all"
 
 
+@pytest.mark.parametrize("comment", [
+    "This rewriting of the original text is a variation of the original sentence.",
+    "The text conveys both a joyous emotion and a melancholic one.",
+    "I have made multiple changes to this sentence.",
+    "In this rewriting, I kept the meaning.",
+    "It uses different words while keeping its meaning and length.",
+])
+def test_a_sentence_about_the_rewriting_ends_a_local_paraphrase(comment):
+    """What SmolLM2 writes about its paraphrase inside the paragraph, once it may not stop early:
+    cut there (a distractor that talks about rewriting tells a reader it is not the original)."""
+    from memaudit.probes.decop.paraphrase import trim_to_length
+
+    original = " ".join(f"w{i}" for i in range(30)) + "."
+    candidate = f"Emma was happy at home. She had lived there long. {comment} More text."
+    assert trim_to_length(candidate, original, cut_commentary=True) == "Emma was happy at home. She had lived there long."
+    assert trim_to_length(candidate, original) == candidate  # without min_length it is left alone
+    # nothing before it: rejected as empty
+    assert trim_to_length(f"{comment} Emma was happy.", original, cut_commentary=True) == ""
+    # a passage that itself speaks of "the original text" keeps the sentence that quotes it
+    quoting = "Nobody read the original text of the will. It was lost."
+    assert trim_to_length("The original text of the will was unread. It was lost.", quoting, cut_commentary=True) == \
+        "The original text of the will was unread. It was lost."
+
+
 def test_calibration_documents_per_benchmark_resolve_validate_and_zero_skips_calibration():
     """config/paper.yaml's arXivTection has 25 clean papers: BookTection's 30 calibration books would
     stop its decop_items job, so the number can be given per benchmark, and 0 means no calibration."""

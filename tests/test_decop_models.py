@@ -226,7 +226,7 @@ def test_option_tokens_are_the_letters_not_the_space_a_sentencepiece_tokenizer_p
         option_token_ids(tok, "E")
 
 
-def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_asked():
+def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_asked(monkeypatch):
     from memaudit.probes.decop.paraphrase import LocalParaphraser
     from memaudit.models.loading import load_causal_lm
     from memaudit.models.builtin import ensure_builtin
@@ -246,6 +246,49 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
             # stopped at the passage's length (a sentence end past 0.9 of its words) or earlier
             assert len(cand.split()) <= 1.4 * 1.3 * len(passage.split()) + 8
     assert way.candidates(passages, [64, 64], attempt=0, wanted=[0, 0]) == [[], []]
+
+    # min_length: no end token (nor, the passages being one paragraph, a line break) before 0.9 of
+    # each passage's tokens; a sentence about the rewriting may still cut one shorter (and QC
+    # rejects it if too short), so the floor is checked on the raw samples
+    # probes.decop.paraphrase.min_length: 0 (off) unless set, as the demo and ci configs leave it
+    from pathlib import Path
+
+    import yaml
+
+    from memaudit.jobs import validate_config
+
+    ci = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "ci.yaml").read_text())
+    settings = validate_config(ci)["probes"]["decop"]["paraphrase"]
+    assert settings["min_length"] == 0
+    assert LocalParaphraser.from_settings(model, tok, name="smollm2-135m", settings=settings, seed=0).min_length == 0
+    ci["probes"]["decop"]["paraphrase"]["min_length"] = 0.9
+    held = LocalParaphraser.from_settings(model, tok, name="smollm2-135m", seed=3,
+                                          settings={**validate_config(ci)["probes"]["decop"]["paraphrase"],
+                                                    "batch_size": 4})
+    assert (held.min_length, held.temperature, held.batch_size, held.seed) == (0.9, 0.7, 4, 3)
+    assert held.describe()["min_length"] == 0.9 and "min_length" not in way.describe()
+    assert set(held.newline_ids()) >= {tok.convert_tokens_to_ids("Ċ"), tok.convert_tokens_to_ids("ĊĊ")}
+    import memaudit.models.sampling as sampling
+
+    raw = []
+    real_sample = sampling.sample
+
+    def recording(*args, **kwargs):
+        out = real_sample(*args, **kwargs)
+        raw.append((kwargs["min_new_tokens"], kwargs["barred_ids"], out))
+        return out
+
+    monkeypatch.setattr(sampling, "sample", recording)
+    longer = held.candidates(passages, [64, 64], attempt=0, wanted=[3, 3])
+    [(floors, barred, out)] = raw
+    n_tokens = sorted(len(tok(p, add_special_tokens=False)["input_ids"]) for p in passages)
+    assert sorted(floors) == [int(0.9 * n) for n in n_tokens] and all(b == held.newline_ids() for b in barred)
+    for floor, samples in zip(floors, out):
+        for ids in samples:
+            assert len(ids) >= floor and "\n" not in tok.decode(ids[:floor])
+    ratios = [len(c.split()) / len(p.split()) for p, cands in zip(passages, longer) for c in cands]
+    shorter = [len(c.split()) / len(p.split()) for p, cands in zip(passages, first) for c in cands]
+    assert np.median(ratios) >= 0.8 and np.median(ratios) > np.median(shorter), (ratios, shorter)
 
 
 def test_likelihood_mode_picks_the_highest_mean_log_likelihood(tiny_model):

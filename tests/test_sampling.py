@@ -176,3 +176,55 @@ def test_growing_layer_keeps_exactly_what_a_dynamic_layer_keeps():
                 layer.keys, layer.values = layer.keys[:, :, 2:], layer.values[:, :, 2:]
     assert ours.get_seq_length() == theirs.get_seq_length() == 37
     assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+
+
+def test_min_new_tokens_holds_back_the_end_tokens_as_generate_does(model_and_prompts):
+    """Greedy with an end token the model picks early: ``min_new_tokens`` keeps a row going as
+    transformers' ``min_new_tokens`` does (the same tokens), and without it the row ends there."""
+    from memaudit.models.sampling import sample
+
+    model, tok, prompts = model_and_prompts
+    reference = _generate_greedy(model, tok, prompts[0], 12)
+    end = reference[2]  # greedy picks it third: as an end token it ends the sample after two
+    assert end not in reference[:2]
+    kwargs = dict(eos_ids=[end], pad_id=tok.eos_token_id, temperature=0.0)
+    free = sample(model, prompts[:2], [1, 1], [12, 12], **kwargs)
+    assert free[0][0] == reference[:2]
+    held = sample(model, prompts[:2], [1, 1], [12, 12], min_new_tokens=[6, 0], **kwargs)
+    ids = torch.tensor([prompts[0]])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=6,
+                         do_sample=False, pad_token_id=tok.eos_token_id, eos_token_id=end)
+    expected = out[0, ids.shape[1]:].tolist()
+    expected = expected[:expected.index(end)] if end in expected else expected
+    assert len(expected) >= 6 and held[0][0] == expected
+    assert end not in held[0][0][:6]
+    assert held[1] == free[1]  # a floor of 0 changes nothing
+
+
+def test_barred_ids_are_held_back_until_the_floor_and_only_for_their_prompt(model_and_prompts):
+    """Greedy with the token the model repeats barred for 8 steps: what generate() gives with a
+    logits processor that bars it as long, and the other prompt's row is untouched."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    from memaudit.models.sampling import sample
+
+    model, tok, prompts = model_and_prompts
+    reference = _generate_greedy(model, tok, prompts[1], 12)
+    barred = reference[0]
+
+    class Bar(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[1] - len(prompts[1]) < 8:
+                scores[:, barred] = float("-inf")
+            return scores
+
+    ids = torch.tensor([prompts[1]])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                         pad_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
+                         logits_processor=LogitsProcessorList([Bar()]))
+    expected = out[0, ids.shape[1]:].tolist()
+    kwargs = dict(eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id, temperature=0.0)
+    ours = sample(model, prompts[1:], [1, 1], [12, 12], min_new_tokens=[8, 8], barred_ids=[[barred], []], **kwargs)
+    assert ours[0][0] == expected[:len(ours[0][0])] and len(ours[0][0]) == 12
+    assert barred not in ours[0][0][:8] and ours[0][0] != reference
+    assert ours[1][0] == _generate_greedy(model, tok, prompts[2], 12)

@@ -198,6 +198,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
            eos_ids: Sequence[int], pad_id: int, temperature: float = 0.7, top_k: int = 50, seed: int = 0,
            done: Callable[[int, list[int]], bool] | None = None, check_every: int = 4,
            max_rows: int = 64, repetition_penalty: float = 1.0,
+           min_new_tokens: Sequence[int] | None = None, barred_ids: Sequence[Sequence[int]] | None = None,
            processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[list[list[int]]]:
     """``n_samples[i]`` continuations (token ids, end token excluded) of each tokenised prompt.
 
@@ -206,6 +207,11 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     ``check_every`` steps whether a sample of prompt ``i`` is complete, e.g. long enough and at
     a sentence end. ``temperature`` 0 or ``top_k`` 1 is greedy decoding. Deterministic for a
     seed and the same inputs.
+
+    ``min_new_tokens[i]`` (optional): a sample of prompt ``i`` may not end before it has that many
+    tokens: the end tokens' logits are ``-inf`` until then, as ``generate(min_new_tokens=...)``
+    does, and so are ``barred_ids[i]``'s (optional; e.g. line breaks, so that a paraphrase cannot
+    end its paragraph early either).
 
     Before a token is chosen, the next-token logits (in float32, as ``generate()`` processes
     them) go through ``repetition_penalty`` (1.0: none; :func:`_penalise_repeats`, over the
@@ -273,6 +279,15 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
                 logits = _penalise_repeats(logits, seen, float(repetition_penalty))
             if processor is not None:
                 logits = processor([history[s] for s in active], logits)
+        if min_new_tokens is not None:
+            short = [(r, owner[s]) for r, s in enumerate(active) if len(tokens[s]) < int(min_new_tokens[owner[s]])]
+            if short:
+                logits = logits.clone()
+                rows = torch.tensor([r for r, _ in short])
+                logits[rows[:, None], eos[None, :].to(logits.device)] = float("-inf")
+                for r, i in short:
+                    if barred_ids is not None and len(barred_ids[i]):
+                        logits[r, torch.as_tensor(barred_ids[i], device=logits.device)] = float("-inf")
         nxt = _next_tokens(logits, temperature, top_k, generator).cpu()
         is_eos = torch.isin(nxt, eos).tolist()
         if penalise:

@@ -124,7 +124,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
-        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="7af04893ff855ef0",
+        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="fed733bf11f1a3f4",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -134,7 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="256ca29795c212cf",
+        version=4, fingerprint="67dcc3e4e7ccc1b6",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -152,9 +152,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="c39095f14557df81",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="63f89967dbc07836",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="fcf3fb97b7873f6f")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="46c7fd0a77e15ad1")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -173,12 +173,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="36303e37219cd474",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="f30d0e6bfd18693a",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="774c152e16dc4ad1"),
+                               version=4, fingerprint="a5ebdc2e54dab64f"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="a4aee4e1873ef2e4")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -201,10 +201,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # part holds no member when every member fell in its validation set, which a benchmark with few
         # members (at most validation_texts) reaches. The knockoff+ rows test every passage (a labelled
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
-        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="49a92e62e76fff03",
+        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="341955345565763a",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="29c488bf2eb7f085"),
+                              version=7, fingerprint="57394b6641166ba8"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="3519b3bacc866fad")},
@@ -224,15 +224,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="9c1918bfa0f0f114",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="017f66b46efa3c8a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="852663eca2b2cb0f"),
+                               version=4, fingerprint="f0c65c406bc20942"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="5bcee53d5888d298")},
+                                 version=4, fingerprint="9b8f8184c71f837c")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

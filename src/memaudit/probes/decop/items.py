@@ -139,5 +139,5 @@ def make_paraphraser(config: dict, name: str, *, model_dir: str | Path | None = 
         return BackendParaphraser(backend, name=name, temperature=float(settings["temperature"]))
     from memaudit.probes.decop.paraphrase import LocalParaphraser
 
-    return LocalParaphraser(backend.model, backend.tokenizer, name=name, temperature=float(settings["temperature"]),
-                            batch_size=int(settings["batch_size"]), seed=int(config["seed"]))
+    return LocalParaphraser.from_settings(backend.model, backend.tokenizer, name=name, settings=settings,
+                                          seed=int(config["seed"]))

@@ -103,6 +103,17 @@ _COMMENTARY_RE = re.compile(
     r"|i(?:'m|\s+am)\s+sorry\b|i\s+apologi[sz]e\b"
     r"|here(?:'s|\s+is)\s+(?:the|a|my)\s+(?:rewritten|paraphrased|revised|new)\b"
     r"|while\s+rewriting\b)", re.IGNORECASE)
+# A sentence about the rewriting inside a paraphrase's paragraph ("This rewriting of the original
+# text is a variation ...", "The text conveys both ...", "I have made multiple changes ..."): once a
+# local paraphraser may not end early (``min_length``), it writes there the comment it would have
+# put after a blank line (on the demo's novels 10 of 108 candidates against 3 of 114 distractors
+# without ``min_length``, where it is left alone: cutting there too redraws every demo question).
+_COMMENTARY_SENTENCE_RE = re.compile(
+    r"\b(?:original|rewritten|rephrased|reworded|revised|paraphrased)\s+(?:text|sentence|passage|version)\b"
+    r"|\b(?:this|the|my|in\s+this)\s+(?:rewriting|rewrite|rephrasing|paraphrase|paraphrasing)\b"
+    r"|^(?:the|this)\s+(?:text|passage|sentence|version)\s+(?:conveys|highlights|describes|maintains|keeps|uses)\b"
+    r"|\bi(?:'ve|\s+have)?\s+(?:made|maintained|kept|changed|rewritten|rephrased)\b"
+    r"|\b(?:using\s+)?different\s+words\s+while\s+keeping\b", re.IGNORECASE)
 # A label before the paraphrase itself ("Rewrite: Anne's thoughts ..."): dropped, the text kept.
 _LABEL_RE = re.compile(r"\s*(?:rewrite|rewritten(?:\s+text)?|paraphrase[ds]?)\s*:\s*", re.IGNORECASE)
 
@@ -127,9 +138,11 @@ def trim_commentary(candidate: str, original: str) -> str:
     return "\n\n".join(content_paragraphs(candidate)[:keep])
 
 
-def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> str:
-    """Drop a last sentence left unfinished (the generation hit its token limit), then cut an
-    overlong candidate after the sentence that brings it to ``stop_at`` of the original's words.
+def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9, cut_commentary: bool = False) -> str:
+    """Drop a last sentence left unfinished (the generation hit its token limit), with
+    ``cut_commentary`` cut the candidate before its first sentence about the rewriting
+    (:data:`_COMMENTARY_SENTENCE_RE`, unless the original says the same), then cut an overlong
+    candidate after the sentence that brings it to ``stop_at`` of the original's words.
 
     Small local models follow a usable paraphrase with sentences of their own; cut there, the
     candidate still has to pass every quality check (one that ends up too short is rejected for
@@ -146,10 +159,13 @@ def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9) -> st
     for i, sent in sentences:
         if n >= stop_at * len(original.split()):
             break
+        said = _COMMENTARY_SENTENCE_RE.search(sent) if cut_commentary else None
+        if said and said.group(0).lower() not in original.lower():
+            break
         kept.append((i, sent))
         n += len(sent.split())
     if not kept:
-        return candidate
+        return "" if cut_commentary and sentences and _COMMENTARY_SENTENCE_RE.search(sentences[0][1]) else candidate
     paragraphs: dict[int, list[str]] = {}
     for i, sent in kept:
         paragraphs.setdefault(i, []).append(sent)
@@ -160,13 +176,29 @@ class LocalParaphraser:
     """A local instruct model, one paraphrase per sample (top-k), batched; see :mod:`memaudit.models.sampling`."""
 
     def __init__(self, model, tokenizer, *, name: str, temperature: float = 0.7, batch_size: int = 8,
-                 seed: int = 0, top_k: int = 50, stop_at: float = 0.9):
+                 seed: int = 0, top_k: int = 50, stop_at: float = 0.9, min_length: float = 0.0):
         self.model, self.tokenizer = model, tokenizer
         self.name, self.temperature, self.batch_size, self.seed = name, temperature, batch_size, seed
-        self.top_k, self.stop_at = top_k, stop_at
+        self.top_k, self.stop_at, self.min_length = top_k, stop_at, float(min_length)
+        self._newlines: list[int] | None = None
+
+    @classmethod
+    def from_settings(cls, model, tokenizer, *, name: str, settings: dict, seed: int) -> "LocalParaphraser":
+        """The paraphraser ``probes.decop.paraphrase`` (``settings``, schema defaults filled) describes."""
+        return cls(model, tokenizer, name=name, temperature=float(settings["temperature"]),
+                   batch_size=int(settings["batch_size"]), seed=seed, min_length=float(settings["min_length"]))
+
+    def newline_ids(self) -> list[int]:
+        """The vocabulary's tokens that hold a line break (barred, with the end tokens, from a
+        one-paragraph passage's paraphrase until it is ``min_length`` long)."""
+        if self._newlines is None:
+            pieces = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            self._newlines = [i for i, piece in enumerate(pieces) if "\n" in piece]
+        return self._newlines
 
     def describe(self) -> dict:
-        return {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature, "top_k": self.top_k}
+        out = {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature, "top_k": self.top_k}
+        return {**out, "min_length": self.min_length} if self.min_length > 0 else out
 
     def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
                    wanted: Sequence[int] | None = None) -> list[list[str]]:
@@ -176,6 +208,17 @@ class LocalParaphraser:
         A sample stops at its end token, at its token limit, or once it is as long as the
         passage at a sentence end (what :func:`trim_to_length` would keep anyway), so a model
         that rambles on after its paraphrase costs no more steps.
+
+        ``min_length`` > 0 (``probes.decop.paraphrase.min_length``; default 0): a sample may not
+        end (nor, for a one-paragraph passage, break the line) before it has ``min_length`` times
+        the passage's tokens. Left to end where it likes, SmolLM2-135M-Instruct condenses: on the
+        demo's novels its paraphrases have a median 0.66 of the passage's words, and a reader that
+        picks the longest option finds the verbatim one in 0.56-0.88 of the members' questions
+        (techdocs 0.60-0.75). At 0.9 the median is 0.96 and that reader's accuracy 0.22 (techdocs
+        0.15; chance 0.25). But the demo leaves it
+        off: what SmolLM2 writes to reach the length is mostly not a paraphrase, and KTD, whose
+        knockoffs these are, then finds the untouched base models' W asymmetric (the knockoff+
+        null check names 11-12 passages at q = 0.1 where at most about 2 may be named).
         """
         import torch
 
@@ -191,6 +234,10 @@ class LocalParaphraser:
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         words = [len(t.split()) for t in texts]
         paragraphs = [len(_paragraphs(t)) or 1 for t in texts]
+        floors, barred = None, None
+        if self.min_length > 0:
+            floors = [int(self.min_length * len(tok(t, add_special_tokens=False)["input_ids"])) for t in texts]
+            barred = [self.newline_ids() if n == 1 else [] for n in paragraphs]
 
         def done(i: int, ids: list[int]) -> bool:
             text = tok.decode(ids, skip_special_tokens=True).strip()
@@ -208,13 +255,16 @@ class LocalParaphraser:
             samples = sample(self.model, [prompt_ids[i] for i in order], [wanted[i] for i in order],
                              [int(words[i] * 1.4 * 1.3) + 8 for i in order], eos_ids=sorted(eos), pad_id=pad,
                              temperature=self.temperature, top_k=self.top_k, max_rows=self.batch_size,
+                             min_new_tokens=None if floors is None else [floors[i] for i in order],
+                             barred_ids=None if barred is None else [barred[i] for i in order],
                              seed=self.seed * 7919 + attempt * 104729, done=lambda row, ids: done(order[row], ids))
         finally:
             torch.set_num_threads(threads)
         for i, ids_list in zip(order, samples):
             for ids in ids_list:
                 text = trim_commentary(clean_candidate(tok.decode(ids, skip_special_tokens=True)), texts[i])
-                outs[i].append(trim_to_length(text, texts[i], stop_at=self.stop_at))
+                # a sample held back from ending writes its comment inline, not after a blank line
+                outs[i].append(trim_to_length(text, texts[i], stop_at=self.stop_at, cut_commentary=self.min_length > 0))
         return outs
 
 
