@@ -114,13 +114,17 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
     starts = np.arange(0, 4 * len(items), 4)
     loss = z["loss"][starts]
     labels = np.array([it["label"] for it in items])
-    perm = np.random.default_rng([2, 0, 7]).permutation(len(items))
-    tau = statistics.validation_threshold(loss[perm[:30]], labels[perm[:30]], 0.1)
-    named = loss[perm[30:]] >= tau
+    val, test = statistics.validation_split(labels, 30, [2, 0, 7])
+    assert sorted([*val, *test]) == list(range(len(items))) and len(val) == 30
+    # stratified: each part has the benchmark's member share (60 of 120 here)
+    assert labels[val].sum() == 15 and labels[test].sum() == 45
+    assert not np.array_equal(val, statistics.validation_split(labels, 30, [2, 1, 7])[0])  # draws differ
+    tau = statistics.validation_threshold(loss[val], labels[val], 0.1)
+    named = loss[test] >= tau
     runs = statistics.validation_runs({"loss": pd.Series(loss, index=ids)}, pd.Series(labels, index=ids), [0.1],
                                       n_validation=30, n_draws=1, seed=2)
     assert runs.loc[0, "n_selected"] == named.sum() and runs.loc[0, "tau"] == tau
-    assert runs.loc[0, "fdp"] == pytest.approx((named & (labels[perm[30:]] == 0)).sum() / max(named.sum(), 1))
+    assert runs.loc[0, "fdp"] == pytest.approx((named & (labels[test] == 0)).sum() / max(named.sum(), 1))
     # at most half the texts validate; too few texts to split is an error naming the cause
     capped = statistics.validation_runs({"loss": pd.Series(loss[:10], index=ids[:10])},
                                         pd.Series(labels[:10], index=ids[:10]), [0.2], n_validation=100,
@@ -131,9 +135,26 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
                                    [0.2], n_validation=100, n_draws=1, seed=0)
 
 
+def test_validation_draws_of_a_small_benchmark_keep_members_on_both_sides():
+    """Two members among ten texts, half of them validating: a plain random draw leaves the test part
+    without a member in about 2 draws of 9 (power undefined); the stratified draw puts one on each side
+    every time."""
+    ids = [f"t{i}" for i in range(10)]
+    labels = pd.Series([1, 1, 0, 0, 0, 0, 0, 0, 0, 0], index=ids)
+    scores = {"loss": pd.Series(np.linspace(1.0, 0.0, 10), index=ids)}
+    runs = statistics.validation_runs(scores, labels, [0.5], n_validation=5, n_draws=20, seed=0)
+    assert runs["power"].notna().all() and (runs["n_texts"] == 5).all()
+    for draw in range(20):
+        val, test = statistics.validation_split(labels.to_numpy(), 5, [0, draw, 7])
+        assert labels.to_numpy()[val].sum() == 1 and labels.to_numpy()[test].sum() == 1
+    plain = [np.random.default_rng([0, d, 7]).permutation(10)[5:] for d in range(20)]
+    assert sum(not (set(p) & {0, 1}) for p in plain) > 0  # what the plain draw did
+
+
 def test_a_validation_draw_without_test_members_has_no_power():
-    """A validation baseline's test part can hold no member (every member fell in the validation set): its
-    power is nan (it was 0.0, which read as "found none"), and the mean over draws does not skip it."""
+    """A validation baseline's test part can hold no member (every member fell in the validation set,
+    which a class of one text allows even stratified): its power is nan (it was 0.0, which read as
+    "found none"), and the mean over draws does not skip it."""
     ids = [f"t{i}" for i in range(10)]
     perm = np.random.default_rng([0, 0, 7]).permutation(10)
     labels = pd.Series(0, index=ids)

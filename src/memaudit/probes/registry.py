@@ -152,9 +152,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="63f89967dbc07836",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="61910eb7a09f61a0",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="46c7fd0a77e15ad1")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="7a263cfa46d8f9fb")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -201,10 +201,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # part holds no member when every member fell in its validation set, which a benchmark with few
         # members (at most validation_texts) reaches. The knockoff+ rows test every passage (a labelled
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
-        runner="memaudit.probes.ktd.runner:run_job", version=8, fingerprint="341955345565763a",
+        # version 9: the baselines' validation draws are stratified by label (a small benchmark's test part
+        # kept members; ci's 4-text validation draws had none in some)
+        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="d41667650eb0b3eb",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="57394b6641166ba8"),
+                              version=7, fingerprint="d000524749fed237"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="3519b3bacc866fad")},

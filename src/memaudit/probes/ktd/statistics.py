@@ -122,11 +122,32 @@ def validation_threshold(scores: np.ndarray, truth: np.ndarray, q: float) -> flo
     return float(s[best])
 
 
+def validation_split(truth: np.ndarray, n_validation: int, seed: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a validation part of ``n_validation`` texts and of the test part (the rest), drawn
+    with the benchmark's member share in each part (scikit-learn's stratified ``train_test_split``),
+    so that a small benchmark's test part is not left without members, whose power would be
+    undefined, nor its validation part without the members a threshold is chosen on. Where a class
+    has fewer than two texts, or either part is too small to hold both classes, the draw is a plain
+    random one (the test part may then hold no member: its power is ``nan``)."""
+    from sklearn.model_selection import train_test_split
+
+    rng = np.random.default_rng(list(seed))
+    n = truth.size
+    counts = np.bincount(truth, minlength=2)
+    if counts.min() >= 2 and min(n_validation, n - n_validation) >= 2:
+        val, test = train_test_split(np.arange(n), train_size=n_validation, stratify=truth,
+                                     random_state=int(rng.integers(2**31 - 1)))
+        return np.sort(val), np.sort(test)
+    perm = rng.permutation(n)
+    return perm[:n_validation], perm[n_validation:]
+
+
 def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequence[float], *, n_validation: int,
                     n_draws: int, seed: int) -> pd.DataFrame:
     """The KTD paper's Table 2 protocol for the score-only baselines (LOSS, Min-K%, zlib): a random
-    validation set of ``n_validation`` labelled texts picks, at each q, the threshold with the most
-    power at FDP <= q (:func:`validation_threshold`); the other texts are named by it and measured.
+    validation set of ``n_validation`` labelled texts (stratified by label: :func:`validation_split`)
+    picks, at each q, the threshold with the most power at FDP <= q (:func:`validation_threshold`);
+    the other texts are named by it and measured.
     Repeated over ``n_draws`` seeded validation draws. Rows as :data:`SELECTION_RUN_COLUMNS`, with
     statistic ``validation_<score>``, m 0 and ``n_texts`` the test texts.
 
@@ -142,8 +163,7 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
             raise InputError(f"validation baselines: {values.size} texts cannot be split into a validation and "
                              f"a test part")
         for draw in range(n_draws):
-            perm = np.random.default_rng([seed, draw, 7]).permutation(values.size)
-            val, test = perm[:n_val], perm[n_val:]
+            val, test = validation_split(truth_all, n_val, [seed, draw, 7])
             for q in qs:
                 tau = validation_threshold(values[val], truth_all[val], q)
                 rows.append({"statistic": f"{VALIDATION_PREFIX}{name}", "m": 0, "draw": draw, "q": q,
