@@ -228,3 +228,5 @@ def test_barred_ids_are_held_back_until_the_floor_and_only_for_their_prompt(mode
     assert ours[0][0] == expected[:len(ours[0][0])] and len(ours[0][0]) == 12
     assert barred not in ours[0][0][:8] and ours[0][0] != reference
     assert ours[1][0] == _generate_greedy(model, tok, prompts[2], 12)
+    with pytest.raises(ValueError, match="give both"):
+        sample(model, prompts[1:], [1, 1], [12, 12], barred_ids=[[barred], []], **kwargs)

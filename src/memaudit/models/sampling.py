@@ -222,6 +222,8 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     """
     if not (len(prompts) == len(n_samples) == len(max_new_tokens)):
         raise ValueError("prompts, n_samples and max_new_tokens differ in length")
+    if barred_ids is not None and min_new_tokens is None:
+        raise ValueError("barred_ids are barred until min_new_tokens: give both")
     out: list[list[list[int]]] = [[] for _ in prompts]
     waiting = [i for i, k in enumerate(n_samples) if k > 0]
     if not waiting:

@@ -215,10 +215,10 @@ class LocalParaphraser:
         demo's novels its paraphrases have a median 0.66 of the passage's words, and a reader that
         picks the longest option finds the verbatim one in 0.56-0.88 of the members' questions
         (techdocs 0.60-0.75). At 0.9 the median is 0.96 and that reader's accuracy 0.22 (techdocs
-        0.15; chance 0.25). But the demo leaves it
-        off: what SmolLM2 writes to reach the length is mostly not a paraphrase, and KTD, whose
-        knockoffs these are, then finds the untouched base models' W asymmetric (the knockoff+
-        null check names 11-12 passages at q = 0.1 where at most about 2 may be named).
+        0.15; chance 0.25). But the demo leaves it off: what SmolLM2 writes to reach the length is
+        mostly not a paraphrase, and KTD, whose knockoffs these are, then finds the untouched base
+        models' W asymmetric (the knockoff+ null check names 11-12 passages at q = 0.1 where at
+        most about 2 may be named).
         """
         import torch
 
