@@ -206,6 +206,27 @@ def test_a_repeated_method_ratio_reference_or_length_or_a_reversed_length_ratio_
     assert validate_config(ok)["probes"]["decop"]["paraphrase"]["length_ratio"] == [1.0, 1.0]
 
 
+def test_a_length_floor_for_an_api_paraphraser_is_an_error_not_ignored():
+    """probes.decop.paraphrase.min_length holds back a local paraphraser's end token; an API paraphraser
+    never reads it, and the run would go on as if it had been heeded."""
+    gpt = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"}}
+
+    def mutate(c):
+        c["models"]["gpt"] = dict(gpt)
+        c["probes"]["decop"]["paraphrase"].update(model="gpt", min_length=0.9)
+    assert bad(mutate).splitlines() == [
+        "config key probes.decop.paraphrase.min_length: 0.9, but the paraphraser 'gpt' is an API model, which only "
+        "a local paraphraser's sampling reads (the paper's prompt asks an API model for the length); remove the key "
+        "or paraphrase with a local model"]
+    ok = copy.deepcopy(CI)
+    ok["models"]["gpt"] = dict(gpt)
+    ok["probes"]["decop"]["paraphrase"].update(model="gpt")  # min_length 0 (the default): nothing to refuse
+    assert validate_config(ok)["probes"]["decop"]["paraphrase"]["min_length"] == 0
+    ok = copy.deepcopy(CI)
+    ok["probes"]["decop"]["paraphrase"].update(min_length=0.9)  # the ci's local SmolLM2 reads it
+    assert validate_config(ok)["probes"]["decop"]["paraphrase"]["min_length"] == 0.9
+
+
 def test_a_decop_mode_asking_for_more_passages_than_its_items_have_is_an_error():
     # first_passages took the 3 there were and the mode probed fewer passages than its config said
     def mutate(c):

@@ -61,12 +61,22 @@ def check_config(config: dict) -> list[str]:
     configured benchmarks (or ``default``) only; ``paraphrase.length_ratio`` is a range, its lower
     bound first (reversed, quality control rejected every paraphrase, after paying for them all); a
     mode's ``passages_per_document`` is at most the items' on benchmarks whose items are built here
-    (above it, the mode quietly probed fewer passages than it said)."""
+    (above it, the mode quietly probed fewer passages than it said); ``paraphrase.min_length`` is set
+    only for a local paraphraser (an API one is asked for the length by the paper's prompt and never
+    reads the key)."""
+    from memaudit.probes.registry import role_model
+
     problems = per_benchmark_problems(config, "decop", "calibration_documents")
     low, high = config["probes"]["decop"]["paraphrase"]["length_ratio"]
     if low > high:
         problems.append(f"probes.decop.paraphrase.length_ratio: [{low}, {high}] is no range (the lower bound "
                         f"first): every paraphrase would be rejected for its length")
+    floor = config["probes"]["decop"]["paraphrase"]["min_length"]
+    paraphraser = role_model(config, "decop", "paraphraser")
+    if floor and paraphraser in config["models"] and is_api_model(config["models"][paraphraser]):
+        problems.append(f"probes.decop.paraphrase.min_length: {floor}, but the paraphraser {paraphraser!r} is an "
+                        f"API model, which only a local paraphraser's sampling reads (the paper's prompt asks an "
+                        f"API model for the length); remove the key or paraphrase with a local model")
     made = config["probes"]["decop"]["passages_per_document"]
     for mode in FAMILIES["decop"].modes:
         wanted = (config["probes"].get(f"decop_{mode}") or {}).get("passages_per_document")
