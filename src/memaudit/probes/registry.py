@@ -152,7 +152,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="35742a4d6528f56f",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="4fe36c78129a2b30",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="5aff537351449b62")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",

@@ -71,7 +71,7 @@ def check_config(config: dict) -> list[str]:
     if low > high:
         problems.append(f"probes.decop.paraphrase.length_ratio: [{low}, {high}] is no range (the lower bound "
                         f"first): every paraphrase would be rejected for its length")
-    floor = config["probes"]["decop"]["paraphrase"]["min_length"]
+    floor = config["probes"]["decop"]["paraphrase"].get("min_length", 0)  # the schema's default
     paraphraser = role_model(config, "decop", "paraphraser")
     if floor and paraphraser in config["models"] and is_api_model(config["models"][paraphraser]):
         problems.append(f"probes.decop.paraphrase.min_length: {floor}, but the paraphraser {paraphraser!r} is an "
