@@ -144,6 +144,13 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "DE-COP's length cue" in out
     assert "  novels (64 tokens): members 0.71, non-members 0.81, AUC 0.31 (12 documents)" in out
+    assert "probes.decop.paraphrase.min_length" in out  # 0.81 >= 0.5: the key that removes it at its source
+    pd.DataFrame([{"model": "(none)", "method": "decop-longest-option", "length": 64, "n_documents": 12,
+                   "auc": 0.5, "accuracy_members": 0.3, "accuracy_nonmembers": 0.49}]).to_csv(
+        tmp_path / "summary" / "decop_novels.csv", index=False)
+    assert main(["headline", "--summary", str(tmp_path / "summary" / "metrics.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "non-members 0.49" in out and "min_length" not in out  # below twice chance: no pointer
     assert main(["headline", "--summary", str(tmp_path / "missing.csv")]) == 2
     # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
     (tmp_path / "unlabelled").mkdir()

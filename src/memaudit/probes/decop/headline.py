@@ -48,12 +48,17 @@ def letter_bias(answers: pd.DataFrame) -> dict:
     return {**shares, "answers": n, "accuracy": round(float((rows["pred"] == rows["correct"]).mean()), 2) if n else 0.0}
 
 
+STRONG_CUE = 0.5  # twice chance: the length reader's accuracy at which the headline points to min_length
+
+
 def length_cue(paths: Sequence[Path]) -> str:
     """A line per benchmark of the DE-COP tables' blind longest-option rows
-    (:func:`memaudit.probes.decop.analysis.longest_option_rows`), or "" where there are none."""
+    (:func:`memaudit.probes.decop.analysis.longest_option_rows`), or "" where there are none; where
+    an accuracy is :data:`STRONG_CUE` or more, a last line naming the key that removes the cue at its
+    source."""
     from memaudit.probes.decop.analysis import BLIND_MODEL, LONGEST
 
-    lines = []
+    lines, strong = [], False
     for path in paths:
         table = pd.read_csv(path)
         if not {"model", "method"} <= set(table.columns):
@@ -62,8 +67,13 @@ def length_cue(paths: Sequence[Path]) -> str:
         for r in blind.itertuples():
             lines.append(f"  {path.stem.removeprefix('decop_')} ({r.length} tokens): members {r.accuracy_members:.2f}, "
                          f"non-members {r.accuracy_nonmembers:.2f}, AUC {r.auc:.2f} ({r.n_documents} documents)")
+            strong |= max(r.accuracy_members, r.accuracy_nonmembers) >= STRONG_CUE
     if not lines:
         return ""
+    if strong:
+        lines.append(f"  At {STRONG_CUE:.2f} or more, most paraphrases are shorter than their passages; where a local "
+                     f"paraphraser made them, probes.decop.paraphrase.min_length holds it to the passage's length "
+                     f"(what that costs: docs/probes/decop.md).")
     return "\n".join(["DE-COP's length cue (a reader that sees only the options' word counts picks the longest; "
                       "chance 0.25). Read the models' accuracies in results/summary/decop_<benchmark>.csv "
                       "against it:", *lines])
