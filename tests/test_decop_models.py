@@ -247,9 +247,6 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
             assert len(cand.split()) <= 1.4 * 1.3 * len(passage.split()) + 8
     assert way.candidates(passages, [64, 64], attempt=0, wanted=[0, 0]) == [[], []]
 
-    # min_length: no end token (nor, the passages being one paragraph, a line break) before 0.9 of
-    # each passage's tokens; a sentence about the rewriting may still cut one shorter (and QC
-    # rejects it if too short), so the floor is checked on the raw samples
     # probes.decop.paraphrase.min_length: 0 (off) unless set, as the demo and ci configs leave it
     from pathlib import Path
 
@@ -268,6 +265,9 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
     assert (held.min_length, held.temperature, held.batch_size, held.seed) == (0.9, 0.7, 4, 3)
     assert held.describe()["min_length"] == 0.9 and "min_length" not in way.describe()
     assert set(held.newline_ids()) >= {tok.convert_tokens_to_ids("Ċ"), tok.convert_tokens_to_ids("ĊĊ")}
+    # min_length 0.9: no end token (nor, the passages being one paragraph, a line break) before 0.9 of
+    # each passage's tokens; a sentence about the rewriting may still cut a candidate shorter (and QC
+    # rejects it if too short), so the floor is checked on the raw samples
     import memaudit.models.sampling as sampling
 
     raw = []
@@ -283,9 +283,14 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
     [(floors, barred, out)] = raw
     n_tokens = sorted(len(tok(p, add_special_tokens=False)["input_ids"]) for p in passages)
     assert sorted(floors) == [int(0.9 * n) for n in n_tokens] and all(b == held.newline_ids() for b in barred)
+    words = {int(0.9 * len(tok(p, add_special_tokens=False)["input_ids"])): len(p.split()) for p in passages}
     for floor, samples in zip(floors, out):
         for ids in samples:
-            assert len(ids) >= floor and "\n" not in tok.decode(ids[:floor])
+            text = tok.decode(ids, skip_special_tokens=True)
+            assert "\n" not in tok.decode(ids[:floor])
+            # at the floor, or stopped earlier by the sampler's own length check (0.9 of the words, at a
+            # sentence end), never by an end token
+            assert len(ids) >= floor or len(text.split()) >= 0.9 * words[floor], (floor, text)
     ratios = [len(c.split()) / len(p.split()) for p, cands in zip(passages, longer) for c in cands]
     shorter = [len(c.split()) / len(p.split()) for p, cands in zip(passages, first) for c in cands]
     assert np.median(ratios) >= 0.8 and np.median(ratios) > np.median(shorter), (ratios, shorter)
