@@ -100,12 +100,15 @@ def accept_rate(texts, candidates, encoder) -> float:
 
 
 def length_stats(texts, candidates) -> tuple[float, float]:
-    """The median candidate/passage word ratio, and the share of passages longer than all their candidates."""
+    """The median candidate/passage word ratio, and the share of passages longer than all their
+    candidates (DE-COP's own count of the length cue, over each passage as a question)."""
     import numpy as np
 
+    from memaudit.probes.decop.analysis import longest_option_rate
+
     ratios = [len(c.split()) / len(t.split()) for t, cs in zip(texts, candidates) for c in cs]
-    longest = [all(len(c.split()) < len(t.split()) for c in cs) for t, cs in zip(texts, candidates) if cs]
-    return float(np.median(ratios)), float(np.mean(longest))
+    hits, n, _ = longest_option_rate([{"options": [t, *cs], "answer": 0} for t, cs in zip(texts, candidates) if cs])
+    return float(np.median(ratios)), hits / n
 
 
 def main(argv=None) -> dict:
