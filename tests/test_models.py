@@ -58,6 +58,29 @@ def test_lora_stores_only_the_adapter_and_lowers_member_loss(tiny_model_dir, tmp
     assert loss_of(base, tok, MEMBERS) == pytest.approx(before, abs=1e-5)
 
 
+def test_lora_on_gpt2_says_fan_in_fan_out_so_no_job_log_warns(tiny_model_dir, tmp_path):
+    """GPT-2 stores its linear layers input-major (Conv1D): peft must be told (fan_in_fan_out), or it
+    warns once per adapted layer in every fine-tuning job's log and sets it itself."""
+    import warnings
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from memaudit.models.finetune import targets_conv1d
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert targets_conv1d(model, "all-linear") and targets_conv1d(model, ["c_attn", "c_proj"])
+    assert not targets_conv1d(model, ".*attn.*")  # a pattern: left to peft
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    assert not targets_conv1d(llama, "all-linear") and not targets_conv1d(llama, ["q_proj", "v_proj"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        finetune(model, tok, MEMBERS, tmp_path / "adapter", method="lora", epochs=1, lr=1e-2, duplication=1,
+                 batch_size=2, max_length=64, lora_r=4, lora_alpha=8, seed=0)
+    assert [str(w.message) for w in caught if "fan_in_fan_out" in str(w.message)] == []
+    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["fan_in_fan_out"] is True
+
+
 def test_lora_in_the_last_layers_trains_only_them_and_backpropagates_no_lower(tiny_model_dir, tmp_path):
     """finetune.lora_layers: adapters in the last N blocks only (all-linear resolved to GPT-2's
     Conv1D names, since peft takes a layer subset only with names); no gradient reaches a layer

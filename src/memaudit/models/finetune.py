@@ -114,6 +114,24 @@ def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
             "layers_to_transform": list(range(int(n_layers) - int(lora_layers), int(n_layers)))}
 
 
+def targets_conv1d(model, target_modules) -> bool:
+    """Whether the LoRA targets are GPT-2's ``Conv1D`` layers (weights stored input-major), which
+    peft's ``fan_in_fan_out`` must say: left False, peft sets it for each such layer with a warning
+    in every job's log. ``target_modules`` is a list of module names or ``"all-linear"``; another
+    pattern, or targets of both kinds, leaves it to peft (False)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    if isinstance(target_modules, str) and target_modules != "all-linear":
+        return False
+    names = None if isinstance(target_modules, str) else set(target_modules)
+    output = model.get_output_embeddings()
+    kinds = {isinstance(module, Conv1D) for name, module in model.named_modules()
+             if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output
+             and (names is None or name.rsplit(".", 1)[-1] in names)}
+    return kinds == {True}
+
+
 def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: str, epochs: float,
              lr: float, duplication: int, batch_size: int, max_length: int, lora_r: int = 16,
              lora_alpha: int = 32, lora_dropout: float = 0.0, target_modules="all-linear",
@@ -155,8 +173,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
+        settings = lora_layer_settings(model, target_modules, lora_layers)
         cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM",
-                         **lora_layer_settings(model, target_modules, lora_layers))
+                         fan_in_fan_out=targets_conv1d(model, settings["target_modules"]), **settings)
         model = get_peft_model(model, cfg)
     elif method != "full":
         raise ValueError(f"unknown fine-tuning method {method!r}")
