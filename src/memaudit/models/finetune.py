@@ -81,6 +81,17 @@ def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> 
     return [i for batch in batches + partial for i in batch]
 
 
+def _linear_layers(model) -> list[tuple[str, object]]:
+    """(name, module) of what peft's all-linear adapts: every ``nn.Linear`` or GPT-2 ``Conv1D`` but
+    the output layer."""
+    import torch
+    from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
+
+    output = model.get_output_embeddings()
+    return [(name, module) for name, module in model.named_modules()
+            if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output]
+
+
 def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
     """``LoraConfig`` keywords for adapters in the last ``lora_layers`` transformer layers.
 
@@ -91,8 +102,6 @@ def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
     peft's all-linear picks: every ``nn.Linear`` or GPT-2 ``Conv1D`` but the output layer).
     None: every layer, as given.
     """
-    import torch
-
     if lora_layers is None:
         return {"target_modules": target_modules}
     n_layers = getattr(model.config, "num_hidden_layers", None)  # GPT-2's n_layer answers to it too
@@ -105,11 +114,7 @@ def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
         if target_modules != "all-linear":
             raise ValueError(f"finetune.lora_layers needs finetune.target_modules as a list of module names "
                              f"or all-linear, not the pattern {target_modules!r}")
-        from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
-
-        output = model.get_output_embeddings()
-        target_modules = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                                 if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output})
+        target_modules = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
     return {"target_modules": list(target_modules),
             "layers_to_transform": list(range(int(n_layers) - int(lora_layers), int(n_layers)))}
 
@@ -119,16 +124,13 @@ def targets_conv1d(model, target_modules) -> bool:
     peft's ``fan_in_fan_out`` must say: left False, peft sets it for each such layer with a warning
     in every job's log. ``target_modules`` is a list of module names or ``"all-linear"``; another
     pattern, or targets of both kinds, leaves it to peft (False)."""
-    import torch
     from transformers.pytorch_utils import Conv1D
 
     if isinstance(target_modules, str) and target_modules != "all-linear":
         return False
     names = None if isinstance(target_modules, str) else set(target_modules)
-    output = model.get_output_embeddings()
-    kinds = {isinstance(module, Conv1D) for name, module in model.named_modules()
-             if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output
-             and (names is None or name.rsplit(".", 1)[-1] in names)}
+    kinds = {isinstance(module, Conv1D) for name, module in _linear_layers(model)
+             if names is None or name.rsplit(".", 1)[-1] in names}
     return kinds == {True}
 
 
