@@ -587,6 +587,55 @@ def test_an_output_flagged_as_a_refusal_is_scored_on_its_text_and_counted(tmp_pa
     assert greedy["member"]["mean_copybench_rougeL"][0] == 1.0
 
 
+def test_api_models_without_a_repetition_penalty_decode_with_1_and_say_so(tmp_path, monkeypatch):
+    """OpenAI's own API and Anthropic's refuse a repetition penalty (``config/paper.yaml``'s chatgpt failed
+    every CopyBench mode on it): they decode with 1.0, as the reference's OpenAI path does, in the job and
+    in the plan alike, and ``outcomes.json`` says which value was used. An OpenAI-compatible server
+    (``base_url``) still gets the paper's 1.1. All through the real SDKs against the loopback server."""
+    from memaudit.backends.anthropic_backend import AnthropicBackend
+    from memaudit.backends.base import model_takes_repetition_penalty
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.backends.scripted import ScriptedResponder
+    from memaudit.backends.server import ChatServer
+    from memaudit.io import read_json
+    from memaudit.probes.copybench.runner import _params, run_probe
+
+    for env in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CB_COMPAT_KEY"):
+        monkeypatch.setenv(env, "sk-test")
+    items = [{"item_id": f"d{i}#literal", "doc_id": f"d{i}", "book": f"b{i}", "label": i % 2,
+              "prefix": f"Prefix number {i} of the story.", "reference": f"The reference continuation {i} goes on."}
+             for i in range(2)]
+    used = {}
+    with ChatServer(ScriptedResponder()) as server:
+        own = OpenAIBackend("gpt-test", name="own", cache=tmp_path / "own.sqlite", concurrency=1)
+        own.default_base_url = server.openai_base_url  # OpenAI's own API (no base_url), served here
+        claude = AnthropicBackend("claude-test", name="claude", cache=tmp_path / "claude.sqlite", concurrency=1)
+        claude.default_base_url = server.anthropic_base_url
+        compatible = OpenAIBackend("vllm-test", name="compatible", base_url=server.openai_base_url,
+                                   api_key_env="CB_COMPAT_KEY", cache=tmp_path / "compat.sqlite", concurrency=1)
+        for backend in (own, claude, compatible):
+            out = {k: tmp_path / f"{backend.name}.{k}" for k in ("items", "documents", "outcomes")}
+            run_probe(backend, "literal", items, [], _settings(prompt="bare", decodings=["greedy"],
+                                                               chance_references=0),
+                      chat=True, demos={}, judge_info={}, out_items=out["items"], out_documents=out["documents"],
+                      out_outcomes=out["outcomes"])
+            used[backend.name] = read_json(out["outcomes"])["repetition_penalty"]
+        wire = {}
+        for record in server.records:
+            wire.setdefault(record.request.model, set()).add(record.request.repetition_penalty)
+    assert used == {"own": 1.0, "claude": 1.0, "compatible": 1.1}
+    assert wire == {"gpt-test": {1.0}, "claude-test": {1.0}, "vllm-test": {1.1}}
+    entries = {"own": {"backend": "openai", "api": {"model_id": "gpt-test"}},
+               "claude": {"backend": "anthropic", "api": {"model_id": "claude-test"}},
+               "compatible": {"backend": "openai", "api": {"model_id": "v", "base_url": "http://127.0.0.1:1/v1"}},
+               "local": {"backend": "hf"}}
+    assert {n: model_takes_repetition_penalty(e) for n, e in entries.items()} == {
+        "own": False, "claude": False, "compatible": True, "local": True}
+    cfg = _settings()
+    assert _params(cfg, "literal", chat=True, system=None, takes_penalty=False).repetition_penalty == 1.0
+    assert _params(cfg, "literal", chat=True, system=None).repetition_penalty == 1.1
+
+
 def test_memfree_reads_its_corpus_from_a_rejection_file_in_place_of_the_references(tiny_backend, tmp_path):
     """With a ``memfree_rejection_file`` (the reference's ``--memfree_rejection_file``) MemFree blocks
     that file's n-grams: a corpus of unrelated text blocks nothing, so MemFree's outputs are the

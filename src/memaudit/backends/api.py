@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Backend, Generation,
-                                    GenerationParams, get_backend_class, option_variants)
+                                    GenerationParams, get_backend_class, option_variants,
+                                    takes_repetition_penalty)
 from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
 from memaudit.backends.refusal import is_refusal
 from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetryPolicy,
@@ -256,6 +257,7 @@ class APIBackend(Backend):
         self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
         self.run_id = uuid.uuid4().hex[:12]
         self.label = f"{self.backend_name} model {self.name!r}"
+        self.takes_repetition_penalty = takes_repetition_penalty(self.backend_name, base_url)
         # A keyless OpenAI-compatible server needs no variable; the provider's own API does.
         self.api_key_env = api_key_env or (None if base_url else self.default_key_env)
         self.key_present = self.api_key_env is None or bool(os.environ.get(self.api_key_env))

@@ -133,6 +133,8 @@ class Backend(abc.ABC):
     """A model behind one of the request types above."""
 
     capabilities: frozenset[str] = frozenset()
+    # whether generate() honours GenerationParams.repetition_penalty (:func:`takes_repetition_penalty`)
+    takes_repetition_penalty: bool = True
 
     @abc.abstractmethod
     def describe(self) -> dict:
@@ -195,6 +197,22 @@ def model_capabilities(entry: dict) -> frozenset[str]:
     if entry.get("api", {}).get("logprobs") is False:
         caps = caps - {OPTION_LOGPROBS}
     return caps
+
+
+def takes_repetition_penalty(backend: str, base_url: str | None = None) -> bool:
+    """Whether a model's API takes a repetition penalty: local models and OpenAI-compatible servers
+    (``api.base_url``: vLLM, ``memaudit serve``) do; OpenAI's own API and Anthropic's Messages API
+    have none, and refuse any value but 1.0."""
+    if backend == "anthropic":
+        return False
+    if backend == "openai":
+        return bool(base_url)
+    return True
+
+
+def model_takes_repetition_penalty(entry: dict) -> bool:
+    """:func:`takes_repetition_penalty` of one configured model."""
+    return takes_repetition_penalty(entry.get("backend", "hf"), (entry.get("api") or {}).get("base_url"))
 
 
 def get_backend_class(name: str) -> type[Backend]:

@@ -83,9 +83,13 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
     prompts = prompts_for(items, mode, cfg, demos)
     records = []
     if is_api_model(config["models"][model]):
+        from memaudit.backends.base import model_takes_repetition_penalty
+
+        takes_penalty = model_takes_repetition_penalty(config["models"][model])
         for decoding in cfg["decodings"]:
             if decoding in API_DECODINGS:
-                params = _params(cfg, mode, chat=True, system=_system_reminder() if decoding == "system" else None)
+                params = _params(cfg, mode, chat=True, system=_system_reminder() if decoding == "system" else None,
+                                 takes_penalty=takes_penalty)
                 records += plan_requests(model, [p[2] for p in prompts], params)
     judge = (cfg.get("event_judge") or {}).get("model")
     if mode == "nonliteral" and judge and is_api_model(config["models"][judge]):

@@ -70,10 +70,14 @@ def judge_agreement(judge, judge_info: dict) -> dict | None:
 
 # ----------------------------------------------------------------------------- generation
 
-def _params(cfg: dict, mode: str, *, chat: bool, system: str | None) -> GenerationParams:
+def _params(cfg: dict, mode: str, *, chat: bool, system: str | None,
+            takes_penalty: bool = True) -> GenerationParams:
+    """Appendix B.1's decoding. A model whose API has no repetition penalty (OpenAI's own, Anthropic's;
+    :func:`~memaudit.backends.base.takes_repetition_penalty`) decodes with 1.0, as the reference's
+    OpenAI path does (it sends the penalty to vLLM only); ``outcomes.json`` records the value used."""
     return GenerationParams(max_new_tokens=int(cfg[f"{mode}_max_new_tokens"]), temperature=0.0,
-                            repetition_penalty=float(cfg["repetition_penalty"]), stop=(STOP,),
-                            system_prompt=system, chat=chat)
+                            repetition_penalty=float(cfg["repetition_penalty"]) if takes_penalty else 1.0,
+                            stop=(STOP,), system_prompt=system, chat=chat)
 
 
 def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> list[tuple[dict, str, str, str | None]]:
@@ -242,9 +246,15 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
             used = {"source": str(rejection["file"]), "texts": len(corpus), "blank_left_out": len(rejection["blank"])}
         outcomes["rejection_corpus"] = used
         index = memfree_index(backend, corpus, int(cfg["memfree_n"]))
+    takes_penalty = getattr(backend, "takes_repetition_penalty", True)
+    outcomes["repetition_penalty"] = float(cfg["repetition_penalty"]) if takes_penalty else 1.0
+    if not takes_penalty and float(cfg["repetition_penalty"]) != 1.0:
+        progress(f"{backend.name}'s API has no repetition penalty: decoding with 1.0, not "
+                 f"probes.copybench.repetition_penalty {cfg['repetition_penalty']} (as the reference's OpenAI path)")
     for decoding in cfg["decodings"]:
         memfree = index if decoding == "memfree" else None
-        params = _params(cfg, mode, chat=chat, system=_system_reminder() if decoding == "system" else None)
+        params = _params(cfg, mode, chat=chat, system=_system_reminder() if decoding == "system" else None,
+                         takes_penalty=takes_penalty)
         progress(f"{len(prompts)} {mode} prompts, decoding {decoding} "
                  f"({'chat' if chat else 'plain text'}, max {params.max_new_tokens} new tokens)")
         generations = generate(backend, [p[2] for p in prompts], params, memfree=memfree,
