@@ -137,9 +137,11 @@ def test_synthesis_keeps_verified_pairs_and_rejects_the_rest_with_reasons(tmp_pa
         items, rejects = build_qa(docs, settings, seed=13, writer=writer, progress=lambda m: None)
         sent = sorted(r.request.prompt for r in server.records)
     assert sent == sorted(replies)  # four pair prompts, three claims, three verifications
+    # asked as the published file asks: the reader answers closed-book, so the question names its book
     assert [(it["question"], it["answers"], it["qa_source"], it["doc_id"]) for it in items] == [
-        ("Who wrote the letter?", ["Captain Wentworth"], "llm", "austen/persuasion/ch001")]
+        ("According to Persuasion, who wrote the letter?", ["Captain Wentworth"], "llm", "austen/persuasion/ch001")]
     assert items[0]["meta"]["claim"] == "Captain Wentworth wrote the letter." and items[0]["meta"]["passage"] == p[0]
+    assert items[0]["meta"]["written"] == "Who wrote the letter?"
     assert [(r.where, r.reason) for r in rejects] == [
         ("austen/persuasion/ch001#p1",
          "QA synthesis step 1: reply is not 'Question: ... Answer: ...': 'I cannot find a question in this passage.'"),
@@ -149,6 +151,17 @@ def test_synthesis_keeps_verified_pairs_and_rejects_the_rest_with_reasons(tmp_pa
          "QA synthesis step 3: verdict outside ['attributable', 'partially attributable', 'not attributable']: "
          "'maybe'"),
     ]
+
+
+def test_a_written_question_names_its_book_as_the_published_file_does():
+    from memaudit.probes.copybench.qa import book_question
+
+    assert book_question("1984", "Who denounced Parsons to the patrols?") == (
+        "According to 1984, who denounced Parsons to the patrols?")
+    assert book_question("Emma", "  Did  Emma go to Box Hill? ") == "According to Emma, did Emma go to Box Hill?"
+    # a name keeps its capital; a question naming its book already is kept as written
+    assert book_question("Persuasion", "Anne read what?") == "According to Persuasion, Anne read what?"
+    assert book_question("Persuasion", "In Persuasion, who wrote the letter?") == "In Persuasion, who wrote the letter?"
 
 
 @pytest.mark.parametrize("reply, pair", [

@@ -173,12 +173,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="190db0858c6b4802",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="6acdaf8de904ea52",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
-        # and the tables and figures over every model's outcomes (copybench_summary)
+        # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
+        # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=4, fingerprint="b36b3a6da1aec046"),
+                               version=5, fingerprint="d3f863af5badf0cb"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="a4aee4e1873ef2e4")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",

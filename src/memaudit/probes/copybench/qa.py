@@ -148,10 +148,35 @@ def synthesize(backend, cuts: Sequence[dict], params: GenerationParams,
         elif verdict != "attributable":
             rejects.append(_reject(cut, 3, f"the passage does not fully support the claim ({verdict})"))
         else:
-            items.append(_item(cut, cut["question"], cut["answer"], "llm",
-                               {"claim": cut["claim"], "passage": cut["passage"], "writer": backend.name}))
+            items.append(_item(cut, book_question(cut["doc"]["title"], cut["question"]), cut["answer"], "llm",
+                               {"claim": cut["claim"], "passage": cut["passage"], "writer": backend.name,
+                                "written": cut["question"]}))
     progress(f"QA synthesis by {backend.name}: {len(items)} of {len(cuts)} passages kept, {len(rejects)} rejected")
     return items, rejects
+
+
+# the words a written question opens with that are lowercased after "According to <title>, "
+_OPENERS = frozenset("what who whom whose which where when why how what's who's did does do is are was were has have had "
+                     "can could would will should shall may might must in on at after before during".split())
+
+
+def book_question(title: str, question: str) -> str:
+    """A written question as the published file asks it: ``According to <title>, <question>``.
+
+    Every one of the published file's 589 questions names its book that way ("According to 1984,
+    who denounced Parsons to the patrols?"), and the reader answers closed-book: the writer sees
+    only a passage, so its "Who wrote the letter?" does not say which book is meant. The first
+    word is lowercased when it is a question word ("who", "did", ...; a name keeps its capital);
+    a question that opens with "According to <title>" or "In <title>," already is kept as written
+    (a title inside the question may be a character's name: "Did Emma go to Box Hill?").
+    """
+    q = " ".join(question.split())
+    if not title or q.lower().startswith((f"according to {title.lower()}", f"in {title.lower()},")):
+        return q
+    first, _, rest = q.partition(" ")
+    if first.lower() in _OPENERS:
+        first = first.lower()
+    return f"According to {title}, {first} {rest}".rstrip()
 
 
 def _reject(cut: dict, step: int, reason: str) -> Reject:
