@@ -152,7 +152,7 @@ def test_likelihood_mode_scores_accuracy_and_the_verbatim_probability_by_hand():
     prob = table[table["method"] == "decop-likelihood-prob"].set_index("doc_id")
     assert prob.loc["c", "score"] == pytest.approx(0.25) and prob["suspect"].isna().all()
     acc = table[(table["method"] == "decop-likelihood") & (table["role"] == "evaluate")]
-    assert acc["suspect"].notna().all() and (acc["clean_rate"] == 0.0).all() and (acc["test"] == "fisher").all()
+    assert acc["suspect"].notna().all() and (acc["clean_rate"] == 0.0).all() and (acc["test"] == "conformal").all()
 
 
 def test_the_longest_option_rows_score_a_reader_that_sees_only_lengths_by_hand(tmp_path):
@@ -179,22 +179,59 @@ def test_the_longest_option_rows_score_a_reader_that_sees_only_lengths_by_hand(t
     assert analysis.longest_option_rows([items[-1]]).empty
 
 
-def test_binomial_test_and_benjamini_hochberg_by_hand():
-    from scipy.stats import binomtest
+def test_suspect_list_is_conformal_bh_over_documents_by_hand():
+    """p = (1 + #{clean accuracy >= the document's}) / (n_clean + 1), ties counted, then BH; without
+    clean documents no test (chance is no null rate) and empty columns."""
+    table = pd.DataFrame({"doc_id": ["a", "b", "c", "d"], "label": [1, 1, 0, 0], "role": "evaluate",
+                          "n_correct": [24, 12, 6, 0], "n_questions": 24})
+    table["accuracy"] = table["n_correct"] / table["n_questions"]
+    clean = [0.25, 0.5, 0.25, 0.125, 0.0, 0.25, 0.375, 0.25, 0.125]  # nine clean documents
+    out = analysis.suspect_list(table, fdr=0.1, clean_accuracy=clean).set_index("doc_id")
+    np.testing.assert_allclose(out["p_value"], [1 / 10, 2 / 10, 7 / 10, 10 / 10])
+    np.testing.assert_array_equal(out["p_value"], analysis.selection.conformal_pvalues(table["accuracy"], clean))
+    # BH over m = 4: 0.1 * 4 / 1 = 0.4, 0.2 * 4 / 2 = 0.4, 0.7 * 4 / 3, 1.0 -> q 0.4, 0.4, 0.933, 1.0
+    np.testing.assert_allclose(out["q_value"], [0.4, 0.4, 2.8 / 3, 1.0])
+    assert out["suspect"].tolist() == [False, False, False, False]
+    assert out.loc["a", "clean_rate"] == pytest.approx(np.mean(clean)) and (out["n_clean"] == 9).all()
+    assert analysis.suspect_list(table, fdr=0.5, clean_accuracy=clean)["suspect"].tolist() == [True, True, False, False]
+    none = analysis.suspect_list(table, fdr=0.1, clean_accuracy=[])
+    assert (none["test"] == "none").all() and none[["p_value", "q_value", "suspect"]].isna().all().all()
+    assert (none["n_clean"] == 0).all()
 
-    table = pd.DataFrame({"doc_id": ["a", "b", "c"], "label": [1, 1, 0], "role": "evaluate",
-                          "n_correct": [4, 3, 1], "n_questions": [4, 4, 4]})
-    out = analysis.suspect_list(table, clean_rate=0.25, fdr=0.05).set_index("doc_id")
-    assert out.loc["a", "p_value"] == pytest.approx(0.25 ** 4)  # P(X >= 4 | n=4, p=.25)
-    assert out.loc["b", "p_value"] == pytest.approx(4 * 0.25 ** 3 * 0.75 + 0.25 ** 4)
-    assert out.loc["c", "p_value"] == pytest.approx(binomtest(1, 4, 0.25, alternative="greater").pvalue)
-    # BH: q_(i) = min_{j>=i} p_(j) n / j
-    p = np.array([0.25 ** 4, 13 / 256, 1 - 0.75 ** 4])
-    np.testing.assert_allclose(out["q_value"].to_numpy(), [p[0] * 3, p[1] * 3 / 2, p[2]])
-    assert out["suspect"].tolist() == [True, False, False]
-    assert (out["test"] == "binomial").all()
-    np.testing.assert_array_equal(out["q_value"].to_numpy(),
-                                  scipy_stats.false_discovery_control(out["p_value"].to_numpy(), method="bh"))
+
+def test_suspect_list_holds_its_fdr_where_a_passages_orderings_are_one_trial():
+    """Clean documents whose passages each have their own chance of being answered right, asked in
+    24 orderings: the list names a clean document in at most about fdr of the runs where every
+    document is clean (FDR = P(any named) then). The per-question Fisher test it replaces named one
+    in nearly every run (47 of 200 documents at once in a review's simulation)."""
+    from scipy.stats import fisher_exact
+
+    rng = np.random.default_rng(5)
+
+    def accuracy(n_docs):
+        rate = rng.beta(1, 2, size=(n_docs, 34))  # a chance per passage
+        return rng.binomial(24, rate).sum(axis=1) / (34 * 24), rng.binomial(24, rate).sum(axis=1)
+
+    runs, named, fisher_named = 200, 0, 0
+    for run in range(runs):
+        clean, _ = accuracy(30)
+        test, correct = accuracy(40)
+        table = pd.DataFrame({"doc_id": range(40), "label": 0, "role": "evaluate", "accuracy": test})
+        named += analysis.suspect_list(table, fdr=0.1, clean_accuracy=clean)["suspect"].any()
+        if run < 20:
+            kc = int(round(clean.sum() * 34 * 24))
+            p = [fisher_exact([[k, 816 - k], [kc, 30 * 816 - kc]], alternative="greater")[1] for k in correct]
+            fisher_named += analysis.selection.benjamini_hochberg(p, 0.1).any()
+    assert named / runs <= 0.14  # 0.1 and the binomial spread of 200 runs (0 of 200 here)
+    assert fisher_named >= 15  # of 20 runs (all 20 here, 8 of 40 clean documents a run): why the test changed
+    # and it names documents read far more often than clean ones: 20 members, 20 clean
+    clean, _ = accuracy(30)
+    rate = rng.beta(4, 1, size=(20, 34))
+    members = rng.binomial(24, rate).sum(axis=1) / (34 * 24)
+    table = pd.DataFrame({"doc_id": range(40), "label": [1] * 20 + [0] * 20, "role": "evaluate",
+                          "accuracy": np.r_[members, accuracy(20)[0]]})
+    out = analysis.suspect_list(table, fdr=0.1, clean_accuracy=clean)
+    assert out.loc[out["label"] == 1, "suspect"].sum() >= 18 and out.loc[out["label"] == 0, "suspect"].sum() <= 2
 
 
 def test_benjamini_hochberg_q_values_are_scipys_and_by_hand():
@@ -205,21 +242,6 @@ def test_benjamini_hochberg_q_values_are_scipys_and_by_hand():
     np.testing.assert_array_equal(q, scipy_stats.false_discovery_control(p, method="bh"))
     np.testing.assert_allclose(q, [0.06, 0.08, 0.08, 0.75, 1.0, 1.0])
     assert analysis.selection.bh_adjusted_pvalues([]).size == 0
-
-
-def test_against_few_clean_questions_the_test_is_fishers_not_a_binomial_at_the_estimate():
-    """0 of 10 clean questions right: a binomial test at the estimated rate 0 called any document
-    with one right answer suspect (p = 1e-9); Fisher's exact test gives by hand
-    P(doc holds all right answers) = C(n_doc, k) / C(n_doc + 10, k) for k right answers in all."""
-    table = pd.DataFrame({"doc_id": ["one_of_one", "one_of_three", "three_of_three", "none"], "label": 0,
-                          "role": "evaluate", "n_correct": [1, 1, 3, 0], "n_questions": [1, 3, 3, 3]})
-    out = analysis.suspect_list(table, 0.25, fdr=0.1, clean_counts=(0, 10)).set_index("doc_id")
-    assert out.loc["one_of_one", "p_value"] == pytest.approx(1 / 11)
-    assert out.loc["one_of_three", "p_value"] == pytest.approx(3 / 13)
-    assert out.loc["three_of_three", "p_value"] == pytest.approx(1 / 286)  # C(3,3) / C(13,3)
-    assert out.loc["none", "p_value"] == 1.0
-    assert (out["test"] == "fisher").all() and (out["clean_rate"] == 0.0).all()
-    assert out["suspect"].tolist() == [False, False, True, False]  # q = 4/286 for three of three
 
 
 # ----------------------------------------------------------------------------- loaders

@@ -379,10 +379,24 @@ def test_a_whole_logit_run_writes_calibrated_scores_and_the_suspect_list(long_ti
     calib = answers[answers["role"] == "calibrate"]
     by_doc = calib.groupby("doc_id")[["p_A", "p_B", "p_C", "p_D"]].mean().mean()
     np.testing.assert_allclose([cal["delta"][x] for x in "ABCD"], 0.25 - by_doc.to_numpy(), atol=1e-9)
-    probs = answers[["p_A", "p_B", "p_C", "p_D"]].to_numpy() + np.array([cal["delta"][x] for x in "ABCD"])
-    assert (answers["pred_calibrated"].to_numpy() == probs.argmax(1)).all()
+    letters = ["p_A", "p_B", "p_C", "p_D"]
+    evaluated = answers[answers["role"] == "evaluate"]
+    probs = evaluated[letters].to_numpy() + np.array([cal["delta"][x] for x in "ABCD"])
+    assert (evaluated["pred_calibrated"].to_numpy() == probs.argmax(1)).all()
+    # a clean reference document's own answers are calibrated by the others' Δ (leave one out)
+    for doc, mine in calib.groupby("doc_id"):
+        others = calib[calib["doc_id"] != doc].groupby("doc_id")[letters].mean().mean()
+        assert (mine["pred_calibrated"].to_numpy() == (mine[letters].to_numpy() + 0.25 - others.to_numpy()).argmax(1)).all()
     table = pd.read_csv(out["table"])
-    assert {"p_value", "q_value", "suspect", "clean_rate"} <= set(table.columns)
+    assert {"p_value", "q_value", "suspect", "clean_rate", "n_clean"} <= set(table.columns)
+    # the suspect list: each evaluated document's accuracy against the clean documents' (conformal p-values)
+    for method in ("decop-logit", "decop-logit-calibrated"):
+        rows = table[table["method"] == method]
+        clean = rows.loc[rows["role"] == "calibrate", "accuracy"].to_numpy()
+        ev_rows = rows[rows["role"] == "evaluate"]
+        expected_p = [(1 + (clean >= a).sum()) / (len(clean) + 1) for a in ev_rows["accuracy"]]
+        np.testing.assert_allclose(ev_rows["p_value"], expected_p)
+        assert (ev_rows["test"] == "conformal").all() and len(clean) == 2 and (ev_rows["n_clean"] == 2).all()
     raw = table[(table["method"] == "decop-logit") & (table["role"] == "evaluate")].set_index("doc_id")
     hits = answers[answers["role"] == "evaluate"].assign(hit=lambda a: a["pred"] == a["correct"])
     np.testing.assert_allclose(raw["accuracy"].sort_index(), hits.groupby("doc_id")["hit"].mean().sort_index())

@@ -152,7 +152,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the context token, as generate() and scoring do (HFBackend.option_logprobs left it out). No
         # shipped config runs logit mode on such a model (SmolLM2-Instruct and Llama-2-chat have
         # templates), but a user's finished run on a base model would be stale: it reruns.
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=5, fingerprint="2cc1846089d0999f",
+        # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
+        # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="c26ae270b1440387",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="5e928712ac356574")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",

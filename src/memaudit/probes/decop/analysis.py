@@ -85,45 +85,56 @@ def document_accuracy(answers: pd.DataFrame, pred_column: str = "pred") -> pd.Da
     return out.reset_index()
 
 
-def suspect_list(table: pd.DataFrame, clean_rate: float, fdr: float,
-                 clean_counts: tuple[int, int] | None = None) -> pd.DataFrame:
-    """A one-sided exact test of each document's correct count against the clean group, then BH.
+def suspect_list(table: pd.DataFrame, fdr: float, clean_accuracy=None) -> pd.DataFrame:
+    """A conformal p-value of each document's accuracy against the held-out clean documents', then BH.
 
-    H0 for document d: its questions are answered correctly at the clean-group rate.
-    ``suspect`` = rejected at FDR ``fdr``. Beyond the paper, which thresholds accuracy in-sample.
+    H0 for document d: its accuracy is exchangeable with the clean documents' (it is one more clean
+    document). ``p = (1 + #{clean accuracy >= d's}) / (n_clean + 1)``
+    (:func:`memaudit.stats.selection.conformal_pvalues`), and ``suspect`` = rejected by
+    Benjamini-Hochberg at ``fdr``: among the documents named, the expected share of clean ones is
+    at most ``fdr`` (conformal p-values are PRDS, so BH holds; Bates et al., 2023). Beyond the
+    paper, which thresholds accuracy in-sample. The smallest p-value is ``1 / (n_clean + 1)``: with
+    the demo's 4 clean documents none is below 0.2, so nothing is named at 0.1, as it should be.
 
-    With ``clean_counts`` (correct, questions) of the held-out clean documents the test is
-    Fisher's exact test of d's 2x2 table against the clean one, which accounts for the clean
-    rate being estimated. Fix to a plain binomial test against the estimated rate: with few
-    clean questions the estimate can be 0 (the demo's 4 clean documents, 10 questions, 0
-    right), and then every document with one right answer got p = 1e-9 and was called suspect,
-    non-members included. With many clean questions the two tests agree. Without clean
-    documents, ``clean_rate`` is taken as known (e.g. chance, 0.25) and the test is binomial.
-    Caveat: the orderings of one passage are not independent trials, so the test is exact for
-    independent questions and optimistic otherwise; the 24 orderings matter less with a Latin
-    square (4 per passage).
+    Fix to this module's earlier test (Fisher's exact test of a document's correct answers against
+    the clean documents', every (passage, ordering) question a trial): the orderings of one passage
+    are one passage asked 4 or 24 times, and a document's passages share its book, so the trials
+    are far from independent and the p-values far too small. Simulated clean documents (34
+    passages, each with its own chance of being answered right, 24 orderings) gave p < 0.05 for
+    30% of them and put 47 of 200 on the list at fdr 0.1. A document is the unit here, as in the
+    paper's t-test and AUC. Without clean documents (``clean_accuracy`` empty) there is no test:
+    chance (0.25) is no null rate, since a paraphraser's length cue and a model's letter bias move
+    clean documents' accuracy far from it (41% on the published arXivTection for a reader that sees
+    only lengths); ``test`` is ``none`` and the p-value, q-value and ``suspect`` columns are empty.
     """
-    from scipy.stats import binomtest, fisher_exact
-
-    if clean_counts is not None:
-        kc, nc = (int(v) for v in clean_counts)
-        rate, test = kc / max(1, nc), "fisher"
-
-        def p_value(k: int, n: int) -> float:
-            return fisher_exact([[k, n - k], [kc, nc - kc]], alternative="greater")[1]
-    else:
-        p0 = float(min(max(clean_rate, 1e-9), 1 - 1e-9))
-        rate, test = clean_rate, "binomial"
-
-        def p_value(k: int, n: int) -> float:
-            return binomtest(k, n, p0, alternative="greater").pvalue
-
     out = table.copy()
-    out["clean_rate"], out["test"] = rate, test
-    out["p_value"] = [p_value(int(k), int(n)) if n else 1.0 for k, n in zip(out["n_correct"], out["n_questions"])]
+    clean = np.asarray([] if clean_accuracy is None else clean_accuracy, dtype=float)
+    out["n_clean"] = clean.size
+    if clean.size == 0:
+        out["clean_rate"], out["test"] = np.nan, "none"
+        out[["p_value", "q_value", "suspect"]] = np.nan
+        return out
+    out["clean_rate"], out["test"] = float(clean.mean()), "conformal"
+    out["p_value"] = selection.conformal_pvalues(out["accuracy"].to_numpy(dtype=float), clean)
     out["q_value"] = selection.bh_adjusted_pvalues(out["p_value"].to_numpy())
-    out["suspect"] = out["q_value"] <= fdr
+    out["suspect"] = selection.rejected_at(out["q_value"].to_numpy(), fdr)
     return out
+
+
+def leave_one_out_predictions(calibration: pd.DataFrame) -> np.ndarray:
+    """Calibrated predictions of the calibration documents' own questions, each document's with the
+    Δ of the others (Algorithm 1 without it), so that their calibrated accuracies are out of sample
+    like every evaluated document's (the suspect list's reference); one calibration document: its
+    own Δ (the only one there is; its p-value is 1/2 at least anyway)."""
+    probs = calibration[list(PROB_COLUMNS)].to_numpy(dtype=float)
+    docs = calibration["doc_id"].to_numpy()
+    if len(np.unique(docs)) < 2:
+        return predict(probs, label_adjustments(calibration))
+    pred = np.empty(len(calibration), dtype=int)
+    for doc in np.unique(docs):
+        mine = docs == doc
+        pred[mine] = predict(probs[mine], label_adjustments(calibration[~mine]))
+    return pred
 
 
 def accuracy_by_position(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:

@@ -56,6 +56,8 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
             delta = analysis.label_adjustments(calib)
             probs = ans[list(analysis.PROB_COLUMNS)].to_numpy()
             ans = ans.assign(pred_calibrated=analysis.predict(probs, delta))
+            # the clean reference documents' own calibrated answers, out of sample (leave one out)
+            ans.loc[calib.index, "pred_calibrated"] = analysis.leave_one_out_predictions(calib)
             answers.loc[ans.index, "pred_calibrated"] = ans["pred_calibrated"]
             calibration[str(length)] = {
                 "delta": dict(zip("ABCD", map(float, delta))),
@@ -65,10 +67,9 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
         p_verbatim = analysis.verbatim_probability(ans, mode)
         for column, variant in variants:
             table = analysis.document_accuracy(ans, column)
-            clean = table[table["role"] == "calibrate"]
-            # the held-out clean documents' counts; without any, chance (0.25) as a known rate
-            counts = (int(clean["n_correct"].sum()), int(clean["n_questions"].sum())) if len(clean) else None
-            evaluated = analysis.suspect_list(table[table["role"] == "evaluate"], 0.25, fdr, clean_counts=counts)
+            # the held-out clean documents' accuracies are the suspect list's reference (none: no list)
+            clean = table.loc[table["role"] == "calibrate", "accuracy"].to_numpy()
+            evaluated = analysis.suspect_list(table[table["role"] == "evaluate"], fdr, clean)
             table = pd.concat([evaluated, table[table["role"] == "calibrate"]], ignore_index=True)
             table["score"] = table["accuracy"]
             _add_table(tables, doc_rows, table, method_name(mode, length, lengths, variant), length)
