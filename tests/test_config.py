@@ -500,6 +500,11 @@ def test_paper_config_validates_with_the_papers_settings(tmp_path):
     paraphraser = cfg["models"][decop["paraphrase"]["model"]]
     assert paraphraser["backend"] == "openai" and paraphraser["api"]["api_key_env"] == "OPENAI_API_KEY"
     assert cfg["probes"]["token_prob"]["min_k_ratios"] == [0.2]
+    # Table 2's baselines on BookTection-128 only; DE-COP on all three lengths of the same books
+    assert cfg["probes"]["token_prob"]["benchmarks"][0] == "booktection_128"
+    assert cfg["benchmarks"]["booktection_128"]["published"] == {**cfg["benchmarks"]["booktection"]["published"],
+                                                                 "length": "medium"}
+    assert "length" not in cfg["benchmarks"]["booktection"]["published"]
     local = [e for e in cfg["models"].values() if e["backend"] == "hf"]
     assert local and all(e["dtype"] == "auto" and e["device"] == "auto" for e in local)
     assert cfg["stats"]["n_boot_small"] == 10
