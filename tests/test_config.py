@@ -436,6 +436,69 @@ def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
         1, "", "config key stats.n_boot_ci: must be an integer, not the string 'many'\n")
 
 
+def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_path):
+    """A labels file, data file or folder, books folder, checkpoint, prompt folder or rejection corpus
+    that is not there is one line naming its key, relative paths read from the workflow's directory."""
+    from memaudit.config import check_local_inputs, local_inputs
+
+    (tmp_path / "labels.csv").write_text("book,label\n")
+    (tmp_path / "books").mkdir()
+    cfg = validate_config(CI)
+    cfg["benchmarks"]["mine"] = {**cfg["benchmarks"]["novels"], "labels": "labels.csv", "sources": ["user_books"],
+                                 "source_options": {"user_books": {"directory": "bookz"}}}
+    cfg["benchmarks"]["pub"] = {"published": {"format": "copybench", "path": str(tmp_path / "books"),
+                                              "labels": "titles.csv"}}
+    cfg["pretrain"]["sources"] = ["user_books"]
+    cfg["pretrain"]["source_options"] = {"user_books": {"directory": "books"}}
+    cfg["models"]["theirs"] = {"family": "theirs", "source": {"path": "/nowhere/checkpoint"}}
+    cfg["probes"]["copybench"]["memfree_rejection_file"] = "corpus.json"
+    assert [key for key, _ in local_inputs(cfg)] == [
+        "benchmarks.mine.labels", "benchmarks.mine.source_options.user_books.directory",
+        "benchmarks.pub.published.path", "benchmarks.pub.published.labels",
+        "pretrain.source_options.user_books.directory", "models.theirs.source.path",
+        "probes.copybench.memfree_rejection_file"]
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        "config key benchmarks.mine.source_options.user_books.directory: bookz: no such file or folder",
+        "config key benchmarks.pub.published.labels: titles.csv: no such file or folder",
+        "config key models.theirs.source.path: /nowhere/checkpoint: no such file or folder",
+        "config key probes.copybench.memfree_rejection_file: corpus.json: no such file or folder"]
+    # a books folder only counts where user_books is a source
+    cfg["benchmarks"]["mine"]["sources"] = ["austen"]
+    assert "benchmarks.mine.source_options.user_books.directory" not in dict(local_inputs(cfg))
+
+
+def test_a_labels_file_renamed_after_a_finished_dataset_stops_the_workflow(tmp_path):
+    """Snakemake names a missing input only of a job it will run: after a finished dataset a labels
+    path that is not there was accepted, the old dataset kept and the summary told of the new path."""
+    from workflow_helpers import make_workdir
+
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf")
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(4):
+        (books / f"Book{i}.txt").write_text(" ".join(f"word{i}x{j}" for j in range(300)) + "\n")
+    (tmp_path / "labels.csv").write_text("book,label\n" + "".join(f"Book{i}.txt,{i % 2}\n" for i in range(4)))
+    cfg = copy.deepcopy(CI)
+    cfg["benchmarks"]["mine"] = {"sources": ["user_books"], "labels": str(tmp_path / "labels.csv"),
+                                 "source_options": {"user_books": {"directory": str(books)}}}
+    cfg["probes"]["token_prob"]["benchmarks"].append("mine")
+    (workdir / "config/mine.yaml").write_text(yaml.safe_dump(cfg))
+    run = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    proc = subprocess.run([*run, "results/datasets/mine/documents.jsonl", "--configfile", "config/mine.yaml"],
+                          cwd=workdir, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg["benchmarks"]["mine"]["labels"] = str(tmp_path / "labels_v2.csv")
+    (workdir / "config/mine.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([*run, "-n", "all", "--configfile", "config/mine.yaml"], cwd=workdir, capture_output=True,
+                          text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", f"config key benchmarks.mine.labels: {tmp_path / 'labels_v2.csv'}: no such file or folder\n")
+    from memaudit.cli import main
+
+    assert main(["check-config", str(workdir / "config/mine.yaml")]) == 2
+
+
 def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch):
     from memaudit.backends import base
 

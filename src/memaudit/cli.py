@@ -91,11 +91,19 @@ def _code_versions(argv: list[str]) -> int:
 def _check_config(argv: list[str]) -> int:
     from memaudit.jobs import load_config
 
+    from memaudit.config import check_local_inputs
+    from memaudit.errors import ConfigError
+
     p = argparse.ArgumentParser(prog="memaudit check-config",
-                                description="Validate a config file as the workflow does, without running it.")
+                                description="Validate a config file as the workflow does, without running it "
+                                            "(the files and folders it names are looked for from the current "
+                                            "directory, as the workflow run there reads them).")
     p.add_argument("config", type=Path, help="the config file (YAML)")
     args = p.parse_args(argv)
-    load_config(args.config)
+    config = load_config(args.config)
+    missing = check_local_inputs(config)
+    if missing:
+        raise ConfigError("\n".join(f"{args.config}: {line}" for line in missing))
     print(f"{args.config}: valid")
     return 0
 

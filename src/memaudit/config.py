@@ -814,11 +814,64 @@ def load_config(path: str | Path, *, checks: Sequence[Callable[[dict], list[str]
 def check_workflow_config(config: dict, configfiles: Sequence[str | Path],
                           checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
     """What the Snakefile runs before anything reads the config: every ``--configfile`` must hold
-    keys (an empty one is refused naming it, not replaced by the demo), then :func:`validate_config`.
-    Returns the completed config; raises :class:`ConfigError` (one line per problem)."""
+    keys (an empty one is refused naming it, not replaced by the demo), then :func:`validate_config`
+    and :func:`check_local_inputs`. Returns the completed config; raises :class:`ConfigError` (one
+    line per problem)."""
     for path in configfiles:
         read_config_file(path)
-    return validate_config(config, checks=checks)
+    completed = validate_config(config, checks=checks)
+    missing = check_local_inputs(completed)
+    if missing:
+        raise ConfigError("\n".join(missing))
+    return completed
+
+
+def local_inputs(config: dict) -> list[tuple[str, str]]:
+    """``(dotted key, path)`` of every local file or folder a completed config names as an input:
+    benchmarks' ``labels``, ``published.path`` and ``published.labels``, a ``user_books``
+    ``directory`` named in ``source_options`` (benchmarks and the pretraining pool), models'
+    ``source.path``, and the probes' ``prompt_dir`` and ``memfree_rejection_file``."""
+    out = []
+
+    def user_books(key: str, entry: dict) -> None:
+        directory = ((entry.get("source_options") or {}).get("user_books") or {}).get("directory")
+        if directory and "user_books" in (entry.get("sources") or []):
+            out.append((f"{key}.source_options.user_books.directory", str(directory)))
+
+    for name, bench in sorted(config.get("benchmarks", {}).items()):
+        key = f"benchmarks.{name}"
+        if bench.get("labels"):
+            out.append((f"{key}.labels", str(bench["labels"])))
+        published = bench.get("published") or {}
+        for field in ("path", "labels"):
+            if published.get(field):
+                out.append((f"{key}.published.{field}", str(published[field])))
+        user_books(key, bench)
+    user_books("pretrain", config.get("pretrain") or {})
+    for name, entry in sorted(config.get("models", {}).items()):
+        if (entry.get("source") or {}).get("path"):
+            out.append((f"models.{name}.source.path", str(entry["source"]["path"])))
+    for probe, settings in sorted(config.get("probes", {}).items()):
+        for field in ("prompt_dir", "memfree_rejection_file"):
+            if isinstance(settings, dict) and settings.get(field):
+                out.append((f"probes.{probe}.{field}", str(settings[field])))
+    return out
+
+
+def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
+    """One line per input of :func:`local_inputs` that is not there (relative paths from ``root``,
+    the workflow's directory), before any job runs.
+
+    Snakemake names a missing input only of a job it is about to run: a labels file, folder or
+    checkpoint renamed after a finished run left that run's dataset in place, and the run
+    reported it as made from the new path (the summary reads the config). So the workflow
+    checks them first, and ``memaudit check-config`` too.
+    """
+    problems = []
+    for key, path in local_inputs(config):
+        if not (Path(root) / path).exists():
+            problems.append(f"config key {key}: {path}: no such file or folder")
+    return problems
 
 
 def control_of(entry: dict) -> str | None:
