@@ -73,13 +73,17 @@ assets: $(ASSETS)
 $(ASSETS): $(STAMP)
 	$(BIN)/memaudit fetch-assets --dest resources/demo
 
+# CONFIG=my.yaml: run or report with your config on top of the demo's (snakemake --configfile)
+CONFIG ?=
+CONFIGFILE = $(if $(CONFIG),--configfile $(CONFIG))
+
 run: venv assets
-	$(BIN)/snakemake --profile profiles/local --cores $(CORES) all
-	$(BIN)/snakemake --report results/report.html all
+	$(BIN)/snakemake --profile profiles/local --cores $(CORES) all $(CONFIGFILE)
+	$(BIN)/snakemake --report results/report.html all $(CONFIGFILE)
 	$(BIN)/memaudit headline --summary results/summary/metrics.csv
 
 report: venv
-	$(BIN)/snakemake --report results/report.html all
+	$(BIN)/snakemake --report results/report.html all $(CONFIGFILE)
 
 # Two pytest workers (pytest-xdist), a test file's tests on one worker, files in the order
 # tests/conftest.py gives them: the SLURM test, which mostly waits on its cluster, starts first.

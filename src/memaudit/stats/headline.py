@@ -98,7 +98,8 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         print("\n" + rejects_summary(pd.read_csv(rejects_path, keep_default_na=False)))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
-                                                        f"{report})"))
+                                                        f"{report} all, and the run's own --configfile if it had "
+                                                        "one; or make report CONFIG=<that file>)"))
 
 
 class Section(str):
