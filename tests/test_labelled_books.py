@@ -222,3 +222,30 @@ def test_only_labels_given_per_book_make_books_the_statistical_draws(tmp_path):
                                    seed=0, per_book=per_book)
         for got in (table, blind):
             assert (got["ci_books"].iloc[0] == books) if books else got["ci_books"].isna().all()
+
+
+def test_what_a_books_folder_holds_but_is_not_read_as_given_has_a_rejects_row(tmp_path):
+    """A folder inside it, a file of another kind and an empty book are rejected rows (the empty book
+    stopped the job, the other two went unmentioned); a book whose headings each head a short
+    chapter is one document with a kept row naming min_chapter_words."""
+    folder = _books(tmp_path)
+    (folder / "Notes.md").write_text("my notes\n")
+    (folder / "extra").mkdir()
+    (folder / "extra" / "Copy.txt").write_text("a copy\n")
+    (folder / "Empty.txt").write_text("\n\n")
+    (folder / ".DS_Store").write_bytes(b"\0")
+    short = "\n\n".join(f"CHAPTER {n}.\n\n" + " ".join(["word"] * 20) for n in ("I", "II", "III"))
+    (folder / "Short.txt").write_text("SHORT\n\n" + short + "\n")
+    labels = _labels(tmp_path, [(b, str(i % 2)) for i, b in enumerate(BOOKS)] + [("Short.txt", "1")])
+    rejects: list = []
+    docs, _ = _build(_bench(folder, labels), rejects)
+    rows = [(r.value, r.action, r.reason) for r in rejects if r.file == str(folder)]
+    assert rows == [
+        ("Empty.txt", "rejected", "no text left after removing the Gutenberg header and licence (an empty file?)"),
+        ("Notes.md", "rejected", "not a .txt, .epub or .pdf file (.md)"),
+        ("extra", "rejected", "a folder: books are read from the folder's top level only"),
+        ("Short.txt", "kept", "3 chapter heading(s), each over fewer than min_chapter_words (50) words: read as "
+                              "one document (lower source_options.user_books.min_chapter_words to split it)")]
+    short_docs = [d for d in docs if d.meta["book"] == "short"]
+    assert [d.doc_id for d in short_docs] == ["user/short/ch001"] and short_docs[0].meta["chapter_headings"] == 3
+    assert {d.meta["book"] for d in docs} == {"emma", "persuasion", "the-voyage", "winter-tales", "short"}

@@ -66,6 +66,12 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
 
         return published_benchmark(name, cfg["published"], seed=seed, rejects=rejects)
     docs = load_documents(cfg["sources"], assets_dir, cfg.get("source_options"))
+    if "user_books" in cfg["sources"] and rejects is not None:
+        from memaudit.datasets.sources import USER_BOOKS_DIRECTORY, user_books_rejects
+
+        options = (cfg.get("source_options") or {}).get("user_books") or {}
+        rejects += user_books_rejects(options.get("directory", USER_BOOKS_DIRECTORY), docs,
+                                      options.get("min_chapter_words", 200))
     candidates = []
     for d in docs:
         passages = _document_passages(d, cfg)

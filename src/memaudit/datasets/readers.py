@@ -21,13 +21,13 @@ from memaudit.errors import InputError
 __all__ = ["epub_metadata", "pdf_metadata", "read_epub", "read_pdf", "read_text_file"]
 
 
-def read_text_file(path: str | Path) -> str:
+def read_text_file(path: str | Path, allow_empty: bool = False) -> str:
     """Read a strictly UTF-8 text file (a leading BOM is allowed).
 
     NUL bytes are removed with the rest of the text kept; line endings become
     ``\\n``. Raises :class:`InputError` naming the file and the byte offset
     when it is not UTF-8, and naming the file when nothing is left after
-    :func:`clean_text`.
+    :func:`clean_text` (unless ``allow_empty``: then "").
     """
     path = Path(path)
     try:
@@ -43,6 +43,8 @@ def read_text_file(path: str | Path) -> str:
         ) from None
     text = text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
     if not clean_text(text):
+        if allow_empty:
+            return ""
         raise InputError(f"{path}: no text left after cleaning (empty file?)")
     return text
 

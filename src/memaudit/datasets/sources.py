@@ -23,6 +23,7 @@ from xml.etree import ElementTree
 from memaudit.assets import package_dir, read_lazyload, read_rda
 from memaudit.datasets.readers import epub_metadata, pdf_metadata, read_epub, read_pdf, read_text_file
 from memaudit.datasets.text import (
+    DEFAULT_HEADING_REGEX,
     clean_text,
     file_slug,
     gutenberg_metadata,
@@ -304,7 +305,10 @@ def _load_user_books(
     layer read by pypdf (:func:`~memaudit.datasets.readers.read_pdf`). Title and
     author come from the Gutenberg ``Title:``/``Author:`` lines, the epub or PDF
     metadata, or the file stem. A missing directory gives no documents; an
-    unreadable file is an :class:`InputError` naming it.
+    unreadable file is an :class:`InputError` naming it. A book with no text left
+    after cleaning (an empty file) gives no document, and a book whose chapter
+    headings all head fewer than ``min_chapter_words`` words is one document with
+    ``meta.chapter_headings`` (how many it has): :func:`user_books_rejects` lists both.
     """
     directory = Path(directory)
     if not directory.exists():
@@ -329,7 +333,7 @@ def _load_user_books(
         if path.suffix.lower() == ".epub":
             text, meta = read_epub(path), epub_metadata(path)
         else:
-            text = read_text_file(path)
+            text = read_text_file(path, allow_empty=True)  # an empty book: a rejects row (user_books_rejects)
             meta = gutenberg_metadata(text.split("\n"))
         lines = strip_gutenberg(text.split("\n"))
         if not any(not line.strip() for line in "\n".join(lines).strip().split("\n")):
@@ -344,15 +348,56 @@ def _load_user_books(
         if not book_docs:
             body = clean_text("\n\n".join(paragraphs(lines)))
             if not body:
-                raise InputError(f"{path}: no text left after removing the Gutenberg header and licence")
+                continue  # user_books_rejects lists it
+            headings = _heading_count(lines)
             book_docs = [Document(
                 doc_id=f"user/{slug}/ch001", source="user_books", title=clean_text(title),
                 author=clean_text(author), kind="book", text=body,
                 meta={"book": slug, "chapter": 1, "heading": "", "n_words": word_count(body),
-                      "origin": origin},
+                      "origin": origin, **({"chapter_headings": headings} if headings else {})},
             )]
         docs += book_docs
     return docs
+
+
+def _heading_count(lines: list[str]) -> int:
+    heading = re.compile(DEFAULT_HEADING_REGEX)
+    return sum(1 for line in lines if len(line) <= 120 and heading.match(line))
+
+
+def user_books_rejects(directory: str | Path, docs: list[Document], min_chapter_words: int = 200) -> list:
+    """Rows of a benchmark's rejects table for what a ``user_books`` folder holds but the source did
+    not read as given: a folder inside it (books are read from its top level only), a file of
+    another kind, a book with no text left after cleaning (rejected), and a book whose chapter
+    headings each head fewer than ``min_chapter_words`` words, read as one document (kept).
+    Hidden files (a leading dot) are passed over, as the articles loader does; so is the
+    repository's own ``resources/books/README.md``."""
+    from memaudit.datasets.rejects import Rejected
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    read = {d.meta["origin"].split("::", 1)[1] for d in docs if d.source == "user_books"}
+    rows = []
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(".") or (directory == Path(USER_BOOKS_DIRECTORY) and path.name == "README.md"):
+            continue
+        if path.is_dir():
+            why = "a folder: books are read from the folder's top level only"
+        elif path.suffix.lower() not in USER_BOOK_SUFFIXES:
+            why = f"not a .txt, .epub or .pdf file ({path.suffix.lower() or 'no suffix'})"
+        elif path.name not in read:
+            why = "no text left after removing the Gutenberg header and licence (an empty file?)"
+        else:
+            continue
+        rows.append(Rejected(str(directory), 0, "(file)", path.name, why))
+    for d in docs:
+        if d.source == "user_books" and d.meta.get("chapter_headings"):
+            rows.append(Rejected(str(directory), 0, "(file)", d.meta["origin"].split("::", 1)[1],
+                                 f"{d.meta['chapter_headings']} chapter heading(s), each over fewer than "
+                                 f"min_chapter_words ({min_chapter_words}) words: read as one document "
+                                 "(lower source_options.user_books.min_chapter_words to split it)", action="kept"))
+    return rows
 
 
 # --------------------------------------------------------------------------- pydoc_topics
