@@ -14,10 +14,9 @@ docs, passages = build_benchmark(
 n_members = sum(d.meta["label"] == 1 for d in docs)
 unlabelled = sum(d.meta["label"] not in (0, 1) for d in docs)
 grouped = sum("near_duplicates" in d.meta for d in docs)
-kept = sum(r.action == "kept" for r in rejects)
 log.info(f"{len(docs)} documents ({n_members} members{f', {unlabelled} unlabelled' if unlabelled else ''}), "
          f"{len(passages)} passages, {grouped} kept on one side with their near-duplicates (meta.near_duplicates), "
-         f"{len(rejects) - kept} rows rejected and {kept} kept with a note ({snakemake.output.rejects})")
+         f"{len(rejects)} rows rejected ({snakemake.output.rejects})")
 write_rejects(snakemake.output.rejects, rejects)
 write_jsonl(snakemake.output.documents, (d.to_dict() for d in docs))
 write_jsonl(snakemake.output.passages, (p.to_dict() for p in passages))
