@@ -8,7 +8,10 @@ and the selected parameters ``theta_S``::
 KTD (Eq. 6 of the knockoff paper, section 4.1.2) scores a text by ``Z = -g(x)``: a text the model
 was trained on sits near a stationary point of the training loss, so its gradient is small.
 :func:`per_sample_grad_norms` returns ``g`` itself (positive, float64); the caller negates it.
-The mean over tokens (not the sum) keeps texts of different lengths comparable.
+The mean over tokens (not the sum): the sum's norm grows with a text's token count and the
+mean's shrinks with it, so neither is free of length; comparing a passage with knockoffs cut to
+its word count (KTD's length matching) is what controls it, and the mean moves less with the
+token counts that still differ.
 
 Method: ghost norms (Goodfellow 2015; Li et al. 2022, "ghost clipping"; Opacus's fast gradient
 clipping), not ``torch.func`` per-sample gradients. One ordinary batched forward and one backward

@@ -89,8 +89,9 @@ def user_prompt(title: str, author: str, kind: str, shown: Sequence[str]) -> str
 
 
 def system_prompt() -> str:
-    """Appendix C.2's system prompt, its format hint after a blank line (Table 10, and the
-    reference code's ``DEFAULT_SYSTEM_PROMPT``)."""
+    """Appendix C.2's system prompt, its format hint after a blank line (Table 10's wording; the
+    reference code's ``DEFAULT_SYSTEM_PROMPT`` has ``'<put correct answer here>.'`` for Llama-2-7B and
+    ``'<correct letter>'`` for the larger models)."""
     return f"{SYSTEM_PROMPT}\n\n{FORMAT_HINT}"
 
 

@@ -13,9 +13,9 @@ Importance scores Z (higher = more likely seen), each computed once for every te
     selects (KTD Eq. 6, with the mean over tokens for its sum: docs/probes/ktd.md), per-sample
     through :meth:`memaudit.backends.hf.HFBackend.gradient_norms`;
 ``loss``
-    the mean token log-likelihood (the paper's code offers it as Z);
+    the mean token log-likelihood (memaudit's; the paper describes only the gradient norm as Z);
 ``min_k``
-    the mean of the 20% lowest token log-probabilities (Min-K%, the paper's "top-k" Z).
+    the mean of the 20% lowest token log-probabilities (Min-K%; memaudit's too).
 
 Length-matched knockoffs (``probes.ktd.length_match``, on by default; beyond the paper): a
 passage and every knockoff in its pool are cut to the word count of the group's shortest text
