@@ -142,6 +142,41 @@ def test_book_col_resamples_whole_books_where_each_book_has_one_label(tmp_path):
     assert f"note: {src}: the labels are not given per book" in err
 
 
+def test_books_from_a_benchmarks_documents_gives_the_workflows_book_counts(tmp_path):
+    """A probe's <probe>_documents.csv has doc_id and no book: --books-from the benchmark's documents.jsonl
+    finds each row's book, the same numbers as --book-col on a table that has them; a document the file
+    does not hold is one line naming the row; the two options together are refused."""
+    import json
+
+    rng = np.random.default_rng(5)
+    docs, rows, with_books = [], [], []
+    for b in range(8):
+        for c in range(4):
+            doc, score = f"user/book{b}/ch{c:03d}", rng.normal(loc=b % 2)
+            docs.append({"doc_id": doc, "meta": {"book": f"book{b}", "label": b % 2}})
+            rows.append(f"{doc},{score!r},{b % 2}\n")
+            with_books.append(f"{score!r},{b % 2},book{b}\n")
+    (tmp_path / "documents.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "scores.csv").write_text("doc_id,score,label\n" + "".join(rows))
+    (tmp_path / "books.csv").write_text("score,label,book\n" + "".join(with_books))
+    rc, _, _ = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(tmp_path / "documents.jsonl"),
+                    "--output", str(tmp_path / "a.csv"), *FAST)
+    assert rc == 0
+    rc, _, _ = _run("--input", str(tmp_path / "books.csv"), "--book-col", "book", "--output", str(tmp_path / "b.csv"),
+                    *FAST)
+    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
+    assert a.iloc[0]["ci_books"] == 8
+    pd.testing.assert_frame_equal(a, b)
+    (tmp_path / "scores.csv").write_text("doc_id,score,label\n" + "".join(rows) + "user/other/ch001,0.5,1\n")
+    rc, _, err = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(tmp_path / "documents.jsonl"),
+                      *FAST)
+    assert rc == 2 and err.strip().endswith(f"{tmp_path / 'scores.csv'}, line 34: doc_id 'user/other/ch001' is not a "
+                                            f"document of {tmp_path / 'documents.jsonl'}")
+    rc, _, err = _run("--input", str(tmp_path / "books.csv"), "--book-col", "book", "--books-from",
+                      str(tmp_path / "documents.jsonl"), *FAST)
+    assert rc == 2 and "--book-col and --books-from both say where the books are: give one" in err
+
+
 # ---------------------------------------------------------------- few documents
 
 def test_few_documents_warn_that_intervals_and_low_fpr_rates_are_unreliable(tmp_path):

@@ -89,10 +89,9 @@ def _code_versions(argv: list[str]) -> int:
 
 
 def _check_config(argv: list[str]) -> int:
-    from memaudit.jobs import load_config
-
     from memaudit.config import check_local_inputs
     from memaudit.errors import ConfigError
+    from memaudit.jobs import load_config
 
     p = argparse.ArgumentParser(prog="memaudit check-config",
                                 description="Validate a config file as the workflow does, without running it "

@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
              "(ci_books says how many books; books_pvalue: a one-sided rank test of the books' means)",
     )
     parser.add_argument(
+        "--books-from", metavar="DOCUMENTS", type=Path,
+        help="a benchmark's results/datasets/<benchmark>/documents.jsonl: each row's book is that of its "
+             "--doc-col document there, as the workflow's statistics count books (instead of --book-col)",
+    )
+    parser.add_argument("--doc-col", default="doc_id",
+                        help="with --books-from: the column of document ids (default: doc_id)")
+    parser.add_argument(
         "--member-value", default="1",
         help="label value that means member (default: 1; also matches true/yes)",
     )
@@ -234,6 +241,22 @@ def _accounting(table: Table, n_scored: int) -> str:
             f"{blank}); {n_scored} scored{skipped}")
 
 
+def _books_from(table: Table, args: argparse.Namespace) -> np.ndarray:
+    """Each row's book by its ``--doc-col`` document in ``--books-from`` (a documents.jsonl); a document
+    the file does not hold is an error naming the row."""
+    from memaudit.stats.workflow import document_books
+
+    book_of = document_books(args.books_from)
+    column = table.header.index(args.doc_col)
+    out = []
+    for number, fields in table.records:
+        doc = fields[column].strip()
+        if doc not in book_of:
+            raise _UsageError(f"{table.at(number)}: {args.doc_col} {doc!r} is not a document of {args.books_from}")
+        out.append(book_of[doc])
+    return np.array(out, dtype=object)
+
+
 def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[str]]:
     """Metrics table for parsed arguments, and the notes and warnings to print with it.
 
@@ -241,9 +264,12 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     :data:`METRIC_COLUMNS`; one row per (score column, group).
     """
     table = read_table(args.input)
+    if args.book_col and args.books_from:
+        raise _UsageError("--book-col and --books-from both say where the books are: give one")
     score_cols = list(dict.fromkeys(args.score_col)) or ["score"]
     needed = list(dict.fromkeys([*score_cols, args.label_col, *args.group_col,
-                                 *([args.book_col] if args.book_col else [])]))
+                                 *([args.book_col] if args.book_col else []),
+                                 *([args.doc_col] if args.books_from else [])]))
     positions = _column_positions(table, needed)
     if not table.records:
         raise _UsageError(f"{table.path}: no data rows (only a header, {table.unit} {table.header_at})")
@@ -256,7 +282,7 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     several = len(score_cols) > 1
     rows = []
     books = (np.array([fields[positions[args.book_col]].strip() for _, fields in table.records], dtype=object)
-             if args.book_col else None)
+             if args.book_col else _books_from(table, args) if args.books_from else None)
     for score_col, scores in all_scores.items():
         for key, members in groups:
             units = None
@@ -264,7 +290,8 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
                 units = label_groups(list(books[members]), labels[members])
                 if units is None and score_col == score_cols[0]:
                     notes.append(f"note: {_describe(args.group_col, key) or table.path}: the labels are not given "
-                                 f"per {args.book_col} (a {args.book_col} with both labels, one document each, or "
+                                 f"per {args.book_col or 'book'} (a {args.book_col or 'book'} with both labels, one "
+                                 f"document each, or "
                                  f"fewer than 2 a side): the interval resamples documents")
             metrics = compute_metrics(scores[members], labels[members], groups=units, **options)
             prefix = {"score_column": score_col} if several else {}
