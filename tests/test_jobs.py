@@ -215,3 +215,23 @@ def test_benchmarks_csv_names_the_families_each_benchmark_is_probed_by():
     off = copy.deepcopy(DEMO)
     del off["probes"]["ktd"]
     assert jobs.label_provenance(off)["techdocs"]["families"] == "decop"
+
+
+def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():
+    """Probe lists that leave out a new benchmark or model (as ci.yaml's explicit lists do): the benchmark
+    is only a dataset and the model is prepared for nothing; the shipped configs have neither."""
+    from memaudit.jobs import idle_entries, load_config
+
+    for name in ("config.yaml", "ci.yaml", "gpu.yaml"):
+        assert idle_entries(load_config(ROOT / "config" / name)) == [], name
+    cfg = copy.deepcopy(load_config(ROOT / "config" / "ci.yaml"))
+    cfg["benchmarks"]["idle"] = dict(cfg["benchmarks"]["news"])
+    cfg["models"]["zz-lonely"] = {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}
+    # a base that only its fine-tuned copy's probes reach is in use through it
+    cfg["models"]["zz-tuned"] = {**copy.deepcopy(cfg["models"]["tiny-gpt2-small-contaminated"]), "base": "zz-base"}
+    cfg["models"]["zz-base"] = {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}
+    cfg["probes"]["token_prob"]["models"].append("zz-tuned")
+    assert idle_entries(cfg) == [
+        "benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): only its dataset is built",
+        "models.zz-lonely: no probe runs it and no role, reference, base or control names it: it is prepared for "
+        "nothing (add it to a probe's models list, or remove it)"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit.backends.base import is_api_model
-from memaudit.config import is_labelled
+from memaudit.config import contaminated_on, is_labelled
 from memaudit.config import label_provenance as provenance
 from memaudit.probes.registry import FAMILIES, probes_for_model, role_model
 
@@ -289,6 +289,36 @@ def label_provenance(config: dict) -> dict[str, dict]:
     return {name: {**provenance(bench, int(config["seed"])),
                    "families": ";".join(f for f in FAMILIES if name in probed[f])}
             for name, bench in sorted(config["benchmarks"].items())}
+
+
+def idle_entries(config: dict) -> list[str]:
+    """One line per benchmark or model that the config names but nothing runs on (a probe list that
+    leaves it out, as an explicit ``benchmarks:``/``models:`` list does): the workflow warns, since such
+    a benchmark is only a dataset and such a model is prepared (trained, converted) for nothing.
+
+    A model is in use when a probe runs it, a family's role names it (paraphraser, judge, reference,
+    filter...), it is a token_prob reference model, or it is the base or control of a model in use;
+    a benchmark when a probe runs on it or a model in use is fine-tuned on its members.
+    """
+    from memaudit.config import control_of
+    from memaudit.probes.registry import role_model
+
+    runs = [run for family in FAMILIES for run in probe_runs(config, family)]
+    used = {m for _, m, _ in runs}
+    used |= {role_model(config, f, r) for f in FAMILIES for r in FAMILIES[f].roles} - {None}
+    grown = None
+    while grown != used:
+        grown = set(used)
+        for m in grown:
+            entry = config["models"].get(m, {})
+            used |= set(reference_models(config, m)) | {x for x in (entry.get("base"), control_of(entry)) if x}
+    probed = {b for b, _, _ in runs} | {b for m in used for b in contaminated_on(config["models"].get(m, {}))}
+    lines = [f"benchmarks.{b}: no probe runs on it (no probes.<probe>.benchmarks list names it): only its "
+             "dataset is built" for b in sorted(config["benchmarks"]) if b not in probed]
+    lines += [f"models.{m}: no probe runs it and no role, reference, base or control names it: it is prepared "
+              "for nothing (add it to a probe's models list, or remove it)" for m in sorted(config["models"])
+              if m not in used]
+    return lines
 
 
 def final_outputs(config: dict) -> list[str]:

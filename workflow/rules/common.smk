@@ -24,6 +24,9 @@ except ConfigError as exc:
     sys.exit(1)
 config.clear()
 config.update(_completed)
+if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, groups)
+    for _line in jobs.idle_entries(config):
+        print(f"warning: config key {_line}", file=sys.stderr)
 
 BENCHMARKS = sorted(config["benchmarks"])
 MODELS = sorted(config["models"])
