@@ -271,7 +271,19 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
         "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
         "not the string 'float64'",
         "config key stats.n_boot_ci: must be >= 100, not the number -5",
-        "config key models.x.base: unknown model 'nope'"]
+        "config key models.x.base: unknown model 'nope' (configured: smollm2-135m, smollm2-135m-contaminated, "
+        "tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated, x)"]
+
+
+def test_an_unknown_model_or_benchmark_gets_the_close_name_or_the_configured_ones():
+    from memaudit.config import unknown
+
+    assert unknown("model", "tiny-gpt2-smal", ["tiny-gpt2-small", "smollm2-135m"]) == (
+        "unknown model 'tiny-gpt2-smal'; did you mean 'tiny-gpt2-small'?")
+    assert unknown("benchmark", "poems", ["news", "novels"]) == "unknown benchmark 'poems' (configured: news, novels)"
+    assert unknown("model", "x", [f"m{i:02d}" for i in range(13)]) == "unknown model 'x'"  # too many to list
+    msg = bad(lambda c: c["probes"]["token_prob"].update(models=["tiny-gpt2-smal"]))
+    assert "config key probes.token_prob.models.0: unknown model 'tiny-gpt2-smal'; did you mean 'tiny-gpt2-small'?" in msg
 
 
 def test_source_options_nothing_reads_are_named_not_ignored():

@@ -410,7 +410,7 @@ def test_the_headline_says_which_intervals_rest_on_whole_books_and_when_they_are
                             "method": ["zlib", "loss", "b", "zlib", "loss", "loss"],
                             "ci_books": [6.0, 6.0, nan, 6.0, 70.0, nan], "books_pvalue": [0.2, 0.05, nan, 0.5, 0.01, nan]})
     assert book_intervals_note(summary, ["loss", "zlib"]).splitlines()[2:] == [
-        "  books: 6 books, fewer than 20: no interval is a guide; the rank test of the books' means is "
+        "  books: 6 books, fewer than 20: no interval is a guide; read the rank test of the books' means "
         "(books_pvalue, one-sided; its smallest value, e.g. 0.05 for 3 books against 3, comes 1 time in 20 by "
         "chance alone)",
         "    base zlib: books_pvalue 0.500",

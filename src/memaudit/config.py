@@ -11,6 +11,7 @@ that could be a secret (:mod:`memaudit.secrets`).
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import re
 from pathlib import Path
@@ -129,7 +130,6 @@ def schema_problems(error) -> list[str]:
     The messages are memaudit's, not jsonschema's: those quote the offending value (a
     pasted key, or a whole mapping), these show a value only where :func:`_describe` allows.
     """
-    import difflib
 
     path = list(error.absolute_path)
     value, rule, expected = error.instance, error.validator, error.validator_value
@@ -654,7 +654,7 @@ def _model_problems(config: dict) -> list[str]:
         if has_base:
             base = entry["base"]
             if base not in models:
-                problems.append(f"{where}.base: unknown model {base!r}")
+                problems.append(f"{where}.base: {unknown('model', base, models)}")
             elif "base" in models[base]:
                 problems.append(f"{where}.base: {base!r} is itself fine-tuned; chain from a base model")
             if "finetune" not in entry:
@@ -662,7 +662,7 @@ def _model_problems(config: dict) -> list[str]:
             else:
                 for i, b in enumerate(entry["finetune"]["members_of"]):
                     if b not in benchmarks:
-                        problems.append(f"{where}.finetune.members_of.{i}: unknown benchmark {b!r}")
+                        problems.append(f"{where}.finetune.members_of.{i}: {unknown('benchmark', b, benchmarks)}")
     return problems
 
 
@@ -700,13 +700,13 @@ def _control_problems(name: str, entry: dict, models: dict) -> list[str]:
     if control == name:
         return [f"{where}: a model cannot be its own control"]
     if control not in models:
-        return [f"{where}: unknown model {control!r}"]
+        return [f"{where}: {unknown('model', control, models)}"]
     return []
 
 
 def _reference_problems(config: dict) -> list[str]:
     tp = config.get("probes", {}).get("token_prob", {})
-    return [f"probes.token_prob.reference_models.{i}: unknown model {ref!r}"
+    return [f"probes.token_prob.reference_models.{i}: {unknown('model', ref, config['models'])}"
             for i, ref in enumerate(tp.get("reference_models", [])) if ref not in config["models"]]
 
 
@@ -809,6 +809,16 @@ def load_config(path: str | Path, *, checks: Sequence[Callable[[dict], list[str]
         return validate_config(raw, checks=checks)
     except ConfigError as exc:
         raise ConfigError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
+
+
+def unknown(kind: str, name, known) -> str:
+    """``unknown model 'x'``, with ``; did you mean 'y'?`` where a configured name is close (a typo) and the
+    configured names where there are few enough to list."""
+    known = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = f" (configured: {', '.join(known)})" if 0 < len(known) <= 12 and not close else ""
+    return f"unknown {kind} {name!r}{hint}{listed}"
 
 
 def check_workflow_config(config: dict, configfiles: Sequence[str | Path],

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from memaudit.backends.base import GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS
-from memaudit.config import is_api_model, is_labelled
+from memaudit.config import is_api_model, is_labelled, unknown
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
-        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="56bfa38b3bbbc8e9",
+        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="52bad4afc9320c35",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -134,7 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="042777e3d3987c9f",
+        version=4, fingerprint="e29935b85472a082",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -154,9 +154,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="0a0b8d158b4eb7f7",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="c97b96c0aa16d798",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="60bb7072d43cb337")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="b2dda097bb56c99c")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -175,13 +175,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="48bc9eee2d8062a6",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="f35c2e23a8bb9c03",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=5, fingerprint="180020b4479d6374"),
+                               version=5, fingerprint="68a44d5c8f7d7815"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="a4aee4e1873ef2e4")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -206,10 +206,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
         # version 9: the baselines' validation draws are stratified by label, so that a small benchmark's
         # test part keeps members (statistics.validation_split)
-        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="ea5a360c95969113",
+        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="ac29b2c25c614bdb",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="bcda20687b915573"),
+                              version=7, fingerprint="a4c15972bf87122c"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="3519b3bacc866fad")},
@@ -229,15 +229,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="5348d752c85e549e",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="0618ded6ab5355ac",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="cd5c71f1f6f2ce7c"),
+                               version=4, fingerprint="83a3540c59ccd26f"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="9c863564e83c523e")},
+                                 version=4, fingerprint="d2eca0040ff3e1a4")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
@@ -344,10 +344,11 @@ def check_capabilities(config: dict) -> list[str]:
     for probe in enabled_probes(config):
         for i, model in enumerate(config["probes"][probe].get("models") or []):
             if model not in config["models"]:
-                problems.append(f"probes.{probe}.models.{i}: unknown model {model!r}")
+                problems.append(f"probes.{probe}.models.{i}: {unknown('model', model, config['models'])}")
         for i, benchmark in enumerate(config["probes"][probe].get("benchmarks") or []):
             if benchmark not in config.get("benchmarks", {}):
-                problems.append(f"probes.{probe}.benchmarks.{i}: unknown benchmark {benchmark!r}")
+                problems.append(f"probes.{probe}.benchmarks.{i}: "
+                                f"{unknown('benchmark', benchmark, config.get('benchmarks', {}))}")
             elif not is_labelled(config["benchmarks"][benchmark]) and not FAMILIES[PROBES[probe].family].unlabelled:
                 problems.append(f"probes.{probe}.benchmarks.{i}: benchmark {benchmark!r} is unlabelled (published "
                                 f"CopyBench without published.labels): {probe} needs members and non-members")
@@ -398,7 +399,7 @@ def check_roles(config: dict) -> list[str]:
         for role, key in fam.roles.items():
             model = role_model(config, fam.name, role)
             if model is not None and model not in config["models"]:
-                problems.append(f"probes.{key}: unknown model {model!r} (the {fam.name} {role})")
+                problems.append(f"probes.{key}: {unknown('model', model, config['models'])} (the {fam.name} {role})")
     return problems
 
 

@@ -292,8 +292,8 @@ def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summ
         if n >= FEW_BOOKS:
             lines.append(f"  {benchmark}: {int(n)} books")
             continue
-        lines.append(f"  {benchmark}: {int(n)} books, fewer than {FEW_BOOKS}: no interval is a guide; the rank test of "
-                     f"the books' means is (books_pvalue, one-sided; its smallest value, e.g. 0.05 for 3 books "
+        lines.append(f"  {benchmark}: {int(n)} books, fewer than {FEW_BOOKS}: no interval is a guide; read the rank test "
+                     f"of the books' means (books_pvalue, one-sided; its smallest value, e.g. 0.05 for 3 books "
                      f"against 3, comes 1 time in 20 by chance alone)")
         rows = grouped[(grouped["benchmark"] == benchmark) & grouped["method"].isin(ordered)
                        & grouped["books_pvalue"].notna()] if "books_pvalue" in grouped.columns else grouped.iloc[:0]
