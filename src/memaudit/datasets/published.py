@@ -56,7 +56,7 @@ from memaudit.datasets.rejects import (
     read_text,
     require_rows,
 )
-from memaudit.datasets.types import Document, Passage
+from memaudit.datasets.types import TEST, VALIDATION, Document, Passage
 from memaudit.errors import InputError
 
 TECTION_COLUMNS = ("Example_A", "Example_B", "Example_C", "Example_D", "Answer", "ID", "Label")
@@ -75,7 +75,6 @@ FORMAT_VERSIONS = {"bookmia": 2}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
-VALIDATION, TEST = "validation", "test"  # a passage's meta.split in a benchmark with a fixed split
 # The published formats of the information-guided probes and of the KTD paper's labelled-text sets
 # (memaudit.datasets.labelled), read by cloze_published
 CLOZE_FORMATS = tuple(f for f in REJECTS_FORMATS if f not in ("copybench", *DECOP_FORMATS))
