@@ -1,12 +1,13 @@
 """The prefix-probing baseline of the information-guided probes (Section 4, Appendix E).
 
 A model gets the first 50 words of a passage (the prefix probe's ``prefix_words``; on the NYT set
-the set's own Exhibit J prefix, whole, and the LCS is counted against its completion, as
-:mod:`memaudit.datasets.prefix` cuts it) after an instruction and continues it; the continuation
-is compared with the original by the number of words in their longest common *subsequence* (LCS,
-Karamolegkou et al. 2023a, as Appendix E describes it), on lowercased alphanumeric words. A
-logistic regression fitted on the validation split's LCS values (label: memorised, i.e. member)
-predicts memorised texts on the test split.
+the set's own Exhibit J prefix, whole, from its passages' ``meta``, and the LCS is counted against
+the first ``continuation_words`` words of its completion, as :mod:`memaudit.datasets.prefix` cuts
+them) after an instruction and continues it; the continuation is compared with the original by
+the number of words in their longest common *subsequence* (LCS, Karamolegkou et al. 2023a, as
+Appendix E describes it), on lowercased alphanumeric words. A logistic regression fitted on the
+validation split's LCS values (label: memorised, i.e. member) predicts memorised texts on the
+test split (:func:`versus_prefix`: BookMIA's fixed split, else repeated random halves).
 
 Prompts (Appendix E): ``Please complete the following text with more than 150 words:``
 (fiction; the instruction the existing prefix probe already uses,
