@@ -131,7 +131,8 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
         counts = {m: sum(t["measure"] == m for t in kept) for m in measures}
         split = (p.get("meta") or {}).get("split")
         items.append({"passage_id": p["passage_id"], "doc_id": p["doc_id"], "label": int(p["label"]),
-                      **({"split": split} if split else {}), "text": p["text"], "n_candidates": len(candidates[i]), "mask_scope": limits[i][1],
+                      **({"split": split} if split else {}), "text": p["text"], "n_candidates": len(candidates[i]),
+                      "mask_scope": limits[i][1],
                       "n_out_of_scope": left_out[i], "tokens": kept,
                       "n_filtered": len(tokens[i]) - len(kept),
                       "reasons": {m: TOO_FEW for m, n in counts.items() if n < settings["min_reconstructed"]},

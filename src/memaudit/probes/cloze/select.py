@@ -158,11 +158,12 @@ def tune_threshold(scores: Sequence[Sequence[Mapping]], measure: str, *, target_
     ``scores``: per validation text, the reference model's records for its candidates. The paper
     tunes its thresholds on a held-out split (the first 1870 BookMIA rows, §4 and App. A) without
     saying on what; here the criterion needs no labels, so it cannot fit the member/non-member
-    split it is later tested on, and the caller passes the validation texts where the benchmark has a
-    fixed split (BookMIA's), every text where it has none. Its reasoning: a reconstructed word is evidence of memorisation
-    only as far as it was hard to guess, so the threshold should be as strict as possible; but a
-    text is flagged only when at least two of its tokens are reconstructed (§4.1), so a text with
-    fewer than ``min_tokens`` selected tokens can never be flagged. The tuned threshold keeps
+    split it is later tested on, and the caller passes the validation texts where the benchmark has
+    a fixed split (BookMIA's), every text where it has none. Its reasoning: a reconstructed word is
+    evidence of memorisation only as far as it was hard to guess, so the threshold should be as
+    strict as possible; but a text is flagged only when at least two of its tokens are
+    reconstructed (§4.1), so a text with fewer than ``min_tokens`` selected tokens can never be
+    flagged. The tuned threshold keeps
     ``min_tokens`` tokens in ``target_coverage`` of the texts (default: half, the median text),
     and it transfers to any reference model (a causal LM's log-probabilities are not on BERT's
     scale, module docstring).
