@@ -254,14 +254,15 @@ BOOKMIA_SPLIT_LINES = [_bookmia_line(0, 0, 1), _bookmia_line(0, 1, 1), "{not jso
                        _bookmia_line(3, 0, 0), _bookmia_line(3, 1, 0), _bookmia_line(0, 2, 1)]
 
 
-def test_bookmia_passages_carry_the_papers_split_by_row_position(tmp_path):
+def test_bookmia_passages_carry_the_papers_split_by_row_position(tmp_path, caplog):
     """The information-guided probes' split of BookMIA (the authors' bookmia_data[:1870] and [1870:]): the
     first validation_rows rows (every non-blank line, a rejected one too) are validation, the rest test;
     a book whose rows straddle the boundary keeps each snippet on its row's side."""
     from memaudit.datasets.published import BOOKMIA_VALIDATION_ROWS, load_bookmia, split_summary
 
     data = ("\n".join(BOOKMIA_SPLIT_LINES) + "\n").encode()
-    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data, validation_rows=6)
+    with caplog.at_level("INFO", logger="memaudit.datasets.published"):
+        path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data, validation_rows=6)
     assert [(p.passage_id, p.meta["split"]) for p in passages] == [
         ("0#0", "validation"), ("0#1", "validation"), ("1#0", "validation"), ("1#1", "validation"),
         ("2#0", "validation"), ("2#1", "test"), ("3#0", "test"), ("3#1", "test"), ("0#2", "test")]
@@ -271,6 +272,7 @@ def test_bookmia_passages_carry_the_papers_split_by_row_position(tmp_path):
     assert split_summary(passages) == ("fixed split (meta.split): 5 validation (3 members), 4 test (2 members) "
                                        "passages; 2 document(s) with passages on both sides (each passage keeps "
                                        "its row's side)")
+    assert caplog.messages == [f"benchmark bo: {split_summary(passages)}"]  # in the dataset job's log
     # validation_rows 0: no fixed split, nothing marked
     _, _, plain, _ = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data, validation_rows=0)
     assert [p.passage_id for p in plain] == [p.passage_id for p in passages]

@@ -332,7 +332,8 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
 
 
 def split_summary(passages: Sequence[Passage]) -> str:
-    """The fixed split of a benchmark's passages in words, for the dataset job's log ("" without one):
+    """The fixed split of a benchmark's passages in words, for the dataset job's log ("" without one;
+    :func:`published_benchmark` logs it):
     passages and members per side, and the documents with passages on both sides (BookMIA's books
     whose rows straddle ``validation_rows``)."""
     sides: dict[str, list[Passage]] = {}
@@ -409,6 +410,8 @@ def published_benchmark(name: str, published: dict, *, seed: int = 13,
             published["path"], strict=bool(published.get("strict", False)),
             validation_rows=int(published.get("validation_rows", BOOKMIA_VALIDATION_ROWS)),
             key=f"benchmarks.{name}.published.validation_rows")
+        if split := split_summary(passages):
+            log.info(f"benchmark {name}: {split}")  # the dataset job's log
     else:
         docs, passages, rejected = _tection_benchmark(name, published)
     if fmt in DECOP_FORMATS:
