@@ -160,6 +160,46 @@ def test_overlap_counts_each_region_of_the_token_types_flags():
     assert summary.overlap(pd.DataFrame(columns=prob.columns)).empty
 
 
+def test_a_fixed_splits_detection_is_reported_on_its_test_passages(tmp_path):
+    """cloze.csv and cloze_overlap.csv report a benchmark with a fixed split (BookMIA's) on its test
+    passages, as the paper does, and say so (split "test"); a benchmark without one on every passage
+    ("all"), its numbers as before. The split reaches the tables from the items through the text tables."""
+    table = pd.DataFrame({"passage_id": ["d1#p0"] * 2, "doc_id": "d1", "label": 1, "measure": "prob",
+                          "word": ["a", "b"], "start": [0, 5], "guess": None, "status": "ok", "rank": [0, 0],
+                          "reconstructed": [True, True]})
+    assert "split" not in runner.text_table(ITEMS[:1], table, ["prob"], min_reconstructed=2).columns
+    marked = runner.text_table([{**ITEMS[0], "split": "test"}], table, ["prob"], min_reconstructed=2)
+    assert marked["split"].tolist() == ["test"] and list(marked.columns)[:4] == ["passage_id", "doc_id", "label",
+                                                                                  "split"]
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    rec = [3, 0, 2, 1, 2, 2, 0, 0]  # flags p0, p2 (members), p4, p5 (non-members)
+    plain = _texts("m", rec, labels)
+    # bm: p0, p1 and p4 are validation passages (p0 and p4 flagged: not reported), the rest test
+    split = ["validation", "validation", "test", "test", "validation", "test", "test", "test"]
+    fixed = _texts("m", rec, labels).assign(benchmark="bm", split=split)
+    paths = [tmp_path / "b.csv", tmp_path / "bm.csv"]
+    plain.to_csv(paths[0], index=False)
+    fixed.to_csv(paths[1], index=False)
+    texts = summary.read_texts([str(p) for p in paths])  # as the summary reads them: split NaN for b
+    detected = summary.detection_table(texts, seed=1).set_index(["benchmark", "method"])
+    # bm's test passages p2 p3 (members) p5 p6 p7: flagged p2 (member), p5 (non-member)
+    row = detected.loc[("bm", "cloze_prob")]
+    assert (row["split"], row["n"], row["n_member"], row["tp"], row["fp"]) == ("test", 5, 2, 1, 1)
+    assert (row["precision"], row["recall"]) == (0.5, 0.5) and row["n_texts"] == 5
+    assert row["rate_member"] == pytest.approx(3 / 8) and row["rate_nonmember"] == pytest.approx(2 / 12)
+    assert detected.loc[("bm", "majority"), "precision"] == pytest.approx(2 / 5)
+    # b: every passage, the numbers of the table without the split column
+    alone = summary.detection_table(plain, seed=1)
+    got = detected.loc["b"].reset_index()
+    assert (got["split"] == "all").all()
+    pd.testing.assert_frame_equal(got.drop(columns="split")[alone.drop(columns=["benchmark", "split"]).columns],
+                                  alone.drop(columns=["benchmark", "split"]), check_dtype=False)
+    regions = summary.overlap(texts).set_index(["benchmark", "region"])
+    assert regions.loc[("bm", "cloze_prob"), ["split", "n_flagged", "n_correct"]].tolist() == ["test", 2, 1]
+    assert regions.loc[("bm", "none"), "n_flagged"] == 3 and regions.loc[("b", "cloze_prob"), "n_flagged"] == 4
+    assert (regions.loc["b", "split"] == "all").all()
+
+
 def test_the_summarys_method_names_are_the_plans_for_the_ci_config():
     """The summary names its rows with plan.method_name, the one naming function the config checks and the
     document tables use: for the ci config's token types, its methods are plan.method_names' (the
@@ -259,6 +299,59 @@ def test_cloze_beside_the_prefix_lcs_baseline_on_the_same_test_texts():
     assert few["n_splits"].eq(0).all() and few["reason"].str.contains("fewer than 2 documents of a class").all()
     with pytest.raises(InputError, match="'zz' is not in the benchmark's prefix items"):
         lcs_of_items([{**items[0], "item_id": "zz"}], pairs)
+
+
+def test_on_a_fixed_split_the_lcs_threshold_is_fitted_on_the_validation_passages_and_scored_on_test():
+    """BookMIA's split (the passages' split, from the loader's meta.split): the prefix-LCS threshold is a
+    logistic regression fitted once on the validation passages (Appendix E), every method is scored on
+    the test passages; a document with passages on both sides (a straddling book) counts on each."""
+    from sklearn.linear_model import LogisticRegression
+
+    from memaudit.probes.cloze.baseline import PREFIX_METHOD, RANDOM_HALVES, versus_prefix
+
+    val_lcs, val_labels = [9, 7, 6, 3, 8, 2, 4, 1, 0, 5], [1] * 5 + [0] * 5
+    test_lcs, test_labels = [8, 2, 6, 5, 1, 7, 3, 0], [1] * 4 + [0] * 4
+    test_flags = [True, False, True, False, False, False, True, False]
+    # documents: validation v0..v9 and test t0..t7, but t0 belongs to v0's document (the straddling book)
+    passages = ([(f"v{i}", f"doc-v{i}", "validation", y, lcs, True) for i, (y, lcs) in
+                 enumerate(zip(val_labels, val_lcs))]  # every validation passage flagged: unused, so no effect
+                + [(f"t{i}", "doc-v0" if i == 0 else f"doc-t{i}", "test", y, lcs, f) for i, (y, lcs, f) in
+                   enumerate(zip(test_labels, test_lcs, test_flags))])
+    lcs = pd.DataFrame([{"passage_id": p, "doc_id": d, "label": y, "lcs": float(v)} for p, d, _, y, v, _ in passages]
+                       + [{"passage_id": "prefix-only", "doc_id": "dz", "label": 1, "lcs": 50.0}])
+    texts = pd.DataFrame([{"benchmark": "bm", "model": "m", "mode": "blackbox", "measure": "prob", "passage_id": p,
+                           "doc_id": d, "label": y, "split": split, "memorised": f}
+                          for p, d, split, y, _, f in passages])
+    table = versus_prefix(texts, {("bm", "m"): lcs}, seed=5).set_index("method")
+    assert list(table.index) == [PREFIX_METHOD, "cloze_prob"]
+    assert (table["split"] == "test").all() and (table["n_splits"] == 1).all() and table["f_beta_sd"].isna().all()
+    assert (table["n_validation"] == 10).all() and (table["n_test"] == 8).all() and (table["reason"] == "").all()
+    # the threshold: sklearn's LogisticRegression fitted by hand on the validation passages alone
+    by_hand = LogisticRegression().fit(np.array(val_lcs, float).reshape(-1, 1), val_labels)
+    prefix = table.loc[PREFIX_METHOD]
+    assert prefix["lcs_threshold"] == pytest.approx(-by_hand.intercept_[0] / by_hand.coef_[0, 0], rel=1e-9)
+    assert prefix["lcs_threshold"] == pytest.approx(4.5, abs=1e-3)
+    # test LCS 8 2 6 5 | 1 7 3 0 against 4.5: flagged t0 t2 t3 (members) and t5 (a non-member)
+    assert list(by_hand.predict(np.array(test_lcs, float).reshape(-1, 1))) == [1, 0, 1, 1, 0, 1, 0, 0]
+    assert (prefix["precision"], prefix["recall"]) == (0.75, 0.75)
+    assert prefix["f_beta"] == pytest.approx(0.75)
+    # the cloze flags on test: t0 t2 (members) and t6 (a non-member); the validation passages' flags unused
+    cloze = table.loc["cloze_prob"]
+    assert (cloze["precision"], cloze["recall"]) == (pytest.approx(2 / 3), 0.5)
+    assert cloze["f_beta"] == pytest.approx(1.01 * (2 / 3) * 0.5 / (0.01 * (2 / 3) + 0.5))
+    assert np.isnan(cloze["lcs_threshold"])
+    # without the split (the demo's benchmarks): the repeated random halves, as before
+    halves = versus_prefix(texts.drop(columns="split"), {("bm", "m"): lcs}, seed=5, n_splits=4)
+    assert (halves["split"] == RANDOM_HALVES).all() and (halves["n_splits"] == 4).all()
+    assert halves["f_beta_sd"].notna().all()
+    # a validation side with one class fits nothing: said in the reason, no numbers
+    one_class = texts.assign(split=["validation" if p.startswith("v") and y == 1 else
+                                    "test" if p.startswith("t") else "neither" for p, y in
+                                    zip(texts["passage_id"], texts["label"])])
+    empty = versus_prefix(one_class, {("bm", "m"): lcs}, seed=5)
+    assert (empty["n_splits"] == 0).all() and empty["precision"].isna().all()
+    assert empty["reason"].str.contains("fixed split: 5 validation and 8 test passages scored by both; no "
+                                        "non-member among the validation passages").all()
 
 
 def _ci() -> dict:

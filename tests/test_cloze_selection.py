@@ -363,6 +363,65 @@ def test_tune_threshold_takes_the_strictest_with_the_target_coverage():
     assert math.isfinite(half.threshold)
 
 
+class FixedScores:
+    """A reference model that gives every candidate of a text the same log-probability (rank -100 x it)."""
+
+    def __init__(self, values: dict[str, float]):
+        self.values = values
+
+    def word_logprobs(self, texts, spans_per_text):
+        return [[{"start": a, "end": b, "first_logprob": self.values[t], "logprob": self.values[t],
+                  "rank": int(-100 * self.values[t]), "aligned": True} for a, b in spans]
+                for t, spans in zip(texts, spans_per_text)]
+
+
+def test_tuned_thresholds_are_fitted_on_the_validation_passages_of_a_fixed_split():
+    """BookMIA's passages carry the paper's split (meta.split): "tune" fits on the validation passages only,
+    as the paper tunes on its 1870 held-out rows; without a split, on every passage (the demo's way)."""
+    from memaudit.errors import InputError
+    from memaudit.probes.cloze.items import build_items, thresholds_for, tuning_passages
+
+    texts = [ISHMAEL, CRUDE, EMMA, "The captain sailed the schooner from Boston to Halifax in November.",
+             "The engineer repaired the turbine at the Denver plant during the storm."]
+    values = dict(zip(texts, [-20.0, -3.0, -22.0, -4.0, -5.0]))
+    splits = ["validation", "test", "validation", "test", "test"]
+    passages = [{"passage_id": f"p{i}", "doc_id": f"d{i}", "label": i % 2, "text": t, "meta": {"split": s}}
+                for i, (t, s) in enumerate(zip(texts, splits))]
+    settings = {"prob_threshold": "tune", "rank_threshold": "tune", "tune_coverage": 0.5, "top_k": 10,
+                "min_reconstructed": 2, "context_chars": 300, "measures": ["prob", "rank", "person"]}
+    reference = FixedScores(values)
+    assert tuning_passages(passages) == [0, 2]
+    logs: list[str] = []
+    items, table = build_items(passages, reference, settings, progress=logs.append)
+    assert all(it["n_candidates"] >= 2 for it in items)
+    # validation values -20 and -22: m = ceil(0.5 x 2) = 1, the lowest second value -22, so just above it;
+    # ranks 2000 and 2200: the highest, 2200 - 1
+    assert all(it["thresholds"] == {"prob": pytest.approx(-21.99), "rank": 2199.0} for it in items)
+    validation = [p["text"] for p in passages if p["meta"]["split"] == "validation"]
+    spans = [[(r.start, r.end) for r in table[table.passage_id == p["passage_id"]].itertuples()]
+             for p in passages if p["meta"]["split"] == "validation"]
+    by_hand = reference.word_logprobs(validation, spans)
+    assert tune_threshold(by_hand, PROB).threshold == pytest.approx(items[0]["thresholds"]["prob"])
+    assert tune_threshold(by_hand, RANK).threshold == items[0]["thresholds"]["rank"]
+    assert [it["split"] for it in items] == splits
+    assert "(tuned on the 2 validation passages of the fixed split)" in logs[1]
+    # half the validation passages (p2, at -22) keep their tokens; no test passage (-3, -4, -5) does
+    for measure in (PROB, RANK):
+        assert [any(t["measure"] == measure for t in it["tokens"]) for it in items] == [False, False, True, False,
+                                                                                      False]
+    # no split (the demo): every passage, m = 3 of 5 -> the third lowest, -5; rank 500 - 1
+    unsplit = [{**p, "meta": {}} for p in passages]
+    assert tuning_passages(unsplit) is None
+    plain, _ = build_items(unsplit, reference, settings, progress=logs.append)
+    assert plain[0]["thresholds"] == {"prob": pytest.approx(-4.99), "rank": 499.0}
+    assert all("split" not in it for it in plain) and "tuned on" not in logs[-1]
+    # numbers given are used as given, split or not; "tune" with no validation passage is an error
+    fixed = {**settings, "prob_threshold": -12, "rank_threshold": 2000}
+    assert thresholds_for(fixed, [], []) == {"prob": -12.0, "rank": 2000.0}
+    with pytest.raises(InputError, match="no validation passage to tune on"):
+        build_items([{**p, "meta": {"split": "test"}} for p in passages], reference, settings, progress=logs.append)
+
+
 # ----------------------------------------------------------------------------- question-answer scope
 
 def test_question_answer_texts_mask_the_question_only(backend):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 import shutil
@@ -78,12 +79,12 @@ def test_a_benchmark_needs_sources_or_published_data_but_not_both():
 
 # --------------------------------------------------------------------------- the published files' shapes
 
-def _load_excerpt(tmp_path, name: str, fmt: str, data: bytes):
+def _load_excerpt(tmp_path, name: str, fmt: str, data: bytes, **options):
     """``(path, documents, passages, rejects)`` of a published-shape excerpt written to ``name``."""
     path = tmp_path / name
     path.write_bytes(data)
     rejects = []
-    docs, passages = published_benchmark(fmt[:2], {"format": fmt, "path": str(path)}, rejects=rejects)
+    docs, passages = published_benchmark(fmt[:2], {"format": fmt, "path": str(path), **options}, rejects=rejects)
     return path, docs, passages, rejects
 
 
@@ -211,7 +212,9 @@ BOOKMIA_EXCERPT = (
 
 
 def test_a_bookmia_file_in_the_published_shape(tmp_path):
-    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", BOOKMIA_EXCERPT.encode("ascii"))
+    # four rows: the paper's 1870 validation rows (the default) would leave no test split
+    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", BOOKMIA_EXCERPT.encode("ascii"),
+                                                  validation_rows=2)
     assert [(d.doc_id, d.title, d.meta["label"], d.meta["n_passages"], d.meta["benchmark"]) for d in docs] == [
         ("0", "Jane Eyre", 1, 2, "bo"), ("3", "Tom Lake", 0, 1, "bo")]
     assert [(p.passage_id, p.text) for p in passages] == [
@@ -221,6 +224,8 @@ def test_a_bookmia_file_in_the_published_shape(tmp_path):
     assert [(r.line, r.key, r.reason, r.action) for r in rejects] == [
         (1, "snippet", "1 NUL character(s) removed (IDs and text are cleaned alike)", "kept"),
         (3, "snippet", "empty or whitespace-only text", "rejected")]
+    # rows 1-2 validation, 3-4 test: the rejected row 3 still holds its place
+    assert [p.meta["split"] for p in passages] == ["validation", "validation", "test"]
 
 
 def test_a_bookmia_document_is_its_snippets_what_a_contaminated_model_is_fine_tuned_on(tmp_path):
@@ -228,12 +233,72 @@ def test_a_bookmia_document_is_its_snippets_what_a_contaminated_model_is_fine_tu
     nothing of it (alone: 'no member text to fine-tune on') and DE-COP paraphrased no passage of it."""
     from memaudit.datasets.build import member_texts
 
-    _, docs, _, _ = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", BOOKMIA_EXCERPT.encode("ascii"))
+    _, docs, _, _ = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", BOOKMIA_EXCERPT.encode("ascii"),
+                                  validation_rows=0)
     assert [d.text for d in docs] == [
         "There was no possibility of taking a walk that day.\n"
         "I was glad of it; I never liked long walks, especially on chilly afternoons \u2014 dreadful.",
         "The cherries came in early that year."]
     assert member_texts([d.to_dict() for d in docs]) == [docs[0].text]
+
+
+def _bookmia_line(book: int, snippet: int, label: int) -> str:
+    return json.dumps({"book_id": book, "book": f"Book {book}", "snippet_id": snippet,
+                       "snippet": f"Snippet {snippet} of book {book}.", "label": label})
+
+
+# rows (0-based position) 0-1 book 0, 2 not JSON (a row all the same), a blank line (no row), 3-4 book 1,
+# 5-6 book 2, 7-8 book 3 and 9 book 0 again: with validation_rows 6 books 0 and 2 straddle the boundary
+BOOKMIA_SPLIT_LINES = [_bookmia_line(0, 0, 1), _bookmia_line(0, 1, 1), "{not json", "",
+                       _bookmia_line(1, 0, 0), _bookmia_line(1, 1, 0), _bookmia_line(2, 0, 1), _bookmia_line(2, 1, 1),
+                       _bookmia_line(3, 0, 0), _bookmia_line(3, 1, 0), _bookmia_line(0, 2, 1)]
+
+
+def test_bookmia_passages_carry_the_papers_split_by_row_position(tmp_path, caplog):
+    """The information-guided probes' split of BookMIA (the authors' bookmia_data[:1870] and [1870:]): the
+    first validation_rows rows (every non-blank line, a rejected one too) are validation, the rest test;
+    a book whose rows straddle the boundary keeps each snippet on its row's side."""
+    from memaudit.datasets.published import BOOKMIA_VALIDATION_ROWS, load_bookmia, split_summary
+
+    data = ("\n".join(BOOKMIA_SPLIT_LINES) + "\n").encode()
+    with caplog.at_level("INFO", logger="memaudit.datasets.published"):
+        path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data, validation_rows=6)
+    assert [(p.passage_id, p.meta["split"]) for p in passages] == [
+        ("0#0", "validation"), ("0#1", "validation"), ("1#0", "validation"), ("1#1", "validation"),
+        ("2#0", "validation"), ("2#1", "test"), ("3#0", "test"), ("3#1", "test"), ("0#2", "test")]
+    assert [p.meta["source_line"] for p in passages] == [1, 2, 5, 6, 7, 8, 9, 10, 11]
+    assert [(r.line, r.action) for r in rejects] == [(3, "rejected")]
+    assert all("split" not in d.meta for d in docs)  # the split is of rows (passages), not of books
+    assert split_summary(passages) == ("fixed split (meta.split): 5 validation (3 members), 4 test (2 members) "
+                                       "passages; 2 document(s) with passages on both sides (each passage keeps "
+                                       "its row's side)")
+    assert caplog.messages == [f"benchmark bo: {split_summary(passages)}"]  # in the dataset job's log
+    # validation_rows 0: no fixed split, nothing marked
+    _, _, plain, _ = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data, validation_rows=0)
+    assert [p.passage_id for p in plain] == [p.passage_id for p in passages]
+    assert all("split" not in p.meta for p in plain) and split_summary(plain) == ""
+    # the loader alone splits nothing unless asked; the benchmark's default is the paper's
+    assert all("split" not in p.meta for p in load_bookmia(path)[1]) and BOOKMIA_VALIDATION_ROWS == 1870
+    # 10 rows: validation_rows 9 leaves one test row, 10 none (an error naming the file and the key)
+    assert [p.meta["split"] for p in _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data,
+                                                   validation_rows=9)[2]][-2:] == ["validation", "test"]
+    for rows in (10, BOOKMIA_VALIDATION_ROWS):
+        with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: 10 rows, but benchmarks\.bo\.published\."
+                                             rf"validation_rows is {rows}: the first {rows} rows are the "
+                                             rf"validation split .* needs more than {rows} rows"):
+            # 1870: the benchmark's default, the paper's
+            _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", data,
+                          **({"validation_rows": rows} if rows == 10 else {}))
+
+
+def test_validation_rows_is_a_bookmia_key():
+    assert validate_config(_config(published={"format": "bookmia", "path": "x.jsonl", "validation_rows": 0}))
+    assert validate_config(_config(published={"format": "bookmia", "path": "x.jsonl", "validation_rows": 1870}))
+    with pytest.raises(ConfigError, match=r"benchmarks\.bt\.published\.validation_rows: only format bookmia has a "
+                                          r"fixed validation split by row"):
+        validate_config(_config(published={"format": "booktection", "path": "x.csv", "validation_rows": 10}))
+    with pytest.raises(ConfigError, match=r"validation_rows"):
+        validate_config(_config(published={"format": "bookmia", "path": "x.jsonl", "validation_rows": -1}))
 
 
 @pytest.mark.slow

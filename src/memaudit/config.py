@@ -454,6 +454,9 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
         problems.append(f"{where}.strict: only formats {', '.join(REJECTS_FORMATS)} skip unusable rows")
     if "text_key" in published and fmt != "member_texts":
         problems.append(f"{where}.text_key: only format member_texts names its text field")
+    if "validation_rows" in published and fmt != "bookmia":
+        problems.append(f"{where}.validation_rows: only format bookmia has a fixed validation split by row "
+                        f"(the information-guided probes' first 1870 BookMIA rows)")
     if "labels" in published and fmt != "copybench":
         problems.append(f"{where}.labels: only format copybench takes its labels from a title,label file "
                         f"(the others carry theirs)")

@@ -11,7 +11,11 @@ is UTF-8 with a byte-order mark and CRLF line ends, quotes a field only where it
 1549 rows (50 papers, 25 suspect), one option that is a single space (line 615,
 ``Example_A``) and one record spanning four lines (630-633). BookMIA rows are single snippets
 (``book_id``, ``book``, ``snippet_id``, ``snippet``, ``label``, 1 = member), to be paraphrased;
-real snippets contain NUL bytes.
+real snippets contain NUL bytes. The information-guided probes' paper splits BookMIA by row: "a
+validation set of 1870 examples from BookMIA ... held out separately from the 8000 examples we
+evaluate on" (the authors' ``get_bookmia``: ``bookmia_data[:1870]`` and ``[1870:]``); each
+snippet's passage says which side of that split its row is on (``meta.split``, see
+:func:`load_bookmia`).
 
 Published-data policy (:mod:`memaudit.datasets.rejects`, as for every published format): a row
 the loader cannot use is skipped, never the file, and listed as a rejected row naming the file,
@@ -35,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from memaudit.config import DECOP_FORMATS, REJECTS_FORMATS
 from memaudit.datasets.labelled import check_label, csv_get, csv_records, json_getter, parquet_records, text_key
@@ -52,7 +56,7 @@ from memaudit.datasets.rejects import (
     read_text,
     require_rows,
 )
-from memaudit.datasets.types import Document, Passage
+from memaudit.datasets.types import TEST, VALIDATION, Document, Passage
 from memaudit.errors import InputError
 
 TECTION_COLUMNS = ("Example_A", "Example_B", "Example_C", "Example_D", "Answer", "ID", "Label")
@@ -65,7 +69,12 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # A published format's own version, beside DATASET_VERSION (memaudit.versions.dataset_code_version):
 # bump a format's with a change to its loader's records, and only its benchmarks' datasets rerun.
 # bookmia 1: a book's document text is its snippets (it was empty: nothing to fine-tune on or paraphrase).
-FORMAT_VERSIONS = {"bookmia": 1}
+# bookmia 2: each passage says whether its row is in the paper's validation split or its test split
+# (meta.split; published.validation_rows, default 1870).
+FORMAT_VERSIONS = {"bookmia": 2}
+# The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
+# rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
+BOOKMIA_VALIDATION_ROWS = 1870
 # The published formats of the information-guided probes and of the KTD paper's labelled-text sets
 # (memaudit.datasets.labelled), read by cloze_published
 CLOZE_FORMATS = tuple(f for f in REJECTS_FORMATS if f not in ("copybench", *DECOP_FORMATS))
@@ -261,18 +270,37 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
 
 # ----------------------------------------------------------------------------- BookMIA
 
-def load_bookmia(path: str | Path, *, strict: bool = False) -> tuple[list[Document], list[Passage], list[Rejected]]:
+def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int = 0,
+                 key: str = "published.validation_rows") -> tuple[list[Document], list[Passage], list[Rejected]]:
     """``(documents, passages, rejected)`` of a BookMIA JSON-lines file: one document per ``book_id``
     (its text: the book's snippets in file order, what DE-COP paraphrases and a model with the benchmark in
     its ``members_of`` is fine-tuned on), one passage per snippet (``<book_id>#<snippet_id>``). ``book_id`` and ``snippet_id`` may be
     whole numbers or text; ``label`` must be the number 0 or 1. Rejected: a line that is not a
     JSON object, a missing or mistyped field, an empty snippet, a repeated ``snippet_id`` of a
     book (the later copies) and every snippet of a book given both labels; NULs are removed from
-    every text field alike (noted as ``kept``). A book's title is its first row's."""
+    every text field alike (noted as ``kept``). A book's title is its first row's.
+
+    ``validation_rows`` > 0: the paper's fixed split by row position. A row is every non-blank
+    line, rejected ones included (the authors index the dataset's rows, whatever memaudit rejects);
+    the passage of one of the first ``validation_rows`` rows gets ``meta.split`` "validation",
+    of a later row "test". A book whose rows straddle the boundary keeps each snippet on its
+    row's side, as the paper's split does: the split is of passages, not of documents, and a
+    document carries no split. A file of at most ``validation_rows`` rows (no test split) is an
+    :class:`InputError` naming the file and ``key``, never a split with nothing to report on.
+    ``validation_rows`` 0: no split, no ``meta.split``."""
+    if validation_rows < 0:
+        raise InputError(f"{key}: {validation_rows} is negative (0: no fixed split)")
     log = RejectLog(strict)
     path, text = read_text(path, "a BookMIA JSON-lines file")
+    records = list(json_lines(text))
+    if validation_rows and len(records) <= validation_rows:
+        raise InputError(f"{path}: {len(records)} rows, but {key} is {validation_rows}: the first "
+                         f"{validation_rows} rows are the validation split and the test split is the rest, so "
+                         f"the file needs more than {validation_rows} rows (set {key} to 0 for no fixed split)")
+    # row position (0-based, every non-blank line) by line number: the paper's split is by position
+    position = {line: i for i, (line, _) in enumerate(records)}
     rows = []
-    for line, record in json_lines(text):
+    for line, record in records:
         notes: Notes = []
         try:
             if isinstance(record, RowReject):
@@ -295,9 +323,31 @@ def load_bookmia(path: str | Path, *, strict: bool = False) -> tuple[list[Docume
         doc = docs.setdefault(row["doc_id"], Document(row["doc_id"], "bookmia", row["book"], "", "book", "",
                                                       {"label": row["label"]}))
         doc.text = f"{doc.text}\n{row['snippet']}" if doc.text else row["snippet"]
+        meta = {"source_file": str(path), "source_line": row["line"]}
+        if validation_rows:
+            meta["split"] = VALIDATION if position[row["line"]] < validation_rows else TEST
         passages.append(Passage(f"{row['doc_id']}#{row['snippet_id']}", row["doc_id"], row["label"], row["snippet"],
-                                doc.title, "", {"source_file": str(path), "source_line": row["line"]}))
+                                doc.title, "", meta))
     return sorted(docs.values(), key=lambda d: d.doc_id), passages, rejected
+
+
+def split_summary(passages: Sequence[Passage]) -> str:
+    """The fixed split of a benchmark's passages in words, for the dataset job's log ("" without one;
+    :func:`published_benchmark` logs it):
+    passages and members per side, and the documents with passages on both sides (BookMIA's books
+    whose rows straddle ``validation_rows``)."""
+    sides: dict[str, list[Passage]] = {}
+    for p in passages:
+        if p.meta.get("split"):
+            sides.setdefault(p.meta["split"], []).append(p)
+    if not sides:
+        return ""
+    docs = {side: {p.doc_id for p in ps} for side, ps in sides.items()}
+    both = set.intersection(*docs.values()) if len(docs) > 1 else set()
+    counts = ", ".join(f"{len(sides.get(side, []))} {side} ({sum(p.label == 1 for p in sides.get(side, []))} "
+                       f"members)" for side in (VALIDATION, TEST))
+    return (f"fixed split (meta.split): {counts} passages; {len(both)} document(s) with passages on both "
+            f"sides (each passage keeps its row's side)")
 
 
 # ----------------------------------------------------------------------------- benchmarks
@@ -339,7 +389,9 @@ def published_benchmark(name: str, published: dict, *, seed: int = 13,
 
     BookTection/arXivTection: one document per ``ID`` (its text: the verbatim passages), one passage
     per question (the verbatim option), so the token-probability probes score the same passages
-    DE-COP asks about. BookMIA: one document per book, one passage per snippet. ``Label``/``label``
+    DE-COP asks about. BookMIA: one document per book, one passage per snippet, marked as in the
+    validation or the test split by its row (``validation_rows``, default
+    :data:`BOOKMIA_VALIDATION_ROWS`, the paper's 1870; 0: unmarked). ``Label``/``label``
     1 (suspect) becomes member, 0 (clean) non-member. ``nyt``, ``articles``, ``qa``: see
     :func:`cloze_published`; ``copybench``: :func:`copybench_published_benchmark`. Every format's
     rejected rows are appended to ``rejects`` (write them with
@@ -354,7 +406,12 @@ def published_benchmark(name: str, published: dict, *, seed: int = 13,
     elif fmt == "bookmia":
         if not published.get("path"):
             raise InputError(f"benchmarks.{name}.published.path: BookMIA is read from a local JSONL file")
-        docs, passages, rejected = load_bookmia(published["path"], strict=bool(published.get("strict", False)))
+        docs, passages, rejected = load_bookmia(
+            published["path"], strict=bool(published.get("strict", False)),
+            validation_rows=int(published.get("validation_rows", BOOKMIA_VALIDATION_ROWS)),
+            key=f"benchmarks.{name}.published.validation_rows")
+        if split := split_summary(passages):
+            log.info(f"benchmark {name}: {split}")  # the dataset job's log
     else:
         docs, passages, rejected = _tection_benchmark(name, published)
     if fmt in DECOP_FORMATS:

@@ -13,6 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# A passage's meta["split"] in a benchmark with a fixed split (BookMIA's first 1870 rows, the
+# information-guided probes' validation split; memaudit.datasets.published): thresholds are fitted on
+# the validation passages and detection is reported on the test passages. Absent: no fixed split.
+VALIDATION, TEST = "validation", "test"
+
 
 @dataclass
 class Document:

@@ -1,12 +1,13 @@
 """The prefix-probing baseline of the information-guided probes (Section 4, Appendix E).
 
-A model gets the first 50 words of a passage (the prefix probe's ``prefix_words``, for every
-benchmark: the NYT set's own Exhibit J prefix stays in its documents' ``meta``, unused) after an
-instruction and continues it; the continuation is compared with the
-original by the number of words in their longest common *subsequence* (LCS, Karamolegkou et
-al. 2023a, as Appendix E describes it), on lowercased alphanumeric words. A logistic
-regression fitted on the validation split's LCS values (label: memorised, i.e. member)
-predicts memorised texts on the test split.
+A model gets the first 50 words of a passage (the prefix probe's ``prefix_words``; on the NYT set
+the set's own Exhibit J prefix, whole, from its passages' ``meta``, and the LCS is counted against
+the first ``continuation_words`` words of its completion, as :mod:`memaudit.datasets.prefix` cuts
+them) after an instruction and continues it; the continuation is compared with the original by
+the number of words in their longest common *subsequence* (LCS, Karamolegkou et al. 2023a, as
+Appendix E describes it), on lowercased alphanumeric words. A logistic regression fitted on the
+validation split's LCS values (label: memorised, i.e. member) predicts memorised texts on the
+test split (:func:`versus_prefix`: BookMIA's fixed split, else repeated random halves).
 
 Prompts (Appendix E): ``Please complete the following text with more than 150 words:``
 (fiction; the instruction the existing prefix probe already uses,
@@ -26,6 +27,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from memaudit.datasets.types import TEST, VALIDATION
 from memaudit.errors import InputError
 from memaudit.probes.cloze.plan import method_name
 from memaudit.probes.overlap import lcs_length
@@ -103,7 +105,10 @@ def fit_lcs_threshold(lcs: Sequence[float], memorised: Sequence[int | bool]) -> 
 # ----------------------------------------------------------------------------- beside the cloze probes
 
 PREFIX_METHOD = "prefix_lcs"
-VERSUS_COLUMNS = ["benchmark", "model", "method", "mode", "n_splits", "n_validation", "n_test", "precision",
+# split: the passages scored, "test" (a fixed split's test passages, the threshold fitted on its
+# validation passages) or "random_halves" (the seeded stratified halves of the documents)
+RANDOM_HALVES = "random_halves"
+VERSUS_COLUMNS = ["benchmark", "model", "method", "mode", "split", "n_splits", "n_validation", "n_test", "precision",
                   "recall", "f_beta", "f_beta_sd", "lcs_threshold", "reason"]
 
 
@@ -131,16 +136,21 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
     """The cloze probes' detection beside the prefix-LCS baseline's, on the same test texts.
 
     ``texts``: the cloze text tables (``benchmark``, ``model``, ``mode``, ``measure``,
-    ``passage_id``, ``doc_id``, ``label``, ``memorised``); ``lcs``: per (benchmark, model) the
-    prefix probe's :func:`lcs_of_items`. On the passages both probes scored, documents are split
-    ``n_splits`` times (seeded, stratified by label: ``sklearn.model_selection.StratifiedShuffleSplit``)
-    into a validation part, on which the LCS threshold is fitted (:func:`fit_lcs_threshold`,
-    Appendix E), and a test part, on which both are scored: precision, recall and F-beta
-    (beta = 0.1) pool the splits' test passages (counts summed), and ``f_beta_sd`` is the spread
-    of the per-split F-beta. The paper fits on one validation split (BookMIA's first 1870 rows);
-    a demo benchmark of tens of documents gives one split's F-beta a wide spread, hence the
-    repeated splits. The cloze flag needs no fitting (at
-    least ``min_reconstructed`` tokens), so its validation part goes unused.
+    ``passage_id``, ``doc_id``, ``label``, ``memorised``; ``split`` where the benchmark has a fixed
+    one); ``lcs``: per (benchmark, model) the prefix probe's :func:`lcs_of_items`.
+
+    Where the passages carry a fixed split (BookMIA's: its first 1870 rows are validation, the
+    rest test, ``published.validation_rows``), the paper's protocol: the LCS threshold is fitted
+    once (:func:`fit_lcs_threshold`, Appendix E) on the validation passages both probes scored,
+    and both are scored on the test passages (``split`` "test", ``n_splits`` 1, ``f_beta_sd``
+    NaN). Otherwise, on the passages both probes scored, documents are split ``n_splits`` times
+    (seeded, stratified by label: ``sklearn.model_selection.StratifiedShuffleSplit``) into a
+    validation part, on which the LCS threshold is fitted, and a test part, on which both are
+    scored (``split`` "random_halves"): precision, recall and F-beta (beta = 0.1) pool the
+    splits' test passages (counts summed), and ``f_beta_sd`` is the spread of the per-split
+    F-beta. A benchmark without a fixed split (the demo's: tens of documents, where one split's
+    F-beta is a lottery) gets the repeated splits. The cloze flag needs no fitting (at least
+    ``min_reconstructed`` tokens), so its validation part goes unused.
     """
     from sklearn.model_selection import StratifiedShuffleSplit
 
@@ -157,13 +167,18 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
         lead = {"benchmark": benchmark, "model": model}
         cloze_keys = sorted(set(zip(mine["mode"], mine["measure"])))
         methods = [(PREFIX_METHOD, "generation")] + [(method_name(measure), mode) for mode, measure in cloze_keys]
+        flags = {key: block.set_index("passage_id")["memorised"].reindex(common).fillna(False).astype(bool)
+                 for key, block in mine.groupby(["mode", "measure"])}
+        split = fixed_split(mine)
+        if split is not None:
+            rows += _on_fixed_split(lead, methods, prefix, flags, split.reindex(common), beta=beta)
+            continue
+        lead["split"] = RANDOM_HALVES
         if docs.value_counts().reindex([0, 1], fill_value=0).min() < 2:
             rows += [{**lead, "method": method, "mode": mode, "n_splits": 0,
                       "reason": f"{len(common)} passages of {len(docs)} documents scored by both: fewer than "
                                 "2 documents of a class to split"} for method, mode in methods]
             continue
-        flags = {key: block.set_index("passage_id")["memorised"].reindex(common).fillna(False).astype(bool)
-                 for key, block in mine.groupby(["mode", "measure"])}
         splitter = StratifiedShuffleSplit(n_splits=n_splits, test_size=1 - validation_fraction, random_state=seed)
         # per method, each split's (labels, flags) of its test passages
         tests: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {m: [] for m in methods}
@@ -193,6 +208,52 @@ def versus_prefix(texts: pd.DataFrame, lcs: Mapping[tuple[str, str], pd.DataFram
                          "lcs_threshold": _median_finite(thresholds) if method == PREFIX_METHOD else np.nan,
                          "reason": ""})
     return pd.DataFrame(rows, columns=VERSUS_COLUMNS)
+
+
+def fixed_split(texts: pd.DataFrame) -> pd.Series | None:
+    """Each passage's side of its benchmark's fixed split (``validation`` or ``test``, by
+    ``passage_id``; the cloze items' ``split``, from the loader's ``meta.split``), or ``None``
+    where the passages carry none."""
+    if "split" not in texts.columns:
+        return None
+    marked = texts.dropna(subset=["split"])
+    marked = marked[marked["split"].astype(str) != ""]
+    if marked.empty:
+        return None
+    return marked.groupby("passage_id")["split"].first()
+
+
+def _on_fixed_split(lead: dict, methods: Sequence[tuple[str, str]], prefix: pd.DataFrame,
+                    flags: Mapping[tuple[str, str], pd.Series], split: pd.Series, *, beta: float) -> list[dict]:
+    """:func:`versus_prefix`'s rows on a fixed split: the LCS threshold fitted once on the validation
+    passages, every method scored on the test passages (the paper's protocol, Appendix E)."""
+    from memaudit.probes.cloze.tables import prf
+
+    lead = {**lead, "split": TEST}
+    fit = prefix[(split == VALIDATION).to_numpy()]
+    test = prefix[(split == TEST).to_numpy()]
+    sizes = {"n_validation": float(len(fit)), "n_test": float(len(test))}
+    classes = fit["label"].value_counts().reindex([0, 1], fill_value=0)
+    if test.empty or classes.min() == 0:
+        missing = ("no test passage to score" if test.empty else
+                   f"no {'member' if classes[1] == 0 else 'non-member'} among the validation passages to fit "
+                   "the LCS threshold on")
+        return [{**lead, "method": method, "mode": mode, "n_splits": 0, **sizes,
+                 "reason": f"fixed split: {len(fit)} validation and {len(test)} test passages scored by both; "
+                           f"{missing}"} for method, mode in methods]
+    threshold = fit_lcs_threshold(fit["lcs"], fit["label"])
+    y = test["label"].to_numpy(dtype=int)
+    predicted = {(PREFIX_METHOD, "generation"): np.asarray(threshold.predict(test["lcs"]), dtype=bool)}
+    for (mode, measure), flag in flags.items():
+        predicted[(method_name(measure), mode)] = flag.loc[test.index].to_numpy()
+    rows = []
+    for method, mode in methods:
+        scored = prf(y, predicted[(method, mode)], beta=beta)
+        rows.append({**lead, "method": method, "mode": mode, "n_splits": 1, **sizes,
+                     "precision": scored["precision"], "recall": scored["recall"], "f_beta": scored["fbeta"],
+                     "f_beta_sd": np.nan, "lcs_threshold": threshold.threshold if method == PREFIX_METHOD else np.nan,
+                     "reason": ""})
+    return rows
 
 
 def _median_finite(values: Sequence[float]) -> float:

@@ -11,7 +11,10 @@ guess from context alone (§3, "Accounting for context using knowledge filters")
 A threshold given as ``"tune"`` is fitted on the benchmark's own texts by
 :func:`~memaudit.probes.cloze.select.tune_threshold`, which reads no labels (so it cannot fit the
 member split it is later tested on); the value used is written in every item and in the
-candidates table. A passage left with fewer than ``min_reconstructed`` tokens of a type is kept,
+candidates table. In a benchmark with a fixed split (each passage's ``meta.split``: BookMIA's first
+1870 rows are the paper's validation split) it is fitted on the validation passages only, as the
+paper tunes on its held-out 1870 rows, and each item records its passage's ``split`` for the
+tables that report on the test passages. A passage left with fewer than ``min_reconstructed`` tokens of a type is kept,
 with ``too_few_tokens`` as its reason for that type: it can never be flagged, and the tables count it.
 
 A question-answer passage (``meta.question`` opens its text, as :func:`memaudit.datasets.qa.render_qa`
@@ -32,6 +35,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from memaudit.datasets.types import VALIDATION
+from memaudit.errors import InputError
 from memaudit.io import read_jsonl, write_csv, write_jsonl
 from memaudit.probes.cloze.candidates import cloze_context, extract_candidates_many, spans
 from memaudit.probes.cloze.select import MEASURES, PERSON, PROB, RANK, select_surprisal_tokens, tune_threshold
@@ -55,13 +60,28 @@ def mask_limit(passage: dict, qa_scope: str = "question") -> tuple[int, str]:
     return len(text), "text"
 
 
-def thresholds_for(settings: dict, scores: Sequence[Sequence[dict]]) -> dict[str, float]:
-    """The Prob and Rank thresholds: the configured numbers, or tuned (label-free) where ``"tune"``."""
+def tuning_passages(passages: Sequence[dict]) -> list[int] | None:
+    """The indices of the passages a ``"tune"`` threshold is fitted on: in a benchmark with a fixed
+    split (a passage's ``meta.split``), its validation passages; else ``None``, every passage."""
+    splits = [(p.get("meta") or {}).get("split") for p in passages]
+    if not any(splits):
+        return None
+    return [i for i, split in enumerate(splits) if split == VALIDATION]
+
+
+def thresholds_for(settings: dict, scores: Sequence[Sequence[dict]],
+                   tune_on: Sequence[int] | None = None) -> dict[str, float]:
+    """The Prob and Rank thresholds: the configured numbers, or tuned (label-free) where ``"tune"``, on
+    the texts ``tune_on`` indexes (:func:`tuning_passages`; ``None``: every text)."""
+    tuning = scores if tune_on is None else [scores[i] for i in tune_on]
     out = {}
     for measure, key in ((PROB, "prob_threshold"), (RANK, "rank_threshold")):
         value = settings[key]
         if value == "tune":
-            value = tune_threshold(scores, measure, target_coverage=settings["tune_coverage"],
+            if not tuning:
+                raise InputError(f"cloze {key}: tune, but the benchmark's fixed split has no validation passage "
+                                 f"to tune on (published.validation_rows)")
+            value = tune_threshold(tuning, measure, target_coverage=settings["tune_coverage"],
                                    min_tokens=settings["min_reconstructed"]).threshold
         out[measure] = float(value)
     return out
@@ -85,8 +105,12 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
              + (f" ({sum(left_out)} more in question-answer texts' choices and answer lines left out: "
                 f"qa_scope question)" if sum(left_out) else ""))
     scores = reference.word_logprobs(texts, [spans(c) for c in candidates])
-    thresholds = thresholds_for(settings, scores)
-    progress(f"thresholds: log-probability < {thresholds[PROB]}, rank > {thresholds[RANK]:.0f}")
+    tune_on = tuning_passages(passages)
+    thresholds = thresholds_for(settings, scores, tune_on)
+    tuned = "tune" in (settings["prob_threshold"], settings["rank_threshold"])
+    progress(f"thresholds: log-probability < {thresholds[PROB]}, rank > {thresholds[RANK]:.0f}"
+             + (f" (tuned on the {len(tune_on)} validation passages of the fixed split)"
+                if tuned and tune_on is not None else ""))
     measures = [m for m in MEASURES if m in settings["measures"]]
     selected = [{m: select_surprisal_tokens(c, s, m, prob_threshold=thresholds[PROB],
                                             rank_threshold=thresholds[RANK], k=settings["top_k"])
@@ -105,8 +129,10 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     for i, p in enumerate(passages):
         kept = [t for t in tokens[i] if (i, t["start"]) not in dropped]
         counts = {m: sum(t["measure"] == m for t in kept) for m in measures}
+        split = (p.get("meta") or {}).get("split")
         items.append({"passage_id": p["passage_id"], "doc_id": p["doc_id"], "label": int(p["label"]),
-                      "text": p["text"], "n_candidates": len(candidates[i]), "mask_scope": limits[i][1],
+                      **({"split": split} if split else {}), "text": p["text"], "n_candidates": len(candidates[i]),
+                      "mask_scope": limits[i][1],
                       "n_out_of_scope": left_out[i], "tokens": kept,
                       "n_filtered": len(tokens[i]) - len(kept),
                       "reasons": {m: TOO_FEW for m, n in counts.items() if n < settings["min_reconstructed"]},

@@ -89,14 +89,16 @@ def token_table(items: Sequence[dict], tokens: Sequence[tuple[int, dict]], answe
 
 def text_table(items: Sequence[dict], tokens: pd.DataFrame, measures: Sequence[str], *,
                min_reconstructed: int) -> pd.DataFrame:
-    """One row per (passage, token type): counts, memorised flag, mean reciprocal rank, reason."""
+    """One row per (passage, token type): counts, memorised flag, mean reciprocal rank, reason; and the
+    passage's ``split`` where the benchmark has a fixed one (an item's ``split``: no column without)."""
     rows = []
     for it in items:
         for m in measures:
             mine = tokens[(tokens["passage_id"] == it["passage_id"]) & (tokens["measure"] == m)]
             ranks = mine["rank"].dropna().to_numpy(float)
             n_rec = int(mine["reconstructed"].sum())
-            rows.append({"passage_id": it["passage_id"], "doc_id": it["doc_id"], "label": it["label"], "measure": m,
+            rows.append({"passage_id": it["passage_id"], "doc_id": it["doc_id"], "label": it["label"],
+                         **({"split": it["split"]} if "split" in it else {}), "measure": m,
                          "n_tokens": len(mine), "n_reconstructed": n_rec,
                          "n_invalid": int((mine["status"] == "invalid").sum()),
                          "n_refusal": int((mine["status"] == "refusal").sum()),

@@ -28,7 +28,9 @@ causal LM, which scores the word from the text to its *left* only (nothing ships
 scores both sides). A word that the right context gives away (a name introduced just after)
 can therefore look surprising here and not to BERT, and the log-probabilities sit on another
 scale than BERT's, which is why the thresholds are parameters and :func:`tune_threshold` fits
-them, without labels, on the benchmark's own texts rather than taking -12 and 2000 as given.
+them, without labels, on the benchmark's own texts (its validation passages where it has a fixed
+split, as BookMIA has: :func:`memaudit.probes.cloze.items.thresholds_for`) rather than taking -12
+and 2000 as given.
 """
 
 from __future__ import annotations
@@ -156,10 +158,12 @@ def tune_threshold(scores: Sequence[Sequence[Mapping]], measure: str, *, target_
     ``scores``: per validation text, the reference model's records for its candidates. The paper
     tunes its thresholds on a held-out split (the first 1870 BookMIA rows, §4 and App. A) without
     saying on what; here the criterion needs no labels, so it cannot fit the member/non-member
-    split it is later tested on. Its reasoning: a reconstructed word is evidence of memorisation
-    only as far as it was hard to guess, so the threshold should be as strict as possible; but a
-    text is flagged only when at least two of its tokens are reconstructed (§4.1), so a text with
-    fewer than ``min_tokens`` selected tokens can never be flagged. The tuned threshold keeps
+    split it is later tested on, and the caller passes the validation texts where the benchmark has
+    a fixed split (BookMIA's), every text where it has none. Its reasoning: a reconstructed word is
+    evidence of memorisation only as far as it was hard to guess, so the threshold should be as
+    strict as possible; but a text is flagged only when at least two of its tokens are
+    reconstructed (§4.1), so a text with fewer than ``min_tokens`` selected tokens can never be
+    flagged. The tuned threshold keeps
     ``min_tokens`` tokens in ``target_coverage`` of the texts (default: half, the median text),
     and it transfers to any reference model (a causal LM's log-probabilities are not on BERT's
     scale, module docstring).

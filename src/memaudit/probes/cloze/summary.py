@@ -7,7 +7,10 @@
     ``min_reconstructed`` of its tokens are reconstructed) as the paper reports it: precision,
     recall and F-beta with beta = 0.1 (Tables 2-3, ``sklearn.metrics.precision_recall_fscore_support``),
     after the reference rows on the same passages (majority: every passage flagged; random: seeded
-    coin flips; random_expected: the coin's expectation).
+    coin flips; random_expected: the coin's expectation). On a benchmark with a fixed split
+    (BookMIA's: the first 1870 rows validation, ``published.validation_rows``) on its test
+    passages only, as the paper reports (column ``split`` "test"; "all" elsewhere):
+    :func:`reported_passages`.
 ``results/summary/cloze_differences.csv``
     contaminated model minus its base on the same masked words (paired per passage: the
     reconstruction rate), members and non-members apart, with a 95% paired bootstrap interval
@@ -16,11 +19,12 @@
 ``results/summary/cloze_vs_prefix.csv``
     where the prefix probe ran on the same (benchmark, model): the cloze probes' precision,
     recall and F-beta beside the prefix-LCS baseline's (Appendix E: a logistic-regression LCS
-    threshold fitted on a validation part), on the same test texts over seeded splits
-    (:func:`memaudit.probes.cloze.baseline.versus_prefix`).
+    threshold fitted on a validation part), on the same test texts: a fixed split's (``split``
+    "test"), else over seeded splits (:func:`memaudit.probes.cloze.baseline.versus_prefix`).
 ``results/summary/cloze_overlap.csv``
     Figure 2 as a table: per (benchmark, model, mode), how many passages each combination of
-    token types flags (and how many of them are members).
+    token types flags (and how many of them are members); the passages of ``cloze.csv``
+    (``split``).
 ``results/summary/cloze_by_size.csv`` and ``results/figures/cloze/recovery_by_size.png``
     Figure 3: per (benchmark, mode, token type), the share of masked words each local model
     reconstructs against its parameter count (from its ``manifest.json``), members and
@@ -39,6 +43,7 @@ from typing import Collection, Sequence
 import numpy as np
 import pandas as pd
 
+from memaudit.datasets.types import TEST
 from memaudit.io import write_csv
 from memaudit.probes.cloze.plan import method_name
 from memaudit.stats.metrics import independent_difference, paired_difference
@@ -59,17 +64,34 @@ def _rate(block: pd.DataFrame) -> float:
 
 
 GROUP = ["benchmark", "model", "mode"]
+ALL = "all"  # the split column of a benchmark without a fixed split: every passage is reported on
+
+
+def reported_passages(texts: pd.DataFrame) -> pd.DataFrame:
+    """The text-table rows the detection tables report on, with ``split`` saying which: on a benchmark
+    whose passages carry a fixed split (BookMIA's, the loader's ``meta.split``) its test passages,
+    "test" (the paper tunes on the validation split and reports on the test split); on any other
+    every passage, "all"."""
+    if "split" in texts.columns:
+        marked = texts["split"].notna() & texts["split"].astype(str).ne("")
+        fixed = texts["benchmark"].isin(set(texts.loc[marked, "benchmark"]))
+        texts = texts[~fixed | (texts["split"] == TEST)]
+        return texts.assign(split=np.where(fixed[texts.index], TEST, ALL))
+    return texts.assign(split=ALL)
 
 
 def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
     """Per (benchmark, model, mode): the majority and random reference rows, then one row per token type
     (method ``cloze_<type>``: :func:`memaudit.probes.cloze.plan.method_name`) with precision, recall and F-beta of the memorised flag
-    (:func:`memaudit.probes.cloze.tables.detection_table`), its counts and its reconstruction rates."""
+    (:func:`memaudit.probes.cloze.tables.detection_table`), its counts and its reconstruction rates, on
+    the :func:`reported_passages` (``split``)."""
     from memaudit.probes.cloze.tables import detection_table as prf_table
 
+    texts = reported_passages(texts)
     texts = texts.assign(method=texts["measure"].map(method_name))
     predictions = texts.rename(columns={"doc_id": "document", "passage_id": "doc_id", "memorised": "flagged"})
-    table = prf_table(predictions[[*GROUP, "method", "doc_id", "label", "flagged"]], by=GROUP, beta=BETA, seed=seed)
+    table = prf_table(predictions[[*GROUP, "split", "method", "doc_id", "label", "flagged"]], by=[*GROUP, "split"],
+                      beta=BETA, seed=seed)
     rows = []
     for (benchmark, model, mode, method), block in texts.groupby([*GROUP, "method"], sort=True):
         rows.append({"benchmark": benchmark, "model": model, "mode": mode, "method": method, "n_texts": len(block),
@@ -132,19 +154,20 @@ DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "pairing", "mode", "measure"
 def overlap(texts: pd.DataFrame) -> pd.DataFrame:
     """Figure 2 as a table: per (benchmark, model, mode), every exclusive region of the token types'
     flagged passages (:func:`memaudit.probes.cloze.tables.overlap_table`): how many passages exactly
-    those types flag, and how many of them are members."""
+    those types flag, and how many of them are members; on the :func:`reported_passages` (``split``)."""
     from memaudit.probes.cloze.tables import overlap_table
 
+    lead = [*GROUP, "split"]
     frames = []
-    for (benchmark, model, mode), block in texts.groupby(GROUP, sort=True):
+    for (benchmark, model, mode, split), block in reported_passages(texts).groupby(lead, sort=True):
         predictions = block.assign(method=block["measure"].map(method_name)).rename(
             columns={"doc_id": "document", "passage_id": "doc_id", "memorised": "flagged"})
         table = overlap_table(predictions[["method", "doc_id", "label", "flagged"]])
-        frames.append(table.assign(benchmark=benchmark, model=model, mode=mode))
+        frames.append(table.assign(benchmark=benchmark, model=model, mode=mode, split=split))
     if not frames:
-        return pd.DataFrame(columns=[*GROUP, "region", "n_flagged", "n_correct"])
+        return pd.DataFrame(columns=[*lead, "region", "n_flagged", "n_correct"])
     out = pd.concat(frames, ignore_index=True)
-    return out[[*GROUP, *[c for c in out.columns if c not in GROUP]]]
+    return out[[*lead, *[c for c in out.columns if c not in lead]]]
 
 
 def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
