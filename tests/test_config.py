@@ -497,6 +497,15 @@ def test_a_labels_file_renamed_after_a_finished_dataset_stops_the_workflow(tmp_p
     cfg["probes"]["token_prob"]["benchmarks"].append("mine")
     (workdir / "config/mine.yaml").write_text(yaml.safe_dump(cfg))
     run = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    # a label the job finds wrong: its one line on the console, no traceback under it
+    good = (tmp_path / "labels.csv").read_text()
+    (tmp_path / "labels.csv").write_text(good.replace("Book1.txt,1", "Book1.txt,yes"))
+    proc = subprocess.run([*run, "results/datasets/mine/documents.jsonl", "--configfile", "config/mine.yaml"],
+                          cwd=workdir, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert (f"[benchmark_dataset benchmark=mine] InputError: {tmp_path / 'labels.csv'}, line 3, column label: 'yes' "
+            "is not 0 or 1 (1 = member)\n") in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "labels.csv").write_text(good)
     proc = subprocess.run([*run, "results/datasets/mine/documents.jsonl", "--configfile", "config/mine.yaml"],
                           cwd=workdir, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -80,9 +80,11 @@ def stop_on_sigterm() -> None:
 def log_uncaught_errors(logger: logging.Logger) -> None:
     """Write the error that ends a job into its log too (Python prints it only to stderr).
 
-    A :class:`~memaudit.errors.MemauditError` -- a full disk, a permission, an
-    interrupted job -- is one line naming the file and what to do; anything else
-    keeps its traceback.
+    A :class:`~memaudit.errors.MemauditError` -- bad input naming its file, line and
+    key, a full disk, a permission, an interrupted job -- is that one line, in the log
+    and on the console (the logger's two handlers), and no traceback: the line says
+    what to fix, and a traceback under it buried it. Anything else keeps its
+    traceback. The job still exits with status 1.
     """
     from memaudit.errors import MemauditError
 
@@ -91,7 +93,8 @@ def log_uncaught_errors(logger: logging.Logger) -> None:
     def hook(exc_type, exc, tb):
         if isinstance(exc, MemauditError):
             logger.error("%s: %s", exc_type.__name__, exc)
-        elif not isinstance(exc, KeyboardInterrupt):
+            return
+        if not isinstance(exc, KeyboardInterrupt):
             logger.error("job failed", exc_info=(exc_type, exc, tb))
         previous(exc_type, exc, tb)
 
