@@ -123,7 +123,10 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["check_config", "my.yaml"]) == 2  # a typo is named, with the command meant
     assert capsys.readouterr().err == (f"memaudit: error: unknown command 'check_config'; did you mean 'check-config'? "
                                        f"(commands: {commands}; memaudit --help)\n")
-    assert main([]) == 2 and capsys.readouterr().out.startswith("The ``memaudit`` command line.")
+    assert main([]) == 2 and capsys.readouterr().out.startswith("usage: memaudit COMMAND [ARGS]")
+    from memaudit import __version__
+
+    assert main(["--version"]) == 0 and capsys.readouterr().out == f"memaudit {__version__}\n"
     rows = []
     for model, auc in (("m1", 0.93), ("(none)", 0.51)):
         rows.append({"benchmark": "b", "model": model, "contaminated": model == "m1",

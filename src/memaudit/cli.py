@@ -1,11 +1,11 @@
-"""The ``memaudit`` command line.
+"""usage: memaudit COMMAND [ARGS]   (memaudit COMMAND --help for each; memaudit --version)
 
     memaudit fetch-assets [--dest resources/demo]       fetch the Debian demo packages
     memaudit stats --input scores.csv --score-col score --label-col label
                                                         membership statistics for any scores
     memaudit headline [--summary results/summary/metrics.csv]
-                                                        the demo's headline numbers
-    memaudit serve (--path DIR | --builtin NAME | --hub-id ID --revision REV) [--port 8000]
+                                                        a run's headline numbers and ground-truth checks
+    memaudit serve (--path DIR | --builtin NAME | --hub-id ID --revision REV | --scripted FILE) [--port 8000]
                                                         a local model behind the OpenAI API
     memaudit estimate-cost --config CONFIG --plan PLAN.jsonl
                                                         what planned API requests will cost
@@ -119,7 +119,7 @@ COMMANDS = {"check-config": _check_config, "dvc-stage": _dvc_stage, "fetch-asset
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         import difflib
 
         close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memaudit: error: unknown command {argv[0]!r}{hint} (commands: {', '.join(sorted(COMMANDS))}; "
               f"memaudit --help)", file=sys.stderr)
         return 2
+    if argv and argv[0] == "--version":
+        from memaudit import __version__
+
+        print(f"memaudit {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
