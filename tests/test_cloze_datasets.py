@@ -377,12 +377,27 @@ def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
         ("notes.docx", 0, "(file)", "not a .txt or .pdf file (.docx)"),
         ("scan.pdf", 0, "(file)", "no text layer in its 1 page(s) (a scanned PDF? run OCR first)"),
         ("undated.txt", 0, "date", "no date: list it in dates.csv (file,date) or start the file with a line "
-                                   "'Date: YYYY-MM-DD'"),
+                                   "'Date: YYYY-MM-DD'; its first line is 'The city council voted 7 to 2 on Tuesday'"),
     ]
     assert got[1][3].startswith("not a readable PDF (")
     with pytest.raises(InputError, match=r"bad-date\.txt, line 1, key Date: first line: '2022-02-30' is not a "
                                          r"valid date \(10 rows rejected in all\)$"):
         build_articles(folder, "2023-01-01", strict=True)
+
+
+def test_an_undated_article_says_where_its_date_was_looked_for(tmp_path):
+    """Only the first line is read for a date: a blank one, or a Date: line further down, is said."""
+    folder = tmp_path / "archive"
+    _write(folder / "blank.txt", "\nDate: 2022-01-01\n" + ARTICLE)
+    _write(folder / "headline.txt", "Council votes\n\nDate: 2022-01-01\n" + ARTICLE)
+    _write(folder / "empty-first.txt", "   \n" + ARTICLE)
+    _write(folder / "dated.txt", "Date: 2022-01-01\n" + ARTICLE)
+    _write(folder / "later.txt", "Date: 2024-01-01\nA different text altogether about the harbour and its boats.")
+    _, _, rejected = build_articles(folder, "2023-01-01")
+    reasons = {Path(r.file).name: r.reason.split("'Date: YYYY-MM-DD'")[1] for r in rejected if r.action == "rejected"}
+    assert reasons == {"blank.txt": "; its line 2 is a Date: line, but only the first line is read",
+                       "headline.txt": "; its line 3 is a Date: line, but only the first line is read",
+                       "empty-first.txt": "; its first line is blank"}
 
 
 def test_a_dates_row_with_more_fields_than_its_header_is_rejected_not_cut(tmp_path):
@@ -397,7 +412,8 @@ def test_a_dates_row_with_more_fields_than_its_header_is_rejected_not_cut(tmp_pa
         ("articles/later", "later", 0), ("articles/vote", "Vote held, count delayed", 1)]
     assert [(Path(r.file).name, r.line, r.key, r.value, r.reason) for r in rejected if r.action == "rejected"] == [
         ("budget.txt", 0, "date", "''", "no date: list it in dates.csv (file,date) or start the file with a line "
-                                        "'Date: YYYY-MM-DD'"),
+                                        "'Date: YYYY-MM-DD'; its first line is 'The city council voted 7 to 2 on "
+                                        "Tuesday'"),
         ("dates.csv", 2, "(record)", "'budget.txt,2022-05-01,Budget passes, senate says'",
          "4 fields, the header has 3 (quote a title that holds a comma)")]
 

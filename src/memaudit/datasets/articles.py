@@ -163,6 +163,17 @@ def _read_txt(path: Path) -> tuple[str, str | None]:
     return text, None
 
 
+def _first_lines(path: Path) -> str:
+    """Where a ``.txt`` article without a date was looked at: a ``Date:`` line further down (only the
+    first line is read), else what its first line is."""
+    lines = path.read_bytes()[:4000].decode("utf-8-sig", errors="replace").split("\n")
+    later = next((n for n, line in enumerate(lines[1:10], 2) if _DATE_LINE.match(line.strip())), None)
+    if later is not None:
+        return f"; its line {later} is a Date: line, but only the first line is read"
+    first = lines[0].strip()
+    return "; its first line is blank" if not first else f"; its first line is {first[:40]!r}"
+
+
 def _article_date(path: Path, header_date: str | None, listed: _Dated | None) -> dt.date:
     """The article's date from dates.csv or its ``Date:`` line, which must agree when both are given."""
     own = None
@@ -175,7 +186,8 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
         raise RowReject("Date", header_date, f"{DATES_FILE} line {listed.line} says {listed.date}, "
                         f"the file's Date: line says {own}")
     if listed is None and own is None:
-        how = "or start the file with a line 'Date: YYYY-MM-DD'" if path.suffix.lower() == ".txt" else ""
+        how = (f"or start the file with a line 'Date: YYYY-MM-DD'{_first_lines(path)}"
+               if path.suffix.lower() == ".txt" else "")
         raise RowReject("date", "", f"no date: list it in {DATES_FILE} (file,date) {how}".strip())
     return listed.date if listed is not None else own
 
