@@ -227,6 +227,37 @@ def test_a_length_floor_for_an_api_paraphraser_is_an_error_not_ignored():
     assert validate_config(ok)["probes"]["decop"]["paraphrase"]["min_length"] == 0.9
 
 
+def test_local_sampling_keys_for_an_api_paraphraser_are_errors_and_have_no_default():
+    """probes.decop.paraphrase.top_k, top_p and prefix are read by a local paraphraser's sampling only
+    (an API model samples as its API does); absent, they add nothing to the jobs' params."""
+    gpt = {"backend": "openai", "api": {"model_id": "gpt-x", "base_url": "http://localhost:8000/v1"}}
+
+    def mutate(c):
+        c["models"]["gpt"] = dict(gpt)
+        c["probes"]["decop"]["paraphrase"].update(model="gpt", top_k=50, top_p=0.95, prefix="paraphrase: ")
+    tail = ("but the paraphraser 'gpt' is an API model, which samples as its API does (only a local paraphraser "
+            "reads {}); remove the key or paraphrase with a local model")
+    assert bad(mutate).splitlines() == [
+        "config key probes.decop.paraphrase.top_k: 50, " + tail.format("top_k"),
+        "config key probes.decop.paraphrase.top_p: 0.95, " + tail.format("top_p"),
+        "config key probes.decop.paraphrase.prefix: 'paraphrase: ', " + tail.format("prefix")]
+    ok = copy.deepcopy(CI)
+    ok["models"]["gpt"] = dict(gpt)
+    ok["probes"]["decop"]["paraphrase"].update(model="gpt")
+    settings = validate_config(ok)["probes"]["decop"]["paraphrase"]
+    assert not {"top_k", "top_p", "prefix"} & set(settings)  # no default: the ci's params are as before
+    ok = copy.deepcopy(CI)
+    ok["probes"]["decop"]["paraphrase"].update(top_k=40, top_p=0.9)  # the ci's local SmolLM2 reads them
+    assert {k: validate_config(ok)["probes"]["decop"]["paraphrase"][k] for k in ("top_k", "top_p")} == \
+        {"top_k": 40, "top_p": 0.9}
+    for key, value, why in (("top_p", 0, "must be > 0, not the number 0"),
+                            ("top_p", 1.5, "must be <= 1, not the number 1.5"),
+                            ("top_k", -1, "must be >= 0, not the number -1"),
+                            ("prefix", 3, "must be a string, not the number 3")):
+        assert bad(lambda c: c["probes"]["decop"]["paraphrase"].update({key: value})) == \
+            f"config key probes.decop.paraphrase.{key}: {why}"
+
+
 def test_a_decop_mode_asking_for_more_passages_than_its_items_have_is_an_error():
     # first_passages took the 3 there were and the mode probed fewer passages than its config said
     def mutate(c):

@@ -264,6 +264,9 @@ def test_local_paraphrases_from_smollm2_are_seeded_sized_and_only_as_many_as_ask
                                                     "batch_size": 4})
     assert (held.min_length, held.temperature, held.batch_size, held.seed) == (0.9, 0.7, 4, 3)
     assert held.describe()["min_length"] == 0.9 and "min_length" not in way.describe()
+    # what each item records (meta) is as before: top-p only where it is on
+    assert way.describe() == {"paraphraser": "smollm2-135m", "prompt": "single", "temperature": 0.7, "top_k": 50}
+    assert (held.top_k, held.top_p) == (50, 1.0) and "top_p" not in held.describe()
     assert set(held.newline_ids()) >= {tok.convert_tokens_to_ids("Ċ"), tok.convert_tokens_to_ids("ĊĊ")}
     # min_length 0.9: no end token (nor, the passages being one paragraph, a line break) before 0.9 of
     # each passage's tokens; a sentence about the rewriting may still cut a candidate shorter (and QC

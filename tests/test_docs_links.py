@@ -325,7 +325,8 @@ def test_every_results_path_the_docs_name_is_a_rule_output():
 
 # The settings section of each probe page that lists its block's keys one by one.
 PROBE_SETTINGS = {"token_prob.md": ("probes", "token_prob"), "prefix.md": ("probes", "prefix"),
-                  "ktd.md": ("probes", "ktd"), "copybench.md": ("probes", "copybench")}
+                  "ktd.md": ("probes", "ktd"), "copybench.md": ("probes", "copybench"),
+                  "decop.md": ("probes", "decop", "paraphrase")}
 
 
 def settings_gaps(page: Path, block: tuple[str, ...]) -> list[str]:

@@ -230,3 +230,39 @@ def test_barred_ids_are_held_back_until_the_floor_and_only_for_their_prompt(mode
     assert ours[1][0] == _generate_greedy(model, tok, prompts[2], 12)
     with pytest.raises(ValueError, match="give both"):
         sample(model, prompts[1:], [1, 1], [12, 12], barred_ids=[[barred], []], **kwargs)
+
+
+def test_top_p_draws_from_the_nucleus_generate_would_keep():
+    """``_next_tokens`` with top-p against transformers' warpers in generate()'s order (temperature,
+    top-k, top-p): the same tokens possible, each as often (20,000 draws a row); top-p 1.0 is off."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from memaudit.models.sampling import _next_tokens
+
+    logits = torch.randn(4, 40, generator=torch.Generator().manual_seed(0)) * 2
+    n = 20000
+    for temperature, top_k, top_p in ((1.0, 50, 0.5), (1.9, 10, 0.95), (0.7, 0, 0.8), (1.9, 50, 0.95)):
+        warped = TemperatureLogitsWarper(temperature)(None, logits.clone())
+        if top_k:
+            warped = TopKLogitsWarper(top_k)(None, warped)
+        reference = torch.softmax(TopPLogitsWarper(top_p)(None, warped), -1)
+        drawn = _next_tokens(logits.repeat_interleave(n, 0), temperature, top_k,
+                             torch.Generator().manual_seed(1), top_p).view(4, n)
+        freq = torch.stack([torch.bincount(row, minlength=40) for row in drawn]).double() / n
+        assert not ((freq > 0) & (reference == 0)).any()  # nothing outside the nucleus
+        assert (freq - reference).abs().max() < 0.015, (temperature, top_k, top_p)
+        assert (reference > 0).sum(1).max() > 1  # a nucleus of several tokens was sampled from
+    off = _next_tokens(logits, 1.0, 50, torch.Generator().manual_seed(2))
+    assert torch.equal(_next_tokens(logits, 1.0, 50, torch.Generator().manual_seed(2), 1.0), off)
+
+
+def test_top_p_reaches_the_sampler_and_a_tiny_nucleus_is_greedy(model_and_prompts):
+    from memaudit.models.sampling import sample
+
+    model, tok, prompts = model_and_prompts
+    kwargs = dict(eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id, temperature=1.0, top_k=50, seed=5)
+    greedy = [_generate_greedy(model, tok, p, 10) for p in prompts]
+    assert sample(model, prompts, [2, 2, 2], [10, 10, 10], top_p=1e-6, **kwargs) == [[g, g] for g in greedy]
+    wide = sample(model, prompts, [2, 2, 2], [10, 10, 10], **kwargs)
+    assert sample(model, prompts, [2, 2, 2], [10, 10, 10], top_p=1.0, **kwargs) == wide
+    assert sample(model, prompts, [2, 2, 2], [10, 10, 10], top_p=0.5, **kwargs) != wide

@@ -1,4 +1,4 @@
-"""Batched top-k sampling on the CPU with continuous batching: a row leaves the moment it is done
+"""Batched top-k (and top-p) sampling on the CPU with continuous batching: a row leaves the moment it is done
 and waiting prompts take its place.
 
 ``generate()`` keeps every row of a batch running until the longest one ends: a batch of
@@ -42,12 +42,19 @@ def _pad_prompts(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
     return ids, mask
 
 
-def _next_tokens(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator) -> torch.Tensor:
+def _next_tokens(logits: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator,
+                 top_p: float = 1.0) -> torch.Tensor:
+    """One token per row: greedy at ``temperature`` 0 or ``top_k`` 1, else drawn from the ``top_k``
+    most likely tokens at ``temperature`` and, with ``top_p`` < 1, from the fewest of those whose
+    probability reaches ``top_p`` (the nucleus: a token is kept while the tokens more likely than it
+    hold less than ``top_p``), in ``generate()``'s order: temperature, top-k, top-p."""
     logits = logits.float()
     if temperature <= 0 or top_k == 1:
         return logits.argmax(-1)
     values, index = logits.topk(min(top_k, logits.shape[-1]), dim=-1) if top_k else logits.sort(-1, descending=True)
     probs = torch.softmax(values / temperature, dim=-1)
+    if top_p < 1.0:  # values are sorted, most likely first; the first token always stays
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)
     pick = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return index.gather(-1, pick[:, None]).squeeze(-1)
 
@@ -195,8 +202,8 @@ def _prefill(model, group: Sequence[Sequence[int]], pad_id: int, device):
 
 @torch.inference_mode()
 def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], max_new_tokens: Sequence[int], *,
-           eos_ids: Sequence[int], pad_id: int, temperature: float = 0.7, top_k: int = 50, seed: int = 0,
-           done: Callable[[int, list[int]], bool] | None = None, check_every: int = 4,
+           eos_ids: Sequence[int], pad_id: int, temperature: float = 0.7, top_k: int = 50, top_p: float = 1.0,
+           seed: int = 0, done: Callable[[int, list[int]], bool] | None = None, check_every: int = 4,
            max_rows: int = 64, repetition_penalty: float = 1.0,
            min_new_tokens: Sequence[int] | None = None, barred_ids: Sequence[Sequence[int]] | None = None,
            processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[list[list[int]]]:
@@ -205,7 +212,8 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     Prompts are admitted in the order given (sort them by length to waste less padding), at
     most ``max_rows`` samples decoding at once. ``done(i, tokens)`` (optional) is asked every
     ``check_every`` steps whether a sample of prompt ``i`` is complete, e.g. long enough and at
-    a sentence end. ``temperature`` 0 or ``top_k`` 1 is greedy decoding. Deterministic for a
+    a sentence end. ``temperature`` 0 or ``top_k`` 1 is greedy decoding; ``top_p`` < 1 samples
+    from the nucleus of the top-k tokens (1.0: off; :func:`_next_tokens`). Deterministic for a
     seed and the same inputs.
 
     ``min_new_tokens[i]`` (optional): a sample of prompt ``i`` may not end before it has that many
@@ -290,7 +298,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
                 for r, i in short:
                     if barred_ids is not None and len(barred_ids[i]):
                         logits[r, torch.as_tensor(barred_ids[i], device=logits.device)] = float("-inf")
-        nxt = _next_tokens(logits, temperature, top_k, generator).cpu()
+        nxt = _next_tokens(logits, temperature, top_k, generator, top_p).cpu()
         is_eos = torch.isin(nxt, eos).tolist()
         if penalise:
             seen.scatter_(1, nxt[:, None].to(device), True)

@@ -127,7 +127,9 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
 
 def make_paraphraser(config: dict, name: str, *, model_dir: str | Path | None = None, rule: str | None = None):
     """The configured paraphrasing model (the ``paraphraser`` role): a local instruct model (one
-    paraphrase per request, sampled at ``paraphrase.temperature``) or an API/served model with the
+    paraphrase per request, sampled at ``paraphrase.temperature``), a local encoder-decoder
+    paraphrase model such as T5 (``paraphrase.prefix`` + passage, sampled by ``generate()``; see
+    :func:`memaudit.probes.decop.paraphrase.local_paraphraser`) or an API/served model with the
     paper's prompts."""
     from memaudit.backends import is_api_model, open_backend
 
@@ -137,7 +139,6 @@ def make_paraphraser(config: dict, name: str, *, model_dir: str | Path | None = 
         from memaudit.probes.decop.paraphrase import BackendParaphraser
 
         return BackendParaphraser(backend, name=name, temperature=float(settings["temperature"]))
-    from memaudit.probes.decop.paraphrase import LocalParaphraser
+    from memaudit.probes.decop.paraphrase import local_paraphraser
 
-    return LocalParaphraser.from_settings(backend.model, backend.tokenizer, name=name, settings=settings,
-                                          seed=int(config["seed"]))
+    return local_paraphraser(backend.model, backend.tokenizer, name=name, settings=settings, seed=int(config["seed"]))

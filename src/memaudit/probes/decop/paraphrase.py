@@ -3,7 +3,9 @@
 Real runs ask Claude or GPT with the paper's prompts (Appendix B, temperature 0.1,
 one reply holding "Example B: ... Example C: ... Example D: ..."). The demo asks
 the local instruct model for one paraphrase at a time (it cannot follow the
-three-in-one format), sampled, in batches.
+three-in-one format), sampled, in batches. A local encoder-decoder paraphrase
+model (the KTD paper's T5) reads "paraphrase: <passage>" and is sampled by
+``generate()`` (:class:`Seq2SeqParaphraser`).
 
 Quality control (:func:`check_paraphrase`) rejects a candidate that is empty,
 identical or near-identical to the passage or to an accepted paraphrase, far off
@@ -172,21 +174,57 @@ def trim_to_length(candidate: str, original: str, *, stop_at: float = 0.9, cut_c
     return "\n\n".join(" ".join(p) for p in paragraphs.values())
 
 
+# What a local paraphraser samples with where ``probes.decop.paraphrase`` does not say (the keys have no
+# schema default, so a config without them keeps its jobs' params): top-k 50, as the sampler always
+# had; top-p 1.0, off; an encoder-decoder model's input prefix, the T5 paraphrasers' "paraphrase: ".
+DEFAULT_TOP_K = 50
+DEFAULT_TOP_P = 1.0
+DEFAULT_PREFIX = "paraphrase: "
+
+
+def local_paraphraser(model, tokenizer, *, name: str, settings: dict, seed: int):
+    """The paraphraser a local model makes with ``probes.decop.paraphrase`` (``settings``, schema
+    defaults filled): an encoder-decoder model (``model.config.is_encoder_decoder``, e.g. the KTD
+    paper's T5) a :class:`Seq2SeqParaphraser`, a causal instruct model a :class:`LocalParaphraser`.
+
+    A key only the other kind reads is a :class:`~memaudit.errors.ConfigError` naming it, not
+    ignored: ``prefix`` with a causal model (it is asked through its chat template), ``min_length``
+    with an encoder-decoder model (its samples end where it likes).
+    """
+    from memaudit.errors import ConfigError
+    from memaudit.models.loading import is_encoder_decoder
+
+    if is_encoder_decoder(model):
+        if float(settings.get("min_length", 0)) > 0:
+            raise ConfigError(f"probes.decop.paraphrase.min_length: {settings['min_length']}, but the paraphraser "
+                              f"{name!r} is an encoder-decoder model ({model.config.model_type}), which samples "
+                              f"through generate() without a length floor; remove the key")
+        return Seq2SeqParaphraser.from_settings(model, tokenizer, name=name, settings=settings, seed=seed)
+    if settings.get("prefix") is not None:
+        raise ConfigError(f"probes.decop.paraphrase.prefix: {settings['prefix']!r}, but the paraphraser {name!r} is "
+                          f"a causal model, asked through its chat template; only an encoder-decoder paraphraser "
+                          f"(T5) reads the prefix; remove the key")
+    return LocalParaphraser.from_settings(model, tokenizer, name=name, settings=settings, seed=seed)
+
+
 class LocalParaphraser:
-    """A local instruct model, one paraphrase per sample (top-k), batched; see :mod:`memaudit.models.sampling`."""
+    """A local instruct model, one paraphrase per sample (top-k, top-p), batched; see
+    :mod:`memaudit.models.sampling`."""
 
     def __init__(self, model, tokenizer, *, name: str, temperature: float = 0.7, batch_size: int = 8,
-                 seed: int = 0, top_k: int = 50, stop_at: float = 0.9, min_length: float = 0.0):
+                 seed: int = 0, top_k: int = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P, stop_at: float = 0.9,
+                 min_length: float = 0.0):
         self.model, self.tokenizer = model, tokenizer
         self.name, self.temperature, self.batch_size, self.seed = name, temperature, batch_size, seed
-        self.top_k, self.stop_at, self.min_length = top_k, stop_at, float(min_length)
+        self.top_k, self.top_p, self.stop_at, self.min_length = top_k, float(top_p), stop_at, float(min_length)
         self._newlines: list[int] | None = None
 
     @classmethod
     def from_settings(cls, model, tokenizer, *, name: str, settings: dict, seed: int) -> "LocalParaphraser":
         """The paraphraser ``probes.decop.paraphrase`` (``settings``, schema defaults filled) describes."""
         return cls(model, tokenizer, name=name, temperature=float(settings["temperature"]),
-                   batch_size=int(settings["batch_size"]), seed=seed, min_length=float(settings["min_length"]))
+                   batch_size=int(settings["batch_size"]), seed=seed, min_length=float(settings["min_length"]),
+                   top_k=int(settings.get("top_k", DEFAULT_TOP_K)), top_p=float(settings.get("top_p", DEFAULT_TOP_P)))
 
     def newline_ids(self) -> list[int]:
         """The vocabulary's tokens that hold a line break (barred, with the end tokens, from a
@@ -197,7 +235,10 @@ class LocalParaphraser:
         return self._newlines
 
     def describe(self) -> dict:
+        """The settings each item records (``meta``); ``top_p`` and ``min_length`` only where they are on."""
         out = {"paraphraser": self.name, "prompt": "single", "temperature": self.temperature, "top_k": self.top_k}
+        if self.top_p < 1:
+            out["top_p"] = self.top_p
         return {**out, "min_length": self.min_length} if self.min_length > 0 else out
 
     def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
@@ -254,7 +295,8 @@ class LocalParaphraser:
         try:
             samples = sample(self.model, [prompt_ids[i] for i in order], [wanted[i] for i in order],
                              [int(words[i] * 1.4 * 1.3) + 8 for i in order], eos_ids=sorted(eos), pad_id=pad,
-                             temperature=self.temperature, top_k=self.top_k, max_rows=self.batch_size,
+                             temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                             max_rows=self.batch_size,
                              min_new_tokens=None if floors is None else [floors[i] for i in order],
                              barred_ids=None if barred is None else [barred[i] for i in order],
                              seed=self.seed * 7919 + attempt * 104729, done=lambda row, ids: done(order[row], ids))
@@ -265,6 +307,102 @@ class LocalParaphraser:
                 text = trim_commentary(clean_candidate(tok.decode(ids, skip_special_tokens=True)), texts[i])
                 # a sample held back from ending writes its comment inline, not after a blank line
                 outs[i].append(trim_to_length(text, texts[i], stop_at=self.stop_at, cut_commentary=self.min_length > 0))
+        return outs
+
+
+class Seq2SeqParaphraser:
+    """An encoder-decoder paraphrase model, e.g. the KTD paper's T5 (``humarin/chatgpt_paraphraser_on_T5_base``):
+    its encoder reads ``prefix`` + passage ("paraphrase: ", as the model card prompts it) and
+    ``generate()`` samples each candidate (top-k, top-p, temperature; the paper's Appendix A.4: 50,
+    0.95, 1.9), passages in batches of at most ``batch_size`` sampled rows (a passage that wants
+    more goes alone).
+
+    Candidates are used as decoded (less wrapping quotes, :func:`clean_candidate`): a paraphrase model
+    writes no commentary to trim, and quality control judges each as it is. A sample ends at the end
+    token or after 1.6 times its batch's longest passage's tokens plus 8 (1.6: quality control's
+    default upper length ratio; a longer paraphrase would be rejected). One beam whatever the
+    checkpoint's generation config says; its other settings apply as ``generate()`` reads them.
+    """
+
+    def __init__(self, model, tokenizer, *, name: str, temperature: float = 1.0, top_k: int = DEFAULT_TOP_K,
+                 top_p: float = DEFAULT_TOP_P, prefix: str = DEFAULT_PREFIX, batch_size: int = 8, seed: int = 0):
+        self.model, self.tokenizer = model, tokenizer
+        self.name, self.temperature, self.top_k, self.top_p = name, float(temperature), int(top_k), float(top_p)
+        self.prefix, self.batch_size, self.seed = prefix, batch_size, seed
+
+    @classmethod
+    def from_settings(cls, model, tokenizer, *, name: str, settings: dict, seed: int) -> "Seq2SeqParaphraser":
+        """The paraphraser ``probes.decop.paraphrase`` (``settings``, schema defaults filled) describes."""
+        return cls(model, tokenizer, name=name, temperature=float(settings["temperature"]),
+                   top_k=int(settings.get("top_k", DEFAULT_TOP_K)), top_p=float(settings.get("top_p", DEFAULT_TOP_P)),
+                   prefix=str(settings.get("prefix", DEFAULT_PREFIX)), batch_size=int(settings["batch_size"]),
+                   seed=seed)
+
+    def describe(self) -> dict:
+        return {"paraphraser": self.name, "prompt": "seq2seq", "prefix": self.prefix, "temperature": self.temperature,
+                "top_k": self.top_k, "top_p": self.top_p}
+
+    def encode(self, text: str) -> list[int]:
+        """The encoder's input for a passage: ``prefix`` + passage with the tokenizer's special tokens
+        (T5's closing ``</s>``), as the model was trained."""
+        return list(self.tokenizer(self.prefix + text)["input_ids"])
+
+    def candidates(self, texts: Sequence[str], lengths: Sequence[int], attempt: int,
+                   wanted: Sequence[int] | None = None) -> list[list[str]]:
+        """``wanted[i]`` candidates for text ``i`` (default three): ``num_return_sequences`` of
+        ``generate()`` for a batch of passages that want as many, shortest first.
+
+        Seeded like :class:`LocalParaphraser` (by the paraphraser's seed, the round ``attempt`` and the
+        batch), the global random state left as it was: the same inputs give the same candidates.
+        Temperature 0 or top-k 1 decodes greedily, one candidate repeated (quality control rejects
+        the repeats as duplicates).
+        """
+        import torch
+
+        tok = self.tokenizer
+        wanted = [3] * len(texts) if wanted is None else list(wanted)
+        encoded = [self.encode(t) for t in texts]
+        limits = [int(1.6 * len(tok(t, add_special_tokens=False)["input_ids"])) + 8 for t in texts]
+        order = sorted((i for i in range(len(texts)) if wanted[i] > 0), key=lambda i: (wanted[i], len(encoded[i])))
+        batches: list[list[int]] = []
+        for i in order:
+            last = batches[-1] if batches else None
+            if last and wanted[last[0]] == wanted[i] and (len(last) + 1) * wanted[i] <= self.batch_size:
+                last.append(i)
+            else:
+                batches.append([i])
+        greedy = self.temperature <= 0 or self.top_k == 1
+        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": self.temperature,
+                                                         "top_k": self.top_k, "top_p": self.top_p}
+        eos = tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        device = next(self.model.parameters()).device
+        # the random state generate() draws from is seeded here and restored after each batch
+        rng_devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
+        outs: list[list[str]] = [[] for _ in texts]
+        # as LocalParaphraser: token-by-token decoding on one thread
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for b, batch in enumerate(batches):
+                width = max(len(encoded[i]) for i in batch)
+                ids = torch.tensor([encoded[i] + [pad] * (width - len(encoded[i])) for i in batch], device=device)
+                mask = torch.tensor([[1] * len(encoded[i]) + [0] * (width - len(encoded[i])) for i in batch],
+                                    device=device)
+                n = 1 if greedy else wanted[batch[0]]
+                with torch.random.fork_rng(devices=rng_devices), torch.inference_mode():
+                    torch.manual_seed(self.seed * 7919 + attempt * 104729 + b)
+                    seqs = self.model.generate(input_ids=ids, attention_mask=mask, num_beams=1,
+                                               num_return_sequences=n, max_new_tokens=max(limits[i] for i in batch),
+                                               pad_token_id=pad, **sampling)
+                rows = seqs[:, 1:].tolist()  # after the decoder's start token
+                for k, i in enumerate(batch):
+                    for row in rows[k * n:(k + 1) * n]:
+                        new = row[:row.index(eos)] if eos in row else row
+                        text = clean_candidate(tok.decode(new, skip_special_tokens=True))
+                        outs[i].extend([text] * (wanted[i] if greedy else 1))
+        finally:
+            torch.set_num_threads(threads)
         return outs
 
 

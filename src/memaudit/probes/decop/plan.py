@@ -9,6 +9,9 @@ from memaudit.config import for_benchmark, per_benchmark_problems
 from memaudit.jobs import job_settings, probe_runs
 from memaudit.probes.registry import FAMILIES
 
+# Keys of probes.decop.paraphrase that only a local paraphraser's sampling reads (beside min_length)
+LOCAL_SAMPLING_KEYS = ("top_k", "top_p", "prefix")
+
 # Algorithm 1's 30 unseen books (Section 4.1): the default where the config names no number
 DEFAULT_CALIBRATION_DOCUMENTS = 30
 
@@ -61,9 +64,9 @@ def check_config(config: dict) -> list[str]:
     configured benchmarks (or ``default``) only; ``paraphrase.length_ratio`` is a range, its lower
     bound first (reversed, quality control rejected every paraphrase, after paying for them all); a
     mode's ``passages_per_document`` is at most the items' on benchmarks whose items are built here
-    (above it, the mode quietly probed fewer passages than it said); ``paraphrase.min_length`` is set
-    only for a local paraphraser (an API one is asked for the length by the paper's prompt and never
-    reads the key)."""
+    (above it, the mode quietly probed fewer passages than it said); ``paraphrase.min_length``,
+    ``top_k``, ``top_p`` and ``prefix`` are set only for a local paraphraser (an API one is asked for
+    the length by the paper's prompt, samples as its API does and never reads these keys)."""
     from memaudit.probes.registry import role_model
 
     problems = per_benchmark_problems(config, "decop", "calibration_documents")
@@ -77,6 +80,13 @@ def check_config(config: dict) -> list[str]:
         problems.append(f"probes.decop.paraphrase.min_length: {floor}, but the paraphraser {paraphraser!r} is an "
                         f"API model, which only a local paraphraser's sampling reads (the paper's prompt asks an "
                         f"API model for the length); remove the key or paraphrase with a local model")
+    if paraphraser in config["models"] and is_api_model(config["models"][paraphraser]):
+        for key in LOCAL_SAMPLING_KEYS:  # no schema default: present only where the config sets them
+            value = config["probes"]["decop"]["paraphrase"].get(key)
+            if value is not None:
+                problems.append(f"probes.decop.paraphrase.{key}: {value!r}, but the paraphraser {paraphraser!r} is "
+                                f"an API model, which samples as its API does (only a local paraphraser reads "
+                                f"{key}); remove the key or paraphrase with a local model")
     made = config["probes"]["decop"]["passages_per_document"]
     for mode in FAMILIES["decop"].modes:
         wanted = (config["probes"].get(f"decop_{mode}") or {}).get("passages_per_document")

@@ -11,8 +11,12 @@ then new ones from the same paraphraser with the same settings and the same qual
 Why the same paraphraser and settings, not the paper's T5 at temperature 1.9 for the extra ones:
 W averages m knockoffs drawn at random from the pool, and the draws are exchangeable only if the
 whole pool comes from one distribution; a pool of three careful paraphrases and seven hot ones
-would make W depend on which ones a draw picked. Name the T5 paraphraser as DE-COP's to get the
-paper's knockoffs throughout.
+would make W depend on which ones a draw picked. For the paper's knockoffs throughout, make its T5
+(``humarin/chatgpt_paraphraser_on_T5_base``, a model entry by hub id) DE-COP's paraphraser with
+``probes.decop.paraphrase`` ``temperature: 1.9``, ``top_k: 50`` and ``top_p: 0.95``: an
+encoder-decoder paraphraser is sampled by ``generate()`` from "paraphrase: <passage>"
+(:class:`memaudit.probes.decop.paraphrase.Seq2SeqParaphraser`; docs/probes/ktd.md, "The paper's
+T5 paraphraser").
 
 Why a second file, not more paraphrases in DE-COP's items: raising KTD's m then reruns this
 top-up and KTD, never DE-COP's probes (their items file is untouched).
