@@ -235,3 +235,18 @@ def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():
         "benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): only its dataset is built",
         "models.zz-lonely: no probe runs it and no role, reference, base or control names it: it is prepared for "
         "nothing (add it to a probe's models list, or remove it)"]
+
+
+def test_a_role_left_to_the_first_local_model_by_name_is_named_in_a_warning():
+    from memaudit.jobs import defaulted_roles, load_config
+
+    cfg = copy.deepcopy(load_config(ROOT / "config" / "ci.yaml"))
+    assert defaulted_roles(cfg) == []  # the shipped configs name both roles
+    del cfg["probes"]["decop"]["paraphrase"]["model"]
+    cfg["probes"]["cloze"]["reference"].pop("model")
+    first = sorted(jobs.local_models(cfg))[0]
+    assert defaulted_roles(cfg) == [
+        f"probes.decop.paraphrase.model: not set, so the decop paraphraser is {first!r}, the first local model by "
+        "name; name it, or a model added later under an earlier name takes its place",
+        f"probes.cloze.reference.model: not set, so the cloze reference is {first!r}, the first local model by name; "
+        "name it, or a model added later under an earlier name takes its place"]

@@ -321,6 +321,29 @@ def idle_entries(config: dict) -> list[str]:
     return lines
 
 
+# roles that fall back on the first local model by name when the config names none
+DEFAULTED_ROLES = (("decop", "paraphraser"), ("cloze", "reference"))
+
+
+def defaulted_roles(config: dict) -> list[str]:
+    """One line per role of :data:`DEFAULTED_ROLES` that the config leaves to its default while the family
+    runs and more than one local model could take it: the default is the first local model by name, so a
+    model added later under an earlier name would take the role over (and rerun what the role made)."""
+    from memaudit.probes.registry import role_model
+
+    lines = []
+    for family, role in DEFAULTED_ROLES:
+        model = role_model(config, family, role)
+        value = config.get("probes", {})
+        for key in FAMILIES[family].roles[role].split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if model is not None and not value and len(local_models(config)) > 1:
+            lines.append(f"probes.{FAMILIES[family].roles[role]}: not set, so the {family} {role} is {model!r}, the "
+                         "first local model by name; name it, or a model added later under an earlier name takes "
+                         "its place")
+    return lines
+
+
 def final_outputs(config: dict) -> list[str]:
     """What ``snakemake all`` builds, less what the families register in their rule files."""
     by_benchmark = scored(config)

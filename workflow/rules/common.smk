@@ -25,7 +25,7 @@ except ConfigError as exc:
 config.clear()
 config.update(_completed)
 if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, groups)
-    for _line in jobs.idle_entries(config):
+    for _line in jobs.idle_entries(config) + jobs.defaulted_roles(config):
         print(f"warning: config key {_line}", file=sys.stderr)
 
 BENCHMARKS = sorted(config["benchmarks"])

@@ -134,7 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="c9b19fcee5d193fd",
+        version=4, fingerprint="26bb06a4df3169f9",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -154,7 +154,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="36bbaadbc67e5fa4",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="0c81e483db3e9a28",
         # the paraphrased items (decop_items), which KTD reads too
         stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="867d9da0ed6950a9")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -175,7 +175,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="9c13bd044f95b50b",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="ade84a6f748f604b",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -206,10 +206,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
         # version 9: the baselines' validation draws are stratified by label, so that a small benchmark's
         # test part keeps members (statistics.validation_split)
-        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="89d72ac1f075cd2a",
+        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="efa8520f61bd071a",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="3c8c2d80654187d2"),
+                              version=7, fingerprint="cadf74c7459e5b90"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="3519b3bacc866fad")},
@@ -229,7 +229,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="025aa81ff275b3c4",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="4085626d0b73ea47",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -237,7 +237,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="ecaeacd334ea7180"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="d89c473f67ccc037")},
+                                 version=4, fingerprint="376d618996a98c9e")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
