@@ -624,3 +624,28 @@ def test_the_dvc_stage_lists_every_local_input_a_config_names_and_nothing_else()
     deps = stage_deps(config, "audit.yaml")
     assert deps[:6] == [*CORE_DEPS, "audit.yaml"] and "resources/books" not in deps[6:]
     assert len(deps) == len(CORE_DEPS) + 1 + 9
+
+
+def test_a_job_stopped_by_bad_input_prints_its_one_line_and_no_traceback(tmp_path):
+    """A script's uncaught MemauditError (workflow_support.log_uncaught_errors, which every script's
+    start() installs) is its one line on the console and in the job's log, exit status 1; any other
+    error keeps its traceback."""
+    import subprocess
+    import sys
+
+    def run(error: str) -> subprocess.CompletedProcess:
+        code = ("import logging, sys\n"
+                "from memaudit.workflow_support import log_uncaught_errors\n"
+                "from memaudit.errors import InputError\n"
+                "log = logging.getLogger('job'); log.addHandler(logging.StreamHandler(sys.stderr))\n"
+                f"log.addHandler(logging.FileHandler({str(tmp_path / 'job.log')!r}))\n"
+                "log_uncaught_errors(log)\n"
+                f"raise {error}\n")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+    proc = run("InputError(\"labels.csv, line 3, column label: 'yes' is not 0 or 1\")")
+    line = "InputError: labels.csv, line 3, column label: 'yes' is not 0 or 1\n"
+    assert (proc.returncode, proc.stderr) == (1, line)
+    assert (tmp_path / "job.log").read_text() == line
+    proc = run("ValueError('a bug')")
+    assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr and "ValueError: a bug" in proc.stderr

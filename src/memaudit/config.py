@@ -879,11 +879,24 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
     checkpoint renamed after a finished run left that run's dataset in place, and the run
     reported it as made from the new path (the summary reads the config). So the workflow
     checks them first, and ``memaudit check-config`` too.
+
+    A labels file is also read (a small CSV: ``book,label``, or CopyBench's ``title,label``): a bad
+    row stopped the dataset job, and Snakemake removes a job's outputs before it runs it, so the
+    finished dataset was gone and everything after it ran again once the file was fixed.
     """
+    from memaudit.datasets.label_files import read_labels
+    from memaudit.errors import InputError
+
     problems = []
     for key, path in local_inputs(config):
-        if not (Path(root) / path).exists():
+        found = Path(root) / path
+        if not found.exists():
             problems.append(f"config key {key}: {path}: no such file or folder")
+        elif key.endswith(".labels") and key.startswith("benchmarks."):
+            try:
+                read_labels(found, "title" if key.endswith(".published.labels") else "book")
+            except InputError as exc:
+                problems.append(f"config key {key}: {exc}")
     return problems
 
 
