@@ -463,7 +463,7 @@ def test_metrics_table_rows_match_compute_metrics():
                           seed=3, n_boot_small=10, n_boot_ci=100)
     assert list(table.columns) == SUMMARY_COLUMNS
     assert list(table["method"]) == ["loss", "zlib"]
-    zlib = docs[docs["method"] == "zlib"]
+    zlib = docs[docs["method"] == "zlib"].sort_values("doc_id")  # a method's documents go in doc_id order
     expected = compute_metrics(zlib["score"], zlib["label"], n_boot_small=10, n_boot_ci=100, seed=3)
     row = table.iloc[1]
     for key, value in expected.items():
@@ -602,3 +602,27 @@ def test_summary_markdown_prints_books_as_counts_and_their_pvalue_as_a_pvalue(tm
     assert merged["ci_books"].dtype == float and merged.loc[0, "ci_books"] == len(set(books.values())) == 16
     assert (cells[0][at["ci_books"]], cells[0][at["books_pvalue"]]) == ("16", "1.00e-04")
     assert (cells[-1][at["ci_books"]], cells[-1][at["books_pvalue"]]) == ("n/a", "n/a")
+
+
+def test_a_methods_rows_in_another_order_give_the_same_bootstrap():
+    """The bootstrap draws positions: each method's documents go in doc_id order, so two methods (or one
+    method's rows read in another order) are resampled alike, as the pairing by seed promises."""
+    from memaudit.stats.summary import metrics_table
+
+    rng = np.random.default_rng(4)
+    docs = pd.DataFrame({"doc_id": [f"d{i:02d}" for i in range(40)], "label": [i % 2 for i in range(40)],
+                         "score": rng.normal(size=40)})
+    table = pd.concat([docs.assign(method="a"), docs.iloc[::-1].assign(method="b")], ignore_index=True)
+    out = metrics_table(table, benchmark="b", model="m", contaminated=True, n_boot_small=10, n_boot_ci=200,
+                        seed=0).set_index("method")
+    numeric = out.select_dtypes("number").columns
+    pd.testing.assert_series_equal(out.loc["a", numeric], out.loc["b", numeric], check_names=False)
+
+
+def test_the_rank_test_with_one_book_a_side_is_nan_and_selection_refuses_bad_labels():
+    from memaudit.stats.metrics import group_rank_pvalue
+    from memaudit.stats.selection import selection_metrics
+
+    assert math.isnan(group_rank_pvalue([1, 2, 3, 4, 5], [1, 1, 0, 0, 0], ["a", "a", "b", "c", "d"]))
+    with pytest.raises(InputError, match="labels must be 0 .non-member. or 1 .member."):
+        selection_metrics(np.arange(35.0), [2] * 10 + [0] * 25, [f"d{i}" for i in range(35)])

@@ -246,10 +246,11 @@ def group_rank_pvalue(scores, labels, groups, *, seed: int = 0) -> float:
     scores, its null distribution by permutation (``scipy.stats.mannwhitneyu`` with a
     ``PermutationMethod``: every split where there are at most 9,999, ties included, else 9,999 seeded
     draws). The test that holds with few books, where no interval does: 3 member books above 3
-    non-member ones give 0.05, the smallest p-value 3 against 3 can give."""
+    non-member ones give 0.05, the smallest p-value 3 against 3 can give. ``nan`` with fewer than two
+    books a side (the workflow's :func:`label_groups` never gives that)."""
     _, means, labels = group_means(scores, labels, groups)
     members, nonmembers = means[labels == 1], means[labels == 0]
-    if not members.size or not nonmembers.size:
+    if members.size < 2 or nonmembers.size < 2:  # scipy's permutation test needs two a side
         return math.nan
     method = scipy_stats.PermutationMethod(n_resamples=9999, random_state=seed)
     return float(scipy_stats.mannwhitneyu(members, nonmembers, alternative="greater", method=method).pvalue)

@@ -278,9 +278,11 @@ def selection_metrics(scores, labels, doc_ids, *, q: float = 0.1, n_splits: int 
     averaged over ``n_splits`` calibration splits (drawn by document id: :func:`calibration_split`).
     ``nan`` when there is no member or too few non-members for a calibration set (the same rule as
     every other metric: one degenerate method does not abort a summary)."""
+    from memaudit.stats.metrics import _as_arrays
+
     q = check_q(q, "stats.selection.q")
     _check_settings(n_splits, calibration_fraction)
-    labels = np.asarray(labels, dtype=int)
+    scores, labels = _as_arrays(scores, labels)  # labels other than 0/1 are an error, as in every metric
     out = {"bh_q": q, "bh_fdr": math.nan, "bh_power": math.nan}
     if not (labels == 1).any() or not can_calibrate(labels, calibration_fraction):
         return out

@@ -78,10 +78,11 @@ def metrics_table(
     (:func:`memaudit.stats.selection.selection_metrics`).
 
     Each method's documents go through
-    :func:`memaudit.stats.metrics.compute_metrics` with the same ``seed``, so
-    the bootstrap resamples the same documents for every method (paired).  A
-    document listed twice under one method raises :class:`InputError`, since it
-    would be counted twice in every statistic.
+    :func:`memaudit.stats.metrics.compute_metrics` with the same ``seed``, in ``doc_id`` order, so
+    the bootstrap resamples the same documents for every method (paired): it draws positions, so
+    two methods' rows in different orders were resampled apart (the workflow's tables are written
+    in ``doc_id`` order, so its numbers are the same).  A document listed twice under one method
+    raises :class:`InputError`, since it would be counted twice in every statistic.
     """
     require_columns(doc_scores, DOC_SCORE_COLUMNS, "document scores")
     duplicated = doc_scores.duplicated(subset=["method", "doc_id"])
@@ -93,6 +94,7 @@ def metrics_table(
         )
     rows = []
     for method, group in doc_scores.groupby("method", sort=True):
+        group = group.sort_values("doc_id", kind="stable")
         try:
             units = None if books is None else label_groups(
                 [books.get(str(d), str(d)) for d in group["doc_id"]], group["label"].to_numpy())
