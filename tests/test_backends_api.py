@@ -260,6 +260,63 @@ def test_429_honours_retry_after_and_retries_only_once(server, tmp_path):
     assert len(b.cache.usage_rows()) == 1  # only the answered request is in the ledger
 
 
+def test_openais_own_host_written_as_base_url_is_openais_api(monkeypatch, tmp_path):
+    """base_url https://api.openai.com/v1 without api_key_env sent the bearer key "none", the deprecated
+    max_tokens and a repetition penalty, as to a compatible server; it is OpenAI's API: its key variable,
+    max_completion_tokens, no penalty. A compatible server of another host keeps its own behaviour."""
+    from memaudit.backends.base import provider_api
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-own")
+    written = OpenAIBackend("gpt-4o-mini-2024-07-18", base_url="https://api.openai.com/v1", cache=None)
+    assert (written.api_key_env, written.max_tokens_field, written.takes_repetition_penalty) == (
+        "OPENAI_API_KEY", "max_completion_tokens", False)
+    gateway = OpenAIBackend("some/model", base_url="https://gateway.example.com/v1", cache=None)
+    assert (gateway.api_key_env, gateway.max_tokens_field, gateway.takes_repetition_penalty) == (
+        None, "max_tokens", True)
+    assert [provider_api(b, u) for b, u in [("openai", None), ("openai", "https://API.OpenAI.com/v1"),
+                                            ("anthropic", "https://api.anthropic.com"),
+                                            ("openai", "http://127.0.0.1:8000/v1")]] == [True, True, True, False]
+
+
+def test_a_429_for_a_spent_quota_is_not_retried(server, tmp_path):
+    """OpenAI's insufficient_quota 429 is permanent (a billing limit): one attempt and a failure naming it,
+    where a rate limit's 429 is retried (above)."""
+    server.responder.queue(Fault(429, "You exceeded your current quota, please check your plan and billing "
+                                      "details.", code="insufficient_quota"), prompt="broke")
+    b = make_openai(server, tmp_path / "c.sqlite", on_error="record")
+    (g,) = b.generate(["broke"], GREEDY)
+    assert g.status == STATUS_ERROR and g.meta["attempts"] == 1 and server.count() == 1
+    assert "HTTP 429: You exceeded your current quota" in g.error and b.counts["retries"] == 0
+
+
+def test_anthropic_is_never_sent_a_whitespace_stop_and_its_answer_is_cut_there(server, tmp_path):
+    """The Messages API refuses a stop sequence of whitespace alone (CopyBench's "\\n\\n\\n": every CopyBench
+    request to Claude was a 400); the loopback server refuses it as the API does. Such a stop is cut
+    client-side; the others are sent. A seed, which the Messages API does not take, is no part of the
+    cache key: another seed is served from the cache."""
+    import dataclasses
+
+    from memaudit.backends.server import ChatReply
+
+    story = "Once upon a time.\n\n\nThe End. And more."
+    server.responder.queue(ChatReply(text=story, input_tokens=1, output_tokens=9), prompt="tell")
+    b = make_anthropic(server, tmp_path / "c.sqlite")
+    params = dataclasses.replace(GREEDY, stop=("\n\n\n", "THE END"), max_new_tokens=64)
+    (g,) = b.generate(["tell"], params)
+    assert g.status == STATUS_OK and g.text == "Once upon a time." and g.meta["cut_at_stop"] == "\n\n\n"
+    (sent,) = server.records
+    assert sent.status == 200 and sent.request.stop == ("THE END",)
+    (again,) = b.generate(["tell"], dataclasses.replace(params, seed=7))
+    assert again.from_cache and again.text == "Once upon a time." and server.count() == 1
+    # the server answers a whitespace-only stop as the Messages API does
+    raw = make_anthropic(server, None, on_error="record")
+    raw.unsent_stops = lambda params: ()
+    raw._body = lambda prompt, params, top: {"model": "claude-test-1", "max_tokens": 8, "stop_sequences": ["\n\n"],
+                                             "messages": [{"role": "user", "content": prompt}]}
+    (bad,) = raw.generate(["x"], GREEDY)
+    assert bad.status == STATUS_ERROR and "each stop sequence must contain non-whitespace" in bad.error
+
+
 def test_a_429_pauses_the_other_threads_too(tmp_path):
     with loopback(latency=0.05) as srv:
         srv.responder.queue(rate_limited(0.4))  # to whichever request comes first

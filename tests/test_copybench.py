@@ -628,9 +628,11 @@ def test_api_models_without_a_repetition_penalty_decode_with_1_and_say_so(tmp_pa
     entries = {"own": {"backend": "openai", "api": {"model_id": "gpt-test"}},
                "claude": {"backend": "anthropic", "api": {"model_id": "claude-test"}},
                "compatible": {"backend": "openai", "api": {"model_id": "v", "base_url": "http://127.0.0.1:1/v1"}},
+               # OpenAI's own host written out is OpenAI's API, not a compatible server
+               "written": {"backend": "openai", "api": {"model_id": "g", "base_url": "https://api.openai.com/v1"}},
                "local": {"backend": "hf"}}
     assert {n: model_takes_repetition_penalty(e) for n, e in entries.items()} == {
-        "own": False, "claude": False, "compatible": True, "local": True}
+        "own": False, "claude": False, "compatible": True, "written": False, "local": True}
     cfg = _settings()
     assert _params(cfg, "literal", chat=True, system=None, takes_penalty=False).repetition_penalty == 1.0
     assert _params(cfg, "literal", chat=True, system=None).repetition_penalty == 1.1

@@ -16,6 +16,7 @@ from memaudit.errors import ConfigError
 
 class AnthropicBackend(APIBackend):
     backend_name = "anthropic"
+    sends_seed = False  # the Messages API has no seed
     capabilities = frozenset({GENERATE})
     default_key_env = "ANTHROPIC_API_KEY"
     default_base_url = "https://api.anthropic.com"
@@ -44,9 +45,15 @@ class AnthropicBackend(APIBackend):
         # Recent models refuse temperature and top_p together; send top_p only when it matters.
         if params.top_p != 1.0:
             body["top_p"] = params.top_p
-        if params.stop:
-            body["stop_sequences"] = list(params.stop)
+        sent = [s for s in params.stop if s.strip()]
+        if sent:
+            body["stop_sequences"] = sent
         return body
+
+    def unsent_stops(self, params: GenerationParams) -> tuple[str, ...]:
+        """The Messages API refuses a stop sequence of whitespace alone (HTTP 400: "each stop sequence
+        must contain non-whitespace"; CopyBench's is ``"\n\n\n"``): such stops are cut client-side."""
+        return tuple(s for s in params.stop if not s.strip())
 
     def _send(self, body: dict) -> dict:
         named, extra = split_sdk_fields(self._client.messages.create, body)

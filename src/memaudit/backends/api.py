@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Backend, Generation,
-                                    GenerationParams, get_backend_class, option_variants,
+                                    GenerationParams, get_backend_class, option_variants, provider_api,
                                     takes_repetition_penalty)
 from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
 from memaudit.backends.refusal import is_refusal
@@ -224,6 +224,7 @@ class APIBackend(Backend):
     """
 
     backend_name = "api"
+    sends_seed = True  # whether the wire request carries params.seed (else it is no part of the cache key)
     default_key_env = ""
     default_base_url = ""
     usage_keys = ("input_tokens", "output_tokens")  # the response's usage block: (input, output) token counts
@@ -258,8 +259,9 @@ class APIBackend(Backend):
         self.run_id = uuid.uuid4().hex[:12]
         self.label = f"{self.backend_name} model {self.name!r}"
         self.takes_repetition_penalty = takes_repetition_penalty(self.backend_name, base_url)
-        # A keyless OpenAI-compatible server needs no variable; the provider's own API does.
-        self.api_key_env = api_key_env or (None if base_url else self.default_key_env)
+        # A keyless OpenAI-compatible server needs no variable; the provider's own API does, also where
+        # base_url names the provider's host (it sent the key "none" there)
+        self.api_key_env = api_key_env or (self.default_key_env if provider_api(self.backend_name, base_url) else None)
         self.key_present = self.api_key_env is None or bool(os.environ.get(self.api_key_env))
         self._cooldown = Cooldown()
         self._counts_lock = threading.Lock()
@@ -339,7 +341,9 @@ class APIBackend(Backend):
         for prompt in prompts:
             body = self._body(prompt, params, top_logprobs)
             identity = {"v": KEY_SCHEMA_VERSION, "backend": self.backend_name, "model_id": self.model_id,
-                        "revision": self.revision, "body": body, "seed": params.seed,
+                        "revision": self.revision, "body": body,
+                        # a seed the API never receives changes no answer: no part of the key then
+                        **({"seed": params.seed} if self.sends_seed else {}),
                         # greedy answers do not depend on the sample index: one cache entry serves all
                         "sample_index": params.sample_index if sampled else 0}
             calls.append(PlannedCall(request_key(identity), identity, body, prompt, params.system_prompt,
@@ -459,7 +463,10 @@ class APIBackend(Backend):
         except status_error as exc:
             status = int(exc.status_code)
             detail = _error_detail(exc)
-            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"), retryable=status in RETRYABLE_STATUS,
+            # a 429 for an exhausted quota or billing limit is no rate limit: retrying cannot help
+            quota = status == 429 and _is_quota_error(exc)
+            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"),
+                               retryable=status in RETRYABLE_STATUS and not quota,
                                status=status, retry_after=parse_retry_after(exc.response.headers)) from None
 
     def _on_retry(self, fault: RequestFault, attempt: int, delay: float) -> None:
@@ -520,7 +527,11 @@ class APIBackend(Backend):
         """
         outcomes = self._serve(self.plan(prompts, params, top_logprobs=top_logprobs))
         self._raise_failures(outcomes)
-        return [self._generation(o) for o in outcomes]
+        return [_cut_at_stops(self._generation(o), self.unsent_stops(params)) for o in outcomes]
+
+    def unsent_stops(self, params: GenerationParams) -> tuple[str, ...]:
+        """Stop strings the API is not sent (it would refuse them): the answer is cut at them here."""
+        return ()
 
     def _generation(self, o: CallOutcome) -> Generation:
         p = o.parsed
@@ -534,6 +545,25 @@ class APIBackend(Backend):
             meta["tokens"] = [list(t) for t in (p.tokens or [])]
         return Generation(p.text or "", p.input_tokens, p.output_tokens, meta, status=o.status,
                           from_cache=o.from_cache, requested_at=o.requested_at, error=o.error)
+
+
+def _is_quota_error(exc) -> bool:
+    """Whether an HTTP 429 says the account's quota or billing limit is spent (OpenAI's
+    ``insufficient_quota``), not that requests came too fast."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    fields = [str(err.get(k) or "") for k in ("code", "type")] if isinstance(err, dict) else []
+    return "insufficient_quota" in fields
+
+
+def _cut_at_stops(g: Generation, stops: Sequence[str]) -> Generation:
+    """``g`` with its text ended before the first of ``stops`` it holds (``meta.cut_at_stop``), as a
+    server ends an answer at a stop string; ``g`` itself where it holds none."""
+    found = [(g.text.find(s), s) for s in stops if s and s in g.text]
+    if not found:
+        return g
+    at, stop = min(found)
+    return dataclasses.replace(g, text=g.text[:at], meta={**g.meta, "cut_at_stop": stop})
 
 
 ERROR_DETAIL_CHARS = 300

@@ -199,14 +199,25 @@ def model_capabilities(entry: dict) -> frozenset[str]:
     return caps
 
 
+PROVIDER_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com"}
+
+
+def provider_api(backend: str, base_url: str | None) -> bool:
+    """Whether requests go to the provider's own API: no ``base_url``, or one on the provider's host
+    (``https://api.openai.com/v1`` written out), not an OpenAI-compatible server of another kind."""
+    from urllib.parse import urlsplit
+
+    return not base_url or (urlsplit(base_url).hostname or "").lower() == PROVIDER_HOSTS.get(backend)
+
+
 def takes_repetition_penalty(backend: str, base_url: str | None = None) -> bool:
     """Whether a model's API takes a repetition penalty: local models and OpenAI-compatible servers
-    (``api.base_url``: vLLM, ``memaudit serve``) do; OpenAI's own API and Anthropic's Messages API
-    have none, and refuse any value but 1.0."""
+    (``api.base_url``: vLLM, ``memaudit serve``) do; OpenAI's own API (also where ``base_url`` names
+    its host) and Anthropic's Messages API have none, and refuse any value but 1.0."""
     if backend == "anthropic":
         return False
     if backend == "openai":
-        return bool(base_url)
+        return not provider_api(backend, base_url)
     return True
 
 

@@ -10,7 +10,7 @@ must not see it echoed into a terminal or a CI log.
 
 from __future__ import annotations
 
-from memaudit.backends.base import API_BACKENDS
+from memaudit.backends.base import API_BACKENDS, provider_api
 from memaudit.secrets import API_KEY_ENV_PROBLEM, looks_like_a_key_not_a_variable, url_credential_problem
 
 
@@ -23,7 +23,7 @@ def check_api_models(config: dict) -> list[str]:
     - ``api_key_env`` must be a variable name, not a key;
     - ``base_url`` must not carry credentials (``https://user:secret@host``, ``?api_key=…``,
       ``?token=…``, ``?signature=…``: :func:`memaudit.secrets.url_credential_problem`);
-    - a model on a provider's own API (no ``base_url``) needs a price
+    - a model on a provider's own API (no ``base_url``, or one on its host) needs a price
       (``api.pricing`` or the top-level ``api.pricing.<model_id>``), so that the
       cost estimate and ledger are never silently zero;
     - two models with one backend, ``model_id`` and ``revision`` at different ``base_url`` s (two
@@ -64,7 +64,7 @@ def check_api_models(config: dict) -> list[str]:
                 problems.append(f"{where}.api.revision: models.{first} has the same backend, model_id and "
                                 f"revision at another base_url, so the two would share cached answers; set "
                                 f"api.revision on one to what its server serves (e.g. the adapter)")
-        if not base_url and "pricing" not in api and api.get("model_id") not in price_table:
+        if provider_api(backend, base_url) and "pricing" not in api and api.get("model_id") not in price_table:
             problems.append(f"{where}.api.pricing: required for a paid API model (or add "
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
         if backend == "anthropic" and "max_tokens_field" in api:

@@ -24,7 +24,7 @@ from typing import Sequence
 from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
                                    response_bytes, split_sdk_fields)
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
-                                    GenerationParams)
+                                    GenerationParams, provider_api)
 from memaudit.errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20
@@ -42,8 +42,9 @@ class OpenAIBackend(APIBackend):
         if not 1 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise ConfigError(f"{self.label}: top_logprobs must be 1..{MAX_TOP_LOGPROBS} "
                               f"(the API returns at most {MAX_TOP_LOGPROBS}), not {self.top_logprobs}")
-        if self.max_tokens_field is None:
-            self.max_tokens_field = "max_tokens" if self.base_url else "max_completion_tokens"
+        if self.max_tokens_field is None:  # OpenAI's own API: the field its reasoning models take too
+            self.max_tokens_field = ("max_completion_tokens" if provider_api(self.backend_name, self.base_url)
+                                     else "max_tokens")
 
     def _make_client(self, api_key: str):
         import openai
@@ -73,7 +74,7 @@ class OpenAIBackend(APIBackend):
             body["logprobs"] = True
             body["top_logprobs"] = min(int(top_logprobs), MAX_TOP_LOGPROBS)
         if params.repetition_penalty != 1.0:
-            if not self.base_url:
+            if not self.takes_repetition_penalty:
                 raise ConfigError(f"{self.label}: OpenAI's API has no repetition_penalty (use 1.0); "
                                   f"OpenAI-compatible servers such as vLLM take it")
             body["repetition_penalty"] = params.repetition_penalty

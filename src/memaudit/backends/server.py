@@ -89,6 +89,7 @@ class Fault:
     message: str = "internal server error"
     headers: dict = field(default_factory=dict)
     raw: bytes | None = None
+    code: str | None = None  # the error's code and type, as OpenAI names some ("insufficient_quota")
 
 
 @dataclass
@@ -347,9 +348,11 @@ def parse_anthropic_request(body: dict) -> ChatRequest:
             raise BadRequest(f"{key}: Field required")
     messages = [{"role": "system", "content": _text_of(body["system"], "system")}] if body.get("system") else []
     messages += _messages(body)
+    stops = _stops(body, "stop_sequences")
+    if any(not s.strip() for s in stops):  # as the Messages API answers it
+        raise BadRequest("stop_sequences: each stop sequence must contain non-whitespace")
     return ChatRequest("anthropic", body["model"], messages, _number(body, "max_tokens", None, 1, integer=True),
-                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1),
-                       _stops(body, "stop_sequences"))
+                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1), stops)
 
 
 def _logprob_entry(entry) -> dict:
@@ -398,11 +401,12 @@ _ANTHROPIC_ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_erro
                          429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
 
 
-def error_body(api: str, status: int, message: str) -> dict:
+def error_body(api: str, status: int, message: str, code: str | None = None) -> dict:
     if api == "anthropic":
-        return {"type": "error", "error": {"type": _ANTHROPIC_ERROR_TYPE.get(status, "api_error"), "message": message}}
-    return {"error": {"message": message, "type": _OPENAI_ERROR_TYPE.get(status, "server_error"), "param": None,
-                      "code": None}}
+        return {"type": "error", "error": {"type": code or _ANTHROPIC_ERROR_TYPE.get(status, "api_error"),
+                                           "message": message}}
+    return {"error": {"message": message, "type": code or _OPENAI_ERROR_TYPE.get(status, "server_error"),
+                      "param": None, "code": code}}
 
 
 # ----------------------------------------------------------------------------- the server
@@ -593,7 +597,8 @@ def _make_handler(server: ChatServer):
                         status = 200
                         return self._send(200, answer.raw, answer.headers)
                     status = answer.status
-                    return self._json(answer.status, error_body(api, answer.status, answer.message), answer.headers)
+                    return self._json(answer.status, error_body(api, answer.status, answer.message, answer.code),
+                                      answer.headers)
                 n = len(server.records)
                 status = 200
                 shape = openai_response if api == "openai" else anthropic_response
