@@ -278,6 +278,42 @@ def test_openais_own_host_written_as_base_url_is_openais_api(monkeypatch, tmp_pa
                                             ("openai", "http://127.0.0.1:8000/v1")]] == [True, True, True, False]
 
 
+def test_a_reasoning_model_is_sent_no_temperature_stop_or_seed_and_its_answer_is_cut_at_the_stop(server, tmp_path,
+                                                                                                   monkeypatch):
+    """api.reasoning: o-series and gpt-5 refuse temperature 0, top_p and (some) stop strings: none is sent,
+    nor the seed; the length field is max_completion_tokens; a stop is cut on arrival. From the config
+    too; on an Anthropic model the key is a config error."""
+    import dataclasses
+
+    from memaudit.backends.config_checks import check_api_models
+    from memaudit.backends.server import ChatReply
+
+    server.responder.queue(ChatReply(text="Paris.\n\n\nAnd more.", input_tokens=1, output_tokens=4), prompt="q")
+    b = make_openai(server, tmp_path / "c.sqlite", reasoning=True)
+    params = dataclasses.replace(GREEDY, stop=("\n\n\n",), top_p=0.9, seed=3)
+    (call,) = b.plan(["q"], params)
+    assert call.body == {"model": "gpt-test-2025-01-01", "max_completion_tokens": 8,
+                         "messages": [{"role": "user", "content": "q"}]}
+    (g,) = b.generate(["q"], params)
+    assert g.text == "Paris." and g.meta["cut_at_stop"] == "\n\n\n"
+    assert (b.generate(["q"], dataclasses.replace(params, seed=4))[0].from_cache, server.count()) == (True, 1)
+    config = {"models": {"o": {"backend": "openai", "api": {"model_id": "o3-x", "reasoning": True,
+                                                            "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}},
+                         "c": {"backend": "anthropic", "api": {"model_id": "claude-x", "reasoning": True,
+                                                               "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}}},
+              "probes": {}}
+    assert [p for p in check_api_models(config) if "reasoning" in p] == [
+        "models.c.api.reasoning: openai only (the Messages API takes a temperature)"]
+    from memaudit.jobs import validate_config
+
+    ci = yaml.safe_load((Path(__file__).parents[1] / "config/ci.yaml").read_text())
+    ci["models"]["o"] = config["models"]["o"]
+    full = validate_config(ci)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-o")
+    built = api_backend_from_config(full, "o", cache=False)
+    assert (built.reasoning, built.max_tokens_field, built.sends_seed) == (True, "max_completion_tokens", False)
+
+
 def test_a_429_for_a_spent_quota_is_not_retried(server, tmp_path):
     """OpenAI's insufficient_quota 429 is permanent (a billing limit): one attempt and a failure naming it,
     where a rate limit's 429 is retried (above)."""

@@ -67,6 +67,8 @@ def check_api_models(config: dict) -> list[str]:
         if provider_api(backend, base_url) and "pricing" not in api and api.get("model_id") not in price_table:
             problems.append(f"{where}.api.pricing: required for a paid API model (or add "
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
+        if backend == "anthropic" and "reasoning" in api:
+            problems.append(f"{where}.api.reasoning: openai only (the Messages API takes a temperature)")
         if backend == "anthropic" and "max_tokens_field" in api:
             # (logprobs and top_logprobs have schema defaults, so only this one can be told apart)
             problems.append(f"{where}.api.max_tokens_field: the Anthropic Messages API has only max_tokens")

@@ -37,13 +37,17 @@ class OpenAIBackend(APIBackend):
     default_key_env = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
 
-    def __init__(self, model_id: str, **kwargs):
+    def __init__(self, model_id: str, *, reasoning: bool = False, **kwargs):
         super().__init__(model_id, **kwargs)
+        # a reasoning model (o-series, gpt-5): no temperature, top_p, stop or seed on the wire (it refuses them)
+        self.reasoning = bool(reasoning)
+        self.sends_seed = not self.reasoning
         if not 1 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise ConfigError(f"{self.label}: top_logprobs must be 1..{MAX_TOP_LOGPROBS} "
                               f"(the API returns at most {MAX_TOP_LOGPROBS}), not {self.top_logprobs}")
         if self.max_tokens_field is None:  # OpenAI's own API: the field its reasoning models take too
-            self.max_tokens_field = ("max_completion_tokens" if provider_api(self.backend_name, self.base_url)
+            self.max_tokens_field = ("max_completion_tokens"
+                                     if self.reasoning or provider_api(self.backend_name, self.base_url)
                                      else "max_tokens")
 
     def _make_client(self, api_key: str):
@@ -61,12 +65,13 @@ class OpenAIBackend(APIBackend):
     def _body(self, prompt: str, params: GenerationParams, top_logprobs: int) -> dict:
         messages = [{"role": "system", "content": params.system_prompt}] if params.system_prompt else []
         messages.append({"role": "user", "content": prompt})
-        body = {"model": self.model_id, "messages": messages, self.max_tokens_field: params.max_new_tokens,
-                "temperature": params.temperature, "seed": self.wire_seed(params)}
-        if params.top_p != 1.0:
-            body["top_p"] = params.top_p
-        if params.stop:
-            body["stop"] = list(params.stop)
+        body = {"model": self.model_id, "messages": messages, self.max_tokens_field: params.max_new_tokens}
+        if not self.reasoning:
+            body.update(temperature=params.temperature, seed=self.wire_seed(params))
+            if params.top_p != 1.0:
+                body["top_p"] = params.top_p
+            if params.stop:
+                body["stop"] = list(params.stop)
         if top_logprobs:
             if not self.logprobs:
                 raise ConfigError(f"{self.label}: log-probabilities requested, but the config says the endpoint "
@@ -79,6 +84,10 @@ class OpenAIBackend(APIBackend):
                                   f"OpenAI-compatible servers such as vLLM take it")
             body["repetition_penalty"] = params.repetition_penalty
         return body
+
+    def unsent_stops(self, params: GenerationParams) -> tuple[str, ...]:
+        """A reasoning model is sent no stop string (some refuse them): every stop is cut on arrival."""
+        return tuple(params.stop) if self.reasoning else ()
 
     def _send(self, body: dict) -> dict:
         named, extra = split_sdk_fields(self._client.chat.completions.create, body)
