@@ -297,10 +297,10 @@ def test_a_reasoning_model_is_sent_no_temperature_stop_or_seed_and_its_answer_is
     (g,) = b.generate(["q"], params)
     assert g.text == "Paris." and g.meta["cut_at_stop"] == "\n\n\n"
     assert (b.generate(["q"], dataclasses.replace(params, seed=4))[0].from_cache, server.count()) == (True, 1)
-    config = {"models": {"o": {"backend": "openai", "api": {"model_id": "o3-x", "reasoning": True,
-                                                            "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}},
+    price = {"input_per_mtok": 1, "output_per_mtok": 1}
+    config = {"models": {"o": {"backend": "openai", "api": {"model_id": "o3-x", "reasoning": True, "pricing": price}},
                          "c": {"backend": "anthropic", "api": {"model_id": "claude-x", "reasoning": True,
-                                                               "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}}},
+                                                               "pricing": price}}},
               "probes": {}}
     assert [p for p in check_api_models(config) if "reasoning" in p] == [
         "models.c.api.reasoning: openai only (the Messages API takes a temperature)"]
