@@ -329,15 +329,12 @@ def defaulted_roles(config: dict) -> list[str]:
     """One line per role of :data:`DEFAULTED_ROLES` that the config leaves to its default while the family
     runs and more than one local model could take it: the default is the first local model by name, so a
     model added later under an earlier name would take the role over (and rerun what the role made)."""
-    from memaudit.probes.registry import role_model
+    from memaudit.probes.registry import named_role_model, role_model
 
     lines = []
     for family, role in DEFAULTED_ROLES:
         model = role_model(config, family, role)
-        value = config.get("probes", {})
-        for key in FAMILIES[family].roles[role].split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        if model is not None and not value and len(local_models(config)) > 1:
+        if model is not None and not named_role_model(config, family, role) and len(local_models(config)) > 1:
             lines.append(f"probes.{FAMILIES[family].roles[role]}: not set, so the {family} {role} is {model!r}, the "
                          "first local model by name; name it, or a model added later under an earlier name takes "
                          "its place")

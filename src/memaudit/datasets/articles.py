@@ -276,16 +276,15 @@ def _across_the_cutoff(docs: list[Document]) -> list[Rejected]:
     """A ``kept`` row for each non-member that shares a ``DEFAULT_NGRAM``-word run with member(s): a
     reprint or a follow-up quoting an earlier article. Its date gives its label and nothing is moved,
     as with a labels file (:func:`memaudit.datasets.build._given_split`); the row says so."""
-    from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, near_duplicate_groups
+    from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, near_duplicate_groups, nonmembers_sharing
 
     groups = near_duplicate_groups({d.doc_id: [d.text] for d in docs}, DEFAULT_NGRAM)
     by_id = {d.doc_id: d for d in docs}
     rows = []
-    for doc_id in sorted(g for g in groups if by_id[g].meta["label"] != MEMBER):
-        shared = [Path(by_id[o].meta["file"]).name for o in groups[doc_id] if by_id[o].meta["label"] == MEMBER]
-        if shared:
-            path = Path(by_id[doc_id].meta["file"])
-            rows.append(Rejected(str(path), 0, "(file)", path.name,
-                                 f"a non-member that shares a {DEFAULT_NGRAM}-word run with member(s) "
-                                 f"{', '.join(shared)}: kept with the label its date gives", "kept"))
+    for doc_id, shared in nonmembers_sharing(groups, lambda d: by_id[d].meta["label"] == MEMBER):
+        path = Path(by_id[doc_id].meta["file"])
+        names = ", ".join(Path(by_id[o].meta["file"]).name for o in shared)
+        rows.append(Rejected(str(path), 0, "(file)", path.name, f"a non-member that shares a {DEFAULT_NGRAM}-word "
+                                                                f"run with member(s) {names}: kept with the label "
+                                                                "its date gives", "kept"))
     return rows

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Sequence
 
 from memaudit import MEMBER, NONMEMBER
-from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups
+from memaudit.datasets.near_duplicates import (DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups,
+                                               nonmembers_sharing)
 from memaudit.datasets.qa import QA_META
 from memaudit.datasets.sources import load_source
 from memaudit.datasets.text import make_passages
@@ -213,9 +214,8 @@ def _given_split(name: str, cfg: dict, candidates: list, labels: dict[str, int],
                          f"{'members' if not members else 'non-members'} among its {len(candidates)} documents "
                          f"(a benchmark needs both)")
     n, _, groups = _near_duplicate_units(cfg, candidates)  # units are books: labels are given per book
-    for book in sorted(b for b in groups if labels[b] != MEMBER):
-        shared = [b for b in groups[book] if b != book and labels[b] == MEMBER]
-        if shared and rejects is not None:
+    for book, shared in nonmembers_sharing(groups, lambda b: labels[b] == MEMBER):
+        if rejects is not None:
             rejects.append(Rejected(str(cfg["labels"]), 0, "book", short_repr(book),
                                     f"a non-member that shares a {n}-word run with member(s) {', '.join(shared)}: "
                                     f"kept with its label", "kept"))

@@ -62,6 +62,18 @@ def near_duplicate_groups(texts: Mapping[str, Iterable[str]], n: int = DEFAULT_N
     return {unit: tuple(sorted(group)) for group in members.values() if len(group) > 1 for unit in group}
 
 
+def nonmembers_sharing(groups: Mapping[str, Sequence[str]], is_member) -> list[tuple[str, list[str]]]:
+    """``(non-member unit, the member units of its group)`` for every non-member of ``groups``
+    (:func:`near_duplicate_groups`) that shares a run with a member, sorted: where labels are given
+    (a labels file, articles' dates) nothing is moved, and each gets a ``kept`` row saying so."""
+    out = []
+    for unit in sorted(u for u in groups if not is_member(u)):
+        shared = [o for o in groups[unit] if o != unit and is_member(o)]
+        if shared:
+            out.append((unit, shared))
+    return out
+
+
 def keep_together(members: set[str], groups: Mapping[str, Sequence[str]]) -> set[str]:
     """``members`` with every group moved wholly to the side of its first unit in sorted order.
 

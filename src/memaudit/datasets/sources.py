@@ -23,10 +23,10 @@ from xml.etree import ElementTree
 from memaudit.assets import package_dir, read_lazyload, read_rda
 from memaudit.datasets.readers import epub_metadata, pdf_metadata, read_epub, read_pdf, read_text_file
 from memaudit.datasets.text import (
-    DEFAULT_HEADING_REGEX,
     clean_text,
     file_slug,
     gutenberg_metadata,
+    heading_lines,
     paragraphs,
     split_chapters,
     strip_gutenberg,
@@ -349,7 +349,7 @@ def _load_user_books(
             body = clean_text("\n\n".join(paragraphs(lines)))
             if not body:
                 continue  # user_books_rejects lists it
-            headings = _heading_count(lines)
+            headings = heading_lines(lines)
             book_docs = [Document(
                 doc_id=f"user/{slug}/ch001", source="user_books", title=clean_text(title),
                 author=clean_text(author), kind="book", text=body,
@@ -358,11 +358,6 @@ def _load_user_books(
             )]
         docs += book_docs
     return docs
-
-
-def _heading_count(lines: list[str]) -> int:
-    heading = re.compile(DEFAULT_HEADING_REGEX)
-    return sum(1 for line in lines if len(line) <= 120 and heading.match(line))
 
 
 def user_books_rejects(directory: str | Path, docs: list[Document], min_chapter_words: int = 200) -> list:

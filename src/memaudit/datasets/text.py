@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_HEADING_REGEX",
     "clean_text",
     "gutenberg_metadata",
+    "heading_lines",
     "make_passages",
     "paragraphs",
     "split_chapters",
@@ -193,6 +194,12 @@ def paragraphs(lines: list[str]) -> list[str]:
     if cur:
         paras.append(" ".join(cur))
     return paras
+
+
+def heading_lines(lines: list[str], heading_regex: str = DEFAULT_HEADING_REGEX) -> int:
+    """How many of ``lines`` :func:`split_chapters` would read as chapter headings."""
+    heading_re = re.compile(heading_regex)
+    return sum(1 for line in lines if len(line) <= _MAX_HEADING_CHARS and heading_re.match(line))
 
 
 def split_chapters(
