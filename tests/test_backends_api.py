@@ -122,6 +122,59 @@ def test_success_then_cached_rerun_sends_nothing_and_the_ledger_prices_it(server
     assert server.count() == 4
 
 
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_prompt_tokens_the_provider_cached_are_priced_at_the_cached_rate(server, tmp_path, backend):
+    """OpenAI's usage block counts the prompt's tokens its prompt cache served in
+    ``prompt_tokens_details.cached_tokens`` (of ``prompt_tokens``); Anthropic's, in
+    ``cache_read_input_tokens`` (beside ``input_tokens``). Both reach the ledger, priced at
+    ``cached_input_per_mtok``, and at the input price where the config gives none."""
+    from memaudit.backends.server import ChatReply
+
+    make = make_openai if backend == "openai" else make_anthropic
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(ChatReply(text="Emma.", input_tokens=2048, output_tokens=10,
+                                     cached_input_tokens=1536), prompt="long prompt")
+    server.responder.queue(ChatReply(text="Moby.", input_tokens=2048, output_tokens=10,
+                                     cached_input_tokens=1024), prompt="other prompt")
+    (g,) = make(server, db, pricing=Pricing(2.0, 8.0, cached_input_per_mtok=0.5), rule="r1").generate(
+        ["long prompt"], GREEDY)
+    assert (g.text, g.input_tokens, g.output_tokens) == ("Emma.", 2048, 10)
+    make(server, db, pricing=Pricing(2.0, 8.0), rule="r2").generate(["other prompt"], GREEDY)
+    ledger = ledger_frame(db).set_index("rule")
+    assert list(ledger.loc["r1", ["input_tokens", "provider_cached_tokens"]]) == [2048, 1536]
+    assert ledger.loc["r1", "cost_usd"] == pytest.approx((512 * 2.0 + 1536 * 0.5 + 10 * 8.0) / 1e6)
+    assert list(ledger.loc["r2", ["input_tokens", "provider_cached_tokens"]]) == [2048, 1024]
+    assert ledger.loc["r2", "cost_usd"] == pytest.approx((2048 * 2.0 + 10 * 8.0) / 1e6)  # no cached price
+
+
+def test_pricing_reads_the_cached_rate_and_caps_cached_tokens_at_the_input():
+    assert Pricing.from_config({"input_per_mtok": 1, "output_per_mtok": 4, "cached_input_per_mtok": 0.1}) == \
+        Pricing(1.0, 4.0, 0.1)
+    assert Pricing(1.0, 4.0, 0.1).cost(100, 10, 40) == pytest.approx((60 * 1.0 + 40 * 0.1 + 10 * 4.0) / 1e6)
+    assert Pricing(1.0, 4.0, 0.1).cost(100, 0, 500) == pytest.approx(100 * 0.1 / 1e6)
+
+
+def test_a_cache_written_before_provider_cached_tokens_gains_the_column(tmp_path):
+    """A cache database of an earlier memaudit (its usage table without the column) opens, keeps its
+    rows, and counts no provider-cached tokens for them."""
+    import sqlite3
+
+    db = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE usage (id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, run_id TEXT NOT NULL, "
+                 "rule TEXT, model TEXT NOT NULL, backend TEXT NOT NULL, model_id TEXT NOT NULL, key TEXT NOT NULL, "
+                 "from_cache INTEGER NOT NULL, status TEXT NOT NULL, input_tokens INTEGER NOT NULL, "
+                 "output_tokens INTEGER NOT NULL, cost_usd REAL)")
+    conn.execute("INSERT INTO usage (at, run_id, rule, model, backend, model_id, key, from_cache, status, "
+                 "input_tokens, output_tokens, cost_usd) VALUES ('t', 'r', 'rule_a', 'm', 'openai', 'id', 'k', 0, "
+                 "'ok', 7, 3, 0.25)")
+    conn.commit()
+    conn.close()
+    row = ledger_frame(db).iloc[0]
+    assert (row["input_tokens"], row["output_tokens"], row["provider_cached_tokens"], row["cost_usd"]) == \
+        (7, 3, 0, 0.25)
+
+
 def test_cache_key_is_the_canonical_request_and_sample_index_counts_only_when_sampling(server, tmp_path):
     b = make_openai(server, None)
     (call,) = b.plan(["Who wrote Emma?"], GenerationParams(max_new_tokens=5, system_prompt="Be brief.", seed=3))

@@ -67,6 +67,11 @@ class AnthropicBackend(APIBackend):
         text = "".join(b["text"] for b in blocks if b.get("type") == "text")
         usage = data.get("usage") or {}
         stop = data.get("stop_reason")
-        return Parsed(text=text, input_tokens=int(usage.get("input_tokens") or 0),
+        # input_tokens leaves out what the prompt cache read or wrote; memaudit sets no cache_control, so
+        # both are 0, but a proxy that caches counts them here: read ones at the cached price, written
+        # ones (Anthropic bills them at 1.25 times) at the input price
+        read = int(usage.get("cache_read_input_tokens") or 0)
+        written = int(usage.get("cache_creation_input_tokens") or 0)
+        return Parsed(text=text, input_tokens=int(usage.get("input_tokens") or 0) + read + written,
                       output_tokens=int(usage.get("output_tokens") or 0), finish_reason=stop,
-                      provider_refusal=stop == "refusal")
+                      provider_refusal=stop == "refusal", provider_cached_tokens=read)

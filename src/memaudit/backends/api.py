@@ -116,6 +116,8 @@ class Parsed:
     # per generated position: the sampled token and the top alternatives, [token, logprob]
     tokens: list[tuple[str, float]] | None = None
     top_logprobs: list[list[tuple[str, float]]] | None = None
+    # of input_tokens, those the provider served from its prompt cache (billed at a discount)
+    provider_cached_tokens: int = 0
 
 
 @dataclass
@@ -442,7 +444,8 @@ class APIBackend(Backend):
                 self.cache.record_usage([self._usage(call.key, STATUS_INVALID, n_in, n_out, from_cache=False)])
             return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
                                error=error)
-        usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False)
+        usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False,
+                            provider_cached=parsed.provider_cached_tokens)
         if self.cache is not None:
             self.cache.put(key=call.key, backend=self.backend_name, model_id=self.model_id, request=call.identity,
                            response=data, input_tokens=parsed.input_tokens, output_tokens=parsed.output_tokens,
@@ -497,13 +500,15 @@ class APIBackend(Backend):
             return 0, 0
         return n_in, n_out
 
-    def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool) -> UsageRow:
+    def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool,
+               provider_cached: int = 0) -> UsageRow:
         if from_cache:
             cost: float | None = 0.0
+            provider_cached = 0
         else:
-            cost = self.pricing.cost(n_in, n_out) if self.pricing is not None else None
+            cost = self.pricing.cost(n_in, n_out, provider_cached) if self.pricing is not None else None
         return UsageRow(self.run_id, self.rule, self.name, self.backend_name, self.model_id, key, from_cache,
-                        status, int(n_in), int(n_out), cost)
+                        status, int(n_in), int(n_out), cost, int(provider_cached))
 
     def _raise_failures(self, outcomes: Sequence[CallOutcome]) -> None:
         if self.on_error != "raise":

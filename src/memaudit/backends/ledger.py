@@ -5,9 +5,12 @@ Every result an API backend serves appends a usage row to the cache database
 input and output tokens as the provider reported them, whether it came from the
 cache, and its cost priced from the config at the time of the call
 
-    cost = input_tokens * input_per_mtok / 1e6 + output_tokens * output_per_mtok / 1e6
+    cost = ((input_tokens - provider_cached) * input_per_mtok + provider_cached * cached_input_per_mtok
+            + output_tokens * output_per_mtok) / 1e6
 
-(prices in US dollars per million tokens, as providers publish them). A result
+(prices in US dollars per million tokens, as providers publish them; ``provider_cached``, the
+prompt tokens the provider's own prompt cache served, as its usage block says, priced at
+``input_per_mtok`` where the config gives no ``cached_input_per_mtok``). A result
 served from the cache costs nothing. :func:`summarise_usage` sums the rows per
 model and rule; :func:`estimate_cost` prices the planned requests before any is
 sent, counting those already cached as free and each uncached one at its
@@ -99,7 +102,8 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
     for r in rows:
         g = tuple(r.get(k) for k in by)
         acc = groups.setdefault(g, {**dict(zip(by, g)), "n_requests": 0, "n_sent": 0, "n_cached": 0,
-                                    "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0,
+                                    "input_tokens": 0, "output_tokens": 0, "provider_cached_tokens": 0,
+                                    "cached_input_tokens": 0,
                                     "cached_output_tokens": 0, "n_refusal": 0, "n_invalid": 0, "cost_usd": 0.0})
         acc["n_requests"] += 1
         acc[f"n_{r['status']}"] = acc.get(f"n_{r['status']}", 0) + 1
@@ -111,6 +115,7 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
             acc["n_sent"] += 1
             acc["input_tokens"] += r["input_tokens"]
             acc["output_tokens"] += r["output_tokens"]
+            acc["provider_cached_tokens"] += r.get("provider_cached_tokens") or 0
             if r["cost_usd"] is None or acc["cost_usd"] is None:
                 acc["cost_usd"] = None
             else:
@@ -118,7 +123,8 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
     return [groups[g] for g in sorted(groups, key=lambda t: tuple("" if v is None else str(v) for v in t))]
 
 
-LEDGER_COLUMNS = ["n_requests", "n_sent", "n_cached", "input_tokens", "output_tokens", "cached_input_tokens",
+LEDGER_COLUMNS = ["n_requests", "n_sent", "n_cached", "input_tokens", "output_tokens", "provider_cached_tokens",
+                  "cached_input_tokens",
                   "cached_output_tokens", "n_ok", "n_refusal", "n_invalid", "cost_usd"]
 
 

@@ -109,11 +109,14 @@ class OpenAIBackend(APIBackend):
         if content is not None:
             tokens = [(e["token"], float(e["logprob"])) for e in content]
             top = [[(t["token"], float(t["logprob"])) for t in e.get("top_logprobs") or []] for e in content]
+        # prompt_tokens counts them all; prompt_tokens_details.cached_tokens, those OpenAI's prompt
+        # cache served (billed at a discount); servers of the OpenAI format without it cache none
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         return Parsed(text=text, input_tokens=int(usage.get("prompt_tokens") or 0),
                       output_tokens=int(usage.get("completion_tokens") or 0),
                       finish_reason=choice.get("finish_reason"),
                       provider_refusal=bool(refusal) or choice.get("finish_reason") == "content_filter",
-                      tokens=tokens, top_logprobs=top)
+                      tokens=tokens, top_logprobs=top, provider_cached_tokens=cached)
 
     # -- option log-probabilities ---------------------------------------------------------
 

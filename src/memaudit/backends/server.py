@@ -79,6 +79,7 @@ class ChatReply:
     top_logprobs: list[list[tuple[str, float] | tuple[str, float, bytes]]] | None = None  # per position, best first
     refusal: bool = False  # answer through the provider's refusal signal
     stop_sequence: str | None = None  # the stop string that ended the answer (finish_reason "stop")
+    cached_input_tokens: int = 0  # of input_tokens, those a provider's prompt cache served
 
 
 @dataclass
@@ -377,7 +378,8 @@ def openai_response(request: ChatRequest, reply: ChatReply, n: int, model: str) 
     return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reply.finish_reason}],
             "usage": {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
-                      "total_tokens": reply.input_tokens + reply.output_tokens},
+                      "total_tokens": reply.input_tokens + reply.output_tokens,
+                      "prompt_tokens_details": {"cached_tokens": reply.cached_input_tokens, "audio_tokens": 0}},
             "system_fingerprint": "memaudit-serve"}
 
 
@@ -392,7 +394,9 @@ def anthropic_response(request: ChatRequest, reply: ChatReply, n: int, model: st
     return {"id": f"msg_{n:024d}", "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": reply.text}], "stop_reason": stop,
             "stop_sequence": reply.stop_sequence if stop == "stop_sequence" else None,
-            "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}}
+            "usage": {"input_tokens": reply.input_tokens - reply.cached_input_tokens,
+                      "cache_read_input_tokens": reply.cached_input_tokens, "cache_creation_input_tokens": 0,
+                      "output_tokens": reply.output_tokens}}
 
 
 _OPENAI_ERROR_TYPE = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",

@@ -60,19 +60,29 @@ def api_slots(config: dict, model: str, backend: str) -> int:
 
 @dataclass(frozen=True)
 class Pricing:
-    """US dollars per million input and output tokens."""
+    """US dollars per million input and output tokens, and per million input tokens the provider
+    served from its own prompt cache (OpenAI caches a prompt's first 1,024+ tokens by itself and
+    bills them at a discount that differs by model; without ``cached_input_per_mtok`` they are
+    priced as other input tokens, an upper bound)."""
 
     input_per_mtok: float
     output_per_mtok: float
+    cached_input_per_mtok: float | None = None
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+    def cost(self, input_tokens: int, output_tokens: int, provider_cached_tokens: int = 0) -> float:
+        """``input_tokens`` counts all the prompt's tokens, ``provider_cached_tokens`` of them cached."""
+        cached = min(max(provider_cached_tokens, 0), input_tokens)
+        cached_rate = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+        return ((input_tokens - cached) * self.input_per_mtok + cached * cached_rate
+                + output_tokens * self.output_per_mtok) / 1e6
 
     @classmethod
     def from_config(cls, entry: dict | None) -> "Pricing | None":
         if not entry:
             return None
-        return cls(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
+        cached = entry.get("cached_input_per_mtok")
+        return cls(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]),
+                   None if cached is None else float(cached))
 
 
 def own_server(base_url: str) -> bool:
