@@ -208,7 +208,13 @@ def test_concurrent_requests_stay_within_the_limit(tmp_path):
     assert [g.text for g in out] == [f"Echo: prompt {i}" for i in range(8)]
 
 
-def test_concurrent_writers_share_one_cache_file(tmp_path):
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_concurrent_writers_share_one_cache_file(tmp_path, monkeypatch, journal):
+    """Two connections writing at once, in WAL mode (a local disk) and with the rollback journal (a
+    network file system, where SLURM jobs on several nodes write the same file)."""
+    from memaudit.backends.cache import JOURNAL_ENV
+
+    monkeypatch.setenv(JOURNAL_ENV, journal)
     db = tmp_path / "shared.sqlite"
     caches = [ResponseCache(db), ResponseCache(db)]  # two connections, as two Snakemake jobs have
     errors = []
@@ -230,7 +236,47 @@ def test_concurrent_writers_share_one_cache_file(tmp_path):
     assert errors == []
     assert caches[0].count() == 220
     assert caches[1].get_many(["k5", "k150", "k999"]).keys() == {"k5", "k150"}
-    assert caches[0]._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert caches[0]._conn.execute("PRAGMA journal_mode").fetchone()[0] == journal
+    assert caches[0]._conn.execute("PRAGMA synchronous").fetchone()[0] == (1 if journal == "wal" else 2)
+
+
+MOUNTINFO = """\
+22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:25 / /home rw,relatime shared:9 - nfs4 fs1:/home rw,vers=4.2
+31 30 0:26 / /home/scratch\\040space rw,relatime - lustre 10.0.0.1@o2ib:/scratch rw,flock
+32 22 0:27 / /tmp rw,nosuid - tmpfs tmpfs rw
+"""
+
+
+def test_file_system_type_is_that_of_the_longest_mount_point_above_the_path():
+    from memaudit.backends.cache import file_system_type
+
+    assert file_system_type("/home/ana/run/results/api", MOUNTINFO) == "nfs4"
+    assert file_system_type("/home/scratch space/run/results", MOUNTINFO) == "lustre"
+    assert file_system_type("/homework/results", MOUNTINFO) == "ext4"  # /home is no prefix of /homework
+    assert file_system_type("/tmp/x", MOUNTINFO) == "tmpfs"
+    assert file_system_type("/", MOUNTINFO) == "ext4"
+
+
+def test_a_cache_on_a_network_file_system_uses_the_rollback_journal(tmp_path, monkeypatch, caplog):
+    """SQLite's WAL index is shared memory: processes on several hosts (SLURM jobs writing one
+    results/api/cache.sqlite on NFS) would corrupt it. There the cache opens with the rollback
+    journal, and a cache left in WAL mode by a run on a local disk is switched back."""
+    import memaudit.backends.cache as cache_module
+
+    db = tmp_path / "c.sqlite"
+    with ResponseCache(db) as local:
+        assert local.journal_mode == "WAL"
+    monkeypatch.setattr(cache_module, "file_system_type", lambda path, mountinfo=None: "nfs4")
+    with ResponseCache(db) as shared:
+        assert shared.journal_mode == "DELETE"
+        assert shared._conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    monkeypatch.setattr(cache_module, "file_system_type", lambda path, mountinfo=None: "ext4")
+    monkeypatch.setenv(cache_module.JOURNAL_ENV, "delete")  # detection overridden
+    assert ResponseCache(db).journal_mode == "DELETE"
+    monkeypatch.setenv(cache_module.JOURNAL_ENV, "journal")
+    with pytest.raises(ConfigError, match="MEMAUDIT_SQLITE_JOURNAL: 'journal' is neither 'wal' nor 'delete'"):
+        ResponseCache(db)
 
 
 @pytest.mark.parametrize("damage", ['{"choi', "null", '{"choices": []}'])

@@ -14,6 +14,13 @@ with ``INSERT OR IGNORE``, so two jobs that raced on the same request keep the
 first answer. Only successful responses are stored: a failed request is retried
 on the next run.
 
+WAL needs every process that opens the file on one host (its index is shared
+memory): jobs of a SLURM run on several nodes writing one file on NFS, Lustre or
+GPFS would corrupt it. On a network file system (:func:`journal_mode_for`) the
+database uses SQLite's rollback journal instead, whose file locks those systems
+serve across hosts; ``MEMAUDIT_SQLITE_JOURNAL=wal`` or ``delete`` overrides the
+choice.
+
 The file lives under ``results/`` (default ``results/api/cache.sqlite``) so DVC
 versions it with the results it produced. It holds request bodies and responses,
 never credentials: keys travel in HTTP headers, which are not stored.
@@ -35,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from memaudit.errors import InputError
+from memaudit.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +136,58 @@ _USAGE_INSERT = ("INSERT INTO usage (at, run_id, rule, model, backend, model_id,
                  "input_tokens, output_tokens, cost_usd, provider_cached_tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
+# File systems whose files processes on several hosts open at once (the kernel's names, as
+# /proc/self/mountinfo gives them): SQLite's WAL index cannot be shared there.
+NETWORK_FILE_SYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "glusterfs", "fuse.glusterfs", "ceph",
+    "fuse.ceph", "fuse.ceph-fuse", "9p", "panfs", "wekafs", "afs", "fuse.sshfs", "fuse.s3fs", "virtiofs",
+})
+JOURNAL_ENV = "MEMAUDIT_SQLITE_JOURNAL"
+
+
+def file_system_type(path: str | Path, mountinfo: str | None = None) -> str | None:
+    """The type of the file system holding ``path`` (the longest mount point above it in
+    ``/proc/self/mountinfo``); ``None`` where that cannot be read (not Linux)."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return None
+    target = Path(path).resolve()
+    best, best_type = -1, None
+    for line in mountinfo.splitlines():
+        fields, _, tail = line.partition(" - ")
+        fields, tail = fields.split(), tail.split()
+        if len(fields) < 5 or not tail:
+            continue
+        # octal escapes for space, tab, newline and backslash in mount points
+        point = Path(fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+                     .replace("\\134", "\\"))
+        if (target == point or point in target.parents) and len(point.parts) > best:
+            best, best_type = len(point.parts), tail[0]
+    return best_type
+
+
+def journal_mode_for(path: str | Path) -> str:
+    """``WAL`` for a database on a local disk, ``DELETE`` (the rollback journal) on a network file
+    system (:data:`NETWORK_FILE_SYSTEMS`) or where ``MEMAUDIT_SQLITE_JOURNAL=delete``."""
+    import os
+
+    forced = os.environ.get(JOURNAL_ENV, "").strip().lower()
+    if forced:
+        if forced not in ("wal", "delete"):
+            raise ConfigError(f"environment variable {JOURNAL_ENV}: {forced!r} is neither 'wal' nor 'delete'")
+        return forced.upper()
+    return "DELETE" if file_system_type(Path(path).parent) in NETWORK_FILE_SYSTEMS else "WAL"
+
+
 class ResponseCache:
     """The response cache and usage log in one SQLite file; safe across threads and processes."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 120.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        wanted = journal_mode_for(self.path)
         # One connection shared by the backend's threads behind a lock: SQLite
         # serialises writers anyway, and the lock keeps transactions from interleaving.
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False,
@@ -142,10 +195,15 @@ class ResponseCache:
         self._lock = threading.Lock()
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            (mode,) = self._conn.execute(f"PRAGMA journal_mode = {wanted}").fetchone()
+            self.journal_mode = str(mode).upper()
+            if self.journal_mode != wanted:  # another process holds it open in the other mode
+                log.warning("%s: SQLite journal mode %s, not %s (another process has the file open)",
+                            self.path, self.journal_mode, wanted)
             # NORMAL in WAL mode: a killed process loses nothing committed; only a power
-            # cut may lose the last commits, which the next run then simply repeats.
-            self._conn.execute("PRAGMA synchronous = NORMAL")
+            # cut may lose the last commits, which the next run then simply repeats. The
+            # rollback journal needs FULL for the same.
+            self._conn.execute(f"PRAGMA synchronous = {'NORMAL' if self.journal_mode == 'WAL' else 'FULL'}")
             self._conn.execute("BEGIN IMMEDIATE")
             for stmt in filter(str.strip, _DDL.split(";")):
                 self._conn.execute(stmt)
