@@ -143,6 +143,30 @@ def test_bind_job_devices(monkeypatch, tmp_path):
         devices.bind_job_devices(2)
 
 
+def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path):
+    """SLURM sets CUDA_VISIBLE_DEVICES only for a job it gave GPUs. A job it gave none, on a node with
+    two (the driver lists both in /proc), must neither claim one for `device: auto` (its own Snakemake
+    evaluates the rule's `gpu` again there) nor bind device 0, which belongs to another job."""
+    proc = tmp_path / "nvidia-gpus"
+    for bus in ("0000:01:00.0", "0000:02:00.0"):
+        (proc / bus).mkdir(parents=True)
+    monkeypatch.setattr(devices, "NVIDIA_PROC", proc)
+    monkeypatch.setenv(devices.LOCK_DIR_ENV, str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert devices.visible_gpus() == ["0", "1"]  # outside SLURM: the driver's list
+    assert devices.model_gpus({"device": "auto"}) == 1
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    assert devices.visible_gpus() == []
+    assert devices.model_gpus({"device": "auto"}) == 0
+    assert devices.bind_job_devices(1, progress=lambda _: None) == []
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    # a job SLURM gave a GPU sees exactly that one
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert devices.visible_gpus() == ["1"]
+    assert devices.model_gpus({"device": "auto"}) == 1
+
+
 SNAKEFILE = """
 rule all:
     input: expand("out/{i}.json", i=range(4))
