@@ -246,6 +246,30 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
     assert others and all(v in (None, 0) for v in others.values()), others
 
 
+
+@pytest.mark.slow
+def test_cloze_items_claims_the_gpu_of_its_local_knowledge_filter(tmp_path):
+    """cloze_items loads the knowledge filter (probes.cloze.filter.model) beside the reference model. A local
+    filter on `device: cuda` with the reference on the CPU claimed no GPU: the job saw none and stopped with
+    "device 'cuda' requested but no CUDA device is available" (under SLURM: no --gpus asked)."""
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m"]["device"] = "cuda"  # the filter; the reference, tiny-gpt2-cb, stays auto
+    cfg["probes"]["cloze"]["filter"] = {"model": "smollm2-135m", "mode": "logit"}
+    (workdir / "config/filter.yaml").write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # `auto` claims nothing
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/filter.yaml", env=env).items()}
+    assert gpu[("cloze_items", "benchmark=novels")] == 1
+    # without a filter the job claims the reference's GPUs alone: none
+    del cfg["probes"]["cloze"]["filter"]
+    (workdir / "config/nofilter.yaml").write_text(yaml.safe_dump(cfg))
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/nofilter.yaml", env=env).items()}
+    assert gpu[("cloze_items", "benchmark=novels")] == 0
+
 # The rules that declare a `gpu` resource, read from the workflow itself (run in a subprocess: the API
 # changes the working directory).
 _GPU_RULES = """

@@ -221,6 +221,16 @@ def role_gpus(family, role, needed=None):
     return gpus
 
 
+def roles_gpus(family, roles):
+    """GPUs a job claims that loads several role models (cloze_items: the reference and a local knowledge
+    filter): the most any of them needs, as the job's models share its devices. `roles`: (role, needed)."""
+
+    def gpus(wildcards):
+        return max(role_gpus(family, r, needed=n)(wildcards) for r, n in roles)
+
+    return gpus
+
+
 def role_api_slots(family, role, backend, needed=None):
     def slots(wildcards):
         return (
