@@ -270,6 +270,28 @@ def test_cloze_items_claims_the_gpu_of_its_local_knowledge_filter(tmp_path):
     gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/nofilter.yaml", env=env).items()}
     assert gpu[("cloze_items", "benchmark=novels")] == 0
 
+
+@pytest.mark.slow
+def test_ktd_probe_claims_the_gpu_of_its_reference_models(tmp_path):
+    """ktd_probe loads probes.ktd.reference_models after the model under test, in the same job. A reference on
+    `device: cuda` beside a model on the CPU claimed no GPU: the job saw none and stopped at the reference."""
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m"]["device"] = "cuda"
+    cfg["probes"]["ktd"]["reference_models"] = ["smollm2-135m"]
+    (workdir / "config/ref.yaml").write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # the models under test (auto) claim nothing
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/ref.yaml", env=env).items()}
+    assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 1
+    assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 1
+    # ci's own reference, tiny-gpt2-small (auto), claims none, nor does its probe of the other model
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/ci.yaml", env=env).items()}
+    assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 0
+
 # The rules that declare a `gpu` resource, read from the workflow itself (run in a subprocess: the API
 # changes the working directory).
 _GPU_RULES = """

@@ -255,6 +255,16 @@ def probe_gpus(family, roles):
     return gpus
 
 
+def probe_and_models_gpus(models):
+    """GPUs a probe job claims when it also loads further local models (KTD's reference models, `models(wildcards)`):
+    the most any of them needs, as for probe_gpus."""
+
+    def gpus(wildcards):
+        return max([gpu_slots(wildcards)] + [_model_gpus(m) for m in models(wildcards)])
+
+    return gpus
+
+
 def probe_api_slots(family, roles, backend):
     """API slots a probe job claims: its model's concurrency plus each API judge's it talks to."""
 
