@@ -143,6 +143,30 @@ def test_bind_job_devices(monkeypatch, tmp_path):
         devices.bind_job_devices(2)
 
 
+def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path):
+    """SLURM sets CUDA_VISIBLE_DEVICES only for a job it gave GPUs. A job it gave none, on a node with
+    two (the driver lists both in /proc), must neither claim one for `device: auto` (its own Snakemake
+    evaluates the rule's `gpu` again there) nor bind device 0, which belongs to another job."""
+    proc = tmp_path / "nvidia-gpus"
+    for bus in ("0000:01:00.0", "0000:02:00.0"):
+        (proc / bus).mkdir(parents=True)
+    monkeypatch.setattr(devices, "NVIDIA_PROC", proc)
+    monkeypatch.setenv(devices.LOCK_DIR_ENV, str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert devices.visible_gpus() == ["0", "1"]  # outside SLURM: the driver's list
+    assert devices.model_gpus({"device": "auto"}) == 1
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    assert devices.visible_gpus() == []
+    assert devices.model_gpus({"device": "auto"}) == 0
+    assert devices.bind_job_devices(1, progress=lambda _: None) == []
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    # a job SLURM gave a GPU sees exactly that one
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert devices.visible_gpus() == ["1"]
+    assert devices.model_gpus({"device": "auto"}) == 1
+
+
 SNAKEFILE = """
 rule all:
     input: expand("out/{i}.json", i=range(4))
@@ -221,6 +245,52 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
               if k[0] not in ("prepare_model", "token_stats", "decop_probe", "ktd_probe", "cloze_probe")}
     assert others and all(v in (None, 0) for v in others.values()), others
 
+
+
+@pytest.mark.slow
+def test_cloze_items_claims_the_gpu_of_its_local_knowledge_filter(tmp_path):
+    """cloze_items loads the knowledge filter (probes.cloze.filter.model) beside the reference model. A local
+    filter on `device: cuda` with the reference on the CPU claimed no GPU: the job saw none and stopped with
+    "device 'cuda' requested but no CUDA device is available" (under SLURM: no --gpus asked)."""
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m"]["device"] = "cuda"  # the filter; the reference, tiny-gpt2-cb, stays auto
+    cfg["probes"]["cloze"]["filter"] = {"model": "smollm2-135m", "mode": "logit"}
+    (workdir / "config/filter.yaml").write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # `auto` claims nothing
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/filter.yaml", env=env).items()}
+    assert gpu[("cloze_items", "benchmark=novels")] == 1
+    # without a filter the job claims the reference's GPUs alone: none
+    del cfg["probes"]["cloze"]["filter"]
+    (workdir / "config/nofilter.yaml").write_text(yaml.safe_dump(cfg))
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/nofilter.yaml", env=env).items()}
+    assert gpu[("cloze_items", "benchmark=novels")] == 0
+
+
+@pytest.mark.slow
+def test_ktd_probe_claims_the_gpu_of_its_reference_models(tmp_path):
+    """ktd_probe loads probes.ktd.reference_models after the model under test, in the same job. A reference on
+    `device: cuda` beside a model on the CPU claimed no GPU: the job saw none and stopped at the reference."""
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m"]["device"] = "cuda"
+    cfg["probes"]["ktd"]["reference_models"] = ["smollm2-135m"]
+    (workdir / "config/ref.yaml").write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # the models under test (auto) claim nothing
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/ref.yaml", env=env).items()}
+    assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 1
+    assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 1
+    # ci's own reference, tiny-gpt2-small (auto), claims none, nor does its probe of the other model
+    gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/ci.yaml", env=env).items()}
+    assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 0
 
 # The rules that declare a `gpu` resource, read from the workflow itself (run in a subprocess: the API
 # changes the working directory).

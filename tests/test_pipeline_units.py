@@ -155,6 +155,14 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "non-members 0.49" in out and "min_length" not in out  # below twice chance: no pointer
     assert main(["headline", "--summary", str(tmp_path / "missing.csv")]) == 2
+    # another table passed as the summary (a `memaudit stats` input): one line naming it, not a KeyError
+    capsys.readouterr()
+    pd.DataFrame({"doc": ["a", "b"], "score": [1.0, 0.0], "label": [1, 0]}).to_csv(tmp_path / "scores.csv", index=False)
+    assert main(["headline", "--summary", str(tmp_path / "scores.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"memaudit headline: error: {tmp_path / 'scores.csv'}: not a run's metrics table (no column "
+                   "'benchmark', 'model', 'contaminated', 'method', 'auc', 'auc_ci_low', 'auc_ci_high'); "
+                   "pass results/summary/metrics.csv\n")
     # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
     (tmp_path / "unlabelled").mkdir()
     pd.DataFrame(columns=list(rows[0])).to_csv(tmp_path / "unlabelled" / "metrics.csv", index=False)

@@ -45,13 +45,19 @@ def visible_gpus() -> list[str]:
     """Ids of the CUDA devices this process may use, without initialising CUDA.
 
     ``CUDA_VISIBLE_DEVICES`` when it is set (SLURM sets it to the job's GPUs; ``""`` or ``-1``
-    hide every device), otherwise one id per GPU the NVIDIA driver lists.
+    hide every device), otherwise one id per GPU the NVIDIA driver lists -- except inside a SLURM
+    job: SLURM sets the variable for a job it gave GPUs, so a job without it was given none, and
+    the driver's list (every GPU of the node, /proc is not confined) are other jobs' devices. Read
+    there, a ``device: auto`` job submitted with no GPU (the login node has none) claimed one on a GPU
+    node when its own Snakemake evaluated the rule again, and ran on device 0 of someone else.
     """
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         ids = [d.strip() for d in env.split(",") if d.strip()]
         # CUDA stops at the first invalid entry; -1 is the usual way to say "none".
         return [] if not ids or ids[0] == "-1" else ids
+    if os.environ.get("SLURM_JOB_ID"):
+        return []
     try:
         return [str(i) for i in range(len(list(NVIDIA_PROC.iterdir())))]
     except OSError:

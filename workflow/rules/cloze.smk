@@ -22,7 +22,8 @@ rule cloze_items:
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=4000,
-        gpu=role_gpus("cloze", "reference"),
+        # a local knowledge filter is loaded in this job beside the reference: its GPUs count too
+        gpu=roles_gpus("cloze", [("reference", None), ("filter", cloze_plan.uses_filter)]),
         api_openai=role_api_slots("cloze", "filter", "openai", needed=cloze_plan.uses_filter),
         api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
     params:

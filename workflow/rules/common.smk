@@ -221,6 +221,16 @@ def role_gpus(family, role, needed=None):
     return gpus
 
 
+def roles_gpus(family, roles):
+    """GPUs a job claims that loads several role models (cloze_items: the reference and a local knowledge
+    filter): the most any of them needs, as the job's models share its devices. `roles`: (role, needed)."""
+
+    def gpus(wildcards):
+        return max(role_gpus(family, r, needed=n)(wildcards) for r, n in roles)
+
+    return gpus
+
+
 def role_api_slots(family, role, backend, needed=None):
     def slots(wildcards):
         return (
@@ -241,6 +251,16 @@ def probe_gpus(family, roles):
 
     def gpus(wildcards):
         return max([gpu_slots(wildcards)] + [role_gpus(family, r, needed=n)(wildcards) for r, n in roles])
+
+    return gpus
+
+
+def probe_and_models_gpus(models):
+    """GPUs a probe job claims when it also loads further local models (KTD's reference models, `models(wildcards)`):
+    the most any of them needs, as for probe_gpus."""
+
+    def gpus(wildcards):
+        return max([gpu_slots(wildcards)] + [_model_gpus(m) for m in models(wildcards)])
 
     return gpus
 

@@ -57,7 +57,8 @@ rule ktd_probe:
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=6000,
-        gpu=gpu_slots,
+        # its reference models are loaded in this job after the model under test: their GPUs count too
+        gpu=probe_and_models_gpus(lambda wc: ktd_plan.reference_models(config, wc.model)),
     params:
         family="ktd",
         ktd=probe_settings("ktd"),

@@ -59,6 +59,11 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     if not summary_path.exists():
         raise InputError(f"{summary_path}: not found (did the run finish?)")
     summary = pd.read_csv(summary_path)
+    missing = [c for c in ("benchmark", "model", "contaminated", "method", "auc", "auc_ci_low", "auc_ci_high")
+               if c not in summary.columns]
+    if missing:  # another table passed as --summary: one line, not a KeyError from deep in the table code
+        raise InputError(f"{summary_path}: not a run's metrics table (no column {', '.join(map(repr, missing))}); "
+                         f"pass results/summary/metrics.csv")
     if summary.empty:  # every benchmark unlabelled (published CopyBench without labels): no AUC to show
         print("\nNo labelled benchmark in this run: no ROC-AUC (CopyBench's rates: "
               f"{summary_path.with_name('copybench.csv')}).")
