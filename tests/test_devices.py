@@ -143,7 +143,7 @@ def test_bind_job_devices(monkeypatch, tmp_path):
         devices.bind_job_devices(2)
 
 
-def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path):
+def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path, caplog):
     """SLURM sets CUDA_VISIBLE_DEVICES only for a job it gave GPUs. A job it gave none, on a node with
     two (the driver lists both in /proc), must neither claim one for `device: auto` (its own Snakemake
     evaluates the rule's `gpu` again there) nor bind device 0, which belongs to another job."""
@@ -157,7 +157,14 @@ def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path):
     assert devices.visible_gpus() == ["0", "1"]  # outside SLURM: the driver's list
     assert devices.model_gpus({"device": "auto"}) == 1
     monkeypatch.setenv("SLURM_JOB_ID", "17")
-    assert devices.visible_gpus() == []
+    monkeypatch.setattr(devices, "_warned_unassigned", [])
+    with caplog.at_level("WARNING", logger="memaudit.devices"):
+        assert devices.visible_gpus() == []
+        assert devices.visible_gpus() == []
+    # said once, not silently: a node's GPUs left unused where SLURM set no CUDA_VISIBLE_DEVICES
+    assert [r.getMessage() for r in caplog.records] == [
+        "SLURM job 17 has no CUDA_VISIBLE_DEVICES: its 2 listed GPU(s) are taken as other jobs' and not used "
+        "(ask SLURM for GPUs, --gpus=N, or set CUDA_VISIBLE_DEVICES where the node's GPUs are the job's own)"]
     assert devices.model_gpus({"device": "auto"}) == 0
     assert devices.bind_job_devices(1, progress=lambda _: None) == []
     assert "CUDA_VISIBLE_DEVICES" not in os.environ

@@ -56,12 +56,21 @@ def visible_gpus() -> list[str]:
         ids = [d.strip() for d in env.split(",") if d.strip()]
         # CUDA stops at the first invalid entry; -1 is the usual way to say "none".
         return [] if not ids or ids[0] == "-1" else ids
-    if os.environ.get("SLURM_JOB_ID"):
-        return []
     try:
-        return [str(i) for i in range(len(list(NVIDIA_PROC.iterdir())))]
+        listed = [str(i) for i in range(len(list(NVIDIA_PROC.iterdir())))]
     except OSError:
+        listed = []
+    if os.environ.get("SLURM_JOB_ID"):
+        if listed and not _warned_unassigned:
+            _warned_unassigned.append(True)
+            log.warning("SLURM job %s has no CUDA_VISIBLE_DEVICES: its %d listed GPU(s) are taken as other "
+                        "jobs' and not used (ask SLURM for GPUs, --gpus=N, or set CUDA_VISIBLE_DEVICES "
+                        "where the node's GPUs are the job's own)", os.environ["SLURM_JOB_ID"], len(listed))
         return []
+    return listed
+
+
+_warned_unassigned: list = []  # the warning above, once per process
 
 
 def model_gpus(entry: dict, *, model: str = "?", visible: int | None = None) -> int:
