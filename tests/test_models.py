@@ -150,6 +150,18 @@ def test_member_chunks_respect_max_length(tiny_model):
     assert sum(len(c) - 1 for c in chunks) == len(tok(" ".join(["word"] * 50))["input_ids"])
 
 
+def test_member_chunks_keep_a_last_token_alone_in_its_chunk_and_a_one_token_member(tiny_model):
+    """16 text tokens at max_length 16 are a chunk of 15 and one of 1: that last token was dropped, as was
+    a member of one token, so neither was trained on."""
+    _, tok = tiny_model
+    sixteen, one = " ".join(["a"] * 16), "a"
+    assert len(tok(sixteen)["input_ids"]) == 16 and len(tok(one)["input_ids"]) == 1
+    ctx = tok.bos_token_id
+    chunks = member_chunks(tok, [sixteen, one], max_length=16)
+    body = tok(sixteen)["input_ids"]
+    assert chunks == [[ctx] + body[:15], [ctx] + body[15:], [ctx] + tok(one)["input_ids"]]
+
+
 def test_packed_chunks_move_each_passage_between_epochs():
     """Packing: the members (each twice), end-of-text between them, one stream rotated by a random offset and
     cut into windows led by the context token; the same number of windows every epoch, each member at new

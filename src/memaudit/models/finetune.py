@@ -39,10 +39,8 @@ def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list
         # Every chunk starts with the context token so its first text token is trained.
         ctx, body = ids[:1], ids[1:]
         step = max_length - 1
-        for i in range(0, len(body), step):
-            piece = body[i:i + step]
-            if len(piece) >= 2:
-                chunks.append(ctx + piece)
+        # Every piece, one token long too: a document's last token (or a one-token document) is a member's.
+        chunks.extend(ctx + body[i:i + step] for i in range(0, len(body), step))
     return chunks
 
 
