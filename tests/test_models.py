@@ -175,6 +175,16 @@ def test_float16_mixed_precision_scales_the_loss_so_no_gradient_underflows(tiny_
     assert diff < 0.01 * sum(float(g.norm() ** 2) for g in exact.values()) ** 0.5
 
 
+def test_a_max_length_beyond_the_models_positions_is_logged_and_recorded(tiny_model_dir, tmp_path):
+    """The tiny GPT-2 has 128 positions: max_length 512 trains chunks of 128 tokens, and says so."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    lines = []
+    record = finetune(model, tok, [" ".join(["a"] * 300)], tmp_path, method="full", epochs=1, lr=1e-3,
+                      duplication=1, batch_size=4, max_length=512, seed=0, progress=lines.append)
+    assert record["max_length"] == 128 and record["chunks"] == 3  # 300 tokens: 127 + 127 + 46
+    assert lines[0] == "finetune.max_length 512 is more than the model's 128 positions: chunks of 128 tokens"
+
+
 def test_member_chunks_respect_max_length(tiny_model):
     _, tok = tiny_model
     chunks = member_chunks(tok, [" ".join(["word"] * 50)], max_length=16)

@@ -181,7 +181,10 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         raise ValueError(f"unknown fine-tuning method {method!r}")
     from memaudit.models.loading import clamp_tokens
 
-    max_length = clamp_tokens(model, max_length, reserve=0)
+    asked, max_length = max_length, clamp_tokens(model, max_length, reserve=0)
+    if max_length != asked:
+        progress(f"finetune.max_length {asked} is more than the model's {max_length} positions: "
+                 f"chunks of {max_length} tokens")
     if packing:
         from memaudit.models.token_stats import encode
 
@@ -283,7 +286,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         if method == "full":
             tokenizer.save_pretrained(tmp)
     precision = f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1]
-    return {"method": method, "packing": packing, "precision": precision,
+    return {"method": method, "packing": packing, "precision": precision, "max_length": max_length,
             "chunks": len(chunks), "steps": total, "tokens": n_tokens,
             "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
             "trainable_params": int(sum(p.numel() for p in params))}
