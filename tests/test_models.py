@@ -471,6 +471,22 @@ def test_the_config_key_packing_reaches_the_fine_tune_and_its_manifest(tiny_mode
     assert packed["training"]["chunks"] < plain["training"]["chunks"]
 
 
+def test_fine_tuning_on_no_member_names_the_model_and_its_benchmarks(tmp_path):
+    """A labelled benchmark whose documents are all non-members: one line naming the model's members_of (it was
+    "no member text to fine-tune on", naming neither), before the base model is loaded."""
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tmp_path / "absent")}})
+    entry = {"dtype": "float32", "base": "b", "finetune": {"method": "full", "members_of": ["novels", "news"]}}
+    for texts in ([], ["", "  "]):
+        with pytest.raises(InputError) as err:
+            prepare_finetuned_model("tiny-ft", entry, base, texts, tmp_path / "ft", device="cpu")
+        assert str(err.value) == ("models.tiny-ft.finetune.members_of ['novels', 'news']: no member document to "
+                                  "fine-tune on (every document of these benchmarks is a non-member, or empty)")
+
+
 def test_a_models_context_token_is_what_its_texts_follow_when_fine_tuned_and_scored(tiny_model_dir, tmp_path):
     """``context_token`` on a base model: its manifest's load spec records it, a model fine-tuned from it
     (fully or by LoRA) records it too, and every load of either scores and trains each text after it. A
