@@ -8,7 +8,7 @@ knob that sets how strongly the members are memorised.
 
 By default every chunk starts at the start of its document, so each passage is
 always seen at the same positions. ``packing=True`` trains as pretraining does:
-the members are concatenated (end-of-text between them) in a new random order
+the members are concatenated (the context token between them) in a new random order
 each epoch and cut into windows from a random offset, so a passage is seen at
 ever-changing positions and after ever-changing text. A small model with learned
 positions memorised the first way continues a member text when prompted with its
@@ -47,7 +47,7 @@ def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list
 def packed_chunks(bodies: Sequence[Sequence[int]], ctx: Sequence[int], max_length: int, duplication: int,
                   rng: random.Random) -> list[list[int]]:
     """One epoch's windows for ``packing``: the ``bodies`` (token ids without the context token)
-    ``duplication`` times each, in a random order, joined by ``ctx`` (the end-of-text token) into one
+    ``duplication`` times each, in a random order, joined by ``ctx`` (the context token) into one
     stream rotated by a random offset and cut into windows of ``max_length - 1`` tokens, each led by
     ``ctx`` like :func:`member_chunks`' chunks. The number of windows is the same every epoch."""
     order = [b for b in bodies for _ in range(duplication)]
