@@ -81,6 +81,16 @@ def test_lora_on_gpt2_says_fan_in_fan_out_so_no_job_log_warns(tiny_model_dir, tm
     assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["fan_in_fan_out"] is True
 
 
+def test_lora_target_modules_the_model_lacks_name_the_key_and_the_layers_it_has(tiny_model_dir, tmp_path):
+    """Llama's layer names on GPT-2: peft said only "Target modules {...} not found in the base model"."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    with pytest.raises(ConfigError) as err:
+        finetune(model, tok, MEMBERS, tmp_path / "adapter", method="lora", epochs=1, lr=1e-3, duplication=1,
+                 batch_size=2, max_length=64, target_modules=["q_proj", "v_proj"])
+    assert str(err.value) == ("finetune.target_modules ['q_proj', 'v_proj']: no such layer in GPT2LMHeadModel; "
+                              "its linear layers are c_attn, c_fc, c_proj (or all-linear)")
+
+
 def test_lora_in_the_last_layers_trains_only_them_and_backpropagates_no_lower(tiny_model_dir, tmp_path):
     """finetune.lora_layers: adapters in the last N blocks only (all-linear resolved to GPT-2's
     Conv1D names, since peft takes a layer subset only with names); no gradient reaches a layer

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memaudit.checkpoints import TrainingCheckpoint
+from memaudit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,15 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         settings = lora_layer_settings(model, target_modules, lora_layers)
         cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM",
                          fan_in_fan_out=targets_conv1d(model, settings["target_modules"]), **settings)
-        model = get_peft_model(model, cfg)
+        linear = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
+        try:
+            model = get_peft_model(model, cfg)
+        except ValueError as exc:  # peft's NoMatchingPeftModuleError names neither the key nor what would match
+            if "not found in the base model" not in str(exc):
+                raise
+            raise ConfigError(f"finetune.target_modules {target_modules!r}: no such layer in "
+                              f"{type(model).__name__}; its linear layers are {', '.join(linear)} "
+                              f"(or all-linear)") from None
     elif method != "full":
         raise ValueError(f"unknown fine-tuning method {method!r}")
     from memaudit.models.loading import clamp_tokens
