@@ -88,6 +88,21 @@ def test_unreadable_cpuinfo_means_float32(monkeypatch, no_cuda):
     assert resolve_dtype("auto", "cpu", env={}) == "float32"
 
 
+@pytest.mark.parametrize("major, expected", [(7, "float32"), (8, "bfloat16"), (9, "bfloat16")])
+def test_auto_on_a_gpu_that_only_emulates_bfloat16_is_float32(major, expected, monkeypatch):
+    """A V100 or T4 (compute capability 7.x) computes bfloat16 by emulation, which torch's
+    is_bf16_supported() counts as support by default: auto was bfloat16 there."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(major=major))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)  # emulation works
+    for device in ("auto", "cuda", "cuda:0"):
+        assert resolve_dtype("auto", device, cpuinfo=AMX, env={}) == expected
+
+
 def test_auto_on_cuda_asks_the_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for supported, expected in ((True, "bfloat16"), (False, "float32")):

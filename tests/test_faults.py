@@ -428,6 +428,37 @@ def test_lora_finetuning_stopped_by_sigterm_resumes_to_the_same_adapter(tiny_mod
     assert record["losses"] == uninterrupted["losses"]
 
 
+def test_float16_finetuning_resumes_with_its_gradient_scale(tiny_model_dir, tmp_path):
+    """float16 mixed precision: the gradient scaler halved its scale at an overflow before the stop; the
+    checkpoint holds it, so the resumed run takes the uninterrupted run's steps."""
+    import torch
+    from safetensors.torch import load_file
+
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.errors import JobInterrupted
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+
+    settings = dict(method="lora", epochs=2, lr=0.01, duplication=1, batch_size=4, max_length=32, lora_r=4,
+                    seed=3, autocast="float16")
+
+    def fresh():
+        return load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+
+    uninterrupted = finetune(*fresh(), TINY_TEXTS, tmp_path / "plain", **settings)
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", every_steps=0)
+    with pytest.raises(JobInterrupted, match="at step 3/12"):
+        finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt,
+                 progress=_sigterm_at_step(3, []), **settings)
+    assert torch.load(ckpt.path, weights_only=True)["grad_scaler"]["scale"] == 2.0 ** 15  # 2 ** 16 halved once
+    record = finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt, **settings)
+    assert record["resumed_from_step"] == 3 and record["precision"] == "float16-mixed"
+    a = load_file(tmp_path / "plain" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "resumed" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+    assert record["losses"] == uninterrupted["losses"]
+
+
 def test_packed_finetuning_stopped_inside_a_later_epoch_resumes_to_the_same_model(tiny_model_dir, tmp_path):
     """With packing each epoch has its own windows; a run stopped inside epoch 2 rebuilds that epoch's
     windows on resume and ends with the uninterrupted run's weights."""

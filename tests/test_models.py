@@ -81,6 +81,16 @@ def test_lora_on_gpt2_says_fan_in_fan_out_so_no_job_log_warns(tiny_model_dir, tm
     assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["fan_in_fan_out"] is True
 
 
+def test_lora_target_modules_the_model_lacks_name_the_key_and_the_layers_it_has(tiny_model_dir, tmp_path):
+    """Llama's layer names on GPT-2: peft said only "Target modules {...} not found in the base model"."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    with pytest.raises(ConfigError) as err:
+        finetune(model, tok, MEMBERS, tmp_path / "adapter", method="lora", epochs=1, lr=1e-3, duplication=1,
+                 batch_size=2, max_length=64, target_modules=["q_proj", "v_proj"])
+    assert str(err.value) == ("finetune.target_modules ['q_proj', 'v_proj']: no such layer in GPT2LMHeadModel; "
+                              "its linear layers are c_attn, c_fc, c_proj (or all-linear)")
+
+
 def test_lora_in_the_last_layers_trains_only_them_and_backpropagates_no_lower(tiny_model_dir, tmp_path):
     """finetune.lora_layers: adapters in the last N blocks only (all-linear resolved to GPT-2's
     Conv1D names, since peft takes a layer subset only with names); no gradient reaches a layer
@@ -143,11 +153,65 @@ def test_mixed_precision_finetune_keeps_float32_weights_and_learns(tiny_model_di
     assert loss_of(tuned, tok2, MEMBERS) < before - 0.5
 
 
+def test_float16_mixed_precision_scales_the_loss_so_no_gradient_underflows(tiny_model_dir, tmp_path, monkeypatch):
+    """float16 autocast without a gradient scaler: 14 of the tiny GPT-2's 39,776 nonzero gradient elements
+    of the first step reached the optimizer as 0 (underflowed); scaled, none, and the rest match float32's."""
+    import torch
+
+    seen = []
+    step = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        if not seen:  # the gradients the first update uses, after clipping
+            seen.append({id(p): p.grad.detach().clone() for group in self.param_groups for p in group["params"]})
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    grads = {}
+    for autocast in (None, "float16"):
+        seen.clear()
+        model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+        names = {id(p): n for n, p in model.named_parameters()}
+        record = finetune(model, tok, MEMBERS, tmp_path / str(autocast), method="full", epochs=1, lr=1e-3,
+                          duplication=1, batch_size=2, max_length=64, seed=0, autocast=autocast)
+        assert record["steps"] == 1 and len(seen) == 1
+        grads[autocast] = {names[i]: g for i, g in seen[0].items()}
+    assert record["precision"] == "float16-mixed"
+    exact, half = grads[None], grads["float16"]
+    nonzero = sum(int((g != 0).sum()) for g in exact.values())
+    underflowed = sum(int(((half[n] == 0) & (exact[n] != 0)).sum()) for n in exact)
+    assert nonzero > 30_000 and underflowed == 0
+    diff = sum(float((half[n] - exact[n]).norm() ** 2) for n in exact) ** 0.5
+    assert diff < 0.01 * sum(float(g.norm() ** 2) for g in exact.values()) ** 0.5
+
+
+def test_a_max_length_beyond_the_models_positions_is_logged_and_recorded(tiny_model_dir, tmp_path):
+    """The tiny GPT-2 has 128 positions: max_length 512 trains chunks of 128 tokens, and says so."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    lines = []
+    record = finetune(model, tok, [" ".join(["a"] * 300)], tmp_path, method="full", epochs=1, lr=1e-3,
+                      duplication=1, batch_size=4, max_length=512, seed=0, progress=lines.append)
+    assert record["max_length"] == 128 and record["chunks"] == 3  # 300 tokens: 127 + 127 + 46
+    assert lines[0] == "finetune.max_length 512 is more than the model's 128 positions: chunks of 128 tokens"
+
+
 def test_member_chunks_respect_max_length(tiny_model):
     _, tok = tiny_model
     chunks = member_chunks(tok, [" ".join(["word"] * 50)], max_length=16)
     assert all(len(c) <= 16 for c in chunks) and all(c[0] == tok.bos_token_id for c in chunks)
     assert sum(len(c) - 1 for c in chunks) == len(tok(" ".join(["word"] * 50))["input_ids"])
+
+
+def test_member_chunks_keep_a_last_token_alone_in_its_chunk_and_a_one_token_member(tiny_model):
+    """16 text tokens at max_length 16 are a chunk of 15 and one of 1: that last token was dropped, as was
+    a member of one token, so neither was trained on."""
+    _, tok = tiny_model
+    sixteen, one = " ".join(["a"] * 16), "a"
+    assert len(tok(sixteen)["input_ids"]) == 16 and len(tok(one)["input_ids"]) == 1
+    ctx = tok.bos_token_id
+    chunks = member_chunks(tok, [sixteen, one], max_length=16)
+    body = tok(sixteen)["input_ids"]
+    assert chunks == [[ctx] + body[:15], [ctx] + body[15:], [ctx] + tok(one)["input_ids"]]
 
 
 def test_packed_chunks_move_each_passage_between_epochs():
@@ -415,6 +479,22 @@ def test_the_config_key_packing_reaches_the_fine_tune_and_its_manifest(tiny_mode
     assert plain["training"]["chunks"] == sum(-(-n // 15) for n in lengths)  # each member cut on its own
     assert packed["training"]["chunks"] == -(-(sum(lengths) + len(texts)) // 15)  # one stream, end-of-text after each
     assert packed["training"]["chunks"] < plain["training"]["chunks"]
+
+
+def test_fine_tuning_on_no_member_names_the_model_and_its_benchmarks(tmp_path):
+    """A labelled benchmark whose documents are all non-members: one line naming the model's members_of (it was
+    "no member text to fine-tune on", naming neither), before the base model is loaded."""
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tmp_path / "absent")}})
+    entry = {"dtype": "float32", "base": "b", "finetune": {"method": "full", "members_of": ["novels", "news"]}}
+    for texts in ([], ["", "  "]):
+        with pytest.raises(InputError) as err:
+            prepare_finetuned_model("tiny-ft", entry, base, texts, tmp_path / "ft", device="cpu")
+        assert str(err.value) == ("models.tiny-ft.finetune.members_of ['novels', 'news']: no member document to "
+                                  "fine-tune on (every document of these benchmarks is a non-member, or empty)")
 
 
 def test_a_models_context_token_is_what_its_texts_follow_when_fine_tuned_and_scored(tiny_model_dir, tmp_path):

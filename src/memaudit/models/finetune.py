@@ -8,7 +8,7 @@ knob that sets how strongly the members are memorised.
 
 By default every chunk starts at the start of its document, so each passage is
 always seen at the same positions. ``packing=True`` trains as pretraining does:
-the members are concatenated (end-of-text between them) in a new random order
+the members are concatenated (the context token between them) in a new random order
 each epoch and cut into windows from a random offset, so a passage is seen at
 ever-changing positions and after ever-changing text. A small model with learned
 positions memorised the first way continues a member text when prompted with its
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memaudit.checkpoints import TrainingCheckpoint
+from memaudit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +40,15 @@ def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list
         # Every chunk starts with the context token so its first text token is trained.
         ctx, body = ids[:1], ids[1:]
         step = max_length - 1
-        for i in range(0, len(body), step):
-            piece = body[i:i + step]
-            if len(piece) >= 2:
-                chunks.append(ctx + piece)
+        # Every piece, one token long too: a document's last token (or a one-token document) is a member's.
+        chunks.extend(ctx + body[i:i + step] for i in range(0, len(body), step))
     return chunks
 
 
 def packed_chunks(bodies: Sequence[Sequence[int]], ctx: Sequence[int], max_length: int, duplication: int,
                   rng: random.Random) -> list[list[int]]:
     """One epoch's windows for ``packing``: the ``bodies`` (token ids without the context token)
-    ``duplication`` times each, in a random order, joined by ``ctx`` (the end-of-text token) into one
+    ``duplication`` times each, in a random order, joined by ``ctx`` (the context token) into one
     stream rotated by a random offset and cut into windows of ``max_length - 1`` tokens, each led by
     ``ctx`` like :func:`member_chunks`' chunks. The number of windows is the same every epoch."""
     order = [b for b in bodies for _ in range(duplication)]
@@ -150,7 +149,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
 
     ``autocast`` ("bfloat16" or "float16") trains in mixed precision: the weights and the
     optimizer stay in the model's dtype (float32) and the matrix products run in half
-    precision -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
+    precision (float16 with the loss scaled by ``torch.amp.GradScaler``) -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
     CPU (emulated bfloat16) about 20x slower. "auto" is bfloat16 where the model's device
     computes it natively, else no autocast (:func:`memaudit.models.loading.resolve_dtype`).
 
@@ -178,12 +177,23 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         settings = lora_layer_settings(model, target_modules, lora_layers)
         cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM",
                          fan_in_fan_out=targets_conv1d(model, settings["target_modules"]), **settings)
-        model = get_peft_model(model, cfg)
+        linear = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
+        try:
+            model = get_peft_model(model, cfg)
+        except ValueError as exc:  # peft's NoMatchingPeftModuleError names neither the key nor what would match
+            if "not found in the base model" not in str(exc):
+                raise
+            raise ConfigError(f"finetune.target_modules {target_modules!r}: no such layer in "
+                              f"{type(model).__name__}; its linear layers are {', '.join(linear)} "
+                              f"(or all-linear)") from None
     elif method != "full":
         raise ValueError(f"unknown fine-tuning method {method!r}")
     from memaudit.models.loading import clamp_tokens
 
-    max_length = clamp_tokens(model, max_length, reserve=0)
+    asked, max_length = max_length, clamp_tokens(model, max_length, reserve=0)
+    if max_length != asked:
+        progress(f"finetune.max_length {asked} is more than the model's {max_length} positions: "
+                 f"chunks of {max_length} tokens")
     if packing:
         from memaudit.models.token_stats import encode
 
@@ -212,6 +222,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
 
         autocast = resolve_dtype(autocast, device.type)
         autocast = autocast if autocast in ("bfloat16", "float16") else None
+    # float16 gradients underflow to zero below 6e-8 (bfloat16's range is float32's): the loss is scaled up
+    # before the backward pass and the gradients down before clipping and the step, as torch.amp prescribes.
+    scaler = torch.amp.GradScaler(device.type) if autocast == "float16" else None
     model.train()
     t0, step, losses, n_tokens = time.time(), 0, [], 0
     epoch, order, pos = 0, None, 0  # pos: batches of the current epoch's order already taken
@@ -219,6 +232,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     state = checkpoint.load()
     if state is not None and (state["total"], state["n_chunks"]) == (total, len(chunks)):
         restore_optimizer_state(state, model, opt, sched)
+        if scaler is not None and "grad_scaler" in state:
+            scaler.load_state_dict(state["grad_scaler"])
         restore_rng_state(state["rng"], rng)
         step, epoch, order, pos = int(state["step"]), int(state["epoch"]), list(state["order"]), int(state["pos"])
         losses, n_tokens = list(state["losses"]), int(state["tokens"])
@@ -248,9 +263,16 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             with (torch.autocast(device.type, dtype=getattr(torch, autocast)) if autocast
                   else contextlib.nullcontext()):
                 out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            if scaler is None:
+                out.loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+            else:
+                scaler.scale(out.loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                scaler.step(opt)  # skipped where a gradient overflowed; the scale then halves
+                scaler.update()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
@@ -265,14 +287,15 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
                                       **optimizer_state(model, opt, sched), "step": step, "epoch": epoch,
                                       "pos": pos, "order": order, "total": total, "n_chunks": len(chunks),
                                       "rng": rng_state(rng), "losses": losses, "tokens": n_tokens,
-                                      "seconds": time.time() - t0})
+                                      "seconds": time.time() - t0,
+                                      **({"grad_scaler": scaler.state_dict()} if scaler is not None else {})})
     model.eval()
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         if method == "full":
             tokenizer.save_pretrained(tmp)
     precision = f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1]
-    return {"method": method, "packing": packing, "precision": precision,
+    return {"method": method, "packing": packing, "precision": precision, "max_length": max_length,
             "chunks": len(chunks), "steps": total, "tokens": n_tokens,
             "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
             "trainable_params": int(sum(p.numel() for p in params))}

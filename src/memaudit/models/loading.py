@@ -95,7 +95,8 @@ def resolve_dtype(dtype: str, device: str = "auto", *, cpuinfo: str | None = Non
     """The dtype a model entry's ``dtype`` means on ``device``: explicit dtypes pass through;
     ``auto`` is ``bfloat16`` where the hardware computes it natively, else ``float32``.
 
-    Native: a CUDA device with ``torch.cuda.is_bf16_supported()``, or a CPU with AVX512-BF16 or AMX
+    Native: a CUDA device with ``torch.cuda.is_bf16_supported(including_emulation=False)`` (compute
+    capability 8.0 or later, or ROCm), or a CPU with AVX512-BF16 or AMX
     (:func:`cpu_has_native_bf16`). Elsewhere bfloat16 is emulated and slower than float32 (about
     20x for a SmolLM2 LoRA step on an AVX2-only EPYC, ``results/bench/dtype.json``).
     ``cpuinfo`` and ``env`` replace ``/proc/cpuinfo`` and ``os.environ`` (tests).
@@ -108,7 +109,8 @@ def resolve_dtype(dtype: str, device: str = "auto", *, cpuinfo: str | None = Non
         import torch
 
         if torch.cuda.is_available():
-            return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+            # Not emulation: torch's default also says yes for a pre-Ampere GPU (V100, T4) that only emulates it.
+            return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
         if device != "auto":  # cuda asked for but absent: loading fails with its own message
             return "float32"
     return "bfloat16" if cpu_has_native_bf16(cpuinfo, env) else "float32"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memaudit.config import contaminated_on
-from memaudit.errors import ConfigError
+from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,9 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     out_dir = Path(out_dir)
     base = read_json(base_manifest_path)
     ft = entry["finetune"]
+    if not any(text.strip() for text in member_texts):
+        raise InputError(f"models.{name}.finetune.members_of {ft['members_of']}: no member document to "
+                         f"fine-tune on (every document of these benchmarks is a non-member, or empty)")
     # `auto` is bfloat16 only where the hardware computes it natively (emulated it is ~20x slower)
     dtype_used = resolve_dtype(entry.get("dtype", "auto"), device)
     checkpoint = _training_checkpoint(
