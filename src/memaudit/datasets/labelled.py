@@ -57,7 +57,8 @@ _CSV_FIELD_LIMIT = 64 * 1024 * 1024  # the csv module's default (128 KiB) is sho
 @dataclass(frozen=True)
 class LabelledSet:
     """What one published set calls its fields: ``text`` (required, non-empty), ``optional``
-    (strings, may be empty), and ``label`` with ``label_meaning`` ("0 (...) or 1 (...)")."""
+    (strings, may be empty; null, as parquet and JSON give a missing value, reads as empty), and ``label``
+    with ``label_meaning`` ("0 (...) or 1 (...)")."""
 
     what: str
     text: str
@@ -184,7 +185,9 @@ def check_label(value: Any, textual: bool, meaning: str, key: str = "label") -> 
 def _check_row(get: Getter, textual: bool, spec: LabelledSet) -> dict[str, Any]:
     row = {spec.text: check_text(spec.text, get(spec.text)).strip(), "label": check_label(get("label"), textual, spec.label_meaning)}
     for key in spec.optional:
-        row[key] = check_text(key, get(key), allow_empty=True).strip()
+        value = get(key)
+        # null is how parquet and Dataset.to_json say "none" (a CSV cell says it empty): the same row either way
+        row[key] = "" if value is None else check_text(key, value, allow_empty=True).strip()
     return row
 
 

@@ -71,7 +71,9 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # bookmia 1: a book's document text is its snippets (it was empty: nothing to fine-tune on or paraphrase).
 # bookmia 2: each passage says whether its row is in the paper's validation split or its test split
 # (meta.split; published.validation_rows, default 1870).
-FORMAT_VERSIONS = {"bookmia": 2}
+# nyt 1: a null prefix or completion (parquet, JSON) is kept as empty with a note, as an empty CSV cell was (it was
+# rejected: the same set loaded differently as parquet and as CSV).
+FORMAT_VERSIONS = {"bookmia": 2, "nyt": 1}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
