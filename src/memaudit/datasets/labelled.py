@@ -93,7 +93,7 @@ def json_getter(record: Any) -> Getter:
     return lambda name: record[keys[name.lower()]] if name.lower() in keys else MISSING
 
 
-def _json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
+def json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
     """JSON lines, or one top-level array (each element at the line where it starts)."""
     if text.lstrip().startswith("["):
         for _, line, value in _array_elements(path, text):
@@ -162,7 +162,7 @@ def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Iterato
     path, text = read_text(path, spec.what)
     suffix = path.suffix.lower()
     if suffix in _JSON_SUFFIXES or (suffix != ".csv" and text.lstrip()[:1] in ("{", "[")):
-        return path, "json", _json_records(path, text)
+        return path, "json", json_records(path, text)
     return path, "csv", csv_records(path, text, spec.fields)
 
 
