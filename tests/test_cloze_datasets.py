@@ -258,6 +258,36 @@ def test_a_parquet_file_needs_pyarrow_or_loads_like_the_jsonl(tmp_path, monkeypa
     assert [p.meta["line"] for p in passages] == [1, 2, 3]  # row numbers
 
 
+def test_a_null_prefix_or_completion_is_kept_as_empty_as_an_empty_csv_cell_is(tmp_path):
+    """The same set, a row without prefix and completion: null in parquet and JSON lines (what
+    Dataset.to_parquet / to_json write for a missing value), an empty cell in CSV. Each loads all three
+    rows, the row kept with the same two notes; a null snippet or label is still rejected."""
+    rows = [dict(r) for r in NYT_ROWS]
+    rows[2].update(prefix=None, completion=None)
+    frame = pd.DataFrame(rows)
+    paths = [tmp_path / "nyt.jsonl", tmp_path / "nyt.csv"]
+    frame.to_json(paths[0], orient="records", lines=True)
+    frame.to_csv(paths[1], index=False)
+    if importlib.util.find_spec("pyarrow") is not None:
+        paths.append(tmp_path / "nyt.parquet")
+        frame.to_parquet(paths[-1], index=False)
+    assert '"prefix":null,"completion":null' in paths[0].read_text()
+    for path in paths:
+        _, passages, rejected = load_nyt(path)
+        assert [p.label for p in passages] == [1, 1, 0], path
+        assert (passages[2].meta["prefix"], passages[2].meta["completion"]) == ("", ""), path
+        assert [(r.key, r.action) for r in rejected] == [("prefix", "kept"), ("completion", "kept")], path
+        assert rejected[0].reason.startswith("empty prefix: kept for the cloze probe"), path
+    bad = _write(tmp_path / "bad.jsonl", _jsonl({"snippet": None, "prefix": None, "completion": None, "label": 1},
+                                                 {"snippet": "S.", "prefix": None, "completion": "x", "label": None},
+                                                 *NYT_ROWS))
+    _, passages, rejected = load_nyt(bad)
+    assert len(passages) == 3
+    assert [(r.line, r.key, r.reason) for r in rejected if r.action == "rejected"] == [
+        (1, "snippet", "expected a string, got null"), (2, "label", "not exactly 0 (other outlet, after the cutoff) "
+                                                                    "or 1 (Exhibit J): got null None")]
+
+
 def test_random_and_truncated_nyt_files_load_with_rejects_or_fail_in_one_line(tmp_path):
     @settings(max_examples=60, deadline=None)
     @given(data=st.one_of(st.binary(max_size=300),

@@ -291,6 +291,55 @@ def test_bookmia_passages_carry_the_papers_split_by_row_position(tmp_path, caplo
                           **({"validation_rows": rows} if rows == 10 else {}))
 
 
+def test_bookmia_as_the_hub_exports_it_parquet_or_a_json_array_loads_as_the_jsonl_does(tmp_path):
+    """The Hub keeps BookMIA as book_data.jsonl and serves it as parquet too (its conversion,
+    Dataset.to_parquet); to_json(orient="records") writes one JSON array. Each is the same rows: the
+    same passages, splits and rejects, a parquet file's rows numbered from 1 (an array's elements at
+    their lines). They were read as JSON lines: the parquet file was 'invalid UTF-8 at byte offset ...',
+    the array one rejected row."""
+    import importlib.util
+
+    rows = [json.loads(line) for line in BOOKMIA_SPLIT_LINES if line.startswith("{\"")]
+    rows[3]["snippet"] = " "  # one row rejected, holding its place in the split
+    lines = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    _, _, want, want_rejects = _load_excerpt(tmp_path, "BookMIA.jsonl", "bookmia", lines, validation_rows=4)
+    assert len(want) == 8 and [(r.line, r.key) for r in want_rejects] == [(4, "snippet")]
+    expected = [(p.passage_id, p.label, p.text, p.meta["split"]) for p in want]
+    array = json.dumps(rows, indent=1).encode()
+    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.json", "bookmia", array, validation_rows=4)
+    assert [(p.passage_id, p.label, p.text, p.meta["split"]) for p in passages] == expected
+    assert [p.meta["source_line"] for p in passages][:3] == [2, 9, 16]  # each element where it starts
+    assert [(r.line, r.key, r.reason) for r in rejects] == [(23, "snippet", "empty or whitespace-only text")]
+    if importlib.util.find_spec("pyarrow") is None:
+        return
+    for name in ("0000.parquet", "book_data"):  # by suffix, or by its magic bytes
+        (tmp_path / name).unlink(missing_ok=True)
+        pd.DataFrame(rows).to_parquet(tmp_path / name, index=False)
+        docs = published_benchmark("bo", {"format": "bookmia", "path": str(tmp_path / name), "validation_rows": 4},
+                                   rejects=(rejects := []))[1]
+        assert [(p.passage_id, p.label, p.text, p.meta["split"]) for p in docs] == expected
+        assert [p.meta["source_line"] for p in docs] == [1, 2, 3, 5, 6, 7, 8, 9]  # row numbers
+        assert [(r.line, r.key) for r in rejects] == [(4, "snippet")]
+
+
+def test_a_parquet_file_given_to_a_text_loader_is_named_as_parquet(tmp_path):
+    """A QA set or a labels file read as JSON lines or CSV only: a parquet file (the Hub's export) given
+    to one said 'invalid UTF-8 at byte offset N ... convert the file to UTF-8'."""
+    from memaudit.datasets.label_files import read_labels
+    from memaudit.datasets.qa import read_qa_jsonl
+
+    path = tmp_path / "train.parquet"
+    path.write_bytes(b"PAR1\x15\x04\x15\xfa\x01" + b"\0" * 32 + b"PAR1")
+    with pytest.raises(InputError) as info:
+        read_qa_jsonl(path)
+    assert str(info.value) == (f"{path}: a parquet file, expected a QA JSON-lines file in UTF-8; export it with "
+                               f"pandas.read_parquet(...).to_json(orient='records', lines=True), or "
+                               f".to_csv(index=False) for a CSV")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: a parquet file, expected a CSV file of "
+                                         rf"title,label rows in UTF-8; export it"):
+        read_labels(path, "title")
+
+
 def test_validation_rows_is_a_bookmia_key():
     assert validate_config(_config(published={"format": "bookmia", "path": "x.jsonl", "validation_rows": 0}))
     assert validate_config(_config(published={"format": "bookmia", "path": "x.jsonl", "validation_rows": 1870}))

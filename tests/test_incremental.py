@@ -293,7 +293,9 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
 
     version = code_version("memaudit.datasets.build", "DATASET_VERSION")
     assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
-    assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == version
+    assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == version
+    assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == \
+        f"{version}+nyt{FORMAT_VERSIONS['nyt']}"
     assert dataset_code_version({"published": {"format": "bookmia", "path": "b.jsonl"}}) == \
         f"{version}+bookmia{FORMAT_VERSIONS['bookmia']}"
 

@@ -57,7 +57,8 @@ _CSV_FIELD_LIMIT = 64 * 1024 * 1024  # the csv module's default (128 KiB) is sho
 @dataclass(frozen=True)
 class LabelledSet:
     """What one published set calls its fields: ``text`` (required, non-empty), ``optional``
-    (strings, may be empty), and ``label`` with ``label_meaning`` ("0 (...) or 1 (...)")."""
+    (strings, may be empty; null, as parquet and JSON give a missing value, reads as empty), and ``label``
+    with ``label_meaning`` ("0 (...) or 1 (...)")."""
 
     what: str
     text: str
@@ -92,7 +93,7 @@ def json_getter(record: Any) -> Getter:
     return lambda name: record[keys[name.lower()]] if name.lower() in keys else MISSING
 
 
-def _json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
+def json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
     """JSON lines, or one top-level array (each element at the line where it starts)."""
     if text.lstrip().startswith("["):
         for _, line, value in _array_elements(path, text):
@@ -161,7 +162,7 @@ def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Iterato
     path, text = read_text(path, spec.what)
     suffix = path.suffix.lower()
     if suffix in _JSON_SUFFIXES or (suffix != ".csv" and text.lstrip()[:1] in ("{", "[")):
-        return path, "json", _json_records(path, text)
+        return path, "json", json_records(path, text)
     return path, "csv", csv_records(path, text, spec.fields)
 
 
@@ -184,7 +185,9 @@ def check_label(value: Any, textual: bool, meaning: str, key: str = "label") -> 
 def _check_row(get: Getter, textual: bool, spec: LabelledSet) -> dict[str, Any]:
     row = {spec.text: check_text(spec.text, get(spec.text)).strip(), "label": check_label(get("label"), textual, spec.label_meaning)}
     for key in spec.optional:
-        row[key] = check_text(key, get(key), allow_empty=True).strip()
+        value = get(key)
+        # null is how parquet and Dataset.to_json say "none" (a CSV cell says it empty): the same row either way
+        row[key] = "" if value is None else check_text(key, value, allow_empty=True).strip()
     return row
 
 

@@ -73,9 +73,10 @@ def load_nyt(path: str | Path, strict: bool = False) -> tuple[list[Document], li
     (label 1 = Exhibit J, member; 0 = later CNN article, non-member), in file order for the
     passages and by ``doc_id`` for the documents. Rejected: an empty snippet, a label other than
     exactly 0 or 1, a NUL character, a malformed line or a wrong field count, a repeated snippet,
-    and every copy of a snippet given with conflicting labels. An empty prefix or completion is
-    kept with a note (action ``kept``). ``strict=True``: the first rejected row is an InputError.
-    A file with no usable row is an InputError.
+    and every copy of a snippet given with conflicting labels. An empty or null prefix or completion
+    (null: how parquet and ``Dataset.to_json`` give a missing one) is kept with a note (action
+    ``kept``). ``strict=True``: the first rejected row is an InputError. A file with no usable row
+    is an InputError.
     """
     log = RejectLog(strict)
     path, fmt, rows = _read_rows(path, log)

@@ -1,5 +1,5 @@
 """Published benchmarks: the DE-COP data, BookTection / arXivTection (CSV or Hugging Face) and
-BookMIA (JSON lines); and the information-guided probes' sets (``nyt``, ``articles``, ``qa``: see
+BookMIA (JSON lines as the Hub has it, a JSON array or parquet); and the information-guided probes' sets (``nyt``, ``articles``, ``qa``: see
 :func:`cloze_published`).
 
 BookTection and arXivTection rows are complete questions: ``Example_A`` ... ``Example_D``
@@ -42,7 +42,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from memaudit.config import DECOP_FORMATS, REJECTS_FORMATS
-from memaudit.datasets.labelled import check_label, csv_get, csv_records, json_getter, parquet_records, text_key
+from memaudit.datasets.labelled import (
+    check_label,
+    csv_get,
+    csv_records,
+    json_getter,
+    json_records,
+    parquet_records,
+    text_key,
+)
 from memaudit.datasets.rejects import (
     MISSING,
     ColumnRejected,
@@ -51,7 +59,6 @@ from memaudit.datasets.rejects import (
     RowReject,
     check_local_file,
     check_text,
-    json_lines,
     json_type,
     read_text,
     require_rows,
@@ -71,7 +78,9 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # bookmia 1: a book's document text is its snippets (it was empty: nothing to fine-tune on or paraphrase).
 # bookmia 2: each passage says whether its row is in the paper's validation split or its test split
 # (meta.split; published.validation_rows, default 1870).
-FORMAT_VERSIONS = {"bookmia": 2}
+# nyt 1: a null prefix or completion (parquet, JSON) is kept as empty with a note, as an empty CSV cell was (it was
+# rejected: the same set loaded differently as parquet and as CSV).
+FORMAT_VERSIONS = {"bookmia": 2, "nyt": 1}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
@@ -270,9 +279,22 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
 
 # ----------------------------------------------------------------------------- BookMIA
 
+def _bookmia_records(path: str | Path) -> tuple[Path, list[tuple[int, Any]]]:
+    """``(path, [(line, record)])`` of a BookMIA file: the Hub's ``book_data.jsonl`` (JSON lines), a JSON
+    array of the same objects (``to_json(orient="records")``), or parquet (by its magic bytes or suffix,
+    rows numbered from 1: the Hub's parquet conversion, ``Dataset.to_parquet``)."""
+    path = check_local_file(path, "a BookMIA JSON-lines or parquet file")
+    with open(path, "rb") as fh:
+        if fh.read(4) == b"PAR1" or path.suffix.lower() == ".parquet":
+            return path, list(parquet_records(path))
+    path, text = read_text(path, "a BookMIA JSON-lines file")
+    return path, list(json_records(path, text))
+
+
 def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int = 0,
                  key: str = "published.validation_rows") -> tuple[list[Document], list[Passage], list[Rejected]]:
-    """``(documents, passages, rejected)`` of a BookMIA JSON-lines file: one document per ``book_id``
+    """``(documents, passages, rejected)`` of a BookMIA file (JSON lines as the Hub has it, a JSON array,
+    or parquet; :func:`_bookmia_records`): one document per ``book_id``
     (its text: the book's snippets in file order, what DE-COP paraphrases and a model with the benchmark in
     its ``members_of`` is fine-tuned on), one passage per snippet (``<book_id>#<snippet_id>``). ``book_id`` and ``snippet_id`` may be
     whole numbers or text; ``label`` must be the number 0 or 1. Rejected: a line that is not a
@@ -281,7 +303,7 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
     every text field alike (noted as ``kept``). A book's title is its first row's.
 
     ``validation_rows`` > 0: the paper's fixed split by row position. A row is every non-blank
-    line, rejected ones included (the authors index the dataset's rows, whatever memaudit rejects);
+    line (array element, parquet row), rejected ones included (the authors index the dataset's rows, whatever memaudit rejects);
     the passage of one of the first ``validation_rows`` rows gets ``meta.split`` "validation",
     of a later row "test". A book whose rows straddle the boundary keeps each snippet on its
     row's side, as the paper's split does: the split is of passages, not of documents, and a
@@ -291,8 +313,7 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
     if validation_rows < 0:
         raise InputError(f"{key}: {validation_rows} is negative (0: no fixed split)")
     log = RejectLog(strict)
-    path, text = read_text(path, "a BookMIA JSON-lines file")
-    records = list(json_lines(text))
+    path, records = _bookmia_records(path)
     if validation_rows and len(records) <= validation_rows:
         raise InputError(f"{path}: {len(records)} rows, but {key} is {validation_rows}: the first "
                          f"{validation_rows} rows are the validation split and the test split is the rest, so "

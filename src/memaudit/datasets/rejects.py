@@ -5,7 +5,8 @@ the loader cannot use is skipped, never the whole file, and reported as a
 :class:`~memaudit.datasets.copybench_published.Rejected` row (file, line where the record
 starts, key, a short repr of the value, reason); ``strict=True`` turns the first one (in line
 order) into a one-line :class:`~memaudit.errors.InputError`. A file that cannot be read at all
-(missing, a directory, empty, a spreadsheet, UTF-16 or otherwise not UTF-8, broken CSV quoting) is always a one-line
+(missing, a directory, empty, a spreadsheet, a parquet file where text is read, UTF-16 or otherwise not
+UTF-8, broken CSV quoting) is always a one-line
 ``InputError`` naming the file and, where there is one, the line.
 
 A benchmark's rejects go to ``results/datasets/<benchmark>/rejects.csv``
@@ -136,6 +137,9 @@ _NOT_TEXT = (
     (b"\xd0\xcf\x11\xe0", "an OLE2 file (an Excel .xls workbook?)", "export it as CSV (UTF-8)"),
     (b"\xff\xfe", "UTF-16 text (little-endian byte-order mark)", "convert the file to UTF-8"),
     (b"\xfe\xff", "UTF-16 text (big-endian byte-order mark)", "convert the file to UTF-8"),
+    # the Hub's own export of every set: said as such, not as a byte offset to "convert to UTF-8"
+    (b"PAR1", "a parquet file", "export it with pandas.read_parquet(...)"
+     ".to_json(orient='records', lines=True), or .to_csv(index=False) for a CSV"),
 )
 
 
