@@ -468,6 +468,27 @@ def test_the_published_folder_becomes_items_unlabelled_or_labelled_by_title(tmp_
     assert passages[0].text == f"{sets.literal[0]['prefix']} {sets.literal[0]['reference']}" and len(rejects) == 2
 
 
+def test_a_labels_title_differing_only_in_case_and_spacing_labels_the_book_with_a_note(tmp_path):
+    """The published titles are lower-case ("a game of thrones"); a labels file written as titles are
+    printed labels them, with one kept note per book, unless two labels titles fold to the same."""
+    from memaudit.datasets.copybench_published import copybench_sets
+
+    folder = _published_folder(tmp_path)
+    labels = _labels(tmp_path, "title,label\nSTORMY  harbour,1\nGlass Orchard,1\nsalt meridian,0\n"
+                               "SALT MERIDIAN,1\n")
+    sets = copybench_sets({"format": "copybench", "path": str(folder), "labels": str(labels)})
+    assert {it["book"]: it["label"] for it in sets.literal} == {
+        "copybench/Stormy Harbour": 1, "copybench/Glass Orchard": 1}
+    assert sets.literal[0]["title"] == "Stormy Harbour"  # the book keeps its published title
+    kept = [(Path(r.file).name, r.value, r.reason) for r in sets.rejected if r.action == "kept"]
+    assert kept == [("data.literal.json", "'Stormy Harbour'",
+                     f"labelled by 'STORMY  harbour' of {labels} (the same title but for case and spacing)")]
+    # two labels titles that fold to one form are ambiguous: Salt Meridian's records stay rejected
+    salt = [r for r in sets.rejected if r.value == "'Salt Meridian'"]
+    assert salt and {r.action for r in salt} == {"rejected"}
+    assert sorted(sets.unused_labels) == ["SALT MERIDIAN", "salt meridian"]
+
+
 @pytest.mark.parametrize("rows, message", [
     ("book,label\nA,1\n", "line 1: the header must be 'title,label', got 'book,label'"),
     ("title,label\nA,1\nB,yes\n", "line 3, column label: 'yes' is not 0 or 1 (1 = member)"),

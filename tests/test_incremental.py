@@ -298,6 +298,8 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
         f"{version}+nyt{FORMAT_VERSIONS['nyt']}"
     assert dataset_code_version({"published": {"format": "bookmia", "path": "b.jsonl"}}) == \
         f"{version}+bookmia{FORMAT_VERSIONS['bookmia']}"
+    assert dataset_code_version({"published": {"format": "copybench", "path": "data"}}) == \
+        f"{version}+copybench{FORMAT_VERSIONS['copybench']}"
 
     (tmp_path / "run").mkdir()
     workdir = make_workdir(tmp_path / "run", share_resources=False)

@@ -641,6 +641,9 @@ def copybench_sets(published: dict) -> CopyBenchSets:
     ``published``: ``{format: copybench, path: <data folder>, labels: <title,label CSV>,
     strict: bool}``. With ``labels``, each record takes its book's label and a record whose title
     is not in the file is rejected (never guessed); without, every item is :data:`UNLABELLED`.
+    The published titles are lower-case ("a game of thrones"): a labels title that differs from
+    one only in case and spacing ("A Game of Thrones") labels it, with a kept note on its book's
+    first record, where no other labels title folds to the same.
     """
     strict = bool(published.get("strict", False))
     files = data_files(published)
@@ -649,17 +652,27 @@ def copybench_sets(published: dict) -> CopyBenchSets:
     loaders = {"literal": load_literal, "nonliteral": load_nonliteral, "qa": load_qa}
     sets: dict[str, list[dict]] = {mode: [] for mode in DATA_FILES}
     seen: set[str] = set()
+    folded = _folded_titles(labels) if labels is not None else {}
+    noted: set[str] = set()
     for mode, path in files.items():
         items, rejects = loaders[mode](path)
         rejected += rejects
         for it in items:
             title = it.title.strip()
+            labels_title = title
             if labels is not None and title not in labels:
-                rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
-                                         f"no label for this title in {published['labels']}"))
-                continue
-            seen.add(title)
-            label = labels[title] if labels is not None else UNLABELLED
+                labels_title = folded.get(_fold(title))
+                if labels_title is None:
+                    rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
+                                             f"no label for this title in {published['labels']}"))
+                    continue
+                if title not in noted:
+                    noted.add(title)
+                    rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
+                                             f"labelled by {labels_title!r} of {published['labels']} (the same "
+                                             f"title but for case and spacing)", action="kept"))
+            seen.add(labels_title)
+            label = labels[labels_title] if labels is not None else UNLABELLED
             sets[mode].append(_item(mode, it, label))
     rejected.sort(key=lambda r: (r.file, r.line))
     first = [r for r in rejected if r.action == "rejected"]
@@ -669,6 +682,18 @@ def copybench_sets(published: dict) -> CopyBenchSets:
     unused = sorted(set(labels) - seen) if labels is not None else []
     return CopyBenchSets(sets["literal"], sets["nonliteral"], sets["qa"], rejected,
                          {m: str(p) for m, p in files.items()}, labels is not None, unused)
+
+
+def _fold(title: str) -> str:
+    return " ".join(title.casefold().split())
+
+
+def _folded_titles(labels: dict[str, int]) -> dict[str, str]:
+    """Each labels title by its case- and spacing-folded form; a form two titles share matches neither."""
+    by_form: dict[str, list[str]] = {}
+    for title in labels:
+        by_form.setdefault(_fold(title), []).append(title)
+    return {form: titles[0] for form, titles in by_form.items() if len(titles) == 1}
 
 
 def _item(mode: str, it: Any, label: int) -> dict:
