@@ -299,6 +299,37 @@ def test_ktd_probe_claims_the_gpu_of_its_reference_models(tmp_path):
     gpu = {job: res.get("gpu") for job, res in dry_run_resources(workdir, "config/ci.yaml", env=env).items()}
     assert gpu[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 0
 
+@pytest.mark.slow
+def test_a_models_mem_mb_is_asked_by_every_job_that_loads_it_and_no_other(tmp_path):
+    """models.<name>.mem_mb raises the memory of the jobs that load the model: its own preparation and
+    probes, its fine-tuned model's (which loads its weights), and jobs that load it in a role (the
+    DE-COP paraphraser, KTD's pool); every other job keeps its rule's default."""
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m"]["mem_mb"] = 32000  # the base and the DE-COP paraphraser
+    cfg["models"]["tiny-gpt2-small-contaminated"]["mem_mb"] = 9000  # above the probes' 4000-6000, below 32000
+    (workdir / "config/mem.yaml").write_text(yaml.safe_dump(cfg))
+    mem = {job: res["mem_mb"] for job, res in dry_run_resources(workdir, "config/mem.yaml").items()
+           if "mem_mb" in res}
+    for job in [("prepare_model", "model=smollm2-135m"), ("prepare_model", "model=smollm2-135m-contaminated"),
+                ("token_stats", "benchmark=novels, model=smollm2-135m-contaminated"),
+                ("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit"),
+                ("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")]:
+        assert mem[job] == 32000, job
+    assert mem[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
+    assert mem[("token_stats", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
+    # the rules' own defaults elsewhere
+    assert mem[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 6000
+    assert mem[("token_stats", "benchmark=novels, model=tiny-gpt2-small")] == 8000
+    assert mem[("prepare_model", "model=tiny-gpt2-cb")] == 8000
+    assert mem[("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal")] == 4000
+    assert mem[("cloze_items", "benchmark=novels")] == 4000
+
+
 # The rules that declare a `gpu` resource, read from the workflow itself (run in a subprocess: the API
 # changes the working directory).
 _GPU_RULES = """

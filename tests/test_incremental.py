@@ -126,9 +126,12 @@ def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, finished_r
 
 
 def test_scheduling_and_cache_settings_rerun_nothing(finished):
-    """How many GPUs a job claims and where converted weights are cached never change a result."""
+    """How many GPUs and how much memory a job claims and where converted weights are cached never change
+    a result."""
     def change(c):
         c["models"]["tiny-gpt2-small"]["gpus"] = 2
+        c["models"]["tiny-gpt2-small"]["mem_mb"] = 16000
+        c["models"]["smollm2-135m"]["mem_mb"] = 32000  # a base and the DE-COP paraphraser
         c["cache_dir"] = "resources/another-cache"
 
     assert planned_jobs(finished, with_config(finished, "gpus_cache", change)) == set()

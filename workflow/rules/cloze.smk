@@ -3,6 +3,8 @@
 from memaudit.probes.cloze import plan as cloze_plan
 
 register_outputs(cloze_plan.outputs(config))
+# the models cloze_items loads: the reference and a local knowledge filter
+CLOZE_ITEMS_MODELS = job_models("cloze", [("reference", None), ("filter", cloze_plan.uses_filter)], model=False)
 
 
 rule cloze_items:
@@ -21,9 +23,9 @@ rule cloze_items:
         "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
-        mem_mb=4000,
-        # a local knowledge filter is loaded in this job beside the reference: its GPUs count too
-        gpu=roles_gpus("cloze", [("reference", None), ("filter", cloze_plan.uses_filter)]),
+        # a local knowledge filter is loaded in this job beside the reference: its GPUs and memory count too
+        mem_mb=models_mem_mb(4000, CLOZE_ITEMS_MODELS),
+        gpu=models_gpus(CLOZE_ITEMS_MODELS),
         api_openai=role_api_slots("cloze", "filter", "openai", needed=cloze_plan.uses_filter),
         api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
     params:
@@ -52,7 +54,7 @@ rule cloze_probe:
         "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
-        mem_mb=4000,
+        mem_mb=models_mem_mb(4000, PROBED_MODEL),
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
         gpu=gpu_slots,

@@ -180,6 +180,54 @@ def _model_gpus(model):
     return model_gpus(config["models"][model], model=model)
 
 
+def _model_mem_mb(model):
+    """Host memory (MB) a job loading ``model`` needs by the config: its ``mem_mb``, else its base's (a
+    fine-tuned model loads its base's weights), else 0 (the rule's own default then holds)."""
+    entry = config["models"][model]
+    if entry.get("mem_mb"):
+        return int(entry["mem_mb"])
+    return _model_mem_mb(entry["base"]) if entry.get("base") in config["models"] else 0
+
+
+def job_models(family=None, roles=(), model=True, extra=None):
+    """The models a job loads, as a function of its wildcards: ``{model}`` (with ``model``), each
+    ``(role, needed)`` of ``family``'s roles that the job uses (``needed(config, wildcards)``, or always
+    where it is None), and ``extra(wildcards)``. Its GPUs (:func:`models_gpus`) and memory
+    (:func:`models_mem_mb`) are read from these, so a judge, reference or filter loaded beside the
+    model under test counts as much as the model."""
+
+    def models(wildcards):
+        names = [wildcards.model] if model else []
+        names += [role_model(config, family, role) for role, needed in roles if not needed or needed(config, wildcards)]
+        return names + (list(extra(wildcards)) if extra else [])
+
+    return models
+
+
+def models_gpus(models):
+    """GPUs a job claims: the most any of its models needs, as they share the job's devices (inside it
+    `cuda` is its first one), so a local judge on a GPU beside an API model under test still gets one."""
+
+    def gpus(wildcards):
+        return max([0] + [_model_gpus(m) for m in models(wildcards)])
+
+    return gpus
+
+
+def models_mem_mb(default, models):
+    """A job's ``mem_mb``: the rule's ``default``, raised to the largest ``mem_mb`` of its models
+    (``models.<name>.mem_mb``: a 7B model's job needs far more than a tiny one's, and raising the
+    rule's memory under SLURM's ``set-resources`` would raise it for every model's job)."""
+
+    def mem(wildcards):
+        return max([default] + [_model_mem_mb(m) for m in models(wildcards)])
+
+    return mem
+
+
+PROBED_MODEL = job_models()  # a job of {model} alone
+
+
 def gpu_slots(wildcards):
     return _model_gpus(wildcards.model)
 
@@ -214,23 +262,6 @@ def role_input(family, role, needed=None):
     return inputs
 
 
-def role_gpus(family, role, needed=None):
-    def gpus(wildcards):
-        return 0 if needed and not needed(config, wildcards) else _model_gpus(role_model(config, family, role))
-
-    return gpus
-
-
-def roles_gpus(family, roles):
-    """GPUs a job claims that loads several role models (cloze_items: the reference and a local knowledge
-    filter): the most any of them needs, as the job's models share its devices. `roles`: (role, needed)."""
-
-    def gpus(wildcards):
-        return max(role_gpus(family, r, needed=n)(wildcards) for r, n in roles)
-
-    return gpus
-
-
 def role_api_slots(family, role, backend, needed=None):
     def slots(wildcards):
         return (
@@ -240,29 +271,6 @@ def role_api_slots(family, role, backend, needed=None):
         )
 
     return slots
-
-
-def probe_gpus(family, roles):
-    """GPUs a probe job claims when it also loads role models (judges): the most any of them needs.
-
-    The job's models share the devices the job claims (inside it `cuda` is its first one), so a
-    local judge on a GPU beside an API model under test still gets one. `roles`: (role, needed).
-    """
-
-    def gpus(wildcards):
-        return max([gpu_slots(wildcards)] + [role_gpus(family, r, needed=n)(wildcards) for r, n in roles])
-
-    return gpus
-
-
-def probe_and_models_gpus(models):
-    """GPUs a probe job claims when it also loads further local models (KTD's reference models, `models(wildcards)`):
-    the most any of them needs, as for probe_gpus."""
-
-    def gpus(wildcards):
-        return max([gpu_slots(wildcards)] + [_model_gpus(m) for m in models(wildcards)])
-
-    return gpus
 
 
 def probe_api_slots(family, roles, backend):

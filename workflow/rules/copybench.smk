@@ -3,6 +3,8 @@
 from memaudit.probes.copybench import plan as copybench_plan
 
 register_outputs(copybench_plan.outputs(config))
+COPYBENCH_EXTRACTOR = job_models("copybench", [("extractor", copybench_plan.needs_extractor)], model=False)
+COPYBENCH_QA_WRITER = job_models("copybench", [("qa_writer", copybench_plan.needs_qa_writer)], model=False)
 
 
 rule copybench_items:
@@ -27,10 +29,10 @@ rule copybench_items:
         "../../envs/memaudit.yaml"
     threads: 1
     resources:
-        mem_mb=3000,
+        mem_mb=models_mem_mb(3000, COPYBENCH_EXTRACTOR),
         api_openai=role_api_slots("copybench", "extractor", "openai", needed=copybench_plan.needs_extractor),
         api_anthropic=role_api_slots("copybench", "extractor", "anthropic", needed=copybench_plan.needs_extractor),
-        gpu=role_gpus("copybench", "extractor", needed=copybench_plan.needs_extractor),
+        gpu=models_gpus(COPYBENCH_EXTRACTOR),
     params:
         copybench=probe_settings("copybench"),
         extractor=lambda wc: copybench_plan.extractor_model(config, wc),
@@ -58,8 +60,8 @@ rule copybench_qa_items:
         "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
-        mem_mb=3000,
-        gpu=role_gpus("copybench", "qa_writer", needed=copybench_plan.needs_qa_writer),
+        mem_mb=models_mem_mb(3000, COPYBENCH_QA_WRITER),
+        gpu=models_gpus(COPYBENCH_QA_WRITER),
         api_openai=role_api_slots("copybench", "qa_writer", "openai", needed=copybench_plan.needs_qa_writer),
         api_anthropic=role_api_slots("copybench", "qa_writer", "anthropic", needed=copybench_plan.needs_qa_writer),
     params:
@@ -76,6 +78,7 @@ COPYBENCH_JUDGES = [
     ("event_judge", copybench_plan.needs_judge_model),
     ("fluency_judge", copybench_plan.needs_fluency_judge),
 ]
+COPYBENCH_PROBE_MODELS = job_models("copybench", COPYBENCH_JUDGES)
 
 
 rule copybench_probe:
@@ -98,11 +101,11 @@ rule copybench_probe:
         "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
-        mem_mb=4000,
-        # the judges run in the job beside the model under test: their GPUs and API slots count too
+        # the judges run in the job beside the model under test: their GPUs, memory and API slots count too
+        mem_mb=models_mem_mb(4000, COPYBENCH_PROBE_MODELS),
         api_openai=probe_api_slots("copybench", COPYBENCH_JUDGES, "openai"),
         api_anthropic=probe_api_slots("copybench", COPYBENCH_JUDGES, "anthropic"),
-        gpu=probe_gpus("copybench", COPYBENCH_JUDGES),
+        gpu=models_gpus(COPYBENCH_PROBE_MODELS),
     params:
         family="copybench",
         copybench=probe_settings("copybench"),

@@ -3,6 +3,7 @@ from memaudit.probes.decop import plan as decop_plan
 
 # A published benchmark's questions come ready-made: no paraphraser (decop_plan.needs_paraphraser).
 register_outputs(decop_plan.outputs(config))
+DECOP_PARAPHRASER = job_models("decop", [("paraphraser", decop_plan.needs_paraphraser)], model=False)
 
 
 rule decop_items:
@@ -26,10 +27,10 @@ rule decop_items:
     # a local paraphraser decodes on one thread (memaudit.probes.decop.paraphrase); an API one waits
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=models_mem_mb(4000, DECOP_PARAPHRASER),
         api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_plan.needs_paraphraser),
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
-        gpu=role_gpus("decop", "paraphraser", needed=decop_plan.needs_paraphraser),
+        gpu=models_gpus(DECOP_PARAPHRASER),
     params:
         decop=lambda wc: decop_plan.settings(config, wc.benchmark),
         paraphraser=lambda wc: (
@@ -62,7 +63,7 @@ rule decop_probe:
     # logit prompts are long (four passages); likelihood and black-box jobs are light or wait on an API
     threads: lambda wc: job_threads(2 if wc.mode == "logit" else 1)
     resources:
-        mem_mb=4000,
+        mem_mb=models_mem_mb(4000, PROBED_MODEL),
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
         gpu=gpu_slots,

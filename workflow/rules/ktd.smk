@@ -4,6 +4,8 @@
 from memaudit.probes.ktd import plan as ktd_plan
 
 register_outputs(ktd_plan.outputs(config))
+KTD_PARAPHRASER = job_models("decop", [("paraphraser", None)], model=False)
+KTD_PROBE_MODELS = job_models(extra=lambda wc: ktd_plan.reference_models(config, wc.model))
 
 
 rule ktd_pool:
@@ -23,10 +25,10 @@ rule ktd_pool:
     # as decop_items: a local paraphraser decodes on one thread, an API one waits
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=models_mem_mb(4000, KTD_PARAPHRASER),
         api_openai=role_api_slots("decop", "paraphraser", "openai"),
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic"),
-        gpu=role_gpus("decop", "paraphraser"),
+        gpu=models_gpus(KTD_PARAPHRASER),
     params:
         size=lambda wc: ktd_plan.pool_size(config["probes"]["ktd"]),
         paraphrase=lambda wc: canonical(config["probes"]["decop"]["paraphrase"]),
@@ -56,9 +58,9 @@ rule ktd_probe:
         "../../envs/memaudit.yaml"
     threads: lambda wc: job_threads(1)
     resources:
-        mem_mb=6000,
-        # its reference models are loaded in this job after the model under test: their GPUs count too
-        gpu=probe_and_models_gpus(lambda wc: ktd_plan.reference_models(config, wc.model)),
+        # its reference models are loaded in this job after the model under test: their GPUs and memory count too
+        mem_mb=models_mem_mb(6000, KTD_PROBE_MODELS),
+        gpu=models_gpus(KTD_PROBE_MODELS),
     params:
         family="ktd",
         ktd=probe_settings("ktd"),

@@ -17,7 +17,7 @@ rule prepare_model:
         "../../envs/memaudit.yaml"
     threads: job_threads(8)
     resources:
-        mem_mb=8000,
+        mem_mb=models_mem_mb(8000, PROBED_MODEL),
         runtime=240,
         gpu=training_gpu_slots,
     params:

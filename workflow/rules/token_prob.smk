@@ -20,7 +20,7 @@ rule token_stats:
         "../../envs/memaudit.yaml"
     threads: job_threads(8)
     resources:
-        mem_mb=8000,
+        mem_mb=models_mem_mb(8000, PROBED_MODEL),
         runtime=120,
         gpu=gpu_slots,
     params:
