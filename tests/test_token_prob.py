@@ -135,3 +135,24 @@ def test_truncation_to_max_tokens(tiny_model):
 def test_length_buckets_group_similar_lengths():
     batches = length_buckets([5, 50, 7, 48, 6], batch_size=2)
     assert batches == [[1, 3], [2, 4], [0]]
+
+
+def test_a_token_with_logit_minus_inf_adds_nothing_to_min_k_plus_plus_moments():
+    """0 log 0 = 0 (the paper's expectation over p): a ruled-out token leaves mu and sigma those of the rest."""
+    import torch
+
+    from memaudit.models.token_stats import next_token_stats
+
+    torch.manual_seed(0)
+    finite = torch.randn(11, 40)  # more rows than one chunk
+    logits = torch.cat([finite, torch.full((11, 3), float("-inf"))], dim=1)
+    targets = torch.arange(11)
+    got = next_token_stats(logits, targets)
+    want = next_token_stats(finite, targets)
+    assert np.isfinite(got[1]).all() and np.isfinite(got[2]).all()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    logp = torch.log_softmax(finite.double(), -1)
+    mu = (logp.exp() * logp).sum(-1)
+    np.testing.assert_allclose(got[1], mu.numpy(), atol=1e-5)
+    np.testing.assert_allclose(got[2], ((logp.exp() * logp ** 2).sum(-1) - mu ** 2).sqrt().numpy(), atol=1e-5)

@@ -204,7 +204,10 @@ def next_token_stats(logits, targets, with_distribution: bool = True):
         lp[a:a + STATS_ROWS] = (x.gather(-1, targets[a:a + STATS_ROWS, None]) - lse)[:, 0]
         if with_distribution:
             z = x - lse
-            pz = z.exp().mul_(z)
+            p = z.exp()
+            # 0 log 0 = 0: a token the model rules out (logit -inf) adds nothing to either moment, where
+            # p * z would be 0 * -inf = NaN and make mu and sigma NaN at every position
+            pz = p.mul_(z.masked_fill_(p == 0, 0))
             m = pz.sum(-1)
             mu[a:a + STATS_ROWS] = m
             sd[a:a + STATS_ROWS] = (torch.linalg.vecdot(pz, z) - m.square()).clamp_min(0).sqrt()
