@@ -156,3 +156,43 @@ def test_a_token_with_logit_minus_inf_adds_nothing_to_min_k_plus_plus_moments():
     mu = (logp.exp() * logp).sum(-1)
     np.testing.assert_allclose(got[1], mu.numpy(), atol=1e-5)
     np.testing.assert_allclose(got[2], ((logp.exp() * logp ** 2).sum(-1) - mu ** 2).sqrt().numpy(), atol=1e-5)
+
+
+def test_statistics_record_how_much_of_a_cut_text_was_scored(tiny_model, tmp_path):
+    from memaudit.models.token_stats import concat_stats, load_many, save_many
+
+    model, tok = tiny_model
+    long_text, short = "one two three four five six seven eight nine ten", "A"
+    stats = compute_token_stats(model, tok, [long_text, short], max_tokens=3)
+    kept = tok.decode(tok(long_text, add_special_tokens=False)["input_ids"][:3])
+    assert 0 < len(kept) < len(long_text) and long_text.startswith(kept)
+    assert stats.chars.tolist() == [len(kept), len(short)]
+    # through a shard's file, the concatenation of shards and the job's npz
+    stats.save(tmp_path / "shard.npz")
+    both = concat_stats([TokenStats.load(tmp_path / "shard.npz"), stats])
+    save_many(tmp_path / "s.npz", original=both)
+    assert load_many(tmp_path / "s.npz", "original").chars.tolist() == [len(kept), len(short)] * 2
+
+
+def test_zlib_compresses_the_scored_part_of_a_cut_text():
+    texts = ["Abc def ghi. " * 20, "Xy z."]
+    stats = stats_of([[(-1.0, -2.0, 1.0), (-2.0, -2.0, 0.5)], [(-0.5, -1.0, 0.25)]])
+    stats.chars = np.array([12, 5])
+    got = Zlib().score(ScoringContext(texts, stats))
+    np.testing.assert_allclose(got, [-1.5 / len(zlib.compress(b"Abc def ghi.")), -0.5 / len(zlib.compress(b"Xy z."))])
+    # statistics that do not record it: the whole text
+    stats.chars = None
+    np.testing.assert_allclose(Zlib().score(ScoringContext(texts, stats))[0],
+                               -1.5 / len(zlib.compress(texts[0].encode("utf-8"))))
+
+
+def test_a_checkpointed_shard_without_its_scored_parts_is_recomputed(tmp_path):
+    from memaudit.probes.token_prob.runner import _load_shard
+
+    shard = stats_of([[(-1.0, -2.0, 1.0)], [(-0.5, -1.0, 0.25)]])
+    shard.save(tmp_path / "old.npz")  # as a shard written before `chars` was recorded
+    messages = []
+    assert _load_shard(tmp_path / "old.npz", 2, messages.append) is None and "recomputing" in messages[0]
+    shard.chars = np.array([3, 4])
+    shard.save(tmp_path / "new.npz")
+    assert _load_shard(tmp_path / "new.npz", 2, messages.append).chars.tolist() == [3, 4]

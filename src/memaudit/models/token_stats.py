@@ -11,7 +11,9 @@ for every position t:
 Passages are sorted by token length and batched (length bucketing), so padding
 costs little; statistics are computed in float32 from each sequence's logits in
 cache-sized chunks (:func:`next_token_stats`) and stored as flat arrays with
-per-passage offsets (CSR layout).
+per-passage offsets (CSR layout), with how many leading characters of each text the
+scored tokens cover (``chars``: a text cut at ``max_tokens`` is scored on its first part
+only, and the zlib score compresses that part).
 """
 
 from __future__ import annotations
@@ -91,6 +93,21 @@ def encode(tokenizer, text: str, max_tokens: int | None) -> list[int]:
     return [context_token_id(tokenizer)] + list(ids)
 
 
+def scored_chars(tokenizer, text: str, max_tokens: int | None) -> int:
+    """How many leading characters of ``text`` the text tokens :func:`encode` keeps cover: all of them,
+    unless ``max_tokens`` cut it, then up to the end of the last token kept (its character offsets with
+    a fast tokenizer, else the length of the kept tokens decoded)."""
+    if max_tokens is None:
+        return len(text)
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        if len(enc["input_ids"]) <= max_tokens:
+            return len(text)
+        return int(max((end for _, end in enc["offset_mapping"][:max_tokens]), default=0))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return len(text) if len(ids) <= max_tokens else len(tokenizer.decode(ids[:max_tokens]))
+
+
 @dataclass
 class TokenStats:
     """Flat per-token arrays; passage i owns ``slice(offsets[i], offsets[i+1])``."""
@@ -99,6 +116,9 @@ class TokenStats:
     logprob: np.ndarray  # float32
     mu: np.ndarray  # float32
     sigma: np.ndarray  # float32
+    # int64, n: how many leading characters of each text its scored tokens cover (less than the text's
+    # length where max_tokens cut it); None in statistics written before it was recorded
+    chars: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -120,6 +140,8 @@ class TokenStats:
         return out
 
     def save(self, path: Path, **arrays) -> None:
+        if self.chars is not None:
+            arrays["chars"] = self.chars
         with atomic_path(path, suffix=".npz") as tmp:
             np.savez_compressed(tmp, offsets=self.offsets, logprob=self.logprob, mu=self.mu,
                                 sigma=self.sigma, **arrays)
@@ -127,7 +149,8 @@ class TokenStats:
     @classmethod
     def load(cls, path: Path, prefix: str = "") -> "TokenStats":
         with np.load(path) as z:
-            return cls(*(z[prefix + k] for k in ("offsets", "logprob", "mu", "sigma")))
+            chars = z[prefix + "chars"] if prefix + "chars" in z.files else None
+            return cls(*(z[prefix + k] for k in ("offsets", "logprob", "mu", "sigma")), chars=chars)
 
 
 def save_many(path: Path, provenance: dict | None = None, **named: TokenStats) -> None:
@@ -135,8 +158,9 @@ def save_many(path: Path, provenance: dict | None = None, **named: TokenStats) -
     (which model, which dtype) as JSON."""
     arrays = {"__provenance__": np.array(json.dumps(provenance or {}, sort_keys=True))}
     for name, ts in named.items():
-        for k in ("offsets", "logprob", "mu", "sigma"):
-            arrays[f"{name}__{k}"] = getattr(ts, k)
+        for k in ("offsets", "logprob", "mu", "sigma", "chars"):
+            if getattr(ts, k) is not None:
+                arrays[f"{name}__{k}"] = getattr(ts, k)
     with atomic_path(path, suffix=".npz") as tmp:
         np.savez_compressed(tmp, **arrays)
 
@@ -151,7 +175,9 @@ def concat_stats(parts: Sequence[TokenStats]) -> TokenStats:
         base += int(part.offsets[-1])
     cat = lambda name: (np.concatenate([getattr(p, name) for p in parts]) if parts  # noqa: E731
                         else np.zeros(0, np.float32))
-    return TokenStats(np.concatenate(offsets).astype(np.int64), cat("logprob"), cat("mu"), cat("sigma"))
+    chars = (np.concatenate([p.chars for p in parts]).astype(np.int64)
+             if parts and all(p.chars is not None for p in parts) else None)
+    return TokenStats(np.concatenate(offsets).astype(np.int64), cat("logprob"), cat("mu"), cat("sigma"), chars)
 
 
 def load_provenance(path: Path) -> dict:
@@ -228,6 +254,9 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
 
     encoded = [encode(tokenizer, t, max_tokens) for t in texts]
     lengths = [len(e) for e in encoded]
+    # a text of max_tokens tokens may have been cut there: find how much of it they cover
+    chars = np.array([scored_chars(tokenizer, t, max_tokens) if n - 1 == max_tokens else len(t)
+                      for t, n in zip(texts, lengths)], dtype=np.int64)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
     per_lp: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
@@ -250,4 +279,4 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(x) for x in per_lp])
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.float32)  # noqa: E731
-    return TokenStats(offsets, cat(per_lp), cat(per_mu), cat(per_sd))
+    return TokenStats(offsets, cat(per_lp), cat(per_mu), cat(per_sd), chars)

@@ -18,7 +18,9 @@ method                 score                                                    
 ``mu_t``/``sigma_t`` are the mean and standard deviation of ``log p(z|x_<t)``
 under ``z ~ p(.|x_<t)`` (see :mod:`memaudit.models.token_stats`). Each model
 computes L on its own tokenisation; the reference score is a difference of
-per-token means, so tokenisers may differ. The "k% lowest" keeps
+per-token means, so tokenisers may differ. ``zlib_bytes(x)`` compresses the UTF-8 bytes of the
+text the model scored: a passage cut at the model's ``max_tokens`` as far as its scored tokens
+reach (``TokenStats.chars``). The "k% lowest" keeps
 ``max(1, floor(k*T))`` tokens: the Min-K% reference code and MIMIR take
 ``int(len * k)``, with no floor of one (the mean of nothing for a short text).
 """
@@ -78,11 +80,21 @@ def zlib_lengths(texts) -> np.ndarray:
     return np.array([len(zlib.compress(t.encode("utf-8"))) for t in texts], dtype=np.float64)
 
 
+def scored_texts(ctx: ScoringContext) -> list[str]:
+    """Each text as far as its scored tokens reach (``TokenStats.chars``: a text cut at ``max_tokens``
+    was scored on its first part only); the whole text for statistics that do not record it."""
+    if ctx.stats.chars is None:
+        return list(ctx.texts)
+    return [t[:int(n)] for t, n in zip(ctx.texts, ctx.stats.chars)]
+
+
 class Zlib(Method):
     name = "zlib"
 
     def score(self, ctx):
-        return -ctx.stats.mean_nll() / zlib_lengths(ctx.texts)
+        # the zlib entropy of the text the model scored: a text cut at max_tokens compressed whole
+        # divided the loss of its first tokens by the bytes of all of it
+        return -ctx.stats.mean_nll() / zlib_lengths(scored_texts(ctx))
 
 
 class Lowercase(Method):

@@ -95,7 +95,12 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         from memaudit.checkpoints import remove_checkpoint
 
         remove_checkpoint(shards_dir, checkpoint_root or checkpoint_dir)
-    info = {"n_passages": len(texts), "n_tokens": int(named["original"].offsets[-1]),
+    chars = named["original"].chars
+    n_cut = int(sum(int(n) < len(t) for n, t in zip(chars, texts))) if chars is not None else 0
+    if n_cut:
+        progress(f"{n_cut} of {len(texts)} passages cut at the model's max_tokens: scored on their first "
+                 f"{int(np.median([n for n, t in zip(chars, texts) if n < len(t)]))} characters (median)")
+    info = {"n_passages": len(texts), "n_tokens": int(named["original"].offsets[-1]), "truncated": n_cut,
             "seconds": time.time() - t0, "shards": len(bounds) * len(variants), "shards_resumed": n_loaded}
     progress(f"{info['n_tokens']} tokens in {info['seconds']:.1f}s")
     return info
@@ -121,6 +126,9 @@ def _load_shard(path: Path | None, n_passages: int, progress: Callable[[str], No
         return None
     if len(part) != n_passages:
         progress(f"recomputing shard {path.name}: it covers {len(part)} passages, not {n_passages}")
+        return None
+    if part.chars is None:
+        progress(f"recomputing shard {path.name}: written before the scored part of each text was recorded")
         return None
     return part
 
