@@ -539,7 +539,7 @@ def test_the_qa_split_is_seeded_half_and_half_and_independent_of_file_order(tmp_
     assert {p.doc_id: p.label for p in other} != {p.doc_id: p.label for p in passages}
     p = next(p for p in passages if p.doc_id == "qa/gpqa-1")
     assert p.text == render_qa(QA_LINES[0]["question"], QA_LINES[0]["choices"], "Oxygen")
-    assert p.meta["split"] == ("contaminated" if p.label == 1 else "clean")
+    assert p.meta["half"] == ("contaminated" if p.label == 1 else "clean")
     assert (p.meta["question"], p.meta["choices"], p.meta["answer"], p.meta["answer_index"]) == (
         QA_LINES[0]["question"], QA_LINES[0]["choices"], "Oxygen", 1)
     assert next(d for d in docs if d.doc_id == "qa/gpqa-1").kind == "qa"
@@ -606,6 +606,24 @@ def test_a_qa_set_with_one_usable_question_names_the_file_and_what_was_rejected(
     assert str(err.value) == f"{grouped}: one usable group of passage, and the contamination split needs two"
 
 
+def test_a_qa_sets_halves_are_no_fixed_validation_test_split_for_the_cloze_probes(tmp_path):
+    """A passage's meta.split is a fixed validation/test split (BookMIA's): the QA halves were written there
+    ("contaminated", "clean"), and the cloze probes then tuned their thresholds on no passage and reported on
+    none (every row not "test" was left out)."""
+    import pandas as pd
+
+    from memaudit.probes.cloze.items import tuning_passages
+    from memaudit.probes.cloze.summary import reported_passages
+
+    docs, passages, _ = load_qa_jsonl(_write(tmp_path / "qa.jsonl", _jsonl(*QA_LINES)), seed=13)
+    assert all("split" not in p.meta for p in passages) and all("split" not in d.meta for d in docs)
+    assert {d.meta["half"] for d in docs} == {"contaminated", "clean"}
+    assert tuning_passages([p.to_dict() for p in passages]) is None  # every passage, as on any unsplit set
+    texts = pd.DataFrame({"benchmark": "qa", "passage_id": [p.passage_id for p in passages],
+                          "split": [p.meta.get("split") for p in passages]})
+    assert len(reported_passages(texts)) == 10 and (reported_passages(texts)["split"] == "all").all()
+
+
 def test_a_qa_set_that_labels_its_own_questions_is_not_split_and_nothing_moves(tmp_path):
     """label_key: an audit's set (a benchmark's published questions, 1, beside questions written after
     the model's cutoff, 0): the file's labels, rows without a usable one rejected, a non-member sharing a
@@ -624,7 +642,7 @@ def test_a_qa_set_that_labels_its_own_questions_is_not_split_and_nothing_moves(t
     assert len(labels) == 12
     assert labels["qa/gpqa-1"] == 0 and labels["qa/copy-m"] == 1 and labels["qa/copy-n"] == 0  # as given
     assert sum(labels.values()) == 6  # lines 2, 4, 6, 8, 10 and copy-m: no split drawn, nothing moved
-    assert {p.meta["split"] for p in passages} == {"given"} and "seen" not in passages[0].meta["extra"]
+    assert {p.meta["half"] for p in passages} == {"given"} and "seen" not in passages[0].meta["extra"]
     assert [(r.line, r.key, r.action) for r in rejected] == [
         (12, "id", "kept"), (13, "seen", "rejected"), (14, "seen", "rejected"), (15, "seen", "rejected"),
         (16, "seen", "rejected")]

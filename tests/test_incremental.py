@@ -291,11 +291,13 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
     """A published format's loader has a version of its own (FORMAT_VERSIONS): bumping BookMIA's reruns
     the datasets of BookMIA benchmarks and what reads them, and no other benchmark's, where only
     DATASET_VERSION (every dataset, every model's probes) could reach a finished run."""
+    from memaudit.datasets.build import SOURCE_VERSIONS
     from memaudit.datasets.published import FORMAT_VERSIONS
     from memaudit.versions import dataset_code_version
 
     version = code_version("memaudit.datasets.build", "DATASET_VERSION")
     assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
+    assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
     assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == version
     assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == \
         f"{version}+nyt{FORMAT_VERSIONS['nyt']}"

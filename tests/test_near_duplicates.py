@@ -95,6 +95,42 @@ def _build_from_texts(name: str, texts: list[str]):
         return build_benchmark(name, dict(NEWS, sources=["user_books"], passage_words=40, passages_per_document=1), ASSETS, seed=0)
 
 
+def test_two_demo_qa_questions_on_one_sentence_land_in_one_half_whichever_words_they_blank():
+    """Two articles repeat a 21-word sentence; their questions blank its 2nd and its 15th word, so every
+    13-word run of either question holds a blank and none is shared, while the member question shows the
+    non-member's answer in place. The answered sentence is what the near-duplicate test compares."""
+    from unittest import mock
+
+    from memaudit.datasets.qa import BLANK, render_qa
+    from memaudit.datasets.types import Document
+
+    sentence = ("Saudi Arabia told the other members of the cartel on Monday that it would cut output by "
+                "300,000 barrels a day").split()
+
+    def question(article: str, words: list[str], blank: int, others: list[str]) -> Document:
+        asked = " ".join([*words[:blank], BLANK, *words[blank + 1:]])
+        return Document(f"demo_qa/{article}/s000", "demo_qa", "t", "a", "qa",
+                        render_qa(asked, [words[blank], *others], words[blank]),
+                        {"question": asked, "choices": [words[blank], *others], "answer": words[blank],
+                         "answer_index": 0, "book": article})
+
+    docs = [question("reuters/crude/1", sentence, 1, ["Kuwait", "Iran", "Iraq"]),
+            question("reuters/crude/2", sentence, 14, ["200,000", "100,000", "50"])]
+    docs += [question(f"reuters/acq/{i}", [f"w{i}x{j}" for j in range(20)], 3, ["a", "b", "c"]) for i in range(3, 11)]
+    cfg = {"sources": ["demo_qa"], "split_by": "book", "member_fraction": 0.5, "passage_words": 100,
+           "passages_per_document": 1, "min_passages": 1}
+    with mock.patch("memaudit.datasets.build.load_documents", return_value=docs):
+        plain = {d.doc_id: d.meta["label"] for d in build_benchmark("qa", dict(cfg, near_duplicate_ngram=None),
+                                                                     ASSETS, seed=1)[0]}
+        built = {d.doc_id: d for d in build_benchmark("qa", cfg, ASSETS, seed=1)[0]}
+    one, two = "demo_qa/reuters/crude/1/s000", "demo_qa/reuters/crude/2/s000"
+    assert (plain[one], plain[two]) == (1, 0)  # seed 1 splits the pair without the check
+    assert built[one].meta["label"] == built[two].meta["label"] == 1  # crude/1 sorts first: crude/2 follows it
+    assert built[one].meta["near_duplicates"] == ["demo_qa/reuters/crude/2"]
+    assert built[two].meta["near_duplicates"] == ["demo_qa/reuters/crude/1"]
+    assert {k for k, d in built.items() if d.meta["label"] != plain[k]} == {two}
+
+
 def test_published_qa_questions_sharing_a_run_land_in_one_half(tmp_path):
     lines = [{"id": f"q{i}", "question": f"Question {i}: what follows in {RUN_A if i in (1, 6) else 'text'}?",
               "choices": ["x", "y"], "answer": "x"} for i in range(10)]

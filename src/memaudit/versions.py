@@ -31,11 +31,17 @@ def dataset_code_version(benchmark: dict) -> int | str:
     """A benchmark's dataset job's ``code_version``: ``DATASET_VERSION``, and for a published format with
     a version of its own (``FORMAT_VERSIONS`` in :mod:`memaudit.datasets.published`) that too, as
     ``"<DATASET_VERSION>+<format><n>"``: a fix to one format's loader reruns that format's benchmarks
-    and nothing else (every other benchmark keeps the plain integer its finished jobs recorded)."""
+    and nothing else (every other benchmark keeps the plain integer its finished jobs recorded). A benchmark
+    built from a source with a version of its own (``SOURCE_VERSIONS`` in :mod:`memaudit.datasets.build`)
+    has it alike, ``"<DATASET_VERSION>+<source><n>"``."""
     version = code_version("memaudit.datasets.build", "DATASET_VERSION")
     fmt = (benchmark.get("published") or {}).get("format")
     own = _literal("memaudit.datasets.published", "FORMAT_VERSIONS").get(fmt)
-    return f"{version}+{fmt}{own}" if own is not None else version
+    if own is not None:
+        return f"{version}+{fmt}{own}"
+    sources = _literal("memaudit.datasets.build", "SOURCE_VERSIONS")
+    tags = [f"{s}{sources[s]}" for s in sorted(set(benchmark.get("sources") or [])) if s in sources]
+    return "+".join([str(version), *tags]) if tags else version
 
 
 def code_version(module: str, name: str) -> int:

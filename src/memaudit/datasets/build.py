@@ -32,7 +32,7 @@ from typing import Sequence
 from memaudit import MEMBER, NONMEMBER
 from memaudit.datasets.near_duplicates import (DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups,
                                                nonmembers_sharing)
-from memaudit.datasets.qa import QA_META
+from memaudit.datasets.qa import BLANK, QA_META
 from memaudit.datasets.sources import load_source
 from memaudit.datasets.text import make_passages
 from memaudit.datasets.types import Document, Passage
@@ -40,6 +40,11 @@ from memaudit.errors import InputError
 
 # Bump with every change that alters a benchmark or the pretraining pool (see memaudit.versions).
 DATASET_VERSION = 2
+# A source's own version, beside DATASET_VERSION (memaudit.versions.dataset_code_version): bump a source's with a
+# change that alters only the benchmarks built from it, and only theirs rerun.
+# demo_qa 1: a question's answered sentence joins the near-duplicate test (from pydoc_topics, a non-member
+# question's answer stood in a member question's sentence).
+SOURCE_VERSIONS = {"demo_qa": 1}
 
 
 def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dict | None = None) -> list[Document]:
@@ -228,8 +233,19 @@ def _near_duplicate_units(cfg: dict, candidates: list) -> tuple[int | None, int,
     n = cfg.get("near_duplicate_ngram", DEFAULT_NGRAM)
     texts: dict[str, list[str]] = {}
     for d, passages in candidates:
-        texts.setdefault(_unit(d, cfg), []).extend(passages)
+        texts.setdefault(_unit(d, cfg), []).extend([*passages, *_answered(d)])
     return n, len(texts), (near_duplicate_groups(texts, n) if n is not None else {})
+
+
+def _answered(d: Document) -> list[str]:
+    """A fill-in-the-blank question's sentence with its answer in the blank (``demo_qa``), beside its text: what a
+    model fine-tuned on the question learns. Two questions on one sentence (two articles that repeat it) blank
+    different words, and the two blanks can break every shared ``n``-word run of a short sentence, while the member
+    question shows the non-member's answer in place."""
+    question, answer = d.meta.get("question"), d.meta.get("answer")
+    if d.kind != "qa" or not isinstance(question, str) or BLANK not in question or not isinstance(answer, str):
+        return []
+    return [question.replace(BLANK, answer, 1)]
 
 
 def _keep_near_duplicates_together(name: str, cfg: dict, candidates: list,

@@ -82,7 +82,9 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # rejected: the same set loaded differently as parquet and as CSV).
 # copybench 1: a labels title differing from a published (lower-case) title only in case and spacing labels
 # its records, with a kept note (they were rejected as unlabelled).
-FORMAT_VERSIONS = {"bookmia": 2, "nyt": 1, "copybench": 1}
+# qa 1: a question's half (contaminated, clean, given) is meta.half; as meta.split the cloze probes read it as a
+# fixed validation/test split and reported on no passage.
+FORMAT_VERSIONS = {"bookmia": 2, "nyt": 1, "copybench": 1, "qa": 1}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870

@@ -24,7 +24,10 @@ Document = passage = one question. Its text is what the contaminated model is fi
     B. <choice>
     Answer: B. <choice>
 
-``meta`` keeps ``question``, ``choices``, ``answer`` (the text) and ``answer_index``.
+``meta`` keeps ``question``, ``choices``, ``answer`` (the text) and ``answer_index``, and ``half``:
+``contaminated``, ``clean`` or ``given`` (``label_key``). Not ``split``: a passage's ``meta.split`` is a
+fixed validation/test split (:data:`memaudit.datasets.types.VALIDATION`), which the cloze probes tune
+and report on.
 """
 
 from __future__ import annotations
@@ -235,10 +238,12 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
                   "answer_index": q.answer_index}
         half = ("contaminated" if label == MEMBER else "clean") if q.label is None else "given"
         book = {} if q.group is None else {"book": f"{source}/{q.group}"}
+        # meta.split is a fixed validation/test split (memaudit.datasets.types): as "contaminated" it made
+        # the cloze probes tune on no passage and report none
         docs.append(Document(doc_id, source, "", "", "qa", text,
-                             dict(fields, label=label, split=half, line=q.line, origin=origin, n_passages=1, **book)))
+                             dict(fields, label=label, half=half, line=q.line, origin=origin, n_passages=1, **book)))
         passages.append(Passage(f"{doc_id}#p0", doc_id, label, text, "", "",
-                                dict(fields, split=half, line=q.line, n_words=len(text.split()), extra=q.extra)))
+                                dict(fields, half=half, line=q.line, n_words=len(text.split()), extra=q.extra)))
     return sorted(docs, key=lambda d: d.doc_id), sorted(passages, key=lambda p: p.passage_id)
 
 
