@@ -82,6 +82,24 @@ def test_benchmark_split_is_seeded_iid_and_exact():
     assert len(members) == 10 and all(labels[d.doc_id] == 1 for d in docs if d.text in members)
 
 
+def test_documents_below_min_passages_are_left_out_with_a_rejects_row():
+    """The demo's news drops 8 short Reuters articles (25-46 words) at min_passages 2 of 40 words:
+    each has its row in the benchmark's rejects table, none leaves without a trace."""
+    from memaudit.datasets.build import load_documents
+
+    cfg = dict(BENCH, n_documents=None, passages_per_document=2, min_passages=2)
+    rejects = []
+    docs, _ = build_benchmark("news", cfg, ASSETS, seed=3, rejects=rejects)
+    all_docs = load_documents(["reuters"], ASSETS, {})
+    kept = {d.doc_id for d in docs}
+    assert len(rejects) == len(all_docs) - len(kept) > 0
+    assert {r.value.split(" ")[0].strip("'") for r in rejects} == {d.doc_id for d in all_docs} - kept
+    r = rejects[0]
+    assert (r.file, r.line, r.key, r.action) == ("source reuters", 0, "document", "rejected")
+    assert r.reason == "fewer than min_passages (2) passages of 40 words: the document is left out"
+    assert r.value.endswith(" (1 passage(s))'") or r.value.endswith(" (0 passage(s))'")
+
+
 def test_benchmark_with_too_few_documents_names_it():
     with pytest.raises(InputError, match="benchmark 'tiny'"):
         build_benchmark("tiny", dict(BENCH, passage_words=5000), ASSETS, seed=0)

@@ -39,6 +39,8 @@ from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
 # Bump with every change that alters a benchmark or the pretraining pool (see memaudit.versions).
+# Not bumped for the rejects rows of documents below min_passages (session 55): the documents and
+# passages are the same, and a bump would rerun every job of every finished run for a table of notes.
 DATASET_VERSION = 2
 # A source's own version, beside DATASET_VERSION (memaudit.versions.dataset_code_version): bump a source's with a
 # change that alters only the benchmarks built from it, and only theirs rerun.
@@ -63,8 +65,9 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
                     rejects: list | None = None) -> tuple[list[Document], list[Passage]]:
     """Documents (with ``meta['label']``) and their passages for one benchmark.
 
-    A published benchmark's rejected rows (the ``nyt``, ``articles`` and ``qa`` formats), and a
-    labelled one's books without a label and labels without a book, are appended to ``rejects``
+    A published benchmark's rejected rows (the ``nyt``, ``articles`` and ``qa`` formats), a built
+    one's documents with fewer than ``min_passages`` passages, and a labelled one's books without
+    a label and labels without a book, are appended to ``rejects``
     (see :func:`memaudit.datasets.rejects.write_benchmark_rejects`).
     """
     if "published" in cfg:
@@ -78,11 +81,19 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
         options = (cfg.get("source_options") or {}).get("user_books") or {}
         rejects += user_books_rejects(options.get("directory", USER_BOOKS_DIRECTORY), docs,
                                       options.get("min_chapter_words", 200))
-    candidates = []
+    candidates, short = [], []
     for d in docs:
         passages = _document_passages(d, cfg)
         if len(passages) >= cfg["min_passages"]:
             candidates.append((d, passages))
+        else:
+            short.append((d, len(passages)))
+    if short and rejects is not None:  # left out by the config, but never without a trace
+        from memaudit.datasets.rejects import Rejected, short_repr
+
+        rejects += [Rejected(f"source {d.source}", 0, "document", short_repr(f"{d.doc_id} ({k} passage(s))"),
+                             f"fewer than min_passages ({cfg['min_passages']}) passages of "
+                             f"{cfg['passage_words']} words: the document is left out") for d, k in short]
     if len(candidates) < 2:
         raise InputError(f"benchmark {name!r}: only {len(candidates)} usable documents in sources "
                          f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s))")
