@@ -124,7 +124,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
-        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="b001927983645b82",
+        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="069ac39193990d87",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
     ),
@@ -134,7 +134,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="2cf9e808fe33a76a",
+        version=4, fingerprint="7576244a1967efcd",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -154,9 +154,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="459aa1c01c9c0f66",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="a1d4af3583f1efdf",
         # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="75470566b63624bb")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="99cf859206f5764d")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -175,13 +175,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="183b75c7be33ff7b",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="a00900a4fc6e0d98",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=5, fingerprint="4f79c7989e9cb9bf"),
+                               version=5, fingerprint="9f2b606f981d5c05"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="331a12f20584d0a1")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -206,10 +206,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
         # version 9: the baselines' validation draws are stratified by label, so that a small benchmark's
         # test part keeps members (statistics.validation_split)
-        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="89a173e4acc5e04f",
+        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="f4a1cedefb245f0f",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="b00ec7e0ee08da42"),
+                              version=7, fingerprint="eb2e30a51227099a"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="e60d5aed09921475")},
@@ -229,15 +229,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="ada53d4d01234f3a",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="b20625660227aea5",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="e43f4ae6fa032cb6"),
+                               version=4, fingerprint="beff0eaf3f5eec69"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="0755c0a44d0da2ae")},
+                                 version=4, fingerprint="7cdfff3604540e7a")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
