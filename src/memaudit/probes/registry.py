@@ -154,9 +154,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="a1d4af3583f1efdf",
-        # the paraphrased items (decop_items), which KTD reads too
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=4, fingerprint="99cf859206f5764d")},
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="4a95a682fb2a458c",
+        # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
+        # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged)
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="a0cbf01fcd6ce353")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -206,10 +207,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
         # version 9: the baselines' validation draws are stratified by label, so that a small benchmark's
         # test part keeps members (statistics.validation_split)
-        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="f4a1cedefb245f0f",
+        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="e625f093d9eda719",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
+        # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=7, fingerprint="eb2e30a51227099a"),
+                              version=8, fingerprint="15b6076bba7b2695"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="e60d5aed09921475")},
