@@ -554,3 +554,23 @@ def test_a_probe_job_reads_its_benchmarks_calibration_documents(long_tiny_model,
     assert calibration["books"]["n_calibration_documents"] == 1
     assert sum(calibration["books"]["delta"].values()) == pytest.approx(0.0, abs=1e-9)
     assert len(read_jsonl(tmp_path / "items.jsonl")) == 5
+
+
+def test_a_local_paraphraser_ends_at_the_end_tokens_of_the_models_generation_config():
+    """generate() ends at the generation config's end tokens (Gemma's <end_of_turn>, Phi-3's <|end|>),
+    which need not be the tokenizer's nor ChatML's <|im_end|>: the paraphraser did not, and wrote on
+    past the end of its turn. Here a token SmolLM2 writes greedily is made one of them."""
+    from memaudit.probes.decop.paraphrase import LocalParaphraser
+    from memaudit.models.loading import load_causal_lm
+    from memaudit.models.builtin import ensure_builtin
+
+    model, tok = load_causal_lm({"path": str(ensure_builtin("smollm2-135m-instruct", "resources/cache"))},
+                                device="cpu", dtype="float32")
+    passage = ("The crude oil price rose sharply on Monday after the cartel announced new production limits. "
+               "Traders said the cut was larger than expected.")
+    way = LocalParaphraser(model, tok, name="smollm2-135m", temperature=0.0, batch_size=2, seed=3)
+    [[free]] = way.candidates([passage], [64], attempt=0, wanted=[1])
+    assert free == passage  # greedy SmolLM2 copies it: the sentence after the first is written
+    model.generation_config.eos_token_id = [model.generation_config.eos_token_id,
+                                            tok(" Traders", add_special_tokens=False)["input_ids"][0]]
+    assert way.candidates([passage], [64], attempt=0, wanted=[1]) == [[passage[:passage.index(" Traders")]]]

@@ -122,6 +122,24 @@ def test_hf_backend_on_cuda_matches_the_cpu(tiny_model_dir):
     assert resolve_dtype("auto", "cuda") == ("bfloat16" if torch.cuda.get_device_capability()[0] >= 8 else "float32")
 
 
+def test_sampling_on_cuda_draws_what_the_cpu_draws(tiny_model_dir):
+    """The continuous-batching sampler with temperature (DE-COP's local paraphraser) on a model on the
+    GPU: it used to hand CUDA probabilities to ``torch.multinomial`` with its CPU generator, a
+    RuntimeError ("Expected a 'cuda' device type for generator but found 'cpu'"); it draws on the
+    CPU, from the same seeded stream, so in float32 the samples are the CPU's."""
+    from memaudit.models.loading import load_causal_lm
+    from memaudit.models.sampling import sample
+
+    spec = {"path": str(tiny_model_dir)}
+    (cpu, tok), (gpu, _) = load_causal_lm(spec, device="cpu"), load_causal_lm(spec, device="cuda")
+    prompts = [tok(t)["input_ids"] for t in ("Call me Ishmael.", "It is a truth universally", "Emma")]
+    kwargs = dict(eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id, temperature=1.0, top_k=50, top_p=0.9,
+                  seed=5, max_rows=4)
+    a = sample(cpu, prompts, [3, 2, 3], [15, 15, 15], **kwargs)
+    b = sample(gpu, prompts, [3, 2, 3], [15, 15, 15], **kwargs)
+    assert a == b and len({tuple(s) for s in a[0]}) > 1
+
+
 def test_gradient_norms_on_cuda_match_float64_and_leave_the_blas_choice_as_it_was(tiny_model_dir):
     """Both gradient-norm paths on the GPU within 1e-5 of a float64 computation (they run their
     float32 products through cuBLASLt), and torch's BLAS preference is restored afterwards."""

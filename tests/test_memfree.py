@@ -161,6 +161,41 @@ def test_generate_batched_equals_generate(backend):
         backend.generate_batched(TEXTS, GenerationParams(temperature=0.7))
 
 
+def test_an_end_token_at_the_token_limit_finishes_with_stop_not_length(tiny_backend):
+    """An answer whose end token is the last token ``max_new_tokens`` allows ended by itself:
+    ``finish_reason`` is ``stop`` (as OpenAI and vLLM say it), both ways; it used to be ``length``.
+    The tiny GPT-2 never ends, so a token it emits greedily is made its end token."""
+    from memaudit.backends.base import GenerationParams
+
+    backend = tiny_backend
+    free = backend.generate_batched(TEXTS[:1], GenerationParams(max_new_tokens=12, chat=False))[0].meta["token_ids"]
+    k = next(i for i in range(1, len(free)) if free[i] not in free[:i])  # its first emission
+    backend.model.generation_config.eos_token_id = free[k]
+    for limit, reason in ((k + 1, "stop"), (k + 2, "stop"), (k, "length")):
+        params = GenerationParams(max_new_tokens=limit, chat=False)
+        for g in (backend.generate(TEXTS[:1], params)[0], backend.generate_batched(TEXTS[:1], params)[0]):
+            assert (g.output_tokens, g.meta["finish_reason"]) == (min(limit, k + 1), reason)
+
+
+def test_a_sampled_answer_takes_any_64_bit_seed(tiny_backend):
+    """``memaudit serve`` passes a request's seed on: one of 2**50 used to overflow ``torch.manual_seed``
+    (a ValueError, HTTP 400 "Overflow when unpacking long long"); the seeds that worked draw as before."""
+    import torch
+
+    from memaudit.backends.base import GenerationParams
+
+    def answer(seed: int) -> str:
+        return tiny_backend.generate(TEXTS[:1], GenerationParams(max_new_tokens=8, chat=False, temperature=1.0,
+                                                                 seed=seed))[0].text
+
+    assert answer(2**50) == answer(2**50) != answer(2**50 + 1)
+    torch.manual_seed(-5 * 1000003)  # a negative seed as it was drawn before: torch's own reading of it
+    ids = tiny_backend.model.generate(torch.tensor([tiny_backend._prompt_ids(TEXTS[0], GenerationParams(chat=False))]),
+                                      max_new_tokens=8, do_sample=True, temperature=1.0, top_p=1.0,
+                                      pad_token_id=tiny_backend.tokenizer.pad_token_id)
+    assert answer(-5) == tiny_backend.tokenizer.decode(ids[0, -8:], skip_special_tokens=True)
+
+
 # -- MemFree -----------------------------------------------------------------------------------
 
 def _windows_ending_in_output(index: NGramIndex, prompt: list[int], out: list[int]) -> list[int]:

@@ -24,10 +24,11 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
     return text, matched
 
 
-def finish_meta(n_out: int, limit: int, matched: str | None) -> dict:
-    """A generation's ``finish_reason`` (``length`` only when the token limit ended it and no stop
-    string did) and, when a stop string ended it, ``stop_sequence``."""
-    meta: dict = {"finish_reason": "length" if n_out >= limit and matched is None else "stop"}
+def finish_meta(n_out: int, limit: int, matched: str | None, *, ended: bool = False) -> dict:
+    """A generation's ``finish_reason`` (``length`` only when the token limit ended it: no stop string
+    did, nor the end token, ``ended``, which may be the last token the limit allows, as OpenAI and vLLM
+    say ``stop`` then) and, when a stop string ended it, ``stop_sequence``."""
+    meta: dict = {"finish_reason": "length" if n_out >= limit and matched is None and not ended else "stop"}
     if matched is not None:
         meta["stop_sequence"] = matched
     return meta
@@ -379,8 +380,9 @@ class HFBackend(Backend):
             new = out[j][0]
             text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), stops)
             # generate() counts the end token it emitted among the output tokens
-            n_out = len(new) + int(j not in stopped and len(new) < limit)
-            meta = {**finish_meta(n_out, limit, matched), "token_ids": list(new)}
+            ended = j not in stopped and len(new) < limit
+            n_out = len(new) + int(ended)
+            meta = {**finish_meta(n_out, limit, matched, ended=ended), "token_ids": list(new)}
             generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
                                         status="refusal" if is_refusal(text) else "ok")
         return generations
@@ -430,7 +432,8 @@ class HFBackend(Backend):
             for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
                 new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
                 text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
-                meta = {**finish_meta(len(new), params.max_new_tokens, matched), "token_ids": list(new)}
+                meta = {**finish_meta(len(new), params.max_new_tokens, matched, ended=eos in row),
+                        "token_ids": list(new)}
                 out.append(Generation(text=text, input_tokens=len(e), output_tokens=len(new), meta=meta,
                                       status="refusal" if is_refusal(text) else "ok"))
         return out
@@ -449,7 +452,9 @@ class HFBackend(Backend):
         kwargs = dict(max_new_tokens=params.max_new_tokens, repetition_penalty=params.repetition_penalty,
                       pad_token_id=tok.pad_token_id)
         if params.temperature > 0:
-            torch.manual_seed(params.seed * 1000003 + params.sample_index)
+            # modulo 2**64, as torch reads a negative seed: a seed from 2**64 / 1000003 (about 1.8e13; OpenAI's
+            # are 64-bit) was an overflow ValueError, and every seed that was not draws as it did
+            torch.manual_seed((params.seed * 1000003 + params.sample_index) % 2**64)
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(do_sample=False)
@@ -462,7 +467,10 @@ class HFBackend(Backend):
         new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
         out, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
         # a stop string in the answer ends it, as an API's would, whatever was decoded after it
-        meta = finish_meta(len(new), params.max_new_tokens, matched)
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        meta = finish_meta(len(new), params.max_new_tokens, matched,
+                           ended=len(new) > 0 and int(new[-1]) in eos_ids)
         if top_logprobs:
             # [text, log-probability, raw bytes (a list of ints, as OpenAI's "bytes")] per token
             tokens, top = [], []

@@ -55,8 +55,10 @@ def _next_tokens(logits: torch.Tensor, temperature: float, top_k: int, generator
     probs = torch.softmax(values / temperature, dim=-1)
     if top_p < 1.0:  # values are sorted, most likely first; the first token always stays
         probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)
-    pick = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    return index.gather(-1, pick[:, None]).squeeze(-1)
+    # drawn where the generator is (the CPU): a CUDA tensor with a CPU generator is an error, and a
+    # model on a GPU then draws from the same seeded stream as on the CPU
+    pick = torch.multinomial(probs.to(generator.device), 1, generator=generator).squeeze(-1)
+    return index.gather(-1, pick.to(index.device)[:, None]).squeeze(-1)
 
 
 def _penalise_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -214,7 +216,9 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     ``check_every`` steps whether a sample of prompt ``i`` is complete, e.g. long enough and at
     a sentence end. ``temperature`` 0 or ``top_k`` 1 is greedy decoding; ``top_p`` < 1 samples
     from the nucleus of the top-k tokens (1.0: off; :func:`_next_tokens`). Deterministic for a
-    seed and the same inputs.
+    seed and the same inputs (and the same ``max_rows``: one generator draws for every row of a
+    step, so which prompts decode together changes the samples); the draws are made on the CPU
+    whatever the model's device.
 
     ``min_new_tokens[i]`` (optional): a sample of prompt ``i`` may not end before it has that many
     tokens: the end tokens' logits are ``-inf`` until then, as ``generate(min_new_tokens=...)``
