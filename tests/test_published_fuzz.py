@@ -237,7 +237,7 @@ def test_fuzzed_labelled_qa_files_load_with_every_line_accounted_for_or_fail_in_
         for p in passages:
             record = json.loads(in_file[p.meta["line"]], strict=False)
             assert type(record["seen"]) is int and p.label == record["seen"] in (0, 1)
-            assert p.meta["split"] == "given"
+            assert p.meta["half"] == "given"
             labels_loaded.append(p.label)
 
     assert run_cases(check, "labelled QA") >= 100
