@@ -350,13 +350,13 @@ class HFBackend(Backend):
                        memfree, max_rows: int) -> list[Generation]:
         """:meth:`generate_batched`'s decoding of prompts already rendered and tokenised."""
         from memaudit.backends.refusal import is_refusal
+        from memaudit.models.loading import generation_end_ids
         from memaudit.models.sampling import sample
 
         tok = self.tokenizer
         self._check_fits(max((len(e) for e in encoded), default=0), params)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        eos = getattr(self.model.generation_config, "eos_token_id", None)
-        eos_ids = [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None] or [tok.eos_token_id]
+        eos_ids = generation_end_ids(self.model) or [tok.eos_token_id]
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos_ids[0]
         stops = [s for s in params.stop if s]
         # A stop string ends within the tokens of the last check (4 steps) plus its own length.
@@ -443,6 +443,7 @@ class HFBackend(Backend):
         import torch
 
         from memaudit.backends.refusal import is_refusal
+        from memaudit.models.loading import generation_end_ids
 
         tok = self.tokenizer
         ids = self._prompt_ids(text, params)
@@ -467,8 +468,7 @@ class HFBackend(Backend):
         new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
         out, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
         # a stop string in the answer ends it, as an API's would, whatever was decoded after it
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        eos_ids = set(generation_end_ids(self.model))
         meta = finish_meta(len(new), params.max_new_tokens, matched,
                            ended=len(new) > 0 and int(new[-1]) in eos_ids)
         if top_logprobs:

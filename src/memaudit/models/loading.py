@@ -220,6 +220,13 @@ def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str 
     return model, tok
 
 
+def generation_end_ids(model) -> list[int]:
+    """The token ids ``generate()`` ends an answer at: the model's generation config's ``eos_token_id``
+    (one id or a list: Gemma's ``<eos>`` and ``<end_of_turn>``), in its order; empty where it names none."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
+
+
 def count_parameters(model) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 

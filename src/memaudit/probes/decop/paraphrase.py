@@ -263,16 +263,15 @@ class LocalParaphraser:
         """
         import torch
 
-        from memaudit.probes.decop.construct import ENDS_WITH_PUNCT
+        from memaudit.models.loading import generation_end_ids
         from memaudit.models.sampling import sample
+        from memaudit.probes.decop.construct import ENDS_WITH_PUNCT
 
         tok = self.tokenizer
         wanted = [3] * len(texts) if wanted is None else list(wanted)
         # the end tokens generate() stops at (the generation config's: Gemma's <end_of_turn>, Phi-3's <|end|>)
         # besides the tokenizer's and ChatML's
-        config_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        config_eos = list(config_eos) if isinstance(config_eos, (list, tuple)) else [config_eos]
-        eos = {t for t in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"), *config_eos)
+        eos = {t for t in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"), *generation_end_ids(self.model))
                if isinstance(t, int) and t >= 0}
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         prompts = [tok.apply_chat_template([{"role": "user", "content": PARAPHRASE_PROMPT_SINGLE.format(ref_text=t)}],
