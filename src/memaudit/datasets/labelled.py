@@ -152,12 +152,16 @@ def parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
         yield row_no, row
 
 
+def is_parquet(path: Path) -> bool:
+    """Whether a local file is parquet: its magic bytes or its suffix."""
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"PAR1" or path.suffix.lower() == ".parquet"
+
+
 def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Iterator[tuple[int, Any]]]:
     """``(path, format, records)`` for a local file of the set, the format from its magic bytes or suffix."""
     path = check_local_file(path, spec.what)
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic == b"PAR1" or path.suffix.lower() == ".parquet":
+    if is_parquet(path):
         return path, "parquet", parquet_records(path)
     path, text = read_text(path, spec.what)
     suffix = path.suffix.lower()

@@ -46,6 +46,7 @@ from memaudit.datasets.labelled import (
     check_label,
     csv_get,
     csv_records,
+    is_parquet,
     json_getter,
     json_records,
     parquet_records,
@@ -288,9 +289,8 @@ def _bookmia_records(path: str | Path) -> tuple[Path, list[tuple[int, Any]]]:
     array of the same objects (``to_json(orient="records")``), or parquet (by its magic bytes or suffix,
     rows numbered from 1: the Hub's parquet conversion, ``Dataset.to_parquet``)."""
     path = check_local_file(path, "a BookMIA JSON-lines or parquet file")
-    with open(path, "rb") as fh:
-        if fh.read(4) == b"PAR1" or path.suffix.lower() == ".parquet":
-            return path, list(parquet_records(path))
+    if is_parquet(path):
+        return path, list(parquet_records(path))
     path, text = read_text(path, "a BookMIA JSON-lines file")
     return path, list(json_records(path, text))
 

@@ -177,12 +177,12 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         settings = lora_layer_settings(model, target_modules, lora_layers)
         cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM",
                          fan_in_fan_out=targets_conv1d(model, settings["target_modules"]), **settings)
-        linear = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
         try:
             model = get_peft_model(model, cfg)
         except ValueError as exc:  # peft's NoMatchingPeftModuleError names neither the key nor what would match
             if "not found in the base model" not in str(exc):
                 raise
+            linear = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
             raise ConfigError(f"finetune.target_modules {target_modules!r}: no such layer in "
                               f"{type(model).__name__}; its linear layers are {', '.join(linear)} "
                               f"(or all-linear)") from None
@@ -224,7 +224,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         autocast = autocast if autocast in ("bfloat16", "float16") else None
     # float16 gradients underflow to zero below 6e-8 (bfloat16's range is float32's): the loss is scaled up
     # before the backward pass and the gradients down before clipping and the step, as torch.amp prescribes.
-    scaler = torch.amp.GradScaler(device.type) if autocast == "float16" else None
+    # Disabled (float32, bfloat16) it scales nothing and steps the optimizer as it is.
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast == "float16")
     model.train()
     t0, step, losses, n_tokens = time.time(), 0, [], 0
     epoch, order, pos = 0, None, 0  # pos: batches of the current epoch's order already taken
@@ -232,7 +233,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     state = checkpoint.load()
     if state is not None and (state["total"], state["n_chunks"]) == (total, len(chunks)):
         restore_optimizer_state(state, model, opt, sched)
-        if scaler is not None and "grad_scaler" in state:
+        if "grad_scaler" in state:
             scaler.load_state_dict(state["grad_scaler"])
         restore_rng_state(state["rng"], rng)
         step, epoch, order, pos = int(state["step"]), int(state["epoch"]), list(state["order"]), int(state["pos"])
@@ -263,16 +264,11 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             with (torch.autocast(device.type, dtype=getattr(torch, autocast)) if autocast
                   else contextlib.nullcontext()):
                 out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
-            if scaler is None:
-                out.loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                opt.step()
-            else:
-                scaler.scale(out.loss).backward()
-                scaler.unscale_(opt)
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                scaler.step(opt)  # skipped where a gradient overflowed; the scale then halves
-                scaler.update()
+            scaler.scale(out.loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            scaler.step(opt)  # skipped where a float16 gradient overflowed; the scale then halves
+            scaler.update()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
@@ -288,7 +284,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
                                       "pos": pos, "order": order, "total": total, "n_chunks": len(chunks),
                                       "rng": rng_state(rng), "losses": losses, "tokens": n_tokens,
                                       "seconds": time.time() - t0,
-                                      **({"grad_scaler": scaler.state_dict()} if scaler is not None else {})})
+                                      **({"grad_scaler": scaler.state_dict()} if scaler.is_enabled() else {})})
     model.eval()
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
