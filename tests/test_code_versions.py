@@ -10,7 +10,8 @@ import ast
 import pytest
 
 from memaudit.probes import registry
-from memaudit.probes.registry import FAMILIES, code_fingerprint, family_modules
+from memaudit.probes.registry import FAMILIES, code_fingerprint, family_modules, step_fingerprint
+from memaudit.versions import STEPS
 from workflow_helpers import ROOT
 
 
@@ -38,11 +39,34 @@ def test_each_stages_recorded_fingerprint_matches_its_code(family, stage):
 
 def test_the_stages_that_build_items_once_per_benchmark_are_declared():
     assert STAGES == [("cloze", "items"), ("cloze", "summary"), ("copybench", "items"), ("copybench", "summary"),
-                      ("decop", "items"), ("ktd", "pool"), ("ktd", "summary")]
+                      ("decop", "items"), ("decop", "summary"), ("ktd", "pool"), ("ktd", "summary"),
+                      ("token_prob", "stats")]
     assert registry.family_version("decop", "items") == FAMILIES["decop"].stages["items"].version
     assert registry.family_version("decop") == FAMILIES["decop"].version
     with pytest.raises(KeyError, match="probe family 'prefix' declares no stage 'items'"):
         registry.family_version("prefix", "items")
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_each_steps_recorded_fingerprint_matches_its_code(step):
+    current = step_fingerprint(step)
+    assert STEPS[step].fingerprint == current, (
+        f"the code of step {step!r} changed ({STEPS[step].fingerprint} -> {current}): if what it computes changes, "
+        f"bump its version in memaudit/versions.py (STEPS); then run `memaudit code-versions --record`")
+
+
+def test_the_steps_of_no_family_cover_their_code_and_not_the_probes():
+    assert sorted(STEPS) == ["datasets", "figures", "models", "stats"] and not set(STEPS) & set(FAMILIES)
+    datasets, models = set(registry.step_modules("datasets")), set(registry.step_modules("models"))
+    assert {"memaudit.datasets.build", "memaudit.datasets.published", "memaudit.datasets.text"} <= datasets
+    # a fine-tune's texts are datasets.build's member_texts: its code is the models step's too
+    assert {"memaudit.models.prepare", "memaudit.models.finetune", "memaudit.datasets.build"} <= models
+    assert {"memaudit.stats.metrics", "memaudit.stats.selection"} <= set(registry.step_modules("stats"))
+    # no probe's running or scoring code (the datasets use CopyBench's tokeniser and the overlap test)
+    assert not {fam.runner.partition(":")[0] for fam in FAMILIES.values()} & (datasets | models)
+    # the forward pass is token_prob's stats stage, not its scoring
+    stats = set(registry.stage_modules("token_prob", "stats"))
+    assert "memaudit.models.token_stats" in stats and "memaudit.probes.token_prob.methods" not in stats
 
 
 def test_a_stages_modules_are_what_builds_it_not_the_probe_code():
@@ -127,6 +151,23 @@ def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
     assert f"{'prefix':18s} version {FAMILIES['prefix'].version}  fingerprint 0000000000000000  changed" in out
     assert f"{'token_prob':18s} version 1" in out and "ok" in out
     assert f"{'copybench.summary':18s} version {FAMILIES['copybench'].stages['summary'].version}  fingerprint" in out
+    assert f"{'stats':18s} version {STEPS['stats'].version}  fingerprint {STEPS['stats'].fingerprint}  ok" in out
+
+
+def test_record_writes_a_stale_steps_fingerprint_into_versions(tmp_path, monkeypatch):
+    import memaudit.versions
+
+    registry_copy, versions_copy = tmp_path / "registry.py", tmp_path / "versions.py"
+    registry_text = open(registry.__file__, encoding="utf-8").read()
+    versions_text = open(memaudit.versions.__file__, encoding="utf-8").read()
+    recorded = STEPS["models"].fingerprint
+    assert versions_text.count(f'fingerprint="{recorded}"') == 1
+    registry_copy.write_text(registry_text)
+    versions_copy.write_text(versions_text.replace(f'fingerprint="{recorded}"', 'fingerprint="0000000000000000"'))
+    monkeypatch.setitem(STEPS, "models", memaudit.versions.Stage(
+        **{**STEPS["models"].__dict__, "fingerprint": "0000000000000000"}))
+    assert registry.record_fingerprints(registry_copy, versions_copy) == {"models": recorded}
+    assert versions_copy.read_text() == versions_text and registry_copy.read_text() == registry_text
 
 
 # ----------------------------------------------------------------------------- workflow scripts
@@ -160,7 +201,7 @@ SCRIPT_DIGESTS = {
     "pretrain_pool.py": "729d10066d7b55ca",
     "probe.py": "471ddcd2b35c726a",
     "summary.py": "4a0254ae8735e031",
-    "token_stats.py": "c1aaf7d80bb66735",
+    "token_stats.py": "697e6043369b35d1",
 }
 
 

@@ -348,7 +348,7 @@ def test_killed_probing_skips_finished_shards(killed_workflow):
 def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, monkeypatch):
     import torch
 
-    from memaudit.probes.token_prob.runner import run_token_stats
+    from memaudit.probes.token_prob.forward import run_token_stats
 
     workdir, _ = killed_workflow
     monkeypatch.chdir(workdir)  # manifests hold paths relative to the workflow's directory
@@ -714,7 +714,7 @@ def test_disk_full_while_probing_names_the_output_and_keeps_the_finished_shards(
                                                                                 tmp_path):
     from memaudit.errors import StorageError
     from memaudit.io import write_json, write_jsonl
-    from memaudit.probes.token_prob.runner import run_token_stats
+    from memaudit.probes.token_prob.forward import run_token_stats
 
     write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
     write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
@@ -786,7 +786,7 @@ def test_token_statistics_resumed_where_dtype_auto_resolves_otherwise_start_over
     from memaudit.io import write_json, write_jsonl
     from memaudit.models import loading
     from memaudit.models.token_stats import load_provenance
-    from memaudit.probes.token_prob.runner import run_token_stats
+    from memaudit.probes.token_prob.forward import run_token_stats
 
     write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
     write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}

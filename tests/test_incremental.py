@@ -29,7 +29,7 @@ import yaml
 
 from memaudit import jobs
 
-from memaudit.versions import VERSIONED, code_version
+from memaudit.versions import STEPS, step_version
 from workflow_helpers import ROOT, directory_outputs, make_workdir, planned_jobs, snakemake, touch_finished
 
 pytestmark = pytest.mark.workflow
@@ -236,8 +236,9 @@ def test_adding_a_benchmark_schedules_only_its_jobs(finished, finished_run):
 
 # The rules that carry each version: a family's own (its probe jobs) and its stages' (what it builds once
 # per benchmark, before any model is probed). The summaries carrying a family's version read its probe jobs.
-VERSION_RULES = {("token_prob", ""): ("token_prob_scores",),
+VERSION_RULES = {("token_prob", ""): ("token_prob_scores",), ("token_prob", "stats"): ("token_stats",),
                  ("decop", ""): ("decop_probe",), ("decop", "items"): ("decop_items",),
+                 ("decop", "summary"): ("decop_figures",),
                  ("ktd", ""): ("ktd_probe",), ("ktd", "pool"): ("ktd_pool",),
                  ("cloze", ""): ("cloze_probe",), ("cloze", "items"): ("cloze_items",),
                  ("copybench", ""): ("copybench_probe",),
@@ -276,7 +277,7 @@ def test_bumping_a_version_reruns_its_jobs_and_nothing_else(family, stage, finis
     ran = {r for r in VERSION_RULES[family, stage] if any(job[0] == r for job in finished_run[1])}
     assert ran and rules >= ran
     # ... not the family's jobs upstream: a probe change keeps its items, a summary change its probes ...
-    step = {"items": 0, "pool": 0, "": 1, "summary": 2}
+    step = {"items": 0, "pool": 0, "stats": 0, "": 1, "summary": 2}
     upstream = {r for (f, st), rs in VERSION_RULES.items() if f == family and step[st] < step[stage] for r in rs}
     assert rules.isdisjoint(upstream)
     # ... and no job of another family (but KTD's, whose knockoffs are DE-COP's items: new items, new W;
@@ -284,59 +285,84 @@ def test_bumping_a_version_reruns_its_jobs_and_nothing_else(family, stage, finis
     reads_decop_items = {"ktd_pool", "ktd_probe", "ktd_summary"} if (family, stage) == ("decop", "items") else set()
     assert rules >= reads_decop_items
     others = {r for f, fam_rules in FAMILY_RULES.items() if f != family for r in fam_rules} - reads_decop_items
-    assert rules.isdisjoint(others | {"token_stats", "prepare_model", "benchmark_dataset"})
+    assert rules.isdisjoint(others | {"prepare_model", "benchmark_dataset"})  # others: token_stats but token_prob's
 
 
-def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only(tmp_path):
-    """A published format's loader has a version of its own (FORMAT_VERSIONS): bumping BookMIA's reruns
-    the datasets of BookMIA benchmarks and what reads them, and no other benchmark's, where only
-    DATASET_VERSION (every dataset, every model's probes) could reach a finished run."""
-    from memaudit.datasets.build import SOURCE_VERSIONS
-    from memaudit.datasets.published import FORMAT_VERSIONS
-    from memaudit.versions import dataset_code_version
+# The rules each step of no family (memaudit.versions.STEPS) versions; every other rule that runs a script
+# carries a family's or a stage's version, or computes no result (NO_VERSION).
+STEP_RULES = {"datasets": ("benchmark_dataset", "pretrain_pool"), "models": ("prepare_model",),
+              "stats": ("metrics", "blind_baseline", "summary"), "figures": ("figures_model", "figure_auc_vs_size")}
+# fetch_assets installs packaged files; api_ledger sums the cache's rows, each priced when it was sent;
+# api_estimate carries the whole config and every family's version (test below)
+NO_VERSION = {"fetch_assets", "api_ledger"}
 
-    version = code_version("memaudit.datasets.build", "DATASET_VERSION")
-    assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
-    assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
-    assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == version
-    assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == \
-        f"{version}+nyt{FORMAT_VERSIONS['nyt']}"
-    assert dataset_code_version({"published": {"format": "bookmia", "path": "b.jsonl"}}) == \
-        f"{version}+bookmia{FORMAT_VERSIONS['bookmia']}"
-    assert dataset_code_version({"published": {"format": "copybench", "path": "data"}}) == \
-        f"{version}+copybench{FORMAT_VERSIONS['copybench']}"
 
-    (tmp_path / "run").mkdir()
-    workdir = make_workdir(tmp_path / "run", share_resources=False)
-    (workdir / "bookmia.jsonl").write_text("".join(
-        json.dumps({"book_id": b, "book": f"Book {b}", "snippet_id": k, "snippet": f"Snippet {k} of book {b}.",
-                    "label": b % 2}) + "\n" for b in range(4) for k in range(2)), encoding="utf-8")
-    config = with_config(workdir, "bookmia", lambda c: c["benchmarks"].__setitem__(
-        "bm", {"published": {"format": "bookmia", "path": "bookmia.jsonl"}}))
-    touch_finished(workdir, config)
-    assert planned_jobs(workdir, config) == set()
+def test_every_rule_that_computes_a_result_carries_a_code_version():
+    """A rule without one keeps its finished outputs through any change to the package code it runs."""
+    rules = {}
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for chunk in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M):
+            if name := re.match(r"rule (\w+):", chunk):
+                rules[name[1]] = re.search(r"^\s+code_version=(.+),$", chunk, re.M)
+    assert set(STEPS) == set(STEP_RULES)
+    versioned = {r for rs in [*VERSION_RULES.values(), *STEP_RULES.values()] for r in rs}
+    scripted = {r for r in rules if r != "all" and r not in NO_VERSION}
+    assert versioned | {"prefix_probe", "prefix_dataset", "api_estimate"} == scripted
+    missing = sorted(r for r in scripted if rules[r] is None)
+    assert not missing, f"rules with no params code_version: {missing}"
+    for step, step_rules in STEP_RULES.items():
+        for rule in step_rules:
+            assert f'step_version("{step}")' in rules[rule][1] or (step, rule) == ("datasets", "benchmark_dataset")
+
+
+@pytest.mark.parametrize("step", sorted(STEP_RULES))
+def test_bumping_a_steps_version_reruns_its_jobs_and_what_reads_them(step, finished, finished_run, tmp_path):
+    """The steps of no family (datasets, model preparation, statistics, figures) rerun on their own version
+    alone: a fine-tune's code changed reruns the fine-tunes and what reads them, not the datasets."""
     src = shutil.copytree(ROOT / "src" / "memaudit", tmp_path / "src" / "memaudit")
-    (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the package finds its schema beside src/
-    published = src / "datasets" / "published.py"
-    text = published.read_text()
-    assert text.count('FORMAT_VERSIONS = {"bookmia": ') == 1
-    published.write_text(re.sub(r'(FORMAT_VERSIONS = \{"bookmia": )(\d+)', lambda m: f"{m[1]}{int(m[2]) + 1}", text))
-    jobs = planned_jobs(workdir, config, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
-    assert ("benchmark_dataset", "benchmark=bm") in jobs
-    assert jobs == planned_jobs(workdir, config, "--forcerun", "results/datasets/bm/documents.jsonl")
-    assert {wildcard(job, "benchmark") for job in jobs} - {None} == {"bm"}
+    (tmp_path / "workflow").symlink_to(ROOT / "workflow")
+    versions = src / "versions.py"
+    text = versions.read_text()
+    pattern = rf'("{step}": Stage\(.*?version=)(\d+)'
+    assert len(re.findall(pattern, text, re.S)) == 1
+    versions.write_text(re.sub(pattern, lambda m: f"{m[1]}{int(m[2]) + 1}", text, count=1, flags=re.S))
+    jobs = planned_jobs(finished, CI_YAML, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
+    assert jobs == downstream_of(finished, *STEP_RULES[step])
+    assert {r for r, _ in jobs} >= {r for r in STEP_RULES[step] if any(job[0] == r for job in finished_run[1])}
+    upstream = {"datasets": set(), "models": {"benchmark_dataset", "pretrain_pool"},
+                "stats": {"benchmark_dataset", "prepare_model", "token_stats"},
+                "figures": {"benchmark_dataset", "prepare_model", "token_stats", "metrics"}}[step]
+    assert upstream and not upstream & {r for r, _ in jobs} or step == "datasets"
 
 
-@pytest.mark.parametrize(("module", "name"), sorted(VERSIONED))
-def test_code_version_is_read_without_importing(module, name):
-    import importlib
+def test_the_cost_estimate_is_made_again_when_the_config_changes(finished):
+    """results/api/estimate.txt reads the whole config: an estimate already written was kept when a model was
+    added or a price changed (no input of it had changed), and the user read the old total."""
+    target = "results/api/estimate.txt"
 
-    assert code_version(module, name) == getattr(importlib.import_module(module), name) >= 1
+    def planned(config):
+        out = snakemake(finished, "-n", target, "results/api/plan.jsonl", "--configfile", config).stdout
+        return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
+
+    assert planned(CI_YAML) == {"api_estimate"}
+    (finished / "results" / "api").mkdir(parents=True, exist_ok=True)
+    for name in (target, "results/api/plan.jsonl"):
+        (finished / name).write_text("")  # --touch records a job's metadata on outputs that exist
+    snakemake(finished, "--touch", "--forceall", target, "results/api/plan.jsonl", "--configfile", CI_YAML, "--cores", "1")
+    assert planned(CI_YAML) == set()
+
+    def api_model_added(c):
+        c["models"]["served"] = {"backend": "openai", "api": {
+            "model_id": "served-model", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
+            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+
+    assert planned(with_config(finished, "estimate_changed", api_model_added)) == {"api_estimate"}
 
 
-def test_code_version_of_a_missing_constant_is_an_error():
-    with pytest.raises(LookupError, match="assigns no top-level NO_SUCH_VERSION"):
-        code_version("memaudit.probes.token_prob.methods", "NO_SUCH_VERSION")
+def test_a_steps_version_is_its_entrys_and_an_unknown_step_is_an_error():
+    assert step_version("stats") == STEPS["stats"].version >= 10 and step_version("datasets") == 2
+    with pytest.raises(KeyError, match="no code version step 'plots'"):
+        step_version("plots")
 
 
 def test_the_users_labels_file_labels_its_books_and_an_edit_reruns_the_benchmark(tmp_path):

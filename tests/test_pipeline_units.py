@@ -13,7 +13,8 @@ from memaudit.cli import main
 from memaudit.datasets.build import build_benchmark, member_texts
 from memaudit.errors import InputError
 from memaudit.io import atomic_path, read_jsonl, write_jsonl
-from memaudit.probes.token_prob.runner import run_token_prob_scores, run_token_stats
+from memaudit.probes.token_prob.forward import run_token_stats
+from memaudit.probes.token_prob.runner import run_token_prob_scores
 from memaudit.models.token_stats import load_many, load_provenance
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -187,7 +187,7 @@ def test_zlib_compresses_the_scored_part_of_a_cut_text():
 
 
 def test_a_checkpointed_shard_without_its_scored_parts_is_recomputed(tmp_path):
-    from memaudit.probes.token_prob.runner import _load_shard
+    from memaudit.probes.token_prob.forward import _load_shard
 
     shard = stats_of([[(-1.0, -2.0, 1.0)], [(-0.5, -1.0, 0.25)]])
     shard.save(tmp_path / "old.npz")  # as a shard written before `chars` was recorded

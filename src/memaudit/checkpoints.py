@@ -16,7 +16,7 @@ Two kinds:
   an epoch end (at most once a minute in the workflow) and when SIGTERM/SIGINT
   arrives (:class:`GracefulStop`), so the resumed run takes the very same steps an
   uninterrupted one would.
-- shard files for probing (see :func:`memaudit.probes.token_prob.runner.run_token_stats`).
+- shard files for probing (see :func:`memaudit.probes.token_prob.forward.run_token_stats`).
 """
 
 from __future__ import annotations

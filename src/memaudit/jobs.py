@@ -57,6 +57,15 @@ def check_workflow_config(config: dict, configfiles) -> dict:
     return cfg.check_workflow_config(config, configfiles, checks=_checks())
 
 
+def config_digest(config: dict) -> str:
+    """A short SHA-256 of the whole (completed) config, key order aside: the param of a job that reads all of
+    it (the cost estimate), so that any change reruns it and a dry run shows a digest, not the config."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(canonical(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def canonical(obj: Any) -> Any:
     """A copy with every mapping's keys sorted.
 

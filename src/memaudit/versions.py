@@ -2,39 +2,78 @@
 
 Snakemake reruns a job when its ``script:`` file changes, but not when package
 code that the script imports changes, so a fix to a score definition would
-otherwise leave every finished score stale. The modules whose code decides
-result values carry an integer constant (``DATASET_VERSION`` in
-:mod:`memaudit.datasets.build`, ``STATS_VERSION`` in :mod:`memaudit.stats.metrics`; a probe
-family's version lives in its registry entry, :mod:`memaudit.probes.registry`); the rules pass it as ``params:
-code_version``, so bumping it reruns exactly that rule's jobs and what depends
-on them. Bump it with every change that alters numbers, not with refactors.
+otherwise leave every finished score stale. Every rule that computes a result
+passes a code version as ``params: code_version``, so bumping it reruns exactly
+that rule's jobs and what depends on them. A probe family's version and its
+stages' live in its registry entry (:mod:`memaudit.probes.registry`); the steps
+that belong to no family -- the datasets, model preparation, the statistics and
+the common figures -- are :data:`STEPS` here. Bump a version with every change
+that alters numbers, not with refactors; each records a ``fingerprint`` of its
+code, and ``tests/test_code_versions.py`` fails when the code changed and the
+fingerprint did not (``memaudit code-versions --record``), so a forgotten bump
+is caught in review, not in a user's stale table.
 
-The constants are read from the module's source text, not imported: the rule
-files need them while the DAG is built, and importing the statistics module
-(scipy, scikit-learn) would add seconds to every ``snakemake`` invocation.
+This module is imported while Snakemake builds the DAG: it imports nothing heavy.
+A published format's or a source's own version (``FORMAT_VERSIONS``,
+``SOURCE_VERSIONS``) is read from its module's source text, not imported, for the
+same reason.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 
-# What each version constant covers: (module, constant) -> the rules whose params carry it.
-VERSIONED = {
-    ("memaudit.datasets.build", "DATASET_VERSION"): ("benchmark_dataset", "pretrain_pool"),
-    ("memaudit.stats.metrics", "STATS_VERSION"): ("metrics", "blind_baseline"),
+
+@dataclass(frozen=True)
+class Stage:
+    """A step with its own rules and code version: a family's items or summary, or one of :data:`STEPS`."""
+
+    roots: tuple[str, ...]  # the modules whose code, with what they import, builds the stage's output
+    version: int
+    fingerprint: str
+
+
+# The steps of no probe family: name -> its Stage. The rules that carry each (params code_version):
+# datasets: benchmark_dataset, pretrain_pool; models: prepare_model; stats: metrics, blind_baseline,
+# summary; figures: figures_model, figure_auc_vs_size. (fetch_assets installs packaged files;
+# api_ledger sums the cache's rows, priced when each request was made; api_estimate carries the
+# config and every family's version itself: they compute no result of their own.)
+STEPS: dict[str, Stage] = {
+    # Bump with every change that alters a benchmark or the pretraining pool. Not bumped for the
+    # rejects rows of documents below min_passages (session 55): the documents and passages are the
+    # same, and a bump would rerun every job of every finished run for a table of notes.
+    "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2, fingerprint="2f8ebbdac2a0a92c"),
+    # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
+    "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1, fingerprint="d02a2391ff4bd48d"),
+    # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
+    # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
+    # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
+    # constant up to rounding is nan (was p = 0 where their means differ); 10: a selection table's power
+    # where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0)
+    "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=10, fingerprint="41f6fbb1b618a1c4"),
+    # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried.
+    "figures": Stage(("memaudit.figures.plots",), version=1, fingerprint="1d553f28b74c11c0"),
 }
 
 
+def step_version(step: str) -> int:
+    """The code version the rules of one of :data:`STEPS` carry."""
+    if step not in STEPS:
+        raise KeyError(f"no code version step {step!r} (steps: {sorted(STEPS)})")
+    return STEPS[step].version
+
+
 def dataset_code_version(benchmark: dict) -> int | str:
-    """A benchmark's dataset job's ``code_version``: ``DATASET_VERSION``, and for a published format with
-    a version of its own (``FORMAT_VERSIONS`` in :mod:`memaudit.datasets.published`) that too, as
-    ``"<DATASET_VERSION>+<format><n>"``: a fix to one format's loader reruns that format's benchmarks
-    and nothing else (every other benchmark keeps the plain integer its finished jobs recorded). A benchmark
-    built from a source with a version of its own (``SOURCE_VERSIONS`` in :mod:`memaudit.datasets.build`)
-    has it alike, ``"<DATASET_VERSION>+<source><n>"``."""
-    version = code_version("memaudit.datasets.build", "DATASET_VERSION")
+    """A benchmark's dataset job's ``code_version``: the ``datasets`` step's version, and for a published
+    format with a version of its own (``FORMAT_VERSIONS`` in :mod:`memaudit.datasets.published`) that too, as
+    ``"<version>+<format><n>"``: a fix to one format's loader reruns that format's benchmarks and nothing
+    else (every other benchmark keeps the plain integer its finished jobs recorded). A benchmark built from a
+    source with a version of its own (``SOURCE_VERSIONS`` in :mod:`memaudit.datasets.build`) has it alike,
+    ``"<version>+<source><n>"``."""
+    version = step_version("datasets")
     fmt = (benchmark.get("published") or {}).get("format")
     own = _literal("memaudit.datasets.published", "FORMAT_VERSIONS").get(fmt)
     if own is not None:
@@ -42,14 +81,6 @@ def dataset_code_version(benchmark: dict) -> int | str:
     sources = _literal("memaudit.datasets.build", "SOURCE_VERSIONS")
     tags = [f"{s}{sources[s]}" for s in sorted(set(benchmark.get("sources") or [])) if s in sources]
     return "+".join([str(version), *tags]) if tags else version
-
-
-def code_version(module: str, name: str) -> int:
-    """The integer ``name = <int>`` assigned at the top level of ``module``, read without importing it."""
-    value = _literal(module, name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{module}.{name} must be an int literal, got {value!r}")
-    return value
 
 
 def _literal(module: str, name: str):

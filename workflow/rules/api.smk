@@ -27,5 +27,11 @@ rule api_estimate:
         "logs/api_estimate.log",
     conda:
         "../../envs/memaudit.yaml"
+    # the plan reads the whole config (models, prices, probes) and every family's planner: a model added
+    # or a price changed re-prices, where an estimate already written was kept (its inputs, the datasets,
+    # had not changed)
+    params:
+        config=jobs.config_digest(config),
+        code_version={family: family_version(family) for family in sorted(FAMILIES)},
     script:
         "../scripts/api_estimate.py"

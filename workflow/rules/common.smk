@@ -12,7 +12,7 @@ from memaudit.config import contaminated_on, model_build_settings, model_scoring
 from memaudit.datasets.sources import user_books_inputs
 from memaudit.jobs import canonical
 from memaudit.probes.registry import FAMILIES, family_version, role_model
-from memaudit.versions import code_version, dataset_code_version
+from memaudit.versions import dataset_code_version, step_version
 
 # memaudit validates the config itself, before anything reads or prints it (snakemake.utils.validate
 # would print the offending config section, a pasted API key with it): one line per problem,
@@ -45,10 +45,9 @@ wildcard_constraints:
     model=_alternatives(MODELS),
 
 
-# Versions of the package code behind the numbers of each job (params code_version): the
-# datasets and statistics (memaudit.versions) and each probe family's (its registry entry).
-DATASET_VERSION = code_version("memaudit.datasets.build", "DATASET_VERSION")
-STATS_VERSION = code_version("memaudit.stats.metrics", "STATS_VERSION")
+# Every rule that computes a result carries the version of the package code behind it (params
+# code_version): a probe family's or its stage's (family_version, its registry entry), or a step of
+# no family's (step_version: datasets, models, stats, figures; memaudit.versions.STEPS).
 
 
 def mode_constraint(family):
@@ -111,7 +110,7 @@ def benchmark_entry(wildcards):
 
 
 def dataset_version(wildcards):
-    """DATASET_VERSION, with the benchmark's published format's own version where it has one."""
+    """The datasets step's version, with the benchmark's published format's or source's own where it has one."""
     return dataset_code_version(config["benchmarks"][wildcards.benchmark])
 
 

@@ -51,6 +51,6 @@ rule pretrain_pool:
         "../../envs/memaudit.yaml"
     params:
         pretrain=canonical(config["pretrain"]),
-        code_version=DATASET_VERSION,
+        code_version=step_version("datasets"),
     script:
         "../scripts/pretrain_pool.py"

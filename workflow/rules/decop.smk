@@ -121,5 +121,7 @@ rule decop_figures:
         "logs/decop_figures/{benchmark}.log",
     conda:
         "../../envs/memaudit.yaml"
+    params:
+        code_version=family_version("decop", "summary"),
     script:
         "../scripts/decop_figures.py"

@@ -29,6 +29,7 @@ rule figures_model:
         "../../envs/memaudit.yaml"
     params:
         methods=config["figures"]["headline_methods"],
+        code_version=step_version("figures"),
     script:
         "../scripts/figures_model.py"
 
@@ -51,5 +52,6 @@ rule figure_auc_vs_size:
         "../../envs/memaudit.yaml"
     params:
         methods=config["figures"]["headline_methods"],
+        code_version=step_version("figures"),
     script:
         "../scripts/figure_auc_vs_size.py"

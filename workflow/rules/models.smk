@@ -23,5 +23,6 @@ rule prepare_model:
     params:
         entry=model_build_entry,
         seed=config["seed"],
+        code_version=step_version("models"),
     script:
         "../scripts/prepare_model.py"

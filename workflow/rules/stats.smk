@@ -26,7 +26,7 @@ rule metrics:
         stats=stats_settings("n_boot_small", "n_boot_ci", "selection"),
         seed=config["seed"],
         per_book=labels_per_book_param,
-        code_version=STATS_VERSION,
+        code_version=step_version("stats"),
     script:
         "../scripts/metrics.py"
 
@@ -52,7 +52,7 @@ rule blind_baseline:
         stats=stats_settings("n_boot_small", "n_boot_ci", "blind_folds") | {"selection": bh_settings()},
         seed=config["seed"],
         per_book=labels_per_book_param,
-        code_version=STATS_VERSION,
+        code_version=step_version("stats"),
     script:
         "../scripts/blind_baseline.py"
 
@@ -110,5 +110,6 @@ rule summary:
         figure_methods=config["stats"]["selection"]["figure_methods"],
         benchmarks=sorted(config["benchmarks"]),
         label_provenance=jobs.label_provenance(config),
+        code_version=step_version("stats"),
     script:
         "../scripts/summary.py"

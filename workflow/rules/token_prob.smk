@@ -27,6 +27,7 @@ rule token_stats:
         entry=model_entry,
         lowercase="lowercase" in config["probes"]["token_prob"]["methods"],
         shard_passages=config["checkpoints"]["shard_passages"],
+        code_version=family_version("token_prob", "stats"),
     script:
         "../scripts/token_stats.py"
 

@@ -1,4 +1,4 @@
-from memaudit.probes.token_prob.runner import run_token_stats
+from memaudit.probes.token_prob.forward import run_token_stats
 from memaudit.workflow_support import checkpoint_root, start
 
 log = start(snakemake)

@@ -38,12 +38,9 @@ from memaudit.datasets.text import make_passages
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
 
-# Bump with every change that alters a benchmark or the pretraining pool (see memaudit.versions).
-# Not bumped for the rejects rows of documents below min_passages (session 55): the documents and
-# passages are the same, and a bump would rerun every job of every finished run for a table of notes.
-DATASET_VERSION = 2
-# A source's own version, beside DATASET_VERSION (memaudit.versions.dataset_code_version): bump a source's with a
-# change that alters only the benchmarks built from it, and only theirs rerun.
+# The code version of what is built here is the "datasets" step's (memaudit.versions.STEPS). A source's own
+# version, beside it (memaudit.versions.dataset_code_version): bump a source's with a change that alters only
+# the benchmarks built from it, and only theirs rerun.
 # demo_qa 1: a question's answered sentence joins the near-duplicate test (from pydoc_topics, a non-member
 # question's answer stood in a member question's sentence).
 SOURCE_VERSIONS = {"demo_qa": 1}

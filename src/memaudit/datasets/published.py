@@ -74,7 +74,7 @@ TECTION_LABELS = "0 (clean) or 1 (suspect)"
 HF_DATASETS = {"booktection": "avduarte333/BookTection", "arxivtection": "avduarte333/arXivTection"}
 BOOKMIA_FIELDS = ("book_id", "book", "snippet_id", "snippet", "label")
 BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
-# A published format's own version, beside DATASET_VERSION (memaudit.versions.dataset_code_version):
+# A published format's own version, beside the datasets step's (memaudit.versions.STEPS, dataset_code_version):
 # bump a format's with a change to its loader's records, and only its benchmarks' datasets rerun.
 # bookmia 1: a book's document text is its snippets (it was empty: nothing to fine-tune on or paraphrase).
 # bookmia 2: each passage says whether its row is in the paper's validation split or its test split

@@ -51,15 +51,7 @@ from typing import Callable, Mapping
 
 from memaudit.backends.base import GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS
 from memaudit.config import is_api_model, is_labelled, unknown
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A step of a family with its own rules and code version: its items or its summary (see the module docstring)."""
-
-    roots: tuple[str, ...]  # the modules whose code, with what they import, builds the stage's output
-    version: int
-    fingerprint: str
+from memaudit.versions import STEPS, Stage
 
 
 @dataclass(frozen=True)
@@ -124,9 +116,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
     ProbeFamily(
         "token_prob", reads="passages.jsonl", modes={"": frozenset({TOKEN_LOGPROBS})},
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
-        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="a4be3489a6cf86ca",
+        methods="memaudit.probes.token_prob.plan:method_names", version=1, fingerprint="b98a5b21d773f310",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
+        # the forward pass (token_stats), which every method reads; stats 2: each passage records the
+        # characters its scored tokens cover (chars), and zlib compresses only those (session 55)
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=2, fingerprint="14ac612d0d21b912")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -134,7 +129,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="68d3298895362be8",
+        version=4, fingerprint="cdc5d109f9cd61e4",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -154,10 +149,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="2e6ace55902a92c8",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="786090d96cec5b51",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="6ac9557be8abb739")},
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="6ac9557be8abb739"),
+                # its tables and figures over every model (decop_figures)
+                "summary": Stage(("memaudit.probes.decop.figures",), version=1, fingerprint="1afe9d24b21fd4db")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -176,7 +173,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="a08c230172b1d38a",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="b2bc415bafd7d4a7",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -184,7 +181,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
                                version=5, fingerprint="92a317aa0355de78"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=6, fingerprint="331a12f20584d0a1")},
+                                 version=6, fingerprint="9723016f955ea831")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -207,14 +204,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # benchmark has members) and the imbalanced sets keep at least one member: those do not change.
         # version 9: the baselines' validation draws are stratified by label, so that a small benchmark's
         # test part keeps members (statistics.validation_split)
-        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="d471a8749e5fca9d",
+        runner="memaudit.probes.ktd.runner:run_job", version=9, fingerprint="36857c27e976ed5c",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=8, fingerprint="14e15c5a523e77c4"),
+                              version=8, fingerprint="eeaf8ff2eb1cdf34"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="e60d5aed09921475")},
+                                 version=7, fingerprint="c6c23ee769d4a619")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -231,7 +228,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="b46bd9634c228323",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="edc2fca9281a04bc",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -239,7 +236,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                                version=4, fingerprint="bd79e2606c4b221b"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="0a0cf57f69c254a6")},
+                                 version=4, fingerprint="6876e21c33e9a549")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
@@ -418,7 +415,7 @@ NOT_RESULT_CODE = frozenset({
     "memaudit.errors", "memaudit.workflow_support", "memaudit.devices", "memaudit.checkpoints",
     "memaudit.backends.retry", "memaudit.backends.ledger", "memaudit.backends.settings",
     "memaudit.backends.secrets", "memaudit.backends.server", "memaudit.backends.scripted",
-    "memaudit.backends.serve", "memaudit.backends.cache", "memaudit.probes.registry",
+    "memaudit.backends.serve", "memaudit.backends.cache", "memaudit.probes.registry", "memaudit.versions",
 })
 
 
@@ -470,6 +467,11 @@ def stage_modules(family: str, stage: str) -> list[str]:
     return _reachable(list(FAMILIES[family].stages[stage].roots))
 
 
+def step_modules(step: str) -> list[str]:
+    """Every memaudit module one of the steps of no family uses (:data:`memaudit.versions.STEPS`)."""
+    return _reachable(list(STEPS[step].roots))
+
+
 def _reachable(todo: list[str]) -> list[str]:
     seen: set[str] = set()
     while todo:
@@ -498,16 +500,25 @@ def _parsed(name: str, path: str, source: str) -> tuple[str, frozenset[str]]:
 def code_fingerprint(family: str, stage: str | None = None) -> str:
     """A short hash of the family's code (:func:`family_modules`), or of a stage's
     (:func:`stage_modules`), docstrings and comments stripped."""
+    return _fingerprint(family_modules(family) if stage is None else stage_modules(family, stage))
+
+
+def step_fingerprint(step: str) -> str:
+    """A short hash of the code of one of the steps of no family (:func:`step_modules`)."""
+    return _fingerprint(step_modules(step))
+
+
+def _fingerprint(modules: list[str]) -> str:
     digest = hashlib.sha256()
-    for name in (family_modules(family) if stage is None else stage_modules(family, stage)):
+    for name in modules:
         digest.update(name.encode() + b"\0")
         digest.update(_module_facts(name)[0].encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
 def stale_fingerprints() -> dict[str, tuple[str, str]]:
-    """Families and stages whose recorded fingerprint differs from their code:
-    ``{family or "family.stage": (recorded, current)}``."""
+    """Families, their stages and the steps of no family whose recorded fingerprint differs from their code:
+    ``{family, "family.stage" or step: (recorded, current)}``."""
     out = {}
     for fam in FAMILIES.values():
         current = code_fingerprint(fam.name)
@@ -517,52 +528,67 @@ def stale_fingerprints() -> dict[str, tuple[str, str]]:
             current = code_fingerprint(fam.name, stage)
             if current != st.fingerprint:
                 out[f"{fam.name}.{stage}"] = (st.fingerprint, current)
+    for step, st in STEPS.items():
+        current = step_fingerprint(step)
+        if current != st.fingerprint:
+            out[step] = (st.fingerprint, current)
     return out
 
 
-def record_fingerprints(path: Path | None = None) -> dict[str, str]:
-    """Write every family's current fingerprint into its registry entry (this file); returns the changed ones.
+def record_fingerprints(path: Path | None = None, steps_path: Path | None = None) -> dict[str, str]:
+    """Write every current fingerprint into its entry: a family's and its stages' in the registry (this file),
+    a step's in :mod:`memaudit.versions`; returns the changed ones.
 
     The version is never changed here: bump it by hand when the change alters numbers.
     """
     import re
 
-    path = path or Path(__file__)
-    text = path.read_text(encoding="utf-8")
+    import memaudit.versions
+
+    paths = {"registry": path or Path(__file__), "steps": steps_path or Path(memaudit.versions.__file__)}
+    texts = {k: p.read_text(encoding="utf-8") for k, p in paths.items()}
     changed = {}
     for key, (_, current) in stale_fingerprints().items():
-        family, _, stage = key.partition(".")
-        entry = rf'ProbeFamily\(\s*"{re.escape(family)}",.*?'
-        if stage:  # the stage's own entry inside the family's: stages={"<stage>": Stage(..., fingerprint="...")}
-            entry += rf'"{re.escape(stage)}":\s*Stage\(.*?'
+        if key in STEPS:
+            where, entry = "steps", rf'"{re.escape(key)}":\s*Stage\(.*?'
+        else:
+            family, _, stage = key.partition(".")
+            where, entry = "registry", rf'ProbeFamily\(\s*"{re.escape(family)}",.*?'
+            if stage:  # the stage's own entry inside the family's: stages={"<stage>": Stage(..., fingerprint="...")}
+                entry += rf'"{re.escape(stage)}":\s*Stage\(.*?'
         pattern = re.compile(rf'({entry}fingerprint=")([0-9a-f]*)(")', re.S)
-        text, n = pattern.subn(lambda m: m[1] + current + m[3], text, count=1)
+        texts[where], n = pattern.subn(lambda m: m[1] + current + m[3], texts[where], count=1)
         if n != 1:
-            raise LookupError(f"{path}: no fingerprint of {key!r} to update")
+            raise LookupError(f"{paths[where]}: no fingerprint of {key!r} to update")
         changed[key] = current
-    path.write_text(text, encoding="utf-8")
+    for k, p in paths.items():
+        if texts[k] != p.read_text(encoding="utf-8"):
+            p.write_text(texts[k], encoding="utf-8")
     return changed
 
 
 def code_versions_main(argv: list[str] | None = None) -> int:
-    """``memaudit code-versions [--record]``: exit 1 while a family's code changed and its fingerprint did not."""
+    """``memaudit code-versions [--record]``: exit 1 while the code of a family, a stage or a step of no family
+    changed and its fingerprint did not."""
     import argparse
 
     p = argparse.ArgumentParser(prog="memaudit code-versions", description=code_versions_main.__doc__)
     p.add_argument("--record", action="store_true",
-                   help="write the current fingerprints into memaudit/probes/registry.py (after bumping the "
-                        "version of every family whose numbers change)")
+                   help="write the current fingerprints into memaudit/probes/registry.py and memaudit/versions.py "
+                        "(after bumping the version of every family, stage or step whose numbers change)")
     args = p.parse_args(argv)
     stale = stale_fingerprints()
+    rows = []
     for fam in FAMILIES.values():
-        rows = [(fam.name, fam.version, fam.fingerprint, lambda f=fam.name: family_modules(f))]
+        rows.append((fam.name, fam.version, fam.fingerprint, lambda f=fam.name: family_modules(f)))
         rows += [(f"{fam.name}.{name}", st.version, st.fingerprint, lambda f=fam.name, n=name: stage_modules(f, n))
                  for name, st in fam.stages.items()]
-        for key, version, fingerprint, modules in rows:
-            status = "changed: bump version if its numbers change, then --record" if key in stale else "ok"
-            print(f"{key:18s} version {version}  fingerprint {fingerprint}  {status}")
-            if key in stale:
-                print(f"{'':18s} current fingerprint {stale[key][1]} over {len(modules())} modules")
+    rows += [(step, st.version, st.fingerprint, lambda n=step: step_modules(n)) for step, st in STEPS.items()]
+    for key, version, fingerprint, modules in rows:
+        status = "changed: bump version if its numbers change, then --record" if key in stale else "ok"
+        print(f"{key:18s} version {version}  fingerprint {fingerprint}  {status}")
+        if key in stale:
+            print(f"{'':18s} current fingerprint {stale[key][1]} over {len(modules())} modules")
     if args.record and stale:
         for family, current in record_fingerprints().items():
             print(f"recorded {family}: {current}")

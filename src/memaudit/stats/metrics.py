@@ -33,13 +33,8 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from memaudit.errors import InputError
 
-# Bump with every change that alters a statistic, here or in memaudit.stats.selection (see
-# memaudit.versions): metrics and blind_baseline rerun.
-# 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
-# 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
-# constant up to rounding is nan (was p = 0 where their means differ); 10: a selection table's power
-# where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0)
-STATS_VERSION = 10
+# Its code version is the "stats" step's (memaudit.versions.STEPS): bump it with every change here that
+# alters a statistic.
 
 METRIC_COLUMNS = [
     "n_member",
