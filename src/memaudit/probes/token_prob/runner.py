@@ -14,7 +14,7 @@ from memaudit.config import model_scoring_settings
 from memaudit.io import read_jsonl, write_csv
 from memaudit.probes.job import document_scores
 from memaudit.probes.token_prob.methods import ScoringContext, aggregate_documents, build_methods, score_passages
-from memaudit.models.token_stats import TokenStats, concat_stats, load_many, load_provenance, save_many
+from memaudit.models.token_stats import RECORDED, TokenStats, concat_stats, load_many, load_provenance, save_many
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,12 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         from memaudit.checkpoints import checkpoint_key, file_digest, keyed_dir
 
         # `dtype: auto` resolves per machine: a job resumed on another (a GPU without bfloat16, the CPU) must
-        # not join the shards of one precision to those of another under the second one's name
+        # not join the shards of one precision to those of another under the second one's name; nor shards
+        # written before an array was recorded (RECORDED) to newer ones
         key = checkpoint_key({"rule": "token_stats", "manifest": file_digest(manifest_path),
                               "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
-                              "shard_passages": size, "dtype_used": _dtype_used(None, entry)})
+                              "shard_passages": size, "dtype_used": _dtype_used(None, entry),
+                              "arrays": list(RECORDED)})
         shards_dir = keyed_dir(checkpoint_dir, key, progress=progress)
     backend = None
 
@@ -144,15 +146,20 @@ def run_job(job) -> None:
     if len(names) != len(paths):
         raise ValueError(f"{len(names)} reference model names for {len(paths)} token statistics files")
     run_token_prob_scores(job.model, job.inputs["stats"], dict(zip(names, paths)), job.inputs["passages"],
-                          job.settings, job.outputs["passages"], job.outputs["documents"], progress=job.progress)
+                          job.settings, job.outputs["passages"], job.outputs["documents"], progress=job.progress,
+                          benchmark=job.benchmark)
 
 
 def run_token_prob_scores(model: str, stats_path: str | Path, references: Mapping[str, str | Path],
                           passages_path: str | Path, cfg: dict, out_passages: str | Path,
-                          out_documents: str | Path, *, progress: Callable[[str], None] = log.info) -> pd.DataFrame:
+                          out_documents: str | Path, *, progress: Callable[[str], None] = log.info,
+                          benchmark: str | None = None) -> pd.DataFrame:
     """Score every configured method from stored statistics; write passage and document tables.
 
-    ``references`` maps each reference model's name to its statistics on the same passages.
+    ``references`` maps each reference model's name to its statistics on the same passages. A passage
+    that ``lowercase`` or a reference method cannot compare on the same characters under both passes
+    (:func:`memaudit.probes.token_prob.methods.shared_span`) is left out of that method's tables, and
+    counted in one line of the log per method, naming the benchmark and model.
     """
     passages = load_passages(passages_path)
     stats_path = Path(stats_path)
@@ -167,6 +174,10 @@ def run_token_prob_scores(model: str, stats_path: str | Path, references: Mappin
     methods = build_methods(cfg["methods"], cfg["min_k_ratios"], [r for r in references], model)
     methods = [m for m in methods if not (m.needs_lowercase and ctx.lowercase is None)]
     scores = score_passages(ctx, methods, passages)
+    where = f"{benchmark or passages_path}, {model}"
+    for name, span in ctx.spans.items():
+        if (note := span.note(name)) is not None:
+            progress(f"{where}: {note}")
     bad = scores[~np.isfinite(scores["score"])]
     if len(bad):
         raise ValueError(f"{len(bad)} non-finite scores, e.g. passage {bad.iloc[0]['passage_id']} "
