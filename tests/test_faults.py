@@ -362,7 +362,7 @@ def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, 
         torch.set_num_threads(threads)
     with np.load(workdir / STATS_TARGET) as resumed, np.load(tmp_path / "reference.npz") as uninterrupted:
         assert sorted(resumed.files) == sorted(uninterrupted.files) == ["__provenance__"] + [
-            f"original__{k}" for k in ("chars", "logprob", "mu", "offsets", "sigma")]
+            f"original__{k}" for k in ("chars", "ends", "logprob", "mu", "offsets", "sigma")]
         assert len(resumed["original__offsets"]) == N_PASSAGES + 1
         for name in resumed.files:
             np.testing.assert_array_equal(resumed[name], uninterrupted[name], err_msg=name)

@@ -100,6 +100,37 @@ def test_other_weights_never_read_an_entry(tiny_model_dir, tmp_path):
     assert decoded == [3] and _entries(cache) == 6
 
 
+def test_other_end_tokens_never_read_an_entry(tiny_model_dir, tmp_path):
+    """The end tokens come from the model directory's generation_config.json, not its weights: a model
+    whose end tokens changed decodes again and stops at its new one; unchanged end tokens read the entries."""
+    import json
+
+    cache = tmp_path / "generations.sqlite"
+    params = GenerationParams(max_new_tokens=8, chat=False)
+    model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
+    before = _open(model_dir, cache).generate_batched(PROMPTS, params)
+    ids = before[0].meta["token_ids"]
+    assert len(ids) == 8 and before[0].output_tokens == 8  # ran to its limit: no end token on the way
+    # the third token generated becomes an end token too (a model's generation config naming another)
+    config_path = model_dir / "generation_config.json"
+    generation_config = json.loads(config_path.read_text())
+    generation_config["eos_token_id"] = [generation_config["eos_token_id"], ids[2]]
+    config_path.write_text(json.dumps(generation_config))
+    ended = _open(model_dir, cache)
+    decoded = _counting(ended)
+    after = ended.generate_batched(PROMPTS, params)
+    assert decoded == [3] and not any(g.from_cache for g in after) and _entries(cache) == 6
+    # the new end token ends the row where it first comes (counted among the output tokens, as generate()
+    # counts it)
+    first = ids.index(ids[2])
+    assert after[0].meta["token_ids"] == ids[:first] and after[0].output_tokens == first + 1
+    assert after[0].meta["finish_reason"] == "stop"
+    # unchanged end tokens: every entry is read back
+    again = _open(model_dir, cache)
+    decoded = _counting(again)
+    assert all(g.from_cache for g in again.generate_batched(PROMPTS, params)) and decoded == []
+
+
 def test_the_prefix_probe_and_copybench_literal_share_a_decoding(tiny_model_dir, tmp_path):
     """With CopyBench's decoding settings on the prefix probe, the bare prefix both show a local model
     is decoded once: the literal mode reads the prefix probe's continuation."""

@@ -313,8 +313,8 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
     backend = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, batch_size=4)
     texts = ["the cat sat on the mat and looked at the dog", "a dog ran in the park",
              "the cat sat on the mat", "colourless green ideas sleep furiously"]
-    z = importance_scores(backend, texts, params="all")
-    stats = backend.token_stats(texts, with_distribution=False)
+    z, stats = importance_scores(backend, texts, params="all")
+    np.testing.assert_allclose(stats.logprob, backend.token_stats(texts, with_distribution=False).logprob)
     np.testing.assert_allclose(z["loss"], -stats.mean_nll())
     lowest = [np.sort(stats.passage(i)[0].astype(np.float64))[:max(1, int(0.2 * len(stats.passage(i)[0])))].mean()
               for i in range(len(texts))]
@@ -327,16 +327,52 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
 
     items = [{"item_id": f"p{i}", "options": [t]} for i, t in enumerate(texts)]
     lower = backend.token_stats([t.lower() for t in texts], with_distribution=False)
-    ref_stats = backend.token_stats(texts[::-1], with_distribution=False)  # any other stats stand in for a reference
-    ref_nll = ref_stats.mean_nll()[::-1]
-    base = baseline_scores(items, z, np.arange(len(texts)), lowercase_nll=lower.mean_nll(), reference_nll={"r": ref_nll})
+    ref_stats = backend.token_stats(texts[::-1], with_distribution=False).take([3, 2, 1, 0])  # any other stats
+    base = baseline_scores(items, z, np.arange(len(texts)), stats=stats, lowercase=lower, references={"r": ref_stats})
     assert sorted(base) == ["loss", "lowercase", "min_k", "ref_r", "zlib"]
-    ctx = ScoringContext(texts, stats, lowercase=lower, references={"r": backend.token_stats(texts, with_distribution=False)})
+    ctx = ScoringContext(texts, stats, lowercase=lower, references={"r": ref_stats})
     np.testing.assert_allclose(base["lowercase"].to_numpy(), Lowercase().score(ctx))
+    np.testing.assert_allclose(base["lowercase"].to_numpy(), lower.mean_nll() / stats.mean_nll())  # none cut
     np.testing.assert_allclose(base["zlib"].to_numpy(), Zlib().score(ctx))
-    np.testing.assert_allclose(base["ref_r"].to_numpy(), ref_nll - stats.mean_nll())
+    np.testing.assert_allclose(base["ref_r"].to_numpy(), ref_stats.mean_nll() - stats.mean_nll())
     np.testing.assert_allclose(base["ref_r"].to_numpy(), Reference("r").score(ctx), atol=1e-5)  # same texts: ~0
     assert list(base["loss"].index) == ["p0", "p1", "p2", "p3"]
+
+
+def test_baselines_compare_a_reference_cut_shorter_on_the_characters_both_scored(tiny_model, tiny_model_dir):
+    """A reference model cut at fewer tokens than the model (the model itself at 4 tokens, the model at 12):
+    ref_<name> is L_ref - L over the characters both passes scored, 0 for a model as its own reference (the
+    losses of what each pass scored differ); zlib compresses the part the model scored. A passage the
+    statistics cannot compare so is left out of that baseline, counted in one line."""
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.ktd.runner import baseline_scores
+    from memaudit.probes.token_prob.methods import zlib_lengths
+
+    model, tok = tiny_model
+    texts = ["the cat sat on the mat and looked at the dog " * 2, "a dog ran in the park and then home " * 3,
+             "the cat sat on the mat, then the sea rose " * 2, "colourless green ideas sleep furiously " * 3]
+    stats = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, max_tokens=12).token_stats(
+        texts, with_distribution=False)
+    ref = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, max_tokens=4).token_stats(
+        texts, with_distribution=False)
+    assert (ref.chars < stats.chars).all() and (stats.chars < [len(t) for t in texts]).all()
+    assert np.abs(ref.mean_nll() - stats.mean_nll()).max() > 5e-3  # what ref_r was
+    items = [{"item_id": f"p{i}", "options": [t]} for i, t in enumerate(texts)]
+    z = {"loss": -stats.mean_nll(), "min_k": np.zeros(len(texts))}
+    messages = []
+    base = baseline_scores(items, z, np.arange(len(texts)), stats=stats, references={"r": ref},
+                           progress=messages.append)
+    np.testing.assert_allclose(base["ref_r"].to_numpy(), 0, atol=1e-5)
+    assert list(base["ref_r"].index) == ["p0", "p1", "p2", "p3"]
+    np.testing.assert_allclose(base["zlib"].to_numpy(),
+                               -stats.mean_nll() / zlib_lengths(t[:n] for t, n in zip(texts, stats.chars)))
+    assert messages == ["ref_r: 4 of 4 passages scored to different lengths by the two passes (each cut at its own "
+                        f"max_tokens): 4 compared on the characters both scored (median "
+                        f"{int(np.median(ref.chars))} characters)"]
+    ref.ends = None  # statistics that do not say where their tokens end
+    base = baseline_scores(items, z, np.arange(len(texts)), stats=stats, references={"r": ref},
+                           progress=messages.append)
+    assert "ref_r" not in base and len(base["zlib"]) == 4 and "; 4 left out of its scores: " in messages[-1]
 
 
 def test_summary_table_figures_and_headline_rows(tmp_path):

@@ -196,3 +196,124 @@ def test_a_checkpointed_shard_without_its_scored_parts_is_recomputed(tmp_path):
     shard.chars = np.array([3, 4])
     shard.save(tmp_path / "new.npz")
     assert _load_shard(tmp_path / "new.npz", 2, messages.append).chars.tolist() == [3, 4]
+
+
+def stats_with(rows, ends, chars):
+    """stats_of(rows) with where each token ends in its text (``ends``, per passage) and ``chars``."""
+    stats = stats_of(rows)
+    stats.ends = None if ends is None else np.array([e for es in ends for e in es], dtype=np.int32)
+    stats.chars = np.array(chars, dtype=np.int64)
+    return stats
+
+
+# "aa bb cc dd" scored whole; "İs ab" ('İ'.lower() is two characters: "i̇s ab"); "xy zw"
+CUT_TEXTS = ["aa bb cc dd", "\u0130s ab", "xy zw"]
+CUT_MODEL = stats_with([[(-1.0, 0, 1), (-2.0, 0, 1), (-3.0, 0, 1), (-4.0, 0, 1)],
+                        [(-1.0, 0, 1), (-3.0, 0, 1), (-5.0, 0, 1)], [(-1.0, 0, 1), (-1.0, 0, 1)]],
+                       [[2, 5, 8, 11], [1, 2, 5], [2, 5]], [11, 5, 5])
+
+
+def test_reference_compares_the_characters_both_models_scored():
+    """A reference model cut at its own max_tokens scored "aa bb" of "aa bb cc dd" (3 tokens of its own):
+    the model's loss is read over its tokens of "aa bb" too (the first 2), not over the whole passage.
+    The reference's cut of "xy zw" ends where no token of the model ends: left out, not compared."""
+    ref = stats_with([[(-1.0, 0, 1), (-2.0, 0, 1), (-6.0, 0, 1)], [(-2.0, 0, 1), (-2.0, 0, 1)], [(-4.0, 0, 1)]],
+                     [[1, 4, 5], [2, 5], [1]], [5, 5, 1])
+    ctx = ScoringContext(CUT_TEXTS, CUT_MODEL, references={"big": ref})
+    got = Reference("big").score(ctx)
+    # (1 + 2 + 6) / 3 - (1 + 2) / 2; the whole passage's loss, 2.5, gave 3.0 - 2.5 = 0.5
+    np.testing.assert_allclose(got[:2], [3.0 - 1.5, 2.0 - 3.0])
+    assert np.isnan(got[2])
+    span = ctx.spans["ref_big"]
+    assert span.cut.tolist() == [True, False, True] and span.left_out.tolist() == [False, False, True]
+    assert span.chars[:2].tolist() == [5, 5]
+    assert span.note("ref_big") == (
+        "ref_big: 2 of 3 passages scored to different lengths by the two passes (each cut at its own max_tokens): "
+        "1 compared on the characters both scored (median 5 characters); 1 left out of its scores: no token of "
+        "the two passes ends at the same character")
+    passages = pd.DataFrame({"passage_id": ["a", "b", "c"], "doc_id": ["d1", "d1", "d2"], "label": [1, 1, 0]})
+    table = score_passages(ctx, [Loss(), Reference("big")], passages)
+    assert table[table.method == "ref_big"]["passage_id"].tolist() == ["a", "b"]
+    assert table[table.method == "loss"]["passage_id"].tolist() == ["a", "b", "c"]
+
+
+def test_passages_cut_differently_are_left_out_where_the_statistics_do_not_say_where_tokens_end():
+    ref = stats_with([[(-1.0, 0, 1), (-2.0, 0, 1), (-6.0, 0, 1)], [(-2.0, 0, 1), (-2.0, 0, 1)], [(-4.0, 0, 1)]],
+                     None, [5, 5, 1])
+    ctx = ScoringContext(CUT_TEXTS, CUT_MODEL, references={"big": ref})
+    got = Reference("big").score(ctx)
+    assert np.isnan(got[0]) and got[1] == 2.0 - 3.0 and np.isnan(got[2])
+    assert ctx.spans["ref_big"].note("ref_big").endswith(
+        "0 compared on the characters both scored; 2 left out of its scores: their token statistics do not record "
+        "where each token ends (written before they did, or a tokenizer without character offsets; rerun "
+        "token_stats: snakemake -R token_stats)")
+    # statistics that do not record which characters they scored: taken as whole passages, and said so
+    ref.chars = None
+    uniform = stats_with([[(-1.0, 0, 1)] * 4, [(-1.0, 0, 1)] * 3, [(-1.0, 0, 1)] * 2], None, [11, 5, 5])
+    ctx = ScoringContext(CUT_TEXTS, uniform, references={"big": ref})
+    np.testing.assert_allclose(Reference("big").score(ctx), ref.mean_nll() - 1.0)
+    assert "taken as covering the whole passage" in ctx.spans["ref_big"].note("ref_big")
+
+
+def test_lowercase_compares_the_characters_both_passes_scored():
+    """The lowercased "İs ab" ("i̇s ab": 'İ' lowercases to two characters) was cut after "i̇s": the
+    model's loss is read over its tokens of "İs"; the passages neither pass cut keep their whole losses."""
+    lower = stats_with([[(-2.0, 0, 1)] * 4, [(-4.0, 0, 1), (-2.0, 0, 1)], [(-1.0, 0, 1), (-3.0, 0, 1)]],
+                       [[2, 5, 8, 11], [2, 3], [2, 5]], [11, 3, 5])
+    assert len(CUT_TEXTS[1].lower()) == 6
+    ctx = ScoringContext(CUT_TEXTS, CUT_MODEL, lowercase=lower)
+    # passage 1: (4 + 2) / 2 over (1 + 3) / 2; over the whole passage's loss, 3.0, it was 1.0
+    np.testing.assert_allclose(Lowercase().score(ctx), [2.0 / 2.5, 3.0 / 2.0, 2.0 / 1.0])
+    assert ctx.spans["lowercase"].cut.tolist() == [False, True, False]
+
+
+def test_statistics_record_where_each_scored_token_ends(tiny_model, tmp_path):
+    from memaudit.models.token_stats import concat_stats, load_many, save_many
+
+    model, tok = tiny_model
+    texts = ["one two three four five six seven eight nine ten", "A"]
+    stats = compute_token_stats(model, tok, texts, max_tokens=3)
+    offsets = tok(texts[0], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    assert stats.passage_ends(0).tolist() == list(np.maximum.accumulate([e for _, e in offsets[:3]]))
+    assert stats.passage_ends(0)[-1] == stats.chars[0] < len(texts[0]) and stats.passage_ends(1).tolist() == [1]
+    save_many(tmp_path / "s.npz", original=concat_stats([stats, stats.take([1, 0])]))
+    back = load_many(tmp_path / "s.npz", "original")
+    assert back.ends.tolist() == stats.ends.tolist() + [1] + stats.passage_ends(0).tolist()
+    assert back.chars.tolist() == [stats.chars[0], 1, 1, stats.chars[0]]
+    np.testing.assert_array_equal(back.passage(3)[0], stats.passage(0)[0])
+
+
+def test_a_model_as_its_own_reference_at_fewer_tokens_scores_zero(tiny_model_dir, tmp_path):
+    """The same model as a reference cut at 16 tokens, the model at 64: compared on the same characters
+    the two losses are equal, and ref_<model> is 0 on every passage (the losses of what each pass scored
+    differed by up to 0.01 nats on this random model); the job's log counts the passages cut differently,
+    naming benchmark and model."""
+    import json
+
+    from memaudit.io import write_jsonl
+    from memaudit.models.token_stats import load_many
+    from memaudit.probes.token_prob.forward import run_token_stats
+    from memaudit.probes.token_prob.runner import run_token_prob_scores
+
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+                 "text": f"Passage number {i} about the sea and the whale, " * (2 + i % 2)} for i in range(6)]
+    write_jsonl(tmp_path / "passages.jsonl", passages)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
+    config = {"models": {name: {"device": "cpu", "dtype": "float32", "batch_size": 4, "max_tokens": n}
+                         for name, n in (("m", 64), ("r", 16))}}
+    for name in ("m", "r"):
+        run_token_stats(config, name, tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"{name}.npz")
+    model, ref = load_many(tmp_path / "m.npz", "original"), load_many(tmp_path / "r.npz", "original")
+    texts = [p["text"] for p in passages]
+    assert (ref.chars < [len(t) for t in texts]).all() and (model.chars > ref.chars).all()
+    assert np.abs(ref.mean_nll() - model.mean_nll()).max() > 5e-3  # what ref_r was (the model is random)
+    messages = []
+    cfg = {"methods": ["loss", "lowercase", "reference"], "min_k_ratios": [0.5], "aggregate": "mean"}
+    run_token_prob_scores("m", tmp_path / "m.npz", {"r": tmp_path / "r.npz"}, tmp_path / "passages.jsonl", cfg,
+                          tmp_path / "p.csv", tmp_path / "d.csv", progress=messages.append, benchmark="novels")
+    got = pd.read_csv(tmp_path / "p.csv")
+    assert len(got[got.method == "ref_r"]) == 6
+    np.testing.assert_allclose(got[got.method == "ref_r"]["score"], 0, atol=1e-5)
+    assert ("novels, m: ref_r: 6 of 6 passages scored to different lengths by the two passes (each cut at its "
+            "own max_tokens): 6 compared on the characters both scored") in "\n".join(messages)

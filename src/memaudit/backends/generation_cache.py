@@ -14,6 +14,9 @@ The key is everything the tokens depend on, and nothing a job could get wrong:
   :mod:`memaudit.backends.hf`), so a change there invalidates every entry by itself;
 - ``prompt_ids``: the prompt's token ids as the model sees them (chat template, system prompt and
   context token applied), with the tokenizer's class and size;
+- ``end_ids``: the token ids a row ends at (:func:`memaudit.models.loading.greedy_end_ids`: the model
+  directory's ``generation_config.json``, which no weight holds, else the tokenizer's EOS), so a model
+  whose end tokens changed never reads continuations that ran past its new ones or stopped at its old ones;
 - the decoding parameters that shape the output: ``max_new_tokens``, ``repetition_penalty``, ``stop``.
 
 How many rows are decoded together is not in the key: the continuous-batching sampler gives the
@@ -62,9 +65,12 @@ class GenerationCache:
         self.path = Path(path)
         self.name = name
         self._cache = ResponseCache(self.path)
+        from memaudit.models.loading import greedy_end_ids
+
         self._identity = {"backend": "hf-greedy", "weights": weights_digest(model),
                           "device": next(model.parameters()).device.type, "decoder": decoder_digest(),
-                          "tokenizer": [type(tokenizer).__name__, len(tokenizer)]}
+                          "tokenizer": [type(tokenizer).__name__, len(tokenizer)],
+                          "end_ids": [int(t) for t in greedy_end_ids(model, tokenizer)]}
 
     def close(self) -> None:
         self._cache.close()

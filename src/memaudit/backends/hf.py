@@ -350,13 +350,13 @@ class HFBackend(Backend):
                        memfree, max_rows: int) -> list[Generation]:
         """:meth:`generate_batched`'s decoding of prompts already rendered and tokenised."""
         from memaudit.backends.refusal import is_refusal
-        from memaudit.models.loading import generation_end_ids
+        from memaudit.models.loading import greedy_end_ids
         from memaudit.models.sampling import sample
 
         tok = self.tokenizer
         self._check_fits(max((len(e) for e in encoded), default=0), params)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        eos_ids = generation_end_ids(self.model) or [tok.eos_token_id]
+        eos_ids = greedy_end_ids(self.model, tok)
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos_ids[0]
         stops = [s for s in params.stop if s]
         # A stop string ends within the tokens of the last check (4 steps) plus its own length.

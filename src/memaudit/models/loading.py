@@ -227,6 +227,12 @@ def generation_end_ids(model) -> list[int]:
     return [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
 
 
+def greedy_end_ids(model, tokenizer) -> list[int]:
+    """The token ids the greedy decoder (:meth:`memaudit.backends.hf.HFBackend.generate_batched`) ends a
+    row at: :func:`generation_end_ids`, else the tokenizer's EOS token."""
+    return generation_end_ids(model) or [tokenizer.eos_token_id]
+
+
 def count_parameters(model) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 

@@ -13,7 +13,9 @@ costs little; statistics are computed in float32 from each sequence's logits in
 cache-sized chunks (:func:`next_token_stats`) and stored as flat arrays with
 per-passage offsets (CSR layout), with how many leading characters of each text the
 scored tokens cover (``chars``: a text cut at ``max_tokens`` is scored on its first part
-only, and the zlib score compresses that part).
+only, and the zlib score compresses that part) and where in its text each scored token ends
+(``ends``: two forward passes cut at different lengths, a reference model's and the model's, or
+the model's on a text and on its lowercased copy, are compared on the characters both scored).
 """
 
 from __future__ import annotations
@@ -108,6 +110,21 @@ def scored_chars(tokenizer, text: str, max_tokens: int | None) -> int:
     return len(text) if len(ids) <= max_tokens else len(tokenizer.decode(ids[:max_tokens]))
 
 
+def encode_scored(tokenizer, text: str, max_tokens: int | None) -> tuple[list[int], int, np.ndarray | None]:
+    """:func:`encode`'s token ids of ``text``, with :func:`scored_chars` and where in ``text`` each kept text
+    token ends (its character offset, the running maximum: the byte tokens of one character share its end),
+    from one tokenisation with character offsets; ``None`` for the ends with a tokenizer that has no
+    offsets (not a fast one)."""
+    if not getattr(tokenizer, "is_fast", False):
+        ids = encode(tokenizer, text, max_tokens)
+        return ids, scored_chars(tokenizer, text, max_tokens) if len(ids) - 1 == max_tokens else len(text), None
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    n = len(enc["input_ids"]) if max_tokens is None else min(len(enc["input_ids"]), max_tokens)
+    ends = np.maximum.accumulate(np.array([end for _, end in enc["offset_mapping"][:n]], dtype=np.int32))
+    chars = len(text) if n == len(enc["input_ids"]) else int(ends[-1]) if n else 0
+    return [context_token_id(tokenizer)] + list(enc["input_ids"][:n]), chars, ends
+
+
 @dataclass
 class TokenStats:
     """Flat per-token arrays; passage i owns ``slice(offsets[i], offsets[i+1])``."""
@@ -119,6 +136,9 @@ class TokenStats:
     # int64, n: how many leading characters of each text its scored tokens cover (less than the text's
     # length where max_tokens cut it); None in statistics written before it was recorded
     chars: np.ndarray | None = None
+    # int32, one per token: where in its text each scored token ends (encode_scored); None in statistics
+    # written before it was recorded, or of a tokenizer without character offsets
+    ends: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -126,6 +146,21 @@ class TokenStats:
     def passage(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = slice(self.offsets[i], self.offsets[i + 1])
         return self.logprob[s], self.mu[s], self.sigma[s]
+
+    def passage_ends(self, i: int) -> np.ndarray | None:
+        """Where in passage i's text each of its scored tokens ends (None where not recorded)."""
+        return None if self.ends is None else self.ends[self.offsets[i]:self.offsets[i + 1]]
+
+    def take(self, indices: Sequence[int]) -> "TokenStats":
+        """The statistics of the passages at ``indices``, in that order."""
+        idx = np.asarray(indices, dtype=np.int64)
+        starts, stops = self.offsets[idx], self.offsets[idx + 1]
+        rows = (np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(idx)
+                else np.zeros(0, np.int64))
+        offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
+        return TokenStats(offsets, self.logprob[rows], self.mu[rows], self.sigma[rows],
+                          None if self.chars is None else self.chars[idx],
+                          None if self.ends is None else self.ends[rows])
 
     def mean_nll(self) -> np.ndarray:
         """Per-passage mean negative log-likelihood (nats per token); NaN for a passage without a
@@ -140,17 +175,21 @@ class TokenStats:
         return out
 
     def save(self, path: Path, **arrays) -> None:
-        if self.chars is not None:
-            arrays["chars"] = self.chars
+        for k in RECORDED:
+            if getattr(self, k) is not None:
+                arrays[k] = getattr(self, k)
         with atomic_path(path, suffix=".npz") as tmp:
-            np.savez_compressed(tmp, offsets=self.offsets, logprob=self.logprob, mu=self.mu,
-                                sigma=self.sigma, **arrays)
+            np.savez_compressed(tmp, **arrays)
 
     @classmethod
     def load(cls, path: Path, prefix: str = "") -> "TokenStats":
         with np.load(path) as z:
-            chars = z[prefix + "chars"] if prefix + "chars" in z.files else None
-            return cls(*(z[prefix + k] for k in ("offsets", "logprob", "mu", "sigma")), chars=chars)
+            return cls(**{k: z[prefix + k] if prefix + k in z.files else None for k in RECORDED})
+
+
+# the arrays a TokenStats holds, in its fields' order (the names in its files); a job's checkpoint key
+# holds them, so that shards written before an array was recorded are discarded, not joined to newer ones
+RECORDED = ("offsets", "logprob", "mu", "sigma", "chars", "ends")
 
 
 def save_many(path: Path, provenance: dict | None = None, **named: TokenStats) -> None:
@@ -158,7 +197,7 @@ def save_many(path: Path, provenance: dict | None = None, **named: TokenStats) -
     (which model, which dtype) as JSON."""
     arrays = {"__provenance__": np.array(json.dumps(provenance or {}, sort_keys=True))}
     for name, ts in named.items():
-        for k in ("offsets", "logprob", "mu", "sigma", "chars"):
+        for k in RECORDED:
             if getattr(ts, k) is not None:
                 arrays[f"{name}__{k}"] = getattr(ts, k)
     with atomic_path(path, suffix=".npz") as tmp:
@@ -177,7 +216,10 @@ def concat_stats(parts: Sequence[TokenStats]) -> TokenStats:
                         else np.zeros(0, np.float32))
     chars = (np.concatenate([p.chars for p in parts]).astype(np.int64)
              if parts and all(p.chars is not None for p in parts) else None)
-    return TokenStats(np.concatenate(offsets).astype(np.int64), cat("logprob"), cat("mu"), cat("sigma"), chars)
+    ends = (np.concatenate([p.ends for p in parts]).astype(np.int32)
+            if parts and all(p.ends is not None for p in parts) else None)
+    return TokenStats(np.concatenate(offsets).astype(np.int64), cat("logprob"), cat("mu"), cat("sigma"), chars,
+                      ends)
 
 
 def load_provenance(path: Path) -> dict:
@@ -252,11 +294,11 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
 
     from memaudit.models.forward import right_padded
 
-    encoded = [encode(tokenizer, t, max_tokens) for t in texts]
+    scored = [encode_scored(tokenizer, t, max_tokens) for t in texts]
+    encoded = [ids for ids, _, _ in scored]
     lengths = [len(e) for e in encoded]
-    # a text of max_tokens tokens may have been cut there: find how much of it they cover
-    chars = np.array([scored_chars(tokenizer, t, max_tokens) if n - 1 == max_tokens else len(t)
-                      for t, n in zip(texts, lengths)], dtype=np.int64)
+    chars = np.array([n for _, n, _ in scored], dtype=np.int64)
+    ends = [e for _, _, e in scored]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
     per_lp: list[np.ndarray] = [np.zeros(0, np.float32)] * len(texts)
@@ -279,4 +321,5 @@ def compute_token_stats(model, tokenizer, texts: Sequence[str], *, batch_size: i
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(x) for x in per_lp])
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.float32)  # noqa: E731
-    return TokenStats(offsets, cat(per_lp), cat(per_mu), cat(per_sd), chars)
+    ends = None if any(e is None for e in ends) else np.concatenate([np.zeros(0, np.int32), *ends])
+    return TokenStats(offsets, cat(per_lp), cat(per_mu), cat(per_sd), chars, ends)

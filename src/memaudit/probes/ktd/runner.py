@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,11 +42,12 @@ from memaudit.backends import open_backend
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv
 from memaudit.models import grad_norms  # noqa: F401 -- computes Z (HFBackend.gradient_norms): in KTD's fingerprint
+from memaudit.models.token_stats import TokenStats
 from memaudit.probes.job import ProbeJob, document_scores
 from memaudit.probes.ktd import statistics
 from memaudit.probes.ktd.plan import STATISTICS, Z_GRADNORM, w_method
-from memaudit.probes.token_prob.methods import k_lowest_mean, zlib_lengths
-from memaudit.probes.token_prob.plan import method_name
+from memaudit.probes.token_prob.methods import (Lowercase, Reference, ScoringContext, Zlib, k_lowest_mean,
+                                                zlib_lengths)
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +63,16 @@ def pool_of(item: dict) -> list[str]:
 
 
 def importance_scores(backend, texts: Sequence[str], *, params, progress: Callable[[str], None] = log.info
-                      ) -> dict[str, np.ndarray]:
-    """Z of each text for every statistic of :data:`STATISTICS` (higher = more likely seen)."""
+                      ) -> tuple[dict[str, np.ndarray], TokenStats]:
+    """Z of each text for every statistic of :data:`STATISTICS` (higher = more likely seen), and the token
+    statistics its loss and Min-K% are read from (the baselines' too: :func:`baseline_scores`)."""
     progress(f"token statistics of {len(texts)} texts")
     stats = backend.token_stats(texts, with_distribution=False)
     z = {"loss": -stats.mean_nll(),
          "min_k": np.array([k_lowest_mean(stats.passage(i)[0], MIN_K_RATIO) for i in range(len(texts))])}
     progress(f"per-sample gradient norms of {len(texts)} texts (parameters: {params})")
     z["gradnorm"] = -np.asarray(backend.gradient_norms(texts, params=params), dtype=float)
-    return z
+    return z, stats
 
 
 def match_lengths(group: Sequence[str]) -> tuple[list[str], int]:
@@ -88,21 +90,38 @@ def passage_starts(items: Sequence[dict]) -> np.ndarray:
 
 
 def baseline_scores(items: Sequence[dict], z: dict[str, np.ndarray], starts: np.ndarray, *,
-                    lowercase_nll: np.ndarray | None = None,
-                    reference_nll: dict[str, np.ndarray] | None = None) -> dict[str, pd.Series]:
+                    stats: TokenStats | None = None, lowercase: TokenStats | None = None,
+                    references: Mapping[str, TokenStats] | None = None,
+                    progress: Callable[[str], None] = log.info) -> dict[str, pd.Series]:
     """The score-only baselines of the KTD paper's Table 2 on the original passages (higher = seen),
     each as token_prob computes it (:mod:`memaudit.probes.token_prob.methods`): LOSS and Min-K%
-    from the same forward pass as Z; zlib, the loss over the zlib-compressed length; given the
-    mean token NLL of the lowercased passages, ``lowercase`` = L(lower(x)) / L(x); given a
-    reference model's, ``ref_<name>`` = L_ref(x) - L(x)."""
-    ids = [it["item_id"] for it in items]
+    from the same forward pass as Z; from ``stats``, that pass's token statistics of the passages:
+    zlib, the loss over the zlib-compressed length of the part scored; given the statistics of the
+    lowercased passages, ``lowercase`` = L(lower(x)) / L(x); given a reference model's,
+    ``ref_<name>`` = L_ref(x) - L(x). The last two compare two passes, each cut at its own
+    ``max_tokens``, on the characters both scored (:func:`memaudit.probes.token_prob.methods.shared_span`);
+    a passage they cannot compare so is left out of that baseline, counted in one line to ``progress``
+    (a baseline left with no passage is left out whole). Without ``stats``, zlib compresses the whole
+    passages, and there is no lowercase or reference baseline."""
+    ids = np.array([it["item_id"] for it in items], dtype=object)
+    texts = [it["options"][0] for it in items]
     nll = -z["loss"][starts]
-    out = {"loss": -nll, "min_k": z["min_k"][starts], "zlib": -nll / zlib_lengths(it["options"][0] for it in items)}
-    if lowercase_nll is not None:
-        out["lowercase"] = np.asarray(lowercase_nll) / nll
-    for name, ref in (reference_nll or {}).items():
-        out[method_name("reference", name)] = np.asarray(ref) - nll  # token_prob's ref_<name>
-    return {name: pd.Series(values, index=ids) for name, values in out.items()}
+    out = {"loss": pd.Series(-nll, index=ids), "min_k": pd.Series(z["min_k"][starts], index=ids)}
+    if stats is None:
+        if lowercase is not None or references:
+            raise ValueError("the lowercase and reference baselines need the passages' token statistics (stats)")
+        out["zlib"] = pd.Series(-nll / zlib_lengths(texts), index=ids)
+        return out
+    ctx = ScoringContext(texts, stats, lowercase=lowercase, references=dict(references or {}))
+    methods = [Zlib(), *([Lowercase()] if lowercase is not None else []), *map(Reference, ctx.references)]
+    for m in methods:
+        scores, span = m.score(ctx), m.span(ctx)
+        keep = np.ones(len(ids), bool) if span is None else ~span.left_out
+        if span is not None and (note := span.note(m.name)) is not None:
+            progress(note)
+        if keep.any():  # none: no validation set to draw
+            out[m.name] = pd.Series(scores[keep], index=ids[keep])
+    return out
 
 
 def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[int], m: int, n_draws: int,
@@ -192,22 +211,25 @@ def run_job(job: ProbeJob) -> None:
                      f"of their words)")
     texts = [t for g in groups for t in g]
     with job.opened_backend() as backend:
-        z = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
-        passage_z = None
+        z, stats = importance_scores(backend, texts, params=cfg["params"], progress=job.progress)
         if cfg["length_match"]:  # the detectors without knockoffs read the whole passages
             job.progress("Z of the whole passages (the baselines and ktd_z_gradnorm)")
-            passage_z = importance_scores(backend, originals, params=cfg["params"], progress=job.progress)
+            passage_z, passage_stats = importance_scores(backend, originals, params=cfg["params"],
+                                                         progress=job.progress)
+        else:
+            passage_z, passage_stats = None, stats.take(passage_starts(items))
         job.progress(f"token statistics of the {len(originals)} lowercased passages (the lowercase baseline)")
-        lowercase_nll = backend.token_stats([t.lower() for t in originals], with_distribution=False).mean_nll()
+        lowercase = backend.token_stats([t.lower() for t in originals], with_distribution=False)
         dtype = getattr(backend, "dtype", None)
-    reference_nll = {}
+    references = {}
     for name, path in zip(job.params.get("reference_models") or [], job.inputs.get("references") or []):
         job.progress(f"token statistics of the {len(originals)} passages under reference model {name}")
         ref = open_backend(job.config, name, model_dir=path, rule=job.rule)  # a local model (check_config)
-        reference_nll[name] = ref.token_stats(originals, with_distribution=False).mean_nll()
+        references[name] = ref.token_stats(originals, with_distribution=False)
         del ref
     whole, at = (passage_z, np.arange(len(items))) if passage_z is not None else (z, passage_starts(items))
-    baselines = baseline_scores(items, whole, at, lowercase_nll=lowercase_nll, reference_nll=reference_nll)
+    baselines = baseline_scores(items, whole, at, stats=passage_stats, lowercase=lowercase, references=references,
+                                progress=lambda line: job.progress(f"{job.benchmark}, {job.model}: {line}"))
     tables = ktd_tables(items, z, ms=cfg["ms"], m=int(cfg["m"]), n_draws=int(cfg["n_draws"]), qs=cfg["qs"],
                         seed=int(job.config["seed"]), n_validation=int(cfg["validation_texts"]),
                         member_ratios=cfg["member_ratios"], baselines=baselines, passage_z=passage_z,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from memaudit.config import model_scoring_settings
 from memaudit.io import read_jsonl
-from memaudit.models.token_stats import TokenStats, concat_stats, save_many
+from memaudit.models.token_stats import RECORDED, TokenStats, concat_stats, save_many
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,12 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         from memaudit.checkpoints import checkpoint_key, file_digest, keyed_dir
 
         # `dtype: auto` resolves per machine: a job resumed on another (a GPU without bfloat16, the CPU) must
-        # not join the shards of one precision to those of another under the second one's name
+        # not join the shards of one precision to those of another under the second one's name; nor shards
+        # written before an array was recorded (RECORDED) to newer ones
         key = checkpoint_key({"rule": "token_stats", "manifest": file_digest(manifest_path),
                               "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
-                              "shard_passages": size, "dtype_used": _dtype_used(None, entry)})
+                              "shard_passages": size, "dtype_used": _dtype_used(None, entry),
+                              "arrays": list(RECORDED)})
         shards_dir = keyed_dir(checkpoint_dir, key, progress=progress)
     backend = None
 

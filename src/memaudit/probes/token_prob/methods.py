@@ -23,6 +23,13 @@ text the model scored: a passage cut at the model's ``max_tokens`` as far as its
 reach (``TokenStats.chars``). The "k% lowest" keeps
 ``max(1, floor(k*T))`` tokens: the Min-K% reference code and MIMIR take
 ``int(len * k)``, with no floor of one (the mean of nothing for a short text).
+
+``lowercase`` and ``ref_<model>`` compare two forward passes, each cut at its own ``max_tokens``
+(a reference model's own; the lowercased text's own tokenisation). Where the two cover different
+characters of a passage, both L are taken over the same characters: the longest prefix of the
+passage at which a token of each pass ends (:func:`shared_span`, from ``TokenStats.ends``). Where
+the statistics do not record where their tokens end, such a passage is left out of that method's
+scores and counted in the job's log.
 """
 
 from __future__ import annotations
@@ -39,12 +46,101 @@ from memaudit.models.token_stats import TokenStats
 from memaudit.probes.token_prob.plan import method_name, method_specs
 
 
+@dataclass(frozen=True)
+class SharedSpan:
+    """Each passage's mean NLL under two forward passes over the same characters (:func:`shared_span`)."""
+
+    nll: np.ndarray  # the model's
+    other: np.ndarray  # the other pass's: a reference model's, or the model's on the lowercased passage
+    cut: np.ndarray  # bool: the passes scored different characters (each cut at its own max_tokens)
+    left_out: np.ndarray  # bool, within cut: no shared span found (NaN in nll and other)
+    chars: np.ndarray  # the characters compared (the passage's scored characters where not cut)
+    no_ends: bool  # the statistics of a pass do not record where their tokens end
+    no_chars: bool  # the statistics of a pass do not record which characters they scored
+
+    def note(self, method: str) -> str | None:
+        """One line for the job's log: how many passages the two passes cut differently, how many of those
+        were compared on the characters both scored and how many were left out, and why; None if nothing
+        to say."""
+        parts = []
+        n_cut, n_left = int(self.cut.sum()), int(self.left_out.sum())
+        if n_cut:
+            shared = self.cut & ~self.left_out
+            parts.append(f"{n_cut} of {len(self.cut)} passages scored to different lengths by the two passes (each "
+                         f"cut at its own max_tokens): {n_cut - n_left} compared on the characters both scored"
+                         + (f" (median {int(np.median(self.chars[shared]))} characters)" if shared.any() else ""))
+        if n_left:
+            why = ("their token statistics do not record where each token ends (written before they did, or a "
+                   "tokenizer without character offsets; rerun token_stats: snakemake -R token_stats)"
+                   if self.no_ends else "no token of the two passes ends at the same character")
+            parts.append(f"{n_left} left out of its scores: {why}")
+        if self.no_chars:
+            parts.append("token statistics that do not record which characters of each passage they scored "
+                         "(written before they did) are taken as covering the whole passage, which a pass cut at "
+                         "its max_tokens does not; rerun token_stats (snakemake -R token_stats) to compare the same "
+                         "characters")
+        return f"{method}: " + "; ".join(parts) if parts else None
+
+
+def _lowered_positions(text: str) -> np.ndarray | None:
+    """Where each prefix of ``text`` ends in ``text.lower()`` (``None``: at the same place, as for every text
+    whose characters each lowercase to one; a few, such as U+0130, lowercase to two)."""
+    if len(text.lower()) == len(text):
+        return None
+    return np.concatenate([[0], np.cumsum([len(c.lower()) for c in text])])
+
+
+def shared_span(stats: TokenStats, other: TokenStats, texts: Sequence[str], *, lowercased: bool = False) -> SharedSpan:
+    """The mean NLL of each passage under ``stats`` and under ``other`` over the same characters.
+
+    Each pass is cut at its own ``max_tokens`` (``TokenStats.chars``: how many leading characters its
+    tokens cover; ``other`` over ``text.lower()`` when ``lowercased``). Where the two cover the same
+    characters, each is its whole mean (:meth:`TokenStats.mean_nll`); where not, each is the mean over its
+    tokens that end at or before ``p``, the last character at which a token of each pass ends
+    (``TokenStats.ends``: both then read ``x[:p]``, the other ``x[:p].lower()``). Without ``ends``, or
+    without such a ``p``, the passage is ``left_out`` (NaN). Statistics that do not record ``chars`` are
+    taken as covering each whole passage (``no_chars``), as :func:`scored_texts` takes them.
+    """
+    nll, oth = stats.mean_nll(), other.mean_nll()
+    n = len(texts)
+    cut, left_out = np.zeros(n, bool), np.zeros(n, bool)
+    chars = np.array([len(t) for t in texts], dtype=np.int64) if stats.chars is None else stats.chars.astype(np.int64)
+    no_ends = stats.ends is None or other.ends is None
+    for i, text in enumerate(texts):
+        to_other = _lowered_positions(text) if lowercased else None
+        other_chars = int(other.chars[i]) if other.chars is not None else len(text.lower() if lowercased else text)
+        if (chars[i] if to_other is None else to_other[chars[i]]) == other_chars:
+            continue
+        cut[i] = True
+        if no_ends:
+            left_out[i], nll[i], oth[i] = True, np.nan, np.nan
+            continue
+        ends, other_ends = stats.passage_ends(i), other.passage_ends(i)
+        ends_there = ends if to_other is None else to_other[ends]  # in the other pass's text
+        common = np.intersect1d(ends_there, other_ends)
+        if not len(common):
+            left_out[i], nll[i], oth[i] = True, np.nan, np.nan
+            continue
+        k, k_other = np.searchsorted(ends_there, common[-1], "right"), np.searchsorted(other_ends, common[-1], "right")
+        nll[i] = -stats.passage(i)[0][:k].astype(np.float64).mean()
+        oth[i] = -other.passage(i)[0][:k_other].astype(np.float64).mean()
+        chars[i] = ends[k - 1]
+    return SharedSpan(nll, oth, cut, left_out, chars, no_ends, stats.chars is None or other.chars is None)
+
+
 @dataclass
 class ScoringContext:
     texts: Sequence[str]
     stats: TokenStats
     lowercase: TokenStats | None = None
     references: dict[str, TokenStats] = field(default_factory=dict)
+    # each two-pass method's SharedSpan, by method name (computed once: its scores, and the job's log)
+    spans: dict[str, SharedSpan] = field(default_factory=dict)
+
+    def shared_span(self, method: str, other: TokenStats, *, lowercased: bool = False) -> SharedSpan:
+        if method not in self.spans:
+            self.spans[method] = shared_span(self.stats, other, self.texts, lowercased=lowercased)
+        return self.spans[method]
 
 
 def k_lowest_mean(values: np.ndarray, k: float) -> float:
@@ -66,6 +162,11 @@ class Method(abc.ABC):
     @abc.abstractmethod
     def score(self, ctx: ScoringContext) -> np.ndarray:
         """One score per passage, higher = more likely a member."""
+
+    def span(self, ctx: ScoringContext) -> SharedSpan | None:
+        """A method comparing two forward passes: the characters each passage is compared on (its
+        ``left_out`` passages are NaN in :meth:`score` and left out of the tables); None for the others."""
+        return None
 
 
 class Loss(Method):
@@ -101,8 +202,12 @@ class Lowercase(Method):
     name = "lowercase"
     needs_lowercase = True
 
+    def span(self, ctx):
+        return ctx.shared_span(self.name, ctx.lowercase, lowercased=True)
+
     def score(self, ctx):
-        return ctx.lowercase.mean_nll() / ctx.stats.mean_nll()
+        span = self.span(ctx)
+        return span.other / span.nll
 
 
 class MinK(Method):
@@ -135,8 +240,12 @@ class Reference(Method):
         self.reference = reference
         self.name = method_name("reference", reference)
 
+    def span(self, ctx):
+        return ctx.shared_span(self.name, ctx.references[self.reference])
+
     def score(self, ctx):
-        return ctx.references[self.reference].mean_nll() - ctx.stats.mean_nll()
+        span = self.span(ctx)
+        return span.other - span.nll
 
 
 _CLASSES = {"loss": Loss, "zlib": Zlib, "lowercase": Lowercase, "min_k": MinK, "min_k_plus_plus": MinKPlusPlus,
@@ -152,13 +261,16 @@ def build_methods(methods: Sequence[str], min_k_ratios: Sequence[float],
 
 
 def score_passages(ctx: ScoringContext, methods: Sequence[Method], passages: pd.DataFrame) -> pd.DataFrame:
-    """Long table (passage_id, doc_id, label, method, score) for every method."""
+    """Long table (passage_id, doc_id, label, method, score) for every method, without the passages a
+    two-pass method leaves out (:meth:`Method.span`; ``ctx.spans`` holds them, for the job's log)."""
     frames = []
     for m in methods:
-        frames.append(pd.DataFrame({"passage_id": passages["passage_id"].to_numpy(),
-                                    "doc_id": passages["doc_id"].to_numpy(),
-                                    "label": passages["label"].to_numpy(),
-                                    "method": m.name, "score": m.score(ctx)}))
+        scores, span = m.score(ctx), m.span(ctx)
+        keep = slice(None) if span is None else ~span.left_out
+        frames.append(pd.DataFrame({"passage_id": passages["passage_id"].to_numpy()[keep],
+                                    "doc_id": passages["doc_id"].to_numpy()[keep],
+                                    "label": passages["label"].to_numpy()[keep],
+                                    "method": m.name, "score": scores[keep]}))
     return pd.concat(frames, ignore_index=True)
 
 

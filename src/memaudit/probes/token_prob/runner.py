@@ -30,15 +30,20 @@ def run_job(job) -> None:
     if len(names) != len(paths):
         raise ValueError(f"{len(names)} reference model names for {len(paths)} token statistics files")
     run_token_prob_scores(job.model, job.inputs["stats"], dict(zip(names, paths)), job.inputs["passages"],
-                          job.settings, job.outputs["passages"], job.outputs["documents"], progress=job.progress)
+                          job.settings, job.outputs["passages"], job.outputs["documents"], progress=job.progress,
+                          benchmark=job.benchmark)
 
 
 def run_token_prob_scores(model: str, stats_path: str | Path, references: Mapping[str, str | Path],
                           passages_path: str | Path, cfg: dict, out_passages: str | Path,
-                          out_documents: str | Path, *, progress: Callable[[str], None] = log.info) -> pd.DataFrame:
+                          out_documents: str | Path, *, progress: Callable[[str], None] = log.info,
+                          benchmark: str | None = None) -> pd.DataFrame:
     """Score every configured method from stored statistics; write passage and document tables.
 
-    ``references`` maps each reference model's name to its statistics on the same passages.
+    ``references`` maps each reference model's name to its statistics on the same passages. A passage
+    that ``lowercase`` or a reference method cannot compare on the same characters under both passes
+    (:func:`memaudit.probes.token_prob.methods.shared_span`) is left out of that method's tables, and
+    counted in one line of the log per method, naming the benchmark and model.
     """
     passages = load_passages(passages_path)
     stats_path = Path(stats_path)
@@ -53,6 +58,10 @@ def run_token_prob_scores(model: str, stats_path: str | Path, references: Mappin
     methods = build_methods(cfg["methods"], cfg["min_k_ratios"], [r for r in references], model)
     methods = [m for m in methods if not (m.needs_lowercase and ctx.lowercase is None)]
     scores = score_passages(ctx, methods, passages)
+    where = f"{benchmark or passages_path}, {model}"
+    for name, span in ctx.spans.items():
+        if (note := span.note(name)) is not None:
+            progress(f"{where}: {note}")
     bad = scores[~np.isfinite(scores["score"])]
     if len(bad):
         raise ValueError(f"{len(bad)} non-finite scores, e.g. passage {bad.iloc[0]['passage_id']} "
