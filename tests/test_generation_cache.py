@@ -166,3 +166,25 @@ def test_no_cache_configured_writes_nothing(tiny_model_dir, tmp_path):
     backend.generate_batched(PROMPTS[:1], GenerationParams(max_new_tokens=4, chat=False))
     assert backend._generation_cache is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_a_cached_texts_refusal_status_follows_the_refusal_patterns_of_today(tiny_model_dir, tmp_path, monkeypatch):
+    """The status is read from the text again, never from the cache: a text cached as 'ok' that today's
+    patterns (memaudit.backends.refusal) call a refusal is a refusal, as the API cache's parse has it."""
+    import re
+
+    from memaudit.backends import refusal
+
+    cache = tmp_path / "generations.sqlite"
+    model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
+    params = GenerationParams(max_new_tokens=8, chat=False)
+    first = _open(model_dir, cache)
+    decoded = first.generate_batched(PROMPTS, params)
+    first.close()
+    assert [g.status for g in decoded] == ["ok"] * 3 and _entries(cache) == 3 and decoded[0].text[:12].strip()
+    # today's patterns call the first text a refusal (a pattern added after it was cached)
+    monkeypatch.setattr(refusal, "_REFUSAL_RE", re.compile(re.escape(decoded[0].text[:12]), re.IGNORECASE))
+    read = _open(model_dir, cache).generate_batched(PROMPTS, params)
+    assert all(g.from_cache for g in read) and [g.text for g in read] == [g.text for g in decoded]
+    assert read[0].status == "refusal" and [g.status for g in read[1:]] == [
+        "refusal" if decoded[0].text[:12].lower() in g.text.lower() else "ok" for g in decoded[1:]]

@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 
 from memaudit.backends.base import Generation, GenerationParams
 from memaudit.backends.cache import ResponseCache, request_key, utc_now
+from memaudit.backends.refusal import is_refusal
 
 _DECODER_MODULES = ("memaudit.models.sampling", "memaudit.backends.hf")
 
@@ -107,7 +108,10 @@ class GenerationCache:
                 out.append(fresh[key])
             else:
                 c = hits[key]
+                # whether a text is a refusal is read again, not cached: a change to the refusal patterns
+                # (memaudit.backends.refusal) reaches every cached text, as the API cache's parse does
                 out.append(Generation(text=c.response["text"], input_tokens=c.input_tokens,
                                       output_tokens=c.output_tokens, meta=dict(c.response["meta"]),
-                                      status=c.response["status"], from_cache=True, requested_at=c.requested_at))
+                                      status="refusal" if is_refusal(c.response["text"]) else "ok",
+                                      from_cache=True, requested_at=c.requested_at))
         return out
