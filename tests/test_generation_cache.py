@@ -131,6 +131,29 @@ def test_other_end_tokens_never_read_an_entry(tiny_model_dir, tmp_path):
     assert all(g.from_cache for g in again.generate_batched(PROMPTS, params)) and decoded == []
 
 
+def test_a_tokenizer_edited_at_the_same_size_never_reads_an_entry(tiny_model_dir, tmp_path):
+    """The cached texts are decoded ids: a tokenizer.json whose decoder changed (same vocabulary size, same
+    prompt ids) decodes again and its texts follow the new decoder, where the key held only the class and size."""
+    import json
+
+    cache = tmp_path / "generations.sqlite"
+    params = GenerationParams(max_new_tokens=8, chat=False)
+    model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
+    before = _open(model_dir, cache).generate_batched(PROMPTS, params)
+    assert any("e" in g.text for g in before)
+    path = model_dir / "tokenizer.json"
+    definition = json.loads(path.read_text())
+    definition["decoder"] = {"type": "Sequence", "decoders": [
+        definition["decoder"], {"type": "Replace", "pattern": {"String": "e"}, "content": "E"}]}
+    path.write_text(json.dumps(definition))
+    edited = _open(model_dir, cache)
+    decoded = _counting(edited)
+    after = edited.generate_batched(PROMPTS, params)
+    assert decoded == [3] and not any(g.from_cache for g in after) and _entries(cache) == 6
+    assert [g.meta["token_ids"] for g in after] == [g.meta["token_ids"] for g in before]
+    assert [g.text for g in after] == [g.text.replace("e", "E") for g in before]
+
+
 def test_the_prefix_probe_and_copybench_literal_share_a_decoding(tiny_model_dir, tmp_path):
     """With CopyBench's decoding settings on the prefix probe, the bare prefix both show a local model
     is decoded once: the literal mode reads the prefix probe's continuation."""

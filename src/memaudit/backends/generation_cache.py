@@ -3,7 +3,8 @@
 The prefix probe and CopyBench's literal mode both ask a model to continue a prefix greedily. Where
 their prompts are the same (a bare prefix of the same words, the same token limit and repetition
 penalty), the second job reads the first one's continuations instead of decoding again, as API
-models already share the response cache (:mod:`memaudit.backends.cache`, the same SQLite format).
+models already share the response cache (:mod:`memaudit.backends.cache`, the same SQLite format). Whether a text is a refusal is read from
+the text each time, never from the cache.
 
 The key is everything the tokens depend on, and nothing a job could get wrong:
 
@@ -13,7 +14,8 @@ The key is everything the tokens depend on, and nothing a job could get wrong:
 - ``decoder``: the SHA-256 of the decoding code (:mod:`memaudit.models.sampling`,
   :mod:`memaudit.backends.hf`), so a change there invalidates every entry by itself;
 - ``prompt_ids``: the prompt's token ids as the model sees them (chat template, system prompt and
-  context token applied), with the tokenizer's class and size;
+  context token applied), with the SHA-256 of the tokenizer's definition (:func:`tokenizer_digest`), which
+  decodes the cached ids to text;
 - ``end_ids``: the token ids a row ends at (:func:`memaudit.models.loading.greedy_end_ids`: the model
   directory's ``generation_config.json``, which no weight holds, else the tokenizer's EOS), so a model
   whose end tokens changed never reads continuations that ran past its new ones or stopped at its old ones;
@@ -51,6 +53,22 @@ def weights_digest(model) -> str:
     return h.hexdigest()
 
 
+def tokenizer_digest(tokenizer) -> str:
+    """SHA-256 of what decides a tokenizer's ids and its decoded text: a fast tokenizer's whole definition (its
+    ``tokenizer.json``: vocabulary, merges, normaliser, decoder), a slow one's vocabulary, and the special
+    tokens and space clean-up ``decode`` applies. The cached texts are decoded ids: a tokenizer edited in
+    place (its decoder, a token's text) at the same size was read as the same one."""
+    import json
+
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    h.update(backend.to_str().encode() if backend is not None
+             else json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    h.update(json.dumps([type(tokenizer).__name__, len(tokenizer), list(tokenizer.all_special_tokens),
+                         bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))]).encode())
+    return h.hexdigest()
+
+
 def decoder_digest() -> str:
     """SHA-256 of the decoding code's source files."""
     h = hashlib.sha256()
@@ -70,7 +88,7 @@ class GenerationCache:
 
         self._identity = {"backend": "hf-greedy", "weights": weights_digest(model),
                           "device": next(model.parameters()).device.type, "decoder": decoder_digest(),
-                          "tokenizer": [type(tokenizer).__name__, len(tokenizer)],
+                          "tokenizer": tokenizer_digest(tokenizer),
                           "end_ids": [int(t) for t in greedy_end_ids(model, tokenizer)]}
 
     def close(self) -> None:
