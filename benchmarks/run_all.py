@@ -11,6 +11,7 @@ The benchmarks: ``api``, ``dag``, ``decop``, ``dtype``
 ``loaders`` (the published DE-COP CSV loader on 10k and 40k synthetic arXivTection rows: linear time),
 ``grad_norms`` (KTD's per-sample gradient norms, batched ghost norms against one backward per
 text; one row per model under ``models``, its ``speedup`` over all models together),
+``prepare`` (a base model's preparation on the meta device against a full load: peak memory),
 ``memfree`` (MemFree against plain greedy decoding per generated token; its
 ``ours_seconds``/``baseline_seconds`` are batched story generation and one prompt at a time),
 ``paraphrase``, ``serve`` (``memaudit serve`` decoding the greedy requests waiting at once together,

@@ -207,6 +207,35 @@ def load_model(spec: dict[str, Any], *, dtype: str = "float32", device: str = "a
     return model, tok
 
 
+def inspect_model(spec: dict[str, Any]) -> tuple[int, bool]:
+    """``(parameters, encoder-decoder)`` of a load spec's model without its weights in memory, and its
+    tokenizer checked (:func:`load_tokenizer`: its vocabulary, the ``context_token``).
+
+    The model is built from its checkpoint on PyTorch's ``meta`` device: its files are read as a load reads
+    them (a hub id's are downloaded, so later jobs on offline nodes find them in the cache; a checkpoint that
+    does not load fails here, with :func:`memaudit.models.hub.load_failure_message`'s line), but no tensor is
+    allocated. A base model's preparation loaded it whole on the CPU in its dtype to count its parameters:
+    a 70B checkpoint in float32 (``dtype: auto`` on a CPU without native bfloat16) is 280 GB. A GGUF file,
+    which transformers dequantises as it loads, is loaded on the CPU.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    name, kwargs = _from_pretrained_args(spec)
+    try:
+        config = AutoConfig.from_pretrained(name, **kwargs)
+        encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        auto = AutoModelForSeq2SeqLM if encoder_decoder else AutoModelForCausalLM
+        where = {} if kwargs.get("gguf_file") else {"device_map": "meta"}
+        model = auto.from_pretrained(name, dtype=torch.float32, **where, **kwargs)
+    except (OSError, ValueError) as exc:
+        from memaudit.models.hub import load_failure_message
+
+        raise InputError(load_failure_message(name, spec, exc)) from None
+    load_tokenizer(spec)
+    return count_parameters(model), encoder_decoder
+
+
 def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
                    merge_adapter: bool = True):
     """:func:`load_model` for a causal LM; an encoder-decoder checkpoint is a :class:`ConfigError`

@@ -57,7 +57,7 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
     With ``checkpoint_root`` the pretraining checkpoints under
     ``<root>/prepare_model/<name>/<key>/`` and resumes from there (see :mod:`memaudit.checkpoints`).
     """
-    from memaudit.models.loading import count_parameters, is_encoder_decoder, load_model
+    from memaudit.models.loading import inspect_model
 
     out_dir = Path(out_dir)
     src = entry["source"]
@@ -88,14 +88,14 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
     if entry.get("context_token"):  # every load of the model (and of a model fine-tuned from it) reads it
         load["context_token"] = entry["context_token"]
     try:
-        model, _ = load_model(load, dtype=entry.get("dtype", "auto"), device="cpu")
+        n_params, encoder_decoder = inspect_model(load)  # on the meta device: no weight in memory
     except ConfigError as exc:
         if str(exc).startswith("context_token "):
             raise ConfigError(f"models.{name}.{exc}") from None
         raise
-    if is_encoder_decoder(model):  # a generation role only (HFBackend says so to any probe that asks more)
+    if encoder_decoder:  # a generation role only (HFBackend says so to any probe that asks more)
         extra["architecture"] = "encoder-decoder"
-    manifest = _manifest(name, entry, load, count_parameters(model), **extra)
+    manifest = _manifest(name, entry, load, n_params, **extra)
     write_json(out_dir / "manifest.json", manifest)
     if "tiny_gpt2" in src:
         checkpoint.remove()
