@@ -1,8 +1,16 @@
 # Helpers, config validation and wildcard constraints shared by every rule file. What the run
 # computes (which model is scored where, by which probe, with which auxiliary model) is decided
 # in memaudit.jobs and memaudit.probes.registry, unit-tested there; these wrap it for Snakemake.
+import os
 import re
 import sys
+
+# Every job inherits this before it loads torch: OpenMP threads waiting at a barrier sleep instead of
+# spinning. Two jobs running torch side by side on the same cores (make run's two on 2 cores) lost the
+# core each spinning waiter took from the thread it waited for: SmolLM2's token statistics of 24 passages
+# took 57-71 s for two such processes at once, 4.3 s with PASSIVE (3.5 s alone either way; the results
+# are the same bits). An environment that sets OMP_WAIT_POLICY keeps its own.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from memaudit import jobs
 from memaudit.errors import ConfigError
