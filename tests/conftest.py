@@ -10,6 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Before any torch is loaded, here and in every Snakemake job the tests start (they inherit it): OpenMP
+# threads waiting at a barrier sleep instead of spinning. Two pytest workers and their jobs run torch
+# side by side on 2 cores, where spinning threads take the core the thread they wait for needs: SmolLM2's
+# token statistics took 57 s instead of 4 s with two such processes at once (bfloat16; float32 14 to 71 s).
+# A process alone on the cores runs within a few percent of spinning; the results are the same bits.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TINY_TEXTS = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
