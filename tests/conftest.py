@@ -10,6 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Before any torch is loaded, here and in every Snakemake job the tests start (they inherit it): OpenMP
+# threads waiting at a barrier sleep instead of spinning. Two pytest workers and their jobs run torch
+# side by side on 2 cores, where spinning threads take the core the thread they wait for needs: SmolLM2's
+# token statistics took 57 s instead of 4 s with two such processes at once (bfloat16; float32 14 to 71 s).
+# A process alone on the cores runs within a few percent of spinning; the results are the same bits.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TINY_TEXTS = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -92,17 +98,24 @@ def _uses_ci_run(items) -> set[str]:
             if "ci_run" in getattr(item, "fixturenames", ()) or "[ci_run]" in item.name}
 
 
+# The longest files of their rank (make test, 2 cores: test_incremental 136 s of dry runs one after
+# another, test_decop_published 48 s), started before the rank's others: the run then ends on short
+# files on both workers. Last in its rank, test_incremental ended the run alone for 90 s.
+LONGEST_FIRST = ("test_incremental.py", "test_decop_published.py")
+
+
 def pytest_collection_modifyitems(config, items):
     """Order for two xdist workers (``--dist loadfile``: a file's tests stay on one worker): the
     SLURM test first (the local ci run, then the same workflow through SLURM: the longest chain,
     mostly waiting), then the files that do not read the shared ci run, then those that do (by
-    then it is there, so no worker waits for it)."""
+    then it is there, so no worker waits for it); within a rank the LONGEST_FIRST files first."""
     shared = _uses_ci_run(items)
 
-    def rank(item) -> int:
-        path = str(item.path)
-        return 0 if item.path.name == "test_slurm.py" else 2 if path in shared else 1
+    def rank(item) -> tuple[int, int]:
+        path, name = str(item.path), item.path.name
+        group = 0 if name == "test_slurm.py" else 2 if path in shared else 1
+        return group, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
-    items[:] = sorted(items, key=rank)  # stable: the order within each rank is pytest's
+    items[:] = sorted(items, key=rank)  # stable: the order within each rank is otherwise pytest's
 
 
