@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import json
 import os
 import re
@@ -74,9 +75,13 @@ def wildcard(job: tuple[str, str], name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def downstream_of(workdir, *targets: str) -> set[tuple[str, str]]:
-    """The given rules' or files' jobs and every job that depends on them, on the unchanged config."""
-    return planned_jobs(workdir, CI_YAML, "--forcerun", *targets)
+@functools.cache
+def downstream_of(workdir, *targets: str) -> frozenset[tuple[str, str]]:
+    """The given rules' or files' jobs and every job that depends on them, on the unchanged config.
+
+    Read once per tree and targets (a dry run; the finished tree's record is not changed by the tests
+    that ask, which read the plans of their own configs or code beside it)."""
+    return frozenset(planned_jobs(workdir, CI_YAML, "--forcerun", *targets))
 
 
 def cross_model(benchmarks=BENCHMARKS) -> set[tuple[str, str]]:
@@ -172,7 +177,7 @@ def test_adding_a_model_to_a_probe_runs_the_probe_on_that_model_alone(finished_r
     workdir = shutil.copytree(finished_run[0], tmp_path / "tree", symlinks=True)
     first, new = "tiny-gpt2-small", "tiny-gpt2-small-contaminated"
     before = with_config(workdir, "prefix_one", lambda c: c["probes"].__setitem__("prefix", {"models": [first]}))
-    touch_finished(workdir, before, finished_run[2])
+    touch_finished(workdir, before, finished_run[2], only_scheduled=True)  # the run of `before` on the finished tree
     after = with_config(workdir, "prefix_two", lambda c: c["probes"].__setitem__("prefix", {"models": [first, new]}))
     expected = {(r, f"benchmark={b}, model={new}") for b in BENCHMARKS
                 for r in ("prefix_probe", "metrics", "figures_model")}
@@ -357,6 +362,46 @@ def test_the_cost_estimate_is_made_again_when_the_config_changes(finished):
             "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
 
     assert planned(with_config(finished, "estimate_changed", api_model_added)) == {"api_estimate"}
+
+
+def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only(finished_run, tmp_path):
+    """A published format's loader has a version of its own (FORMAT_VERSIONS): bumping BookMIA's reruns
+    the datasets of BookMIA benchmarks and what reads them, and no other benchmark's, where only
+    DATASET_VERSION (every dataset, every model's probes) could reach a finished run."""
+    from memaudit.datasets.build import SOURCE_VERSIONS
+    from memaudit.datasets.published import FORMAT_VERSIONS
+    from memaudit.versions import dataset_code_version
+
+    version = step_version("datasets")
+    assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
+    assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
+    assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == version
+    assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == \
+        f"{version}+nyt{FORMAT_VERSIONS['nyt']}"
+    assert dataset_code_version({"published": {"format": "bookmia", "path": "b.jsonl"}}) == \
+        f"{version}+bookmia{FORMAT_VERSIONS['bookmia']}"
+    assert dataset_code_version({"published": {"format": "copybench", "path": "data"}}) == \
+        f"{version}+copybench{FORMAT_VERSIONS['copybench']}"
+
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+    (workdir / "bookmia.jsonl").write_text("".join(
+        json.dumps({"book_id": b, "book": f"Book {b}", "snippet_id": k, "snippet": f"Snippet {k} of book {b}.",
+                    "label": b % 2}) + "\n" for b in range(4) for k in range(2)), encoding="utf-8")
+    config = with_config(workdir, "bookmia", lambda c: c["benchmarks"].__setitem__(
+        "bm", {"published": {"format": "bookmia", "path": "bookmia.jsonl"}}))
+    assert ("benchmark_dataset", "benchmark=bm") in {  # then the run that adds the BookMIA benchmark
+        (j["rule"], j["wildcards"]) for j in touch_finished(workdir, config, finished_run[2], only_scheduled=True)}
+    assert planned_jobs(workdir, config) == set()
+    src = shutil.copytree(ROOT / "src" / "memaudit", tmp_path / "src" / "memaudit")
+    (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the package finds its schema beside src/
+    published = src / "datasets" / "published.py"
+    text = published.read_text()
+    assert text.count('FORMAT_VERSIONS = {"bookmia": ') == 1
+    published.write_text(re.sub(r'(FORMAT_VERSIONS = \{"bookmia": )(\d+)', lambda m: f"{m[1]}{int(m[2]) + 1}", text))
+    jobs = planned_jobs(workdir, config, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")})
+    assert ("benchmark_dataset", "benchmark=bm") in jobs
+    assert jobs == planned_jobs(workdir, config, "--forcerun", "results/datasets/bm/documents.jsonl")
+    assert {wildcard(job, "benchmark") for job in jobs} - {None} == {"bm"}
 
 
 def test_a_steps_version_is_its_entrys_and_an_unknown_step_is_an_error():
