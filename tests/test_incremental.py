@@ -353,7 +353,8 @@ def test_the_cost_estimate_is_made_again_when_the_config_changes(finished):
     (finished / "results" / "api").mkdir(parents=True, exist_ok=True)
     for name in (target, "results/api/plan.jsonl"):
         (finished / name).write_text("")  # --touch records a job's metadata on outputs that exist
-    snakemake(finished, "--touch", "--forceall", target, "results/api/plan.jsonl", "--configfile", CI_YAML, "--cores", "1")
+    snakemake(finished, "--touch", "--forceall", target, "results/api/plan.jsonl", "--configfile", CI_YAML,
+              "--cores", "1")
     assert planned(CI_YAML) == set()
 
     def api_model_added(c):

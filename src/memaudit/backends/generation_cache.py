@@ -3,8 +3,8 @@
 The prefix probe and CopyBench's literal mode both ask a model to continue a prefix greedily. Where
 their prompts are the same (a bare prefix of the same words, the same token limit and repetition
 penalty), the second job reads the first one's continuations instead of decoding again, as API
-models already share the response cache (:mod:`memaudit.backends.cache`, the same SQLite format). Whether a text is a refusal is read from
-the text each time, never from the cache.
+models already share the response cache (:mod:`memaudit.backends.cache`, the same SQLite format).
+Whether a text is a refusal is read from the text each time, never from the cache.
 
 The key is everything the tokens depend on, and nothing a job could get wrong:
 
