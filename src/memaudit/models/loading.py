@@ -179,19 +179,11 @@ def load_model(spec: dict[str, Any], *, dtype: str = "float32", device: str = "a
     stored artifact stays the adapter alone.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     name, kwargs = _from_pretrained_args(spec)
     dtype = resolve_dtype(dtype, device)
     device = resolve_device(device)
-    try:
-        config = AutoConfig.from_pretrained(name, **kwargs)
-        auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
-        model = auto.from_pretrained(name, dtype=getattr(torch, dtype), **kwargs)
-    except (OSError, ValueError) as exc:
-        from memaudit.models.hub import load_failure_message
-
-        raise InputError(load_failure_message(name, spec, exc)) from None
+    model = _from_checkpoint(name, spec, dtype=getattr(torch, dtype), **kwargs)
     tok = load_tokenizer(spec)
     if spec.get("adapter"):
         from peft import PeftModel
@@ -219,21 +211,29 @@ def inspect_model(spec: dict[str, Any]) -> tuple[int, bool]:
     which transformers dequantises as it loads, is loaded on the CPU.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     name, kwargs = _from_pretrained_args(spec)
+    where = {} if kwargs.get("gguf_file") else {"device_map": "meta"}
+    model = _from_checkpoint(name, spec, dtype=torch.float32, **where, **kwargs)
+    load_tokenizer(spec)
+    return count_parameters(model), is_encoder_decoder(model)
+
+
+def _from_checkpoint(name: str, spec: dict[str, Any], **kwargs):
+    """The checkpoint's model class (an encoder-decoder where its config says so, else a causal LM) from
+    ``from_pretrained(name, **kwargs)``; a checkpoint that does not load is one line
+    (:func:`memaudit.models.hub.load_failure_message`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    config_kwargs = {k: v for k, v in kwargs.items() if k in ("revision", "gguf_file")}
     try:
-        config = AutoConfig.from_pretrained(name, **kwargs)
-        encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
-        auto = AutoModelForSeq2SeqLM if encoder_decoder else AutoModelForCausalLM
-        where = {} if kwargs.get("gguf_file") else {"device_map": "meta"}
-        model = auto.from_pretrained(name, dtype=torch.float32, **where, **kwargs)
+        config = AutoConfig.from_pretrained(name, **config_kwargs)
+        auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+        return auto.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as exc:
         from memaudit.models.hub import load_failure_message
 
         raise InputError(load_failure_message(name, spec, exc)) from None
-    load_tokenizer(spec)
-    return count_parameters(model), encoder_decoder
 
 
 def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
