@@ -23,7 +23,7 @@ def test_shipped_configs_validate_and_get_defaults():
         cfg = load_config(ROOT / "config" / name)
         raw = yaml.safe_load((ROOT / "config" / name).read_text())
         assert cfg["stats"]["n_boot_small"] == 10
-        for key, bench in cfg["benchmarks"].items():  # the default unless set (techdocs asks for 2)
+        for key, bench in cfg["benchmarks"].items():  # the default unless set (ci's techdocs asks for 2)
             assert bench["min_passages"] == raw["benchmarks"][key].get("min_passages", 1)
             assert "member_fraction" in bench
             # an option added later has no default: its absence keeps a benchmark's params (the

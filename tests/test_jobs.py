@@ -112,8 +112,12 @@ def test_probe_runs_follow_each_probes_models_and_benchmarks():
         ("books", m, mode) for mode in ("literal", "nonliteral") for m in ("tiny-gpt2-cb", "tiny-gpt2-cb-books")]
     assert jobs.scored(CI)["books"] == ["tiny-gpt2-cb", "tiny-gpt2-cb-books"]  # CopyBench's pair only
     assert jobs.probe_runs(CI, "prefix") == []  # not configured
-    # the demo's techdocs is DE-COP's: token_prob leaves it out, so only DE-COP's models are scored there
-    assert jobs.scored(DEMO)["techdocs"] == sorted({m for b, m, _ in jobs.probe_runs(DEMO, "decop") if b == "techdocs"})
+    # a benchmark that token_prob leaves out (the demo's techdocs until session 57, DE-COP's and KTD's): only
+    # DE-COP's models are scored there
+    docs = copy.deepcopy(DEMO)
+    docs["benchmarks"]["techdocs"] = {**docs["benchmarks"]["novels"], "sources": ["pydoc_topics"], "n_documents": 24}
+    docs["probes"]["decop_likelihood"]["benchmarks"] = ["novels", "techdocs"]
+    assert jobs.scored(docs)["techdocs"] == sorted(docs["probes"]["decop_likelihood"]["models"])
     # every model but CopyBench's and the cloze probes' QA- and news-contaminated ones
     assert jobs.scored(DEMO)["novels"] == sorted(m for m in DEMO["models"] if m not in (
         "tiny-gpt2-medium-books", "tiny-gpt2-medium-qa", "tiny-gpt2-medium-news"))
@@ -210,11 +214,10 @@ def test_benchmarks_csv_names_the_families_each_benchmark_is_probed_by():
     """What the summary writes to benchmarks.csv's ``families`` (the headline shows only those families'
     tables): each family whose probes run on the benchmark, in registry order."""
     assert {b: p["families"] for b, p in jobs.label_provenance(DEMO).items()} == {
-        "books": "copybench", "news": "token_prob;prefix;cloze", "novels": "token_prob;decop;ktd", "qa": "cloze",
-        "techdocs": "decop;ktd"}
+        "books": "copybench", "news": "token_prob;prefix;cloze", "novels": "token_prob;decop;ktd", "qa": "cloze"}
     off = copy.deepcopy(DEMO)
     del off["probes"]["ktd"]
-    assert jobs.label_provenance(off)["techdocs"]["families"] == "decop"
+    assert jobs.label_provenance(off)["novels"]["families"] == "token_prob;decop"
 
 
 def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():

@@ -272,18 +272,43 @@ def test_the_headline_counts_its_checks_and_names_where_they_fail():
 def test_demo_expectations_flag_each_rule():
     from memaudit.stats.headline import demo_expectations
 
+    n = {"n_member": 60, "n_nonmember": 60}
     summary = pd.DataFrame([
-        {"benchmark": "b", "model": "base", "contaminated": False, "method": "loss", "auc": 0.55},
-        {"benchmark": "b", "model": "tuned", "contaminated": True, "method": "loss", "auc": 0.95},
-        {"benchmark": "c", "model": "tuned", "contaminated": False, "method": "loss", "auc": 0.7},
-        {"benchmark": "c", "model": "base", "contaminated": False, "method": "loss", "auc": 0.65},
-        {"benchmark": "b", "model": "weak", "contaminated": True, "method": "loss", "auc": 0.8},
-        {"benchmark": "b", "model": "base", "contaminated": False, "method": "zlib", "auc": 0.9},
+        {"benchmark": "b", "model": "base", "contaminated": False, "method": "loss", "auc": 0.62, **n},
+        {"benchmark": "b", "model": "tuned", "contaminated": True, "method": "loss", "auc": 0.95, **n},
+        {"benchmark": "c", "model": "tuned", "contaminated": False, "method": "loss", "auc": 0.7, **n},
+        {"benchmark": "c", "model": "base", "contaminated": False, "method": "loss", "auc": 0.65, **n},
+        {"benchmark": "d", "model": "base", "contaminated": False, "method": "loss", "auc": 0.65,
+         "n_member": 31, "n_nonmember": 31},
+        {"benchmark": "b", "model": "weak", "contaminated": True, "method": "loss", "auc": 0.8, **n},
+        {"benchmark": "b", "model": "base", "contaminated": False, "method": "zlib", "auc": 0.9, **n},
     ])
     models = pd.DataFrame({"model": ["base", "tuned", "weak"], "base": [None, "base", "base"]})
     got = demo_expectations(summary, models)
-    assert [(r.benchmark, r.model, r.ok) for r in got.itertuples()] == [
-        ("b", "base", True), ("b", "tuned", True), ("c", "base", False), ("b", "weak", False)]
+    # a base model's range is the split's: 0.65 is too far from 0.5 for 60 + 60 documents, not for 31 + 31
+    assert [(r.benchmark, r.model, r.expected, r.ok) for r in got.itertuples()] == [
+        ("b", "base", "in [0.363, 0.637]", True), ("b", "tuned", ">= 0.9", True),
+        ("c", "base", "in [0.363, 0.637]", False), ("d", "base", "in [0.309, 0.691]", True),
+        ("b", "weak", ">= 0.9", False)]
+
+
+def test_null_auc_range_holds_a_random_splits_auc_99_times_in_100():
+    """The range is the Mann-Whitney null's: random labels over fixed scores (a base model on a random
+    split) give an AUC inside it 99% of the time, for small and unequal splits too."""
+    from sklearn.metrics import roc_auc_score
+
+    from memaudit.stats.headline import null_auc_range
+
+    rng = np.random.default_rng(0)
+    for n1, n0 in [(31, 31), (60, 60), (20, 45)]:
+        scores = rng.normal(size=n1 + n0)
+        low, high = null_auc_range(n1, n0)
+        labels = np.r_[np.ones(n1), np.zeros(n0)]
+        aucs = np.array([roc_auc_score(rng.permutation(labels), scores) for _ in range(4000)])
+        inside = float(np.mean((aucs >= low) & (aucs <= high)))
+        assert 0.984 <= inside <= 0.996, (n1, n0, inside)
+    assert null_auc_range(60, 60) == (0.363, 0.637)
+    assert null_auc_range(60, 60, alpha=0.05) == (0.396, 0.604)
 
 
 def test_label_provenance_says_where_labels_come_from_and_where_base_models_are_null_controls():
@@ -314,7 +339,7 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
 
     summary = tmp_path / "summary"
     summary.mkdir()
-    auc = {"method": "loss", "auc_ci_low": 0.1, "auc_ci_high": 0.9}
+    auc = {"method": "loss", "auc_ci_low": 0.1, "auc_ci_high": 0.9, "n_member": 60, "n_nonmember": 60}
     pd.DataFrame([{"benchmark": "novels", "model": "m0", "contaminated": False, "auc": 0.7, **auc},
                   {"benchmark": "archive", "model": "m0", "contaminated": False, "auc": 0.25, **auc},
                   {"benchmark": "archive", "model": "m1", "contaminated": True, "auc": 0.95, **auc}]).to_csv(
@@ -334,8 +359,8 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
         summary / "benchmarks.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert "  novels    m0   loss 0.70 in [0.4, 0.6] False\n" in out
-    assert "  archive    m1   loss 0.95        >= 0.9  True\n" in out and "archive    m0   loss" not in out
+    assert "  novels    m0   loss 0.70 in [0.363, 0.637] False\n" in out
+    assert "  archive    m1   loss 0.95            >= 0.9  True\n" in out and "archive    m0   loss" not in out
     assert "   novels    m0 0.1  0.0    0.5         0.0 named <= 5% of 10 True\n" in out
     assert "archive    m0 0.1" not in out  # the selection: novels only
     assert "   novels    m0  2 0.1  0.5    0.2    0.0     holds        0.5 named <= 1.0 True\n" in out
@@ -346,7 +371,7 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     (summary / "benchmarks.csv").unlink()
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert "archive    m0   loss 0.25 in [0.4, 0.6] False" in out and "findings, not checks" not in out
+    assert "archive    m0   loss 0.25 in [0.363, 0.637] False" in out and "findings, not checks" not in out
     assert "Ground-truth checks: 3 of 7 hold" in out
     # benchmarks.csv names the families this run ran: a KTD table left by a run of another config is not shown
     origins = pd.DataFrame([{"benchmark": "archive", "labels": "random split of documents", "null_control": True,

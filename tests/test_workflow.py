@@ -133,29 +133,30 @@ def test_a_benchmark_no_probe_covers_gets_no_metrics_or_figures(tmp_path):
     assert sum(r == "metrics" for r, _ in jobs) == len(cfg["probes"]["token_prob"]["models"])  # novels only
 
 
-def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
-    """make run: DE-COP on novels and techdocs, token-probability attacks on novels and news, prefix
-    probing on the tiny pair over the news, and every model job on one thread (threads_per_job: 1);
+def test_the_demo_runs_decop_on_novels_one_thread_per_job(tmp_path):
+    """make run: DE-COP (likelihood mode) and KTD on novels, token-probability attacks on novels and news,
+    prefix probing on the tiny pair over the news, and every model job on one thread (threads_per_job: 1);
     without the key a rule keeps its own."""
     from workflow_helpers import dry_run, make_workdir
 
     workdir = make_workdir(tmp_path, share_resources=False)
     jobs = dry_run(workdir, "config/config.yaml", "--cores", "2")
     pairs = {(j["rule"], j["wildcards"]) for j in jobs}
-    assert {w for r, w in pairs if r == "decop_items"} == {"benchmark=novels", "benchmark=techdocs"}
-    # logit on 2 models (novels), likelihood on the 4 tiny ones (novels and techdocs)
-    assert sum(r == "decop_probe" for r, _ in pairs) == 2 + 2 * 4
-    # KTD on the 4 tiny models over DE-COP's two benchmarks (their paraphrase pools)
-    assert {w.split(", ")[0] for r, w in pairs if r == "ktd_probe"} == {"benchmark=novels", "benchmark=techdocs"}
-    assert sum(r == "ktd_probe" for r, _ in pairs) == 2 * 4
+    assert {w for r, w in pairs if r == "decop_items"} == {"benchmark=novels"}
+    # likelihood on the 4 tiny models; logit mode (SmolLM2's, at chance at 135M) is left to ci.yaml and paper.yaml
+    assert {w for r, w in pairs if r == "decop_probe"} == {
+        f"benchmark=novels, model={m}, mode=likelihood" for m in
+        ("tiny-gpt2-small", "tiny-gpt2-small-contaminated", "tiny-gpt2-medium", "tiny-gpt2-medium-contaminated")}
+    # KTD on the 4 tiny models over DE-COP's benchmark (its paraphrase pool)
+    assert {w.split(", ")[0] for r, w in pairs if r == "ktd_probe"} == {"benchmark=novels"}
+    assert sum(r == "ktd_probe" for r, _ in pairs) == 4
     assert {w for r, w in pairs if r == "prefix_probe"} == {
         "benchmark=news, model=tiny-gpt2-medium", "benchmark=news, model=tiny-gpt2-medium-news"}
-    assert {w for r, w in pairs if r == "token_stats" and "techdocs" in w} == set()  # techdocs is DE-COP's
     assert sum(r == "token_stats" for r, _ in pairs) == 2 * 6
     assert {j["threads"] for j in jobs if j["rule"] in ("prepare_model", "token_stats", "decop_probe")} == {1}
     # the longest chain first: benchmarks, then converted models, fine-tunes, models trained from scratch
     priority = {(j["rule"], j["wildcards"]): j["priority"] for j in jobs}
-    assert priority[("benchmark_dataset", "benchmark=techdocs")] == 40
+    assert priority[("benchmark_dataset", "benchmark=novels")] == 40
     assert [priority[("prepare_model", f"model={m}")] for m in
             ("smollm2-135m", "smollm2-135m-contaminated", "tiny-gpt2-medium", "tiny-gpt2-medium-contaminated")] == [
         30, 20, 10, 20]
@@ -163,14 +164,14 @@ def test_the_demo_runs_decop_on_two_benchmarks_one_thread_per_job(tmp_path):
     assert priority[("decop_items", "benchmark=novels")] == 15
     # the longest probing jobs before the short ones
     assert priority[("token_stats", "benchmark=novels, model=smollm2-135m-contaminated")] == 5
-    assert priority[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=logit")] == 0
+    assert priority[("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood")] == 0
 
     cfg = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     del cfg["threads_per_job"]
     (workdir / "default_threads.yaml").write_text(yaml.safe_dump(cfg))
     threads = {(j["rule"], j["wildcards"]): j["threads"] for j in dry_run(workdir, "default_threads.yaml", "--cores", "2")}
     assert threads[("prepare_model", "model=smollm2-135m-contaminated")] == 2  # 8, scaled down to --cores
-    assert threads[("decop_probe", "benchmark=novels, model=smollm2-135m, mode=logit")] == 2
+    assert threads[("token_stats", "benchmark=novels, model=smollm2-135m")] == 2
     assert threads[("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood")] == 1
 
 

@@ -9,6 +9,8 @@ need no change here. The helpers below (:func:`section`, :func:`table_section`,
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -84,7 +86,8 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     models = pd.read_csv(models_path) if models_path.exists() else None
     controlled = null_control_benchmarks(summary_path.parent)
     core = [] if models is None else [
-        section("Ground truth (contaminated: fine-tuned on the members; base models: null control)",
+        section("Ground truth (contaminated: fine-tuned on the members; base models: null control, within the "
+                "range a random split gives 99 times in 100)",
                 demo_expectations(summary, models, controlled=controlled) if not summary.empty else summary),
         table_section(summary_path.with_name("selection.csv"),
                       "FDR-controlled selection (conformal BH over the loss score; contaminated: "
@@ -385,15 +388,38 @@ def rejects_summary(rejects: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# The level of the null control's check: a base model's AUC on a random split falls outside
+# null_auc_range one time in a hundred by chance alone.
+NULL_ALPHA = 0.01
+
+
+def null_auc_range(n_member: int, n_nonmember: int, alpha: float = NULL_ALPHA) -> tuple[float, float]:
+    """Where a base model's AUC falls with probability ``1 - alpha`` on a random member/non-member split
+    of ``n_member`` + ``n_nonmember`` documents.
+
+    The split is drawn at random, so whatever the scores, their ranks among the labels are a random
+    permutation and the AUC is the Mann-Whitney U over ``n_member * n_nonmember``: mean 0.5, standard
+    deviation ``sqrt((n_member + n_nonmember + 1) / (12 * n_member * n_nonmember))`` (no ties; the normal
+    approximation), rounded outwards to 3 decimals. A fixed band such as [0.4, 0.6] is a test whose level
+    moves with the sample: 1.35 standard deviations for 31 + 31 documents (a false alarm one run in six),
+    1.9 for 60 + 60, 3.5 for 200 + 200 (blind to a base model that separates the halves).
+    """
+    from scipy.stats import norm
+
+    n1, n0 = int(n_member), int(n_nonmember)
+    half = norm.ppf(1 - alpha / 2) * math.sqrt((n1 + n0 + 1) / (12 * n1 * n0))
+    return math.floor((0.5 - half) * 1000) / 1000, math.ceil((0.5 + half) * 1000) / 1000
+
+
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
-                      contaminated_min: float = 0.9, null_range: tuple[float, float] = (0.4, 0.6),
+                      contaminated_min: float = 0.9, null_alpha: float = NULL_ALPHA,
                       decop_method: str = "decop-likelihood-prob", decop_min: float = 0.8, *,
                       controlled: set[str] | None = None) -> pd.DataFrame:
     """Check the ground-truth expectations of a run against its summary.
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
-    an uncontaminated *base* model on the same IID split should sit near chance (AUC within
-    ``null_range``). DE-COP's likelihood mode (``decop_method``; by default its mean probability of
+    an uncontaminated *base* model on the same random split should sit near chance: its AUC within
+    :func:`null_auc_range` of the split's documents at level ``null_alpha``. DE-COP's likelihood mode (``decop_method``; by default its mean probability of
     the verbatim option, since accuracy over the demo's 3 passages per document takes 4 values)
     should reach ``decop_min`` on the contaminated models; on a base model its bootstrap 95% interval should hold 0.5 -- DE-COP
     scores a few dozen documents, too few for a fixed band around 0.5 to be a fair null check.
@@ -411,7 +437,8 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
         elif null and is_decop:
             expect, ok = "95% CI holds 0.5", r.auc_ci_low <= 0.5 <= r.auc_ci_high
         elif null:
-            expect, ok = f"in [{null_range[0]}, {null_range[1]}]", null_range[0] <= r.auc <= null_range[1]
+            low, high = null_auc_range(r.n_member, r.n_nonmember, null_alpha)
+            expect, ok = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high
         else:
             continue
         rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
