@@ -280,6 +280,8 @@ def test_demo_expectations_flag_each_rule():
         {"benchmark": "c", "model": "base", "contaminated": False, "method": "loss", "auc": 0.65, **n},
         {"benchmark": "d", "model": "base", "contaminated": False, "method": "loss", "auc": 0.65,
          "n_member": 31, "n_nonmember": 31},
+        {"benchmark": "e", "model": "base", "contaminated": False, "method": "loss", "auc": float("nan"),
+         "n_member": 0, "n_nonmember": 31},
         {"benchmark": "b", "model": "weak", "contaminated": True, "method": "loss", "auc": 0.8, **n},
         {"benchmark": "b", "model": "base", "contaminated": False, "method": "zlib", "auc": 0.9, **n},
     ])
@@ -289,7 +291,7 @@ def test_demo_expectations_flag_each_rule():
     assert [(r.benchmark, r.model, r.expected, r.ok) for r in got.itertuples()] == [
         ("b", "base", "in [0.363, 0.637]", True), ("b", "tuned", ">= 0.9", True),
         ("c", "base", "in [0.363, 0.637]", False), ("d", "base", "in [0.309, 0.691]", True),
-        ("b", "weak", ">= 0.9", False)]
+        ("e", "base", "members and non-members", False), ("b", "weak", ">= 0.9", False)]
 
 
 def test_null_auc_range_holds_a_random_splits_auc_99_times_in_100():
@@ -309,6 +311,8 @@ def test_null_auc_range_holds_a_random_splits_auc_99_times_in_100():
         assert 0.984 <= inside <= 0.996, (n1, n0, inside)
     assert null_auc_range(60, 60) == (0.363, 0.637)
     assert null_auc_range(60, 60, alpha=0.05) == (0.396, 0.604)
+    with pytest.raises(ValueError, match="members and non-members, not 0 and 31"):
+        null_auc_range(0, 31)
 
 
 def test_label_provenance_says_where_labels_come_from_and_where_base_models_are_null_controls():

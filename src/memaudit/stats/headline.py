@@ -10,7 +10,6 @@ need no change here. The helpers below (:func:`section`, :func:`table_section`,
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -407,6 +406,8 @@ def null_auc_range(n_member: int, n_nonmember: int, alpha: float = NULL_ALPHA) -
     from scipy.stats import norm
 
     n1, n0 = int(n_member), int(n_nonmember)
+    if min(n1, n0) < 1:
+        raise ValueError(f"null_auc_range: a split needs members and non-members, not {n1} and {n0}")
     half = norm.ppf(1 - alpha / 2) * math.sqrt((n1 + n0 + 1) / (12 * n1 * n0))
     return math.floor((0.5 - half) * 1000) / 1000, math.ceil((0.5 + half) * 1000) / 1000
 
@@ -419,10 +420,11 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
     an uncontaminated *base* model on the same random split should sit near chance: its AUC within
-    :func:`null_auc_range` of the split's documents at level ``null_alpha``. DE-COP's likelihood mode (``decop_method``; by default its mean probability of
-    the verbatim option, since accuracy over the demo's 3 passages per document takes 4 values)
-    should reach ``decop_min`` on the contaminated models; on a base model its bootstrap 95% interval should hold 0.5 -- DE-COP
-    scores a few dozen documents, too few for a fixed band around 0.5 to be a fair null check.
+    :func:`null_auc_range` of the split's documents at level ``null_alpha`` (a split without members or
+    non-members fails the check). DE-COP's likelihood mode (``decop_method``; by default its mean
+    probability of the verbatim option, since accuracy over the demo's one or two passages per document
+    takes a few values) should reach ``decop_min`` on the contaminated models; on a base model its
+    bootstrap 95% interval should hold 0.5 -- DE-COP scores a few dozen documents.
     Base models are checked on the ``controlled`` benchmarks only (:func:`null_control_benchmarks`;
     None: every benchmark). Returns one row per checked (benchmark, model, method) with ``ok``.
     """
@@ -436,6 +438,8 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
             expect, ok = f">= {floor}", r.auc >= floor
         elif null and is_decop:
             expect, ok = "95% CI holds 0.5", r.auc_ci_low <= 0.5 <= r.auc_ci_high
+        elif null and not (r.n_member >= 1 and r.n_nonmember >= 1):
+            expect, ok = "members and non-members", False
         elif null:
             low, high = null_auc_range(r.n_member, r.n_nonmember, null_alpha)
             expect, ok = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high
