@@ -42,6 +42,8 @@ def _pair(rng: random.Random, supported: bool) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def tiny_t5_dir(tmp_path_factory):
+    """A tiny T5 judge trained to answer "attributable" or "not attributable", without dropout as the
+    paraphraser below (what it learns then does not hang on the random masks a CPU's kernels draw)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
