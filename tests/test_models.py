@@ -413,6 +413,32 @@ def test_builtin_gemma_is_assembled_from_its_part_wheels_and_scores_english():
             np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
 
 
+def test_a_conversion_parses_each_gguf_file_once_for_config_tokenizer_and_weights(monkeypatch):
+    """transformers reads a GGUF file three times to load it; inside the conversion's block the
+    three reads share one parse (Gemma: 40 s → 23 s), and the library's reader is back after it."""
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from memaudit.models.builtin import _gguf_parsed_once, locate_gguf
+
+    folder, name = locate_gguf("smollm2-135m-instruct")
+    parses = []
+
+    class CountingReader(gguf.GGUFReader):
+        def __init__(self, path, mode="r"):
+            parses.append(str(path))
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    with _gguf_parsed_once():
+        config = load_gguf_checkpoint(str(folder / name), return_tensors=False)["config"]
+        tokenizer = load_gguf_checkpoint(str(folder / name), return_tensors=False)["tokenizer"]
+        assert gguf.GGUFReader is not CountingReader
+    assert parses == [str(folder / name)]
+    assert config["model_type"] == "llama" and len(tokenizer["tokens"]) == 49152
+    assert gguf.GGUFReader is CountingReader  # the library's own again: outside the block every load parses
+
+
 def test_hf_backend_serves_all_three_request_types(tiny_model):
     model, tok = tiny_model
     backend = HFBackend({"path": "tiny"}, model=model, tokenizer=tok, max_tokens=512)
