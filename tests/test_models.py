@@ -413,30 +413,41 @@ def test_builtin_gemma_is_assembled_from_its_part_wheels_and_scores_english():
             np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
 
 
-def test_a_conversion_parses_each_gguf_file_once_for_config_tokenizer_and_weights(monkeypatch):
-    """transformers reads a GGUF file three times to load it; inside the conversion's block the
-    three reads share one parse (Gemma: 40 s → 23 s), and the library's reader is back after it."""
+def test_a_conversion_parses_each_gguf_file_once_and_maps_tensor_names_once(monkeypatch):
+    """transformers reads a GGUF file three times to load it and builds gguf's tensor-name map once
+    per module; inside the conversion's block the reads share one parse and the modules one map
+    (Gemma: 40 s → 22 s), and the library's own functions are back after it."""
     import gguf
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from memaudit.models.builtin import _gguf_parsed_once, locate_gguf
 
     folder, name = locate_gguf("smollm2-135m-instruct")
-    parses = []
+    parses, maps = [], []
 
     class CountingReader(gguf.GGUFReader):
         def __init__(self, path, mode="r"):
             parses.append(str(path))
             super().__init__(path, mode)
 
+    def counting_map(arch, n_blocks):
+        maps.append((arch, n_blocks))
+        return gguf.tensor_mapping.TensorNameMap(arch, n_blocks)
+
     monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counting_map)
     with _gguf_parsed_once():
         config = load_gguf_checkpoint(str(folder / name), return_tensors=False)["config"]
         tokenizer = load_gguf_checkpoint(str(folder / name), return_tensors=False)["tokenizer"]
-        assert gguf.GGUFReader is not CountingReader
+        llama = [gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) for _ in range(3)]
+        gemma = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, 18)
     assert parses == [str(folder / name)]
     assert config["model_type"] == "llama" and len(tokenizer["tokens"]) == 49152
-    assert gguf.GGUFReader is CountingReader  # the library's own again: outside the block every load parses
+    assert maps == [(gguf.MODEL_ARCH.LLAMA, 30), (gguf.MODEL_ARCH.GEMMA3, 18)]
+    assert llama[0] is llama[1] is llama[2] and llama[0]["blk.29.attn_q"] == "blk.29.attn_q"
+    assert gemma is not llama[0]
+    # the library's own again: outside the block every load parses and every call builds a map
+    assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is counting_map
 
 
 def test_hf_backend_serves_all_three_request_types(tiny_model):
