@@ -113,9 +113,9 @@ def _gguf_parsed_once():
     about 12 s. Then it maps the weights' names by building ``gguf.get_tensor_name_map(arch,
     n_blocks)`` afresh for each of the model's modules (397 for SmolLM2, about 4 s in all). A
     reader only reads its memory map and a map is only read after it is built, so one of each
-    serves every call (natively, Gemma 40 s → 22 s, SmolLM2 16 s → 7 s: docs/models.md). A patch of the
-    library's names, not a copy of its loader: transformers imports both from ``gguf`` inside the
-    functions that use them, at each call.
+    serves every call (natively, Gemma 40 s → 22 s, SmolLM2 16 s → 7 s; docs/models.md). A patch
+    of the library's names, not a copy of its loader: transformers imports both from ``gguf``
+    inside the functions that use them, at each call.
     """
     import gguf
 
@@ -130,7 +130,7 @@ def _gguf_parsed_once():
 
     gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
     try:
-        yield readers
+        yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
         readers.clear()
