@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 from memaudit.errors import AssetError, ConfigError
@@ -102,6 +103,9 @@ def ensure_builtin(name: str, cache_dir: Path) -> Path:
     return out
 
 
+_GGUF_PATCH = threading.Lock()
+
+
 @contextlib.contextmanager
 def _gguf_parsed_once():
     """Within the block, ``gguf`` builds each of two read-only things once and hands it out again:
@@ -119,21 +123,22 @@ def _gguf_parsed_once():
     """
     import gguf
 
-    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict = {}
+    with _GGUF_PATCH:  # two threads' conversions would each restore what the other patched in
+        reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict = {}
 
-    def reader(path, mode="r"):
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = reader_class(path, mode)
-        return readers[key]
+        def reader(path, mode="r"):
+            key = (os.fspath(path), mode)
+            if key not in readers:
+                readers[key] = reader_class(path, mode)
+            return readers[key]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
-        readers.clear()
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
+            readers.clear()
 
 
 def _convert(name: str, out: Path) -> None:
