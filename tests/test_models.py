@@ -450,6 +450,42 @@ def test_a_conversion_parses_each_gguf_file_once_and_maps_tensor_names_once(monk
     assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is counting_map
 
 
+def test_two_threads_converting_at_once_leave_gguf_as_it_was():
+    """Each block saves the library's names and restores them. Had the second thread's block begun
+    inside the first's (saving the first's patch as the library's) and ended after it, gguf would
+    stay patched; a block waits for the other's end instead."""
+    import threading
+
+    import gguf
+
+    from memaudit.models.builtin import _gguf_parsed_once
+
+    original = (gguf.GGUFReader, gguf.get_tensor_name_map)
+    first_inside, second_inside, first_done, seen = (threading.Event(), threading.Event(), threading.Event(), [])
+
+    def first():
+        with _gguf_parsed_once():
+            seen.append(gguf.GGUFReader)
+            first_inside.set()
+            second_inside.wait(0.5)  # never set while this block holds the patch
+        first_done.set()
+
+    def second():
+        with _gguf_parsed_once():
+            seen.append(gguf.GGUFReader)
+            second_inside.set()
+            first_done.wait(5)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    first_inside.wait(5)
+    threads[1].start()
+    for thread in threads:
+        thread.join(10)
+    assert len(seen) == 2 and seen[0] is not seen[1] and original[0] not in seen
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == original
+
+
 def test_hf_backend_serves_all_three_request_types(tiny_model):
     model, tok = tiny_model
     backend = HFBackend({"path": "tiny"}, model=model, tokenizer=tok, max_tokens=512)
