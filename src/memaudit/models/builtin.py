@@ -125,20 +125,12 @@ def _gguf_parsed_once():
 
     with _GGUF_PATCH:  # two threads' conversions would each restore what the other patched in
         reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-        readers: dict = {}
-
-        def reader(path, mode="r"):
-            key = (os.fspath(path), mode)
-            if key not in readers:
-                readers[key] = reader_class(path, mode)
-            return readers[key]
-
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
+        # the caches, and the readers' memory maps with them, go when the library's names are back
+        gguf.GGUFReader, gguf.get_tensor_name_map = functools.cache(reader_class), functools.cache(name_map)
         try:
             yield
         finally:
             gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
-            readers.clear()
 
 
 def _convert(name: str, out: Path) -> None:

@@ -118,13 +118,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
         # version 2: lowercase and ref_<model> compare the two passes on the characters both scored (a
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
-        methods="memaudit.probes.token_prob.plan:method_names", version=2, fingerprint="bf03135188cce0d4",
+        methods="memaudit.probes.token_prob.plan:method_names", version=2, fingerprint="ec6621151320e257",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
         # characters its scored tokens cover (chars), and zlib compresses only those (session 55); 3: where
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=3, fingerprint="8534d17a72197a7d")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=3, fingerprint="f88083661a8a7770")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="81a27a259c262a1b",
+        version=4, fingerprint="f668fb3590cddf62",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -152,10 +152,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="44087718816b8952",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="a5a31fd396be58c1",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="3d8dbdd974c99f0e"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="b871f8a42578af75"),
                 # its tables and figures over every model (decop_figures)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=1, fingerprint="1afe9d24b21fd4db")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -176,13 +176,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="0fa20c1af8d6d943",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="4424d60c81f9f1a3",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=5, fingerprint="ce4c5767deb822b5"),
+                               version=5, fingerprint="87d52a8169adb6dc"),
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=6, fingerprint="9723016f955ea831")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
@@ -209,11 +209,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # test part keeps members (statistics.validation_split)
         # version 10: the lowercase and reference baselines align two passes as token_prob's do, and the
         # zlib baseline compresses the scored characters only (token_prob's own methods)
-        runner="memaudit.probes.ktd.runner:run_job", version=10, fingerprint="d4291e19b758429d",
+        runner="memaudit.probes.ktd.runner:run_job", version=10, fingerprint="91317ccbe58fd896",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=8, fingerprint="62f4faf95035d7a0"),
+                              version=8, fingerprint="9e23c47489080cd5"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="c6c23ee769d4a619")},
@@ -233,15 +233,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="71dc15c10ac3c778",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="fe9fd2dc3b9f5834",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="6676ad9686487695"),
+                               version=4, fingerprint="f31af1dca3378f76"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="aa93a1d6a9cee4dd")},
+                                 version=4, fingerprint="7f7564315fe22a88")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
