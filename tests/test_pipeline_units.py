@@ -315,6 +315,42 @@ def test_null_auc_range_holds_a_random_splits_auc_99_times_in_100():
         null_auc_range(0, 31)
 
 
+def test_a_base_model_on_a_split_by_book_is_checked_on_the_books_not_the_documents():
+    """Labels drawn per book: a book's chapters share its level, so the documents' AUC strays far beyond
+    null_auc_range (which draws labels document by document) by chance alone; the check of the books'
+    means by Welch's t-test fails about one run in a hundred, as the level says."""
+    from sklearn.metrics import roc_auc_score
+
+    from memaudit.stats.headline import demo_expectations, null_auc_range
+    from memaudit.stats.metrics import group_t_test_pvalue, label_groups
+
+    rng = np.random.default_rng(3)
+    rows, outside = [], 0
+    for (n_books, chapters), run in [((6, 20), r) for r in range(600)] + [((20, 6), r) for r in range(600)]:
+        books = np.repeat([f"book{i}" for i in range(n_books)], chapters)
+        scores = rng.normal(size=n_books)[np.repeat(np.arange(n_books), chapters)] + rng.normal(size=books.size)
+        members = rng.permutation(n_books)[: n_books // 2]
+        labels = np.isin(np.repeat(np.arange(n_books), chapters), members).astype(int)
+        assert label_groups(books, labels) is not None  # the workflow would set ci_books
+        n1, n0 = int(labels.sum()), int((1 - labels).sum())
+        auc = roc_auc_score(labels, scores)
+        low, high = null_auc_range(n1, n0)
+        outside += not (low <= auc <= high)
+        rows.append({"benchmark": f"b{n_books}-{run}", "model": "base", "contaminated": False, "method": "loss",
+                     "auc": auc, "n_member": n1, "n_nonmember": n0, "ci_books": float(n_books),
+                     "t_pvalue": group_t_test_pvalue(scores, labels, books)})
+    got = demo_expectations(pd.DataFrame(rows), pd.DataFrame({"model": ["base"], "base": [None]}))
+    assert len(got) == 1200
+    assert 0.003 <= 1 - got["ok"].mean() <= 0.022  # the check's level, 0.01
+    assert outside / 1200 > 0.2  # what the documents' range would have said
+    assert got["expected"].iloc[0] == "books' means alike (t-test p >= 0.01; 6 books)"
+    # a split with members by book that do differ fails; no variance in either class cannot show it
+    differ = {**rows[0], "t_pvalue": 0.004}
+    flat = {**rows[0], "t_pvalue": float("nan")}
+    assert demo_expectations(pd.DataFrame([differ, flat]), pd.DataFrame({"model": ["base"], "base": [None]}))[
+        "ok"].tolist() == [False, False]
+
+
 def test_label_provenance_says_where_labels_come_from_and_where_base_models_are_null_controls():
     from memaudit.config import label_provenance
 
