@@ -283,6 +283,20 @@ def test_paired_difference_is_the_mean_difference_with_scipys_paired_bootstrap()
     assert value == pytest.approx(float(np.mean(a - b))) and (low, high) == pytest.approx((ref.low, ref.high))
     assert low > 0
     assert paired_difference(np.ones(5), np.ones(5), seed=1) == (0.0, 0.0, 0.0)
+    value, low, high = paired_difference(np.array([0.5]), np.array([0.0]), seed=1)  # one pair: no interval
+    assert value == 0.5 and np.isnan(low) and np.isnan(high)
+
+
+def test_a_difference_without_an_interval_passes_no_check():
+    from memaudit.stats.headline import interval_check, interval_reading
+
+    nan = float("nan")
+    assert interval_check("member", nan, nan) == ("CI above 0 (no interval: one item)", False)
+    assert interval_check("nonmember", nan, nan) == ("CI holds 0 (no interval: one item)", False)
+    assert interval_check("member", 0.1, 0.3) == ("CI above 0", True)
+    assert interval_check("nonmember", -0.1, 0.3) == ("CI holds 0", True)
+    assert [interval_reading(*ci) for ci in ((nan, nan), (0.1, 0.2), (-0.2, -0.1), (-0.1, 0.1))] == [
+        "no interval", "above 0", "below 0", "holds 0"]
 
 
 def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path):
@@ -331,7 +345,10 @@ def test_the_difference_in_differences_resamples_each_group_on_its_own_as_scipy_
     assert value == pytest.approx(member_gain.mean() - nonmember_gain.mean())
     assert (low, high) == pytest.approx((ref.low, ref.high)) and 0.2 < low < value < high < 0.4
     assert independent_difference(np.full(3, 0.5), np.zeros(4), seed=1) == (0.5, 0.5, 0.5)
-    assert independent_difference(np.array([0.5]), np.zeros(4), seed=1) == (0.5, 0.5, 0.5)
+    # one item: no interval, whether the other sample varies or not (its own spread is unknown)
+    for other in (np.zeros(4), np.array([-1, 0, 0.2, 1.5])):
+        value, low, high = independent_difference(np.array([0.5]), other, seed=1)
+        assert value == pytest.approx(0.5 - other.mean()) and np.isnan(low) and np.isnan(high)
 
 
 # ----------------------------------------------------------------------------- the published files

@@ -152,12 +152,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="a5a31fd396be58c1",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="481601a7d41d8089",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged)
         stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="b871f8a42578af75"),
                 # its tables and figures over every model (decop_figures)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=1, fingerprint="1afe9d24b21fd4db")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=1, fingerprint="a94ce7ab78b52450")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -176,15 +176,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="4424d60c81f9f1a3",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="2449c6631fbd9837",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
                                version=5, fingerprint="87d52a8169adb6dc"),
+                # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=6, fingerprint="9723016f955ea831")},
+                                 version=7, fingerprint="425688690ef59317")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -209,14 +210,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # test part keeps members (statistics.validation_split)
         # version 10: the lowercase and reference baselines align two passes as token_prob's do, and the
         # zlib baseline compresses the scored characters only (token_prob's own methods)
-        runner="memaudit.probes.ktd.runner:run_job", version=10, fingerprint="91317ccbe58fd896",
+        runner="memaudit.probes.ktd.runner:run_job", version=10, fingerprint="c612b664ea107f82",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
                               version=8, fingerprint="9e23c47489080cd5"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="c6c23ee769d4a619")},
+                                 version=7, fingerprint="140c39ed0dfc3ec3")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -233,15 +234,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="fe9fd2dc3b9f5834",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="277474db9ce4e5f0",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
                                version=4, fingerprint="f31af1dca3378f76"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
+                # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=4, fingerprint="7f7564315fe22a88")},
+                                 version=5, fingerprint="06ba3ad00a129c2b")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

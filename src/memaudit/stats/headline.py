@@ -160,14 +160,21 @@ def table_section(path: Path, header: str, check: Callable[[pd.DataFrame], pd.Da
 
 def interval_check(group: str, ci_low: float, ci_high: float) -> tuple[str, bool]:
     """The paired ground-truth check of a contaminated-minus-base difference: on members (and the
-    members' gain over the non-members') its interval lies above 0, on non-members it holds 0."""
+    members' gain over the non-members') its interval lies above 0, on non-members it holds 0. No
+    interval (a group of one item: nan bounds) shows neither."""
+    if math.isnan(ci_low) or math.isnan(ci_high):
+        what = "CI above 0" if group in ("member", "member_minus_nonmember") else "CI holds 0"
+        return f"{what} (no interval: one item)", False
     if group in ("member", "member_minus_nonmember"):
         return "CI above 0", bool(ci_low > 0)
     return "CI holds 0", bool(ci_low <= 0 <= ci_high)
 
 
 def interval_reading(ci_low: float, ci_high: float) -> str:
-    """Where a difference's interval lies, without a verdict: ``above 0``, ``below 0`` or ``holds 0``."""
+    """Where a difference's interval lies, without a verdict: ``above 0``, ``below 0``, ``holds 0`` or
+    ``no interval`` (nan bounds: one item)."""
+    if math.isnan(ci_low) or math.isnan(ci_high):
+        return "no interval"
     if ci_low > 0:
         return "above 0"
     return "below 0" if ci_high < 0 else "holds 0"

@@ -388,12 +388,18 @@ def compute_metrics(
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
-    """Mean of ``a - b`` over paired items and its 95% paired bootstrap interval (scipy)."""
+    """Mean of ``a - b`` over paired items and its 95% paired bootstrap interval (scipy).
+
+    One pair (or none) gives no interval (nan bounds): a single difference says nothing of its spread,
+    and a zero-width interval there would read as certain. Every difference the same over two or more
+    pairs is the bootstrap's own zero-width answer."""
     from scipy.stats import bootstrap
 
     diff = np.asarray(a, float) - np.asarray(b, float)
-    if len(diff) < 2 or np.all(diff == diff[0]):
-        m = float(diff.mean()) if len(diff) else float("nan")
+    if len(diff) < 2:
+        return (float(diff.mean()) if len(diff) else math.nan), math.nan, math.nan
+    if np.all(diff == diff[0]):
+        m = float(diff.mean())
         return m, m, m
     res = bootstrap((np.asarray(a, float), np.asarray(b, float)), lambda x, y: np.mean(x - y), paired=True,
                     n_resamples=n_resamples, method="percentile", random_state=np.random.default_rng(seed))
@@ -403,12 +409,16 @@ def paired_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: i
 def independent_difference(a: np.ndarray, b: np.ndarray, *, seed: int,
                            n_resamples: int = 1000) -> tuple[float, float, float]:
     """``mean(a) - mean(b)`` of two independent samples and its 95% percentile bootstrap interval
-    (scipy, each sample resampled on its own)."""
+    (scipy, each sample resampled on its own). A sample of one item gives no interval (nan bounds):
+    its spread is unknown, and holding it fixed while the other is resampled would make the interval
+    too narrow (a one-item sample read as certain)."""
     from scipy.stats import bootstrap
 
     a, b = np.asarray(a, float), np.asarray(b, float)
     value = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
-    if len(a) < 2 or len(b) < 2 or (np.all(a == a[0]) and np.all(b == b[0])):
+    if len(a) < 2 or len(b) < 2:
+        return value, math.nan, math.nan
+    if np.all(a == a[0]) and np.all(b == b[0]):
         return value, value, value
     res = bootstrap((a, b), lambda x, y, axis=-1: np.mean(x, axis=axis) - np.mean(y, axis=axis),
                     n_resamples=n_resamples, method="percentile", vectorized=True,
