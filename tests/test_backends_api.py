@@ -413,6 +413,80 @@ def test_a_reasoning_model_is_sent_no_temperature_stop_or_seed_and_its_answer_is
     assert (built.reasoning, built.max_tokens_field, built.sends_seed) == (True, "max_completion_tokens", False)
 
 
+def test_a_server_without_a_system_role_gets_the_system_prompt_before_the_users(server, monkeypatch):
+    """api.system_role false (vLLM serving Mistral-Instruct or Prometheus-7B answers 400 to a system
+    message): one user message, the system prompt first and a blank line, through the real SDK."""
+    from memaudit.backends.config_checks import check_api_models
+    from memaudit.jobs import validate_config
+
+    ci = yaml.safe_load((Path(__file__).parents[1] / "config/ci.yaml").read_text())
+    ci["models"]["judge"] = {"backend": "openai", "api": {"model_id": "prometheus-7b-v2.0", "system_role": False,
+                                                          "base_url": server.openai_base_url}}
+    ci["models"]["chat"] = {"backend": "openai", "api": {"model_id": "gpt-like", "base_url": server.openai_base_url}}
+    full = validate_config(ci)
+    params = GenerationParams(max_new_tokens=5, system_prompt="You are a fair judge.")
+    merged = api_backend_from_config(full, "judge", cache=False)
+    (g,) = merged.generate(["Rate this story."], params)
+    assert g.status == STATUS_OK
+    assert server.records[-1].request.messages == [{"role": "user", "content": "You are a fair judge.\n\nRate this story."}]
+    api_backend_from_config(full, "chat", cache=False).generate(["Rate this story."], params)  # the default: two
+    assert server.records[-1].request.messages == [{"role": "system", "content": "You are a fair judge."},
+                                                   {"role": "user", "content": "Rate this story."}]
+    # a different request, so a different cache entry; without a system prompt the same body as before
+    assert merged.plan(["q"], params)[0].key != make_openai(server, None, system_role=True).plan(["q"], params)[0].key
+    assert merged.plan(["q"], GenerationParams())[0].body["messages"] == [{"role": "user", "content": "q"}]
+    config = {"models": {"c": {"backend": "anthropic", "api": {"model_id": "claude-x", "system_role": False,
+                                                               "pricing": {"input_per_mtok": 1, "output_per_mtok": 1}}}},
+              "probes": {}}
+    assert [p for p in check_api_models(config) if "system_role" in p] == [
+        "models.c.api.system_role: openai only (the Messages API takes its system prompt apart from the messages)"]
+
+
+def test_system_into_user_puts_each_system_prompt_before_the_next_user_message():
+    from memaudit.backends.base import system_into_user
+
+    assert system_into_user([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]) == [
+        {"role": "user", "content": "S\n\nU"}]
+    assert system_into_user([{"role": "user", "content": "U1"}, {"role": "assistant", "content": "A"},
+                             {"role": "system", "content": "S"}, {"role": "user", "content": "U2"}]) == [
+        {"role": "user", "content": "U1"}, {"role": "assistant", "content": "A"}, {"role": "user", "content": "S\n\nU2"}]
+    assert system_into_user([{"role": "system", "content": "S"}]) == [{"role": "user", "content": "S"}]
+    assert system_into_user([{"role": "user", "content": "U"}]) == [{"role": "user", "content": "U"}]
+
+
+# A Mistral-Instruct-v0.2 style template (Prometheus-7B-v2.0's is the same): no system role
+NO_SYSTEM_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+
+
+def test_a_local_template_that_refuses_a_system_message_gets_it_before_the_users(tiny_backend, caplog):
+    """The paper's fluency judge (Prometheus-7B) and CopyBench's system-mode reminder on Mistral-Instruct:
+    asked again with the system prompt in the user turn, logged once; a template error of another kind
+    (a conversation without a system message) still raises."""
+    import logging
+
+    from jinja2.exceptions import TemplateError
+
+    tok = tiny_backend.tokenizer
+    tok.chat_template = NO_SYSTEM_TEMPLATE
+    params = GenerationParams(max_new_tokens=3, system_prompt="Be fair.", chat=True)
+    with caplog.at_level(logging.INFO, logger="memaudit.backends.hf"):
+        assert tiny_backend._render("Rate it.", params) == f"{tok.bos_token}[INST] Be fair.\n\nRate it. [/INST]"
+        (g,) = tiny_backend.generate(["Rate it."], params)  # the generation path renders it so too
+        tiny_backend._render("Again.", params)
+    assert g.status == STATUS_OK
+    assert sum("refuses a system message" in r.message for r in caplog.records) == 1
+    with pytest.raises(TemplateError, match="roles must alternate"):
+        tiny_backend.render_messages([{"role": "assistant", "content": "A"}])
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"  # one that takes it
+    tiny_backend._system_merged = False
+    assert tiny_backend._render("Rate it.", params) == "<system>Be fair.<user>Rate it."
+
+
 def test_a_429_for_a_spent_quota_is_not_retried(server, tmp_path):
     """OpenAI's insufficient_quota 429 is permanent (a billing limit): one attempt and a failure naming it,
     where a rate limit's 429 is retried (above)."""

@@ -110,6 +110,25 @@ def option_variants(option: str) -> tuple[str, ...]:
     return (option,) if option.startswith(" ") else (option, " " + option)
 
 
+def system_into_user(messages: Sequence[dict]) -> list[dict]:
+    """``messages`` for a model without a system role: each system message's content before the next user
+    message's, a blank line between (CopyBench's paper, A.2: "we simply prepend the system prompt to the
+    instruction"; its reference code joins them with ``"\\n\\n"``). A system message with no user message
+    after it becomes one."""
+    out, pending = [], []
+    for m in messages:
+        if m["role"] == "system":
+            pending.append(m["content"])
+        elif m["role"] == "user" and pending:
+            out.append({**m, "content": "\n\n".join([*pending, m["content"]])})
+            pending = []
+        else:
+            out.append(dict(m))
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
+
+
 def option_token_ids(tokenizer, option: str) -> list[int]:
     """The token ids that answer ``option`` in a local model's next-token distribution.
 

@@ -69,6 +69,9 @@ def check_api_models(config: dict) -> list[str]:
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
         if backend == "anthropic" and "reasoning" in api:
             problems.append(f"{where}.api.reasoning: openai only (the Messages API takes a temperature)")
+        if backend == "anthropic" and "system_role" in api:
+            problems.append(f"{where}.api.system_role: openai only (the Messages API takes its system prompt "
+                            f"apart from the messages)")
         if backend == "anthropic" and "max_tokens_field" in api:
             # (logprobs and top_logprobs have schema defaults, so only this one can be told apart)
             problems.append(f"{where}.api.max_tokens_field: the Anthropic Messages API has only max_tokens")

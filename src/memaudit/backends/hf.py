@@ -4,15 +4,17 @@ generation only: the roles that ask a model and read its reply (CopyBench's even
 
 from __future__ import annotations
 
+import logging
 import re
 import weakref
 from pathlib import Path
 from typing import Sequence
 
 from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS,
-                                    Backend, Generation, GenerationParams, option_token_ids)
+                                    Backend, Generation, GenerationParams, option_token_ids, system_into_user)
 from memaudit.errors import ConfigError
 
+log = logging.getLogger(__name__)
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
     """``text`` cut before each of ``stops`` in turn that it holds, and the last stop string that cut it
@@ -244,11 +246,34 @@ class HFBackend(Backend):
     def render_messages(self, messages: Sequence[dict], *, chat: bool = True) -> str:
         """A conversation as model input: the chat template if the tokenizer has one, else plain text.
 
-        Plain text joins the messages' contents with blank lines (system prompt first).
+        Plain text joins the messages' contents with blank lines (system prompt first). A template that
+        refuses a system message (Mistral-Instruct's, Prometheus-7B's: "Conversation roles must
+        alternate", "Only user and assistant roles are supported") gets the system prompt before the
+        first user message, a blank line between, as CopyBench's paper and reference code do for models
+        without a system role (:func:`~memaudit.backends.base.system_into_user`); the log says so once.
         """
-        if chat and getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return "\n\n".join(m["content"] for m in messages)
+        if not (chat and getattr(self.tokenizer, "chat_template", None)):
+            return "\n\n".join(m["content"] for m in messages)
+        from jinja2.exceptions import TemplateError
+
+        def render(conversation):
+            return self.tokenizer.apply_chat_template(list(conversation), tokenize=False, add_generation_prompt=True)
+
+        if not any(m["role"] == "system" for m in messages):
+            return render(messages)
+        if getattr(self, "_system_merged", False):
+            return render(system_into_user(messages))
+        try:
+            return render(messages)
+        except TemplateError as refused:
+            try:
+                text = render(system_into_user(messages))
+            except TemplateError:
+                raise refused from None
+            log.info("%s: the chat template refuses a system message (%s); the system prompt goes before "
+                     "the user's, a blank line between", self.name, refused)
+            self._system_merged = True
+            return text
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[Sequence[str]], *,
                         params: GenerationParams = GenerationParams(), batch_size: int | None = None,

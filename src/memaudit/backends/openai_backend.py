@@ -24,7 +24,7 @@ from typing import Sequence
 from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
                                    response_bytes, split_sdk_fields)
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
-                                    GenerationParams, provider_api)
+                                    GenerationParams, provider_api, system_into_user)
 from memaudit.errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20
@@ -37,8 +37,11 @@ class OpenAIBackend(APIBackend):
     default_key_env = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
 
-    def __init__(self, model_id: str, *, reasoning: bool = False, **kwargs):
+    def __init__(self, model_id: str, *, reasoning: bool = False, system_role: bool = True, **kwargs):
         super().__init__(model_id, **kwargs)
+        # false: a server whose chat template refuses a system message (Mistral-Instruct, Prometheus-7B on
+        # vLLM answer 400) gets the system prompt before the user message, as the local backend does
+        self.system_role = bool(system_role)
         # a reasoning model (o-series, gpt-5): no temperature, top_p, stop or seed on the wire (it refuses them)
         self.reasoning = bool(reasoning)
         self.sends_seed = not self.reasoning
@@ -65,6 +68,8 @@ class OpenAIBackend(APIBackend):
     def _body(self, prompt: str, params: GenerationParams, top_logprobs: int) -> dict:
         messages = [{"role": "system", "content": params.system_prompt}] if params.system_prompt else []
         messages.append({"role": "user", "content": prompt})
+        if not self.system_role:
+            messages = system_into_user(messages)
         body = {"model": self.model_id, "messages": messages, self.max_tokens_field: params.max_new_tokens}
         if not self.reasoning:
             body.update(temperature=params.temperature, seed=self.wire_seed(params))

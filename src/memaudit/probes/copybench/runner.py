@@ -18,7 +18,8 @@ Three probes (the family's modes), each a job per (benchmark, model):
 
 Each decoding in ``probes.copybench.decodings`` runs the same prompts: ``greedy`` (the
 paper's: greedy, repetition penalty 1.1, stop at ``"\\n\\n\\n"``), ``system`` (the system-mode
-reminder, Section 5.2; prepended to the prompt where a model has no system role) and
+reminder, Section 5.2; prepended to the prompt where a model has no system role: plain text, a
+chat template that refuses one, a server marked ``api.system_role: false``) and
 ``memfree`` (MemFree decoding against the rejection corpus -- the literal references, or the
 books' text for stories; open models only). A decoding other than greedy suffixes its
 methods (``copybench_rougeL_memfree``), so every mitigation gets its own AUC row.
