@@ -1322,6 +1322,37 @@ def test_serve_answers_a_prompt_too_long_with_a_400_and_its_batch_without_it(tin
     assert statuses == [200, 200, 200, 400] and srv.count() == 4  # the batch failed, then each alone
 
 
+def test_fit_context_decodes_a_long_prompt_to_the_models_last_position_and_a_short_one_as_ever(tiny_model):
+    """GenerationParams.fit_context (CopyBench's stories on a 4096-position Llama-2, as offline vLLM):
+    a prompt with fewer positions left than its new tokens gets as many as are left, the same tokens as
+    asking for that many; one that fits is decoded as without the flag; one that fills the context is
+    the error it always was. Batched and one at a time alike."""
+    import dataclasses
+
+    from memaudit.backends.hf import HFBackend
+
+    model, tok = tiny_model
+    hf = HFBackend({"path": "tiny"}, name="tiny", model=model, tokenizer=tok)
+    params = GenerationParams(max_new_tokens=40, chat=False, fit_context=True)
+    long = " ".join(["the sea and the ship"] * 8)
+    n_long = len(hf._prompt_ids(long, params))
+    assert 88 < n_long < 128  # 128 positions: fewer than 40 left
+    left = 128 - n_long
+    batched = hf.generate_batched(["The sea", long], params)
+    strict = dataclasses.replace(params, fit_context=False)
+    with pytest.raises(ValueError, match="exceeds its 128 positions"):
+        hf.generate_batched([long], strict)
+    (as_asked,) = hf.generate_batched([long], dataclasses.replace(strict, max_new_tokens=left))
+    assert batched[1].meta["capped_to"] == left and batched[1].meta["token_ids"] == as_asked.meta["token_ids"]
+    assert batched[1].output_tokens <= left and batched[1].text == as_asked.text
+    (short,) = hf.generate_batched(["The sea"], strict)
+    assert "capped_to" not in batched[0].meta and batched[0].meta["token_ids"] == short.meta["token_ids"]
+    (one,) = hf.generate([long], params)  # the one-at-a-time path
+    assert one.meta["capped_to"] == left and one.text == as_asked.text
+    with pytest.raises(ValueError, match="leaves none of its 128 positions"):
+        hf.generate_batched(["The sea", " ".join(["the sea and the ship"] * 12)], params)
+
+
 def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
     """``memaudit serve`` built its backend without a name: a prompt too long was refused as
     "model None: ...". The error names the served model (``--name``, else the path's last part), which

@@ -57,6 +57,11 @@ class GenerationParams:
     chat: bool = True  # apply the chat template (instruct models) or plain text
     seed: int = 0
     sample_index: int = 0  # distinguishes repeated samples of one prompt
+    # Local causal models: a prompt whose max_new_tokens would run past the model's positions gets as
+    # many new tokens as fit (``meta["capped_to"]``), as offline vLLM stops at max_model_len (CopyBench's
+    # 1024-token stories after four demonstrations); False: an error naming the model. The prompt is
+    # never cut either way, and a server decides for itself (OpenAI's and vLLM's answer 400).
+    fit_context: bool = False
 
 
 # Outcome of one request. A refusal and an invalid answer are results (counted in

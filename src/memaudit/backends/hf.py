@@ -349,6 +349,39 @@ class HFBackend(Backend):
                 raise ConfigError(f"model {self.name!r}: MemFree decoding is implemented for causal LMs only")
             return self._generate_seq2seq([self._render(p, params) for p in prompts], params, max_rows=max_rows)
         encoded = [self._prompt_ids(self._render(p, params), params) for p in prompts]
+        if params.fit_context:
+            return self._fitted(encoded, params, memfree=memfree, max_rows=max_rows)
+        return self._generate_encoded(encoded, params, memfree=memfree, max_rows=max_rows)
+
+    def _fitted(self, encoded: list[list[int]], params: GenerationParams, *, memfree, max_rows: int):
+        """``params.fit_context``: each prompt decoded with as many new tokens as its model's positions leave
+        (at most ``max_new_tokens``); prompts of one limit together, so a prompt that fits is decoded (and
+        cached) as without the flag. A prompt that leaves no position is the error it always is."""
+        import dataclasses
+
+        from memaudit.models.loading import model_max_length
+
+        positions = model_max_length(self.model)
+        want = params.max_new_tokens
+        limits = [want if positions is None else min(want, positions - len(e)) for e in encoded]
+        if min(limits, default=1) < 1:
+            raise ValueError(f"model {self.name!r}: a prompt of {max(len(e) for e in encoded)} tokens leaves none "
+                             f"of its {positions} positions for new tokens (the prompt is never cut silently)")
+        out: list[Generation | None] = [None] * len(encoded)
+        for limit in sorted(set(limits), reverse=True):
+            rows = [i for i, n in enumerate(limits) if n == limit]
+            fitted = dataclasses.replace(params, max_new_tokens=limit, fit_context=False)
+            for i, g in zip(rows, self._generate_encoded([encoded[i] for i in rows], fitted, memfree=memfree,
+                                                         max_rows=max_rows)):
+                if limit < want:
+                    g.meta["capped_to"] = limit
+                out[i] = g
+        return out
+
+    def _generate_encoded(self, encoded: list[list[int]], params: GenerationParams, *, memfree,
+                          max_rows: int) -> list[Generation]:
+        """:meth:`generate_batched` of prompts rendered and tokenised: through the generation cache where
+        there is one and no MemFree index."""
         if memfree is None and self.generation_cache_path is not None:
             if self._generation_cache is None:
                 from memaudit.backends.generation_cache import GenerationCache
@@ -472,6 +505,16 @@ class HFBackend(Backend):
 
         tok = self.tokenizer
         ids = self._prompt_ids(text, params)
+        capped = None
+        if params.fit_context and not self.encoder_decoder:
+            import dataclasses
+
+            from memaudit.models.loading import model_max_length
+
+            positions = model_max_length(self.model)
+            if positions is not None and 0 < positions - len(ids) < params.max_new_tokens:
+                capped = positions - len(ids)
+                params = dataclasses.replace(params, max_new_tokens=capped)
         self._check_fits(len(ids), params)
         enc = {"input_ids": torch.tensor([ids], device=self.model.device)}
         enc["attention_mask"] = torch.ones_like(enc["input_ids"])
@@ -508,5 +551,7 @@ class HFBackend(Backend):
                 tokens.append([tok.decode([chosen]), float(logp[chosen]), list(raw[0])])
                 top.append([[tok.decode([i]), float(v), list(b)] for v, i, b in zip(values, ranked[1:], raw[1:])])
             meta.update(tokens=tokens, top_logprobs=top)
+        if capped is not None:
+            meta["capped_to"] = capped
         return Generation(text=out, input_tokens=int(enc["input_ids"].shape[1]), output_tokens=int(len(new)),
                           meta=meta, status="refusal" if is_refusal(out) else "ok")

@@ -118,13 +118,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         runner="memaudit.probes.token_prob.runner:run_job", checks="memaudit.probes.token_prob.plan:check_config",
         # version 2: lowercase and ref_<model> compare the two passes on the characters both scored (a
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
-        methods="memaudit.probes.token_prob.plan:method_names", version=2, fingerprint="de670b6409e69a2b",
+        methods="memaudit.probes.token_prob.plan:method_names", version=2, fingerprint="aec865ead29f6ec8",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
         # characters its scored tokens cover (chars), and zlib compresses only those (session 55); 3: where
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=3, fingerprint="44deb1eb1c8013bf")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=3, fingerprint="5a76e2a8eafe6417")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         checks="memaudit.probes.prefix.plan:check_config", methods="memaudit.probes.prefix.plan:method_names",
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
-        version=4, fingerprint="98e911511e41ca31",
+        version=4, fingerprint="9fd8441b84ada20b",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -152,10 +152,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # templates), but a user's finished run on a base model would be stale: it reruns.
         # 6: the suspect list ranks each document's accuracy among the held-out clean documents'
         # (conformal p-values, BH); the per-question Fisher test named clean documents far above its FDR
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="3023025285960470",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=6, fingerprint="d8ce2f840fc187c1",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="1bebb963de8ded3f"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=5, fingerprint="29f2b6dbb2759d8d"),
                 # its tables and figures over every model (decop_figures)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=1, fingerprint="a94ce7ab78b52450")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
@@ -176,13 +176,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="09a1a7de629abc0f",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="48e2b31313248b45",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=5, fingerprint="8ad8d9e67dd8a439"),
+                               version=5, fingerprint="34489d2f70a92433"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=7, fingerprint="425688690ef59317")},
@@ -210,11 +210,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # test part keeps members (statistics.validation_split)
         # version 10: the lowercase and reference baselines align two passes as token_prob's do, and the
         # zlib baseline compresses the scored characters only (token_prob's own methods)
-        runner="memaudit.probes.ktd.runner:run_job", version=10, fingerprint="ab3aa15da1f843a3",
+        runner="memaudit.probes.ktd.runner:run_job", version=10, fingerprint="3cbb72040030b273",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=8, fingerprint="fb070afd4a14320f"),
+                              version=8, fingerprint="8ff4bead7d9c773c"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="140c39ed0dfc3ec3")},
@@ -234,16 +234,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="7813c82e5bf1daa4",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="a27ce6689eaed712",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="b8431fa943ab3711"),
+                               version=4, fingerprint="b9a0670b063604f0"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=5, fingerprint="80dfe1bd5dc95638")},
+                                 version=5, fingerprint="a6fe7235b243945e")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

@@ -78,7 +78,7 @@ def _params(cfg: dict, mode: str, *, chat: bool, system: str | None,
     OpenAI path does (it sends the penalty to vLLM only); ``outcomes.json`` records the value used."""
     return GenerationParams(max_new_tokens=int(cfg[f"{mode}_max_new_tokens"]), temperature=0.0,
                             repetition_penalty=float(cfg["repetition_penalty"]) if takes_penalty else 1.0,
-                            stop=(STOP,), system_prompt=system, chat=chat)
+                            stop=(STOP,), system_prompt=system, chat=chat, fit_context=True)
 
 
 def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> list[tuple[dict, str, str, str | None]]:
@@ -261,6 +261,10 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
         generations = generate(backend, [p[2] for p in prompts], params, memfree=memfree,
                                batch_size=int(cfg["batch_size"]))
         statuses = Counter(g.status for g in generations)
+        capped = sum("capped_to" in g.meta for g in generations)
+        if capped:
+            progress(f"{capped} of {len(generations)} prompts left fewer than {params.max_new_tokens} positions "
+                     f"of {backend.name}'s context: decoded to its end, as the reference's vLLM")
         if statuses[STATUS_ERROR]:
             first = next(g for g in generations if g.status == STATUS_ERROR)
             raise RuntimeError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
@@ -288,6 +292,7 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
                            "method": method_name(m, decoding), "score": s[m]} for m in METHODS[mode] if m in s]
         outcomes["decodings"][decoding] = _rates(mode, scored, [it["label"] for it, *_ in prompts], statuses,
                                                  seed=seed)
+        outcomes["decodings"][decoding]["capped_to_context"] = capped
         if index is not None:
             outcomes["decodings"][decoding]["memfree"] = memfree_check(
                 index, backend, [g.text for g in generations], [g.meta.get("token_ids") for g in generations])
