@@ -210,6 +210,11 @@ def test_verdicts_outside_the_two_options_are_invalid():
     assert [parse_verdict(r) for r in ("attributable", " Attributable.", "not attributable", "'not attributable'",
                                        "yes", "", "attributable, probably")] == [
         True, True, False, False, None, None, None]
+    # a causal LM writes on after its verdict: the first line's first sentence is the verdict
+    assert [parse_verdict(r) for r in (" Attributable\n\n### Instruction:\nPlease", "Not attributable. The reference "
+                                       "never names Emma.", "'attributable'\nyes", "Attributable, as the reference "
+                                       "says. Not attributable", "\n\nnot attributable\n")] == [
+        True, False, True, None, False]
     assert ATTRIBUTION_PROMPT.format(claim="C", reference="R").startswith(
         "### Instruction:\nPlease solely verify whether the reference can support the claim. Options: "
         "'attributable' or 'not attributable'.\n### Input:\nClaim: C\n\nReference: R")

@@ -176,13 +176,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "qa": frozenset({GENERATE}),
         },
         runner="memaudit.probes.copybench.runner:run_job", planner="memaudit.probes.copybench.api_plan:plan_records",
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=4, fingerprint="48e2b31313248b45",
+        # 5: an LLM event judge's verdict is its reply's first line's first sentence (a causal LM writes on
+        # after "attributable", which counted as invalid and the event as not found); the encoder judge's
+        # (the demo's) unchanged
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=5, fingerprint="a4617d9ac632c0ac",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=5, fingerprint="34489d2f70a92433"),
+                               version=5, fingerprint="4452a34fe8cd004f"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=7, fingerprint="425688690ef59317")},

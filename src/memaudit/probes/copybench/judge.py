@@ -51,8 +51,14 @@ def chunks(nlp, text: str, *, window: int = 128, stride: int = 128) -> list[str]
 
 
 def parse_verdict(reply: str) -> bool | None:
-    """``True`` for attributable, ``False`` for not attributable, ``None`` for anything else."""
-    text = reply.strip().strip(".'\"").strip().lower()
+    """``True`` for attributable, ``False`` for not attributable, ``None`` for anything else.
+
+    The verdict is the reply's first line up to its first sentence end: the paper's flan-t5 answers
+    the option alone, a causal LM given the prompt's ``### Output:`` answers it and writes on (a new
+    ``### Instruction:``, a reason after a full stop), which no stop string ends within its few
+    tokens. A hedge in the verdict's own sentence ("attributable, probably") is still invalid."""
+    first = reply.strip().split("\n", 1)[0]
+    text = _SENTENCE_END.split(first, 1)[0].strip().strip(".'\"").strip().lower()
     if text == OPTIONS[0]:
         return True
     if text == OPTIONS[1]:
