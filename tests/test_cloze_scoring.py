@@ -91,6 +91,11 @@ def test_contamination_and_filter_prompts_are_the_papers_text():
     ('<word>"Frodo"</word>', "Frodo"),
     ("<word>Frodo</word> or maybe <word>Sam</word>", "Frodo"),  # first tag
     ("<word>Frodo", "Frodo"),  # closing tag cut by a stop string
+    ("<word>Ahab</", "Ahab"),  # ... or by the token limit, part of it left
+    ("<word>Ahab</wo", "Ahab"),
+    ("Sure! <word>Ahab</word", "Ahab"),
+    ("<word>Ahab <", "Ahab"),
+    ("<word>Ahab</ward", None),  # not a beginning of the closing tag
     ("<word>Frodo's</word>", "Frodo's"),
     ("Frodo", None),  # untagged: invalid for the cloze prompt
     ("The word is Frodo.", None),
@@ -125,6 +130,13 @@ def test_parse_filter_answers():
     assert listed == ["dog", "Cat", "ring"]  # header, duplicate and prose skipped
     assert parse_word_list("dog, cat; mouse 1. horse 2. cow") == ["dog", "cat", "mouse", "horse", "cow"]
     assert len(parse_word_list("\n".join(f"{i}. w{i}" for i in range(1, 151)))) == 100
+    # bold, hashed and dashed numbering is a marker, not a listed number; a year alone is an entry
+    assert parse_word_list("**1.** dog\n**2.** cat\n#3 ring\n4 - horse\n5 – cow\n1984") == [
+        "dog", "cat", "ring", "horse", "cow", "1984"]
+    from memaudit.probes.cloze.prompts import listed as is_listed
+
+    numbered = parse_word_list("\n".join(f"**{i}.** w{i}" for i in range(1, 21)))
+    assert not any(is_listed(numbered, str(i)) for i in range(1, 21)) and is_listed(numbered, "w12")
 
 
 @pytest.mark.parametrize("guess, truth, exact, lenient", [
@@ -142,6 +154,12 @@ def test_parse_filter_answers():
     ("cities", "city", False, True),
     ("Sam", "Frodo", False, False),
     ("10", "100", False, False),
+    ("1/2", "12", False, False),  # a fraction, a range: not the number their digits spell
+    ("1-2", "12", False, False),
+    ("19-20", "1920", False, False),
+    ("9/11", "9/11", True, True),
+    ("B-52", "B52", True, True),
+    ("co-op", "coop", True, True),
     (None, "Frodo", False, False),
     ("", "", False, False),
 ])

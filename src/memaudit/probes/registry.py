@@ -237,12 +237,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=3, fingerprint="a27ce6689eaed712",
+        # 4 (and items 5): a guess with punctuation between digits is no number its digits spell ("1/2" is
+        # not "12"); a reply cut inside its closing </word> tag is parsed; a filter's list numbered "**1.**",
+        # "#1" or "1 -" no longer lists the numbers 1 to N (a numeric candidate dropped as guessable)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=4, fingerprint="7d5b64ad2f1dcc62",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=4, fingerprint="b9a0670b063604f0"),
+                               version=5, fingerprint="20dd00707815a72b"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),

@@ -22,7 +22,8 @@ knowledge filters (two prompts)
 
 Matching (:func:`normalise`, :func:`matches`): case-insensitive; Unicode compatibility forms
 and diacritics folded (``Zoë`` = ``Zoe``); surrounding quotes and punctuation, a possessive
-``'s`` and inner punctuation removed (``O'Brien`` = ``OBrien``, ``U.S.`` = ``US``); numbers
+``'s`` and inner punctuation removed (``O'Brien`` = ``OBrien``, ``U.S.`` = ``US``) except
+between two digits (``1/2`` and ``19-20`` are not ``12`` and ``1920``); numbers
 compared as numbers (``1,000`` = ``1000`` = ``1000.0``; the number words zero to twenty and
 the tens = their digits). Plural-insensitive matching is *off* by default: the paper reports
 exact-match rates (Table 4), and whether a guess is evidence of memorisation should not
@@ -102,8 +103,9 @@ def filter_list_prompt(context: str) -> str:
 _QUOTES = "\"'`“”‘’«»*_"
 _EDGE = re.compile(rf"^[\s{re.escape(_QUOTES)}\[\](){{}}<>]+|[\s{re.escape(_QUOTES)}\[\](){{}}<>.,;:!?…]+$")
 _TAG = re.compile(r"<\s*word\s*>(.*?)<\s*/\s*word\s*>", re.IGNORECASE | re.DOTALL)
-# An opening tag whose closing tag was cut (a stop string, the token limit).
-_OPEN_TAG = re.compile(r"<\s*word\s*>([^<\n]*)\s*$", re.IGNORECASE)
+# An opening tag whose closing tag was cut (a stop string, the token limit): nothing of it left, or a
+# beginning of it ("<", "</", "</wo", "</word" without its ">").
+_OPEN_TAG = re.compile(r"<\s*word\s*>([^<\n]*)\s*(?:<\s*(?:/\s*(?:w(?:o(?:r(?:d\s*)?)?)?)?)?)?$", re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:answer|output|word)\s*(?:is|:)\s*)", re.IGNORECASE)
 _QUOTED = re.compile(r"[\"“'‘*]+([^\"”'’*\n]{1,40}?)[\"”'’*]+")
 _IS_WORD = re.compile(r"\bis\s*:?\s+([^\s.,;!?]+)\s*[.!]?\s*$", re.IGNORECASE)
@@ -185,7 +187,10 @@ def parse_filter_word(reply: str | None) -> str | None:
     return _clean(m.group(1)) if m else None
 
 
-_BULLET = re.compile(r"^\s*(?:[-*•·]|\(?\d{1,3}[.):\]]|[a-z][.)])\s+", re.IGNORECASE)
+# a list's marker: a bullet, "1." "(1)" "1)" "1:" "[1]", bold "**1.**", "#1", "1 -" / "1 –", "a."; a number
+# with none of those after it ("1984") is an entry, not a marker
+_BULLET = re.compile(r"^\s*(?:[-*•·]|\**\(?\d{1,3}[.):\]]\**|#\d{1,3}[.):]?|\d{1,3}\s+[-–—]|[a-z][.)])\s+",
+                     re.IGNORECASE)
 _NUMBERED_INLINE = re.compile(r"(?:^|\s)\d{1,3}[.)]\s+")
 
 
@@ -250,7 +255,9 @@ def normalise(word: str | None) -> str:
     if number is not None:
         return number
     text = re.sub(r"'s$", "", text)
-    return re.sub(r"[\W_]+", "", text)
+    # punctuation goes ("U.S.", "co-op"), but not between two digits: "1/2", "1-2" and "19-20" are not
+    # the numbers 12 and 1920
+    return re.sub(r"(?<!\d)[\W_]+|[\W_]+(?!\d)", "", text)
 
 
 def _singular(word: str) -> str:
