@@ -16,6 +16,7 @@ from memaudit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
     """``text`` cut before each of ``stops`` in turn that it holds, and the last stop string that cut it
     (None: none did; the answer then ended at its end token or its token limit)."""
@@ -359,14 +360,8 @@ class HFBackend(Backend):
         cached) as without the flag. A prompt that leaves no position is the error it always is."""
         import dataclasses
 
-        from memaudit.models.loading import model_max_length
-
-        positions = model_max_length(self.model)
         want = params.max_new_tokens
-        limits = [want if positions is None else min(want, positions - len(e)) for e in encoded]
-        if min(limits, default=1) < 1:
-            raise ValueError(f"model {self.name!r}: a prompt of {max(len(e) for e in encoded)} tokens leaves none "
-                             f"of its {positions} positions for new tokens (the prompt is never cut silently)")
+        limits = [self._new_tokens_that_fit(len(e), want) for e in encoded]
         out: list[Generation | None] = [None] * len(encoded)
         for limit in sorted(set(limits), reverse=True):
             rows = [i for i, n in enumerate(limits) if n == limit]
@@ -377,6 +372,19 @@ class HFBackend(Backend):
                     g.meta["capped_to"] = limit
                 out[i] = g
         return out
+
+    def _new_tokens_that_fit(self, n_prompt: int, want: int) -> int:
+        """At most ``want`` new tokens after a prompt of ``n_prompt`` tokens within a causal model's positions;
+        a ValueError where the prompt leaves none (it is never cut)."""
+        from memaudit.models.loading import model_max_length
+
+        positions = None if self.encoder_decoder else model_max_length(self.model)
+        if positions is None:
+            return want
+        if n_prompt >= positions:
+            raise ValueError(f"model {self.name!r}: a prompt of {n_prompt} tokens leaves none of its {positions} "
+                             "positions for new tokens (the prompt is never cut silently)")
+        return min(want, positions - n_prompt)
 
     def _generate_encoded(self, encoded: list[list[int]], params: GenerationParams, *, memfree,
                           max_rows: int) -> list[Generation]:
@@ -505,16 +513,12 @@ class HFBackend(Backend):
 
         tok = self.tokenizer
         ids = self._prompt_ids(text, params)
-        capped = None
-        if params.fit_context and not self.encoder_decoder:
+        room = self._new_tokens_that_fit(len(ids), params.max_new_tokens) if params.fit_context else None
+        capped = room if room is not None and room < params.max_new_tokens else None
+        if capped is not None:
             import dataclasses
 
-            from memaudit.models.loading import model_max_length
-
-            positions = model_max_length(self.model)
-            if positions is not None and 0 < positions - len(ids) < params.max_new_tokens:
-                capped = positions - len(ids)
-                params = dataclasses.replace(params, max_new_tokens=capped)
+            params = dataclasses.replace(params, max_new_tokens=capped)
         self._check_fits(len(ids), params)
         enc = {"input_ids": torch.tensor([ids], device=self.model.device)}
         enc["attention_mask"] = torch.ones_like(enc["input_ids"])
