@@ -88,6 +88,13 @@ def test_k_lowest_mean_of_empty_is_nan():
     assert np.isnan(k_lowest_mean(np.zeros(0), 0.2))
 
 
+def test_k_lowest_mean_takes_the_floor_of_the_decimal_product():
+    values = np.arange(90, dtype=float)  # 90 * 0.7 is 62.99999999999999 in binary floating point
+    assert k_lowest_mean(values, 0.7) == pytest.approx(np.arange(63).mean())
+    assert k_lowest_mean(values, 0.2) == pytest.approx(np.arange(18).mean())
+    assert k_lowest_mean(np.arange(3, dtype=float), 0.1) == 0.0  # at least one value
+
+
 def test_documents_aggregate_passages_by_mean():
     passages = pd.DataFrame({"passage_id": ["d1#p0", "d1#p1"], "doc_id": ["d1", "d1"], "label": [1, 1]})
     scores = score_passages(ScoringContext(TEXTS, HAND), [Loss()], passages)
@@ -172,6 +179,35 @@ def test_statistics_record_how_much_of_a_cut_text_was_scored(tiny_model, tmp_pat
     both = concat_stats([TokenStats.load(tmp_path / "shard.npz"), stats])
     save_many(tmp_path / "s.npz", original=both)
     assert load_many(tmp_path / "s.npz", "original").chars.tolist() == [len(kept), len(short)] * 2
+
+
+def test_a_cut_inside_a_character_keeps_none_of_its_byte_tokens(tmp_path):
+    """Byte-level BPE gives each byte token of a CJK character the character's end: a cut among them
+    scored part of it while claiming all of it, so a model compared with itself at another cut (the
+    reference method) differed. The cut keeps whole characters: the same model gives 0."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from memaudit.models.tiny import train_bpe_tokenizer
+    from memaudit.models.token_stats import encode_scored
+    from memaudit.probes.token_prob.methods import shared_span
+
+    tok = train_bpe_tokenizer(["hello world"] * 5, 260, tmp_path)
+    text = "ab 日本"
+    offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    assert [end for _, end in offsets] == [1, 2, 3, 4, 4, 4, 5, 5, 5]  # 日 and 本: three byte tokens each
+
+    def kept(max_tokens):  # text tokens kept (after the context token) and the characters they cover
+        ids, chars, _ = encode_scored(tok, text, max_tokens)
+        return len(ids) - 1, chars
+
+    assert [kept(n) for n in (3, 4, 5, 6, 7, 9)] == [(3, 3), (3, 3), (3, 3), (6, 4), (6, 4), (9, 5)]
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=1, n_head=2)).eval()
+    cut, whole = (compute_token_stats(model, tok, [text], max_tokens=n) for n in (5, None))
+    span = shared_span(cut, whole, [text])
+    assert cut.chars.tolist() == [3] and bool(span.cut[0]) and span.chars[0] == 3
+    assert span.nll[0] == pytest.approx(span.other[0], abs=1e-6)
 
 
 def test_zlib_compresses_the_scored_part_of_a_cut_text():

@@ -49,7 +49,7 @@ STEPS: dict[str, Stage] = {
                       fingerprint="2f8ebbdac2a0a92c"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="a77b6653528db7d6"),
+                    fingerprint="e6b2f73befbb4429"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups

@@ -95,6 +95,22 @@ def encode(tokenizer, text: str, max_tokens: int | None) -> list[int]:
     return [context_token_id(tokenizer)] + list(ids)
 
 
+def _kept_whole(offsets, max_tokens: int | None) -> int:
+    """How many of a text's tokens (their character ``offsets``) a cut at ``max_tokens`` keeps: the first
+    ``max_tokens``, less those at the end that share the first left-out token's end. Byte-level BPE splits
+    a multi-byte character (CJK, an emoji) into tokens that each carry the whole character's end, so a
+    cut among them would score part of a character while its offsets claimed all of it (and a reference
+    pass cut elsewhere would be compared over other bytes)."""
+    n = len(offsets)
+    if max_tokens is None or n <= max_tokens:
+        return n
+    left_out_end = offsets[max_tokens][1]
+    keep = max_tokens
+    while keep > 0 and offsets[keep - 1][1] >= left_out_end:
+        keep -= 1
+    return keep
+
+
 def scored_chars(tokenizer, text: str, max_tokens: int | None) -> int:
     """How many leading characters of ``text`` the text tokens :func:`encode` keeps cover: all of them,
     unless ``max_tokens`` cut it, then up to the end of the last token kept (its character offsets with
@@ -105,7 +121,8 @@ def scored_chars(tokenizer, text: str, max_tokens: int | None) -> int:
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         if len(enc["input_ids"]) <= max_tokens:
             return len(text)
-        return int(max((end for _, end in enc["offset_mapping"][:max_tokens]), default=0))
+        keep = _kept_whole(enc["offset_mapping"], max_tokens)
+        return int(max((end for _, end in enc["offset_mapping"][:keep]), default=0))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return len(text) if len(ids) <= max_tokens else len(tokenizer.decode(ids[:max_tokens]))
 
@@ -114,12 +131,13 @@ def encode_scored(tokenizer, text: str, max_tokens: int | None) -> tuple[list[in
     """:func:`encode`'s token ids of ``text``, with :func:`scored_chars` and where in ``text`` each kept text
     token ends (its character offset, the running maximum: the byte tokens of one character share its end),
     from one tokenisation with character offsets; ``None`` for the ends with a tokenizer that has no
-    offsets (not a fast one)."""
+    offsets (not a fast one). A cut at ``max_tokens`` inside a character keeps none of its tokens
+    (:func:`_kept_whole`)."""
     if not getattr(tokenizer, "is_fast", False):
         ids = encode(tokenizer, text, max_tokens)
         return ids, scored_chars(tokenizer, text, max_tokens) if len(ids) - 1 == max_tokens else len(text), None
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    n = len(enc["input_ids"]) if max_tokens is None else min(len(enc["input_ids"]), max_tokens)
+    n = _kept_whole(enc["offset_mapping"], max_tokens)
     ends = np.maximum.accumulate(np.array([end for _, end in enc["offset_mapping"][:n]], dtype=np.int32))
     chars = len(text) if n == len(enc["input_ids"]) else int(ends[-1]) if n else 0
     return [context_token_id(tokenizer)] + list(enc["input_ids"][:n]), chars, ends

@@ -35,6 +35,7 @@ scores and counted in the job's log.
 from __future__ import annotations
 
 import abc
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -144,10 +145,11 @@ class ScoringContext:
 
 
 def k_lowest_mean(values: np.ndarray, k: float) -> float:
-    """Mean of the ``max(1, floor(k*len))`` smallest values (NaN for an empty passage)."""
+    """Mean of the ``max(1, floor(k*len))`` smallest values (NaN for an empty passage). The floor of the
+    decimal product: ``int(90 * 0.7)`` is 62 in binary floating point (mimir's expression), 63 here."""
     if len(values) == 0:
         return float("nan")
-    n = max(1, int(len(values) * k))
+    n = max(1, math.floor(len(values) * k + 1e-9))
     return float(np.mean(np.partition(values.astype(np.float64), n - 1)[:n]))
 
 
