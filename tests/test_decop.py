@@ -529,6 +529,25 @@ def test_quality_control_reasons():
         assert trim_commentary(prose, orig) == prose
 
 
+@pytest.mark.parametrize("reply, expected", [
+    ('Here is the rewritten text:\n"A fast fox."', "A fast fox."),
+    ("Sure! Here are three paraphrases of the text:\nA fast fox.", "A fast fox."),
+    ('Sure, here is the paraphrased passage:\n\n"A fast fox."', "A fast fox."),
+    ("Here's my version: A fast fox.", "A fast fox."),
+    ("Here’s the rephrased text: A fast fox.", "A fast fox."),
+    ("Rewritten text: A fast fox.", "A fast fox."),
+    # a passage's own first sentence with a colon is no preamble: the lead cut it to "to run away." before
+    ("Surely, he thought, there was only one answer: to run away.",
+     "Surely, he thought, there was only one answer: to run away."),
+    ("Sure enough, the storm arrived at dawn: the bridge was gone.",
+     "Sure enough, the storm arrived at dawn: the bridge was gone."),
+    ("Here is the garden they liked: roses and thyme.", "Here is the garden they liked: roses and thyme."),
+    ("Here is the text. It was rewritten: twice.", "Here is the text. It was rewritten: twice."),
+])
+def test_clean_candidate_strips_a_preamble_and_never_the_passages_first_sentence(reply, expected):
+    assert clean_candidate(reply) == expected
+
+
 @pytest.fixture(scope="module")
 def encoder():
     from memaudit.models.encoder import MiniLMEncoder

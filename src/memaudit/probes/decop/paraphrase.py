@@ -76,8 +76,15 @@ def check_paraphrase(original: str, candidate: str, accepted: Sequence[str], cos
     return None
 
 
-_LEAD_RE = re.compile(r"^\s*(?:(?:here(?:'s| is)|sure)[^\n:]*:|(?:rewritten|paraphrased?|new)\s+(?:text|version)\s*:"
-                      r"|text\s*:)\s*", re.IGNORECASE)
+# A preamble before the paraphrase: a first sentence "Here is/Here's/Sure, here are ... <paraphrase, rewritten,
+# rephrased, my version ...>:" (no sentence end before its colon), or a "Rewritten text:"-type label. A
+# passage's own opening sentence with a colon ("Surely, he thought, there was only one answer: to run
+# away", "Here is the garden they liked: ...") is no preamble and is kept whole.
+_LEAD_RE = re.compile(
+    r"^\s*(?:(?:(?:sure|certainly|of\s+course|okay)\b[\s,.!]*)?here(?:'s|’s|\s+is|\s+are)\s[^\n:.!?]*?"
+    r"\b(?:paraphras\w*|rewrit\w*|rephras\w*|reword\w*|(?:new|revised|alternative|another|my)\s+versions?"
+    r"|versions?\s+of\s+the\s+(?:text|passage))\b[^\n:.!?]*:"
+    r"|(?:rewritten|paraphrased?|new)\s+(?:text|version)\s*:|text\s*:)\s*", re.IGNORECASE)
 
 
 def clean_candidate(text: str) -> str:
