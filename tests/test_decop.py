@@ -548,6 +548,26 @@ def test_clean_candidate_strips_a_preamble_and_never_the_passages_first_sentence
     assert clean_candidate(reply) == expected
 
 
+@pytest.mark.parametrize("paragraph, commentary", [
+    ("The passage of time had dulled her grief.", False),
+    ("This version of events was never told to the court.", False),
+    ("My version of the story starts in Kent.", False),
+    ("The passage was narrow and dark.", False),
+    ("The new version of the library adds a cache.", False),
+    ("This paraphrase keeps every sentence of the original.", True),
+    ("Note: I changed the tense.", True),
+    ("The above is a paraphrase of the text.", True),
+    ("The text conveys the same meaning in other words.", True),
+    ("This version keeps the original meaning.", True),
+    ("My rewrite follows the passage closely.", True),
+    ("The passage has been rewritten in plain words.", True),
+])
+def test_commentary_is_a_paragraph_about_the_rewriting_not_one_that_opens_with_the_passage(paragraph, commentary):
+    orig = "First paragraph.\n\nSecond paragraph."
+    kept = trim_commentary(f"A fast fox.\n\n{paragraph}", orig)
+    assert kept == ("A fast fox." if commentary else f"A fast fox.\n\n{paragraph}")
+
+
 @pytest.fixture(scope="module")
 def encoder():
     from memaudit.models.encoder import MiniLMEncoder
