@@ -58,6 +58,12 @@ def test_parse_paraphrases_in_the_paper_format():
     assert parse_paraphrases(reply) == ["First rewrite.", "Second rewrite.", "Third one."]
     assert parse_paraphrases("**Example B:** only one") == ["only one", "", ""]
     assert parse_paraphrases("no format at all") == ["", "", ""]
+    # "example" in a paraphrase's own words is no marker: "example d)" split C and dropped the real D
+    reply = ("Example B: Known, for example a. k. a. the fox.\nExample C: It would (see example d) fail.\n"
+             "Example D: Third one.")
+    assert parse_paraphrases(reply) == ["Known, for example a. k. a. the fox.", "It would (see example d) fail.",
+                                        "Third one."]
+    assert parse_paraphrases("EXAMPLE B: one\nEXAMPLE C: two\nEXAMPLE D: three") == ["one", "two", "three"]
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -46,8 +46,9 @@ def paraphrase_prompt(text: str, length_tokens: int) -> str:
     return template.format(ref_text=text)
 
 
-_EXAMPLE_RE = re.compile(r"(?:^|\n|\s)[*_#\s]*(?:-\s*)?Example\s+([A-D])\s*[*_]*\s*[:.)\]-]\s*[*_]*\s*",
-                         re.IGNORECASE)
+# The "Example B:" markers Appendix B asks for, case as written (upper-case "EXAMPLE B:" too): a paraphrase's
+# own "see example d) below" or "for example a. k. a." is no marker (matched case-blind, it split the option).
+_EXAMPLE_RE = re.compile(r"(?:^|\n|\s)[*_#\s]*(?:-\s*)?(?:Example|EXAMPLE)\s+([A-D])\s*[*_]*\s*[:.)\]-]\s*[*_]*\s*")
 
 
 def parse_paraphrases(reply: str) -> list[str]:
@@ -60,7 +61,7 @@ def parse_paraphrases(reply: str) -> list[str]:
     found: dict[str, str] = {}
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(reply)
-        letter = m.group(1).upper()
+        letter = m.group(1)
         body = reply[m.end():end].strip().strip("<>").strip()
         if letter in "BCD" and letter not in found:
             found[letter] = body
