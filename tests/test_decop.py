@@ -79,6 +79,16 @@ def test_parse_paraphrases_in_the_paper_format():
     ("", ("invalid", None, "invalid")),
     ("Either A or C", ("invalid", None, "invalid")),
     ("I'm sorry, but I can't help with identifying copyrighted text.", ("refusal", None, "refusal")),
+    # forms that were counted invalid: the passage named, a dash after the letter, an apology that declines
+    ("The verbatim passage is D.", ("ok", "D", "lenient")),
+    ("Passage A", ("ok", "A", "lenient")),
+    ("D - the one with the owl", ("ok", "D", "lenient")),
+    ("I apologize, but I cannot determine which passage is verbatim.", ("refusal", None, "refusal")),
+    # still no single letter
+    ("Passage A or passage B", ("invalid", None, "invalid")),
+    ("The passage a friend wrote", ("invalid", None, "invalid")),
+    ("A-list authors wrote it", ("invalid", None, "invalid")),
+    ("I apologize for the delay, either A or B.", ("invalid", None, "invalid")),
 ])
 def test_answer_parsing_strict_then_lenient(text, expected):
     assert parse_answer(text) == expected
