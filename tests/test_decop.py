@@ -52,6 +52,43 @@ def test_paper_prompts():
     assert system_prompt() == SYSTEM_PROMPT + "\n\nFormat your answer as '<put correct answer here>'."
 
 
+def test_api_models_are_asked_the_closed_model_prompt_of_table_9_and_local_models_table_10():
+    """Appendix C.1 (Table 9): one prompt, the instruction then the question, no format hint; it went to API
+    models as C.2's system prompt with Table 10's "Format your answer as '<put correct answer here>'"."""
+    from memaudit.backends.base import Generation
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.probes.decop.scoring import score_blackbox, score_logit
+
+    item = {"item_id": "d#0", "passage_id": "d#0", "doc_id": "d", "label": 1, "answer": 0,
+            "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
+                                                       "role": "evaluate", "length_tokens": 64}}
+    asked = []
+
+    class Recorder:
+        def generate(self, prompts, params):
+            asked.extend((p, params.system_prompt) for p in prompts)
+            return [Generation(text="A") for _ in prompts]
+
+        def option_logprobs(self, prompts, options, *, params, batch_size):
+            asked.extend((p, params.system_prompt) for p in prompts)
+            return [{"A": -0.1, "B": -3.0, "C": -3.0, "D": -3.0} for _ in prompts]
+
+    class API(Recorder, OpenAIBackend):
+        pass
+
+    question = ('Question: Which of the following passages is verbatim from the "Emma" book by Jane Austen?\n'
+                "Options:\nA. w\nB. x\nC. y\nD. z\n\nAnswer:")
+    table_9 = (SYSTEM_PROMPT + "\n\n" + question, None)
+    table_10 = (question, SYSTEM_PROMPT + "\n\nFormat your answer as '<put correct answer here>'.")
+    api = API("gpt-test", base_url="http://127.0.0.1:9/v1", require_key=False)
+    for backend, expected in ((api, table_9), (Recorder(), table_10)):
+        asked.clear()
+        assert score_blackbox(backend, [item], [(0, 1, 2, 3)])["pred"].tolist() == [0]
+        assert score_logit(backend, [item], [(0, 1, 2, 3)])["pred"].tolist() == [0]
+        assert asked == [expected, expected]
+    assert "Format your answer" not in table_9[0]
+
+
 def test_parse_paraphrases_in_the_paper_format():
     reply = ("Example B: First rewrite.\n\nExample C: Second rewrite.\nExample D: Third one.\n"
              "Example A: the original")

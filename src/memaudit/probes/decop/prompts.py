@@ -31,7 +31,9 @@ PARAPHRASE_PROMPT_SINGLE = (
     "Output only the rewritten text.\n\nText: {ref_text}"
 )
 
-# Appendix C.2: system prompt for chat models (C.1 puts the same text at the top of the user turn).
+# Appendix C.2 (Table 10): the open models' system prompt, FORMAT_HINT after it. C.1 (Table 9, closed models)
+# opens its one prompt with the same instruction and has no format hint (nor have the reference's ChatGPT and
+# Claude scripts): see :func:`closed_model_prompt`.
 SYSTEM_PROMPT = (
     "You are entering a multiple choice questions exam. You should directly answer each question by "
     "choosing the correct option. Be concise and straight to the point in your answer. Output only the "
@@ -90,10 +92,16 @@ def user_prompt(title: str, author: str, kind: str, shown: Sequence[str]) -> str
 
 
 def system_prompt() -> str:
-    """Appendix C.2's system prompt, its format hint after a blank line (Table 10's wording; the
-    reference code's ``DEFAULT_SYSTEM_PROMPT`` has ``'<put correct answer here>.'`` for Llama-2-7B and
-    ``'<correct letter>'`` for the larger models)."""
+    """Appendix C.2's system prompt for open models, its format hint after a blank line (Table 10's
+    wording; the reference code's ``DEFAULT_SYSTEM_PROMPT`` has ``'<put correct answer here>.'`` for
+    Llama-2-7B and ``'<correct letter>'`` for the larger models)."""
     return f"{SYSTEM_PROMPT}\n\n{FORMAT_HINT}"
+
+
+def closed_model_prompt(user: str) -> str:
+    """Appendix C.1's prompt for closed (API) models, Table 9: one user turn, the instruction, a blank
+    line, the question ``user`` (:func:`user_prompt`); no system prompt and no format hint."""
+    return f"{SYSTEM_PROMPT}\n\n{user}"
 
 
 def orderings(kind: str) -> list[tuple[int, ...]]:
