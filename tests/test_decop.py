@@ -819,7 +819,34 @@ def test_calibration_deltas_leave_out_skipped_calibrations(tmp_path):
         "256": {"delta": {**delta, "A": 0.2}, "n_calibration_documents": 3},
         "128": {"delta": delta, "n_calibration_documents": 3}}})
     write_json(tmp_path / "c.json", {"model": "m3", "mode": "likelihood", "calibration": {}})
-    assert calibration_deltas([tmp_path / f"{k}.json" for k in "abc"]) == {"m2 (logit)": delta}
+    assert calibration_deltas([tmp_path / f"{k}.json" for k in "abc"]) == {"m2 (logit)": (128, delta)}
+
+
+def test_label_probability_figure_is_the_evaluated_documents_before_and_after_the_calibration_sets_delta(
+        tmp_path, monkeypatch):
+    """Figure 9: Δ from the clean calibration documents, added to the evaluated documents' mean P(A-D), at the
+    length Δ is for. The figure added Δ to the calibration documents it came from (after = 0.25 always), at
+    the shortest length of all (here 64, whose calibration was skipped)."""
+    from memaudit.io import write_json
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [("c1", "calibrate", 128, 0.55, 0.15, 0.15, 0.15), ("c2", "calibrate", 128, 0.55, 0.15, 0.15, 0.15),
+            ("e1", "evaluate", 128, 0.4, 0.2, 0.2, 0.2), ("e1", "evaluate", 128, 0.4, 0.1, 0.3, 0.2),
+            ("e2", "evaluate", 128, 0.5, 0.1, 0.2, 0.2), ("e1", "evaluate", 64, 0.9, 0.0, 0.0, 0.1)]
+    answers = pd.DataFrame(rows, columns=["doc_id", "role", "length", "p_A", "p_B", "p_C", "p_D"])
+    delta = dict(zip("ABCD", map(float, analysis.label_adjustments(answers[answers["role"] == "calibrate"]))))
+    assert delta == pytest.approx({"A": -0.3, "B": 0.1, "C": 0.1, "D": 0.1})
+    write_json(tmp_path / "m.json", {"model": "m", "mode": "logit", "calibration": {
+        "64": {"skipped": "no clean calibration document survived quality control", "n_calibration_documents": 0},
+        "128": {"delta": delta, "n_calibration_documents": 2}}})
+    figures.plot_decop_label_probabilities({"m (logit)": answers}, figures.calibration_deltas([tmp_path / "m.json"]),
+                                           tmp_path / "probabilities", "t")
+    before, after = drawn[0].axes[0].containers
+    # e1's mean (0.4, 0.15, 0.25, 0.2) and e2's (0.5, 0.1, 0.2, 0.2), averaged; after = before + Δ
+    assert [b.get_height() for b in before] == pytest.approx([0.45, 0.125, 0.225, 0.2])
+    assert [b.get_height() for b in after] == pytest.approx([0.15, 0.225, 0.325, 0.3])
 
 
 def test_auc_by_size_lines_follow_the_manifests_not_the_names(tmp_path, monkeypatch):
