@@ -672,6 +672,8 @@ def test_refusals_are_detected_from_text_and_provider_signal(server, tmp_path):
     ("Sorry, I cannot share the full text of that book.", True),
     ("I won't reproduce the lyrics word for word, but here is a summary.", True),
     ("Due to copyright restrictions, I cannot quote this.", True),
+    ("I apologize, but I cannot determine which passage is verbatim.", True),
+    ("I apologize for the confusion: the answer is B.", False),
     ("It is a truth universally acknowledged, that a single man in possession", False),
     ("He said he can't provide for his family any more.", False),
     ("I cannot help but think of her smile.", False),

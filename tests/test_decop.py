@@ -52,12 +52,55 @@ def test_paper_prompts():
     assert system_prompt() == SYSTEM_PROMPT + "\n\nFormat your answer as '<put correct answer here>'."
 
 
+def test_api_models_are_asked_the_closed_model_prompt_of_table_9_and_local_models_table_10():
+    """Appendix C.1 (Table 9): one prompt, the instruction then the question, no format hint; it went to API
+    models as C.2's system prompt with Table 10's "Format your answer as '<put correct answer here>'"."""
+    from memaudit.backends.base import Generation
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.probes.decop.scoring import score_blackbox, score_logit
+
+    item = {"item_id": "d#0", "passage_id": "d#0", "doc_id": "d", "label": 1, "answer": 0,
+            "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
+                                                       "role": "evaluate", "length_tokens": 64}}
+    asked = []
+
+    class Recorder:
+        def generate(self, prompts, params):
+            asked.extend((p, params.system_prompt) for p in prompts)
+            return [Generation(text="A") for _ in prompts]
+
+        def option_logprobs(self, prompts, options, *, params, batch_size):
+            asked.extend((p, params.system_prompt) for p in prompts)
+            return [{"A": -0.1, "B": -3.0, "C": -3.0, "D": -3.0} for _ in prompts]
+
+    class API(Recorder, OpenAIBackend):
+        pass
+
+    question = ('Question: Which of the following passages is verbatim from the "Emma" book by Jane Austen?\n'
+                "Options:\nA. w\nB. x\nC. y\nD. z\n\nAnswer:")
+    table_9 = (SYSTEM_PROMPT + "\n\n" + question, None)
+    table_10 = (question, SYSTEM_PROMPT + "\n\nFormat your answer as '<put correct answer here>'.")
+    api = API("gpt-test", base_url="http://127.0.0.1:9/v1", require_key=False)
+    for backend, expected in ((api, table_9), (Recorder(), table_10)):
+        asked.clear()
+        assert score_blackbox(backend, [item], [(0, 1, 2, 3)])["pred"].tolist() == [0]
+        assert score_logit(backend, [item], [(0, 1, 2, 3)])["pred"].tolist() == [0]
+        assert asked == [expected, expected]
+    assert "Format your answer" not in table_9[0]
+
+
 def test_parse_paraphrases_in_the_paper_format():
     reply = ("Example B: First rewrite.\n\nExample C: Second rewrite.\nExample D: Third one.\n"
              "Example A: the original")
     assert parse_paraphrases(reply) == ["First rewrite.", "Second rewrite.", "Third one."]
     assert parse_paraphrases("**Example B:** only one") == ["only one", "", ""]
     assert parse_paraphrases("no format at all") == ["", "", ""]
+    # "example" in a paraphrase's own words is no marker: "example d)" split C and dropped the real D
+    reply = ("Example B: Known, for example a. k. a. the fox.\nExample C: It would (see example d) fail.\n"
+             "Example D: Third one.")
+    assert parse_paraphrases(reply) == ["Known, for example a. k. a. the fox.", "It would (see example d) fail.",
+                                        "Third one."]
+    assert parse_paraphrases("EXAMPLE B: one\nEXAMPLE C: two\nEXAMPLE D: three") == ["one", "two", "three"]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -73,6 +116,16 @@ def test_parse_paraphrases_in_the_paper_format():
     ("", ("invalid", None, "invalid")),
     ("Either A or C", ("invalid", None, "invalid")),
     ("I'm sorry, but I can't help with identifying copyrighted text.", ("refusal", None, "refusal")),
+    # forms that were counted invalid: the passage named, a dash after the letter, an apology that declines
+    ("The verbatim passage is D.", ("ok", "D", "lenient")),
+    ("Passage A", ("ok", "A", "lenient")),
+    ("D - the one with the owl", ("ok", "D", "lenient")),
+    ("I apologize, but I cannot determine which passage is verbatim.", ("refusal", None, "refusal")),
+    # still no single letter
+    ("Passage A or passage B", ("invalid", None, "invalid")),
+    ("The passage a friend wrote", ("invalid", None, "invalid")),
+    ("A-list authors wrote it", ("invalid", None, "invalid")),
+    ("I apologize for the delay, either A or B.", ("invalid", None, "invalid")),
 ])
 def test_answer_parsing_strict_then_lenient(text, expected):
     assert parse_answer(text) == expected
@@ -529,6 +582,45 @@ def test_quality_control_reasons():
         assert trim_commentary(prose, orig) == prose
 
 
+@pytest.mark.parametrize("reply, expected", [
+    ('Here is the rewritten text:\n"A fast fox."', "A fast fox."),
+    ("Sure! Here are three paraphrases of the text:\nA fast fox.", "A fast fox."),
+    ('Sure, here is the paraphrased passage:\n\n"A fast fox."', "A fast fox."),
+    ("Here's my version: A fast fox.", "A fast fox."),
+    ("Here’s the rephrased text: A fast fox.", "A fast fox."),
+    ("Rewritten text: A fast fox.", "A fast fox."),
+    # a passage's own first sentence with a colon is no preamble: the lead cut it to "to run away." before
+    ("Surely, he thought, there was only one answer: to run away.",
+     "Surely, he thought, there was only one answer: to run away."),
+    ("Sure enough, the storm arrived at dawn: the bridge was gone.",
+     "Sure enough, the storm arrived at dawn: the bridge was gone."),
+    ("Here is the garden they liked: roses and thyme.", "Here is the garden they liked: roses and thyme."),
+    ("Here is the text. It was rewritten: twice.", "Here is the text. It was rewritten: twice."),
+])
+def test_clean_candidate_strips_a_preamble_and_never_the_passages_first_sentence(reply, expected):
+    assert clean_candidate(reply) == expected
+
+
+@pytest.mark.parametrize("paragraph, commentary", [
+    ("The passage of time had dulled her grief.", False),
+    ("This version of events was never told to the court.", False),
+    ("My version of the story starts in Kent.", False),
+    ("The passage was narrow and dark.", False),
+    ("The new version of the library adds a cache.", False),
+    ("This paraphrase keeps every sentence of the original.", True),
+    ("Note: I changed the tense.", True),
+    ("The above is a paraphrase of the text.", True),
+    ("The text conveys the same meaning in other words.", True),
+    ("This version keeps the original meaning.", True),
+    ("My rewrite follows the passage closely.", True),
+    ("The passage has been rewritten in plain words.", True),
+])
+def test_commentary_is_a_paragraph_about_the_rewriting_not_one_that_opens_with_the_passage(paragraph, commentary):
+    orig = "First paragraph.\n\nSecond paragraph."
+    kept = trim_commentary(f"A fast fox.\n\n{paragraph}", orig)
+    assert kept == ("A fast fox." if commentary else f"A fast fox.\n\n{paragraph}")
+
+
 @pytest.fixture(scope="module")
 def encoder():
     from memaudit.models.encoder import MiniLMEncoder
@@ -727,7 +819,34 @@ def test_calibration_deltas_leave_out_skipped_calibrations(tmp_path):
         "256": {"delta": {**delta, "A": 0.2}, "n_calibration_documents": 3},
         "128": {"delta": delta, "n_calibration_documents": 3}}})
     write_json(tmp_path / "c.json", {"model": "m3", "mode": "likelihood", "calibration": {}})
-    assert calibration_deltas([tmp_path / f"{k}.json" for k in "abc"]) == {"m2 (logit)": delta}
+    assert calibration_deltas([tmp_path / f"{k}.json" for k in "abc"]) == {"m2 (logit)": (128, delta)}
+
+
+def test_label_probability_figure_is_the_evaluated_documents_before_and_after_the_calibration_sets_delta(
+        tmp_path, monkeypatch):
+    """Figure 9: Δ from the clean calibration documents, added to the evaluated documents' mean P(A-D), at the
+    length Δ is for. The figure added Δ to the calibration documents it came from (after = 0.25 always), at
+    the shortest length of all (here 64, whose calibration was skipped)."""
+    from memaudit.io import write_json
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [("c1", "calibrate", 128, 0.55, 0.15, 0.15, 0.15), ("c2", "calibrate", 128, 0.55, 0.15, 0.15, 0.15),
+            ("e1", "evaluate", 128, 0.4, 0.2, 0.2, 0.2), ("e1", "evaluate", 128, 0.4, 0.1, 0.3, 0.2),
+            ("e2", "evaluate", 128, 0.5, 0.1, 0.2, 0.2), ("e1", "evaluate", 64, 0.9, 0.0, 0.0, 0.1)]
+    answers = pd.DataFrame(rows, columns=["doc_id", "role", "length", "p_A", "p_B", "p_C", "p_D"])
+    delta = dict(zip("ABCD", map(float, analysis.label_adjustments(answers[answers["role"] == "calibrate"]))))
+    assert delta == pytest.approx({"A": -0.3, "B": 0.1, "C": 0.1, "D": 0.1})
+    write_json(tmp_path / "m.json", {"model": "m", "mode": "logit", "calibration": {
+        "64": {"skipped": "no clean calibration document survived quality control", "n_calibration_documents": 0},
+        "128": {"delta": delta, "n_calibration_documents": 2}}})
+    figures.plot_decop_label_probabilities({"m (logit)": answers}, figures.calibration_deltas([tmp_path / "m.json"]),
+                                           tmp_path / "probabilities", "t")
+    before, after = drawn[0].axes[0].containers
+    # e1's mean (0.4, 0.15, 0.25, 0.2) and e2's (0.5, 0.1, 0.2, 0.2), averaged; after = before + Δ
+    assert [b.get_height() for b in before] == pytest.approx([0.45, 0.125, 0.225, 0.2])
+    assert [b.get_height() for b in after] == pytest.approx([0.15, 0.225, 0.325, 0.3])
 
 
 def test_auc_by_size_lines_follow_the_manifests_not_the_names(tmp_path, monkeypatch):

@@ -341,7 +341,10 @@ def test_blackbox_mode_through_the_openai_sdk_counts_refusals_and_invalid_answer
                                 retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02))
         answers = score_blackbox(backend, [ITEM], orderings("latin_square"))
         sent = server.records[0].request
-    assert sent.messages[0]["role"] == "system" and "multiple choice questions exam" in sent.messages[0]["content"]
+    # Appendix C.1 (Table 9): one user turn opening with the instruction, no format hint
+    (message,) = sent.messages
+    assert message["role"] == "user" and message["content"].startswith("You are entering a multiple choice")
+    assert "Format your answer" not in message["content"]
     assert sent.temperature == 0.0
     assert answers["status"].tolist() == ["refusal", "invalid", "ok", "ok"]
     assert answers["parse"].tolist() == ["refusal", "invalid", "lenient", "strict"]

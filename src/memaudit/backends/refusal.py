@@ -27,8 +27,8 @@ _NOT = r"(?:can(?:'|’)?t|cannot|can not|won(?:'|’)t|will not|(?:am|'m|’m) 
 _ACTS = (r"(?:help(?! but)|assist|provide|share|reproduce|comply|fulfil+|continue|complete|generate|quote|"
          r"recite|output|write|print|type out|give you|do that|repeat)")
 _REFUSAL_PATTERNS = [
-    # "I'm sorry, but I can't ...", "I am afraid I cannot ..."
-    rf"\bI(?:'|’| a)m (?:sorry|afraid)\b[^.?!]{{0,80}}?\b{_NOT}",
+    # "I'm sorry, but I can't ...", "I am afraid I cannot ...", "I apologize, but I cannot ..."
+    rf"\bI(?:(?:'|’| a)m (?:sorry|afraid)| apologi[sz]e)\b[^.?!]{{0,80}}?\b{_NOT}",
     # an answer that opens with the refusal: "I can't provide that.", "I won't reproduce ..."
     rf"^\W*(?:sorry[,.!]?\s*)?(?:but\s+)?I\s+{_NOT}\s+(?:\w+\s+){{0,2}}?{_ACTS}\b",
     # "... cannot reproduce/quote ... verbatim / copyrighted / word for word / the full text"
@@ -50,16 +50,20 @@ def is_refusal(text: str | None, *, provider_signal: bool = False) -> bool:
     return _REFUSAL_RE.search(text[:REFUSAL_WINDOW]) is not None
 
 
-_CHOICE_START = r"^[\s*_`\"'(\[]*(?:option\s+|answer\s*:?\s*)?\(?({letters})\s*(?:[.):\]*_`]|$|\n)"
+# a dash after the letter only where a space follows ("D - the ..."): "A-list" is a word
+_CHOICE_START = r"^[\s*_`\"'(\[]*(?:option\s+|answer\s*:?\s*)?\(?({letters})\s*(?:[.):\]*_`]|[-–—](?=\s)|$|\n)"
 _CHOICE_STATED = r"\b(?:answer|option|choice)(?:\s+is)?\s*:?\s*\(?\**({letters})\b(?![a-z'’])"
+# "The verbatim passage is D.", "Passage A": the letter as written, so "the passage a friend wrote" names none
+_PASSAGE_STATED = r"\bpassage(?:\s+is)?\s*:?\s*\(?\**((?-i:{letters}))\b(?![a-z'’])"
 
 
 def parse_choice(text: str | None, letters: Sequence[str] = ("A", "B", "C", "D")) -> str | None:
     """The option letter an answer picks, or ``None`` when it picks none or several.
 
-    Accepted: an answer that opens with the letter (``"B"``, ``"(B)"``, ``"**B**."``,
-    ``"Answer: B"``) or one that states it (``"The answer is B"``, ``"option B"``).
-    ``"A passage ..."`` opens with an article, not a choice, and is not read as ``A``.
+    Accepted: an answer that opens with the letter (``"B"``, ``"(B)"``, ``"**B**."``, ``"D - the ..."``,
+    ``"Answer: B"``) or one that states it (``"The answer is B"``, ``"option B"``, ``"The verbatim
+    passage is D"``, ``"Passage A"``). ``"A passage ..."`` opens with an article, not a choice, and is
+    not read as ``A``; an answer that states two letters (``"A or B"``) picks none.
     """
     if not text:
         return None
@@ -67,8 +71,8 @@ def parse_choice(text: str | None, letters: Sequence[str] = ("A", "B", "C", "D")
     start = re.search(_CHOICE_START.format(letters=alt), text, re.IGNORECASE)
     if start:
         return _canonical(start.group(1), letters)
-    stated = {_canonical(m.group(1), letters)
-              for m in re.finditer(_CHOICE_STATED.format(letters=alt), text, re.IGNORECASE)}
+    stated = {_canonical(m.group(1), letters) for pattern in (_CHOICE_STATED, _PASSAGE_STATED)
+              for m in re.finditer(pattern.format(letters=alt), text, re.IGNORECASE)}
     return stated.pop() if len(stated) == 1 else None
 
 

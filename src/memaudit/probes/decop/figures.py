@@ -61,17 +61,17 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
     return summary
 
 
-def calibration_deltas(calibrations: Sequence[str | Path]) -> dict[str, dict]:
-    """``"<model> (<mode>)" -> Algorithm 1's Δ per letter`` at the shortest length that was calibrated,
-    from the probe jobs' calibration files. A length whose calibration was skipped (no clean document
-    survived quality control, or ``calibration_documents`` is 0 for the benchmark) has no Δ: a job
-    with none is left out of the label-probability figure (it crashed the figures job)."""
+def calibration_deltas(calibrations: Sequence[str | Path]) -> dict[str, tuple[int, dict]]:
+    """``"<model> (<mode>)" -> (length, Algorithm 1's Δ per letter)`` at the shortest length that was
+    calibrated, from the probe jobs' calibration files. A length whose calibration was skipped (no clean
+    document survived quality control, or ``calibration_documents`` is 0 for the benchmark) has no Δ: a
+    job with none is left out of the label-probability figure (it crashed the figures job)."""
     deltas = {}
     for path in calibrations:
         record = json.loads(Path(path).read_text())
-        done = {length: c for length, c in record.get("calibration", {}).items() if "delta" in c}
+        done = {int(length): c for length, c in record.get("calibration", {}).items() if "delta" in c}
         if done:
-            deltas[f"{record['model']} ({record['mode']})"] = done[min(done, key=int)]["delta"]
+            deltas[f"{record['model']} ({record['mode']})"] = (min(done), done[min(done)]["delta"])
     return deltas
 
 
@@ -194,27 +194,31 @@ def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix
         return save_figure(fig, out_prefix)
 
 
-def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dict[str, dict], out_prefix,
-                                   title: str) -> list[Path]:
-    """Mean P(A-D) on the clean calibration documents before and after adding Δ (Appendix E, Figure 9)."""
+def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dict[str, tuple[int, dict]],
+                                   out_prefix, title: str) -> list[Path]:
+    """Mean P(A-D) on the evaluated documents before and after adding Δ, the clean calibration documents'
+    (:func:`calibration_deltas`), both at the length Δ was computed for: each document's mean, then their
+    mean, as Algorithm 1 averages. Appendix E's Figure 9 shows the same for one evaluated book (A Day of
+    Fallen Night, a clean one). On the calibration documents themselves "after" is 0.25 by construction."""
     from memaudit.probes.decop.analysis import PROB_COLUMNS
 
+    evaluated = {name: a[(a["role"] == "evaluate") & (a["length"] == deltas[name][0])]
+                 for name, a in answers.items() if name in deltas}
+    evaluated = {name: a for name, a in evaluated.items() if not a.empty}
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
-        names = [n for n in answers if n in deltas]
+        names = list(evaluated)
         width = 0.8 / max(1, 2 * len(names))
         for k, name in enumerate(names):
-            a = answers[name]
-            a = a[(a["role"] == "calibrate") & (a["length"] == a["length"].min())]
-            before = a.groupby("doc_id")[list(PROB_COLUMNS)].mean().mean().to_numpy()
-            after = before + np.array([deltas[name][x] for x in "ABCD"])
+            before = evaluated[name].groupby("doc_id")[list(PROB_COLUMNS)].mean().mean().to_numpy()
+            after = before + np.array([deltas[name][1][x] for x in "ABCD"])
             x = np.arange(4)
             ax.bar(x + (2 * k - len(names)) * width + width / 2, before, width, label=f"{name} before")
             ax.bar(x + (2 * k + 1 - len(names)) * width + width / 2, after, width, label=f"{name} after", alpha=0.6)
         ax.axhline(0.25, color="grey", lw=0.8, ls=":")
         ax.set_xticks(np.arange(4), list("ABCD"))
-        ax.set(xlabel="label", ylabel="mean probability (clean calibration documents)", title=title)
+        ax.set(xlabel="label", ylabel="mean probability (evaluated documents)", title=title)
         if names:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         return save_figure(fig, out_prefix)

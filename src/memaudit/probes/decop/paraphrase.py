@@ -76,8 +76,15 @@ def check_paraphrase(original: str, candidate: str, accepted: Sequence[str], cos
     return None
 
 
-_LEAD_RE = re.compile(r"^\s*(?:(?:here(?:'s| is)|sure)[^\n:]*:|(?:rewritten|paraphrased?|new)\s+(?:text|version)\s*:"
-                      r"|text\s*:)\s*", re.IGNORECASE)
+# A preamble before the paraphrase: a first sentence "Here is/Here's/Sure, here are ... <paraphrase, rewritten,
+# rephrased, my version ...>:" (no sentence end before its colon), or a "Rewritten text:"-type label. A
+# passage's own opening sentence with a colon ("Surely, he thought, there was only one answer: to run
+# away", "Here is the garden they liked: ...") is no preamble and is kept whole.
+_LEAD_RE = re.compile(
+    r"^\s*(?:(?:(?:sure|certainly|of\s+course|okay)\b[\s,.!]*)?here(?:'s|’s|\s+is|\s+are)\s[^\n:.!?]*?"
+    r"\b(?:paraphras\w*|rewrit\w*|rephras\w*|reword\w*|(?:new|revised|alternative|another|my)\s+versions?"
+    r"|versions?\s+of\s+the\s+(?:text|passage))\b[^\n:.!?]*:"
+    r"|(?:rewritten|paraphrased?|new)\s+(?:text|version)\s*:|text\s*:)\s*", re.IGNORECASE)
 
 
 def clean_candidate(text: str) -> str:
@@ -97,10 +104,21 @@ def _paragraphs(text: str) -> list[str]:
 # "Explanation: ...", "I'm sorry for the error. Here's the rewritten text ...:", "While rewriting
 # the text ...". Counting it as a paragraph kept it in a distractor whenever the passage had as
 # many paragraphs (7% of the demo's distractors carried one), and a distractor that talks about
-# rewriting tells any reader which option is not the original.
+# rewriting tells any reader which option is not the original. A paragraph that opens "The passage of
+# time ...", "This version of events ..." or "My version of the story ..." is prose (an earlier pattern
+# dropped it): a plain "the/this/my text, passage, sentence, version" is commentary only where what
+# follows says so ("is:", "is a paraphrase", "conveys the same meaning").
+_ABOUT_REWRITING = (r"(?:is\s*:|(?:is|was|has\s+been|can\s+be)\s+(?:\w+\s+){0,3}?(?:rewritten|paraphrased?|rephrased|"
+                    r"reworded|revised|rewrite)\b|(?:conveys|maintains|keeps|retains|preserves|captures)\s+"
+                    r"(?:\w+\s+){0,3}?(?:meaning|sense|message|essence|idea|information|tone)\b"
+                    r"|uses\s+(?:\w+\s+){0,2}?(?:words|synonyms|language|phrasing|vocabulary)\b)")
 _COMMENTARY_RE = re.compile(
-    r"\s*(?:(?:the|this|your|my)\s+(?:(?:above|following|original|rewritten|revised|new|paraphrased)\s+)?"
-    r"(?:text|sentence|passage|version|paraphrase|rewrite)\b"
+    r"\s*(?:(?:the|this|your|my)\s+(?:(?:above|rewritten|revised|paraphrased|rephrased|reworded)\s+)"
+    r"(?:text|sentences?|passage|version|paraphrase|rewrite)\b"
+    r"|(?:this|your|my)\s+(?:paraphrases?|rewrites?|rewriting|rephrasing)\b|the\s+paraphrases?\b"
+    r"|the\s+above\s+(?:is|was)\b"
+    rf"|(?:the|this|my)\s+(?:(?:original|following|new)\s+)?(?:text|sentences?|passage|version)\s+{_ABOUT_REWRITING}"
+    r"|your\s+(?:text|sentences?|passage|version)\b"
     r"|(?:original\s+text|explanation|note)\s*:"
     r"|i(?:'m|\s+am)\s+sorry\b|i\s+apologi[sz]e\b"
     r"|here(?:'s|\s+is)\s+(?:the|a|my)\s+(?:rewritten|paraphrased|revised|new)\b"

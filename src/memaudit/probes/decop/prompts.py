@@ -31,7 +31,9 @@ PARAPHRASE_PROMPT_SINGLE = (
     "Output only the rewritten text.\n\nText: {ref_text}"
 )
 
-# Appendix C.2: system prompt for chat models (C.1 puts the same text at the top of the user turn).
+# Appendix C.2 (Table 10): the open models' system prompt, FORMAT_HINT after it. C.1 (Table 9, closed models)
+# opens its one prompt with the same instruction and has no format hint (nor have the reference's ChatGPT and
+# Claude scripts): see :func:`closed_model_prompt`.
 SYSTEM_PROMPT = (
     "You are entering a multiple choice questions exam. You should directly answer each question by "
     "choosing the correct option. Be concise and straight to the point in your answer. Output only the "
@@ -46,8 +48,9 @@ def paraphrase_prompt(text: str, length_tokens: int) -> str:
     return template.format(ref_text=text)
 
 
-_EXAMPLE_RE = re.compile(r"(?:^|\n|\s)[*_#\s]*(?:-\s*)?Example\s+([A-D])\s*[*_]*\s*[:.)\]-]\s*[*_]*\s*",
-                         re.IGNORECASE)
+# The "Example B:" markers Appendix B asks for, case as written (upper-case "EXAMPLE B:" too): a paraphrase's
+# own "see example d) below" or "for example a. k. a." is no marker (matched case-blind, it split the option).
+_EXAMPLE_RE = re.compile(r"(?:^|\n|\s)[*_#\s]*(?:-\s*)?(?:Example|EXAMPLE)\s+([A-D])\s*[*_]*\s*[:.)\]-]\s*[*_]*\s*")
 
 
 def parse_paraphrases(reply: str) -> list[str]:
@@ -60,7 +63,7 @@ def parse_paraphrases(reply: str) -> list[str]:
     found: dict[str, str] = {}
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(reply)
-        letter = m.group(1).upper()
+        letter = m.group(1)
         body = reply[m.end():end].strip().strip("<>").strip()
         if letter in "BCD" and letter not in found:
             found[letter] = body
@@ -89,10 +92,16 @@ def user_prompt(title: str, author: str, kind: str, shown: Sequence[str]) -> str
 
 
 def system_prompt() -> str:
-    """Appendix C.2's system prompt, its format hint after a blank line (Table 10's wording; the
-    reference code's ``DEFAULT_SYSTEM_PROMPT`` has ``'<put correct answer here>.'`` for Llama-2-7B and
-    ``'<correct letter>'`` for the larger models)."""
+    """Appendix C.2's system prompt for open models, its format hint after a blank line (Table 10's
+    wording; the reference code's ``DEFAULT_SYSTEM_PROMPT`` has ``'<put correct answer here>.'`` for
+    Llama-2-7B and ``'<correct letter>'`` for the larger models)."""
     return f"{SYSTEM_PROMPT}\n\n{FORMAT_HINT}"
+
+
+def closed_model_prompt(user: str) -> str:
+    """Appendix C.1's prompt for closed (API) models, Table 9: one user turn, the instruction, a blank
+    line, the question ``user`` (:func:`user_prompt`); no system prompt and no format hint."""
+    return f"{SYSTEM_PROMPT}\n\n{user}"
 
 
 def orderings(kind: str) -> list[tuple[int, ...]]:

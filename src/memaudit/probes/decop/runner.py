@@ -177,7 +177,8 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
     """The requests DE-COP's ``mode`` will send to API model ``model`` (for ``memaudit estimate-cost``):
     one per (item, ordering), the items and orderings :func:`run_decop` probes. Logit mode asks for
     one answer token's top log-probabilities (``Backend.option_logprobs``), black-box mode for a short
-    answer; likelihood mode needs token log-probabilities, which no API model serves."""
+    answer, both with Appendix C.1's closed-model prompt; likelihood mode needs token log-probabilities,
+    which no API model serves."""
     from memaudit.backends import is_api_model
     from memaudit.backends.planning import plan_requests
     from memaudit.probes.decop.scoring import blackbox_params, question_params, question_prompts
@@ -187,7 +188,7 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
     cfg = config["probes"]["decop"]
     items = first_passages(items, config["probes"][f"decop_{mode}"].get("passages_per_document"))
     perms = orderings(cfg["orderings"])
-    prompts = [prompt for item in items for prompt in question_prompts(item, perms)]
+    prompts = [prompt for item in items for prompt in question_prompts(item, perms, closed=True)]
     if mode == "logit":
-        return plan_requests(model, prompts, question_params(), kind="option_logprobs")
-    return plan_requests(model, prompts, blackbox_params(int(cfg.get("max_answer_tokens", 8))))
+        return plan_requests(model, prompts, question_params(closed=True), kind="option_logprobs")
+    return plan_requests(model, prompts, blackbox_params(int(cfg.get("max_answer_tokens", 8)), closed=True))

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from memaudit.backends.base import GenerationParams, option_token_ids
-from memaudit.probes.decop.prompts import LETTERS, correct_position, parse_answer, system_prompt, user_prompt
+from memaudit.probes.decop.prompts import (LETTERS, closed_model_prompt, correct_position, parse_answer,
+                                           system_prompt, user_prompt)
 
 log = logging.getLogger(__name__)
 
@@ -26,30 +27,43 @@ def _messages(item: dict, perm: Sequence[int]) -> list[dict]:
                                                     meta.get("kind", "book"), shown)}]
 
 
+def closed_model(backend) -> bool:
+    """Whether ``backend`` is asked Appendix C.1's closed-model prompt: an API model (OpenAI, Anthropic, an
+    OpenAI-compatible server: memaudit tells models apart by how they are served); a local model gets C.2's."""
+    from memaudit.backends.api import APIBackend
+
+    return isinstance(backend, APIBackend)
+
+
 def render_question(tokenizer, item: dict, perm: Sequence[int], *, chat: bool = True) -> str:
-    """Appendix C prompt as model input: chat template with system + user turns (C.2) and the
-    assistant turn opened, or, for a tokenizer without a chat template, C.1's single text.
-    (What :meth:`HFBackend.option_logprobs` renders from :func:`question_prompts`; used by the
-    benchmark's reference way.)"""
+    """Appendix C.2's prompt as a local model's input: chat template with system + user turns and the
+    assistant turn opened, or, for a tokenizer without a chat template, the two as one text (system
+    prompt, blank line, question). (What :meth:`HFBackend.option_logprobs` renders from
+    :func:`question_prompts`; used by the benchmark's reference way.)"""
     messages = _messages(item, perm)
     if chat and getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return messages[0]["content"] + "\n\n" + messages[1]["content"]
 
 
-def question_prompts(item: dict, perms: Sequence[Sequence[int]]) -> list[str]:
-    """The user turn of each ordering's question (the system prompt goes in the request's params)."""
-    return [_messages(item, perm)[1]["content"] for perm in perms]
+def question_prompts(item: dict, perms: Sequence[Sequence[int]], *, closed: bool = False) -> list[str]:
+    """The user turn of each ordering's question: C.2's (the system prompt goes in the request's params) or,
+    ``closed``, C.1's whole prompt (:func:`~memaudit.probes.decop.prompts.closed_model_prompt`)."""
+    users = [_messages(item, perm)[1]["content"] for perm in perms]
+    return [closed_model_prompt(user) for user in users] if closed else users
 
 
-def question_params(*, chat: bool = True) -> GenerationParams:
-    """One answer token at temperature 0 after the paper's system prompt (Appendix C)."""
-    return GenerationParams(max_new_tokens=1, temperature=0.0, system_prompt=system_prompt(), chat=chat)
+def question_params(*, chat: bool = True, closed: bool = False) -> GenerationParams:
+    """One answer token at temperature 0 after C.2's system prompt, or none (``closed``: C.1 has none)."""
+    return GenerationParams(max_new_tokens=1, temperature=0.0, system_prompt=None if closed else system_prompt(),
+                            chat=chat)
 
 
-def blackbox_params(max_new_tokens: int) -> GenerationParams:
-    """Black-box mode's decoding: a short greedy answer after the paper's system prompt (Section 5.1.2)."""
-    return GenerationParams(max_new_tokens=max_new_tokens, temperature=0.0, system_prompt=system_prompt())
+def blackbox_params(max_new_tokens: int, *, closed: bool = False) -> GenerationParams:
+    """Black-box mode's decoding: a short greedy answer (Section 5.1.2) after C.2's system prompt, or,
+    ``closed``, none (C.1)."""
+    return GenerationParams(max_new_tokens=max_new_tokens, temperature=0.0,
+                            system_prompt=None if closed else system_prompt())
 
 
 def letter_probabilities(letter_logprobs: Sequence[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -122,12 +136,14 @@ def score_logit(backend, items: Sequence[dict], perms: Sequence[Sequence[int]], 
     """Logit mode: P(A-D) at the answer position through ``Backend.option_logprobs``; ``pred`` = argmax.
 
     A local model batches all orderings of a passage together (their shared prefix computed
-    once); an OpenAI-compatible API reads the letters from the first token's ``top_logprobs``.
+    once); an OpenAI-compatible API reads the letters from the first token's ``top_logprobs``, asked
+    Appendix C.1's closed-model prompt (:func:`closed_model`).
     """
-    params = question_params(chat=chat)
+    closed = closed_model(backend)
+    params = question_params(chat=chat, closed=closed)
     rows = []
     for n, item in enumerate(items):
-        prompts = question_prompts(item, perms)
+        prompts = question_prompts(item, perms, closed=closed)
         logprobs = backend.option_logprobs(prompts, [LETTERS] * len(prompts), params=params, batch_size=batch_size)
         probs, mass = letter_probabilities(logprobs)
         for perm, p, m in zip(perms, probs, mass):
@@ -145,12 +161,15 @@ def score_blackbox(backend, items: Sequence[dict], perms: Sequence[Sequence[int]
                    max_new_tokens: int = 8) -> pd.DataFrame:
     """Black-box mode: the answer letter parsed from the text (strict, then lenient).
 
-    Temperature 0 (Section 5.1.2). A refusal or a reply naming no single letter is kept
-    as ``pred = -1`` with its status, counted and scored as wrong.
+    Temperature 0 (Section 5.1.2); an API model is asked Appendix C.1's closed-model prompt, a local
+    one C.2's (:func:`closed_model`). A refusal or a reply naming no single letter is kept as
+    ``pred = -1`` with its status, counted and scored as wrong.
     """
-    params = blackbox_params(max_new_tokens)
+    closed = closed_model(backend)
+    params = blackbox_params(max_new_tokens, closed=closed)
     pairs = list(_rows(items, perms))
-    prompts = [prompt for item in items for prompt in question_prompts(item, perms)]  # in the order of pairs
+    # in the order of pairs
+    prompts = [prompt for item in items for prompt in question_prompts(item, perms, closed=closed)]
     gens = backend.generate(prompts, params)
     rows = []
     for (item, perm), gen in zip(pairs, gens):
