@@ -252,9 +252,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
             "logit": frozenset({WORD_LOGPROBS}),
         },
         runner="memaudit.probes.cloze.runner:run_job", planner="memaudit.probes.cloze.runner:plan_records",
-        # 4 (and items 5): a guess with punctuation between digits is no number its digits spell ("1/2" is
-        # not "12"); a reply cut inside its closing </word> tag is parsed; a filter's list numbered "**1.**",
-        # "#1" or "1 -" no longer lists the numbers 1 to N (a numeric candidate dropped as guessable)
+        # 4 (and items 5): "I apologize, but I cannot ..." is a refusal; a guess with punctuation between
+        # digits is no number its digits spell ("1/2" is not "12"); a reply cut inside its closing </word>
+        # tag is parsed; a filter's list numbered "**1.**", "#1" or "1 -" no longer lists the numbers 1 to N
+        # (a numeric candidate dropped as guessable)
         plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=4, fingerprint="cf8475599358d20a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
