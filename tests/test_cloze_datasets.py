@@ -775,9 +775,9 @@ def test_published_blocks_dispatch_to_the_loaders_and_hand_back_their_rejects(tm
     out = write_benchmark_rejects("nyt", rejects, results_dir=tmp_path / "results")
     assert out == tmp_path / "results" / "datasets" / "nyt" / "rejects.csv" == benchmark_rejects_path(
         "nyt", tmp_path / "results")
-    table = pd.read_csv(out)
+    table = pd.read_csv(out, keep_default_na=False)
     assert list(table.columns) == list(REJECT_COLUMNS)
-    assert table.iloc[0].to_dict() == {"file": str(nyt), "line": 4, "key": "snippet", "value": "''",
+    assert table.iloc[0].to_dict() == {"file": str(nyt), "line": 4, "element": "", "key": "snippet", "value": "''",
                                        "reason": "empty or whitespace-only text", "action": "rejected"}
 
     folder = tmp_path / "archive"

@@ -193,10 +193,10 @@ def test_rejects_are_written_as_a_csv(tmp_path):
     _, rejects = load_literal(_literal_file(tmp_path))
     write_rejects(tmp_path / "rejects.csv", rejects)
     table = pd.read_csv(tmp_path / "rejects.csv", keep_default_na=False)
-    assert list(table.columns) == ["file", "line", "key", "value", "reason", "action"]
-    assert table.to_dict("records") == [r.to_dict() for r in rejects]
+    assert list(table.columns) == ["file", "line", "element", "key", "value", "reason", "action"]
+    assert table.to_dict("records") == [dict(r.to_dict(), element="") for r in rejects]
     write_rejects(tmp_path / "none.csv", [])
-    assert (tmp_path / "none.csv").read_text() == "file,line,key,value,reason,action\n"
+    assert (tmp_path / "none.csv").read_text() == "file,line,element,key,value,reason,action\n"
 
 
 @pytest.mark.parametrize("content, message", [

@@ -98,6 +98,34 @@ def test_a_key_given_twice_in_one_record_rejects_the_row_in_json_lines_and_array
         assert [(r.line, r.key, r.value, r.reason) for r in rejected] == expected
 
 
+def test_the_rows_of_a_one_line_json_array_are_named_by_their_element(tmp_path):
+    """to_json(orient="records") puts every element on line 1: a repeat or a bad row is named by its
+    element (0-based), and each passage says which element it is; every message said "line 1"."""
+    from memaudit.datasets.nyt import load_nyt
+
+    rows = [{"input": "An event before 2017.", "label": 1}, {"input": "An event after 2023.", "label": 0},
+            {"input": "An  event before 2017.", "label": 1}, {"input": "", "label": 0}]
+    path = _write(tmp_path / "w.json", json.dumps(rows))
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.text, p.meta["line"], p.meta["element"]) for p in passages] == [
+        ("An event before 2017.", 1, 0), ("An event after 2023.", 1, 1)]
+    assert [r.message() for r in rejected] == [
+        f"{path}, line 1, element 2, key input: duplicate input, first on element 0",
+        f"{path}, line 1, element 3, key input: empty or whitespace-only text"]
+    nyt = [{"snippet": "A Times article.", "prefix": "A", "completion": "Times article.", "label": 1},
+           {"snippet": "A later article.", "prefix": "", "completion": "", "label": 0},
+           {"snippet": "A Times article.", "prefix": "A", "completion": "Times article.", "label": 0}]
+    path = _write(tmp_path / "n.json", json.dumps(nyt))
+    docs, passages, rejected = load_nyt(path)
+    assert [(p.meta["line"], p.meta["element"]) for p in passages] == [(1, 1)]
+    assert [(r.element, r.key, r.reason, r.action) for r in rejected] == [
+        (0, "label", "the same snippet is on element 2 (label 0): conflicting labels, every copy rejected", "rejected"),
+        (1, "prefix", "empty prefix: kept for the cloze probe; the prefix probe has no prefix for it", "kept"),
+        (1, "completion", "empty completion: kept for the cloze probe; the prefix probe has no completion for it",
+         "kept"),
+        (2, "label", "the same snippet is on element 0 (label 1): conflicting labels, every copy rejected", "rejected")]
+
+
 def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
     # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
     path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')

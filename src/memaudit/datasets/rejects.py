@@ -11,10 +11,12 @@ UTF-8, broken CSV quoting) is always a one-line
 
 A benchmark's rejects go to ``results/datasets/<benchmark>/rejects.csv``
 (:func:`write_benchmark_rejects`), beside its documents and passages, with the columns of
-CopyBench's ``copybench_rejects.csv`` for published files: file, line, key, value, reason,
-action. ``line`` is the physical line where the record starts (1-based, as an editor shows
-it; a CSV header is line 1), the row number for a parquet file, and 0 for a problem with a
-whole file (an unreadable PDF, an article without a date).
+CopyBench's ``copybench_rejects.csv`` for published files: file, line, element, key, value,
+reason, action. ``line`` is the physical line where the record starts (1-based, as an
+editor shows it; a CSV header is line 1), the row number for a parquet file, and 0 for a problem
+with a whole file (an unreadable PDF, an article without a date). ``element`` is a JSON array's
+element (0-based, as ``data[12]`` indexes it), empty for other files: it is what identifies the
+record, since ``DataFrame.to_json(orient="records")`` writes the whole array on line 1.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from memaudit.datasets.copybench_published import (
 from memaudit.errors import InputError
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
-           "benchmark_rejects_path",
+           "benchmark_rejects_path", "place",
            "count_rejects", "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
@@ -55,8 +57,8 @@ class ColumnRejected(Rejected):
 
     def message(self) -> str:
         if self.key == "(record)":
-            return f"{self.file}, line {self.line}: {self.reason}"
-        return f"{self.file}, line {self.line}, column {self.key}: {self.reason}"
+            return f"{self.file}, {self.where()}: {self.reason}"
+        return f"{self.file}, {self.where()}, column {self.key}: {self.reason}"
 
 
 @dataclass
@@ -68,20 +70,28 @@ class RejectLog:
     rows: list[Rejected] = field(default_factory=list)
     record: type[Rejected] = Rejected
 
-    def add(self, file: str | Path, line: int, key: str, value: Any, reason: str, action: str = "rejected") -> None:
-        self.rows.append(self.record(str(file), int(line), key, short_repr(value), reason, action))
+    def add(self, file: str | Path, line: int, key: str, value: Any, reason: str, action: str = "rejected",
+            element: int | None = None) -> None:
+        self.rows.append(self.record(str(file), int(line), key, short_repr(value), reason, action, element))
 
-    def reject(self, file: str | Path, line: int, exc: RowReject) -> None:
-        self.add(file, line, exc.key, exc.value, exc.reason)
+    def reject(self, file: str | Path, line: int, exc: RowReject, element: int | None = None) -> None:
+        self.add(file, line, exc.key, exc.value, exc.reason, element=element)
 
     def finish(self) -> list[Rejected]:
-        """The rows in (file, line) order; with ``strict``, the first rejected one as an InputError."""
-        rows = sorted(self.rows, key=lambda r: (r.file, r.line))
+        """The rows in (file, line, element) order; with ``strict``, the first rejected one as an InputError."""
+        rows = sorted(self.rows, key=lambda r: (r.file, r.line, -1 if r.element is None else r.element))
         rejected = [r for r in rows if r.action == "rejected"]
         if self.strict and rejected:
             more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
             raise InputError(rejected[0].message() + more)
         return rows
+
+
+def place(row: Mapping[str, Any]) -> str:
+    """Where a loaded row (``line``, ``element``) is, for a message that points from one row to
+    another: ``line 3``, or ``element 12`` of a JSON array (whose elements may all be on line 1)."""
+    element = row.get("element")
+    return f"line {row['line']}" if element is None else f"element {element}"
 
 
 def require_rows(path: str | Path, n_kept: int, rejects: Sequence[Rejected], what: str) -> None:
