@@ -238,9 +238,13 @@ def test_nyt_paths_that_are_no_file_are_input_errors(tmp_path, monkeypatch):
     with pytest.raises(InputError, match=r"nyt\.csv, line 1: missing column\(s\) completion \(expected snippet, "
                                          r"prefix, completion, label, any case; found snippet, prefix, label\)$"):
         load_nyt(csv_path)
-    # a CSV row with the wrong number of fields (an unclosed quote swallows the rest) is one rejected row
+    # a last row whose quote is never closed (a truncated file) is one rejected row, whatever its field count
     _, passages, rejected = load_nyt(_write(tmp_path / "q.csv", NYT_CSV + '"Unclosed,quote,1\n'))
-    assert len(passages) == 3 and [(r.line, r.reason) for r in rejected] == [(9, "1 fields, the header has 4")]
+    assert len(passages) == 3 and [(r.line, r.reason) for r in rejected] == [
+        (9, "unclosed quote: the file ends inside this row")]
+    _, passages, rejected = load_nyt(_write(tmp_path / "q.csv", NYT_CSV + 'Cut off,a,"b,0'))
+    assert len(passages) == 3 and [(r.line, r.reason) for r in rejected] == [
+        (9, "unclosed quote: the file ends inside this row")]
 
 
 def test_a_parquet_file_needs_pyarrow_or_loads_like_the_jsonl(tmp_path, monkeypatch):

@@ -177,7 +177,8 @@ def test_a_quote_left_open_stops_the_load_naming_its_line_not_merging_the_rows_a
     # an open quote on the last line takes in no other row: that row alone is rejected, as before
     path.write_text("\r\n".join([header, orwell, closed, stray, ""]), encoding="utf-8")
     items, rejected = published_items({"format": "booktection", "path": str(path)})
-    assert len(items) == 2 and [(r.line, r.reason) for r in rejected] == [(4, "1 fields, the header has 8")]
+    assert len(items) == 2 and [(r.line, r.reason) for r in rejected] == [
+        (4, "unclosed quote: the file ends inside this row")]
 
 
 def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_path):

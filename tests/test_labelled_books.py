@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,17 @@ def test_a_labels_file_problem_is_one_line_naming_its_line_and_column(tmp_path, 
     with pytest.raises(InputError) as err:
         _build(_bench(folder, labels))
     assert str(err.value) == f"{labels}, {message}"
+
+
+def test_a_labels_file_cut_inside_a_quote_is_an_error_naming_the_line(tmp_path):
+    """The last row's quote never closed (a truncated file): it loaded as 'persuasion' labelled 0."""
+    from memaudit.datasets.label_files import read_labels
+
+    path = tmp_path / "labels.csv"
+    path.write_text('book,label\nEmma.txt,1\n"persuasion,0', encoding="utf-8")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}, line 3: not valid CSV \(unclosed quote: "
+                                         r"the file ends inside this row\)$"):
+        read_labels(path, "book")
 
 
 def test_the_config_refuses_a_split_the_labels_replace():

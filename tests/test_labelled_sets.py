@@ -126,6 +126,21 @@ def test_the_rows_of_a_one_line_json_array_are_named_by_their_element(tmp_path):
         (2, "label", "the same snippet is on element 0 (label 1): conflicting labels, every copy rejected", "rejected")]
 
 
+def test_a_truncated_csv_whose_last_row_leaves_a_quote_open_rejects_that_row(tmp_path):
+    """A file cut inside a quoted field: the lenient re-split gave the right field count, and the
+    cut row loaded (here with label 1, the text cut mid-sentence) without a word."""
+    path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\nAn event after 2023.,0\n'
+                                      '"A third event, cut off mid-sen,1')
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.text, p.meta["line"]) for p in passages] == [("An event before 2017.", 2), ("An event after 2023.", 3)]
+    assert [r.message() for r in rejected] == [
+        f"{path}, line 4, key (record): unclosed quote: the file ends inside this row"]
+    path = _write(tmp_path / "h.csv", 'input,"label')
+    with pytest.raises(InputError, match=r"h\.csv, line 1: not valid CSV \(unclosed quote: the file ends inside "
+                                         r"this row\)$"):
+        load_labelled(path, WIKIMIA, source="wikimia")
+
+
 def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
     # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
     path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')

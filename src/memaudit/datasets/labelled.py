@@ -122,6 +122,11 @@ def csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[
     try:
         header: list[str] | None = None
         for start, row in csv_rows(path, text, empty_fields=True):  # a ",," row has an empty text: rejected
+            if isinstance(row, RowReject):  # a truncated file's last row: rejected, or the header: no table
+                if header is None:
+                    raise InputError(f"{path}, line {start}: not valid CSV ({row.reason})")
+                yield start, row
+                continue
             if header is None:
                 header = _csv_header(path, row, start, fields)
                 continue

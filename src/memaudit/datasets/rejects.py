@@ -44,7 +44,7 @@ from memaudit.errors import InputError
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
            "benchmark_rejects_path", "place",
-           "count_rejects", "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
+           "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
@@ -174,7 +174,11 @@ def _lines(text: str) -> Iterator[str]:
     return (m.group() for m in _LINE.finditer(text))
 
 
-def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
+UNCLOSED_LAST_ROW = "unclosed quote: the file ends inside this row"
+
+
+def csv_rows(path: str | Path, text: str, *,
+             empty_fields: bool = False) -> Iterator[tuple[int, list[str] | RowReject]]:
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
     :class:`InputError` naming the line where the row starts. ``empty_fields``: a line of empty
     fields (``,,``) is a row too, for a loader that rejects it with its line (a blank line never is).
@@ -182,7 +186,10 @@ def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iter
     Quoting is read strictly: a lenient reader closes a quote left open (a stray quote, a truncated
     file) wherever the quotes happen to pair up, or at the end of the file, and so merged the rows
     after it into one field without a word. Only a quote left open on the last line, which takes in
-    no other row, gives that row (as the lenient reader splits it) for the loader to reject."""
+    no other row, costs that row alone: it comes as a :class:`RowReject` in place of its cells
+    (:data:`UNCLOSED_LAST_ROW`), for the loader to reject (a truncated file's last row loaded
+    whenever its field count happened to match), or to raise where any problem stops the build
+    (:func:`csv_rows_or_error`)."""
     reader = csv.reader(_lines(text), strict=True)
     while True:
         start = reader.line_num + 1
@@ -192,13 +199,23 @@ def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iter
             return
         except csv.Error as exc:
             if str(exc) == "unexpected end of data" and reader.line_num == start:
-                yield start, next(csv.reader(deque(_lines(text), maxlen=1)))
+                last = deque(_lines(text), maxlen=1)[0]
+                yield start, RowReject("(record)", last.strip(), UNCLOSED_LAST_ROW)
                 return
             reason = ("a quoted field opened in this record is never closed: a stray quote or a truncated file?"
                       if str(exc) == "unexpected end of data" else exc)
             raise InputError(f"{path}, line {start}: not valid CSV ({reason})") from None
         if any(cell.strip() for cell in row) or (empty_fields and len(row) > 1):
             yield start, row
+
+
+def csv_rows_or_error(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """:func:`csv_rows` for a file whose every problem stops the build (a user's labels): a last row
+    with its quote left open is an :class:`InputError` naming the line, as other broken quoting is."""
+    for start, row in csv_rows(path, text, empty_fields=empty_fields):
+        if isinstance(row, RowReject):
+            raise InputError(f"{path}, line {start}: not valid CSV ({row.reason})")
+        yield start, row
 
 
 def json_lines(text: str) -> Iterator[tuple[int, Any]]:
