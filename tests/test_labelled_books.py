@@ -172,6 +172,18 @@ def test_a_labels_file_cut_inside_a_quote_is_an_error_naming_the_line(tmp_path):
         read_labels(path, "book")
 
 
+def test_a_labels_row_of_empty_cells_is_an_error_naming_the_line(tmp_path):
+    """DataFrame.to_csv writes a row of missing values as ','; it was skipped without a word."""
+    from memaudit.datasets.label_files import read_labels
+
+    path = tmp_path / "labels.csv"
+    path.write_text("book,label\nEmma.txt,1\n,\npersuasion,0\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}, line 3, column book: empty book$"):
+        read_labels(path, "book")
+    path.write_text("book,label\nEmma.txt,1\n\npersuasion,0\n", encoding="utf-8")  # a blank line is no row
+    assert read_labels(path, "book") == {"Emma.txt": (1, 2), "persuasion": (0, 4)}
+
+
 def test_the_config_refuses_a_split_the_labels_replace():
     bench = {"sources": ["user_books"], "labels": "labels.csv"}
     assert validate_config({"benchmarks": {"b": bench}, "models": MODELS})["benchmarks"]["b"]["labels"] == "labels.csv"

@@ -20,7 +20,7 @@ def read_labels(path: str | Path, key: str) -> dict[str, tuple[int, int]]:
 
     path, text = read_text(path, f"a CSV file of {key},label rows")
     labels: dict[str, tuple[int, int]] = {}
-    rows = csv_rows_or_error(path, text)
+    rows = csv_rows_or_error(path, text, empty_fields=True)  # a "," row (empty cells) is an error, not skipped
     header = next(rows, None)
     if header is None or tuple(c.strip().lower() for c in header[1]) != (key, "label"):
         got = ",".join(header[1]) if header else ""
