@@ -141,6 +141,26 @@ def test_a_truncated_csv_whose_last_row_leaves_a_quote_open_rejects_that_row(tmp
         load_labelled(path, WIKIMIA, source="wikimia")
 
 
+def test_json_nested_past_the_recursion_limit_is_that_rows_parse_error(tmp_path):
+    """200,000 '[' raised RecursionError with a traceback: a JSON line so nested is one rejected row
+    (in the QA sets too), an array element so nested a one-line error, as other broken JSON is."""
+    from memaudit.datasets.qa import read_qa_jsonl
+
+    deep = "[" * 200_000
+    path = _write(tmp_path / "w.jsonl", WIKIMIA_JSONL + deep + "\n")
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert len(passages) == 4
+    assert [(r.line, r.key, r.reason) for r in rejected] == [(5, "(record)", "not valid JSON (nested too deeply)")]
+    path = _write(tmp_path / "q.jsonl", '{"question": "Q1?", "answer": "x"}\n' + deep + "\n")
+    questions, rejected = read_qa_jsonl(path)
+    assert [q.question for q in questions] == ["Q1?"] and [(r.line, r.reason) for r in rejected] == [
+        (2, "not valid JSON (nested too deeply)")]
+    path = _write(tmp_path / "w.json", '[{"input": "a", "label": 1},\n ' + deep)
+    with pytest.raises(InputError, match=r"w\.json, line 2, column 2: not valid JSON \(element 1 is nested too "
+                                         r"deeply\)$"):
+        load_labelled(path, WIKIMIA, source="wikimia")
+
+
 def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
     # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
     path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')

@@ -251,11 +251,17 @@ def _invalid_json(path: Path, exc: json.JSONDecodeError) -> InputError:
     return InputError(f"{path}, line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})")
 
 
+# Python's JSON decoder recurses once per nesting level and raises RecursionError past the interpreter's limit
+TOO_DEEP = "nested too deeply"
+
+
 def _decode_document(path: Path, text: str) -> Any:
     try:
         return RECORD_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise _invalid_json(path, exc) from None
+    except RecursionError:
+        raise _syntax_error(path, text, _WHITESPACE.match(text, 0).end(), TOO_DEEP) from None
 
 
 def _syntax_error(path: Path, text: str, pos: int, what: str) -> InputError:
@@ -299,6 +305,8 @@ def _array_elements(path: Path, text: str) -> Iterator[tuple[int, int, Any]]:
                 value, pos = RECORD_DECODER.raw_decode(text, pos)
             except json.JSONDecodeError as exc:
                 raise _invalid_json(path, exc) from None
+            except RecursionError:
+                raise _syntax_error(path, text, start, f"element {index} is {TOO_DEEP}") from None
             line += text.count("\n", counted, start)
             counted = start
             yield index, line, value

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from memaudit.datasets.copybench_published import (
     MISSING,
     RECORD_DECODER,
+    TOO_DEEP,
     REJECT_COLUMNS,
     Rejected,
     RowReject,
@@ -228,6 +229,8 @@ def json_lines(text: str) -> Iterator[tuple[int, Any]]:
             yield line_no, RECORD_DECODER.decode(line)
         except json.JSONDecodeError as exc:
             yield line_no, RowReject("(record)", line.strip(), f"not valid JSON ({exc.msg}, column {exc.colno})")
+        except RecursionError:  # the decoder recurses per nesting level: thousands of '[' are no record
+            yield line_no, RowReject("(record)", line.strip(), f"not valid JSON ({TOO_DEEP})")
 
 
 def check_text(key: str, value: Any, *, allow_empty: bool = False) -> str:
