@@ -161,6 +161,18 @@ def test_json_nested_past_the_recursion_limit_is_that_rows_parse_error(tmp_path)
         load_labelled(path, WIKIMIA, source="wikimia")
 
 
+def test_a_multi_line_field_of_a_crlf_csv_has_the_texts_of_the_same_set_in_json(tmp_path):
+    """The text kept the file's CRLF ('line one\\r\\nline two'); the set as JSON gives '\\n'."""
+    text = "line one\nline two\nthree"
+    rows = [{"input": text, "label": 1}, {"input": "second row", "label": 0}]
+    csv_path = _write(tmp_path / "w.csv", 'input,label\r\n"line one\r\nline two\rthree",1\r\nsecond row,0\r\n')
+    json_path = _write(tmp_path / "w.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    from_csv = load_labelled(csv_path, WIKIMIA, source="wikimia")[1]
+    assert [(p.text, p.meta["line"]) for p in from_csv] == [(text, 2), ("second row", 5)]
+    assert [(p.passage_id, p.text) for p in from_csv] == [
+        (p.passage_id, p.text) for p in load_labelled(json_path, WIKIMIA, source="wikimia")[1]]
+
+
 def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
     # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
     path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')

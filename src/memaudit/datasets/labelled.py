@@ -12,7 +12,8 @@ mean) and not a copy of the parsing:
   rejects' ``element`` column and the passages' ``meta.element``, since ``orient="records"``
   without ``lines`` puts every element on line 1);
 - CSV with a header row, fields with commas, quotes or newlines quoted, so one record may span
-  several physical lines (every message names the line where it starts).
+  several physical lines (every message names the line where it starts; a line end inside a
+  field, CRLF or CR, is read as ``\n``, as the same set in JSON gives it).
 
 Field names match case-insensitively; other fields are kept in ``extra``. The label must be
 exactly 0 or 1 (the number in JSON and parquet, the text in a CSV cell). A row with an empty

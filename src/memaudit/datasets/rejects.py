@@ -183,6 +183,7 @@ def csv_rows(path: str | Path, text: str, *,
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
     :class:`InputError` naming the line where the row starts. ``empty_fields``: a line of empty
     fields (``,,``) is a row too, for a loader that rejects it with its line (a blank line never is).
+    Line ends inside a quoted field (CRLF or CR) are ``\n`` in the cells.
 
     Quoting is read strictly: a lenient reader closes a quote left open (a stray quote, a truncated
     file) wherever the quotes happen to pair up, or at the end of the file, and so merged the rows
@@ -207,7 +208,8 @@ def csv_rows(path: str | Path, text: str, *,
                       if str(exc) == "unexpected end of data" else exc)
             raise InputError(f"{path}, line {start}: not valid CSV ({reason})") from None
         if any(cell.strip() for cell in row) or (empty_fields and len(row) > 1):
-            yield start, row
+            # a quoted field over several lines keeps the file's line ends: "\n", as the same set in JSON has it
+            yield start, [cell.replace("\r\n", "\n").replace("\r", "\n") if "\r" in cell else cell for cell in row]
 
 
 def csv_rows_or_error(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
