@@ -184,6 +184,19 @@ def test_a_labels_row_of_empty_cells_is_an_error_naming_the_line(tmp_path):
     assert read_labels(path, "book") == {"Emma.txt": (1, 2), "persuasion": (0, 4)}
 
 
+def test_a_labels_file_kept_in_the_books_folder_is_no_rejected_book(tmp_path):
+    """docs/models.md keeps labels.csv beside the books: it was a rejects row, 'not a .txt, .epub or
+    .pdf file (.csv)'; another CSV there still is one."""
+    folder = _books(tmp_path)
+    labels = _labels(folder, [("Emma.txt", "1"), ("persuasion", "0"), ("the-voyage", "1"), ("Winter Tales.txt", "0")])
+    assert labels.parent == folder
+    (folder / "notes.csv").write_text("x\n", encoding="utf-8")
+    rejects: list = []
+    docs, _ = _build(_bench(folder, labels), rejects)
+    assert {d.meta["book"] for d in docs} == {"emma", "persuasion", "the-voyage", "winter-tales"}
+    assert [(r.value, r.reason) for r in rejects] == [("notes.csv", "not a .txt, .epub or .pdf file (.csv)")]
+
+
 def test_the_config_refuses_a_split_the_labels_replace():
     bench = {"sources": ["user_books"], "labels": "labels.csv"}
     assert validate_config({"benchmarks": {"b": bench}, "models": MODELS})["benchmarks"]["b"]["labels"] == "labels.csv"
