@@ -596,6 +596,23 @@ def test_a_key_given_twice_rejects_its_row_in_the_nyt_and_qa_sets(tmp_path):
         (1, "answer", "['a', 'b']", "given 2 times in one record ('a', then 'b'): which value is meant is unknown")]
 
 
+def test_qa_keys_match_in_any_case_as_the_nyt_keys_do(tmp_path):
+    """'Choices' was not 'choices': the multiple-choice question loaded as short-answer, its choices in
+    extra. Keys alike but for case reject the row, as in the NYT set."""
+    qa = _write(tmp_path / "qa.jsonl", '{"Question": "Q1?", "Choices": ["a", "b"], "ANSWER": 1, "Source": "x"}\n'
+                                       '{"question": "Q2?", "choices": ["a", "b"], "Choices": ["c", "d"], '
+                                       '"answer": "c"}\n' + _jsonl(*QA_LINES))
+    questions, rejected = read_qa_jsonl(qa)
+    assert [(q.question, q.choices, q.answer, q.answer_index, q.extra) for q in questions[:1]] == [
+        ("Q1?", ["a", "b"], "b", 1, {"Source": "x"})]
+    assert [(r.line, r.key, r.reason) for r in rejected] == [(2, "Choices", "keys 'choices' and 'Choices' differ only "
+                                                                             "in case")]
+    nyt = _write(tmp_path / "nyt.jsonl", '{"snippet": "One.", "Snippet": "Two.", "prefix": "", "completion": "", '
+                                         '"label": 1}\n' + _jsonl(*NYT_ROWS))
+    assert [(r.line, r.key, r.reason) for r in load_nyt(nyt)[2]] == [
+        (1, "Snippet", "keys 'snippet' and 'Snippet' differ only in case")]
+
+
 def test_a_qa_set_with_one_usable_question_names_the_file_and_what_was_rejected(tmp_path):
     path = _write(tmp_path / "qa.jsonl", _jsonl({"id": 1, "question": "Kept?", "answer": "a"},
                                                 {"id": 1, "question": "Same id?", "answer": "b"}))
