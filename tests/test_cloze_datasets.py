@@ -238,9 +238,13 @@ def test_nyt_paths_that_are_no_file_are_input_errors(tmp_path, monkeypatch):
     with pytest.raises(InputError, match=r"nyt\.csv, line 1: missing column\(s\) completion \(expected snippet, "
                                          r"prefix, completion, label, any case; found snippet, prefix, label\)$"):
         load_nyt(csv_path)
-    # a CSV row with the wrong number of fields (an unclosed quote swallows the rest) is one rejected row
+    # a last row whose quote is never closed (a truncated file) is one rejected row, whatever its field count
     _, passages, rejected = load_nyt(_write(tmp_path / "q.csv", NYT_CSV + '"Unclosed,quote,1\n'))
-    assert len(passages) == 3 and [(r.line, r.reason) for r in rejected] == [(9, "1 fields, the header has 4")]
+    assert len(passages) == 3 and [(r.line, r.reason) for r in rejected] == [
+        (9, "unclosed quote: the file ends inside this row")]
+    _, passages, rejected = load_nyt(_write(tmp_path / "q.csv", NYT_CSV + 'Cut off,a,"b,0'))
+    assert len(passages) == 3 and [(r.line, r.reason) for r in rejected] == [
+        (9, "unclosed quote: the file ends inside this row")]
 
 
 def test_a_parquet_file_needs_pyarrow_or_loads_like_the_jsonl(tmp_path, monkeypatch):
@@ -592,6 +596,23 @@ def test_a_key_given_twice_rejects_its_row_in_the_nyt_and_qa_sets(tmp_path):
         (1, "answer", "['a', 'b']", "given 2 times in one record ('a', then 'b'): which value is meant is unknown")]
 
 
+def test_qa_keys_match_in_any_case_as_the_nyt_keys_do(tmp_path):
+    """'Choices' was not 'choices': the multiple-choice question loaded as short-answer, its choices in
+    extra. Keys alike but for case reject the row, as in the NYT set."""
+    qa = _write(tmp_path / "qa.jsonl", '{"Question": "Q1?", "Choices": ["a", "b"], "ANSWER": 1, "Source": "x"}\n'
+                                       '{"question": "Q2?", "choices": ["a", "b"], "Choices": ["c", "d"], '
+                                       '"answer": "c"}\n' + _jsonl(*QA_LINES))
+    questions, rejected = read_qa_jsonl(qa)
+    assert [(q.question, q.choices, q.answer, q.answer_index, q.extra) for q in questions[:1]] == [
+        ("Q1?", ["a", "b"], "b", 1, {"Source": "x"})]
+    assert [(r.line, r.key, r.reason) for r in rejected] == [(2, "Choices", "keys 'choices' and 'Choices' differ only "
+                                                                             "in case")]
+    nyt = _write(tmp_path / "nyt.jsonl", '{"snippet": "One.", "Snippet": "Two.", "prefix": "", "completion": "", '
+                                         '"label": 1}\n' + _jsonl(*NYT_ROWS))
+    assert [(r.line, r.key, r.reason) for r in load_nyt(nyt)[2]] == [
+        (1, "Snippet", "keys 'snippet' and 'Snippet' differ only in case")]
+
+
 def test_a_qa_set_with_one_usable_question_names_the_file_and_what_was_rejected(tmp_path):
     path = _write(tmp_path / "qa.jsonl", _jsonl({"id": 1, "question": "Kept?", "answer": "a"},
                                                 {"id": 1, "question": "Same id?", "answer": "b"}))
@@ -775,9 +796,9 @@ def test_published_blocks_dispatch_to_the_loaders_and_hand_back_their_rejects(tm
     out = write_benchmark_rejects("nyt", rejects, results_dir=tmp_path / "results")
     assert out == tmp_path / "results" / "datasets" / "nyt" / "rejects.csv" == benchmark_rejects_path(
         "nyt", tmp_path / "results")
-    table = pd.read_csv(out)
+    table = pd.read_csv(out, keep_default_na=False)
     assert list(table.columns) == list(REJECT_COLUMNS)
-    assert table.iloc[0].to_dict() == {"file": str(nyt), "line": 4, "key": "snippet", "value": "''",
+    assert table.iloc[0].to_dict() == {"file": str(nyt), "line": 4, "element": "", "key": "snippet", "value": "''",
                                        "reason": "empty or whitespace-only text", "action": "rejected"}
 
     folder = tmp_path / "archive"

@@ -193,10 +193,10 @@ def test_rejects_are_written_as_a_csv(tmp_path):
     _, rejects = load_literal(_literal_file(tmp_path))
     write_rejects(tmp_path / "rejects.csv", rejects)
     table = pd.read_csv(tmp_path / "rejects.csv", keep_default_na=False)
-    assert list(table.columns) == ["file", "line", "key", "value", "reason", "action"]
-    assert table.to_dict("records") == [r.to_dict() for r in rejects]
+    assert list(table.columns) == ["file", "line", "element", "key", "value", "reason", "action"]
+    assert table.to_dict("records") == [dict(r.to_dict(), element="") for r in rejects]
     write_rejects(tmp_path / "none.csv", [])
-    assert (tmp_path / "none.csv").read_text() == "file,line,key,value,reason,action\n"
+    assert (tmp_path / "none.csv").read_text() == "file,line,element,key,value,reason,action\n"
 
 
 @pytest.mark.parametrize("content, message", [
@@ -211,6 +211,9 @@ def test_rejects_are_written_as_a_csv(tmp_path):
      "{p}, line 3, column 3: not valid JSON (expected ',' or ']' after an array element)"),
     (b'[\n  {"id": "a"},\n', "{p}, line 3, column 1: not valid JSON (Expecting value)"),
     (b"[]\n]", "{p}, line 2, column 1: not valid JSON (extra data after the top-level array)"),
+    # nesting past the decoder's recursion limit was a RecursionError traceback
+    (b'[\n  {"id": "a"},\n  ' + b"[" * 200_000, "{p}, line 3, column 3: not valid JSON (element 1 is nested too deeply)"),
+    (b" " + b'{"a": ' * 200_000, "{p}, line 1, column 2: not valid JSON (nested too deeply)"),
 ])
 def test_whole_file_problems_are_one_line_input_errors(tmp_path, content, message):
     path = tmp_path / "data.literal.json"

@@ -120,7 +120,7 @@ def test_an_arxivtection_file_in_the_published_shape_loads_with_its_blank_option
     assert passages[1].text == "We show that the method works."
     assert [r.message() for r in rejects] == [f"{path}, line 4, column Example_A: empty or whitespace-only text"]
     table = write_benchmark_rejects("ar", rejects, tmp_path / "results")
-    assert table.read_text() == f"file,line,key,value,reason,action\n{path},4,Example_A,' ',empty or whitespace-only text,rejected\n"
+    assert table.read_text() == f"file,line,element,key,value,reason,action\n{path},4,,Example_A,' ',empty or whitespace-only text,rejected\n"
     summary = count_rejects({"ar": table})
     assert summary.to_dict("records") == [{"benchmark": "ar", "file": str(path), "reason": "empty or whitespace-only text",
                                            "action": "rejected", "n_rows": 1}]
@@ -177,7 +177,8 @@ def test_a_quote_left_open_stops_the_load_naming_its_line_not_merging_the_rows_a
     # an open quote on the last line takes in no other row: that row alone is rejected, as before
     path.write_text("\r\n".join([header, orwell, closed, stray, ""]), encoding="utf-8")
     items, rejected = published_items({"format": "booktection", "path": str(path)})
-    assert len(items) == 2 and [(r.line, r.reason) for r in rejected] == [(4, "1 fields, the header has 8")]
+    assert len(items) == 2 and [(r.line, r.reason) for r in rejected] == [
+        (4, "unclosed quote: the file ends inside this row")]
 
 
 def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_path):
@@ -320,6 +321,27 @@ def test_bookmia_as_the_hub_exports_it_parquet_or_a_json_array_loads_as_the_json
         assert [(p.passage_id, p.label, p.text, p.meta["split"]) for p in docs] == expected
         assert [p.meta["source_line"] for p in docs] == [1, 2, 3, 5, 6, 7, 8, 9]  # row numbers
         assert [(r.line, r.key) for r in rejects] == [(4, "snippet")]
+
+
+def test_bookmia_as_a_one_line_json_array_is_split_and_deduplicated_by_element(tmp_path):
+    """DataFrame.to_json(orient="records") writes the whole array on line 1: rows are its elements.
+    Keyed by line, every row was "test" (the split empty) and a repeated snippet_id was kept."""
+    rows = [json.loads(line) for line in BOOKMIA_SPLIT_LINES if line.startswith("{\"")]
+    rows.append(dict(rows[0]))  # element 9: a copy of element 0
+    path, docs, passages, rejects = _load_excerpt(tmp_path, "BookMIA.json", "bookmia",
+                                                  pd.DataFrame(rows).to_json(orient="records").encode(),
+                                                  validation_rows=4)
+    assert [(p.passage_id, p.meta["split"], p.meta["source_line"], p.meta["source_element"]) for p in passages] == [
+        ("0#0", "validation", 1, 0), ("0#1", "validation", 1, 1), ("1#0", "validation", 1, 2),
+        ("1#1", "validation", 1, 3), ("2#0", "test", 1, 4), ("2#1", "test", 1, 5), ("3#0", "test", 1, 6),
+        ("3#1", "test", 1, 7), ("0#2", "test", 1, 8)]
+    assert [r.message() for r in rejects] == [
+        f"{path}, line 1, element 9, key snippet_id: duplicate snippet: same book_id and snippet_id as element 0"]
+    from memaudit.datasets.rejects import write_benchmark_rejects
+
+    write_benchmark_rejects("bo", rejects, tmp_path / "results")
+    table = pd.read_csv(tmp_path / "results" / "datasets" / "bo" / "rejects.csv", keep_default_na=False)
+    assert table[["line", "element", "key"]].values.tolist() == [[1, 9, "snippet_id"]]
 
 
 def test_a_parquet_file_given_to_a_text_loader_is_named_as_parquet(tmp_path):

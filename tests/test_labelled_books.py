@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,42 @@ def test_a_labels_file_problem_is_one_line_naming_its_line_and_column(tmp_path, 
     with pytest.raises(InputError) as err:
         _build(_bench(folder, labels))
     assert str(err.value) == f"{labels}, {message}"
+
+
+def test_a_labels_file_cut_inside_a_quote_is_an_error_naming_the_line(tmp_path):
+    """The last row's quote never closed (a truncated file): it loaded as 'persuasion' labelled 0."""
+    from memaudit.datasets.label_files import read_labels
+
+    path = tmp_path / "labels.csv"
+    path.write_text('book,label\nEmma.txt,1\n"persuasion,0', encoding="utf-8")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}, line 3: not valid CSV \(unclosed quote: "
+                                         r"the file ends inside this row\)$"):
+        read_labels(path, "book")
+
+
+def test_a_labels_row_of_empty_cells_is_an_error_naming_the_line(tmp_path):
+    """DataFrame.to_csv writes a row of missing values as ','; it was skipped without a word."""
+    from memaudit.datasets.label_files import read_labels
+
+    path = tmp_path / "labels.csv"
+    path.write_text("book,label\nEmma.txt,1\n,\npersuasion,0\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}, line 3, column book: empty book$"):
+        read_labels(path, "book")
+    path.write_text("book,label\nEmma.txt,1\n\npersuasion,0\n", encoding="utf-8")  # a blank line is no row
+    assert read_labels(path, "book") == {"Emma.txt": (1, 2), "persuasion": (0, 4)}
+
+
+def test_a_labels_file_kept_in_the_books_folder_is_no_rejected_book(tmp_path):
+    """docs/models.md keeps labels.csv beside the books: it was a rejects row, 'not a .txt, .epub or
+    .pdf file (.csv)'; another CSV there still is one."""
+    folder = _books(tmp_path)
+    labels = _labels(folder, [("Emma.txt", "1"), ("persuasion", "0"), ("the-voyage", "1"), ("Winter Tales.txt", "0")])
+    assert labels.parent == folder
+    (folder / "notes.csv").write_text("x\n", encoding="utf-8")
+    rejects: list = []
+    docs, _ = _build(_bench(folder, labels), rejects)
+    assert {d.meta["book"] for d in docs} == {"emma", "persuasion", "the-voyage", "winter-tales"}
+    assert [(r.value, r.reason) for r in rejects] == [("notes.csv", "not a .txt, .epub or .pdf file (.csv)")]
 
 
 def test_the_config_refuses_a_split_the_labels_replace():

@@ -98,6 +98,81 @@ def test_a_key_given_twice_in_one_record_rejects_the_row_in_json_lines_and_array
         assert [(r.line, r.key, r.value, r.reason) for r in rejected] == expected
 
 
+def test_the_rows_of_a_one_line_json_array_are_named_by_their_element(tmp_path):
+    """to_json(orient="records") puts every element on line 1: a repeat or a bad row is named by its
+    element (0-based), and each passage says which element it is; every message said "line 1"."""
+    from memaudit.datasets.nyt import load_nyt
+
+    rows = [{"input": "An event before 2017.", "label": 1}, {"input": "An event after 2023.", "label": 0},
+            {"input": "An  event before 2017.", "label": 1}, {"input": "", "label": 0}]
+    path = _write(tmp_path / "w.json", json.dumps(rows))
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.text, p.meta["line"], p.meta["element"]) for p in passages] == [
+        ("An event before 2017.", 1, 0), ("An event after 2023.", 1, 1)]
+    assert [r.message() for r in rejected] == [
+        f"{path}, line 1, element 2, key input: duplicate input, first on element 0",
+        f"{path}, line 1, element 3, key input: empty or whitespace-only text"]
+    nyt = [{"snippet": "A Times article.", "prefix": "A", "completion": "Times article.", "label": 1},
+           {"snippet": "A later article.", "prefix": "", "completion": "", "label": 0},
+           {"snippet": "A Times article.", "prefix": "A", "completion": "Times article.", "label": 0}]
+    path = _write(tmp_path / "n.json", json.dumps(nyt))
+    docs, passages, rejected = load_nyt(path)
+    assert [(p.meta["line"], p.meta["element"]) for p in passages] == [(1, 1)]
+    assert [(r.element, r.key, r.reason, r.action) for r in rejected] == [
+        (0, "label", "the same snippet is on element 2 (label 0): conflicting labels, every copy rejected", "rejected"),
+        (1, "prefix", "empty prefix: kept for the cloze probe; the prefix probe has no prefix for it", "kept"),
+        (1, "completion", "empty completion: kept for the cloze probe; the prefix probe has no completion for it",
+         "kept"),
+        (2, "label", "the same snippet is on element 0 (label 1): conflicting labels, every copy rejected", "rejected")]
+
+
+def test_a_truncated_csv_whose_last_row_leaves_a_quote_open_rejects_that_row(tmp_path):
+    """A file cut inside a quoted field: the lenient re-split gave the right field count, and the
+    cut row loaded (here with label 1, the text cut mid-sentence) without a word."""
+    path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\nAn event after 2023.,0\n'
+                                      '"A third event, cut off mid-sen,1')
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.text, p.meta["line"]) for p in passages] == [("An event before 2017.", 2), ("An event after 2023.", 3)]
+    assert [r.message() for r in rejected] == [
+        f"{path}, line 4, key (record): unclosed quote: the file ends inside this row"]
+    path = _write(tmp_path / "h.csv", 'input,"label')
+    with pytest.raises(InputError, match=r"h\.csv, line 1: not valid CSV \(unclosed quote: the file ends inside "
+                                         r"this row\)$"):
+        load_labelled(path, WIKIMIA, source="wikimia")
+
+
+def test_json_nested_past_the_recursion_limit_is_that_rows_parse_error(tmp_path):
+    """200,000 '[' raised RecursionError with a traceback: a JSON line so nested is one rejected row
+    (in the QA sets too), an array element so nested a one-line error, as other broken JSON is."""
+    from memaudit.datasets.qa import read_qa_jsonl
+
+    deep = "[" * 200_000
+    path = _write(tmp_path / "w.jsonl", WIKIMIA_JSONL + deep + "\n")
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert len(passages) == 4
+    assert [(r.line, r.key, r.reason) for r in rejected] == [(5, "(record)", "not valid JSON (nested too deeply)")]
+    path = _write(tmp_path / "q.jsonl", '{"question": "Q1?", "answer": "x"}\n' + deep + "\n")
+    questions, rejected = read_qa_jsonl(path)
+    assert [q.question for q in questions] == ["Q1?"] and [(r.line, r.reason) for r in rejected] == [
+        (2, "not valid JSON (nested too deeply)")]
+    path = _write(tmp_path / "w.json", '[{"input": "a", "label": 1},\n ' + deep)
+    with pytest.raises(InputError, match=r"w\.json, line 2, column 2: not valid JSON \(element 1 is nested too "
+                                         r"deeply\)$"):
+        load_labelled(path, WIKIMIA, source="wikimia")
+
+
+def test_a_multi_line_field_of_a_crlf_csv_has_the_texts_of_the_same_set_in_json(tmp_path):
+    """The text kept the file's CRLF ('line one\\r\\nline two'); the set as JSON gives '\\n'."""
+    text = "line one\nline two\nthree"
+    rows = [{"input": text, "label": 1}, {"input": "second row", "label": 0}]
+    csv_path = _write(tmp_path / "w.csv", 'input,label\r\n"line one\r\nline two\rthree",1\r\nsecond row,0\r\n')
+    json_path = _write(tmp_path / "w.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    from_csv = load_labelled(csv_path, WIKIMIA, source="wikimia")[1]
+    assert [(p.text, p.meta["line"]) for p in from_csv] == [(text, 2), ("second row", 5)]
+    assert [(p.passage_id, p.text) for p in from_csv] == [
+        (p.passage_id, p.text) for p in load_labelled(json_path, WIKIMIA, source="wikimia")[1]]
+
+
 def test_a_csv_row_of_empty_fields_is_rejected_with_its_line_and_a_blank_line_is_skipped(tmp_path):
     # DataFrame.to_csv(index=False) writes a row of missing values as ",": a row of the set, not a blank line
     path = _write(tmp_path / "w.csv", 'input,label\nAn event before 2017.,1\n,\n\n" ",\nAn event after 2023.,0\n')

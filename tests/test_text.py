@@ -248,6 +248,23 @@ def test_read_epub_follows_spine_and_keeps_paragraphs(tmp_path):
     assert epub_metadata(path) == {"title": "A Test Book", "author": "Ann Author"}
 
 
+def test_read_epub_decodes_each_document_in_its_declared_encoding_or_names_its_bad_bytes(tmp_path):
+    """An ISO-8859-1 chapter read as UTF-8 with errors="replace" became 'Caf\ufffd na\ufffdve' without a word."""
+    latin = '<?xml version="1.0" encoding="iso-8859-1"?><html><body><p>Caf\xe9 na\xefve</p></body></html>'
+    meta = '<html><head><meta charset="windows-1252"/></head><body><p>\u201cQuoted\u201d</p></body></html>'
+    path = tmp_path / "book.epub"
+    _write_epub(path, {"META-INF/container.xml": CONTAINER, "OEBPS/content.opf": OPF,
+                       "OEBPS/text/one.xhtml": latin.encode("latin-1"), "OEBPS/text/two.xhtml": meta.encode("cp1252")})
+    assert read_epub(path) == "Café naïve\n\n\u201cQuoted\u201d"
+    bad = tmp_path / "bad.epub"
+    _write_epub(bad, {"META-INF/container.xml": CONTAINER, "OEBPS/content.opf": OPF,
+                      "OEBPS/text/one.xhtml": latin.encode("latin-1").replace(b"iso-8859-1", b"utf-8"),
+                      "OEBPS/text/two.xhtml": TWO})
+    with pytest.raises(InputError, match=r"^.*bad\.epub: OEBPS/text/one\.xhtml is not valid utf-8 at byte offset 56 "
+                                         r"\(byte 0xe9\)$"):
+        read_epub(bad)
+
+
 def test_read_epub_rejects_non_epub_naming_the_file(tmp_path):
     fake = tmp_path / "fake.epub"
     fake.write_text("not a zip")

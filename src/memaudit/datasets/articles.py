@@ -26,8 +26,9 @@ used is a rejected row with its reason, never silently dropped: a PDF without a 
 scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8, a file with no
 text, a file without a date, two dates that disagree, a file that is neither ``.txt`` nor
 ``.pdf``, a sub-folder, and two files with the same document id; so is a ``dates.csv`` row that
-names no article in the folder, gives an invalid date, repeats a file, or has more fields than
-the header (an unquoted title with a comma).
+names no article in the folder, gives an invalid date, repeats a file, has more fields than
+the header (an unquoted title with a comma), or is a last row whose quote is never closed (a
+truncated file).
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
     dates: dict[str, _Dated] = {}
     header: list[str] | None = None
     for start, row in csv_rows(path, text):
+        if isinstance(row, RowReject):  # a truncated file's last row: rejected, or the header: no table
+            if header is None:
+                raise InputError(f"{path}, line {start}: not valid CSV ({row.reason})")
+            log.reject(path, start, row)
+            continue
         if header is None:
             header = [cell.strip().lower() for cell in row]
             missing = [c for c in ("file", "date") if c not in header]

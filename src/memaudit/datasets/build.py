@@ -77,7 +77,7 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
 
         options = (cfg.get("source_options") or {}).get("user_books") or {}
         rejects += user_books_rejects(options.get("directory", USER_BOOKS_DIRECTORY), docs,
-                                      options.get("min_chapter_words", 200))
+                                      options.get("min_chapter_words", 200), labels=cfg.get("labels"))
     candidates, short = [], []
     for d in docs:
         passages = _document_passages(d, cfg)

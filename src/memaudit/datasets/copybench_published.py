@@ -56,7 +56,9 @@ REFERENCE_DEFAULT_SHOTS = 1
 PAPER_SHOTS = 4
 REFERENCE_DEMO_SEED = 42
 
-REJECT_COLUMNS = ("file", "line", "key", "value", "reason", "action")
+# element: a JSON array's element (0-based) for a set given as one (empty otherwise): a one-line array
+# (DataFrame.to_json(orient="records")) puts every record on line 1
+REJECT_COLUMNS = ("file", "line", "element", "key", "value", "reason", "action")
 _VALUE_CHARS = 60
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "task_prompt")
@@ -139,9 +141,14 @@ class Rejected(_Record):
     value: str
     reason: str
     action: str = "rejected"  # or "kept": the record loads as published, with this note
+    element: int | None = None  # its index in a JSON array (0-based), for a set given as one
+
+    def where(self) -> str:
+        """``line 3``, or ``line 1, element 12`` for an element of a JSON array."""
+        return f"line {self.line}" if self.element is None else f"line {self.line}, element {self.element}"
 
     def message(self) -> str:
-        return f"{self.file}, line {self.line}, key {self.key}: {self.reason}"
+        return f"{self.file}, {self.where()}, key {self.key}: {self.reason}"
 
 
 @dataclass
@@ -244,11 +251,17 @@ def _invalid_json(path: Path, exc: json.JSONDecodeError) -> InputError:
     return InputError(f"{path}, line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})")
 
 
+# Python's JSON decoder recurses once per nesting level and raises RecursionError past the interpreter's limit
+TOO_DEEP = "nested too deeply"
+
+
 def _decode_document(path: Path, text: str) -> Any:
     try:
         return RECORD_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise _invalid_json(path, exc) from None
+    except RecursionError:
+        raise _syntax_error(path, text, _WHITESPACE.match(text, 0).end(), TOO_DEEP) from None
 
 
 def _syntax_error(path: Path, text: str, pos: int, what: str) -> InputError:
@@ -292,6 +305,8 @@ def _array_elements(path: Path, text: str) -> Iterator[tuple[int, int, Any]]:
                 value, pos = RECORD_DECODER.raw_decode(text, pos)
             except json.JSONDecodeError as exc:
                 raise _invalid_json(path, exc) from None
+            except RecursionError:
+                raise _syntax_error(path, text, start, f"element {index} is {TOO_DEEP}") from None
             line += text.count("\n", counted, start)
             counted = start
             yield index, line, value
@@ -573,8 +588,10 @@ def load_rejection_corpus(path: str | Path) -> tuple[list[str], list[int]]:
 
 
 def write_rejects(path: str | Path, rejects: Sequence[Rejected]) -> None:
-    """Write rejected (and kept-with-a-note) records as a CSV with columns file, line, key, value, reason, action."""
-    write_csv(path, pd.DataFrame([r.to_dict() for r in rejects], columns=list(REJECT_COLUMNS)))
+    """Write rejected (and kept-with-a-note) records as a CSV with columns file, line, element (empty
+    but for a JSON array's element), key, value, reason, action."""
+    rows = [dict(r.to_dict(), element="" if r.element is None else r.element) for r in rejects]
+    write_csv(path, pd.DataFrame(rows, columns=list(REJECT_COLUMNS)))
 
 
 # ---------------------------------------------------------------- a runnable benchmark

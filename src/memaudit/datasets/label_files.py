@@ -16,11 +16,11 @@ from memaudit.errors import InputError
 
 def read_labels(path: str | Path, key: str) -> dict[str, tuple[int, int]]:
     """``{key value: (label, line)}`` of a CSV whose header is ``<key>,label``."""
-    from memaudit.datasets.rejects import csv_rows, read_text
+    from memaudit.datasets.rejects import csv_rows_or_error, read_text
 
     path, text = read_text(path, f"a CSV file of {key},label rows")
     labels: dict[str, tuple[int, int]] = {}
-    rows = csv_rows(path, text)
+    rows = csv_rows_or_error(path, text, empty_fields=True)  # a "," row (empty cells) is an error, not skipped
     header = next(rows, None)
     if header is None or tuple(c.strip().lower() for c in header[1]) != (key, "label"):
         got = ",".join(header[1]) if header else ""

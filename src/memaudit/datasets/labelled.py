@@ -8,9 +8,12 @@ mean) and not a copy of the parsing:
 - ``.parquet`` (read with ``pyarrow``; where it is missing the error says how to convert);
 - JSON lines (``.jsonl``/``.json``/``.ndjson``), as ``Dataset.to_json`` or
   ``DataFrame.to_json(orient="records", lines=True)`` writes them, or a JSON array of the same
-  objects (each element at the line where it starts);
+  objects (each element at the line where it starts, and named by its index, 0-based: the
+  rejects' ``element`` column and the passages' ``meta.element``, since ``orient="records"``
+  without ``lines`` puts every element on line 1);
 - CSV with a header row, fields with commas, quotes or newlines quoted, so one record may span
-  several physical lines (every message names the line where it starts).
+  several physical lines (every message names the line where it starts; a line end inside a
+  field, CRLF or CR, is read as ``\n``, as the same set in JSON gives it).
 
 Field names match case-insensitively; other fields are kept in ``extra``. The label must be
 exactly 0 or 1 (the number in JSON and parquet, the text in a CSV cell). A row with an empty
@@ -44,6 +47,7 @@ from memaudit.datasets.rejects import (
     csv_rows,
     json_lines,
     json_type,
+    place,
     read_text,
     require_rows,
 )
@@ -93,13 +97,24 @@ def json_getter(record: Any) -> Getter:
     return lambda name: record[keys[name.lower()]] if name.lower() in keys else MISSING
 
 
-def json_records(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    """JSON lines, or one top-level array (each element at the line where it starts)."""
+Records = Iterator[tuple[int, int | None, Any]]  # (line, element of a JSON array or None, record)
+
+
+def json_records(path: Path, text: str) -> Records:
+    """JSON lines, or one top-level array (each element at the line where it starts, and its index:
+    what tells apart the elements of a one-line array)."""
     if text.lstrip().startswith("["):
-        for _, line, value in _array_elements(path, text):
-            yield line, value
+        for index, line, value in _array_elements(path, text):
+            yield line, index, value
     else:
-        yield from json_lines(text)
+        for line, value in json_lines(text):
+            yield line, None, value
+
+
+def _lines_only(records: Iterator[tuple[int, Any]]) -> Records:
+    """CSV and parquet records, which a line (row number) identifies: no element."""
+    for line, record in records:
+        yield line, None, record
 
 
 def csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[int, Any]]:
@@ -108,6 +123,11 @@ def csv_records(path: Path, text: str, fields: Sequence[str]) -> Iterator[tuple[
     try:
         header: list[str] | None = None
         for start, row in csv_rows(path, text, empty_fields=True):  # a ",," row has an empty text: rejected
+            if isinstance(row, RowReject):  # a truncated file's last row: rejected, or the header: no table
+                if header is None:
+                    raise InputError(f"{path}, line {start}: not valid CSV ({row.reason})")
+                yield start, row
+                continue
             if header is None:
                 header = _csv_header(path, row, start, fields)
                 continue
@@ -158,16 +178,17 @@ def is_parquet(path: Path) -> bool:
         return fh.read(4) == b"PAR1" or path.suffix.lower() == ".parquet"
 
 
-def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Iterator[tuple[int, Any]]]:
-    """``(path, format, records)`` for a local file of the set, the format from its magic bytes or suffix."""
+def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Records]:
+    """``(path, format, records)`` for a local file of the set, the format from its magic bytes or
+    suffix; a record is ``(line, element, record)`` (``element``: see :func:`json_records`)."""
     path = check_local_file(path, spec.what)
     if is_parquet(path):
-        return path, "parquet", parquet_records(path)
+        return path, "parquet", _lines_only(parquet_records(path))
     path, text = read_text(path, spec.what)
     suffix = path.suffix.lower()
     if suffix in _JSON_SUFFIXES or (suffix != ".csv" and text.lstrip()[:1] in ("{", "[")):
         return path, "json", json_records(path, text)
-    return path, "csv", csv_records(path, text, spec.fields)
+    return path, "csv", _lines_only(csv_records(path, text, spec.fields))
 
 
 # ---------------------------------------------------------------- checking one row
@@ -207,20 +228,21 @@ def _extra(record: Any, fields: Sequence[str]) -> dict[str, Any]:
 
 def read_rows(path: str | Path, spec: LabelledSet, log: RejectLog) -> tuple[Path, str, list[dict[str, Any]]]:
     """Every row that passes the per-row checks (``spec.text``, ``label``, ``spec.optional``, ``line``,
-    ``extra``: the record's other fields), in file order; the others go to ``log``."""
+    ``element`` (a JSON array's, else None), ``extra``: the record's other fields), in file order;
+    the others go to ``log``."""
     path, fmt, records = raw_records(path, spec)
     rows = []
-    for line, record in records:
+    for line, element, record in records:
         try:
             if isinstance(record, RowReject):
                 raise record
             get = json_getter(record) if fmt != "csv" else (lambda name, r=record: csv_get(r, name))
             row = _check_row(get, fmt == "csv", spec)
         except RowReject as exc:
-            log.reject(path, line, exc)
+            log.reject(path, line, exc, element)
             continue
         extra = _extra(record, spec.fields) if fmt != "csv" else _csv_extra(record, spec.fields)
-        rows.append(dict(row, line=line, extra=extra))
+        rows.append(dict(row, line=line, element=element, extra=extra))
     return path, fmt, rows
 
 
@@ -230,6 +252,11 @@ def csv_get(record: dict[str, str], name: str) -> Any:
         return record[name]
     name = name.lower()
     return next((value for key, value in record.items() if key.lower() == name), MISSING)
+
+
+def located(row: dict[str, Any]) -> dict[str, int]:
+    """A row's ``line`` for its document's and passage's meta, and its ``element`` where it is one of a JSON array."""
+    return {"line": row["line"]} if row["element"] is None else {"line": row["line"], "element": row["element"]}
 
 
 def _csv_extra(record: dict[str, str], fields: Sequence[str]) -> dict[str, str]:
@@ -248,14 +275,16 @@ def deduplicate(path: Path, rows: list[dict[str, Any]], spec: LabelledSet, log: 
         labels = sorted({r["label"] for r in group})
         if len(labels) > 1:
             for row in group:
-                others = ", ".join(f"line {r['line']} (label {r['label']})" for r in group if r is not row)
+                others = ", ".join(f"{place(r)} (label {r['label']})" for r in group if r is not row)
                 log.add(path, row["line"], "label", row["label"],
-                        f"the same {spec.text} is on {others}: conflicting labels, every copy rejected")
+                        f"the same {spec.text} is on {others}: conflicting labels, every copy rejected",
+                        element=row["element"])
             continue
         kept.append(first)
         for row in group[1:]:
-            log.add(path, row["line"], spec.text, row[spec.text], f"duplicate {spec.text}, first on line {first['line']}")
-    return sorted(kept, key=lambda r: r["line"])
+            log.add(path, row["line"], spec.text, row[spec.text], f"duplicate {spec.text}, first on {place(first)}",
+                    element=row["element"])
+    return sorted(kept, key=lambda r: (r["line"], r["element"] or 0))
 
 
 # ---------------------------------------------------------------- WikiMIA and member/non-member sets
@@ -291,8 +320,8 @@ def load_labelled(path: str | Path, spec: LabelledSet, *, source: str, kind: str
         doc_id = f"{source}/" + hashlib.sha256(text_key(text).encode("utf-8")).hexdigest()[:12]
         words = len(text.split())
         docs.append(Document(doc_id, source, "", "", kind, text,
-                             {"label": row["label"], "origin": str(path), "format": fmt, "line": row["line"],
+                             {"label": row["label"], "origin": str(path), "format": fmt, **located(row),
                               "n_words": words, "n_passages": 1}))
         passages.append(Passage(f"{doc_id}#p0", doc_id, row["label"], text, "", "",
-                                {"file": str(path), "line": row["line"], "n_words": words, "extra": row["extra"]}))
+                                {"file": str(path), **located(row), "n_words": words, "extra": row["extra"]}))
     return sorted(docs, key=lambda d: d.doc_id), passages, rejected

@@ -29,7 +29,7 @@ One :class:`~memaudit.datasets.types.Document` and one
 :class:`~memaudit.datasets.types.Passage` per article: the passage text is the snippet, the
 full text the cloze probe masks; ``meta`` keeps the set's own ``prefix`` and ``completion``,
 which the prefix-probing baseline uses as the paper does (:func:`memaudit.datasets.prefix.prefix_items`),
-the file and its ``line``. Title and author stay empty: the outlet
+the file and its ``line`` (and ``element``, its index in a JSON array). Title and author stay empty: the outlet
 would tell a probe the label. Rows the loader cannot use follow the published-data policy of
 :mod:`memaudit.datasets.rejects`.
 """
@@ -40,7 +40,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from memaudit.datasets.labelled import LabelledSet, deduplicate, read_rows, text_key
+from memaudit.datasets.labelled import LabelledSet, deduplicate, located, read_rows, text_key
 from memaudit.datasets.rejects import Rejected, RejectLog, require_rows
 from memaudit.datasets.types import Document, Passage
 
@@ -62,7 +62,7 @@ def _read_rows(path: str | Path, log: RejectLog) -> tuple[Path, str, list[dict[s
         for key in ("prefix", "completion"):
             if not row[key]:
                 log.add(path, row["line"], key, "", f"empty {key}: kept for the cloze probe; the prefix probe "
-                        f"has no {key} for it", action="kept")
+                        f"has no {key} for it", action="kept", element=row["element"])
     return path, fmt, rows
 
 
@@ -88,9 +88,9 @@ def load_nyt(path: str | Path, strict: bool = False) -> tuple[list[Document], li
         doc_id = nyt_doc_id(row["snippet"])
         words = len(row["snippet"].split())
         docs.append(Document(doc_id, NYT_SOURCE, "", "", "news", row["snippet"],
-                             {"label": row["label"], "origin": str(path), "format": fmt, "line": row["line"],
+                             {"label": row["label"], "origin": str(path), "format": fmt, **located(row),
                               "n_words": words, "n_passages": 1}))
         passages.append(Passage(f"{doc_id}#p0", doc_id, row["label"], row["snippet"], "", "",
                                 {"prefix": row["prefix"], "completion": row["completion"], "file": str(path),
-                                 "line": row["line"], "n_words": words, "extra": row["extra"]}))
+                                 **located(row), "n_words": words, "extra": row["extra"]}))
     return sorted(docs, key=lambda d: d.doc_id), passages, rejected

@@ -61,6 +61,7 @@ from memaudit.datasets.rejects import (
     check_local_file,
     check_text,
     json_type,
+    place,
     read_text,
     require_rows,
 )
@@ -161,29 +162,32 @@ def _tection_row(get: Getter, textual: bool, has_length: bool) -> dict[str, Any]
 
 def _consistent(path: str, rows: list[dict], log: RejectLog, *, id_key: str, label_key: str,
                 question_key: str, what: str) -> list[dict]:
-    """``rows`` (with ``line``, ``doc_id``, ``label``, ``question``) less every row of an ID given
-    both labels and every later copy of a question; their notes go to ``log`` as ``kept``. Two
-    passes over dictionaries: linear in the rows."""
-    lines: dict[str, dict[int, list[int]]] = {}
+    """``rows`` (with ``line``, ``doc_id``, ``label``, ``question``, optionally ``element``: a JSON
+    array's, which tells apart the rows of a one-line array) less every row of an ID given both
+    labels and every later copy of a question; their notes go to ``log`` as ``kept``. Two passes
+    over dictionaries: linear in the rows."""
+    by_id: dict[str, dict[int, list[dict]]] = {}
     for row in rows:
-        lines.setdefault(row["doc_id"], {}).setdefault(row["label"], []).append(row["line"])
-    first_seen: dict[tuple, int] = {}
+        by_id.setdefault(row["doc_id"], {}).setdefault(row["label"], []).append(row)
+    first_seen: dict[tuple, dict] = {}
     kept = []
     for row in rows:
-        by_label = lines[row["doc_id"]]
+        element = row.get("element")
+        by_label = by_id[row["doc_id"]]
         if len(by_label) > 1:
-            counts = " and ".join(f"{label} on {len(ls)} row(s) (first line {ls[0]})"
-                                  for label, ls in sorted(by_label.items()))
+            counts = " and ".join(f"{label} on {len(rs)} row(s) (first {place(rs[0])})"
+                                  for label, rs in sorted(by_label.items()))
             log.add(path, row["line"], label_key, row["label"],
-                    f"{id_key} {row['doc_id']!r} has {label_key} {counts}: conflicting labels, every row of it rejected")
+                    f"{id_key} {row['doc_id']!r} has {label_key} {counts}: conflicting labels, every row of it rejected",
+                    element=element)
             continue
-        first = first_seen.setdefault((row["doc_id"], row["question"]), row["line"])
-        if first != row["line"]:
+        first = first_seen.setdefault((row["doc_id"], row["question"]), row)
+        if first is not row:
             log.add(path, row["line"], question_key, row["value"],
-                    f"duplicate {what}: same {id_key} and {question_key} as line {first}")
+                    f"duplicate {what}: same {id_key} and {question_key} as {place(first)}", element=element)
             continue
         for key, value, note in row["notes"]:
-            log.add(path, row["line"], key, value, note, action="kept")
+            log.add(path, row["line"], key, value, note, action="kept", element=element)
         kept.append(row)
     return kept
 
@@ -284,13 +288,14 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
 
 # ----------------------------------------------------------------------------- BookMIA
 
-def _bookmia_records(path: str | Path) -> tuple[Path, list[tuple[int, Any]]]:
-    """``(path, [(line, record)])`` of a BookMIA file: the Hub's ``book_data.jsonl`` (JSON lines), a JSON
-    array of the same objects (``to_json(orient="records")``), or parquet (by its magic bytes or suffix,
-    rows numbered from 1: the Hub's parquet conversion, ``Dataset.to_parquet``)."""
+def _bookmia_records(path: str | Path) -> tuple[Path, list[tuple[int, int | None, Any]]]:
+    """``(path, [(line, element, record)])`` of a BookMIA file: the Hub's ``book_data.jsonl`` (JSON lines), a JSON
+    array of the same objects (``to_json(orient="records")``, all on line 1: each named by its
+    ``element``, 0-based), or parquet (by its magic bytes or suffix, rows numbered from 1: the Hub's
+    parquet conversion, ``Dataset.to_parquet``)."""
     path = check_local_file(path, "a BookMIA JSON-lines or parquet file")
     if is_parquet(path):
-        return path, list(parquet_records(path))
+        return path, [(row, None, record) for row, record in parquet_records(path)]
     path, text = read_text(path, "a BookMIA JSON-lines file")
     return path, list(json_records(path, text))
 
@@ -307,7 +312,9 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
     every text field alike (noted as ``kept``). A book's title is its first row's.
 
     ``validation_rows`` > 0: the paper's fixed split by row position. A row is every non-blank
-    line (array element, parquet row), rejected ones included (the authors index the dataset's rows, whatever memaudit rejects);
+    line (array element, parquet row: an array's rows are its elements even when
+    ``to_json(orient="records")`` writes them all on line 1; rejects and ``meta.source_element`` name
+    an element by its index, 0-based), rejected ones included (the authors index the dataset's rows, whatever memaudit rejects);
     the passage of one of the first ``validation_rows`` rows gets ``meta.split`` "validation",
     of a later row "test". A book whose rows straddle the boundary keeps each snippet on its
     row's side, as the paper's split does: the split is of passages, not of documents, and a
@@ -322,10 +329,10 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
         raise InputError(f"{path}: {len(records)} rows, but {key} is {validation_rows}: the first "
                          f"{validation_rows} rows are the validation split and the test split is the rest, so "
                          f"the file needs more than {validation_rows} rows (set {key} to 0 for no fixed split)")
-    # row position (0-based, every non-blank line) by line number: the paper's split is by position
-    position = {line: i for i, (line, _) in enumerate(records)}
     rows = []
-    for line, record in records:
+    # position: the record's index among the non-blank lines (array elements, parquet rows), 0-based:
+    # the paper's split is by position (a one-line array's elements all share line 1)
+    for position, (line, element, record) in enumerate(records):
         notes: Notes = []
         try:
             if isinstance(record, RowReject):
@@ -335,9 +342,10 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
                    "snippet_id": _identifier(get, "snippet_id", notes), "snippet": _text(get, "snippet", notes),
                    "label": check_label(get("label"), False, BOOKMIA_LABELS)}
         except RowReject as exc:
-            log.reject(path, line, exc)
+            log.reject(path, line, exc, element)
             continue
-        rows.append(dict(row, line=line, question=row["snippet_id"], value=get("snippet_id"), notes=notes))
+        rows.append(dict(row, line=line, element=element, position=position, question=row["snippet_id"],
+                         value=get("snippet_id"), notes=notes))
     rows = _consistent(str(path), rows, log, id_key="book_id", label_key="label", question_key="snippet_id",
                        what="snippet")
     rejected = log.finish()
@@ -349,8 +357,10 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
                                                       {"label": row["label"]}))
         doc.text = f"{doc.text}\n{row['snippet']}" if doc.text else row["snippet"]
         meta = {"source_file": str(path), "source_line": row["line"]}
+        if row["element"] is not None:
+            meta["source_element"] = row["element"]
         if validation_rows:
-            meta["split"] = VALIDATION if position[row["line"]] < validation_rows else TEST
+            meta["split"] = VALIDATION if row["position"] < validation_rows else TEST
         passages.append(Passage(f"{row['doc_id']}#{row['snippet_id']}", row["doc_id"], row["label"], row["snippet"],
                                 doc.title, "", meta))
     return sorted(docs.values(), key=lambda d: d.doc_id), passages, rejected

@@ -11,7 +11,8 @@ with discriminative power reconstructs more masked words on the contaminated hal
   whitespace) or its **0-based index** (a JSON integer); a letter ("B") is a string and so must
   be a choice's text. A short-answer question's answer is a string (or an integer, read as its
   digits). An optional ``id`` (string or integer) names the question; other keys are kept in
-  ``meta["extra"]``.
+  ``meta["extra"]``. Keys match in any case (``Choices``), as the other published loaders match
+  them; a row with two keys alike but for case (``choices`` and ``Choices``) is rejected.
 - :func:`contamination_split`: the seeded member split.
 - :func:`demo_questions`: a few hundred fill-in-the-blank questions built deterministically from
   the demo world's Reuters articles (the ``demo_qa`` source).
@@ -41,7 +42,6 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from memaudit import MEMBER, NONMEMBER
-from memaudit.datasets.copybench_published import check_keys_once
 from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, check_both_sides, keep_together, near_duplicate_groups
 from memaudit.datasets.rejects import (
     MISSING,
@@ -149,22 +149,23 @@ def _identifier(key: str, value: Any) -> str:
 
 
 def _question(record: Any, line: int, label_key: str | None = None, group_key: str | None = None) -> QAQuestion:
-    from memaudit.datasets.labelled import check_label
+    from memaudit.datasets.labelled import check_label, json_getter
 
-    if not isinstance(record, dict):
-        raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
-    check_keys_once(record)
-    label = None if label_key is None else check_label(record.get(label_key, MISSING), False, "0 or 1", key=label_key)
-    group = None if group_key is None else _identifier(group_key, record.get(group_key, MISSING))
-    question = check_text("question", record.get("question", MISSING)).strip()
-    choices = _choices(record.get("choices", MISSING))
-    answer, index = _answer(record.get("answer", MISSING), choices)
-    qid = record.get("id", MISSING)
+    # keys in any case, as the NYT and WikiMIA loaders read them ("Choices" made a multiple-choice
+    # question short-answer); two keys alike but for case reject the row, as a key given twice does
+    get = json_getter(record)
+    label = None if label_key is None else check_label(get(label_key), False, "0 or 1", key=label_key)
+    group = None if group_key is None else _identifier(group_key, get(group_key))
+    question = check_text("question", get("question")).strip()
+    choices = _choices(get("choices"))
+    answer, index = _answer(get("answer"), choices)
+    qid = get("id")
     if qid is MISSING or qid is None:
         qid = "q" + hashlib.sha256(_normalised(question).encode("utf-8")).hexdigest()[:12]
     else:
         qid = _identifier("id", qid)
-    extra = {k: v for k, v in record.items() if k not in QA_FIELDS and k not in (label_key, group_key)}
+    known = {k.lower() for k in (*QA_FIELDS, label_key, group_key) if k}
+    extra = {k: v for k, v in record.items() if str(k).strip().lower() not in known}
     return QAQuestion(qid, question, choices, answer, index, line, extra, label, group)
 
 

@@ -11,10 +11,12 @@ UTF-8, broken CSV quoting) is always a one-line
 
 A benchmark's rejects go to ``results/datasets/<benchmark>/rejects.csv``
 (:func:`write_benchmark_rejects`), beside its documents and passages, with the columns of
-CopyBench's ``copybench_rejects.csv`` for published files: file, line, key, value, reason,
-action. ``line`` is the physical line where the record starts (1-based, as an editor shows
-it; a CSV header is line 1), the row number for a parquet file, and 0 for a problem with a
-whole file (an unreadable PDF, an article without a date).
+CopyBench's ``copybench_rejects.csv`` for published files: file, line, element, key, value,
+reason, action. ``line`` is the physical line where the record starts (1-based, as an
+editor shows it; a CSV header is line 1), the row number for a parquet file, and 0 for a problem
+with a whole file (an unreadable PDF, an article without a date). ``element`` is a JSON array's
+element (0-based, as ``data[12]`` indexes it), empty for other files: it is what identifies the
+record, since ``DataFrame.to_json(orient="records")`` writes the whole array on line 1.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from memaudit.datasets.copybench_published import (
     MISSING,
     RECORD_DECODER,
+    TOO_DEEP,
     REJECT_COLUMNS,
     Rejected,
     RowReject,
@@ -41,8 +44,8 @@ from memaudit.datasets.copybench_published import (
 from memaudit.errors import InputError
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
-           "benchmark_rejects_path",
-           "count_rejects", "csv_rows", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
+           "benchmark_rejects_path", "place",
+           "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
@@ -55,8 +58,8 @@ class ColumnRejected(Rejected):
 
     def message(self) -> str:
         if self.key == "(record)":
-            return f"{self.file}, line {self.line}: {self.reason}"
-        return f"{self.file}, line {self.line}, column {self.key}: {self.reason}"
+            return f"{self.file}, {self.where()}: {self.reason}"
+        return f"{self.file}, {self.where()}, column {self.key}: {self.reason}"
 
 
 @dataclass
@@ -68,20 +71,28 @@ class RejectLog:
     rows: list[Rejected] = field(default_factory=list)
     record: type[Rejected] = Rejected
 
-    def add(self, file: str | Path, line: int, key: str, value: Any, reason: str, action: str = "rejected") -> None:
-        self.rows.append(self.record(str(file), int(line), key, short_repr(value), reason, action))
+    def add(self, file: str | Path, line: int, key: str, value: Any, reason: str, action: str = "rejected",
+            element: int | None = None) -> None:
+        self.rows.append(self.record(str(file), int(line), key, short_repr(value), reason, action, element))
 
-    def reject(self, file: str | Path, line: int, exc: RowReject) -> None:
-        self.add(file, line, exc.key, exc.value, exc.reason)
+    def reject(self, file: str | Path, line: int, exc: RowReject, element: int | None = None) -> None:
+        self.add(file, line, exc.key, exc.value, exc.reason, element=element)
 
     def finish(self) -> list[Rejected]:
-        """The rows in (file, line) order; with ``strict``, the first rejected one as an InputError."""
-        rows = sorted(self.rows, key=lambda r: (r.file, r.line))
+        """The rows in (file, line, element) order; with ``strict``, the first rejected one as an InputError."""
+        rows = sorted(self.rows, key=lambda r: (r.file, r.line, -1 if r.element is None else r.element))
         rejected = [r for r in rows if r.action == "rejected"]
         if self.strict and rejected:
             more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
             raise InputError(rejected[0].message() + more)
         return rows
+
+
+def place(row: Mapping[str, Any]) -> str:
+    """Where a loaded row (``line``, ``element``) is, for a message that points from one row to
+    another: ``line 3``, or ``element 12`` of a JSON array (whose elements may all be on line 1)."""
+    element = row.get("element")
+    return f"line {row['line']}" if element is None else f"element {element}"
 
 
 def require_rows(path: str | Path, n_kept: int, rejects: Sequence[Rejected], what: str) -> None:
@@ -164,15 +175,23 @@ def _lines(text: str) -> Iterator[str]:
     return (m.group() for m in _LINE.finditer(text))
 
 
-def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
+UNCLOSED_LAST_ROW = "unclosed quote: the file ends inside this row"
+
+
+def csv_rows(path: str | Path, text: str, *,
+             empty_fields: bool = False) -> Iterator[tuple[int, list[str] | RowReject]]:
     """``(start line, cells)`` of each non-blank CSV row, in one pass; broken quoting is an
     :class:`InputError` naming the line where the row starts. ``empty_fields``: a line of empty
     fields (``,,``) is a row too, for a loader that rejects it with its line (a blank line never is).
+    Line ends inside a quoted field (CRLF or CR) are ``\n`` in the cells.
 
     Quoting is read strictly: a lenient reader closes a quote left open (a stray quote, a truncated
     file) wherever the quotes happen to pair up, or at the end of the file, and so merged the rows
     after it into one field without a word. Only a quote left open on the last line, which takes in
-    no other row, gives that row (as the lenient reader splits it) for the loader to reject."""
+    no other row, costs that row alone: it comes as a :class:`RowReject` in place of its cells
+    (:data:`UNCLOSED_LAST_ROW`), for the loader to reject (a truncated file's last row loaded
+    whenever its field count happened to match), or to raise where any problem stops the build
+    (:func:`csv_rows_or_error`)."""
     reader = csv.reader(_lines(text), strict=True)
     while True:
         start = reader.line_num + 1
@@ -182,13 +201,24 @@ def csv_rows(path: str | Path, text: str, *, empty_fields: bool = False) -> Iter
             return
         except csv.Error as exc:
             if str(exc) == "unexpected end of data" and reader.line_num == start:
-                yield start, next(csv.reader(deque(_lines(text), maxlen=1)))
+                last = deque(_lines(text), maxlen=1)[0]
+                yield start, RowReject("(record)", last.strip(), UNCLOSED_LAST_ROW)
                 return
             reason = ("a quoted field opened in this record is never closed: a stray quote or a truncated file?"
                       if str(exc) == "unexpected end of data" else exc)
             raise InputError(f"{path}, line {start}: not valid CSV ({reason})") from None
         if any(cell.strip() for cell in row) or (empty_fields and len(row) > 1):
-            yield start, row
+            # a quoted field over several lines keeps the file's line ends: "\n", as the same set in JSON has it
+            yield start, [cell.replace("\r\n", "\n").replace("\r", "\n") if "\r" in cell else cell for cell in row]
+
+
+def csv_rows_or_error(path: str | Path, text: str, *, empty_fields: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """:func:`csv_rows` for a file whose every problem stops the build (a user's labels): a last row
+    with its quote left open is an :class:`InputError` naming the line, as other broken quoting is."""
+    for start, row in csv_rows(path, text, empty_fields=empty_fields):
+        if isinstance(row, RowReject):
+            raise InputError(f"{path}, line {start}: not valid CSV ({row.reason})")
+        yield start, row
 
 
 def json_lines(text: str) -> Iterator[tuple[int, Any]]:
@@ -201,6 +231,8 @@ def json_lines(text: str) -> Iterator[tuple[int, Any]]:
             yield line_no, RECORD_DECODER.decode(line)
         except json.JSONDecodeError as exc:
             yield line_no, RowReject("(record)", line.strip(), f"not valid JSON ({exc.msg}, column {exc.colno})")
+        except RecursionError:  # the decoder recurses per nesting level: thousands of '[' are no record
+            yield line_no, RowReject("(record)", line.strip(), f"not valid JSON ({TOO_DEEP})")
 
 
 def check_text(key: str, value: Any, *, allow_empty: bool = False) -> str:

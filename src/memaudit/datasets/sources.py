@@ -360,22 +360,27 @@ def _load_user_books(
     return docs
 
 
-def user_books_rejects(directory: str | Path, docs: list[Document], min_chapter_words: int = 200) -> list:
+def user_books_rejects(directory: str | Path, docs: list[Document], min_chapter_words: int = 200,
+                       labels: str | Path | None = None) -> list:
     """Rows of a benchmark's rejects table for what a ``user_books`` folder holds but the source did
     not read as given: a folder inside it (books are read from its top level only), a file of
     another kind, a book with no text left after cleaning (rejected), and a book whose chapter
     headings each head fewer than ``min_chapter_words`` words, read as one document (kept).
     Hidden files (a leading dot) are passed over, as the articles loader does; so is the
-    repository's own ``resources/books/README.md``."""
+    repository's own ``resources/books/README.md``, and the benchmark's ``labels`` file where it
+    is kept beside the books (as docs/models.md's example keeps it): it is no book."""
     from memaudit.datasets.rejects import Rejected
 
     directory = Path(directory)
     if not directory.is_dir():
         return []
     read = {d.meta["origin"].split("::", 1)[1] for d in docs if d.source == "user_books"}
+    labels_file = Path(labels).resolve() if labels else None
     rows = []
     for path in sorted(directory.iterdir()):
         if path.name.startswith(".") or (directory == Path(USER_BOOKS_DIRECTORY) and path.name == "README.md"):
+            continue
+        if labels_file is not None and path.resolve() == labels_file:
             continue
         if path.is_dir():
             why = "a folder: books are read from the folder's top level only"
