@@ -86,7 +86,13 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # its records, with a kept note (they were rejected as unlabelled).
 # qa 1: a question's half (contaminated, clean, given) is meta.half; as meta.split the cloze probes read it as a
 # fixed validation/test split and reported on no passage.
-FORMAT_VERSIONS = {"bookmia": 2, "nyt": 1, "copybench": 1, "qa": 1}
+# bookmia 3, nyt 2, wikimia 1, member_texts 1: a JSON array's rows are its elements (a one-line array put every
+# BookMIA row in the test split and kept duplicate snippets); CSV text fields' CRLF line endings become "\n", and
+# a truncated last row (an unclosed quote) is rejected (it loaded). booktection 1, arxivtection 1: the CSV
+# changes (arXivTection's one multi-line record). qa 2: keys match in any case ("Choices" made a question
+# short-answer).
+FORMAT_VERSIONS = {"bookmia": 3, "nyt": 2, "wikimia": 1, "member_texts": 1, "booktection": 1, "arxivtection": 1,
+                   "copybench": 1, "qa": 2}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870

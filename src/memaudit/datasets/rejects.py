@@ -44,8 +44,8 @@ from memaudit.datasets.copybench_published import (
 from memaudit.errors import InputError
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
-           "benchmark_rejects_path", "place",
-           "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "short_repr", "write_benchmark_rejects", "write_rejects"]
+           "benchmark_rejects_path", "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "place",
+           "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
