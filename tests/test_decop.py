@@ -413,7 +413,8 @@ def test_booktection_missing_column_and_length_without_column_are_file_errors(tm
     (b"PK\x03\x04\x14\x00\x00\x00", "{p}: a ZIP archive (an Excel .xlsx workbook?), expected a BookTection/arXivTection "
                                     "CSV file in UTF-8; export it as CSV (UTF-8)"),
     (b"Example_A,Example_B,Example_C,Example_D,Answer,ID,Label\n\"Cut off", "{p}: no usable question (1 rejected; first: "
-                                                                           "{p}, line 2: 1 fields, the header has 7)"),
+                                                                           "{p}, line 2: unclosed quote: the file ends "
+                                                                           "inside this row)"),
 ])
 def test_booktection_unreadable_files_are_one_line_errors(tmp_path, data, message):
     path = tmp_path / "booktection.csv"

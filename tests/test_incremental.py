@@ -376,7 +376,9 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
     version = step_version("datasets")
     assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
     assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
-    assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == version
+    assert dataset_code_version({"published": {"format": "articles", "path": "news/", "cutoff": "2020-01-01"}}) == version
+    assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == \
+        f"{version}+wikimia{FORMAT_VERSIONS['wikimia']}"
     assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == \
         f"{version}+nyt{FORMAT_VERSIONS['nyt']}"
     assert dataset_code_version({"published": {"format": "bookmia", "path": "b.jsonl"}}) == \
@@ -437,7 +439,7 @@ def test_the_users_labels_file_labels_its_books_and_an_edit_reruns_the_benchmark
     assert labels == {"user/tale/ch001": 1, "user/tale/ch002": 1, "user/saga/ch001": 0, "user/saga/ch002": 0}
     with open(workdir / "results/datasets/mine/rejects.csv", newline="") as f:
         rejects = list(csv.reader(f))
-    assert rejects[1:] == [["labels.csv", "0", "book", "'user_books/ode' (Ode.txt, ode)",
+    assert rejects[1:] == [["labels.csv", "0", "", "book", "'user_books/ode' (Ode.txt, ode)",
                             "no row names this book: its documents are left out, never guessed", "rejected"]]
     assert "Nothing to be done" in snakemake(workdir, target, "-n", "--configfile", config).stdout
 

@@ -248,7 +248,7 @@ def test_cloze_probes_of_the_ci_run(ci_run):
     versus = pd.read_csv(ci_run / "results/summary/cloze_vs_prefix.csv")  # no prefix probe in ci: the header only
     assert versus.empty and list(versus.columns)[:3] == ["benchmark", "model", "method"]
     rejects = pd.read_csv(ci_run / "results/datasets/novels/rejects.csv")  # built from sources: nothing rejected
-    assert rejects.empty and list(rejects.columns) == ["file", "line", "key", "value", "reason", "action"]
+    assert rejects.empty and list(rejects.columns) == ["file", "line", "element", "key", "value", "reason", "action"]
     counted = pd.read_csv(ci_run / "results/summary/rejects.csv")  # one row per benchmark, nothing left out
     assert sorted(counted["benchmark"]) == sorted(yaml.safe_load((ROOT / "config/ci.yaml").read_text())["benchmarks"])
     assert (counted["n_rows"] == 0).all()
