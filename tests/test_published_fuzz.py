@@ -90,8 +90,11 @@ def _csv_records(text: str) -> dict[int, list[str]]:
                 row = next(reader)
             except StopIteration:
                 return records
-            if any(cell.strip() for cell in row):
-                records[start] = row
+            # a row of blank cells (",," or " , ,") is a record the loader rejects (an empty text); a blank
+            # line is none
+            if any(cell.strip() for cell in row) or len(row) > 1:
+                # a quoted field's line ends read as "\n", as text mode reads a file (universal newlines)
+                records[start] = [cell.replace("\r\n", "\n").replace("\r", "\n") for cell in row]
     finally:
         csv.field_size_limit(old_limit)
 
