@@ -273,7 +273,12 @@ def test_what_a_books_folder_holds_but_is_not_read_as_given_has_a_rejects_row(tm
     (folder / ".DS_Store").write_bytes(b"\0")
     short = "\n\n".join(f"CHAPTER {n}.\n\n" + " ".join(["word"] * 20) for n in ("I", "II", "III"))
     (folder / "Short.txt").write_text("SHORT\n\n" + short + "\n")
-    labels = _labels(tmp_path, [(b, str(i % 2)) for i, b in enumerate(BOOKS)] + [("Short.txt", "1")])
+    # a book read by chapter with one short chapter among long ones: the short one was left out unmentioned
+    long = " ".join(["Letter"] + ["garden"] * 79) + "."
+    (folder / "Mixed.txt").write_text("MIXED\n\nCHAPTER I.\n\n" + long + "\n\nCHAPTER II.\n\nA note of six "
+                                      "words only.\n\nCHAPTER III.\n\n" + long + "\n")
+    labels = _labels(tmp_path, [(b, str(i % 2)) for i, b in enumerate(BOOKS)] + [("Short.txt", "1"),
+                                                                                  ("Mixed.txt", "0")])
     rejects: list = []
     docs, _ = _build(_bench(folder, labels), rejects)
     rows = [(r.value, r.action, r.reason) for r in rejects if r.file == str(folder)]
@@ -281,8 +286,14 @@ def test_what_a_books_folder_holds_but_is_not_read_as_given_has_a_rejects_row(tm
         ("Empty.txt", "rejected", "no text left after removing the Gutenberg header and licence (an empty file?)"),
         ("Notes.md", "rejected", "not a .txt, .epub or .pdf file (.md)"),
         ("extra", "rejected", "a folder: books are read from the folder's top level only"),
+        ("Mixed.txt: CHAPTER II.", "rejected", "6 words, fewer than min_chapter_words (50): the chapter is left out "
+                                               "(lower source_options.user_books.min_chapter_words to keep it)"),
         ("Short.txt", "kept", "3 chapter heading(s), each over fewer than min_chapter_words (50) words: read as "
                               "one document (lower source_options.user_books.min_chapter_words to split it)")]
     short_docs = [d for d in docs if d.meta["book"] == "short"]
     assert [d.doc_id for d in short_docs] == ["user/short/ch001"] and short_docs[0].meta["chapter_headings"] == 3
-    assert {d.meta["book"] for d in docs} == {"emma", "persuasion", "the-voyage", "winter-tales", "short"}
+    mixed = sorted((d for d in docs if d.meta["book"] == "mixed"), key=lambda d: d.doc_id)
+    assert [(d.doc_id, d.meta["heading"]) for d in mixed] == [("user/mixed/ch001", "CHAPTER I."),
+                                                              ("user/mixed/ch002", "CHAPTER III.")]
+    assert mixed[0].meta["short_chapters"] == [["CHAPTER II.", 6]] and "short_chapters" not in mixed[1].meta
+    assert {d.meta["book"] for d in docs} == {"emma", "persuasion", "the-voyage", "winter-tales", "short", "mixed"}

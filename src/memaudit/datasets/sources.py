@@ -103,15 +103,17 @@ def _slug(text: str) -> str:
 
 def _chapter_documents(
     *, source: str, prefix: str, book: str, title: str, author: str,
-    lines: list[str], origin: str, min_words: int = 200,
+    lines: list[str], origin: str, min_words: int = 200, short: list[tuple[str, int]] | None = None,
 ) -> list[Document]:
     """One ``book``-kind Document per chapter, numbered ``<prefix>/ch001`` onwards.
 
     Numbering is continuous through volumes and parts (Emma's "VOLUME II,
-    CHAPTER I" is ``ch019``); the original heading is kept in ``meta``.
+    CHAPTER I" is ``ch019``); the original heading is kept in ``meta``. Chapters of fewer than
+    ``min_words`` words are left out (:func:`~memaudit.datasets.text.split_chapters`; ``short``
+    receives their headings and word counts).
     """
     docs = []
-    for n, (heading, text) in enumerate(split_chapters(lines, min_words=min_words), 1):
+    for n, (heading, text) in enumerate(split_chapters(lines, min_words=min_words, short=short), 1):
         text = clean_text(text)
         docs.append(Document(
             doc_id=f"{prefix}/ch{n:03d}", source=source, title=clean_text(title),
@@ -308,7 +310,9 @@ def _load_user_books(
     unreadable file is an :class:`InputError` naming it. A book with no text left
     after cleaning (an empty file) gives no document, and a book whose chapter
     headings all head fewer than ``min_chapter_words`` words is one document with
-    ``meta.chapter_headings`` (how many it has): :func:`user_books_rejects` lists both.
+    ``meta.chapter_headings`` (how many it has); in a book read by chapter, a chapter of fewer
+    than ``min_chapter_words`` words is left out and named in its first document's
+    ``meta.short_chapters`` (``[heading, words]`` each): :func:`user_books_rejects` lists all three.
     """
     directory = Path(directory)
     if not directory.exists():
@@ -342,9 +346,12 @@ def _load_user_books(
         title = meta.get("title") or path.stem
         author = meta.get("author") or "unknown"
         origin = f"user_books::{path.name}"
+        short: list[tuple[str, int]] = []
         book_docs = _chapter_documents(source="user_books", prefix=f"user/{slug}", book=slug,
                                        title=title, author=author, lines=lines, origin=origin,
-                                       min_words=min_chapter_words)
+                                       min_words=min_chapter_words, short=short)
+        if book_docs and short:  # chapters left out of a book read by chapter: user_books_rejects lists them
+            book_docs[0].meta["short_chapters"] = [[clean_text(heading), words] for heading, words in short]
         if not book_docs:
             body = clean_text("\n\n".join(paragraphs(lines)))
             if not body:
@@ -364,7 +371,8 @@ def user_books_rejects(directory: str | Path, docs: list[Document], min_chapter_
                        labels: str | Path | None = None) -> list:
     """Rows of a benchmark's rejects table for what a ``user_books`` folder holds but the source did
     not read as given: a folder inside it (books are read from its top level only), a file of
-    another kind, a book with no text left after cleaning (rejected), and a book whose chapter
+    another kind, a book with no text left after cleaning and a chapter of fewer than
+    ``min_chapter_words`` words in a book read by chapter (rejected), and a book whose chapter
     headings each head fewer than ``min_chapter_words`` words, read as one document (kept).
     Hidden files (a leading dot) are passed over, as the articles loader does; so is the
     repository's own ``resources/books/README.md``, and the benchmark's ``labels`` file where it
@@ -392,7 +400,14 @@ def user_books_rejects(directory: str | Path, docs: list[Document], min_chapter_
             continue
         rows.append(Rejected(str(directory), 0, "(file)", path.name, why))
     for d in docs:
-        if d.source == "user_books" and d.meta.get("chapter_headings"):
+        if d.source != "user_books":
+            continue
+        for heading, words in d.meta.get("short_chapters", ()):
+            rows.append(Rejected(str(directory), 0, "(chapter)",
+                                 f"{d.meta['origin'].split('::', 1)[1]}: {heading}",
+                                 f"{words} words, fewer than min_chapter_words ({min_chapter_words}): the chapter "
+                                 "is left out (lower source_options.user_books.min_chapter_words to keep it)"))
+        if d.meta.get("chapter_headings"):
             rows.append(Rejected(str(directory), 0, "(file)", d.meta["origin"].split("::", 1)[1],
                                  f"{d.meta['chapter_headings']} chapter heading(s), each over fewer than "
                                  f"min_chapter_words ({min_chapter_words}) words: read as one document "

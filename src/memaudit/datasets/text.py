@@ -206,6 +206,7 @@ def split_chapters(
     lines: list[str],
     heading_regex: str = DEFAULT_HEADING_REGEX,
     min_words: int = 200,
+    short: list[tuple[str, int]] | None = None,
 ) -> list[tuple[str, str]]:
     """Split a book into ``(heading, text)`` chapters.
 
@@ -222,7 +223,8 @@ def split_chapters(
       divider (not counting the last one) have fewer than ``min_words`` words
       under them, or there is only one: those entries are discarded, including
       the last one, which would otherwise swallow the front matter.
-    - Chapters with fewer than ``min_words`` words are dropped.
+    - Chapters with fewer than ``min_words`` words are dropped; ``short``, where given, receives
+      each one's ``(heading, words)``, so that a caller can say what it left out.
 
     Paragraphs are joined by ``"\\n\\n"``, lines within a paragraph by a space.
     """
@@ -258,8 +260,11 @@ def split_chapters(
             sub = paras.pop(0)
             heading = f"{heading} {sub}" if heading[-1:] in ".:" else f"{heading}. {sub}"
         text = "\n\n".join(paras)
-        if word_count(text) >= min_words:
+        words = word_count(text)
+        if words >= min_words:
             out.append((heading, text))
+        elif short is not None:
+            short.append((heading, words))
     return out
 
 
