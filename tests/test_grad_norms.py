@@ -329,3 +329,24 @@ def test_hf_backend_lora_reads_a_dora_adapter(tiny_model_dir, tiny_model, tmp_pa
     ours = backend.gradient_norms(TEXTS, params="lora")
     loop = _backward_loop(unmerged, tok, TEXTS, "lora")
     assert np.all(loop > 0) and np.max(np.abs(ours / loop - 1)) <= RTOL
+
+
+def test_a_cut_inside_a_multibyte_character_keeps_none_of_its_tokens(tmp_path):
+    """A cut at max_tokens among a character's byte tokens scores the text up to the character, as the
+    token statistics do (token_stats.encode_scored): KTD's gradient and loss scores read the same tokens.
+    Before, the gradient read one or two of the three bytes of 本."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from memaudit.models.tiny import train_bpe_tokenizer
+
+    tok = train_bpe_tokenizer(["hello world"] * 5, 260, tmp_path)
+    text = "ab 日本"  # tokens end at characters 1, 2, 3, 4, 4, 4, 5, 5, 5
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=1, n_head=2)).eval()
+    cut = [per_sample_grad_norms(model, tok, [text], max_tokens=n)[0] for n in (6, 7, 8)]
+    whole_chars = per_sample_grad_norms(model, tok, ["ab 日"], max_tokens=None)[0]
+    np.testing.assert_allclose(cut, [whole_chars] * 3, rtol=1e-6)
+    loop = per_sample_grad_norms_loop(model, tok, [text], max_tokens=7)[0]
+    np.testing.assert_allclose(loop, whole_chars, rtol=RTOL)
+    assert per_sample_grad_norms(model, tok, [text], max_tokens=9)[0] != pytest.approx(whole_chars, rel=1e-3)

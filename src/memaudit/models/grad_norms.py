@@ -1,6 +1,6 @@
 """Per-sample gradient norms of the mean token log-likelihood: KTD's importance score (Eq. 6).
 
-For a text ``x = x_1..x_n`` (after the context token, :func:`memaudit.models.token_stats.encode`)
+For a text ``x = x_1..x_n`` (after the context token, :func:`memaudit.models.token_stats.encode_scored`)
 and the selected parameters ``theta_S``::
 
     g(x) = || d/d theta_S  (1/n) sum_t log p_theta(x_t | x_<t) ||_2
@@ -168,10 +168,13 @@ def _accurate_cuda_blas(device):
 
 
 def _encoded(tokenizer, texts: Sequence[str], model, max_tokens: int | None) -> list[list[int]]:
+    """The ids the token statistics score (:func:`memaudit.models.token_stats.encode_scored`): a cut at
+    ``max_tokens`` inside a multi-byte character keeps none of its tokens, so that KTD's gradient score
+    and its loss score (from the token statistics) read the same tokens."""
     from memaudit.models.loading import clamp_tokens
-    from memaudit.models.token_stats import encode
+    from memaudit.models.token_stats import encode_scored
 
-    return [encode(tokenizer, t, clamp_tokens(model, max_tokens)) for t in texts]
+    return [encode_scored(tokenizer, t, clamp_tokens(model, max_tokens))[0] for t in texts]
 
 
 def per_sample_grad_norms_loop(model, tokenizer, texts: Sequence[str], *, params="all",

@@ -119,14 +119,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 2: lowercase and ref_<model> compare the two passes on the characters both scored (a
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
         # 3: Min-K% and Min-K%++ take floor(k * tokens) of the decimal product (int(90 * 0.7) was 62)
-        methods="memaudit.probes.token_prob.plan:method_names", version=3, fingerprint="6dfdbf6413478f5b",
+        methods="memaudit.probes.token_prob.plan:method_names", version=3, fingerprint="361832c0298ae143",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
         # characters its scored tokens cover (chars), and zlib compresses only those (session 55); 3: where
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it)
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=4, fingerprint="dba395c696f2283e")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=4, fingerprint="4780f1a6b544ce45")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -135,7 +135,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
         # 5: "I apologize, but I cannot ..." is a refusal (backends.refusal), as "I'm sorry, but I cannot ..."
-        version=5, fingerprint="b50b6d3341cd9f20",
+        version=5, fingerprint="5befc56581dd3e59",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -159,12 +159,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="f4a357a496edf50d",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="3be12ffd5ce4e15d",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="4c8de9f54a8aeae3"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="facc0a99042bf5e8"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="79d4591806b2a65b")},
@@ -190,14 +190,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # line's first sentence (a causal LM writes on after "attributable", which counted as invalid and the
         # event as not found), the encoder judge's (the demo's) unchanged; a prompt leaving fewer positions
         # than its new tokens is decoded to the model's end (it stopped the job)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=5, fingerprint="8918b381e8e4979d",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=5, fingerprint="aedb0fe2cd694974",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="1044c1c0789181b4"),
+                               version=6, fingerprint="ec92697846d16cd0"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=7, fingerprint="425688690ef59317")},
@@ -227,12 +227,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # zlib baseline compresses the scored characters only (token_prob's own methods)
         # version 11: the baselines' token statistics keep whole characters at a max_tokens cut (token_prob's
         # stats 4)
-        runner="memaudit.probes.ktd.runner:run_job", version=11, fingerprint="3f76e85e0934450d",
+        # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
+        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="a1bafb8db10eb9ed",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="795348e098e733d4"),
+                              version=9, fingerprint="bbb03170241bbedf"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="4ba1d340df9e70ca")},
@@ -256,16 +257,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # digits is no number its digits spell ("1/2" is not "12"); a reply cut inside its closing </word>
         # tag is parsed; a filter's list numbered "**1.**", "#1" or "1 -" no longer lists the numbers 1 to N
         # (a numeric candidate dropped as guessable)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=4, fingerprint="f8520aa311098304",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=4, fingerprint="8a7c8f3a93628142",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=5, fingerprint="a274923142b24e2e"),
+                               version=5, fingerprint="eda82f269c8342bf"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=5, fingerprint="f48b82b7a130a44b")},
+                                 version=5, fingerprint="2a33d91c847a83d9")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
