@@ -80,6 +80,26 @@ def test_a_continuation_with_no_ascii_word_is_skipped_and_counted_not_a_failed_p
         prefix_items([greek], prefix_words=5, continuation_words=6, min_continuation_words=3)
 
 
+def test_a_continuation_as_long_as_asked_is_kept_and_published_skips_are_named(caplog):
+    """continuation_words under min_continuation_words: a passage with the whole continuation asked for is
+    kept (it was skipped as too short); a published prefix (NYT Exhibit J) skipped for its completion is
+    counted as such, not as a passage shorter than prefix_words + 5 (prefix_words does not apply to it)."""
+    items = prefix_items([_passage(0, 8)], prefix_words=5, continuation_words=3)
+    assert [(it.prefix, it.continuation) for it in items] == [("w0_0 w0_1 w0_2 w0_3 w0_4", "w0_5 w0_6 w0_7")]
+    nyt = [Passage(f"n{i}#p0", f"n{i}", 1, " ".join(["w"] * 200),
+                   meta={"prefix": "The Times said", "completion": "too short"}) for i in range(2)]
+    with caplog.at_level("INFO", logger="memaudit.datasets.prefix"):
+        assert [it.doc_id for it in prefix_items([*nyt, _passage(0, 12), _passage(1, 6)], prefix_words=5,
+                                                 continuation_words=6)] == ["d0"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "3 of 4 passages skipped: 1 shorter than 10 words, 2 with an empty published prefix or a published "
+        "completion (NYT Exhibit J) of fewer than 5 words"]
+    with pytest.raises(InputError, match=r"^no passage can be prefix-probed \(0 shorter than 55 words, 2 with an "
+                                         r"empty published prefix or a published completion \(NYT Exhibit J\) of "
+                                         r"fewer than 5 words\)$"):
+        prefix_items(nyt, prefix_words=50, continuation_words=50)
+
+
 def test_a_published_prefix_is_probed_as_given_nyt_exhibit_j(tmp_path):
     """Section 4.2: "For prefix probing, we use prefixes provided in Exhibit-J". A passage carrying the
     set's Prefix and Completion is probed with the whole prefix and scored against the completion's

@@ -32,27 +32,31 @@ def _scorable(words: list[str]) -> bool:
 
 def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation_words: int,
                  min_continuation_words: int = 5) -> list[PrefixContinuation]:
-    """One item per passage long enough to leave ``min_continuation_words`` after the prefix.
+    """One item per passage long enough to leave ``min_continuation_words`` after the prefix
+    (``continuation_words`` where that is fewer: a continuation as long as asked is never too short).
 
     A passage shorter than ``prefix_words + continuation_words`` keeps its full
     prefix and a shorter continuation (recorded in ``meta``); shorter than
     ``prefix_words + min_continuation_words`` it is skipped, and so is one whose continuation has
     no ASCII letter or digit (text in another script: nothing to score, where the probe job
-    stopped on it after generating); the log counts both.
+    stopped on it after generating), and one whose published prefix is empty or whose published
+    completion is that short (``prefix_words`` does not apply to it); the log counts each.
     """
-    items, n_skipped, n_unscorable = [], 0, 0
+    need = min(min_continuation_words, continuation_words)
+    items, n_skipped, n_published, n_unscorable = [], 0, 0, 0
     for p in passages:
         if "prefix" in p.meta and "completion" in p.meta:  # a published prefix (NYT Exhibit J)
             source, prefix = "published", " ".join(str(p.meta["prefix"] or "").split())
             rest = str(p.meta["completion"] or "").split()
-            usable = bool(prefix) and len(rest) >= min_continuation_words
+            if not prefix or len(rest) < need:
+                n_published += 1
+                continue
         else:
             words = p.text.split()
             source, prefix, rest = "passage", " ".join(words[:prefix_words]), words[prefix_words:]
-            usable = len(words) >= prefix_words + min_continuation_words
-        if not usable:
-            n_skipped += 1
-            continue
+            if len(words) < prefix_words + need:
+                n_skipped += 1
+                continue
         continuation = rest[:continuation_words]
         if not _scorable(continuation):
             n_unscorable += 1
@@ -62,13 +66,18 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
             prefix=prefix, continuation=" ".join(continuation),
             meta={"title": p.title, "author": p.author, "prefix_source": source,
                   "prefix_words": len(prefix.split()), "continuation_words": len(continuation)}))
+    published = (f", {n_published} with an empty published prefix or a published completion (NYT Exhibit J) of "
+                 f"fewer than {need} words") if n_published else ""
     unscorable = (f", {n_unscorable} with no ASCII letter or digit in the continuation (the scores count ASCII "
                   f"words, as rouge_score does)") if n_unscorable else ""
+    if not items and n_published:  # prefix_words does not apply to a published prefix
+        raise InputError(f"no passage can be prefix-probed ({n_skipped} shorter than {prefix_words + need} words"
+                         f"{published}{unscorable})")
     if not items:
-        raise InputError(f"no passage has the {prefix_words + min_continuation_words} words a prefix probe "
-                         f"needs ({n_skipped} too short{unscorable}): lower probes.prefix.prefix_words or use "
-                         f"longer passages")
-    if n_skipped or n_unscorable:
-        log.info("%d of %d passages skipped: %d shorter than %d words%s", n_skipped + n_unscorable,
-                 len(items) + n_skipped + n_unscorable, n_skipped, prefix_words + min_continuation_words, unscorable)
+        raise InputError(f"no passage has the {prefix_words + need} words a prefix probe needs ({n_skipped} too "
+                         f"short{unscorable}): lower probes.prefix.prefix_words or use longer passages")
+    n_left = n_skipped + n_published + n_unscorable
+    if n_left:
+        log.info("%d of %d passages skipped: %d shorter than %d words%s%s", n_left, len(items) + n_left, n_skipped,
+                 prefix_words + need, published, unscorable)
     return items
