@@ -46,6 +46,17 @@ def test_wrong_type_names_the_key():
     assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
 
 
+def test_an_api_model_as_a_base_is_refused_naming_the_key():
+    """A model fine-tuned from an API model passed the checks; the dry run then stopped in prepare_model's
+    input function with ``KeyError: 'source'`` (an API model has no weights to fine-tune)."""
+    def mutate(c):
+        c["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-4o-mini-2024-07-18", "pricing": {
+            "input_per_mtok": 0.15, "output_per_mtok": 0.6}}}
+        c["models"]["tiny-gpt2-small-contaminated"]["base"] = "gpt"
+    assert bad(mutate) == ("config key models.tiny-gpt2-small-contaminated.base: 'gpt' is an API model (backend "
+                           "'openai'), whose weights are not here to fine-tune; use a local model (source)")
+
+
 def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
     with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
         np.random.default_rng(-1)

@@ -660,6 +660,9 @@ def _model_problems(config: dict) -> list[str]:
                 problems.append(f"{where}.base: {unknown('model', base, models)}")
             elif "base" in models[base]:
                 problems.append(f"{where}.base: {base!r} is itself fine-tuned; chain from a base model")
+            elif is_api_model(models[base]):
+                problems.append(f"{where}.base: {base!r} is an API model (backend {models[base]['backend']!r}), "
+                                f"whose weights are not here to fine-tune; use a local model (source)")
             if "finetune" not in entry:
                 problems.append(f"{where}.finetune: required with 'base'")
             else:
