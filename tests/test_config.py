@@ -317,6 +317,25 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
         "tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated, x)"]
 
 
+@pytest.mark.parametrize("mutate, line", [
+    (lambda c: c["probes"]["token_prob"].update(models="tiny-gpt2-small"),
+     "config key probes.token_prob.models: must be a list, not the string 'tiny-gpt2-small'"),
+    (lambda c: c["benchmarks"]["novels"].update(sources="austen"),
+     "config key benchmarks.novels.sources: must be a list, not the string 'austen'"),
+    (lambda c: c["pretrain"].update(sources="mobydick"),
+     "config key pretrain.sources: must be a list, not the string 'mobydick'"),
+    (lambda c: c["models"]["tiny-gpt2-small"].update(source="gpt2"),
+     "config key models.tiny-gpt2-small.source: must be a mapping, not the string 'gpt2'"),
+    (lambda c: c.update(models=[{"name": "tiny-gpt2-small"}]), "config key models: must be a mapping, not a list"),
+    (lambda c: c.update(benchmarks=["novels", "news"]), "config key benchmarks: must be a mapping, not a list"),
+])
+def test_a_value_of_another_shape_is_one_line_not_the_cross_key_checks_reading_it(mutate, line):
+    """``models: tiny-gpt2-small`` (a string where a list belongs) was that line and then fifteen more, one per
+    letter (``probes.token_prob.models.0: unknown model 't'``, ...); ``models`` as a list made every reference
+    to a model unknown, naming keys that were right."""
+    assert bad(mutate).splitlines() == [line]
+
+
 def test_an_unknown_model_or_benchmark_gets_the_close_name_or_the_configured_ones():
     from memaudit.config import unknown
 

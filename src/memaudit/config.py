@@ -213,9 +213,32 @@ def validate_config(config: dict, schema: dict | None = None, *,
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors:
         problems += schema_problems(error)
-    problems += _cross_key_problems(config, checks, guarded=bool(errors))
+    cross = _cross_key_problems(config, checks, guarded=bool(errors))
+    problems += _beside_misshapen(cross, [tuple(e.absolute_path) for e in errors
+                                          if e.validator in ("type", "oneOf", "anyOf")])
     _raise_problems(problems)
     return config
+
+
+# Top-level blocks of named entries that the cross-key checks look names up in: one of another shape
+# makes every reference to a model or benchmark look unknown.
+_ENTRY_BLOCKS = ("benchmarks", "models")
+
+
+def _beside_misshapen(problems: list[str], misshapen: Sequence[tuple]) -> list[str]:
+    """The cross-key ``problems`` less those about a value the schema found of another shape (the paths of
+    ``misshapen``), which the checks read as what it is not: a string where a list belongs, item by item
+    (``models: tiny-gpt2-small`` was fifteen unknown models named ``t``, ``i``, ...), and with ``benchmarks``
+    or ``models`` itself no mapping, every reference to one. The schema's line names the key to fix."""
+    if any(len(path) == 1 and path[0] in _ENTRY_BLOCKS for path in misshapen):
+        return []
+    prefixes = [key_path(path) for path in misshapen]
+
+    def under(problem: str) -> bool:
+        key = problem.partition(": ")[0]
+        return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+    return [p for p in problems if not under(p)]
 
 
 # What shapes a benchmark built from sources (memaudit.datasets.build); a published benchmark's
