@@ -57,6 +57,23 @@ def test_an_api_model_as_a_base_is_refused_naming_the_key():
                            "'openai'), whose weights are not here to fine-tune; use a local model (source)")
 
 
+def test_a_whole_number_written_as_a_float_is_no_integer():
+    """JSON Schema counts 2.0 as an integer, so ``passages_per_document: 2.0`` passed and stopped the dataset
+    job at a list slice (``seed: 7.0``: numpy's generator at the statistics jobs)."""
+    with pytest.raises(TypeError):
+        ["a", "b", "c"][:2.0]
+    assert bad(lambda c: c["benchmarks"]["novels"].update(passages_per_document=2.0)) == (
+        "config key benchmarks.novels.passages_per_document: must be an integer, not the number 2.0")
+    assert bad(lambda c: c.update(seed=7.0)) == "config key seed: must be an integer, not the number 7.0"
+    assert bad(lambda c: c["benchmarks"]["novels"].update(n_documents=16.0)) == (
+        "config key benchmarks.novels.n_documents: must be an integer or null, not the number 16.0")
+    # a number key still takes an integer
+    assert validate_config({**CI, "stats": {"selection": {"q": 0.5}}})["stats"]["selection"]["q"] == 0.5
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] = 2
+    assert validate_config(cfg)["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] == 2
+
+
 def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
     with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
         np.random.default_rng(-1)

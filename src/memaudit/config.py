@@ -57,7 +57,11 @@ def _validator_with_defaults(schema: dict):
                     instance[name] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(base, {"properties": set_defaults})(schema)
+    # an integer is an int: JSON Schema counts 2.0 as one, and the value reached the jobs as a float
+    # (passages_per_document: 2.0 stopped the dataset job at a list slice, seed: 7.0 numpy's generator)
+    integers = base.TYPE_CHECKER.redefine(
+        "integer", lambda checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
+    return jsonschema.validators.extend(base, {"properties": set_defaults}, type_checker=integers)(schema)
 
 
 def key_path(path) -> str:
