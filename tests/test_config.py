@@ -74,6 +74,27 @@ def test_a_whole_number_written_as_a_float_is_no_integer():
     assert validate_config(cfg)["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] == 2
 
 
+@pytest.mark.parametrize("published, line", [
+    ({"format": "booktection", "path": "bt.csv", "hf": "avduarte333/BookTection"},
+     "published.hf: beside path, whose file is read (the Hub is not asked); give one of them"),
+    ({"format": "arxivtection", "path": "ax.csv", "cache_dir": "hub"},
+     "published.cache_dir: beside path, whose file is read (nothing is downloaded to cache); remove it"),
+    ({"format": "bookmia", "path": "bm.jsonl", "hf": "swj0419/BookMIA"},
+     "published.hf: the bookmia set is read from a local path only; download it and give 'path'"),
+    ({"format": "wikimia", "path": "w.jsonl", "length": "small"},
+     "published.length: only BookTection has Length settings (format booktection)"),
+    ({"format": "nyt", "path": "n.parquet", "cache_dir": "hub"},
+     "published.cache_dir: only a Hub download (formats booktection, arxivtection) is cached"),
+])
+def test_a_published_key_its_block_does_not_read_is_an_error_naming_it(published, line):
+    """hf or cache_dir beside a BookTection path, hf of BookMIA, length of a format without Length settings:
+    each was accepted and ignored without a word (memaudit.datasets.published reads the path first)."""
+    assert bad(lambda c: c["benchmarks"].update(pub={"published": published})) == (
+        f"config key benchmarks.pub.{line}")
+    assert validate_config({**CI, "benchmarks": {**CI["benchmarks"], "pub": {"published": {
+        "format": "booktection", "hf": "avduarte333/BookTection", "length": "medium", "cache_dir": "hub"}}}})
+
+
 def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
     with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
         np.random.default_rng(-1)

@@ -440,6 +440,30 @@ def label_provenance(cfg: dict, seed: int) -> dict:
     return {"labels": f"published ({fmt}): {text}", "null_control": False}
 
 
+# the published formats read from the Hugging Face Hub when no local path is given (memaudit.datasets.published)
+HUB_FORMATS = ("booktection", "arxivtection")
+
+
+def _hub_key_problems(where: str, fmt: str, published: dict) -> list[str]:
+    """BookTection's and arXivTection's keys that only some blocks read, each ignored without a word elsewhere:
+    ``hf`` and ``cache_dir`` beside a local ``path`` (the file is read, the Hub not asked), ``hf`` of BookMIA
+    (a local file only; the other formats name theirs above), ``length`` of a format without Length settings."""
+    problems = []
+    if fmt in HUB_FORMATS and published.get("path"):
+        if "hf" in published:
+            problems.append(f"{where}.hf: beside path, whose file is read (the Hub is not asked); give one of them")
+        if "cache_dir" in published:
+            problems.append(f"{where}.cache_dir: beside path, whose file is read (nothing is downloaded to cache); "
+                            f"remove it")
+    if fmt not in HUB_FORMATS and fmt in DECOP_FORMATS and published.get("hf"):
+        problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
+    if fmt not in HUB_FORMATS and "cache_dir" in published:
+        problems.append(f"{where}.cache_dir: only a Hub download (formats {', '.join(HUB_FORMATS)}) is cached")
+    if fmt not in HUB_FORMATS and "length" in published:
+        problems.append(f"{where}.length: only BookTection has Length settings (format booktection)")
+    return problems
+
+
 def _cloze_published_problems(name: str, published: dict) -> list[str]:
     """The keys of the published formats read under the rejects policy (nyt, articles, qa for the
     information-guided probes; wikimia, member_texts for KTD and the other detectors)."""
@@ -453,6 +477,7 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
                             f"{'folder' if fmt in ('articles', 'copybench') else 'file'} (there is no download)")
         if published.get("hf"):
             problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
+    problems += _hub_key_problems(where, fmt, published)
     if fmt == "articles" and published.get("cutoff") is None:
         problems.append(f"{where}.cutoff: required with format articles (YYYY-MM-DD; earlier articles are members)")
     elif published.get("cutoff") is not None:
