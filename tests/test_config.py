@@ -95,6 +95,18 @@ def test_a_published_key_its_block_does_not_read_is_an_error_naming_it(published
         "format": "booktection", "hf": "avduarte333/BookTection", "length": "medium", "cache_dir": "hub"}}}})
 
 
+def test_a_q_or_knockoff_count_listed_twice_is_an_error_not_rows_twice():
+    """stats.selection.qs [0.1, 0.1] ran the selection twice at 0.1 (its rows twice in the tables); KTD's qs,
+    ms and member_ratios alike. Each list is a set of levels, as min_k_ratios and decop.lengths are."""
+    assert bad(lambda c: c["stats"].update(selection={"qs": [0.1, 0.2, 0.1]})) == (
+        "config key stats.selection.qs: must not list an item twice")
+    twice = bad(lambda c: c["probes"]["ktd"].update(qs=[0.1, 0.1], ms=[1, 2, 2], member_ratios=[0.1, 0.1]))
+    assert twice.splitlines() == [
+        "config key probes.ktd.member_ratios: must not list an item twice",
+        "config key probes.ktd.ms: must not list an item twice",
+        "config key probes.ktd.qs: must not list an item twice"]
+
+
 def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
     with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
         np.random.default_rng(-1)
