@@ -227,6 +227,13 @@ def test_a_directory_and_a_broken_workbook_are_one_line_errors(tmp_path):
     assert rc == 2 and "not a readable .xlsx workbook" in _one_line_error(err, book)
 
 
+def test_a_negative_seed_is_a_one_line_error_not_a_traceback(tmp_path):
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n0.9,1\n0.1,0\n")
+    rc, out, err = _run("--input", str(src), "--seed", "-1", *FAST)
+    assert (rc, out, err) == (2, "", "memaudit stats: error: --seed must be >= 0 (got -1)\n")
+
+
 # ---------------------------------------------------------------- .xlsx: DE-COP's per-book results
 
 def _xlsx_bytes(rows: list[list]) -> bytes:

@@ -339,6 +339,9 @@ def stats_main(argv: list[str] | None = None) -> int:
     if args.n_boot < 0 or args.n_boot_ci < 0:
         print(f"{parser.prog}: error: --n-boot and --n-boot-ci must be >= 0", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    if args.seed < 0:  # numpy's generators take no negative seed (a ValueError from deep in the bootstrap)
+        print(f"{parser.prog}: error: --seed must be >= 0 (got {args.seed})", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     try:
         table, notes = compute_stats_table(args)
         if args.output is not None:
