@@ -182,6 +182,19 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert err == (f"memaudit headline: error: {tmp_path / 'scores.csv'}: not a run's metrics table (no column "
                    "'benchmark', 'model', 'contaminated', 'method', 'auc', 'auc_ci_low', 'auc_ci_high'); "
                    "pass results/summary/metrics.csv\n")
+    # a folder, an empty file, UTF-16 text, a malformed table: one line naming the file, not pandas' traceback
+    (tmp_path / "folder.csv").mkdir()
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "utf16.csv").write_bytes("benchmark,model\nnovels,m1\n".encode("utf-16"))
+    (tmp_path / "ragged.csv").write_text("benchmark,model\nnovels,m1\nnovels,m2,extra,more\n")
+    for name, reason in [("folder.csv", "is a directory, expected a run's metrics table (results/summary/metrics.csv)"),
+                         ("empty.csv", "empty file"),
+                         ("utf16.csv", "UTF-16 text (little-endian byte-order mark), expected a run's metrics table "
+                                       "(results/summary/metrics.csv) in UTF-8; convert the file to UTF-8"),
+                         ("ragged.csv", "not a readable CSV table (Error tokenizing data. C error: Expected 2 fields "
+                                        "in line 3, saw 4)")]:
+        assert main(["headline", "--summary", str(tmp_path / name)]) == 2
+        assert capsys.readouterr().err == f"memaudit headline: error: {tmp_path / name}: {reason}\n"
     # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
     (tmp_path / "unlabelled").mkdir()
     pd.DataFrame(columns=list(rows[0])).to_csv(tmp_path / "unlabelled" / "metrics.csv", index=False)
