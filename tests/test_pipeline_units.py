@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,24 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_text("done")
     assert target.read_text() == "done" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_atomic_writes_get_the_umask_permissions_a_plain_write_gets(tmp_path):
+    # mkstemp/mkdtemp made every output 0600 (a folder 0700), whatever the umask: unreadable to the group
+    from memaudit.io import atomic_dir, write_csv, write_text
+
+    previous = os.umask(0o022)
+    try:
+        write_text(tmp_path / "a.txt", "x")
+        write_csv(tmp_path / "a.csv", pd.DataFrame({"x": [1]}))
+        with atomic_dir(tmp_path / "model") as tmp:
+            (tmp / "config.json").write_text("{}")
+        os.umask(0o077)
+        write_text(tmp_path / "private.txt", "x")
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"a.txt": 0o644, "a.csv": 0o644, "model": 0o755, "private.txt": 0o600}
 
 
 def test_the_next_write_sweeps_what_a_sigkilled_writer_left(tmp_path):

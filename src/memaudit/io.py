@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -74,6 +73,28 @@ def _remove_stale_temporaries(path: Path, suffix: str) -> None:
                 shutil.rmtree(sibling) if sibling.is_dir() else sibling.unlink()
 
 
+_TEMPORARY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+def _create_temporary(path: Path, suffix: str, *, directory: bool = False) -> Path:
+    """A new ``.<name>.<8 random chars><suffix>`` beside ``path`` (a file, or a folder), created with the
+    permissions ``open()`` and ``mkdir()`` give (0666 or 0777 less the umask): ``tempfile.mkstemp`` and
+    ``mkdtemp`` create 0600 and 0700, and every output renamed from one was unreadable to the group and
+    the others a plainly written file is readable by (results shared on a cluster, a DVC remote)."""
+    for _ in range(100):
+        name = "".join(_TEMPORARY_CHARS[b % len(_TEMPORARY_CHARS)] for b in os.urandom(8))
+        tmp = path.parent / f".{path.name}.{name}{suffix}"
+        try:
+            if directory:
+                os.mkdir(tmp, 0o777)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", os.fspath(path.parent))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
@@ -86,9 +107,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path, suffix)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-        os.close(fd)
-    tmp_path = Path(tmp)
+        tmp_path = _create_temporary(path, suffix)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -111,7 +130,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path, "")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        tmp = _create_temporary(path, "", directory=True)
     try:
         yield tmp
         if path.exists():
