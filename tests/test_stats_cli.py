@@ -175,6 +175,19 @@ def test_books_from_a_benchmarks_documents_gives_the_workflows_book_counts(tmp_p
     rc, _, err = _run("--input", str(tmp_path / "books.csv"), "--book-col", "book", "--books-from",
                       str(tmp_path / "documents.jsonl"), *FAST)
     assert rc == 2 and "--book-col and --books-from both say where the books are: give one" in err
+    # a document listed twice would count twice (the workflow's metrics refuse it): one line naming both lines
+    (tmp_path / "scores.csv").write_text("doc_id,score,label\n" + "".join(rows) + rows[0])
+    rc, _, err = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(tmp_path / "documents.jsonl"),
+                      *FAST)
+    assert (rc, err) == (2, f"memaudit stats: error: {tmp_path / 'scores.csv'}, line 34: doc_id 'user/book0/ch000' "
+                            f"is listed again (first on line 2); a document listed twice counts twice in every "
+                            f"statistic\n")
+    # the same document under two methods is two rows of two groups, as in a probe's documents table
+    (tmp_path / "scores.csv").write_text("doc_id,score,label,method\n" + "".join(
+        f"{row.rstrip()},{method}\n" for method in ("loss", "zlib") for row in rows))
+    rc, _, err = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(tmp_path / "documents.jsonl"),
+                      "--group-col", "method", "--output", str(tmp_path / "c.csv"), *FAST)
+    assert rc == 0 and list(pd.read_csv(tmp_path / "c.csv")["ci_books"]) == [8, 8]
 
 
 # ---------------------------------------------------------------- few documents
