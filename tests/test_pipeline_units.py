@@ -78,6 +78,21 @@ def test_read_jsonl_names_file_and_line(tmp_path):
     path.write_text('[1, 2]\n')
     with pytest.raises(InputError, match="line 1: expected a JSON object"):
         read_jsonl(path)
+    # a folder, UTF-16 text, a Latin-1 byte: one line naming the file (was IsADirectoryError, UnicodeDecodeError)
+    from memaudit.io import read_json
+
+    path.write_bytes('{"a": 1}\n'.encode("utf-16"))
+    for read, what in ((read_jsonl, "a JSONL file"), (read_json, "a JSON file")):
+        with pytest.raises(InputError) as caught:
+            read(tmp_path)
+        assert str(caught.value) == f"{tmp_path}: is a directory, expected {what}"
+        with pytest.raises(InputError) as caught:
+            read(path)
+        assert str(caught.value) == f"{path}: is UTF-16 text, expected {what} in UTF-8; convert the file to UTF-8"
+    path.write_bytes(b'{"a": 1}\n\n{"a": "caf\xe9"}\n')
+    with pytest.raises(InputError) as caught:
+        read_jsonl(path)
+    assert str(caught.value) == f"{path}, line 3: invalid UTF-8 at byte offset 20 (byte 0xe9); convert the file to UTF-8"
 
 
 # near_duplicate_ngram None: the plain seeded split, exactly half and half (near-duplicates are

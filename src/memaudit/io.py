@@ -167,6 +167,26 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return [rec for _, rec in read_jsonl_lines(path)]
 
 
+def _unreadable(path: Path, exc: OSError | UnicodeDecodeError, what: str) -> InputError:
+    """The one-line :class:`InputError` for a JSON(L) file that cannot be read as UTF-8 text: a directory
+    or another encoding (UTF-16, Latin-1) named, with the line of the first byte that is not UTF-8."""
+    if isinstance(exc, IsADirectoryError):
+        return InputError(f"{path}: is a directory, expected {what}")
+    if isinstance(exc, OSError):
+        return InputError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})")
+    with open(path, "rb") as fh:  # the decoder saw a chunk, not the file: find the byte in the file
+        data = fh.read()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return InputError(f"{path}: is UTF-16 text, expected {what} in UTF-8; convert the file to UTF-8")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as whole:
+        line = data.count(b"\n", 0, whole.start) + 1
+        return InputError(f"{path}, line {line}: invalid UTF-8 at byte offset {whole.start} "
+                          f"(byte 0x{data[whole.start]:02x}); convert the file to UTF-8")
+    return InputError(f"{path}: not UTF-8 text ({exc.reason})")
+
+
 def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
     """``(line number, record)`` of a JSONL file (blank lines skipped), for errors naming the line."""
     path = Path(path)
@@ -175,17 +195,22 @@ def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
         fh = open(path, encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise _unreadable(path, exc, "a JSONL file") from None
     with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise InputError(f"{path}, line {lineno}: expected a JSON object")
-            out.append((lineno, rec))
+        try:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
+                if not isinstance(rec, dict):
+                    raise InputError(f"{path}, line {lineno}: expected a JSON object")
+                out.append((lineno, rec))
+        except UnicodeDecodeError as exc:
+            raise _unreadable(path, exc, "a JSONL file") from None
     return out
 
 
@@ -195,6 +220,8 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc, "a JSON file") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
 
