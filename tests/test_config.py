@@ -46,6 +46,67 @@ def test_wrong_type_names_the_key():
     assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
 
 
+def test_an_api_model_as_a_base_is_refused_naming_the_key():
+    """A model fine-tuned from an API model passed the checks; the dry run then stopped in prepare_model's
+    input function with ``KeyError: 'source'`` (an API model has no weights to fine-tune)."""
+    def mutate(c):
+        c["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-4o-mini-2024-07-18", "pricing": {
+            "input_per_mtok": 0.15, "output_per_mtok": 0.6}}}
+        c["models"]["tiny-gpt2-small-contaminated"]["base"] = "gpt"
+    assert bad(mutate) == ("config key models.tiny-gpt2-small-contaminated.base: 'gpt' is an API model (backend "
+                           "'openai'), whose weights are not here to fine-tune; use a local model (source)")
+
+
+def test_a_whole_number_written_as_a_float_is_no_integer():
+    """JSON Schema counts 2.0 as an integer, so ``passages_per_document: 2.0`` passed and stopped the dataset
+    job at a list slice (``seed: 7.0``: numpy's generator at the statistics jobs)."""
+    with pytest.raises(TypeError):
+        ["a", "b", "c"][:2.0]
+    assert bad(lambda c: c["benchmarks"]["novels"].update(passages_per_document=2.0)) == (
+        "config key benchmarks.novels.passages_per_document: must be an integer, not the number 2.0")
+    assert bad(lambda c: c.update(seed=7.0)) == "config key seed: must be an integer, not the number 7.0"
+    assert bad(lambda c: c["benchmarks"]["novels"].update(n_documents=16.0)) == (
+        "config key benchmarks.novels.n_documents: must be an integer or null, not the number 16.0")
+    # a number key still takes an integer
+    assert validate_config({**CI, "stats": {"selection": {"q": 0.5}}})["stats"]["selection"]["q"] == 0.5
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] = 2
+    assert validate_config(cfg)["models"]["tiny-gpt2-small-contaminated"]["finetune"]["epochs"] == 2
+
+
+@pytest.mark.parametrize("published, line", [
+    ({"format": "booktection", "path": "bt.csv", "hf": "avduarte333/BookTection"},
+     "published.hf: beside path, whose file is read (the Hub is not asked); give one of them"),
+    ({"format": "arxivtection", "path": "ax.csv", "cache_dir": "hub"},
+     "published.cache_dir: beside path, whose file is read (nothing is downloaded to cache); remove it"),
+    ({"format": "bookmia", "path": "bm.jsonl", "hf": "swj0419/BookMIA"},
+     "published.hf: the bookmia set is read from a local path only; download it and give 'path'"),
+    ({"format": "wikimia", "path": "w.jsonl", "length": "small"},
+     "published.length: only BookTection has Length settings (format booktection)"),
+    ({"format": "nyt", "path": "n.parquet", "cache_dir": "hub"},
+     "published.cache_dir: only a Hub download (formats booktection, arxivtection) is cached"),
+])
+def test_a_published_key_its_block_does_not_read_is_an_error_naming_it(published, line):
+    """hf or cache_dir beside a BookTection path, hf of BookMIA, length of a format without Length settings:
+    each was accepted and ignored without a word (memaudit.datasets.published reads the path first)."""
+    assert bad(lambda c: c["benchmarks"].update(pub={"published": published})) == (
+        f"config key benchmarks.pub.{line}")
+    assert validate_config({**CI, "benchmarks": {**CI["benchmarks"], "pub": {"published": {
+        "format": "booktection", "hf": "avduarte333/BookTection", "length": "medium", "cache_dir": "hub"}}}})
+
+
+def test_a_q_or_knockoff_count_listed_twice_is_an_error_not_rows_twice():
+    """stats.selection.qs [0.1, 0.1] ran the selection twice at 0.1 (its rows twice in the tables); KTD's qs,
+    ms and member_ratios alike. Each list is a set of levels, as min_k_ratios and decop.lengths are."""
+    assert bad(lambda c: c["stats"].update(selection={"qs": [0.1, 0.2, 0.1]})) == (
+        "config key stats.selection.qs: must not list an item twice")
+    twice = bad(lambda c: c["probes"]["ktd"].update(qs=[0.1, 0.1], ms=[1, 2, 2], member_ratios=[0.1, 0.1]))
+    assert twice.splitlines() == [
+        "config key probes.ktd.member_ratios: must not list an item twice",
+        "config key probes.ktd.ms: must not list an item twice",
+        "config key probes.ktd.qs: must not list an item twice"]
+
+
 def test_a_negative_seed_is_refused_before_the_statistics_jobs_fail_on_it():
     with pytest.raises(ValueError, match="non-negative"):  # what the bootstrap did with it, at the run's end
         np.random.default_rng(-1)
@@ -304,6 +365,25 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
         "config key stats.n_boot_ci: must be >= 100, not the number -5",
         "config key models.x.base: unknown model 'nope' (configured: smollm2-135m, smollm2-135m-contaminated, "
         "tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated, x)"]
+
+
+@pytest.mark.parametrize("mutate, line", [
+    (lambda c: c["probes"]["token_prob"].update(models="tiny-gpt2-small"),
+     "config key probes.token_prob.models: must be a list, not the string 'tiny-gpt2-small'"),
+    (lambda c: c["benchmarks"]["novels"].update(sources="austen"),
+     "config key benchmarks.novels.sources: must be a list, not the string 'austen'"),
+    (lambda c: c["pretrain"].update(sources="mobydick"),
+     "config key pretrain.sources: must be a list, not the string 'mobydick'"),
+    (lambda c: c["models"]["tiny-gpt2-small"].update(source="gpt2"),
+     "config key models.tiny-gpt2-small.source: must be a mapping, not the string 'gpt2'"),
+    (lambda c: c.update(models=[{"name": "tiny-gpt2-small"}]), "config key models: must be a mapping, not a list"),
+    (lambda c: c.update(benchmarks=["novels", "news"]), "config key benchmarks: must be a mapping, not a list"),
+])
+def test_a_value_of_another_shape_is_one_line_not_the_cross_key_checks_reading_it(mutate, line):
+    """``models: tiny-gpt2-small`` (a string where a list belongs) was that line and then fifteen more, one per
+    letter (``probes.token_prob.models.0: unknown model 't'``, ...); ``models`` as a list made every reference
+    to a model unknown, naming keys that were right."""
+    assert bad(mutate).splitlines() == [line]
 
 
 def test_an_unknown_model_or_benchmark_gets_the_close_name_or_the_configured_ones():

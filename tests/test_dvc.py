@@ -172,3 +172,31 @@ def test_dvc_stage_quotes_a_config_path_with_a_space(tmp_path):
     write_stage(tmp_path / "dvc.yaml", "config/ci.yaml", {"benchmarks": {}, "models": {}}, cores=2)
     assert yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["memaudit"]["cmd"] == (
         "snakemake --cores 2 all --configfile config/ci.yaml")
+
+
+def test_dvc_stage_names_a_broken_dvc_yaml_and_never_leaves_it_half_written(tmp_path, monkeypatch, capsys):
+    """A hand edit gone wrong was ruamel's traceback; a dump that failed half-way (or a kill) left dvc.yaml
+    truncated, the stage lost: now one line with the line and column, and the file as it was."""
+    from ruamel.yaml import YAML
+
+    from memaudit.cli import main
+    from memaudit.dvc_stage import write_stage
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("stages:\n  memaudit:\n    cmd: [snakemake\n")
+    assert main(["dvc-stage", str(ROOT / "config/ci.yaml"), "--dvc-file", str(broken)]) == 2
+    assert capsys.readouterr().err == (f"memaudit dvc-stage: error: {broken}, line 4, column 1: not valid YAML "
+                                       f"(expected ',' or ']', but got '<stream end>')\n")
+    dvc_file = tmp_path / "dvc.yaml"
+    shutil.copy2(ROOT / "dvc.yaml", dvc_file)
+    before = dvc_file.read_bytes()
+
+    def dump_half(self, data, stream):
+        stream.write("stages:\n  memaudit:\n")
+        raise OSError("killed mid-write")
+
+    monkeypatch.setattr(YAML, "dump", dump_half)
+    with pytest.raises(OSError, match="killed mid-write"):
+        write_stage(dvc_file, "config/ci.yaml", {"benchmarks": {}, "models": {}}, cores=2)
+    assert dvc_file.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["broken.yaml",
+                                                                                             "dvc.yaml"]

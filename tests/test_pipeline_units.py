@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,24 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     assert target.read_text() == "done" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_atomic_writes_get_the_umask_permissions_a_plain_write_gets(tmp_path):
+    # mkstemp/mkdtemp made every output 0600 (a folder 0700), whatever the umask: unreadable to the group
+    from memaudit.io import atomic_dir, write_csv, write_text
+
+    previous = os.umask(0o022)
+    try:
+        write_text(tmp_path / "a.txt", "x")
+        write_csv(tmp_path / "a.csv", pd.DataFrame({"x": [1]}))
+        with atomic_dir(tmp_path / "model") as tmp:
+            (tmp / "config.json").write_text("{}")
+        os.umask(0o077)
+        write_text(tmp_path / "private.txt", "x")
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"a.txt": 0o644, "a.csv": 0o644, "model": 0o755, "private.txt": 0o600}
+
+
 def test_the_next_write_sweeps_what_a_sigkilled_writer_left(tmp_path):
     # SIGKILL in the middle of an atomic write runs no cleanup: the target is intact (or absent)
     # and the writer's temporary stays beside it. The next write of that target removes it,
@@ -59,6 +78,21 @@ def test_read_jsonl_names_file_and_line(tmp_path):
     path.write_text('[1, 2]\n')
     with pytest.raises(InputError, match="line 1: expected a JSON object"):
         read_jsonl(path)
+    # a folder, UTF-16 text, a Latin-1 byte: one line naming the file (was IsADirectoryError, UnicodeDecodeError)
+    from memaudit.io import read_json
+
+    path.write_bytes('{"a": 1}\n'.encode("utf-16"))
+    for read, what in ((read_jsonl, "a JSONL file"), (read_json, "a JSON file")):
+        with pytest.raises(InputError) as caught:
+            read(tmp_path)
+        assert str(caught.value) == f"{tmp_path}: is a directory, expected {what}"
+        with pytest.raises(InputError) as caught:
+            read(path)
+        assert str(caught.value) == f"{path}: is UTF-16 text, expected {what} in UTF-8; convert the file to UTF-8"
+    path.write_bytes(b'{"a": 1}\n\n{"a": "caf\xe9"}\n')
+    with pytest.raises(InputError) as caught:
+        read_jsonl(path)
+    assert str(caught.value) == f"{path}, line 3: invalid UTF-8 at byte offset 20 (byte 0xe9); convert the file to UTF-8"
 
 
 # near_duplicate_ngram None: the plain seeded split, exactly half and half (near-duplicates are
@@ -182,6 +216,19 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert err == (f"memaudit headline: error: {tmp_path / 'scores.csv'}: not a run's metrics table (no column "
                    "'benchmark', 'model', 'contaminated', 'method', 'auc', 'auc_ci_low', 'auc_ci_high'); "
                    "pass results/summary/metrics.csv\n")
+    # a folder, an empty file, UTF-16 text, a malformed table: one line naming the file, not pandas' traceback
+    (tmp_path / "folder.csv").mkdir()
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "utf16.csv").write_bytes("benchmark,model\nnovels,m1\n".encode("utf-16"))
+    (tmp_path / "ragged.csv").write_text("benchmark,model\nnovels,m1\nnovels,m2,extra,more\n")
+    for name, reason in [("folder.csv", "is a directory, expected a run's metrics table (results/summary/metrics.csv)"),
+                         ("empty.csv", "empty file"),
+                         ("utf16.csv", "UTF-16 text (little-endian byte-order mark), expected a run's metrics table "
+                                       "(results/summary/metrics.csv) in UTF-8; convert the file to UTF-8"),
+                         ("ragged.csv", "not a readable CSV table (Error tokenizing data. C error: Expected 2 fields "
+                                        "in line 3, saw 4)")]:
+        assert main(["headline", "--summary", str(tmp_path / name)]) == 2
+        assert capsys.readouterr().err == f"memaudit headline: error: {tmp_path / name}: {reason}\n"
     # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
     (tmp_path / "unlabelled").mkdir()
     pd.DataFrame(columns=list(rows[0])).to_csv(tmp_path / "unlabelled" / "metrics.csv", index=False)

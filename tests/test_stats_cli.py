@@ -175,6 +175,19 @@ def test_books_from_a_benchmarks_documents_gives_the_workflows_book_counts(tmp_p
     rc, _, err = _run("--input", str(tmp_path / "books.csv"), "--book-col", "book", "--books-from",
                       str(tmp_path / "documents.jsonl"), *FAST)
     assert rc == 2 and "--book-col and --books-from both say where the books are: give one" in err
+    # a document listed twice would count twice (the workflow's metrics refuse it): one line naming both lines
+    (tmp_path / "scores.csv").write_text("doc_id,score,label\n" + "".join(rows) + rows[0])
+    rc, _, err = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(tmp_path / "documents.jsonl"),
+                      *FAST)
+    assert (rc, err) == (2, f"memaudit stats: error: {tmp_path / 'scores.csv'}, line 34: doc_id 'user/book0/ch000' "
+                            f"is listed again (first on line 2); a document listed twice counts twice in every "
+                            f"statistic\n")
+    # the same document under two methods is two rows of two groups, as in a probe's documents table
+    (tmp_path / "scores.csv").write_text("doc_id,score,label,method\n" + "".join(
+        f"{row.rstrip()},{method}\n" for method in ("loss", "zlib") for row in rows))
+    rc, _, err = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(tmp_path / "documents.jsonl"),
+                      "--group-col", "method", "--output", str(tmp_path / "c.csv"), *FAST)
+    assert rc == 0 and list(pd.read_csv(tmp_path / "c.csv")["ci_books"]) == [8, 8]
 
 
 # ---------------------------------------------------------------- few documents
@@ -225,6 +238,13 @@ def test_a_directory_and_a_broken_workbook_are_one_line_errors(tmp_path):
     book.write_bytes(_xlsx_bytes([["score", "label"], [0.1, 1], [0.2, 0]])[:200])
     rc, _, err = _run("--input", str(book))
     assert rc == 2 and "not a readable .xlsx workbook" in _one_line_error(err, book)
+
+
+def test_a_negative_seed_is_a_one_line_error_not_a_traceback(tmp_path):
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n0.9,1\n0.1,0\n")
+    rc, out, err = _run("--input", str(src), "--seed", "-1", *FAST)
+    assert (rc, out, err) == (2, "", "memaudit stats: error: --seed must be >= 0 (got -1)\n")
 
 
 # ---------------------------------------------------------------- .xlsx: DE-COP's per-book results

@@ -57,7 +57,11 @@ def _validator_with_defaults(schema: dict):
                     instance[name] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(base, {"properties": set_defaults})(schema)
+    # an integer is an int: JSON Schema counts 2.0 as one, and the value reached the jobs as a float
+    # (passages_per_document: 2.0 stopped the dataset job at a list slice, seed: 7.0 numpy's generator)
+    integers = base.TYPE_CHECKER.redefine(
+        "integer", lambda checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
+    return jsonschema.validators.extend(base, {"properties": set_defaults}, type_checker=integers)(schema)
 
 
 def key_path(path) -> str:
@@ -213,9 +217,32 @@ def validate_config(config: dict, schema: dict | None = None, *,
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     for error in errors:
         problems += schema_problems(error)
-    problems += _cross_key_problems(config, checks, guarded=bool(errors))
+    cross = _cross_key_problems(config, checks, guarded=bool(errors))
+    problems += _beside_misshapen(cross, [tuple(e.absolute_path) for e in errors
+                                          if e.validator in ("type", "oneOf", "anyOf")])
     _raise_problems(problems)
     return config
+
+
+# Top-level blocks of named entries that the cross-key checks look names up in: one of another shape
+# makes every reference to a model or benchmark look unknown.
+_ENTRY_BLOCKS = ("benchmarks", "models")
+
+
+def _beside_misshapen(problems: list[str], misshapen: Sequence[tuple]) -> list[str]:
+    """The cross-key ``problems`` less those about a value the schema found of another shape (the paths of
+    ``misshapen``), which the checks read as what it is not: a string where a list belongs, item by item
+    (``models: tiny-gpt2-small`` was fifteen unknown models named ``t``, ``i``, ...), and with ``benchmarks``
+    or ``models`` itself no mapping, every reference to one. The schema's line names the key to fix."""
+    if any(len(path) == 1 and path[0] in _ENTRY_BLOCKS for path in misshapen):
+        return []
+    prefixes = [key_path(path) for path in misshapen]
+
+    def under(problem: str) -> bool:
+        key = problem.partition(": ")[0]
+        return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+    return [p for p in problems if not under(p)]
 
 
 # What shapes a benchmark built from sources (memaudit.datasets.build); a published benchmark's
@@ -413,6 +440,30 @@ def label_provenance(cfg: dict, seed: int) -> dict:
     return {"labels": f"published ({fmt}): {text}", "null_control": False}
 
 
+# the published formats read from the Hugging Face Hub when no local path is given (memaudit.datasets.published)
+HUB_FORMATS = ("booktection", "arxivtection")
+
+
+def _hub_key_problems(where: str, fmt: str, published: dict) -> list[str]:
+    """BookTection's and arXivTection's keys that only some blocks read, each ignored without a word elsewhere:
+    ``hf`` and ``cache_dir`` beside a local ``path`` (the file is read, the Hub not asked), ``hf`` of BookMIA
+    (a local file only; the other formats name theirs above), ``length`` of a format without Length settings."""
+    problems = []
+    if fmt in HUB_FORMATS and published.get("path"):
+        if "hf" in published:
+            problems.append(f"{where}.hf: beside path, whose file is read (the Hub is not asked); give one of them")
+        if "cache_dir" in published:
+            problems.append(f"{where}.cache_dir: beside path, whose file is read (nothing is downloaded to cache); "
+                            f"remove it")
+    if fmt not in HUB_FORMATS and fmt in DECOP_FORMATS and published.get("hf"):
+        problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
+    if fmt not in HUB_FORMATS and "cache_dir" in published:
+        problems.append(f"{where}.cache_dir: only a Hub download (formats {', '.join(HUB_FORMATS)}) is cached")
+    if fmt not in HUB_FORMATS and "length" in published:
+        problems.append(f"{where}.length: only BookTection has Length settings (format booktection)")
+    return problems
+
+
 def _cloze_published_problems(name: str, published: dict) -> list[str]:
     """The keys of the published formats read under the rejects policy (nyt, articles, qa for the
     information-guided probes; wikimia, member_texts for KTD and the other detectors)."""
@@ -426,6 +477,7 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
                             f"{'folder' if fmt in ('articles', 'copybench') else 'file'} (there is no download)")
         if published.get("hf"):
             problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
+    problems += _hub_key_problems(where, fmt, published)
     if fmt == "articles" and published.get("cutoff") is None:
         problems.append(f"{where}.cutoff: required with format articles (YYYY-MM-DD; earlier articles are members)")
     elif published.get("cutoff") is not None:
@@ -660,6 +712,9 @@ def _model_problems(config: dict) -> list[str]:
                 problems.append(f"{where}.base: {unknown('model', base, models)}")
             elif "base" in models[base]:
                 problems.append(f"{where}.base: {base!r} is itself fine-tuned; chain from a base model")
+            elif is_api_model(models[base]):
+                problems.append(f"{where}.base: {base!r} is an API model (backend {models[base]['backend']!r}), "
+                                f"whose weights are not here to fine-tune; use a local model (source)")
             if "finetune" not in entry:
                 problems.append(f"{where}.finetune: required with 'base'")
             else:

@@ -82,6 +82,9 @@ def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: i
     """Point ``stage`` of ``dvc_file`` at ``configfile``: its ``cmd`` runs the workflow on it, its ``deps``
     are :func:`stage_deps`. Everything else in the file is kept. Returns the deps written."""
     from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    from memaudit.io import atomic_path
 
     yaml = YAML()
     yaml.preserve_quotes = True
@@ -89,9 +92,18 @@ def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: i
     dvc_file = Path(dvc_file)
     if not dvc_file.is_file():
         raise InputError(f"{dvc_file}: no such file (run from the repository root, where dvc.yaml is)")
-    data = yaml.load(dvc_file.read_text())
-    stages = (data or {}).get("stages") or {}
-    if stage not in stages:
+    try:
+        data = yaml.load(dvc_file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{dvc_file}: not UTF-8 text (byte {exc.start})") from None
+    except YAMLError as exc:  # a hand edit gone wrong: one line with the place, not ruamel's traceback
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{dvc_file}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(dvc_file)
+        what = " ".join(str(getattr(exc, "problem", None) or "cannot be parsed").split())
+        raise InputError(f"{where}: not valid YAML ({what})") from None
+    stages = data.get("stages") if isinstance(data, dict) else None
+    stages = stages if isinstance(stages, dict) else {}
+    if stage not in stages or not isinstance(stages[stage], dict):
         raise InputError(f"{dvc_file}: no stage {stage!r} (stages: {', '.join(stages) or 'none'})")
     deps = stage_deps(config, configfile)
     stages[stage]["cmd"] = stage_command(configfile, cores)
@@ -102,7 +114,9 @@ def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: i
         listed.extend(deps[n:])
     else:
         stages[stage]["deps"] = deps
-    with dvc_file.open("w") as out:
+    # through a temporary file: a dump that fails half-way (or a killed process) leaves dvc.yaml as it was,
+    # not truncated
+    with atomic_path(dvc_file) as tmp, tmp.open("w", encoding="utf-8") as out:
         yaml.dump(data, out)
     return deps
 

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -74,6 +73,28 @@ def _remove_stale_temporaries(path: Path, suffix: str) -> None:
                 shutil.rmtree(sibling) if sibling.is_dir() else sibling.unlink()
 
 
+_TEMPORARY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+def _create_temporary(path: Path, suffix: str, *, directory: bool = False) -> Path:
+    """A new ``.<name>.<8 random chars><suffix>`` beside ``path`` (a file, or a folder), created with the
+    permissions ``open()`` and ``mkdir()`` give (0666 or 0777 less the umask): ``tempfile.mkstemp`` and
+    ``mkdtemp`` create 0600 and 0700, and every output renamed from one was unreadable to the group and
+    the others a plainly written file is readable by (results shared on a cluster, a DVC remote)."""
+    for _ in range(100):
+        name = "".join(_TEMPORARY_CHARS[b % len(_TEMPORARY_CHARS)] for b in os.urandom(8))
+        tmp = path.parent / f".{path.name}.{name}{suffix}"
+        try:
+            if directory:
+                os.mkdir(tmp, 0o777)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", os.fspath(path.parent))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
@@ -86,9 +107,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path, suffix)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-        os.close(fd)
-    tmp_path = Path(tmp)
+        tmp_path = _create_temporary(path, suffix)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -111,7 +130,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path, "")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        tmp = _create_temporary(path, "", directory=True)
     try:
         yield tmp
         if path.exists():
@@ -148,6 +167,26 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return [rec for _, rec in read_jsonl_lines(path)]
 
 
+def _unreadable(path: Path, exc: OSError | UnicodeDecodeError, what: str) -> InputError:
+    """The one-line :class:`InputError` for a JSON(L) file that cannot be read as UTF-8 text: a directory
+    or another encoding (UTF-16, Latin-1) named, with the line of the first byte that is not UTF-8."""
+    if isinstance(exc, IsADirectoryError):
+        return InputError(f"{path}: is a directory, expected {what}")
+    if isinstance(exc, OSError):
+        return InputError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})")
+    with open(path, "rb") as fh:  # the decoder saw a chunk, not the file: find the byte in the file
+        data = fh.read()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return InputError(f"{path}: is UTF-16 text, expected {what} in UTF-8; convert the file to UTF-8")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as whole:
+        line = data.count(b"\n", 0, whole.start) + 1
+        return InputError(f"{path}, line {line}: invalid UTF-8 at byte offset {whole.start} "
+                          f"(byte 0x{data[whole.start]:02x}); convert the file to UTF-8")
+    return InputError(f"{path}: not UTF-8 text ({exc.reason})")
+
+
 def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
     """``(line number, record)`` of a JSONL file (blank lines skipped), for errors naming the line."""
     path = Path(path)
@@ -156,17 +195,22 @@ def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
         fh = open(path, encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise _unreadable(path, exc, "a JSONL file") from None
     with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise InputError(f"{path}, line {lineno}: expected a JSON object")
-            out.append((lineno, rec))
+        try:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
+                if not isinstance(rec, dict):
+                    raise InputError(f"{path}, line {lineno}: expected a JSON object")
+                out.append((lineno, rec))
+        except UnicodeDecodeError as exc:
+            raise _unreadable(path, exc, "a JSONL file") from None
     return out
 
 
@@ -176,6 +220,8 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc, "a JSON file") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
 

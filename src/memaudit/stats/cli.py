@@ -257,6 +257,23 @@ def _books_from(table: Table, args: argparse.Namespace) -> np.ndarray:
     return np.array(out, dtype=object)
 
 
+def _refuse_repeated_documents(table: Table, args: argparse.Namespace, column: int,
+                               groups: list[tuple[tuple[str, ...], list[int]]]) -> None:
+    """With ``--books-from`` each row is a ``--doc-col`` document: one listed twice in a group would count
+    twice in every statistic (the workflow's metrics refuse it), an error naming both lines."""
+    for key, members in groups:
+        first: dict[str, int] = {}
+        for position in members:
+            number, fields = table.records[position]
+            doc = fields[column].strip()
+            if doc in first:
+                group = f" in group {_describe(args.group_col, key)}" if key else ""
+                raise _UsageError(f"{table.at(number)}: {args.doc_col} {_shorten(doc)!r} is listed again{group} "
+                                  f"(first on {table.unit} {first[doc]}); a document listed twice counts twice "
+                                  f"in every statistic")
+            first[doc] = number
+
+
 def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[str]]:
     """Metrics table for parsed arguments, and the notes and warnings to print with it.
 
@@ -281,6 +298,8 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     options = dict(n_boot_small=args.n_boot, n_boot_ci=args.n_boot_ci, seed=args.seed)
     several = len(score_cols) > 1
     rows = []
+    if args.books_from:
+        _refuse_repeated_documents(table, args, positions[args.doc_col], groups)
     books = (np.array([fields[positions[args.book_col]].strip() for _, fields in table.records], dtype=object)
              if args.book_col else _books_from(table, args) if args.books_from else None)
     for score_col, scores in all_scores.items():
@@ -338,6 +357,9 @@ def stats_main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.n_boot < 0 or args.n_boot_ci < 0:
         print(f"{parser.prog}: error: --n-boot and --n-boot-ci must be >= 0", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if args.seed < 0:  # numpy's generators take no negative seed (a ValueError from deep in the bootstrap)
+        print(f"{parser.prog}: error: --seed must be >= 0 (got {args.seed})", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
         table, notes = compute_stats_table(args)

@@ -55,11 +55,25 @@ def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.Data
                          "contaminated": rows["contaminated"], "method": rows["method"], "auc": auc_cells(rows)})
 
 
+def _read_summary(summary_path: Path) -> pd.DataFrame:
+    """The metrics table; a directory, an empty file, UTF-16 or other non-UTF-8 text or a malformed CSV
+    is one line naming the file (pandas raised IsADirectoryError, EmptyDataError or UnicodeDecodeError)."""
+    import io
+
+    from memaudit.datasets.rejects import read_text
+
+    _, text = read_text(summary_path, "a run's metrics table (results/summary/metrics.csv)")
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{summary_path}: not a readable CSV table ({str(exc).strip()})") from None
+
+
 def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     summary_path = Path(summary_path)
     if not summary_path.exists():
         raise InputError(f"{summary_path}: not found (did the run finish?)")
-    summary = pd.read_csv(summary_path)
+    summary = _read_summary(summary_path)
     missing = [c for c in ("benchmark", "model", "contaminated", "method", "auc", "auc_ci_low", "auc_ci_high")
                if c not in summary.columns]
     if missing:  # another table passed as --summary: one line, not a KeyError from deep in the table code
