@@ -135,7 +135,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         headline="memaudit.probes.prefix.headline:headline",
         headline_methods=("prefix_lcs_words", "prefix_rougeL"),
         # 5: "I apologize, but I cannot ..." is a refusal (backends.refusal), as "I'm sorry, but I cannot ..."
-        version=5, fingerprint="5befc56581dd3e59",
+        # 6: with continuation_words below 5, a passage holding the whole continuation asked for is an item
+        # (it was skipped as too short: prefix_dataset's pairs change)
+        version=6, fingerprint="5befc56581dd3e59",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
