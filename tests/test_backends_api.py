@@ -538,6 +538,37 @@ def test_a_429_pauses_the_other_threads_too(tmp_path):
     assert srv.count() == 5
 
 
+def test_an_interrupted_batch_sends_no_retry_and_ends_without_waiting_out_the_backoff(server, tmp_path):
+    """SIGTERM (stop_on_sigterm, as a job under SLURM) while requests wait for their retry: the
+    job ends at once, and none of them is sent again (each retry was a paid call nobody reads)."""
+    from memaudit.errors import JobInterrupted
+    from memaudit.workflow_support import stop_on_sigterm
+
+    server.responder.queue(server_error(500), rate_limited(20))  # one waits for its backoff, one for Retry-After
+    slow = RetryPolicy(max_attempts=4, base_delay=20, max_delay=20)
+
+    def terminate_once_both_failed():
+        while sum(r.status in (500, 429) for r in list(server.records)) < 2:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
+    try:
+        threading.Thread(target=terminate_once_both_failed, daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(JobInterrupted):
+            make_openai(server, tmp_path / "c.sqlite", concurrency=2, retry_policy=slow).generate(
+                ["p1", "p2", "p3", "p4"], GREEDY)
+        ended = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    time.sleep(0.3)
+    assert ended < 5  # not the 20 s of either wait
+    assert server.count() == 2  # no retry, and p3, p4 never started
+
+
 def test_5xx_is_retried_and_exhaustion_is_a_clear_error_after_caching_the_rest(server, tmp_path):
     db = tmp_path / "c.sqlite"
     server.responder.queue(server_error(500), server_error(503), prompt="flaky")

@@ -13,6 +13,11 @@ A 429 means the whole account is over its limit, not just this request, so it
 also pauses every other thread of the backend (:class:`Cooldown`) for the same
 time instead of letting them hammer the API. Other faults (400, 401, 403, 404,
 422) are permanent: retrying cannot help, so they fail at once.
+
+A ``stop`` event (set when the batch is interrupted: Ctrl-C, SLURM's SIGTERM) ends the
+waits at once and sends no further attempt: a request waiting for its retry is not in
+flight, and retrying it after the interrupt paid for an answer nobody reads while the
+job's exit waited out the backoff.
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ class RequestFault(Exception):
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+
+
+class RetriesStopped(Exception):
+    """The batch was interrupted before this request's next attempt: nothing more was sent."""
+
+    def __init__(self, attempts: int):
+        self.attempts = attempts
+        super().__init__(f"not sent again: the run was interrupted after {attempts} attempt"
+                         f"{'s' if attempts != 1 else ''}")
 
 
 class RetriesExhausted(Exception):
@@ -111,34 +125,43 @@ class Cooldown:
         with self._lock:
             self._until = max(self._until, self._clock() + seconds)
 
-    def wait(self) -> float:
-        """Sleep until the cooldown is over; returns the seconds slept."""
+    def wait(self, stop: threading.Event | None = None) -> float:
+        """Sleep until the cooldown is over, or ``stop`` is set; returns the seconds slept."""
         slept = 0.0
         while True:
             with self._lock:
                 left = self._until - self._clock()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop.is_set()):
                 return slept
-            self._sleep(left)
+            if stop is not None:
+                stop.wait(left)
+            else:
+                self._sleep(left)
             slept += left
 
 
 def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy, *, cooldown: Cooldown | None = None,
                       rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
-                      on_retry: Callable[[RequestFault, int, float], None] | None = None) -> tuple[T, int]:
+                      on_retry: Callable[[RequestFault, int, float], None] | None = None,
+                      stop: threading.Event | None = None) -> tuple[T, int]:
     """Run ``attempt`` until it returns, retrying transient :class:`RequestFault` s.
 
     Returns ``(value, attempts)``; raises :class:`RetriesExhausted` with the last
     fault when attempts run out, the fault is permanent, or the server asks for a
     wait longer than ``policy.max_retry_after``. ``on_retry(fault, attempt, delay)``
-    is called before each wait (for logging and counting).
+    is called before each wait (for logging and counting). Once ``stop`` is set, the
+    waits end and :class:`RetriesStopped` is raised instead of another attempt.
     """
     rng = rng or random.Random()
+    if stop is not None:
+        sleep = stop.wait
     n = 0
     while True:
         n += 1
         if cooldown is not None:
-            cooldown.wait()
+            cooldown.wait(stop)
+        if stop is not None and stop.is_set():
+            raise RetriesStopped(n - 1)
         try:
             return attempt(), n
         except RequestFault as fault:
