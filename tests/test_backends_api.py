@@ -498,6 +498,23 @@ def test_a_429_for_a_spent_quota_is_not_retried(server, tmp_path):
     assert "HTTP 429: You exceeded your current quota" in g.error and b.counts["retries"] == 0
 
 
+@pytest.mark.parametrize("make", [make_openai, make_anthropic])
+def test_the_servers_x_should_retry_decides_over_the_status(server, tmp_path, make):
+    """As the SDKs' own retries decide: ``x-should-retry: false`` (a proxy that already retried, a
+    provider that knows the request will fail again) is not retried whatever the status;
+    ``x-should-retry: true`` is, whatever the status."""
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(Fault(503, "Upstream retries exhausted", {"x-should-retry": "false"}), prompt="give up")
+    with pytest.raises(APIRequestError) as err:
+        make(server, db).generate(["give up"], GREEDY)
+    assert server.count() == 1
+    assert "HTTP 503: Upstream retries exhausted (not retried: the server said x-should-retry: false)" in str(err.value)
+
+    server.responder.queue(Fault(400, "Try again", {"x-should-retry": "true"}), prompt="again")
+    (g,) = make(server, db).generate(["again"], GREEDY)
+    assert g.status == "ok" and g.meta["attempts"] == 2 and server.count() == 1 + 2
+
+
 def test_anthropic_is_never_sent_a_whitespace_stop_and_its_answer_is_cut_there(server, tmp_path):
     """The Messages API refuses a stop sequence of whitespace alone (CopyBench's "\\n\\n\\n": every CopyBench
     request to Claude was a 400); the loopback server refuses it as the API does. Such a stop is cut

@@ -44,7 +44,7 @@ from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STA
 from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
 from memaudit.backends.refusal import is_refusal
 from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetriesStopped,
-                                     RetryPolicy, call_with_retries, parse_retry_after)
+                                     RetryPolicy, call_with_retries, parse_retry_after, should_retry_header)
 from memaudit.backends.secrets import Secret, read_api_key, redact
 from memaudit.backends.settings import Pricing, api_entry, api_settings, pricing_for
 from memaudit.errors import ConfigError, MemauditError
@@ -476,9 +476,14 @@ class APIBackend(Backend):
             detail = _error_detail(exc)
             # a 429 for an exhausted quota or billing limit is no rate limit: retrying cannot help
             quota = status == 429 and _is_quota_error(exc)
-            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"),
-                               retryable=status in RETRYABLE_STATUS and not quota,
-                               status=status, retry_after=parse_retry_after(exc.response.headers)) from None
+            # the server's own word decides over the status, as in the SDKs' retries
+            said = should_retry_header(exc.response.headers)
+            retryable = (status in RETRYABLE_STATUS if said is None else said) and not quota
+            why_not = ("the account's quota is spent" if quota else "the server said x-should-retry: false"
+                       if said is False else "the request itself was rejected")
+            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"), retryable=retryable,
+                               status=status, retry_after=parse_retry_after(exc.response.headers),
+                               why_not_retried=why_not) from None
 
     def _on_retry(self, fault: RequestFault, attempt: int, delay: float) -> None:
         with self._counts_lock:

@@ -12,7 +12,9 @@ in all. Between attempts the caller waits
 A 429 means the whole account is over its limit, not just this request, so it
 also pauses every other thread of the backend (:class:`Cooldown`) for the same
 time instead of letting them hammer the API. Other faults (400, 401, 403, 404,
-422) are permanent: retrying cannot help, so they fail at once.
+422) are permanent: retrying cannot help, so they fail at once. A server's
+``x-should-retry: true`` or ``false`` decides over the status, as in the SDKs' own
+retries (a proxy that has spent its own retries answers ``false``).
 
 A ``stop`` event (set when the batch is interrupted: Ctrl-C, SLURM's SIGTERM) ends the
 waits at once and sends no further attempt: a request waiting for its retry is not in
@@ -38,12 +40,13 @@ class RequestFault(Exception):
     """One failed attempt, classified; ``message`` is already redacted."""
 
     def __init__(self, message: str, *, retryable: bool, status: int | None = None,
-                 retry_after: float | None = None):
+                 retry_after: float | None = None, why_not_retried: str = "the request itself was rejected"):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+        self.why_not_retried = why_not_retried
 
 
 class RetriesStopped(Exception):
@@ -62,7 +65,7 @@ class RetriesExhausted(Exception):
         self.fault = fault
         self.attempts = attempts
         what = f"after {attempts} attempt{'s' if attempts != 1 else ''}" if fault.retryable else \
-            "(not retried: the request itself was rejected)"
+            f"(not retried: {fault.why_not_retried})"
         super().__init__(f"{fault.message} {what}{reason}")
 
 
@@ -81,6 +84,12 @@ class RetryPolicy:
         """Wait after failed attempt number ``attempt`` (1-based) when the server named none."""
         d = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
         return d / 2 + rng.uniform(0, d / 2)
+
+
+def should_retry_header(headers: Mapping[str, str] | None) -> bool | None:
+    """The server's ``x-should-retry``: ``True``/``False`` where it says ``true``/``false``, else ``None``."""
+    value = {str(k).lower(): str(v) for k, v in (headers or {}).items()}.get("x-should-retry", "")
+    return {"true": True, "false": False}.get(value.strip().lower())
 
 
 def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
