@@ -310,6 +310,19 @@ def test_a_cache_file_that_is_no_database_is_a_one_line_error_naming_it(tmp_path
                               f"(dvc checkout) or move it aside to start an empty one")
 
 
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_cache_path_that_cannot_be_a_database_file_is_a_one_line_error_naming_it(tmp_path, where):
+    """``api.cache`` naming a directory, or a file under a file: one line naming the path, not
+    sqlite3's "unable to open database file" (which names none) or mkdir's traceback."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    db = tmp_path / "results" if where == "a directory" else tmp_path / "a_file" / "cache.sqlite"
+    with pytest.raises(InputError) as err:
+        ResponseCache(db)
+    assert str(err.value).startswith(f"{db}: cannot open the response cache (")
+    assert str(err.value).endswith("): name a file, not a directory, in a directory this user can write")
+
+
 # ----------------------------------------------------------------------------- option log-probabilities
 
 def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_path):
