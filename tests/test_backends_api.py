@@ -372,6 +372,20 @@ def test_429_honours_retry_after_and_retries_only_once(server, tmp_path):
     assert len(b.cache.usage_rows()) == 1  # only the answered request is in the ledger
 
 
+def test_a_retry_after_of_zero_or_a_past_date_waits_the_backoff_not_nothing(server, tmp_path):
+    """As the SDKs' own retries read it: a wait of 0 (a proxy's ``Retry-After: 0``, an HTTP date already
+    past) names no wait, and the request backs off; taken at its word, every retry went out at once
+    and a brief overload spent them all within milliseconds."""
+    past = "Wed, 21 Oct 2015 07:28:00 GMT"
+    server.responder.queue(rate_limited(0), Fault(503, "busy", {"Retry-After": past}), prompt="p")
+    backoff = RetryPolicy(max_attempts=3, base_delay=0.4, max_delay=0.4)  # waits of 0.2 to 0.4 s
+    (g,) = make_openai(server, tmp_path / "c.sqlite", retry_policy=backoff).generate(["p"], GREEDY)
+    assert g.status == STATUS_OK and server.count() == 3
+    first, second, third = server.records
+    assert second.arrived - first.responding >= 0.2 - 0.01
+    assert third.arrived - second.responding >= 0.2 - 0.01
+
+
 def test_openais_own_host_written_as_base_url_is_openais_api(monkeypatch, tmp_path):
     """base_url https://api.openai.com/v1 without api_key_env sent the bearer key "none", the deprecated
     max_tokens and a repetition penalty, as to a compatible server; it is OpenAI's API: its key variable,

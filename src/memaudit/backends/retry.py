@@ -4,7 +4,7 @@ A request that fails with a *transient* fault (HTTP 429, 408, 409, 5xx, a connec
 error, a timeout, a body that is not JSON) is retried up to ``max_attempts`` times
 in all. Between attempts the caller waits
 
-- what the server asked for (``Retry-After`` / ``retry-after-ms``) when it said so, or
+- what the server asked for (``Retry-After`` / ``retry-after-ms``) when it named a wait above 0, or
 - ``d/2 + U(0, d/2)`` with ``d = min(max_delay, base_delay * 2**(attempt-1))``
   ("equal jitter": the wait grows exponentially, and concurrent clients that
   failed together do not retry in lockstep).
@@ -182,7 +182,9 @@ def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy, *, cooldown
                     f"({policy.max_retry_after:.0f}s): the quota is probably exhausted")) from None
             if n >= policy.max_attempts:
                 raise RetriesExhausted(fault, n) from None
-            delay = fault.retry_after if fault.retry_after is not None else policy.backoff(n, rng)
+            # a wait of 0 (Retry-After: 0, a date already past) names none, as the SDKs read it
+            named = fault.retry_after is not None and fault.retry_after > 0
+            delay = fault.retry_after if named else policy.backoff(n, rng)
             if fault.status == 429 and cooldown is not None:
                 cooldown.pause(delay)
             if on_retry is not None:
