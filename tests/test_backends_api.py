@@ -310,6 +310,19 @@ def test_a_cache_file_that_is_no_database_is_a_one_line_error_naming_it(tmp_path
                               f"(dvc checkout) or move it aside to start an empty one")
 
 
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_cache_path_that_cannot_be_a_database_file_is_a_one_line_error_naming_it(tmp_path, where):
+    """``api.cache`` naming a directory, or a file under a file: one line naming the path, not
+    sqlite3's "unable to open database file" (which names none) or mkdir's traceback."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    db = tmp_path / "results" if where == "a directory" else tmp_path / "a_file" / "cache.sqlite"
+    with pytest.raises(InputError) as err:
+        ResponseCache(db)
+    assert str(err.value).startswith(f"{db}: cannot open the response cache (")
+    assert str(err.value).endswith("): name a file, not a directory, in a directory this user can write")
+
+
 # ----------------------------------------------------------------------------- option log-probabilities
 
 def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_path):
@@ -357,6 +370,20 @@ def test_429_honours_retry_after_and_retries_only_once(server, tmp_path):
     assert second.arrived - first.responding >= 0.3 - 0.01
     assert b.counts == {"sent": 1, "cached": 0, "retries": 1, "failed": 0}
     assert len(b.cache.usage_rows()) == 1  # only the answered request is in the ledger
+
+
+def test_a_retry_after_of_zero_or_a_past_date_waits_the_backoff_not_nothing(server, tmp_path):
+    """As the SDKs' own retries read it: a wait of 0 (a proxy's ``Retry-After: 0``, an HTTP date already
+    past) names no wait, and the request backs off; taken at its word, every retry went out at once
+    and a brief overload spent them all within milliseconds."""
+    past = "Wed, 21 Oct 2015 07:28:00 GMT"
+    server.responder.queue(rate_limited(0), Fault(503, "busy", {"Retry-After": past}), prompt="p")
+    backoff = RetryPolicy(max_attempts=3, base_delay=0.4, max_delay=0.4)  # waits of 0.2 to 0.4 s
+    (g,) = make_openai(server, tmp_path / "c.sqlite", retry_policy=backoff).generate(["p"], GREEDY)
+    assert g.status == STATUS_OK and server.count() == 3
+    first, second, third = server.records
+    assert second.arrived - first.responding >= 0.2 - 0.01
+    assert third.arrived - second.responding >= 0.2 - 0.01
 
 
 def test_openais_own_host_written_as_base_url_is_openais_api(monkeypatch, tmp_path):
@@ -498,6 +525,23 @@ def test_a_429_for_a_spent_quota_is_not_retried(server, tmp_path):
     assert "HTTP 429: You exceeded your current quota" in g.error and b.counts["retries"] == 0
 
 
+@pytest.mark.parametrize("make", [make_openai, make_anthropic])
+def test_the_servers_x_should_retry_decides_over_the_status(server, tmp_path, make):
+    """As the SDKs' own retries decide: ``x-should-retry: false`` (a proxy that already retried, a
+    provider that knows the request will fail again) is not retried whatever the status;
+    ``x-should-retry: true`` is, whatever the status."""
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(Fault(503, "Upstream retries exhausted", {"x-should-retry": "false"}), prompt="give up")
+    with pytest.raises(APIRequestError) as err:
+        make(server, db).generate(["give up"], GREEDY)
+    assert server.count() == 1
+    assert "HTTP 503: Upstream retries exhausted (not retried: the server said x-should-retry: false)" in str(err.value)
+
+    server.responder.queue(Fault(400, "Try again", {"x-should-retry": "true"}), prompt="again")
+    (g,) = make(server, db).generate(["again"], GREEDY)
+    assert g.status == "ok" and g.meta["attempts"] == 2 and server.count() == 1 + 2
+
+
 def test_anthropic_is_never_sent_a_whitespace_stop_and_its_answer_is_cut_there(server, tmp_path):
     """The Messages API refuses a stop sequence of whitespace alone (CopyBench's "\\n\\n\\n": every CopyBench
     request to Claude was a 400); the loopback server refuses it as the API does. Such a stop is cut
@@ -536,6 +580,37 @@ def test_a_429_pauses_the_other_threads_too(tmp_path):
     later = [r.arrived for r in srv.records if r.arrived > limited.finished + 0.02]
     assert later and min(later) >= limited.responding + 0.4 - 0.02
     assert srv.count() == 5
+
+
+def test_an_interrupted_batch_sends_no_retry_and_ends_without_waiting_out_the_backoff(server, tmp_path):
+    """SIGTERM (stop_on_sigterm, as a job under SLURM) while requests wait for their retry: the
+    job ends at once, and none of them is sent again (each retry was a paid call nobody reads)."""
+    from memaudit.errors import JobInterrupted
+    from memaudit.workflow_support import stop_on_sigterm
+
+    server.responder.queue(server_error(500), rate_limited(20))  # one waits for its backoff, one for Retry-After
+    slow = RetryPolicy(max_attempts=4, base_delay=20, max_delay=20)
+
+    def terminate_once_both_failed():
+        while sum(r.status in (500, 429) for r in list(server.records)) < 2:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
+    try:
+        threading.Thread(target=terminate_once_both_failed, daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(JobInterrupted):
+            make_openai(server, tmp_path / "c.sqlite", concurrency=2, retry_policy=slow).generate(
+                ["p1", "p2", "p3", "p4"], GREEDY)
+        ended = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    time.sleep(0.3)
+    assert ended < 5  # not the 20 s of either wait
+    assert server.count() == 2  # no retry, and p3, p4 never started
 
 
 def test_5xx_is_retried_and_exhaustion_is_a_clear_error_after_caching_the_rest(server, tmp_path):

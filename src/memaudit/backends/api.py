@@ -43,8 +43,8 @@ from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STA
                                     takes_repetition_penalty)
 from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
 from memaudit.backends.refusal import is_refusal
-from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetryPolicy,
-                                     call_with_retries, parse_retry_after)
+from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetriesStopped,
+                                     RetryPolicy, call_with_retries, parse_retry_after, should_retry_header)
 from memaudit.backends.secrets import Secret, read_api_key, redact
 from memaudit.backends.settings import Pricing, api_entry, api_settings, pricing_for
 from memaudit.errors import ConfigError, MemauditError
@@ -403,9 +403,10 @@ class APIBackend(Backend):
         t0 = time.monotonic()
         every = max(1, len(todo) // 10)
         done = 0
+        stop = threading.Event()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
                                 thread_name_prefix=f"{self.backend_name}-{self.name}") as pool:
-            futures = [pool.submit(self._fetch, c) for c in todo]
+            futures = [pool.submit(self._fetch, c, stop) for c in todo]
             try:
                 for fut in as_completed(futures):
                     outcome = fut.result()
@@ -415,18 +416,23 @@ class APIBackend(Backend):
                         log.info("%s: %d/%d sent in %.1fs (%d retries so far)", self.label, done, len(todo),
                                  time.monotonic() - t0, self.counts["retries"])
             except BaseException:
-                # Interrupted: drop what has not started; the calls in flight finish and
-                # are cached by their threads before the pool closes.
+                # Interrupted: drop what has not started and send no retry (a request waiting
+                # for one wakes at once); the calls in flight finish and are cached by their
+                # threads before the pool closes.
+                stop.set()
                 for fut in futures:
                     fut.cancel()
                 raise
 
-    def _fetch(self, call: PlannedCall) -> CallOutcome:
+    def _fetch(self, call: PlannedCall, stop: threading.Event | None = None) -> CallOutcome:
         requested_at = utc_now()
         t0 = time.monotonic()
         try:
             data, attempts = call_with_retries(lambda: self._attempt(call.body), self.retry_policy,
-                                               cooldown=self._cooldown, on_retry=self._on_retry)
+                                               cooldown=self._cooldown, on_retry=self._on_retry, stop=stop)
+        except RetriesStopped as exc:  # the batch was interrupted: its outcome is never read
+            return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
+                               error=f"{self.label}: {exc}")
         except RetriesExhausted as exc:
             with self._counts_lock:
                 self.counts["failed"] += 1
@@ -470,9 +476,14 @@ class APIBackend(Backend):
             detail = _error_detail(exc)
             # a 429 for an exhausted quota or billing limit is no rate limit: retrying cannot help
             quota = status == 429 and _is_quota_error(exc)
-            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"),
-                               retryable=status in RETRYABLE_STATUS and not quota,
-                               status=status, retry_after=parse_retry_after(exc.response.headers)) from None
+            # the server's own word decides over the status, as in the SDKs' retries
+            said = should_retry_header(exc.response.headers)
+            retryable = (status in RETRYABLE_STATUS if said is None else said) and not quota
+            why_not = ("the account's quota is spent" if quota else "the server said x-should-retry: false"
+                       if said is False else "the request itself was rejected")
+            raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"), retryable=retryable,
+                               status=status, retry_after=parse_retry_after(exc.response.headers),
+                               why_not_retried=why_not) from None
 
     def _on_retry(self, fault: RequestFault, attempt: int, delay: float) -> None:
         with self._counts_lock:

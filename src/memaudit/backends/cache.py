@@ -32,6 +32,7 @@ not an SQLite database is an error naming it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -186,12 +187,22 @@ class ResponseCache:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 120.0):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        wanted = journal_mode_for(self.path)
-        # One connection shared by the backend's threads behind a lock: SQLite
-        # serialises writers anyway, and the lock keeps transactions from interleaving.
-        self._conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False,
-                                     isolation_level=None)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_dir():  # sqlite3 says only "unable to open database file"
+                raise IsADirectoryError(errno.EISDIR, "a directory", str(self.path))
+            wanted = journal_mode_for(self.path)
+            # One connection shared by the backend's threads behind a lock: SQLite
+            # serialises writers anyway, and the lock keeps transactions from interleaving.
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False,
+                                         isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            reason = str(exc)
+            if isinstance(exc, OSError) and exc.strerror:  # mkdir's: where, if not at the cache itself
+                at = exc.filename if exc.filename and str(exc.filename) != str(self.path) else None
+                reason = exc.strerror + (f" at {at}" if at else "")
+            raise InputError(f"{self.path}: cannot open the response cache ({reason}): name a file, not a "
+                             f"directory, in a directory this user can write") from None
         self._lock = threading.Lock()
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")

@@ -4,7 +4,7 @@ A request that fails with a *transient* fault (HTTP 429, 408, 409, 5xx, a connec
 error, a timeout, a body that is not JSON) is retried up to ``max_attempts`` times
 in all. Between attempts the caller waits
 
-- what the server asked for (``Retry-After`` / ``retry-after-ms``) when it said so, or
+- what the server asked for (``Retry-After`` / ``retry-after-ms``) when it named a wait above 0, or
 - ``d/2 + U(0, d/2)`` with ``d = min(max_delay, base_delay * 2**(attempt-1))``
   ("equal jitter": the wait grows exponentially, and concurrent clients that
   failed together do not retry in lockstep).
@@ -12,7 +12,14 @@ in all. Between attempts the caller waits
 A 429 means the whole account is over its limit, not just this request, so it
 also pauses every other thread of the backend (:class:`Cooldown`) for the same
 time instead of letting them hammer the API. Other faults (400, 401, 403, 404,
-422) are permanent: retrying cannot help, so they fail at once.
+422) are permanent: retrying cannot help, so they fail at once. A server's
+``x-should-retry: true`` or ``false`` decides over the status, as in the SDKs' own
+retries (a proxy that has spent its own retries answers ``false``).
+
+A ``stop`` event (set when the batch is interrupted: Ctrl-C, SLURM's SIGTERM) ends the
+waits at once and sends no further attempt: a request waiting for its retry is not in
+flight, and retrying it after the interrupt paid for an answer nobody reads while the
+job's exit waited out the backoff.
 """
 
 from __future__ import annotations
@@ -33,12 +40,22 @@ class RequestFault(Exception):
     """One failed attempt, classified; ``message`` is already redacted."""
 
     def __init__(self, message: str, *, retryable: bool, status: int | None = None,
-                 retry_after: float | None = None):
+                 retry_after: float | None = None, why_not_retried: str = "the request itself was rejected"):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+        self.why_not_retried = why_not_retried
+
+
+class RetriesStopped(Exception):
+    """The batch was interrupted before this request's next attempt: nothing more was sent."""
+
+    def __init__(self, attempts: int):
+        self.attempts = attempts
+        super().__init__(f"not sent again: the run was interrupted after {attempts} attempt"
+                         f"{'s' if attempts != 1 else ''}")
 
 
 class RetriesExhausted(Exception):
@@ -48,7 +65,7 @@ class RetriesExhausted(Exception):
         self.fault = fault
         self.attempts = attempts
         what = f"after {attempts} attempt{'s' if attempts != 1 else ''}" if fault.retryable else \
-            "(not retried: the request itself was rejected)"
+            f"(not retried: {fault.why_not_retried})"
         super().__init__(f"{fault.message} {what}{reason}")
 
 
@@ -67,6 +84,12 @@ class RetryPolicy:
         """Wait after failed attempt number ``attempt`` (1-based) when the server named none."""
         d = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
         return d / 2 + rng.uniform(0, d / 2)
+
+
+def should_retry_header(headers: Mapping[str, str] | None) -> bool | None:
+    """The server's ``x-should-retry``: ``True``/``False`` where it says ``true``/``false``, else ``None``."""
+    value = {str(k).lower(): str(v) for k, v in (headers or {}).items()}.get("x-should-retry", "")
+    return {"true": True, "false": False}.get(value.strip().lower())
 
 
 def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
@@ -111,34 +134,43 @@ class Cooldown:
         with self._lock:
             self._until = max(self._until, self._clock() + seconds)
 
-    def wait(self) -> float:
-        """Sleep until the cooldown is over; returns the seconds slept."""
+    def wait(self, stop: threading.Event | None = None) -> float:
+        """Sleep until the cooldown is over, or ``stop`` is set; returns the seconds slept."""
         slept = 0.0
         while True:
             with self._lock:
                 left = self._until - self._clock()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop.is_set()):
                 return slept
-            self._sleep(left)
+            if stop is not None:
+                stop.wait(left)
+            else:
+                self._sleep(left)
             slept += left
 
 
 def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy, *, cooldown: Cooldown | None = None,
                       rng: random.Random | None = None, sleep: Callable[[float], None] = time.sleep,
-                      on_retry: Callable[[RequestFault, int, float], None] | None = None) -> tuple[T, int]:
+                      on_retry: Callable[[RequestFault, int, float], None] | None = None,
+                      stop: threading.Event | None = None) -> tuple[T, int]:
     """Run ``attempt`` until it returns, retrying transient :class:`RequestFault` s.
 
     Returns ``(value, attempts)``; raises :class:`RetriesExhausted` with the last
     fault when attempts run out, the fault is permanent, or the server asks for a
     wait longer than ``policy.max_retry_after``. ``on_retry(fault, attempt, delay)``
-    is called before each wait (for logging and counting).
+    is called before each wait (for logging and counting). Once ``stop`` is set, the
+    waits end and :class:`RetriesStopped` is raised instead of another attempt.
     """
     rng = rng or random.Random()
+    if stop is not None:
+        sleep = stop.wait
     n = 0
     while True:
         n += 1
         if cooldown is not None:
-            cooldown.wait()
+            cooldown.wait(stop)
+        if stop is not None and stop.is_set():
+            raise RetriesStopped(n - 1)
         try:
             return attempt(), n
         except RequestFault as fault:
@@ -150,7 +182,9 @@ def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy, *, cooldown
                     f"({policy.max_retry_after:.0f}s): the quota is probably exhausted")) from None
             if n >= policy.max_attempts:
                 raise RetriesExhausted(fault, n) from None
-            delay = fault.retry_after if fault.retry_after is not None else policy.backoff(n, rng)
+            # a wait of 0 (Retry-After: 0, a date already past) names none, as the SDKs read it
+            named = fault.retry_after is not None and fault.retry_after > 0
+            delay = fault.retry_after if named else policy.backoff(n, rng)
             if fault.status == 429 and cooldown is not None:
                 cooldown.pause(delay)
             if on_retry is not None:
