@@ -116,6 +116,17 @@ def test_comments_and_docstrings_leave_the_fingerprint_alone_code_does_not(tmp_p
     assert _fingerprint_of(tmp_path, monkeypatch, changed) != first
 
 
+def _versions_copy(tmp_path):
+    """A copy of memaudit/versions.py for record_fingerprints to write a stale step's fingerprint into: given
+    only the registry's copy, it wrote into the real file whenever the working tree had a stale step (a
+    change not yet recorded), and the test run edited the source."""
+    import memaudit.versions
+
+    copy = tmp_path / "versions.py"
+    copy.write_text(open(memaudit.versions.__file__, encoding="utf-8").read())
+    return copy
+
+
 def test_record_writes_only_stale_fingerprints_and_keeps_versions(tmp_path, monkeypatch):
     copy = tmp_path / "registry.py"
     source = registry.__file__
@@ -124,7 +135,7 @@ def test_record_writes_only_stale_fingerprints_and_keeps_versions(tmp_path, monk
     copy.write_text(stale)
     monkeypatch.setitem(FAMILIES, "prefix", registry.ProbeFamily(
         **{**FAMILIES["prefix"].__dict__, "fingerprint": "0000000000000000"}))
-    assert registry.record_fingerprints(copy) == {"prefix": code_fingerprint("prefix")}
+    assert registry.record_fingerprints(copy, _versions_copy(tmp_path)) == {"prefix": code_fingerprint("prefix")}
     assert copy.read_text() == text
     tree = ast.parse(copy.read_text())  # still Python
     assert tree.body
@@ -139,7 +150,7 @@ def test_record_writes_a_stale_stages_fingerprint_into_its_own_entry(tmp_path, m
     stale = registry.Stage(**{**FAMILIES["decop"].stages["items"].__dict__, "fingerprint": "0000000000000000"})
     monkeypatch.setitem(FAMILIES, "decop", registry.ProbeFamily(
         **{**FAMILIES["decop"].__dict__, "stages": {"items": stale}}))
-    assert registry.record_fingerprints(copy) == {"decop.items": recorded}
+    assert registry.record_fingerprints(copy, _versions_copy(tmp_path)) == {"decop.items": recorded}
     assert copy.read_text() == text  # the family's own fingerprint, before it, is left as it was
 
 
