@@ -751,7 +751,28 @@ def test_the_demo_qa_source_gives_the_same_answerable_questions_twice():
     assert first.doc_id == "demo_qa/reuters/acq/10/s000" and first.meta["answer"] == "200,000"
     assert first.meta["question"].startswith("Computer Terminal Systems Inc said it has completed the sale of "
                                               "____ shares")
-    assert sum(q.meta["blank_kind"] == "number" for q in questions) == 71
+    assert sum(q.meta["blank_kind"] == "number" for q in questions) == 73  # 71 while a blank could show its answer
+
+
+@pytest.mark.parametrize("from_source, n_questions", [("reuters", 250), ("pydoc_topics", 173)])
+def test_no_demo_question_shows_its_answer_beside_the_blank(from_source, n_questions):
+    import re
+
+    questions = load_source("demo_qa", ASSETS, from_source=from_source)
+    assert len(questions) == n_questions
+    shown = [q.doc_id for q in questions
+             if re.search(rf"(?<!\w){re.escape(q.meta['answer'])}(?!\w)", q.meta["question"])]
+    assert shown == []
+    # "... of Rospatch's outstanding common stock followed by a merger with ____" had the answer Rospatch
+    by_id = {q.doc_id: q for q in questions}
+    if from_source == "reuters":
+        q = by_id["demo_qa/reuters/acq/424/s001"]
+        assert q.meta["answer"] == "51" and "not less than ____ pct, of Rospatch's" in q.meta["question"]
+    else:  # '"3.14%0.7" ... "____" equals' (3.14), '"-1" ... the literal "____"' (1), 'construct "____" and
+        # becomes the "StopIteration.value"': no other blank, no question; '"____", "1.0"' (1) blanks 1.0 instead
+        assert [i in by_id for i in ("demo_qa/pydoc/binary/s015", "demo_qa/pydoc/numbers/s002",
+                                     "demo_qa/pydoc/return/s005")] == [False] * 3
+        assert by_id["demo_qa/pydoc/typesmapping/s006"].meta["answer"] == "1.0"
 
 
 def test_a_demo_qa_benchmark_has_one_passage_per_question_split_half_and_half():
