@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from memaudit.backends.base import GENERATE, TOKEN_LOGPROBS, GenerationParams, c
 from memaudit.backends.hf import HFBackend
 from memaudit.errors import ConfigError, InputError
 from memaudit.models.finetune import epoch_order, finetune, member_chunks, packed_chunks
-from memaudit.models.loading import clamp_tokens, load_causal_lm
+from memaudit.models.loading import clamp_tokens, inspect_model, load_causal_lm
 from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
 from memaudit.models.token_stats import compute_token_stats, encode
 
@@ -320,6 +321,27 @@ def test_an_unreachable_hub_model_names_itself_and_the_remedy(tmp_path, monkeypa
 def test_adapter_without_config_is_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(InputError, match="adapter_config.json"):
         load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path)}, device="cpu")
+
+
+@pytest.mark.parametrize("broken", ["model.safetensors", "pytorch_model.bin", "tokenizer.json"])
+def test_a_truncated_weights_or_tokenizer_file_is_one_line_naming_the_model(broken, tiny_model_dir, tmp_path):
+    """An interrupted copy or download: safetensors, torch.load and the tokenizer raised their own
+    exceptions (SafetensorError, RuntimeError, JSONDecodeError), a traceback in the job's log."""
+    folder = tmp_path / "cut"
+    shutil.copytree(tiny_model_dir, folder)
+    if broken == "pytorch_model.bin":
+        import torch
+        from safetensors.torch import load_file
+
+        torch.save(load_file(folder / "model.safetensors"), folder / broken)
+        (folder / "model.safetensors").unlink()
+    data = (folder / broken).read_bytes()
+    (folder / broken).write_bytes(data[:len(data) // 2])
+    for load in (inspect_model, lambda spec: load_causal_lm(spec, device="cpu")):
+        with pytest.raises(InputError) as err:
+            load({"path": str(folder)})
+        assert str(err.value).startswith(f"could not load model {str(folder)!r}: ")
+        assert "\n" not in str(err.value)
 
 
 def test_a_model_folder_without_tokenizer_files_is_a_clear_error_not_empty_texts(tiny_model_dir, tmp_path):
