@@ -202,6 +202,14 @@ def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(fini
     assert planned_jobs(finished, config) == expected
 
 
+def test_changing_the_selection_figures_methods_redraws_only_the_summary(finished):
+    """stats.selection.figure_methods picks the curves of the summary's FDR/power figure: no metrics job
+    reads it (it ran every one again, on every benchmark and model)."""
+    config = with_config(finished, "figure_methods",
+                         lambda c: c["stats"].__setitem__("selection", {"figure_methods": ["loss", "zlib"]}))
+    assert planned_jobs(finished, config) == {("summary", ""), ("all", "")}
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished, finished_run):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
