@@ -210,6 +210,17 @@ def test_changing_the_selection_figures_methods_redraws_only_the_summary(finishe
     assert planned_jobs(finished, config) == {("summary", ""), ("all", "")}
 
 
+def test_changing_how_decop_asks_reruns_its_probes_not_the_paraphrases(finished):
+    """probes.decop orderings, batch_size, max_answer_tokens and fdr are the probe jobs': DE-COP's items
+    (the paraphraser's work) and KTD's pool built on them stay, as do KTD's probes."""
+    config = with_config(finished, "decop_asking", lambda c: c["probes"]["decop"].update(
+        orderings="permutations", batch_size=12, max_answer_tokens=4, fdr=0.2))
+    jobs = planned_jobs(finished, config)
+    assert ("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood") in jobs
+    assert jobs == downstream_of(finished, "decop_probe")
+    assert not {r for r, _ in jobs} & {"decop_items", "ktd_pool", "ktd_probe"}
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished, finished_run):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))

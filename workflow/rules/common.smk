@@ -100,6 +100,18 @@ def probe_settings(probe):
     return jobs.job_settings(config, probe)
 
 
+def item_settings(settings, keys):
+    """A probe's ``settings`` (as its jobs see them) less what only its probe jobs read: the ``keys`` its
+    items job reads (an LLM's paraphrases or extraction), so changing how the models are probed reruns
+    the probes and leaves the items, and what else is built on them, alone."""
+    return {k: settings[k] for k in keys if k in settings}
+
+
+# What decop_items reads of probes.decop (build_items and published_items_for_run in
+# memaudit.probes.decop.items), not how the probe jobs ask (orderings, batch_size, max_answer_tokens, fdr)
+DECOP_ITEMS_KEYS = ("calibration_documents", "lengths", "n_documents", "paraphrase", "passages_per_document")
+
+
 def job_threads(default):
     """A model job's threads: the config's threads_per_job, else the rule's default."""
     return config["threads_per_job"] or default
