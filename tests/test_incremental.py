@@ -221,6 +221,42 @@ def test_changing_how_decop_asks_reruns_its_probes_not_the_paraphrases(finished)
     assert not {r for r, _ in jobs} & {"decop_items", "ktd_pool", "ktd_probe"}
 
 
+def test_changing_how_copybench_probes_reruns_its_probes_not_the_items(finished):
+    """Decoding and scoring settings are CopyBench's probe jobs': its items (an extractor's work where one
+    is named) stay."""
+    config = with_config(finished, "copybench_probing", lambda c: c["probes"]["copybench"].update(
+        memfree_n=5, literal_max_new_tokens=30, repetition_penalty=1.2, batch_size=8, reference_tokens=40))
+    jobs = planned_jobs(finished, config)
+    assert ("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal") in jobs
+    assert jobs == downstream_of(finished, "copybench_probe")
+    assert "copybench_items" not in {r for r, _ in jobs}
+
+
+def test_changing_how_copybench_probes_leaves_the_fact_recall_questions(finished_run, tmp_path):
+    """The same for copybench_qa_items (a qa_writer's synthesis where one is named): only the keys that
+    cut and write the questions rebuild them."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def with_qa(c, **settings):
+        c["probes"]["copybench_qa"] = {"models": ["tiny-gpt2-cb"], "benchmarks": ["books"]}
+        c["probes"]["copybench"].update(settings)
+
+    config = with_config(workdir, "qa", with_qa)
+    assert ("copybench_qa_items", "benchmark=books") in {
+        (j["rule"], j["wildcards"]) for j in touch_finished(workdir, config, finished_run[2], only_scheduled=True)}
+    probing = with_config(workdir, "qa_probing", lambda c: with_qa(c, qa_max_new_tokens=50, memfree_n=5, n_events=5))
+    jobs = planned_jobs(workdir, probing)
+    assert ("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=qa") in jobs
+    assert "copybench_qa_items" not in {r for r, _ in jobs}
+    cutting = with_config(workdir, "qa_cutting", lambda c: with_qa(c, qa_per_book=5))
+    assert ("copybench_qa_items", "benchmark=books") in planned_jobs(workdir, cutting)
+
+
+def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):
+    config = with_config(finished, "copybench_cutting", lambda c: c["probes"]["copybench"].update(n_events=5))
+    assert planned_jobs(finished, config) == downstream_of(finished, "copybench_items")
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished, finished_run):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))

@@ -111,6 +111,19 @@ def item_settings(settings, keys):
 # memaudit.probes.decop.items), not how the probe jobs ask (orderings, batch_size, max_answer_tokens, fdr)
 DECOP_ITEMS_KEYS = ("calibration_documents", "lengths", "n_documents", "paraphrase", "passages_per_document")
 
+# What copybench_items and copybench_qa_items read of probes.copybench (build_items with its extractor,
+# build_qa_items: memaudit.probes.copybench.items), not how the probe jobs prompt, decode and score
+COPYBENCH_ITEMS_KEYS = (
+    "extractor",
+    "max_characters",
+    "min_mentions",
+    "n_beginnings",
+    "n_events",
+    "prefix_words",
+    "reference_words",
+)
+COPYBENCH_QA_ITEMS_KEYS = ("qa_passage_words", "qa_per_book", "qa_writer")
+
 
 def job_threads(default):
     """A model job's threads: the config's threads_per_job, else the rule's default."""
