@@ -257,6 +257,20 @@ def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):
     assert planned_jobs(finished, config) == downstream_of(finished, "copybench_items")
 
 
+def test_every_figure_saved_as_png_and_svg_declares_both(finished_run):
+    """memaudit.figures.plots.save_figure writes <prefix>.png and <prefix>.svg: a rule declaring the PNG
+    alone left the SVG undeclared (`snakemake <it>.svg` found no rule, --delete-all-output left it behind,
+    --list-untracked listed it). CopyBench's summary saves its two figures as PNG only."""
+    png_only = {"copybench_summary"}
+    figures = {}
+    for (rule, _), outputs in finished_run[1].items():
+        pngs = sorted(o.removesuffix(".png") for o in outputs if o.endswith(".png"))
+        if pngs and rule not in png_only:
+            figures[rule] = (pngs, sorted(o.removesuffix(".svg") for o in outputs if o.endswith(".svg")))
+    assert {"decop_figures", "ktd_summary", "cloze_summary", "summary", "figures_model"} <= set(figures)
+    assert {rule: svgs for rule, (_, svgs) in figures.items()} == {rule: pngs for rule, (pngs, _) in figures.items()}
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished, finished_run):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))
