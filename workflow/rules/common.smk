@@ -100,31 +100,6 @@ def probe_settings(probe):
     return jobs.job_settings(config, probe)
 
 
-def item_settings(settings, keys):
-    """A probe's ``settings`` (as its jobs see them) less what only its probe jobs read: the ``keys`` its
-    items job reads (an LLM's paraphrases or extraction), so changing how the models are probed reruns
-    the probes and leaves the items, and what else is built on them, alone."""
-    return {k: settings[k] for k in keys if k in settings}
-
-
-# What decop_items reads of probes.decop (build_items and published_items_for_run in
-# memaudit.probes.decop.items), not how the probe jobs ask (orderings, batch_size, max_answer_tokens, fdr)
-DECOP_ITEMS_KEYS = ("calibration_documents", "lengths", "n_documents", "paraphrase", "passages_per_document")
-
-# What copybench_items and copybench_qa_items read of probes.copybench (build_items with its extractor,
-# build_qa_items: memaudit.probes.copybench.items), not how the probe jobs prompt, decode and score
-COPYBENCH_ITEMS_KEYS = (
-    "extractor",
-    "max_characters",
-    "min_mentions",
-    "n_beginnings",
-    "n_events",
-    "prefix_words",
-    "reference_words",
-)
-COPYBENCH_QA_ITEMS_KEYS = ("qa_passage_words", "qa_per_book", "qa_writer")
-
-
 def job_threads(default):
     """A model job's threads: the config's threads_per_job, else the rule's default."""
     return config["threads_per_job"] or default

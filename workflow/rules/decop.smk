@@ -32,7 +32,7 @@ rule decop_items:
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
         gpu=models_gpus(DECOP_PARAPHRASER),
     params:
-        decop=lambda wc: item_settings(decop_plan.settings(config, wc.benchmark), DECOP_ITEMS_KEYS),
+        decop=lambda wc: decop_plan.item_settings(config, wc.benchmark),
         paraphraser=lambda wc: (
             role_model(config, "decop", "paraphraser") if decop_plan.needs_paraphraser(config, wc) else None
         ),
