@@ -484,6 +484,46 @@ def _pdf_bytes() -> bytes:
     return buffer.getvalue()
 
 
+def _ligature_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF whose font draws codes 1-5 as the glyphs fi, fl, ffi, ff and ffl, as a typeset PDF's
+    font does (pypdf reads them as U+FB01, U+FB02, U+FB03, U+FB00 and U+FB04)."""
+    content = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({line}) '" for line in lines) + " ET"
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>", "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               "/Resources << /Font << /F1 5 0 R >> >> >>",
+               f"<< /Length {len(content)} >>\nstream\n{content}\nendstream",
+               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding << /Type /Encoding "
+               "/BaseEncoding /WinAnsiEncoding /Differences [1 /fi /fl /ffi /ff /ffl] >> >>"]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    return out + f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+
+
+def test_a_typeset_pdfs_ligatures_are_read_as_their_letters(tmp_path):
+    from memaudit.datasets.readers import read_pdf
+
+    plain = ("The finance office said the first efficient plan for the staff would start in May, after the "
+             "waffle shop had filed its final offer to the council.")
+    drawn = ["The \x01nance o\x03ce said the \x01rst e\x03cient plan for the sta\x04 would start",
+             "in May, after the wa\x05e shop had \x01led its \x01nal o\x04er to the council."]
+    folder = tmp_path / "archive"
+    _write(folder / "budget.pdf", _ligature_pdf(drawn))
+    _write(folder / "budget-copy.txt", "Date: 2023-03-01\n" + plain + "\n")
+    _write(folder / "dates.csv", "file,date\nbudget.pdf,2022-05-01\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    pdf, txt = passages
+    assert pdf.text == txt.text == plain  # was "The \ufb01nance o\ufb03ce said the \ufb01rst ..."
+    assert pdf.meta["n_words"] == 27
+    # the same text across the cutoff: the kept row a reprint gets (none while the ligatures hid it)
+    assert [(r.value, r.action) for r in rejected] == [("budget-copy.txt", "kept")]
+    assert read_pdf(folder / "budget.pdf") == plain  # a user_books paper
+
+
 def test_random_truncated_or_corrupted_article_files_are_rejected_rows_or_records(tmp_path):
     @settings(max_examples=40, deadline=None)
     @given(data=st.one_of(st.binary(max_size=400), st.integers(0, 2000).map(lambda n: _pdf_bytes()[:n]),
@@ -751,7 +791,28 @@ def test_the_demo_qa_source_gives_the_same_answerable_questions_twice():
     assert first.doc_id == "demo_qa/reuters/acq/10/s000" and first.meta["answer"] == "200,000"
     assert first.meta["question"].startswith("Computer Terminal Systems Inc said it has completed the sale of "
                                               "____ shares")
-    assert sum(q.meta["blank_kind"] == "number" for q in questions) == 71
+    assert sum(q.meta["blank_kind"] == "number" for q in questions) == 73  # 71 while a blank could show its answer
+
+
+@pytest.mark.parametrize("from_source, n_questions", [("reuters", 250), ("pydoc_topics", 173)])
+def test_no_demo_question_shows_its_answer_beside_the_blank(from_source, n_questions):
+    import re
+
+    questions = load_source("demo_qa", ASSETS, from_source=from_source)
+    assert len(questions) == n_questions
+    shown = [q.doc_id for q in questions
+             if re.search(rf"(?<!\w){re.escape(q.meta['answer'])}(?!\w)", q.meta["question"])]
+    assert shown == []
+    # "... of Rospatch's outstanding common stock followed by a merger with ____" had the answer Rospatch
+    by_id = {q.doc_id: q for q in questions}
+    if from_source == "reuters":
+        q = by_id["demo_qa/reuters/acq/424/s001"]
+        assert q.meta["answer"] == "51" and "not less than ____ pct, of Rospatch's" in q.meta["question"]
+    else:  # '"3.14%0.7" ... "____" equals' (3.14), '"-1" ... the literal "____"' (1), 'construct "____" and
+        # becomes the "StopIteration.value"': no other blank, no question; '"____", "1.0"' (1) blanks 1.0 instead
+        assert [i in by_id for i in ("demo_qa/pydoc/binary/s015", "demo_qa/pydoc/numbers/s002",
+                                     "demo_qa/pydoc/return/s005")] == [False] * 3
+        assert by_id["demo_qa/pydoc/typesmapping/s006"].meta["answer"] == "1.0"
 
 
 def test_a_demo_qa_benchmark_has_one_passage_per_question_split_half_and_half():

@@ -202,6 +202,75 @@ def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(fini
     assert planned_jobs(finished, config) == expected
 
 
+def test_changing_the_selection_figures_methods_redraws_only_the_summary(finished):
+    """stats.selection.figure_methods picks the curves of the summary's FDR/power figure: no metrics job
+    reads it (it ran every one again, on every benchmark and model)."""
+    config = with_config(finished, "figure_methods",
+                         lambda c: c["stats"].__setitem__("selection", {"figure_methods": ["loss", "zlib"]}))
+    assert planned_jobs(finished, config) == {("summary", ""), ("all", "")}
+
+
+def test_changing_how_decop_asks_reruns_its_probes_not_the_paraphrases(finished):
+    """probes.decop orderings, batch_size, max_answer_tokens and fdr are the probe jobs': DE-COP's items
+    (the paraphraser's work) and KTD's pool built on them stay, as do KTD's probes."""
+    config = with_config(finished, "decop_asking", lambda c: c["probes"]["decop"].update(
+        orderings="permutations", batch_size=12, max_answer_tokens=4, fdr=0.2))
+    jobs = planned_jobs(finished, config)
+    assert ("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood") in jobs
+    assert jobs == downstream_of(finished, "decop_probe")
+    assert not {r for r, _ in jobs} & {"decop_items", "ktd_pool", "ktd_probe"}
+
+
+def test_changing_how_copybench_probes_reruns_its_probes_not_the_items(finished):
+    """Decoding and scoring settings are CopyBench's probe jobs': its items (an extractor's work where one
+    is named) stay."""
+    config = with_config(finished, "copybench_probing", lambda c: c["probes"]["copybench"].update(
+        memfree_n=5, literal_max_new_tokens=30, repetition_penalty=1.2, batch_size=8, reference_tokens=40))
+    jobs = planned_jobs(finished, config)
+    assert ("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal") in jobs
+    assert jobs == downstream_of(finished, "copybench_probe")
+    assert "copybench_items" not in {r for r, _ in jobs}
+
+
+def test_changing_how_copybench_probes_leaves_the_fact_recall_questions(finished_run, tmp_path):
+    """The same for copybench_qa_items (a qa_writer's synthesis where one is named): only the keys that
+    cut and write the questions rebuild them."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def with_qa(c, **settings):
+        c["probes"]["copybench_qa"] = {"models": ["tiny-gpt2-cb"], "benchmarks": ["books"]}
+        c["probes"]["copybench"].update(settings)
+
+    config = with_config(workdir, "qa", with_qa)
+    assert ("copybench_qa_items", "benchmark=books") in {
+        (j["rule"], j["wildcards"]) for j in touch_finished(workdir, config, finished_run[2], only_scheduled=True)}
+    probing = with_config(workdir, "qa_probing", lambda c: with_qa(c, qa_max_new_tokens=50, memfree_n=5, n_events=5))
+    jobs = planned_jobs(workdir, probing)
+    assert ("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=qa") in jobs
+    assert "copybench_qa_items" not in {r for r, _ in jobs}
+    cutting = with_config(workdir, "qa_cutting", lambda c: with_qa(c, qa_per_book=5))
+    assert ("copybench_qa_items", "benchmark=books") in planned_jobs(workdir, cutting)
+
+
+def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):
+    config = with_config(finished, "copybench_cutting", lambda c: c["probes"]["copybench"].update(n_events=5))
+    assert planned_jobs(finished, config) == downstream_of(finished, "copybench_items")
+
+
+def test_every_figure_saved_as_png_and_svg_declares_both(finished_run):
+    """memaudit.figures.plots.save_figure writes <prefix>.png and <prefix>.svg: a rule declaring the PNG
+    alone left the SVG undeclared (`snakemake <it>.svg` found no rule, --delete-all-output left it behind,
+    --list-untracked listed it). CopyBench's summary saves its two figures as PNG only."""
+    png_only = {"copybench_summary"}
+    figures = {}
+    for (rule, _), outputs in finished_run[1].items():
+        pngs = sorted(o.removesuffix(".png") for o in outputs if o.endswith(".png"))
+        if pngs and rule not in png_only:
+            figures[rule] = (pngs, sorted(o.removesuffix(".svg") for o in outputs if o.endswith(".svg")))
+    assert {"decop_figures", "ktd_summary", "cloze_summary", "summary", "figures_model"} <= set(figures)
+    assert {rule: svgs for rule, (_, svgs) in figures.items()} == {rule: pngs for rule, (pngs, _) in figures.items()}
+
+
 def test_changing_the_headline_methods_redraws_only_the_figures(finished, finished_run):
     config = with_config(finished, "headline",
                          lambda c: c.__setitem__("figures", {"headline_methods": ["loss", "zlib"]}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from memaudit.backends.base import GENERATE, TOKEN_LOGPROBS, GenerationParams, c
 from memaudit.backends.hf import HFBackend
 from memaudit.errors import ConfigError, InputError
 from memaudit.models.finetune import epoch_order, finetune, member_chunks, packed_chunks
-from memaudit.models.loading import clamp_tokens, load_causal_lm
+from memaudit.models.loading import clamp_tokens, inspect_model, load_causal_lm
 from memaudit.models.tiny import pack_blocks, train_tiny_gpt2
 from memaudit.models.token_stats import compute_token_stats, encode
 
@@ -91,6 +92,26 @@ def test_lora_target_modules_the_model_lacks_name_the_key_and_the_layers_it_has(
                               "its linear layers are c_attn, c_fc, c_proj (or all-linear)")
 
 
+def test_finetune_keys_the_base_model_cannot_take_are_one_line_naming_the_models_key(tiny_model_dir, tmp_path):
+    """lora_layers beyond the base model's layers was a ValueError (a traceback in the job's log) and, like
+    target_modules the model lacks, named ``finetune.<key>`` without the model it belongs to."""
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tiny_model_dir)}})
+    ft = {"method": "lora", "epochs": 1, "lr": 1e-3, "duplication": 1, "batch_size": 2, "max_length": 16,
+          "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear", "members_of": ["x"]}
+    cases = [({"lora_layers": 3}, "models.tiny-ft.finetune.lora_layers: 3 layers asked for, the model has 2"),
+             ({"target_modules": ["q_proj"]}, "models.tiny-ft.finetune.target_modules ['q_proj']: no such layer in "
+                                              "GPT2LMHeadModel; its linear layers are c_attn, c_fc, c_proj (or all-linear)")]
+    for change, message in cases:
+        with pytest.raises(ConfigError) as err:
+            prepare_finetuned_model("tiny-ft", {"dtype": "float32", "base": "b", "finetune": {**ft, **change}}, base,
+                                    MEMBERS, tmp_path / "ft", device="cpu")
+        assert str(err.value) == message
+
+
 def test_lora_in_the_last_layers_trains_only_them_and_backpropagates_no_lower(tiny_model_dir, tmp_path):
     """finetune.lora_layers: adapters in the last N blocks only (all-linear resolved to GPT-2's
     Conv1D names, since peft takes a layer subset only with names); no gradient reaches a layer
@@ -105,9 +126,9 @@ def test_lora_in_the_last_layers_trains_only_them_and_backpropagates_no_lower(ti
     assert lora_layer_settings(model, "all-linear", 1) == {"target_modules": ["c_attn", "c_fc", "c_proj"],
                                                            "layers_to_transform": [1]}
     assert lora_layer_settings(model, ["c_attn"], 2)["layers_to_transform"] == [0, 1]
-    with pytest.raises(ValueError, match="finetune.lora_layers: 3 layers asked for, the model has 2"):
+    with pytest.raises(ConfigError, match="finetune.lora_layers: 3 layers asked for, the model has 2"):
         lora_layer_settings(model, "all-linear", 3)
-    with pytest.raises(ValueError, match="list of module names or all-linear"):
+    with pytest.raises(ConfigError, match="list of module names or all-linear"):
         lora_layer_settings(model, ".*attn.*", 1)
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
                                                   **lora_layer_settings(model, "all-linear", 1)))
@@ -320,6 +341,27 @@ def test_an_unreachable_hub_model_names_itself_and_the_remedy(tmp_path, monkeypa
 def test_adapter_without_config_is_a_clear_error(tiny_model_dir, tmp_path):
     with pytest.raises(InputError, match="adapter_config.json"):
         load_causal_lm({"path": str(tiny_model_dir), "adapter": str(tmp_path)}, device="cpu")
+
+
+@pytest.mark.parametrize("broken", ["model.safetensors", "pytorch_model.bin", "tokenizer.json"])
+def test_a_truncated_weights_or_tokenizer_file_is_one_line_naming_the_model(broken, tiny_model_dir, tmp_path):
+    """An interrupted copy or download: safetensors, torch.load and the tokenizer raised their own
+    exceptions (SafetensorError, RuntimeError, JSONDecodeError), a traceback in the job's log."""
+    folder = tmp_path / "cut"
+    shutil.copytree(tiny_model_dir, folder)
+    if broken == "pytorch_model.bin":
+        import torch
+        from safetensors.torch import load_file
+
+        torch.save(load_file(folder / "model.safetensors"), folder / broken)
+        (folder / "model.safetensors").unlink()
+    data = (folder / broken).read_bytes()
+    (folder / broken).write_bytes(data[:len(data) // 2])
+    for load in (inspect_model, lambda spec: load_causal_lm(spec, device="cpu")):
+        with pytest.raises(InputError) as err:
+            load({"path": str(folder)})
+        assert str(err.value).startswith(f"could not load model {str(folder)!r}: ")
+        assert "\n" not in str(err.value)
 
 
 def test_a_model_folder_without_tokenizer_files_is_a_clear_error_not_empty_texts(tiny_model_dir, tmp_path):

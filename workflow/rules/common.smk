@@ -88,6 +88,12 @@ def bh_settings():
     return {k: config["stats"]["selection"][k] for k in ("calibration_fraction", "n_splits", "q")}
 
 
+def metrics_selection_settings():
+    """What a metrics job's selection tables depend on: the BH columns' settings and the q grid, not
+    the methods the summary's figure draws (``figure_methods``, rule summary's)."""
+    return bh_settings() | {"qs": config["stats"]["selection"]["qs"]}
+
+
 def probe_settings(probe):
     """A probe's config less its ``models`` and ``benchmarks`` lists: they choose which jobs run, not what a
     job computes, so adding a model or a benchmark to them runs the probe there alone."""

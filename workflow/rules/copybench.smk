@@ -34,7 +34,7 @@ rule copybench_items:
         api_anthropic=role_api_slots("copybench", "extractor", "anthropic", needed=copybench_plan.needs_extractor),
         gpu=models_gpus(COPYBENCH_EXTRACTOR),
     params:
-        copybench=probe_settings("copybench"),
+        copybench=copybench_plan.item_settings(config, copybench_plan.ITEMS_KEYS),
         extractor=lambda wc: copybench_plan.extractor_model(config, wc),
         published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
@@ -65,7 +65,7 @@ rule copybench_qa_items:
         api_openai=role_api_slots("copybench", "qa_writer", "openai", needed=copybench_plan.needs_qa_writer),
         api_anthropic=role_api_slots("copybench", "qa_writer", "anthropic", needed=copybench_plan.needs_qa_writer),
     params:
-        copybench=probe_settings("copybench"),
+        copybench=copybench_plan.item_settings(config, copybench_plan.QA_ITEMS_KEYS),
         writer=lambda wc: copybench_plan.qa_writer(config, wc),
         published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],

@@ -32,7 +32,7 @@ rule decop_items:
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
         gpu=models_gpus(DECOP_PARAPHRASER),
     params:
-        decop=lambda wc: decop_plan.settings(config, wc.benchmark),
+        decop=lambda wc: decop_plan.item_settings(config, wc.benchmark),
         paraphraser=lambda wc: (
             role_model(config, "decop", "paraphraser") if decop_plan.needs_paraphraser(config, wc) else None
         ),
@@ -93,30 +93,35 @@ rule decop_figures:
             category="DE-COP",
             labels={"benchmark": "{benchmark}", "figure": "AUC by model size"},
         ),
+        auc_by_size_svg="results/figures/{benchmark}/decop/auc_by_model_size.svg",
         auc_by_length=report(
             "results/figures/{benchmark}/decop/auc_by_length.png",
             caption="../report/decop_auc_by_length.rst",
             category="DE-COP",
             labels={"benchmark": "{benchmark}", "figure": "AUC by passage length"},
         ),
+        auc_by_length_svg="results/figures/{benchmark}/decop/auc_by_length.svg",
         calibration=report(
             "results/figures/{benchmark}/decop/accuracy_calibration.png",
             caption="../report/decop_accuracy_calibration.rst",
             category="DE-COP",
             labels={"benchmark": "{benchmark}", "figure": "accuracy with and without calibration"},
         ),
+        calibration_svg="results/figures/{benchmark}/decop/accuracy_calibration.svg",
         position=report(
             "results/figures/{benchmark}/decop/accuracy_by_position.png",
             caption="../report/decop_accuracy_by_position.rst",
             category="DE-COP",
             labels={"benchmark": "{benchmark}", "figure": "accuracy by verbatim position"},
         ),
+        position_svg="results/figures/{benchmark}/decop/accuracy_by_position.svg",
         probabilities=report(
             "results/figures/{benchmark}/decop/label_probabilities.png",
             caption="../report/decop_label_probabilities.rst",
             category="DE-COP",
             labels={"benchmark": "{benchmark}", "figure": "label probabilities"},
         ),
+        probabilities_svg="results/figures/{benchmark}/decop/label_probabilities.svg",
     log:
         "logs/decop_figures/{benchmark}.log",
     conda:

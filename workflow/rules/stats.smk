@@ -23,7 +23,7 @@ rule metrics:
         "../../envs/memaudit.yaml"
     params:
         contaminated=is_contaminated,
-        stats=stats_settings("n_boot_small", "n_boot_ci", "selection"),
+        stats=stats_settings("n_boot_small", "n_boot_ci") | {"selection": metrics_selection_settings()},
         seed=config["seed"],
         per_book=labels_per_book_param,
         code_version=step_version("stats"),

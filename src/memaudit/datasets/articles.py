@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,8 +135,14 @@ def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str,
 # ---------------------------------------------------------------- reading one article
 
 
+# The Latin ligatures (ff, fi, fl, ffi, ffl, long st, st) a typeset PDF's font draws, which pypdf gives as these
+# presentation forms: "ﬁnance" is no "finance" to a tokenizer nor to the near-duplicate test (a .txt of the article)
+_LIGATURES = re.compile("[\ufb00-\ufb06]")
+
+
 def read_pdf_text(path: str | Path) -> str:
-    """The text layer of every page, in order; RowReject for a broken, encrypted or text-less PDF."""
+    """The text layer of every page, in order, ligatures (``ﬁ``) as their letters (``fi``); RowReject for a
+    broken, encrypted or text-less PDF."""
     from pypdf import PdfReader
 
     try:
@@ -147,7 +154,7 @@ def read_pdf_text(path: str | Path) -> str:
         raise
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...) on broken files
         raise RowReject("(file)", Path(path).name, f"not a readable PDF ({type(exc).__name__}: {exc})") from None
-    text = "\n".join(pages)
+    text = _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), "\n".join(pages))
     if not text.strip():
         raise RowReject("(file)", Path(path).name,
                         f"no text layer in its {len(pages)} page(s) (a scanned PDF? run OCR first)")

@@ -360,6 +360,12 @@ def _blank_candidates(words: Sequence[str]) -> list[tuple[int, str, str]]:
     return out
 
 
+def _shown_elsewhere(sentence: str, core: str) -> bool:
+    """Whether ``core`` stands in ``sentence`` more than once between non-word characters: a blank over one
+    occurrence would leave the answer in the question ("____ ... Rospatch's stock", "'-1' ... '____'")."""
+    return len(re.findall(rf"(?<!\w){re.escape(core)}(?!\w)", sentence)) > 1
+
+
 def _blanked(words: Sequence[str], position: int, core: str) -> str:
     word = words[position]
     start = word.index(core)
@@ -393,7 +399,8 @@ def demo_questions(documents: Sequence[Document], per_document: int = 5, min_wor
     """Fill-in-the-blank multiple-choice questions (Section 4.3's contamination set, built offline).
 
     From each article, the first ``per_document`` sentences of ``min_words``..``max_words`` words
-    that have a number or a capitalised name occurring once: that word becomes the blank
+    that have a number or a capitalised name occurring once, not even inside another word (``Rospatch's``,
+    ``-1``, ``3.14%0.7`` would show the answer beside its blank): that word becomes the blank
     (``____``), the answer one of four choices; the three distractors are words of the same kind
     (number or name) from the same article, topped up from all articles. Every choice is picked
     with a generator seeded by the article's id and the sentence's index, so the same articles
@@ -409,6 +416,7 @@ def demo_questions(documents: Sequence[Document], per_document: int = 5, min_wor
             blanks = _blank_candidates(words)
             for _, core, kind in blanks:
                 pools[kind].append(core)
+            blanks = [b for b in blanks if not _shown_elsewhere(sentence, b[1])]
             if taken < per_document and min_words <= len(words) <= max_words and blanks:
                 candidates.append(_Candidate(doc, index, words, blanks))
                 taken += 1

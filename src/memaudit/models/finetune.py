@@ -105,13 +105,13 @@ def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
         return {"target_modules": target_modules}
     n_layers = getattr(model.config, "num_hidden_layers", None)  # GPT-2's n_layer answers to it too
     if not n_layers:
-        raise ValueError(f"finetune.lora_layers: the model's config names no number of layers "
+        raise ConfigError(f"finetune.lora_layers: the model's config names no number of layers "
                          f"({type(model.config).__name__})")
     if not 1 <= int(lora_layers) <= int(n_layers):
-        raise ValueError(f"finetune.lora_layers: {lora_layers} layers asked for, the model has {n_layers}")
+        raise ConfigError(f"finetune.lora_layers: {lora_layers} layers asked for, the model has {n_layers}")
     if isinstance(target_modules, str):
         if target_modules != "all-linear":
-            raise ValueError(f"finetune.lora_layers needs finetune.target_modules as a list of module names "
+            raise ConfigError(f"finetune.lora_layers needs finetune.target_modules as a list of module names "
                              f"or all-linear, not the pattern {target_modules!r}")
         target_modules = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
     return {"target_modules": list(target_modules),

@@ -144,11 +144,35 @@ def _from_pretrained_args(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     raise ConfigError(f"load spec {spec!r}: needs one of builtin, path, hub_id")
 
 
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """What ``from_pretrained`` raises for a checkpoint it cannot read: a missing or unreadable file
+    (``OSError``, ``ValueError``, a ``tokenizer.json`` that is not JSON among them) and a truncated or
+    corrupt weights file (an interrupted download or copy): ``SafetensorError`` for safetensors,
+    ``UnpicklingError`` or ``RuntimeError`` for a PyTorch ``.bin``."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    return OSError, ValueError, RuntimeError, SafetensorError, pickle.UnpicklingError
+
+
+def _load_failure(name: str, spec: dict[str, Any], exc: BaseException) -> InputError:
+    from memaudit.models.hub import load_failure_message
+
+    return InputError(load_failure_message(name, spec, exc))
+
+
 def load_tokenizer(spec: dict[str, Any]):
+    import torch
     from transformers import AutoTokenizer
 
     name, kwargs = _from_pretrained_args(spec)
-    tok = AutoTokenizer.from_pretrained(name, **kwargs)
+    try:
+        tok = AutoTokenizer.from_pretrained(name, **kwargs)
+    except torch.OutOfMemoryError:
+        raise
+    except _load_errors() as exc:
+        raise _load_failure(name, spec, exc) from None
     # A folder without tokenizer files loads, from its config, a tokenizer with no vocabulary that
     # turns every text into no tokens: every passage would score NaN, every prompt be empty.
     if not tok("The", add_special_tokens=False)["input_ids"]:
@@ -223,6 +247,7 @@ def _from_checkpoint(name: str, spec: dict[str, Any], **kwargs):
     """The checkpoint's model class (an encoder-decoder where its config says so, else a causal LM) from
     ``from_pretrained(name, **kwargs)``; a checkpoint that does not load is one line
     (:func:`memaudit.models.hub.load_failure_message`)."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     config_kwargs = {k: v for k, v in kwargs.items() if k in ("revision", "gguf_file")}
@@ -230,10 +255,10 @@ def _from_checkpoint(name: str, spec: dict[str, Any], **kwargs):
         config = AutoConfig.from_pretrained(name, **config_kwargs)
         auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
         return auto.from_pretrained(name, **kwargs)
-    except (OSError, ValueError) as exc:
-        from memaudit.models.hub import load_failure_message
-
-        raise InputError(load_failure_message(name, spec, exc)) from None
+    except torch.OutOfMemoryError:  # a RuntimeError, but not the checkpoint's fault
+        raise
+    except _load_errors() as exc:
+        raise _load_failure(name, spec, exc) from None
 
 
 def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",

@@ -137,12 +137,17 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     model, tok = load_causal_lm(base["load"], dtype="float32", device=device)
     n_params = sum(p.numel() for p in model.parameters())
     weights = out_dir / ("adapter" if ft["method"] == "lora" else "weights")
-    record = finetune(model, tok, member_texts, weights, method=ft["method"], epochs=ft["epochs"],
-                      lr=ft["lr"], duplication=ft["duplication"], batch_size=ft["batch_size"],
-                      max_length=ft["max_length"], lora_r=ft["lora_r"], lora_alpha=ft["lora_alpha"],
-                      lora_dropout=ft["lora_dropout"], target_modules=ft["target_modules"], seed=seed,
-                      lora_layers=ft.get("lora_layers"), packing=ft.get("packing", False), checkpoint=checkpoint,
-                      autocast=autocast, progress=progress)
+    try:
+        record = finetune(model, tok, member_texts, weights, method=ft["method"], epochs=ft["epochs"],
+                          lr=ft["lr"], duplication=ft["duplication"], batch_size=ft["batch_size"],
+                          max_length=ft["max_length"], lora_r=ft["lora_r"], lora_alpha=ft["lora_alpha"],
+                          lora_dropout=ft["lora_dropout"], target_modules=ft["target_modules"], seed=seed,
+                          lora_layers=ft.get("lora_layers"), packing=ft.get("packing", False),
+                          checkpoint=checkpoint, autocast=autocast, progress=progress)
+    except ConfigError as exc:  # a finetune key the base model cannot take (lora_layers, target_modules)
+        if str(exc).startswith("finetune."):
+            raise ConfigError(f"models.{name}.{exc}") from None
+        raise
     record["n_member_documents"] = len(member_texts)
     if ft["method"] == "lora":
         load = dict(base["load"], adapter=str(weights))

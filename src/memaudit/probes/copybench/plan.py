@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memaudit.config import contaminated_on
-from memaudit.jobs import controls, declared_controls, probe_runs
+from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
 
 METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
            "nonliteral": ("copybench_characters", "copybench_events"), "qa": ("copybench_qa_f1",)}
@@ -60,6 +60,21 @@ def published_inputs(config: dict, wildcards) -> dict[str, str]:
     folder = Path(block["path"])
     files = {f"published_{mode}": str(folder / name) for mode, name in DATA_FILES.items() if (folder / name).is_file()}
     return files | ({"labels": block["labels"]} if block.get("labels") else {})
+
+
+# What copybench_items and copybench_qa_items read of probes.copybench (build_items with its extractor, and
+# build_qa_items, memaudit.probes.copybench.runner): their params hold these keys only, so that changing how
+# the probe jobs prompt, decode and score reruns the probes and leaves the items (an extractor's or a
+# question writer's LLM work) alone. A key a builder comes to read must join its list (else a KeyError).
+ITEMS_KEYS = ("extractor", "max_characters", "min_mentions", "n_beginnings", "n_events", "prefix_words",
+              "reference_words")
+QA_ITEMS_KEYS = ("qa_passage_words", "qa_per_book", "qa_writer")
+
+
+def item_settings(config: dict, keys: tuple[str, ...]) -> dict:
+    """``probes.copybench`` as its jobs see it (:func:`memaudit.jobs.job_settings`), cut to ``keys``."""
+    cfg = job_settings(config, "copybench")
+    return {k: cfg[k] for k in keys if k in cfg}
 
 
 def check_config(config: dict) -> list[str]:

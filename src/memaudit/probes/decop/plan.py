@@ -59,6 +59,19 @@ def settings(config: dict, benchmark: str) -> dict:
     return cfg
 
 
+# What decop_items reads of probes.decop (build_items and published_items_for_run, memaudit.probes.decop.runner):
+# its params hold these keys only, so that changing how the probe jobs ask (orderings, batch_size,
+# max_answer_tokens, fdr) reruns the probes and leaves the paraphrases, KTD's pool and its probes alone.
+# A key the items builder comes to read must join the list (its settings lack any other: a KeyError).
+ITEMS_KEYS = ("calibration_documents", "lengths", "n_documents", "paraphrase", "passages_per_document")
+
+
+def item_settings(config: dict, benchmark: str) -> dict:
+    """:func:`settings` of one benchmark, cut to :data:`ITEMS_KEYS`: what its decop_items job reads."""
+    cfg = settings(config, benchmark)
+    return {k: cfg[k] for k in ITEMS_KEYS if k in cfg}
+
+
 def check_config(config: dict) -> list[str]:
     """DE-COP's config problems (dotted key: message): a per-benchmark ``calibration_documents`` names
     configured benchmarks (or ``default``) only; ``paraphrase.length_ratio`` is a range, its lower
