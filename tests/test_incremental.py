@@ -445,7 +445,8 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
     version = step_version("datasets")
     assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
     assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
-    assert dataset_code_version({"published": {"format": "articles", "path": "news/", "cutoff": "2020-01-01"}}) == version
+    assert dataset_code_version({"published": {"format": "articles", "path": "news/", "cutoff": "2020-01-01"}}) == \
+        f"{version}+articles{FORMAT_VERSIONS['articles']}"
     assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == \
         f"{version}+wikimia{FORMAT_VERSIONS['wikimia']}"
     assert dataset_code_version({"published": {"format": "nyt", "path": "n.jsonl"}}) == \
