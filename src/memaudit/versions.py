@@ -49,7 +49,7 @@ STEPS: dict[str, Stage] = {
                       fingerprint="72a9a68c41f8807d"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="d6b0395e37bef8cf"),
+                    fingerprint="030fd757c0a60a40"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups

@@ -163,14 +163,11 @@ def _load_failure(name: str, spec: dict[str, Any], exc: BaseException) -> InputE
 
 
 def load_tokenizer(spec: dict[str, Any]):
-    import torch
     from transformers import AutoTokenizer
 
     name, kwargs = _from_pretrained_args(spec)
-    try:
+    try:  # no torch here: a job that only counts tokens need not import it (a second or more)
         tok = AutoTokenizer.from_pretrained(name, **kwargs)
-    except torch.OutOfMemoryError:
-        raise
     except _load_errors() as exc:
         raise _load_failure(name, spec, exc) from None
     # A folder without tokenizer files loads, from its config, a tokenizer with no vocabulary that
