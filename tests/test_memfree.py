@@ -190,6 +190,8 @@ def test_an_end_token_at_the_token_limit_finishes_with_stop_not_length(tiny_back
         params = GenerationParams(max_new_tokens=limit, chat=False)
         for g in (backend.generate(TEXTS[:1], params)[0], backend.generate_batched(TEXTS[:1], params)[0]):
             assert (g.output_tokens, g.meta["finish_reason"]) == (min(limit, k + 1), reason)
+            # the end token (not a special token here) is no part of the text: generate() decoded it too
+            assert g.text == backend.tokenizer.decode(free[:min(limit, k)])
 
 
 def test_a_sampled_answer_takes_any_64_bit_seed(tiny_backend):

@@ -548,11 +548,12 @@ class HFBackend(Backend):
         sequences = gen.sequences if top_logprobs else gen
         # a causal LM's sequence continues the prompt; a decoder's starts from its start token
         new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
-        out, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
-        # a stop string in the answer ends it, as an API's would, whatever was decoded after it
         eos_ids = set(generation_end_ids(self.model))
-        meta = finish_meta(len(new), params.max_new_tokens, matched,
-                           ended=len(new) > 0 and int(new[-1]) in eos_ids)
+        ended = len(new) > 0 and int(new[-1]) in eos_ids
+        # the end token is no part of the text, special or not (generate_batched never decodes it either)
+        out, matched = cut_at_stop(tok.decode(new[:len(new) - int(ended)], skip_special_tokens=True), params.stop)
+        # a stop string in the answer ends it, as an API's would, whatever was decoded after it
+        meta = finish_meta(len(new), params.max_new_tokens, matched, ended=ended)
         if top_logprobs:
             # [text, log-probability, raw bytes (a list of ints, as OpenAI's "bytes")] per token
             tokens, top = [], []
