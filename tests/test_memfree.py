@@ -161,6 +161,21 @@ def test_generate_batched_equals_generate(backend):
         backend.generate_batched(TEXTS, GenerationParams(temperature=0.7))
 
 
+def test_a_row_cut_at_a_stop_string_counts_the_tokens_up_to_it_not_up_to_the_check(tiny_backend):
+    """A stop string is looked for every 4 steps, so a row ran up to 3 tokens past it: they were counted in
+    ``output_tokens`` and kept in ``token_ids`` (which MemFree's check reads). The tiny GPT-2 repeats its
+    second token from then on; a stop string that is that token ends the row after 2 tokens, not 4."""
+    from memaudit.backends.base import GenerationParams
+
+    free = tiny_backend.generate_batched(TEXTS[:1], GenerationParams(max_new_tokens=12, chat=False))[0]
+    ids = free.meta["token_ids"]
+    assert ids[1] == ids[2] == ids[3] != ids[0]
+    head, word = (tiny_backend.tokenizer.decode(ids[i:i + 1]) for i in (0, 1))
+    for stop, n in ((word, 2), (word * 2, 3)):
+        g = tiny_backend.generate_batched(TEXTS[:1], GenerationParams(max_new_tokens=12, chat=False, stop=(stop,)))[0]
+        assert (g.text, g.output_tokens, g.meta["token_ids"], g.meta["finish_reason"]) == (head, n, ids[:n], "stop")
+
+
 def test_an_end_token_at_the_token_limit_finishes_with_stop_not_length(tiny_backend):
     """An answer whose end token is the last token ``max_new_tokens`` allows ended by itself:
     ``finish_reason`` is ``stop`` (as OpenAI and vLLM say it), both ways; it used to be ``length``.
@@ -175,6 +190,8 @@ def test_an_end_token_at_the_token_limit_finishes_with_stop_not_length(tiny_back
         params = GenerationParams(max_new_tokens=limit, chat=False)
         for g in (backend.generate(TEXTS[:1], params)[0], backend.generate_batched(TEXTS[:1], params)[0]):
             assert (g.output_tokens, g.meta["finish_reason"]) == (min(limit, k + 1), reason)
+            # the end token (not a special token here) is no part of the text: generate() decoded it too
+            assert g.text == backend.tokenizer.decode(free[:min(limit, k)])
 
 
 def test_a_sampled_answer_takes_any_64_bit_seed(tiny_backend):

@@ -118,6 +118,18 @@ def token_bytes(tokenizer, token_ids: Sequence[int]) -> list[bytes]:
     return out
 
 
+def _first_stop_end(tok, ids: Sequence[int], stops: Sequence[str]) -> int:
+    """How many of ``ids`` a stop string first appears in (decoded as the answer is); ``len(ids)`` if in none."""
+    lo, hi = 1, len(ids)
+    while lo < hi:  # a prefix that holds a stop string: every longer one holds it too
+        mid = (lo + hi) // 2
+        if any(s in tok.decode(ids[:mid], skip_special_tokens=True) for s in stops):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
 class HFBackend(Backend):
     capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS, WORD_LOGPROBS})
 
@@ -427,14 +439,10 @@ class HFBackend(Backend):
         stops = [s for s in params.stop if s]
         # A stop string ends within the tokens of the last check (4 steps) plus its own length.
         tail = 4 + max((len(s.encode("utf-8")) for s in stops), default=0)
-        stopped: set[int] = set()
 
         def done(i: int, ids: list[int]) -> bool:
             text = tok.decode(ids[-tail:], skip_special_tokens=True)
-            if any(s in text for s in stops):
-                stopped.add(i)
-                return True
-            return False
+            return any(s in text for s in stops)
 
         limit = params.max_new_tokens
         out = sample(self.model, [encoded[i] for i in order], [1] * len(order), [limit] * len(order),
@@ -445,8 +453,10 @@ class HFBackend(Backend):
         for j, i in enumerate(order):
             new = out[j][0]
             text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), stops)
+            if matched is not None:  # the tokens up to the one that completed a stop string, not the check's
+                new = new[:_first_stop_end(tok, new, stops)]
             # generate() counts the end token it emitted among the output tokens
-            ended = j not in stopped and len(new) < limit
+            ended = matched is None and len(new) < limit
             n_out = len(new) + int(ended)
             meta = {**finish_meta(n_out, limit, matched, ended=ended), "token_ids": list(new)}
             generations[i] = Generation(text=text, input_tokens=len(encoded[i]), output_tokens=n_out, meta=meta,
@@ -538,11 +548,12 @@ class HFBackend(Backend):
         sequences = gen.sequences if top_logprobs else gen
         # a causal LM's sequence continues the prompt; a decoder's starts from its start token
         new = sequences[0, 1 if self.encoder_decoder else enc["input_ids"].shape[1]:]
-        out, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
-        # a stop string in the answer ends it, as an API's would, whatever was decoded after it
         eos_ids = set(generation_end_ids(self.model))
-        meta = finish_meta(len(new), params.max_new_tokens, matched,
-                           ended=len(new) > 0 and int(new[-1]) in eos_ids)
+        ended = len(new) > 0 and int(new[-1]) in eos_ids
+        # the end token is no part of the text, special or not (generate_batched never decodes it either)
+        out, matched = cut_at_stop(tok.decode(new[:len(new) - int(ended)], skip_special_tokens=True), params.stop)
+        # a stop string in the answer ends it, as an API's would, whatever was decoded after it
+        meta = finish_meta(len(new), params.max_new_tokens, matched, ended=ended)
         if top_logprobs:
             # [text, log-probability, raw bytes (a list of ints, as OpenAI's "bytes")] per token
             tokens, top = [], []
