@@ -446,8 +446,8 @@ HUB_FORMATS = ("booktection", "arxivtection")
 
 def _hub_key_problems(where: str, fmt: str, published: dict) -> list[str]:
     """BookTection's and arXivTection's keys that only some blocks read, each ignored without a word elsewhere:
-    ``hf`` and ``cache_dir`` beside a local ``path`` (the file is read, the Hub not asked), ``hf`` of BookMIA
-    (a local file only; the other formats name theirs above), ``length`` of a format without Length settings."""
+    ``hf`` and ``cache_dir`` beside a local ``path`` (the file is read, the Hub not asked), ``hf`` of any other
+    format (read from a local path only), ``length`` of a format without Length settings."""
     problems = []
     if fmt in HUB_FORMATS and published.get("path"):
         if "hf" in published:
@@ -455,7 +455,7 @@ def _hub_key_problems(where: str, fmt: str, published: dict) -> list[str]:
         if "cache_dir" in published:
             problems.append(f"{where}.cache_dir: beside path, whose file is read (nothing is downloaded to cache); "
                             f"remove it")
-    if fmt not in HUB_FORMATS and fmt in DECOP_FORMATS and published.get("hf"):
+    if fmt not in HUB_FORMATS and published.get("hf"):
         problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
     if fmt not in HUB_FORMATS and "cache_dir" in published:
         problems.append(f"{where}.cache_dir: only a Hub download (formats {', '.join(HUB_FORMATS)}) is cached")
@@ -475,8 +475,6 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
         if not published.get("path"):
             problems.append(f"{where}.path: the {fmt} set is read from a local "
                             f"{'folder' if fmt in ('articles', 'copybench') else 'file'} (there is no download)")
-        if published.get("hf"):
-            problems.append(f"{where}.hf: the {fmt} set is read from a local path only; download it and give 'path'")
     problems += _hub_key_problems(where, fmt, published)
     if fmt == "articles" and published.get("cutoff") is None:
         problems.append(f"{where}.cutoff: required with format articles (YYYY-MM-DD; earlier articles are members)")

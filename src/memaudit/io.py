@@ -181,10 +181,16 @@ def _unreadable(path: Path, exc: OSError | UnicodeDecodeError, what: str) -> Inp
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as whole:
-        line = data.count(b"\n", 0, whole.start) + 1
-        return InputError(f"{path}, line {line}: invalid UTF-8 at byte offset {whole.start} "
-                          f"(byte 0x{data[whole.start]:02x}); convert the file to UTF-8")
+        return invalid_utf8(path, data, whole)
     return InputError(f"{path}: not UTF-8 text ({exc.reason})")
+
+
+def invalid_utf8(path: str | os.PathLike, data: bytes, exc: UnicodeDecodeError) -> InputError:
+    """The one-line error for a file whose bytes ``data`` are not UTF-8: the line and byte offset of the
+    first bad byte (``exc`` from decoding the whole of ``data``)."""
+    line = data.count(b"\n", 0, exc.start) + 1
+    return InputError(f"{path}, line {line}: invalid UTF-8 at byte offset {exc.start} "
+                      f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8")
 
 
 def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:

@@ -42,6 +42,7 @@ from memaudit.datasets.copybench_published import (
     write_rejects,
 )
 from memaudit.errors import InputError
+from memaudit.io import invalid_utf8
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
            "benchmark_rejects_path", "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "place",
@@ -133,9 +134,7 @@ def read_text(path: str | Path, what: str) -> tuple[Path, str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{path}, line {line}: invalid UTF-8 at byte offset {exc.start} "
-                         f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8") from None
+        raise invalid_utf8(path, data, exc) from None
     text = text.removeprefix("\ufeff")
     if not text.strip():
         raise InputError(f"{path}: empty file")
