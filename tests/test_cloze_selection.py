@@ -369,7 +369,7 @@ class FixedScores:
     def __init__(self, values: dict[str, float]):
         self.values = values
 
-    def word_logprobs(self, texts, spans_per_text):
+    def word_logprobs(self, texts, spans_per_text, bounds=None):
         return [[{"start": a, "end": b, "first_logprob": self.values[t], "logprob": self.values[t],
                   "rank": int(-100 * self.values[t]), "aligned": True} for a, b in spans]
                 for t, spans in zip(texts, spans_per_text)]

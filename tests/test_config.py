@@ -501,7 +501,7 @@ def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
     with pytest.raises(ConfigError) as err:
         load_config(ROOT / "config" / "paper.yaml")
     models = ["llama-2-7b", "llama-2-13b", "mistral-7b", "llama-2-7b-chat", "llama-2-13b-chat", "pythia-1.4b",
-              "pythia-6.9b", "flan-t5-xl", "stablelm-3b-ref"]
+              "bert-base-uncased", "pythia-6.9b", "flan-t5-xl", "stablelm-3b-ref"]
     path = ROOT / "config" / "paper.yaml"
     assert str(err.value).splitlines() == [
         f"{path}: config key models.{m}.source.revision: "
@@ -697,6 +697,9 @@ def test_paper_config_validates_with_the_papers_settings(tmp_path):
     # CopyBench's event judge is the paper's Flan-T5-XL
     judge = cfg["probes"]["copybench"]["event_judge"]["model"]
     assert cfg["models"][judge]["source"]["hub_id"] == "google/flan-t5-xl"
+    # the information-guided probes' reference is the paper's masked LM
+    reference = cfg["probes"]["cloze"]["reference"]["model"]
+    assert cfg["models"][reference]["source"]["hub_id"] == "google-bert/bert-base-uncased"
     # Table 2's baselines on BookTection-128 only; DE-COP on all three lengths of the same books
     assert cfg["probes"]["token_prob"]["benchmarks"][0] == "booktection_128"
     assert cfg["benchmarks"]["booktection_128"]["published"] == {**cfg["benchmarks"]["booktection"]["published"],

@@ -183,10 +183,12 @@ class Backend(abc.ABC):
         raise ConfigError(f"{type(self).__name__} cannot serve {GRADIENT_NORMS}")
 
     def word_logprobs(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], **kwargs):
-        """Per text, per character span ``(start, end)``: ``log p(word | text to its left)`` and its rank.
+        """Per text, per character span ``(start, end)``: ``log p(word | text to its left)`` and its rank
+        (a causal LM), or the masked word's in its window ``bounds`` (a masked LM).
 
-        A list of records per text (``logprob``, ``first_logprob``, ``rank``, ...), in the order
-        of the spans: :func:`memaudit.models.word_logprobs.compute_word_logprobs`.
+        A list of records per text (``logprob``, ``first_logprob``, ``rank``, ``scoring``, ...), in the order
+        of the spans: :func:`memaudit.models.word_logprobs.compute_word_logprobs`,
+        :func:`memaudit.models.masked_word_logprobs.compute_masked_word_logprobs`.
         """
         raise ConfigError(f"{type(self).__name__} cannot serve {WORD_LOGPROBS}")
 

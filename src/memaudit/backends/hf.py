@@ -136,7 +136,7 @@ class HFBackend(Backend):
     def __init__(self, load_spec: dict, *, name: str | None = None, dtype: str = "float32", device: str = "auto",
                  batch_size: int = 8, max_tokens: int = 512, model=None, tokenizer=None,
                  generation_cache: str | Path | None = None):
-        from memaudit.models.loading import is_encoder_decoder
+        from memaudit.models.loading import architecture
 
         if model is None:
             from memaudit.models.loading import load_model, resolve_dtype
@@ -144,9 +144,10 @@ class HFBackend(Backend):
             dtype = resolve_dtype(dtype, device)  # `auto`: bfloat16 only where the hardware has it
             model, tokenizer = load_model(load_spec, dtype=dtype, device=device)
         self.model, self.tokenizer = model, tokenizer
-        self.encoder_decoder = is_encoder_decoder(model)
-        if self.encoder_decoder:
-            self.capabilities = frozenset({GENERATE})
+        self.architecture = architecture(model)
+        self.encoder_decoder = self.architecture == "encoder-decoder"
+        if self.architecture != "causal":
+            self.capabilities = frozenset({GENERATE if self.encoder_decoder else WORD_LOGPROBS})
         # What the model was actually loaded as (a model handed in is described as it is)
         first = next(model.parameters(), None)
         self.dtype = str(first.dtype).removeprefix("torch.") if first is not None else dtype
@@ -172,12 +173,19 @@ class HFBackend(Backend):
 
         return {"backend": "hf", "load": self.load_spec, "n_params": count_parameters(self.model),
                 "dtype": self.dtype, "device": self.device,
-                "architecture": "encoder-decoder" if self.encoder_decoder else "causal"}
+                "architecture": self.architecture}
 
     def _causal_only(self, what: str) -> None:
-        if self.encoder_decoder:
+        if self.architecture == "encoder-decoder":
             raise ConfigError(f"model {self.name!r} is an encoder-decoder model ({self.model.config.model_type}): "
                               f"it serves generation only (e.g. copybench's event_judge); {what} needs a causal LM")
+        if self.architecture == "masked":
+            raise ConfigError(f"model {self.name!r} is a masked LM ({self.model.config.model_type}): it serves only "
+                              f"as the cloze probes' reference model (word log-probabilities); {what} needs a causal LM")
+
+    def _generative_only(self) -> None:
+        if self.architecture == "masked":
+            self._causal_only("generation")
 
     def token_stats(self, texts: Sequence[str], *, with_distribution: bool = True, progress=None):
         from memaudit.models.token_stats import compute_token_stats
@@ -208,16 +216,26 @@ class HFBackend(Backend):
                                                 max_tokens=self.max_tokens)
 
     def word_logprobs(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *,
+                      bounds: Sequence[Sequence[tuple[int, int]]] | None = None,
                       batch_size: int | None = None) -> list[list[dict]]:
-        """Per text, per character span: ``log p(word | left context)``, its first token's, and that token's rank.
+        """Per text, per character span: the word's log-probability, its first token's, and that token's rank.
 
-        :func:`memaudit.models.word_logprobs.compute_word_logprobs` with this backend's tokenizer and
-        ``max_tokens`` (longer texts are read in overlapping windows, ``truncated`` in their
-        records): one forward pass per text, every span read from it, ``batch_size`` texts at a
-        time (default: the backend's).
+        A causal LM: ``log p(word | left context)``, :func:`memaudit.models.word_logprobs.compute_word_logprobs`
+        with this backend's tokenizer and ``max_tokens`` (longer texts are read in overlapping windows,
+        ``truncated`` in their records): one forward pass per text, every span read from it,
+        ``batch_size`` texts at a time (default: the backend's); ``bounds`` is not read (the whole left
+        context is). A masked LM: the word masked in its window ``bounds`` (per span ``(left, right)``
+        characters; default the whole text), both sides read,
+        :func:`memaudit.models.masked_word_logprobs.compute_masked_word_logprobs`: one pass per span.
+        Every record's ``scoring`` says which (``causal``, ``masked``).
         """
         import importlib
 
+        if self.architecture == "masked":
+            masked = importlib.import_module("memaudit.models.masked_word_logprobs")
+            return masked.compute_masked_word_logprobs(self.model, self.tokenizer, texts, spans, bounds=bounds,
+                                                       batch_size=batch_size or self.batch_size,
+                                                       max_tokens=self.max_tokens)
         self._causal_only("word log-probabilities")
         # Loaded by name, as gradient_norms above: only the families that import the module fingerprint it.
         word_logprobs = importlib.import_module("memaudit.models.word_logprobs")
@@ -336,6 +354,7 @@ class HFBackend(Backend):
         as the OpenAI API reports them, and ``meta["tokens"]`` the generated tokens alike;
         ``bytes`` are the token's raw bytes (:func:`token_bytes`), its text may hold U+FFFD.
         """
+        self._generative_only()
         return [self.generate_text(self._render(prompt, params), params, top_logprobs=top_logprobs)
                 for prompt in prompts]
 
@@ -357,6 +376,7 @@ class HFBackend(Backend):
         """
         if params.temperature > 0:
             raise ValueError("generate_batched decodes greedily: temperature must be 0")
+        self._generative_only()
         if self.encoder_decoder:
             if memfree is not None:
                 raise ConfigError(f"model {self.name!r}: MemFree decoding is implemented for causal LMs only")
@@ -419,6 +439,7 @@ class HFBackend(Backend):
         answers ``memaudit serve`` decodes together for the requests waiting at once."""
         if params.temperature > 0:
             raise ValueError("generate_rendered_batched decodes greedily: temperature must be 0")
+        self._generative_only()
         if self.encoder_decoder:
             return self._generate_seq2seq(list(texts), params, max_rows=max_rows)
         return self._decode_greedy([self._prompt_ids(t, params) for t in texts], params, memfree=None,
@@ -521,6 +542,7 @@ class HFBackend(Backend):
         from memaudit.backends.refusal import is_refusal
         from memaudit.models.loading import generation_end_ids
 
+        self._generative_only()
         tok = self.tokenizer
         ids = self._prompt_ids(text, params)
         room = self._new_tokens_that_fit(len(ids), params.max_new_tokens) if params.fit_context else None

@@ -189,11 +189,29 @@ def is_encoder_decoder(model) -> bool:
     return bool(getattr(model.config, "is_encoder_decoder", False))
 
 
+def is_masked_lm_config(config) -> bool:
+    """Whether a checkpoint's config describes a masked LM (BERT's ``BertForMaskedLM``): its
+    ``architectures`` name ``...ForMaskedLM`` classes only. Such a checkpoint also loads as a causal LM
+    (transformers builds ``BertLMHeadModel`` from it, with a warning), and its predictions are then
+    nonsense: it is loaded as the masked LM it is."""
+    names = getattr(config, "architectures", None) or []
+    return (not getattr(config, "is_encoder_decoder", False) and bool(names)
+            and all(str(n).endswith("ForMaskedLM") for n in names))
+
+
+def architecture(model) -> str:
+    """``"causal"``, ``"encoder-decoder"`` or ``"masked"``: what a loaded model is (and can serve)."""
+    if is_encoder_decoder(model):
+        return "encoder-decoder"
+    return "masked" if is_masked_lm_config(model.config) else "causal"
+
+
 def load_model(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
                merge_adapter: bool = True):
     """Load ``(model, tokenizer)`` for a load spec, in eval mode on ``device``, in ``dtype``
-    (``auto``: see :func:`resolve_dtype`): a causal LM, or an encoder-decoder model where the
-    checkpoint's config says ``is_encoder_decoder`` (read before the weights).
+    (``auto``: see :func:`resolve_dtype`): a causal LM, an encoder-decoder model where the
+    checkpoint's config says ``is_encoder_decoder``, or a masked LM where it names ``...ForMaskedLM``
+    architectures (:func:`is_masked_lm_config`; both read before the weights).
 
     A peft adapter is applied on top of the base weights; with ``merge_adapter``
     it is merged in memory (inference is then as fast as the base model) -- the
@@ -220,8 +238,8 @@ def load_model(spec: dict[str, Any], *, dtype: str = "float32", device: str = "a
     return model, tok
 
 
-def inspect_model(spec: dict[str, Any]) -> tuple[int, bool]:
-    """``(parameters, encoder-decoder)`` of a load spec's model without its weights in memory, and its
+def inspect_model(spec: dict[str, Any]) -> tuple[int, str]:
+    """``(parameters, architecture)`` of a load spec's model (:func:`architecture`) without its weights in memory, and its
     tokenizer checked (:func:`load_tokenizer`: its vocabulary, the ``context_token``).
 
     The model is built from its checkpoint on PyTorch's ``meta`` device: its files are read as a load reads
@@ -237,20 +255,21 @@ def inspect_model(spec: dict[str, Any]) -> tuple[int, bool]:
     where = {} if kwargs.get("gguf_file") else {"device_map": "meta"}
     model = _from_checkpoint(name, spec, dtype=torch.float32, **where, **kwargs)
     load_tokenizer(spec)
-    return count_parameters(model), is_encoder_decoder(model)
+    return count_parameters(model), architecture(model)
 
 
 def _from_checkpoint(name: str, spec: dict[str, Any], **kwargs):
-    """The checkpoint's model class (an encoder-decoder where its config says so, else a causal LM) from
+    """The checkpoint's model class (an encoder-decoder or a masked LM where its config says so, else a causal LM) from
     ``from_pretrained(name, **kwargs)``; a checkpoint that does not load is one line
     (:func:`memaudit.models.hub.load_failure_message`)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     config_kwargs = {k: v for k, v in kwargs.items() if k in ("revision", "gguf_file")}
     try:
         config = AutoConfig.from_pretrained(name, **config_kwargs)
-        auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+        auto = (AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False)
+                else AutoModelForMaskedLM if is_masked_lm_config(config) else AutoModelForCausalLM)
         return auto.from_pretrained(name, **kwargs)
     except torch.OutOfMemoryError:  # a RuntimeError, but not the checkpoint's fault
         raise
@@ -260,15 +279,24 @@ def _from_checkpoint(name: str, spec: dict[str, Any], **kwargs):
 
 def load_causal_lm(spec: dict[str, Any], *, dtype: str = "float32", device: str = "auto",
                    merge_adapter: bool = True):
-    """:func:`load_model` for a causal LM; an encoder-decoder checkpoint is a :class:`ConfigError`
+    """:func:`load_model` for a causal LM; an encoder-decoder or masked-LM checkpoint is a :class:`ConfigError`
     (fine-tuning and the white-box probes need a causal LM)."""
     model, tok = load_model(spec, dtype=dtype, device=device, merge_adapter=merge_adapter)
-    if is_encoder_decoder(model):
+    kind = architecture(model)
+    if kind != "causal":
         name = _from_pretrained_args(spec)[0]
-        raise ConfigError(f"model {name!r} is an encoder-decoder model ({model.config.model_type}): memaudit "
-                          "fine-tunes and probes causal LMs; it can serve only roles that generate "
-                          "(e.g. copybench's event_judge)")
+        what, serves = NOT_CAUSAL[kind]
+        raise ConfigError(f"model {name!r} is {what} ({model.config.model_type}): memaudit fine-tunes and probes "
+                          f"causal LMs; it can serve only {serves}")
     return model, tok
+
+
+# A model that is not a causal LM: what it is, and the roles it can serve (HFBackend says the same to a
+# probe that asks it more).
+NOT_CAUSAL = {
+    "encoder-decoder": ("an encoder-decoder model", "roles that generate (e.g. copybench's event_judge)"),
+    "masked": ("a masked LM", "as the cloze probes' reference model (probes.cloze.reference.model)"),
+}
 
 
 def generation_end_ids(model) -> list[int]:

@@ -88,13 +88,13 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
     if entry.get("context_token"):  # every load of the model (and of a model fine-tuned from it) reads it
         load["context_token"] = entry["context_token"]
     try:
-        n_params, encoder_decoder = inspect_model(load)  # on the meta device: no weight in memory
+        n_params, architecture = inspect_model(load)  # on the meta device: no weight in memory
     except ConfigError as exc:
         if str(exc).startswith("context_token "):
             raise ConfigError(f"models.{name}.{exc}") from None
         raise
-    if encoder_decoder:  # a generation role only (HFBackend says so to any probe that asks more)
-        extra["architecture"] = "encoder-decoder"
+    if architecture != "causal":  # a generation or reference role only (HFBackend says so to a probe that asks more)
+        extra["architecture"] = architecture
     manifest = _manifest(name, entry, load, n_params, **extra)
     write_json(out_dir / "manifest.json", manifest)
     if "tiny_gpt2" in src:

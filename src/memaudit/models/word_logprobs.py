@@ -134,7 +134,8 @@ def _record(text: str, start: int, end: int, word: WordTokens, lps: Sequence[flo
             window_start: int) -> dict:
     return {"start": start, "end": end, "word": text[start:end], "logprob": float(sum(lps)),
             "first_logprob": float(lps[0]), "rank": int(rank), "n_tokens": word.last - word.first,
-            "aligned": word.aligned, "left_tokens": word.first - window_start, "truncated": window_start > 0}
+            "aligned": word.aligned, "left_tokens": word.first - window_start, "truncated": window_start > 0,
+            "scoring": "causal"}
 
 
 @dataclass(frozen=True)

@@ -119,14 +119,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 2: lowercase and ref_<model> compare the two passes on the characters both scored (a
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
         # 3: Min-K% and Min-K%++ take floor(k * tokens) of the decimal product (int(90 * 0.7) was 62)
-        methods="memaudit.probes.token_prob.plan:method_names", version=3, fingerprint="1bb578ee8884bd14",
+        methods="memaudit.probes.token_prob.plan:method_names", version=3, fingerprint="c71e30980fc739f2",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
         # characters its scored tokens cover (chars), and zlib compresses only those (session 55); 3: where
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it)
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=4, fingerprint="d29268e84285372b")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=4, fingerprint="3718e31a1c3342b4")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -138,7 +138,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: with continuation_words below 5, a passage holding the whole continuation asked for is an item
         # (it was skipped as too short: prefix_dataset's pairs change); a local model's end token that is no
         # special token is no part of its continuation (backends.hf.generate_text)
-        version=6, fingerprint="1692dfdb15657722",
+        version=6, fingerprint="ed300415224d605b",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -162,12 +162,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="a56a45f22ca8588b",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="5472c0ed28ba259f",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="a71d68bf700eb653"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="c4fa463429752487"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="3769bafe43690239")},
@@ -196,14 +196,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="3ece909a98f28f1e",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="92d3211dd163dd59",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="cb28f2c6a04156f3"),
+                               version=6, fingerprint="d67b7417195fd3eb"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=7, fingerprint="9eb6764ac73865e1")},
@@ -234,12 +234,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 11: the baselines' token statistics keep whole characters at a max_tokens cut (token_prob's
         # stats 4)
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
-        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="06f5ba5382ffdf8c",
+        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="8edb6926c0e11c33",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="3180ff04f83534b5"),
+                              version=9, fingerprint="ca99ab2aed1d212e"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="9a152faaae177fc9")},
@@ -263,16 +263,19 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # digits is no number its digits spell ("1/2" is not "12"); a reply cut inside its closing </word>
         # tag is parsed; a filter's list numbered "**1.**", "#1" or "1 -" no longer lists the numbers 1 to N
         # (a numeric candidate dropped as guessable)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=4, fingerprint="0d80086fc21edf32",
+        # 5 (items 6, summary 6): a masked LM (the paper's BERT) is read as one by the reference role, the
+        # word masked in its context window; every table says how the reference read the words
+        # (reference_scoring)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="2d9f499cdfc1acc1",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=5, fingerprint="e73579936dc797c7"),
+                               version=6, fingerprint="e32dcfaf0512d994"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=5, fingerprint="56d312e640ee14c7")},
+                                 version=6, fingerprint="f4af849b0bf3ef80")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

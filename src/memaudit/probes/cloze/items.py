@@ -38,7 +38,8 @@ import pandas as pd
 from memaudit.datasets.types import VALIDATION
 from memaudit.errors import InputError
 from memaudit.io import read_jsonl, write_csv, write_jsonl
-from memaudit.probes.cloze.candidates import cloze_context, extract_candidates_many, spans
+from memaudit.models import masked_word_logprobs  # noqa: F401 -- a masked reference's numbers: in the cloze fingerprint
+from memaudit.probes.cloze.candidates import cloze_context, context_bounds, extract_candidates_many, spans
 from memaudit.probes.cloze.select import MEASURES, PERSON, PROB, RANK, select_surprisal_tokens, tune_threshold
 
 TOO_FEW = "too_few_tokens"
@@ -87,6 +88,15 @@ def thresholds_for(settings: dict, scores: Sequence[Sequence[dict]],
     return out
 
 
+def reference_scoring(scores: Sequence[Sequence[dict]]) -> str:
+    """How the reference model read the words: ``masked`` (both sides of the word, a masked LM) or
+    ``causal`` (its left context); the records' ``scoring``, one for all."""
+    kinds = {r.get("scoring", "causal") for recs in scores for r in recs}
+    if len(kinds) > 1:
+        raise ValueError(f"the reference model's records mix scorings {sorted(kinds)}")
+    return kinds.pop() if kinds else "causal"
+
+
 def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledge_filter=None,
                 progress: Callable[[str], None] = print) -> tuple[list[dict], pd.DataFrame]:
     """Cloze items (one per passage) and the candidates table (one row per candidate word).
@@ -104,13 +114,21 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     progress(f"{sum(map(len, candidates))} candidate words in {len(texts)} passages"
              + (f" ({sum(left_out)} more in question-answer texts' choices and answer lines left out: "
                 f"qa_scope question)" if sum(left_out) else ""))
-    scores = reference.word_logprobs(texts, [spans(c) for c in candidates])
+    # a masked LM (the paper's BERT) reads the masked word's context window, the one the probe shows
+    # (``bounds``); a causal reference reads all the text to the word's left
+    bounds = [[context_bounds(t, c.start, c.end, settings["context_chars"]) for c in cs]
+              for t, cs in zip(texts, candidates)]
+    scores = reference.word_logprobs(texts, [spans(c) for c in candidates], bounds=bounds)
+    scoring = reference_scoring(scores)
     tune_on = tuning_passages(passages)
     thresholds = thresholds_for(settings, scores, tune_on)
     tuned = "tune" in (settings["prob_threshold"], settings["rank_threshold"])
     progress(f"thresholds: log-probability < {thresholds[PROB]}, rank > {thresholds[RANK]:.0f}"
              + (f" (tuned on the {len(tune_on)} validation passages of the fixed split)"
                 if tuned and tune_on is not None else ""))
+    progress(f"reference model {getattr(reference, 'name', None)!r}: the words scored "
+             + ("masked, with the context on both sides (a masked LM, as the paper's BERT)" if scoring == "masked"
+                else "from their left context (a causal LM)"))
     measures = [m for m in MEASURES if m in settings["measures"]]
     selected = [{m: select_surprisal_tokens(c, s, m, prob_threshold=thresholds[PROB],
                                             rank_threshold=thresholds[RANK], k=settings["top_k"])
@@ -136,10 +154,11 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
                       "n_out_of_scope": left_out[i], "tokens": kept,
                       "n_filtered": len(tokens[i]) - len(kept),
                       "reasons": {m: TOO_FEW for m, n in counts.items() if n < settings["min_reconstructed"]},
-                      "thresholds": thresholds})
+                      "thresholds": thresholds, "reference_scoring": scoring})
     rows = [{"passage_id": p["passage_id"], "doc_id": p["doc_id"], "label": int(p["label"]), "word": c.word,
              "start": c.start, "end": c.end, "pos": c.pos, "is_person": c.is_person,
              "ref_logprob": s.get("first_logprob"), "ref_word_logprob": s.get("logprob"), "ref_rank": s.get("rank"),
+             "ref_scoring": scoring,
              "selected_as": ";".join(sorted(t["measure"] for t in tokens[i] if t["start"] == c.start)),
              "filtered": (i, c.start) in dropped}
             for i, p in enumerate(passages) for c, s in zip(candidates[i], scores[i])]

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.backends.base import GenerationParams
-from memaudit.errors import InputError
+from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv
 from memaudit.probes.cloze import prompts
 from memaudit.probes.cloze.plan import method_name
@@ -75,6 +75,9 @@ def logit_answers(backend, items: Sequence[dict], tokens: Sequence[tuple[int, di
         if (t["start"], t["end"]) not in by_item[i]:
             by_item[i].append((t["start"], t["end"]))
     order = sorted(by_item)
+    if getattr(backend, "architecture", "causal") == "masked":  # it would see the word's right side
+        raise ConfigError(f"model {getattr(backend, 'name', None)!r} is a masked LM: cloze_logit reads a causal "
+                          "LM's next-token choice; a masked LM serves only as probes.cloze.reference.model")
     records = backend.word_logprobs([items[i]["text"] for i in order], [by_item[i] for i in order])
     ranks = {(i, span): rec["rank"] for i, recs in zip(order, records) for span, rec in zip(by_item[i], recs)}
     return [{"guess": None, "status": "ok", "rank": int(ranks[(i, (t["start"], t["end"]))]),
@@ -105,7 +108,9 @@ def text_table(items: Sequence[dict], tokens: pd.DataFrame, measures: Sequence[s
                          "n_error": int((mine["status"] == "error").sum()),
                          "mrr": float(np.mean(1.0 / (ranks + 1))) if len(ranks) else np.nan,
                          "memorised": n_rec >= min_reconstructed,
-                         "reason": it.get("reasons", {}).get(m, "")})
+                         "reason": it.get("reasons", {}).get(m, ""),
+                         # how the reference model that chose the tokens read them (masked or causal)
+                         "reference_scoring": it.get("reference_scoring", "causal")})
     return pd.DataFrame(rows)
 
 

@@ -99,7 +99,9 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
                      "n_tokens": int(block["n_tokens"].sum()), "n_invalid": int(block["n_invalid"].sum()),
                      "n_refusal": int(block["n_refusal"].sum()), "n_error": int(block["n_error"].sum()),
                      "rate_member": _rate(block[block["label"] == 1]),
-                     "rate_nonmember": _rate(block[block["label"] == 0])})
+                     "rate_nonmember": _rate(block[block["label"] == 0]),
+                     "reference_scoring": ";".join(sorted(set(block.get("reference_scoring",
+                                                                        pd.Series(["causal"])).astype(str))))})
     return table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left")
 
 

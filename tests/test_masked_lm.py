@@ -1,0 +1,163 @@
+"""A masked LM (the information-guided probes' BERT) as the cloze probes' reference model.
+
+A randomly initialised 2-layer BERT with its own WordPiece vocabulary stands in for
+``bert-base-uncased``: the same classes (``BertForMaskedLM``, ``BertTokenizerFast``) and files a
+hub download gives, loaded through the same code.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import TINY_TEXTS
+from memaudit.errors import ConfigError
+
+TEXT = ("Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, "
+        "I thought I would sail about a little and see the watery part of the world.")
+
+
+def _spans(text: str, words: list[str]) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for w in words for m in [re.search(rf"\b{re.escape(w)}\b", text)]]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_dir(tmp_path_factory):
+    import torch
+    from tokenizers.implementations import BertWordPieceTokenizer
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator([*TINY_TEXTS, TEXT], vocab_size=300, min_frequency=1, show_progress=False)
+    wp.save_model(str(out))
+    tok = BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(out)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, pad_token_id=tok.pad_token_id,
+                        architectures=["BertForMaskedLM"])
+    BertForMaskedLM(config).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bert_backend(tiny_bert_dir):
+    from memaudit.backends.hf import HFBackend
+
+    return HFBackend({"path": str(tiny_bert_dir)}, name="bert", device="cpu", batch_size=3)
+
+
+def test_a_masked_lm_checkpoint_loads_as_the_masked_lm_it_is_not_as_a_causal_head(tiny_bert_dir, bert_backend):
+    from transformers import BertForMaskedLM
+
+    from memaudit.models.loading import inspect_model, load_causal_lm, load_model
+
+    # transformers would build a BertLMHeadModel from it as a causal LM (with a warning), whose
+    # predictions mean nothing: loading reads the checkpoint's architectures first
+    model, _ = load_model({"path": str(tiny_bert_dir)}, device="cpu")
+    assert type(model) is BertForMaskedLM
+    n_params, architecture = inspect_model({"path": str(tiny_bert_dir)})
+    assert (n_params, architecture) == (sum(p.numel() for p in model.parameters()), "masked")
+    assert bert_backend.describe()["architecture"] == "masked"
+    assert bert_backend.capabilities == frozenset({"word_logprobs"})
+    with pytest.raises(ConfigError, match=re.escape(
+            f"model {str(tiny_bert_dir)!r} is a masked LM (bert): memaudit fine-tunes and probes causal LMs; "
+            "it can serve only as the cloze probes' reference model (probes.cloze.reference.model)")):
+        load_causal_lm({"path": str(tiny_bert_dir)}, device="cpu")
+
+
+def test_what_a_masked_lm_cannot_serve_is_a_one_line_error(bert_backend):
+    from memaudit.backends.base import GenerationParams
+
+    say = ("model 'bert' is a masked LM (bert): it serves only as the cloze probes' reference model "
+           "(word log-probabilities); {} needs a causal LM")
+    with pytest.raises(ConfigError, match=re.escape(say.format("token statistics"))):
+        bert_backend.token_stats(["a text"])
+    with pytest.raises(ConfigError, match=re.escape(say.format("option log-probabilities"))):
+        bert_backend.option_logprobs(["a prompt"], [["A", "B"]])
+    with pytest.raises(ConfigError, match=re.escape(say.format("gradient norms"))):
+        bert_backend.gradient_norms(["a text"])
+    for generate in (bert_backend.generate, bert_backend.generate_batched):
+        with pytest.raises(ConfigError, match=re.escape(say.format("generation"))):
+            generate(["a prompt"], GenerationParams(max_new_tokens=2, temperature=0.0))
+
+
+def test_masked_word_scores_match_the_authors_masked_string_one_word_at_a_time(tiny_bert_dir, bert_backend):
+    """The batched reading (one sequence per word, pieces masked in the window's own tokenisation) gives
+    what the authors' get_surprisal.py computes: the window's string with one [MASK] per piece of the
+    word tokenised on its own, the first mask's row, log-probability and rank of the first piece."""
+    import torch
+
+    from memaudit.models.masked_word_logprobs import masked_word_logprobs_loop
+
+    words = ["Ishmael", "years", "precisely", "money", "purse", "sail", "watery", "world"]
+    spans = _spans(TEXT, words)
+    assert len(spans) == len(words)
+    windows = [(max(0, s - 40), min(len(TEXT), e + 40)) for s, e in spans]
+    windows = [(TEXT.rfind(" ", 0, a) + 1 if a else 0, TEXT.find(" ", b) if TEXT.find(" ", b) > 0 else len(TEXT))
+               for a, b in windows]  # cut at spaces, as the cloze context is
+    got = bert_backend.word_logprobs([TEXT], [spans], bounds=[windows])[0]
+    want = masked_word_logprobs_loop(bert_backend.model, bert_backend.tokenizer, [TEXT], [spans], bounds=[windows])[0]
+    assert [r["word"] for r in got] == words
+    assert all(r["scoring"] == "masked" and r["aligned"] and not r["truncated"] for r in got)
+    for g, w in zip(got, want):
+        assert g["first_logprob"] == pytest.approx(w["first_logprob"], abs=1e-5), g["word"]
+        assert g["rank"] == w["rank"], g["word"]
+    # and by hand for one word: its pieces masked, the first piece read at the first mask
+    tok, model = bert_backend.tokenizer, bert_backend.model
+    s, e = spans[1]
+    a, b = windows[1]
+    pieces = tok.tokenize(TEXT[s:e])
+    ids = tok(TEXT[a:s] + " ".join([tok.mask_token] * len(pieces)) + TEXT[e:b], return_tensors="pt")["input_ids"]
+    at = int((ids[0] == tok.mask_token_id).nonzero()[0, 0])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, at], dim=-1)
+    target = tok.convert_tokens_to_ids(pieces[0])
+    assert got[1]["first_logprob"] == pytest.approx(float(logp[target]), abs=1e-5)
+    assert got[1]["rank"] == int((logp > logp[target]).sum())
+    assert got[1]["n_tokens"] == len(pieces)
+    # the right side is read: a change after the word moves its score (a causal reference's would not move)
+    changed = TEXT[:e] + " wildly different words follow here" + TEXT[e:]
+    moved = bert_backend.word_logprobs([changed], [[(s, e)]], bounds=[[(a, b + 35)]])[0][0]
+    assert abs(moved["first_logprob"] - got[1]["first_logprob"]) > 1e-5  # the random model's is small, not nil
+
+
+def test_a_window_longer_than_the_model_is_cut_around_the_word(bert_backend):
+    """64 positions: a word near the end of a long window keeps itself and the tokens around it."""
+    text = " ".join([TEXT] * 3)
+    s = text.rfind("watery")
+    rec = bert_backend.word_logprobs([text], [[(s, s + 6)]])[0][0]
+    assert rec["truncated"] and rec["word"] == "watery"
+    n_ids = len(bert_backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert n_ids > bert_backend.max_tokens
+    assert 0 < rec["left_tokens"] < n_ids
+
+
+def test_the_cloze_items_record_a_masked_reference_and_cloze_logit_refuses_one(bert_backend):
+    from memaudit.probes.cloze.items import build_items
+    from memaudit.probes.cloze.runner import logit_answers
+
+    passages = [{"passage_id": f"p{i}", "doc_id": f"d{i}", "label": i % 2, "text": t}
+                for i, t in enumerate([TEXT, *TINY_TEXTS[:4]])]
+    settings = {"context_chars": 60, "qa_scope": "question", "prob_threshold": -1.0, "rank_threshold": 5,
+                "top_k": 3, "measures": ["prob", "rank"], "min_reconstructed": 2}
+    lines = []
+    items, table = build_items(passages, bert_backend, settings, progress=lines.append)
+    assert {it["reference_scoring"] for it in items} == {"masked"}
+    assert set(table["ref_scoring"]) == {"masked"} and len(table) > 10
+    assert any("the words scored masked, with the context on both sides" in line for line in lines), lines
+    # the numbers selected on are the masked LM's, each word in its context window
+    from memaudit.probes.cloze.candidates import context_bounds
+
+    row = table.iloc[0]
+    text = passages[0]["text"]
+    direct = bert_backend.word_logprobs([text], [[(int(row["start"]), int(row["end"]))]],
+                                        bounds=[[context_bounds(text, int(row["start"]), int(row["end"]), 60)]])
+    assert row["ref_logprob"] == pytest.approx(direct[0][0]["first_logprob"], abs=1e-6)
+    tokens = [(0, t) for t in items[0]["tokens"]][:1] or [(0, {"start": 0, "end": 4})]
+    with pytest.raises(ConfigError, match=re.escape(
+            "model 'bert' is a masked LM: cloze_logit reads a causal LM's next-token choice; a masked LM "
+            "serves only as probes.cloze.reference.model")):
+        logit_answers(bert_backend, items, tokens)
