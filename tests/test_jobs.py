@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -84,20 +85,47 @@ def test_a_config_check_parses_the_schema_once(monkeypatch):
     import memaudit.config as cfg
 
     parsed = []
-    real = cfg.yaml.safe_load
+    real = cfg.yaml.load
 
-    def counting(stream):
+    def counting(stream, Loader):
         parsed.append(getattr(stream, "name", None))
-        return real(stream)
+        return real(stream, Loader=Loader)
 
     cfg._parsed_schema.cache_clear()
-    monkeypatch.setattr(cfg.yaml, "safe_load", counting)
+    monkeypatch.setattr(cfg.yaml, "load", counting)
     jobs.load_config(ROOT / "config" / "ci.yaml")
     jobs.load_config(ROOT / "config" / "config.yaml")
     assert parsed.count(str(cfg.SCHEMA_PATH)) == 1
     first = cfg.load_schema()
     first["properties"].clear()  # a caller's copy: changing it changes no one else's
     assert "figures" in cfg.load_schema()["properties"]
+
+
+def test_the_schema_parsed_by_libyaml_is_the_document_pyyamls_own_parser_reads():
+    import yaml
+
+    import memaudit.config as cfg
+
+    assert yaml.__with_libyaml__  # PyYAML's wheels carry it: the schema is read by it, not the slow parser
+    cfg._parsed_schema.cache_clear()
+    text = cfg.SCHEMA_PATH.read_text(encoding="utf-8")
+    pure = yaml.load(text, Loader=yaml.SafeLoader)
+    assert cfg.load_schema() == pure
+    assert json.dumps(cfg.load_schema(), sort_keys=True) == json.dumps(pure, sort_keys=True)  # types too
+
+
+def test_a_modules_version_table_is_read_again_after_the_file_changes(tmp_path, monkeypatch):
+    from memaudit import versions
+
+    (tmp_path / "versioned_mod.py").write_text("TABLE = {'a': 1}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert versions._literal("versioned_mod", "TABLE") == {"a": 1}
+    versions._literal("versioned_mod", "TABLE")["a"] = 5  # a caller's copy
+    assert versions._literal("versioned_mod", "TABLE") == {"a": 1}
+    (tmp_path / "versioned_mod.py").write_text("TABLE = {'a': 22}\n")
+    assert versions._literal("versioned_mod", "TABLE") == {"a": 22}
+    with pytest.raises(LookupError, match="versioned_mod assigns no top-level OTHER"):
+        versions._literal("versioned_mod", "OTHER")
 
 
 def test_probe_runs_follow_each_probes_models_and_benchmarks():

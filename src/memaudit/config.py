@@ -40,8 +40,10 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def _parsed_schema(path: str, mtime_ns: int, size: int) -> dict:
+    # libyaml's parser where PyYAML has it (its wheels do): the same document in a tenth of the time
+    # (0.21 s against 0.02 s for this schema), paid by every snakemake start, dry run included
     with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _validator_with_defaults(schema: dict):
