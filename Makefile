@@ -73,7 +73,7 @@ assets: $(ASSETS)
 $(ASSETS): $(STAMP)
 	$(BIN)/memaudit fetch-assets --dest resources/demo
 
-# CONFIG=my.yaml: run or report with your config on top of the demo's (snakemake --configfile)
+# CONFIG=my.yaml: run or report with your config instead of the demo's (snakemake --configfile replaces it: Snakefile)
 CONFIG ?=
 CONFIGFILE = $(if $(CONFIG),--configfile $(CONFIG))
 

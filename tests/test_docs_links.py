@@ -1,7 +1,8 @@
 """The docs against what they describe: every relative link in the README and docs/ opens a file that
 exists, at a heading that exists; config/README.md and the probe pages' settings name every schema key
 with the schema's defaults; every ``memaudit`` option has help and every flag the docs give exists; every
-``results/`` path the docs name is a rule's output; the metrics table names every column of metrics.csv."""
+``results/`` path the docs name is a rule's output; the metrics table names every column of metrics.csv;
+every YAML example validates beside the demo config."""
 
 from __future__ import annotations
 
@@ -354,3 +355,78 @@ def test_every_column_of_metrics_csv_is_in_the_metrics_table():
     named = set(re.findall(r"`(\w+)`", rows))
     assert len(SUMMARY_COLUMNS) > 15
     assert [c for c in SUMMARY_COLUMNS if c not in named] == []
+
+
+# ----------------------------------------------------------------------------- the YAML examples in the docs
+
+YAML_BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.S | re.M)
+CONFIG_BLOCKS = ("seed", "benchmarks", "models", "pretrain", "api", "probes", "stats", "figures", "checkpoints")
+
+
+def yaml_example_problems(page: Path, text: str | None = None) -> list[str]:
+    """Each YAML example of ``page`` put into the demo config, as a user adds it to a copy: a config (or a
+    few entries under ``models:``, the page's snippet for the demo's list) that memaudit refuses, as
+    ``<page>:<line>: <the config error>``. A YAML syntax error is one too."""
+    import copy
+
+    import yaml
+
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import validate_config
+
+    demo = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+    def merge(into: dict, extra: dict) -> None:
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+
+    text = page.read_text() if text is None else text
+    bad = []
+    for block in YAML_BLOCK.finditer(text):
+        where = f"{page.relative_to(ROOT)}:{text[:block.start()].count(chr(10)) + 2}"
+        try:
+            example = yaml.safe_load(block.group(1))
+        except yaml.YAMLError as exc:
+            bad.append(f"{where}: not YAML: {str(exc).splitlines()[0]}")
+            continue
+        config = copy.deepcopy(demo)
+        merge(config, example if set(example) & set(CONFIG_BLOCKS) else {"models": example})
+        try:
+            validate_config(config)
+        except ConfigError as exc:
+            bad += [f"{where}: {line}" for line in str(exc).splitlines()]
+    return bad
+
+
+def test_every_yaml_example_in_the_docs_is_a_config_memaudit_takes():
+    """Apart from the placeholders a user fills in (a hub commit, a model of their own), every YAML example
+    of the docs validates beside the demo config: a renamed or removed key in an example is caught."""
+    pages = [p for p in PAGES if p.name != "timings.md"]
+    assert sum(len(YAML_BLOCK.findall(p.read_text())) for p in pages) > 8
+    placeholder = "must be a commit sha (40 lowercase hex digits), not '{}'; a branch or tag can move, so reruns " \
+                  "could load other weights: pin the commit (the model's history on the hub) or set " \
+                  "allow_moving_revision: true"
+    assert [p for page in pages for p in yaml_example_problems(page)] == [
+        "README.md:167: config key models.pythia-1b.source.revision: " + placeholder.format("<commit hash>"),
+        "docs/models.md:50: config key models.pythia-1b.source.revision: " + placeholder.format("<commit hash>"),
+        # a control is wanted where CopyBench or the cloze probes run on the pair: the page says so
+        "docs/models.md:255: config key models.suspect.control: only copybench and cloze pair a model with its "
+        "control, and none of them probes 'suspect'; probe it there or remove control",
+        "docs/probes/copybench.md:102: config key probes.copybench.event_judge.model: unknown model 'gpt-judge' "
+        "(configured: smollm2-135m, smollm2-135m-contaminated, tiny-gpt2-medium, tiny-gpt2-medium-books, "
+        "tiny-gpt2-medium-contaminated, tiny-gpt2-medium-news, tiny-gpt2-medium-qa, tiny-gpt2-small, "
+        "tiny-gpt2-small-contaminated) (the copybench event_judge)",
+        "docs/probes/ktd.md:195: config key models.t5-paraphraser.source.revision: "
+        + placeholder.format("REPLACE_WITH_COMMIT")]
+
+
+def test_the_yaml_example_check_catches_what_it_is_for():
+    page = ROOT / "docs" / "models.md"
+    text = "intro\n\n```yaml\nprobes:\n  ktd: {mm: 3}\n```\n\n```yaml\nmodels: [a\n```\n"
+    assert yaml_example_problems(page, text) == [
+        "docs/models.md:4: config key probes.ktd.mm: unknown key; did you mean 'm'? (known here: benchmarks, "
+        "length_match, m, member_ratios, models, ms, n_draws, params, qs, reference_models, validation_texts)",
+        "docs/models.md:9: not YAML: while parsing a flow sequence"]

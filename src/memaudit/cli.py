@@ -7,12 +7,12 @@
                                                         a run's headline numbers and ground-truth checks
     memaudit serve (--path DIR | --builtin NAME | --hub-id ID --revision REV | --scripted FILE) [--port 8000]
                                                         a local model behind the OpenAI API
-    memaudit estimate-cost --config CONFIG --plan PLAN.jsonl
+    memaudit estimate-cost [--config config/config.yaml] --plan PLAN.jsonl
                                                         what planned API requests will cost
     memaudit api-ledger [--cache results/api/cache.sqlite] [--out ledger.csv]
                                                         tokens and dollars spent, per model and rule
-    memaudit code-versions [--record]                   each probe family's code version and whether
-                                                        its code changed since it was recorded
+    memaudit code-versions [--record]                   each probe family's, stage's and step's code version
+                                                        and whether its code changed since it was recorded
     memaudit check-config CONFIG                        every problem of a config file, one line each
                                                         (a YAML error with its line and column)
     memaudit dvc-stage CONFIG [--cores 8]               point dvc.yaml's stage at a config, every local
