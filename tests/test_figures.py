@@ -224,3 +224,21 @@ def test_plot_selection_marks_a_power_with_no_member_to_find(tmp_path, monkeypat
     assert _missing_marks(ax_fdr) == ([], [])
     labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
     assert labels == ["base (loss)", "empty (loss)", "n/a (hollow, at the bottom): no member among the test documents"]
+
+
+def test_plot_roc_low_fpr_panel_draws_every_threshold_of_tied_scores(tmp_path, monkeypatch):
+    """Scores tied between members and non-members at 3, 2 and 1 lie on one straight ROC segment, and
+    ``roc_curve``'s default drops its inner point: the log panel's steps then drew TPR 1/3 up to FPR 0.75,
+    where threshold 2 reaches TPR 2/3 at FPR 0.5 (:func:`tpr_at_fpr`'s value)."""
+    from memaudit.stats.metrics import tpr_at_fpr
+
+    figures = _drawn(monkeypatch)
+    scores = [3.0, 2.0, 1.0, 3.0, 2.0, 1.0, 0.0]
+    labels = [1, 1, 1, 0, 0, 0, 0]
+    docs = pd.DataFrame({"doc_id": [f"d{i}" for i in range(7)], "label": labels, "method": "counts",
+                         "score": scores})
+    plot_roc(docs, tmp_path / "roc", "ties")
+    ax_log = figures[0].axes[1]
+    curve = next(line for line in ax_log.get_lines() if line.get_drawstyle() == "steps-post")
+    np.testing.assert_allclose(curve.get_xydata(), [[0.25, 1 / 3], [0.5, 2 / 3], [0.75, 1.0], [1.0, 1.0]])
+    assert [tpr_at_fpr(scores, labels, f) for f in (0.25, 0.5)] == pytest.approx([1 / 3, 2 / 3])
