@@ -242,3 +242,23 @@ def test_plot_roc_low_fpr_panel_draws_every_threshold_of_tied_scores(tmp_path, m
     curve = next(line for line in ax_log.get_lines() if line.get_drawstyle() == "steps-post")
     np.testing.assert_allclose(curve.get_xydata(), [[0.25, 1 / 3], [0.5, 2 / 3], [0.75, 1.0], [1.0, 1.0]])
     assert [tpr_at_fpr(scores, labels, f) for f in (0.25, 0.5)] == pytest.approx([1 / 3, 2 / 3])
+
+
+def test_selection_captions_name_the_calibration_setting_not_half(tmp_path, monkeypatch):
+    """``stats.selection.calibration_fraction`` may be any share in (0, 1): the figure's title and
+    metrics.md's header said "half the non-members" whatever it was."""
+    from memaudit.figures.plots import plot_selection
+    from memaudit.stats.summary import summary_markdown
+
+    figures = _drawn(monkeypatch)
+    rows = [{"benchmark": "news", "model": "base", "contaminated": False, "method": "loss", "q": q, "fdr": 0.0,
+             "power": 0.1} for q in (0.1, 0.5)]
+    plot_selection(pd.DataFrame(rows), tmp_path / "selection", ["loss"])
+    assert figures[0]._suptitle.get_text() == (
+        "Conformal p-values + Benjamini-Hochberg: documents named as members (a random "
+        "stats.selection.calibration_fraction of the non-members as calibration; mean over splits)")
+    header = summary_markdown(pd.DataFrame(columns=["benchmark"])).splitlines()[0]
+    assert "half" not in header
+    assert header.endswith("at level `bh_q` (a random `stats.selection.calibration_fraction` of the non-members "
+                           "as calibration, 0.5 by default; mean over random splits; results/summary/selection.csv "
+                           "has every q).")

@@ -352,7 +352,8 @@ def plot_note(out_prefix: str | os.PathLike, text: str) -> list[Path]:
 
 def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, methods: Sequence[str],
                    title: str = "Conformal p-values + Benjamini-Hochberg: documents named as members "
-                                "(half the non-members as calibration; mean over splits)") -> list[Path]:
+                                "(a random stats.selection.calibration_fraction of the non-members as calibration; "
+                                "mean over splits)") -> list[Path]:
     """Empirical FDR and power of conformal BH against the target q (KTD's Figure 1), one row of
     panels per benchmark and one line per model, for the first of ``methods`` each model has.
 
