@@ -224,3 +224,41 @@ def test_plot_selection_marks_a_power_with_no_member_to_find(tmp_path, monkeypat
     assert _missing_marks(ax_fdr) == ([], [])
     labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
     assert labels == ["base (loss)", "empty (loss)", "n/a (hollow, at the bottom): no member among the test documents"]
+
+
+def test_plot_roc_low_fpr_panel_draws_every_threshold_of_tied_scores(tmp_path, monkeypatch):
+    """Scores tied between members and non-members at 3, 2 and 1 lie on one straight ROC segment, and
+    ``roc_curve``'s default drops its inner point: the log panel's steps then drew TPR 1/3 up to FPR 0.75,
+    where threshold 2 reaches TPR 2/3 at FPR 0.5 (:func:`tpr_at_fpr`'s value)."""
+    from memaudit.stats.metrics import tpr_at_fpr
+
+    figures = _drawn(monkeypatch)
+    scores = [3.0, 2.0, 1.0, 3.0, 2.0, 1.0, 0.0]
+    labels = [1, 1, 1, 0, 0, 0, 0]
+    docs = pd.DataFrame({"doc_id": [f"d{i}" for i in range(7)], "label": labels, "method": "counts",
+                         "score": scores})
+    plot_roc(docs, tmp_path / "roc", "ties")
+    ax_log = figures[0].axes[1]
+    curve = next(line for line in ax_log.get_lines() if line.get_drawstyle() == "steps-post")
+    np.testing.assert_allclose(curve.get_xydata(), [[0.25, 1 / 3], [0.5, 2 / 3], [0.75, 1.0], [1.0, 1.0]])
+    assert [tpr_at_fpr(scores, labels, f) for f in (0.25, 0.5)] == pytest.approx([1 / 3, 2 / 3])
+
+
+def test_selection_captions_name_the_calibration_setting_not_half(tmp_path, monkeypatch):
+    """``stats.selection.calibration_fraction`` may be any share in (0, 1): the figure's title and
+    metrics.md's header said "half the non-members" whatever it was."""
+    from memaudit.figures.plots import plot_selection
+    from memaudit.stats.summary import summary_markdown
+
+    figures = _drawn(monkeypatch)
+    rows = [{"benchmark": "news", "model": "base", "contaminated": False, "method": "loss", "q": q, "fdr": 0.0,
+             "power": 0.1} for q in (0.1, 0.5)]
+    plot_selection(pd.DataFrame(rows), tmp_path / "selection", ["loss"])
+    assert figures[0]._suptitle.get_text() == (
+        "Conformal p-values + Benjamini-Hochberg: documents named as members (a random "
+        "stats.selection.calibration_fraction of the non-members as calibration; mean over splits)")
+    header = summary_markdown(pd.DataFrame(columns=["benchmark"])).splitlines()[0]
+    assert "half" not in header
+    assert header.endswith("at level `bh_q` (a random `stats.selection.calibration_fraction` of the non-members "
+                           "as calibration, 0.5 by default; mean over random splits; results/summary/selection.csv "
+                           "has every q).")

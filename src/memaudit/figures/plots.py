@@ -158,7 +158,9 @@ def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str
             if math.isnan(auc):
                 ax_lin.plot([], [], color=color, ls=ls, lw=1.4, label=f"{method} (one class only: no curve)")
                 continue
-            fpr, tpr, _ = roc_curve(labels, scores)
+            # every threshold: the log panel's steps read TPR off the last point, and the default drops the inner
+            # points of a straight segment (tied scores), drawing less TPR there than a threshold reaches
+            fpr, tpr, _ = roc_curve(labels, scores, drop_intermediate=False)
             ax_lin.plot(fpr, tpr, color=color, ls=ls, lw=1.4, label=f"{method} (AUC {auc:.3f})")
             positive = fpr > 0
             ax_log.plot(fpr[positive], tpr[positive], color=color, ls=ls, lw=1.4, drawstyle="steps-post")
@@ -350,7 +352,8 @@ def plot_note(out_prefix: str | os.PathLike, text: str) -> list[Path]:
 
 def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, methods: Sequence[str],
                    title: str = "Conformal p-values + Benjamini-Hochberg: documents named as members "
-                                "(half the non-members as calibration; mean over splits)") -> list[Path]:
+                                "(a random stats.selection.calibration_fraction of the non-members as calibration; "
+                                "mean over splits)") -> list[Path]:
     """Empirical FDR and power of conformal BH against the target q (KTD's Figure 1), one row of
     panels per benchmark and one line per model, for the first of ``methods`` each model has.
 

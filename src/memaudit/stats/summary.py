@@ -41,8 +41,9 @@ _MARKDOWN_HEADER = (
     "FPR = 0 when there are fewer than 1/FPR non-members); `t_pvalue`: two-sided "
     "Welch t-test of equal mean score (of the books' means where `ci_books` is set); "
     "`bh_fdr`, `bh_power`: empirical FDR and power of the "
-    "documents named by conformal p-values with Benjamini-Hochberg at level `bh_q` (half the "
-    "non-members as calibration, mean over random splits; results/summary/selection.csv has every q)."
+    "documents named by conformal p-values with Benjamini-Hochberg at level `bh_q` (a random "
+    "`stats.selection.calibration_fraction` of the non-members as calibration, 0.5 by default; mean over "
+    "random splits; results/summary/selection.csv has every q)."
 )
 
 
