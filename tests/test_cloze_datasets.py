@@ -524,6 +524,35 @@ def test_a_typeset_pdfs_ligatures_are_read_as_their_letters(tmp_path):
     assert read_pdf(folder / "budget.pdf") == plain  # a user_books paper
 
 
+def test_a_pdfs_words_hyphenated_at_line_ends_are_joined_and_its_compounds_kept(tmp_path):
+    """A word the typesetter broke at a line's end ("transfor-" / "mation") is one word again, where the article
+    had "transfor- mation" (and a user_books paper "COVID19", "AngloSaxon"); a soft hyphen and a no-break
+    space in the .txt copy are no text and a space: the two give the same record."""
+    from reportlab.pdfgen import canvas
+
+    from memaudit.datasets.readers import read_pdf
+
+    plain = ("The council backed a transformation of the old rail yard for COVID-19 care and an Anglo-Saxon "
+             "garden, a so-called plan that the mayor said would open in the spring.")
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    pdf = canvas.Canvas(str(folder / "plan.pdf"), invariant=1)
+    lines = ["The council backed a transfor-", "mation of the old rail yard for COVID-", "19 care and an Anglo-",
+             "Saxon garden, a so-called plan that the", "mayor said would open in the spring."]
+    for y, line in zip(range(750, 0, -14), lines):
+        pdf.drawString(72, y, line)
+    pdf.showPage()
+    pdf.save()
+    copy = plain.replace("transformation", "trans\u00adfor\u00ad\nmation").replace("19 care", "19\u00a0care")
+    _write(folder / "plan-copy.txt", "Date: 2023-03-01\n" + copy + "\n")
+    _write(folder / "dates.csv", "file,date\nplan.pdf,2022-05-01\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    pdf_record, txt_record = passages
+    assert pdf_record.text == txt_record.text == plain
+    assert [(r.value, r.action) for r in rejected] == [("plan-copy.txt", "kept")]  # the reprint is found
+    assert read_pdf(folder / "plan.pdf") == plain  # a user_books paper
+
+
 def test_random_truncated_or_corrupted_article_files_are_rejected_rows_or_records(tmp_path):
     @settings(max_examples=40, deadline=None)
     @given(data=st.one_of(st.binary(max_size=400), st.integers(0, 2000).map(lambda n: _pdf_bytes()[:n]),

@@ -10,6 +10,7 @@ from memaudit.datasets.readers import epub_metadata, read_epub, read_text_file
 from memaudit.datasets.text import (
     clean_text,
     gutenberg_metadata,
+    join_hyphenated_lines,
     make_passages,
     split_chapters,
     split_sentences,
@@ -29,6 +30,22 @@ def test_clean_text_normalises_to_nfc_and_is_idempotent():
     raw = "Cafe\u0301 _au lait_"
     assert clean_text(raw) == "Caf\u00e9 au lait"
     assert clean_text(clean_text(raw)) == clean_text(raw)
+
+
+def test_clean_text_drops_soft_hyphens_and_makes_no_break_spaces_plain():
+    """A soft hyphen (U+00AD) marks where a word may break and is no text ("trans\u00adformation" was
+    another string, and other tokens, than "transformation"); one ending a line joins the word's halves.
+    No-break spaces (U+00A0, U+202F: an epub's "Mr.&nbsp;Darcy") are spaces."""
+    raw = "Mr.\u00a0Darcy\u00a0 saw 10\u202f000 trans\u00adfor\u00admation non\u00ad\nstop\u00a0\nend\u00ad"
+    assert clean_text(raw) == "Mr. Darcy saw 10 000 transformation nonstop\nend"
+    assert clean_text(clean_text(raw)) == clean_text(raw)
+
+
+def test_join_hyphenated_lines_joins_a_word_broken_at_a_pdf_line_end_and_keeps_compounds():
+    raw = ("a transfor-\nmation, an \u00e9l\u00e9-  \n  ment, COVID-\n19, Anglo-\nSaxon, so-called, a dash -\n"
+           "here, a list-\n\nnext, under-\nstood, non\u00ad\nStop")
+    assert join_hyphenated_lines(raw) == ("a transformation, an \u00e9l\u00e9ment, COVID-19, Anglo-Saxon, "
+                                          "so-called, a dash -\nhere, a list-\n\nnext, understood, nonStop")
 
 
 # --------------------------------------------------------------------------- Gutenberg

@@ -165,6 +165,33 @@ def test_a_token_with_logit_minus_inf_adds_nothing_to_min_k_plus_plus_moments():
     np.testing.assert_allclose(got[2], ((logp.exp() * logp ** 2).sum(-1) - mu ** 2).sqrt().numpy(), atol=1e-5)
 
 
+def test_min_k_plus_plus_sigma_matches_a_float64_reference_where_the_moments_nearly_cancel():
+    """sigma^2 = E z^2 - mu^2 in float32 cancels where |mu| >> sigma: a near-uniform distribution over a
+    262k vocabulary (mu = -12.48) gave sigma 0.0055 for 0.0010, one split between two tokens 0 for 3.0e-5.
+    sigma is sqrt(E (z - mu)^2), within 1e-5 of the float64 value (relative), as it was already for ordinary rows."""
+    import torch
+
+    from memaudit.models.token_stats import next_token_stats
+
+    torch.manual_seed(0)
+    vocab = 262_144
+    two = torch.full((vocab,), -40.0)
+    two[:2] = 0.0
+    thousand = torch.full((vocab,), -25.0)
+    thousand[:1000] = 1e-3 * torch.randn(1000)
+    certain = torch.full((vocab,), -60.0)
+    certain[0] = 0.0
+    logits = torch.stack([1e-3 * torch.randn(vocab), 1e-2 * torch.randn(vocab), two, thousand, certain,
+                          3 * torch.randn(vocab)])
+    lp, mu, sigma = next_token_stats(logits, torch.zeros(6, dtype=torch.long))
+    logp = torch.log_softmax(logits.double(), -1)
+    want_mu = (logp.exp() * logp).sum(-1)
+    want_sigma = (logp.exp() * (logp - want_mu[:, None]) ** 2).sum(-1).sqrt().numpy()
+    np.testing.assert_allclose(want_sigma[:3], [1.0005e-3, 1.0009e-2, 2.9849e-5], rtol=1e-4)
+    np.testing.assert_allclose(sigma, want_sigma, rtol=1e-5)
+    np.testing.assert_allclose(mu, want_mu.numpy(), rtol=1e-6)
+
+
 def test_statistics_record_how_much_of_a_cut_text_was_scored(tiny_model, tmp_path):
     from memaudit.models.token_stats import concat_stats, load_many, save_many
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from memaudit import MEMBER, NONMEMBER
 from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
-from memaudit.datasets.text import clean_text, file_slug
+from memaudit.datasets.text import clean_text, file_slug, join_hyphenated_lines
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import ConfigError, InputError
 
@@ -141,8 +141,9 @@ _LIGATURES = re.compile("[\ufb00-\ufb06]")
 
 
 def read_pdf_text(path: str | Path) -> str:
-    """The text layer of every page, in order, ligatures (``ﬁ``) as their letters (``fi``); RowReject for a
-    broken, encrypted or text-less PDF."""
+    """The text layer of every page, in order, ligatures (``ﬁ``) as their letters (``fi``) and words hyphenated
+    at a line's end joined (:func:`~memaudit.datasets.text.join_hyphenated_lines`); RowReject for a broken,
+    encrypted or text-less PDF."""
     from pypdf import PdfReader
 
     try:
@@ -155,6 +156,7 @@ def read_pdf_text(path: str | Path) -> str:
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...) on broken files
         raise RowReject("(file)", Path(path).name, f"not a readable PDF ({type(exc).__name__}: {exc})") from None
     text = _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), "\n".join(pages))
+    text = join_hyphenated_lines(text)  # "transfor- mation" was two words to every probe
     if not text.strip():
         raise RowReject("(file)", Path(path).name,
                         f"no text layer in its {len(pages)} page(s) (a scanned PDF? run OCR first)")

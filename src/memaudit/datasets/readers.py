@@ -214,7 +214,7 @@ def read_epub(path: str | Path) -> str:
 
 def read_pdf(path: str | Path) -> str:
     """A PDF's text layer as prose: pypdf's pages in order (the one PDF reader,
-    :func:`memaudit.datasets.articles.read_pdf_text`), words hyphenated across lines re-joined and the
+    :func:`memaudit.datasets.articles.read_pdf_text`, which re-joins words hyphenated across lines), the
     lines of a paragraph joined, then :func:`clean_text`. A broken, encrypted or scanned (text-less)
     PDF raises :class:`InputError` naming the file and why."""
     from memaudit.datasets.articles import read_pdf_text
@@ -224,7 +224,6 @@ def read_pdf(path: str | Path) -> str:
         text = read_pdf_text(path)
     except RowReject as exc:
         raise InputError(f"{path}: {exc.reason}") from None
-    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
     text = re.sub(r"(?<!\n)\n(?!\n)", " ", text)
     text = clean_text(text)
     if not text:

@@ -18,6 +18,7 @@ __all__ = [
     "clean_text",
     "gutenberg_metadata",
     "heading_lines",
+    "join_hyphenated_lines",
     "make_passages",
     "paragraphs",
     "split_chapters",
@@ -38,6 +39,15 @@ def word_count(text: str) -> int:
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")
 # Gutenberg's plain-text italics: _word_ or _several words_ (not snake_case).
 _ITALIC_RE = re.compile(r"(?<![\w_])_(?=\S)([^_\n]*?\S)_(?![\w_])")
+# A soft hyphen (U+00AD) only marks where a word may break (an epub's &shy;): no text. One that ends a line
+# is where the word broke, so that line break goes too.
+_SOFT_HYPHEN_RE = re.compile(r"\u00ad(?:[ \t]*\n[ \t]*(?=\w))?")
+# No-break spaces (U+00A0, narrow U+202F: an epub's "Mr.&nbsp;Darcy", "10\u202f000"), which tokenizers read
+# as other tokens than a space.
+_NO_BREAK_SPACE_RE = re.compile("[\u00a0\u202f]")
+# A hyphen (or soft hyphen) ending a line inside a word, in a PDF's text layer (whose line breaks are the
+# typesetter's).
+_LINE_END_HYPHEN_RE = re.compile(r"(?<=\w)([-\u00ad])[ \t]*\n[ \t]*(?=\w)")
 
 
 def file_slug(stem: str, fallback: str) -> str:
@@ -53,13 +63,17 @@ def clean_text(text: str) -> str:
     """Normalise text for models and for comparison across sources.
 
     Steps, in order: CRLF/CR -> LF; drop control characters other than ``\\n``
-    and ``\\t`` (NUL bytes included) and the BOM; Unicode NFC; unwrap
+    and ``\\t`` (NUL bytes included) and the BOM; drop soft hyphens (U+00AD),
+    with the line break after one (``"non\\u00ad\\nstop"`` -> ``"nonstop"``);
+    no-break spaces (U+00A0, U+202F) -> spaces; Unicode NFC; unwrap
     Gutenberg ``_italic_`` markup; collapse runs of spaces; strip trailing
     spaces on each line; at most one blank line in a row; strip the ends.
     Idempotent: ``clean_text(clean_text(t)) == clean_text(t)``.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL_RE.sub("", text)
+    text = _SOFT_HYPHEN_RE.sub("", text)
+    text = _NO_BREAK_SPACE_RE.sub(" ", text)
     text = unicodedata.normalize("NFC", text)
     text = _ITALIC_RE.sub(r"\1", text)
     text = re.sub(r" {2,}", " ", text)
@@ -67,6 +81,25 @@ def clean_text(text: str) -> str:
     text = re.sub(r"\n[ \t]+\n", "\n\n", text)
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.strip()
+
+
+def join_hyphenated_lines(text: str) -> str:
+    """Undo a typesetter's hyphenation in text from a PDF's text layer, whose line breaks are the page's.
+
+    A lowercase letter, a hyphen, a line break and a lowercase letter is one word broken at the line's
+    end: ``"transfor-\\nmation"`` -> ``"transformation"``. Any other hyphen ending a line is the text's
+    own and stays, without the break: ``"COVID-\\n19"`` -> ``"COVID-19"``, ``"Anglo-\\nSaxon"`` ->
+    ``"Anglo-Saxon"``. A lowercase compound broken at its own hyphen (``"well-\\nknown"``) cannot be told
+    from a hyphenated word without a dictionary and is joined too. A soft hyphen (U+00AD) ending a line
+    always joins (the paragraph's lines are joined by a space before :func:`clean_text` would see it).
+    Hyphens inside a line, and before a blank line, are untouched. For PDF text only: a ``.txt``'s or an
+    epub's line breaks are its author's.
+    """
+    def join(m: re.Match) -> str:
+        lower = m.string[m.start() - 1].islower() and m.string[m.end()].islower()
+        return "" if m.group(1) == "\u00ad" or lower else "-"
+
+    return _LINE_END_HYPHEN_RE.sub(join, text)
 
 
 # --------------------------------------------------------------------------- Gutenberg
