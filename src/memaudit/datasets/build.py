@@ -49,8 +49,10 @@ from memaudit.errors import InputError
 # unmentioned) and is named in the book's first document's meta.short_chapters.
 # demo_qa 2: no blank whose word stands again in its sentence inside another token ("Rospatch's", "-1", "1.0"):
 # the answer was shown beside the blank. user_books 3: a PDF's typeset ligatures (U+FB00-FB06) are read as
-# their letters ("ﬁnance" was one character other than "fi").
-SOURCE_VERSIONS = {"demo_qa": 2, "user_books": 3}
+# their letters ("ﬁnance" was one character other than "fi"). user_books 4: a PDF's word hyphenated at a line's
+# end is joined only where both sides are lowercase ("COVID-\n19" was "COVID19"); soft hyphens are dropped and
+# no-break spaces read as spaces (clean_text).
+SOURCE_VERSIONS = {"demo_qa": 2, "user_books": 4}
 
 
 def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dict | None = None) -> list[Document]:

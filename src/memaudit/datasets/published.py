@@ -92,8 +92,10 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # changes (arXivTection's one multi-line record). qa 2: keys match in any case ("Choices" made a question
 # short-answer).
 # articles 1: a PDF article's typeset ligatures (U+FB00-FB06) are read as their letters, as its .txt copy.
+# articles 2: a PDF's word hyphenated at a line's end is joined ("transfor- mation"), soft hyphens dropped and
+# no-break spaces read as spaces.
 FORMAT_VERSIONS = {"bookmia": 3, "nyt": 2, "wikimia": 1, "member_texts": 1, "booktection": 1, "arxivtection": 1,
-                   "copybench": 1, "qa": 2, "articles": 1}
+                   "copybench": 1, "qa": 2, "articles": 2}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
