@@ -323,6 +323,31 @@ def test_a_cache_path_that_cannot_be_a_database_file_is_a_one_line_error_naming_
     assert str(err.value).endswith("): name a file, not a directory, in a directory this user can write")
 
 
+@pytest.mark.parametrize("what", ["another database", "an empty file", "a usage table of another shape"])
+def test_the_ledger_of_a_file_that_is_no_response_cache_is_one_line_and_leaves_it_as_it_was(tmp_path, capsys,
+                                                                                              what):
+    """``memaudit api-ledger --cache`` naming another SQLite database (or an empty file) turned it into a
+    cache, memaudit's tables added, and printed an empty ledger; a database with a ``usage`` table of its
+    own ended in a KeyError traceback. Now one line naming the file, and the file untouched."""
+    from memaudit.cli import main
+
+    db = tmp_path / "other.sqlite"
+    if what == "an empty file":
+        db.write_bytes(b"")
+    else:
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE usage (id INTEGER, note TEXT)" if what.startswith("a usage")
+                     else "CREATE TABLE notes (note TEXT)")
+        conn.commit()
+        conn.close()
+    before = db.read_bytes()
+    assert main(["api-ledger", "--cache", str(db)]) == 2
+    assert capsys.readouterr() == ("", f"memaudit api-ledger: error: {db}: not an API response cache (it has no "
+                                       f"memaudit usage table); name the cache a run wrote (api.cache, by default "
+                                       f"results/api/cache.sqlite)\n")
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]
+
+
 # ----------------------------------------------------------------------------- option log-probabilities
 
 def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_path):

@@ -134,7 +134,7 @@ def ledger_frame(cache_path, by: Sequence[str] = ("model", "rule")):
 
     from memaudit.backends.cache import ResponseCache
 
-    with ResponseCache(cache_path) as cache:
+    with ResponseCache(cache_path, existing=True) as cache:
         rows = summarise_usage(cache.usage_rows(), by)
     columns = list(by) + LEDGER_COLUMNS
     frame = pd.DataFrame(rows)
