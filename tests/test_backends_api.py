@@ -147,6 +147,40 @@ def test_prompt_tokens_the_provider_cached_are_priced_at_the_cached_rate(server,
     assert ledger.loc["r2", "cost_usd"] == pytest.approx((2048 * 2.0 + 10 * 8.0) / 1e6)  # no cached price
 
 
+def test_anthropic_prompt_cache_writes_are_priced_at_1_25_and_2_times_the_input_price(server, tmp_path):
+    """Anthropic bills a prompt-cache write at 1.25 times the input price for the 5-minute lifetime
+    and 2 times for the 1-hour one (its usage block: ``cache_creation_input_tokens``, split in
+    ``cache_creation``); they were priced at the input price. Through the SDK and the loopback server."""
+    from memaudit.backends.server import ChatReply
+
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(ChatReply(text="Emma.", input_tokens=4096, output_tokens=10, cached_input_tokens=1024,
+                                     cache_write_5m_tokens=2048, cache_write_1h_tokens=512), prompt="long prompt")
+    (g,) = make_anthropic(server, db, pricing=Pricing(2.0, 8.0, cached_input_per_mtok=0.2), rule="r1").generate(
+        ["long prompt"], GREEDY)
+    assert (g.text, g.input_tokens, g.output_tokens) == ("Emma.", 4096, 10)
+    row = ledger_frame(db).set_index("rule").loc["r1"]
+    assert list(row[["input_tokens", "provider_cached_tokens", "provider_cache_write_tokens"]]) == [4096, 1024, 2560]
+    assert row["cost_usd"] == pytest.approx((512 * 2.0 + 1024 * 0.2 + 2048 * 2.5 + 512 * 4.0 + 10 * 8.0) / 1e6)
+
+
+def test_anthropic_cache_writes_without_their_split_are_the_5_minute_ones():
+    """A usage block without ``cache_creation`` (an older API version, a proxy) counts every write
+    at the default lifetime, 5 minutes; with it, the split is read."""
+    b = AnthropicBackend("claude-test-1", api_key_env=KEY_ENV, pricing=Pricing(2.0, 8.0))
+    reply = {"content": [{"type": "text", "text": "Emma."}], "stop_reason": "end_turn",
+             "usage": {"input_tokens": 100, "cache_creation_input_tokens": 300, "output_tokens": 5}}
+    parsed = b._parse(reply)
+    assert (parsed.input_tokens, parsed.provider_cache_write_5m_tokens, parsed.provider_cache_write_1h_tokens) == \
+        (400, 300, 0)
+    reply["usage"]["cache_creation"] = {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}
+    parsed = b._parse(reply)
+    assert (parsed.input_tokens, parsed.provider_cache_write_5m_tokens, parsed.provider_cache_write_1h_tokens) == \
+        (400, 100, 200)
+    assert Pricing(2.0, 8.0).cost(400, 5, 0, 100, 200) == pytest.approx(
+        (100 * 2.0 + 100 * 2.5 + 200 * 4.0 + 5 * 8.0) / 1e6)
+
+
 def test_pricing_reads_the_cached_rate_and_caps_cached_tokens_at_the_input():
     assert Pricing.from_config({"input_per_mtok": 1, "output_per_mtok": 4, "cached_input_per_mtok": 0.1}) == \
         Pricing(1.0, 4.0, 0.1)
@@ -171,8 +205,8 @@ def test_a_cache_written_before_provider_cached_tokens_gains_the_column(tmp_path
     conn.commit()
     conn.close()
     row = ledger_frame(db).iloc[0]
-    assert (row["input_tokens"], row["output_tokens"], row["provider_cached_tokens"], row["cost_usd"]) == \
-        (7, 3, 0, 0.25)
+    assert (row["input_tokens"], row["output_tokens"], row["provider_cached_tokens"],
+            row["provider_cache_write_tokens"], row["cost_usd"]) == (7, 3, 0, 0, 0.25)
 
 
 def test_cache_key_is_the_canonical_request_and_sample_index_counts_only_when_sampling(server, tmp_path):

@@ -69,9 +69,14 @@ class AnthropicBackend(APIBackend):
         stop = data.get("stop_reason")
         # input_tokens leaves out what the prompt cache read or wrote; memaudit sets no cache_control, so
         # both are 0, but a proxy that caches counts them here: read ones at the cached price, written
-        # ones (Anthropic bills them at 1.25 times) at the input price
+        # ones at theirs (cache_creation splits them by lifetime; without it, all have the default, 5 minutes)
         read = int(usage.get("cache_read_input_tokens") or 0)
-        written = int(usage.get("cache_creation_input_tokens") or 0)
+        split = usage.get("cache_creation") or {}
+        write_1h = int(split.get("ephemeral_1h_input_tokens") or 0)
+        written = int(usage.get("cache_creation_input_tokens")
+                      or int(split.get("ephemeral_5m_input_tokens") or 0) + write_1h)
         return Parsed(text=text, input_tokens=int(usage.get("input_tokens") or 0) + read + written,
                       output_tokens=int(usage.get("output_tokens") or 0), finish_reason=stop,
-                      provider_refusal=stop == "refusal", provider_cached_tokens=read)
+                      provider_refusal=stop == "refusal", provider_cached_tokens=read,
+                      provider_cache_write_5m_tokens=max(written - write_1h, 0),
+                      provider_cache_write_1h_tokens=min(write_1h, written))

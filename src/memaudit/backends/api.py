@@ -120,6 +120,10 @@ class Parsed:
     top_logprobs: list[list[tuple[str, float]]] | None = None
     # of input_tokens, those the provider served from its prompt cache (billed at a discount)
     provider_cached_tokens: int = 0
+    # of input_tokens, those written to the provider's prompt cache for 5 minutes and for 1 hour
+    # (Anthropic reports them and bills them above the input price)
+    provider_cache_write_5m_tokens: int = 0
+    provider_cache_write_1h_tokens: int = 0
 
 
 @dataclass
@@ -453,7 +457,9 @@ class APIBackend(Backend):
             return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
                                error=error)
         usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False,
-                            provider_cached=parsed.provider_cached_tokens)
+                            provider_cached=parsed.provider_cached_tokens,
+                            cache_write_5m=parsed.provider_cache_write_5m_tokens,
+                            cache_write_1h=parsed.provider_cache_write_1h_tokens)
         if self.cache is not None:
             self.cache.put(key=call.key, backend=self.backend_name, model_id=self.model_id, request=call.identity,
                            response=data, input_tokens=parsed.input_tokens, output_tokens=parsed.output_tokens,
@@ -514,14 +520,17 @@ class APIBackend(Backend):
         return n_in, n_out
 
     def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool,
-               provider_cached: int = 0) -> UsageRow:
+               provider_cached: int = 0, cache_write_5m: int = 0, cache_write_1h: int = 0) -> UsageRow:
         if from_cache:
             cost: float | None = 0.0
-            provider_cached = 0
+            provider_cached = cache_write_5m = cache_write_1h = 0
+        elif self.pricing is not None:
+            cost = self.pricing.cost(n_in, n_out, provider_cached, cache_write_5m, cache_write_1h)
         else:
-            cost = self.pricing.cost(n_in, n_out, provider_cached) if self.pricing is not None else None
+            cost = None
         return UsageRow(self.run_id, self.rule, self.name, self.backend_name, self.model_id, key, from_cache,
-                        status, int(n_in), int(n_out), cost, int(provider_cached))
+                        status, int(n_in), int(n_out), cost, int(provider_cached),
+                        int(cache_write_5m) + int(cache_write_1h))
 
     def _raise_failures(self, outcomes: Sequence[CallOutcome]) -> None:
         if self.on_error != "raise":

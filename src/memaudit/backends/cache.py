@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS usage (
     input_tokens INTEGER NOT NULL,
     output_tokens INTEGER NOT NULL,
     cost_usd REAL,
-    provider_cached_tokens INTEGER NOT NULL DEFAULT 0
+    provider_cached_tokens INTEGER NOT NULL DEFAULT 0,
+    provider_cache_write_tokens INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -127,18 +128,21 @@ class UsageRow:
     cost_usd: float | None
     # of input_tokens, those the provider served from its own prompt cache (priced at its discount)
     provider_cached_tokens: int = 0
+    # of input_tokens, those written to the provider's prompt cache (priced above the input price)
+    provider_cache_write_tokens: int = 0
 
     def as_tuple(self, at: str) -> tuple:
         return (at, self.run_id, self.rule, self.model, self.backend, self.model_id, self.key,
                 int(self.from_cache), self.status, self.input_tokens, self.output_tokens, self.cost_usd,
-                self.provider_cached_tokens)
+                self.provider_cached_tokens, self.provider_cache_write_tokens)
 
 
 # the usage columns of every cache memaudit wrote (later ones are added on opening: see ResponseCache)
 _USAGE_COLUMNS = frozenset({"id", "at", "run_id", "rule", "model", "backend", "model_id", "key", "from_cache",
                             "status", "input_tokens", "output_tokens", "cost_usd"})
 _USAGE_INSERT = ("INSERT INTO usage (at, run_id, rule, model, backend, model_id, key, from_cache, status, "
-                 "input_tokens, output_tokens, cost_usd, provider_cached_tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                 "input_tokens, output_tokens, cost_usd, provider_cached_tokens, provider_cache_write_tokens) "
+                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 # File systems whose files processes on several hosts open at once (the kernel's names, as
@@ -236,10 +240,11 @@ class ResponseCache:
             self._conn.execute("BEGIN IMMEDIATE")
             for stmt in filter(str.strip, _DDL.split(";")):
                 self._conn.execute(stmt)
-            # a cache written before the provider's prompt-cache count was recorded: its rows count none
+            # a cache written before the provider's prompt-cache counts were recorded: its rows count none
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(usage)")}
-            if "provider_cached_tokens" not in columns:
-                self._conn.execute("ALTER TABLE usage ADD COLUMN provider_cached_tokens INTEGER NOT NULL DEFAULT 0")
+            for column in ("provider_cached_tokens", "provider_cache_write_tokens"):
+                if column not in columns:
+                    self._conn.execute(f"ALTER TABLE usage ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
