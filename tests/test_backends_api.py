@@ -231,6 +231,53 @@ def test_cache_key_is_the_canonical_request_and_sample_index_counts_only_when_sa
     assert other_revision.plan(["p"], GenerationParams())[0].key != key()
 
 
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_the_sdks_custom_headers_are_part_of_the_cache_key_hashed(server, tmp_path, monkeypatch, backend):
+    """The SDKs send the headers of ``ANTHROPIC_CUSTOM_HEADERS`` (``OPENAI_CUSTOM_HEADERS``) with every
+    request, and one can change the answer (an ``anthropic-beta`` feature, an API version, a gateway's
+    routing): a request under other headers was served the cached answer of the first. Now their names
+    and values are in the key as one SHA-256 (they may hold a gateway's token: never stored in clear);
+    credential headers, which say who pays and not what is answered, are left out, as OpenAI's
+    organization and project are; without the variable the key is what it was."""
+    make = make_anthropic if backend == "anthropic" else make_openai
+    env = "ANTHROPIC_CUSTOM_HEADERS" if backend == "anthropic" else "OPENAI_CUSTOM_HEADERS"
+    db = tmp_path / "c.sqlite"
+    token = "gw-secret-Q7r9T2v4W6y8"
+    monkeypatch.setenv(env, f"anthropic-beta: context-1m-2025-08-07\nX-Gateway-Token: {token}")
+    make(server, db).generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 1 and server.records[0].headers["anthropic-beta"] == "context-1m-2025-08-07"
+    assert server.records[0].headers["x-gateway-token"] == token  # what the key hashes is what was sent
+    again = make(server, db).generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 1 and again[0].from_cache
+    monkeypatch.setenv(env, f"X-Gateway-Token: {token}\nanthropic-beta: output-128k-2025-02-19")
+    other = make(server, db).generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 2 and not other[0].from_cache
+    assert token.encode() not in db.read_bytes() and b"output-128k" not in db.read_bytes()
+
+    def key(headers: str | None) -> str:
+        if headers is None:
+            monkeypatch.delenv(env, raising=False)
+        else:
+            monkeypatch.setenv(env, headers)
+        return make(server, None).plan(["p"], GREEDY)[0].key
+
+    beta = "anthropic-beta: output-128k-2025-02-19"
+    assert key(f"{beta}\nx-api-key: sk-ant-one-0123456789") == key(f"Anthropic-Beta:output-128k-2025-02-19\n"
+                                                                   f"Authorization: Bearer two-0123456789")
+    assert key(beta) != key("anthropic-beta: context-1m-2025-08-07") and key(beta) != key(None)
+    if backend == "anthropic":
+        body = {"model": "claude-test-1", "max_tokens": 8, "messages": [{"role": "user", "content": "p"}],
+                "temperature": 0.0}
+        seed = {}
+    else:
+        body = {"model": "gpt-test-2025-01-01", "messages": [{"role": "user", "content": "p"}], "max_tokens": 8,
+                "temperature": 0.0, "seed": 0}
+        seed = {"seed": 0}
+    unchanged = {"v": 1, "backend": backend, "model_id": body["model"], "revision": None, "body": body,
+                 **seed, "sample_index": 0}
+    assert key(None) == key("no header on this line") == hashlib.sha256(canonical_json(unchanged).encode()).hexdigest()
+
+
 def test_concurrent_requests_stay_within_the_limit(tmp_path):
     with loopback(latency=0.2) as srv:
         b = make_openai(srv, tmp_path / "c.sqlite", concurrency=4)

@@ -4,7 +4,9 @@ The official ``anthropic`` SDK sends the requests (``with_raw_response``, so the
 cache stores the exact JSON), with its own retries off. Refusals are read from
 the answer text and from ``stop_reason: "refusal"``. The Messages API has no
 seed: repeated samples of one prompt are told apart in the cache by their
-sample index only, and are not reproducible on the provider's side.
+sample index only, and are not reproducible on the provider's side. The headers
+of ``ANTHROPIC_CUSTOM_HEADERS`` are in the cache key, hashed
+(:func:`memaudit.backends.api.custom_headers_digest`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class AnthropicBackend(APIBackend):
     capabilities = frozenset({GENERATE})
     default_key_env = "ANTHROPIC_API_KEY"
     default_base_url = "https://api.anthropic.com"
+    custom_headers_env = "ANTHROPIC_CUSTOM_HEADERS"
 
     def _make_client(self, api_key: str):
         import anthropic

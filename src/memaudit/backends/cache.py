@@ -3,7 +3,8 @@
 Key: the SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request
 -- backend, model id, revision, the exact body sent on the wire (prompt, system
 prompt, decoding parameters), the seed and, for sampled requests, the sample
-index (HELM's "the request's JSON is the cache key"). Identical requests from
+index (HELM's "the request's JSON is the cache key"), and what else a backend says
+decides the answer (the SDKs' custom headers, as a hash). Identical requests from
 any rule, any run, any process share one entry, so a rerun makes no network call.
 
 Every response is committed the moment it arrives, so a run killed midway loses

@@ -434,6 +434,7 @@ class RequestRecord:
     finished: float | None = None
     status: int | None = None  # set as the answer begins to be written (499, the client gone: at the end)
     authorization: str | None = None  # kept in memory only, so tests can check which key was sent
+    headers: dict[str, str] | None = None  # every request header, names lowercased; in memory only, as above
     request: ChatRequest | None = None  # the parsed request (parameters as received)
 
 
@@ -568,7 +569,8 @@ def _make_handler(server: ChatServer):
             api = "openai" if path.endswith("/chat/completions") else "anthropic" if path.endswith("/messages") \
                 else None
             record = RequestRecord(path, api or "unknown", None, time.monotonic(),
-                                   authorization=self.headers.get("Authorization") or self.headers.get("x-api-key"))
+                                   authorization=self.headers.get("Authorization") or self.headers.get("x-api-key"),
+                                   headers={k.lower(): v for k, v in self.headers.items()})
             server._begin(record)
             self._record = record
             status = 500
