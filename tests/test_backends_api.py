@@ -147,6 +147,40 @@ def test_prompt_tokens_the_provider_cached_are_priced_at_the_cached_rate(server,
     assert ledger.loc["r2", "cost_usd"] == pytest.approx((2048 * 2.0 + 10 * 8.0) / 1e6)  # no cached price
 
 
+def test_anthropic_prompt_cache_writes_are_priced_at_1_25_and_2_times_the_input_price(server, tmp_path):
+    """Anthropic bills a prompt-cache write at 1.25 times the input price for the 5-minute lifetime
+    and 2 times for the 1-hour one (its usage block: ``cache_creation_input_tokens``, split in
+    ``cache_creation``); they were priced at the input price. Through the SDK and the loopback server."""
+    from memaudit.backends.server import ChatReply
+
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(ChatReply(text="Emma.", input_tokens=4096, output_tokens=10, cached_input_tokens=1024,
+                                     cache_write_5m_tokens=2048, cache_write_1h_tokens=512), prompt="long prompt")
+    (g,) = make_anthropic(server, db, pricing=Pricing(2.0, 8.0, cached_input_per_mtok=0.2), rule="r1").generate(
+        ["long prompt"], GREEDY)
+    assert (g.text, g.input_tokens, g.output_tokens) == ("Emma.", 4096, 10)
+    row = ledger_frame(db).set_index("rule").loc["r1"]
+    assert list(row[["input_tokens", "provider_cached_tokens", "provider_cache_write_tokens"]]) == [4096, 1024, 2560]
+    assert row["cost_usd"] == pytest.approx((512 * 2.0 + 1024 * 0.2 + 2048 * 2.5 + 512 * 4.0 + 10 * 8.0) / 1e6)
+
+
+def test_anthropic_cache_writes_without_their_split_are_the_5_minute_ones():
+    """A usage block without ``cache_creation`` (an older API version, a proxy) counts every write
+    at the default lifetime, 5 minutes; with it, the split is read."""
+    b = AnthropicBackend("claude-test-1", api_key_env=KEY_ENV, pricing=Pricing(2.0, 8.0))
+    reply = {"content": [{"type": "text", "text": "Emma."}], "stop_reason": "end_turn",
+             "usage": {"input_tokens": 100, "cache_creation_input_tokens": 300, "output_tokens": 5}}
+    parsed = b._parse(reply)
+    assert (parsed.input_tokens, parsed.provider_cache_write_5m_tokens, parsed.provider_cache_write_1h_tokens) == \
+        (400, 300, 0)
+    reply["usage"]["cache_creation"] = {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}
+    parsed = b._parse(reply)
+    assert (parsed.input_tokens, parsed.provider_cache_write_5m_tokens, parsed.provider_cache_write_1h_tokens) == \
+        (400, 100, 200)
+    assert Pricing(2.0, 8.0).cost(400, 5, 0, 100, 200) == pytest.approx(
+        (100 * 2.0 + 100 * 2.5 + 200 * 4.0 + 5 * 8.0) / 1e6)
+
+
 def test_pricing_reads_the_cached_rate_and_caps_cached_tokens_at_the_input():
     assert Pricing.from_config({"input_per_mtok": 1, "output_per_mtok": 4, "cached_input_per_mtok": 0.1}) == \
         Pricing(1.0, 4.0, 0.1)
@@ -171,8 +205,8 @@ def test_a_cache_written_before_provider_cached_tokens_gains_the_column(tmp_path
     conn.commit()
     conn.close()
     row = ledger_frame(db).iloc[0]
-    assert (row["input_tokens"], row["output_tokens"], row["provider_cached_tokens"], row["cost_usd"]) == \
-        (7, 3, 0, 0.25)
+    assert (row["input_tokens"], row["output_tokens"], row["provider_cached_tokens"],
+            row["provider_cache_write_tokens"], row["cost_usd"]) == (7, 3, 0, 0, 0.25)
 
 
 def test_cache_key_is_the_canonical_request_and_sample_index_counts_only_when_sampling(server, tmp_path):
@@ -195,6 +229,53 @@ def test_cache_key_is_the_canonical_request_and_sample_index_counts_only_when_sa
     assert b.plan(["p"], GenerationParams(temperature=0.7, seed=2, sample_index=3))[0].body["seed"] == 2 * 1000003 + 3
     other_revision = make_openai(server, None, revision="abc123")
     assert other_revision.plan(["p"], GenerationParams())[0].key != key()
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_the_sdks_custom_headers_are_part_of_the_cache_key_hashed(server, tmp_path, monkeypatch, backend):
+    """The SDKs send the headers of ``ANTHROPIC_CUSTOM_HEADERS`` (``OPENAI_CUSTOM_HEADERS``) with every
+    request, and one can change the answer (an ``anthropic-beta`` feature, an API version, a gateway's
+    routing): a request under other headers was served the cached answer of the first. Now their names
+    and values are in the key as one SHA-256 (they may hold a gateway's token: never stored in clear);
+    credential headers, which say who pays and not what is answered, are left out, as OpenAI's
+    organization and project are; without the variable the key is what it was."""
+    make = make_anthropic if backend == "anthropic" else make_openai
+    env = "ANTHROPIC_CUSTOM_HEADERS" if backend == "anthropic" else "OPENAI_CUSTOM_HEADERS"
+    db = tmp_path / "c.sqlite"
+    token = "gw-secret-Q7r9T2v4W6y8"
+    monkeypatch.setenv(env, f"anthropic-beta: context-1m-2025-08-07\nX-Gateway-Token: {token}")
+    make(server, db).generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 1 and server.records[0].headers["anthropic-beta"] == "context-1m-2025-08-07"
+    assert server.records[0].headers["x-gateway-token"] == token  # what the key hashes is what was sent
+    again = make(server, db).generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 1 and again[0].from_cache
+    monkeypatch.setenv(env, f"X-Gateway-Token: {token}\nanthropic-beta: output-128k-2025-02-19")
+    other = make(server, db).generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 2 and not other[0].from_cache
+    assert token.encode() not in db.read_bytes() and b"output-128k" not in db.read_bytes()
+
+    def key(headers: str | None) -> str:
+        if headers is None:
+            monkeypatch.delenv(env, raising=False)
+        else:
+            monkeypatch.setenv(env, headers)
+        return make(server, None).plan(["p"], GREEDY)[0].key
+
+    beta = "anthropic-beta: output-128k-2025-02-19"
+    assert key(f"{beta}\nx-api-key: sk-ant-one-0123456789") == key(f"Anthropic-Beta:output-128k-2025-02-19\n"
+                                                                   f"Authorization: Bearer two-0123456789")
+    assert key(beta) != key("anthropic-beta: context-1m-2025-08-07") and key(beta) != key(None)
+    if backend == "anthropic":
+        body = {"model": "claude-test-1", "max_tokens": 8, "messages": [{"role": "user", "content": "p"}],
+                "temperature": 0.0}
+        seed = {}
+    else:
+        body = {"model": "gpt-test-2025-01-01", "messages": [{"role": "user", "content": "p"}], "max_tokens": 8,
+                "temperature": 0.0, "seed": 0}
+        seed = {"seed": 0}
+    unchanged = {"v": 1, "backend": backend, "model_id": body["model"], "revision": None, "body": body,
+                 **seed, "sample_index": 0}
+    assert key(None) == key("no header on this line") == hashlib.sha256(canonical_json(unchanged).encode()).hexdigest()
 
 
 def test_concurrent_requests_stay_within_the_limit(tmp_path):
@@ -321,6 +402,31 @@ def test_a_cache_path_that_cannot_be_a_database_file_is_a_one_line_error_naming_
         ResponseCache(db)
     assert str(err.value).startswith(f"{db}: cannot open the response cache (")
     assert str(err.value).endswith("): name a file, not a directory, in a directory this user can write")
+
+
+@pytest.mark.parametrize("what", ["another database", "an empty file", "a usage table of another shape"])
+def test_the_ledger_of_a_file_that_is_no_response_cache_is_one_line_and_leaves_it_as_it_was(tmp_path, capsys,
+                                                                                              what):
+    """``memaudit api-ledger --cache`` naming another SQLite database (or an empty file) turned it into a
+    cache, memaudit's tables added, and printed an empty ledger; a database with a ``usage`` table of its
+    own ended in a KeyError traceback. Now one line naming the file, and the file untouched."""
+    from memaudit.cli import main
+
+    db = tmp_path / "other.sqlite"
+    if what == "an empty file":
+        db.write_bytes(b"")
+    else:
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE usage (id INTEGER, note TEXT)" if what.startswith("a usage")
+                     else "CREATE TABLE notes (note TEXT)")
+        conn.commit()
+        conn.close()
+    before = db.read_bytes()
+    assert main(["api-ledger", "--cache", str(db)]) == 2
+    assert capsys.readouterr() == ("", f"memaudit api-ledger: error: {db}: not an API response cache (it has no "
+                                       f"memaudit usage table); name the cache a run wrote (api.cache, by default "
+                                       f"results/api/cache.sqlite)\n")
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]
 
 
 # ----------------------------------------------------------------------------- option log-probabilities

@@ -200,3 +200,17 @@ def test_dvc_stage_names_a_broken_dvc_yaml_and_never_leaves_it_half_written(tmp_
         write_stage(dvc_file, "config/ci.yaml", {"benchmarks": {}, "models": {}}, cores=2)
     assert dvc_file.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["broken.yaml",
                                                                                              "dvc.yaml"]
+
+
+@pytest.mark.parametrize("cores", ["0", "-2"])
+def test_dvc_stage_refuses_fewer_than_one_core_and_writes_nothing(tmp_path, capsys, cores):
+    """`--cores 0` was written into the stage as `snakemake --cores 0 all ...`, which `dvc repro` then ran:
+    one line naming the option, and dvc.yaml as it was."""
+    from memaudit.cli import main
+
+    dvc_file = tmp_path / "dvc.yaml"
+    shutil.copy2(ROOT / "dvc.yaml", dvc_file)
+    before = dvc_file.read_bytes()
+    assert main(["dvc-stage", str(ROOT / "config/ci.yaml"), "--dvc-file", str(dvc_file), "--cores", cores]) == 2
+    assert capsys.readouterr() == ("", f"memaudit dvc-stage: error: --cores: must be at least 1, not {cores}\n")
+    assert dvc_file.read_bytes() == before

@@ -134,6 +134,8 @@ def dvc_stage_main(argv: list[str]) -> int:
     p.add_argument("--dvc-file", default="dvc.yaml", type=Path, help="the DVC file to write (default: dvc.yaml)")
     p.add_argument("--cores", type=int, default=8, help="the stage command's snakemake --cores (default: 8)")
     args = p.parse_args(argv)
+    if args.cores < 1:  # written into the stage, it failed only later, when `dvc repro` ran it
+        raise InputError(f"--cores: must be at least 1, not {args.cores}")
     config = load_config(args.config)
     deps = write_stage(args.dvc_file, args.config, config, cores=args.cores)
     missing = [d for d in deps if not Path(d).exists()]

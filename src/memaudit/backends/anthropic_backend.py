@@ -4,7 +4,9 @@ The official ``anthropic`` SDK sends the requests (``with_raw_response``, so the
 cache stores the exact JSON), with its own retries off. Refusals are read from
 the answer text and from ``stop_reason: "refusal"``. The Messages API has no
 seed: repeated samples of one prompt are told apart in the cache by their
-sample index only, and are not reproducible on the provider's side.
+sample index only, and are not reproducible on the provider's side. The headers
+of ``ANTHROPIC_CUSTOM_HEADERS`` are in the cache key, hashed
+(:func:`memaudit.backends.api.custom_headers_digest`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class AnthropicBackend(APIBackend):
     capabilities = frozenset({GENERATE})
     default_key_env = "ANTHROPIC_API_KEY"
     default_base_url = "https://api.anthropic.com"
+    custom_headers_env = "ANTHROPIC_CUSTOM_HEADERS"
 
     def _make_client(self, api_key: str):
         import anthropic
@@ -69,9 +72,14 @@ class AnthropicBackend(APIBackend):
         stop = data.get("stop_reason")
         # input_tokens leaves out what the prompt cache read or wrote; memaudit sets no cache_control, so
         # both are 0, but a proxy that caches counts them here: read ones at the cached price, written
-        # ones (Anthropic bills them at 1.25 times) at the input price
+        # ones at theirs (cache_creation splits them by lifetime; without it, all have the default, 5 minutes)
         read = int(usage.get("cache_read_input_tokens") or 0)
-        written = int(usage.get("cache_creation_input_tokens") or 0)
+        split = usage.get("cache_creation") or {}
+        write_1h = int(split.get("ephemeral_1h_input_tokens") or 0)
+        written = int(usage.get("cache_creation_input_tokens")
+                      or int(split.get("ephemeral_5m_input_tokens") or 0) + write_1h)
         return Parsed(text=text, input_tokens=int(usage.get("input_tokens") or 0) + read + written,
                       output_tokens=int(usage.get("output_tokens") or 0), finish_reason=stop,
-                      provider_refusal=stop == "refusal", provider_cached_tokens=read)
+                      provider_refusal=stop == "refusal", provider_cached_tokens=read,
+                      provider_cache_write_5m_tokens=max(written - write_1h, 0),
+                      provider_cache_write_1h_tokens=min(write_1h, written))

@@ -2,8 +2,8 @@
 
 An API backend (OpenAI, Anthropic, any OpenAI-compatible server) turns each
 prompt into a wire request, a :class:`PlannedCall` whose identity -- backend,
-model id, revision, the exact body, seed and (when sampling) sample index -- is
-hashed into the cache key. A batch is served in three steps:
+model id, revision, the exact body, seed, (when sampling) sample index and a
+backend's ``key_fields`` -- is hashed into the cache key. A batch is served in three steps:
 
 1. every key is looked up in the SQLite cache (:mod:`memaudit.backends.cache`);
 2. the missing ones are sent from a thread pool with at most ``concurrency``
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -41,7 +42,7 @@ from typing import Any, Sequence
 from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Backend, Generation,
                                     GenerationParams, get_backend_class, option_variants, provider_api,
                                     takes_repetition_penalty)
-from memaudit.backends.cache import ResponseCache, UsageRow, request_key, utc_now
+from memaudit.backends.cache import ResponseCache, UsageRow, canonical_json, request_key, utc_now
 from memaudit.backends.refusal import is_refusal
 from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetriesStopped,
                                      RetryPolicy, call_with_retries, parse_retry_after, should_retry_header)
@@ -53,6 +54,9 @@ log = logging.getLogger(__name__)
 
 KEY_SCHEMA_VERSION = 1  # bump when the meaning of a cached request changes
 NO_KEY = "none"  # sent to keyless OpenAI-compatible servers: the SDKs insist on some key
+# They say who pays, not what is answered (as OpenAI's organization and project, no part of a key
+# either): a rotated gateway token keeps the cache.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key"})
 
 
 class APIRequestError(MemauditError):
@@ -92,6 +96,21 @@ def api_backend_from_config(config: dict, model: str, *, rule: str | None = None
                rule=rule, on_error=settings["on_error"], retry_policy=policy, require_key=require_key)
 
 
+def custom_headers_digest(text: str | None) -> str | None:
+    """SHA-256 of the headers ``ANTHROPIC_CUSTOM_HEADERS`` or ``OPENAI_CUSTOM_HEADERS`` adds, read as the
+    SDKs read them (one ``name: value`` a line: the text before the first colon is the name, after it the
+    value, both stripped; a line without a colon is skipped), names lowercased (HTTP's are case-insensitive),
+    :data:`CREDENTIAL_HEADERS` left out. Such a header can change the answer (an ``anthropic-beta`` feature,
+    an API version, a gateway's routing) and can hold a secret: the key gets the hash, never the headers.
+    ``None`` where the variable adds none, so a key without them is what it always was."""
+    headers = {}
+    for line in (text or "").split("\n"):
+        name, colon, value = line.partition(":")
+        if colon and name.strip().lower() not in CREDENTIAL_HEADERS:
+            headers[name.strip().lower()] = value.strip()
+    return hashlib.sha256(canonical_json(headers).encode("utf-8")).hexdigest() if headers else None
+
+
 # ----------------------------------------------------------------------------- requests and results
 
 @dataclass(frozen=True)
@@ -120,6 +139,10 @@ class Parsed:
     top_logprobs: list[list[tuple[str, float]]] | None = None
     # of input_tokens, those the provider served from its prompt cache (billed at a discount)
     provider_cached_tokens: int = 0
+    # of input_tokens, those written to the provider's prompt cache for 5 minutes and for 1 hour
+    # (Anthropic reports them and bills them above the input price)
+    provider_cache_write_5m_tokens: int = 0
+    provider_cache_write_1h_tokens: int = 0
 
 
 @dataclass
@@ -232,6 +255,7 @@ class APIBackend(Backend):
     default_key_env = ""
     default_base_url = ""
     usage_keys = ("input_tokens", "output_tokens")  # the response's usage block: (input, output) token counts
+    custom_headers_env = ""  # the environment variable whose headers the SDK adds to every request
 
     def __init__(self, model_id: str, *, name: str | None = None, revision: str | None = None,
                  base_url: str | None = None, api_key_env: str | None = None, concurrency: int = 4,
@@ -260,6 +284,9 @@ class APIBackend(Backend):
             retry_policy = RetryPolicy() if max_retries is None else RetryPolicy(max_attempts=max_retries + 1)
         self.retry_policy = retry_policy
         self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
+        # what else may decide the answer: the headers the SDK adds from its environment variable, hashed
+        digest = custom_headers_digest(os.environ.get(self.custom_headers_env)) if self.custom_headers_env else None
+        self.key_fields = {"custom_headers": digest} if digest is not None else {}
         self.run_id = uuid.uuid4().hex[:12]
         self.label = f"{self.backend_name} model {self.name!r}"
         self.takes_repetition_penalty = takes_repetition_penalty(self.backend_name, base_url)
@@ -349,7 +376,7 @@ class APIBackend(Backend):
                         # a seed the API never receives changes no answer: no part of the key then
                         **({"seed": params.seed} if self.sends_seed else {}),
                         # greedy answers do not depend on the sample index: one cache entry serves all
-                        "sample_index": params.sample_index if sampled else 0}
+                        "sample_index": params.sample_index if sampled else 0, **self.key_fields}
             calls.append(PlannedCall(request_key(identity), identity, body, prompt, params.system_prompt,
                                      params.max_new_tokens))
         return calls
@@ -453,7 +480,9 @@ class APIBackend(Backend):
             return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
                                error=error)
         usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False,
-                            provider_cached=parsed.provider_cached_tokens)
+                            provider_cached=parsed.provider_cached_tokens,
+                            cache_write_5m=parsed.provider_cache_write_5m_tokens,
+                            cache_write_1h=parsed.provider_cache_write_1h_tokens)
         if self.cache is not None:
             self.cache.put(key=call.key, backend=self.backend_name, model_id=self.model_id, request=call.identity,
                            response=data, input_tokens=parsed.input_tokens, output_tokens=parsed.output_tokens,
@@ -514,14 +543,17 @@ class APIBackend(Backend):
         return n_in, n_out
 
     def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool,
-               provider_cached: int = 0) -> UsageRow:
+               provider_cached: int = 0, cache_write_5m: int = 0, cache_write_1h: int = 0) -> UsageRow:
         if from_cache:
             cost: float | None = 0.0
-            provider_cached = 0
+            provider_cached = cache_write_5m = cache_write_1h = 0
+        elif self.pricing is not None:
+            cost = self.pricing.cost(n_in, n_out, provider_cached, cache_write_5m, cache_write_1h)
         else:
-            cost = self.pricing.cost(n_in, n_out, provider_cached) if self.pricing is not None else None
+            cost = None
         return UsageRow(self.run_id, self.rule, self.name, self.backend_name, self.model_id, key, from_cache,
-                        status, int(n_in), int(n_out), cost, int(provider_cached))
+                        status, int(n_in), int(n_out), cost, int(provider_cached),
+                        int(cache_write_5m) + int(cache_write_1h))
 
     def _raise_failures(self, outcomes: Sequence[CallOutcome]) -> None:
         if self.on_error != "raise":

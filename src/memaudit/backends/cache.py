@@ -3,7 +3,8 @@
 Key: the SHA-256 of the canonical JSON (sorted keys, no whitespace) of the request
 -- backend, model id, revision, the exact body sent on the wire (prompt, system
 prompt, decoding parameters), the seed and, for sampled requests, the sample
-index (HELM's "the request's JSON is the cache key"). Identical requests from
+index (HELM's "the request's JSON is the cache key"), and what else a backend says
+decides the answer (the SDKs' custom headers, as a hash). Identical requests from
 any rule, any run, any process share one entry, so a rerun makes no network call.
 
 Every response is committed the moment it arrives, so a run killed midway loses
@@ -27,7 +28,8 @@ never credentials: keys travel in HTTP headers, which are not stored.
 
 An entry whose response is not a JSON object (a row damaged outside memaudit) is
 removed with a warning naming the file and key, and asked again; a file that is
-not an SQLite database is an error naming it.
+not an SQLite database is an error naming it, and so, for the ledger, which only
+reads, is a database that is no memaudit cache (it is left as it was).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ CREATE TABLE IF NOT EXISTS usage (
     input_tokens INTEGER NOT NULL,
     output_tokens INTEGER NOT NULL,
     cost_usd REAL,
-    provider_cached_tokens INTEGER NOT NULL DEFAULT 0
+    provider_cached_tokens INTEGER NOT NULL DEFAULT 0,
+    provider_cache_write_tokens INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -126,15 +129,21 @@ class UsageRow:
     cost_usd: float | None
     # of input_tokens, those the provider served from its own prompt cache (priced at its discount)
     provider_cached_tokens: int = 0
+    # of input_tokens, those written to the provider's prompt cache (priced above the input price)
+    provider_cache_write_tokens: int = 0
 
     def as_tuple(self, at: str) -> tuple:
         return (at, self.run_id, self.rule, self.model, self.backend, self.model_id, self.key,
                 int(self.from_cache), self.status, self.input_tokens, self.output_tokens, self.cost_usd,
-                self.provider_cached_tokens)
+                self.provider_cached_tokens, self.provider_cache_write_tokens)
 
 
+# the usage columns of every cache memaudit wrote (later ones are added on opening: see ResponseCache)
+_USAGE_COLUMNS = frozenset({"id", "at", "run_id", "rule", "model", "backend", "model_id", "key", "from_cache",
+                            "status", "input_tokens", "output_tokens", "cost_usd"})
 _USAGE_INSERT = ("INSERT INTO usage (at, run_id, rule, model, backend, model_id, key, from_cache, status, "
-                 "input_tokens, output_tokens, cost_usd, provider_cached_tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                 "input_tokens, output_tokens, cost_usd, provider_cached_tokens, provider_cache_write_tokens) "
+                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 # File systems whose files processes on several hosts open at once (the kernel's names, as
@@ -183,18 +192,27 @@ def journal_mode_for(path: str | Path) -> str:
 
 
 class ResponseCache:
-    """The response cache and usage log in one SQLite file; safe across threads and processes."""
+    """The response cache and usage log in one SQLite file; safe across threads and processes.
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 120.0):
+    ``existing=True`` (the ledger's) opens only a cache memaudit wrote: a file that is not one (another
+    SQLite database, an empty file) is an error naming it, not a file turned into a cache.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 120.0, existing: bool = False):
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not existing:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.is_dir():  # sqlite3 says only "unable to open database file"
                 raise IsADirectoryError(errno.EISDIR, "a directory", str(self.path))
+            if existing and not self.path.exists():
+                raise FileNotFoundError(errno.ENOENT, "no such file", str(self.path))
             wanted = journal_mode_for(self.path)
             # One connection shared by the backend's threads behind a lock: SQLite
             # serialises writers anyway, and the lock keeps transactions from interleaving.
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout, check_same_thread=False,
+            # mode=rw: an existing cache is opened, never created
+            self._conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw" if existing else self.path,
+                                         uri=existing, timeout=busy_timeout, check_same_thread=False,
                                          isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             reason = str(exc)
@@ -206,6 +224,11 @@ class ResponseCache:
         self._lock = threading.Lock()
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            # checked before anything is written (the journal mode is written into the file's header)
+            if existing and not _USAGE_COLUMNS <= {row[1] for row in self._conn.execute("PRAGMA table_info(usage)")}:
+                self._conn.close()
+                raise InputError(f"{self.path}: not an API response cache (it has no memaudit usage table); name "
+                                 f"the cache a run wrote (api.cache, by default results/api/cache.sqlite)")
             (mode,) = self._conn.execute(f"PRAGMA journal_mode = {wanted}").fetchone()
             self.journal_mode = str(mode).upper()
             if self.journal_mode != wanted:  # another process holds it open in the other mode
@@ -218,10 +241,11 @@ class ResponseCache:
             self._conn.execute("BEGIN IMMEDIATE")
             for stmt in filter(str.strip, _DDL.split(";")):
                 self._conn.execute(stmt)
-            # a cache written before the provider's prompt-cache count was recorded: its rows count none
+            # a cache written before the provider's prompt-cache counts were recorded: its rows count none
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(usage)")}
-            if "provider_cached_tokens" not in columns:
-                self._conn.execute("ALTER TABLE usage ADD COLUMN provider_cached_tokens INTEGER NOT NULL DEFAULT 0")
+            for column in ("provider_cached_tokens", "provider_cache_write_tokens"):
+                if column not in columns:
+                    self._conn.execute(f"ALTER TABLE usage ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:

@@ -5,17 +5,22 @@ Every result an API backend serves appends a usage row to the cache database
 input and output tokens as the provider reported them, whether it came from the
 cache, and its cost priced from the config at the time of the call
 
-    cost = ((input_tokens - provider_cached) * input_per_mtok + provider_cached * cached_input_per_mtok
-            + output_tokens * output_per_mtok) / 1e6
+    cost = ((input_tokens - provider_cached - written_5m - written_1h) * input_per_mtok
+            + provider_cached * cached_input_per_mtok
+            + (1.25 * written_5m + 2 * written_1h) * input_per_mtok + output_tokens * output_per_mtok) / 1e6
 
 (prices in US dollars per million tokens, as providers publish them; ``provider_cached``, the
 prompt tokens the provider's own prompt cache served, as its usage block says, priced at
-``input_per_mtok`` where the config gives no ``cached_input_per_mtok``). A result
+``input_per_mtok`` where the config gives no ``cached_input_per_mtok``; ``written_5m`` and
+``written_1h``, those written to Anthropic's prompt cache for 5 minutes and for 1 hour, billed at
+1.25 and 2 times the input price; the ledger's ``provider_cache_write_tokens`` counts both). A result
 served from the cache costs nothing. :func:`summarise_usage` sums the rows per
 model and rule; :func:`estimate_cost` prices the planned requests before any is
 sent, counting those already cached as free and each uncached one at its
 estimated prompt tokens plus the full ``max_new_tokens`` -- an upper bound,
-since answers usually stop earlier.
+since answers usually stop earlier -- and every prompt token at the input price:
+memaudit marks nothing for Anthropic's prompt cache (no ``cache_control``), so no
+request of its own writes to it.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
         g = tuple(r.get(k) for k in by)
         acc = groups.setdefault(g, {**dict(zip(by, g)), "n_requests": 0, "n_sent": 0, "n_cached": 0,
                                     "input_tokens": 0, "output_tokens": 0, "provider_cached_tokens": 0,
-                                    "cached_input_tokens": 0,
+                                    "provider_cache_write_tokens": 0, "cached_input_tokens": 0,
                                     "cached_output_tokens": 0, "n_refusal": 0, "n_invalid": 0, "cost_usd": 0.0})
         acc["n_requests"] += 1
         acc[f"n_{r['status']}"] = acc.get(f"n_{r['status']}", 0) + 1
@@ -116,6 +121,7 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
             acc["input_tokens"] += r["input_tokens"]
             acc["output_tokens"] += r["output_tokens"]
             acc["provider_cached_tokens"] += r.get("provider_cached_tokens") or 0
+            acc["provider_cache_write_tokens"] += r.get("provider_cache_write_tokens") or 0
             if r["cost_usd"] is None or acc["cost_usd"] is None:
                 acc["cost_usd"] = None
             else:
@@ -124,7 +130,7 @@ def summarise_usage(rows: Iterable[dict], by: Sequence[str] = ("model", "rule"))
 
 
 LEDGER_COLUMNS = ["n_requests", "n_sent", "n_cached", "input_tokens", "output_tokens", "provider_cached_tokens",
-                  "cached_input_tokens",
+                  "provider_cache_write_tokens", "cached_input_tokens",
                   "cached_output_tokens", "n_ok", "n_refusal", "n_invalid", "cost_usd"]
 
 
@@ -134,7 +140,7 @@ def ledger_frame(cache_path, by: Sequence[str] = ("model", "rule")):
 
     from memaudit.backends.cache import ResponseCache
 
-    with ResponseCache(cache_path) as cache:
+    with ResponseCache(cache_path, existing=True) as cache:
         rows = summarise_usage(cache.usage_rows(), by)
     columns = list(by) + LEDGER_COLUMNS
     frame = pd.DataFrame(rows)

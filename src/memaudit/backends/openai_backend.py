@@ -36,6 +36,7 @@ class OpenAIBackend(APIBackend):
     capabilities = frozenset({OPTION_LOGPROBS, GENERATE})
     default_key_env = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
+    custom_headers_env = "OPENAI_CUSTOM_HEADERS"
 
     def __init__(self, model_id: str, *, reasoning: bool = False, system_role: bool = True, **kwargs):
         super().__init__(model_id, **kwargs)

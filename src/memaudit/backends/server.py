@@ -80,6 +80,10 @@ class ChatReply:
     refusal: bool = False  # answer through the provider's refusal signal
     stop_sequence: str | None = None  # the stop string that ended the answer (finish_reason "stop")
     cached_input_tokens: int = 0  # of input_tokens, those a provider's prompt cache served
+    # of input_tokens, those written to Anthropic's prompt cache for 5 minutes and for 1 hour (its
+    # usage block reports them; OpenAI's does not)
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
 
 @dataclass
@@ -391,11 +395,14 @@ def anthropic_response(request: ChatRequest, reply: ChatReply, n: int, model: st
     stop = "refusal" if reply.refusal else _ANTHROPIC_STOP.get(reply.finish_reason, reply.finish_reason)
     if stop == "end_turn" and reply.stop_sequence is not None:
         stop = "stop_sequence"
+    written = reply.cache_write_5m_tokens + reply.cache_write_1h_tokens
     return {"id": f"msg_{n:024d}", "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": reply.text}], "stop_reason": stop,
             "stop_sequence": reply.stop_sequence if stop == "stop_sequence" else None,
-            "usage": {"input_tokens": reply.input_tokens - reply.cached_input_tokens,
-                      "cache_read_input_tokens": reply.cached_input_tokens, "cache_creation_input_tokens": 0,
+            "usage": {"input_tokens": reply.input_tokens - reply.cached_input_tokens - written,
+                      "cache_read_input_tokens": reply.cached_input_tokens, "cache_creation_input_tokens": written,
+                      "cache_creation": {"ephemeral_5m_input_tokens": reply.cache_write_5m_tokens,
+                                         "ephemeral_1h_input_tokens": reply.cache_write_1h_tokens},
                       "output_tokens": reply.output_tokens}}
 
 
@@ -427,6 +434,7 @@ class RequestRecord:
     finished: float | None = None
     status: int | None = None  # set as the answer begins to be written (499, the client gone: at the end)
     authorization: str | None = None  # kept in memory only, so tests can check which key was sent
+    headers: dict[str, str] | None = None  # every request header, names lowercased; in memory only, as above
     request: ChatRequest | None = None  # the parsed request (parameters as received)
 
 
@@ -561,7 +569,8 @@ def _make_handler(server: ChatServer):
             api = "openai" if path.endswith("/chat/completions") else "anthropic" if path.endswith("/messages") \
                 else None
             record = RequestRecord(path, api or "unknown", None, time.monotonic(),
-                                   authorization=self.headers.get("Authorization") or self.headers.get("x-api-key"))
+                                   authorization=self.headers.get("Authorization") or self.headers.get("x-api-key"),
+                                   headers={k.lower(): v for k, v in self.headers.items()})
             server._begin(record)
             self._record = record
             status = 500

@@ -63,18 +63,28 @@ class Pricing:
     """US dollars per million input and output tokens, and per million input tokens the provider
     served from its own prompt cache (OpenAI caches a prompt's first 1,024+ tokens by itself and
     bills them at a discount that differs by model; without ``cached_input_per_mtok`` they are
-    priced as other input tokens, an upper bound)."""
+    priced as other input tokens, an upper bound). Prompt tokens written to Anthropic's prompt cache
+    cost more than others: 1.25 times the input price for its 5-minute lifetime, 2 times for the
+    1-hour one (Anthropic's pricing page, "Prompt caching")."""
 
     input_per_mtok: float
     output_per_mtok: float
     cached_input_per_mtok: float | None = None
 
-    def cost(self, input_tokens: int, output_tokens: int, provider_cached_tokens: int = 0) -> float:
-        """``input_tokens`` counts all the prompt's tokens, ``provider_cached_tokens`` of them cached."""
+    CACHE_WRITE_5M_FACTOR = 1.25
+    CACHE_WRITE_1H_FACTOR = 2.0
+
+    def cost(self, input_tokens: int, output_tokens: int, provider_cached_tokens: int = 0,
+             cache_write_5m_tokens: int = 0, cache_write_1h_tokens: int = 0) -> float:
+        """``input_tokens`` counts all the prompt's tokens: ``provider_cached_tokens`` of them read from the
+        provider's prompt cache, ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` written to it."""
         cached = min(max(provider_cached_tokens, 0), input_tokens)
+        write_1h = min(max(cache_write_1h_tokens, 0), input_tokens - cached)
+        write_5m = min(max(cache_write_5m_tokens, 0), input_tokens - cached - write_1h)
         cached_rate = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
-        return ((input_tokens - cached) * self.input_per_mtok + cached * cached_rate
-                + output_tokens * self.output_per_mtok) / 1e6
+        return ((input_tokens - cached - write_5m - write_1h) * self.input_per_mtok + cached * cached_rate
+                + (write_5m * self.CACHE_WRITE_5M_FACTOR + write_1h * self.CACHE_WRITE_1H_FACTOR)
+                * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
 
     @classmethod
     def from_config(cls, entry: dict | None) -> "Pricing | None":
