@@ -246,6 +246,20 @@ def test_a_repeated_list_item_or_a_log_probability_threshold_above_0_is_an_error
         "config key probes.copybench.formats: must not list an item twice"]
 
 
+def test_story_beginnings_as_many_as_a_books_events_are_an_error_not_built():
+    """``n_beginnings`` >= ``n_events`` made every event of a book a story beginning (at most ``n_events``
+    of the beginnings asked), each item's reference events only the other beginnings: accepted, built and
+    scored. A book yields at most ``n_events`` events (the extractor's prompt asks for that many, the
+    extractive builder cuts the book into that many stretches), so the config check refuses it."""
+    for n in (6, 7):
+        assert bad(lambda c: c["probes"]["copybench"].update(n_beginnings=n)) == (
+            f"config key probes.copybench.n_beginnings: {n} story beginnings of a book's n_events (6) events "
+            "leave no event that is only a reference; give fewer beginnings or more events")
+    ok = copy.deepcopy(CI)
+    ok["probes"]["copybench"]["n_beginnings"] = 5
+    assert validate_config(ok)["probes"]["copybench"]["n_beginnings"] == 5
+
+
 def test_a_repeated_method_ratio_reference_or_length_or_a_reversed_length_ratio_is_an_error_not_run():
     # methods [loss, loss] scored loss twice: its documents' n_passages doubled; lengths [64, 64] cut and
     # paraphrased every passage twice under one item id; length_ratio [1.6, 0.4] rejected every

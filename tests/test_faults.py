@@ -550,6 +550,41 @@ def test_a_fine_tune_with_an_epoch_floor_saves_nothing_at_short_epoch_ends_and_t
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_fine_tune_stopped_on_one_device_type_starts_over_on_another(tiny_model_dir, tmp_path, monkeypatch):
+    """prepare_model's checkpoint key held the resolved dtype but not the device: a float32 fine-tune stopped
+    on a CPU resumed on a GPU (or the reverse) from a state the GPU run never reaches, so the model was
+    neither device's. The key holds the device type now. The GPU here is the CPU with ``device: auto``
+    read as cuda (the model still loads on the CPU)."""
+    from memaudit.errors import JobInterrupted
+    from memaudit.io import write_json
+    from memaudit.models import loading
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    write_json(tmp_path / "base.json", {"load": {"path": str(tiny_model_dir)}})
+    entry = {"dtype": "float32", "finetune": dict(
+        members_of=["b"], method="lora", epochs=2, lr=0.01, duplication=1, batch_size=4, max_length=32, lora_r=4,
+        lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")}
+
+    def prepare(device: str, messages: list[str], progress=None):
+        return prepare_finetuned_model("m", entry, tmp_path / "base.json", TINY_TEXTS, tmp_path / device, seed=3,
+                                       device=device, checkpoint_root=tmp_path / "ckpt",
+                                       progress=progress or messages.append)
+
+    messages: list[str] = []
+    with pytest.raises(JobInterrupted, match="at step 3/"):
+        prepare("cpu", messages, _sigterm_at_step(3, messages))
+    [stale] = (tmp_path / "ckpt" / "prepare_model" / "m").iterdir()
+    resolve, load = loading.resolve_device, loading.load_causal_lm
+    monkeypatch.setattr(loading, "resolve_device",
+                        lambda device="auto": "cuda:0" if device == "auto" else resolve(device))
+    monkeypatch.setattr(loading, "load_causal_lm", lambda spec, **kw: load(spec, **{**kw, "device": "cpu"}))
+    messages = []
+    record = prepare("auto", messages)["training"]
+    assert record["resumed_from_step"] is None and record["steps"] == 12
+    assert [m for m in messages if m.startswith("discarding")] == [
+        f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
 def test_tiny_pretraining_stopped_by_sigterm_resumes_to_the_same_model(tmp_path):
     import torch
     from safetensors.torch import load_file

@@ -176,6 +176,31 @@ def test_a_row_cut_at_a_stop_string_counts_the_tokens_up_to_it_not_up_to_the_che
         assert (g.text, g.output_tokens, g.meta["token_ids"], g.meta["finish_reason"]) == (head, n, ids[:n], "stop")
 
 
+def test_a_stop_string_that_is_a_special_token_stops_at_that_token(tiny_backend):
+    """A stop string that is one of the tokenizer's special tokens (a config's ``"<|im_end|>"``) never
+    matched: answers are decoded without their special tokens, so it was never in the text and the answer
+    ran to its token limit. The tiny GPT-2 repeats its second token from then on; marked special, that
+    token as a stop string ends the answer there, both ways (one prompt at a time decodes on and is cut)."""
+    from tokenizers import AddedToken
+
+    from memaudit.backends.base import GenerationParams
+
+    tok = tiny_backend.tokenizer
+    ids = tiny_backend.generate_batched(TEXTS[:1], GenerationParams(max_new_tokens=12, chat=False))[0].meta["token_ids"]
+    assert ids[1] == ids[2] == ids[3] != ids[0]
+    piece = tok.convert_ids_to_tokens(ids[1])
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken(piece, special=True)]})
+    assert tok.convert_tokens_to_ids(piece) == ids[1] and tok.decode(ids[:4], skip_special_tokens=True) == tok.decode(
+        ids[:1])
+    params = GenerationParams(max_new_tokens=12, chat=False, stop=("\n\n\n", piece))
+    batched = tiny_backend.generate_batched(TEXTS[:1], params)[0]
+    assert (batched.text, batched.output_tokens, batched.meta) == (
+        tok.decode(ids[:1]), 2, {"finish_reason": "stop", "stop_sequence": piece, "token_ids": ids[:2]})
+    one = tiny_backend.generate(TEXTS[:1], params)[0]
+    assert (one.text, one.output_tokens, one.meta) == (
+        tok.decode(ids[:1]), 12, {"finish_reason": "stop", "stop_sequence": piece})
+
+
 def test_an_end_token_at_the_token_limit_finishes_with_stop_not_length(tiny_backend):
     """An answer whose end token is the last token ``max_new_tokens`` allows ended by itself:
     ``finish_reason`` is ``stop`` (as OpenAI and vLLM say it), both ways; it used to be ``length``.

@@ -266,3 +266,18 @@ def test_top_p_reaches_the_sampler_and_a_tiny_nucleus_is_greedy(model_and_prompt
     wide = sample(model, prompts, [2, 2, 2], [10, 10, 10], **kwargs)
     assert sample(model, prompts, [2, 2, 2], [10, 10, 10], top_p=1.0, **kwargs) == wide
     assert sample(model, prompts, [2, 2, 2], [10, 10, 10], top_p=0.5, **kwargs) != wide
+
+
+def test_a_token_limit_below_one_is_refused_not_given_a_token(model_and_prompts):
+    """A row's first token was appended before its limit was compared: ``max_new_tokens`` 0 returned one
+    token. Configs (the schema's minimum 1), ``memaudit serve`` and the paraphrasers never ask for fewer
+    than 1, and ``generate()`` refuses 0 too, so a limit below 1 is a caller's bug: a ValueError naming it."""
+    from memaudit.models.sampling import sample
+
+    model, tok, prompts = model_and_prompts
+    kwargs = dict(eos_ids=[tok.eos_token_id], pad_id=tok.eos_token_id, temperature=0.0)
+    for limit in (0, -2):
+        with pytest.raises(ValueError) as err:
+            sample(model, prompts, [1, 1, 1], [5, limit, 5], **kwargs)
+        assert str(err.value) == f"max_new_tokens must be at least 1: prompt 1 asks for {limit}"
+    assert [len(s[0]) for s in sample(model, prompts, [1, 1, 1], [1, 1, 1], **kwargs)] == [1, 1, 1]

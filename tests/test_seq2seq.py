@@ -147,6 +147,28 @@ def test_batched_and_one_at_a_time_generation_agree_with_transformers_generate(t
     assert batched[1].meta["token_ids"] == direct[0, 1:].tolist()
 
 
+def test_a_stop_string_that_is_a_special_token_ends_the_answer_there(t5_judge_backend, tiny_t5_dir):
+    """As for causal models (tests/test_memfree.py): the answer is decoded without its special tokens, so a
+    stop string that is one never matched. Here "not" is made special: "not attributable" stops before it."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    from memaudit.backends.hf import HFBackend
+
+    _, judge = t5_judge_backend
+    tok = AutoTokenizer.from_pretrained(tiny_t5_dir)
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken("not", special=True)]})
+    backend = HFBackend({"path": str(tiny_t5_dir)}, name="t5", model=judge.model, tokenizer=tok)
+    rng = random.Random(3)
+    prompts = [ATTRIBUTION_PROMPT.format(claim=c, reference=r) for c, r in (_pair(rng, i % 2 == 0) for i in range(2))]
+    free, stopped = (backend.generate_batched(prompts, GenerationParams(max_new_tokens=6, stop=stop))
+                     for stop in ((), ("not",)))
+    assert [(g.text, g.meta["finish_reason"], g.meta.get("stop_sequence")) for g in free] == [
+        ("attributable", "stop", None), ("attributable", "stop", None)]  # "not" is skipped as a special token
+    assert [(g.text, g.meta["finish_reason"], g.meta.get("stop_sequence")) for g in stopped] == [
+        ("attributable", "stop", None), ("", "stop", "not")]
+
+
 def test_what_an_encoder_decoder_model_cannot_serve_is_a_one_line_error(t5_judge_backend, tiny_t5_dir):
     from memaudit.models.loading import load_causal_lm
 

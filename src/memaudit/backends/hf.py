@@ -130,6 +130,32 @@ def _first_stop_end(tok, ids: Sequence[int], stops: Sequence[str]) -> int:
     return hi
 
 
+def special_stop_ids(tok, stops: Sequence[str]) -> dict[int, str]:
+    """The stop strings that are one of the tokenizer's special tokens (``"<|im_end|>"``), by token id.
+
+    An answer is decoded without its special tokens, so such a stop string is never in its text: it is
+    matched as its token instead (an added token that is not special is decoded, and matched as text)."""
+    special = set(tok.all_special_tokens)
+    special |= {t.content for t in (getattr(tok, "added_tokens_decoder", None) or {}).values() if t.special}
+    return {int(tok.convert_tokens_to_ids(s)): s for s in reversed(stops) if s in special}
+
+
+def cut_answer(tok, ids: Sequence[int], stops: Sequence[str]) -> tuple[str, str | None, int]:
+    """An answer's tokens decoded (without special tokens) and cut before the first of ``stops``, as
+    :func:`cut_at_stop` cuts; the stop string that ended it (None: none did); and how many of ``ids`` run
+    up to the end of that stop string (``len(ids)``: none). A stop string that is a special token
+    (:func:`special_stop_ids`) ends the answer at that token."""
+    by_id = special_stop_ids(tok, stops)
+    first = next((j for j, t in enumerate(ids) if int(t) in by_id), None)
+    head = ids if first is None else ids[:first]
+    text, matched = cut_at_stop(tok.decode(head, skip_special_tokens=True), stops)
+    if matched is not None:
+        return text, matched, _first_stop_end(tok, head, stops)
+    if first is not None:
+        return text, by_id[int(ids[first])], first + 1
+    return text, None, len(ids)
+
+
 class HFBackend(Backend):
     capabilities = frozenset({TOKEN_LOGPROBS, OPTION_LOGPROBS, GENERATE, GRADIENT_NORMS, WORD_LOGPROBS})
 
@@ -458,12 +484,13 @@ class HFBackend(Backend):
         eos_ids = greedy_end_ids(self.model, tok)
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos_ids[0]
         stops = [s for s in params.stop if s]
+        stop_ids = set(special_stop_ids(tok, stops))
         # A stop string ends within the tokens of the last check (4 steps) plus its own length.
         tail = 4 + max((len(s.encode("utf-8")) for s in stops), default=0)
 
         def done(i: int, ids: list[int]) -> bool:
             text = tok.decode(ids[-tail:], skip_special_tokens=True)
-            return any(s in text for s in stops)
+            return any(s in text for s in stops) or not stop_ids.isdisjoint(ids[-tail:])
 
         limit = params.max_new_tokens
         out = sample(self.model, [encoded[i] for i in order], [1] * len(order), [limit] * len(order),
@@ -473,9 +500,9 @@ class HFBackend(Backend):
         generations: list[Generation | None] = [None] * len(encoded)
         for j, i in enumerate(order):
             new = out[j][0]
-            text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), stops)
+            text, matched, n_stop = cut_answer(tok, new, stops)
             if matched is not None:  # the tokens up to the one that completed a stop string, not the check's
-                new = new[:_first_stop_end(tok, new, stops)]
+                new = new[:n_stop]
             # generate() counts the end token it emitted among the output tokens
             ended = matched is None and len(new) < limit
             n_out = len(new) + int(ended)
@@ -528,7 +555,7 @@ class HFBackend(Backend):
                                            repetition_penalty=params.repetition_penalty, pad_token_id=pad)
             for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
                 new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
-                text, matched = cut_at_stop(tok.decode(new, skip_special_tokens=True), params.stop)
+                text, matched, _ = cut_answer(tok, new[:-1] if eos in row else new, params.stop)
                 meta = {**finish_meta(len(new), params.max_new_tokens, matched, ended=eos in row),
                         "token_ids": list(new)}
                 out.append(Generation(text=text, input_tokens=len(e), output_tokens=len(new), meta=meta,
@@ -573,7 +600,7 @@ class HFBackend(Backend):
         eos_ids = set(generation_end_ids(self.model))
         ended = len(new) > 0 and int(new[-1]) in eos_ids
         # the end token is no part of the text, special or not (generate_batched never decodes it either)
-        out, matched = cut_at_stop(tok.decode(new[:len(new) - int(ended)], skip_special_tokens=True), params.stop)
+        out, matched, _ = cut_answer(tok, new[:len(new) - int(ended)], params.stop)
         # a stop string in the answer ends it, as an API's would, whatever was decoded after it
         meta = finish_meta(len(new), params.max_new_tokens, matched, ended=ended)
         if top_logprobs:

@@ -110,11 +110,12 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
 
     With ``checkpoint_root`` the fine-tuning checkpoints under
     ``<root>/prepare_model/<name>/<key>/`` and resumes from there; the key covers
-    the base model's manifest, the member texts, the fine-tuning settings and the seed.
+    the base model's manifest, the member texts, the fine-tuning settings, the seed, and the dtype and
+    device type it trains in.
     """
     from memaudit.checkpoints import file_digest, texts_digest
     from memaudit.models.finetune import finetune
-    from memaudit.models.loading import load_causal_lm, resolve_dtype
+    from memaudit.models.loading import load_causal_lm, resolve_device, resolve_dtype
 
     out_dir = Path(out_dir)
     base = read_json(base_manifest_path)
@@ -124,8 +125,11 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
                          f"fine-tune on (every document of these benchmarks is a non-member, or empty)")
     # `auto` is bfloat16 only where the hardware computes it natively (emulated it is ~20x slower)
     dtype_used = resolve_dtype(entry.get("dtype", "auto"), device)
+    # The checkpoint is keyed by the device type too: a state saved on a GPU and resumed on a CPU (or the
+    # reverse) gives neither device's model, so a run moved to another type starts over (cuda:1 is cuda)
+    device_type = resolve_device(device).split(":")[0]
     checkpoint = _training_checkpoint(
-        checkpoint_root, name, {"finetune": ft, "dtype": dtype_used,
+        checkpoint_root, name, {"finetune": ft, "dtype": dtype_used, "device": device_type,
                                 "base_manifest": file_digest(base_manifest_path),
                                 "members": texts_digest(member_texts), "seed": seed},
         checkpoint_every, progress)

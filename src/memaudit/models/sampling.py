@@ -220,6 +220,8 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
     step, so which prompts decode together changes the samples); the draws are made on the CPU
     whatever the model's device.
 
+    ``max_new_tokens[i]`` is at least 1 (a ValueError otherwise, as ``generate()`` gives).
+
     ``min_new_tokens[i]`` (optional): a sample of prompt ``i`` may not end before it has that many
     tokens: the end tokens' logits are ``-inf`` until then, as ``generate(min_new_tokens=...)``
     does, and so are ``barred_ids[i]``'s (optional; e.g. line breaks, so that a paraphrase cannot
@@ -236,6 +238,11 @@ def sample(model, prompts: Sequence[Sequence[int]], n_samples: Sequence[int], ma
         raise ValueError("prompts, n_samples and max_new_tokens differ in length")
     if barred_ids is not None and min_new_tokens is None:
         raise ValueError("barred_ids are barred until min_new_tokens: give both")
+    # a row's first token is taken before its limit is read; configs and requests ask for at least 1, and
+    # generate() refuses 0, so a smaller limit is a caller's bug (it got one token)
+    too_few = next(((i, int(n)) for i, n in enumerate(max_new_tokens) if int(n) < 1), None)
+    if too_few is not None:
+        raise ValueError(f"max_new_tokens must be at least 1: prompt {too_few[0]} asks for {too_few[1]}")
     out: list[list[list[int]]] = [[] for _ in prompts]
     waiting = [i for i, k in enumerate(n_samples) if k > 0]
     if not waiting:

@@ -79,9 +79,19 @@ def item_settings(config: dict, keys: tuple[str, ...]) -> dict:
 
 def check_config(config: dict) -> list[str]:
     """CopyBench on its published files: stories need an event judge that is a model, since the MiniLM
-    judge is calibrated on pairs cut from the books' text, which the published files do not hold."""
+    judge is calibrated on pairs cut from the books' text, which the published files do not hold.
+
+    Story items built from books: a book gives at most ``n_events`` events (the extractor's prompt asks
+    for that many, the extractive builder cuts the book into that many stretches), of which the first
+    ``n_beginnings`` are beginnings; as many beginnings as events leave no event that is only a reference."""
     problems = []
-    judge = (config["probes"].get("copybench", {}).get("event_judge", {}) or {}).get("model")
+    cfg = config["probes"].get("copybench", {})
+    built = [b for b, _, _ in runs(config) if published(config, b) is None]
+    if built and int(cfg["n_beginnings"]) >= int(cfg["n_events"]):
+        problems.append(f"probes.copybench.n_beginnings: {cfg['n_beginnings']} story beginnings of a book's n_events "
+                        f"({cfg['n_events']}) events leave no event that is only a reference; give fewer "
+                        "beginnings or more events")
+    judge = (cfg.get("event_judge", {}) or {}).get("model")
     for benchmark in sorted({b for b, _, mode in runs(config) if mode == "nonliteral"}):
         if published(config, benchmark) is not None and not judge:
             problems.append(f"probes.copybench.event_judge.model: benchmark {benchmark!r} is CopyBench's published "
