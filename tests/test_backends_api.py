@@ -1536,6 +1536,33 @@ def test_fit_context_decodes_a_long_prompt_to_the_models_last_position_and_a_sho
         hf.generate_batched(["The sea", " ".join(["the sea and the ship"] * 12)], params)
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--max-batch", "0", "--max-batch: must be at least 1, not 0"),
+    ("--max-batch", "-3", "--max-batch: must be at least 1, not -3"),
+    ("--port", "65536", "--port: must be 0 to 65535 (0: any free port), not 65536"),
+    ("--port", "-1", "--port: must be 0 to 65535 (0: any free port), not -1"),
+    ("--latency", "-0.5", "--latency: must be a finite number of seconds >= 0, not -0.5"),
+    ("--latency", "nan", "--latency: must be a finite number of seconds >= 0, not nan"),
+    ("--latency", "inf", "--latency: must be a finite number of seconds >= 0, not inf"),
+])
+def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_path, monkeypatch, capsys, option,
+                                                                            value, message):
+    """``--max-batch 0`` (or negative) was served as 1 without a word, ``--port 65536`` or ``-1`` failed with
+    bind()'s OverflowError traceback once the model had loaded, and a negative or nan ``--latency`` with a
+    ValueError in every request's thread (inf: every answer never came). Each is one line naming the option,
+    before any model loads."""
+    import memaudit.models.loading as loading
+    from memaudit.cli import main
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert main(["serve", "--path", str(tmp_path), option, value]) == 2
+    assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+    scripted = tmp_path / "replies.json"
+    scripted.write_text('{"replies": {}}')
+    assert main(["serve", "--scripted", str(scripted), option, value]) == 2
+    assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+
+
 def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
     """``memaudit serve`` built its backend without a name: a prompt too long was refused as
     "model None: ...". The error names the served model (``--name``, else the path's last part), which
