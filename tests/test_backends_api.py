@@ -798,6 +798,44 @@ def test_an_unreadable_response_is_still_in_the_ledger_at_the_tokens_its_usage_b
         ("anthropic", 5, 2)]
 
 
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_an_unreadable_response_is_billed_as_a_readable_one_with_its_prompt_cache_tokens(server, tmp_path, backend):
+    """An unreadable response's row counted only input_tokens and output_tokens (OpenAI: prompt_tokens at
+    the full input price): Anthropic's cache reads and writes, which a caching proxy reports beside
+    input_tokens, were left out of its tokens and its price. It is now counted and priced as the same
+    usage block in a readable response: reads at the cached price, 5-minute writes at 1.25 and 1-hour
+    writes at 2 times the input price. Through the SDK and the loopback server."""
+    if backend == "anthropic":
+        usage = {"input_tokens": 100, "output_tokens": 5, "cache_read_input_tokens": 1000,
+                 "cache_creation_input_tokens": 400,
+                 "cache_creation": {"ephemeral_5m_input_tokens": 300, "ephemeral_1h_input_tokens": 100}}
+        readable = {"id": "m", "type": "message", "role": "assistant", "model": "claude-test-1",
+                    "content": [{"type": "text", "text": "Emma."}], "stop_reason": "end_turn",
+                    "stop_sequence": None, "usage": usage}
+        unreadable = {"type": "message", "content": None, "usage": usage}
+        make, expected = make_anthropic, (1500, 5, 1000, 400, (100 * 2.0 + 1000 * 0.2 + 300 * 2.5 + 100 * 4.0
+                                                               + 5 * 8.0) / 1e6)
+    else:
+        usage = {"prompt_tokens": 1500, "completion_tokens": 5, "total_tokens": 1505,
+                 "prompt_tokens_details": {"cached_tokens": 1000}}
+        readable = {"id": "c", "object": "chat.completion", "created": 0, "model": "gpt-test-2025-01-01",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "Emma."}}], "usage": usage}
+        unreadable = {"id": "c", "object": "chat.completion", "choices": [], "usage": usage}
+        make, expected = make_openai, (1500, 5, 1000, 0, (500 * 2.0 + 1000 * 0.2 + 5 * 8.0) / 1e6)
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(Fault(raw=json.dumps(readable).encode()), prompt="readable")
+    server.responder.queue(Fault(raw=json.dumps(unreadable).encode()), prompt="unreadable")
+    gens = make(server, db, pricing=Pricing(2.0, 8.0, cached_input_per_mtok=0.2)).generate(
+        ["readable", "unreadable"], GREEDY)
+    assert [g.status for g in gens] == [STATUS_OK, STATUS_INVALID]
+    rows = sorted(ResponseCache(db).usage_rows(), key=lambda r: r["status"])
+    assert [(r["status"], r["input_tokens"], r["output_tokens"], r["provider_cached_tokens"],
+             r["provider_cache_write_tokens"]) for r in rows] == [
+        (STATUS_INVALID, *expected[:4]), (STATUS_OK, *expected[:4])]
+    assert [r["cost_usd"] for r in rows] == pytest.approx([expected[4]] * 2)
+
+
 def test_a_rejected_request_is_not_retried(server, tmp_path):
     server.responder.queue(bad_request("Invalid value for 'temperature'"), prompt="bad")
     with pytest.raises(APIRequestError, match=r"HTTP 400: Invalid value for 'temperature' \(not retried"):
@@ -1534,6 +1572,33 @@ def test_fit_context_decodes_a_long_prompt_to_the_models_last_position_and_a_sho
     assert one.meta["capped_to"] == left and one.text == as_asked.text
     with pytest.raises(ValueError, match="leaves none of its 128 positions"):
         hf.generate_batched(["The sea", " ".join(["the sea and the ship"] * 12)], params)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--max-batch", "0", "--max-batch: must be at least 1, not 0"),
+    ("--max-batch", "-3", "--max-batch: must be at least 1, not -3"),
+    ("--port", "65536", "--port: must be 0 to 65535 (0: any free port), not 65536"),
+    ("--port", "-1", "--port: must be 0 to 65535 (0: any free port), not -1"),
+    ("--latency", "-0.5", "--latency: must be a finite number of seconds >= 0, not -0.5"),
+    ("--latency", "nan", "--latency: must be a finite number of seconds >= 0, not nan"),
+    ("--latency", "inf", "--latency: must be a finite number of seconds >= 0, not inf"),
+])
+def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_path, monkeypatch, capsys, option,
+                                                                            value, message):
+    """``--max-batch 0`` (or negative) was served as 1 without a word, ``--port 65536`` or ``-1`` failed with
+    bind()'s OverflowError traceback once the model had loaded, and a negative or nan ``--latency`` with a
+    ValueError in every request's thread (inf: every answer never came). Each is one line naming the option,
+    before any model loads."""
+    import memaudit.models.loading as loading
+    from memaudit.cli import main
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert main(["serve", "--path", str(tmp_path), option, value]) == 2
+    assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+    scripted = tmp_path / "replies.json"
+    scripted.write_text('{"replies": {}}')
+    assert main(["serve", "--scripted", str(scripted), option, value]) == 2
+    assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
 
 
 def test_serve_errors_name_the_model_it_serves(tiny_model_dir):

@@ -189,6 +189,15 @@ def test_a_source_key_on_a_published_benchmark_is_an_error_not_ignored():
     assert keys - {"sources", "published"} == set(SOURCE_ONLY_KEYS)
 
 
+def test_the_cache_dir_description_names_every_builtin_model_converted_there():
+    """The schema said the cache held converted SmolLM2 only; Gemma-3-270M is converted into it too."""
+    from memaudit.config import load_schema
+    from memaudit.models.builtin import BUILTINS
+
+    description = load_schema()["properties"]["cache_dir"]["description"]
+    assert [name for name in BUILTINS if name not in description] == []
+
+
 def test_a_model_key_nothing_reads_is_an_error_not_ignored():
     """dtype, device, gpus, ... on an API model, LoRA settings on a full fine-tune: nothing reads
     them there, and the run would go on as if they had been heeded. Only what the user wrote

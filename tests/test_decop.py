@@ -252,6 +252,38 @@ def test_suspect_list_is_conformal_bh_over_documents_by_hand():
     assert (none["n_clean"] == 0).all()
 
 
+def test_a_suspect_list_that_can_name_nothing_says_why_in_the_log(caplog):
+    """Too few clean documents for any conformal p-value to reach fdr (the smallest is 1/(n_clean + 1)),
+    or none at all, gave a suspect column of False (or empty) everywhere and no word in the job's log:
+    a reader took it for "no document stands out". The log now says the list cannot name anything,
+    and how many clean documents it needs."""
+    from memaudit.probes.decop.runner import _evaluate
+
+    assert analysis.suspect_list_note(0, 0.1) == (
+        "no clean reference document (probes.decop.calibration_documents is 0, or quality control rejected them "
+        "all): no suspect list (test none)")
+    assert analysis.suspect_list_note(4, 0.1) == (
+        "4 clean reference document(s): the smallest conformal p-value, 1/(4 + 1) = 0.2, is above fdr 0.1, so the "
+        "suspect list names no document whatever its accuracy (at least 9 are needed: raise "
+        "probes.decop.calibration_documents)")
+    assert analysis.suspect_list_note(2, 0.3).endswith("(at least 3 are needed: raise "
+                                                       "probes.decop.calibration_documents)")
+    assert analysis.suspect_list_note(9, 0.1) is None and analysis.suspect_list_note(3, 0.3) is None
+
+    rows = [("m", 1, "evaluate", 0), ("n", 0, "evaluate", 1), ("c", 0, "calibrate", 0)]  # (doc, label, role, pred)
+    answers = pd.DataFrame([{"doc_id": d, "label": lab, "role": role, "passage_id": f"{d}#0", "item_id": f"{d}#0",
+                             "length": 64, "ordering": "0123", "correct": 0, "pred": pred}
+                            for d, lab, role, pred in rows])
+    with caplog.at_level("WARNING", logger="memaudit.probes.decop.runner"):
+        _, table, _ = _evaluate(answers, "blackbox", [64], fdr=0.1)
+    assert caplog.messages == [f"64-token passages: {analysis.suspect_list_note(1, 0.1)}"]
+    assert table.loc[table["role"] == "evaluate", "suspect"].tolist() == [False, False]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="memaudit.probes.decop.runner"):
+        _evaluate(answers[answers["role"] == "evaluate"], "blackbox", [64], fdr=0.1)
+    assert caplog.messages == [f"64-token passages: {analysis.suspect_list_note(0, 0.1)}"]
+
+
 def test_suspect_list_holds_its_fdr_where_a_passages_orderings_are_one_trial():
     """Clean documents whose passages each have their own chance of being answered right, asked in
     24 orderings: the list names a clean document in at most about fdr of the runs where every

@@ -11,7 +11,8 @@ of ``ANTHROPIC_CUSTOM_HEADERS`` are in the cache key, hashed
 
 from __future__ import annotations
 
-from memaudit.backends.api import APIBackend, Parsed, decode_json, response_bytes, split_sdk_fields
+from memaudit.backends.api import (APIBackend, Parsed, decode_json, response_bytes, split_sdk_fields,
+                                  token_count)
 from memaudit.backends.base import GENERATE, GenerationParams
 from memaudit.errors import ConfigError
 
@@ -68,18 +69,20 @@ class AnthropicBackend(APIBackend):
             raise ValueError(f"an error object instead of a message: {(data.get('error') or {}).get('message')}")
         blocks = data["content"]
         text = "".join(b["text"] for b in blocks if b.get("type") == "text")
-        usage = data.get("usage") or {}
         stop = data.get("stop_reason")
+        return Parsed(text=text, finish_reason=stop, provider_refusal=stop == "refusal",
+                      **self._usage_counts(data.get("usage") or {}))
+
+    def _usage_counts(self, usage: dict) -> dict:
         # input_tokens leaves out what the prompt cache read or wrote; memaudit sets no cache_control, so
         # both are 0, but a proxy that caches counts them here: read ones at the cached price, written
         # ones at theirs (cache_creation splits them by lifetime; without it, all have the default, 5 minutes)
-        read = int(usage.get("cache_read_input_tokens") or 0)
+        counts = super()._usage_counts(usage)
+        read = token_count(usage.get("cache_read_input_tokens"))
         split = usage.get("cache_creation") or {}
-        write_1h = int(split.get("ephemeral_1h_input_tokens") or 0)
-        written = int(usage.get("cache_creation_input_tokens")
-                      or int(split.get("ephemeral_5m_input_tokens") or 0) + write_1h)
-        return Parsed(text=text, input_tokens=int(usage.get("input_tokens") or 0) + read + written,
-                      output_tokens=int(usage.get("output_tokens") or 0), finish_reason=stop,
-                      provider_refusal=stop == "refusal", provider_cached_tokens=read,
-                      provider_cache_write_5m_tokens=max(written - write_1h, 0),
-                      provider_cache_write_1h_tokens=min(write_1h, written))
+        write_1h = token_count(split.get("ephemeral_1h_input_tokens"))
+        written = token_count(usage.get("cache_creation_input_tokens")
+                              or token_count(split.get("ephemeral_5m_input_tokens")) + write_1h)
+        return {**counts, "input_tokens": counts["input_tokens"] + read + written, "provider_cached_tokens": read,
+                "provider_cache_write_5m_tokens": max(written - write_1h, 0),
+                "provider_cache_write_1h_tokens": min(write_1h, written)}

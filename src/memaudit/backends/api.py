@@ -125,6 +125,11 @@ class PlannedCall:
     max_output_tokens: int
 
 
+def token_count(value) -> int:
+    """A usage block's count of tokens: absent or null is none, as is a negative one."""
+    return max(int(value or 0), 0)
+
+
 @dataclass
 class Parsed:
     """The parts of a provider response the probes use, whatever the wire format."""
@@ -474,15 +479,12 @@ class APIBackend(Backend):
             # Valid JSON that is not a response of this API (an error object with status
             # 200, a missing field): recorded as invalid, not cached, so a rerun asks again.
             # What its usage block says was billed goes to the ledger all the same.
-            n_in, n_out = self._billed_tokens(data)
-            if self.cache is not None and (n_in or n_out):
-                self.cache.record_usage([self._usage(call.key, STATUS_INVALID, n_in, n_out, from_cache=False)])
+            billed = self._billed_tokens(data)
+            if self.cache is not None and (billed.input_tokens or billed.output_tokens):
+                self.cache.record_usage([self._usage_of(call.key, STATUS_INVALID, billed)])
             return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
                                error=error)
-        usage = self._usage(call.key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False,
-                            provider_cached=parsed.provider_cached_tokens,
-                            cache_write_5m=parsed.provider_cache_write_5m_tokens,
-                            cache_write_1h=parsed.provider_cache_write_1h_tokens)
+        usage = self._usage_of(call.key, status, parsed)
         if self.cache is not None:
             self.cache.put(key=call.key, backend=self.backend_name, model_id=self.model_id, request=call.identity,
                            response=data, input_tokens=parsed.input_tokens, output_tokens=parsed.output_tokens,
@@ -532,15 +534,29 @@ class APIBackend(Backend):
             return parsed, STATUS_INVALID, f"{self.label}: empty answer (finish_reason {parsed.finish_reason!r})"
         return parsed, STATUS_OK, None
 
-    def _billed_tokens(self, data: Any) -> tuple[int, int]:
-        """The input and output tokens a response's usage block (``usage_keys``) counts, ``(0, 0)`` where
-        it counts nothing readable: a response the parser cannot read may still have been billed."""
+    def _usage_counts(self, usage: dict) -> dict:
+        """:class:`Parsed`'s token fields from a response's usage block: the input and output tokens
+        (``usage_keys``); a backend whose provider reports prompt-cache tokens adds them. One reading
+        for a response the parser reads and one it cannot (:meth:`_billed_tokens`), so both are billed alike."""
+        n_in, n_out = (token_count(usage.get(k)) for k in self.usage_keys)
+        return {"input_tokens": n_in, "output_tokens": n_out}
+
+    def _billed_tokens(self, data: Any) -> Parsed:
+        """The tokens a response's usage block counts (:meth:`_usage_counts`), as a :class:`Parsed` without
+        text; none where it counts nothing readable: a response the parser cannot read may still have
+        been billed, prompt-cache reads and writes included."""
         try:
-            usage = data.get("usage") or {}
-            n_in, n_out = (max(int(usage.get(k) or 0), 0) for k in self.usage_keys)
+            counts = self._usage_counts(data.get("usage") or {})
         except (AttributeError, TypeError, ValueError):
-            return 0, 0
-        return n_in, n_out
+            counts = {"input_tokens": 0, "output_tokens": 0}
+        return Parsed(text=None, finish_reason=None, **counts)
+
+    def _usage_of(self, key: str, status: str, parsed: Parsed) -> UsageRow:
+        """The ledger row of a response sent now, priced from ``parsed``'s token counts."""
+        return self._usage(key, status, parsed.input_tokens, parsed.output_tokens, from_cache=False,
+                           provider_cached=parsed.provider_cached_tokens,
+                           cache_write_5m=parsed.provider_cache_write_5m_tokens,
+                           cache_write_1h=parsed.provider_cache_write_1h_tokens)
 
     def _usage(self, key: str, status: str, n_in: int, n_out: int, *, from_cache: bool,
                provider_cached: int = 0, cache_write_5m: int = 0, cache_write_1h: int = 0) -> UsageRow:

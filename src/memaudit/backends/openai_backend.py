@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
-                                   response_bytes, split_sdk_fields)
+                                   response_bytes, split_sdk_fields, token_count)
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
                                     GenerationParams, provider_api, system_into_user)
 from memaudit.errors import ConfigError
@@ -109,20 +109,20 @@ class OpenAIBackend(APIBackend):
         refusal = message.get("refusal")
         if text is None and refusal:
             text = refusal
-        usage = data.get("usage") or {}
         tokens = top = None
         content = (choice.get("logprobs") or {}).get("content")
         if content is not None:
             tokens = [(e["token"], float(e["logprob"])) for e in content]
             top = [[(t["token"], float(t["logprob"])) for t in e.get("top_logprobs") or []] for e in content]
+        return Parsed(text=text, finish_reason=choice.get("finish_reason"),
+                      provider_refusal=bool(refusal) or choice.get("finish_reason") == "content_filter",
+                      tokens=tokens, top_logprobs=top, **self._usage_counts(data.get("usage") or {}))
+
+    def _usage_counts(self, usage: dict) -> dict:
         # prompt_tokens counts them all; prompt_tokens_details.cached_tokens, those OpenAI's prompt
         # cache served (billed at a discount); servers of the OpenAI format without it cache none
-        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        return Parsed(text=text, input_tokens=int(usage.get("prompt_tokens") or 0),
-                      output_tokens=int(usage.get("completion_tokens") or 0),
-                      finish_reason=choice.get("finish_reason"),
-                      provider_refusal=bool(refusal) or choice.get("finish_reason") == "content_filter",
-                      tokens=tokens, top_logprobs=top, provider_cached_tokens=cached)
+        return {**super()._usage_counts(usage),
+                "provider_cached_tokens": token_count((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))}
 
     # -- option log-probabilities ---------------------------------------------------------
 

@@ -10,11 +10,13 @@ a model.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Sequence
 
 from memaudit.backends.scripted import ScriptedResponder
 from memaudit.backends.server import ChatServer, HFResponder, Responder
+from memaudit.errors import InputError
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
@@ -32,6 +34,18 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse nonsense numbers before a model loads (minutes): a ``--max-batch`` below 1 was served as 1
+    without a word, a ``--port`` outside 0-65535 failed in bind() after the load, and a negative, nan or
+    infinite ``--latency`` in every request's thread."""
+    if args.max_batch < 1:
+        raise InputError(f"--max-batch: must be at least 1, not {args.max_batch}")
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port: must be 0 to 65535 (0: any free port), not {args.port}")
+    if not (math.isfinite(args.latency) and args.latency >= 0):
+        raise InputError(f"--latency: must be a finite number of seconds >= 0, not {args.latency:g}")
+
+
 def make_server(argv: Sequence[str] | None = None) -> ChatServer:
     """The server ``memaudit serve`` runs for ``argv`` (listening, not yet serving).
 
@@ -47,7 +61,7 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
     p.add_argument("--adapter", help="a peft adapter directory on top of the model")
     p.add_argument("--name", default=None, help="the model name clients send (default: derived from the source)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="listen port (default: 8000)")
+    p.add_argument("--port", type=int, default=8000, help="listen port, 0 to 65535 (0: any free one; default: 8000)")
     p.add_argument("--device", default="auto", help="auto (a GPU if present; the default), cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto (the default): bfloat16 where the hardware computes it natively, else float32")
@@ -57,6 +71,7 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
                    help="greedy requests waiting at once are decoded together, this many rows at a time; 1: each "
                         "answer independent of the others waiting (in bfloat16, batching changes some answers; default: 16)")
     args = p.parse_args(argv)
+    check_numbers(args)
 
     if args.scripted:
         responder: Responder = ScriptedResponder.from_file(args.scripted)

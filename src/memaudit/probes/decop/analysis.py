@@ -9,6 +9,8 @@ the four option-letter probabilities renormalised to sum to 1 (likelihood mode: 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -119,6 +121,24 @@ def suspect_list(table: pd.DataFrame, fdr: float, clean_accuracy=None) -> pd.Dat
     out["q_value"] = selection.bh_adjusted_pvalues(out["p_value"].to_numpy())
     out["suspect"] = selection.rejected_at(out["q_value"].to_numpy(), fdr)
     return out
+
+
+def suspect_list_note(n_clean: int, fdr: float) -> str | None:
+    """Why :func:`suspect_list` can name no document, for the job's log; ``None`` where it can.
+
+    Without clean documents there is no test; with ``n_clean`` of them every p-value is at least
+    ``1 / (n_clean + 1)`` (:func:`memaudit.stats.selection.min_resolvable_q`), and BH rejects none
+    above ``fdr``: a column of False that says nothing about the documents."""
+    if n_clean == 0:
+        return ("no clean reference document (probes.decop.calibration_documents is 0, or quality control "
+                "rejected them all): no suspect list (test none)")
+    min_q = selection.min_resolvable_q(n_clean)
+    if fdr >= min_q:
+        return None
+    needed = max(1, math.ceil(1 / fdr - 1))
+    return (f"{n_clean} clean reference document(s): the smallest conformal p-value, 1/({n_clean} + 1) = "
+            f"{min_q:.3g}, is above fdr {fdr:g}, so the suspect list names no document whatever its accuracy "
+            f"(at least {needed} are needed: raise probes.decop.calibration_documents)")
 
 
 def leave_one_out_predictions(calibration: pd.DataFrame) -> np.ndarray:

@@ -65,6 +65,9 @@ def _evaluate(answers: pd.DataFrame, mode: str, lengths: Sequence[int], fdr: flo
                 "n_calibration_documents": int(calib["doc_id"].nunique())}
             variants.append(("pred_calibrated", "calibrated"))
         p_verbatim = analysis.verbatim_probability(ans, mode)
+        note = analysis.suspect_list_note(int(ans.loc[ans["role"] == "calibrate", "doc_id"].nunique()), fdr)
+        if note:
+            log.warning("%d-token passages: %s", length, note)
         for column, variant in variants:
             table = analysis.document_accuracy(ans, column)
             # the held-out clean documents' accuracies are the suspect list's reference (none: no list)
