@@ -723,6 +723,15 @@ def test_paper_config_validates_with_the_papers_settings(tmp_path):
     # the information-guided probes' reference is the paper's masked LM
     reference = cfg["probes"]["cloze"]["reference"]["model"]
     assert cfg["models"][reference]["source"]["hub_id"] == "google-bert/bert-base-uncased"
+    # and no probe runs on it nor on the encoder-decoder judge (each job would stop at its start: neither is
+    # a causal LM), while token_prob still scores every causal local model
+    from memaudit.jobs import probe_runs
+    from memaudit.probes.registry import FAMILIES
+
+    probed = {m for fam in FAMILIES for _, m, _ in probe_runs(cfg, fam)}
+    assert not probed & {reference, judge}
+    causal = {m for m, e in cfg["models"].items() if e["backend"] == "hf"} - {reference, judge}
+    assert {m for _, m, _ in probe_runs(cfg, "token_prob")} == causal
     # Table 2's baselines on BookTection-128 only; DE-COP on all three lengths of the same books
     assert cfg["probes"]["token_prob"]["benchmarks"][0] == "booktection_128"
     assert cfg["benchmarks"]["booktection_128"]["published"] == {**cfg["benchmarks"]["booktection"]["published"],

@@ -161,3 +161,131 @@ def test_the_cloze_items_record_a_masked_reference_and_cloze_logit_refuses_one(b
             "model 'bert' is a masked LM: cloze_logit reads a causal LM's next-token choice; a masked LM "
             "serves only as probes.cloze.reference.model")):
         logit_answers(bert_backend, items, tokens)
+
+
+def test_which_checkpoint_configs_are_masked_lms_not_only_those_listing_one_masked_head():
+    """A BERT checkpoint listing several heads, a pre-training head, or none loads as a masked LM: as a causal LM
+    transformers builds BertLMHeadModel from it (its config is no decoder), whose predictions mean nothing."""
+    from transformers import BertConfig, DistilBertConfig, GPT2Config, LlamaConfig, T5Config
+
+    from memaudit.models.loading import is_masked_lm_config
+
+    cases = {
+        "one masked head": (BertConfig(architectures=["BertForMaskedLM"]), True),
+        "several heads": (BertConfig(architectures=["BertForMaskedLM", "BertForNextSentencePrediction"]), True),
+        "pre-training heads": (BertConfig(architectures=["BertForPreTraining"]), True),
+        "no architectures": (BertConfig(), True),
+        "a masked-only type": (DistilBertConfig(), True),
+        "a BERT decoder": (BertConfig(is_decoder=True, architectures=["BertLMHeadModel"]), False),
+        "a BERT decoder, unnamed": (BertConfig(is_decoder=True), False),
+        "GPT-2": (GPT2Config(architectures=["GPT2LMHeadModel"]), False),
+        "GPT-2, unnamed": (GPT2Config(), False),
+        "Llama": (LlamaConfig(architectures=["LlamaForCausalLM"]), False),
+        "T5": (T5Config(architectures=["T5ForConditionalGeneration"]), False),
+    }
+    assert {k: is_masked_lm_config(c) for k, (c, _) in cases.items()} == {k: want for k, (_, want) in cases.items()}
+
+
+def test_a_checkpoint_listing_several_heads_loads_as_its_masked_lm(tiny_bert_dir, tmp_path):
+    import json
+    import shutil
+
+    from transformers import BertForMaskedLM
+
+    from memaudit.models.loading import load_model
+
+    copy = tmp_path / "bert-pretraining"
+    shutil.copytree(tiny_bert_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "architectures": ["BertForMaskedLM",
+                                                                              "BertForNextSentencePrediction"]}))
+    assert type(load_model({"path": str(copy)}, device="cpu")[0]) is BertForMaskedLM
+
+
+def _local(tmp_path, tiny_bert_dir, name="bert"):
+    """A config naming the tiny BERT ``name``, and its prepared directory (a manifest loading it)."""
+    import json
+
+    model_dir = tmp_path / "models" / name
+    model_dir.mkdir(parents=True)
+    (model_dir / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_bert_dir)},
+                                                         "architecture": "masked"}))
+    return {"models": {name: {"source": {"path": str(tiny_bert_dir)}, "device": "cpu"}}}, model_dir
+
+
+NOT_CAUSAL = ("model 'bert' is a masked LM (bert), which cannot serve {}; it can serve only as the cloze probes' "
+              "reference model (probes.cloze.reference.model)")
+
+
+def test_a_masked_lm_in_a_causal_role_is_refused_at_the_jobs_start_naming_model_and_role(tiny_bert_dir, tmp_path):
+    from memaudit.probes.decop.items import make_paraphraser
+    from memaudit.probes.job import ProbeJob
+    from memaudit.probes.token_prob.forward import run_token_stats
+
+    config, model_dir = _local(tmp_path, tiny_bert_dir)
+    config["probes"] = {"decop": {"paraphrase": {"model": "bert"}}, "token_prob": {}}
+    job = ProbeJob("token_prob", "", "bert", "b", config, {"model": str(model_dir)}, {})
+    with pytest.raises(ConfigError, match=re.escape("probe 'token_prob' on 'b': " + NOT_CAUSAL.format("token_logprobs"))):
+        job.backend()
+    with pytest.raises(ConfigError, match=re.escape("probes.decop.paraphrase.model: " + NOT_CAUSAL.format("generate"))):
+        make_paraphraser(config, "bert", model_dir=model_dir)
+    passages = tmp_path / "passages.jsonl"
+    passages.write_text('{"passage_id": "p0", "doc_id": "d0", "label": 1, "text": "Call me Ishmael."}\n')
+    with pytest.raises(ConfigError, match=re.escape(
+            "token statistics (probes.token_prob, its reference_models): " + NOT_CAUSAL.format("token_logprobs"))):
+        run_token_stats(config, "bert", model_dir, passages, tmp_path / "stats.npz")
+
+
+def test_a_masked_knowledge_filter_is_refused_naming_its_key(tiny_bert_dir, tmp_path):
+    from memaudit.probes.cloze.items import knowledge_filter_from
+
+    config, model_dir = _local(tmp_path, tiny_bert_dir)
+    with pytest.raises(ConfigError, match=re.escape("probes.cloze.filter.model: " + NOT_CAUSAL.format("generate"))):
+        knowledge_filter_from(config, {"filter": {"model": "bert"}}, model_dir)
+    # logit mode reads the word's rank as a causal LM's next-token choice, as cloze_logit
+    with pytest.raises(ConfigError, match=re.escape(
+            "probes.cloze.filter.model: model 'bert' is a masked LM: the logit filter reads a causal LM's next-token "
+            "choice; a masked LM serves only as probes.cloze.reference.model")):
+        knowledge_filter_from(config, {"filter": {"model": "bert", "mode": "logit"}}, model_dir)
+
+
+def test_a_masked_reference_whose_tokenizer_has_no_mask_token_is_one_line(tiny_bert_dir, tmp_path):
+    import json
+    import shutil
+
+    from memaudit.backends import open_backend
+    from memaudit.backends.base import WORD_LOGPROBS
+
+    copy = tmp_path / "bert-no-mask"
+    shutil.copytree(tiny_bert_dir, copy)
+    path = copy / "tokenizer_config.json"  # BertTokenizerFast's default [MASK] set to none
+    path.write_text(json.dumps({**json.loads(path.read_text()), "mask_token": None}))
+    config, model_dir = _local(tmp_path, copy)
+    with pytest.raises(ConfigError, match=re.escape(
+            "probes.cloze.reference.model: model 'bert' is a masked LM (bert) whose tokenizer has no mask token: "
+            "the word cannot be masked")):
+        open_backend(config, "bert", model_dir=model_dir, role="probes.cloze.reference.model",
+                     needs={WORD_LOGPROBS})
+
+
+def test_fine_tuning_a_masked_lm_is_refused_naming_the_base_key(tmp_path):
+    import json
+
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "manifest.json"
+    base.write_text(json.dumps({"load": {"path": "/nowhere"}, "architecture": "masked"}))
+    entry = {"base": "bert", "finetune": {"members_of": ["b"], "method": "lora"}}
+    with pytest.raises(ConfigError, match=re.escape(
+            "models.ft.base: model 'bert' is a masked LM: fine-tuning needs a causal LM; it can serve only as "
+            "the cloze probes' reference model (probes.cloze.reference.model)")):
+        prepare_finetuned_model("ft", entry, base, ["a member text"], tmp_path / "out", device="cpu")
+
+
+def test_serve_refuses_a_masked_lm_at_start(tiny_bert_dir):
+    from memaudit.backends.serve import make_server
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "memaudit serve: model 'tiny-bert' is a masked LM (bert), which cannot serve generate; it can serve "
+            "only as the cloze probes' reference model (probes.cloze.reference.model)")):
+        make_server(["--path", str(tiny_bert_dir), "--name", "tiny-bert", "--device", "cpu"])

@@ -209,6 +209,22 @@ class HFBackend(Backend):
             raise ConfigError(f"model {self.name!r} is a masked LM ({self.model.config.model_type}): it serves only "
                               f"as the cloze probes' reference model (word log-probabilities); {what} needs a causal LM")
 
+    def require(self, needs, role: str) -> None:
+        """A one-line :class:`ConfigError` naming the model and ``role`` (a config key, a probe) where this model
+        cannot serve what the role ``needs`` (a masked LM or an encoder-decoder model in a causal LM's role, a
+        masked LM whose tokenizer has no mask token): said when the job opens the model, not at its first use."""
+        from memaudit.models.loading import NOT_CAUSAL
+
+        missing = frozenset(needs) - self.capabilities
+        kind = f"({self.model.config.model_type})"
+        if missing:
+            what, serves = NOT_CAUSAL[self.architecture]
+            raise ConfigError(f"{role}: model {self.name!r} is {what} {kind}, which cannot serve "
+                              f"{', '.join(sorted(missing))}; it can serve only {serves}")
+        if self.architecture == "masked" and getattr(self.tokenizer, "mask_token_id", None) is None:
+            raise ConfigError(f"{role}: model {self.name!r} is a masked LM {kind} whose tokenizer has no mask token: "
+                              "the word cannot be masked")
+
     def _generative_only(self) -> None:
         if self.architecture == "masked":
             self._causal_only("generation")

@@ -78,6 +78,7 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
         name = args.name or "scripted"
     else:
         name = args.name or Path(args.path or args.hub_id or args.builtin).name
+        from memaudit.backends.base import GENERATE
         from memaudit.backends.hf import HFBackend
         from memaudit.models.loading import load_model
 
@@ -91,5 +92,7 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
             spec["adapter"] = args.adapter
         model, tok = load_model(spec, dtype=args.dtype, device=args.device)
         # named: the backend's errors say which model (they said "model None")
-        responder = HFResponder(HFBackend(spec, name=name, model=model, tokenizer=tok), max_rows=args.max_batch)
+        backend = HFBackend(spec, name=name, model=model, tokenizer=tok)
+        backend.require({GENERATE}, "memaudit serve")  # a masked LM answers no request: said now, not per request
+        responder = HFResponder(backend, max_rows=args.max_batch)
     return ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)

@@ -190,13 +190,29 @@ def is_encoder_decoder(model) -> bool:
 
 
 def is_masked_lm_config(config) -> bool:
-    """Whether a checkpoint's config describes a masked LM (BERT's ``BertForMaskedLM``): its
-    ``architectures`` name ``...ForMaskedLM`` classes only. Such a checkpoint also loads as a causal LM
-    (transformers builds ``BertLMHeadModel`` from it, with a warning), and its predictions are then
-    nonsense: it is loaded as the masked LM it is."""
-    names = getattr(config, "architectures", None) or []
-    return (not getattr(config, "is_encoder_decoder", False) and bool(names)
-            and all(str(n).endswith("ForMaskedLM") for n in names))
+    """Whether a checkpoint's config describes a masked LM (BERT's ``BertForMaskedLM``). Such a checkpoint
+    also loads as a causal LM (transformers builds ``BertLMHeadModel`` from it, with a warning), and its
+    predictions are then nonsense: it is loaded as the masked LM it is.
+
+    Its ``architectures`` name no causal class and a ``...ForMaskedLM`` one (a list may name several
+    heads); naming neither (``BertForPreTraining``, or no list), its model type has a masked-LM class and
+    no causal one of its own, or its config is no decoder (BERT's causal class reads ``is_decoder``)."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    names = [str(n) for n in getattr(config, "architectures", None) or []]
+    if any(n.endswith(_CAUSAL_CLASSES) for n in names):
+        return False
+    if any(n.endswith("ForMaskedLM") for n in names):
+        return True
+    masked = MODEL_FOR_MASKED_LM_MAPPING_NAMES.get(getattr(config, "model_type", None))
+    causal = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(getattr(config, "model_type", None))
+    return masked is not None and masked != causal and (causal is None or not getattr(config, "is_decoder", False))
+
+
+_CAUSAL_CLASSES = ("ForCausalLM", "LMHeadModel", "WithLMHead")  # GPT2LMHeadModel, ReformerModelWithLMHead
 
 
 def architecture(model) -> str:

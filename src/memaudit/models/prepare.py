@@ -115,10 +115,14 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     """
     from memaudit.checkpoints import file_digest, texts_digest
     from memaudit.models.finetune import finetune
-    from memaudit.models.loading import load_causal_lm, resolve_device, resolve_dtype
+    from memaudit.models.loading import NOT_CAUSAL, load_causal_lm, resolve_device, resolve_dtype
 
     out_dir = Path(out_dir)
     base = read_json(base_manifest_path)
+    if base.get("architecture", "causal") != "causal":  # the base's preparation read it: said before any load
+        what, serves = NOT_CAUSAL[base["architecture"]]
+        raise ConfigError(f"models.{name}.base: model {entry['base']!r} is {what}: fine-tuning needs a causal LM; "
+                          f"it can serve only {serves}")
     ft = entry["finetune"]
     if not any(text.strip() for text in member_texts):
         raise InputError(f"models.{name}.finetune.members_of {ft['members_of']}: no member document to "

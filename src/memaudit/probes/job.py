@@ -50,8 +50,10 @@ class ProbeJob:
     def backend(self):
         """The model under test (:func:`memaudit.backends.open_backend`)."""
         from memaudit.backends import open_backend
+        from memaudit.probes.registry import PROBES
 
-        return open_backend(self.config, self.model, model_dir=self.inputs.get("model"), rule=self.rule)
+        return open_backend(self.config, self.model, model_dir=self.inputs.get("model"), rule=self.rule,
+                            role=f"probe {self.probe!r} on {self.benchmark!r}", needs=PROBES[self.probe].needs)
 
     @contextlib.contextmanager
     def opened_backend(self) -> Iterator:

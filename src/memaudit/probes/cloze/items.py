@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from memaudit.datasets.types import VALIDATION
-from memaudit.errors import InputError
+from memaudit.backends.base import GENERATE, WORD_LOGPROBS
+from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv, write_jsonl
 from memaudit.models import masked_word_logprobs  # noqa: F401 -- a masked reference's numbers: in the cloze fingerprint
 from memaudit.probes.cloze.candidates import cloze_context, context_bounds, extract_candidates_many, spans
@@ -181,9 +182,15 @@ def knowledge_filter_from(config: dict, settings: dict, model_dir: str | None, *
     from memaudit.backends import open_backend
     from memaudit.probes.cloze.knowledge_filter import knowledge_filter
 
-    backend = open_backend(config, name, model_dir=model_dir, rule=rule)
-    if settings["filter"].get("mode", "generate") == "logit":
+    logit = settings["filter"].get("mode", "generate") == "logit"
+    backend = open_backend(config, name, model_dir=model_dir, rule=rule, role="probes.cloze.filter.model",
+                           needs={WORD_LOGPROBS if logit else GENERATE})
+    if logit:
         from memaudit.probes.cloze.knowledge_filter import top_choice_filter
+
+        if getattr(backend, "architecture", "causal") == "masked":  # it would see the word's right side
+            raise ConfigError(f"probes.cloze.filter.model: model {name!r} is a masked LM: the logit filter reads a "
+                              "causal LM's next-token choice; a masked LM serves only as probes.cloze.reference.model")
 
         return lambda tokens, texts: top_choice_filter(texts, tokens, backend)
 

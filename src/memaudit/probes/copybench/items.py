@@ -122,10 +122,13 @@ def extraction_table(items: Sequence[dict], rejects: Sequence) -> pd.DataFrame:
 def make_extractor(config: dict, name: str, *, model_dir: str | Path | None = None, rule: str | None = None):
     """The ``extractor`` role: the paper's event and character prompts through model ``name``."""
     from memaudit.backends import open_backend
+    from memaudit.backends.base import GENERATE
     from memaudit.probes.copybench.extract import LLMExtractor
 
     settings = config["probes"]["copybench"]["extractor"]
-    return book_extractor(config, LLMExtractor(open_backend(config, name, model_dir=model_dir, rule=rule), name=name,
+    backend = open_backend(config, name, model_dir=model_dir, rule=rule, role="probes.copybench.extractor.model",
+                           needs={GENERATE})
+    return book_extractor(config, LLMExtractor(backend, name=name,
                                                max_attempts=int(settings["max_attempts"]),
                                                max_new_tokens=int(settings["max_new_tokens"])))
 

@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.backends.base import STATUS_ERROR, STATUSES, GenerationParams, generate_batched_if_greedy
+from memaudit.backends.base import (GENERATE, STATUS_ERROR, STATUSES, GenerationParams,
+                                    generate_batched_if_greedy)
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from memaudit.probes.copybench import metrics
@@ -412,14 +413,15 @@ def run_job(job) -> pd.DataFrame:
         from memaudit.probes.copybench.judge import LLMJudge
 
         opened.append(open_backend(job.config, cfg["event_judge"]["model"],
-                                   model_dir=job.inputs.get("event_judge"), rule=job.rule))
+                                   model_dir=job.inputs.get("event_judge"), rule=job.rule,
+                                   role="probes.copybench.event_judge.model", needs={GENERATE}))
         judge = LLMJudge(opened[-1])
     fcfg = cfg.get("fluency_judge") or {}
     if mode in FLUENCY_MODES and fcfg.get("model"):
         from memaudit.probes.copybench.fluency import FluencyJudge
 
         opened.append(open_backend(job.config, fcfg["model"], model_dir=job.inputs.get("fluency_judge"),
-                                   rule=job.rule))
+                                   rule=job.rule, role="probes.copybench.fluency_judge.model", needs={GENERATE}))
         fluency = FluencyJudge(opened[-1], max_new_tokens=int(fcfg["max_new_tokens"]),
                                temperature=float(fcfg["temperature"]), max_attempts=int(fcfg["max_attempts"]))
     try:

@@ -132,9 +132,11 @@ def make_paraphraser(config: dict, name: str, *, model_dir: str | Path | None = 
     :func:`memaudit.probes.decop.paraphrase.local_paraphraser`) or an API/served model with the
     paper's prompts."""
     from memaudit.backends import is_api_model, open_backend
+    from memaudit.backends.base import GENERATE
 
     settings = config["probes"]["decop"]["paraphrase"]
-    backend = open_backend(config, name, model_dir=model_dir, rule=rule)
+    backend = open_backend(config, name, model_dir=model_dir, rule=rule, role="probes.decop.paraphrase.model",
+                           needs={GENERATE})
     if is_api_model(config["models"][name]):
         from memaudit.probes.decop.paraphrase import BackendParaphraser
 

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.backends import open_backend
+from memaudit.backends.base import TOKEN_LOGPROBS
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv
 from memaudit.models import grad_norms  # noqa: F401 -- computes Z (HFBackend.gradient_norms): in KTD's fingerprint
@@ -224,7 +225,8 @@ def run_job(job: ProbeJob) -> None:
     references = {}
     for name, path in zip(job.params.get("reference_models") or [], job.inputs.get("references") or []):
         job.progress(f"token statistics of the {len(originals)} passages under reference model {name}")
-        ref = open_backend(job.config, name, model_dir=path, rule=job.rule)  # a local model (check_config)
+        ref = open_backend(job.config, name, model_dir=path, rule=job.rule,  # a local model (check_config)
+                           role="probes.ktd.reference_models", needs={TOKEN_LOGPROBS})
         references[name] = ref.token_stats(originals, with_distribution=False)
         del ref
     whole, at = (passage_z, np.arange(len(items))) if passage_z is not None else (z, passage_starts(items))

@@ -66,8 +66,10 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         nonlocal backend
         if backend is None:  # loaded only if some shard is left to compute
             from memaudit.backends import open_backend
+            from memaudit.backends.base import TOKEN_LOGPROBS
 
-            backend = open_backend(config, model, model_dir=model_dir)
+            backend = open_backend(config, model, model_dir=model_dir, needs={TOKEN_LOGPROBS},
+                                   role="token statistics (probes.token_prob, its reference_models)")
         return backend
 
     t0 = time.time()
