@@ -120,7 +120,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
         # 3: Min-K% and Min-K%++ take floor(k * tokens) of the decimal product (int(90 * 0.7) was 62)
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
-        methods="memaudit.probes.token_prob.plan:method_names", version=4, fingerprint="5679ac81dd250f3b",
+        methods="memaudit.probes.token_prob.plan:method_names", version=4, fingerprint="c38939b9e0f67606",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -128,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="32f6d93816c3500a")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="1f68c3bd9da2aaf7")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -142,7 +142,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # special token is no part of its continuation (backends.hf.generate_text)
         # 7: a stop string that is a special token (probes.prefix.stop) ends the continuation there (it was
         # decoded away and never matched)
-        version=7, fingerprint="99c687d184690ec6",
+        version=7, fingerprint="74043b8007e9af77",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -166,12 +166,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="ac68271869ea2518",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="1b13ffa9e2c7e519",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="80d8ed9ac576b96e"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="7e16758961d9fe3f"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="6b390988e12ca511")},
@@ -200,14 +200,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="3ef29befece32370",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="150bf8e20ff6295b",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="9402ea8e003d0e03"),
+                               version=6, fingerprint="d68999983b69c379"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=7, fingerprint="9eb6764ac73865e1")},
@@ -238,12 +238,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 11: the baselines' token statistics keep whole characters at a max_tokens cut (token_prob's
         # stats 4)
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
-        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="511e764476945f12",
+        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="0ee072fc8270ab06",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="9951a558f367511e"),
+                              version=9, fingerprint="b01617ab9c656702"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="1acae85e07e1dc5b")},
@@ -267,19 +267,20 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # digits is no number its digits spell ("1/2" is not "12"); a reply cut inside its closing </word>
         # tag is parsed; a filter's list numbered "**1.**", "#1" or "1 -" no longer lists the numbers 1 to N
         # (a numeric candidate dropped as guessable)
-        # 5 (items 6, summary 6): a masked LM (the paper's BERT) is read as one by the reference role, the
-        # word masked in its context window; every table says how the reference read the words
-        # (reference_scoring)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="c9b1e9108f786c90",
+        # 5 (items 6, summary 6): a masked LM (the paper's BERT, any checkpoint config of a masked LM's: one
+        # naming several heads or none too) is read as one by the reference role, the word masked in its
+        # context window (it loaded as a causal head); the items, candidates, text tables and cloze.csv say
+        # how the reference read the words (reference_scoring)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="fa0a1bf40c89eb9d",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=6, fingerprint="bd82be4ce7a970d8"),
+                               version=6, fingerprint="c7d313311b6c6923"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="9799598b6d970f64")},
+                                 version=6, fingerprint="1145e79670440723")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
