@@ -236,6 +236,16 @@ def test_a_masked_lm_in_a_causal_role_is_refused_at_the_jobs_start_naming_model_
         run_token_stats(config, "bert", model_dir, passages, tmp_path / "stats.npz")
 
 
+def test_a_masked_qa_writer_is_refused_naming_its_key_before_any_document_is_read(bert_backend, tmp_path):
+    from memaudit.probes.copybench.items import build_qa_items
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "probes.copybench.qa_writer.model: " + NOT_CAUSAL.format("generate"))):
+        build_qa_items(tmp_path / "absent.jsonl", {}, seed=0, writer=bert_backend, out_items=tmp_path / "qa.jsonl",
+                       out_rejects=tmp_path / "rejects.csv")
+    assert not (tmp_path / "qa.jsonl").exists()
+
+
 def test_a_masked_knowledge_filter_is_refused_naming_its_key(tiny_bert_dir, tmp_path):
     from memaudit.probes.cloze.items import knowledge_filter_from
 

@@ -1,13 +1,11 @@
 from memaudit.backends import open_backend
-from memaudit.backends.base import GENERATE
 from memaudit.probes.copybench.runner import build_qa_items
 from memaudit.workflow_support import start
 
 log = start(snakemake, "light")
 settings = snakemake.params.copybench
 writer = (open_backend(snakemake.config, snakemake.params.writer, model_dir=snakemake.input.get("qa_writer"),
-                       rule=snakemake.rule, role="probes.copybench.qa_writer.model", needs={GENERATE})
-          if snakemake.params.writer else None)
+                       rule=snakemake.rule) if snakemake.params.writer else None)
 try:
     build_qa_items(snakemake.input.documents, settings, seed=snakemake.params.seed, writer=writer,
                    out_items=snakemake.output.qa, out_rejects=snakemake.output.rejects,

@@ -200,14 +200,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="150bf8e20ff6295b",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="5db3d6279024ded9",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="d68999983b69c379"),
+                               version=6, fingerprint="b680ab26b8fe07ee"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.copybench.summary",),
                                  version=7, fingerprint="9eb6764ac73865e1")},

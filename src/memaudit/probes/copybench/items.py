@@ -163,6 +163,10 @@ def build_qa_items(documents_path: str | Path, cfg: dict, *, seed: int, writer=N
         progress(f"{len(items)} published QA items from {len({it['book'] for it in items})} books "
                  f"(rejected records: the benchmark's rejects.csv)")
         return {"qa": len(items), "rejected": 0, "qa_source": "published"}
+    if writer is not None and hasattr(writer, "require"):  # a local model: a masked LM writes no question
+        from memaudit.backends.base import GENERATE
+
+        writer.require({GENERATE}, "probes.copybench.qa_writer.model")
     documents = read_jsonl(documents_path)
     items, rejects = build_qa(documents, cfg, seed=seed, writer=writer, progress=progress)
     write_jsonl(out_items, items)
