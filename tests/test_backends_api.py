@@ -1601,6 +1601,25 @@ def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_
     assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
 
 
+def test_serve_on_a_port_in_use_is_one_line_before_loading_a_model(tmp_path, monkeypatch, capsys):
+    """``memaudit serve`` on a port another server listens on failed with bind()'s OSError traceback, and
+    only once the model had loaded (minutes for a large one). The port is bound first: one line naming it."""
+    import socket
+
+    import memaudit.models.loading as loading
+    from memaudit.cli import main
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["serve", "--path", str(tmp_path), "--port", str(port)]) == 2
+        assert capsys.readouterr() == ("", f"memaudit serve: error: --port {port}: 127.0.0.1:{port} is already in "
+                                           "use (another server listens there); choose another port, or 0 for any "
+                                           "free one\n")
+
+
 def test_serve_errors_name_the_model_it_serves(tiny_model_dir):
     """``memaudit serve`` built its backend without a name: a prompt too long was refused as
     "model None: ...". The error names the served model (``--name``, else the path's last part), which

@@ -372,6 +372,18 @@ def test_unknown_key_is_rejected():
                    "passages_per_document, published, source_options, sources, split_by)")
 
 
+def test_too_few_ci_resamples_names_the_key_and_the_minimum_the_stats_cli_shares():
+    """stats.n_boot_ci's minimum is the one `memaudit stats --n-boot-ci` enforces (MIN_BOOT_CI, 40: fewer leave a
+    2.5% tail of the percentile interval without one resample); 40 itself is accepted."""
+    from memaudit.stats.cli import MIN_BOOT_CI
+
+    assert MIN_BOOT_CI == 40
+    assert bad(lambda c: c["stats"].update(n_boot_ci=39)) == "config key stats.n_boot_ci: must be >= 40, not the number 39"
+    cfg = copy.deepcopy(CI)
+    cfg["stats"]["n_boot_ci"] = 40
+    validate_config(cfg)
+    assert cfg["stats"]["n_boot_ci"] == 40
+
 def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_schema_errors():
     def mutate(c):
         for i in range(12):  # more than the old cap of 10
@@ -385,7 +397,7 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
     assert lines == [f"config key extra_{i:02d}: unknown key (known here: {known})" for i in range(12)] + [
         "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
         "not the string 'float64'",
-        "config key stats.n_boot_ci: must be >= 100, not the number -5",
+        "config key stats.n_boot_ci: must be >= 40, not the number -5",
         "config key models.x.base: unknown model 'nope' (configured: smollm2-135m, smollm2-135m-contaminated, "
         "tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated, x)"]
 

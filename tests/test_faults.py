@@ -868,3 +868,41 @@ def test_token_statistics_resumed_where_dtype_auto_resolves_otherwise_start_over
     assert info["shards_resumed"] == 0 and load_provenance(out)["dtype"] == "bfloat16"
     assert [m for m in messages if m.startswith("discarding")] == [
         f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
+def test_token_statistics_computed_on_one_device_type_start_over_on_another(tiny_model_dir, tmp_path, monkeypatch):
+    """token_stats' checkpoint key held the resolved dtype but the device as configured (`auto`): shards a killed
+    job computed on a CPU were joined to ones its rerun computed on a GPU (float32 logits differ between them).
+    The key holds the device type now. The GPU here is the CPU with ``device: auto`` read as cuda (the model
+    still loads on the CPU)."""
+    from memaudit.io import write_json, write_jsonl
+    from memaudit.models import loading
+    from memaudit.probes.token_prob.forward import run_token_stats
+
+    write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
+    write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
+                                              for i, t in enumerate(TINY_TEXTS)))
+    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "float32", "device": "auto"}}}, "tiny", tmp_path,
+            tmp_path / "passages.jsonl", tmp_path / "token_stats.npz")
+
+    class Killed(Exception):
+        pass
+
+    def killed_after_two_shards(message):
+        if message.startswith("original shard 2/3: passages"):
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=killed_after_two_shards)
+    [stale] = {p.parent for p in (tmp_path / "ckpt").glob("*/*.npz")}
+    assert len(list(stale.iterdir())) == 2
+    # the rerun lands on a machine where auto is a GPU
+    resolve, load = loading.resolve_device, loading.load_model
+    monkeypatch.setattr(loading, "resolve_device",
+                        lambda device="auto": "cuda:0" if device == "auto" else resolve(device))
+    monkeypatch.setattr(loading, "load_model", lambda spec, **kw: load(spec, **{**kw, "device": "cpu"}))
+    messages: list[str] = []
+    info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
+    assert info["shards_resumed"] == 0
+    assert [m for m in messages if m.startswith("discarding")] == [
+        f"discarding stale checkpoint {stale} (inputs or settings changed)"]

@@ -281,3 +281,22 @@ def test_a_role_left_to_the_first_local_model_by_name_is_named_in_a_warning():
         "name; name it, or a model added later under an earlier name takes its place",
         f"probes.cloze.reference.model: not set, so the cloze reference is {first!r}, the first local model by name; "
         "name it, or a model added later under an earlier name takes its place"]
+
+
+def test_story_items_too_few_events_to_reach_the_event_threshold_are_named_in_one_warning():
+    """With n_events <= 5 a built story item holds at most 4 reference events (its beginning is not one), so
+    no story reaches the paper's 5 events found and the event-copying rate is 0 whatever the model does.
+    A warning, not an error: small test configs use n_events 5. Published CopyBench items carry their own."""
+    from memaudit.jobs import load_config
+    from memaudit.probes.copybench.plan import config_warnings
+
+    for name in ("config.yaml", "ci.yaml", "gpu.yaml"):
+        assert config_warnings(load_config(ROOT / "config" / name)) == [], name
+    cfg = copy.deepcopy(load_config(ROOT / "config" / "ci.yaml"))
+    cfg["probes"]["copybench"]["n_events"] = 5
+    assert config_warnings(cfg) == [
+        "probes.copybench.n_events: 5 events a book leave each built story item at most 4 reference events (its "
+        "beginning is not one), fewer than the 5 found that count a story as event copying: copybench_events "
+        "(events>=5) on benchmark books can only be 0; give n_events at least 6"]
+    cfg["probes"]["copybench_nonliteral"]["benchmarks"] = []
+    assert config_warnings(cfg) == []

@@ -298,4 +298,4 @@ def test_serve_refuses_a_masked_lm_at_start(tiny_bert_dir):
     with pytest.raises(ConfigError, match=re.escape(
             "memaudit serve: model 'tiny-bert' is a masked LM (bert), which cannot serve generate; it can serve "
             "only as the cloze probes' reference model (probes.cloze.reference.model)")):
-        make_server(["--path", str(tiny_bert_dir), "--name", "tiny-bert", "--device", "cpu"])
+        make_server(["--path", str(tiny_bert_dir), "--name", "tiny-bert", "--port", "0", "--device", "cpu"])

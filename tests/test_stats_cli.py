@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DECOP_RESULTS = ROOT / "resources/published/DE-COP_Method/2_results_DE-COP.xlsx"
 # DE-COP (Duarte et al., 2024) Table 2, BookTection, DE-COP's AUC for the open models.
 TABLE_2 = {"LLaMA-2_13B_Acc": 0.900, "LLaMA-2_70B_Acc": 0.972, "Mistral-7B_Acc": 0.901, "Mixtral-8x7B_Acc": 0.968}
-FAST = ["--n-boot", "3", "--n-boot-ci", "20"]
+FAST = ["--n-boot", "3", "--n-boot-ci", "40"]
 ACCOUNTING = re.compile(r"^read .*: (\d+) record\(s\) .*; (\d+) scored(?:, (\d+) in skipped groups)?$", re.M)
 
 
@@ -95,7 +95,7 @@ def test_skip_unscorable_groups_scores_the_rest_and_says_what_it_left_out(tmp_pa
     assert table["method"].tolist() == ["a", "c"]
     # c: members 0.7; non-members 0.2, 0.4 -> AUC 1; a: 0.9 vs 0.1 -> 1.
     assert table["auc"].tolist() == [1.0, 1.0]
-    expected = compute_metrics([0.2, 0.7, 0.4], [0, 1, 0], n_boot_small=3, n_boot_ci=20, seed=0)
+    expected = compute_metrics([0.2, 0.7, 0.4], [0, 1, 0], n_boot_small=3, n_boot_ci=40, seed=0)
     for key, value in expected.items():
         assert table.iloc[1][key] == pytest.approx(value, nan_ok=True)
     lines = err.splitlines()
@@ -130,7 +130,7 @@ def test_book_col_resamples_whole_books_where_each_book_has_one_label(tmp_path):
     rc, printed, _ = _run("--input", str(src), "--book-col", "book", "--output", str(out), *FAST)
     assert rc == 0 and "ci_books" in printed
     row = pd.read_csv(out).iloc[0]
-    expected = compute_metrics(scores, labels, groups=books, n_boot_small=3, n_boot_ci=20, seed=0)
+    expected = compute_metrics(scores, labels, groups=books, n_boot_small=3, n_boot_ci=40, seed=0)
     assert row["ci_books"] == 8
     assert (row["auc_ci_low"], row["auc_ci_high"], row["t_pvalue"], row["books_pvalue"]) == pytest.approx(
         (expected["auc_ci_low"], expected["auc_ci_high"], expected["t_pvalue"], expected["books_pvalue"]))
@@ -246,6 +246,17 @@ def test_a_negative_seed_is_a_one_line_error_not_a_traceback(tmp_path):
     rc, out, err = _run("--input", str(src), "--seed", "-1", *FAST)
     assert (rc, out, err) == (2, "", "memaudit stats: error: --seed must be >= 0 (got -1)\n")
 
+
+
+@pytest.mark.parametrize("n", ["1", "2", "39"])
+def test_too_few_ci_resamples_is_a_one_line_error_not_a_meaningless_interval(tmp_path, n):
+    """``--n-boot-ci 1`` printed a "95% CI" of one resample, [0.831, 0.831]: under 40 resamples a 2.5% tail
+    holds none of them (docs/statistics.md)."""
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n0.9,1\n0.1,0\n")
+    rc, out, err = _run("--input", str(src), "--n-boot", "3", "--n-boot-ci", n)
+    assert (rc, out, err) == (2, "", f"memaudit stats: error: --n-boot-ci must be >= 40 (got {n}): fewer resamples "
+                                     "leave a 2.5% tail of the 95% interval without a single one\n")
 
 # ---------------------------------------------------------------- .xlsx: DE-COP's per-book results
 

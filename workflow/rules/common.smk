@@ -33,7 +33,9 @@ except ConfigError as exc:
 config.clear()
 config.update(_completed)
 if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, groups)
-    for _line in jobs.idle_entries(config) + jobs.defaulted_roles(config):
+    from memaudit.probes.copybench.plan import config_warnings as copybench_warnings
+
+    for _line in jobs.idle_entries(config) + jobs.defaulted_roles(config) + copybench_warnings(config):
         print(f"warning: config key {_line}", file=sys.stderr)
 
 BENCHMARKS = sorted(config["benchmarks"])

@@ -10,6 +10,7 @@ a model.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 from pathlib import Path
 from typing import Sequence
@@ -46,8 +47,17 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise InputError(f"--latency: must be a finite number of seconds >= 0, not {args.latency:g}")
 
 
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """One line for a ``--host``/``--port`` the server cannot listen on (bind()'s OSError)."""
+    if exc.errno == errno.EADDRINUSE:
+        return (f"--port {port}: {host}:{port} is already in use (another server listens there); choose another "
+                "port, or 0 for any free one")
+    return f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})"
+
+
 def make_server(argv: Sequence[str] | None = None) -> ChatServer:
-    """The server ``memaudit serve`` runs for ``argv`` (listening, not yet serving).
+    """The server ``memaudit serve`` runs for ``argv`` (listening, not yet serving; the port is bound before
+    the model loads, so a port in use is a one-line error at once).
 
     The model is served under ``--name`` (default: the last part of its path, hub id or builtin
     name), which is also the name its backend's errors give (a prompt too long, say)."""
@@ -72,27 +82,38 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
                         "answer independent of the others waiting (in bfloat16, batching changes some answers; default: 16)")
     args = p.parse_args(argv)
     check_numbers(args)
+    name = args.name or ("scripted" if args.scripted else Path(args.path or args.hub_id or args.builtin).name)
+    # Listening before the model loads (minutes): a port in use is said at once, not after the load
+    try:
+        server = ChatServer(None, host=args.host, port=args.port, latency=args.latency, model_name=name)
+    except OSError as exc:
+        raise InputError(listen_error(args.host, args.port, exc)) from None
+    try:
+        server.responder = make_responder(args, name)
+    except BaseException:
+        server.close()
+        raise
+    return server
 
+
+def make_responder(args: argparse.Namespace, name: str) -> Responder:
+    """What answers ``memaudit serve``'s requests: the reply script, or the model (loaded now)."""
     if args.scripted:
-        responder: Responder = ScriptedResponder.from_file(args.scripted)
-        name = args.name or "scripted"
-    else:
-        name = args.name or Path(args.path or args.hub_id or args.builtin).name
-        from memaudit.backends.base import GENERATE
-        from memaudit.backends.hf import HFBackend
-        from memaudit.models.loading import load_model
+        return ScriptedResponder.from_file(args.scripted)
+    from memaudit.backends.base import GENERATE
+    from memaudit.backends.hf import HFBackend
+    from memaudit.models.loading import load_model
 
-        if args.path:
-            spec: dict = {"path": args.path}
-        elif args.hub_id:
-            spec = {"hub_id": args.hub_id, "revision": args.revision}
-        else:
-            spec = {"builtin": args.builtin, "cache_dir": args.cache_dir}
-        if args.adapter:
-            spec["adapter"] = args.adapter
-        model, tok = load_model(spec, dtype=args.dtype, device=args.device)
-        # named: the backend's errors say which model (they said "model None")
-        backend = HFBackend(spec, name=name, model=model, tokenizer=tok)
-        backend.require({GENERATE}, "memaudit serve")  # a masked LM answers no request: said now, not per request
-        responder = HFResponder(backend, max_rows=args.max_batch)
-    return ChatServer(responder, host=args.host, port=args.port, latency=args.latency, model_name=name)
+    if args.path:
+        spec: dict = {"path": args.path}
+    elif args.hub_id:
+        spec = {"hub_id": args.hub_id, "revision": args.revision}
+    else:
+        spec = {"builtin": args.builtin, "cache_dir": args.cache_dir}
+    if args.adapter:
+        spec["adapter"] = args.adapter
+    model, tok = load_model(spec, dtype=args.dtype, device=args.device)
+    # named: the backend's errors say which model (they said "model None")
+    backend = HFBackend(spec, name=name, model=model, tokenizer=tok)
+    backend.require({GENERATE}, "memaudit serve")  # a masked LM answers no request: said now, not per request
+    return HFResponder(backend, max_rows=args.max_batch)

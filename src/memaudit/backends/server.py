@@ -446,9 +446,9 @@ class ChatServer:
     the most requests it was ever answering at once.
     """
 
-    def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
-                 model_name: str = "memaudit-local"):
-        self.responder = responder
+    def __init__(self, responder: Responder | None, *, host: str = "127.0.0.1", port: int = 0,
+                 latency: float = 0.0, model_name: str = "memaudit-local"):
+        self.responder = responder  # None: set it before serving (``memaudit serve`` listens, then loads the model)
         self.latency = latency
         self.model_name = model_name
         self.records: list[RequestRecord] = []

@@ -30,6 +30,11 @@ from memaudit.io import write_csv
 from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics, label_groups
 from memaudit.stats.table_input import Table, read_table
 
+# The fewest resamples a 95% percentile interval is drawn from (`memaudit stats --n-boot-ci`, the
+# `stats.n_boot_ci` schema minimum): its bounds are the 2.5th and 97.5th percentiles, and under 40
+# resamples a 2.5% tail holds none of them (1 gave [0.831, 0.831]).
+MIN_BOOT_CI = 40
+
 EXIT_INPUT_ERROR = 2
 
 # Below this many documents in a class the bootstrap and low-FPR columns say little (warned).
@@ -96,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-boot", type=int, default=10,
                         help="resamples for the bootstrap means and stds (default: 10, as in DE-COP)")
     parser.add_argument("--n-boot-ci", type=int, default=1000,
-                        help="resamples for the 95%% percentile CI (default: 1000)")
+                        help=f"resamples for the 95%% percentile CI, at least {MIN_BOOT_CI} (default: 1000)")
     return parser
 
 
@@ -355,8 +360,12 @@ def stats_main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         # argparse exits 0 for --help and 2 for bad arguments; return, don't exit.
         return int(exc.code or 0)
-    if args.n_boot < 0 or args.n_boot_ci < 0:
-        print(f"{parser.prog}: error: --n-boot and --n-boot-ci must be >= 0", file=sys.stderr)
+    if args.n_boot < 0:
+        print(f"{parser.prog}: error: --n-boot must be >= 0 (got {args.n_boot})", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if args.n_boot_ci < MIN_BOOT_CI:
+        print(f"{parser.prog}: error: --n-boot-ci must be >= {MIN_BOOT_CI} (got {args.n_boot_ci}): fewer resamples "
+              "leave a 2.5% tail of the 95% interval without a single one", file=sys.stderr)
         return EXIT_INPUT_ERROR
     if args.seed < 0:  # numpy's generators take no negative seed (a ValueError from deep in the bootstrap)
         print(f"{parser.prog}: error: --seed must be >= 0 (got {args.seed})", file=sys.stderr)

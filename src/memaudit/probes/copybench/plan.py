@@ -101,6 +101,24 @@ def check_config(config: dict) -> list[str]:
     return problems
 
 
+def config_warnings(config: dict) -> list[str]:
+    """Story items built with ``n_events`` <= :data:`~memaudit.probes.copybench.metrics.EVENT_THRESHOLD`: an
+    item's reference events are its book's events less its beginning, so no story can have the paper's 5
+    found and ``copybench_events`` is 0 whatever the model writes. A warning, not an error: small test
+    configs use 5 events, and their character and literal results still mean something."""
+    from memaudit.probes.copybench.metrics import EVENT_THRESHOLD
+
+    n_events = int(config["probes"].get("copybench", {}).get("n_events", 20))
+    built = sorted({b for b, _, mode in runs(config) if mode == "nonliteral" and published(config, b) is None})
+    if not built or n_events - 1 >= EVENT_THRESHOLD:
+        return []
+    return [f"probes.copybench.n_events: {n_events} events a book leave each built story item at most "
+            f"{n_events - 1} reference events (its beginning is not one), fewer than the {EVENT_THRESHOLD} found "
+            f"that count a story as event copying: copybench_events (events>={EVENT_THRESHOLD}) on benchmark"
+            f"{'s' if len(built) > 1 else ''} {', '.join(built)} can only be 0; give n_events at least "
+            f"{EVENT_THRESHOLD + 1}"]
+
+
 def needs_judge_model(config: dict, wildcards) -> bool:
     """Whether a probe job judges events with a configured model (else the local MiniLM judge)."""
     judge = config["probes"].get("copybench", {}).get("event_judge", {}) or {}

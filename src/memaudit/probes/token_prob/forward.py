@@ -36,9 +36,9 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
     The passages are processed in shards of ``shard_passages`` (None: one shard).
     With ``checkpoint_dir`` each finished shard is saved there atomically and a
     rerun after a kill loads the finished shards instead of recomputing them;
-    the directory is keyed by the model's manifest, the passages and the
-    settings, and removed once the output is written (with its parents up to
-    ``checkpoint_root`` that are left empty). A shard's statistics do
+    the directory is keyed by the model's manifest, the passages, the settings
+    and the dtype and device type they are computed in, and removed once the
+    output is written (with its parents up to ``checkpoint_root`` that are left empty). A shard's statistics do
     not depend on whether it was computed before or after a kill, so a resumed
     run's output equals an uninterrupted one's.
     """
@@ -51,13 +51,16 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
     shards_dir = None
     if checkpoint_dir is not None:
         from memaudit.checkpoints import checkpoint_key, file_digest, keyed_dir
+        from memaudit.models.loading import resolve_device
 
         # `dtype: auto` resolves per machine: a job resumed on another (a GPU without bfloat16, the CPU) must
         # not join the shards of one precision to those of another under the second one's name; nor shards
-        # written before an array was recorded (RECORDED) to newer ones
+        # written before an array was recorded (RECORDED) to newer ones. `device: auto` too: a GPU's logits
+        # differ from a CPU's in the last bits, so shards of both are not one run's (cuda:1 is cuda)
         key = checkpoint_key({"rule": "token_stats", "manifest": file_digest(manifest_path),
                               "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
                               "shard_passages": size, "dtype_used": _dtype_used(None, entry),
+                              "device_used": resolve_device(entry.get("device", "auto")).split(":")[0],
                               "arrays": list(RECORDED)})
         shards_dir = keyed_dir(checkpoint_dir, key, progress=progress)
     backend = None
