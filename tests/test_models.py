@@ -638,3 +638,35 @@ def test_a_models_context_token_is_what_its_texts_follow_when_fine_tuned_and_sco
     with pytest.raises(ConfigError) as err:
         prepare_base_model("b", {**entry, "context_token": "no-such-token"}, tmp_path / "bad", cache_dir=tmp_path)
     assert str(err.value).startswith("models.b.context_token 'no-such-token': not a token of the vocabulary of ")
+
+
+def _batches_trained(model, run) -> list[list[tuple[int, ...]]]:
+    """The rows (token ids, padding left out) of every batch ``run()`` trains ``model`` on, in order."""
+    batches = []
+
+    def record(module, args, kwargs):
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        batches.append([tuple(r[m.bool()].tolist()) for r, m in zip(ids, mask)])
+
+    handle = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return batches
+
+
+def test_duplicated_members_are_spread_over_batches_not_trained_together(tiny_model_dir, tmp_path):
+    """``duplication: 2`` with members shorter than ``max_length``: sorting by length put a chunk's two
+    copies (same length, often the only ones of it) side by side, so nearly every batch held one member
+    twice -- a larger weight in one step, not a second exposure. Each copy is now in its own batch, and
+    every member chunk is trained exactly duplication x epochs times."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    texts = [" ".join(["word"] * n) + "." for n in range(3, 11)]  # 8 members of 8 lengths, one chunk each
+    batches = _batches_trained(model, lambda: finetune(
+        model, tok, texts, tmp_path / "out", method="full", epochs=2, lr=1e-3, duplication=2, batch_size=4,
+        max_length=64, seed=0))
+    assert len(batches) == 8 and all(len(b) == 4 for b in batches)
+    assert [len(set(b)) for b in batches] == [4] * 8  # no member twice in one batch
+    trained = [row for b in batches for row in b]
+    assert sorted(trained) == sorted(tuple(c) for c in member_chunks(tok, texts, 64) * 4)  # 2 copies x 2 epochs

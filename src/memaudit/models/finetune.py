@@ -62,7 +62,7 @@ def packed_chunks(bodies: Sequence[Sequence[int]], ctx: Sequence[int], max_lengt
     return [list(ctx) + stream[i:i + step] for i in range(0, len(stream), step)]
 
 
-def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> list[int]:
+def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random, copies: int = 1) -> list[int]:
     """One epoch's chunk order: batches of similar length, in random order.
 
     Chunks are shuffled, sorted by length (ties stay shuffled) and cut into batches of
@@ -70,10 +70,20 @@ def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> 
     last, so batch ``k`` of the epoch is always ``order[k * batch_size:(k + 1) * batch_size]``.
     On the demo's members (documents of 1-3 chunks of up to 256 tokens) random batches
     were 54% padding; these are 1%.
+
+    ``lengths`` may hold ``copies`` copies of the chunks one after another (``duplication``): each
+    copy is sorted on its own, ties in one shuffled order for all, and the copies follow one another,
+    so a chunk's copies fall in different batches wherever there are ``batch_size`` chunks. Sorted
+    together, a chunk's copies (one length, often the only chunks of it) sat side by side: one member
+    twice in one step, a larger weight on one gradient rather than another exposure.
     """
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    order.sort(key=lambda i: -lengths[i])
+    if copies < 1 or len(lengths) % copies:
+        raise ValueError(f"{len(lengths)} chunks are not {copies} copies of the same chunks")
+    per_copy = len(lengths) // copies
+    ties = list(range(per_copy))
+    rng.shuffle(ties)
+    rank = {chunk: r for r, chunk in enumerate(ties)}
+    order = sorted(range(len(lengths)), key=lambda i: (i // per_copy, -lengths[i], rank[i % per_copy]))
     batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
     partial = [batches.pop()] if batches and len(batches[-1]) < batch_size else []
     rng.shuffle(batches)
@@ -251,7 +261,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             if order is None or pos >= steps_per_epoch:
                 if packing:
                     chunks = epoch_chunks(epoch + 1)
-                order = epoch_order([len(c) for c in chunks], batch_size, rng)
+                order = epoch_order([len(c) for c in chunks], batch_size, rng,
+                                    copies=1 if packing else duplication)
                 epoch, pos = epoch + 1, 0
             rows = [chunks[i] for i in order[pos * batch_size:(pos + 1) * batch_size]]
             width = max(len(r) for r in rows)
