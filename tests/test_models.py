@@ -670,3 +670,60 @@ def test_duplicated_members_are_spread_over_batches_not_trained_together(tiny_mo
     assert [len(set(b)) for b in batches] == [4] * 8  # no member twice in one batch
     trained = [row for b in batches for row in b]
     assert sorted(trained) == sorted(tuple(c) for c in member_chunks(tok, texts, 64) * 4)  # 2 copies x 2 epochs
+
+
+def test_a_fine_tunes_manifest_records_what_reproduces_it(tiny_model_dir, tmp_path):
+    """The manifest held the training record (steps, losses) but not the settings, seed, base or members it
+    was trained from, nor the LoRA adapter as peft resolved it: a fine-tune could not be reproduced from it."""
+    from memaudit.checkpoints import file_digest, texts_digest
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tiny_model_dir)}})
+    ft = {"members_of": ["novels"], "method": "lora", "epochs": 2, "lr": 0.01, "duplication": 1, "batch_size": 4,
+          "max_length": 32, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.1, "target_modules": "all-linear",
+          "lora_layers": 1}
+    manifest = prepare_finetuned_model("m", {"dtype": "float32", "base": "b", "finetune": ft}, base, TINY_TEXTS,
+                                       tmp_path / "m", seed=3, device="cpu")
+    assert manifest["finetune"] == ft and manifest["seed"] == 3
+    assert manifest["base_manifest_sha256"] == file_digest(base)
+    assert manifest["members_sha256"] == texts_digest(TINY_TEXTS)
+    assert manifest["dtype_used"] == "float32" and manifest["training"]["precision"] == "float32"
+    training = manifest["training"]
+    _, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert len(member_chunks(tok, TINY_TEXTS, 32)) == 24  # 6 batches of 4 an epoch
+    assert training["steps"] == 12 and training["losses"][-1]["step"] == 12
+    assert training["lora"] == {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["c_attn", "c_fc", "c_proj"],
+                                "layers_to_transform": [1], "fan_in_fan_out": True}
+    assert training["optimizer"] == {"name": "AdamW", "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0.0,
+                                     "max_grad_norm": 1.0, "warmup_steps": 1, "schedule": "linear warmup, then constant"}
+    adapter = json.loads((tmp_path / "m" / "adapter" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"], sorted(adapter["target_modules"]),
+            adapter["layers_to_transform"]) == (4, 8, 0.1, ["c_attn", "c_fc", "c_proj"], [1])
+
+
+def test_the_final_loss_is_the_last_epochs_mean_not_its_shortest_batch(tiny_model_dir, tmp_path):
+    """The last logged loss was the last batch's, and the last batch of an epoch is its partial one, of the
+    shortest chunks: 'the final loss' read off the manifest was one batch of member tails. The record now has
+    the last epoch's loss too, the mean over every target token it trained (each batch's mean loss weighted
+    by its target tokens)."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    seen = []  # (loss, target tokens) of every step
+
+    def record(module, args, kwargs, output):
+        seen.append((output.loss.item(), int(kwargs["attention_mask"].sum()) - len(kwargs["attention_mask"])))
+
+    handle = model.register_forward_hook(record, with_kwargs=True)
+    try:
+        rec = finetune(model, tok, TINY_TEXTS[:5], tmp_path / "out", method="full", epochs=2, lr=1e-3,
+                       duplication=1, batch_size=4, max_length=32, seed=0)
+    finally:
+        handle.remove()
+    assert len(seen) == rec["steps"] == 6  # 10 chunks: batches of 4, 4 and 2 an epoch
+    last = seen[3:]
+    assert [n for _, n in last][-1] < min(n for _, n in last[:-1])  # the partial batch of the shortest chunks
+    assert rec["losses"][-1]["loss"] == last[-1][0]
+    expected = sum(loss * n for loss, n in last) / sum(n for _, n in last)
+    assert rec["final_epoch_loss"] == pytest.approx(expected, rel=1e-6)
+    assert rec["final_epoch_loss"] != pytest.approx(last[-1][0], rel=1e-3)

@@ -132,10 +132,11 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     # The checkpoint is keyed by the device type too: a state saved on a GPU and resumed on a CPU (or the
     # reverse) gives neither device's model, so a run moved to another type starts over (cuda:1 is cuda)
     device_type = resolve_device(device).split(":")[0]
+    # what the model was trained from, recorded in its manifest too
+    base_digest, members_digest = file_digest(base_manifest_path), texts_digest(member_texts)
     checkpoint = _training_checkpoint(
         checkpoint_root, name, {"finetune": ft, "dtype": dtype_used, "device": device_type,
-                                "base_manifest": file_digest(base_manifest_path),
-                                "members": texts_digest(member_texts), "seed": seed},
+                                "base_manifest": base_digest, "members": members_digest, "seed": seed},
         checkpoint_every, progress)
     # A half-precision entry trains in mixed precision: float32 weights and optimizer, half-precision
     # products. Training the weights themselves in bfloat16 loses small Adam updates to rounding.
@@ -164,7 +165,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
         if base["load"].get("context_token"):  # trained after it: scored after it
             load["context_token"] = base["load"]["context_token"]
     manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"],
-                         dtype_used=dtype_used)
+                         dtype_used=dtype_used, finetune=ft, seed=seed, base_manifest_sha256=base_digest,
+                         members_sha256=members_digest)
     write_json(out_dir / "manifest.json", manifest)
     checkpoint.remove()
     return manifest
