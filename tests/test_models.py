@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -697,7 +698,8 @@ def test_a_fine_tunes_manifest_records_what_reproduces_it(tiny_model_dir, tmp_pa
     assert training["lora"] == {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["c_attn", "c_fc", "c_proj"],
                                 "layers_to_transform": [1], "fan_in_fan_out": True}
     assert training["optimizer"] == {"name": "AdamW", "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0.0,
-                                     "max_grad_norm": 1.0, "warmup_steps": 1, "schedule": "linear warmup, then constant"}
+                                     "max_grad_norm": 1.0, "warmup_steps": 1,
+                                     "schedule": "linear warmup, then constant"}
     adapter = json.loads((tmp_path / "m" / "adapter" / "adapter_config.json").read_text())
     assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"], sorted(adapter["target_modules"]),
             adapter["layers_to_transform"]) == (4, 8, 0.1, ["c_attn", "c_fc", "c_proj"], [1])
@@ -727,3 +729,63 @@ def test_the_final_loss_is_the_last_epochs_mean_not_its_shortest_batch(tiny_mode
     expected = sum(loss * n for loss, n in last) / sum(n for _, n in last)
     assert rec["final_epoch_loss"] == pytest.approx(expected, rel=1e-6)
     assert rec["final_epoch_loss"] != pytest.approx(last[-1][0], rel=1e-3)
+
+
+def test_the_learning_rate_warms_up_over_a_twentieth_of_the_true_steps_then_stays(tiny_model_dir, tmp_path):
+    """The schedule is computed from the optimizer steps the run takes (here 48 chunks in batches of 2, 3
+    epochs: 72): a linear warmup over 72 // 20 = 3 steps, then the configured rate to the end. The tiny
+    model's pretraining warms up the same way and then follows a cosine to zero."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert len(member_chunks(tok, TINY_TEXTS * 2, 32)) == 48
+    rates = []
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
+    try:
+        record = finetune(model, tok, TINY_TEXTS * 2, tmp_path / "ft", method="full", epochs=3, lr=1e-3,
+                          duplication=1, batch_size=2, max_length=32, seed=0)
+        assert record["steps"] == len(rates) == 72 and record["optimizer"]["warmup_steps"] == 3
+        assert rates == pytest.approx([1e-3 / 3, 2e-3 / 3] + [1e-3] * 70, rel=1e-12)
+        rates.clear()
+        record = train_tiny_gpt2(TINY_TEXTS * 4, tmp_path / "tiny", n_layer=1, n_embd=16, n_head=2, n_positions=16,
+                                 vocab_size=300, epochs=2, lr=0.01, batch_size=4, max_tokens=None, seed=0)
+    finally:
+        handle.remove()
+    total = record["steps"]
+    assert len(rates) == total and total >= 40
+    assert rates == pytest.approx([0.01 * min(1, (s + 1) / (total // 20)) * 0.5 * (1 + math.cos(math.pi * s / total))
+                                   for s in range(total)], rel=1e-12)
+
+
+def test_a_fine_tune_is_the_same_bits_for_a_seed_and_another_for_another_seed(tiny_model_dir, tmp_path):
+    """On a CPU, a seed decides the LoRA initialisation, the dropout masks, the batch order and the packed
+    windows: two runs with one seed save the same adapter; another seed, another adapter."""
+    from safetensors.torch import load_file
+
+    def adapter(seed: int, name: str) -> dict:
+        model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+        finetune(model, tok, TINY_TEXTS, tmp_path / name, method="lora", epochs=2, lr=1e-2, duplication=2,
+                 batch_size=4, max_length=24, lora_r=4, lora_dropout=0.1, seed=seed, packing=True)
+        return load_file(tmp_path / name / "adapter_model.safetensors")
+
+    a, b, c = adapter(1, "a"), adapter(1, "b"), adapter(2, "c")
+    assert a.keys() == b.keys() == c.keys() and len(a) == 16  # A and B of 8 GPT-2 layers
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not any(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_a_tiny_models_manifest_records_what_reproduces_its_pretraining(tmp_path):
+    """A tiny GPT-2's manifest held its steps and losses but not its settings, seed, pretraining pool or
+    optimizer: the null-control base could not be retrained from it."""
+    from memaudit.checkpoints import texts_digest
+    from memaudit.models.prepare import prepare_base_model
+
+    tiny = {"n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 32, "vocab_size": 300, "epochs": 1, "lr": 0.01,
+            "batch_size": 4, "max_tokens": None}
+    manifest = prepare_base_model("t", {"source": {"tiny_gpt2": tiny}, "dtype": "float32"}, tmp_path / "t",
+                                  cache_dir=tmp_path, pretrain_texts=TINY_TEXTS * 4, seed=7)
+    assert manifest["tiny_gpt2"] == tiny and manifest["seed"] == 7
+    assert manifest["pretrain_sha256"] == texts_digest(TINY_TEXTS * 4)
+    assert manifest["training"]["optimizer"] == {
+        "name": "AdamW", "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.01, "max_grad_norm": 1.0,
+        "warmup_steps": 1, "schedule": "linear warmup, then cosine to zero"}

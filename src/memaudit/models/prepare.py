@@ -75,7 +75,9 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
         record = train_tiny_gpt2(pretrain_texts, out_dir / "weights", seed=seed, checkpoint=checkpoint,
                                  progress=progress, **src["tiny_gpt2"])
         load = {"path": str(out_dir / "weights")}
-        extra["training"] = record
+        # what the weights were trained from (a fine-tune's manifest records the same)
+        extra.update(training=record, tiny_gpt2=src["tiny_gpt2"], seed=seed,
+                     pretrain_sha256=texts_digest(pretrain_texts))
     elif "builtin" in src:
         load = {"builtin": src["builtin"], "cache_dir": str(cache_dir)}
     else:
