@@ -497,6 +497,31 @@ def test_packed_finetuning_stopped_inside_a_later_epoch_resumes_to_the_same_mode
     assert record["losses"] == uninterrupted["losses"]
 
 
+def test_a_fine_tune_stopped_in_its_last_epoch_resumes_to_the_same_final_epoch_loss(tiny_model_dir, tmp_path):
+    """The last epoch's mean loss (the manifest's final loss) sums the batches before a stop too: the
+    checkpoint holds the epoch's running sum, so the resumed run reports the uninterrupted run's."""
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.errors import JobInterrupted
+    from memaudit.models.finetune import finetune
+    from memaudit.models.loading import load_causal_lm
+
+    settings = dict(method="full", epochs=2, lr=0.003, duplication=1, batch_size=2, max_length=24, seed=5)
+
+    def fresh():
+        return load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+
+    uninterrupted = finetune(*fresh(), TINY_TEXTS, tmp_path / "plain", **settings)
+    per_epoch, logged = uninterrupted["steps"] // 2, max(1, uninterrupted["steps"] // 10)
+    at = next(s for s in range(per_epoch + 2, 2 * per_epoch) if s % logged == 0)  # inside the last epoch
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", every_steps=0)
+    with pytest.raises(JobInterrupted, match=f"at step {at}/"):
+        finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt, progress=_sigterm_at_step(at, []),
+                 **settings)
+    record = finetune(*fresh(), TINY_TEXTS, tmp_path / "resumed", checkpoint=ckpt, **settings)
+    assert record["resumed_from_step"] == at
+    assert record["final_epoch_loss"] == uninterrupted["final_epoch_loss"] > 0
+
+
 def test_epoch_end_checkpoints_wait_epoch_min_seconds_and_step_checkpoints_do_not(tmp_path):
     from memaudit.checkpoints import TrainingCheckpoint
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -638,3 +639,153 @@ def test_a_models_context_token_is_what_its_texts_follow_when_fine_tuned_and_sco
     with pytest.raises(ConfigError) as err:
         prepare_base_model("b", {**entry, "context_token": "no-such-token"}, tmp_path / "bad", cache_dir=tmp_path)
     assert str(err.value).startswith("models.b.context_token 'no-such-token': not a token of the vocabulary of ")
+
+
+def _batches_trained(model, run) -> list[list[tuple[int, ...]]]:
+    """The rows (token ids, padding left out) of every batch ``run()`` trains ``model`` on, in order."""
+    batches = []
+
+    def record(module, args, kwargs):
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        batches.append([tuple(r[m.bool()].tolist()) for r, m in zip(ids, mask)])
+
+    handle = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return batches
+
+
+def test_duplicated_members_are_spread_over_batches_not_trained_together(tiny_model_dir, tmp_path):
+    """``duplication: 2`` with members shorter than ``max_length``: sorting by length put a chunk's two
+    copies (same length, often the only ones of it) side by side, so nearly every batch held one member
+    twice -- a larger weight in one step, not a second exposure. Each copy is now in its own batch, and
+    every member chunk is trained exactly duplication x epochs times."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    texts = [" ".join(["word"] * n) + "." for n in range(3, 11)]  # 8 members of 8 lengths, one chunk each
+    batches = _batches_trained(model, lambda: finetune(
+        model, tok, texts, tmp_path / "out", method="full", epochs=2, lr=1e-3, duplication=2, batch_size=4,
+        max_length=64, seed=0))
+    assert len(batches) == 8 and all(len(b) == 4 for b in batches)
+    assert [len(set(b)) for b in batches] == [4] * 8  # no member twice in one batch
+    trained = [row for b in batches for row in b]
+    assert sorted(trained) == sorted(tuple(c) for c in member_chunks(tok, texts, 64) * 4)  # 2 copies x 2 epochs
+
+
+def test_a_fine_tunes_manifest_records_what_reproduces_it(tiny_model_dir, tmp_path):
+    """The manifest held the training record (steps, losses) but not the settings, seed, base or members it
+    was trained from, nor the LoRA adapter as peft resolved it: a fine-tune could not be reproduced from it."""
+    from memaudit.checkpoints import file_digest, texts_digest
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tiny_model_dir)}})
+    ft = {"members_of": ["novels"], "method": "lora", "epochs": 2, "lr": 0.01, "duplication": 1, "batch_size": 4,
+          "max_length": 32, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.1, "target_modules": "all-linear",
+          "lora_layers": 1}
+    manifest = prepare_finetuned_model("m", {"dtype": "float32", "base": "b", "finetune": ft}, base, TINY_TEXTS,
+                                       tmp_path / "m", seed=3, device="cpu")
+    assert manifest["finetune"] == ft and manifest["seed"] == 3
+    assert manifest["base_manifest_sha256"] == file_digest(base)
+    assert manifest["members_sha256"] == texts_digest(TINY_TEXTS)
+    assert manifest["dtype_used"] == "float32" and manifest["training"]["precision"] == "float32"
+    training = manifest["training"]
+    _, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert len(member_chunks(tok, TINY_TEXTS, 32)) == 24  # 6 batches of 4 an epoch
+    assert training["steps"] == 12 and training["losses"][-1]["step"] == 12
+    assert training["lora"] == {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["c_attn", "c_fc", "c_proj"],
+                                "layers_to_transform": [1], "fan_in_fan_out": True}
+    assert training["optimizer"] == {"name": "AdamW", "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0.0,
+                                     "max_grad_norm": 1.0, "warmup_steps": 1,
+                                     "schedule": "linear warmup, then constant"}
+    adapter = json.loads((tmp_path / "m" / "adapter" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"], sorted(adapter["target_modules"]),
+            adapter["layers_to_transform"]) == (4, 8, 0.1, ["c_attn", "c_fc", "c_proj"], [1])
+
+
+def test_the_final_loss_is_the_last_epochs_mean_not_its_shortest_batch(tiny_model_dir, tmp_path):
+    """The last logged loss was the last batch's, and the last batch of an epoch is its partial one, of the
+    shortest chunks: 'the final loss' read off the manifest was one batch of member tails. The record now has
+    the last epoch's loss too, the mean over every target token it trained (each batch's mean loss weighted
+    by its target tokens)."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    seen = []  # (loss, target tokens) of every step
+
+    def record(module, args, kwargs, output):
+        seen.append((output.loss.item(), int(kwargs["attention_mask"].sum()) - len(kwargs["attention_mask"])))
+
+    handle = model.register_forward_hook(record, with_kwargs=True)
+    try:
+        rec = finetune(model, tok, TINY_TEXTS[:5], tmp_path / "out", method="full", epochs=2, lr=1e-3,
+                       duplication=1, batch_size=4, max_length=32, seed=0)
+    finally:
+        handle.remove()
+    assert len(seen) == rec["steps"] == 6  # 10 chunks: batches of 4, 4 and 2 an epoch
+    last = seen[3:]
+    assert [n for _, n in last][-1] < min(n for _, n in last[:-1])  # the partial batch of the shortest chunks
+    assert rec["losses"][-1]["loss"] == last[-1][0]
+    expected = sum(loss * n for loss, n in last) / sum(n for _, n in last)
+    assert rec["final_epoch_loss"] == pytest.approx(expected, rel=1e-6)
+    assert rec["final_epoch_loss"] != pytest.approx(last[-1][0], rel=1e-3)
+
+
+def test_the_learning_rate_warms_up_over_a_twentieth_of_the_true_steps_then_stays(tiny_model_dir, tmp_path):
+    """The schedule is computed from the optimizer steps the run takes (here 48 chunks in batches of 2, 3
+    epochs: 72): a linear warmup over 72 // 20 = 3 steps, then the configured rate to the end. The tiny
+    model's pretraining warms up the same way and then follows a cosine to zero."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    assert len(member_chunks(tok, TINY_TEXTS * 2, 32)) == 48
+    rates = []
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
+    try:
+        record = finetune(model, tok, TINY_TEXTS * 2, tmp_path / "ft", method="full", epochs=3, lr=1e-3,
+                          duplication=1, batch_size=2, max_length=32, seed=0)
+        assert record["steps"] == len(rates) == 72 and record["optimizer"]["warmup_steps"] == 3
+        assert rates == pytest.approx([1e-3 / 3, 2e-3 / 3] + [1e-3] * 70, rel=1e-12)
+        rates.clear()
+        record = train_tiny_gpt2(TINY_TEXTS * 4, tmp_path / "tiny", n_layer=1, n_embd=16, n_head=2, n_positions=16,
+                                 vocab_size=300, epochs=2, lr=0.01, batch_size=4, max_tokens=None, seed=0)
+    finally:
+        handle.remove()
+    total = record["steps"]
+    assert len(rates) == total and total >= 40
+    assert rates == pytest.approx([0.01 * min(1, (s + 1) / (total // 20)) * 0.5 * (1 + math.cos(math.pi * s / total))
+                                   for s in range(total)], rel=1e-12)
+
+
+def test_a_fine_tune_is_the_same_bits_for_a_seed_and_another_for_another_seed(tiny_model_dir, tmp_path):
+    """On a CPU, a seed decides the LoRA initialisation, the dropout masks, the batch order and the packed
+    windows: two runs with one seed save the same adapter; another seed, another adapter."""
+    from safetensors.torch import load_file
+
+    def adapter(seed: int, name: str) -> dict:
+        model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+        finetune(model, tok, TINY_TEXTS, tmp_path / name, method="lora", epochs=2, lr=1e-2, duplication=2,
+                 batch_size=4, max_length=24, lora_r=4, lora_dropout=0.1, seed=seed, packing=True)
+        return load_file(tmp_path / name / "adapter_model.safetensors")
+
+    a, b, c = adapter(1, "a"), adapter(1, "b"), adapter(2, "c")
+    assert a.keys() == b.keys() == c.keys() and len(a) == 16  # A and B of 8 GPT-2 layers
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not any(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_a_tiny_models_manifest_records_what_reproduces_its_pretraining(tmp_path):
+    """A tiny GPT-2's manifest held its steps and losses but not its settings, seed, pretraining pool or
+    optimizer: the null-control base could not be retrained from it."""
+    from memaudit.checkpoints import texts_digest
+    from memaudit.models.prepare import prepare_base_model
+
+    tiny = {"n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 32, "vocab_size": 300, "epochs": 1, "lr": 0.01,
+            "batch_size": 4, "max_tokens": None}
+    manifest = prepare_base_model("t", {"source": {"tiny_gpt2": tiny}, "dtype": "float32"}, tmp_path / "t",
+                                  cache_dir=tmp_path, pretrain_texts=TINY_TEXTS * 4, seed=7)
+    assert manifest["tiny_gpt2"] == tiny and manifest["seed"] == 7
+    assert manifest["pretrain_sha256"] == texts_digest(TINY_TEXTS * 4)
+    assert manifest["training"]["optimizer"] == {
+        "name": "AdamW", "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.01, "max_grad_norm": 1.0,
+        "warmup_steps": 1, "schedule": "linear warmup, then cosine to zero"}

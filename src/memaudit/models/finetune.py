@@ -30,6 +30,10 @@ from memaudit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+# Every step's gradients are clipped to this norm; AdamW decays no weight (a fine-tune only moves the base).
+MAX_GRAD_NORM = 1.0
+WEIGHT_DECAY = 0.0
+
 
 def member_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
     from memaudit.models.token_stats import encode
@@ -62,7 +66,7 @@ def packed_chunks(bodies: Sequence[Sequence[int]], ctx: Sequence[int], max_lengt
     return [list(ctx) + stream[i:i + step] for i in range(0, len(stream), step)]
 
 
-def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> list[int]:
+def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random, copies: int = 1) -> list[int]:
     """One epoch's chunk order: batches of similar length, in random order.
 
     Chunks are shuffled, sorted by length (ties stay shuffled) and cut into batches of
@@ -70,10 +74,20 @@ def epoch_order(lengths: Sequence[int], batch_size: int, rng: random.Random) -> 
     last, so batch ``k`` of the epoch is always ``order[k * batch_size:(k + 1) * batch_size]``.
     On the demo's members (documents of 1-3 chunks of up to 256 tokens) random batches
     were 54% padding; these are 1%.
+
+    ``lengths`` may hold ``copies`` copies of the chunks one after another (``duplication``): each
+    copy is sorted on its own, ties in one shuffled order for all, and the copies follow one another,
+    so a chunk's copies fall in different batches wherever there are ``batch_size`` chunks. Sorted
+    together, a chunk's copies (one length, often the only chunks of it) sat side by side: one member
+    twice in one step, a larger weight on one gradient rather than another exposure.
     """
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    order.sort(key=lambda i: -lengths[i])
+    if copies < 1 or len(lengths) % copies:
+        raise ValueError(f"{len(lengths)} chunks are not {copies} copies of the same chunks")
+    per_copy = len(lengths) // copies
+    ties = list(range(per_copy))
+    rng.shuffle(ties)
+    rank = {chunk: r for r, chunk in enumerate(ties)}
+    order = sorted(range(len(lengths)), key=lambda i: (i // per_copy, -lengths[i], rank[i % per_copy]))
     batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
     partial = [batches.pop()] if batches and len(batches[-1]) < batch_size else []
     rng.shuffle(batches)
@@ -171,6 +185,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     checkpoint = checkpoint or TrainingCheckpoint(None)
     torch.manual_seed(seed)
     rng = random.Random(seed)
+    lora = None
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
@@ -186,6 +201,12 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             raise ConfigError(f"finetune.target_modules {target_modules!r}: no such layer in "
                               f"{type(model).__name__}; its linear layers are {', '.join(linear)} "
                               f"(or all-linear)") from None
+        # as peft resolved it (all-linear: the layers it found), for the manifest
+        cfg = model.peft_config["default"]
+        lora = {"r": cfg.r, "alpha": cfg.lora_alpha, "dropout": cfg.lora_dropout,
+                "target_modules": sorted(cfg.target_modules) if not isinstance(cfg.target_modules, str)
+                else cfg.target_modules, "layers_to_transform": cfg.layers_to_transform,
+                "fan_in_fan_out": cfg.fan_in_fan_out}
     elif method != "full":
         raise ValueError(f"unknown fine-tuning method {method!r}")
     from memaudit.models.loading import clamp_tokens
@@ -212,9 +233,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     steps_per_epoch = math.ceil(len(chunks) / batch_size)
     total = max(1, int(round(epochs * steps_per_epoch)))
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)))
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY)
+    warmup = max(1, total // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     pad = tokenizer.pad_token_id
     device = next(model.parameters()).device
     if autocast is not None:
@@ -228,16 +249,21 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     scaler = torch.amp.GradScaler(device.type, enabled=autocast == "float16")
     model.train()
     t0, step, losses, n_tokens = time.time(), 0, [], 0
+    # The current epoch's summed loss and target tokens: its mean is the final loss a manifest reports (the
+    # last batch alone is the epoch's partial batch of the shortest chunks, epoch_order)
+    epoch_nll, epoch_targets = 0.0, 0
     epoch, order, pos = 0, None, 0  # pos: batches of the current epoch's order already taken
     resumed_from = None
     state = checkpoint.load()
-    if state is not None and (state["total"], state["n_chunks"]) == (total, len(chunks)):
+    # a state saved before the epoch's loss was kept (no epoch_nll) would report a part of an epoch: start over
+    if state is not None and (state["total"], state["n_chunks"]) == (total, len(chunks)) and "epoch_nll" in state:
         restore_optimizer_state(state, model, opt, sched)
         if "grad_scaler" in state:
             scaler.load_state_dict(state["grad_scaler"])
         restore_rng_state(state["rng"], rng)
         step, epoch, order, pos = int(state["step"]), int(state["epoch"]), list(state["order"]), int(state["pos"])
         losses, n_tokens = list(state["losses"]), int(state["tokens"])
+        epoch_nll, epoch_targets = float(state["epoch_nll"]), int(state["epoch_targets"])
         t0 -= float(state["seconds"])
         resumed_from = step
         if packing and epoch > 0:
@@ -251,8 +277,9 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             if order is None or pos >= steps_per_epoch:
                 if packing:
                     chunks = epoch_chunks(epoch + 1)
-                order = epoch_order([len(c) for c in chunks], batch_size, rng)
-                epoch, pos = epoch + 1, 0
+                order = epoch_order([len(c) for c in chunks], batch_size, rng,
+                                    copies=1 if packing else duplication)
+                epoch, pos, epoch_nll, epoch_targets = epoch + 1, 0, 0.0, 0
             rows = [chunks[i] for i in order[pos * batch_size:(pos + 1) * batch_size]]
             width = max(len(r) for r in rows)
             ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -266,7 +293,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
                 out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
             scaler.scale(out.loss).backward()
             scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
             scaler.step(opt)  # skipped where a float16 gradient overflowed; the scale then halves
             scaler.update()
             sched.step()
@@ -274,6 +301,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             step += 1
             pos += 1
             n_tokens += int(mask.sum())
+            targets = int(mask.sum()) - len(rows)  # every token but each row's first is predicted
+            epoch_nll, epoch_targets = epoch_nll + out.loss.item() * targets, epoch_targets + targets
             if step % max(1, total // 10) == 0 or step == total:
                 losses.append({"step": step, "loss": out.loss.item()})
                 progress(f"fine-tune ({method}) step {step}/{total} loss {out.loss.item():.3f} "
@@ -283,6 +312,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
                                       **optimizer_state(model, opt, sched), "step": step, "epoch": epoch,
                                       "pos": pos, "order": order, "total": total, "n_chunks": len(chunks),
                                       "rng": rng_state(rng), "losses": losses, "tokens": n_tokens,
+                                      "epoch_nll": epoch_nll, "epoch_targets": epoch_targets,
                                       "seconds": time.time() - t0,
                                       **({"grad_scaler": scaler.state_dict()} if scaler.is_enabled() else {})})
     model.eval()
@@ -293,5 +323,10 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     precision = f"{autocast}-mixed" if autocast else str(model.dtype).split(".")[-1]
     return {"method": method, "packing": packing, "precision": precision, "max_length": max_length,
             "chunks": len(chunks), "steps": total, "tokens": n_tokens,
-            "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from,
-            "trainable_params": int(sum(p.numel() for p in params))}
+            "losses": losses, "final_epoch_loss": epoch_nll / max(1, epoch_targets),
+            "seconds": time.time() - t0, "resumed_from_step": resumed_from,
+            "trainable_params": int(sum(p.numel() for p in params)),
+            "optimizer": {"name": "AdamW", "betas": list(opt.defaults["betas"]), "eps": opt.defaults["eps"],
+                          "weight_decay": WEIGHT_DECAY, "max_grad_norm": MAX_GRAD_NORM, "warmup_steps": warmup,
+                          "schedule": "linear warmup, then constant"},
+            **({"lora": lora} if lora is not None else {})}

@@ -75,7 +75,9 @@ def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path
         record = train_tiny_gpt2(pretrain_texts, out_dir / "weights", seed=seed, checkpoint=checkpoint,
                                  progress=progress, **src["tiny_gpt2"])
         load = {"path": str(out_dir / "weights")}
-        extra["training"] = record
+        # what the weights were trained from (a fine-tune's manifest records the same)
+        extra.update(training=record, tiny_gpt2=src["tiny_gpt2"], seed=seed,
+                     pretrain_sha256=texts_digest(pretrain_texts))
     elif "builtin" in src:
         load = {"builtin": src["builtin"], "cache_dir": str(cache_dir)}
     else:
@@ -132,10 +134,11 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
     # The checkpoint is keyed by the device type too: a state saved on a GPU and resumed on a CPU (or the
     # reverse) gives neither device's model, so a run moved to another type starts over (cuda:1 is cuda)
     device_type = resolve_device(device).split(":")[0]
+    # what the model was trained from, recorded in its manifest too
+    base_digest, members_digest = file_digest(base_manifest_path), texts_digest(member_texts)
     checkpoint = _training_checkpoint(
         checkpoint_root, name, {"finetune": ft, "dtype": dtype_used, "device": device_type,
-                                "base_manifest": file_digest(base_manifest_path),
-                                "members": texts_digest(member_texts), "seed": seed},
+                                "base_manifest": base_digest, "members": members_digest, "seed": seed},
         checkpoint_every, progress)
     # A half-precision entry trains in mixed precision: float32 weights and optimizer, half-precision
     # products. Training the weights themselves in bfloat16 loses small Adam updates to rounding.
@@ -164,7 +167,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
         if base["load"].get("context_token"):  # trained after it: scored after it
             load["context_token"] = base["load"]["context_token"]
     manifest = _manifest(name, entry, load, n_params, training=record, base_load=base["load"],
-                         dtype_used=dtype_used)
+                         dtype_used=dtype_used, finetune=ft, seed=seed, base_manifest_sha256=base_digest,
+                         members_sha256=members_digest)
     write_json(out_dir / "manifest.json", manifest)
     checkpoint.remove()
     return manifest

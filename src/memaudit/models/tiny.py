@@ -20,6 +20,7 @@ from memaudit.checkpoints import TrainingCheckpoint
 log = logging.getLogger(__name__)
 
 SPECIAL = "<|endoftext|>"
+MAX_GRAD_NORM = 1.0  # every step's gradients are clipped to this norm
 
 
 def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, out_dir: Path):
@@ -116,7 +117,7 @@ def train_tiny_gpt2(texts: Sequence[str], out_dir: Path, *, n_layer: int, n_embd
                 batch = data[order[pos * batch_size:(pos + 1) * batch_size]]
                 loss = model(input_ids=batch, labels=batch).loss
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
                 opt.step()
                 sched.step()
                 opt.zero_grad(set_to_none=True)
@@ -136,4 +137,7 @@ def train_tiny_gpt2(texts: Sequence[str], out_dir: Path, *, n_layer: int, n_embd
         model.save_pretrained(tmp_dir)
     return {"blocks": len(data), "tokens": int(data.numel()), "steps": total,
             "n_params": int(sum(p.numel() for p in model.parameters())),
+            "optimizer": {"name": "AdamW", "betas": list(opt.defaults["betas"]), "eps": opt.defaults["eps"],
+                          "weight_decay": opt.defaults["weight_decay"], "max_grad_norm": MAX_GRAD_NORM,
+                          "warmup_steps": warmup, "schedule": "linear warmup, then cosine to zero"},
             "losses": losses, "seconds": time.time() - t0, "resumed_from_step": resumed_from}
