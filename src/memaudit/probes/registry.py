@@ -120,7 +120,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
         # 3: Min-K% and Min-K%++ take floor(k * tokens) of the decimal product (int(90 * 0.7) was 62)
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
-        methods="memaudit.probes.token_prob.plan:method_names", version=4, fingerprint="c38939b9e0f67606",
+        methods="memaudit.probes.token_prob.plan:method_names", version=4, fingerprint="f3b93821fb0e4e73",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -128,7 +128,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="1f68c3bd9da2aaf7")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="9fef93467d65e5f8")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -200,7 +200,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="5db3d6279024ded9",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="deb12b8406973a3b",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
