@@ -299,3 +299,21 @@ def test_serve_refuses_a_masked_lm_at_start(tiny_bert_dir):
             "memaudit serve: model 'tiny-bert' is a masked LM (bert), which cannot serve generate; it can serve "
             "only as the cloze probes' reference model (probes.cloze.reference.model)")):
         make_server(["--path", str(tiny_bert_dir), "--name", "tiny-bert", "--port", "0", "--device", "cpu"])
+
+
+def test_a_masked_lm_prepares_as_one_and_opens_as_the_cloze_reference(tiny_bert_dir, bert_backend, tmp_path):
+    """The way a job meets it: prepare_model writes its manifest (``architecture: masked``), and the
+    cloze_items job opens it in the reference role; its numbers are the directly loaded model's."""
+    from memaudit.backends import open_backend
+    from memaudit.backends.base import WORD_LOGPROBS
+    from memaudit.models.prepare import prepare_base_model
+
+    entry = {"source": {"path": str(tiny_bert_dir)}, "dtype": "float32", "device": "cpu"}
+    manifest = prepare_base_model("bert", entry, tmp_path, cache_dir=tmp_path / "cache")
+    assert manifest["architecture"] == "masked"
+    assert manifest["n_params"] == sum(p.numel() for p in bert_backend.model.parameters())
+    reference = open_backend({"models": {"bert": entry}}, "bert", model_dir=tmp_path,
+                             role="probes.cloze.reference.model", needs={WORD_LOGPROBS})
+    spans = _spans(TEXT, ["precisely", "purse"])
+    assert ([r["first_logprob"] for r in reference.word_logprobs([TEXT], [spans])[0]]
+            == pytest.approx([r["first_logprob"] for r in bert_backend.word_logprobs([TEXT], [spans])[0]], abs=1e-6))
