@@ -975,7 +975,7 @@ def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, caps
 
 def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, monkeypatch):
     """A config checked before a long run shows what the workflow would warn about once (an idle benchmark
-    and model, roles left to their defaults, CopyBench story items too short for the event threshold)."""
+    and model, a role left to its default, CopyBench story items too short for the event threshold)."""
     from memaudit.cli import main
     from memaudit.jobs import local_models
 
