@@ -971,3 +971,40 @@ def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, caps
         load_config(tmp_path)
     assert main(["check-config", str(ROOT / "config" / "ci.yaml")]) == 0
     assert capsys.readouterr().out == f"{ROOT / 'config' / 'ci.yaml'}: valid\n"
+
+
+def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, monkeypatch):
+    """A config checked before a long run shows what the workflow would warn about once (an idle benchmark
+    and model, a role left to its default, CopyBench story items too short for the event threshold)."""
+    from memaudit.cli import main
+    from memaudit.jobs import local_models
+
+    cfg = copy.deepcopy(CI)
+    cfg["benchmarks"]["idle"] = dict(cfg["benchmarks"]["news"])
+    cfg["models"]["zz-lonely"] = {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}
+    del cfg["probes"]["decop"]["paraphrase"]["model"]
+    cfg["probes"]["copybench"]["n_events"] = 5
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    make_workdir(workdir, share_resources=False)
+    path = tmp_path / "warned.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(path)], cwd=workdir, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    first = sorted(local_models(validate_config(copy.deepcopy(cfg))))[0]
+    assert warned == [
+        "warning: config key benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): "
+        "only its dataset is built",
+        "warning: config key models.zz-lonely: no probe runs it and no role, reference, base or control names it: "
+        "it is prepared for nothing (add it to a probe's models list, or remove it)",
+        f"warning: config key probes.decop.paraphrase.model: not set, so the decop paraphraser is {first!r}, the "
+        "first local model by name; name it, or a model added later under an earlier name takes its place",
+        "warning: config key probes.copybench.n_events: 5 events a book leave each built story item at most 4 "
+        "reference events (its beginning is not one), fewer than the 5 found that count a story as event "
+        "copying: copybench_events (events>=5) on benchmark books can only be 0; give n_events at least 6"]
+    monkeypatch.chdir(workdir)  # where the dry run looked for the files the config names
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr()
+    assert (out.out, out.err.splitlines()) == (f"{path}: valid\n", warned)

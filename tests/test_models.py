@@ -789,3 +789,53 @@ def test_a_tiny_models_manifest_records_what_reproduces_its_pretraining(tmp_path
     assert manifest["training"]["optimizer"] == {
         "name": "AdamW", "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.01, "max_grad_norm": 1.0,
         "warmup_steps": 1, "schedule": "linear warmup, then cosine to zero"}
+
+
+def _optimizer_and_scheduler_steps(monkeypatch, run) -> tuple[list[float], int]:
+    """The learning rate of every step the optimizer took in ``run()`` and the steps its scheduler took."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    scheds, rates = [], []
+    init = torch.optim.lr_scheduler.LambdaLR.__init__
+
+    def recording_init(self, *args, **kwargs):
+        scheds.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.lr_scheduler.LambdaLR, "__init__", recording_init)
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
+    try:
+        run()
+    finally:
+        handle.remove()
+    assert len(scheds) == 1
+    return rates, scheds[0].last_epoch
+
+
+def test_a_float16_step_the_scaler_skips_does_not_advance_the_schedule(tiny_model_dir, tmp_path, monkeypatch):
+    """A float16 gradient that overflows makes the gradient scaler skip the optimizer step; the scheduler
+    stepped anyway, so the schedule ran ahead of the updates (here the first two of 48 steps skipped: the
+    warmup over 48 // 20 = 2 steps was over before the first update). It steps only with the optimizer now;
+    float32 and bfloat16 runs skip nothing and follow the schedule as before."""
+    lr = 1e-3
+
+    def run(autocast, overflow_at=()):
+        model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+        calls = []
+
+        def overflow(grad):  # an inf in the (scaled) gradient of the backward passes named
+            calls.append(None)
+            return torch.full_like(grad, math.inf) if len(calls) in overflow_at else grad
+
+        model.get_input_embeddings().weight.register_hook(overflow)
+        record = finetune(model, tok, TINY_TEXTS * 4, tmp_path / str(autocast), method="full", epochs=1, lr=lr,
+                          duplication=1, batch_size=2, max_length=32, seed=0, autocast=autocast)
+        assert (record["steps"], len(calls)) == (48, 48)
+
+    for autocast in (None, "bfloat16"):
+        rates, sched_steps = _optimizer_and_scheduler_steps(monkeypatch, lambda: run(autocast))
+        assert (len(rates), sched_steps) == (48, 48)
+        assert rates == pytest.approx([lr / 2] + [lr] * 47, rel=1e-12)
+    rates, sched_steps = _optimizer_and_scheduler_steps(monkeypatch, lambda: run("float16", overflow_at=(1, 2)))
+    assert (len(rates), sched_steps) == (46, 46)
+    assert rates == pytest.approx([lr / 2] + [lr] * 45, rel=1e-12)

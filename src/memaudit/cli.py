@@ -92,6 +92,7 @@ def _check_config(argv: list[str]) -> int:
     from memaudit.config import check_local_inputs
     from memaudit.errors import ConfigError
     from memaudit.jobs import load_config
+    from memaudit.workflow_support import config_warnings
 
     p = argparse.ArgumentParser(prog="memaudit check-config",
                                 description="Validate a config file as the workflow does, without running it "
@@ -103,6 +104,8 @@ def _check_config(argv: list[str]) -> int:
     missing = check_local_inputs(config)
     if missing:
         raise ConfigError("\n".join(f"{args.config}: {line}" for line in missing))
+    for line in config_warnings(config):  # the lines a run of the workflow prints once
+        print(line, file=sys.stderr)
     print(f"{args.config}: valid")
     return 0
 

@@ -124,6 +124,18 @@ def _claimed_gpus(snakemake) -> int:
     return int(resources.get("gpu", 0) or 0) if resources is not None else 0
 
 
+def config_warnings(config: dict) -> list[str]:
+    """Every warning about a completed config, one line each (``warning: config key <dotted.key>: ...``): a
+    benchmark or model nothing runs on, a role left to its default, CopyBench story items too short for the
+    event threshold. The workflow prints them once (common.smk) and ``memaudit check-config`` too, so a config
+    checked before a long run shows them. Here, not in memaudit.jobs: no family's fingerprint reads this module."""
+    from memaudit import jobs
+    from memaudit.probes.copybench.plan import config_warnings as copybench_warnings
+
+    lines = jobs.idle_entries(config) + jobs.defaulted_roles(config) + copybench_warnings(config)
+    return [f"warning: config key {line}" for line in lines]
+
+
 def check_config_file(path: str) -> None:
     """Exit with one line on stderr naming the file, line and column where ``path`` is no readable
     config (:func:`memaudit.config.read_config_file`). The Snakefile runs it before its

@@ -33,10 +33,10 @@ except ConfigError as exc:
 config.clear()
 config.update(_completed)
 if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, groups)
-    from memaudit.probes.copybench.plan import config_warnings as copybench_warnings
+    from memaudit.workflow_support import config_warnings
 
-    for _line in jobs.idle_entries(config) + jobs.defaulted_roles(config) + copybench_warnings(config):
-        print(f"warning: config key {_line}", file=sys.stderr)
+    for _line in config_warnings(config):
+        print(_line, file=sys.stderr)
 
 BENCHMARKS = sorted(config["benchmarks"])
 MODELS = sorted(config["models"])

@@ -163,7 +163,8 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
 
     ``autocast`` ("bfloat16" or "float16") trains in mixed precision: the weights and the
     optimizer stay in the model's dtype (float32) and the matrix products run in half
-    precision (float16 with the loss scaled by ``torch.amp.GradScaler``) -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
+    precision (float16 with the loss scaled by ``torch.amp.GradScaler``, whose skipped steps leave the
+    learning-rate schedule where it was) -- on a CPU with AMX or AVX512-BF16 about 1.6x faster per step, on an AVX2-only
     CPU (emulated bfloat16) about 20x slower. "auto" is bfloat16 where the model's device
     computes it natively, else no autocast (:func:`memaudit.models.loading.resolve_dtype`).
 
@@ -294,9 +295,11 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
             scaler.scale(out.loss).backward()
             scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+            scale = scaler.get_scale()  # 1.0 throughout when disabled
             scaler.step(opt)  # skipped where a float16 gradient overflowed; the scale then halves
             scaler.update()
-            sched.step()
+            if scaler.get_scale() >= scale:  # the schedule counts the updates made, not the batches
+                sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
             pos += 1
