@@ -277,7 +277,8 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
     summary = tmp_path / "summary"
     summary.mkdir()
     pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "auc": 0.93,
-                   "auc_ci_low": 0.88, "auc_ci_high": 0.97}]).to_csv(summary / "metrics.csv", index=False)
+                   "auc_ci_low": 0.88, "auc_ci_high": 0.97, "n_member": 30, "n_nonmember": 30}]).to_csv(
+        summary / "metrics.csv", index=False)
     pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
     diff = {"benchmark": "b", "model": "m1", "base": "m0", "group": "member", "difference": 0.2, "ci_low": 0.1,
             "ci_high": 0.3}
@@ -667,7 +668,8 @@ def test_demo_expectations_for_decop_likelihood():
     around 0.7 fails). Other DE-COP scores (here the accuracy) are reported, not checked."""
     from memaudit.stats.headline import demo_expectations
 
-    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob"}
+    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob", "n_member": 12,
+           "n_nonmember": 12}
     summary = pd.DataFrame([
         {**row, "model": "tuned", "contaminated": True, "auc": 0.85, "auc_ci_low": 0.7, "auc_ci_high": 0.95},
         {**row, "model": "weak", "contaminated": True, "auc": 0.75, "auc_ci_low": 0.6, "auc_ci_high": 0.9},
@@ -681,6 +683,30 @@ def test_demo_expectations_for_decop_likelihood():
         ("tuned", "decop-likelihood-prob", ">= 0.8", True), ("weak", "decop-likelihood-prob", ">= 0.8", False),
         ("base", "decop-likelihood-prob", "95% CI holds 0.5", True),
         ("base2", "decop-likelihood-prob", "95% CI holds 0.5", False)]
+
+
+def test_a_checked_row_without_members_or_non_members_says_so():
+    """A method whose documents hold one class has no AUC (nan): every checked row, the contaminated
+    model's and DE-COP's on a base model too, fails as "members and non-members", not as an AUC or an
+    interval it cannot have."""
+    from memaudit.stats.headline import demo_expectations
+
+    nan = float("nan")
+    one_class = {"benchmark": "novels", "auc": nan, "auc_ci_low": nan, "auc_ci_high": nan, "n_member": 0,
+                 "n_nonmember": 12}
+    summary = pd.DataFrame([
+        {**one_class, "model": "tuned", "contaminated": True, "method": "loss"},
+        {**one_class, "model": "tuned", "contaminated": True, "method": "decop-likelihood-prob"},
+        {**one_class, "model": "base", "contaminated": False, "method": "decop-likelihood-prob"},
+        {**one_class, "model": "base", "contaminated": False, "method": "loss", "n_member": 12, "n_nonmember": 0},
+    ])
+    models = pd.DataFrame({"model": ["base", "tuned"], "base": [None, "base"]})
+    got = demo_expectations(summary, models)
+    assert [(r.model, r.method, r.expected, r.ok) for r in got.itertuples()] == [
+        ("tuned", "loss", "members and non-members", False),
+        ("tuned", "decop-likelihood-prob", "members and non-members", False),
+        ("base", "decop-likelihood-prob", "members and non-members", False),
+        ("base", "loss", "members and non-members", False)]
 
 
 def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
