@@ -814,3 +814,26 @@ def test_a_job_stopped_by_bad_input_prints_its_one_line_and_no_traceback(tmp_pat
     assert (tmp_path / "job.log").read_text() == line
     proc = run("ValueError('a bug')")
     assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr and "ValueError: a bug" in proc.stderr
+
+
+def test_the_metrics_caption_says_where_the_interval_and_t_test_are_over_books():
+    """Labels given per book: the metric table's interval resamples whole books and the t-test compares the
+    books' means (compute_metrics' groups); the caption said "over the member and non-member documents"."""
+    from types import SimpleNamespace
+
+    import jinja2
+
+    template = jinja2.Template((ROOT / "workflow" / "report" / "metrics.rst").read_text())
+
+    def caption(per_book):
+        job = SimpleNamespace(wildcards=SimpleNamespace(benchmark="books", model="m1"),
+                              params=SimpleNamespace(stats={"n_boot_small": 10, "n_boot_ci": 1000}, per_book=per_book))
+        return " ".join(template.render(snakemake=job).split())
+
+    by_document, by_book = caption(False), caption(True)
+    assert "the 1000-resample percentile 95% interval, TPR at 1% and 0.1% FPR and Welch's t-test p-value, " \
+           "over the member and non-member documents." in by_document and "whole books" not in by_document
+    assert ("the 1000-resample percentile 95% interval, over whole books in a row whose ``ci_books`` is set (the "
+            "labels are given per book; it counts the books; a row without it resampled documents), TPR at 1% and "
+            "0.1% FPR over the documents, and Welch's t-test p-value, of the books' mean scores where ``ci_books`` "
+            "is set, beside ``books_pvalue``, a one-sided rank test of the books' means.") in by_book
