@@ -146,6 +146,13 @@ def test_summary_detection_and_contaminated_minus_base():
     assert not diff["contaminated_on_benchmark"].any()
     marked = summary.differences_table(texts, {"hot": "base"}, seed=3, members_of={"hot": ["b"]})
     assert marked["contaminated_on_benchmark"].all()
+    # one non-member passage: no interval, so neither "holds 0" nor "excludes 0" (blank, not False)
+    one = pd.concat([base.iloc[:5], hot.iloc[:5]], ignore_index=True)
+    lone = summary.differences_table(one, {"hot": "base"}, seed=3).set_index("group")
+    assert lone.loc["nonmember", "n_texts"] == 1 and np.isnan(lone.loc["nonmember", "ci_low"])
+    assert pd.isna(lone.loc["nonmember", "interval_holds_0"])
+    assert pd.isna(lone.loc["member_minus_nonmember", "interval_holds_0"])
+    assert lone.loc["member", "interval_holds_0"] is False
 
 
 def test_overlap_counts_each_region_of_the_token_types_flags():

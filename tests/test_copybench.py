@@ -333,6 +333,20 @@ def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path)
     assert (copied["member"].mean_model, copied["member"].mean_base, copied["member"].difference) == (0.5, 0.0, 0.5)
     assert copied["member"].ci_low > 0
     assert (copied["nonmember"].difference, copied["nonmember"].ci_low, copied["nonmember"].ci_high) == (0, 0, 0)
+    # one non-member item: no interval, so neither "holds 0" nor "excludes 0" (blank, not False)
+    def one_nonmember(model, member_score):
+        path = tmp_path / "one" / "books" / model / "copybench_literal_items.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, [{"item_id": f"m{i}", "label": 1, "decoding": "greedy", "format": "1",
+                            "copybench_rougeL": member_score + 0.01 * i} for i in range(4)]
+                    + [{"item_id": "n0", "label": 0, "decoding": "greedy", "format": "1", "copybench_rougeL": 0.3}])
+        return str(path)
+
+    lone = differences_table([one_nonmember("base", 0.2), one_nonmember("tuned", 0.7)], {"tuned": "base"}, seed=1)
+    lone = {r.group: r for r in lone[lone["score"] == "copybench_rougeL"].itertuples()}
+    assert lone["nonmember"].n_items == 1 and np.isnan(lone["nonmember"].ci_low)
+    assert pd.isna(lone["nonmember"].interval_holds_0) and pd.isna(lone["member_minus_nonmember"].interval_holds_0)
+    assert lone["member"].interval_holds_0 is False
 
 
 def test_the_difference_in_differences_resamples_each_group_on_its_own_as_scipy_does():

@@ -277,7 +277,8 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
     summary = tmp_path / "summary"
     summary.mkdir()
     pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "auc": 0.93,
-                   "auc_ci_low": 0.88, "auc_ci_high": 0.97}]).to_csv(summary / "metrics.csv", index=False)
+                   "auc_ci_low": 0.88, "auc_ci_high": 0.97, "n_member": 30, "n_nonmember": 30}]).to_csv(
+        summary / "metrics.csv", index=False)
     pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
     diff = {"benchmark": "b", "model": "m1", "base": "m0", "group": "member", "difference": 0.2, "ci_low": 0.1,
             "ci_high": 0.3}
@@ -667,7 +668,8 @@ def test_demo_expectations_for_decop_likelihood():
     around 0.7 fails). Other DE-COP scores (here the accuracy) are reported, not checked."""
     from memaudit.stats.headline import demo_expectations
 
-    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob"}
+    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob", "n_member": 12,
+           "n_nonmember": 12}
     summary = pd.DataFrame([
         {**row, "model": "tuned", "contaminated": True, "auc": 0.85, "auc_ci_low": 0.7, "auc_ci_high": 0.95},
         {**row, "model": "weak", "contaminated": True, "auc": 0.75, "auc_ci_low": 0.6, "auc_ci_high": 0.9},
@@ -681,6 +683,30 @@ def test_demo_expectations_for_decop_likelihood():
         ("tuned", "decop-likelihood-prob", ">= 0.8", True), ("weak", "decop-likelihood-prob", ">= 0.8", False),
         ("base", "decop-likelihood-prob", "95% CI holds 0.5", True),
         ("base2", "decop-likelihood-prob", "95% CI holds 0.5", False)]
+
+
+def test_a_checked_row_without_members_or_non_members_says_so():
+    """A method whose documents hold one class has no AUC (nan): every checked row, the contaminated
+    model's and DE-COP's on a base model too, fails as "members and non-members", not as an AUC or an
+    interval it cannot have."""
+    from memaudit.stats.headline import demo_expectations
+
+    nan = float("nan")
+    one_class = {"benchmark": "novels", "auc": nan, "auc_ci_low": nan, "auc_ci_high": nan, "n_member": 0,
+                 "n_nonmember": 12}
+    summary = pd.DataFrame([
+        {**one_class, "model": "tuned", "contaminated": True, "method": "loss"},
+        {**one_class, "model": "tuned", "contaminated": True, "method": "decop-likelihood-prob"},
+        {**one_class, "model": "base", "contaminated": False, "method": "decop-likelihood-prob"},
+        {**one_class, "model": "base", "contaminated": False, "method": "loss", "n_member": 12, "n_nonmember": 0},
+    ])
+    models = pd.DataFrame({"model": ["base", "tuned"], "base": [None, "base"]})
+    got = demo_expectations(summary, models)
+    assert [(r.model, r.method, r.expected, r.ok) for r in got.itertuples()] == [
+        ("tuned", "loss", "members and non-members", False),
+        ("tuned", "decop-likelihood-prob", "members and non-members", False),
+        ("base", "decop-likelihood-prob", "members and non-members", False),
+        ("base", "loss", "members and non-members", False)]
 
 
 def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
@@ -788,3 +814,26 @@ def test_a_job_stopped_by_bad_input_prints_its_one_line_and_no_traceback(tmp_pat
     assert (tmp_path / "job.log").read_text() == line
     proc = run("ValueError('a bug')")
     assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr and "ValueError: a bug" in proc.stderr
+
+
+def test_the_metrics_caption_says_where_the_interval_and_t_test_are_over_books():
+    """Labels given per book: the metric table's interval resamples whole books and the t-test compares the
+    books' means (compute_metrics' groups); the caption said "over the member and non-member documents"."""
+    from types import SimpleNamespace
+
+    import jinja2
+
+    template = jinja2.Template((ROOT / "workflow" / "report" / "metrics.rst").read_text())
+
+    def caption(per_book):
+        job = SimpleNamespace(wildcards=SimpleNamespace(benchmark="books", model="m1"),
+                              params=SimpleNamespace(stats={"n_boot_small": 10, "n_boot_ci": 1000}, per_book=per_book))
+        return " ".join(template.render(snakemake=job).split())
+
+    by_document, by_book = caption(False), caption(True)
+    assert "the 1000-resample percentile 95% interval, TPR at 1% and 0.1% FPR and Welch's t-test p-value, " \
+           "over the member and non-member documents." in by_document and "whole books" not in by_document
+    assert ("the 1000-resample percentile 95% interval, over whole books in a row whose ``ci_books`` is set (the "
+            "labels are given per book; it counts the books; a row without it resampled documents), TPR at 1% and "
+            "0.1% FPR over the documents, and Welch's t-test p-value, of the books' mean scores where ``ci_books`` "
+            "is set, beside ``books_pvalue``, a one-sided rank test of the books' means.") in by_book

@@ -441,28 +441,31 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
     an uncontaminated *base* model on the same random split should sit near chance: its AUC within
-    :func:`null_auc_range` of the split's documents at level ``null_alpha`` (a split without members or
-    non-members fails the check); where the labels were drawn per book (``ci_books`` set), the books'
+    :func:`null_auc_range` of the split's documents at level ``null_alpha``; where the labels were drawn per book (``ci_books`` set), the books'
     means alike by Welch's two-sided t-test at ``null_alpha`` instead. DE-COP's likelihood mode (``decop_method``; by default its mean
     probability of the verbatim option, since accuracy over the demo's one or two passages per document
     takes a few values) should reach ``decop_min`` on the contaminated models; on a base model its
     bootstrap 95% interval should hold 0.5 -- DE-COP scores a few dozen documents.
     Base models are checked on the ``controlled`` benchmarks only (:func:`null_control_benchmarks`;
-    None: every benchmark). Returns one row per checked (benchmark, model, method) with ``ok``.
+    None: every benchmark). A row whose documents lack members or non-members has no AUC: whichever its
+    check, it fails as "members and non-members". Returns one row per checked (benchmark, model, method)
+    with ``ok``.
     """
     nulls = base_models(models)
     rows = []
     for r in summary[summary["method"].isin([method, decop_method])].itertuples():
         is_decop = r.method == decop_method
         null = is_null_control(r.benchmark, r.model, nulls, controlled)
-        if bool(r.contaminated):
+        if not (bool(r.contaminated) or null):
+            continue
+        if not (r.n_member >= 1 and r.n_nonmember >= 1):  # one class: no AUC, whichever check the row has
+            expect, ok = "members and non-members", False
+        elif bool(r.contaminated):
             floor = decop_min if is_decop else contaminated_min
             expect, ok = f">= {floor}", r.auc >= floor
-        elif null and is_decop:
+        elif is_decop:
             expect, ok = "95% CI holds 0.5", r.auc_ci_low <= 0.5 <= r.auc_ci_high
-        elif null and not (r.n_member >= 1 and r.n_nonmember >= 1):
-            expect, ok = "members and non-members", False
-        elif null and not pd.isna(getattr(r, "ci_books", math.nan)):
+        elif not pd.isna(getattr(r, "ci_books", math.nan)):
             # labels drawn per book (split_by: book): a book's chapters share its level, so the documents'
             # AUC strays from 0.5 by chance far more than null_auc_range allows (its labels are drawn
             # document by document: a check failing 14-24% of runs, not 1%, for 6 to 20 books). The books
@@ -470,11 +473,9 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
             p = float(r.t_pvalue)
             expect = f"books' means alike (t-test p >= {null_alpha:g}; {int(r.ci_books)} books)"
             ok = p >= null_alpha  # nan (no variance in either class) cannot show it: fails
-        elif null:
+        else:
             low, high = null_auc_range(r.n_member, r.n_nonmember, null_alpha)
             expect, ok = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high
-        else:
-            continue
         rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
                      "expected": expect, "ok": bool(ok)})
     return pd.DataFrame(rows)

@@ -140,13 +140,19 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
             value, low, high = paired_difference(a, b, seed=seed)
             rows.append({**key, "group": "member" if int(label) == 1 else "nonmember", "n_texts": len(block),
                          "rate_model": float(a.mean()), "rate_base": float(b.mean()), "difference": value,
-                         "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+                         "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
         if 1 in gains and 0 in gains:  # the member gain beyond the non-member gain (domain and format learnt)
             value, low, high = independent_difference(gains[1], gains[0], seed=seed)
             rows.append({**key, "group": "member_minus_nonmember", "n_texts": len(gains[1]) + len(gains[0]),
                          "rate_model": float("nan"), "rate_base": float("nan"), "difference": value,
-                         "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+                         "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
+
+
+def holds_zero(low: float, high: float) -> bool | None:
+    """Whether a difference's interval holds 0; None (blank in the CSV) where there is no interval (nan
+    bounds: a group of one), which neither holds 0 nor excludes it."""
+    return None if np.isnan(low) or np.isnan(high) else bool(low <= 0 <= high)
 
 
 DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "pairing", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",

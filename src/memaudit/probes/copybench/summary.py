@@ -103,6 +103,12 @@ DIFFERENCE_COLUMNS = ("benchmark", "model", "base", "pairing", "mode", "decoding
                       "interval_holds_0")
 
 
+def holds_zero(low: float, high: float) -> bool | None:
+    """Whether a difference's interval holds 0; None (blank in the CSV) where there is no interval (nan
+    bounds: a group of one), which neither holds 0 nor excludes it."""
+    return None if np.isnan(low) or np.isnan(high) else bool(low <= 0 <= high)
+
+
 def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int,
                       declared: Collection[str] = (), members_of: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """A model minus its control (``bases``: per model), per (benchmark, mode, decoding, group, score).
@@ -132,14 +138,14 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
                     rows.append({**key, "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
                                  "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
                                  "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
-                                 "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+                                 "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
             for score in scores:
                 if (1, score) in gains and (0, score) in gains:
                     value, low, high = independent_difference(gains[1, score], gains[0, score], seed=seed)
                     rows.append({**key, "decoding": decoding, "group": DID_GROUP,
                                  "n_items": len(gains[1, score]) + len(gains[0, score]), "score": score,
                                  "mean_model": float("nan"), "mean_base": float("nan"), "difference": value,
-                                 "ci_low": low, "ci_high": high, "interval_holds_0": bool(low <= 0 <= high)})
+                                 "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
     return pd.DataFrame(rows, columns=list(DIFFERENCE_COLUMNS))
 
 
