@@ -51,7 +51,7 @@ STEPS: dict[str, Stage] = {
                       fingerprint="a5d44d0cd5969f22"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="60a4bf6f69cd1003"),
+                    fingerprint="f56e5f8d330e6ab3"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups

@@ -200,7 +200,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="deb12b8406973a3b",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="eb193dffa2d453fe",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -208,9 +208,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
                                version=6, fingerprint="b680ab26b8fe07ee"),
-                # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass)
+                # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
+                # interval_holds_0 is blank too (it read False: "excludes 0")
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=7, fingerprint="9eb6764ac73865e1")},
+                                 version=8, fingerprint="56684834cdc7c2d5")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -270,8 +271,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 5 (items 6, summary 6): a masked LM (the paper's BERT, any checkpoint config of a masked LM's: one
         # naming several heads or none too) is read as one by the reference role, the word masked in its
         # context window (it loaded as a causal head); the items, candidates, text tables and cloze.csv say
-        # how the reference read the words (reference_scoring)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="fa0a1bf40c89eb9d",
+        # how the reference read the words (reference_scoring); summary 6 also leaves interval_holds_0 blank
+        # where a group of one has no interval (it read False)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="a2b3b2cb1013f89c",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -280,7 +282,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="1145e79670440723")},
+                                 version=6, fingerprint="7c0d7e5bdc77fae4")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
