@@ -255,7 +255,7 @@ def test_figure_3_rates_by_model_size_from_the_token_tables_and_manifests(tmp_pa
     assert summary.by_size(tokens.iloc[:0], {"small": 1e6}, seed=0).empty
     # through build_summary, as the cloze_summary rule calls it
     texts = tmp_path / "texts.csv"
-    _texts("small", [1, 0], [1, 0]).to_csv(texts, index=False)
+    _texts("small", [1, 0], [1, 0]).assign(reference_scoring="masked").to_csv(texts, index=False)
     out = {k: tmp_path / f"{k}.csv" for k in ("table", "diff", "versus", "overlap", "size")}
     summary.build_summary([str(texts)], {}, seed=0, out_table=out["table"], out_differences=out["diff"],
                           out_figure=tmp_path / "fig.png", out_versus=out["versus"], out_overlap=out["overlap"],
@@ -263,6 +263,14 @@ def test_figure_3_rates_by_model_size_from_the_token_tables_and_manifests(tmp_pa
                           out_size_figure=tmp_path / "size.png")
     written = pd.read_csv(out["size"])
     assert written[written["label"] == 1]["n_params"].tolist() == [1_000_000, 9_000_000]
+    # every table says how the reference model read the words (its texts' reference_scoring, by benchmark)
+    for name in ("table", "diff", "versus", "overlap", "size"):
+        frame = pd.read_csv(out[name])
+        assert "reference_scoring" in frame.columns, name
+        cloze_rows = frame[frame["method"].astype(str).str.startswith("cloze_")] if "method" in frame else frame
+        assert set(cloze_rows["reference_scoring"]) <= {"masked"}, (name, frame)
+    assert set(pd.read_csv(out["overlap"])["reference_scoring"]) == {"masked"}
+    assert set(written["reference_scoring"]) == {"masked"}
     assert (tmp_path / "size.png").stat().st_size > 1000 and (tmp_path / "size.svg").exists()
 
 

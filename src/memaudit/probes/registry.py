@@ -270,10 +270,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # (a numeric candidate dropped as guessable)
         # 5 (items 6, summary 6): a masked LM (the paper's BERT, any checkpoint config of a masked LM's: one
         # naming several heads or none too) is read as one by the reference role, the word masked in its
-        # context window (it loaded as a causal head); the items, candidates, text tables and cloze.csv say
-        # how the reference read the words (reference_scoring); summary 6 also leaves interval_holds_0 blank
+        # context window (it loaded as a causal head); the items, candidates, text tables and every summary
+        # table say how the reference read the words (reference_scoring); summary 6 also leaves interval_holds_0 blank
         # where a group of one has no interval (it read False)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="a2b3b2cb1013f89c",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="22bc2f7b7cea1fac",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -282,7 +282,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="7c0d7e5bdc77fae4")},
+                                 version=6, fingerprint="c4426b821db4f892")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

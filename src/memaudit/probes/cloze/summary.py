@@ -80,6 +80,21 @@ def reported_passages(texts: pd.DataFrame) -> pd.DataFrame:
     return texts.assign(split=ALL)
 
 
+def with_reference_scoring(texts: pd.DataFrame):
+    """``f(table)``: the table with a ``reference_scoring`` column, per benchmark how its reference model read
+    the words its probes masked (``masked``, ``causal``; the text tables' column, one reference per benchmark),
+    so every table of the family says it, as ``cloze.csv`` does."""
+    column = texts["reference_scoring"] if "reference_scoring" in texts else pd.Series("causal", index=texts.index)
+    per = column.astype(str).groupby(texts["benchmark"] if "benchmark" in texts else column).agg(
+        lambda s: ";".join(sorted(set(s))))
+
+    def add(table: pd.DataFrame) -> pd.DataFrame:
+        if "benchmark" not in table:
+            return table.assign(reference_scoring=pd.Series(dtype=str))
+        return table.assign(reference_scoring=table["benchmark"].map(per))
+    return add
+
+
 def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
     """Per (benchmark, model, mode): the majority and random reference rows, then one row per token type
     (method ``cloze_<type>``: :func:`memaudit.probes.cloze.plan.method_name`) with precision, recall and F-beta of the memorised flag
@@ -285,15 +300,18 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
     texts = read_texts(text_paths)
     table = detection_table(texts, seed=seed)
     write_csv(out_table, table)
-    write_csv(out_differences, differences_table(texts, bases, seed=seed, members_of=members_of, declared=declared))
+    scored = with_reference_scoring(texts)
+    write_csv(out_differences, scored(differences_table(texts, bases, seed=seed, members_of=members_of,
+                                                        declared=declared)))
     lcs = {(b, m): lcs_of_items(read_jsonl(items), read_jsonl(pairs)) for b, m, items, pairs in prefix}
-    write_csv(out_versus, versus_prefix(texts, lcs, seed=seed, beta=BETA))
-    write_csv(out_overlap, overlap(texts))
+    write_csv(out_versus, scored(versus_prefix(texts, lcs, seed=seed, beta=BETA)))
+    write_csv(out_overlap, scored(overlap(texts)))
     reconstruction_figure(table, out_figure)
     if out_by_size is not None:
         from memaudit.stats.workflow import models_table
 
         sizes = models_table(model_dirs)
-        sized = by_size(read_texts(token_paths), dict(zip(sizes["model"], sizes["n_params"].astype(float))), seed=seed)
+        sized = scored(by_size(read_texts(token_paths), dict(zip(sizes["model"], sizes["n_params"].astype(float))),
+                               seed=seed))
         write_csv(out_by_size, sized)
         size_figure(sized, out_size_figure)
