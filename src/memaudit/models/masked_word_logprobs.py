@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from memaudit.models.token_stats import length_buckets
-from memaudit.models.word_logprobs import WordTokens, _read_rows, align_span
+from memaudit.models.word_logprobs import WordTokens, _read_rows, align_span, require_fast
 
 SCORING = "masked"  # a record's ``scoring``: the word read with both sides of its context
 
@@ -48,9 +48,7 @@ class _Masked:
 def _encode_window(tokenizer, window: str) -> tuple[list[int], list[tuple[int, int]], list[int], list[int]]:
     """The window's tokens and their character spans, and the special tokens the tokenizer puts before and
     after a single sequence (BERT's ``[CLS]`` and ``[SEP]``), from one call with them added."""
-    if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"word log-probabilities need a fast tokenizer (character offsets); "
-                         f"{type(tokenizer).__name__} is not one")
+    require_fast(tokenizer)
     enc = tokenizer(window, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True)
     ids, special = list(enc["input_ids"]), list(enc["special_tokens_mask"])
     content = [i for i, flag in enumerate(special) if not flag]

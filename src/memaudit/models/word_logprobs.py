@@ -54,11 +54,16 @@ class WordTokens:
     aligned: bool
 
 
-def encode_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    """Token ids of ``text`` (no special tokens) and each token's character span."""
+def require_fast(tokenizer) -> None:
+    """Word log-probabilities find a word's tokens by their character offsets, which only a fast tokenizer gives."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"word log-probabilities need a fast tokenizer (character offsets); "
                          f"{type(tokenizer).__name__} is not one")
+
+
+def encode_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids of ``text`` (no special tokens) and each token's character span."""
+    require_fast(tokenizer)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 

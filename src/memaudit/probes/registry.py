@@ -166,7 +166,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="1b13ffa9e2c7e519",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="bc65636415f86a0d",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -174,7 +174,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="7e16758961d9fe3f"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="6b390988e12ca511")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="913263f941c7b57a")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -200,7 +200,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="eb193dffa2d453fe",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="c1608149d01a1226",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -211,7 +211,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0")
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=8, fingerprint="56684834cdc7c2d5")},
+                                 version=8, fingerprint="a0495c484c15f7f2")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -239,7 +239,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 11: the baselines' token statistics keep whole characters at a max_tokens cut (token_prob's
         # stats 4)
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
-        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="0ee072fc8270ab06",
+        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="29ad94ee1fdc17ee",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -247,7 +247,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                               version=9, fingerprint="b01617ab9c656702"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="1acae85e07e1dc5b")},
+                                 version=7, fingerprint="5b37f6cc1556e739")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -273,16 +273,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # context window (it loaded as a causal head); the items, candidates, text tables and every summary
         # table say how the reference read the words (reference_scoring); summary 6 also leaves interval_holds_0 blank
         # where a group of one has no interval (it read False)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="22bc2f7b7cea1fac",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="2f23273992d78853",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=6, fingerprint="c7d313311b6c6923"),
+                               version=6, fingerprint="bd01a1608dd8297f"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="c4426b821db4f892")},
+                                 version=6, fingerprint="a9c53c74d723f18a")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

@@ -387,6 +387,12 @@ def compute_metrics(
     return out
 
 
+def holds_zero(low: float, high: float) -> bool | None:
+    """Whether a difference's interval holds 0; None (blank in the CSV) where there is no interval (nan
+    bounds: a group of one), which neither holds 0 nor excludes it."""
+    return None if np.isnan(low) or np.isnan(high) else bool(low <= 0 <= high)
+
+
 def paired_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
     """Mean of ``a - b`` over paired items and its 95% paired bootstrap interval (scipy).
 

@@ -46,7 +46,7 @@ import pandas as pd
 from memaudit.datasets.types import TEST
 from memaudit.io import write_csv
 from memaudit.probes.cloze.plan import method_name
-from memaudit.stats.metrics import independent_difference, paired_difference
+from memaudit.stats.metrics import holds_zero, independent_difference, paired_difference
 
 BETA = 0.1
 # why a figure's reconstruction rate is missing (memaudit.figures.plots.mark_missing)
@@ -162,12 +162,6 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
                          "rate_model": float("nan"), "rate_base": float("nan"), "difference": value,
                          "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
-
-
-def holds_zero(low: float, high: float) -> bool | None:
-    """Whether a difference's interval holds 0; None (blank in the CSV) where there is no interval (nan
-    bounds: a group of one), which neither holds 0 nor excludes it."""
-    return None if np.isnan(low) or np.isnan(high) else bool(low <= 0 <= high)
 
 
 DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "pairing", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",

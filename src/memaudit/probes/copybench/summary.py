@@ -37,7 +37,7 @@ import pandas as pd
 
 from memaudit.io import read_json, read_jsonl, write_csv
 from memaudit.probes.copybench import metrics
-from memaudit.stats.metrics import independent_difference, paired_difference
+from memaudit.stats.metrics import holds_zero, independent_difference, paired_difference
 
 # copybench_rougeL_copy: 1 where an output's ROUGE-L reaches the paper's 0.8 (what it counts as literal
 # copying), averaged over prompt formats like the other scores: its paired difference is the difference
@@ -101,12 +101,6 @@ def item_scores(items_path: str) -> pd.DataFrame:
 DIFFERENCE_COLUMNS = ("benchmark", "model", "base", "pairing", "mode", "decoding", "contaminated_on_benchmark",
                       "group", "n_items", "score", "mean_model", "mean_base", "difference", "ci_low", "ci_high",
                       "interval_holds_0")
-
-
-def holds_zero(low: float, high: float) -> bool | None:
-    """Whether a difference's interval holds 0; None (blank in the CSV) where there is no interval (nan
-    bounds: a group of one), which neither holds 0 nor excludes it."""
-    return None if np.isnan(low) or np.isnan(high) else bool(low <= 0 <= high)
 
 
 def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int,
