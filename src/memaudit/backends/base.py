@@ -184,11 +184,13 @@ class Backend(abc.ABC):
 
     def word_logprobs(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], **kwargs):
         """Per text, per character span ``(start, end)``: ``log p(word | text to its left)`` and its rank
-        (a causal LM), or the masked word's in its window ``bounds`` (a masked LM).
+        (a causal LM), or the masked word's in its window ``bounds`` (a masked LM), or, given ``fills``, a
+        causal LM's among candidate fills by the likelihood of the whole window.
 
         A list of records per text (``logprob``, ``first_logprob``, ``rank``, ``scoring``, ...), in the order
         of the spans: :func:`memaudit.models.word_logprobs.compute_word_logprobs`,
-        :func:`memaudit.models.masked_word_logprobs.compute_masked_word_logprobs`.
+        :func:`memaudit.models.masked_word_logprobs.compute_masked_word_logprobs`,
+        :func:`memaudit.models.window_word_logprobs.compute_window_word_logprobs`.
         """
         raise ConfigError(f"{type(self).__name__} cannot serve {WORD_LOGPROBS}")
 

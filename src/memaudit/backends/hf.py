@@ -259,7 +259,7 @@ class HFBackend(Backend):
 
     def word_logprobs(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *,
                       bounds: Sequence[Sequence[tuple[int, int]]] | None = None,
-                      batch_size: int | None = None) -> list[list[dict]]:
+                      batch_size: int | None = None, fills: int | None = None) -> list[list[dict]]:
         """Per text, per character span: the word's log-probability, its first token's, and that token's rank.
 
         A causal LM: ``log p(word | left context)``, :func:`memaudit.models.word_logprobs.compute_word_logprobs`
@@ -269,10 +269,17 @@ class HFBackend(Backend):
         context is). A masked LM: the word masked in its window ``bounds`` (per span ``(left, right)``
         characters; default the whole text), both sides read,
         :func:`memaudit.models.masked_word_logprobs.compute_masked_word_logprobs`: one pass per span.
-        Every record's ``scoring`` says which (``causal``, ``masked``).
+        ``fills``: a causal LM reads both sides of the word too, its ``fills`` most probable candidate
+        fills scored by the likelihood of the whole window ``bounds``,
+        :func:`memaudit.models.window_word_logprobs.compute_window_word_logprobs` (``K + 1`` passes per span).
+        Every record's ``scoring`` says which (``causal``, ``masked``, ``window``).
         """
         import importlib
 
+        if fills is not None and self.architecture == "masked":
+            raise ConfigError(f"model {self.name!r} is a masked LM, which reads both sides of a word already: "
+                              f"probes.cloze.reference.fills (whole-window scoring of candidate fills) is for a "
+                              f"causal reference; remove it")
         if self.architecture == "masked":
             masked = importlib.import_module("memaudit.models.masked_word_logprobs")
             return masked.compute_masked_word_logprobs(self.model, self.tokenizer, texts, spans, bounds=bounds,
@@ -280,6 +287,11 @@ class HFBackend(Backend):
                                                        max_tokens=self.max_tokens)
         self._causal_only("word log-probabilities")
         # Loaded by name, as gradient_norms above: only the families that import the module fingerprint it.
+        if fills is not None:
+            window = importlib.import_module("memaudit.models.window_word_logprobs")
+            return window.compute_window_word_logprobs(self.model, self.tokenizer, texts, spans, fills=fills,
+                                                       bounds=bounds, batch_size=batch_size or self.batch_size,
+                                                       max_tokens=self.max_tokens)
         word_logprobs = importlib.import_module("memaudit.models.word_logprobs")
         return word_logprobs.compute_word_logprobs(self.model, self.tokenizer, texts, spans,
                                                    batch_size=batch_size or self.batch_size,

@@ -40,6 +40,7 @@ from memaudit.backends.base import GENERATE, WORD_LOGPROBS
 from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv, write_jsonl
 from memaudit.models import masked_word_logprobs  # noqa: F401 -- a masked reference's numbers: in the cloze fingerprint
+from memaudit.models import window_word_logprobs  # noqa: F401 -- a causal reference's fills: in the cloze fingerprint
 from memaudit.probes.cloze.candidates import cloze_context, context_bounds, extract_candidates_many, spans
 from memaudit.probes.cloze.select import MEASURES, PERSON, PROB, RANK, select_surprisal_tokens, tune_threshold
 
@@ -89,9 +90,17 @@ def thresholds_for(settings: dict, scores: Sequence[Sequence[dict]],
     return out
 
 
+SCORINGS = {
+    "masked": "masked, with the context on both sides (a masked LM, as the paper's BERT)",
+    "causal": "from their left context (a causal LM)",
+    "window": "among {fills} candidate fills by the likelihood of the whole context window, both sides (a causal LM)",
+}
+
+
 def reference_scoring(scores: Sequence[Sequence[dict]]) -> str:
-    """How the reference model read the words: ``masked`` (both sides of the word, a masked LM) or
-    ``causal`` (its left context); the records' ``scoring``, one for all."""
+    """How the reference model read the words: ``masked`` (both sides of the word, a masked LM),
+    ``causal`` (its left context) or ``window`` (a causal LM's candidate fills scored by the whole
+    window's likelihood, ``reference.fills``); the records' ``scoring``, one for all."""
     kinds = {r.get("scoring", "causal") for recs in scores for r in recs}
     if len(kinds) > 1:
         raise ValueError(f"the reference model's records mix scorings {sorted(kinds)}")
@@ -116,10 +125,13 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
              + (f" ({sum(left_out)} more in question-answer texts' choices and answer lines left out: "
                 f"qa_scope question)" if sum(left_out) else ""))
     # a masked LM (the paper's BERT) reads the masked word's context window, the one the probe shows
-    # (``bounds``); a causal reference reads all the text to the word's left
+    # (``bounds``), as does a causal reference scoring candidate fills (``reference.fills``); a causal
+    # reference without fills reads all the text to the word's left
     bounds = [[context_bounds(t, c.start, c.end, settings["context_chars"]) for c in cs]
               for t, cs in zip(texts, candidates)]
-    scores = reference.word_logprobs(texts, [spans(c) for c in candidates], bounds=bounds)
+    fills = (settings.get("reference") or {}).get("fills")
+    scores = reference.word_logprobs(texts, [spans(c) for c in candidates], bounds=bounds,
+                                     **({"fills": fills} if fills else {}))
     scoring = reference_scoring(scores)
     tune_on = tuning_passages(passages)
     thresholds = thresholds_for(settings, scores, tune_on)
@@ -128,8 +140,7 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
              + (f" (tuned on the {len(tune_on)} validation passages of the fixed split)"
                 if tuned and tune_on is not None else ""))
     progress(f"reference model {getattr(reference, 'name', None)!r}: the words scored "
-             + ("masked, with the context on both sides (a masked LM, as the paper's BERT)" if scoring == "masked"
-                else "from their left context (a causal LM)"))
+             + SCORINGS.get(scoring, scoring).format(fills=fills))
     measures = [m for m in MEASURES if m in settings["measures"]]
     selected = [{m: select_surprisal_tokens(c, s, m, prob_threshold=thresholds[PROB],
                                             rank_threshold=thresholds[RANK], k=settings["top_k"])

@@ -63,6 +63,13 @@ def check_config(config: dict) -> list[str]:
             WORD_LOGPROBS not in model_capabilities(config["models"][filt["model"]]):
         problems.append(f"probes.cloze.filter.mode: logit reads {filt['model']!r}'s next-token ranks, which it "
                         f"cannot give ({WORD_LOGPROBS}: local causal models only); use mode generate")
+    fills = (config["probes"]["cloze"].get("reference") or {}).get("fills")
+    rank_threshold = config["probes"]["cloze"].get("rank_threshold", 2000)
+    if fills and "rank" in config["probes"]["cloze"].get("measures", ["rank"]) and \
+            isinstance(rank_threshold, (int, float)) and rank_threshold >= fills:
+        problems.append(f"probes.cloze.rank_threshold: {rank_threshold} selects no word, because with "
+                        f"probes.cloze.reference.fills {fills} a word's rank counts the fills scored above it "
+                        f"(0 to {fills}); set it below {fills}, or tune, or drop rank from probes.cloze.measures")
     if any(m == reference for _, m, _ in runs(config)):
         default = "" if named else "not set, so the first local model, "
         problems.append(f"probes.cloze.reference.model: {default}{reference!r} chooses the masked words and cannot "
