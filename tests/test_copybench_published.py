@@ -699,3 +699,49 @@ def test_published_items_with_the_published_prompt_files_get_the_references_demo
     seeded = random.Random(f"qa.format1:{built[0]['item_id']}").sample(range(6), 2)
     assert sorted((d["input"] for d in demos if d["input"] in user), key=user.index) == [demos[j]["input"]
                                                                                            for j in seeded]
+
+
+def test_text_with_an_unpaired_surrogate_is_rejected_not_a_crash_when_the_items_are_written(tmp_path):
+    """JSON's ``\\ud800`` escape decodes to a lone surrogate, which no UTF-8 writer or tokenizer takes:
+    the items rule's JSONL and MemFree's tokenizer stopped with a traceback. Such a record is a reject."""
+    from memaudit.datasets.copybench_published import copybench_sets, load_rejection_corpus
+    from memaudit.io import write_jsonl
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "data.literal.json").write_text(json.dumps([
+        _literal(0), _literal(1, input="Dark water \ud83d rises."),          # lines 2-7, 8-13
+        {**_literal(2), "note": ["a", "b\udc00"]},                          # 14-23: a key outside the record's own
+    ], indent=2), encoding="utf-8")
+    (folder / "data.nonliteral.json").write_text(json.dumps([
+        _story(0), _story(1, reference_characters=[["Ana"], ["Bo\ud800"]])], indent=2), encoding="utf-8")  # lines 2, 20
+    sets = copybench_sets({"format": "copybench", "path": str(folder)})
+    assert [it["item_id"] for it in sets.literal] == ["bookmia.07.0"]
+    assert [it["item_id"] for it in sets.nonliteral] == ["stories.0001.0"]
+    assert [(Path(r.file).name, r.line, r.key, r.reason) for r in sets.rejected] == [
+        ("data.literal.json", 8, "input", "contains an unpaired surrogate \\ud83d at position 11 (not UTF-8 text)"),
+        ("data.literal.json", 14, "note", "contains an unpaired surrogate \\udc00 (not UTF-8 text)"),
+        ("data.nonliteral.json", 20, "reference_characters[1][0]",
+         "contains an unpaired surrogate \\ud800 at position 2 (not UTF-8 text)"),
+    ]
+    assert write_jsonl(tmp_path / "literal.jsonl", sets.literal) == 1
+    corpus = _write(tmp_path, "corpus.json", ["It was a dark night.", "The \udfff end."])
+    with pytest.raises(InputError) as err:
+        load_rejection_corpus(corpus)
+    assert str(err.value) == (f"{corpus}, line 3: element 1 contains an unpaired surrogate \\udfff at position 4 "
+                              "(not UTF-8 text)")
+
+
+def test_a_qa_answer_with_nothing_left_after_squad_normalisation_is_rejected(tmp_path):
+    """Normalised to nothing ("The", "--"), an answer scores F1 0 against every output and exact match 1
+    against an empty one (the reference's eval_qa.py alike): a refusal would count as recall."""
+    from memaudit.probes.copybench.metrics import qa_scores
+
+    assert qa_scores("", ["The."]) == {"f1": 0.0, "em": 1.0}
+    rows = [{"id": f"qa.{i}", "title": "Stormy Harbour", "input": "According to Stormy Harbour, who?",
+             "reference": answer} for i, answer in enumerate(["old Pell", "The.", "-- !"])]
+    items, rejects = load_qa(_write(tmp_path, "data.qa.json", rows))
+    assert [it.answers for it in items] == [["old Pell"]]
+    reason = ("nothing left after SQuAD normalisation (articles and punctuation only): F1 would be 0 for every "
+              "output, exact match 1 for an empty one")
+    assert _rejects(rejects) == [(8, "reference", reason), (14, "reference", reason)]

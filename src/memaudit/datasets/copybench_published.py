@@ -41,7 +41,7 @@ import pandas as pd
 
 from memaudit.errors import InputError
 from memaudit.io import write_csv
-from memaudit.probes.copybench.metrics import alias_key, rouge_tokens
+from memaudit.probes.copybench.metrics import alias_key, normalize_answer, rouge_tokens
 
 DATA_FILES = {"literal": "data.literal.json", "nonliteral": "data.nonliteral.json", "qa": "data.qa.json"}
 PROMPT_FILES = {
@@ -62,6 +62,9 @@ REJECT_COLUMNS = ("file", "line", "element", "key", "value", "reason", "action")
 _VALUE_CHARS = 60
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _PROMPT_STRINGS = ("tag", "system", "instruction", "demo_sep", "demo_prompt", "task_prompt")
+# JSON's "\\ud800" escape decodes to a lone surrogate, which no UTF-8 writer or tokenizer takes (a pair decodes
+# to one character): a record holding one would stop the items rule, or MemFree's tokenizer, with a traceback
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JSONObject(dict):
@@ -363,7 +366,19 @@ def _check_text(key: str, value: Any) -> str:
     nul = value.find("\x00")
     if nul >= 0:
         raise RowReject(key, value, f"contains a NUL character at position {nul}")
+    lone = surrogate_reason(value)
+    if lone:
+        raise RowReject(key, value, lone)
     return value
+
+
+def surrogate_reason(text: str, *, position: bool = True) -> str:
+    """Why ``text`` cannot be written as UTF-8 ("" when it can): its first unpaired surrogate."""
+    lone = _SURROGATE.search(text)
+    if lone is None:
+        return ""
+    at = f" at position {lone.start()}" if position else ""
+    return f"contains an unpaired surrogate \\u{ord(lone.group()):04x}{at} (not UTF-8 text)"
 
 
 def _required(record: dict, key: str) -> Any:
@@ -449,7 +464,12 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
             if item_id in id_lines:
                 raise RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
             id_lines[item_id] = line
-            meta = {"index": index, "line": line, **{k: v for k, v in record.items() if k not in fields}}
+            extra = {k: v for k, v in record.items() if k not in fields}
+            for key, value in extra.items():  # kept in the items' meta, which is written as UTF-8
+                lone = surrogate_reason(json.dumps({key: value}, ensure_ascii=False), position=False)
+                if lone:
+                    raise RowReject(key, value, lone)
+            meta = {"index": index, "line": line, **extra}
             built = build(record, item_id, meta)
             item, notes = built if isinstance(built, tuple) else (built, [])
             items.append(item)
@@ -499,8 +519,16 @@ def load_qa(path: str | Path, strict: bool = False) -> tuple[list[QAItem], list[
     """Load ``data.qa.json`` (Section 3.3, fact recall) under the policy; the one answer string -> ``[answer]``."""
     def build(record, item_id, meta):
         return QAItem(item_id, _text_field(record, "title"), _text_field(record, "input"),
-                      [_text_field(record, "reference")], None, meta)
+                      [_qa_answer(record)], None, meta)
     return _load_records(path, strict, ("id", "title", "input", "reference"), build)
+
+
+def _qa_answer(record: dict) -> str:
+    answer = _text_field(record, "reference")
+    if not normalize_answer(answer):  # eval_qa.py's scores: F1 0 for any output, EM 1 for an empty one
+        raise RowReject("reference", answer, "nothing left after SQuAD normalisation (articles and punctuation "
+                                             "only): F1 would be 0 for every output, exact match 1 for an empty one")
+    return answer
 
 
 # ---------------------------------------------------------------- prompt files
@@ -578,6 +606,9 @@ def load_rejection_corpus(path: str | Path) -> tuple[list[str], list[int]]:
         if not isinstance(value, str):
             raise InputError(f"{path}, line {line}: element {index} is {json_type(value)}, expected a string "
                              "(a rejection corpus is an array of texts)")
+        lone = surrogate_reason(value)
+        if lone:  # the tokenizer would stop MemFree with a traceback
+            raise InputError(f"{path}, line {line}: element {index} {lone}")
         if value.strip():
             texts.append(value)
         else:
