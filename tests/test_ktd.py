@@ -303,6 +303,25 @@ def test_ktd_config_checks():
     assert problem.startswith("probes.ktd.models: 'a' paraphrases the knockoffs")
 
 
+def test_ktd_refuses_a_model_that_shares_the_paraphrasers_weights():
+    """Definition 1: a fine-tune of the paraphraser (or its base, a sibling fine-tune, the same
+    checkpoint under another name) rates the paraphraser's own outputs as familiar text, so it is
+    refused as the paraphraser itself is; a model of other weights is not."""
+    cfg = copy.deepcopy(_config())
+    cfg["models"] = {"a": {"source": {"builtin": "x"}}, "a-ft": {"base": "a", "finetune": {"members_of": ["novels"]}},
+                     "a-ft2": {"base": "a", "finetune": {"members_of": ["novels"]}},
+                     "a-again": {"source": {"builtin": "x"}}, "b": {"source": {"builtin": "y"}}}
+    cfg["probes"]["ktd"]["models"] = ["a-ft", "b", "a-again"]
+    tail = ("'a', which paraphrases the knockoffs (probes.decop.paraphrase.model); KTD's knockoffs must come "
+            "from other weights than the model under test's (Definition 1)")
+    assert plan.check_config(cfg) == [f"probes.ktd.models: 'a-again' is built on the weights of 'a', as is {tail}",
+                                      f"probes.ktd.models: 'a-ft' is built on the weights of 'a', as is {tail}"]
+    cfg["probes"]["decop"]["paraphrase"]["model"] = "a-ft2"  # a sibling fine-tune paraphrases
+    cfg["probes"]["ktd"]["models"] = ["a-ft", "b"]
+    (problem,) = plan.check_config(cfg)
+    assert problem.startswith("probes.ktd.models: 'a-ft' is built on the weights of 'a', as is 'a-ft2', which paraphrases")
+
+
 def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
     """Z from a real HF model: loss and Min-K% from its token statistics, the gradient norm (negated)
     from its per-sample gradients."""

@@ -4,7 +4,8 @@ Knockoffs come from the benchmark's paraphrase pool: the quality-controlled para
 items hold (``decop_items.jsonl``: the verbatim passage, then its paraphrases), made once per
 passage by the paraphraser role (``probes.decop.paraphrase.model``) and shared by DE-COP and
 KTD. Definition 1 wants knockoffs independent of the model under test given the texts, so KTD
-refuses to run on the paraphraser itself (:func:`check_config`).
+refuses to run on the paraphraser, or on a model built on the same weights (a fine-tune of it, its
+base, a sibling fine-tune: :func:`memaudit.probes.ktd.plan.check_config`).
 
 Importance scores Z (higher = more likely seen), each computed once for every text and knockoff:
 
