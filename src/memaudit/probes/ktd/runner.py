@@ -166,8 +166,8 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     distinct = {key: len({w.to_numpy().tobytes() for w in ws}) for key, ws in draws.items()}
     baselines = baselines or baseline_scores(items, whole, np.arange(len(items)))
     runs = pd.concat([statistics.selection_runs(draws, labels, qs),
-                      statistics.validation_runs(baselines, labels, qs,
-                                                 n_validation=n_validation, n_draws=n_draws, seed=seed)],
+                      statistics.validation_runs(baselines, labels, qs, n_validation=n_validation,
+                                                 n_draws=n_draws, seed=seed, documents=doc_of)],
                      ignore_index=True)
     cut = pd.Series(np.asarray(words, dtype=float) if words is not None else np.nan, index=ids)
     w_rows = [pd.DataFrame({"item_id": w.index, "doc_id": doc_of.loc[w.index].to_numpy(),
