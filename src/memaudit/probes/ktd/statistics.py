@@ -236,7 +236,9 @@ def symmetry_table(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
     Over the first draw of each (statistic, m): a two-sided sign test (``scipy.stats.binomtest``
     of #{W > 0} among nonzero W against 1/2) and a Wilcoxon signed-rank test (symmetry about 0,
     ``scipy.stats.wilcoxon``). Small p-values mean the knockoffs are not exchangeable with the
-    texts and knockoff+'s FDR guarantee does not hold.
+    texts: Lemma 1, on which knockoff+'s guarantee rests, fails. Both tests are two-sided, as the
+    lemma is; only a shift to the right (``nonmember_mean_w > 0``) inflates the FDR, one to the
+    left makes knockoff+ conservative (its count of W <= -t then over-counts the false ones).
     """
     rows = []
     for (statistic, m), draws in sorted(w_draws.items()):
