@@ -107,8 +107,9 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
     assert set(base.index.get_level_values(0)) == {"validation_loss", "validation_min_k", "validation_zlib"}
     assert (base["m"] == 0).all() and (base["n_draws"] == 3).all() and (base["n_distinct_draws"] == 3).all()
     assert (base["n_texts"] == 120 - 30).all()  # the rest of the 120 passages is measured
-    # the passages' own Z separates them by 3 standard deviations: the threshold carries over
-    assert base.loc[("validation_loss", 0.3), "power"] > 0.9 and base.loc[("validation_loss", 0.3), "fdr"] < 0.3
+    # the passages' own Z separates them by 3 standard deviations: the threshold carries over (power
+    # 0.80 over these three draws of 5 member and 5 non-member documents)
+    assert base.loc[("validation_loss", 0.3), "power"] > 0.75 and base.loc[("validation_loss", 0.3), "fdr"] < 0.3
     # by hand for one draw: the first validation draw's threshold applied to the rest
     ids = [it["item_id"] for it in items]
     starts = np.arange(0, 4 * len(items), 4)
@@ -133,6 +134,39 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
     with pytest.raises(InputError, match="3 texts cannot be split"):
         statistics.validation_runs({"loss": pd.Series(loss[:3], index=ids[:3])}, pd.Series(labels[:3], index=ids[:3]),
                                    [0.2], n_validation=100, n_draws=1, seed=0)
+
+
+def test_validation_part_holds_whole_documents():
+    """Passages of one document share its words, names and style: with a document on both sides of the
+    split, the threshold is tuned on documents it is then measured on. The validation part holds whole
+    documents (about n_validation passages, stratified by the documents' labels)."""
+    items, z = _items_and_scores(member_gap=1.0, seed=4)  # 40 documents of 3 passages, every other a member
+    labels = np.array([it["label"] for it in items])
+    docs = np.array([it["doc_id"] for it in items])
+    for draw in range(5):
+        val, test = statistics.validation_split(labels, 30, [2, draw, 7], groups=docs)
+        assert not set(docs[val]) & set(docs[test])
+        assert sorted([*val, *test]) == list(range(120)) and len(val) == 30  # 10 documents of 3 passages
+        assert labels[val].sum() == 15  # 5 member documents of 10
+    # the job's baseline rows are that split's: the first draw's threshold applied to the rest, by hand
+    tables = ktd_tables(items, z, ms=[3], m=3, n_draws=1, qs=[0.3], seed=2, n_validation=30)
+    row = tables["selection"].query("statistic == 'validation_loss'").iloc[0]
+    loss = z["loss"][np.arange(0, 4 * len(items), 4)]
+    val, test = statistics.validation_split(labels, 30, [2, 0, 7], groups=docs)
+    named = loss[test] >= statistics.validation_threshold(loss[val], labels[val], 0.3)
+    assert row["n_texts"] == 90 and row["mean_selected"] == named.sum()
+    assert row["fdr"] == pytest.approx((named & (labels[test] == 0)).sum() / max(named.sum(), 1))
+    assert row["power"] == pytest.approx((named & (labels[test] == 1)).sum() / 45)
+    # documents of unequal length: the test part's size varies between draws; the table gives its mean
+    ids = [f"t{i}" for i in range(12)]
+    sizes = pd.Series([f"d{i}" for i in (0, 0, 0, 0, 1, 2, 3, 3, 4, 5, 6, 7)], index=ids)
+    runs = statistics.validation_runs({"loss": pd.Series(np.linspace(1, 0, 12), index=ids)},
+                                      pd.Series([1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0], index=ids), [0.5],
+                                      n_validation=6, n_draws=6, seed=0, documents=sizes)
+    assert runs["n_texts"].nunique() > 1
+    assert statistics.summarise_selection(runs).loc[0, "n_texts"] == round(runs["n_texts"].mean())
+    with pytest.raises(InputError, match="document 'd0' holds members and non-members"):
+        statistics.validation_split(np.array([1, 0, 0, 1]), 2, [0], groups=np.array(["d0", "d0", "d1", "d2"]))
 
 
 def test_validation_draws_of_a_small_benchmark_keep_members_on_both_sides():
@@ -301,6 +335,25 @@ def test_ktd_config_checks():
     cfg["probes"]["ktd"]["models"] = ["a", "b"]
     (problem,) = plan.check_config(cfg)
     assert problem.startswith("probes.ktd.models: 'a' paraphrases the knockoffs")
+
+
+def test_ktd_refuses_a_model_that_shares_the_paraphrasers_weights():
+    """Definition 1: a fine-tune of the paraphraser (or its base, a sibling fine-tune, the same
+    checkpoint under another name) rates the paraphraser's own outputs as familiar text, so it is
+    refused as the paraphraser itself is; a model of other weights is not."""
+    cfg = copy.deepcopy(_config())
+    cfg["models"] = {"a": {"source": {"builtin": "x"}}, "a-ft": {"base": "a", "finetune": {"members_of": ["novels"]}},
+                     "a-ft2": {"base": "a", "finetune": {"members_of": ["novels"]}},
+                     "a-again": {"source": {"builtin": "x"}}, "b": {"source": {"builtin": "y"}}}
+    cfg["probes"]["ktd"]["models"] = ["a-ft", "b", "a-again"]
+    tail = ("'a', which paraphrases the knockoffs (probes.decop.paraphrase.model); KTD's knockoffs must come "
+            "from other weights than the model under test's (Definition 1)")
+    assert plan.check_config(cfg) == [f"probes.ktd.models: 'a-again' is built on the weights of 'a', as is {tail}",
+                                      f"probes.ktd.models: 'a-ft' is built on the weights of 'a', as is {tail}"]
+    cfg["probes"]["decop"]["paraphrase"]["model"] = "a-ft2"  # a sibling fine-tune paraphrases
+    cfg["probes"]["ktd"]["models"] = ["a-ft", "b"]
+    (problem,) = plan.check_config(cfg)
+    assert problem.startswith("probes.ktd.models: 'a-ft' is built on the weights of 'a', as is 'a-ft2', which paraphrases")
 
 
 def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):

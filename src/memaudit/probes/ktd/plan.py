@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from memaudit.jobs import probe_runs
 
 # DE-COP's items hold three quality-controlled paraphrases per passage; a larger m tops them up in
@@ -52,11 +54,33 @@ def check_config(config: dict) -> list[str]:
         elif is_api_model(entry):
             problems.append(f"probes.ktd.reference_models.{i}: {ref!r} is an API model; a reference model scores "
                             f"every passage's tokens, so it must be local")
-    if any(model == paraphraser for _, model, _ in runs(config)):
+    tested = sorted({model for _, model, _ in runs(config)})
+    if paraphraser in tested:
         problems.append(f"probes.ktd.models: {paraphraser!r} paraphrases the knockoffs "
                         f"(probes.decop.paraphrase.model); KTD's knockoffs must come from another model "
                         f"(Definition 1)")
+    # A fine-tune of the paraphraser (or its base, a sibling, the same checkpoint under another name)
+    # rates the paraphraser's own outputs as familiar text: the knockoffs are not independent of it.
+    base, weights = _weights(config, paraphraser)
+    for model in tested:
+        if model != paraphraser and weights is not None and _weights(config, model)[1] == weights:
+            problems.append(f"probes.ktd.models: {model!r} is built on the weights of {base!r}, as is "
+                            f"{paraphraser!r}, which paraphrases the knockoffs (probes.decop.paraphrase.model); "
+                            f"KTD's knockoffs must come from other weights than the model under test's "
+                            f"(Definition 1)")
     return problems
+
+
+def _weights(config: dict, model: str) -> tuple[str | None, str | None]:
+    """The base model whose weights ``model`` starts from (itself for a base model), and a key equal for
+    equal weights: that base's ``source`` (two names of one checkpoint share it), else its name.
+    ``(None, None)`` for a model not configured."""
+    entry = config["models"].get(model)
+    if entry is None:
+        return None, None
+    base = entry.get("base", model)
+    source = config["models"].get(base, {}).get("source")
+    return base, json.dumps(source, sort_keys=True) if source else f"model {base}"
 
 
 def reference_models(config: dict, model: str) -> list[str]:

@@ -4,7 +4,8 @@ Knockoffs come from the benchmark's paraphrase pool: the quality-controlled para
 items hold (``decop_items.jsonl``: the verbatim passage, then its paraphrases), made once per
 passage by the paraphraser role (``probes.decop.paraphrase.model``) and shared by DE-COP and
 KTD. Definition 1 wants knockoffs independent of the model under test given the texts, so KTD
-refuses to run on the paraphraser itself (:func:`check_config`).
+refuses to run on the paraphraser, or on a model built on the same weights (a fine-tune of it, its
+base, a sibling fine-tune: :func:`memaudit.probes.ktd.plan.check_config`).
 
 Importance scores Z (higher = more likely seen), each computed once for every text and knockoff:
 
@@ -165,8 +166,8 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     distinct = {key: len({w.to_numpy().tobytes() for w in ws}) for key, ws in draws.items()}
     baselines = baselines or baseline_scores(items, whole, np.arange(len(items)))
     runs = pd.concat([statistics.selection_runs(draws, labels, qs),
-                      statistics.validation_runs(baselines, labels, qs,
-                                                 n_validation=n_validation, n_draws=n_draws, seed=seed)],
+                      statistics.validation_runs(baselines, labels, qs, n_validation=n_validation,
+                                                 n_draws=n_draws, seed=seed, documents=doc_of)],
                      ignore_index=True)
     cut = pd.Series(np.asarray(words, dtype=float) if words is not None else np.nan, index=ids)
     w_rows = [pd.DataFrame({"item_id": w.index, "doc_id": doc_of.loc[w.index].to_numpy(),

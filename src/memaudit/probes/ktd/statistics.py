@@ -122,32 +122,52 @@ def validation_threshold(scores: np.ndarray, truth: np.ndarray, q: float) -> flo
     return float(s[best])
 
 
-def validation_split(truth: np.ndarray, n_validation: int, seed: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def validation_split(truth: np.ndarray, n_validation: int, seed: Sequence[int], groups: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Indices of a validation part of ``n_validation`` texts and of the test part (the rest), drawn
     with the benchmark's member share in each part (scikit-learn's stratified ``train_test_split``),
     so that a small benchmark's test part is not left without members, whose power would be
     undefined, nor its validation part without the members a threshold is chosen on. Where a class
     has fewer than two texts, or either part is too small to hold both classes, the draw is a plain
-    random one (the test part may then hold no member: its power is ``nan``)."""
+    random one (the test part may then hold no member: its power is ``nan``).
+
+    ``groups`` (each text's document): the draw is of whole documents, ``n_validation`` texts' worth
+    (the documents' share of the texts, rounded), so that no document has passages on both sides:
+    they share its words and style, and a threshold tuned on them is not measured on new texts."""
     from sklearn.model_selection import train_test_split
 
     rng = np.random.default_rng(list(seed))
-    n = truth.size
-    counts = np.bincount(truth, minlength=2)
-    if counts.min() >= 2 and min(n_validation, n - n_validation) >= 2:
-        val, test = train_test_split(np.arange(n), train_size=n_validation, stratify=truth,
-                                     random_state=int(rng.integers(2**31 - 1)))
-        return np.sort(val), np.sort(test)
-    perm = rng.permutation(n)
-    return perm[:n_validation], perm[n_validation:]
+    if groups is None:
+        unit, n_units, n_pick = np.arange(truth.size), truth.size, n_validation
+    else:
+        names, unit = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
+        n_units = names.size
+        if n_units < 2:
+            raise InputError(f"validation baselines: the texts of {n_units} document cannot be split into a "
+                             f"validation and a test part")
+        mixed = np.flatnonzero(np.bincount(unit, weights=truth, minlength=n_units) % np.bincount(unit) != 0)
+        if mixed.size:
+            raise InputError(f"validation baselines: document {str(names[mixed[0]])!r} holds members and non-members")
+        n_pick = min(max(1, round(n_validation * n_units / truth.size)), n_units - 1)
+    unit_truth = np.zeros(n_units, dtype=int)
+    unit_truth[unit] = truth
+    counts = np.bincount(unit_truth, minlength=2)
+    if counts.min() >= 2 and min(n_pick, n_units - n_pick) >= 2:
+        val, _ = train_test_split(np.arange(n_units), train_size=n_pick, stratify=unit_truth,
+                                  random_state=int(rng.integers(2**31 - 1)))
+    else:
+        val = rng.permutation(n_units)[:n_pick]
+    in_val = np.isin(unit, val)
+    return np.flatnonzero(in_val), np.flatnonzero(~in_val)
 
 
 def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequence[float], *, n_validation: int,
-                    n_draws: int, seed: int) -> pd.DataFrame:
+                    n_draws: int, seed: int, documents: pd.Series | None = None) -> pd.DataFrame:
     """The KTD paper's Table 2 protocol for the score-only baselines (LOSS, Min-K%, zlib): a random
-    validation set of ``n_validation`` labelled texts (stratified by label: :func:`validation_split`)
-    picks, at each q, the threshold with the most power at FDP <= q (:func:`validation_threshold`);
-    the other texts are named by it and measured.
+    validation set of ``n_validation`` labelled texts (stratified by label; with ``documents``, each
+    text's document, of whole documents: :func:`validation_split`) picks, at each q, the threshold
+    with the most power at FDP <= q (:func:`validation_threshold`); the other texts are named by it
+    and measured.
     Repeated over ``n_draws`` seeded validation draws. Rows as :data:`SELECTION_RUN_COLUMNS`, with
     statistic ``validation_<score>``, m 0 and ``n_texts`` the test texts.
 
@@ -163,7 +183,8 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
             raise InputError(f"validation baselines: {values.size} texts cannot be split into a validation and "
                              f"a test part")
         for draw in range(n_draws):
-            val, test = validation_split(truth_all, n_val, [seed, draw, 7])
+            val, test = validation_split(truth_all, n_val, [seed, draw, 7],
+                                         None if documents is None else documents.loc[series.index].to_numpy())
             for q in qs:
                 tau = validation_threshold(values[val], truth_all[val], q)
                 rows.append({"statistic": f"{VALIDATION_PREFIX}{name}", "m": 0, "draw": draw, "q": q,
@@ -173,14 +194,16 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
 
 def summarise_runs(runs: pd.DataFrame, keys: Sequence[str], first: Sequence[str]) -> pd.DataFrame:
     """Empirical FDR and power per ``keys``: means over the draws, with standard errors; the
-    ``first`` columns (counts of texts) carried along.
+    ``first`` columns (counts of texts) carried along, as their mean over the draws rounded where they
+    differ (a validation baseline's test part: whole documents, of unequal lengths).
 
     A draw whose texts hold no member has no power (``nan``: a validation baseline's test part when
     every member fell in its validation set). The means and standard errors do not skip ``nan``
     (``skipna=False``, as :func:`memaudit.stats.selection.summarise_runs`): such a draw makes its
     row's power ``nan`` rather than be averaged away over the other draws."""
     grouped = runs.groupby(list(keys), sort=True)
-    out = grouped.agg(n_draws=("draw", "size"), **{c: (c, "first") for c in first})
+    out = grouped.agg(n_draws=("draw", "size"), **{c: (c, "mean") for c in first})
+    out[list(first)] = out[list(first)].round().astype(int)
     out["fdr"] = grouped["fdp"].mean(skipna=False)
     out["power"] = grouped["power"].mean(skipna=False)
     out["mean_selected"] = grouped["n_selected"].mean()
@@ -213,7 +236,9 @@ def symmetry_table(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
     Over the first draw of each (statistic, m): a two-sided sign test (``scipy.stats.binomtest``
     of #{W > 0} among nonzero W against 1/2) and a Wilcoxon signed-rank test (symmetry about 0,
     ``scipy.stats.wilcoxon``). Small p-values mean the knockoffs are not exchangeable with the
-    texts and knockoff+'s FDR guarantee does not hold.
+    texts: Lemma 1, on which knockoff+'s guarantee rests, fails. Both tests are two-sided, as the
+    lemma is; only a shift to the right (``nonmember_mean_w > 0``) inflates the FDR, one to the
+    left makes knockoff+ conservative (its count of W <= -t then over-counts the false ones).
     """
     rows = []
     for (statistic, m), draws in sorted(w_draws.items()):
