@@ -139,6 +139,20 @@ def test_parse_filter_answers():
     assert not any(is_listed(numbered, str(i)) for i in range(1, 21)) and is_listed(numbered, "w12")
 
 
+@pytest.mark.parametrize("reply, word", [
+    # an apostrophe inside a word (a contraction, a possessive) opens no quotation
+    ('It\'s "Commission".', "Commission"),
+    ('I\'d say "stock".', "stock"),
+    ("That’s ‘Gerty’.", "Gerty"),
+    # a lead-in line ending with a colon, the answer on the next line (how chat models set it out)
+    ("The word that fills in the [MASK] token is:\n\n**Commission**", "Commission"),
+    ("The missing word is:\n\"stock\"\n\nThis is because ...", "stock"),
+    ("Possible words are:\n1. stock\n2. shares", None),  # a list is no single answer
+])
+def test_parse_filter_word_reads_quotes_after_contractions_and_answers_after_a_lead_in(reply, word):
+    assert parse_filter_word(reply) == word
+
+
 @pytest.mark.parametrize("guess, truth, exact, lenient", [
     ("Frodo", "frodo", True, True),
     ("FRODO.", "Frodo", True, True),

@@ -325,6 +325,17 @@ def test_person_takes_ner_persons_in_text_order_up_to_k():
     assert [len(x) for x in select_many([cands, cands[:2]], None, PERSON, k=5)] == [3, 1]
 
 
+def test_person_tokens_are_names_not_the_titles_ner_puts_in_the_name():
+    """spaCy's PERSON span of "Miss Bates" or "Monsieur Poirot" holds the title; "[MASK] Bates" is
+    filled from context by any reader, so the title is no character name to probe (§4.1)."""
+    text = "Then Mrs Elton spoke to Miss Bates, and Monsieur Poirot bowed to Lady Catherine in the garden yesterday."
+    cands = extract_candidates(text)
+    assert [c.word for c in cands if c.is_person] == ["Mrs", "Elton", "Bates", "Monsieur", "Poirot", "Lady",
+                                                      "Catherine"]  # what NER gives
+    picked = [t.candidate.word for t in select_surprisal_tokens(cands, None, PERSON)]
+    assert picked == ["Elton", "Bates", "Poirot", "Catherine"]
+
+
 def test_selection_on_real_candidates_and_scores(backend):
     text = "Elizabeth Bennet smiled at Darcy. The captain counted 1813 coins near Meryton, they said."
     cands = extract_candidates(text)

@@ -107,7 +107,8 @@ _TAG = re.compile(r"<\s*word\s*>(.*?)<\s*/\s*word\s*>", re.IGNORECASE | re.DOTAL
 # beginning of it ("<", "</", "</wo", "</word" without its ">").
 _OPEN_TAG = re.compile(r"<\s*word\s*>([^<\n]*)\s*(?:<\s*(?:/\s*(?:w(?:o(?:r(?:d\s*)?)?)?)?)?)?$", re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:answer|output|word)\s*(?:is|:)\s*)", re.IGNORECASE)
-_QUOTED = re.compile(r"[\"“'‘*]+([^\"”'’*\n]{1,40}?)[\"”'’*]+")
+# an opening quote starts no word's inside: the apostrophe of "It's" opens nothing
+_QUOTED = re.compile(r"(?<!\w)[\"“'‘*]+([^\"”'’*\n]{1,40}?)[\"”'’*]+")
 _IS_WORD = re.compile(r"\bis\s*:?\s+([^\s.,;!?]+)\s*[.!]?\s*$", re.IGNORECASE)
 
 
@@ -169,21 +170,31 @@ def parse_filter_word(reply: str | None) -> str | None:
 
     In order: a ``<word>`` tag; a one-word reply (after an ``Answer:`` opening); the first quoted
     or bold word of the first line that is not ``[MASK]`` (``The word is "Frodo".``); a first
-    line ending ``... is Frodo.``. ``None`` when none applies.
+    line ending ``... is Frodo.``; where the first line is a lead-in ending with a colon (``The
+    word is:``), the same read of the next line, as chat models set their answer apart. ``None``
+    when none applies.
     """
     if not reply or not reply.strip():
         return None
     if _tag(reply):
         return tagged_word(reply)
-    first = next(line for line in reply.strip().splitlines() if line.strip())
-    bare = _clean(_ANSWER_PREFIX.sub("", first))
+    lines = [line for line in reply.strip().splitlines() if line.strip()]
+    word = _one_word_of(lines[0])
+    if word is None and lines[0].rstrip().endswith(":") and len(lines) > 1:
+        word = _one_word_of(lines[1])
+    return word
+
+
+def _one_word_of(line: str) -> str | None:
+    """:func:`parse_filter_word`'s read of one line: bare, quoted or ``... is X``."""
+    bare = _clean(_ANSWER_PREFIX.sub("", line))
     if bare is not None and len(bare.split()) == 1:
         return bare
-    for m in _QUOTED.finditer(first):
+    for m in _QUOTED.finditer(line):
         quoted = _clean(m.group(1))
         if quoted is not None and len(quoted.split()) == 1:
             return quoted
-    m = _IS_WORD.search(first)
+    m = _IS_WORD.search(line)
     return _clean(m.group(1)) if m else None
 
 

@@ -8,7 +8,8 @@ Three token types, each selected per text from its candidates
 - **Rank** (Eq. 3, ``|{x : P(x | h_c) > P(w | h_c)}|``): candidates whose rank is above
   ``rank_threshold`` (default 2000), highest first;
 - **Person**: candidates inside a PERSON entity (character names, §4.1), in text order; no
-  reference model needed.
+  reference model needed. A title that spaCy's NER puts inside the name (``Mrs`` of ``Mrs
+  Elton``, ``Monsieur``, ``Lady``: :data:`TITLES`) is no name: any reader fills ``[MASK] Elton``.
 
 Each keeps at most ``k`` (default 10) per text: "We select surprisal tokens which have a log
 likelihood < -12, or a rank > 2000 ... we cutoff at 10 tokens for text where more than 10
@@ -48,6 +49,13 @@ PROB_THRESHOLD = -12.0
 RANK_THRESHOLD = 2000
 TOP_K = 10
 LOGPROB_KEYS = {"first_token": "first_logprob", "word": "logprob"}
+# Titles and honorifics that en_core_web_sm puts inside a PERSON span (casefolded); never Person tokens.
+# Words that are also common names or surnames (King, Prince, Don, Major) are left out.
+TITLES = frozenset("""
+    mr mrs ms miss mx mister missus madam madame dr doctor sir dame lady lord rev reverend prof professor
+    captain colonel lieutenant sergeant admiral inspector detective aunt auntie uncle saint duchess countess
+    monsieur mademoiselle mme mlle herr frau fraulein señor señora señorita signor signora signorina
+""".split())
 PROB_THRESHOLD_STEP = 0.01  # tuned log-probability thresholds are multiples of this (they go into configs)
 
 
@@ -117,7 +125,7 @@ def select_surprisal_tokens(candidates: Sequence[Candidate], scores: Sequence[Ma
         return SurprisalToken(candidates[i], measure, s.get(key), s.get("rank"))
 
     if measure == PERSON:
-        return [token(i) for i, c in enumerate(candidates) if c.is_person][:k]
+        return [token(i) for i, c in enumerate(candidates) if c.is_person and c.word.casefold() not in TITLES][:k]
     if scores is None:
         raise ValueError(f"measure {measure!r} needs the reference model's scores")
     threshold = prob_threshold if measure == PROB else rank_threshold
