@@ -138,7 +138,9 @@ def test_build_items_records_window_scoring(tiny_backend):
     assert {it["reference_scoring"] for it in items} == {"window"} and set(table["ref_scoring"]) == {"window"}
     assert any(line.endswith("the words scored among 3 candidate fills by the likelihood of the whole context "
                              "window, both sides (a causal LM)") for line in lines)
-    assert table["ref_rank"].between(0, 3).all()
+    assert table["ref_rank"].between(0, 3).all() and (table["ref_n_fills"] == 3).all()
+    assert (table["ref_left_rank"] >= 0).all() and table["ref_left_logprob"].lt(0).all()
+    assert ((table["ref_best_fill"] == table["word"]) == (table["ref_rank"] == 0)).all()
 
 
 def test_config_refuses_a_rank_threshold_no_window_rank_can_pass():

@@ -171,6 +171,9 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
              "start": c.start, "end": c.end, "pos": c.pos, "is_person": c.is_person,
              "ref_logprob": s.get("first_logprob"), "ref_word_logprob": s.get("logprob"), "ref_rank": s.get("rank"),
              "ref_scoring": scoring,
+             # window scoring (reference.fills): the left-context numbers it replaces, and its candidates
+             "ref_left_logprob": s.get("left_first_logprob"), "ref_left_rank": s.get("left_rank"),
+             "ref_n_fills": s.get("n_fills"), "ref_best_fill": s.get("best_fill"),
              "selected_as": ";".join(sorted(t["measure"] for t in tokens[i] if t["start"] == c.start)),
              "filtered": (i, c.start) in dropped}
             for i, p in enumerate(passages) for c, s in zip(candidates[i], scores[i])]
