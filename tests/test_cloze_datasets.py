@@ -385,6 +385,21 @@ def test_articles_named_in_another_script_keep_distinct_ids(tmp_path):
         ("articles/article-eb63f79a", "Москва"), ("articles/late", "late"), ("articles/rates-2022", "rates 2022")]
 
 
+def test_an_article_named_in_nfd_is_found_by_its_dates_row_in_nfc_and_keeps_its_id(tmp_path):
+    """A file name decomposed on disk (NFD, a Mac's HFS+), composed in dates.csv (NFC): one file, dated by its
+    row, with the id its composed name gives; the row was "no such article" and the article undated."""
+    import unicodedata
+
+    folder = tmp_path / "archive"
+    _write(folder / unicodedata.normalize("NFD", "Zoë's garden.txt"), ARTICLE)
+    _write(folder / "later.txt", "A later article about the harbour, the ferry timetable and the winter storms.")
+    _write(folder / "dates.csv", "file,date\nZoë's garden.txt,2020-01-01\nlater.txt,2024-01-01\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert rejected == []
+    assert [(d.doc_id, d.meta["date"], d.meta["label"]) for d in docs] == [
+        ("articles/later", "2024-01-01", 0), ("articles/zo-s-garden", "2020-01-01", 1)]
+
+
 def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
     folder = tmp_path / "archive"
     _pdf(folder / "scan.pdf", None)

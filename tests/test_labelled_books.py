@@ -70,6 +70,22 @@ def test_the_labels_file_gives_each_books_documents_their_label(tmp_path):
     assert rejects == []
 
 
+def test_a_file_name_in_nfd_is_the_book_its_labels_row_names_in_nfc(tmp_path):
+    """A file copied from a Mac's HFS+ disk has its name decomposed (NFD: e + U+0301), a labels file typed
+    anywhere has it composed (NFC): one name, one book, one id, which were two names to the labels (the
+    row and the book each rejected, looking alike) and two ids ("cafe" on one disk, "caf" on another)."""
+    import unicodedata
+
+    folder = _books(tmp_path, names=(unicodedata.normalize("NFD", "Café Noir.txt"), "Persuasion.txt"))
+    labels = _labels(tmp_path, [("Café Noir.txt", "1"), ("Persuasion.txt", "0")])
+    rejects: list = []
+    docs, _ = _build(_bench(folder, labels), rejects)
+    assert rejects == []
+    assert [(d.doc_id, d.meta["label"]) for d in docs] == [
+        ("user/caf-noir/ch001", 1), ("user/caf-noir/ch002", 1), ("user/caf-noir/ch003", 1),
+        ("user/persuasion/ch001", 0), ("user/persuasion/ch002", 0), ("user/persuasion/ch003", 0)]
+
+
 def test_the_labels_replace_the_random_split_whatever_the_seed(tmp_path):
     folder = _books(tmp_path)
     labels = _labels(tmp_path, [("Emma.txt", "1"), ("Persuasion.txt", "1"), ("The Voyage.txt", "1"),

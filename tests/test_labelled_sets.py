@@ -261,3 +261,56 @@ def test_the_config_accepts_the_formats_and_names_wrong_keys():
     for published, message in wrong:
         with pytest.raises(ConfigError, match=message):
             validate_config(config(published))
+
+
+def test_a_text_in_nfc_and_in_nfd_is_one_text_repeated_or_labelled_both_ways(tmp_path):
+    """"Café" composed (NFC, U+00E9) and decomposed (NFD, e + U+0301) are the same text to a reader: a copy
+    in the other form is a duplicate, and given the other label it is a conflict, not two texts."""
+    import unicodedata
+
+    nfc = "Café Society was a nightclub in Greenwich Village, New York City, that opened in 1938"
+    nfd = unicodedata.normalize("NFD", nfc)
+    rows = [{"input": nfc, "label": 1}, {"input": "The Battle of Bakhmut is an ongoing engagement.", "label": 0},
+            {"input": nfd, "label": 1}, {"input": "Another event before 2017.", "label": 1},
+            {"input": unicodedata.normalize("NFD", "Zoë was born in 1990."), "label": 0},
+            {"input": "Zoë was born in 1990.", "label": 1}]
+    path = _write(tmp_path / "w.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    docs, passages, rejected = load_labelled(path, WIKIMIA, source="wikimia")
+    assert [(p.meta["line"], p.label) for p in passages] == [(1, 1), (2, 0), (4, 1)]
+    assert [(r.line, r.key, r.reason) for r in rejected] == [
+        (3, "input", "duplicate input, first on line 1"),
+        (5, "label", "the same input is on line 6 (label 1): conflicting labels, every copy rejected"),
+        (6, "label", "the same input is on line 5 (label 0): conflicting labels, every copy rejected")]
+    # the id is the text's whichever form it comes in
+    nfd_only = _write(tmp_path / "d.jsonl", "".join(json.dumps(r) + "\n" for r in [rows[2], rows[1]]))
+    assert load_labelled(nfd_only, WIKIMIA, source="wikimia")[1][0].doc_id == passages[0].doc_id
+
+
+def test_a_non_member_sharing_a_run_with_a_member_keeps_its_label_with_a_row_saying_so(tmp_path):
+    """Labels given by the set are never moved, but a non-member that repeats a member's 13-word run (a
+    reprint, a quoted paragraph; in either Unicode form) was seen in training: a ``kept`` row says so,
+    as the articles and labels-file loaders write one (it went unmentioned)."""
+    from memaudit.datasets.nyt import load_nyt
+    import unicodedata
+
+    # no 13-word run of it is free of "café": in NFD (e + U+0301) that was the word "cafe" and a break
+    story = "the council voted on tuesday to close the old café by the river for repairs until next spring"
+    rows = [{"text": "Résumé: " + story, "label": 1},
+            {"text": "An unrelated member text about a football match.", "label": 1},
+            {"text": unicodedata.normalize("NFD", "Reprinted résumé: " + story + " said the mayor."), "label": 0},
+            {"text": "An unrelated non-member text about the weather.", "label": 0},
+            {"text": "The council voted on Tuesday to close the old café by the river, a member again.",
+             "label": 1}]
+    path = _write(tmp_path / "x.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    docs, passages, rejected = load_labelled(path, member_texts_set(), source="member_texts")
+    assert sorted(p.label for p in passages) == [0, 0, 1, 1, 1]
+    assert [(r.line, r.key, r.action, r.reason) for r in rejected] == [
+        (3, "text", "kept", "a non-member that shares a 13-word run with the member(s) on line 1, line 5: "
+                            "kept with its label")]
+    nyt = [{"snippet": "Times: " + story, "prefix": "Times:", "completion": story, "label": 1},
+           {"snippet": "A later article repeats it: " + story, "prefix": "A", "completion": "later", "label": 0},
+           {"snippet": "A later article of its own.", "prefix": "A", "completion": "later", "label": 0}]
+    path = _write(tmp_path / "n.json", json.dumps(nyt))
+    assert [(r.element, r.key, r.action, r.reason) for r in load_nyt(path)[2]] == [
+        (1, "snippet", "kept", "a non-member that shares a 13-word run with the member(s) on element 0: "
+                               "kept with its label")]

@@ -8,7 +8,8 @@ seen", member), on or after it = 0 (non-member).
 Dates, one of (both may be used in one folder):
 
 - a sidecar ``dates.csv`` in the folder, with a header and the columns ``file`` (the file
-  name, e.g. ``budget-vote.pdf``) and ``date`` (``YYYY-MM-DD``), and optionally ``title``;
+  name, e.g. ``budget-vote.pdf``, matched in Unicode NFC: a Mac's HFS+ disk stores it
+  decomposed) and ``date`` (``YYYY-MM-DD``), and optionally ``title``;
 - for a ``.txt``, a first line ``Date: YYYY-MM-DD`` (removed from the text).
 
 A ``.txt`` dated both ways must agree. Hidden files (``.DS_Store``) are skipped. The records are those of the NYT loader
@@ -90,6 +91,8 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
         return {}
     path, text = read_text(path, "a dates.csv table")
     dates: dict[str, _Dated] = {}
+    # a row's name in NFC -> the file's name on disk, which a Mac's HFS+ disk stores decomposed (NFD)
+    on_disk = {unicodedata.normalize("NFC", p.name): p.name for p in folder.iterdir() if p.is_file()}
     header: list[str] | None = None
     for start, row in csv_rows(path, text):
         if isinstance(row, RowReject):  # a truncated file's last row: rejected, or the header: no table
@@ -109,7 +112,7 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
             if any(cell.strip() for cell in row[len(header):]):  # zip would drop them: a title cut at a comma
                 raise RowReject("(record)", ",".join(row), f"{len(row)} fields, the header has {len(header)} "
                                 "(quote a title that holds a comma)")
-            name, dated = _dates_row(folder, record, start, dates)
+            name, dated = _dates_row(folder, record, start, dates, on_disk)
         except RowReject as exc:
             log.reject(path, start, exc)
             continue
@@ -117,14 +120,17 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
     return dates
 
 
-def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str, _Dated]) -> tuple[str, _Dated]:
-    name = record.get("file", "")
-    if not name:
-        raise RowReject("file", name, "empty file name")
+def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str, _Dated],
+               on_disk: dict[str, str]) -> tuple[str, _Dated]:
+    """``(the file's name on disk, its date)`` of one ``dates.csv`` row."""
+    given = record.get("file", "")
+    if not given:
+        raise RowReject("file", given, "empty file name")
+    name = on_disk.get(unicodedata.normalize("NFC", given), given)
     if name in dates:
-        raise RowReject("file", name, f"listed again (first on line {dates[name].line})")
+        raise RowReject("file", given, f"listed again (first on line {dates[name].line})")
     if Path(name).name != name or not (folder / name).is_file():
-        raise RowReject("file", name, f"no such article in {folder}")
+        raise RowReject("file", given, f"no such article in {folder}")
     try:
         date = parse_date(record.get("date", ""))
     except ValueError as exc:

@@ -26,6 +26,7 @@ group.
 from __future__ import annotations
 
 import random
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -197,11 +198,12 @@ def _book_labels(name: str, path: str, candidates: list, rejects: list | None) -
     matches: dict[str, set[str]] = {}
     for book, d in books.items():
         for key in _book_names(d):
-            matches.setdefault(key, set()).add(book)
+            # NFC on both sides: a file name from a Mac's HFS+ disk is decomposed, a row typed anywhere composed
+            matches.setdefault(unicodedata.normalize("NFC", key), set()).add(book)
     labels: dict[str, int] = {}
     out: list = []
     for key, (label, line) in rows.items():
-        found = sorted(matches.get(key, ()))
+        found = sorted(matches.get(unicodedata.normalize("NFC", key), ()))
         if len(found) > 1:
             raise InputError(f"{path}, line {line}, column book: {key!r} names {len(found)} books of benchmark "
                              f"{name!r} ({', '.join(found)}); write one of these instead")

@@ -18,8 +18,9 @@ mean) and not a copy of the parsing:
 Field names match case-insensitively; other fields are kept in ``extra``. The label must be
 exactly 0 or 1 (the number in JSON and parquet, the text in a CSV cell). A row with an empty
 text, another label, a NUL character, broken JSON, a key given twice or a wrong field count is
-rejected with its line; a repeated text (whitespace-normalised) is rejected, and every copy of a
-text given with conflicting labels is rejected (:func:`deduplicate`). A file that cannot be read at all is a
+rejected with its line; a repeated text (whitespace- and NFC-normalised) is rejected, and every copy of a
+text given with conflicting labels is rejected (:func:`deduplicate`); a non-member sharing a 13-word run with a
+member keeps its label with a ``kept`` row (:func:`note_near_duplicates`). A file that cannot be read at all is a
 one-line :class:`~memaudit.errors.InputError`.
 
 WikiMIA (``swj0419/WikiMIA``, splits ``WikiMIA_length32`` ... ``_length256``): ``input`` and
@@ -32,11 +33,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from memaudit import MEMBER
 from memaudit.datasets.copybench_published import _array_elements, check_keys_once
+from memaudit.datasets.near_duplicates import DEFAULT_NGRAM, near_duplicate_groups, nonmembers_sharing
 from memaudit.datasets.rejects import (
     MISSING,
     Rejected,
@@ -75,8 +79,9 @@ class LabelledSet:
 
 
 def text_key(text: str) -> str:
-    """A text with its whitespace normalised: what makes two rows the same text."""
-    return " ".join(text.split())
+    """A text with its whitespace normalised and in Unicode NFC: what makes two rows the same text ("Café"
+    composed and decomposed is one text, which was two: a copy of it given the other label went unseen)."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
 
 
 # ---------------------------------------------------------------- raw records: (line, getter)
@@ -287,6 +292,19 @@ def deduplicate(path: Path, rows: list[dict[str, Any]], spec: LabelledSet, log: 
     return sorted(kept, key=lambda r: (r["line"], r["element"] or 0))
 
 
+def note_near_duplicates(path: Path, rows: list[dict[str, Any]], spec: LabelledSet, log: RejectLog) -> None:
+    """A ``kept`` row in ``log`` for each non-member row that shares a ``DEFAULT_NGRAM``-word run with member
+    rows (a reprint, a quoted paragraph): the set's labels are never moved, as with a labels file or articles'
+    dates (:func:`memaudit.datasets.near_duplicates.nonmembers_sharing`), but its scores measure a text seen in
+    training, and the row says so."""
+    groups = near_duplicate_groups({i: [row[spec.text]] for i, row in enumerate(rows)}, DEFAULT_NGRAM)
+    for i, shared in nonmembers_sharing(groups, lambda j: rows[j]["label"] == MEMBER):
+        log.add(path, rows[i]["line"], spec.text, rows[i][spec.text],
+                f"a non-member that shares a {DEFAULT_NGRAM}-word run with the member(s) on "
+                f"{', '.join(place(rows[j]) for j in shared)}: kept with its label", action="kept",
+                element=rows[i]["element"])
+
+
 # ---------------------------------------------------------------- WikiMIA and member/non-member sets
 
 
@@ -308,6 +326,7 @@ def load_labelled(path: str | Path, spec: LabelledSet, *, source: str, kind: str
     log = RejectLog(strict)
     path, fmt, rows = read_rows(path, spec, log)
     rows = deduplicate(path, rows, spec, log)
+    note_near_duplicates(path, rows, spec, log)
     rejected = log.finish()
     require_rows(path, len(rows), rejected, "text")
     labels = {r["label"] for r in rows}

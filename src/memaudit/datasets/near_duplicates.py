@@ -8,7 +8,7 @@ every non-member check measures the leak, not the detector.
 
 The rule (GPT-3's decontamination test, Brown et al. 2020, Appendix C, which flags a benchmark
 item sharing a 13-gram with the training data): split units (documents, books or questions) that
-share any ``n``-word run, lower-cased, on ``\\w+`` words, are one group, closed transitively, and
+share any ``n``-word run, lower-cased and in Unicode NFC, on ``\\w+`` words, are one group, closed transitively, and
 a group goes wholly to the side of its first unit in sorted order. Without such groups
 a split is unchanged. Shorter runs than 13 catch boilerplate (in Reuters, "in a filing with the
 Securities and Exchange Commission" joins unrelated acquisitions), hence the default.
@@ -22,6 +22,7 @@ documents and would miss a copied paragraph inside a longer article.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Iterable, Mapping, Sequence
 
 from memaudit.errors import InputError
@@ -46,7 +47,8 @@ def near_duplicate_groups(texts: Mapping[str, Iterable[str]], n: int = DEFAULT_N
     edges: set[tuple[int, int]] = set()  # (a unit, the first unit that had one of its runs)
     for index, unit in enumerate(units):
         for text in texts[unit]:
-            words = _WORD.findall(text.lower())
+            # NFC: a decomposed "café" (e + U+0301) is the words "cafe" and nothing, no run of the composed one
+            words = _WORD.findall(unicodedata.normalize("NFC", text).lower())
             for i in range(len(words) - n + 1):
                 owner = first_owner.setdefault(" ".join(words[i:i + n]), index)
                 if owner != index:

@@ -40,7 +40,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from memaudit.datasets.labelled import LabelledSet, deduplicate, located, read_rows, text_key
+from memaudit.datasets.labelled import LabelledSet, deduplicate, located, note_near_duplicates, read_rows, text_key
 from memaudit.datasets.rejects import Rejected, RejectLog, require_rows
 from memaudit.datasets.types import Document, Passage
 
@@ -73,7 +73,8 @@ def load_nyt(path: str | Path, strict: bool = False) -> tuple[list[Document], li
     (label 1 = Exhibit J, member; 0 = later CNN article, non-member), in file order for the
     passages and by ``doc_id`` for the documents. Rejected: an empty snippet, a label other than
     exactly 0 or 1, a NUL character, a malformed line or a wrong field count, a repeated snippet,
-    and every copy of a snippet given with conflicting labels. An empty or null prefix or completion
+    and every copy of a snippet given with conflicting labels; a non-member sharing a 13-word run with a member is
+    kept with a note (:func:`~memaudit.datasets.labelled.note_near_duplicates`). An empty or null prefix or completion
     (null: how parquet and ``Dataset.to_json`` give a missing one) is kept with a note (action
     ``kept``). ``strict=True``: the first rejected row is an InputError. A file with no usable row
     is an InputError.
@@ -81,6 +82,7 @@ def load_nyt(path: str | Path, strict: bool = False) -> tuple[list[Document], li
     log = RejectLog(strict)
     path, fmt, rows = _read_rows(path, log)
     rows = deduplicate(path, rows, NYT, log)
+    note_near_duplicates(path, rows, NYT, log)
     rejected = log.finish()
     require_rows(path, len(rows), rejected, "article")
     docs, passages = [], []

@@ -54,7 +54,10 @@ def file_slug(stem: str, fallback: str) -> str:
     """A document id's part from a file's name: its lowercase ASCII letters and digits, runs of anything
     else as ``-``. A name with none (one written in another script: ``東京.txt``, ``Москва.txt``) gives
     ``fallback-`` and the first 8 hex digits of the name's SHA-256, so that such files keep distinct,
-    stable ids instead of all taking ``fallback``."""
+    stable ids instead of all taking ``fallback``. The name is read in Unicode NFC first: a Mac's HFS+ disk
+    stores "Café" decomposed (e + U+0301), and the same file had another id there ("cafe") than elsewhere
+    ("caf")."""
+    stem = unicodedata.normalize("NFC", stem)
     slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
     return slug or f"{fallback}-{hashlib.sha256(stem.encode('utf-8')).hexdigest()[:8]}"
 
