@@ -300,6 +300,30 @@ def test_reference_compares_the_characters_both_models_scored():
     assert table[table.method == "loss"]["passage_id"].tolist() == ["a", "b", "c"]
 
 
+def test_the_passages_table_says_which_characters_each_score_covers_and_whether_the_passage_was_cut():
+    """A passage cut at max_tokens is scored on its first part: the passages table says so per row
+    (``scored_chars``, ``truncated``), not only the job's log; a two-pass method's row counts the
+    characters both passes scored (:func:`shared_span`)."""
+    ref = stats_with([[(-1.0, 0, 1), (-2.0, 0, 1), (-6.0, 0, 1)], [(-2.0, 0, 1), (-2.0, 0, 1)], [(-1.0, 0, 1)] * 2],
+                     [[1, 4, 5], [2, 5], [2, 5]], [5, 5, 5])
+    model = stats_with([[(-1.0, 0, 1)] * 4, [(-1.0, 0, 1)] * 3, [(-1.0, 0, 1)]], [[2, 5, 8, 11], [1, 2, 5], [2]],
+                       [11, 5, 2])
+    ctx = ScoringContext(CUT_TEXTS, model, references={"big": ref})
+    passages = pd.DataFrame({"passage_id": ["a", "b", "c"], "doc_id": ["d1", "d1", "d2"], "label": [1, 1, 0]})
+    table = score_passages(ctx, [Loss(), Zlib(), Reference("big")], passages).set_index(["method", "passage_id"])
+    assert table["scored_chars"].to_dict() == {
+        ("loss", "a"): 11, ("loss", "b"): 5, ("loss", "c"): 2, ("zlib", "a"): 11, ("zlib", "b"): 5, ("zlib", "c"): 2,
+        ("ref_big", "a"): 5, ("ref_big", "b"): 5, ("ref_big", "c"): 2}
+    assert table["truncated"].to_dict() == {
+        ("loss", "a"): False, ("loss", "b"): False, ("loss", "c"): True, ("zlib", "a"): False,
+        ("zlib", "b"): False, ("zlib", "c"): True, ("ref_big", "a"): True, ("ref_big", "b"): False,
+        ("ref_big", "c"): True}
+    # statistics that do not record which characters they scored: the whole passage, as zlib takes it
+    model.chars = None
+    table = score_passages(ScoringContext(CUT_TEXTS, model), [Loss()], passages)
+    assert table["scored_chars"].tolist() == [11, 5, 5] and not table["truncated"].any()
+
+
 def test_passages_cut_differently_are_left_out_where_the_statistics_do_not_say_where_tokens_end():
     ref = stats_with([[(-1.0, 0, 1), (-2.0, 0, 1), (-6.0, 0, 1)], [(-2.0, 0, 1), (-2.0, 0, 1)], [(-4.0, 0, 1)]],
                      None, [5, 5, 1])

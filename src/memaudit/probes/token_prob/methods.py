@@ -263,16 +263,25 @@ def build_methods(methods: Sequence[str], min_k_ratios: Sequence[float],
 
 
 def score_passages(ctx: ScoringContext, methods: Sequence[Method], passages: pd.DataFrame) -> pd.DataFrame:
-    """Long table (passage_id, doc_id, label, method, score) for every method, without the passages a
-    two-pass method leaves out (:meth:`Method.span`; ``ctx.spans`` holds them, for the job's log)."""
+    """Long table (passage_id, doc_id, label, method, score, scored_chars, truncated) for every method, without
+    the passages a two-pass method leaves out (:meth:`Method.span`; ``ctx.spans`` holds them, for the job's log).
+
+    ``scored_chars``: how many leading characters of the passage the score covers (a passage cut at
+    ``max_tokens`` is scored on its first part; a two-pass method's, the characters both passes scored);
+    ``truncated``: fewer than the whole passage. Without them the table gave a cut passage's score as
+    the whole passage's, and only the job's log counted the cuts."""
+    lengths = np.array([len(t) for t in ctx.texts], dtype=np.int64)
+    whole = lengths if ctx.stats.chars is None else ctx.stats.chars.astype(np.int64)
     frames = []
     for m in methods:
         scores, span = m.score(ctx), m.span(ctx)
         keep = slice(None) if span is None else ~span.left_out
+        chars = whole if span is None else span.chars
         frames.append(pd.DataFrame({"passage_id": passages["passage_id"].to_numpy()[keep],
                                     "doc_id": passages["doc_id"].to_numpy()[keep],
                                     "label": passages["label"].to_numpy()[keep],
-                                    "method": m.name, "score": scores[keep]}))
+                                    "method": m.name, "score": scores[keep], "scored_chars": chars[keep],
+                                    "truncated": chars[keep] < lengths[keep]}))
     return pd.concat(frames, ignore_index=True)
 
 
