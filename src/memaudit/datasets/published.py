@@ -94,8 +94,14 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # articles 1: a PDF article's typeset ligatures (U+FB00-FB06) are read as their letters, as its .txt copy.
 # articles 2: a PDF's word hyphenated at a line's end is joined ("transfor- mation"), soft hyphens dropped and
 # no-break spaces read as spaces.
-FORMAT_VERSIONS = {"bookmia": 3, "nyt": 2, "wikimia": 1, "member_texts": 1, "booktection": 1, "arxivtection": 1,
-                   "copybench": 1, "qa": 2, "articles": 2}
+# copybench 2: a record holding an unpaired surrogate (a lone \ud800 escape) is rejected naming its key (the items
+# job failed writing it); a QA answer with nothing left after SQuAD normalisation is rejected (any refusal scored
+# EM 1 against it). wikimia 2, member_texts 2, nyt 3, qa 3, booktection 2, arxivtection 2: a text in NFC and in
+# NFD is one text (duplicates and label conflicts found, one doc_id), and a non-member sharing a 13-word run with
+# a member has a kept row (wikimia, member_texts, nyt). articles 3: a file name stored in NFD (a Mac's disk)
+# matches its dates.csv row in NFC and keeps the NFC name's id.
+FORMAT_VERSIONS = {"bookmia": 3, "nyt": 3, "wikimia": 2, "member_texts": 2, "booktection": 2, "arxivtection": 2,
+                   "copybench": 2, "qa": 3, "articles": 3}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870

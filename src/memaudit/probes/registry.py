@@ -120,7 +120,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # passage cut at one model's max_tokens and not the other's compared losses over different spans)
         # 3: Min-K% and Min-K%++ take floor(k * tokens) of the decimal product (int(90 * 0.7) was 62)
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
-        methods="memaudit.probes.token_prob.plan:method_names", version=4, fingerprint="f3b93821fb0e4e73",
+        # 5: the passages table says which characters each score covers (scored_chars) and whether the
+        # passage was cut at max_tokens (truncated)
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="c1e4c5d3cd8a06de",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -128,7 +130,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="9fef93467d65e5f8")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="6fb37fd9f2483716")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -142,7 +144,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # special token is no part of its continuation (backends.hf.generate_text)
         # 7: a stop string that is a special token (probes.prefix.stop) ends the continuation there (it was
         # decoded away and never matched)
-        version=7, fingerprint="74043b8007e9af77",
+        version=7, fingerprint="24d5a2498c00712b",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -166,12 +168,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="bc65636415f86a0d",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="1964ca91dcfb24ac",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="7e16758961d9fe3f"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="10d7bb6fbd65f841"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="913263f941c7b57a")},
@@ -200,14 +202,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="c1608149d01a1226",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="424a1ea7a9be5d93",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="b680ab26b8fe07ee"),
+                               version=6, fingerprint="1a3c70437c7de3b8"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0")
                 "summary": Stage(("memaudit.probes.copybench.summary",),
@@ -239,15 +241,17 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 11: the baselines' token statistics keep whole characters at a max_tokens cut (token_prob's
         # stats 4)
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
-        runner="memaudit.probes.ktd.runner:run_job", version=12, fingerprint="29ad94ee1fdc17ee",
+        # version 13: the baselines' validation part holds whole documents (no document on both sides of the
+        # split); n_texts is the mean test size over draws
+        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="b6cf71a65f2d04cd",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="b01617ab9c656702"),
+                              version=9, fingerprint="48d8081dfb9eea77"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="5b37f6cc1556e739")},
+                                 version=7, fingerprint="68cfe166eaf443b7")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -273,16 +277,20 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # context window (it loaded as a causal head); the items, candidates, text tables and every summary
         # table say how the reference read the words (reference_scoring); summary 6 also leaves interval_holds_0 blank
         # where a group of one has no interval (it read False)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=5, fingerprint="2f23273992d78853",
+        # 6 (items 7): a causal reference may read both sides of a word (reference.fills: candidate fills by
+        # whole-window likelihood, reference_scoring window; the candidates table's ref_left_*, ref_n_fills,
+        # ref_best_fill); a title NER puts inside a name (Mrs, Lady) is no person token; the knowledge filter
+        # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":"
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="c15840bbdc640e64",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=6, fingerprint="bd01a1608dd8297f"),
+                               version=7, fingerprint="c94fbbdca1d82b72"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="a9c53c74d723f18a")},
+                                 version=6, fingerprint="8b1ca502783a5f80")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
