@@ -81,6 +81,23 @@ def test_the_word_and_its_fills_share_the_window_likelihood_as_a_softmax(tiny_mo
                                                              left["rank"])
 
 
+def test_a_group_whose_fills_retokenise_the_left_side_is_summed_whole_with_the_same_numbers(tiny_model, monkeypatch):
+    """The rare path (a fill that changes the tokens left of it): the windows through the model whole, from
+    the first token at which they differ; forced here on every word, it gives the cached path's numbers."""
+    import memaudit.models.window_word_logprobs as window
+
+    model, tok = tiny_model
+    texts, spans = [ISHMAEL, EMMA], [words_of(ISHMAEL)[:5], words_of(EMMA)[:5]]
+    cached = window.compute_window_word_logprobs(model, tok, texts, spans, fills=4, batch_size=3)
+    assert window.shares_prefix([[1, 2, 3], [1, 2, 4]], 2) and not window.shares_prefix([[1, 2, 3], [1, 5, 3]], 2)
+    monkeypatch.setattr(window, "shares_prefix", lambda group, n: False)
+    whole = window.compute_window_word_logprobs(model, tok, texts, spans, fills=4, batch_size=3)
+    for a, b in zip(sum(cached, []), sum(whole, [])):
+        assert a["logprob"] == pytest.approx(b["logprob"], abs=TOL)
+        assert (a["rank"], a["best_fill"], a["n_fills"], a["left_rank"]) == (b["rank"], b["best_fill"], b["n_fills"],
+                                                                             b["left_rank"])
+
+
 def test_fill_words_take_whole_words_in_rank_order_without_case_duplicates(tiny_model):
     from memaudit.models.window_word_logprobs import fill_words, starts_word
 

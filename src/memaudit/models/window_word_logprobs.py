@@ -9,10 +9,12 @@ by scoring *candidate fills* of the word's slot by the likelihood of the whole w
 1. **proposals**: the window (``bounds``, the context the probe shows) up to the word goes through
    the model once; the ``fills`` most probable next tokens that are words (:func:`fill_words`) are
    the candidate fills ``f_1 .. f_K``, each a word of one token, put in the word's place;
-2. **whole-window likelihood**: the window with the word and with each fill goes through the
-   model, ``ll(x) = log p(window with x in the slot)``; the tokens before the first one at which
-   the sequences differ are shared, so only the log-probabilities from there on are summed (the
-   rest cancels below);
+2. **whole-window likelihood**: ``ll(x) = log p(window with x in the slot)`` for the word and each
+   fill. The tokens left of the word are the same in every one of these windows, and their
+   log-probabilities cancel below, so only the rest is summed: the left part's key/value cache from
+   step 1 serves the ``K + 1`` rests, which go through the model together (``batch_size`` at a time).
+   Where a fill changes how the text left of it is tokenised (:func:`shares_prefix`), the word's
+   windows go through whole, summed from the first token at which they differ;
 3. for the word ``w``, over the set ``C = {w, f_1, .., f_K}``:
 
    - ``logprob`` = ``first_logprob`` = ``ll(w) - logsumexp_{x in C} ll(x)``: the word's posterior
@@ -30,8 +32,10 @@ word's first token read from the window's left side alone, step 1), ``n_fills`` 
 scored: fewer than K when fewer proposals are words) and ``best_fill`` (the candidate with the
 highest whole-window likelihood: the word itself when none beats it).
 
-Cost: for each word, one pass over its left window and K + 1 over its whole window, batched by
-length; ``K = 20`` on a 300-character window is about 20 times a causal reference's work. A
+Cost: for each word, one pass over the window's left part and ``K + 1`` over its right part (the
+fill or the word, and the text after it). A causal reference reads every word of a text from one
+pass over the text, so this costs about ``(K + 2) / 2`` window-lengths per word where that costs
+one text-length per text (``results/bench/window_word_logprobs.json``). A
 window longer than ``max_tokens`` tokens is cut to characters around the word (``truncated``).
 :func:`window_word_logprobs_loop` is the naive way (one sequence at a time, every token of it
 summed): the two agree to float rounding (``tests/test_window_word_logprobs.py``).
@@ -47,7 +51,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from memaudit.models.forward import common_prefix_length, right_padded
+from memaudit.models.forward import cache_keyword, common_prefix_length, right_padded
 from memaudit.models.token_stats import context_token_id, length_buckets
 from memaudit.models.word_logprobs import WordTokens, _forward_rows, _read_rows, align_span, encode_with_offsets
 
@@ -135,26 +139,56 @@ def _slot(tokenizer, ctx: int, ti: int, si: int, text: str, start: int, end: int
     return _Slot(ti, si, left, right, word, [ctx] + ids, truncated)
 
 
-def _proposals(model, tokenizer, slots: Sequence[_Slot], words: Sequence[str], batch_size: int, pad: int, k: int):
-    """Per slot: its ``k`` fills (:func:`fill_words`, from the whole vocabulary's order after the window's
-    left side), and the word's first token's log-probability and rank there."""
+def shares_prefix(group: Sequence[Sequence[int]], n: int) -> bool:
+    """Whether every sequence of a word's group (the word's window, then its fills') starts with the same
+    ``n`` tokens: the context token and the window's tokens left of the word, which then go through the
+    model once for all of them. A fill that changes how the text left of it is tokenised breaks it."""
+    return all(list(q[:n]) == list(group[0][:n]) for q in group)
+
+
+def _prefix_pass(model, prefix: Sequence[int]):
+    """The next-token logits after ``prefix`` (one sequence) ``[V]``, and its key/value cache."""
     import torch
 
     device = next(model.parameters()).device
-    prefixes = [s.ids[:1 + s.word.first] for s in slots]
-    out = [None] * len(slots)
-    for batch in length_buckets([len(p) for p in prefixes], batch_size):
-        ids, mask = right_padded(prefixes, batch, pad)
-        keep = torch.zeros_like(mask, dtype=torch.bool)
-        for row, j in enumerate(batch):
-            keep[row, len(prefixes[j]) - 1] = True
-        logits = _forward_rows(model, ids.to(device), mask.to(device), keep.to(device))
-        firsts = [slots[j].ids[1 + slots[j].word.first] for j in batch]
-        lps, ranks = _read_rows(logits, torch.tensor(firsts, device=device))
-        order = torch.argsort(logits.float(), dim=-1, descending=True).cpu()
-        for row, j in enumerate(batch):
-            out[j] = (fill_words(tokenizer, iter(order[row].tolist()), words[j], firsts[row], k),
-                      lps[row], ranks[row])
+    out = model(input_ids=torch.tensor([list(prefix)], device=device), use_cache=True,
+                position_ids=torch.arange(len(prefix), device=device)[None], logits_to_keep=1)
+    return out.logits[0, -1], getattr(out, cache_keyword())
+
+
+def _continued(model, cache, n: int, first_logp, rests: Sequence[Sequence[int]], pad: int, batch_size: int) -> list[float]:
+    """Per sequence ``rests[i]`` following the ``n`` tokens in ``cache`` (batch of one, repeated here):
+    the sum of its tokens' log-probabilities, the first read from ``first_logp`` (the log-softmax after
+    the prefix), the others from one right-padded pass over the rests, ``batch_size`` at a time."""
+    import copy
+
+    import torch
+
+    device = next(model.parameters()).device
+    out = []
+    chunks = [rests[k:k + batch_size] for k in range(0, len(rests), batch_size)]
+    for c, chunk in enumerate(chunks):
+        part = cache if c == len(chunks) - 1 else copy.deepcopy(cache)
+        part.batch_repeat_interleave(len(chunk))
+        width = max(len(r) for r in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), n + width), dtype=torch.long)
+        keep = torch.zeros((len(chunk), width), dtype=torch.bool)
+        mask[:, :n] = 1
+        for row, rest in enumerate(chunk):
+            ids[row, :len(rest)] = torch.tensor(list(rest))
+            mask[row, n:n + len(rest)] = 1
+            keep[row, :len(rest) - 1] = True  # row p predicts rest[p + 1]
+        positions = torch.arange(n, n + width)[None].expand(len(chunk), width)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                       use_cache=True, logits_to_keep=keep.to(device), **{cache_keyword(): part}).logits
+        targets = torch.tensor([t for rest in chunk for t in rest[1:]], device=device)
+        lps, _ = _read_rows(logits, targets)
+        at = 0
+        for rest in chunk:
+            k = len(rest) - 1
+            out.append(float(first_logp[rest[0]]) + float(sum(lps[at:at + k])))
+            at += k
     return out
 
 
@@ -234,26 +268,40 @@ def compute_window_word_logprobs(model, tokenizer, texts: Sequence[str], spans: 
     slots = [_slot(tokenizer, ctx, ti, si, text, s, e, tuple(bounds[ti][si]) if bounds is not None else (0, len(text)),
                    max_tokens)
              for ti, (text, text_spans) in enumerate(zip(texts, spans)) for si, (s, e) in enumerate(text_spans)]
-    targets = [texts[slot.text][slice(*spans[slot.text][slot.span])] for slot in slots]
+    out = [[None] * len(text_spans) for text_spans in spans]
+    late = []  # groups whose fills change the tokens left of the word: summed whole (_summed), at the end
     with torch.inference_mode():
-        proposed = _proposals(model, tokenizer, slots, targets, batch_size, pad, fills)
-        groups, seqs, froms = [], [], []
-        for slot, (words, _, _) in zip(slots, proposed):
+        for slot in slots:
             s, e = spans[slot.text][slot.span]
             text = texts[slot.text]
-            filled = _fill_sequences(tokenizer, ctx, text, slot, s, e, words, max_tokens)
-            kept = [(w, q) for w, q in zip(words, filled) if q is not None]
+            n = 1 + slot.word.first
+            last, cache = _prefix_pass(model, slot.ids[:n])
+            logp = torch.log_softmax(last.float(), dim=-1)
+            first = slot.ids[n]
+            left_lp, left_rank = float(logp[first]), int((logp > logp[first]).sum())
+            order = torch.argsort(logp, descending=True).cpu().tolist()
+            words = fill_words(tokenizer, iter(order), text[s:e], first, fills)
+            kept = [(w, q) for w, q in zip(words, _fill_sequences(tokenizer, ctx, text, slot, s, e, words, max_tokens))
+                    if q is not None]
             group = [slot.ids] + [q for _, q in kept]
-            first = min([1 + slot.word.first] + [common_prefix_length([slot.ids, q]) for q in group[1:]])
-            groups.append((len(seqs), [w for w, _ in kept]))
-            seqs.extend(group)
-            froms.extend([first] * len(group))
-        lls = _summed(model, seqs, froms, batch_size, pad)
-    out = [[None] * len(text_spans) for text_spans in spans]
-    for slot, (at, words), (_, left_lp, left_rank) in zip(slots, groups, proposed):
-        s, e = spans[slot.text][slot.span]
-        out[slot.text][slot.span] = _record(texts[slot.text], s, e, slot, lls[at], words,
-                                            lls[at + 1:at + 1 + len(words)], left_lp, left_rank)
+            args = (slot, [w for w, _ in kept], left_lp, left_rank)
+            if shares_prefix(group, n):  # the usual case: only the rests differ
+                lls = _continued(model, cache, n, logp, [q[n:] for q in group], pad, batch_size)
+                out[slot.text][slot.span] = _record(text, s, e, slot, lls[0], args[1], lls[1:], left_lp, left_rank)
+            else:
+                late.append((group, args))
+        if late:
+            # from the first token at which any of a group's sequences differs: the rest is shared
+            starts = [min([1 + args[0].word.first] + [common_prefix_length([group[0], q]) for q in group[1:]])
+                      for group, args in late]
+            lls = _summed(model, [q for group, _ in late for q in group],
+                          [start for (group, _), start in zip(late, starts) for _ in group], batch_size, pad)
+            at = 0
+            for group, (slot, words, left_lp, left_rank) in late:
+                s, e = spans[slot.text][slot.span]
+                out[slot.text][slot.span] = _record(texts[slot.text], s, e, slot, lls[at], words,
+                                                    lls[at + 1:at + len(group)], left_lp, left_rank)
+                at += len(group)
     return out
 
 
