@@ -93,7 +93,8 @@ print("DIRECTORY_OUTPUTS" + json.dumps(dirs))
 
 
 def dry_run(workdir: Path, configfile: Path | str | None, *extra: str, env: dict | None = None) -> list[dict]:
-    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "output", "threads", "priority"}`` (output as listed).
+    """Every job a dry run of ``all`` schedules: ``{"rule", "wildcards", "input", "output", "threads", "priority"}``
+    (input and output as listed).
     ``configfile`` None: the Snakefile's default config (the demo)."""
     given = ["--configfile", str(configfile)] if configfile is not None else []
     proc = subprocess.run([*SNAKEMAKE, "-n", "all", *given, *extra], cwd=workdir,
@@ -106,10 +107,12 @@ def dry_run(workdir: Path, configfile: Path | str | None, *extra: str, env: dict
         if not m:
             continue
         wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        inp = re.search(r"^\s+input: (.*)$", block, re.M)
         out = re.search(r"^\s+output: (.*)$", block, re.M)
         threads = re.search(r"^\s+threads: (\d+)$", block, re.M)
         priority = re.search(r"^\s+priority: (\d+)$", block, re.M)
         jobs.append({"rule": m.group(1), "wildcards": wc.group(1).strip() if wc else "",
+                     "input": [p.strip() for p in inp.group(1).split(",")] if inp else [],
                      "output": [p.strip() for p in out.group(1).split(",")] if out else [],
                      "threads": int(threads.group(1)) if threads else 1,
                      "priority": int(priority.group(1)) if priority else 0})
