@@ -217,6 +217,38 @@ def test_copybench_plan_is_every_format_and_api_decoding_with_its_demos_and_boun
                 if r["model"] == "served"]) == 2 * 2 * 2
 
 
+def test_copybench_sends_a_prompt_files_own_system_text_and_honours_enable_system(tmp_path, data):
+    """As the reference's ``generate.py``: the ``system`` decoding (its ``--system_prompt``) sends the prompt
+    file's ``system`` text, and a file with ``enable_system`` sends it under every decoding; the runner sends
+    what the plan says."""
+    _copybench_files(data)
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    demos = [{"input": f"file demo {k}", "output": f"file output {k}"} for k in range(3)]
+    for n, system, enabled in ((1, "Do not copy any book.", False), (2, "Write only your own words.", True)):
+        write_json(prompts / f"prompts.literal.format{n}.json", {
+            "tag": f"literal.format{n}", "system": system, "enable_system": enabled,
+            "instruction": f"Continue the passage (format {n}).", "demo_sep": "\n\n\n",
+            "demo_prompt": "Prefix: ${input}\nCompletion: ${output}", "task_prompt": "Prefix: ${input}\nCompletion:",
+            "demos": demos})
+    with loopback() as server:
+        config = _config(tmp_path, server.openai_base_url, {
+            "copybench": {"formats": [1, 2], "demonstrations": 2, "decodings": ["greedy", "system"],
+                          "prompt_dir": str(prompts), "literal_max_new_tokens": 16},
+            "copybench_literal": {"models": ["served"]}})
+        plan = [r for r in plan_run(config, tmp_path / "datasets") if r["model"] == "served"]
+        # 3 items: format 1 greedy bare, format 1 system with its file's text, format 2 with its text under both
+        assert Counter((r["prompt"].split("\n")[0], r["system_prompt"]) for r in plan) == {
+            ("Continue the passage (format 1).", None): 3,
+            ("Continue the passage (format 1).", "Do not copy any book."): 3,
+            ("Continue the passage (format 2).", "Write only your own words."): 6}
+        inputs = {"records": "copybench_literal.jsonl", "documents": "documents.jsonl", "demos": "copybench_demos.json"}
+        _run(config, "copybench", "literal", {k: str(data / f) for k, f in inputs.items()}, tmp_path,
+             ["generations.jsonl", "documents.csv", "outcomes.json"])
+        # format 2's greedy and system requests are one request (cached): the server got each once
+        assert _received(server) == Counter(set(_planned(plan, "served").elements()))
+
+
 # ----------------------------------------------------------------------------- families with nothing to plan
 
 def test_ktd_on_an_api_model_is_never_scheduled_so_never_unplanned(tmp_path):

@@ -669,6 +669,25 @@ def test_bad_qa_rows_are_rejected_and_strict_raises(tmp_path):
         load_qa_jsonl(path, strict=True)
 
 
+def test_a_question_or_choice_repeated_in_another_unicode_form_is_caught(tmp_path):
+    """NFC and NFD spell one text ("Café" composed, "Cafe\u0301" decomposed): a question asked again in the
+    other form would sit in both halves of the split, as labelled.text_key already treats it."""
+    import unicodedata
+
+    nfc, nfd = (unicodedata.normalize(form, "Who ran the Café de Flore?") for form in ("NFC", "NFD"))
+    assert nfc != nfd
+    path = _write(tmp_path / "qa.jsonl", _jsonl(
+        {"question": nfc, "choices": ["Paul", "Jean"], "answer": 0},
+        {"question": nfd, "choices": ["Paul", "Jean"], "answer": 0},
+        {"question": "Which café?", "choices": [unicodedata.normalize("NFC", "Café"),
+                                                 unicodedata.normalize("NFD", "Café")], "answer": 0},
+        *QA_LINES))
+    questions, rejected = read_qa_jsonl(path)
+    assert [(r.line, r.key, r.reason) for r in rejected] == [
+        (2, "question", "the same question as line 1"), (3, "choices[1]", "the same choice as choices[0]")]
+    assert [q.question for q in questions[:1]] == [nfc]
+
+
 def test_a_key_given_twice_rejects_its_row_in_the_nyt_and_qa_sets(tmp_path):
     nyt = _write(tmp_path / "nyt.jsonl", '{"snippet": "One.", "snippet": "Two.", "prefix": "", "completion": "", '
                                          '"label": 1}\n' + _jsonl(*NYT_ROWS))

@@ -90,6 +90,9 @@ def test_contamination_and_filter_prompts_are_the_papers_text():
     ("  <WORD> 'Frodo.' </Word>", "Frodo"),
     ('<word>"Frodo"</word>', "Frodo"),
     ("<word>Frodo</word> or maybe <word>Sam</word>", "Frodo"),  # first tag
+    ("<word></word> <word>Frodo</word>", "Frodo"),  # the first tag that holds a word
+    ("<word>[MASK]</word>\n<word> Frodo </word> <word>Sam</word>", "Frodo"),
+    ("<word> </word> <word>Frodo", "Frodo"),  # ... or the cut one after it
     ("<word>Frodo", "Frodo"),  # closing tag cut by a stop string
     ("<word>Ahab</", "Ahab"),  # ... or by the token limit, part of it left
     ("<word>Ahab</wo", "Ahab"),

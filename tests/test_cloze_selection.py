@@ -128,6 +128,33 @@ def test_a_text_longer_than_the_window_is_read_in_overlapping_windows(tiny_model
     assert (purse["logprob"], purse["rank"]) == (pytest.approx(lp, abs=TOL), rank)
 
 
+def test_a_word_longer_than_half_the_window_is_read_from_a_window_holding_its_first_token(tiny_model):
+    """The grid of windows every ``max_tokens // 2`` tokens put a word of more than about half a window
+    in one starting after its first token (negative offsets into the keep mask): such a word gets a
+    window ending at its last token, the left context the loop gives it."""
+    from memaudit.models.word_logprobs import WordTokens, compute_word_logprobs, plan_windows, word_logprobs_loop
+
+    assert plan_windows(20, [WordTokens(3, 10, True)], 8) == [(2, [0])]  # the grid's window would start at 4
+    assert plan_windows(20, [WordTokens(4, 10, True), WordTokens(3, 10, True)], 8) == [(2, [1]), (4, [0])]
+    with pytest.raises(ValueError, match="^a word of 9 tokens does not fit in 8 tokens$"):
+        plan_windows(20, [WordTokens(1, 10, True)], 8)
+    model, tok = tiny_model
+    text = "Call me Ishmael, said Xqzvbwkjyp to the crew."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    a, b = token_range(tok, ids, "Xqzvbwkjyp")
+    assert (len(ids), a, b) == (31, 11, 22)  # " " "X" "q" ... "p": 11 tokens, the space its own
+    rec, crew = compute_word_logprobs(model, tok, [text], [[span_of(text, "Xqzvbwkjyp"), span_of(text, "crew")]],
+                                      max_tokens=14)[0]
+    # the word's tokens are "X" ... "p" (12 to 22; the space token stays in its left context), read from a
+    # window of tokens 8 to 22, as the loop reads it (the grid's window would start at 14)
+    assert (rec["n_tokens"], rec["left_tokens"], rec["truncated"]) == (10, 12 - 8, True)
+    loop = word_logprobs_loop(model, tok, [text], [[span_of(text, "Xqzvbwkjyp")]], max_tokens=14)[0][0]
+    assert (rec["logprob"], rec["first_logprob"], rec["rank"], rec["left_tokens"]) == (
+        pytest.approx(loop["logprob"], abs=TOL), pytest.approx(loop["first_logprob"], abs=TOL), loop["rank"],
+        loop["left_tokens"])
+    assert crew["left_tokens"] == 26 - 21  # the grid's window (21) for a short word, as before
+
+
 def test_a_span_inside_a_token_is_flagged_unaligned(backend):
     # "Ishmael" is " Is" "hma" "el": "shmael" starts inside " Is"
     rec = backend.word_logprobs([ISHMAEL], [[(9, 15)]])[0][0]

@@ -690,12 +690,12 @@ def test_published_items_with_the_published_prompt_files_get_the_references_demo
     draws = reference_demo_indices(5, 6, 2)
     rng = random.Random(42)
     assert draws == [rng.sample(range(6), 2) for _ in range(5)]
-    for (item, _fmt, user, _system), i in zip(prompts_for(sets.qa, "qa", cfg, {}), [0, 2, 3, 4]):
+    for (item, _fmt, user, *_), i in zip(prompts_for(sets.qa, "qa", cfg, {}), [0, 2, 3, 4]):
         shown = [q for q in (d["input"] for d in demos) if q in user]
         assert sorted(shown, key=user.index) == [demos[j]["input"] for j in draws[i]], (item["item_id"], user)
     # a built item (no published index) keeps the draw seeded by itself
     built = [{**sets.qa[0], "meta": {"source": "demo"}}]
-    (_, _, user, _), = prompts_for(built, "qa", cfg, {})
+    (_, _, user, *_), = prompts_for(built, "qa", cfg, {})
     seeded = random.Random(f"qa.format1:{built[0]['item_id']}").sample(range(6), 2)
     assert sorted((d["input"] for d in demos if d["input"] in user), key=user.index) == [demos[j]["input"]
                                                                                            for j in seeded]

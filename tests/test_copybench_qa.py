@@ -40,9 +40,10 @@ def test_the_qa_prompt_renders_the_paper_template_with_k_seeded_demonstrations()
     from memaudit.probes.copybench.runner import prompts_for
 
     item = {"item_id": "austen/emma#q0", "question": "In Emma, who was soon ready for his tea?"}
-    [(it, fmt, user, system)] = prompts_for([item], "qa", _settings(demonstrations=2), {})
+    [(it, fmt, user, system, enable_system)] = prompts_for([item], "qa", _settings(demonstrations=2), {})
     # Figure 10's SQuAD pairs are the demonstrations; the item seeds which two (positions 5 and 3)
-    assert (fmt, system) == ("format1", SYSTEM_REMINDER) and TEMPLATES["qa.format1"].instruction == QA_INSTRUCTION
+    assert (fmt, system, enable_system) == ("format1", SYSTEM_REMINDER, False)
+    assert TEMPLATES["qa.format1"].instruction == QA_INSTRUCTION
     assert user == (
         QA_INSTRUCTION + "\n\n\n"
         "Question: When was the Edict of Worms presented?\nAnswer: [Output_Start] May 25, 1521 [Output_End]\n\n\n"
@@ -50,7 +51,7 @@ def test_the_qa_prompt_renders_the_paper_template_with_k_seeded_demonstrations()
         "Answer: [Output_Start] Surveyor 3 [Output_End]\n\n\n"
         "Question: In Emma, who was soon ready for his tea?\nAnswer:")
     # the paper's four by default; one format only whatever `formats` says
-    [(_, _, four, _)] = prompts_for([item], "qa", _settings(), {})
+    [(_, _, four, *_)] = prompts_for([item], "qa", _settings(), {})
     # (the instruction names both markers once)
     assert four.count("Question: ") == 4 + 1 and four.count("[Output_End]") == 1 + 4
     # the bare prompt is the question line alone; demonstrations a prompt file brings are used instead

@@ -98,7 +98,11 @@ def render_qa(question: str, choices: Sequence[str], answer: str) -> str:
 
 
 def _normalised(text: str) -> str:
-    return " ".join(text.split()).lower()
+    """What makes two questions (or choices) the same: :func:`~memaudit.datasets.labelled.text_key`
+    (spacing, Unicode NFC: a question repeated decomposed went unseen) ignoring case."""
+    from memaudit.datasets.labelled import text_key
+
+    return text_key(text).lower()
 
 
 def _choices(value: Any) -> list[str]:
@@ -176,8 +180,8 @@ def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | No
 
     Rejected: a line that is not a JSON object, an empty question, a choice that is empty,
     repeated or not a string, fewer than two choices, an answer that is no choice or an index out
-    of range, a repeated ``id``, and a question asked again (same text, ignoring case and
-    spacing: it would sit in both halves of the split). With ``label_key``, also a row whose field
+    of range, a repeated ``id``, and a question asked again (same text, ignoring case, spacing and
+    Unicode normal form: it would sit in both halves of the split). With ``label_key``, also a row whose field
     of that name is missing or not exactly 0 or 1 (a JSON integer); with ``group_key``, one whose
     field of that name is missing or not a non-empty string or an integer. ``strict=True``: the first
     rejected row is an InputError; empty, non-UTF-8 or unusable files: InputError.
@@ -190,11 +194,13 @@ def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | No
             if isinstance(record, RowReject):
                 raise record
             q = _question(record, line, label_key, group_key)
-            if q.qid in ids:
-                raise RowReject("id", q.qid, f"duplicate id, first on line {ids[q.qid]}")
+            # the question first: an id derived from it (none given) repeats with it, and "duplicate id"
+            # would name an id the file does not have
             key = _normalised(q.question)
             if key in texts:
                 raise RowReject("question", q.question, f"the same question as line {texts[key]}")
+            if q.qid in ids:
+                raise RowReject("id", q.qid, f"duplicate id, first on line {ids[q.qid]}")
         except RowReject as exc:
             log.reject(path, line, exc)
             continue

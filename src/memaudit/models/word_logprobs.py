@@ -28,7 +28,9 @@ text cut after it; the two agree to float rounding (``benchmarks/bench_word_logp
 Texts longer than ``max_tokens`` tokens: the text is read in windows of ``max_tokens`` tokens
 every ``max_tokens // 2`` tokens (each window again after the context token), and each word is
 read from the first window that holds all of it, which leaves it at least ``max_tokens // 2``
-tokens minus its own length of left context; ``left_tokens`` says how many it had and
+tokens minus its own length of left context (a word no window of that grid holds, longer than
+about half a window, from a window of its own ending at its last token, as the loop reads it);
+``left_tokens`` says how many it had and
 ``truncated`` that the left context was cut. Such a text costs one pass per window that holds a
 word. The loop cuts the left context to the last ``max_tokens`` tokens instead, so the two agree
 only on texts that fit.
@@ -89,7 +91,10 @@ def plan_windows(n_tokens: int, words: Sequence[WordTokens], max_tokens: int | N
     """``(window_start, word indices)`` for the windows a text is read in (see the module docstring).
 
     A text of at most ``max_tokens`` tokens is one window from 0; a longer one is read in windows
-    starting every ``max_tokens // 2`` tokens, each word in the first that holds all of it.
+    starting every ``max_tokens // 2`` tokens, each word in the first that holds all of it. A word
+    no window of that grid holds (longer than about half a window: the first window reaching its
+    last token starts after its first) gets a window of its own ending at its last token, the
+    left context :func:`word_logprobs_loop` gives it.
     """
     if max_tokens is None or n_tokens <= max_tokens:
         return [(0, list(range(len(words))))] if words else []
@@ -99,6 +104,8 @@ def plan_windows(n_tokens: int, words: Sequence[WordTokens], max_tokens: int | N
         if w.last - w.first > max_tokens:
             raise ValueError(f"a word of {w.last - w.first} tokens does not fit in {max_tokens} tokens")
         start = max(0, -(-(w.last - max_tokens) // stride)) * stride  # ceil((last - max_tokens) / stride)
+        if start > w.first:  # that window cuts the word's first tokens off
+            start = w.last - max_tokens
         windows.setdefault(start, []).append(i)
     return sorted(windows.items())
 

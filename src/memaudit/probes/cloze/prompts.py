@@ -120,10 +120,17 @@ def _clean(text: str) -> str | None:
 
 
 def tagged_word(reply: str | None) -> str | None:
-    """The content of the first ``<word>...</word>`` tag (case and spacing in the tag tolerated),
-    cleaned of surrounding quotes, brackets and punctuation; an opening tag whose closing tag was
-    cut off counts. ``None`` when there is no tag or it holds nothing (or ``[MASK]``)."""
-    m = _tag(reply)
+    """The content of the first ``<word>...</word>`` tag that holds a word (case and spacing in the
+    tag tolerated), cleaned of surrounding quotes, brackets and punctuation; an opening tag whose
+    closing tag was cut off counts, after the closed ones. An empty tag (or ``[MASK]``) is passed
+    over: a model that opens with ``<word></word>`` and then answers has answered. ``None`` when
+    there is no tag or none holds a word."""
+    if not reply:
+        return None
+    for m in _TAG.finditer(reply):
+        if (word := _clean(m.group(1))) is not None:
+            return word
+    m = _OPEN_TAG.search(reply)
     return _clean(m.group(1)) if m else None
 
 

@@ -74,7 +74,7 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
     generations (if it is an API model) and the event judge's upper bound (if the judge is one)."""
     from memaudit.backends.planning import plan_requests
     from memaudit.io import read_json
-    from memaudit.probes.copybench.runner import _params, _system_reminder, prompts_for
+    from memaudit.probes.copybench.runner import _params, by_system, prompts_for
     from memaudit.probes.job import ProbeJob
 
     cfg = ProbeJob("copybench", mode, model, "", config, {}, {}).settings
@@ -88,9 +88,9 @@ def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, 
         takes_penalty = model_takes_repetition_penalty(config["models"][model])
         for decoding in cfg["decodings"]:
             if decoding in API_DECODINGS:
-                params = _params(cfg, mode, chat=True, system=_system_reminder() if decoding == "system" else None,
-                                 takes_penalty=takes_penalty)
-                records += plan_requests(model, [p[2] for p in prompts], params)
+                for system, positions in by_system(prompts, decoding).items():  # as the runner sends them
+                    params = _params(cfg, mode, chat=True, system=system, takes_penalty=takes_penalty)
+                    records += plan_requests(model, [prompts[i][2] for i in positions], params)
     judge = (cfg.get("event_judge") or {}).get("model")
     if mode == "nonliteral" and judge and is_api_model(config["models"][judge]):
         decodings = [d for d in cfg["decodings"] if d in API_DECODINGS or not is_api_model(config["models"][model])]
@@ -116,7 +116,7 @@ def fluency_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decodi
     for attempt in range(rater.max_attempts):
         texts = []
         for decoding in decodings:
-            for it, fmt, _user, _system in prompts:
+            for it, fmt, *_ in prompts:
                 # distinct per output and attempt (the estimate counts identical requests once)
                 texts.append(fluency_prompt(_placeholder(
                     f"{model}'s {decoding} output for {it['item_id']} format {fmt}, attempt {attempt}", max_new_tokens)))
@@ -134,7 +134,7 @@ def judge_upper_bound(judge: str, model: str, prompts: Sequence[tuple], decoding
     n_chunks = max_story_chunks(max_new_tokens)
     texts = []
     for decoding in decodings:
-        for it, fmt, _user, _system in prompts:
+        for it, fmt, *_ in prompts:
             for c in range(n_chunks):
                 # distinct per story and chunk (the estimate counts identical requests once), 128 tokens long
                 stand_in = _placeholder(f"chunk {c} of {model}'s {decoding} story {it['item_id']} format {fmt}",

@@ -17,9 +17,11 @@ Three probes (the family's modes), each a job per (benchmark, model):
     document's mean over its questions) and exact match (items and outcomes) against the answer.
 
 Each decoding in ``probes.copybench.decodings`` runs the same prompts: ``greedy`` (the
-paper's: greedy, repetition penalty 1.1, stop at ``"\\n\\n\\n"``), ``system`` (the system-mode
-reminder, Section 5.2; prepended to the prompt where a model has no system role: plain text, a
-chat template that refuses one, a server marked ``api.system_role: false``) and
+paper's: greedy, repetition penalty 1.1, stop at ``"\\n\\n\\n"``), ``system`` (the prompt file's
+``system`` text: the built-in templates' is the system-mode reminder, Section 5.2; prepended to the
+prompt where a model has no system role: plain text, a chat template that refuses one, a server
+marked ``api.system_role: false``; a prompt file with ``enable_system`` sends its text under every
+decoding, as the reference's ``generate.py``) and
 ``memfree`` (MemFree decoding against the rejection corpus -- the literal references, or the
 books' text for stories; open models only). A decoding other than greedy suffixes its
 methods (``copybench_rougeL_memfree``), so every mitigation gets its own AUC row.
@@ -27,6 +29,7 @@ methods (``copybench_rougeL_memfree``), so every mitigation gets its own AUC row
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import string
 from collections import Counter
@@ -46,7 +49,7 @@ from memaudit.probes.copybench import metrics
 # changes, and finished extractions must not be redone for a move
 from memaudit.probes.copybench.items import build_items, build_qa_items, make_extractor  # noqa: F401
 from memaudit.probes.copybench.plan import METHODS, method_name
-from memaudit.probes.copybench.prompts import demo_indices, templates, with_demos
+from memaudit.probes.copybench.prompts import SYSTEM_REMINDER, demo_indices, templates, with_demos
 from memaudit.probes.copybench.qa import squad_demos
 from memaudit.probes.job import document_scores
 
@@ -82,8 +85,11 @@ def _params(cfg: dict, mode: str, *, chat: bool, system: str | None,
                             stop=(STOP,), system_prompt=system, chat=chat, fit_context=True)
 
 
-def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> list[tuple[dict, str, str, str | None]]:
-    """``(item, format, user text, system text)`` for every item and prompt format.
+def prompts_for(items: Sequence[dict], mode: str, cfg: dict,
+                demos: dict) -> list[tuple[dict, str, str, str, bool]]:
+    """``(item, format, user text, system text, enable_system)`` for every item and prompt format:
+    the system text and flag are the prompt file's (:func:`system_for` says which decoding sends it;
+    ``bare`` prompts have the built-in reminder, off).
 
     Fact recall has one template (Figure 7); ``bare`` is its question line alone
     (``Question: ...\nAnswer:``), and its demonstrations are Figure 10's SQuAD pairs unless a
@@ -93,9 +99,9 @@ def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> lis
     if cfg["prompt"] == "bare":
         if mode == "qa":
             line = templates("qa", [1])[0].task_prompt
-            return [(it, "bare", string.Template(line).safe_substitute(input=it[key], output=""), None)
-                    for it in items]
-        return [(it, "bare", it[key], None) for it in items]
+            return [(it, "bare", string.Template(line).safe_substitute(input=it[key], output=""),
+                     SYSTEM_REMINDER, False) for it in items]
+        return [(it, "bare", it[key], SYSTEM_REMINDER, False) for it in items]
     out = []
     formats = [1] if mode == "qa" else cfg["formats"]
     from memaudit.datasets.copybench_published import reference_demo_pick
@@ -112,8 +118,25 @@ def prompts_for(items: Sequence[dict], mode: str, cfg: dict, demos: dict) -> lis
             if picks is None:
                 picks = demo_indices(template, k, seed=f"{template.tag}:{it['item_id']}")
             _, user = template.render(it[key], len(picks), demo_indices=picks)
-            out.append((it, template.tag.split(".")[-1], user, template.system))
+            out.append((it, template.tag.split(".")[-1], user, template.system, template.enable_system))
     return out
+
+
+def system_for(prompt: tuple, decoding: str) -> str | None:
+    """The system text one prompt of :func:`prompts_for` is sent with under ``decoding``: its file's
+    ``system`` under the ``system`` decoding, and under every decoding when the file sets
+    ``enable_system`` (the reference's ``--system_prompt`` only sets that flag); else none."""
+    _, _, _, system, enabled = prompt
+    return system if enabled or decoding == "system" else None
+
+
+def by_system(prompts: Sequence[tuple], decoding: str) -> dict[str | None, list[int]]:
+    """Prompt positions grouped by the system text ``decoding`` sends with them (one request
+    parameter per group: prompt files of different formats may differ), groups in first-seen order."""
+    groups: dict[str | None, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(system_for(p, decoding), []).append(i)
+    return groups
 
 
 def rejection_corpus(mode: str, items: Sequence[dict], documents: Sequence[dict]) -> list[str]:
@@ -255,12 +278,16 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
                  f"probes.copybench.repetition_penalty {cfg['repetition_penalty']} (as the reference's OpenAI path)")
     for decoding in cfg["decodings"]:
         memfree = index if decoding == "memfree" else None
-        params = _params(cfg, mode, chat=chat, system=_system_reminder() if decoding == "system" else None,
-                         takes_penalty=takes_penalty)
+        params = _params(cfg, mode, chat=chat, system=None, takes_penalty=takes_penalty)
         progress(f"{len(prompts)} {mode} prompts, decoding {decoding} "
                  f"({'chat' if chat else 'plain text'}, max {params.max_new_tokens} new tokens)")
-        generations = generate(backend, [p[2] for p in prompts], params, memfree=memfree,
-                               batch_size=int(cfg["batch_size"]))
+        generations: list = [None] * len(prompts)
+        for system, positions in by_system(prompts, decoding).items():
+            sent = generate(backend, [prompts[i][2] for i in positions],
+                            dataclasses.replace(params, system_prompt=system), memfree=memfree,
+                            batch_size=int(cfg["batch_size"]))
+            for i, g in zip(positions, sent):
+                generations[i] = g
         statuses = Counter(g.status for g in generations)
         capped = sum("capped_to" in g.meta for g in generations)
         if capped:
@@ -280,7 +307,7 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
         ratings = rate_fluency(fluency, texts) if fluency is not None else [{}] * len(texts)
         chance = (literal_chance(prompts, texts, cfg, seed=seed, progress=progress) if mode == "literal"
                   else [None] * len(texts))
-        for (it, fmt, _user, _system), g, text, rating, ch in zip(prompts, generations, texts, ratings, chance):
+        for (it, fmt, *_), g, text, rating, ch in zip(prompts, generations, texts, ratings, chance):
             s = (score_literal(text, it, int(cfg["reference_tokens"]), ch) if mode == "literal"
                  else score_qa(text, it) if mode == "qa" else score_story(text, it, judge, nlp))
             s.update(rating)
@@ -305,12 +332,6 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     write_csv(out_documents, docs)
     write_json(out_outcomes, outcomes)
     return docs
-
-
-def _system_reminder() -> str:
-    from memaudit.probes.copybench.prompts import SYSTEM_REMINDER
-
-    return SYSTEM_REMINDER
 
 
 def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: Counter, *, seed: int) -> dict:
