@@ -36,7 +36,8 @@ def _config(tmp_path, base_url: str, probes: dict) -> dict:
         "benchmarks": {"b": {"sources": ["austen"]}},
         "models": {"served": {"backend": "openai", "api": api("served-model")},
                    "judge": {"backend": "openai", "api": api("judge-model")},
-                   "local": {"source": {"tiny_gpt2": {}}}, "paraphraser": {"source": {"tiny_gpt2": {}}}},
+                   # two different local models: KTD refuses a model built on the paraphraser's weights
+                   "local": {"source": {"tiny_gpt2": {}}}, "paraphraser": {"source": {"tiny_gpt2": {"n_layer": 3}}}},
         "probes": probes, "api": {"cache": str(tmp_path / "cache.sqlite")}})
 
 

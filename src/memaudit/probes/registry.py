@@ -122,7 +122,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="c1e4c5d3cd8a06de",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="86814d4331056bec",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -130,7 +130,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="6fb37fd9f2483716")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="f4b4e42aac2a1af1")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -144,7 +144,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # special token is no part of its continuation (backends.hf.generate_text)
         # 7: a stop string that is a special token (probes.prefix.stop) ends the continuation there (it was
         # decoded away and never matched)
-        version=7, fingerprint="24d5a2498c00712b",
+        version=7, fingerprint="0a424f056813e600",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -168,12 +168,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="1964ca91dcfb24ac",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="0e9f3724579109ac",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="10d7bb6fbd65f841"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="b60277cc745b5399"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="913263f941c7b57a")},
@@ -202,14 +202,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6: an answer a stop string ended counts the tokens up to the one completing it in output_tokens and
         # MemFree's token_ids (it counted up to 3 more, decoded before the sampler's check); a local model's end
         # token that is no special token is no part of the text (backends.hf.generate_text)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=6, fingerprint="424a1ea7a9be5d93",
+        # 7: a prompt file's own system text is sent under the system decoding, and under every decoding where
+        # the file sets enable_system (the built-in reminder was sent, enable_system ignored), as the reference
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=7, fingerprint="75d2cbe7955f283a",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="1a3c70437c7de3b8"),
+                               version=6, fingerprint="9956515e1b554e6b"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0")
                 "summary": Stage(("memaudit.probes.copybench.summary",),
@@ -243,12 +245,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
         # version 13: the baselines' validation part holds whole documents (no document on both sides of the
         # split); n_texts is the mean test size over draws
-        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="b6cf71a65f2d04cd",
+        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="2a7c89ad1e49a1d0",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="48d8081dfb9eea77"),
+                              version=9, fingerprint="34cab29e1c6daf51"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="68cfe166eaf443b7")},
@@ -280,17 +282,19 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 6 (items 7): a causal reference may read both sides of a word (reference.fills: candidate fills by
         # whole-window likelihood, reference_scoring window; the candidates table's ref_left_*, ref_n_fills,
         # ref_best_fill); a title NER puts inside a name (Mrs, Lady) is no person token; the knowledge filter
-        # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":"
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="c15840bbdc640e64",
+        # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":";
+        # a reply's guess is its first <word> tag holding a word (an empty first tag hid the answer); a word longer
+        # than half a max_tokens window is read from a window holding its first token (it failed)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="0be9e708a15d196e",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=7, fingerprint="c94fbbdca1d82b72"),
+                               version=7, fingerprint="264d14e2626e0b01"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="8b1ca502783a5f80")},
+                                 version=6, fingerprint="c53418cbbefcf637")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
