@@ -955,3 +955,41 @@ def test_calibration_figure_marks_a_model_without_calibrated_rows(tmp_path, monk
     assert len([t for t in ax.texts if t.get_text() == "n/a"]) == 2
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == (
         "n/a (hollow, at the bottom): no documents (calibration skipped)")
+
+
+def test_blackbox_outcome_counts_are_per_passage_length(tmp_path):
+    """A document's n_invalid/n_refusal/n_error count the answers of the row's own length: with two
+    lengths configured they summed both lengths into every row (4 invalid 128-token answers showed as
+    4 in the 64-token row too, where every answer was valid)."""
+    from memaudit.backends.base import Generation
+    from memaudit.io import write_jsonl
+    from memaudit.probes.decop.runner import run_decop
+
+    def item(doc, label, role, length):
+        pid = f"{doc}#L{length}p0"
+        return {"item_id": pid, "passage_id": pid, "doc_id": doc, "label": label, "answer": 0,
+                "options": [f"{doc} {length} {k}" for k in "wxyz"],
+                "meta": {"title": doc, "author": "An Author", "kind": "book", "role": role, "length_tokens": length}}
+
+    items = [item(d, lab, role, n) for d, lab, role in (("m", 1, "evaluate"), ("c", 0, "calibrate"))
+             for n in (64, 128)]
+    write_jsonl(tmp_path / "items.jsonl", items)
+
+    class Replies:  # a valid letter to every 64-token question, "no idea" (invalid) to every 128-token one
+        name = "fake"
+
+        def describe(self):
+            return {}
+
+        def generate(self, prompts, params):
+            return [Generation(text="no idea" if " 128 " in p else "A") for p in prompts]
+
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in
+           [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+    run_decop("blackbox", Replies(), tmp_path / "items.jsonl",
+              {"lengths": [64, 128], "orderings": "latin_square", "fdr": 0.1, "calibration_documents": 1},
+              **{f"out_{k}": v for k, v in out.items()})
+    table = pd.read_csv(out["table"]).set_index(["doc_id", "length"])
+    assert table.loc[("m", 64), ["n_questions", "n_valid", "n_invalid"]].tolist() == [4, 4, 0]
+    assert table.loc[("m", 128), ["n_questions", "n_valid", "n_invalid"]].tolist() == [4, 0, 4]
+    assert table.loc[("c", 128), "n_invalid"] == 4 and table.loc[("c", 64), "n_invalid"] == 0

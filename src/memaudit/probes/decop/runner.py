@@ -159,9 +159,12 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
     documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]),
                                               calibration_documents=cfg.get("calibration_documents"))
     if mode == "blackbox":
-        counts = answers.groupby("doc_id")["status"].value_counts().unstack(fill_value=0)
+        # per (document, length), as the table's rows: per document they summed every length into each row
+        counts = answers.groupby(["doc_id", "length"])["status"].value_counts().unstack(fill_value=0)
+        rows = pd.MultiIndex.from_frame(table[["doc_id", "length"]])
         for status in ("invalid", "refusal", "error"):
-            table[f"n_{status}"] = table["doc_id"].map(counts[status] if status in counts else {}).fillna(0).astype(int)
+            column = counts[status] if status in counts else pd.Series(0, index=counts.index)
+            table[f"n_{status}"] = column.reindex(rows, fill_value=0).to_numpy().astype(int)
         progress("answers: " + ", ".join(f"{k}={v}" for k, v in answers["parse"].value_counts().items()))
     answers.insert(0, "model", backend.name)
     answers.insert(1, "mode", mode)
