@@ -133,6 +133,16 @@ def test_a_window_longer_than_max_tokens_is_cut_around_the_word(tiny_model):
     left, right = ids["offset_mapping"][lo][0], ids["offset_mapping"][lo + 15][1]
     expected = window_word_logprobs_loop(model, tok, [text], [[(s, s + 6)]], fills=3, bounds=[[(left, right)]])[0][0]
     assert rec["logprob"] == pytest.approx(expected["logprob"], abs=TOL) and rec["rank"] == expected["rank"]
+    # every cut holds the word and at most max_tokens tokens after the context token
+    from memaudit.models.token_stats import context_token_id
+    from memaudit.models.window_word_logprobs import _slot
+
+    for m in (6, 9, 12, 17, 23):
+        for word in ("cartel", "Woodhouse", "Ishmael", "purse"):
+            at = text.index(word)
+            slot = _slot(tok, context_token_id(tok), 0, 0, text, at, at + len(word), (0, len(text)), m)
+            assert slot.truncated and len(slot.ids) - 1 <= m and slot.left <= at < at + len(word) <= slot.right
+            assert tok.decode(slot.ids[1 + slot.word.first:1 + slot.word.last]).strip() == word and slot.word.aligned
     with pytest.raises(ValueError, match="at least one candidate fill"):
         compute_window_word_logprobs(model, tok, [text], [[(s, s + 6)]], fills=0)
 

@@ -47,6 +47,7 @@ at K + 1 times the cost; the config's ``probes.cloze.reference.fills`` turns it 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
@@ -132,9 +133,15 @@ def _slot(tokenizer, ctx: int, ti: int, si: int, text: str, start: int, end: int
             raise ValueError(f"a word of {word.last - word.first} tokens does not fit in {max_tokens} tokens")
         lo = max(0, min(word.first - room // 2, len(ids) - max_tokens))
         hi = lo + max_tokens
-        left, right = left + offsets[lo][0], left + offsets[hi - 1][1]
-        ids, offsets = encode_with_offsets(tokenizer, text[left:right])
-        word = align_span(text[left:right], offsets, start - left, end - left)
+        while True:
+            cut_left, cut_right = left + offsets[lo][0], left + offsets[hi - 1][1]
+            cut, cut_offsets = encode_with_offsets(tokenizer, text[cut_left:cut_right])
+            # the cut text tokenised on its own may take a token more at an edge: drop one from the far side
+            if len(cut) <= max_tokens or hi - lo <= word.last - word.first:
+                break
+            lo, hi = (lo + 1, hi) if word.first - lo > hi - word.last else (lo, hi - 1)
+        left, right, ids = cut_left, cut_right, cut
+        word = align_span(text[left:right], cut_offsets, start - left, end - left)
         truncated = True
     return _Slot(ti, si, left, right, word, [ctx] + ids, truncated)
 
@@ -146,14 +153,24 @@ def shares_prefix(group: Sequence[Sequence[int]], n: int) -> bool:
     return all(list(q[:n]) == list(group[0][:n]) for q in group)
 
 
+def _kept(model, keep, **inputs):
+    """The model's output and the logits of the positions ``keep`` (an int: the last ``keep``; a bool
+    ``[B, T]`` mask: those, flattened in row-major order), through ``logits_to_keep`` where the model takes it."""
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        out = model(**inputs, logits_to_keep=keep)
+        return out, out.logits
+    out = model(**inputs)
+    return out, out.logits[:, -keep:] if isinstance(keep, int) else out.logits[keep]
+
+
 def _prefix_pass(model, prefix: Sequence[int]):
     """The next-token logits after ``prefix`` (one sequence) ``[V]``, and its key/value cache."""
     import torch
 
     device = next(model.parameters()).device
-    out = model(input_ids=torch.tensor([list(prefix)], device=device), use_cache=True,
-                position_ids=torch.arange(len(prefix), device=device)[None], logits_to_keep=1)
-    return out.logits[0, -1], getattr(out, cache_keyword())
+    out, logits = _kept(model, 1, input_ids=torch.tensor([list(prefix)], device=device), use_cache=True,
+                        position_ids=torch.arange(len(prefix), device=device)[None])
+    return logits[0, -1], getattr(out, cache_keyword())
 
 
 def _continued(model, cache, n: int, first_logp, rests: Sequence[Sequence[int]], pad: int, batch_size: int) -> list[float]:
@@ -180,8 +197,8 @@ def _continued(model, cache, n: int, first_logp, rests: Sequence[Sequence[int]],
             mask[row, n:n + len(rest)] = 1
             keep[row, :len(rest) - 1] = True  # row p predicts rest[p + 1]
         positions = torch.arange(n, n + width)[None].expand(len(chunk), width)
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                       use_cache=True, logits_to_keep=keep.to(device), **{cache_keyword(): part}).logits
+        _, logits = _kept(model, keep.to(device), input_ids=ids.to(device), attention_mask=mask.to(device),
+                          position_ids=positions.to(device), use_cache=True, **{cache_keyword(): part})
         targets = torch.tensor([t for rest in chunk for t in rest[1:]], device=device)
         lps, _ = _read_rows(logits, targets)
         at = 0

@@ -168,7 +168,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # stats 4); API models are asked C.1's closed-model prompt (no system prompt, no format hint); an
         # answer "The verbatim passage is D." / "Passage A" / "D - ..." names its letter; "I apologize, but
         # I cannot ..." is a refusal
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=7, fingerprint="0e9f3724579109ac",
+        # 8: the black-box table's n_invalid, n_refusal and n_error count per document and passage length
+        # (each length's row held every length's total)
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=8, fingerprint="e6da21af59f29077",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -285,12 +287,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":";
         # a reply's guess is its first <word> tag holding a word (an empty first tag hid the answer); a word longer
         # than half a max_tokens window is read from a window holding its first token (it failed)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="0be9e708a15d196e",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="2d2cd523971b78fa",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=7, fingerprint="264d14e2626e0b01"),
+                               version=7, fingerprint="4a7a217f33900445"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
