@@ -18,7 +18,9 @@ text; one row per model under ``models``, its ``speedup`` over all models togeth
 against one request at a time), ``throughput`` (the demo model's token statistics and generation in tokens/s on
 every device the machine has, batched and one at a time), ``token_prob``, ``word_logprobs`` (the
 cloze probes' word log-probabilities and ranks, one forward pass per text against one per
-candidate word; one row per model under ``models``).
+candidate word; one row per model under ``models``), ``window_word_logprobs`` (a causal reference
+reading both sides of a word: its fills' windows after one cached left part, against each window
+whole).
 
 Exit status: 1 if a script failed or wrote no JSON; with ``--strict`` also if a
 benchmark missed one of its targets (``meets_targets``).
