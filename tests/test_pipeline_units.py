@@ -837,3 +837,22 @@ def test_the_metrics_caption_says_where_the_interval_and_t_test_are_over_books()
             "labels are given per book; it counts the books; a row without it resampled documents), TPR at 1% and "
             "0.1% FPR over the documents, and Welch's t-test p-value, of the books' mean scores where ``ci_books`` "
             "is set, beside ``books_pvalue``, a one-sided rank test of the books' means.") in by_book
+
+
+def test_report_labels_call_a_table_a_table_and_a_figure_a_figure():
+    """Every ``report(...)`` of the rule files whose labels are written out: a CSV is never labelled
+    ``figure`` nor a PNG ``table`` (copybench.csv, copybench_differences.csv and decop_<benchmark>.csv were
+    "figure"s in the report)."""
+    import ast
+    import re
+
+    declared = {}
+    for rules in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for call in rules.read_text().split("report(")[1:]:
+            path = re.match(r'\s*"([^"]+)"', call).group(1)
+            labels = re.search(r"labels=(.*),\n", call).group(1)
+            if labels.startswith("{"):  # not a helper's (figure_labels, metrics_labels)
+                declared[path] = set(ast.literal_eval(labels)) & {"table", "figure"}
+    wrong = {p: k for p, k in declared.items() if k - ({"table"} if p.endswith(".csv") else {"figure"})}
+    assert wrong == {}
+    assert declared["results/summary/copybench.csv"] == {"table"} and len(declared) >= 30
