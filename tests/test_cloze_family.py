@@ -155,6 +155,20 @@ def test_summary_detection_and_contaminated_minus_base():
     assert lone.loc["member", "interval_holds_0"] is False
 
 
+def test_summary_reference_rows_say_how_the_reference_model_read_the_words():
+    """The majority and random rows of cloze.csv carry their benchmark's reference_scoring as the token
+    types' rows do (they were blank: the reference rows come from another table, merged on method)."""
+    labels = [1, 1, 0, 0]
+    texts = pd.concat([_texts("m", [3, 0, 2, 0], labels).assign(reference_scoring="masked"),
+                       _texts("m", [3, 0, 2, 0], labels).assign(benchmark="c", reference_scoring="causal")],
+                      ignore_index=True)
+    table = summary.detection_table(texts, seed=1)
+    got = sorted(zip(table["benchmark"], table["method"], table["reference_scoring"]))
+    assert got == [("b", "cloze_prob", "masked"), ("b", "majority", "masked"), ("b", "random", "masked"),
+                   ("b", "random_expected", "masked"), ("c", "cloze_prob", "causal"), ("c", "majority", "causal"),
+                   ("c", "random", "causal"), ("c", "random_expected", "causal")]
+
+
 def test_overlap_counts_each_region_of_the_token_types_flags():
     labels = [1, 1, 0, 0]
     prob = _texts("m", [2, 2, 2, 0], labels)  # flags p0, p1, p2

@@ -262,3 +262,23 @@ def test_selection_captions_name_the_calibration_setting_not_half(tmp_path, monk
     assert header.endswith("at level `bh_q` (a random `stats.selection.calibration_fraction` of the non-members "
                            "as calibration, 0.5 by default; mean over random splits; results/summary/selection.csv "
                            "has every q).")
+
+
+def test_plot_auc_vs_size_draws_each_interval_as_given_within_the_axis_limits(tmp_path, monkeypatch):
+    """A percentile interval may lie wholly above or below its point estimate (0.92-0.99 around 0.90):
+    the bar spans [auc_ci_low, auc_ci_high] as metrics.csv gives it (it was clipped to start at the
+    point, 0.90-0.99), and the y limits hold every interval, so none is cut at the edge."""
+    figures = _drawn(monkeypatch)
+    metrics = pd.DataFrame({"benchmark": "bt", "model": ["a", "b", "c"], "contaminated": False, "method": "loss",
+                            "auc": [0.90, 0.55, 0.30], "auc_ci_low": [0.92, 0.02, 0.31],
+                            "auc_ci_high": [0.99, 0.60, 0.45]})
+    models = pd.DataFrame({"model": ["a", "b", "c"], "family": "f", "n_params": [1e8, 1e9, 1e10]})
+    plot_auc_vs_size(metrics, models, tmp_path / "auc", "t")
+    ax = figures[0].axes[0]
+    bars = sorted((float(x0), float(y0), float(y1)) for c in ax.collections for (x0, y0), (_, y1) in c.get_segments())
+    assert bars == [(1e8, pytest.approx(0.92), pytest.approx(0.99)), (1e9, pytest.approx(0.02), pytest.approx(0.60)),
+                    (1e10, pytest.approx(0.31), pytest.approx(0.45))]
+    low, high = ax.get_ylim()
+    assert low < 0.02 and high > 0.99
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "loss · f"]
+    assert line.get_ydata().tolist() == [0.90, 0.55, 0.30]

@@ -317,6 +317,38 @@ def test_the_headline_counts_its_checks_and_names_where_they_fail():
     assert tally([reported]) == "Ground-truth checks: 1 of 1 hold"
 
 
+def test_a_check_without_its_row_in_metrics_csv_is_counted_not_evaluated(tmp_path, capsys):
+    """A contaminated model scored by the token-probability probe without ``loss`` (m2: zlib only), or with
+    no row at all on a benchmark it was fine-tuned on where others have ``loss`` (m3), has a check that
+    cannot be made: it is listed and counted, not left out of "N of M hold" (which said 1 of 1)."""
+    from memaudit.stats.headline import print_headline
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    auc = {"benchmark": "b", "contaminated": True, "auc": 0.93, "auc_ci_low": 0.88, "auc_ci_high": 0.97,
+           "n_member": 30, "n_nonmember": 30}
+    pd.DataFrame([{**auc, "model": "m1", "method": "loss"}, {**auc, "model": "m2", "method": "zlib"}]).to_csv(
+        summary / "metrics.csv", index=False)
+    pd.DataFrame({"model": ["m0", "m1", "m2", "m3", "m4"], "base": ["", "m0", "m0", "m0", "m0"],
+                  "contaminated_on": ["", "b", "b", "b", "c"]}).to_csv(summary / "models.csv", index=False)
+    pd.DataFrame([{"benchmark": "b", "labels": "random split of documents", "null_control": False}]).to_csv(
+        summary / "benchmarks.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss", "zlib"])
+    out = capsys.readouterr().out
+    assert "        b    m1   loss 0.93                                    >= 0.9  True\n" in out
+    assert "        b    m2   loss  NaN not evaluated: no loss row in metrics.csv False\n" in out
+    assert "        b    m3   loss  NaN not evaluated: no loss row in metrics.csv False\n" in out
+    assert "m0   loss" not in out and "m4" not in out  # a base model without rows, a benchmark not scored
+    assert out.count("Ground-truth checks:") == 1 and (
+        "Ground-truth checks: 1 of 3 hold; not evaluated (no row to check in its table): 2 in Ground truth\n") in out
+    assert "fall either way" not in out
+    # a run that scored no loss at all: every check it would have made is listed
+    pd.DataFrame([{**auc, "model": "m1", "method": "zlib"}]).to_csv(summary / "metrics.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss", "zlib"])
+    out = capsys.readouterr().out
+    assert "Ground-truth checks: 0 of 3 hold; not evaluated (no row to check in its table): 3 in Ground truth\n" in out
+
+
 def test_demo_expectations_flag_each_rule():
     from memaudit.stats.headline import demo_expectations
 
@@ -837,3 +869,22 @@ def test_the_metrics_caption_says_where_the_interval_and_t_test_are_over_books()
             "labels are given per book; it counts the books; a row without it resampled documents), TPR at 1% and "
             "0.1% FPR over the documents, and Welch's t-test p-value, of the books' mean scores where ``ci_books`` "
             "is set, beside ``books_pvalue``, a one-sided rank test of the books' means.") in by_book
+
+
+def test_report_labels_call_a_table_a_table_and_a_figure_a_figure():
+    """Every ``report(...)`` of the rule files whose labels are written out: a CSV is never labelled
+    ``figure`` nor a PNG ``table`` (copybench.csv, copybench_differences.csv and decop_<benchmark>.csv were
+    "figure"s in the report)."""
+    import ast
+    import re
+
+    declared = {}
+    for rules in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for call in rules.read_text().split("report(")[1:]:
+            path = re.match(r'\s*"([^"]+)"', call).group(1)
+            labels = re.search(r"labels=(.*),\n", call).group(1)
+            if labels.startswith("{"):  # not a helper's (figure_labels, metrics_labels)
+                declared[path] = set(ast.literal_eval(labels)) & {"table", "figure"}
+    wrong = {p: k for p, k in declared.items() if k - ({"table"} if p.endswith(".csv") else {"figure"})}
+    assert wrong == {}
+    assert declared["results/summary/copybench.csv"] == {"table"} and len(declared) >= 30

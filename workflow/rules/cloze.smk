@@ -105,7 +105,7 @@ rule cloze_summary:
         figure_svg="results/figures/cloze/reconstruction.svg",
         by_size=report(
             "results/summary/cloze_by_size.csv",
-            caption="../report/cloze_by_size.rst",
+            caption="../report/cloze_by_size_table.rst",
             category="Cloze probes",
             labels={"table": "masked words reconstructed by model size"},
         ),

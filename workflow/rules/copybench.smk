@@ -124,13 +124,13 @@ rule copybench_summary:
             "results/summary/copybench.csv",
             caption="../report/copybench_summary.rst",
             category="CopyBench",
-            labels={"figure": "copying rates with bootstrap intervals"},
+            labels={"table": "copying rates with bootstrap intervals"},
         ),
         differences=report(
             "results/summary/copybench_differences.csv",
             caption="../report/copybench_differences.rst",
             category="CopyBench",
-            labels={"figure": "each model minus its base or control, paired"},
+            labels={"table": "each model minus its base or control, paired"},
         ),
         figure=report(
             "results/figures/copybench/distributions.png",

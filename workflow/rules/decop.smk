@@ -85,7 +85,7 @@ rule decop_figures:
             "results/summary/decop_{benchmark}.csv",
             caption="../report/decop_summary.rst",
             category="DE-COP",
-            labels={"benchmark": "{benchmark}", "figure": "AUC table (every model, mode and length)"},
+            labels={"benchmark": "{benchmark}", "table": "AUC (every model, mode and length)"},
         ),
         auc_by_size=report(
             "results/figures/{benchmark}/decop/auc_by_model_size.png",

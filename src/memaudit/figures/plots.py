@@ -289,18 +289,17 @@ def plot_auc_vs_size(
             ):
                 line = line.sort_values("n_params")
                 auc = line["auc"].to_numpy(dtype=float)
-                # A percentile interval may exclude the point estimate; clip so
-                # matplotlib gets non-negative error lengths.
-                yerr = np.vstack([
-                    np.clip(auc - line["auc_ci_low"].to_numpy(dtype=float), 0, None),
-                    np.clip(line["auc_ci_high"].to_numpy(dtype=float) - auc, 0, None),
-                ])
-                ax.errorbar(
-                    line["n_params"].to_numpy(dtype=float) * dodge[method], auc, yerr=yerr, color=colors[method],
-                    marker=markers[family], ms=4, lw=1.2, capsize=2,
-                    ls="--" if contaminated else "-",
-                    label=f"{method} · {family}{' · contaminated' if contaminated else ''}",
-                )
+                x = line["n_params"].to_numpy(dtype=float) * dodge[method]
+                ax.plot(x, auc, color=colors[method], marker=markers[family], ms=4, lw=1.2,
+                        ls="--" if contaminated else "-",
+                        label=f"{method} · {family}{' · contaminated' if contaminated else ''}")
+                # A percentile interval may lie wholly above or below the point estimate: the bar
+                # is drawn about its own midpoint, so it spans [low, high] as metrics.csv has it
+                # (errors relative to the AUC, clipped at 0, cut off the part beyond the point).
+                low = line["auc_ci_low"].to_numpy(dtype=float)
+                high = line["auc_ci_high"].to_numpy(dtype=float)
+                ax.errorbar(x, (low + high) / 2, yerr=(high - low) / 2, fmt="none", ecolor=colors[method],
+                            elinewidth=1.2, capsize=2, label="_interval")
                 missing = np.isnan(auc)
                 mark_missing(ax, line["n_params"].to_numpy(dtype=float)[missing] * dodge[method],
                              color=colors[method], marker=markers[family])

@@ -101,7 +101,8 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     core = [] if models is None else [
         section("Ground truth (contaminated: fine-tuned on the members; base models: null control, within the "
                 "range a random split gives 99 times in 100)",
-                demo_expectations(summary, models, controlled=controlled) if not summary.empty else summary),
+                demo_expectations(summary, models, controlled=controlled, scored_with=methods)
+                if not summary.empty else summary),
         table_section(summary_path.with_name("selection.csv"),
                       "FDR-controlled selection (conformal BH over the loss score; contaminated: "
                       "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
@@ -129,6 +130,7 @@ class Section(str):
 
     held: int = 0
     checked: int = 0
+    unevaluated: int = 0
     title: str = ""
 
 
@@ -140,23 +142,33 @@ def section(header: str, table: pd.DataFrame) -> str:
     if "ok" in table.columns:  # rows whose ok is blank are reported, not checked (KTD's contaminated models)
         verdicts = [bool(v) for v in table["ok"] if isinstance(v, (bool, np.bool_))]
         out.held, out.checked = sum(verdicts), len(verdicts)
+        if "expected" in table.columns:
+            out.unevaluated = int(table["expected"].astype(str).str.startswith(NOT_EVALUATED).sum())
         out.title = header.split(" (")[0].split(":")[0]
     return out
 
 
 # Where the docs say which of the demo's checks rest on too few documents to hold on every machine.
 FRAGILE_CHECKS = "docs/statistics.md#checks-that-fall-either-way"
+# How a check whose row is missing from its table reads (``expected``): counted, as not holding.
+NOT_EVALUATED = "not evaluated"
 
 
 def tally(blocks: Sequence[str]) -> str:
-    """One line: how many ground-truth checks hold over the sections, and where the others fail (then a
-    second line pointing to :data:`FRAGILE_CHECKS`); "" where no section checks anything."""
+    """One line: how many ground-truth checks hold over the sections, where the others fail and where a
+    check had no row to be made on (:data:`NOT_EVALUATED`; counted as not holding, but no chance failure),
+    then, where some fail, a second line pointing to :data:`FRAGILE_CHECKS`; "" where no section checks
+    anything."""
     checked = sum(getattr(b, "checked", 0) for b in blocks)
     if not checked:
         return ""
     held = sum(getattr(b, "held", 0) for b in blocks)
     line = f"Ground-truth checks: {held} of {checked} hold"
-    failing = [f"{b.checked - b.held} in {b.title}" for b in blocks if getattr(b, "checked", 0) > getattr(b, "held", 0)]
+    unevaluated = [f"{b.unevaluated} in {b.title}" for b in blocks if getattr(b, "unevaluated", 0)]
+    if unevaluated:
+        line += f"; {NOT_EVALUATED} (no row to check in its table): {', '.join(unevaluated)}"
+    failing = [f"{n} in {b.title}" for b in blocks
+               if (n := getattr(b, "checked", 0) - getattr(b, "held", 0) - getattr(b, "unevaluated", 0)) > 0]
     if not failing:
         return line
     return (f"{line}; failing (ok False above): {', '.join(failing)}\n"
@@ -436,7 +448,7 @@ def null_auc_range(n_member: int, n_nonmember: int, alpha: float = NULL_ALPHA) -
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
                       contaminated_min: float = 0.9, null_alpha: float = NULL_ALPHA,
                       decop_method: str = "decop-likelihood-prob", decop_min: float = 0.8, *,
-                      controlled: set[str] | None = None) -> pd.DataFrame:
+                      controlled: set[str] | None = None, scored_with: Sequence[str] = ()) -> pd.DataFrame:
     """Check the ground-truth expectations of a run against its summary.
 
     A model fine-tuned on a benchmark's members should separate them (AUC >= ``contaminated_min``);
@@ -448,8 +460,9 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
     bootstrap 95% interval should hold 0.5 -- DE-COP scores a few dozen documents.
     Base models are checked on the ``controlled`` benchmarks only (:func:`null_control_benchmarks`;
     None: every benchmark). A row whose documents lack members or non-members has no AUC: whichever its
-    check, it fails as "members and non-members". Returns one row per checked (benchmark, model, method)
-    with ``ok``.
+    check, it fails as "members and non-members". A check whose row is missing fails as
+    :data:`NOT_EVALUATED` (:func:`missing_checks`) rather than drop out of the count. Returns one row per
+    checked (benchmark, model, method) with ``ok``.
     """
     nulls = base_models(models)
     rows = []
@@ -478,7 +491,38 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
             expect, ok = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high
         rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
                      "expected": expect, "ok": bool(ok)})
+    # the probe's other scores of a pair say it was probed there: token_prob's headline and reference
+    # methods for the loss, DE-COP likelihood mode's other rows for its probability
+    probed = {method: lambda m: m in set(scored_with) or m.startswith("ref_"),
+              decop_method: lambda m: m.startswith(decop_method.removesuffix("-prob"))}
+    for check, siblings in probed.items():
+        for benchmark, model in missing_checks(summary, models, check, siblings, nulls, controlled):
+            rows.append({"benchmark": benchmark, "model": model, "method": check, "auc": math.nan,
+                         "expected": f"{NOT_EVALUATED}: no {check} row in metrics.csv", "ok": False})
     return pd.DataFrame(rows)
+
+
+def missing_checks(summary: pd.DataFrame, models: pd.DataFrame, method: str, probed: Callable[[str], bool],
+                   nulls: set[str], controlled: set[str] | None) -> list[tuple[str, str]]:
+    """The (benchmark, model) pairs whose ``method`` check has no row in ``summary``, on the benchmarks
+    where ``method`` or another score of its probe (``probed(method name)``) scored some model: a
+    contaminated model (``models.csv``'s ``contaminated_on``) or null control with another score of the
+    probe there (the method was left out of the run), and a contaminated model with no row at all there.
+    A base model no probe covers on a benchmark is no check, nor is a model a probe's ``models`` list
+    leaves out that other probes score."""
+    ran = set(summary.loc[summary["method"].astype(str).map(probed) | (summary["method"] == method), "benchmark"])
+    contaminated_on = models.get("contaminated_on", pd.Series("", index=models.index)).fillna("").astype(str)
+    missing = []
+    for benchmark in sorted(ran, key=str):
+        here = summary[summary["benchmark"] == benchmark]
+        for model, fine_tuned in zip(models["model"], contaminated_on):
+            contaminated = benchmark in fine_tuned.split(";")
+            if not (contaminated or is_null_control(benchmark, model, nulls, controlled)):
+                continue
+            mine = set(here.loc[here["model"] == model, "method"])
+            if method not in mine and (any(map(probed, mine)) or (contaminated and not mine)):
+                missing.append((benchmark, model))
+    return missing
 
 
 def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method: str = "loss",

@@ -114,10 +114,9 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
                      "n_tokens": int(block["n_tokens"].sum()), "n_invalid": int(block["n_invalid"].sum()),
                      "n_refusal": int(block["n_refusal"].sum()), "n_error": int(block["n_error"].sum()),
                      "rate_member": _rate(block[block["label"] == 1]),
-                     "rate_nonmember": _rate(block[block["label"] == 0]),
-                     "reference_scoring": ";".join(sorted(set(block.get("reference_scoring",
-                                                                        pd.Series(["causal"])).astype(str))))})
-    return table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left")
+                     "rate_nonmember": _rate(block[block["label"] == 0])})
+    # by benchmark, so the majority and random rows (no token type: no block above) say it too
+    return with_reference_scoring(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
 
 
 def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
