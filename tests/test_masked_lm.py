@@ -124,6 +124,57 @@ def test_masked_word_scores_match_the_authors_masked_string_one_word_at_a_time(t
     assert abs(moved["first_logprob"] - got[1]["first_logprob"]) > 1e-5  # the random model's is small, not nil
 
 
+def test_the_output_layer_reads_only_the_masked_positions_and_gives_the_full_logits_numbers(bert_backend,
+                                                                                            monkeypatch):
+    """The vocabulary projection runs on the masked positions' hidden states only (was every position of
+    every sequence: [B, T, V], 60 MB a 512-token BERT window), and the records are those the full logits
+    give (the model's own forward, as a masked LM whose head is not found is read)."""
+    from memaudit.models import masked_word_logprobs as masked
+
+    model, tok = bert_backend.model, bert_backend.tokenizer
+    words = ["Ishmael", "years", "precisely", "money", "purse", "sail", "watery", "world"]
+    spans = _spans(TEXT, words)
+    seen = []
+    projection = model.get_output_embeddings()  # the hidden size -> vocabulary layer
+    hook = projection.register_forward_hook(lambda module, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        got = masked.compute_masked_word_logprobs(model, tok, [TEXT], [spans], batch_size=3)[0]
+    finally:
+        hook.remove()
+    n_masked = sum(r["n_tokens"] for r in got)
+    assert all(len(shape) == 2 for shape in seen) and sum(shape[0] for shape in seen) == n_masked
+    monkeypatch.setattr(masked, "_masked_lm_head", lambda model: None)
+    full = masked.compute_masked_word_logprobs(model, tok, [TEXT], [spans], batch_size=3)[0]
+    assert [r["rank"] for r in got] == [r["rank"] for r in full]
+    for g, f in zip(got, full):
+        assert g["first_logprob"] == pytest.approx(f["first_logprob"], abs=1e-6), g["word"]
+        assert g["logprob"] == pytest.approx(f["logprob"], abs=1e-6), g["word"]
+
+
+@pytest.mark.parametrize(("architecture", "head"), [("BertForMaskedLM", "cls"), ("RobertaForMaskedLM", "lm_head"),
+                                                    ("AlbertForMaskedLM", "predictions"),
+                                                    ("DistilBertForMaskedLM", None),
+                                                    ("DebertaV2ForMaskedLM", "cls"),
+                                                    ("DebertaV2ForMaskedLM/new", None)])
+def test_a_masked_lms_own_head_is_found_where_it_is_one_module_beside_the_encoder(architecture, head):
+    """BERT, RoBERTa, ALBERT and a legacy DeBERTa-v2: the encoder and one head module holding the output
+    embeddings, applied to the encoder's last hidden states as the model's forward applies it. DistilBERT's
+    head is four modules the forward chains, a new DeBERTa-v2's takes the word embeddings too: unknown, so
+    the full logits are read."""
+    import transformers
+
+    from memaudit.models.masked_word_logprobs import _masked_lm_head
+
+    architecture, _, new = architecture.partition("/")
+    cls = getattr(transformers, architecture)
+    kind = {"DebertaV2": "deberta-v2"}.get(name := architecture.removesuffix("ForMaskedLM"), name.lower())
+    config = transformers.AutoConfig.for_model(kind, vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                               num_attention_heads=2, intermediate_size=32, embedding_size=16,
+                                               dim=16, n_layers=1, n_heads=2, hidden_dim=32, legacy=not new)
+    model = cls(config)
+    assert _masked_lm_head(model) is (None if head is None else getattr(model, head))
+
+
 def test_a_window_longer_than_the_model_is_cut_around_the_word(bert_backend):
     """64 positions: a word near the end of a long window keeps itself and the tokens around it."""
     text = " ".join([TEXT] * 3)

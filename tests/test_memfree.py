@@ -176,6 +176,27 @@ def test_a_row_cut_at_a_stop_string_counts_the_tokens_up_to_it_not_up_to_the_che
         assert (g.text, g.output_tokens, g.meta["token_ids"], g.meta["finish_reason"]) == (head, n, ids[:n], "stop")
 
 
+def test_one_prompt_at_a_time_cut_at_a_stop_string_counts_every_token_decoded_and_no_stop_position(
+        tiny_backend, monkeypatch):
+    """One prompt at a time decodes to its token limit and is cut afterwards: ``output_tokens`` counts every
+    token decoded (the docs' contract), so where the stop string ends among them is not looked for (that
+    count, a binary search of decodes, was computed and thrown away)."""
+    from memaudit.backends import hf
+    from memaudit.backends.base import GenerationParams
+
+    free = tiny_backend.generate_batched(TEXTS[:1], GenerationParams(max_new_tokens=12, chat=False))[0]
+    ids = free.meta["token_ids"]
+    head, word = (tiny_backend.tokenizer.decode(ids[i:i + 1]) for i in (0, 1))
+
+    def no_count(*args):
+        raise AssertionError("the stop string's token count was computed")
+
+    monkeypatch.setattr(hf, "_first_stop_end", no_count)
+    g = tiny_backend.generate(TEXTS[:1], GenerationParams(max_new_tokens=12, chat=False, stop=(word,)))[0]
+    assert (g.text, g.output_tokens, g.meta) == (head, 12, {"finish_reason": "stop", "stop_sequence": word})
+    assert hf.cut_answer(tiny_backend.tokenizer, ids, [word], count=False) == (head, word, None)
+
+
 def test_a_stop_string_that_is_a_special_token_stops_at_that_token(tiny_backend):
     """A stop string that is one of the tokenizer's special tokens (a config's ``"<|im_end|>"``) never
     matched: answers are decoded without their special tokens, so it was never in the text and the answer

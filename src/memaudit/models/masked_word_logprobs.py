@@ -17,13 +17,16 @@ The window's tokens are those of the window's own tokenisation (fast tokenizer, 
 the word's pieces are the window's tokens that overlap the span, so a word is split as it is in
 context. One sequence per word (``[CLS] window [SEP]``, the tokenizer's own special tokens), sequences
 batched by length. A window longer than ``max_tokens`` (with the special tokens) is cut to tokens
-around the word, ``truncated`` in its record. :func:`masked_word_logprobs_loop` is the authors' way,
+around the word, ``truncated`` in its record. The output layer (hidden size -> vocabulary) reads the masked
+positions only, where the model is an encoder and one head module (:func:`_masked_lm_head`); other
+models give their full ``[B, T, V]`` logits. :func:`masked_word_logprobs_loop` is the authors' way,
 a string with ``[MASK]`` put in and tokenised again; the two agree to float rounding where the word
 is aligned with its pieces (``tests/test_masked_lm.py``).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -92,6 +95,34 @@ def _check_tokenizer(tokenizer) -> None:
         raise ValueError(f"a masked LM's tokenizer needs a mask token; {type(tokenizer).__name__} has none")
 
 
+def _masked_lm_head(model):
+    """The module that turns the encoder's last hidden states into a masked LM's logits, position by position
+    (``BertForMaskedLM.cls``, ``RobertaForMaskedLM.lm_head``, ``AlbertForMaskedLM.predictions``), or None:
+    the model's children must be its base model and one module holding its output embeddings and taking
+    one argument, the layout whose forward is ``head(base_model(...)[0])``. A head in several modules
+    (DistilBERT's) or taking more (DeBERTa-v2's, given the word embeddings) is None."""
+    children = dict(model.named_children())
+    base, output = getattr(model, "base_model", None), model.get_output_embeddings()
+    heads = [m for m in children.values() if m is not base]
+    if base is None or base is model or output is None or len(children) != 2 or len(heads) != 1:
+        return None
+    head = heads[0]
+    required = [p for p in inspect.signature(head.forward).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return head if len(required) == 1 and any(m is output for m in head.modules()) else None
+
+
+def _masked_position_logits(model, ids, mask, rows, positions):
+    """The logits ``[N, V]`` at ``(rows[i], positions[i])`` of a ``[B, T]`` batch: the head applied to those
+    positions' hidden states only (a 512-token BERT window's full logits are 60 MB), else read from the
+    model's full logits."""
+    head = _masked_lm_head(model)
+    if head is None:
+        return model(input_ids=ids, attention_mask=mask).logits[rows, positions]
+    hidden = model.base_model(input_ids=ids, attention_mask=mask)[0]
+    return head(hidden[rows, positions])
+
+
 def compute_masked_word_logprobs(model, tokenizer, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]],
                                  *, bounds: Sequence[Sequence[tuple[int, int]]] | None = None,
                                  batch_size: int = 8, max_tokens: int | None = None) -> list[list[dict]]:
@@ -123,9 +154,9 @@ def compute_masked_word_logprobs(model, tokenizer, texts: Sequence[str], spans: 
     with torch.inference_mode():
         for batch in length_buckets([len(s.ids) for s in seqs], batch_size):
             ids, mask = right_padded([seqs[j].ids for j in batch], range(len(batch)), pad)
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
             rows = [(r, p) for r, j in enumerate(batch) for p in seqs[j].positions]
-            kept = logits[[r for r, _ in rows], [p for _, p in rows]]
+            kept = _masked_position_logits(model, ids.to(device), mask.to(device), [r for r, _ in rows],
+                                           [p for _, p in rows])
             targets = torch.tensor([t for j in batch for t in seqs[j].targets], device=device)
             lps, ranks = _read_rows(kept, targets)
             n = 0
