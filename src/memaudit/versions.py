@@ -48,20 +48,22 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="d526e86e102fbe36"),
+                      fingerprint="d0fedc84e3168fd6"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="d288272e87730134"),
+                    fingerprint="7309ef359bacf99a"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
     # constant up to rounding is nan (was p = 0 where their means differ); 10: a selection table's power
     # where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0)
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=10,
-                   fingerprint="b459d352bbbb99e0"),
+                   fingerprint="9df11a5066e7d839"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
-    "figures": Stage(("memaudit.figures.plots",), version=2, fingerprint="429bf5a024df61e0"),
+    # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
+    # lying wholly above or below its AUC was drawn from the point, clipped)
+    "figures": Stage(("memaudit.figures.plots",), version=3, fingerprint="f8ba8e68ab040acd"),
 }
 
 

@@ -53,7 +53,8 @@ from memaudit.errors import InputError
 # their letters ("ﬁnance" was one character other than "fi"). user_books 4: a PDF's word hyphenated at a line's
 # end is joined only where both sides are lowercase ("COVID-\n19" was "COVID19"); soft hyphens are dropped and
 # no-break spaces read as spaces (clean_text).
-# user_books 5: a file name stored in NFD matches its labels row in NFC, and its id is the NFC name's.
+# user_books 5: a file name stored in NFD matches its labels row in NFC, and its id is the NFC name's; a PDF's
+# compound broken at its own hyphen at a line's end keeps the hyphen ("well-\nknown" was "wellknown").
 SOURCE_VERSIONS = {"demo_qa": 2, "user_books": 5}
 
 

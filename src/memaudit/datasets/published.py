@@ -99,7 +99,8 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # EM 1 against it). wikimia 2, member_texts 2, nyt 3, qa 3, booktection 2, arxivtection 2: a text in NFC and in
 # NFD is one text (duplicates and label conflicts found, one doc_id), and a non-member sharing a 13-word run with
 # a member has a kept row (wikimia, member_texts, nyt). articles 3: a file name stored in NFD (a Mac's disk)
-# matches its dates.csv row in NFC and keeps the NFC name's id. qa 3 also: a question or choice repeated in
+# matches its dates.csv row in NFC and keeps the NFC name's id, and a PDF's compound broken at its own hyphen
+# at a line's end keeps the hyphen. qa 3 also: a question or choice repeated in
 # another Unicode form is reported as the same question (its id from the NFC text).
 FORMAT_VERSIONS = {"bookmia": 3, "nyt": 3, "wikimia": 2, "member_texts": 2, "booktection": 2, "arxivtection": 2,
                    "copybench": 2, "qa": 3, "articles": 3}

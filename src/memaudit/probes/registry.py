@@ -122,7 +122,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="86814d4331056bec",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="065204fac1cc1e36",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -130,7 +130,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="f4b4e42aac2a1af1")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="5703b4394f3e2b62")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -144,7 +144,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # special token is no part of its continuation (backends.hf.generate_text)
         # 7: a stop string that is a special token (probes.prefix.stop) ends the continuation there (it was
         # decoded away and never matched)
-        version=7, fingerprint="0a424f056813e600",
+        version=7, fingerprint="6643cbf62057d32d",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -170,15 +170,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # I cannot ..." is a refusal
         # 8: the black-box table's n_invalid, n_refusal and n_error count per document and passage length
         # (each length's row held every length's total)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=8, fingerprint="e6da21af59f29077",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=8, fingerprint="dac4cf8bf52a5220",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="b60277cc745b5399"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="5327fb2c61eecba0"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="913263f941c7b57a")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="cd641ca41a68de44")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -206,14 +206,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # token that is no special token is no part of the text (backends.hf.generate_text)
         # 7: a prompt file's own system text is sent under the system decoding, and under every decoding where
         # the file sets enable_system (the built-in reminder was sent, enable_system ignored), as the reference
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=7, fingerprint="75d2cbe7955f283a",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=7, fingerprint="e16a6541ddc1d050",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="9956515e1b554e6b"),
+                               version=6, fingerprint="bcacc53fd710ee3a"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0")
                 "summary": Stage(("memaudit.probes.copybench.summary",),
@@ -247,15 +247,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
         # version 13: the baselines' validation part holds whole documents (no document on both sides of the
         # split); n_texts is the mean test size over draws
-        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="2a7c89ad1e49a1d0",
+        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="990edbf2ac24ed93",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="34cab29e1c6daf51"),
+                              version=9, fingerprint="0adf5beadcb855fe"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=7, fingerprint="68cfe166eaf443b7")},
+                                 version=7, fingerprint="538af8ef4556c91c")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -287,16 +287,17 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":";
         # a reply's guess is its first <word> tag holding a word (an empty first tag hid the answer); a word longer
         # than half a max_tokens window is read from a window holding its first token (it failed)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="2d2cd523971b78fa",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="904081a4c9cc5f81",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=7, fingerprint="4a7a217f33900445"),
+                               version=7, fingerprint="681985b73293eb5a"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
+                # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=6, fingerprint="c53418cbbefcf637")},
+                                 version=7, fingerprint="d16d04cc69440292")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
