@@ -311,6 +311,23 @@ def test_a_length_floor_for_an_api_paraphraser_is_an_error_not_ignored():
     assert validate_config(ok)["probes"]["decop"]["paraphrase"]["min_length"] == 0.9
 
 
+def test_the_verbatim_run_limit_has_no_default_and_names_its_key_when_out_of_range():
+    """probes.decop.paraphrase.max_verbatim_run (quality control's containment check): absent, the
+    decop_items and ktd_pool jobs' params are as before it existed (quality control reads 0.5)."""
+    from memaudit.probes.decop.paraphrase import QCSettings
+    from memaudit.probes.decop.plan import item_settings
+
+    settings = item_settings(validate_config(copy.deepcopy(CI)), "novels")["paraphrase"]
+    assert "max_verbatim_run" not in settings and QCSettings.from_config(settings).max_verbatim_run == 0.5
+    for value, why in ((0, "must be > 0, not the number 0"), (1.5, "must be <= 1, not the number 1.5"),
+                       ("half", "must be a number, not the string 'half'")):
+        msg = bad(lambda c: c["probes"]["decop"]["paraphrase"].update(max_verbatim_run=value))
+        assert msg == f"config key probes.decop.paraphrase.max_verbatim_run: {why}"
+    ok = copy.deepcopy(CI)
+    ok["probes"]["decop"]["paraphrase"].update(max_verbatim_run=0.8)
+    assert QCSettings.from_config(validate_config(ok)["probes"]["decop"]["paraphrase"]).max_verbatim_run == 0.8
+
+
 def test_local_sampling_keys_for_an_api_paraphraser_are_errors_and_have_no_default():
     """probes.decop.paraphrase.top_k, top_p and prefix are read by a local paraphraser's sampling only
     (an API model samples as its API does); absent, they add nothing to the jobs' params."""

@@ -740,6 +740,72 @@ def test_a_retry_asks_only_for_the_paraphrases_still_missing(encoder):
     assert para.wanted == [[3], [2]] and res.paraphrases == good and res.n_candidates == 5
 
 
+# 54 words, and a "paraphrase" that holds all of them verbatim plus one invented sentence: a character
+# similarity of 0.84 (under max_similarity's 0.9) and 1.35 times the length, so nothing but the verbatim
+# run tells it from a paraphrase; as a distractor it gave the question two verbatim options
+LIBRARY = ("The committee met on a Tuesday morning to decide the fate of the old library. Some members wanted to "
+           "sell the building to a developer, while others argued that the town would lose its last quiet place "
+           "to read. After three hours of debate they agreed to keep it open for one more year.")
+LIBRARY_PLUS = LIBRARY + (" Nobody noticed that the mayor had quietly slipped out of the room long before the vote "
+                          "was finally taken.")
+LIBRARY_PARAPHRASES = [
+    "On Tuesday morning the committee gathered to settle what would become of the old library. A few members "
+    "hoped to sell the building to a developer; others said the town would lose its last quiet place to read. "
+    "Three hours of argument later, they agreed it would stay open for another year.",
+    "The old library's future was debated by the committee on a Tuesday morning. Some wished to hand the "
+    "building over to a developer, while the rest warned that the town would be left without a calm spot for "
+    "reading. After a long debate, they chose to keep it running for a further year.",
+    "Meeting on Tuesday, the committee weighed whether to keep the old library. Selling it to a developer had "
+    "supporters, but others feared losing the town's only quiet reading place. They finally agreed, after three "
+    "hours, to leave it open one more year."]
+
+
+def test_a_paraphrase_holding_a_long_verbatim_run_of_the_passage_is_rejected():
+    from memaudit.probes.decop.paraphrase import similarity
+
+    qc = QCSettings()
+    assert len(LIBRARY.split()) == 54 and round(similarity(LIBRARY, LIBRARY_PLUS), 2) == 0.84
+    assert check_paraphrase(LIBRARY, LIBRARY_PLUS, [], 0.95, qc) == "verbatim_run"
+    # paraphrases that share phrases with it ("sell the building to a developer", 6 words; "the town would
+    # lose its last quiet place to read", 10 words: under a fifth of the passage) are kept
+    assert [check_paraphrase(LIBRARY, p, [], 0.9, qc) for p in LIBRARY_PARAPHRASES] == [None, None, None]
+    # the run is counted on lower-cased words, punctuation aside, as a share of the passage's words:
+    # 27 of 54 (the first half, then the second half rewritten) is rejected at the default 0.5, 26 kept
+    words = LIBRARY.split()
+    rest = "Hours of arguing later, members settled on keeping it going for a single extra year."
+    half = " ".join(words[:27]).upper() + " it would be lost; the town said so, and its quiet place too. " + rest
+    assert check_paraphrase(LIBRARY, half, [], 0.9, qc) == "verbatim_run"
+    less = " ".join(words[:26]) + " builder, and some said the town would be lost without it as a quiet place. " + rest
+    assert check_paraphrase(LIBRARY, less, [], 0.9, qc) is None
+    # configurable: probes.decop.paraphrase.max_verbatim_run (absent: 0.5; at 1 only a whole copy is rejected)
+    assert QCSettings.from_config({}).max_verbatim_run == 0.5
+    assert check_paraphrase(LIBRARY, half, [], 0.9, QCSettings.from_config({"max_verbatim_run": 0.6})) is None
+    whole = QCSettings.from_config({"max_verbatim_run": 1.0})
+    assert [check_paraphrase(LIBRARY, c, [], 0.95, whole) for c in (LIBRARY_PLUS, half)] == ["verbatim_run", None]
+
+
+def test_a_verbatim_run_is_asked_again_and_counted_in_the_qc_table(encoder):
+    from memaudit.probes.decop.paraphrase import paraphrase_with_qc, quality_table
+
+    class Scripted:
+        def __init__(self):
+            self.wanted = []
+            self.replies = [[LIBRARY_PARAPHRASES[0], LIBRARY_PLUS, LIBRARY_PARAPHRASES[1]], [LIBRARY_PARAPHRASES[2]]]
+
+        def candidates(self, texts, lengths, attempt, wanted=None):
+            self.wanted.append(list(wanted))
+            return [self.replies[attempt]]
+
+    para = Scripted()
+    [res] = paraphrase_with_qc([LIBRARY], [64], para, encoder, QCSettings(max_attempts=3))
+    assert para.wanted == [[3], [1]] and res.attempts == 2 and res.n_candidates == 4
+    assert {k: v for k, v in res.rejected.items() if v} == {"verbatim_run": 1}
+    assert res.paraphrases == LIBRARY_PARAPHRASES
+    table = quality_table([("library", 1, "evaluate")], [res], paraphraser="scripted", per_passage=3)
+    assert table.loc[0, ["n_candidates", "n_verbatim_run", "verbatim_run_rate", "accept_rate"]].tolist() == \
+        [4, 1, 0.25, 0.75]
+
+
 def test_local_paraphrases_are_trimmed_to_the_passage_length_at_sentence_ends():
     from memaudit.probes.decop.paraphrase import trim_to_length
 

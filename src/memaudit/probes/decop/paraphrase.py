@@ -8,7 +8,8 @@ model (the KTD paper's T5) reads "paraphrase: <passage>" and is sampled by
 ``generate()`` (:class:`Seq2SeqParaphraser`).
 
 Quality control (:func:`check_paraphrase`) rejects a candidate that is empty,
-identical or near-identical to the passage or to an accepted paraphrase, far off
+identical or near-identical to the passage or to an accepted paraphrase, holds a
+verbatim run of half the passage's words or more (``max_verbatim_run``), far off
 in length (word ratio outside ``length_ratio``, 0.6-1.6) or semantically
 unrelated (MiniLM cosine below ``min_cosine``); rejected slots are asked again,
 up to ``max_attempts`` rounds. A passage that never gets three accepted
@@ -30,10 +31,17 @@ from memaudit.backends.base import GenerationParams
 # re-exported: workflow/scripts/decop_items.py imports it from here (editing a script reruns its jobs)
 from memaudit.models.encoder import MiniLMEncoder  # noqa: F401
 from memaudit.probes.decop.prompts import PARAPHRASE_PROMPT_SINGLE, paraphrase_prompt, parse_paraphrases
+from memaudit.probes.overlap import longest_common_run
 
 log = logging.getLogger(__name__)
 
-REASONS = ("empty", "near_identical", "duplicate", "length", "unrelated")
+REASONS = ("empty", "near_identical", "verbatim_run", "duplicate", "length", "unrelated")
+
+# Where probes.decop.paraphrase.max_verbatim_run is absent (no schema default: a config without it
+# keeps its jobs' params). Half: a distractor whose one verbatim run is as long as the rest of the
+# passage is recognised as the passage is; the demo's paraphrases share runs of a median 0.11 of it
+# (0.33 at the 90th percentile; docs/probes/decop.md#the-verbatim-run-check).
+DEFAULT_MAX_VERBATIM_RUN = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,12 +50,15 @@ class QCSettings:
     length_ratio: tuple[float, float] = (0.6, 1.6)
     max_similarity: float = 0.9  # difflib ratio at or above which a candidate is near-identical
     max_attempts: int = 3
+    # longest run of the passage's words a candidate repeats, as a share of them, at or above which it is rejected
+    max_verbatim_run: float = DEFAULT_MAX_VERBATIM_RUN
 
     @classmethod
     def from_config(cls, cfg: dict) -> "QCSettings":
         lo, hi = cfg.get("length_ratio", [0.6, 1.6])
         return cls(float(cfg.get("min_cosine", 0.5)), (float(lo), float(hi)),
-                   float(cfg.get("max_similarity", 0.9)), int(cfg.get("max_attempts", 3)))
+                   float(cfg.get("max_similarity", 0.9)), int(cfg.get("max_attempts", 3)),
+                   float(cfg.get("max_verbatim_run", DEFAULT_MAX_VERBATIM_RUN)))
 
 
 def _norm(text: str) -> str:
@@ -59,6 +70,13 @@ def similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, _norm(a), _norm(b), autojunk=False).ratio()
 
 
+def verbatim_run_share(original: str, candidate: str) -> float:
+    """The longest run of consecutive words of ``original`` that ``candidate`` repeats (normalised
+    as :func:`similarity` does), over ``original``'s words: 1 where it holds the whole passage."""
+    words = _norm(original).split()
+    return longest_common_run(words, _norm(candidate).split()) / max(1, len(words))
+
+
 def check_paraphrase(original: str, candidate: str, accepted: Sequence[str], cosine: float,
                      qc: QCSettings) -> str | None:
     """The first reason to reject ``candidate`` (see :data:`REASONS`), or ``None`` to accept it."""
@@ -66,6 +84,10 @@ def check_paraphrase(original: str, candidate: str, accepted: Sequence[str], cos
         return "empty"
     if similarity(original, candidate) >= qc.max_similarity:
         return "near_identical"
+    # the passage copied whole (or most of it) with a sentence added is under max_similarity and the
+    # length ratio, yet as a distractor it is a second verbatim option, and as a knockoff no knockoff
+    if verbatim_run_share(original, candidate) >= qc.max_verbatim_run:
+        return "verbatim_run"
     if any(similarity(a, candidate) >= qc.max_similarity for a in accepted):
         return "duplicate"
     ratio = len(candidate.split()) / max(1, len(original.split()))
