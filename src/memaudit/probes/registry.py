@@ -170,12 +170,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # I cannot ..." is a refusal
         # 8: the black-box table's n_invalid, n_refusal and n_error count per document and passage length
         # (each length's row held every length's total)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=8, fingerprint="dac4cf8bf52a5220",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=8, fingerprint="66af9af42f2bf333",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=6, fingerprint="5327fb2c61eecba0"),
+        # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
+        # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=7, fingerprint="eacbb3cc1fd6dd0e"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 "summary": Stage(("memaudit.probes.decop.figures",), version=2, fingerprint="cd641ca41a68de44")},
@@ -247,12 +249,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # version 12: the gradient score reads the same tokens, no part of a character cut by max_tokens
         # version 13: the baselines' validation part holds whole documents (no document on both sides of the
         # split); n_texts is the mean test size over draws
-        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="990edbf2ac24ed93",
+        runner="memaudit.probes.ktd.runner:run_job", version=13, fingerprint="86fee091564b537d",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
+        # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=9, fingerprint="0adf5beadcb855fe"),
+                              version=10, fingerprint="4a298c5529bd44d8"),
                 # the tables and figures over every model's selections (ktd_summary)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
                                  version=7, fingerprint="538af8ef4556c91c")},
