@@ -696,8 +696,9 @@ def test_the_decop_headline_flags_answers_that_favour_one_letter(tmp_path):
 
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
-    base model the bootstrap interval must hold 0.5 (a wide interval around 0.3 passes, a tight one
-    around 0.7 fails). Other DE-COP scores (here the accuracy) are reported, not checked."""
+    base model the AUC must fall in the null range of its documents, as the loss's (12 + 12: [0.190,
+    0.810]; 0.3 and 0.7 pass whatever their bootstrap intervals, 0.85 fails). Other DE-COP scores (here
+    the accuracy) are reported, not checked."""
     from memaudit.stats.headline import demo_expectations
 
     row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob", "n_member": 12,
@@ -707,14 +708,17 @@ def test_demo_expectations_for_decop_likelihood():
         {**row, "model": "weak", "contaminated": True, "auc": 0.75, "auc_ci_low": 0.6, "auc_ci_high": 0.9},
         {**row, "model": "base", "auc": 0.3, "auc_ci_low": 0.1, "auc_ci_high": 0.55},
         {**row, "model": "base2", "auc": 0.7, "auc_ci_low": 0.58, "auc_ci_high": 0.82},
+        {**row, "model": "base3", "auc": 0.85, "auc_ci_low": 0.7, "auc_ci_high": 0.95},
         {**row, "model": "base", "method": "decop-likelihood", "auc": 0.9, "auc_ci_low": 0.8, "auc_ci_high": 1.0},
     ])
-    models = pd.DataFrame({"model": ["base", "base2", "tuned", "weak"], "base": [None, None, "base", "base"]})
+    models = pd.DataFrame({"model": ["base", "base2", "base3", "tuned", "weak"],
+                           "base": [None, None, None, "base", "base"]})
     got = demo_expectations(summary, models)
     assert [(r.model, r.method, r.expected, r.ok) for r in got.itertuples()] == [
         ("tuned", "decop-likelihood-prob", ">= 0.8", True), ("weak", "decop-likelihood-prob", ">= 0.8", False),
-        ("base", "decop-likelihood-prob", "95% CI holds 0.5", True),
-        ("base2", "decop-likelihood-prob", "95% CI holds 0.5", False)]
+        ("base", "decop-likelihood-prob", "in [0.190, 0.810]", True),
+        ("base2", "decop-likelihood-prob", "in [0.190, 0.810]", True),
+        ("base3", "decop-likelihood-prob", "in [0.190, 0.810]", False)]
 
 
 def test_a_checked_row_without_members_or_non_members_says_so():

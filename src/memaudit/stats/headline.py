@@ -456,8 +456,12 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
     :func:`null_auc_range` of the split's documents at level ``null_alpha``; where the labels were drawn per book (``ci_books`` set), the books'
     means alike by Welch's two-sided t-test at ``null_alpha`` instead. DE-COP's likelihood mode (``decop_method``; by default its mean
     probability of the verbatim option, since accuracy over the demo's one or two passages per document
-    takes a few values) should reach ``decop_min`` on the contaminated models; on a base model its
-    bootstrap 95% interval should hold 0.5 -- DE-COP scores a few dozen documents.
+    takes a few values) should reach ``decop_min`` on the contaminated models; on a base model it is
+    checked as the loss is, against :func:`null_auc_range` of its documents (DE-COP scores a dozen or
+    a few dozen documents, whose range is wide). It was "the bootstrap 95% interval holds 0.5": a test
+    at the 5% level (a false alarm one run in twenty, more where a percentile interval of a dozen
+    documents undercovers), where the loss's null check is at ``null_alpha``; session 62's demo run
+    gave a base model 0.829 over 7 + 5 documents, its interval above 0.5, inside the null range.
     Base models are checked on the ``controlled`` benchmarks only (:func:`null_control_benchmarks`;
     None: every benchmark). A row whose documents lack members or non-members has no AUC: whichever its
     check, it fails as "members and non-members". A check whose row is missing fails as
@@ -476,8 +480,6 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
         elif bool(r.contaminated):
             floor = decop_min if is_decop else contaminated_min
             expect, ok = f">= {floor}", r.auc >= floor
-        elif is_decop:
-            expect, ok = "95% CI holds 0.5", r.auc_ci_low <= 0.5 <= r.auc_ci_high
         elif not pd.isna(getattr(r, "ci_books", math.nan)):
             # labels drawn per book (split_by: book): a book's chapters share its level, so the documents'
             # AUC strays from 0.5 by chance far more than null_auc_range allows (its labels are drawn
