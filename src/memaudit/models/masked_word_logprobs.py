@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from memaudit.models.token_stats import length_buckets
-from memaudit.models.word_logprobs import WordTokens, _read_rows, align_span, require_fast
+from memaudit.models.word_logprobs import WordTokens, _read_rows, align_span, check_spans, require_fast
 
 SCORING = "masked"  # a record's ``scoring``: the word read with both sides of its context
 
@@ -136,15 +136,11 @@ def compute_masked_word_logprobs(model, tokenizer, texts: Sequence[str], spans: 
 
     from memaudit.models.forward import right_padded
 
-    if len(texts) != len(spans) or (bounds is not None and len(bounds) != len(texts)):
-        raise ValueError(f"{len(texts)} texts but {len(spans)} span lists"
-                         + ("" if bounds is None else f" and {len(bounds)} bound lists"))
+    check_spans(texts, spans, bounds)
     _check_tokenizer(tokenizer)
     seqs, where = [], []
     for ti, (text, text_spans) in enumerate(zip(texts, spans)):
         text_bounds = bounds[ti] if bounds is not None else [(0, len(text))] * len(text_spans)
-        if len(text_bounds) != len(text_spans):
-            raise ValueError(f"text {ti}: {len(text_spans)} spans but {len(text_bounds)} bounds")
         for si, ((s, e), b) in enumerate(zip(text_spans, text_bounds)):
             seqs.append(_masked_sequence(tokenizer, text, s, e, tuple(b), max_tokens))
             where.append((ti, si))

@@ -55,7 +55,8 @@ from typing import Iterable, Sequence
 
 from memaudit.models.forward import cache_keyword, common_prefix_length, right_padded
 from memaudit.models.token_stats import context_token_id, length_buckets
-from memaudit.models.word_logprobs import WordTokens, _forward_rows, _read_rows, align_span, encode_with_offsets
+from memaudit.models.word_logprobs import (WordTokens, _forward_rows, _read_rows, align_span, check_spans,
+                                           encode_with_offsets)
 
 SCORING = "window"  # a record's ``scoring``: a causal LM's candidate fills scored by whole-window likelihood
 WORD_MARKS = ("\u0120", "\u2581")  # the markers of a token that starts a word: GPT-2's "Ġ", SentencePiece's "▁"
@@ -244,11 +245,10 @@ def _summed(model, seqs: Sequence[Sequence[int]], froms: Sequence[int], batch_si
 
 def _record(text: str, start: int, end: int, slot: _Slot, word_ll: float, fills: Sequence[str],
             fill_lls: Sequence[float], left_lp: float, left_rank: int) -> dict:
-    import math
+    from scipy.special import logsumexp
 
     lls = [word_ll, *fill_lls]
-    top = max(lls)
-    norm = top + math.log(sum(math.exp(v - top) for v in lls))
+    norm = float(logsumexp(lls))
     best = max(range(len(lls)), key=lambda i: (lls[i], -i))
     logprob = word_ll - norm
     return {"start": start, "end": end, "word": text[start:end], "logprob": logprob, "first_logprob": logprob,
@@ -261,12 +261,7 @@ def _record(text: str, start: int, end: int, slot: _Slot, word_ll: float, fills:
 def _check(texts, spans, bounds, fills: int) -> None:
     if fills < 1:
         raise ValueError(f"fills: {fills}; whole-window scoring needs at least one candidate fill")
-    if len(texts) != len(spans) or (bounds is not None and len(bounds) != len(texts)):
-        raise ValueError(f"{len(texts)} texts but {len(spans)} span lists"
-                         + ("" if bounds is None else f" and {len(bounds)} bound lists"))
-    for ti, text_spans in enumerate(spans):
-        if bounds is not None and len(bounds[ti]) != len(text_spans):
-            raise ValueError(f"text {ti}: {len(text_spans)} spans but {len(bounds[ti])} bounds")
+    check_spans(texts, spans, bounds)
 
 
 def compute_window_word_logprobs(model, tokenizer, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]],
@@ -296,9 +291,8 @@ def compute_window_word_logprobs(model, tokenizer, texts: Sequence[str], spans: 
             last, cache = _prefix_pass(model, slot.ids[:n])
             logp = torch.log_softmax(last.float(), dim=-1)
             first = slot.ids[n]
-            left_lp, left_rank = float(logp[first]), int((logp > logp[first]).sum())
-            order = torch.argsort(logp, descending=True).cpu().tolist()
-            words = fill_words(tokenizer, iter(order), text[s:e], first, fills)
+            (left_lp,), (left_rank,) = _read_rows(last[None], torch.tensor([first], device=last.device))
+            words = fill_words(tokenizer, torch.argsort(logp, descending=True).cpu().tolist(), text[s:e], first, fills)
             kept = [(w, q) for w, q in zip(words, _fill_sequences(tokenizer, ctx, text, slot, s, e, words, max_tokens))
                     if q is not None]
             group = [slot.ids] + [q for _, q in kept]

@@ -63,6 +63,16 @@ def require_fast(tokenizer) -> None:
                          f"{type(tokenizer).__name__} is not one")
 
 
+def check_spans(texts: Sequence[str], spans: Sequence[Sequence], bounds: Sequence[Sequence] | None = None) -> None:
+    """One span list per text, and, with ``bounds``, one ``(left, right)`` window per span."""
+    if len(texts) != len(spans) or (bounds is not None and len(bounds) != len(texts)):
+        raise ValueError(f"{len(texts)} texts but {len(spans)} span lists"
+                         + ("" if bounds is None else f" and {len(bounds)} bound lists"))
+    for ti, text_spans in enumerate(spans):
+        if bounds is not None and len(bounds[ti]) != len(text_spans):
+            raise ValueError(f"text {ti}: {len(text_spans)} spans but {len(bounds[ti])} bounds")
+
+
 def encode_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids of ``text`` (no special tokens) and each token's character span."""
     require_fast(tokenizer)

@@ -290,12 +290,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":";
         # a reply's guess is its first <word> tag holding a word (an empty first tag hid the answer); a word longer
         # than half a max_tokens window is read from a window holding its first token (it failed)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="904081a4c9cc5f81",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="a150f5e14dc53a0a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=7, fingerprint="681985b73293eb5a"),
+                               version=7, fingerprint="bb72a6b0f38a6566"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
