@@ -72,6 +72,17 @@ def test_every_page_a_report_caption_names_exists():
     assert [(c, p) for c, p in sorted(named) if not (ROOT / p).exists()] == []
 
 
+def test_the_reports_front_page_lists_every_category_the_rules_use():
+    """workflow.rst tells a reader how the report is grouped: every ``category=`` of the rules is in its list
+    (a family's rule file adds one), and the list names no category that no rule uses."""
+    rules = "".join(p.read_text() for p in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
+    used = set(re.findall(r'\bcategory="([^"{]+)"', rules))
+    assert {"Summary", "DE-COP", "KTD", "Cloze probes", "CopyBench", "FDR-controlled selection"} <= used
+    front = (ROOT / "workflow" / "report" / "workflow.rst").read_text()
+    listed = set(re.search(r"grouped by category \(([^)]*)\)", front).group(1).replace("\n", " ").split(", "))
+    assert sorted(listed) == sorted(used)
+
+
 # ----------------------------------------------------------------------------- config/README.md against the schema
 
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
