@@ -190,6 +190,31 @@ def test_books_from_a_benchmarks_documents_gives_the_workflows_book_counts(tmp_p
     assert rc == 0 and list(pd.read_csv(tmp_path / "c.csv")["ci_books"]) == [8, 8]
 
 
+def test_a_missing_book_is_an_error_naming_its_line_not_a_book_of_its_own(tmp_path):
+    """An empty --book-col cell was read as a book named '': the blank rows of a side became one book
+    (or, blank on both sides, a book with both labels, and the note blamed the labels)."""
+    src = tmp_path / "books.csv"
+    src.write_text("score,label,book\n0.9,1,A\n0.8,1,A\n0.7,1,B\n0.75,1, \n0.2,0,C\n0.3,0,C\n0.1,0,D\n0.4,0,D\n")
+    rc, printed, err = _run("--input", str(src), "--book-col", "book", *FAST)
+    assert (rc, printed, err) == (2, "", f"memaudit stats: error: {src}, line 5: column 'book' is missing\n")
+
+
+def test_books_from_a_file_that_is_no_documents_table_is_an_error_naming_its_line(tmp_path):
+    """--books-from a JSONL whose records lack doc_id or a meta object (not a benchmark's documents.jsonl):
+    a one-line error naming the file, the line and the key, exit 2 (was a KeyError traceback, exit 1)."""
+    (tmp_path / "scores.csv").write_text("doc_id,score,label\na,0.9,1\nb,0.1,0\n")
+    documents = tmp_path / "documents.jsonl"
+    for lines, message in [('{"doc_id": "a", "meta": {"book": "A"}}\n\n{"doc_id": "b"}\n',
+                            "line 3: no 'meta' object (a benchmark's results/datasets/<benchmark>/documents.jsonl "
+                            "has one on every line)"),
+                           ('{"doc_id": "a", "meta": {}}\n{"id": "b", "meta": {}}\n',
+                            "line 2: no 'doc_id' (a benchmark's results/datasets/<benchmark>/documents.jsonl "
+                            "has one on every line)")]:
+        documents.write_text(lines)
+        rc, _, err = _run("--input", str(tmp_path / "scores.csv"), "--books-from", str(documents), *FAST)
+        assert (rc, err) == (2, f"memaudit stats: error: {documents}, {message}\n")
+
+
 # ---------------------------------------------------------------- few documents
 
 def test_few_documents_warn_that_intervals_and_low_fpr_rates_are_unreliable(tmp_path):

@@ -246,6 +246,17 @@ def _accounting(table: Table, n_scored: int) -> str:
             f"{blank}); {n_scored} scored{skipped}")
 
 
+def _book_column(table: Table, column: str, index: int) -> np.ndarray:
+    """Each row's ``--book-col`` book; an empty cell is an error naming the line, as a missing label is
+    (read as a book named '', the blank rows of a side made one book)."""
+    out = []
+    for number, fields in table.records:
+        if not fields[index].strip():
+            raise _UsageError(f"{table.at(number)}: column {column!r} is missing")
+        out.append(fields[index].strip())
+    return np.array(out, dtype=object)
+
+
 def _books_from(table: Table, args: argparse.Namespace) -> np.ndarray:
     """Each row's book by its ``--doc-col`` document in ``--books-from`` (a documents.jsonl); a document
     the file does not hold is an error naming the row."""
@@ -305,8 +316,8 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
     rows = []
     if args.books_from:
         _refuse_repeated_documents(table, args, positions[args.doc_col], groups)
-    books = (np.array([fields[positions[args.book_col]].strip() for _, fields in table.records], dtype=object)
-             if args.book_col else _books_from(table, args) if args.books_from else None)
+    books = (_book_column(table, args.book_col, positions[args.book_col]) if args.book_col
+             else _books_from(table, args) if args.books_from else None)
     for score_col, scores in all_scores.items():
         for key, members in groups:
             units = None

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.errors import InputError
-from memaudit.io import read_json, read_jsonl, write_csv
+from memaudit.io import read_json, read_jsonl, read_jsonl_lines, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -20,9 +20,18 @@ BLIND_METHOD = "blind_bag_of_words"
 
 def document_books(documents) -> dict[str, str]:
     """``{doc_id: book}`` of a benchmark's ``documents.jsonl`` (a path, or its records already read); a
-    document without a book is its own."""
-    records = read_jsonl(documents) if isinstance(documents, (str, Path)) else documents
-    return {d["doc_id"]: str(d["meta"].get("book") or d["doc_id"]) for d in records}
+    document without a book is its own. A file whose record lacks ``doc_id`` or a ``meta`` object (another
+    table given to ``memaudit stats --books-from``) is an :class:`InputError` naming the file and line."""
+    if not isinstance(documents, (str, Path)):
+        return {d["doc_id"]: str(d["meta"].get("book") or d["doc_id"]) for d in documents}
+    books = {}
+    for line, d in read_jsonl_lines(documents):
+        for key, ok in (("doc_id", "doc_id" in d), ("meta", isinstance(d.get("meta"), dict))):
+            if not ok:
+                raise InputError(f"{documents}, line {line}: no {key!r}{' object' if key == 'meta' else ''} (a "
+                                 f"benchmark's results/datasets/<benchmark>/documents.jsonl has one on every line)")
+        books[d["doc_id"]] = str(d["meta"].get("book") or d["doc_id"])
+    return books
 
 
 def read_document_scores(paths: Sequence[str]) -> pd.DataFrame:
