@@ -936,6 +936,22 @@ def test_anthropic_messages_success_overload_retry_refusal_and_cache(server, tmp
     assert [g.status for g in again] == [STATUS_OK, STATUS_OK, STATUS_REFUSAL]
 
 
+def test_anthropic_is_sent_top_p_without_its_default_temperature(server, tmp_path):
+    """Claude's current models (Sonnet and Haiku 4.5, Opus 4.1, Sonnet 4.6) answer 400 "`temperature` and
+    `top_p` cannot both be specified for this model" to a request naming both: the fluency judge's sampled
+    decoding (temperature 1.0, top-p 0.9, as Prometheus's library samples) failed every request. At the Messages
+    API's default temperature, 1.0, top_p goes alone, and at temperature 0 (greedy) top_p is not sent; a
+    temperature and a top_p both set otherwise are both sent (the request cannot be put another way)."""
+    b = make_anthropic(server, tmp_path / "c.sqlite")
+    bodies = [b.plan(["rate"], GenerationParams(max_new_tokens=4, temperature=t, top_p=p))[0].body
+              for t, p in ((1.0, 0.9), (0.0, 0.9), (0.7, 0.9), (0.7, 1.0))]
+    assert [{k: body[k] for k in ("temperature", "top_p") if k in body} for body in bodies] == [
+        {"top_p": 0.9}, {"temperature": 0.0}, {"temperature": 0.7, "top_p": 0.9}, {"temperature": 0.7}]
+    (g,) = b.generate(["rate"], GenerationParams(max_new_tokens=4, temperature=1.0, top_p=0.9))
+    (sent,) = server.records
+    assert g.status == STATUS_OK and (sent.request.temperature, sent.request.top_p) == (1.0, 0.9)
+
+
 def test_anthropic_has_no_logprobs_and_no_repetition_penalty(server):
     b = make_anthropic(server, None)
     with pytest.raises(ConfigError, match="no log-probabilities"):
