@@ -546,6 +546,30 @@ def test_a_reasoning_model_is_sent_no_temperature_stop_or_seed_and_its_answer_is
     assert (built.reasoning, built.max_tokens_field, built.sends_seed) == (True, "max_completion_tokens", False)
 
 
+def test_openai_is_sent_at_most_four_stop_strings_and_the_answer_is_cut_at_the_others(server, tmp_path):
+    """OpenAI's Chat Completions (and Azure's, and the proxies before them) take at most 4 stop strings: a
+    probe configured with more got HTTP 400 "Invalid 'stop': array too long" for every request. The first 4
+    are sent; an answer is cut at the others on arrival, as a server cuts at the first stop string it holds."""
+    import dataclasses
+
+    from memaudit.backends.server import ChatReply
+
+    stops = ("\n\n\n", "THE END", "Chapter", "***", "Epilogue")
+    server.responder.queue(ChatReply(text="Once upon a time. Epilogue: more.", input_tokens=1, output_tokens=6),
+                           prompt="tell")
+    b = make_openai(server, tmp_path / "c.sqlite")
+    params = dataclasses.replace(GREEDY, stop=stops)
+    (call,) = b.plan(["tell"], params)
+    assert call.body["stop"] == list(stops[:4])
+    (g,) = b.generate(["tell"], params)
+    assert (g.status, g.text, g.meta["cut_at_stop"]) == (STATUS_OK, "Once upon a time. ", "Epilogue")
+    (sent,) = server.records
+    assert sent.status == 200 and sent.request.stop == stops[:4]
+    # four or fewer: all sent, nothing cut here
+    assert b.plan(["tell"], dataclasses.replace(GREEDY, stop=stops[:4]))[0].body["stop"] == list(stops[:4])
+    assert b.unsent_stops(dataclasses.replace(GREEDY, stop=stops[:4])) == ()
+
+
 def test_a_server_without_a_system_role_gets_the_system_prompt_before_the_users(server, monkeypatch):
     """api.system_role false (vLLM serving Mistral-Instruct or Prometheus-7B answers 400 to a system
     message): one user message, the system prompt first and a blank line, through the real SDK."""
