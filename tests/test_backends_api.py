@@ -546,6 +546,30 @@ def test_a_reasoning_model_is_sent_no_temperature_stop_or_seed_and_its_answer_is
     assert (built.reasoning, built.max_tokens_field, built.sends_seed) == (True, "max_completion_tokens", False)
 
 
+def test_openai_is_sent_at_most_four_stop_strings_and_the_answer_is_cut_at_the_others(server, tmp_path):
+    """OpenAI's Chat Completions (and Azure's, and the proxies before them) take at most 4 stop strings: a
+    probe configured with more got HTTP 400 "Invalid 'stop': array too long" for every request. The first 4
+    are sent; an answer is cut at the others on arrival, as a server cuts at the first stop string it holds."""
+    import dataclasses
+
+    from memaudit.backends.server import ChatReply
+
+    stops = ("\n\n\n", "THE END", "Chapter", "***", "Epilogue")
+    server.responder.queue(ChatReply(text="Once upon a time. Epilogue: more.", input_tokens=1, output_tokens=6),
+                           prompt="tell")
+    b = make_openai(server, tmp_path / "c.sqlite")
+    params = dataclasses.replace(GREEDY, stop=stops)
+    (call,) = b.plan(["tell"], params)
+    assert call.body["stop"] == list(stops[:4])
+    (g,) = b.generate(["tell"], params)
+    assert (g.status, g.text, g.meta["cut_at_stop"]) == (STATUS_OK, "Once upon a time. ", "Epilogue")
+    (sent,) = server.records
+    assert sent.status == 200 and sent.request.stop == stops[:4]
+    # four or fewer: all sent, nothing cut here
+    assert b.plan(["tell"], dataclasses.replace(GREEDY, stop=stops[:4]))[0].body["stop"] == list(stops[:4])
+    assert b.unsent_stops(dataclasses.replace(GREEDY, stop=stops[:4])) == ()
+
+
 def test_a_server_without_a_system_role_gets_the_system_prompt_before_the_users(server, monkeypatch):
     """api.system_role false (vLLM serving Mistral-Instruct or Prometheus-7B answers 400 to a system
     message): one user message, the system prompt first and a blank line, through the real SDK."""
@@ -934,6 +958,22 @@ def test_anthropic_messages_success_overload_retry_refusal_and_cache(server, tmp
     again = make_anthropic(server, db).generate(["hello claude", "busy", "quote it"], params)
     assert server.count() == n and all(g.from_cache for g in again)
     assert [g.status for g in again] == [STATUS_OK, STATUS_OK, STATUS_REFUSAL]
+
+
+def test_anthropic_is_sent_top_p_without_its_default_temperature(server, tmp_path):
+    """Claude's current models (Sonnet and Haiku 4.5, Opus 4.1, Sonnet 4.6) answer 400 "`temperature` and
+    `top_p` cannot both be specified for this model" to a request naming both: the fluency judge's sampled
+    decoding (temperature 1.0, top-p 0.9, as Prometheus's library samples) failed every request. At the Messages
+    API's default temperature, 1.0, top_p goes alone, and at temperature 0 (greedy) top_p is not sent; a
+    temperature and a top_p both set otherwise are both sent (the request cannot be put another way)."""
+    b = make_anthropic(server, tmp_path / "c.sqlite")
+    bodies = [b.plan(["rate"], GenerationParams(max_new_tokens=4, temperature=t, top_p=p))[0].body
+              for t, p in ((1.0, 0.9), (0.0, 0.9), (0.7, 0.9), (0.7, 1.0))]
+    assert [{k: body[k] for k in ("temperature", "top_p") if k in body} for body in bodies] == [
+        {"top_p": 0.9}, {"temperature": 0.0}, {"temperature": 0.7, "top_p": 0.9}, {"temperature": 0.7}]
+    (g,) = b.generate(["rate"], GenerationParams(max_new_tokens=4, temperature=1.0, top_p=0.9))
+    (sent,) = server.records
+    assert g.status == STATUS_OK and (sent.request.temperature, sent.request.top_p) == (1.0, 0.9)
 
 
 def test_anthropic_has_no_logprobs_and_no_repetition_penalty(server):

@@ -55,6 +55,7 @@ def test_paper_prompts():
 def test_api_models_are_asked_the_closed_model_prompt_of_table_9_and_local_models_table_10():
     """Appendix C.1 (Table 9): one prompt, the instruction then the question, no format hint; it went to API
     models as C.2's system prompt with Table 10's "Format your answer as '<put correct answer here>'"."""
+    from memaudit.backends.api import OptionScores
     from memaudit.backends.base import Generation
     from memaudit.backends.openai_backend import OpenAIBackend
     from memaudit.probes.decop.scoring import score_blackbox, score_logit
@@ -74,7 +75,9 @@ def test_api_models_are_asked_the_closed_model_prompt_of_table_9_and_local_model
             return [{"A": -0.1, "B": -3.0, "C": -3.0, "D": -3.0} for _ in prompts]
 
     class API(Recorder, OpenAIBackend):
-        pass
+        def option_scores(self, prompts, options, *, params):
+            return [OptionScores(lp, (), [], None, "ok") for lp in
+                    self.option_logprobs(prompts, options, params=params, batch_size=None)]
 
     question = ('Question: Which of the following passages is verbatim from the "Emma" book by Jane Austen?\n'
                 "Options:\nA. w\nB. x\nC. y\nD. z\n\nAnswer:")
@@ -87,6 +90,32 @@ def test_api_models_are_asked_the_closed_model_prompt_of_table_9_and_local_model
         assert score_logit(backend, [item], [(0, 1, 2, 3)])["pred"].tolist() == [0]
         assert asked == [expected, expected]
     assert "Format your answer" not in table_9[0]
+
+
+def test_a_failed_api_request_in_logit_mode_is_an_error_not_an_invalid_answer(tmp_path, monkeypatch):
+    """With api.on_error: record, a logit-mode question whose request failed after its retries was counted
+    ``invalid`` (its letters read as nan, a letter mass of 0), as though the model had answered without a
+    letter: the outcome table's n_invalid held the API's failures and n_error none (black-box mode counted
+    them right). Through the real openai SDK against the loopback server."""
+    from api_server import bad_request, loopback, reply_with_top
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.probes.decop.scoring import question_prompts, score_logit
+
+    item = {"item_id": "d#0", "passage_id": "d#0", "doc_id": "d", "label": 1, "answer": 0,
+            "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
+                                                       "role": "evaluate", "length_tokens": 64}}
+    perms = [(0, 1, 2, 3), (1, 0, 2, 3), (2, 1, 0, 3)]
+    failed, answered, no_letter = question_prompts(item, perms, closed=True)
+    monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop-logit")
+    with loopback() as server:
+        server.responder.queue(bad_request("Invalid value for 'top_logprobs'"), prompt=failed)
+        server.responder.queue(reply_with_top("B", [("B", -0.1), (" A", -2.5)]), prompt=answered)
+        server.responder.queue(reply_with_top("The", [("The", -0.2), (" the", -1.9)]), prompt=no_letter)
+        backend = OpenAIBackend("gpt-test", base_url=server.openai_base_url, api_key_env="DECOP_TEST_KEY",
+                                cache=tmp_path / "c.sqlite", on_error="record")
+        rows = score_logit(backend, [item], perms)
+    assert rows["status"].tolist() == ["error", "ok", "invalid"]
+    assert rows["pred"].tolist() == [-1, 1, -1]
 
 
 def test_parse_paraphrases_in_the_paper_format():

@@ -43,11 +43,16 @@ class AnthropicBackend(APIBackend):
         if params.repetition_penalty != 1.0:
             raise ConfigError(f"{self.label}: the Messages API has no repetition_penalty (use 1.0)")
         body = {"model": self.model_id, "max_tokens": params.max_new_tokens,
-                "messages": [{"role": "user", "content": prompt}], "temperature": params.temperature}
+                "messages": [{"role": "user", "content": prompt}]}
         if params.system_prompt:
             body["system"] = params.system_prompt
-        # Recent models refuse temperature and top_p together; send top_p only when it matters.
-        if params.top_p != 1.0:
+        # Recent models (Sonnet 4.5, Opus 4.1, ...) refuse temperature and top_p together (HTTP 400): top_p is
+        # sent only where it changes the sampling (above temperature 0), and then alone at the API's default
+        # temperature, 1.0 (the fluency judge's 1.0 and 0.9)
+        send_top_p = params.top_p != 1.0 and params.temperature > 0
+        if not (send_top_p and params.temperature == 1.0):
+            body["temperature"] = params.temperature
+        if send_top_p:
             body["top_p"] = params.top_p
         sent = [s for s in params.stop if s.strip()]
         if sent:

@@ -11,6 +11,7 @@ Wire details a researcher should know:
   is deprecated there and refused by reasoning models) and ``max_tokens`` on
   compatible servers by default (older vLLM and llama.cpp know only that);
   ``api.max_tokens_field`` overrides it;
+- at most 4 stop strings are sent (the API's limit); an answer is cut at the others on arrival;
 - ``repetition_penalty`` is not an OpenAI parameter; compatible servers that take
   it (vLLM) get it as an extra body field, OpenAI itself refuses it at once;
 - sampled requests send ``seed * 1000003 + sample_index`` as the seed, so repeated
@@ -28,6 +29,9 @@ from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STA
 from memaudit.errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20
+# Chat Completions takes at most 4 stop strings (OpenAI's, Azure's and the proxies before them answer 400
+# "Invalid 'stop': array too long"); the others are cut on arrival
+MAX_STOPS = 4
 
 
 class OpenAIBackend(APIBackend):
@@ -77,7 +81,7 @@ class OpenAIBackend(APIBackend):
             if params.top_p != 1.0:
                 body["top_p"] = params.top_p
             if params.stop:
-                body["stop"] = list(params.stop)
+                body["stop"] = list(params.stop[:MAX_STOPS])
         if top_logprobs:
             if not self.logprobs:
                 raise ConfigError(f"{self.label}: log-probabilities requested, but the config says the endpoint "
@@ -92,8 +96,9 @@ class OpenAIBackend(APIBackend):
         return body
 
     def unsent_stops(self, params: GenerationParams) -> tuple[str, ...]:
-        """A reasoning model is sent no stop string (some refuse them): every stop is cut on arrival."""
-        return tuple(params.stop) if self.reasoning else ()
+        """A reasoning model is sent no stop string (some refuse them), another model the first
+        :data:`MAX_STOPS`: the stops not sent are cut on arrival."""
+        return tuple(params.stop) if self.reasoning else tuple(params.stop[MAX_STOPS:])
 
     def _send(self, body: dict) -> dict:
         named, extra = split_sdk_fields(self._client.chat.completions.create, body)
