@@ -208,6 +208,26 @@ def test_roles_name_their_model_or_default_to_the_first_local_model():
     assert role_model(cfg, "decop", "paraphraser") is None and jobs.role_input(cfg, "decop", "paraphraser") == {}
 
 
+def test_a_role_models_params_hold_what_its_weights_do_not():
+    """An API model's entry (less scheduling) and a scoring role's max_tokens/batch_size set off their
+    defaults join a job's params; a local model otherwise adds nothing (its weights are an input)."""
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["served"] = {"backend": "openai", "gpus": 0, "api": {"model_id": "m-1", "concurrency": 2}}
+    cfg["models"]["tiny-gpt2-cb"]["max_tokens"] = 48
+    settings = {"top_k": 4}
+    assert jobs.auxiliary_model_settings(cfg, "served") == {"api": {"concurrency": 2, "model_id": "m-1"},
+                                                           "backend": "openai"}
+    assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-cb") == {}
+    assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-cb", scoring=True) == {"max_tokens": 48}
+    assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-small", scoring=True) == {}  # the defaults, 512 and 8
+    assert jobs.with_role_models(settings, cfg, {None: False, "tiny-gpt2-small": True, "smollm2-135m": False}) \
+        is settings
+    assert jobs.with_role_models(settings, cfg, {"tiny-gpt2-cb": True, "served": False}) == {
+        "role_models": {"served": {"api": {"concurrency": 2, "model_id": "m-1"}, "backend": "openai"},
+                        "tiny-gpt2-cb": {"max_tokens": 48}},
+        "top_k": 4}
+
+
 def test_model_priorities_and_inputs(tmp_path):
     assert [jobs.model_priority(CI["models"][m]) for m in ("smollm2-135m", "smollm2-135m-contaminated",
                                                           "tiny-gpt2-small")] == [30, 20, 10]
