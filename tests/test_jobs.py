@@ -288,6 +288,22 @@ def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():
         "nothing (add it to a probe's models list, or remove it)"]
 
 
+def test_a_model_first_by_name_is_idle_where_only_unset_optional_roles_would_name_it():
+    """CopyBench's judges, extractor and QA writer and the cloze knowledge filter run only where the config
+    names a model (role_model's first-local-model fallback is never loaded for them): an unused model that
+    sorts first by name is prepared for nothing all the same, and was not named in the warning."""
+    from memaudit.jobs import idle_entries, load_config
+
+    cfg = copy.deepcopy(load_config(ROOT / "config" / "ci.yaml"))
+    cfg["models"]["aa-lonely"] = {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}
+    assert role_model(cfg, "copybench", "event_judge") == "aa-lonely"  # the fallback, which no job loads
+    assert idle_entries(cfg) == [
+        "models.aa-lonely: no probe runs it and no role, reference, base or control names it: it is prepared for "
+        "nothing (add it to a probe's models list, or remove it)"]
+    cfg["probes"]["copybench"]["event_judge"]["model"] = "aa-lonely"
+    assert idle_entries(cfg) == []
+
+
 def test_a_role_left_to_the_first_local_model_by_name_is_named_in_a_warning():
     from memaudit.jobs import defaulted_roles, load_config
 

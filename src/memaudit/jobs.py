@@ -310,11 +310,15 @@ def idle_entries(config: dict) -> list[str]:
     a benchmark when a probe runs on it or a model in use is fine-tuned on its members.
     """
     from memaudit.config import control_of
-    from memaudit.probes.registry import role_model
+    from memaudit.probes.registry import named_role_model, role_model
 
     runs = [run for family in FAMILIES for run in probe_runs(config, family)]
     used = {m for _, m, _ in runs}
-    used |= {role_model(config, f, r) for f in FAMILIES for r in FAMILIES[f].roles} - {None}
+    # a role outside DEFAULTED_ROLES runs only where the config names its model: role_model's fallback (the
+    # first local model by name) is loaded by no job there
+    used |= {role_model(config, f, r) if (f, r) in DEFAULTED_ROLES else
+             role_model(config, f, r) and named_role_model(config, f, r)
+             for f in FAMILIES for r in FAMILIES[f].roles} - {None}
     grown = None
     while grown != used:
         grown = set(used)
