@@ -587,6 +587,19 @@ def test_a_pool_source_holding_a_benchmarks_text_under_another_name_is_refused()
     assert validate_config(cfg)["pretrain"]["source_options"] == {"tidytext": {"exclude_titles": ["Pride and Prejudice"]}}
 
 
+def test_a_model_trained_from_scratch_needs_a_pretraining_source():
+    """With no pretraining source the pool job wrote an empty file and the first tiny model's prepare_model
+    stopped on it (ValueError: tiny_gpt2 needs the pretraining pool), after the datasets had been built."""
+    assert bad(lambda c: c["pretrain"].update(sources=[])) == (
+        "config key pretrain.sources: empty, but models tiny-gpt2-cb, tiny-gpt2-small are trained from scratch "
+        "on the pretraining pool (source tiny_gpt2); list a source no benchmark uses (the default: mobydick, tidytext)")
+    cfg = copy.deepcopy(CI)
+    cfg["pretrain"]["sources"] = []
+    cfg["models"] = {m: e for m, e in cfg["models"].items() if m.startswith("smollm2")}
+    cfg["probes"] = {"token_prob": {"reference_models": []}}
+    assert validate_config(cfg)["pretrain"]["sources"] == []  # no model trained from scratch: no pool needed
+
+
 def test_two_benchmarks_of_one_text_in_one_members_of_are_refused():
     """novels and books split Austen's chapters apart: a model fine-tuned on both saw 4 of books' 12 non-member
     excerpts verbatim (novels' members) in the demo, and 3 of novels' non-member chapters (books' members)."""

@@ -156,6 +156,45 @@ def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, finished_r
     assert ("prepare_model", f"model={model}") not in jobs
 
 
+def test_a_reference_models_scoring_settings_rerun_what_it_chose_and_scored(finished, finished_run):
+    """A model serving as a reference reads texts cut at its own ``max_tokens``: the cloze items it chose
+    (tiny-gpt2-cb, the cloze reference) and the KTD baselines it scored (tiny-gpt2-small, KTD's reference)
+    rerun with that model's own scoring jobs. Its weights are unchanged, so only the params can say so."""
+    def change(c):
+        c["models"]["tiny-gpt2-cb"]["max_tokens"] = 48
+        c["models"]["tiny-gpt2-small"]["max_tokens"] = 48
+
+    jobs = planned_jobs(finished, with_config(finished, "reference_max_tokens", change))
+    scoring = [out for job, outs in finished_run[1].items()
+               if wildcard(job, "model") in ("tiny-gpt2-cb", "tiny-gpt2-small") and job[0] != "prepare_model"
+               for out in outs]
+    assert ("cloze_items", "benchmark=novels") in jobs
+    assert ("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated") in jobs
+    assert jobs == downstream_of(finished, *scoring, "cloze_items", "ktd_probe")
+
+
+def test_an_api_role_models_entry_reruns_what_the_role_made(finished_run, tmp_path):
+    """An API paraphraser has no weights that an input could date: its entry (which model answers, at
+    which endpoint) decides the paraphrases, so changing it rebuilds DE-COP's items and KTD's pool and all
+    after them, as re-training a local paraphraser does."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def api_paraphraser(c, model_id="served-model"):
+        c["models"]["served"] = {"backend": "openai", "api": {
+            "model_id": model_id, "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
+            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+        c["probes"]["decop"]["paraphrase"]["model"] = "served"
+
+    before = with_config(workdir, "api_paraphraser", api_paraphraser)
+    assert ("decop_items", "benchmark=novels") in {
+        (j["rule"], j["wildcards"]) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)}
+    assert planned_jobs(workdir, before) == set()
+    after = with_config(workdir, "api_paraphraser_changed", lambda c: api_paraphraser(c, "another-model"))
+    jobs = planned_jobs(workdir, after)
+    assert {("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")} <= jobs
+    assert jobs == downstream_of(finished_run[0], "decop_items", "ktd_pool")
+
+
 def test_scheduling_and_cache_settings_rerun_nothing(finished):
     """How many GPUs and how much memory a job claims and where converted weights are cached never change
     a result."""

@@ -208,6 +208,26 @@ def test_roles_name_their_model_or_default_to_the_first_local_model():
     assert role_model(cfg, "decop", "paraphraser") is None and jobs.role_input(cfg, "decop", "paraphraser") == {}
 
 
+def test_a_role_models_params_hold_what_its_weights_do_not():
+    """An API model's entry (less scheduling) and a scoring role's max_tokens/batch_size set off their
+    defaults join a job's params; a local model otherwise adds nothing (its weights are an input)."""
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["served"] = {"backend": "openai", "gpus": 0, "api": {"model_id": "m-1", "concurrency": 2}}
+    cfg["models"]["tiny-gpt2-cb"]["max_tokens"] = 48
+    settings = {"top_k": 4}
+    assert jobs.auxiliary_model_settings(cfg, "served") == {"api": {"concurrency": 2, "model_id": "m-1"},
+                                                           "backend": "openai"}
+    assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-cb") == {}
+    assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-cb", scoring=True) == {"max_tokens": 48}
+    assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-small", scoring=True) == {}  # the defaults, 512 and 8
+    assert jobs.with_role_models(settings, cfg, {None: False, "tiny-gpt2-small": True, "smollm2-135m": False}) \
+        is settings
+    assert jobs.with_role_models(settings, cfg, {"tiny-gpt2-cb": True, "served": False}) == {
+        "role_models": {"served": {"api": {"concurrency": 2, "model_id": "m-1"}, "backend": "openai"},
+                        "tiny-gpt2-cb": {"max_tokens": 48}},
+        "top_k": 4}
+
+
 def test_model_priorities_and_inputs(tmp_path):
     assert [jobs.model_priority(CI["models"][m]) for m in ("smollm2-135m", "smollm2-135m-contaminated",
                                                           "tiny-gpt2-small")] == [30, 20, 10]
@@ -266,6 +286,22 @@ def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():
         "benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): only its dataset is built",
         "models.zz-lonely: no probe runs it and no role, reference, base or control names it: it is prepared for "
         "nothing (add it to a probe's models list, or remove it)"]
+
+
+def test_a_model_first_by_name_is_idle_where_only_unset_optional_roles_would_name_it():
+    """CopyBench's judges, extractor and QA writer and the cloze knowledge filter run only where the config
+    names a model (role_model's first-local-model fallback is never loaded for them): an unused model that
+    sorts first by name is prepared for nothing all the same, and was not named in the warning."""
+    from memaudit.jobs import idle_entries, load_config
+
+    cfg = copy.deepcopy(load_config(ROOT / "config" / "ci.yaml"))
+    cfg["models"]["aa-lonely"] = {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}
+    assert role_model(cfg, "copybench", "event_judge") == "aa-lonely"  # the fallback, which no job loads
+    assert idle_entries(cfg) == [
+        "models.aa-lonely: no probe runs it and no role, reference, base or control names it: it is prepared for "
+        "nothing (add it to a probe's models list, or remove it)"]
+    cfg["probes"]["copybench"]["event_judge"]["model"] = "aa-lonely"
+    assert idle_entries(cfg) == []
 
 
 def test_a_role_left_to_the_first_local_model_by_name_is_named_in_a_warning():

@@ -639,6 +639,13 @@ def _source_option_problems(where: tuple, block: dict, *, unlisted: bool) -> lis
 def _pretrain_problems(config: dict) -> list[str]:
     benchmarks = config["benchmarks"]
     problems = _source_option_problems(("pretrain",), config.get("pretrain", {}), unlisted=False)
+    # a tiny model trains on the pool alone: an empty pool stopped its prepare_model, after the datasets
+    scratch = sorted(m for m, e in config["models"].items() if "tiny_gpt2" in (e.get("source") or {}))
+    if scratch and not config.get("pretrain", {}).get("sources"):
+        default = ", ".join(load_schema()["properties"]["pretrain"]["properties"]["sources"]["default"])
+        problems.append(f"pretrain.sources: empty, but model{'s' if len(scratch) > 1 else ''} {', '.join(scratch)} "
+                        f"{'are' if len(scratch) > 1 else 'is'} trained from scratch on the pretraining pool (source "
+                        f"tiny_gpt2); list a source no benchmark uses (the default: {default})")
     for src in sorted(set(config.get("pretrain", {}).get("sources", []))):
         if src not in BUILTIN_SOURCES:
             problems.append(f"pretrain.sources: unknown source {src!r}")

@@ -310,11 +310,15 @@ def idle_entries(config: dict) -> list[str]:
     a benchmark when a probe runs on it or a model in use is fine-tuned on its members.
     """
     from memaudit.config import control_of
-    from memaudit.probes.registry import role_model
+    from memaudit.probes.registry import named_role_model, role_model
 
     runs = [run for family in FAMILIES for run in probe_runs(config, family)]
     used = {m for _, m, _ in runs}
-    used |= {role_model(config, f, r) for f in FAMILIES for r in FAMILIES[f].roles} - {None}
+    # a role outside DEFAULTED_ROLES runs only where the config names its model: role_model's fallback (the
+    # first local model by name) is loaded by no job there
+    used |= {role_model(config, f, r) if (f, r) in DEFAULTED_ROLES else
+             role_model(config, f, r) and named_role_model(config, f, r)
+             for f in FAMILIES for r in FAMILIES[f].roles} - {None}
     grown = None
     while grown != used:
         grown = set(used)
@@ -375,3 +379,32 @@ def role_input(config: dict, family: str, role: str) -> dict[str, str]:
     """``{role: results/models/<model>}``: the prepared local model a role's job loads (``{}`` for an API model)."""
     model = role_model(config, family, role)
     return {role: path for path in model_dir(config, model).values()} if model else {}
+
+
+def auxiliary_model_settings(config: dict, model: str, *, scoring: bool = False) -> dict:
+    """What a job loading ``model`` beside the model under test (a role's model, a reference) computes with
+    beyond the prepared weights it reads as an input (a model re-trained or re-converted is newer, which
+    reruns the job): an API model's entry less scheduling (:func:`memaudit.config.model_scoring_settings`),
+    since it has no weights and its entry decides every answer (``api.model_id``, ``base_url``); and with
+    ``scoring`` (a reference, a logit filter: it reads texts cut at its ``max_tokens``) a local model's
+    :data:`~memaudit.config.SCORING_KEYS` set to other than the schema's defaults. ``{}`` otherwise."""
+    from memaudit.backends.settings import _schema_defaults
+    from memaudit.config import SCORING_KEYS, model_scoring_settings
+
+    entry = config["models"][model]
+    if is_api_model(entry):
+        return canonical(model_scoring_settings(entry))
+    if not scoring:
+        return {}
+    defaults = _schema_defaults("properties", "models", "additionalProperties")
+    return {k: entry[k] for k in SCORING_KEYS if k in entry and entry[k] != defaults.get(k)}
+
+
+def with_role_models(settings: dict, config: dict, models: dict[str | None, bool]) -> dict:
+    """``settings`` (a job's params) with ``role_models``: :func:`auxiliary_model_settings` of each model of
+    ``models`` (name -> whether the job scores texts with it; None: no model) that has any, so that changing
+    an API judge's model or a reference's ``max_tokens`` reruns the jobs that used it. Without any, ``settings``
+    as they were: the params of a job whose auxiliary models are local stay those finished runs recorded."""
+    extra = {m: s for m, scoring in sorted((m, s) for m, s in models.items() if m in config["models"])
+             if (s := auxiliary_model_settings(config, m, scoring=scoring))}
+    return canonical({**settings, "role_models": extra}) if extra else settings

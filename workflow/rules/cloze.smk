@@ -29,7 +29,8 @@ rule cloze_items:
         api_openai=role_api_slots("cloze", "filter", "openai", needed=cloze_plan.uses_filter),
         api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
     params:
-        cloze=probe_settings("cloze"),
+        # the reference's max_tokens and batch_size (it scores every word), a logit filter's too
+        cloze=lambda wc: jobs.with_role_models(probe_settings("cloze"), config, cloze_plan.role_models(config)),
         reference=lambda wc: role_model(config, "cloze", "reference"),
         code_version=family_version("cloze", "items"),
     script:

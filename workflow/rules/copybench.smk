@@ -34,7 +34,11 @@ rule copybench_items:
         api_anthropic=role_api_slots("copybench", "extractor", "anthropic", needed=copybench_plan.needs_extractor),
         gpu=models_gpus(COPYBENCH_EXTRACTOR),
     params:
-        copybench=copybench_plan.item_settings(config, copybench_plan.ITEMS_KEYS),
+        copybench=lambda wc: jobs.with_role_models(
+            copybench_plan.item_settings(config, copybench_plan.ITEMS_KEYS),
+            config,
+            {copybench_plan.extractor_model(config, wc): False},
+        ),
         extractor=lambda wc: copybench_plan.extractor_model(config, wc),
         published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
@@ -65,7 +69,11 @@ rule copybench_qa_items:
         api_openai=role_api_slots("copybench", "qa_writer", "openai", needed=copybench_plan.needs_qa_writer),
         api_anthropic=role_api_slots("copybench", "qa_writer", "anthropic", needed=copybench_plan.needs_qa_writer),
     params:
-        copybench=copybench_plan.item_settings(config, copybench_plan.QA_ITEMS_KEYS),
+        copybench=lambda wc: jobs.with_role_models(
+            copybench_plan.item_settings(config, copybench_plan.QA_ITEMS_KEYS),
+            config,
+            {copybench_plan.qa_writer(config, wc): False},
+        ),
         writer=lambda wc: copybench_plan.qa_writer(config, wc),
         published=lambda wc: canonical(copybench_plan.published(config, wc.benchmark)),
         seed=config["seed"],
@@ -108,7 +116,11 @@ rule copybench_probe:
         gpu=models_gpus(COPYBENCH_PROBE_MODELS),
     params:
         family="copybench",
-        copybench=probe_settings("copybench"),
+        copybench=lambda wc: jobs.with_role_models(
+            probe_settings("copybench"),
+            config,
+            dict.fromkeys(job_models("copybench", COPYBENCH_JUDGES, model=False)(wc), False),
+        ),
         mode_settings=lambda wc: probe_settings(f"copybench_{wc.mode}"),
         entry=model_entry,
         code_version=family_version("copybench"),

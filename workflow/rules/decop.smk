@@ -32,7 +32,12 @@ rule decop_items:
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
         gpu=models_gpus(DECOP_PARAPHRASER),
     params:
-        decop=lambda wc: decop_plan.item_settings(config, wc.benchmark),
+        # an API paraphraser's entry too: it has no weights an input could date (jobs.with_role_models)
+        decop=lambda wc: jobs.with_role_models(
+            decop_plan.item_settings(config, wc.benchmark),
+            config,
+            {role_model(config, "decop", "paraphraser") if decop_plan.needs_paraphraser(config, wc) else None: False},
+        ),
         paraphraser=lambda wc: (
             role_model(config, "decop", "paraphraser") if decop_plan.needs_paraphraser(config, wc) else None
         ),

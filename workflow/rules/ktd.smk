@@ -31,7 +31,11 @@ rule ktd_pool:
         gpu=models_gpus(KTD_PARAPHRASER),
     params:
         size=lambda wc: ktd_plan.pool_size(config["probes"]["ktd"]),
-        paraphrase=lambda wc: canonical(config["probes"]["decop"]["paraphrase"]),
+        paraphrase=lambda wc: jobs.with_role_models(
+            canonical(config["probes"]["decop"]["paraphrase"]),
+            config,
+            {role_model(config, "decop", "paraphraser"): False},
+        ),
         paraphraser=lambda wc: role_model(config, "decop", "paraphraser"),
         seed=config["seed"],
         code_version=family_version("ktd", "pool"),
@@ -63,7 +67,10 @@ rule ktd_probe:
         gpu=models_gpus(KTD_PROBE_MODELS),
     params:
         family="ktd",
-        ktd=probe_settings("ktd"),
+        # the reference models' max_tokens and batch_size: they score every text here
+        ktd=lambda wc: jobs.with_role_models(
+            probe_settings("ktd"), config, dict.fromkeys(ktd_plan.reference_models(config, wc.model), True)
+        ),
         reference_models=lambda wc: ktd_plan.reference_models(config, wc.model),
         entry=model_entry,
         seed=config["seed"],

@@ -19,6 +19,19 @@ def uses_filter(config: dict, wildcards=None) -> bool:
     return bool((config["probes"].get("cloze", {}).get("filter") or {}).get("model"))
 
 
+def role_models(config: dict) -> dict[str, bool]:
+    """The models rule cloze_items loads, each with whether it scores the texts (:func:`memaudit.jobs.with_role_models`):
+    the reference (it reads words in windows of its ``max_tokens``), and a knowledge filter, which scores them
+    in logit mode only."""
+    from memaudit.probes.registry import role_model
+
+    models = {role_model(config, "cloze", "reference"): True}
+    if uses_filter(config):
+        filt = config["probes"]["cloze"]["filter"]
+        models[filt["model"]] = models.get(filt["model"], False) or filt.get("mode", "generate") == "logit"
+    return models
+
+
 def method_name(measure: str, *, mrr: bool = False) -> str:
     """A document score's method: reconstructed words of one token type (``cloze_<measure>``), or in logit
     mode their mean reciprocal rank (``cloze_<measure>_mrr``)."""
