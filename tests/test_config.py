@@ -600,6 +600,30 @@ def test_a_model_trained_from_scratch_needs_a_pretraining_source():
     assert validate_config(cfg)["pretrain"]["sources"] == []  # no model trained from scratch: no pool needed
 
 
+def test_a_model_name_that_would_share_a_file_with_another_result_is_refused():
+    """results/metrics/<benchmark>/blind_baseline.csv is the blind baseline's, and results/selection/<benchmark>/
+    <model>_named.csv is a model's named documents: a model called blind_baseline, or x_named beside x, would
+    write (or be read from) another result's file."""
+    def add(name, like="tiny-gpt2-small"):
+        return lambda c: c["models"].update({name: copy.deepcopy(c["models"][like])})
+
+    assert bad(add("blind_baseline")) == (
+        "config key models.blind_baseline: the name of the blind baseline's metrics file "
+        "(results/metrics/<benchmark>/blind_baseline.csv); rename the model")
+    assert bad(add("tiny-gpt2-small_named")) == (
+        "config key models.tiny-gpt2-small_named: 'tiny-gpt2-small' is a model too, and results/selection/"
+        "<benchmark>/tiny-gpt2-small_named.csv would be both this model's selection table and the documents "
+        "'tiny-gpt2-small' names; rename one")
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["lonely_named"] = copy.deepcopy(cfg["models"]["tiny-gpt2-small"])
+    assert "lonely_named" in validate_config(cfg)["models"]  # no model called 'lonely': no clash
+
+
+def test_no_token_probability_method_is_refused_not_a_probe_that_writes_nothing():
+    msg = bad(lambda c: c["probes"]["token_prob"].update(methods=[]))
+    assert msg == "config key probes.token_prob.methods: must list at least 1 item"
+
+
 def test_two_benchmarks_of_one_text_in_one_members_of_are_refused():
     """novels and books split Austen's chapters apart: a model fine-tuned on both saw 4 of books' 12 non-member
     excerpts verbatim (novels' members) in the demo, and 3 of novels' non-member chapters (books' members)."""

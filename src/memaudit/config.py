@@ -697,6 +697,7 @@ def _model_problems(config: dict) -> list[str]:
     problems = []
     for name, entry in models.items():
         where = f"models.{name}"
+        problems += _file_name_problems(name, models)
         problems += _control_problems(name, entry, models)
         if is_api_model(entry):
             continue  # an API model: no local weights; checked by check_api_models
@@ -729,6 +730,19 @@ def _model_problems(config: dict) -> list[str]:
                     if b not in benchmarks:
                         problems.append(f"{where}.finetune.members_of.{i}: {unknown('benchmark', b, benchmarks)}")
     return problems
+
+
+def _file_name_problems(name: str, models: dict) -> list[str]:
+    """A model's name is part of its result files' names (workflow/rules/stats.smk): one that is another
+    result's file name would write over it, or be read as it."""
+    if name == "blind_baseline":
+        return [f"models.{name}: the name of the blind baseline's metrics file "
+                f"(results/metrics/<benchmark>/blind_baseline.csv); rename the model"]
+    stem = name.removesuffix("_named")
+    if stem != name and stem in models:
+        return [f"models.{name}: {stem!r} is a model too, and results/selection/<benchmark>/{name}.csv would be "
+                f"both this model's selection table and the documents {stem!r} names; rename one"]
+    return []
 
 
 def _device_problems(where: str, entry: dict) -> list[str]:
