@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.backends.base import GenerationParams, option_token_ids
+from memaudit.backends.base import STATUS_ERROR, GenerationParams, option_token_ids
 from memaudit.probes.decop.prompts import (LETTERS, closed_model_prompt, correct_position, parse_answer,
                                            system_prompt, user_prompt)
 
@@ -144,13 +144,22 @@ def score_logit(backend, items: Sequence[dict], perms: Sequence[Sequence[int]], 
     rows = []
     for n, item in enumerate(items):
         prompts = question_prompts(item, perms, closed=closed)
-        logprobs = backend.option_logprobs(prompts, [LETTERS] * len(prompts), params=params, batch_size=batch_size)
+        options = [LETTERS] * len(prompts)
+        if hasattr(backend, "option_scores"):
+            # an API backend's statuses: a failed request (on_error: record) is an error, not an answer that
+            # listed no letter (invalid); both have no probabilities
+            scores = backend.option_scores(prompts, options, params=params)
+            logprobs, failed = [s.logprobs for s in scores], [s.status == STATUS_ERROR for s in scores]
+        else:
+            logprobs = backend.option_logprobs(prompts, options, params=params, batch_size=batch_size)
+            failed = [False] * len(prompts)
         probs, mass = letter_probabilities(logprobs)
-        for perm, p, m in zip(perms, probs, mass):
+        for perm, p, m, error in zip(perms, probs, mass, failed):
             row = _row(item, perm)
             row.update({f"p_{letter}": float(v) for letter, v in zip(LETTERS, p)})
             ok = bool(m > 0)
-            row.update(letter_mass=float(m), pred=int(np.argmax(p)) if ok else -1, status="ok" if ok else "invalid")
+            row.update(letter_mass=float(m), pred=int(np.argmax(p)) if ok else -1,
+                       status="error" if error else "ok" if ok else "invalid")
             rows.append(row)
         if (n + 1) % 10 == 0 or n + 1 == len(items):
             progress(f"logit mode: {n + 1}/{len(items)} passages")
