@@ -1088,3 +1088,99 @@ def test_blackbox_outcome_counts_are_per_passage_length(tmp_path):
     assert table.loc[("m", 64), ["n_questions", "n_valid", "n_invalid"]].tolist() == [4, 4, 0]
     assert table.loc[("m", 128), ["n_questions", "n_valid", "n_invalid"]].tolist() == [4, 0, 4]
     assert table.loc[("c", 128), "n_invalid"] == 4 and table.loc[("c", 64), "n_invalid"] == 0
+
+
+# ----------------------------------------------------------------------------- on_error: record
+
+
+def _errored_run(tmp_path, mode, backend):
+    """``run_decop`` on a member "m" and a clean "c" document (one 64-token passage each, the 4 Latin-square
+    orderings), the per-document table and the answers back."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.decop.runner import run_decop
+
+    items = [{"item_id": f"{d}#p0", "passage_id": f"{d}#p0", "doc_id": d, "label": lab, "answer": 0,
+              "options": [f"{d} verbatim", f"{d} one", f"{d} two", f"{d} three"],
+              "meta": {"title": d, "author": "An Author", "kind": "book", "role": role, "length_tokens": 64}}
+             for d, lab, role in (("m", 1, "evaluate"), ("c", 0, "calibrate"))]
+    write_jsonl(tmp_path / "items.jsonl", items)
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in
+           [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+    run_decop(mode, backend, tmp_path / "items.jsonl",
+              {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "calibration_documents": 1},
+              **{f"out_{k}": v for k, v in out.items()})
+    return pd.read_csv(out["table"]), pd.read_csv(out["answers"]), pd.read_csv(out["documents"])
+
+
+def _verbatim_letter(prompt: str) -> str:
+    """The letter the verbatim option is shown at in a question's prompt."""
+    return next(line[0] for line in prompt.splitlines() if line.endswith(" verbatim"))
+
+
+class _FailingAPI:
+    """A model whose requests for document "m" fail in the orderings that show its verbatim option at A or B
+    (``on_error: record``: status error, no text), and that answers every other question correctly."""
+    name = "fake"
+
+    def describe(self):
+        return {}
+
+    @staticmethod
+    def fails(prompt):
+        return "m verbatim" in prompt and _verbatim_letter(prompt) in "AB"
+
+    def generate(self, prompts, params):
+        from memaudit.backends.base import Generation
+
+        return [Generation("", status="error", error="HTTP 500: boom") if self.fails(p)
+                else Generation(_verbatim_letter(p)) for p in prompts]
+
+    def option_scores(self, prompts, options, *, params):
+        from memaudit.backends.api import OptionScores
+
+        out = []
+        for p, opts in zip(prompts, options):
+            if self.fails(p):  # as OpenAIBackend.option_scores answers a failed request
+                out.append(OptionScores(dict.fromkeys(opts, np.nan), tuple(opts), [], None, "error", error="boom"))
+            else:
+                out.append(OptionScores({o: (-0.1 if o == _verbatim_letter(p) else -5.0) for o in opts}, (), [],
+                                        None, "ok"))
+        return out
+
+    def option_logprobs(self, prompts, options, *, params, batch_size=None):
+        return [s.logprobs for s in self.option_scores(prompts, options, params=params)]
+
+
+@pytest.mark.parametrize("mode", ["blackbox", "logit"])
+def test_failed_requests_are_errors_left_out_of_the_accuracy(tmp_path, mode):
+    """Under ``on_error: record`` a request that got no answer is counted as an error (``n_error``) and left
+    out of the accuracy's denominator: m answered its 2 answered questions right, accuracy 1. Before, black-box
+    mode counted the 2 failures as wrong answers (accuracy 0.5) and logit mode as ``invalid`` ones (no
+    ``n_error`` at all), so a document whose requests failed looked less memorised."""
+    table, answers, documents = _errored_run(tmp_path, mode, _FailingAPI())
+    m = table[(table["doc_id"] == "m") & (table["method"] == f"decop-{mode}")].iloc[0]
+    assert m[["n_questions", "n_error", "n_valid", "n_correct"]].tolist() == [4, 2, 2, 2]
+    assert m["accuracy"] == 1.0 and m["accuracy_valid"] == 1.0
+    assert sorted(answers.loc[answers["doc_id"] == "m", "status"]) == ["error", "error", "ok", "ok"]
+    assert documents.set_index(["doc_id", "method"]).loc[("m", f"decop-{mode}"), "score"] == 1.0
+
+
+def test_a_document_whose_every_request_failed_is_a_one_line_error(tmp_path):
+    """A document with no answered question has no accuracy (0 of 0): the job stops naming it, as the prefix
+    and CopyBench jobs stop on failed requests, where it scored 0 (every failure a wrong answer)."""
+    class AllFail(_FailingAPI):
+        @staticmethod
+        def fails(prompt):
+            return "m verbatim" in prompt
+
+    with pytest.raises(RuntimeError) as err:
+        _errored_run(tmp_path, "blackbox", AllFail())
+    assert str(err.value) == ("DE-COP blackbox: every request for 1 document (passage length) failed, e.g. 'm' "
+                              "(64 tokens): no accuracy to score it by (on_error: record; the answered ones are "
+                              "cached: a rerun sends only what failed)")
+
+
+def test_accuracy_by_position_leaves_failed_requests_out():
+    a = _answers([("d1", 1, "evaluate", "d1#0", 0, 0, *[np.nan] * 4),
+                  ("d1", 1, "evaluate", "d1#0", 0, -1, *[np.nan] * 4)]).assign(status=["ok", "error"])
+    assert analysis.accuracy_by_position(a)["accuracy"].tolist() == [1.0]

@@ -65,24 +65,28 @@ def verbatim_probability(answers: pd.DataFrame, mode: str) -> pd.Series | None:
 
 
 def document_accuracy(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:
-    """Per document: questions asked, answered, correct, accuracy over all questions.
+    """Per document: questions asked, failed, answered, correct, accuracy over the questions that got a reply.
 
     An invalid answer or refusal (``pred == -1``) counts as wrong in ``accuracy``, so a model
     that refuses more on some documents never looks more accurate on them;
-    ``accuracy_valid`` is over valid answers only.
+    ``accuracy_valid`` is over valid answers only. A request that got no reply at all (status
+    ``error``, under an API model's ``on_error: record``) says nothing about the model: it is
+    counted in ``n_error`` and left out of both (``accuracy`` is NaN where every request failed).
     """
+    errored = answers["status"].eq("error") if "status" in answers else pd.Series(False, index=answers.index)
     a = answers.assign(_hit=(answers[pred_column] == answers["correct"]).astype(int),
-                       _valid=(answers[pred_column] >= 0).astype(int))
+                       _valid=(answers[pred_column] >= 0).astype(int), _error=errored.astype(int))
     g = a.groupby("doc_id", sort=True)
     out = pd.DataFrame({
         "label": g["label"].first(),
         "role": g["role"].first(),
         "n_passages": g["passage_id"].nunique(),
         "n_questions": g.size(),
+        "n_error": g["_error"].sum(),
         "n_valid": g["_valid"].sum(),
         "n_correct": g["_hit"].sum(),
     })
-    out["accuracy"] = out["n_correct"] / out["n_questions"]
+    out["accuracy"] = out["n_correct"] / (out["n_questions"] - out["n_error"]).where(lambda n: n > 0)
     out["accuracy_valid"] = np.where(out["n_valid"] > 0, out["n_correct"] / out["n_valid"].clip(lower=1), np.nan)
     return out.reset_index()
 
@@ -158,7 +162,10 @@ def leave_one_out_predictions(calibration: pd.DataFrame) -> np.ndarray:
 
 
 def accuracy_by_position(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:
-    """Accuracy by the position (A-D) of the verbatim option, per group (selection bias, Appendix D)."""
+    """Accuracy by the position (A-D) of the verbatim option, per group (selection bias, Appendix D); failed
+    requests (status ``error``) left out, as in :func:`document_accuracy`."""
+    if "status" in answers:
+        answers = answers[answers["status"] != "error"]
     a = answers.assign(hit=(answers[pred_column] == answers["correct"]).astype(float),
                        position=answers["correct"].map(dict(enumerate("ABCD"))))
     return a.groupby(["label", "position"], as_index=False)["hit"].mean().rename(columns={"hit": "accuracy"})

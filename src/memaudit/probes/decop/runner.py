@@ -112,6 +112,17 @@ def first_passages(items: Sequence[dict], per_document: int | None) -> list[dict
     return kept
 
 
+def _check_answered(answers: pd.DataFrame, mode: str) -> None:
+    """Stop where every request for a document (at a passage length) failed (``on_error: record``): it has
+    no accuracy (0 of 0), and the document scores take no NaN; the prefix and CopyBench jobs stop on any."""
+    failed = answers["status"].eq("error").groupby([answers["doc_id"], answers["length"]]).all()
+    if failed.any():
+        (doc, length), n = failed[failed].index[0], int(failed.sum())
+        raise RuntimeError(f"DE-COP {mode}: every request for {n} document{'s' if n > 1 else ''} (passage length) "
+                           f"failed, e.g. {doc!r} ({length} tokens): no accuracy to score {'them' if n > 1 else 'it'} "
+                           "by (on_error: record; the answered ones are cached: a rerun sends only what failed)")
+
+
 def run_job(job) -> pd.DataFrame:
     """One DE-COP probe job (:class:`memaudit.probes.job.ProbeJob`): one mode on one model."""
     with job.opened_backend() as backend:
@@ -156,13 +167,15 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
 
         answers = score_likelihood(backend, items)
     progress(f"{mode} mode: {len(answers)} questions in {time.time() - t0:.1f}s")
+    _check_answered(answers, mode)
     documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]),
                                               calibration_documents=cfg.get("calibration_documents"))
     if mode == "blackbox":
         # per (document, length), as the table's rows: per document they summed every length into each row
+        # (n_error, in every mode: analysis.document_accuracy)
         counts = answers.groupby(["doc_id", "length"])["status"].value_counts().unstack(fill_value=0)
         rows = pd.MultiIndex.from_frame(table[["doc_id", "length"]])
-        for status in ("invalid", "refusal", "error"):
+        for status in ("invalid", "refusal"):
             column = counts[status] if status in counts else pd.Series(0, index=counts.index)
             table[f"n_{status}"] = column.reindex(rows, fill_value=0).to_numpy().astype(int)
         progress("answers: " + ", ".join(f"{k}={v}" for k, v in answers["parse"].value_counts().items()))

@@ -144,15 +144,15 @@ def score_logit(backend, items: Sequence[dict], perms: Sequence[Sequence[int]], 
     rows = []
     for n, item in enumerate(items):
         prompts = question_prompts(item, perms, closed=closed)
-        failed = [False] * len(prompts)
+        options = [LETTERS] * len(prompts)
         if hasattr(backend, "option_scores"):
-            # an API model (api.on_error: record): a request that got no answer is an error, not an answer
-            # without a letter, as black-box mode counts it
-            scores = backend.option_scores(prompts, [LETTERS] * len(prompts), params=params)
+            # an API backend's statuses: a failed request (on_error: record) is an error, not an answer that
+            # listed no letter (invalid); both have no probabilities
+            scores = backend.option_scores(prompts, options, params=params)
             logprobs, failed = [s.logprobs for s in scores], [s.status == STATUS_ERROR for s in scores]
         else:
-            logprobs = backend.option_logprobs(prompts, [LETTERS] * len(prompts), params=params,
-                                               batch_size=batch_size)
+            logprobs = backend.option_logprobs(prompts, options, params=params, batch_size=batch_size)
+            failed = [False] * len(prompts)
         probs, mass = letter_probabilities(logprobs)
         for perm, p, m, error in zip(perms, probs, mass, failed):
             row = _row(item, perm)

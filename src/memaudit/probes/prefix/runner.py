@@ -66,6 +66,10 @@ def score_continuation(generation: str, reference: str) -> dict[str, float]:
 def prompts_for(items: Sequence[dict], *, instruction: str, chat: bool) -> list[str]:
     """The probe prompts: instruction + prefix for chat models, the bare prefix for plain-text models."""
     if chat:
+        # A blank line, where the paper's Table 8 prints instruction and prefix in one cell with a space
+        # (its Appendix E says only "before the prefix"; Karamolegkou et al.'s code sends the bare prefix):
+        # it sets the text to continue apart from the instruction, as DE-COP's C.1 prompt does, and is what
+        # every cached API answer was asked. docs/probes/prefix.md, "Prompts and settings".
         return [f"{instruction}\n\n{it['prefix']}" for it in items]
     return [it["prefix"] for it in items]
 
