@@ -516,3 +516,25 @@ def test_reconstruction_figure_marks_a_rate_with_no_masked_word(tmp_path, monkey
     assert [t.xy[0] for t in ax.texts if t.get_text() == "n/a"] == [0.8]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type"]
+
+
+def test_a_contaminated_model_whose_base_has_no_rows_is_not_evaluated_not_dropped():
+    """A fine-tuned model whose base the cloze probes did not score (the probe's ``models`` list left it
+    out): its differences had no row at all, so its ground-truth checks vanished from the headline and
+    the tally read as if every check held. Each group now has a row with no paired text (``n_texts`` 0,
+    no difference), and the headline counts it as not evaluated."""
+    from memaudit.probes.cloze.headline import HEADER, expectations
+    from memaudit.stats.headline import section, tally
+
+    hot = _texts("hot", [3, 4, 2, 1, 0, 2, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0])
+    diff = summary.differences_table(hot, {"hot": "base"}, seed=3, members_of={"hot": ["b"]})
+    assert diff["group"].tolist() == ["nonmember", "member", "member_minus_nonmember"]
+    assert (diff["n_texts"] == 0).all() and diff["difference"].isna().all() and (diff["base"] == "base").all()
+    assert diff["rate_model"].tolist()[:2] == [2 / 16, 10 / 16] and diff["rate_base"].isna().all()
+    checks = expectations(diff)
+    assert checks["expected"].tolist() == ["not evaluated: no text of base to pair"] * 3
+    assert checks["ok"].tolist() == [False] * 3
+    block = section(HEADER, checks)
+    assert (block.checked, block.held, block.unevaluated) == (3, 0, 3)
+    assert tally([block]) == ("Ground-truth checks: 0 of 3 hold; not evaluated (no row to check in its table): "
+                              "3 in Cloze probes ground truth")

@@ -349,6 +349,31 @@ def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path)
     assert lone["member"].interval_holds_0 is False
 
 
+def test_a_contaminated_model_whose_base_has_no_items_is_not_evaluated_not_dropped(tmp_path):
+    """A fine-tuned model whose base CopyBench did not run (its ``models`` list left the base out): the
+    pair had no row, so its ground-truth checks vanished from the headline unseen. Each group and score
+    now has a row with no paired item (``n_items`` 0, no difference), read as not evaluated."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.copybench.headline import HEADER, expectations
+    from memaudit.probes.copybench.summary import differences_table
+    from memaudit.stats.headline import section
+
+    path = tmp_path / "scores" / "books" / "tuned" / "copybench_literal_items.jsonl"
+    path.parent.mkdir(parents=True)
+    write_jsonl(path, [{"item_id": f"{g}{i}", "label": int(g == "m"), "decoding": "greedy", "format": "1",
+                        "copybench_rougeL": 0.9 if g == "m" else 0.2} for g in "mn" for i in range(3)])
+    table = differences_table([str(path)], {"tuned": "base"}, seed=1, members_of={"tuned": ["books"]})
+    rouge = table[table["score"] == "copybench_rougeL"]
+    assert rouge["group"].tolist() == ["nonmember", "member", "member_minus_nonmember"]
+    assert (table["n_items"] == 0).all() and table["difference"].isna().all() and (table["base"] == "base").all()
+    assert rouge["mean_model"].tolist()[:2] == pytest.approx([0.2, 0.9]) and len(table) == 2 * 3  # scores x groups
+    checks = expectations(table, scores=("copybench_rougeL",))
+    assert checks["expected"].tolist() == ["not evaluated: no item of base to pair"] * 3
+    assert checks["ok"].tolist() == [False] * 3
+    block = section(HEADER, checks)
+    assert (block.checked, block.held, block.unevaluated) == (3, 0, 3)
+
+
 def test_the_difference_in_differences_resamples_each_group_on_its_own_as_scipy_does():
     """A style gain on every book (+0.1) and a memorisation gain on the member books (+0.3): the member
     and non-member rows both exclude 0, the difference in differences is the member gain's excess."""

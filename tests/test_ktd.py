@@ -71,7 +71,7 @@ def test_ktd_tables_separate_members_and_keep_nonmembers_symmetric():
     pd.testing.assert_series_equal(got.sort_index(), expected.sort_index(), check_names=False)
     # m = pool: every draw uses the whole pool, so the W of draws agree
     assert w[(w.m == 3)].groupby(["statistic", "item_id"])["w"].nunique().max() == 1
-    sel = tables["selection"].set_index(["statistic", "m", "q"])
+    sel = tables["selection"].query("measured_on == 'all'").set_index(["statistic", "m", "q"])
     assert sel.loc[("gradnorm", 3, 0.2), "power"] > 0.8 and sel.loc[("gradnorm", 3, 0.2), "fdr"] <= 0.2
     assert sel.loc[("gradnorm", 3, 0.2), "n_draws"] == 4
     # ... so they are one distinct draw, with no standard error; m = 1 draws differ
@@ -134,6 +134,40 @@ def test_validation_baselines_follow_the_table_2_protocol_beside_ktd():
     with pytest.raises(InputError, match="3 texts cannot be split"):
         statistics.validation_runs({"loss": pd.Series(loss[:3], index=ids[:3])}, pd.Series(labels[:3], index=ids[:3]),
                                    [0.2], n_validation=100, n_draws=1, seed=0)
+
+
+def test_ktd_is_also_measured_on_the_baselines_test_passages():
+    """Table 2 compares KTD with the baselines at the same q; the baselines are measured on the passages
+    their validation draw left out, KTD's own rows on every passage. So KTD's rows are also given on
+    exactly those test passages (``measured_on`` "test"; knockoff+ over them, knockoff draw d with
+    validation draw d), and every row says which passages it was measured on."""
+    items, z = _items_and_scores(member_gap=1.0, seed=4)
+    tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=3, qs=[0.1, 0.3], seed=2, n_validation=30)
+    sel = tables["selection"]
+    assert set(sel.loc[sel.statistic.str.startswith("validation_"), "measured_on"]) == {"test"}
+    knock = sel[~sel.statistic.str.startswith("validation_")].set_index(["statistic", "m", "measured_on", "q"])
+    assert len(knock) == 3 * 2 * 2 * 2  # statistics x ms x (all, test) x qs
+    assert (knock.xs("all", level="measured_on")["n_texts"] == 120).all()
+    assert (knock.xs("test", level="measured_on")["n_texts"] == 90).all()  # the baselines' 90 test passages
+    assert (knock.xs("test", level="measured_on")["n_distinct_draws"] == 3).all()  # the test parts differ
+    # by hand: knockoff+ over validation draw d's test passages with knockoff draw d's W
+    labels = np.array([it["label"] for it in items])
+    docs = np.array([it["doc_id"] for it in items])
+    w = tables["w"]
+    fdps, powers, named = [], [], []
+    for d in range(3):
+        _, test = statistics.validation_split(labels, 30, [2, d, 7], groups=docs)
+        part = w[(w.statistic == "gradnorm") & (w.m == 3) & (w.draw == d)].set_index("item_id")
+        values, truth = part["w"].to_numpy()[test], part["label"].to_numpy()[test]
+        chosen = knockoff_plus_select(values, 0.3)
+        named.append(chosen.sum())
+        fdps.append(((truth == 0) & chosen).sum() / max(chosen.sum(), 1))
+        powers.append(((truth == 1) & chosen).sum() / (truth == 1).sum())
+    row = knock.loc[("gradnorm", 3, "test", 0.3)]
+    assert row["mean_selected"] == np.mean(named) and row["fdr"] == pytest.approx(np.mean(fdps))
+    assert row["power"] == pytest.approx(np.mean(powers))
+    # the same split as the loss baseline's (whose rows hold 90 test passages each draw)
+    assert sel.query("statistic == 'validation_loss' and q == 0.3").iloc[0]["n_texts"] == 90
 
 
 def test_validation_part_holds_whole_documents():
@@ -203,7 +237,8 @@ def test_a_validation_draw_without_test_members_has_no_power():
 
 
 def test_ktd_means_over_draws_do_not_skip_a_missing_power():
-    runs = pd.DataFrame({"statistic": "gradnorm", "m": 1, "draw": [0, 1], "q": 0.1, "n_texts": 10, "tau": 1.0,
+    runs = pd.DataFrame({"statistic": "gradnorm", "m": 1, "measured_on": "all", "draw": [0, 1], "q": 0.1,
+                         "n_texts": 10, "tau": 1.0,
                          "n_selected": [2, 4], "n_false": 0, "fdp": [0.0, 0.5], "power": [0.5, np.nan]})
     out = statistics.summarise_selection(runs).iloc[0]
     assert np.isnan(out["power"]) and np.isnan(out["power_se"])
@@ -449,9 +484,11 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
     assert list(frame.columns) == SUMMARY_COLUMNS and set(frame["n_params"]) == {1.3e6}
     assert (out / "m_and_size.png").stat().st_size > 1000 and (out / "m_and_size.svg").exists()
     assert figure_q([0.3, 0.05, 0.2]) == 0.05 and figure_q([0.5, 0.1, 0.15]) == 0.1
-    knock = frame[~frame.statistic.str.startswith("validation_")]
+    knock = frame[~frame.statistic.str.startswith("validation_") & (frame.measured_on == "all")]
     assert len(knock) == 2 * 3 * 2 * 3  # models x statistics x ms x qs
-    assert len(frame) - len(knock) == 2 * 3 * 3  # the Table 2 baselines: models x scores x qs
+    # the Table 2 baselines (models x scores x qs) and KTD again on their test passages
+    assert len(frame) - len(knock) == 2 * 3 * 3 + 2 * 3 * 2 * 3
+    assert set(frame.loc[frame.statistic.str.startswith("validation_"), "measured_on"]) == {"test"}
     assert frame.loc[frame.model == "tiny-contaminated", "contaminated"].all()
     assert not frame.loc[frame.model == "tiny", "contaminated"].any()
     assert set(frame["guarantee"]) <= {"holds", "fails"} and (knock["n_texts"] == 120).all()

@@ -184,10 +184,14 @@ def table_section(path: Path, header: str, check: Callable[[pd.DataFrame], pd.Da
     return section(header, check(table)) if not table.empty else ""
 
 
-def interval_check(group: str, ci_low: float, ci_high: float) -> tuple[str, bool]:
+def interval_check(group: str, ci_low: float, ci_high: float, *, n_paired: int | None = None, base: str = "",
+                   unit: str = "text") -> tuple[str, bool]:
     """The paired ground-truth check of a contaminated-minus-base difference: on members (and the
     members' gain over the non-members') its interval lies above 0, on non-members it holds 0. No
-    interval (a group of one item: nan bounds) shows neither."""
+    interval (a group of one item: nan bounds) shows neither. ``n_paired`` 0 (the model's group had
+    no ``unit`` of ``base`` to pair with): :data:`NOT_EVALUATED`, counted as not holding."""
+    if n_paired == 0:
+        return f"{NOT_EVALUATED}: no {unit} of {base} to pair", False
     if math.isnan(ci_low) or math.isnan(ci_high):
         what = "CI above 0" if group in ("member", "member_minus_nonmember") else "CI holds 0"
         return f"{what} (no interval: one item)", False

@@ -51,12 +51,14 @@ def replies(table: pd.DataFrame) -> pd.DataFrame:
 def expectations(differences: pd.DataFrame) -> pd.DataFrame:
     """The cloze probes' ground-truth checks (the issue's "what must hold"): a model fine-tuned on a
     benchmark's members reconstructs more of their masked words than its base (paired interval above
-    0); on the non-members the interval holds 0. Rows of models fine-tuned on other texts
+    0); on the non-members the interval holds 0. A row with no text of the base to pair (``n_texts``
+    0) is not evaluated. Rows of models fine-tuned on other texts
     (``contaminated_on_benchmark`` false) are comparisons, not checked."""
     rows = []
     differences = split_pairings(differences)[0]
     for r in differences[differences["contaminated_on_benchmark"].astype(bool)].itertuples():
-        expect, ok = interval_check(r.group, r.ci_low, r.ci_high)
+        expect, ok = interval_check(r.group, r.ci_low, r.ci_high, n_paired=getattr(r, "n_texts", None),
+                                    base=r.base)
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "mode": r.mode,
                      "tokens": r.measure, "texts": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})

@@ -131,28 +131,41 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
     fine-tuned on other texts (the source articles a QA set quotes, say) is a comparison, not a
     controlled contamination, and may rise on both halves. ``bases`` pairs each model with its control:
     the base it is fine-tuned from, or its declared ``control`` (the models in ``declared``, ``pairing``
-    control: two checkpoints an auditor was given, labels as given, no ground truth)."""
+    control: two checkpoints an auditor was given, labels as given, no ground truth).
+
+    A group the model has texts in but its control none to pair with (the control not probed there)
+    keeps its row, with ``n_texts`` 0 and no difference: the headline reads it as not evaluated,
+    where a missing row would drop the check unseen."""
     members_of = members_of or {}
     rows = []
     keys = ["benchmark", "mode", "measure"]
     for (benchmark, model, mode, measure), mine in texts.groupby(["benchmark", "model", *keys[1:]], sort=True):
         base = bases.get(model)
+        if not base:
+            continue
         theirs = texts[(texts["model"] == base) & (texts["benchmark"] == benchmark) & (texts["mode"] == mode)
                        & (texts["measure"] == measure)]
-        if theirs.empty:
-            continue
+        mine = mine[mine["n_tokens"] > 0]
         joined = mine.merge(theirs, on=["passage_id", "label"], suffixes=("", "_base"))
-        joined = joined[joined["n_tokens"] > 0]
         key = {"benchmark": benchmark, "model": model, "base": base,
                "pairing": "control" if model in declared else "base", "mode": mode, "measure": measure,
                "contaminated_on_benchmark": benchmark in members_of.get(model, ())}
+        unpaired = {"n_texts": 0, "rate_base": float("nan"), "difference": float("nan"), "ci_low": float("nan"),
+                    "ci_high": float("nan"), "interval_holds_0": None}
         gains = {}
-        for label, block in joined.groupby("label"):
+        for label in sorted(set(mine["label"].astype(int))):
+            block = joined[joined["label"] == label]
+            group = "member" if int(label) == 1 else "nonmember"
+            if block.empty:
+                own = mine[mine["label"] == label]
+                rows.append({**key, "group": group, **unpaired,
+                             "rate_model": float((own["n_reconstructed"] / own["n_tokens"]).mean())})
+                continue
             a = (block["n_reconstructed"] / block["n_tokens"]).to_numpy(float)
             b = (block["n_reconstructed_base"] / block["n_tokens_base"]).to_numpy(float)
             gains[int(label)] = a - b
             value, low, high = paired_difference(a, b, seed=seed)
-            rows.append({**key, "group": "member" if int(label) == 1 else "nonmember", "n_texts": len(block),
+            rows.append({**key, "group": group, "n_texts": len(block),
                          "rate_model": float(a.mean()), "rate_base": float(b.mean()), "difference": value,
                          "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
         if 1 in gains and 0 in gains:  # the member gain beyond the non-member gain (domain and format learnt)
@@ -160,6 +173,8 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
             rows.append({**key, "group": "member_minus_nonmember", "n_texts": len(gains[1]) + len(gains[0]),
                          "rate_model": float("nan"), "rate_base": float("nan"), "difference": value,
                          "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
+        elif set(mine["label"].astype(int)) >= {0, 1}:  # both groups, one of them unpaired
+            rows.append({**key, "group": "member_minus_nonmember", **unpaired, "rate_model": float("nan")})
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
 
 

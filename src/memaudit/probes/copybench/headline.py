@@ -49,13 +49,15 @@ def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
     interval holds 0; its member gain exceeds its non-member gain (``member_minus_nonmember``, the
     difference in differences). The mean ROUGE-L's excess over chance (the same output against other
     books' references: a base that writes almost nothing scores 0 on both, a model that writes the
-    author's English ~0.1 on any passage) and character counts, greedy decoding."""
+    author's English ~0.1 on any passage) and character counts, greedy decoding. A row with no item of
+    the base to pair (``n_items`` 0) is not evaluated."""
     differences = split_pairings(differences)[0]  # a declared control's rows: against_control
     if "contaminated_on_benchmark" in differences.columns:  # a model fine-tuned on other texts: no ground truth here
         differences = differences[differences["contaminated_on_benchmark"].astype(bool)]
     rows = []
     for r in _greedy(differences, scores, decoding).itertuples():
-        expect, ok = interval_check(r.group, r.ci_low, r.ci_high)
+        expect, ok = interval_check(r.group, r.ci_low, r.ci_high, n_paired=getattr(r, "n_items", None), base=r.base,
+                                    unit="item")  # a table without n_items predates unpaired rows
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score,
                      "books": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})

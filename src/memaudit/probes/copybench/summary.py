@@ -108,24 +108,39 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
     """A model minus its control (``bases``: per model), per (benchmark, mode, decoding, group, score).
     ``declared``: the models whose control is declared (``models.<name>.control``), not their base;
     ``members_of``: per model, the benchmarks it was fine-tuned on (None: every pair is a controlled
-    contamination of its benchmark, as before the column existed)."""
+    contamination of its benchmark, as before the column existed).
+
+    A group and score the model has items in but its control none to pair with (the control not run
+    there, or without that score) keeps its row, with ``n_items`` 0 and no difference: the headline
+    reads it as not evaluated, where a missing row would drop the check unseen."""
     by_key = {_parse(p): p for p in items_paths}
     rows = []
+    nan = float("nan")
+    unpaired = {"n_items": 0, "mean_base": nan, "difference": nan, "ci_low": nan, "ci_high": nan,
+                "interval_holds_0": None}
     for (benchmark, model, mode), path in sorted(by_key.items()):
         base = bases.get(model)
-        if not base or (benchmark, base, mode) not in by_key:
+        if not base:
             continue
         contaminated = True if members_of is None else benchmark in members_of.get(model, ())
-        mine, theirs = item_scores(path), item_scores(by_key[(benchmark, base, mode)])
-        scores = [c for c in SCORES[mode] if c in mine.columns and c in theirs.columns]
+        mine = item_scores(path)
+        theirs = (item_scores(by_key[(benchmark, base, mode)]) if (benchmark, base, mode) in by_key
+                  else mine.iloc[0:0])
+        scores = [c for c in SCORES[mode] if c in mine.columns]
         joined = mine.merge(theirs, on=["item_id", "label", "decoding"], suffixes=("", "_base"))
         key = {"benchmark": benchmark, "model": model, "base": base,
                "pairing": "control" if model in declared else "base", "mode": mode,
                "contaminated_on_benchmark": contaminated}
-        for decoding, by_decoding in joined.groupby("decoding"):
+        for decoding, own in mine.groupby("decoding"):
+            by_decoding = joined[joined["decoding"] == decoding]
             gains = {}
-            for label, block in by_decoding.groupby("label"):
+            for label, own_block in own.groupby("label"):
+                block = by_decoding[by_decoding["label"] == label]
                 for score in scores:
+                    if block.empty or score not in theirs.columns:
+                        rows.append({**key, "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
+                                     "score": score, "mean_model": float(own_block[score].mean()), **unpaired})
+                        continue
                     value, low, high = paired_difference(block[score].to_numpy(),
                                                          block[f"{score}_base"].to_numpy(), seed=seed)
                     gains[int(label), score] = (block[score] - block[f"{score}_base"]).to_numpy()
@@ -140,6 +155,9 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
                                  "n_items": len(gains[1, score]) + len(gains[0, score]), "score": score,
                                  "mean_model": float("nan"), "mean_base": float("nan"), "difference": value,
                                  "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
+                elif {0, 1} <= set(own["label"].astype(int)):  # both groups, one of them unpaired
+                    rows.append({**key, "decoding": decoding, "group": DID_GROUP, "score": score,
+                                 "mean_model": nan, **unpaired})
     return pd.DataFrame(rows, columns=list(DIFFERENCE_COLUMNS))
 
 

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from memaudit.probes.ktd.statistics import ALL_TEXTS
 from memaudit.stats.headline import base_models, is_null_control, null_control_benchmarks, table_section
 
 HEADER = ("KTD knockoff+ (gradient-norm W, the largest m; FDR and power reported, the guarantee holds "
@@ -33,6 +34,8 @@ def expectations(ktd: pd.DataFrame, models: pd.DataFrame, statistic: str = "grad
     model on a benchmark of published labels is reported, not checked."""
     nulls = base_models(models)
     part = ktd[ktd["statistic"] == statistic]
+    if "measured_on" in part.columns:  # KTD's own selection, over every text (not a baselines' test part)
+        part = part[part["measured_on"] == ALL_TEXTS]
     if part.empty:
         return pd.DataFrame()
     part = part[part["m"] == part["m"].max()]

@@ -139,7 +139,9 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     first draw is the document score; ``n_draws`` knockoff draws per m (seeded by seed, m, draw).
     The selection table also holds the Table 2 baselines at the same q (statistic
     ``validation_<score>``, m 0; :func:`memaudit.probes.ktd.statistics.validation_runs`), with a
-    validation set of ``n_validation`` texts (at most half of them) drawn ``n_draws`` times.
+    validation set of ``n_validation`` texts (at most half of them) drawn ``n_draws`` times, and
+    knockoff+ over the same draws' test texts (``measured_on`` "test"; the rows over every text:
+    "all"), so that KTD and the baselines are compared on the same texts.
     ``baselines``: their scores (:func:`baseline_scores`; default LOSS, Min-K% and zlib from ``z``).
     ``passage_z``: Z of the whole passages where ``z`` holds length-matched ones (:func:`match_lengths`),
     for the detector without knockoffs (``ktd_z_gradnorm``) and the default baselines; ``words``:
@@ -166,6 +168,8 @@ def ktd_tables(items: Sequence[dict], z: dict[str, np.ndarray], *, ms: Sequence[
     distinct = {key: len({w.to_numpy().tobytes() for w in ws}) for key, ws in draws.items()}
     baselines = baselines or baseline_scores(items, whole, np.arange(len(items)))
     runs = pd.concat([statistics.selection_runs(draws, labels, qs),
+                      statistics.knockoff_runs_on_test_parts(draws, labels, qs, n_validation=n_validation, seed=seed,
+                                                             documents=doc_of),
                       statistics.validation_runs(baselines, labels, qs, n_validation=n_validation,
                                                  n_draws=n_draws, seed=seed, documents=doc_of)],
                      ignore_index=True)
@@ -243,6 +247,7 @@ def run_job(job: ProbeJob) -> None:
         frame = tables[name]
         write_csv(job.outputs[name], frame.assign(**ids)[[*ids, *frame.columns]])
     at = tables["selection"]
+    at = at[at["measured_on"] == statistics.ALL_TEXTS]
     main = at[(at["statistic"] == "gradnorm") & (at["m"] == int(cfg["m"]))]
     for r in main[main["q"].isin([0.1, 0.2])].itertuples():
         job.progress(f"KTD gradnorm m={r.m} q={r.q:g}: FDR {r.fdr:.3f}, power {r.power:.3f}")

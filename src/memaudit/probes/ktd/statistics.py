@@ -36,7 +36,10 @@ from scipy import stats as scipy_stats
 from memaudit.errors import ConfigError, InputError
 from memaudit.stats.selection import check_q, fdp_and_power, knockoff_plus_threshold
 
-SELECTION_RUN_COLUMNS = ["statistic", "m", "draw", "q", "n_texts", "tau", "n_selected", "n_false", "fdp", "power"]
+SELECTION_RUN_COLUMNS = ["statistic", "m", "measured_on", "draw", "q", "n_texts", "tau", "n_selected", "n_false", "fdp",
+                         "power"]
+# measured_on: which passages a selection row names from and is measured on
+ALL_TEXTS, TEST_TEXTS = "all", "test"  # every passage; a validation draw's test part (Table 2's protocol)
 SYMMETRY_COLUMNS = ["statistic", "m", "n_nonmember", "nonmember_mean_w", "nonmember_median_w",
                     "nonmember_share_positive", "sign_pvalue", "wilcoxon_pvalue", "member_mean_w"]
 
@@ -98,8 +101,33 @@ def selection_runs(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
             truth = labels.loc[w.index].to_numpy(dtype=int)
             values = w.to_numpy()
             for q in qs:
-                rows.append({"statistic": statistic, "m": m, "draw": draw, "q": q, "n_texts": int(w.size),
-                             **_named(values, truth, knockoff_plus_threshold(values, q))})
+                rows.append({"statistic": statistic, "m": m, "measured_on": ALL_TEXTS, "draw": draw, "q": q,
+                             "n_texts": int(w.size), **_named(values, truth, knockoff_plus_threshold(values, q))})
+    return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
+
+
+def knockoff_runs_on_test_parts(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.Series,
+                                qs: Sequence[float], *, n_validation: int, seed: int,
+                                documents: pd.Series | None = None) -> pd.DataFrame:
+    """Knockoff+ over the test part of each validation draw of :func:`validation_runs` (drawn over every
+    text, as for the baselines that score them all: LOSS, Min-K%, zlib), knockoff draw d's W with
+    validation draw d: :data:`SELECTION_RUN_COLUMNS` with ``measured_on`` "test". Table 2 compares
+    KTD with the baselines at the same q; measured on every text it would be measured on other texts
+    than theirs (and on more of them: knockoff+ names nothing below 1/q texts clearing its threshold).
+    KTD uses no validation texts; it simply names from the same candidates the baselines do."""
+    qs = [check_q(q, "probes.ktd.qs") for q in qs]
+    rows, parts = [], {}
+    for (statistic, m), draws in sorted(w_draws.items()):
+        for draw, w in enumerate(draws):
+            truth = labels.loc[w.index].to_numpy(dtype=int)
+            key = (draw, tuple(w.index))
+            if key not in parts:
+                parts[key] = _validation_parts(truth, n_validation, [seed, draw, 7],
+                                               None if documents is None else documents.loc[w.index])[1]
+            values, truth = w.to_numpy()[parts[key]], truth[parts[key]]
+            for q in qs:
+                rows.append({"statistic": statistic, "m": m, "measured_on": TEST_TEXTS, "draw": draw, "q": q,
+                             "n_texts": int(values.size), **_named(values, truth, knockoff_plus_threshold(values, q))})
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
 
 
@@ -169,7 +197,8 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
     with the most power at FDP <= q (:func:`validation_threshold`); the other texts are named by it
     and measured.
     Repeated over ``n_draws`` seeded validation draws. Rows as :data:`SELECTION_RUN_COLUMNS`, with
-    statistic ``validation_<score>``, m 0 and ``n_texts`` the test texts.
+    statistic ``validation_<score>``, m 0, ``measured_on`` "test" and ``n_texts`` the test texts
+    (KTD on the same test texts: :func:`knockoff_runs_on_test_parts`).
 
     Unlike knockoff+ this needs labelled members, which an auditor rarely has, and its FDR holds
     only as far as the validation set resembles the rest: the table shows how far that is."""
@@ -178,18 +207,26 @@ def validation_runs(scores: dict[str, pd.Series], labels: pd.Series, qs: Sequenc
     for name, series in sorted(scores.items()):
         truth_all = labels.loc[series.index].to_numpy(dtype=int)
         values = series.to_numpy(dtype=float)
-        n_val = min(int(n_validation), values.size // 2)
-        if n_val < 2:
-            raise InputError(f"validation baselines: {values.size} texts cannot be split into a validation and "
-                             f"a test part")
         for draw in range(n_draws):
-            val, test = validation_split(truth_all, n_val, [seed, draw, 7],
-                                         None if documents is None else documents.loc[series.index].to_numpy())
+            val, test = _validation_parts(truth_all, n_validation, [seed, draw, 7],
+                                          None if documents is None else documents.loc[series.index])
             for q in qs:
                 tau = validation_threshold(values[val], truth_all[val], q)
-                rows.append({"statistic": f"{VALIDATION_PREFIX}{name}", "m": 0, "draw": draw, "q": q,
-                             "n_texts": int(test.size), **_named(values[test], truth_all[test], tau)})
+                rows.append({"statistic": f"{VALIDATION_PREFIX}{name}", "m": 0, "measured_on": TEST_TEXTS,
+                             "draw": draw, "q": q, "n_texts": int(test.size),
+                             **_named(values[test], truth_all[test], tau)})
     return pd.DataFrame(rows, columns=SELECTION_RUN_COLUMNS)
+
+
+def _validation_parts(truth: np.ndarray, n_validation: int, seed: Sequence[int], documents: pd.Series | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`validation_split` with at most half the texts validating: the one split of a draw that the
+    baselines and KTD's ``measured_on`` "test" rows share."""
+    n_val = min(int(n_validation), truth.size // 2)
+    if n_val < 2:
+        raise InputError(f"validation baselines: {truth.size} texts cannot be split into a validation and "
+                         f"a test part")
+    return validation_split(truth, n_val, seed, None if documents is None else documents.to_numpy())
 
 
 def summarise_runs(runs: pd.DataFrame, keys: Sequence[str], first: Sequence[str]) -> pd.DataFrame:
@@ -214,17 +251,19 @@ def summarise_runs(runs: pd.DataFrame, keys: Sequence[str], first: Sequence[str]
 
 
 def summarise_selection(runs: pd.DataFrame, distinct: dict[tuple[str, int], int] | None = None) -> pd.DataFrame:
-    """Empirical FDR and power per (statistic, m, q): means over the knockoff draws, with standard errors.
+    """Empirical FDR and power per (statistic, m, measured_on, q): means over the knockoff draws, with
+    standard errors.
 
-    ``distinct[(statistic, m)]``: how many of the draws differ (``n_distinct_draws``; the
-    validation baselines' draws all do). Where m is every passage's whole pool, each draw picks
+    ``distinct[(statistic, m)]``: how many of the draws over every text differ (``n_distinct_draws``;
+    the draws of a validation test part all do). Where m is every passage's whole pool, each draw picks
     the same knockoffs: one distinct draw, and the standard errors are NaN rather than a 0 that
     would read as certainty.
     """
-    out = summarise_runs(runs, ["statistic", "m", "q"], ["n_texts"])
+    out = summarise_runs(runs, ["statistic", "m", "measured_on", "q"], ["n_texts"])
     distinct = distinct or {}
     out.insert(out.columns.get_loc("n_draws") + 1, "n_distinct_draws",
-               [distinct.get((s, m), n) for s, m, n in zip(out["statistic"], out["m"], out["n_draws"])])
+               [distinct.get((s, m), n) if on == ALL_TEXTS else n
+                for s, m, on, n in zip(out["statistic"], out["m"], out["measured_on"], out["n_draws"])])
     single = out["n_distinct_draws"] == 1
     out.loc[single, ["fdr_se", "power_se"]] = np.nan
     return out

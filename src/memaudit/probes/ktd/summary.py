@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import write_csv
+from memaudit.probes.ktd.statistics import ALL_TEXTS
 
-SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "q", "n_texts", "n_draws",
+SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "measured_on", "q", "n_texts",
+                   "n_draws",
                    "n_distinct_draws", "fdr", "fdr_se",
                    "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
                    "wilcoxon_pvalue"]
@@ -29,8 +31,9 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, whether FDR <= q held (``guarantee``), and Lemma 1's symmetry
     tests of non-members' W beside it; the Table 2 baselines (``validation_<score>``, m 0: a
-    threshold picked on labelled validation texts) at the same q, without symmetry columns; the
-    two figures for the gradient-norm statistic at ``m``. ``n_params`` (model -> parameter count,
+    threshold picked on labelled validation texts) at the same q, without symmetry columns, and KTD's
+    rows again over those baselines' test texts (``measured_on`` "test"; "all": every text); the
+    two figures for the gradient-norm statistic at ``m`` over every text. ``n_params`` (model -> parameter count,
     from the prepared models' manifests) fills ``n_params`` for the figure against m and model size
     (``out_m_size``: the paper's Figures 3 and 5)."""
     from memaudit.figures.plots import plot_selection
@@ -40,14 +43,17 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
     frame = selection.merge(symmetry[["benchmark", "model", "statistic", "m", "nonmember_mean_w", "sign_pvalue",
                                       "wilcoxon_pvalue"]], on=["benchmark", "model", "statistic", "m"], how="left")
     frame["n_params"] = frame["model"].map(n_params or {})
-    frame = _judged(frame, contaminated)[SUMMARY_COLUMNS].sort_values(["benchmark", "model", "statistic", "m", "q"], kind="stable")
+    frame = _judged(frame, contaminated)[SUMMARY_COLUMNS].sort_values(["benchmark", "model", "statistic", "m",
+                                                                       "measured_on", "q"], kind="stable")
     write_csv(out_csv, frame)
-    chosen = frame[(frame["statistic"] == "gradnorm") & (frame["m"] == m)].assign(method=f"ktd gradnorm, m={m}")
+    everything = frame[frame["measured_on"] == ALL_TEXTS]
+    chosen = everything[(everything["statistic"] == "gradnorm") & (everything["m"] == m)].assign(
+        method=f"ktd gradnorm, m={m}")
     plot_selection(chosen, str(out_fdr_power).removesuffix(".png"), [f"ktd gradnorm, m={m}"],
                    title=f"KTD knockoff+: empirical FDR and power against q (gradient-norm W, m = {m}; "
                          "mean over knockoff draws)")
     if out_m_size is not None:
-        plot_m_and_size(frame, str(out_m_size).removesuffix(".png"), m=m)
+        plot_m_and_size(everything, str(out_m_size).removesuffix(".png"), m=m)
     w = _read(w_paths)
     plot_w_distributions(w[(w["statistic"] == "gradnorm") & (w["m"] == m) & (w["draw"] == 0)],
                          str(out_w).removesuffix(".png"), m=m)
