@@ -1149,6 +1149,40 @@ def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
     assert not (tmp_path / "c.sqlite").exists()  # an estimate writes nothing
 
 
+@pytest.mark.parametrize("existing", ["another database", "empty file"])
+def test_an_estimate_reads_the_cache_and_never_makes_a_file_into_one(tmp_path, monkeypatch, capsys, existing):
+    """The estimate opened api.cache for writing: the schema set-up turned another SQLite database (or an empty
+    file) named there into a cache. It opens an existing cache only; anything else is a one-line error naming
+    the file and the key, and the file is left as it was."""
+    from memaudit.cli import main
+
+    monkeypatch.delenv(KEY_ENV)
+    db = tmp_path / "c.sqlite"
+    if existing == "empty file":
+        db.touch()
+    else:
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE notes (body TEXT)")
+            conn.execute("INSERT INTO notes VALUES ('mine')")
+        conn.close()
+    before = db.read_bytes()
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "benchmarks": {"b": {"sources": ["austen"]}},
+        "models": {"gpt": {"backend": "openai", "family": "gpt",
+                           "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": KEY_ENV,
+                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}},
+        "api": {"cache": str(db)}}))
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"model": "gpt", "prompt": "hi"}\n')
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan)]) == 2
+    assert capsys.readouterr().err == (
+        f"memaudit estimate-cost: error: {db}: not an API response cache (it has no memaudit usage table); name "
+        f"the cache a run wrote (api.cache, by default results/api/cache.sqlite)\n")
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.sqlite", "c.yaml", "plan.jsonl"]
+
+
 def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypatch):
     """An OpenAI-compatible server of one's own (loopback, localhost, a private address) with no price costs
     nothing; a provider elsewhere has no price, so the estimate's total is unknown, where it counted the
