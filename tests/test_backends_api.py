@@ -786,6 +786,35 @@ def test_malformed_json_is_retried_then_a_clear_error_or_recorded(server, tmp_pa
         g.error.count("openai model") == 1 and g.error.endswith("after 3 attempts")
 
 
+def test_content_as_a_list_of_parts_is_read_as_its_text_parts(server, tmp_path):
+    """Some OpenAI-compatible servers send message.content as a list of parts: it reached the refusal check
+    outside the parser's error handling, and its TypeError stopped the batch with a traceback. The text of
+    its text parts is the answer (a refusal part is the provider's refusal); a part that is no object is a
+    response not in the format, recorded invalid. Through the real openai SDK."""
+    def completion(content):
+        return Fault(raw=json.dumps({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-test-2025-01-01",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 3}}).encode())
+
+    server.responder.queue(completion([{"type": "text", "text": "Emma "}, {"type": "image_url", "image_url": {}},
+                                       {"type": "text", "text": "Woodhouse"}]), prompt="parts")
+    server.responder.queue(completion([{"type": "text", "text": refusal_text()}]), prompt="sorry")
+    server.responder.queue(completion([{"type": "refusal", "refusal": "I cannot help with that."}]), prompt="flag")
+    server.responder.queue(completion(["Emma"]), prompt="bare")
+    server.responder.queue(completion(5), prompt="number")
+    gens = make_openai(server, tmp_path / "c.sqlite", on_error="record").generate(
+        ["parts", "sorry", "flag", "bare", "number"], GREEDY)
+    assert [(g.status, g.text) for g in gens] == [(STATUS_OK, "Emma Woodhouse"), (STATUS_REFUSAL, refusal_text()),
+                                                  (STATUS_REFUSAL, "I cannot help with that."), (STATUS_INVALID, ""),
+                                                  (STATUS_INVALID, "")]
+    assert [g.error for g in gens[3:]] == [
+        "openai model 'gpt-test': response not in the openai format (AttributeError: 'str' object has no attribute "
+        "'get')",
+        "openai model 'gpt-test': response not in the openai format (TypeError: message.content is int, not a "
+        "string)"]
+
+
 def test_an_error_object_with_status_200_is_invalid_and_not_cached(server, tmp_path):
     db = tmp_path / "c.sqlite"
     server.responder.queue(error_object_200("The model is overloaded"), prompt="odd")

@@ -12,6 +12,8 @@ Wire details a researcher should know:
   compatible servers by default (older vLLM and llama.cpp know only that);
   ``api.max_tokens_field`` overrides it;
 - at most 4 stop strings are sent (the API's limit); an answer is cut at the others on arrival;
+- an answer's ``content`` given as a list of parts (some compatible servers) is the text of its
+  ``text`` parts; a ``refusal`` part is the provider's refusal;
 - ``repetition_penalty`` is not an OpenAI parameter; compatible servers that take
   it (vLLM) get it as an extra body field, OpenAI itself refuses it at once;
 - sampled requests send ``seed * 1000003 + sample_index`` as the seed, so repeated
@@ -112,7 +114,13 @@ class OpenAIBackend(APIBackend):
         message = choice["message"]
         text = message.get("content")
         refusal = message.get("refusal")
-        if text is None and refusal:
+        if isinstance(text, list):  # content parts (some compatible servers): the spec's text and refusal parts
+            refusal = refusal or "".join(p["refusal"] for p in text if p.get("type") == "refusal") or None
+            text = "".join(p["text"] for p in text if p.get("type") == "text")
+        for field, value in (("content", text), ("refusal", refusal)):
+            if value is not None and not isinstance(value, str):  # read as text past here, outside error handling
+                raise TypeError(f"message.{field} is {type(value).__name__}, not a string")
+        if not text and refusal:
             text = refusal
         tokens = top = None
         content = (choice.get("logprobs") or {}).get("content")
