@@ -452,6 +452,24 @@ def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_p
     assert server.count() == 2 and rows["B"] == -2.3 and math.isnan(rows["E"])
 
 
+def test_a_provider_flagged_refusal_of_an_option_question_is_a_refusal(server, tmp_path):
+    """A reply the provider flagged (finish_reason content_filter, a message.refusal) was read as an answer:
+    ok where its top list held a letter, invalid where it had none; it is a refusal with no letters, as
+    generate() counts it. Through the real openai SDK."""
+    from api_server import ChatReply
+
+    server.responder.queue(ChatReply("A", finish_reason="content_filter", tokens=[("A", -0.1)],
+                                     top_logprobs=[[("A", -0.1), ("B", -2.5)]], output_tokens=1), prompt="filtered")
+    server.responder.queue(provider_refusal(), prompt="refused")
+    server.responder.queue(reply_with_top("B", [("B", -0.2), ("A", -1.8)]), prompt="answered")
+    scores = make_openai(server, tmp_path / "c.sqlite").option_scores(["filtered", "refused", "answered"],
+                                                                      [OPTIONS] * 3)
+    assert [s.status for s in scores] == [STATUS_REFUSAL, STATUS_REFUSAL, STATUS_OK]
+    assert [[math.isnan(v) for v in s.logprobs.values()] for s in scores[:2]] == [[True] * 4] * 2
+    assert [(s.missing, s.top, s.error) for s in scores[:2]] == [(tuple(OPTIONS), [], None)] * 2
+    assert scores[2].logprobs["B"] == -0.2
+
+
 def test_option_logprobs_from_top_sums_variants_and_never_raises():
     scores, missing = option_logprobs_from_top([(" B", -1.0), ("B", -1.0), ("x", -0.1)], ["B", " C"])
     assert scores["B"] == pytest.approx(-1.0 + math.log(2)) and math.isnan(scores[" C"]) and missing == (" C",)

@@ -118,6 +118,33 @@ def test_a_failed_api_request_in_logit_mode_is_an_error_not_an_invalid_answer(tm
     assert rows["pred"].tolist() == [-1, 1, -1]
 
 
+def test_a_provider_flagged_refusal_in_logit_mode_is_a_refusal(tmp_path, monkeypatch):
+    """A logit-mode question the provider refused (finish_reason content_filter) was scored from its top list
+    as an ok answer; one refused through message.refusal (no top list) as invalid. Both are refusals, as
+    black-box mode counts them. Through the real openai SDK against the loopback server."""
+    from api_server import ChatReply, loopback, provider_refusal, reply_with_top
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.probes.decop.scoring import question_prompts, score_logit
+
+    item = {"item_id": "d#0", "passage_id": "d#0", "doc_id": "d", "label": 1, "answer": 0,
+            "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
+                                                       "role": "evaluate", "length_tokens": 64}}
+    perms = [(0, 1, 2, 3), (1, 0, 2, 3), (2, 1, 0, 3)]
+    filtered, refused, answered = question_prompts(item, perms, closed=True)
+    monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop-logit")
+    with loopback() as server:
+        server.responder.queue(ChatReply("A", finish_reason="content_filter", tokens=[("A", -0.1)],
+                                         top_logprobs=[[("A", -0.1), (" B", -2.5)]]), prompt=filtered)
+        server.responder.queue(provider_refusal(), prompt=refused)
+        server.responder.queue(reply_with_top("B", [("B", -0.1), (" A", -2.5)]), prompt=answered)
+        backend = OpenAIBackend("gpt-test", base_url=server.openai_base_url, api_key_env="DECOP_TEST_KEY",
+                                cache=tmp_path / "c.sqlite", on_error="record")
+        rows = score_logit(backend, [item], perms)
+    assert rows["status"].tolist() == ["refusal", "refusal", "ok"]
+    assert rows["pred"].tolist() == [-1, -1, 1]
+    assert rows["letter_mass"].tolist()[:2] == [0.0, 0.0]
+
+
 def test_parse_paraphrases_in_the_paper_format():
     reply = ("Example B: First rewrite.\n\nExample C: Second rewrite.\nExample D: Third one.\n"
              "Example A: the original")

@@ -27,7 +27,7 @@ from typing import Sequence
 from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
                                    response_bytes, split_sdk_fields, token_count)
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
-                                    GenerationParams, provider_api, system_into_user)
+                                    STATUS_REFUSAL, GenerationParams, provider_api, system_into_user)
 from memaudit.errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20
@@ -146,7 +146,8 @@ class OpenAIBackend(APIBackend):
         One request per prompt: a single greedy token with ``top_logprobs`` =
         ``api.top_logprobs`` (20 by default); the options are read from the first
         position's list. The request does not depend on the options, so one cached
-        answer serves any option set. Status ``invalid`` when no option is listed.
+        answer serves any option set. Status ``invalid`` when no option is listed, ``refusal`` (no
+        letters) when the provider flagged a refusal, as :meth:`generate` counts one.
         """
         if len(prompts) != len(options):
             raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
@@ -156,7 +157,8 @@ class OpenAIBackend(APIBackend):
         out = []
         for o, opts in zip(outcomes, options):
             nan_row = {opt: float("nan") for opt in opts}
-            if o.status == STATUS_ERROR or o.parsed is None:
+            # a refusal (content_filter, message.refusal) gives no letters, whatever its top list holds
+            if o.status in (STATUS_ERROR, STATUS_REFUSAL) or o.parsed is None:
                 out.append(OptionScores(nan_row, tuple(opts), [], None, o.status, o.from_cache, o.requested_at,
                                         o.error))
                 continue
