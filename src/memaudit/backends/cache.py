@@ -194,8 +194,8 @@ def journal_mode_for(path: str | Path) -> str:
 class ResponseCache:
     """The response cache and usage log in one SQLite file; safe across threads and processes.
 
-    ``existing=True`` (the ledger's and the cost estimate's) opens only a cache memaudit wrote: a file that is not one (another
-    SQLite database, an empty file) is an error naming it, not a file turned into a cache.
+    ``existing=True`` (the ledger's and the cost estimate's) opens only a cache memaudit wrote: a file that
+    is not one (another SQLite database, an empty file) is an error naming it, not a file turned into a cache.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 120.0, existing: bool = False):
