@@ -452,6 +452,24 @@ def test_option_logprobs_from_top_list_with_missing_letters_as_nan(server, tmp_p
     assert server.count() == 2 and rows["B"] == -2.3 and math.isnan(rows["E"])
 
 
+def test_a_provider_flagged_refusal_of_an_option_question_is_a_refusal(server, tmp_path):
+    """A reply the provider flagged (finish_reason content_filter, a message.refusal) was read as an answer:
+    ok where its top list held a letter, invalid where it had none; it is a refusal with no letters, as
+    generate() counts it. Through the real openai SDK."""
+    from api_server import ChatReply
+
+    server.responder.queue(ChatReply("A", finish_reason="content_filter", tokens=[("A", -0.1)],
+                                     top_logprobs=[[("A", -0.1), ("B", -2.5)]], output_tokens=1), prompt="filtered")
+    server.responder.queue(provider_refusal(), prompt="refused")
+    server.responder.queue(reply_with_top("B", [("B", -0.2), ("A", -1.8)]), prompt="answered")
+    scores = make_openai(server, tmp_path / "c.sqlite").option_scores(["filtered", "refused", "answered"],
+                                                                      [OPTIONS] * 3)
+    assert [s.status for s in scores] == [STATUS_REFUSAL, STATUS_REFUSAL, STATUS_OK]
+    assert [[math.isnan(v) for v in s.logprobs.values()] for s in scores[:2]] == [[True] * 4] * 2
+    assert [(s.missing, s.top, s.error) for s in scores[:2]] == [(tuple(OPTIONS), [], None)] * 2
+    assert scores[2].logprobs["B"] == -0.2
+
+
 def test_option_logprobs_from_top_sums_variants_and_never_raises():
     scores, missing = option_logprobs_from_top([(" B", -1.0), ("B", -1.0), ("x", -0.1)], ["B", " C"])
     assert scores["B"] == pytest.approx(-1.0 + math.log(2)) and math.isnan(scores[" C"]) and missing == (" C",)
@@ -784,6 +802,35 @@ def test_malformed_json_is_retried_then_a_clear_error_or_recorded(server, tmp_pa
     assert g.status == STATUS_ERROR and g.text == ""
     assert g.error.startswith("openai model 'gpt-test': malformed response, not valid JSON") and \
         g.error.count("openai model") == 1 and g.error.endswith("after 3 attempts")
+
+
+def test_content_as_a_list_of_parts_is_read_as_its_text_parts(server, tmp_path):
+    """Some OpenAI-compatible servers send message.content as a list of parts: it reached the refusal check
+    outside the parser's error handling, and its TypeError stopped the batch with a traceback. The text of
+    its text parts is the answer (a refusal part is the provider's refusal); a part that is no object is a
+    response not in the format, recorded invalid. Through the real openai SDK."""
+    def completion(content):
+        return Fault(raw=json.dumps({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-test-2025-01-01",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 3}}).encode())
+
+    server.responder.queue(completion([{"type": "text", "text": "Emma "}, {"type": "image_url", "image_url": {}},
+                                       {"type": "text", "text": "Woodhouse"}]), prompt="parts")
+    server.responder.queue(completion([{"type": "text", "text": refusal_text()}]), prompt="sorry")
+    server.responder.queue(completion([{"type": "refusal", "refusal": "I cannot help with that."}]), prompt="flag")
+    server.responder.queue(completion(["Emma"]), prompt="bare")
+    server.responder.queue(completion(5), prompt="number")
+    gens = make_openai(server, tmp_path / "c.sqlite", on_error="record").generate(
+        ["parts", "sorry", "flag", "bare", "number"], GREEDY)
+    assert [(g.status, g.text) for g in gens] == [(STATUS_OK, "Emma Woodhouse"), (STATUS_REFUSAL, refusal_text()),
+                                                  (STATUS_REFUSAL, "I cannot help with that."), (STATUS_INVALID, ""),
+                                                  (STATUS_INVALID, "")]
+    assert [g.error for g in gens[3:]] == [
+        "openai model 'gpt-test': response not in the openai format (AttributeError: 'str' object has no attribute "
+        "'get')",
+        "openai model 'gpt-test': response not in the openai format (TypeError: message.content is int, not a "
+        "string)"]
 
 
 def test_an_error_object_with_status_200_is_invalid_and_not_cached(server, tmp_path):
@@ -1147,6 +1194,40 @@ def test_estimate_plan_from_config_without_the_key(tmp_path, monkeypatch):
     assert est.total_cost_usd == pytest.approx((29 * 0.15 + 6 * 0.6) / 1e6)
     assert f"environment variable {KEY_ENV} is not set" in est.format()
     assert not (tmp_path / "c.sqlite").exists()  # an estimate writes nothing
+
+
+@pytest.mark.parametrize("existing", ["another database", "empty file"])
+def test_an_estimate_reads_the_cache_and_never_makes_a_file_into_one(tmp_path, monkeypatch, capsys, existing):
+    """The estimate opened api.cache for writing: the schema set-up turned another SQLite database (or an empty
+    file) named there into a cache. It opens an existing cache only; anything else is a one-line error naming
+    the file and the key, and the file is left as it was."""
+    from memaudit.cli import main
+
+    monkeypatch.delenv(KEY_ENV)
+    db = tmp_path / "c.sqlite"
+    if existing == "empty file":
+        db.touch()
+    else:
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE notes (body TEXT)")
+            conn.execute("INSERT INTO notes VALUES ('mine')")
+        conn.close()
+    before = db.read_bytes()
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "benchmarks": {"b": {"sources": ["austen"]}},
+        "models": {"gpt": {"backend": "openai", "family": "gpt",
+                           "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": KEY_ENV,
+                                   "pricing": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}},
+        "api": {"cache": str(db)}}))
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"model": "gpt", "prompt": "hi"}\n')
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan)]) == 2
+    assert capsys.readouterr().err == (
+        f"memaudit estimate-cost: error: {db}: not an API response cache (it has no memaudit usage table); name "
+        f"the cache a run wrote (api.cache, by default results/api/cache.sqlite)\n")
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.sqlite", "c.yaml", "plan.jsonl"]
 
 
 def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypatch):

@@ -359,6 +359,35 @@ def test_local_sampling_keys_for_an_api_paraphraser_are_errors_and_have_no_defau
             f"config key probes.decop.paraphrase.{key}: {why}"
 
 
+def test_a_temperature_above_1_for_an_anthropic_role_model_is_an_error_before_any_job_runs():
+    """The Messages API takes a temperature from 0 to 1: a Claude paraphraser at KTD's T5 setting 1.9 (or a
+    sampled fluency judge above 1) was answered HTTP 400 on every request at run time. Now a config error
+    naming the key that gives the temperature and the model."""
+    claude = {"backend": "anthropic", "api": {"model_id": "claude-x", "pricing": {"input_per_mtok": 3,
+                                                                                "output_per_mtok": 15}}}
+
+    def mutate(c):
+        c["models"]["claude"] = copy.deepcopy(claude)
+        c["probes"]["decop"]["paraphrase"].update(model="claude", temperature=1.9)
+        c["probes"]["copybench"]["fluency_judge"] = {"model": "claude", "temperature": 1.2}
+    tail = ("but the {} 'claude' (models.claude) is an Anthropic model, whose Messages API takes a temperature "
+            "from 0 to 1 (HTTP 400 above); set at most 1 or give the role another model")
+    assert bad(mutate).splitlines() == [
+        "config key probes.decop.paraphrase.temperature: 1.9, " + tail.format("paraphraser"),
+        "config key probes.copybench.fluency_judge.temperature: 1.2, " + tail.format("fluency judge")]
+    ok = copy.deepcopy(CI)
+    ok["models"]["claude"] = copy.deepcopy(claude)
+    ok["probes"]["decop"]["paraphrase"].update(model="claude", temperature=1.0)
+    ok["probes"]["copybench"]["fluency_judge"] = {"model": "claude", "temperature": 1.0}
+    validate_config(ok)
+    # a local paraphraser samples at any temperature; a fluency judge not named rates nothing
+    ok = copy.deepcopy(CI)
+    ok["models"]["claude"] = copy.deepcopy(claude)
+    ok["probes"]["decop"]["paraphrase"].update(temperature=1.9)
+    ok["probes"]["copybench"]["fluency_judge"] = {"temperature": 1.5}
+    assert validate_config(ok)["probes"]["decop"]["paraphrase"]["temperature"] == 1.9
+
+
 def test_a_decop_mode_asking_for_more_passages_than_its_items_have_is_an_error():
     # first_passages took the 3 there were and the mode probed fewer passages than its config said
     def mutate(c):

@@ -118,6 +118,33 @@ def test_a_failed_api_request_in_logit_mode_is_an_error_not_an_invalid_answer(tm
     assert rows["pred"].tolist() == [-1, 1, -1]
 
 
+def test_a_provider_flagged_refusal_in_logit_mode_is_a_refusal(tmp_path, monkeypatch):
+    """A logit-mode question the provider refused (finish_reason content_filter) was scored from its top list
+    as an ok answer; one refused through message.refusal (no top list) as invalid. Both are refusals, as
+    black-box mode counts them. Through the real openai SDK against the loopback server."""
+    from api_server import ChatReply, loopback, provider_refusal, reply_with_top
+    from memaudit.backends.openai_backend import OpenAIBackend
+    from memaudit.probes.decop.scoring import question_prompts, score_logit
+
+    item = {"item_id": "d#0", "passage_id": "d#0", "doc_id": "d", "label": 1, "answer": 0,
+            "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
+                                                       "role": "evaluate", "length_tokens": 64}}
+    perms = [(0, 1, 2, 3), (1, 0, 2, 3), (2, 1, 0, 3)]
+    filtered, refused, answered = question_prompts(item, perms, closed=True)
+    monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop-logit")
+    with loopback() as server:
+        server.responder.queue(ChatReply("A", finish_reason="content_filter", tokens=[("A", -0.1)],
+                                         top_logprobs=[[("A", -0.1), (" B", -2.5)]]), prompt=filtered)
+        server.responder.queue(provider_refusal(), prompt=refused)
+        server.responder.queue(reply_with_top("B", [("B", -0.1), (" A", -2.5)]), prompt=answered)
+        backend = OpenAIBackend("gpt-test", base_url=server.openai_base_url, api_key_env="DECOP_TEST_KEY",
+                                cache=tmp_path / "c.sqlite", on_error="record")
+        rows = score_logit(backend, [item], perms)
+    assert rows["status"].tolist() == ["refusal", "refusal", "ok"]
+    assert rows["pred"].tolist() == [-1, -1, 1]
+    assert rows["letter_mass"].tolist()[:2] == [0.0, 0.0]
+
+
 def test_parse_paraphrases_in_the_paper_format():
     reply = ("Example B: First rewrite.\n\nExample C: Second rewrite.\nExample D: Third one.\n"
              "Example A: the original")
@@ -1088,6 +1115,45 @@ def test_blackbox_outcome_counts_are_per_passage_length(tmp_path):
     assert table.loc[("m", 64), ["n_questions", "n_valid", "n_invalid"]].tolist() == [4, 4, 0]
     assert table.loc[("m", 128), ["n_questions", "n_valid", "n_invalid"]].tolist() == [4, 0, 4]
     assert table.loc[("c", 128), "n_invalid"] == 4 and table.loc[("c", 64), "n_invalid"] == 0
+
+
+def test_logit_mode_tables_count_an_api_models_refusals_and_letterless_answers(tmp_path):
+    """Logit mode on an API model: a question the provider refused and one whose top list held no letter
+    are counted in the table's n_refusal and n_invalid, as black-box mode counts them (the table had no
+    such columns in logit mode: they showed only as statuses in answers.csv)."""
+    from memaudit.backends.api import OptionScores
+    from memaudit.io import write_jsonl
+    from memaudit.probes.decop.runner import run_decop
+
+    items = [{"item_id": f"{d}#p0", "passage_id": f"{d}#p0", "doc_id": d, "label": lab, "answer": 0,
+              "options": [f"{d} {k}" for k in "wxyz"],
+              "meta": {"title": d, "author": "An Author", "kind": "book", "role": role, "length_tokens": 64}}
+             for d, lab, role in (("m", 1, "evaluate"), ("c", 0, "calibrate"))]
+    write_jsonl(tmp_path / "items.jsonl", items)
+    nan = float("nan")
+
+    class API:  # document m: one refusal, one answer listing no letter, two answers "A"
+        name = "api"
+
+        def describe(self):
+            return {}
+
+        def option_scores(self, prompts, options, *, params):
+            letters = {"A": -0.1, "B": -3.0, "C": -3.0, "D": -3.0}
+            out = [OptionScores(letters, (), [], None, "ok") for _ in prompts]
+            if "m w" in prompts[0]:
+                out[0] = OptionScores(dict.fromkeys("ABCD", nan), tuple("ABCD"), [], None, "refusal")
+                out[1] = OptionScores(dict.fromkeys("ABCD", nan), tuple("ABCD"), [], None, "ok")
+            return out
+
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in
+           [("answers", "csv"), ("documents", "csv"), ("table", "csv"), ("calibration", "json")]}
+    run_decop("logit", API(), tmp_path / "items.jsonl",
+              {"lengths": [64], "orderings": "latin_square", "fdr": 0.1, "calibration_documents": 1},
+              **{f"out_{k}": v for k, v in out.items()})
+    table = pd.read_csv(out["table"]).query("method == 'decop-logit'").set_index("doc_id")
+    assert table.loc["m", ["n_questions", "n_refusal", "n_invalid", "n_error"]].tolist() == [4, 1, 1, 0]
+    assert table.loc["c", ["n_questions", "n_refusal", "n_invalid", "n_error"]].tolist() == [4, 0, 0, 0]
 
 
 # ----------------------------------------------------------------------------- on_error: record

@@ -28,8 +28,8 @@ never credentials: keys travel in HTTP headers, which are not stored.
 
 An entry whose response is not a JSON object (a row damaged outside memaudit) is
 removed with a warning naming the file and key, and asked again; a file that is
-not an SQLite database is an error naming it, and so, for the ledger, which only
-reads, is a database that is no memaudit cache (it is left as it was).
+not an SQLite database is an error naming it, and so, for the ledger and the cost
+estimate, which only read, is a database that is no memaudit cache (it is left as it was).
 """
 
 from __future__ import annotations
@@ -194,8 +194,8 @@ def journal_mode_for(path: str | Path) -> str:
 class ResponseCache:
     """The response cache and usage log in one SQLite file; safe across threads and processes.
 
-    ``existing=True`` (the ledger's) opens only a cache memaudit wrote: a file that is not one (another
-    SQLite database, an empty file) is an error naming it, not a file turned into a cache.
+    ``existing=True`` (the ledger's and the cost estimate's) opens only a cache memaudit wrote: a file that
+    is not one (another SQLite database, an empty file) is an error naming it, not a file turned into a cache.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 120.0, existing: bool = False):

@@ -13,6 +13,13 @@ from __future__ import annotations
 from memaudit.backends.base import API_BACKENDS, provider_api
 from memaudit.secrets import API_KEY_ENV_PROBLEM, looks_like_a_key_not_a_variable, url_credential_problem
 
+# The role models a setting under ``probes`` gives a temperature: (family, role, the temperature's dotted key,
+# whether an unnamed role falls back on a default model, as the paraphraser does, or is off)
+ROLE_TEMPERATURES = (("decop", "paraphraser", "decop.paraphrase.temperature", True),
+                     ("copybench", "fluency_judge", "copybench.fluency_judge.temperature", False))
+# the Messages API's bound: above it every request is answered HTTP 400
+ANTHROPIC_MAX_TEMPERATURE = 1.0
+
 
 def check_api_models(config: dict) -> list[str]:
     """Problems with the API models of a validated config (empty when there are none).
@@ -29,7 +36,8 @@ def check_api_models(config: dict) -> list[str]:
     - two models with one backend, ``model_id`` and ``revision`` at different ``base_url`` s (two
       ``memaudit serve`` s, a base and its adapter, both answering to the model's name) would share
       cache entries, which leave the server out: one model's answers would be served as the other's;
-    - a token-probability reference model must be local: it needs token log-probabilities.
+    - a token-probability reference model must be local: it needs token log-probabilities;
+    - an Anthropic role model is given a temperature of at most 1 (:data:`ROLE_TEMPERATURES`).
     """
     problems: list[str] = []
     price_table = config.get("api", {}).get("pricing", {})
@@ -80,4 +88,27 @@ def check_api_models(config: dict) -> list[str]:
         if config["models"].get(ref, {}).get("backend", "hf") in API_BACKENDS:
             problems.append(f"probes.token_prob.reference_models.{i}: {ref!r} is an API model; a reference "
                             f"model needs token log-probabilities, which only local (hf) models give")
+    return problems + _role_temperature_problems(config)
+
+
+def _role_temperature_problems(config: dict) -> list[str]:
+    """A temperature above 1 for a role an Anthropic model serves (the KTD paper's T5 paraphraser samples at 1.9):
+    the Messages API answers every such request HTTP 400, so it is named before any job runs."""
+    from memaudit.probes.registry import named_role_model, role_model
+
+    problems = []
+    for family, role, key, defaults in ROLE_TEMPERATURES:
+        if role_model(config, family, role) is None:  # the family is off
+            continue
+        model = role_model(config, family, role) if defaults else named_role_model(config, family, role)
+        if config["models"].get(model, {}).get("backend") != "anthropic":
+            continue
+        temperature = config.get("probes", {})
+        for part in key.split("."):
+            temperature = temperature.get(part) if isinstance(temperature, dict) else None
+        if temperature is not None and temperature > ANTHROPIC_MAX_TEMPERATURE:
+            problems.append(f"probes.{key}: {temperature:g}, but the {role.replace('_', ' ')} {model!r} "
+                            f"(models.{model}) is an Anthropic model, whose Messages API takes a temperature from "
+                            f"0 to {ANTHROPIC_MAX_TEMPERATURE:g} (HTTP 400 above); set at most "
+                            f"{ANTHROPIC_MAX_TEMPERATURE:g} or give the role another model")
     return problems

@@ -246,9 +246,10 @@ def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str]
     from memaudit.backends.cache import ResponseCache
     from memaudit.backends.settings import api_settings
 
-    # An estimate writes nothing: without a cache yet, nothing is cached.
+    # An estimate writes nothing: without a cache yet, nothing is cached; an existing file is opened only if it
+    # is a cache (a cache's set-up made another database, or an empty file, named in api.cache into one)
     cache_path = Path(api_settings(config)["cache"])
-    cache = ResponseCache(cache_path) if cache_path.exists() else False
+    cache = ResponseCache(cache_path, existing=True) if cache_path.exists() else False
     try:
         for (model, params, samples, kind), prompts in groups.items():
             if not is_api_model(config["models"][model]):

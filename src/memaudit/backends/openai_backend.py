@@ -12,6 +12,8 @@ Wire details a researcher should know:
   compatible servers by default (older vLLM and llama.cpp know only that);
   ``api.max_tokens_field`` overrides it;
 - at most 4 stop strings are sent (the API's limit); an answer is cut at the others on arrival;
+- an answer's ``content`` given as a list of parts (some compatible servers) is the text of its
+  ``text`` parts; a ``refusal`` part is the provider's refusal;
 - ``repetition_penalty`` is not an OpenAI parameter; compatible servers that take
   it (vLLM) get it as an extra body field, OpenAI itself refuses it at once;
 - sampled requests send ``seed * 1000003 + sample_index`` as the seed, so repeated
@@ -25,7 +27,7 @@ from typing import Sequence
 from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
                                    response_bytes, split_sdk_fields, token_count)
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
-                                    GenerationParams, provider_api, system_into_user)
+                                    STATUS_REFUSAL, GenerationParams, provider_api, system_into_user)
 from memaudit.errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20
@@ -112,7 +114,13 @@ class OpenAIBackend(APIBackend):
         message = choice["message"]
         text = message.get("content")
         refusal = message.get("refusal")
-        if text is None and refusal:
+        if isinstance(text, list):  # content parts (some compatible servers): the spec's text and refusal parts
+            refusal = refusal or "".join(p["refusal"] for p in text if p.get("type") == "refusal") or None
+            text = "".join(p["text"] for p in text if p.get("type") == "text")
+        for field, value in (("content", text), ("refusal", refusal)):
+            if value is not None and not isinstance(value, str):  # read as text past here, outside error handling
+                raise TypeError(f"message.{field} is {type(value).__name__}, not a string")
+        if not text and refusal:
             text = refusal
         tokens = top = None
         content = (choice.get("logprobs") or {}).get("content")
@@ -138,7 +146,8 @@ class OpenAIBackend(APIBackend):
         One request per prompt: a single greedy token with ``top_logprobs`` =
         ``api.top_logprobs`` (20 by default); the options are read from the first
         position's list. The request does not depend on the options, so one cached
-        answer serves any option set. Status ``invalid`` when no option is listed.
+        answer serves any option set. Status ``invalid`` when no option is listed, ``refusal`` (no
+        letters) when the provider flagged a refusal, as :meth:`generate` counts one.
         """
         if len(prompts) != len(options):
             raise ValueError(f"{len(prompts)} prompts but {len(options)} option lists")
@@ -148,7 +157,8 @@ class OpenAIBackend(APIBackend):
         out = []
         for o, opts in zip(outcomes, options):
             nan_row = {opt: float("nan") for opt in opts}
-            if o.status == STATUS_ERROR or o.parsed is None:
+            # a refusal (content_filter, message.refusal) gives no letters, whatever its top list holds
+            if o.status in (STATUS_ERROR, STATUS_REFUSAL) or o.parsed is None:
                 out.append(OptionScores(nan_row, tuple(opts), [], None, o.status, o.from_cache, o.requested_at,
                                         o.error))
                 continue

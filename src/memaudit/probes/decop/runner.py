@@ -170,14 +170,16 @@ def run_decop(mode: str, backend, items_path: str | Path, cfg: dict, *, out_answ
     _check_answered(answers, mode)
     documents, table, calibration = _evaluate(answers, mode, lengths, float(cfg["fdr"]),
                                               calibration_documents=cfg.get("calibration_documents"))
-    if mode == "blackbox":
+    if mode in ("blackbox", "logit"):
         # per (document, length), as the table's rows: per document they summed every length into each row
-        # (n_error, in every mode: analysis.document_accuracy)
+        # (n_error, in every mode: analysis.document_accuracy). Logit mode: an API model's questions with no
+        # letter listed (invalid) or refused by the provider; a local model's are all answered (0)
         counts = answers.groupby(["doc_id", "length"])["status"].value_counts().unstack(fill_value=0)
         rows = pd.MultiIndex.from_frame(table[["doc_id", "length"]])
         for status in ("invalid", "refusal"):
             column = counts[status] if status in counts else pd.Series(0, index=counts.index)
             table[f"n_{status}"] = column.reindex(rows, fill_value=0).to_numpy().astype(int)
+    if mode == "blackbox":
         progress("answers: " + ", ".join(f"{k}={v}" for k, v in answers["parse"].value_counts().items()))
     answers.insert(0, "model", backend.name)
     answers.insert(1, "mode", mode)

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.backends.base import STATUS_ERROR, GenerationParams, option_token_ids
+from memaudit.backends.base import STATUS_ERROR, STATUS_REFUSAL, GenerationParams, option_token_ids
 from memaudit.probes.decop.prompts import (LETTERS, closed_model_prompt, correct_position, parse_answer,
                                            system_prompt, user_prompt)
 
@@ -145,21 +145,22 @@ def score_logit(backend, items: Sequence[dict], perms: Sequence[Sequence[int]], 
     for n, item in enumerate(items):
         prompts = question_prompts(item, perms, closed=closed)
         options = [LETTERS] * len(prompts)
+        outcomes = [None] * len(prompts)
         if hasattr(backend, "option_scores"):
-            # an API backend's statuses: a failed request (on_error: record) is an error, not an answer that
-            # listed no letter (invalid); both have no probabilities
+            # an API model (api.on_error: record): a request that got no answer is an error, and one the
+            # provider refused a refusal, not an answer without a letter (invalid), as black-box mode counts them
             scores = backend.option_scores(prompts, options, params=params)
-            logprobs, failed = [s.logprobs for s in scores], [s.status == STATUS_ERROR for s in scores]
+            logprobs = [s.logprobs for s in scores]
+            outcomes = [s.status if s.status in (STATUS_ERROR, STATUS_REFUSAL) else None for s in scores]
         else:
             logprobs = backend.option_logprobs(prompts, options, params=params, batch_size=batch_size)
-            failed = [False] * len(prompts)
         probs, mass = letter_probabilities(logprobs)
-        for perm, p, m, error in zip(perms, probs, mass, failed):
+        for perm, p, m, outcome in zip(perms, probs, mass, outcomes):
             row = _row(item, perm)
             row.update({f"p_{letter}": float(v) for letter, v in zip(LETTERS, p)})
-            ok = bool(m > 0)
+            ok = bool(m > 0) and outcome is None
             row.update(letter_mass=float(m), pred=int(np.argmax(p)) if ok else -1,
-                       status=STATUS_ERROR if error else "ok" if ok else "invalid")
+                       status=outcome or ("ok" if ok else "invalid"))
             rows.append(row)
         if (n + 1) % 10 == 0 or n + 1 == len(items):
             progress(f"logit mode: {n + 1}/{len(items)} passages")
