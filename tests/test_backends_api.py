@@ -1722,6 +1722,31 @@ def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_
     assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
 
 
+@pytest.mark.parametrize("text, message", [
+    (None, "{path}: file not found"),
+    ('{"replies": {"hi": "there"', "{path}, line 1: not valid JSON (Expecting ',' delimiter)"),
+    ('["hi"]', '{path}: expected {{"replies": {{prompt: answer, ...}}}}, not a list'),
+    ('{"replies": {"hi": 3}}', '{path}: replies: the answer to "hi" must be a string, not an int'),
+    ('{"replies": ["hi"]}', '{path}: replies: must be an object {{prompt: answer, ...}}, not a list'),
+    ('{"reply": {}}', '{path}: unknown key "reply"; the file is {{"replies": {{prompt: answer, ...}}}}'),
+])
+def test_serve_names_a_reply_script_it_cannot_use_in_one_line(tmp_path, monkeypatch, capsys, text, message):
+    """``memaudit serve --scripted FILE`` with the file missing or not JSON ended in a FileNotFoundError or
+    JSONDecodeError traceback; one of another shape in an AttributeError, or served a number where a reply
+    belongs (a TypeError in each request's thread) or no reply at all (a misspelt key). One line naming the
+    file and what is wrong, exit status 2, before serving."""
+    from memaudit.backends.server import ChatServer
+    from memaudit.cli import main
+
+    monkeypatch.setattr(ChatServer, "serve_forever", lambda self: pytest.fail("served a script it cannot use"))
+
+    script = tmp_path / "replies.json"
+    if text is not None:
+        script.write_text(text)
+    assert main(["serve", "--scripted", str(script), "--port", "0"]) == 2
+    assert capsys.readouterr() == ("", f"memaudit serve: error: {message.format(path=script)}\n")
+
+
 def test_serve_on_a_port_in_use_is_one_line_before_loading_a_model(tmp_path, monkeypatch, capsys):
     """``memaudit serve`` on a port another server listens on failed with bind()'s OSError traceback, and
     only once the model had loaded (minutes for a large one). The port is bound first: one line naming it."""

@@ -133,14 +133,41 @@ def test_bind_job_devices(monkeypatch, tmp_path):
     # no GPU at all: the job runs on the CPU
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert devices.bind_job_devices(2) == []
-    # under SLURM the scheduler has chosen: no locks, but the count must be there
+    # under SLURM the scheduler has chosen: no lock beside other jobs' (only in its allocation's own folder),
+    # but the count must be there
     monkeypatch.setenv("SLURM_JOB_ID", "17")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert devices.bind_job_devices(1) == ["0"]
-    assert not list(tmp_path.glob("gpu-0.lock"))
+    try:
+        assert devices.bind_job_devices(1) == ["0"]
+    finally:
+        devices.release_gpus()
+    assert not list(tmp_path.glob("gpu-0.lock")) and (tmp_path / "slurm-job-17" / "gpu-0.lock").is_file()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.raises(devices.DeviceError, match="SLURM gave this job 1 GPU"):
         devices.bind_job_devices(2)
+
+
+def test_jobs_inside_one_slurm_allocation_each_get_their_own_gpu(monkeypatch, tmp_path):
+    """`snakemake --profile profiles/local --resources gpu=2` inside `salloc --gpus=2` (or one sbatch running the
+    whole workflow on a GPU node): every GPU job took the allocation's first device, visible[:1], and two ran on
+    it side by side while the second stood idle. Jobs of one allocation lock its devices among themselves;
+    another SLURM job on the node, whose devices SLURM numbers from 0 too, does not wait for those locks."""
+    monkeypatch.setenv(devices.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    bind = ("import os; from memaudit.devices import bind_job_devices; bind_job_devices(1); "
+            "print(os.environ['CUDA_VISIBLE_DEVICES'])")
+    try:
+        assert devices.bind_job_devices(1) == ["0"]
+        same_job = subprocess.run([sys.executable, "-c", bind], env=dict(os.environ, CUDA_VISIBLE_DEVICES="0,1"),
+                                  capture_output=True, text=True, timeout=60)
+        assert same_job.stdout.strip() == "1", same_job.stderr
+        other_job = subprocess.run([sys.executable, "-c", bind],
+                                   env=dict(os.environ, SLURM_JOB_ID="18", CUDA_VISIBLE_DEVICES="0"),
+                                   capture_output=True, text=True, timeout=60)
+        assert other_job.stdout.strip() == "0", other_job.stderr
+    finally:
+        devices.release_gpus()
 
 
 def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path, caplog):

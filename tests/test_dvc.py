@@ -214,3 +214,24 @@ def test_dvc_stage_refuses_fewer_than_one_core_and_writes_nothing(tmp_path, caps
     assert main(["dvc-stage", str(ROOT / "config/ci.yaml"), "--dvc-file", str(dvc_file), "--cores", cores]) == 2
     assert capsys.readouterr() == ("", f"memaudit dvc-stage: error: --cores: must be at least 1, not {cores}\n")
     assert dvc_file.read_bytes() == before
+
+
+def test_python_bytecode_caches_are_no_change_of_the_stages_code_dependency(tmp_path):
+    """`src/memaudit` is a dependency of the stage, and importing the package writes `__pycache__/*.pyc` into it
+    (per Python version, stamped with the sources' mtimes): `dvc.lock` hashed them, and a co-author's fresh
+    clone (no .pyc), another Python, or a checkout that touched the sources made `dvc status` report the code
+    changed and `dvc repro` rerun the stage. The project's .dvcignore leaves them out."""
+    repo = tmp_path / "repo"
+    (repo / "src" / "memaudit").mkdir(parents=True)
+    (repo / "src" / "memaudit" / "cli.py").write_text("x = 1\n")
+    (repo / "dvc.yaml").write_text('stages:\n  memaudit:\n    cmd: "true"\n    deps:\n      - src/memaudit\n')
+    shutil.copy2(ROOT / ".dvcignore", repo / ".dvcignore")
+    sh(["git", "init", "-q"], repo)
+    sh(DVC + ["init", "-q"], repo)
+    sh(DVC + ["repro", "-q"], repo)
+    cache = repo / "src" / "memaudit" / "__pycache__"
+    cache.mkdir()
+    (cache / "cli.cpython-311.pyc").write_bytes(b"\xa7\r\r\n bytecode")
+    assert sh(DVC + ["status"], repo).strip() == "Data and pipelines are up to date."
+    (repo / "src" / "memaudit" / "cli.py").write_text("x = 2\n")  # a change of the code still is one
+    assert "modified:           src/memaudit" in sh(DVC + ["status"], repo)

@@ -9,7 +9,9 @@ taken) and then sees only those devices through ``CUDA_VISIBLE_DEVICES``; inside
 node with device constraints, so a local run and a cluster run place work alike.
 
 Under SLURM (``SLURM_JOB_ID`` set) the scheduler has already given the job its GPUs and set
-``CUDA_VISIBLE_DEVICES``: nothing is locked, the count is only checked.
+``CUDA_VISIBLE_DEVICES``; the jobs of one allocation (the local profile run inside ``salloc`` or
+one ``sbatch``) still lock those devices among themselves, in a folder of the SLURM job's own:
+SLURM numbers each job's devices from 0, so another job's ``0`` on the node is another GPU.
 
 With no GPU visible a job runs on the CPU (the tests and CI have none).
 """
@@ -178,12 +180,15 @@ def bind_job_devices(gpus: int, *, progress: Callable[[str], None] = log.info) -
     if not visible:
         progress(f"the job claims {gpus} GPU(s) but none is visible: running on the CPU")
         return []
-    if os.environ.get("SLURM_JOB_ID"):
-        if len(visible) < gpus:
-            raise DeviceError(f"SLURM gave this job {len(visible)} GPU(s) ({visible}); it claims {gpus}")
-        chosen = visible[:gpus]
-    else:
-        chosen = claim_gpus(gpus, visible, progress=progress)
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    if slurm_job and len(visible) < gpus:
+        raise DeviceError(f"SLURM gave this job {len(visible)} GPU(s) ({visible}); it claims {gpus}")
+    # Inside one SLURM allocation several jobs may run at once (they all took visible[:gpus], the same
+    # device, before): they lock its devices, in a folder of that allocation's alone (see above).
+    locks = lock_dir() / f"slurm-job-{slurm_job}" if slurm_job else None
+    if locks is not None:
+        locks.mkdir(exist_ok=True)
+    chosen = claim_gpus(gpus, visible, locks=locks, progress=progress)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
     progress(f"using GPU(s) {','.join(chosen)}")
     return chosen

@@ -94,7 +94,32 @@ class ScriptedResponder:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "ScriptedResponder":
-        """``{"replies": {"<prompt>": "<answer>", ...}}`` from a JSON file."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(data.get("replies", {}))
+        """``{"replies": {"<prompt>": "<answer>", ...}}`` from a JSON file; a file of another shape is an
+        :class:`~memaudit.errors.InputError` naming it (a number as an answer failed in each request's thread,
+        a misspelt key served the default to every prompt)."""
+        from memaudit.errors import InputError
+        from memaudit.io import read_json
+
+        data = read_json(path)
+        shape = '{"replies": {prompt: answer, ...}}'
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: expected {shape}, not {_json_kind(data)}")
+        unknown = sorted(set(data) - {"replies"})
+        if unknown:
+            raise InputError(f'{path}: unknown key {json.dumps(unknown[0])}; the file is {shape}')
+        replies = data.get("replies", {})
+        if not isinstance(replies, dict):
+            raise InputError(f"{path}: replies: must be an object {{prompt: answer, ...}}, not {_json_kind(replies)}")
+        for prompt, answer in replies.items():
+            if not isinstance(answer, str):
+                raise InputError(f"{path}: replies: the answer to {json.dumps(prompt)} must be a string, "
+                                 f"not {_json_kind(answer)}")
+        return cls(replies)
+
+
+def _json_kind(value) -> str:
+    """A JSON value's kind in words, for errors ("a list", "an int")."""
+    name = {dict: "object", list: "list", str: "string", bool: "boolean", int: "int", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+    return ("an " if name[0] in "aeiou" else "a ") + name if name != "null" else "null"
 
