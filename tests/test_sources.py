@@ -334,6 +334,17 @@ def test_user_books_missing_directory_and_bad_file(tmp_path):
         load_source("user_books", tmp_path, directory=tmp_path)
 
 
+def test_user_books_nul_stops_the_build_naming_line_and_column(tmp_path):
+    """A NUL in a book was removed without a word; the user's own file is never changed silently."""
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "Emma.txt").write_bytes("CHAPTER I\n\nEmma Woodhouse, handsome,\nclever\x00 and rich.\n".encode())
+    with pytest.raises(InputError) as info:
+        load_source("user_books", tmp_path, directory=books, min_chapter_words=3)
+    assert str(info.value) == (f"{books / 'Emma.txt'}, line 4, column 7: a NUL character (1 in the file); a book is "
+                               f"read as UTF-8 text: is it UTF-16 or a binary file? convert it to UTF-8")
+
+
 def test_pydoc_topics_are_prose_documents_of_the_python_reference(tmp_path):
     docs = load_source("pydoc_topics", tmp_path)
     assert len(docs) > 50 and all(d.kind == "paper" and d.doc_id.startswith("pydoc/") for d in docs)
