@@ -9,8 +9,8 @@ with discriminative power reconstructs more masked words on the contaminated hal
   ``null`` for a short-answer question) and ``answer``: for a multiple-choice question either
   the correct choice's **text** (a JSON string, equal to one choice after stripping surrounding
   whitespace, in either Unicode normal form) or its **0-based index** (a JSON integer); a letter
-  ("B") is a string and so must be a choice's text. A short-answer question's answer is a string (or an integer, read as its
-  digits). An optional ``id`` (string or integer) names the question; other keys are kept in
+  ("B") is a string and so must be a choice's text. A short-answer question's answer is a string
+  (or an integer, read as its digits). An optional ``id`` (string or integer) names the question; other keys are kept in
   ``meta["extra"]``. Keys match in any case (``Choices``), as the other published loaders match
   them; a row with two keys alike but for case (``choices`` and ``Choices``) is rejected.
 - :func:`contamination_split`: the seeded member split.
