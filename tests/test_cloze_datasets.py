@@ -613,6 +613,18 @@ def test_qa_answers_as_text_or_index_and_short_answers_load(tmp_path):
     assert render_qa(q3.question, q3.choices, q3.answer) == "How many legs does a spider have?\nAnswer: 8"
 
 
+def test_a_qa_answer_matches_its_choice_in_either_unicode_form(tmp_path):
+    """An answer written decomposed ("Cafe\u0301": e + combining accent) against a composed choice was rejected
+    as "not one of the choices"; the answer taken is the choice as the file writes it, which render_qa shows."""
+    path = _write(tmp_path / "qa.jsonl", _jsonl(
+        {"question": "Where did they meet?", "choices": ["Caf\u00e9", "Library"], "answer": "Cafe\u0301"},
+        {"question": "Which dish?", "choices": ["Cre\u0300me", "Soup"], "answer": "Cr\u00e8me"}))
+    questions, rejected = read_qa_jsonl(path)
+    assert rejected == []
+    assert [(q.answer, q.answer_index) for q in questions] == [("Caf\u00e9", 0), ("Cre\u0300me", 0)]
+    assert render_qa(questions[0].question, questions[0].choices, questions[0].answer).endswith("Answer: A. Caf\u00e9")
+
+
 def test_the_qa_split_is_seeded_half_and_half_and_independent_of_file_order(tmp_path):
     path = _write(tmp_path / "qa.jsonl", _jsonl(*QA_LINES))
     docs, passages, rejected = load_qa_jsonl(path, seed=13)

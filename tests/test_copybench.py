@@ -83,6 +83,15 @@ def test_fact_recall_f1_and_exact_match_as_squad_computes_them():
     assert metrics.qa_scores("no markers, Paris.", ["Paris"])["f1"] == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
 
 
+def test_fact_recall_matches_an_answer_in_either_unicode_form():
+    """A model's "Cafe\u0301 Nero" (e + combining accent) against the reference "Caf\u00e9 Nero" scored 0.5 F1 and
+    no exact match: the same words, in another normal form."""
+    decomposed, composed = "Cafe\u0301 Nero", "Caf\u00e9 Nero"
+    assert metrics.normalize_answer(decomposed) == "caf\u00e9 nero"
+    assert metrics.qa_scores(f"[Output_Start]{decomposed}[Output_End]", [composed]) == {"f1": 1.0, "em": 1.0}
+    assert metrics.qa_scores(composed, ["Sir Walter", decomposed]) == {"f1": 1.0, "em": 1.0}
+
+
 # ----------------------------------------------------------------------------- building items from books
 
 def _doc(book, chapter, label, text, source="austen"):

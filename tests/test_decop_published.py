@@ -183,7 +183,8 @@ def test_a_quote_left_open_stops_the_load_naming_its_line_not_merging_the_rows_a
 
 def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_path):
     """The Hub serves the DE-COP sets as parquet (typed cells: Label an integer): the same rows as the
-    CSV excerpt give the same items, rows numbered from 1; a float label is rejected, not rounded."""
+    CSV excerpt give the same items, rows numbered from 1; a float label exactly 0.0 or 1.0 (a float64 column,
+    as pandas keeps one with a missing value) is that label, any other float is rejected, not rounded."""
     csv_path, _, _, _ = _load_excerpt(tmp_path, "BookTection.csv", "booktection", BOOK_EXCERPT.encode("utf-8"))
     frame = pd.read_csv(csv_path, keep_default_na=False, dtype={"Label": "int64"}, encoding="utf-8-sig")
     parquet = tmp_path / "train-00000-of-00001.parquet"
@@ -195,7 +196,10 @@ def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_p
     assert [it["meta"]["source_line"] for it in from_parquet] == [1, 2, 4]
     assert [r.message() for r in parquet_rejects] == [f"{parquet}, line 3, column Example_B: empty or whitespace-only text"]
     assert len(csv_rejects) == 1
-    frame.astype({"Label": "float64"}).iloc[:2].to_parquet(parquet, index=False)
+    frame.astype({"Label": "float64"}).to_parquet(parquet, index=False)
+    as_floats, _ = published_items({"format": "booktection", "path": str(parquet)})
+    assert [(it["item_id"], it["label"]) for it in as_floats] == [(it["item_id"], it["label"]) for it in from_csv]
+    frame.astype({"Label": "float64"}).assign(Label=0.5).iloc[:2].to_parquet(parquet, index=False)
     with pytest.raises(InputError, match="no usable"):
         published_items({"format": "booktection", "path": str(parquet), "strict": False})
 
@@ -313,9 +317,10 @@ def test_bookmia_as_the_hub_exports_it_parquet_or_a_json_array_loads_as_the_json
     assert [(r.line, r.key, r.reason) for r in rejects] == [(23, "snippet", "empty or whitespace-only text")]
     if importlib.util.find_spec("pyarrow") is None:
         return
-    for name in ("0000.parquet", "book_data"):  # by suffix, or by its magic bytes
+    # by suffix, or by its magic bytes; labels as integers, or as a float64 column's 1.0 and 0.0 (the same labels)
+    for name, dtype in (("0000.parquet", "int64"), ("book_data", "int64"), ("floats.parquet", "float64")):
         (tmp_path / name).unlink(missing_ok=True)
-        pd.DataFrame(rows).to_parquet(tmp_path / name, index=False)
+        pd.DataFrame(rows).astype({"label": dtype}).to_parquet(tmp_path / name, index=False)
         docs = published_benchmark("bo", {"format": "bookmia", "path": str(tmp_path / name), "validation_rows": 4},
                                    rejects=(rejects := []))[1]
         assert [(p.passage_id, p.label, p.text, p.meta["split"]) for p in docs] == expected

@@ -82,6 +82,33 @@ def test_bad_rows_are_rejected_with_line_key_and_reason_and_strict_raises(tmp_pa
     assert str(info.value) == f"{path}, line 2, key document: empty or whitespace-only text (8 rows rejected in all)"
 
 
+def test_a_parquet_float_label_that_is_exactly_0_or_1_is_that_label(tmp_path):
+    """pandas stores a label column with a missing value as float64, and its parquet file gives 1.0 for 1: every
+    row was rejected ("got a number 1.0"). 0.5 and the missing value stay rejected, never rounded."""
+    path = tmp_path / "set.parquet"
+    pd.DataFrame({"text": ["A member text.", "A non-member text.", "Half a label.", "No label."],
+                  "label": [1.0, 0.0, 0.5, None]}).to_parquet(path, index=False)
+    docs, passages, rejected = load_labelled(path, member_texts_set(), source="member_texts")
+    assert [(p.text, p.label) for p in passages] == [("A member text.", 1), ("A non-member text.", 0)]
+    assert [d.meta["label"] for d in docs if d.text == "A member text."] == [1]
+    assert [r.message() for r in rejected] == [
+        f"{path}, line 3, key label: not exactly 0 (non-member) or 1 (member): got a number 0.5",
+        f"{path}, line 4, key label: not exactly 0 (non-member) or 1 (member): got null None"]
+
+
+def test_a_csv_label_with_a_space_is_rejected_in_one_line_naming_file_line_and_column(tmp_path):
+    """" 1" is no label of a CSV set (the cell is not the text 0 or 1): rejected, and under strict the one-line
+    error names the file, the line and the column."""
+    path = _write(tmp_path / "set.csv", "text,label\nA member text.,1\nA padded label., 1\nA non-member.,0\n")
+    _, passages, rejected = load_labelled(path, member_texts_set(), source="member_texts")
+    assert [p.label for p in passages] == [1, 0]
+    assert [r.message() for r in rejected] == [
+        f"{path}, line 3, key label: not exactly 0 (non-member) or 1 (member): got the text ' 1'"]
+    with pytest.raises(InputError) as info:
+        load_labelled(path, member_texts_set(), source="member_texts", strict=True)
+    assert str(info.value) == rejected[0].message() and "\n" not in str(info.value)
+
+
 def test_a_key_given_twice_in_one_record_rejects_the_row_in_json_lines_and_arrays(tmp_path):
     # json.loads keeps the last of a repeated key and drops the others without a word: the file
     # says label 0 and label 1 for one text, and which one it means is unknown

@@ -334,9 +334,43 @@ def test_user_books_missing_directory_and_bad_file(tmp_path):
         load_source("user_books", tmp_path, directory=tmp_path)
 
 
+def test_user_books_nul_stops_the_build_naming_line_and_column(tmp_path):
+    """A NUL in a book was removed without a word; the user's own file is never changed silently."""
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "Emma.txt").write_bytes("CHAPTER I\n\nEmma Woodhouse, handsome,\nclever\x00 and rich.\n".encode())
+    with pytest.raises(InputError) as info:
+        load_source("user_books", tmp_path, directory=books, min_chapter_words=3)
+    assert str(info.value) == (f"{books / 'Emma.txt'}, line 4, column 7: a NUL character (1 in the file); a book is "
+                               f"read as UTF-8 text: is it UTF-16 or a binary file? convert it to UTF-8")
+
+
 def test_pydoc_topics_are_prose_documents_of_the_python_reference(tmp_path):
     docs = load_source("pydoc_topics", tmp_path)
     assert len(docs) > 50 and all(d.kind == "paper" and d.doc_id.startswith("pydoc/") for d in docs)
     text = "\n".join(d.text for d in docs)
     assert "::=" not in text and ">>>" not in text and "=====" not in text
     assert all(d.meta["n_words"] >= 40 for d in docs)
+
+
+def test_a_multi_source_benchmarks_split_does_not_depend_on_the_order_sources_are_listed(tmp_path):
+    """[user_books, pydoc_topics] and [pydoc_topics, user_books] sampled and shuffled the documents in the
+    order listed, so the same sources gave two different member sets."""
+    from memaudit.datasets.build import build_benchmark
+
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("Emma", "Persuasion", "Sanditon"):
+        chapters = [f"CHAPTER {n}\n\n" + " ".join(f"{name} walked to the garden in chapter {n}, sentence {i}."
+                                                  for i in range(30)) for n in ("I", "II", "III")]
+        (books / f"{name}.txt").write_text("\n\n".join(chapters) + "\n", encoding="utf-8")
+    bench = {"passage_words": 40, "passages_per_document": 1, "min_passages": 1, "member_fraction": 0.5,
+             "n_documents": 20, "near_duplicate_ngram": None,
+             "source_options": {"user_books": {"directory": str(books), "min_chapter_words": 50}}}
+    splits = []
+    for sources in (["user_books", "pydoc_topics"], ["pydoc_topics", "user_books"]):
+        docs, _ = build_benchmark("mixed", dict(bench, sources=sources), tmp_path, seed=13)
+        splits.append({d.doc_id: d.meta["label"] for d in docs})
+    assert splits[0] == splits[1]
+    assert len(splits[0]) == 20 and sum(splits[0].values()) == 10
+    assert any(i.startswith("user/") for i in splits[0]) and any(i.startswith("pydoc/") for i in splits[0])

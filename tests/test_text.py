@@ -226,10 +226,21 @@ def test_make_passages_preserves_paragraph_breaks_and_is_deterministic():
 
 # --------------------------------------------------------------------------- readers
 
-def test_read_text_file_removes_nul_bytes_and_bom(tmp_path):
+def test_read_text_file_drops_bom_and_normalises_line_ends(tmp_path):
     path = tmp_path / "book.txt"
-    path.write_bytes(b"\xef\xbb\xbfHel\x00lo\r\nworld\n")
-    assert read_text_file(path) == "Hello\nworld\n"
+    path.write_bytes(b"\xef\xbb\xbfHello\r\nworld\rend\n")
+    assert read_text_file(path) == "Hello\nworld\nend\n"
+
+
+def test_read_text_file_names_a_nul_by_line_and_column(tmp_path):
+    """A NUL was removed without a word (a UTF-16 file without its byte-order mark read as UTF-8 is every
+    other byte NUL): it stops the build naming where it is, as a byte that is not UTF-8 does."""
+    path = tmp_path / "book.txt"
+    path.write_bytes(b"\xef\xbb\xbfOne\r\nCaf\xc3\xa9 Hel\x00lo\nmore\x00\n")
+    with pytest.raises(InputError) as info:
+        read_text_file(path)
+    assert str(info.value) == (f"{path}, line 2, column 9: a NUL character (2 in the file); a book is read as "
+                               f"UTF-8 text: is it UTF-16 or a binary file? convert it to UTF-8")
 
 
 def test_read_text_file_non_utf8_names_file_and_offset(tmp_path):
@@ -241,7 +252,7 @@ def test_read_text_file_non_utf8_names_file_and_offset(tmp_path):
 
 def test_read_text_file_empty_after_cleaning_names_file(tmp_path):
     path = tmp_path / "blank.txt"
-    path.write_bytes(b"\x00\x00 \n\t\n")
+    path.write_bytes(b"\x07 \n\t\n")
     with pytest.raises(InputError, match=r"blank\.txt: no text left"):
         read_text_file(path)
 
@@ -302,6 +313,16 @@ def test_read_epub_decodes_each_document_in_its_declared_encoding_or_names_its_b
     with pytest.raises(InputError, match=r"^.*bad\.epub: OEBPS/text/one\.xhtml is not valid utf-8 at byte offset 56 "
                                          r"\(byte 0xe9\)$"):
         read_epub(bad)
+
+
+def test_read_epub_names_a_nul_by_document_line_and_column(tmp_path):
+    """A NUL in a chapter's XHTML was dropped by clean_text without a word."""
+    path = tmp_path / "nul.epub"
+    _write_epub(path, {"META-INF/container.xml": CONTAINER, "OEBPS/content.opf": OPF,
+                       "OEBPS/text/one.xhtml": ONE, "OEBPS/text/two.xhtml": TWO.replace("second", "sec\x00ond")})
+    with pytest.raises(InputError) as info:
+        read_epub(path)
+    assert str(info.value) == f"{path}: OEBPS/text/two.xhtml, line 1, column 28: a NUL character (1 in the document)"
 
 
 def test_read_epub_rejects_non_epub_naming_the_file(tmp_path):

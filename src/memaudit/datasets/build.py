@@ -3,7 +3,8 @@
 A benchmark draws documents from its sources, cuts each into sentence-aligned
 passages, keeps ``passages_per_document`` of them as the document's excerpt,
 samples ``n_documents`` documents (at most ``documents_per_book`` of each book first, where
-set) and splits them IID into members and non-members (seeded). The excerpt is both what the
+set) and splits them IID into members and non-members (seeded; the documents of all its sources
+taken in ``doc_id`` order, so the order ``sources`` lists them in changes nothing). The excerpt is both what the
 probes read and what a contaminated model is fine-tuned on, so membership is exact.
 
 ``split_by: book`` splits whole books instead (every sampled chapter of a member book is
@@ -83,7 +84,9 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
         from memaudit.datasets.published import published_benchmark
 
         return published_benchmark(name, cfg["published"], seed=seed, rejects=rejects)
-    docs = load_documents(cfg["sources"], assets_dir, cfg.get("source_options"))
+    # by id, not in the order the sources are listed: [a, b] and [b, a] are one benchmark, and the seeded
+    # sample and shuffle below gave them two splits (one source's documents come sorted by id already)
+    docs = sorted(load_documents(cfg["sources"], assets_dir, cfg.get("source_options")), key=lambda d: d.doc_id)
     if "user_books" in cfg["sources"] and rejects is not None:
         from memaudit.datasets.sources import USER_BOOKS_DIRECTORY, user_books_rejects
 

@@ -16,7 +16,8 @@ mean) and not a copy of the parsing:
   field, CRLF or CR, is read as ``\n``, as the same set in JSON gives it).
 
 Field names match case-insensitively; other fields are kept in ``extra``. The label must be
-exactly 0 or 1 (the number in JSON and parquet, the text in a CSV cell). A row with an empty
+exactly 0 or 1 (the number in JSON and parquet, where a float column's 0.0 and 1.0 count, the text in a CSV
+cell). A row with an empty
 text, another label, a NUL character, broken JSON, a key given twice or a wrong field count is
 rejected with its line; a repeated text (whitespace- and NFC-normalised) is rejected, and every copy of a
 text given with conflicting labels is rejected (:func:`deduplicate`); a non-member sharing a 13-word run with a
@@ -199,21 +200,26 @@ def raw_records(path: str | Path, spec: LabelledSet) -> tuple[Path, str, Records
 # ---------------------------------------------------------------- checking one row
 
 
-def check_label(value: Any, textual: bool, meaning: str, key: str = "label") -> int:
+def check_label(value: Any, textual: bool, meaning: str, key: str = "label", *, parquet: bool = False) -> int:
     """Exactly 0 or 1: the number in JSON and parquet (not ``true``, ``1.0`` or ``"1"``), the text
-    "0"/"1" in a CSV cell (``key``: the field's name in messages)."""
+    "0"/"1" in a CSV cell (``key``: the field's name in messages). A ``parquet`` float column's 0.0 and
+    1.0 are those labels: pandas stores a label column with a missing value as float64, the column's type,
+    not the row's (any other float, or a missing value, is still rejected, never rounded)."""
     if value is MISSING:
         raise RowReject(key, value, "missing key")
     if textual and value in ("0", "1"):
         return int(value)
     if not textual and type(value) is int and value in (0, 1):
         return value
+    if parquet and type(value) is float and value in (0.0, 1.0):
+        return int(value)
     got = f"the text {value!r}" if textual else f"{json_type(value)} {value!r}"
     raise RowReject(key, value, f"not exactly {meaning}: got {got}")
 
 
-def _check_row(get: Getter, textual: bool, spec: LabelledSet) -> dict[str, Any]:
-    row = {spec.text: check_text(spec.text, get(spec.text)).strip(), "label": check_label(get("label"), textual, spec.label_meaning)}
+def _check_row(get: Getter, fmt: str, spec: LabelledSet) -> dict[str, Any]:
+    row = {spec.text: check_text(spec.text, get(spec.text)).strip(),
+           "label": check_label(get("label"), fmt == "csv", spec.label_meaning, parquet=fmt == "parquet")}
     for key in spec.optional:
         value = get(key)
         # null is how parquet and Dataset.to_json say "none" (a CSV cell says it empty): the same row either way
@@ -242,7 +248,7 @@ def read_rows(path: str | Path, spec: LabelledSet, log: RejectLog) -> tuple[Path
             if isinstance(record, RowReject):
                 raise record
             get = json_getter(record) if fmt != "csv" else (lambda name, r=record: csv_get(r, name))
-            row = _check_row(get, fmt == "csv", spec)
+            row = _check_row(get, fmt, spec)
         except RowReject as exc:
             log.reject(path, line, exc, element)
             continue

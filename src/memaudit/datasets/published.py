@@ -166,7 +166,7 @@ def _tection_row(get: Getter, textual: bool, has_length: bool) -> dict[str, Any]
         raise RowReject("Answer", answer, f"{answer!r} is not one of A, B, C, D" if isinstance(answer, str)
                         else f"expected a letter A-D, got {json_type(answer)}")
     doc_id = _text(get, "ID", notes)
-    label = check_label(get("Label"), textual, TECTION_LABELS, key="Label")
+    label = check_label(get("Label"), textual, TECTION_LABELS, key="Label", parquet=not textual)  # CSV or parquet
     size = "medium"
     if has_length:
         value = _without_nuls("Length", get("Length"), notes)
@@ -342,6 +342,7 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
         raise InputError(f"{key}: {validation_rows} is negative (0: no fixed split)")
     log = RejectLog(strict)
     path, records = _bookmia_records(path)
+    parquet = is_parquet(path)
     if validation_rows and len(records) <= validation_rows:
         raise InputError(f"{path}: {len(records)} rows, but {key} is {validation_rows}: the first "
                          f"{validation_rows} rows are the validation split and the test split is the rest, so "
@@ -357,7 +358,7 @@ def load_bookmia(path: str | Path, *, strict: bool = False, validation_rows: int
             get = json_getter(record)
             row = {"doc_id": _identifier(get, "book_id", notes), "book": _text(get, "book", notes),
                    "snippet_id": _identifier(get, "snippet_id", notes), "snippet": _text(get, "snippet", notes),
-                   "label": check_label(get("label"), False, BOOKMIA_LABELS)}
+                   "label": check_label(get("label"), False, BOOKMIA_LABELS, parquet=parquet)}
         except RowReject as exc:
             log.reject(path, line, exc, element)
             continue

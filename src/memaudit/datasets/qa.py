@@ -8,9 +8,9 @@ with discriminative power reconstructs more masked words on the contaminated hal
   line with ``question`` (a string), ``choices`` (a list of at least two strings; absent or
   ``null`` for a short-answer question) and ``answer``: for a multiple-choice question either
   the correct choice's **text** (a JSON string, equal to one choice after stripping surrounding
-  whitespace) or its **0-based index** (a JSON integer); a letter ("B") is a string and so must
-  be a choice's text. A short-answer question's answer is a string (or an integer, read as its
-  digits). An optional ``id`` (string or integer) names the question; other keys are kept in
+  whitespace, in either Unicode normal form) or its **0-based index** (a JSON integer); a letter
+  ("B") is a string and so must be a choice's text. A short-answer question's answer is a string
+  (or an integer, read as its digits). An optional ``id`` (string or integer) names the question; other keys are kept in
   ``meta["extra"]``. Keys match in any case (``Choices``), as the other published loaders match
   them; a row with two keys alike but for case (``choices`` and ``Choices``) is rejected.
 - :func:`contamination_split`: the seeded member split.
@@ -37,6 +37,7 @@ import hashlib
 import random
 import re
 import string
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -136,11 +137,14 @@ def _answer(value: Any, choices: list[str]) -> tuple[str, int | None]:
         if not 0 <= value < len(choices):
             raise RowReject("answer", value, f"index out of range: {len(choices)} choices, indexed from 0")
         return choices[value], value
-    text = check_text("answer", value).strip()
-    if text not in choices:
+    text = unicodedata.normalize("NFC", check_text("answer", value).strip())
+    # in Unicode NFC on both sides: "Cafe\u0301" (e + combining accent) is the choice "Caf\u00e9"
+    composed = [unicodedata.normalize("NFC", c) for c in choices]
+    if text not in composed:
         raise RowReject("answer", value, "not one of the choices (give the correct choice's text "
                         "or its 0-based index)")
-    return text, choices.index(text)
+    index = composed.index(text)
+    return choices[index], index
 
 
 def _identifier(key: str, value: Any) -> str:

@@ -18,16 +18,27 @@ from xml.etree import ElementTree
 from memaudit.datasets.text import clean_text
 from memaudit.errors import InputError
 
-__all__ = ["epub_metadata", "pdf_metadata", "read_epub", "read_pdf", "read_text_file"]
+__all__ = ["epub_metadata", "pdf_metadata", "read_epub", "read_pdf", "read_text_file", "refuse_nul"]
+
+
+def refuse_nul(where: str, text: str, what: str, remedy: str = "") -> None:
+    """An :class:`InputError` naming the line and column (1-based) of the first NUL in ``text``, if any:
+    a user's book is never changed without a word, and a NUL is no text (in a "UTF-8" file, most
+    often UTF-16 without its byte-order mark, every other byte NUL)."""
+    nul = text.find("\x00")
+    if nul < 0:
+        return
+    line, column = text.count("\n", 0, nul) + 1, nul - text.rfind("\n", 0, nul)
+    raise InputError(f"{where}, line {line}, column {column}: a NUL character "
+                     f"({text.count(chr(0))} in the {what}){remedy}")
 
 
 def read_text_file(path: str | Path, allow_empty: bool = False) -> str:
     """Read a strictly UTF-8 text file (a leading BOM is allowed).
 
-    NUL bytes are removed with the rest of the text kept; line endings become
-    ``\\n``. Raises :class:`InputError` naming the file and the byte offset
-    when it is not UTF-8, and naming the file when nothing is left after
-    :func:`clean_text` (unless ``allow_empty``: then "").
+    Line endings become ``\\n``. Raises :class:`InputError` naming the file and the byte offset
+    when it is not UTF-8, the line and column of a NUL character (:func:`refuse_nul`), and the
+    file when nothing is left after :func:`clean_text` (unless ``allow_empty``: then "").
     """
     path = Path(path)
     try:
@@ -41,7 +52,9 @@ def read_text_file(path: str | Path, allow_empty: bool = False) -> str:
             f"{path}: not valid UTF-8 at byte offset {exc.start} "
             f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8"
         ) from None
-    text = text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    refuse_nul(str(path), text, "file", "; a book is read as UTF-8 text: is it UTF-16 or a binary file? "
+                                        "convert it to UTF-8")
     if not clean_text(text):
         if allow_empty:
             return ""
@@ -153,19 +166,22 @@ _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?([A-Za-z0-9._:-]+)
 def _decode_xhtml(path: Path, member: str, raw: bytes) -> str:
     """An epub member's text in the encoding it declares (UTF-8 without a declaration; a UTF-8 BOM
     wins); bytes that encoding cannot decode are an :class:`InputError` naming the file, the member
-    and the byte offset, as :func:`read_text_file` names them (they were replaced without a word)."""
+    and the byte offset, as :func:`read_text_file` names them (they were replaced without a word), and
+    so is a NUL, by line and column (:func:`refuse_nul`)."""
     if raw.startswith(b"\xef\xbb\xbf"):
         encoding, raw = "utf-8", raw[3:]
     else:
         declared = _XML_ENCODING.match(raw) or _META_CHARSET.search(raw, 0, 4096)
         encoding = declared.group(1).decode("ascii") if declared else "utf-8"
     try:
-        return raw.decode(encoding)
+        text = raw.decode(encoding)
     except LookupError:
         raise InputError(f"{path}: {member} declares the encoding {encoding!r}, which Python does not know") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: {member} is not valid {encoding} at byte offset {exc.start} "
                          f"(byte 0x{raw[exc.start]:02x})") from None
+    refuse_nul(f"{path}: {member}", text.replace("\r\n", "\n").replace("\r", "\n"), "document")
+    return text
 
 
 def read_epub(path: str | Path) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections import Counter
 from functools import lru_cache
 from typing import Sequence
@@ -133,8 +134,9 @@ def character_hits(output: str, prompt: str, characters: Sequence[Sequence[str]]
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lowercase, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    """SQuAD's normalisation: lowercase, no punctuation, no articles, single spaces; in Unicode NFC first
+    (an answer written decomposed, e + U+0301 for "é", is the reference's composed answer)."""
+    text = "".join(ch for ch in unicodedata.normalize("NFC", text).lower() if ch not in set(string.punctuation))
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
 
