@@ -503,13 +503,17 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
     """A published format's loader has a version of its own (FORMAT_VERSIONS): bumping BookMIA's reruns
     the datasets of BookMIA benchmarks and what reads them, and no other benchmark's, where only
     DATASET_VERSION (every dataset, every model's probes) could reach a finished run."""
-    from memaudit.datasets.build import SOURCE_VERSIONS
+    from memaudit.datasets.build import MULTI_SOURCE_SPLIT_VERSION, SOURCE_VERSIONS
     from memaudit.datasets.published import FORMAT_VERSIONS
     from memaudit.versions import dataset_code_version
 
     version = step_version("datasets")
     assert dataset_code_version({"sources": ["austen"]}) == version  # the integer finished runs recorded
-    assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
+    assert dataset_code_version({"sources": ["reuters", "demo_qa"]}) == \
+        f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}+multisource{MULTI_SOURCE_SPLIT_VERSION}"
+    assert dataset_code_version({"sources": ["demo_qa"]}) == f"{version}+demo_qa{SOURCE_VERSIONS['demo_qa']}"
+    assert dataset_code_version({"sources": ["austen", "reuters"]}) == \
+        f"{version}+multisource{MULTI_SOURCE_SPLIT_VERSION}"
     assert dataset_code_version({"published": {"format": "articles", "path": "news/", "cutoff": "2020-01-01"}}) == \
         f"{version}+articles{FORMAT_VERSIONS['articles']}"
     assert dataset_code_version({"published": {"format": "wikimia", "path": "w.jsonl"}}) == \

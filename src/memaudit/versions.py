@@ -48,17 +48,17 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="d0fedc84e3168fd6"),
+                      fingerprint="e000094c9ba101a8"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="7309ef359bacf99a"),
+                    fingerprint="183b2b458cf6b845"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
     # constant up to rounding is nan (was p = 0 where their means differ); 10: a selection table's power
     # where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0)
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=10,
-                   fingerprint="9df11a5066e7d839"),
+                   fingerprint="bf44c935efc911e0"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -80,14 +80,17 @@ def dataset_code_version(benchmark: dict) -> int | str:
     ``"<version>+<format><n>"``: a fix to one format's loader reruns that format's benchmarks and nothing
     else (every other benchmark keeps the plain integer its finished jobs recorded). A benchmark built from a
     source with a version of its own (``SOURCE_VERSIONS`` in :mod:`memaudit.datasets.build`) has it alike,
-    ``"<version>+<source><n>"``."""
+    ``"<version>+<source><n>"``, and one of two or more sources ``"+multisource<n>"`` (how they are split)."""
     version = step_version("datasets")
     fmt = (benchmark.get("published") or {}).get("format")
     own = _literal("memaudit.datasets.published", "FORMAT_VERSIONS").get(fmt)
     if own is not None:
         return f"{version}+{fmt}{own}"
     sources = _literal("memaudit.datasets.build", "SOURCE_VERSIONS")
-    tags = [f"{s}{sources[s]}" for s in sorted(set(benchmark.get("sources") or [])) if s in sources]
+    listed = sorted(set(benchmark.get("sources") or []))
+    tags = [f"{s}{sources[s]}" for s in listed if s in sources]
+    if len(listed) > 1:  # how documents of several sources are split (MULTI_SOURCE_SPLIT_VERSION)
+        tags.append(f"multisource{_literal('memaudit.datasets.build', 'MULTI_SOURCE_SPLIT_VERSION')}")
     return "+".join([str(version), *tags]) if tags else version
 
 

@@ -56,7 +56,13 @@ from memaudit.errors import InputError
 # no-break spaces read as spaces (clean_text).
 # user_books 5: a file name stored in NFD matches its labels row in NFC, and its id is the NFC name's; a PDF's
 # compound broken at its own hyphen at a line's end keeps the hyphen ("well-\nknown" was "wellknown").
-SOURCE_VERSIONS = {"demo_qa": 2, "user_books": 5}
+# user_books 6: a NUL character in a book stops the build naming file, line and column (it was removed unsaid).
+SOURCE_VERSIONS = {"demo_qa": 2, "user_books": 6}
+# How a benchmark of two or more sources is split, its own version (memaudit.versions.dataset_code_version:
+# "+multisource<n>" on such benchmarks only, so a fix here reruns them and no single-source benchmark).
+# 2: the documents sorted by doc_id before the seeded draw (1: in the order the sources were listed, so the
+# same sources listed in another order split otherwise).
+MULTI_SOURCE_SPLIT_VERSION = 2
 
 
 def load_documents(sources: Sequence[str], assets_dir: Path, source_options: dict | None = None) -> list[Document]:

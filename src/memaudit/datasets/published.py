@@ -102,8 +102,10 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # matches its dates.csv row in NFC and keeps the NFC name's id, and a PDF's compound broken at its own hyphen
 # at a line's end keeps the hyphen. qa 3 also: a question or choice repeated in
 # another Unicode form is reported as the same question (its id from the NFC text).
-FORMAT_VERSIONS = {"bookmia": 3, "nyt": 3, "wikimia": 2, "member_texts": 2, "booktection": 2, "arxivtection": 2,
-                   "copybench": 2, "qa": 3, "articles": 3}
+# bookmia 4, nyt 4, wikimia 3, member_texts 3, booktection 3, arxivtection 3: a parquet float label exactly 0.0
+# or 1.0 is that label (such rows were rejected). qa 4: an answer matches its choice in either Unicode form (NFC).
+FORMAT_VERSIONS = {"bookmia": 4, "nyt": 4, "wikimia": 3, "member_texts": 3, "booktection": 3, "arxivtection": 3,
+                   "copybench": 2, "qa": 4, "articles": 3}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
