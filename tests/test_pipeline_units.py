@@ -168,6 +168,16 @@ def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir
     assert not (tmp_path / "p2.csv").exists()
 
 
+def test_fetch_assets_to_a_folder_it_cannot_make_is_one_line(tmp_path, capsys):
+    """--dest under a file (or anywhere the folder cannot be made) ended in a FileExistsError/NotADirectoryError
+    traceback; it is one line naming the folder, nothing fetched."""
+    (tmp_path / "a-file").write_text("x")
+    dest = tmp_path / "a-file" / "demo"
+    assert main(["fetch-assets", "--dest", str(dest)]) == 2
+    assert capsys.readouterr().err == (f"memaudit fetch-assets: error: {dest}: cannot make the folder "
+                                       f"({tmp_path / 'a-file'} is not a folder)\n")
+
+
 def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["nope"]) == 2
     commands = "api-ledger, check-config, code-versions, dvc-stage, estimate-cost, fetch-assets, headline, serve, stats"

@@ -104,8 +104,13 @@ def fetch_demo_assets(
     """
     dest = Path(dest)
     debs, extracted = dest / "debs", dest / "extracted"
-    debs.mkdir(parents=True, exist_ok=True)
-    extracted.mkdir(parents=True, exist_ok=True)
+    try:
+        debs.mkdir(parents=True, exist_ok=True)
+        extracted.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission: one line, not a traceback
+        blocker = next((p for p in (debs, dest, *dest.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is not a folder" if blocker else exc.strerror or type(exc).__name__
+        raise AssetError(f"{dest}: cannot make the folder ({why})") from None
     stamp = dest / ".fetched"
     try:
         previous = read_json(stamp) if stamp.exists() else {}
