@@ -434,6 +434,23 @@ def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
         build_articles(folder, "2023-01-01", strict=True)
 
 
+def test_a_nul_in_a_txt_article_is_a_rejected_row_naming_its_line_and_column(tmp_path):
+    """A NUL in a .txt article was dropped by clean_text without a word (a user_books book stops on one): the
+    user's own file is rejected naming where it is, as a byte that is not UTF-8 is, and strict stops on it."""
+    folder = tmp_path / "archive"
+    _write(folder / "nul.txt", "Date: 2022-01-01\r\nThe council\r\nvoted\x00 on Tuesday.\x00\n")
+    _write(folder / "good.txt", "Date: 2022-01-01\n" + ARTICLE)
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert [d.doc_id for d in docs] == ["articles/good"]
+    reason = ("a NUL character at column 6 (2 in the file); an article is read as UTF-8 text: is it UTF-16 or a "
+              "binary file? convert it to UTF-8")
+    assert [(Path(r.file).name, r.line, r.key, r.value, r.reason) for r in rejected] == [
+        ("nul.txt", 3, "(file)", "'nul.txt'", reason)]
+    with pytest.raises(InputError) as info:
+        build_articles(folder, "2023-01-01", strict=True)
+    assert str(info.value) == f"{folder / 'nul.txt'}, line 3, key (file): {reason}"
+
+
 def test_an_undated_article_says_where_its_date_was_looked_for(tmp_path):
     """Only the first line is read for a date: a blank one, or a Date: line further down, is said."""
     folder = tmp_path / "archive"

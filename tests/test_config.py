@@ -648,6 +648,25 @@ def test_a_model_name_that_would_share_a_file_with_another_result_is_refused():
     assert "lonely_named" in validate_config(cfg)["models"]  # no model called 'lonely': no clash
 
 
+def test_a_model_or_benchmark_name_that_pandas_reads_as_missing_is_refused():
+    """The results tables are read back with pandas' default missing values: a model called NA (or None, null,
+    NaN...) came back from its metrics file as NaN, sorted apart with no name; a benchmark called nan or null
+    likewise."""
+    def add(name, like="tiny-gpt2-small"):
+        return lambda c: c["models"].update({name: copy.deepcopy(c["models"][like])})
+
+    assert bad(add("NA")) == (
+        "config key models.NA: 'NA' is a name pandas reads as a missing value (NaN) in the results tables, where "
+        "this model's rows would lose their name; rename the model")
+    assert bad(add("None")).startswith("config key models.None: 'None' is a name pandas reads as a missing value")
+    assert bad(lambda c: c["benchmarks"].update(null=copy.deepcopy(c["benchmarks"]["news"]))) == (
+        "config key benchmarks.null: 'null' is a name pandas reads as a missing value (NaN) in the results tables, "
+        "where this benchmark's rows would lose their name; rename the benchmark")
+    cfg = copy.deepcopy(CI)
+    cfg["models"]["NA2"] = copy.deepcopy(cfg["models"]["tiny-gpt2-small"])
+    assert "NA2" in validate_config(cfg)["models"]  # only the exact words pandas reads as missing
+
+
 def test_no_token_probability_method_is_refused_not_a_probe_that_writes_nothing():
     msg = bad(lambda c: c["probes"]["token_prob"].update(methods=[]))
     assert msg == "config key probes.token_prob.methods: must list at least 1 item"

@@ -594,6 +594,7 @@ def _demo_qa_overlaps(config: dict) -> list[str]:
 def _benchmark_problems(config: dict) -> list[str]:
     problems = []
     for name, bench in config["benchmarks"].items():
+        problems += _missing_value_name_problems(f"benchmarks.{name}", name, "benchmark")
         if ("sources" in bench) == ("published" in bench):
             problems.append(f"benchmarks.{name}: give exactly one of 'sources' (documents to build it from) "
                             f"or 'published' (BookTection, arXivTection, BookMIA, nyt, articles or qa data)")
@@ -732,9 +733,25 @@ def _model_problems(config: dict) -> list[str]:
     return problems
 
 
+def _missing_value_name_problems(where: str, name: str, kind: str) -> list[str]:
+    """A name that pandas' ``read_csv`` reads as a missing value by default (``NA``, ``None``, ``null``...):
+    the results tables are read back that way (memaudit.stats), and such a model's or benchmark's rows
+    came back with NaN for its name, sorted apart from it or dropped. Refused here rather than every
+    table read with ``keep_default_na=False``, which would make their empty scores strings."""
+    from pandas._libs.parsers import STR_NA_VALUES  # read_csv's default na_values, as its docs list them
+
+    if name not in STR_NA_VALUES:
+        return []
+    return [f"{where}: {name!r} is a name pandas reads as a missing value (NaN) in the results tables, where "
+            f"this {kind}'s rows would lose their name; rename the {kind}"]
+
+
 def _file_name_problems(name: str, models: dict) -> list[str]:
     """A model's name is part of its result files' names (workflow/rules/stats.smk): one that is another
     result's file name would write over it, or be read as it."""
+    missing = _missing_value_name_problems(f"models.{name}", name, "model")
+    if missing:
+        return missing
     if name == "blind_baseline":
         return [f"models.{name}: the name of the blind baseline's metrics file "
                 f"(results/metrics/<benchmark>/blind_baseline.csv); rename the model"]

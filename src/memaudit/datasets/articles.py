@@ -24,9 +24,10 @@ text or title a probe reads.
 
 Under the published-data policy (:mod:`memaudit.datasets.rejects`), an article that cannot be
 used is a rejected row with its reason, never silently dropped: a PDF without a text layer (a
-scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8, a file with no
-text, a file without a date, two dates that disagree, a file that is neither ``.txt`` nor
-``.pdf``, a sub-folder, and two files with the same document id; so is a ``dates.csv`` row that
+scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8 or holds a NUL
+(the row's line is the NUL's), a file with no text, a file without a date, two dates that
+disagree, a file that is neither ``.txt`` nor ``.pdf``, a sub-folder, and two files with the
+same document id; so is a ``dates.csv`` row that
 names no article in the folder, gives an invalid date, repeats a file, has more fields than
 the header (an unquoted title with a comma), or is a last row whose quote is never closed (a
 truncated file).
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.readers import first_nul
 from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
 from memaudit.datasets.text import clean_text, file_slug, join_hyphenated_lines
 from memaudit.datasets.types import Document, Passage
@@ -169,14 +171,28 @@ def read_pdf_text(path: str | Path) -> str:
     return text
 
 
+class _RejectAtLine(RowReject):
+    """A RowReject of one line of the file (where a NUL is), not of the whole file (line 0)."""
+
+    def __init__(self, line: int, key: str, value: Any, reason: str):
+        super().__init__(key, value, reason)
+        self.line = line
+
+
 def _read_txt(path: Path) -> tuple[str, str | None]:
-    """``(text, the date of a first 'Date:' line or None)``; RowReject if not UTF-8 or empty."""
+    """``(text, the date of a first 'Date:' line or None)``; RowReject if not UTF-8, or holding a NUL."""
     data = path.read_bytes()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise RowReject("(file)", path.name, f"not valid UTF-8 at byte offset {exc.start} "
                         f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8") from None
+    # clean_text dropped a NUL without a word; the user's own file is not changed unseen (as user_books refuses one)
+    nul = first_nul(text.replace("\r\n", "\n").replace("\r", "\n"))
+    if nul is not None:
+        line, column, count = nul
+        raise _RejectAtLine(line, "(file)", path.name, f"a NUL character at column {column} ({count} in the file); "
+                            "an article is read as UTF-8 text: is it UTF-16 or a binary file? convert it to UTF-8")
     first, _, rest = text.partition("\n")
     match = _DATE_LINE.match(first)
     if match:
@@ -221,6 +237,7 @@ def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]
     if suffix not in ARTICLE_SUFFIXES:
         raise RowReject("(file)", path.name, f"not a .txt or .pdf file ({suffix or 'no suffix'})")
     try:
+        # a PDF's text layer is its typesetter's, not the user's to edit: clean_text drops a NUL in it
         raw, header_date = (read_pdf_text(path), None) if suffix == ".pdf" else _read_txt(path)
     except OSError as exc:
         raise RowReject("(file)", path.name, f"cannot read ({exc.strerror})") from None
@@ -277,7 +294,8 @@ def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
             if doc_id in ids:
                 raise RowReject("(file)", path.name, f"same document id {doc_id!r} as {ids[doc_id]}; rename one")
         except RowReject as exc:
-            line = 1 if exc.key == "Date" and path.suffix.lower() == ".txt" else 0
+            line = (exc.line if isinstance(exc, _RejectAtLine)
+                    else 1 if exc.key == "Date" and path.suffix.lower() == ".txt" else 0)
             log.reject(path, line, exc)
             continue
         ids[doc_id] = path.name

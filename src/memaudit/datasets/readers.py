@@ -18,19 +18,26 @@ from xml.etree import ElementTree
 from memaudit.datasets.text import clean_text
 from memaudit.errors import InputError
 
-__all__ = ["epub_metadata", "pdf_metadata", "read_epub", "read_pdf", "read_text_file", "refuse_nul"]
+__all__ = ["epub_metadata", "first_nul", "pdf_metadata", "read_epub", "read_pdf", "read_text_file", "refuse_nul"]
+
+
+def first_nul(text: str) -> tuple[int, int, int] | None:
+    """``(line, column, how many)`` of the first NUL in ``text`` (1-based; lines split at ``\\n``), or None."""
+    nul = text.find("\x00")
+    if nul < 0:
+        return None
+    return text.count("\n", 0, nul) + 1, nul - text.rfind("\n", 0, nul), text.count("\x00")
 
 
 def refuse_nul(where: str, text: str, what: str, remedy: str = "") -> None:
     """An :class:`InputError` naming the line and column (1-based) of the first NUL in ``text``, if any:
     a user's book is never changed without a word, and a NUL is no text (in a "UTF-8" file, most
     often UTF-16 without its byte-order mark, every other byte NUL)."""
-    nul = text.find("\x00")
-    if nul < 0:
+    found = first_nul(text)
+    if found is None:
         return
-    line, column = text.count("\n", 0, nul) + 1, nul - text.rfind("\n", 0, nul)
-    raise InputError(f"{where}, line {line}, column {column}: a NUL character "
-                     f"({text.count(chr(0))} in the {what}){remedy}")
+    line, column, count = found
+    raise InputError(f"{where}, line {line}, column {column}: a NUL character ({count} in the {what}){remedy}")
 
 
 def read_text_file(path: str | Path, allow_empty: bool = False) -> str:
