@@ -738,7 +738,11 @@ def _missing_value_name_problems(where: str, name: str, kind: str) -> list[str]:
     the results tables are read back that way (memaudit.stats), and such a model's or benchmark's rows
     came back with NaN for its name, sorted apart from it or dropped. Refused here rather than every
     table read with ``keep_default_na=False``, which would make their empty scores strings."""
-    from pandas._libs.parsers import STR_NA_VALUES  # read_csv's default na_values, as its docs list them
+    try:  # read_csv's default na_values, as its docs list them (a private name: the list below if it moves)
+        from pandas._libs.parsers import STR_NA_VALUES
+    except ImportError:
+        STR_NA_VALUES = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                         "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
 
     if name not in STR_NA_VALUES:
         return []
