@@ -357,6 +357,50 @@ def test_a_models_mem_mb_is_asked_by_every_job_that_loads_it_and_no_other(tmp_pa
     assert mem[("cloze_items", "benchmark=novels")] == 4000
 
 
+@pytest.mark.slow
+def test_a_models_runtime_is_asked_by_every_job_that_loads_it_and_no_other(tmp_path):
+    """models.<name>.runtime (minutes, SLURM's --time) raises the time limit of the jobs that load the model,
+    as mem_mb does their memory. Every probe job got the profile's 30 minutes whatever the model, and a
+    7B model's probes hit it (a retry asked the same limit); a job without it keeps the profile's default
+    (prepare_model and token_stats their rules' own)."""
+    import yaml
+
+    from workflow_helpers import dry_run_resources, make_workdir
+
+    workdir = make_workdir(tmp_path, share_resources=False)
+    cfg = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    cfg["models"]["smollm2-135m"]["runtime"] = 600  # the base and the DE-COP paraphraser
+    cfg["models"]["tiny-gpt2-small-contaminated"]["runtime"] = 90  # above the profile's 30, below token_stats' 120
+    (workdir / "config/runtime.yaml").write_text(yaml.safe_dump(cfg))
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())["default-resources"]
+    assert profile["runtime"] == 30
+    runtime = {job: res.get("runtime") for job, res in dry_run_resources(
+        workdir, "config/runtime.yaml", "--default-resources", "runtime=30").items()}
+    for job in [("prepare_model", "model=smollm2-135m"), ("prepare_model", "model=smollm2-135m-contaminated"),
+                ("token_stats", "benchmark=novels, model=smollm2-135m-contaminated"),
+                ("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit"),
+                ("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")]:
+        assert runtime[job] == 600, job
+    assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 90
+    assert runtime[("token_stats", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 120
+    # the rules' own, else the profile's, elsewhere
+    assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 30
+    assert runtime[("token_stats", "benchmark=novels, model=tiny-gpt2-small")] == 120
+    assert runtime[("prepare_model", "model=tiny-gpt2-cb")] == 240
+    assert runtime[("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal")] == 30
+    assert runtime[("cloze_items", "benchmark=novels")] == 30
+    assert runtime[("metrics", "benchmark=novels, model=smollm2-135m-contaminated")] == 30
+    # a profile's default given as an expression is evaluated as Snakemake evaluates it for other rules
+    runtime = {job: res.get("runtime") for job, res in dry_run_resources(
+        workdir, "config/runtime.yaml", "--default-resources", "runtime=attempt*45").items()}
+    assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 45
+    assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 90
+    # without a profile default, a job no model raises asks for no time limit (the partition's then)
+    runtime = {job: res.get("runtime") for job, res in dry_run_resources(workdir, "config/runtime.yaml").items()}
+    assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] is None
+    assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 90
+
+
 # The rules that declare a `gpu` resource, read from the workflow itself (run in a subprocess: the API
 # changes the working directory).
 _GPU_RULES = """

@@ -196,12 +196,14 @@ def test_an_api_role_models_entry_reruns_what_the_role_made(finished_run, tmp_pa
 
 
 def test_scheduling_and_cache_settings_rerun_nothing(finished):
-    """How many GPUs and how much memory a job claims and where converted weights are cached never change
-    a result."""
+    """How many GPUs, how much memory and how much time a job claims and where converted weights are cached
+    never change a result."""
     def change(c):
         c["models"]["tiny-gpt2-small"]["gpus"] = 2
         c["models"]["tiny-gpt2-small"]["mem_mb"] = 16000
         c["models"]["smollm2-135m"]["mem_mb"] = 32000  # a base and the DE-COP paraphraser
+        c["models"]["tiny-gpt2-small"]["runtime"] = 600
+        c["models"]["smollm2-135m"]["runtime"] = 900
         c["cache_dir"] = "resources/another-cache"
 
     assert planned_jobs(finished, with_config(finished, "gpus_cache", change)) == set()

@@ -310,7 +310,8 @@ def _split_keys_beside_labels(config: dict, schema: dict) -> list[str]:
 
 # What only a model with local weights reads (memaudit.backends.resolve, memaudit.devices); an API
 # model's entry holding one would have it ignored. (source, base and finetune: backends.config_checks.)
-LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "mem_mb", "max_tokens", "batch_size", "context_token")
+LOCAL_ONLY_MODEL_KEYS = ("dtype", "device", "gpus", "mem_mb", "runtime", "max_tokens", "batch_size",
+                         "context_token")
 # What only LoRA fine-tuning reads (memaudit.models.finetune); under method full it would be ignored.
 LORA_ONLY_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "lora_layers")
 
@@ -1022,8 +1023,8 @@ def contaminated_on(model_entry: dict) -> list[str]:
 
 # Keys of a model entry that do not decide what a job computes, kept out of the params of the
 # jobs they do not concern (Snakemake reruns a job whose params text changes):
-# how many GPUs and how much memory a job claims is scheduling, never a result;
-EXECUTION_KEYS = ("gpus", "mem_mb")
+# how many GPUs, how much memory and how much time a job claims is scheduling, never a result;
+EXECUTION_KEYS = ("gpus", "mem_mb", "runtime")
 # how the prepared model is scored (passage truncation, forward batch) does not change its weights.
 SCORING_KEYS = ("max_tokens", "batch_size")
 # Which model a model is compared with changes the tables that pair them, never its weights or scores.
@@ -1033,8 +1034,8 @@ COMPARISON_KEYS = ("control",)
 def model_build_settings(entry: dict) -> dict:
     """The part of a model entry that decides its prepared weights (``prepare_model``'s params).
 
-    Changing ``max_tokens``, ``batch_size``, ``gpus`` or ``mem_mb`` then re-scores the model without
-    re-training or re-converting it.
+    Changing ``max_tokens``, ``batch_size``, ``gpus``, ``mem_mb`` or ``runtime`` then re-scores the model
+    without re-training or re-converting it.
     """
     return {k: v for k, v in entry.items() if k not in SCORING_KEYS + EXECUTION_KEYS + COMPARISON_KEYS}
 

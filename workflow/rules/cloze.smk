@@ -25,6 +25,7 @@ rule cloze_items:
     resources:
         # a local knowledge filter is loaded in this job beside the reference: its GPUs and memory count too
         mem_mb=models_mem_mb(4000, CLOZE_ITEMS_MODELS),
+        runtime=models_runtime(CLOZE_ITEMS_MODELS),
         gpu=models_gpus(CLOZE_ITEMS_MODELS),
         api_openai=role_api_slots("cloze", "filter", "openai", needed=cloze_plan.uses_filter),
         api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
@@ -56,6 +57,7 @@ rule cloze_probe:
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=models_mem_mb(4000, PROBED_MODEL),
+        runtime=models_runtime(PROBED_MODEL),
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
         gpu=gpu_slots,

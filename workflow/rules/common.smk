@@ -21,6 +21,7 @@ from memaudit.datasets.sources import user_books_inputs
 from memaudit.jobs import canonical
 from memaudit.probes.registry import FAMILIES, family_version, role_model
 from memaudit.versions import dataset_code_version, step_version
+from snakemake.resources import Resources
 
 # memaudit validates the config itself, before anything reads or prints it (snakemake.utils.validate
 # would print the offending config section, a pasted API key with it): one line per problem,
@@ -204,12 +205,21 @@ def _model_mem_mb(model):
     return _model_mem_mb(entry["base"]) if entry.get("base") in config["models"] else 0
 
 
+def _model_runtime(model):
+    """Time limit (minutes) a job loading ``model`` needs by the config: its ``runtime``, else its base's
+    (a fine-tuned model is as big), else 0 (the rule's or the profile's own then holds)."""
+    entry = config["models"][model]
+    if entry.get("runtime"):
+        return int(entry["runtime"])
+    return _model_runtime(entry["base"]) if entry.get("base") in config["models"] else 0
+
+
 def job_models(family=None, roles=(), model=True, extra=None):
     """The models a job loads, as a function of its wildcards: ``{model}`` (with ``model``), each
     ``(role, needed)`` of ``family``'s roles that the job uses (``needed(config, wildcards)``, or always
-    where it is None), and ``extra(wildcards)``. Its GPUs (:func:`models_gpus`) and memory
-    (:func:`models_mem_mb`) are read from these, so a judge, reference or filter loaded beside the
-    model under test counts as much as the model."""
+    where it is None), and ``extra(wildcards)``. Its GPUs (:func:`models_gpus`), memory
+    (:func:`models_mem_mb`) and time limit (:func:`models_runtime`) are read from these, so a judge,
+    reference or filter loaded beside the model under test counts as much as the model."""
 
     def models(wildcards):
         names = [wildcards.model] if model else []
@@ -238,6 +248,27 @@ def models_mem_mb(default, models):
         return max([default] + [_model_mem_mb(m) for m in models(wildcards)])
 
     return mem
+
+
+def models_runtime(models, default=None):
+    """A job's ``runtime`` (minutes; ``--time`` under SLURM): ``default`` (the rule's own; None: the
+    profile's ``default-resources`` runtime, which declaring the resource would otherwise replace),
+    raised to the largest ``runtime`` of its models (``models.<name>.runtime``: a 7B model's probes take
+    hours, and a rule's runtime under ``set-resources`` would hold for every model's job)."""
+
+    def runtime(wildcards, input, threads, attempt, rulename, async_run):
+        own = default
+        if own is None:  # evaluated as Snakemake does for a rule without it (an expression over attempt, say)
+            profile = Resources.from_mapping(workflow.resource_settings.default_resources or {}).get("runtime")
+            own = profile.evaluate(
+                wildcards, input=input, threads=threads, attempt=attempt, rulename=rulename, async_run=async_run
+            ).value
+        most = max([0] + [_model_runtime(m) for m in models(wildcards)])
+        if not most:
+            return own
+        return max(own, most) if isinstance(own, int) else most
+
+    return runtime
 
 
 PROBED_MODEL = job_models()  # a job of {model} alone

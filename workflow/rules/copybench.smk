@@ -30,6 +30,7 @@ rule copybench_items:
     threads: 1
     resources:
         mem_mb=models_mem_mb(3000, COPYBENCH_EXTRACTOR),
+        runtime=models_runtime(COPYBENCH_EXTRACTOR),
         api_openai=role_api_slots("copybench", "extractor", "openai", needed=copybench_plan.needs_extractor),
         api_anthropic=role_api_slots("copybench", "extractor", "anthropic", needed=copybench_plan.needs_extractor),
         gpu=models_gpus(COPYBENCH_EXTRACTOR),
@@ -65,6 +66,7 @@ rule copybench_qa_items:
     threads: lambda wc: job_threads(1)
     resources:
         mem_mb=models_mem_mb(3000, COPYBENCH_QA_WRITER),
+        runtime=models_runtime(COPYBENCH_QA_WRITER),
         gpu=models_gpus(COPYBENCH_QA_WRITER),
         api_openai=role_api_slots("copybench", "qa_writer", "openai", needed=copybench_plan.needs_qa_writer),
         api_anthropic=role_api_slots("copybench", "qa_writer", "anthropic", needed=copybench_plan.needs_qa_writer),
@@ -111,6 +113,7 @@ rule copybench_probe:
     resources:
         # the judges run in the job beside the model under test: their GPUs, memory and API slots count too
         mem_mb=models_mem_mb(4000, COPYBENCH_PROBE_MODELS),
+        runtime=models_runtime(COPYBENCH_PROBE_MODELS),
         api_openai=probe_api_slots("copybench", COPYBENCH_JUDGES, "openai"),
         api_anthropic=probe_api_slots("copybench", COPYBENCH_JUDGES, "anthropic"),
         gpu=models_gpus(COPYBENCH_PROBE_MODELS),

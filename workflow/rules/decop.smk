@@ -28,6 +28,7 @@ rule decop_items:
     threads: 1
     resources:
         mem_mb=models_mem_mb(4000, DECOP_PARAPHRASER),
+        runtime=models_runtime(DECOP_PARAPHRASER),
         api_openai=role_api_slots("decop", "paraphraser", "openai", needed=decop_plan.needs_paraphraser),
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic", needed=decop_plan.needs_paraphraser),
         gpu=models_gpus(DECOP_PARAPHRASER),
@@ -69,6 +70,7 @@ rule decop_probe:
     threads: lambda wc: job_threads(2 if wc.mode == "logit" else 1)
     resources:
         mem_mb=models_mem_mb(4000, PROBED_MODEL),
+        runtime=models_runtime(PROBED_MODEL),
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,
         gpu=gpu_slots,

@@ -26,6 +26,7 @@ rule ktd_pool:
     threads: 1
     resources:
         mem_mb=models_mem_mb(4000, KTD_PARAPHRASER),
+        runtime=models_runtime(KTD_PARAPHRASER),
         api_openai=role_api_slots("decop", "paraphraser", "openai"),
         api_anthropic=role_api_slots("decop", "paraphraser", "anthropic"),
         gpu=models_gpus(KTD_PARAPHRASER),
@@ -64,6 +65,7 @@ rule ktd_probe:
     resources:
         # its reference models are loaded in this job after the model under test: their GPUs and memory count too
         mem_mb=models_mem_mb(6000, KTD_PROBE_MODELS),
+        runtime=models_runtime(KTD_PROBE_MODELS),
         gpu=models_gpus(KTD_PROBE_MODELS),
     params:
         family="ktd",

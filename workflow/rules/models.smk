@@ -18,7 +18,7 @@ rule prepare_model:
     threads: job_threads(8)
     resources:
         mem_mb=models_mem_mb(8000, PROBED_MODEL),
-        runtime=240,
+        runtime=models_runtime(PROBED_MODEL, 240),
         gpu=training_gpu_slots,
     params:
         entry=model_build_entry,

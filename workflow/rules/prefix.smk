@@ -36,6 +36,7 @@ rule prefix_probe:
     resources:
         # as decop_probe: a local model's weights (the default 2000 MB of profiles/slurm held none)
         mem_mb=models_mem_mb(4000, PROBED_MODEL),
+        runtime=models_runtime(PROBED_MODEL),
         gpu=gpu_slots,
         api_openai=api_openai_slots,
         api_anthropic=api_anthropic_slots,

@@ -21,7 +21,7 @@ rule token_stats:
     threads: job_threads(8)
     resources:
         mem_mb=models_mem_mb(8000, PROBED_MODEL),
-        runtime=120,
+        runtime=models_runtime(PROBED_MODEL, 120),
         gpu=gpu_slots,
     params:
         entry=model_entry,
