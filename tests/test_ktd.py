@@ -508,6 +508,37 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
     assert (checks.loc[checks.model == "tiny-contaminated", "power"] > 0.8).all()
 
 
+def test_a_base_model_without_its_ktd_row_is_counted_not_evaluated(tmp_path):
+    """KTD probed the fine-tune of tiny on novels but not tiny itself (probes.ktd.models left it out): the
+    null check of tiny is listed and counted as not evaluated, where the section checked nothing and the
+    headline's count said nothing of KTD. A base model whose rows miss q = 0.1 alike; a base model nothing
+    of KTD's table touches (the paraphraser) is no check."""
+    from memaudit.probes.ktd.headline import expectations, headline
+    from memaudit.stats.headline import tally
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    row = {"benchmark": "novels", "model": "tiny-contaminated", "statistic": "gradnorm", "m": 2, "measured_on": "all",
+           "q": 0.1, "fdr": 0.2, "power": 0.9, "mean_selected": 12.0, "guarantee": "fails", "sign_pvalue": 0.01,
+           "n_texts": 40}
+    pd.DataFrame([row]).to_csv(summary / "ktd.csv", index=False)
+    models = pd.DataFrame({"model": ["tiny", "tiny-contaminated", "paraphraser"], "base": ["", "tiny", ""]})
+    blocks = headline(summary, models)
+    assert tally(blocks) == ("Ground-truth checks: 0 of 1 hold; not evaluated (no row to check in its table): "
+                             "1 in KTD knockoff+")
+    assert blocks[0].endswith(
+        "   novels              tiny  2 0.1  NaN    NaN    NaN                      not evaluated: no row in "
+        "ktd.csv (probes.ktd.models) False")
+    assert "paraphraser" not in blocks[0]
+    # the base model probed, but not at the null check's q (probes.ktd.qs without 0.1)
+    pd.DataFrame([row, {**row, "model": "tiny", "q": 0.2, "mean_selected": 0.0}]).to_csv(summary / "ktd.csv",
+                                                                                       index=False)
+    checks = expectations(pd.read_csv(summary / "ktd.csv"), models)
+    assert [(r.model, r.q, r.expected, r.ok) for r in checks.itertuples()] == [
+        ("tiny-contaminated", 0.1, "reported", ""),
+        ("tiny", 0.1, "not evaluated: no gradnorm row at m = 2, q = 0.1 in ktd.csv", False)]
+
+
 def test_match_lengths_cuts_a_group_to_its_shortest_word_count_as_written():
     from memaudit.probes.ktd.runner import match_lengths
 

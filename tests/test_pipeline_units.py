@@ -359,6 +359,53 @@ def test_a_check_without_its_row_in_metrics_csv_is_counted_not_evaluated(tmp_pat
     assert "Ground-truth checks: 0 of 3 hold; not evaluated (no row to check in its table): 3 in Ground truth\n" in out
 
 
+def test_a_selection_check_without_its_rows_in_selection_csv_is_counted_not_evaluated(tmp_path, capsys):
+    """A model whose loss has too few non-members to calibrate conformal BH has no rows in selection.csv: its
+    checks (q = 0.1, 0.2, 0.3 on a contaminated model, q = 0.1 on a null control) are listed and counted as
+    not evaluated, not left out of "N of M hold" (which said 3 of 3, and with no row at all printed none)."""
+    from memaudit.stats.headline import print_headline
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    auc = {"benchmark": "b", "method": "loss", "auc": 0.5, "auc_ci_low": 0.3, "auc_ci_high": 0.7, "n_member": 30}
+    pd.DataFrame([{**auc, "model": "m0", "contaminated": False, "n_nonmember": 1},
+                  {**auc, "model": "m1", "contaminated": True, "auc": 0.95, "n_nonmember": 30},
+                  {**auc, "model": "m2", "contaminated": True, "auc": 0.95, "n_nonmember": 1}]).to_csv(
+        summary / "metrics.csv", index=False)
+    pd.DataFrame({"model": ["m0", "m1", "m2"], "base": ["", "m0", "m0"],
+                  "contaminated_on": ["", "b", "b"]}).to_csv(summary / "models.csv", index=False)
+    chosen = {"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "n_splits": 20,
+              "n_calibration": 15, "n_test": 45, "n_test_member": 30, "min_q": 0.0625, "fdr_se": 0.01,
+              "power": 0.9, "power_se": 0.01, "mean_selected": 27.0}
+    pd.DataFrame([{**chosen, "q": q, "fdr": q / 2} for q in (0.1, 0.2, 0.3)]).to_csv(
+        summary / "selection.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert ("Ground-truth checks: 6 of 10 hold; not evaluated (no row to check in its table): "
+            "4 in FDR-controlled selection\n") in out
+    assert "        b    m1 0.3 0.15    0.9        27.0" + " " * 70 + "fdr <= 0.32  True\n" in out
+    for model, q in (("m0", 0.1), ("m2", 0.1), ("m2", 0.2), ("m2", 0.3)):
+        assert (f"        b    {model} {q}  NaN    NaN         NaN not evaluated: no loss row in selection.csv "
+                f"(1 non-member: too few to calibrate) False\n") in out
+    # no model could be calibrated: a selection.csv of no rows still lists the checks it could not make
+    pd.DataFrame(columns=list(chosen) + ["q", "fdr"]).to_csv(summary / "selection.csv", index=False)
+    print_headline(summary / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert ("Ground-truth checks: 3 of 10 hold; not evaluated (no row to check in its table): "
+            "7 in FDR-controlled selection\n") in out
+    # a grid of qs without a checked q (stats.selection.qs): that check alone, said so
+    from memaudit.stats.headline import selection_expectations
+
+    grid = pd.DataFrame([{**chosen, "q": q, "fdr": q / 2} for q in (0.1, 0.2)])
+    checks = selection_expectations(grid, pd.read_csv(summary / "models.csv"),
+                                    summary=pd.read_csv(summary / "metrics.csv"))
+    assert [(r.model, r.q, r.expected) for r in checks.itertuples() if not r.ok] == [
+        ("m0", 0.1, "not evaluated: no loss row in selection.csv (1 non-member: too few to calibrate)"),
+        ("m1", 0.3, "not evaluated: no loss row in selection.csv at q = 0.3 (stats.selection.qs)"),
+        *[("m2", q, "not evaluated: no loss row in selection.csv (1 non-member: too few to calibrate)")
+          for q in (0.1, 0.2, 0.3)]]
+
+
 def test_demo_expectations_flag_each_rule():
     from memaudit.stats.headline import demo_expectations
 
@@ -477,8 +524,9 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
     sel = {"method": "loss", "q": 0.1, "fdr": 0.0, "power": 0.5, "n_test": 10}
     pd.DataFrame([{"benchmark": "novels", "model": "m0", "contaminated": False, "mean_selected": 0.0, **sel},
-                  {"benchmark": "archive", "model": "m0", "contaminated": False, "mean_selected": 4.0, **sel}]).to_csv(
-        summary / "selection.csv", index=False)
+                  {"benchmark": "archive", "model": "m0", "contaminated": False, "mean_selected": 4.0, **sel},
+                  *[{"benchmark": "archive", "model": "m1", "contaminated": True, "mean_selected": 5.0, **sel, "q": q}
+                    for q in (0.1, 0.2, 0.3)]]).to_csv(summary / "selection.csv", index=False)
     ktd = {"model": "m0", "statistic": "gradnorm", "m": 2, "q": 0.1, "fdr": 0.5, "power": 0.2, "guarantee": "holds",
            "sign_pvalue": 0.5, "n_texts": 20}
     pd.DataFrame([{"benchmark": "novels", "mean_selected": 0.0, **ktd},
@@ -497,12 +545,12 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     assert "  archive    m0  2 0.1  0.5    0.2    6.0     holds        0.5     reported     \n" in out
     assert ("there a base model's AUC and selections are findings, not checks\n"
             f"({summary / 'benchmarks.csv'}):\n  archive: published (articles): dated before 2020-01-01\n") in out
-    assert "Ground-truth checks: 3 of 4 hold; failing (ok False above): 1 in Ground truth" in out
+    assert "Ground-truth checks: 6 of 7 hold; failing (ok False above): 1 in Ground truth" in out
     (summary / "benchmarks.csv").unlink()
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
     assert "archive    m0   loss 0.25 in [0.363, 0.637] False" in out and "findings, not checks" not in out
-    assert "Ground-truth checks: 3 of 7 hold" in out
+    assert "Ground-truth checks: 6 of 10 hold" in out
     # benchmarks.csv names the families this run ran: a KTD table left by a run of another config is not shown
     origins = pd.DataFrame([{"benchmark": "archive", "labels": "random split of documents", "null_control": True,
                              "families": "token_prob"},
@@ -514,11 +562,11 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     assert "holds        0.5 named <= 1.0" not in out and (
         f"Not shown: the tables of ktd in {summary}, left there by a run of another config (this run's "
         "benchmarks.csv lists the families it ran on each benchmark).") in out
-    assert "Ground-truth checks: 2 of 5 hold" in out  # less the two KTD rows, one of them held
+    assert "Ground-truth checks: 5 of 8 hold" in out  # less the two KTD rows, one of them held
     origins.assign(families=["token_prob", "token_prob;ktd"]).to_csv(summary / "benchmarks.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert "Not shown" not in out and "Ground-truth checks: 3 of 7 hold" in out  # the KTD rows again
+    assert "Not shown" not in out and "Ground-truth checks: 6 of 10 hold" in out  # the KTD rows again
 
 
 def test_the_headline_shows_the_main_scores_of_models_no_token_probability_method_scored(tmp_path, capsys):

@@ -103,10 +103,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                 "range a random split gives 99 times in 100)",
                 demo_expectations(summary, models, controlled=controlled, scored_with=methods)
                 if not summary.empty else summary),
-        table_section(summary_path.with_name("selection.csv"),
-                      "FDR-controlled selection (conformal BH over the loss score; contaminated: "
-                      "empirical FDR <= q + 0.02; base models: (near) nothing named at q = 0.1)",
-                      lambda table: selection_expectations(table, models, controlled=controlled)),
+        selection_section(summary_path.with_name("selection.csv"), summary, models, controlled),
         published_labels_note(summary_path.parent, summary)]
     core += [blind_baseline_note(summary, methods),
              book_intervals_note(summary, methods, summary_path.parent)] if not summary.empty else []
@@ -531,20 +528,37 @@ def missing_checks(summary: pd.DataFrame, models: pd.DataFrame, method: str, pro
     return missing
 
 
+def selection_section(path: Path, summary: pd.DataFrame, models: pd.DataFrame,
+                      controlled: set[str] | None) -> str:
+    """The headline's section of :func:`selection_expectations` over ``selection.csv`` ("" where the run
+    wrote none); a table of no rows (no model had non-members enough to calibrate) still lists the checks
+    ``summary`` says it could not make."""
+    path = Path(path)
+    if not path.exists():
+        return ""
+    return section("FDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR <= "
+                   "q + 0.02; base models: (near) nothing named at q = 0.1)",
+                   selection_expectations(pd.read_csv(path), models, controlled=controlled, summary=summary))
+
+
 def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
                            qs: Sequence[float] = (0.1, 0.2, 0.3), slack: float = 0.02,
                            null_q: float = 0.1, null_share: float = 0.05, *,
-                           controlled: set[str] | None = None) -> pd.DataFrame:
+                           controlled: set[str] | None = None, summary: pd.DataFrame | None = None) -> pd.DataFrame:
     """Issue 17's checks of conformal BH against ground truth, over ``method``'s scores.
 
     On a benchmark whose members a model was fine-tuned on, the empirical FDR (mean over the
     calibration splits) is at most ``q + slack`` at each of ``qs``; a *base* model (the null
     control, on the ``controlled`` benchmarks: :func:`null_control_benchmarks`) names at most
-    ``null_share`` of the test documents on average at ``null_q``.
+    ``null_share`` of the test documents on average at ``null_q``. With ``summary`` (``metrics.csv``),
+    each check of a ``method`` row there that has no row in ``selection`` (too few non-members to
+    calibrate on: :func:`memaudit.stats.selection.uncalibrated_notes`) fails as :data:`NOT_EVALUATED`
+    rather than drop out of the count.
     """
     nulls = base_models(models)
     rows = []
-    for r in selection[selection["method"] == method].itertuples():
+    mine, made = selection[selection["method"] == method], set()
+    for r in mine.itertuples():
         q = round(float(r.q), 6)
         if bool(r.contaminated) and q in {round(x, 6) for x in qs}:
             expect, ok = f"fdr <= {q + slack:g}", r.fdr <= q + slack
@@ -552,7 +566,21 @@ def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method
             expect, ok = f"named <= {null_share:.0%} of {r.n_test}", r.mean_selected <= null_share * r.n_test
         else:
             continue
+        made.add((r.benchmark, r.model, q))
         rows.append({"benchmark": r.benchmark, "model": r.model, "q": q, "fdr": round(r.fdr, 3),
                      "power": round(r.power, 3), "mean_named": round(r.mean_selected, 1), "expected": expect,
                      "ok": bool(ok)})
+    selected = set(zip(mine["benchmark"], mine["model"]))
+    for r in ([] if summary is None else summary[summary["method"] == method].itertuples()):
+        null = is_null_control(r.benchmark, r.model, nulls, controlled)
+        wanted = qs if bool(r.contaminated) else [null_q] if null else []
+        for q in (round(float(x), 6) for x in wanted):
+            if (r.benchmark, r.model, q) in made:
+                continue
+            n = int(r.n_nonmember)
+            why = (f"({n} non-member{'s' if n != 1 else ''}: too few to calibrate)"
+                   if (r.benchmark, r.model) not in selected else f"at q = {q:g} (stats.selection.qs)")
+            rows.append({"benchmark": r.benchmark, "model": r.model, "q": q, "fdr": math.nan, "power": math.nan,
+                         "mean_named": math.nan, "expected": f"{NOT_EVALUATED}: no {method} row in selection.csv "
+                                                             f"{why}", "ok": False})
     return pd.DataFrame(rows)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
 from memaudit.probes.ktd.statistics import ALL_TEXTS
-from memaudit.stats.headline import base_models, is_null_control, null_control_benchmarks, table_section
+from memaudit.stats.headline import NOT_EVALUATED, base_models, is_null_control, null_control_benchmarks, table_section
 
 HEADER = ("KTD knockoff+ (gradient-norm W, the largest m; FDR and power reported, the guarantee holds "
           "or fails as measured; base models: (near) nothing named at q = 0.1)")
@@ -31,15 +32,15 @@ def expectations(ktd: pd.DataFrame, models: pd.DataFrame, statistic: str = "grad
     guarantee leaks with imperfect knockoffs: ``guarantee`` says where); a *base* model's
     selection at ``null_q`` is checked to be (near) empty: at most ``null_share`` of the
     passages on average, on the ``controlled`` benchmarks (split at random; None: every one). A base
-    model on a benchmark of published labels is reported, not checked."""
+    model on a benchmark of published labels is reported, not checked. A null control that has no such
+    row, on a benchmark where KTD probed it or a model fine-tuned from it, fails as
+    :data:`~memaudit.stats.headline.NOT_EVALUATED` rather than drop out of the count."""
     nulls = base_models(models)
     part = ktd[ktd["statistic"] == statistic]
     if "measured_on" in part.columns:  # KTD's own selection, over every text (not a baselines' test part)
         part = part[part["measured_on"] == ALL_TEXTS]
-    if part.empty:
-        return pd.DataFrame()
     part = part[part["m"] == part["m"].max()]
-    rows = []
+    rows, checked = [], set()
     for r in part.itertuples():
         q = round(float(r.q), 6)
         if q not in {round(x, 6) for x in qs}:
@@ -51,9 +52,22 @@ def expectations(ktd: pd.DataFrame, models: pd.DataFrame, statistic: str = "grad
         if null and q == round(null_q, 6):
             limit = null_share * r.n_texts
             row.update(expected=f"named <= {limit:.1f}", ok=bool(r.mean_selected <= limit))
+            checked.add((r.benchmark, r.model))
         elif null or (r.model in nulls and q != round(null_q, 6)):
             continue
         else:
             row.update(expected="reported", ok="")  # not a check: the paper's guarantee may leak
         rows.append(row)
+    base_of = dict(zip(models["model"], models["base"].fillna("")))
+    probed = set(zip(ktd["benchmark"], ktd["model"]))
+    wanted = {(b, null) for b, model in probed for null in (model, base_of.get(model, ""))
+              if null and is_null_control(b, null, nulls, controlled)}
+    m = int(part["m"].iloc[0]) if not part.empty else ""
+    at = f"m = {m}, q = {null_q:g}" if m != "" else f"q = {null_q:g}"
+    for benchmark, model in sorted(wanted - checked):
+        why = (f"no {statistic} row at {at} in ktd.csv" if (benchmark, model) in probed
+               else "no row in ktd.csv (probes.ktd.models)")
+        rows.append({"benchmark": benchmark, "model": model, "m": m, "q": round(null_q, 6), "fdr": math.nan,
+                     "power": math.nan, "named": math.nan, "guarantee": "", "symmetry_p": "",
+                     "expected": f"{NOT_EVALUATED}: {why}", "ok": False})
     return pd.DataFrame(rows)
