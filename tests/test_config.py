@@ -648,6 +648,14 @@ def test_a_model_name_that_would_share_a_file_with_another_result_is_refused():
     assert "lonely_named" in validate_config(cfg)["models"]  # no model called 'lonely': no clash
 
 
+def test_the_names_pandas_reads_as_missing_are_pandas_own():
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    from memaudit.config import PANDAS_NA_NAMES
+
+    assert PANDAS_NA_NAMES == set(STR_NA_VALUES)
+
+
 def test_a_model_or_benchmark_name_that_pandas_reads_as_missing_is_refused():
     """The results tables are read back with pandas' default missing values: a model called NA (or None, null,
     NaN...) came back from its metrics file as NaN, sorted apart with no name; a benchmark called nan or null

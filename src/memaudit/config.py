@@ -739,16 +739,16 @@ def _missing_value_name_problems(where: str, name: str, kind: str) -> list[str]:
     the results tables are read back that way (memaudit.stats), and such a model's or benchmark's rows
     came back with NaN for its name, sorted apart from it or dropped. Refused here rather than every
     table read with ``keep_default_na=False``, which would make their empty scores strings."""
-    try:  # read_csv's default na_values, as its docs list them (a private name: the list below if it moves)
-        from pandas._libs.parsers import STR_NA_VALUES
-    except ImportError:
-        STR_NA_VALUES = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                         "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
-
-    if name not in STR_NA_VALUES:
+    if name not in PANDAS_NA_NAMES:
         return []
     return [f"{where}: {name!r} is a name pandas reads as a missing value (NaN) in the results tables, where "
             f"this {kind}'s rows would lose their name; rename the {kind}"]
+
+
+# read_csv's default na_values, as its docs list them (tests/test_config.py compares them with pandas' own:
+# the config checks import no pandas, which Snakemake's every start would pay for)
+PANDAS_NA_NAMES = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
 
 
 def _file_name_problems(name: str, models: dict) -> list[str]:
