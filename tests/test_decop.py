@@ -92,12 +92,10 @@ def test_api_models_are_asked_the_closed_model_prompt_of_table_9_and_local_model
     assert "Format your answer" not in table_9[0]
 
 
-def test_a_failed_api_request_in_logit_mode_is_an_error_not_an_invalid_answer(tmp_path, monkeypatch):
-    """With api.on_error: record, a logit-mode question whose request failed after its retries was counted
-    ``invalid`` (its letters read as nan, a letter mass of 0), as though the model had answered without a
-    letter: the outcome table's n_invalid held the API's failures and n_error none (black-box mode counted
-    them right). Through the real openai SDK against the loopback server."""
-    from api_server import bad_request, loopback, reply_with_top
+def _logit_rows_through_loopback(tmp_path, monkeypatch, replies) -> pd.DataFrame:
+    """score_logit of an OpenAI model behind the loopback server (the real SDK, on_error: record) on one
+    passage asked in three orderings, each question answered by its reply of ``replies``, in order."""
+    from api_server import loopback
     from memaudit.backends.openai_backend import OpenAIBackend
     from memaudit.probes.decop.scoring import question_prompts, score_logit
 
@@ -105,15 +103,26 @@ def test_a_failed_api_request_in_logit_mode_is_an_error_not_an_invalid_answer(tm
             "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
                                                        "role": "evaluate", "length_tokens": 64}}
     perms = [(0, 1, 2, 3), (1, 0, 2, 3), (2, 1, 0, 3)]
-    failed, answered, no_letter = question_prompts(item, perms, closed=True)
     monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop-logit")
     with loopback() as server:
-        server.responder.queue(bad_request("Invalid value for 'top_logprobs'"), prompt=failed)
-        server.responder.queue(reply_with_top("B", [("B", -0.1), (" A", -2.5)]), prompt=answered)
-        server.responder.queue(reply_with_top("The", [("The", -0.2), (" the", -1.9)]), prompt=no_letter)
+        for reply, prompt in zip(replies, question_prompts(item, perms, closed=True), strict=True):
+            server.responder.queue(reply, prompt=prompt)
         backend = OpenAIBackend("gpt-test", base_url=server.openai_base_url, api_key_env="DECOP_TEST_KEY",
                                 cache=tmp_path / "c.sqlite", on_error="record")
-        rows = score_logit(backend, [item], perms)
+        return score_logit(backend, [item], perms)
+
+
+def test_a_failed_api_request_in_logit_mode_is_an_error_not_an_invalid_answer(tmp_path, monkeypatch):
+    """With api.on_error: record, a logit-mode question whose request failed after its retries was counted
+    ``invalid`` (its letters read as nan, a letter mass of 0), as though the model had answered without a
+    letter: the outcome table's n_invalid held the API's failures and n_error none (black-box mode counted
+    them right). Through the real openai SDK against the loopback server."""
+    from api_server import bad_request, reply_with_top
+
+    rows = _logit_rows_through_loopback(tmp_path, monkeypatch, [
+        bad_request("Invalid value for 'top_logprobs'"),  # failed
+        reply_with_top("B", [("B", -0.1), (" A", -2.5)]),  # answered
+        reply_with_top("The", [("The", -0.2), (" the", -1.9)])])  # no letter
     assert rows["status"].tolist() == ["error", "ok", "invalid"]
     assert rows["pred"].tolist() == [-1, 1, -1]
 
@@ -122,24 +131,13 @@ def test_a_provider_flagged_refusal_in_logit_mode_is_a_refusal(tmp_path, monkeyp
     """A logit-mode question the provider refused (finish_reason content_filter) was scored from its top list
     as an ok answer; one refused through message.refusal (no top list) as invalid. Both are refusals, as
     black-box mode counts them. Through the real openai SDK against the loopback server."""
-    from api_server import ChatReply, loopback, provider_refusal, reply_with_top
-    from memaudit.backends.openai_backend import OpenAIBackend
-    from memaudit.probes.decop.scoring import question_prompts, score_logit
+    from api_server import ChatReply, provider_refusal, reply_with_top
 
-    item = {"item_id": "d#0", "passage_id": "d#0", "doc_id": "d", "label": 1, "answer": 0,
-            "options": ["w", "x", "y", "z"], "meta": {"title": "Emma", "author": "Jane Austen", "kind": "book",
-                                                       "role": "evaluate", "length_tokens": 64}}
-    perms = [(0, 1, 2, 3), (1, 0, 2, 3), (2, 1, 0, 3)]
-    filtered, refused, answered = question_prompts(item, perms, closed=True)
-    monkeypatch.setenv("DECOP_TEST_KEY", "sk-test-decop-logit")
-    with loopback() as server:
-        server.responder.queue(ChatReply("A", finish_reason="content_filter", tokens=[("A", -0.1)],
-                                         top_logprobs=[[("A", -0.1), (" B", -2.5)]]), prompt=filtered)
-        server.responder.queue(provider_refusal(), prompt=refused)
-        server.responder.queue(reply_with_top("B", [("B", -0.1), (" A", -2.5)]), prompt=answered)
-        backend = OpenAIBackend("gpt-test", base_url=server.openai_base_url, api_key_env="DECOP_TEST_KEY",
-                                cache=tmp_path / "c.sqlite", on_error="record")
-        rows = score_logit(backend, [item], perms)
+    rows = _logit_rows_through_loopback(tmp_path, monkeypatch, [
+        ChatReply("A", finish_reason="content_filter", tokens=[("A", -0.1)],
+                  top_logprobs=[[("A", -0.1), (" B", -2.5)]]),  # filtered
+        provider_refusal(),  # refused
+        reply_with_top("B", [("B", -0.1), (" A", -2.5)])])  # answered
     assert rows["status"].tolist() == ["refusal", "refusal", "ok"]
     assert rows["pred"].tolist() == [-1, -1, 1]
     assert rows["letter_mass"].tolist()[:2] == [0.0, 0.0]

@@ -305,6 +305,14 @@ def test_cloze_items_claims_the_gpu_of_its_local_knowledge_filter(tmp_path):
     assert gpu[("cloze_items", "benchmark=novels")] == 0
 
 
+# The ci run's jobs that load smollm2-135m: its own and its fine-tune's preparation, the fine-tune's token
+# statistics and DE-COP probe, and the DE-COP paraphraser's two jobs (it is the paraphraser)
+SMOLLM2_JOBS = [("prepare_model", "model=smollm2-135m"), ("prepare_model", "model=smollm2-135m-contaminated"),
+                ("token_stats", "benchmark=novels, model=smollm2-135m-contaminated"),
+                ("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit"),
+                ("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")]
+
+
 @pytest.mark.slow
 def test_ktd_probe_claims_the_gpu_of_its_reference_models(tmp_path):
     """ktd_probe loads probes.ktd.reference_models after the model under test, in the same job. A reference on
@@ -342,10 +350,7 @@ def test_a_models_mem_mb_is_asked_by_every_job_that_loads_it_and_no_other(tmp_pa
     (workdir / "config/mem.yaml").write_text(yaml.safe_dump(cfg))
     mem = {job: res["mem_mb"] for job, res in dry_run_resources(workdir, "config/mem.yaml").items()
            if "mem_mb" in res}
-    for job in [("prepare_model", "model=smollm2-135m"), ("prepare_model", "model=smollm2-135m-contaminated"),
-                ("token_stats", "benchmark=novels, model=smollm2-135m-contaminated"),
-                ("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit"),
-                ("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")]:
+    for job in SMOLLM2_JOBS:
         assert mem[job] == 32000, job
     assert mem[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
     assert mem[("token_stats", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
@@ -376,10 +381,7 @@ def test_a_models_runtime_is_asked_by_every_job_that_loads_it_and_no_other(tmp_p
     assert profile["runtime"] == 30
     runtime = {job: res.get("runtime") for job, res in dry_run_resources(
         workdir, "config/runtime.yaml", "--default-resources", "runtime=30").items()}
-    for job in [("prepare_model", "model=smollm2-135m"), ("prepare_model", "model=smollm2-135m-contaminated"),
-                ("token_stats", "benchmark=novels, model=smollm2-135m-contaminated"),
-                ("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit"),
-                ("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")]:
+    for job in SMOLLM2_JOBS:
         assert runtime[job] == 600, job
     assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 90
     assert runtime[("token_stats", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 120

@@ -734,6 +734,12 @@ def _model_problems(config: dict) -> list[str]:
     return problems
 
 
+# read_csv's default na_values, as its docs list them (tests/test_config.py compares them with pandas' own:
+# the config checks import no pandas, which Snakemake's every start would pay for)
+PANDAS_NA_NAMES = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
+
 def _missing_value_name_problems(where: str, name: str, kind: str) -> list[str]:
     """A name that pandas' ``read_csv`` reads as a missing value by default (``NA``, ``None``, ``null``...):
     the results tables are read back that way (memaudit.stats), and such a model's or benchmark's rows
@@ -743,12 +749,6 @@ def _missing_value_name_problems(where: str, name: str, kind: str) -> list[str]:
         return []
     return [f"{where}: {name!r} is a name pandas reads as a missing value (NaN) in the results tables, where "
             f"this {kind}'s rows would lose their name; rename the {kind}"]
-
-
-# read_csv's default na_values, as its docs list them (tests/test_config.py compares them with pandas' own:
-# the config checks import no pandas, which Snakemake's every start would pay for)
-PANDAS_NA_NAMES = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                             "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
 
 
 def _file_name_problems(name: str, models: dict) -> list[str]:
