@@ -484,3 +484,39 @@ def test_a_metrics_job_names_the_file_and_row_of_a_score_that_is_no_number(tmp_p
     bad = _write_docs(tmp_path / "c.csv", scores)
     with pytest.raises(InputError, match=rf"^{re.escape(str(bad))}, line 6, column score: nan is not a finite"):
         run_metrics([good, bad], *out, benchmark="news", model="m", contaminated=True, stats=SETTINGS, seed=1)
+
+
+def test_bh_columns_at_a_q_no_calibration_set_can_resolve_are_empty_not_a_measured_zero():
+    """8 non-members calibrate 4: every p-value is at least 1/5, so BH at q = 0.1 names nothing whatever
+    the scores. metrics.csv's bh_fdr and bh_power said 0.0 and 0.0 there, read as a detector with no power;
+    they are empty (as where no calibration set can be drawn), and resolvable qs keep their numbers."""
+    rng = np.random.default_rng(5)
+    frame = _frame(rng.normal(5, 1, 10), rng.normal(0, 1, 8))
+    at = {q: selection.selection_metrics(frame["score"], frame["label"], frame["doc_id"], q=q, n_splits=3)
+          for q in (0.1, 0.2, 0.3)}
+    assert at[0.1]["bh_q"] == 0.1 and math.isnan(at[0.1]["bh_fdr"]) and math.isnan(at[0.1]["bh_power"])
+    runs = selection.summarise_runs(selection.conformal_bh_runs(frame, [0.2, 0.3], n_splits=3)).set_index("q")
+    for q in (0.2, 0.3):  # from q = 1/(4 + 1) on BH can name: the numbers of the selection table
+        assert (at[q]["bh_fdr"], at[q]["bh_power"]) == (runs.loc[q, "fdr"], runs.loc[q, "power"])
+    assert (at[0.2]["bh_power"], at[0.3]["bh_power"]) == (0.0, 1.0)
+
+
+def test_a_metrics_job_says_when_the_bh_columns_q_is_unresolvable_though_not_in_the_grid(tmp_path, caplog):
+    """stats.selection.q need not be one of stats.selection.qs; below 1/(n_calibration + 1) it now gets its
+    log line (the grid's qs had theirs, it had none), which says the bh_* columns are empty, and a q of
+    the grid that is the bh_* columns' q is named once."""
+    from memaudit.stats.workflow import run_metrics
+
+    rng = np.random.default_rng(8)
+    docs = [_write_docs(tmp_path / "a.csv", _frame(rng.normal(3, 1, 30), rng.normal(0, 1, 30)))]
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    for q, qs in ((0.05, [0.1, 0.2]), (0.05, [0.05, 0.1])):
+        caplog.clear()
+        stats = {**SETTINGS, "selection": {**SETTINGS["selection"], "q": q, "qs": qs}}
+        with caplog.at_level("WARNING", logger="memaudit.stats.workflow"):
+            table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
+                                contaminated=True, stats=stats, seed=1)
+        assert table["bh_fdr"].isna().all() and table["bh_power"].isna().all()
+        assert [r.getMessage() for r in caplog.records] == [
+            "news/m: q = 0.05 is below 1/(n_calibration + 1) = 0.0625 (15 calibration non-members) for method "
+            "'loss': nothing can be selected (stats.selection.q: bh_fdr and bh_power are empty)"]

@@ -181,7 +181,7 @@ def calibration_split(labels, doc_ids, fraction: float, *, seed: int, split: int
     labels = np.asarray(labels, dtype=int)
     doc_ids = np.asarray(doc_ids, dtype=str)
     nonmembers = np.flatnonzero(labels == 0)
-    n_cal = int(round(fraction * nonmembers.size))
+    n_cal = calibration_size(nonmembers.size, fraction)
     if n_cal < 1:
         raise InputError(f"conformal selection: {nonmembers.size} non-member(s) and calibration_fraction "
                          f"{fraction} leave no calibration document")
@@ -200,9 +200,14 @@ def _one_method(scores: np.ndarray, labels: np.ndarray, doc_ids, *, n_splits: in
         yield split, cal, conformal_pvalues(scores[~cal], scores[cal])
 
 
+def calibration_size(n_nonmembers: int, calibration_fraction: float) -> int:
+    """How many of ``n_nonmembers`` calibrate: ``round(fraction * n)``, Python's rounding (half to even)."""
+    return int(round(calibration_fraction * n_nonmembers))
+
+
 def can_calibrate(labels, calibration_fraction: float) -> bool:
     """Whether a method's non-members leave at least one calibration document (:func:`calibration_split`)."""
-    return round(calibration_fraction * int((np.asarray(labels, dtype=int) == 0).sum())) >= 1
+    return calibration_size(int((np.asarray(labels, dtype=int) == 0).sum()), calibration_fraction) >= 1
 
 
 def uncalibrated_notes(doc_scores: pd.DataFrame, calibration_fraction: float) -> list[str]:
@@ -277,14 +282,17 @@ def selection_metrics(scores, labels, doc_ids, *, q: float = 0.1, n_splits: int 
     """:data:`METRIC_COLUMNS` for one detector: conformal BH at ``q``, empirical FDR and power
     averaged over ``n_splits`` calibration splits (drawn by document id: :func:`calibration_split`).
     ``nan`` when there is no member or too few non-members for a calibration set (the same rule as
-    every other metric: one degenerate method does not abort a summary)."""
+    every other metric: one degenerate method does not abort a summary), and when ``q`` is below
+    :func:`min_resolvable_q` of the calibration size: BH names nothing there whatever the scores, and
+    0 and 0 would read as a measured FDR and a detector without power (:func:`bh_resolution_notes`)."""
     from memaudit.stats.metrics import _as_arrays
 
     q = check_q(q, "stats.selection.q")
     _check_settings(n_splits, calibration_fraction)
     scores, labels = _as_arrays(scores, labels)  # labels other than 0/1 are an error, as in every metric
     out = {"bh_q": q, "bh_fdr": math.nan, "bh_power": math.nan}
-    if not (labels == 1).any() or not can_calibrate(labels, calibration_fraction):
+    n_cal = calibration_size(int((labels == 0).sum()), calibration_fraction)
+    if not (labels == 1).any() or n_cal < 1 or q < min_resolvable_q(n_cal):
         return out
     runs = pd.DataFrame(_method_runs("", scores, labels, doc_ids, [q], n_splits=n_splits,
                                      calibration_fraction=calibration_fraction, seed=seed))
@@ -355,3 +363,14 @@ def resolution_notes(summary: pd.DataFrame) -> list[str]:
         notes.append(f"q = {q:g} is below 1/(n_calibration + 1) = {min_q:.3g} ({n_cal} calibration "
                      f"non-members) for {which}: nothing can be selected")
     return notes
+
+
+def bh_resolution_notes(doc_scores: pd.DataFrame, q: float, calibration_fraction: float) -> list[str]:
+    """:func:`resolution_notes` for the q of metrics.csv's bh_* columns (``stats.selection.q``, which need
+    not be in the grid of the selection tables), each line saying that those columns are empty there
+    (:func:`selection_metrics`)."""
+    rows = [{"method": method, "q": q, "n_calibration": n_cal, "min_q": min_resolvable_q(n_cal)}
+            for method, group in doc_scores.groupby("method", sort=True)
+            if (n_cal := calibration_size(int((group["label"] == 0).sum()), calibration_fraction)) >= 1]
+    low = resolution_notes(pd.DataFrame(rows, columns=["method", "q", "n_calibration", "min_q"]))
+    return [f"{note} (stats.selection.q: bh_fdr and bh_power are empty)" for note in low]

@@ -43,7 +43,8 @@ _MARKDOWN_HEADER = (
     "`bh_fdr`, `bh_power`: empirical FDR and power of the "
     "documents named by conformal p-values with Benjamini-Hochberg at level `bh_q` (a random "
     "`stats.selection.calibration_fraction` of the non-members as calibration, 0.5 by default; mean over "
-    "random splits; results/summary/selection.csv has every q)."
+    "random splits; results/summary/selection.csv has every q; n/a where q is below 1/(calibration "
+    "non-members + 1), the smallest conformal p-value, so that nothing can be named)."
 )
 
 

@@ -87,7 +87,10 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
     runs = selection.conformal_bh_runs(docs, chosen["qs"], n_splits=chosen["n_splits"],
                                        calibration_fraction=chosen["calibration_fraction"], seed=seed)
     summary = selection.summarise_runs(runs)
-    notes = selection.uncalibrated_notes(docs, chosen["calibration_fraction"]) + selection.resolution_notes(summary)
+    # the bh_* columns' q once, with what it means for them, whether or not the grid holds it
+    notes = (selection.uncalibrated_notes(docs, chosen["calibration_fraction"])
+             + selection.resolution_notes(summary[~np.isclose(summary["q"], chosen["q"])])
+             + selection.bh_resolution_notes(docs, chosen["q"], chosen["calibration_fraction"]))
     for note in notes:
         log.warning("%s/%s: %s", benchmark, model, note)
     named = selection.selected_documents(docs, chosen["qs"], calibration_fraction=chosen["calibration_fraction"],
