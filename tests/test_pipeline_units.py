@@ -950,3 +950,22 @@ def test_report_labels_call_a_table_a_table_and_a_figure_a_figure():
     wrong = {p: k for p, k in declared.items() if k - ({"table"} if p.endswith(".csv") else {"figure"})}
     assert wrong == {}
     assert declared["results/summary/copybench.csv"] == {"table"} and len(declared) >= 30
+
+
+def test_a_selection_check_at_a_q_no_calibration_set_can_resolve_is_not_evaluated_not_passed():
+    """Four calibration non-members make every conformal p-value at least 1/5: at q = 0.1 BH names nothing
+    whatever the scores, so "FDR <= 0.12" on the contaminated model and "names nothing" on the base model
+    held by arithmetic, not by the detector (they read True). They are listed as not evaluated, saying why;
+    q = 0.2 and 0.3, which BH can resolve, are checked as before."""
+    from memaudit.stats.headline import selection_expectations
+
+    models = pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"], "contaminated_on": ["", "b"]})
+    row = {"benchmark": "b", "method": "loss", "n_splits": 20, "n_calibration": 4, "n_test": 34,
+           "n_test_member": 30, "min_q": 0.2, "fdr_se": 0.0, "power": 0.0, "power_se": 0.0, "mean_selected": 0.0}
+    grid = pd.DataFrame([{**row, "model": model, "contaminated": model == "m1", "q": q, "fdr": 0.0}
+                         for model in ("m0", "m1") for q in (0.1, 0.2, 0.3)])
+    checks = selection_expectations(grid, models)
+    why = "not evaluated: q = 0.1 is below 1/(n_calibration + 1) = 0.2 (4 calibration non-members): nothing can be named"
+    assert [(r.model, r.q, r.expected, r.ok) for r in checks.itertuples()] == [
+        ("m0", 0.1, why, False), ("m1", 0.1, why, False),
+        ("m1", 0.2, "fdr <= 0.22", True), ("m1", 0.3, "fdr <= 0.32", True)]

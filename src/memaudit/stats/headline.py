@@ -553,7 +553,8 @@ def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method
     ``null_share`` of the test documents on average at ``null_q``. With ``summary`` (``metrics.csv``),
     each check of a ``method`` row there that has no row in ``selection`` (too few non-members to
     calibrate on: :func:`memaudit.stats.selection.uncalibrated_notes`) fails as :data:`NOT_EVALUATED`
-    rather than drop out of the count.
+    rather than drop out of the count. So does a check at a q below the row's ``min_q``
+    (:func:`memaudit.stats.selection.min_resolvable_q`), where BH names nothing whatever the scores.
     """
     nulls = base_models(models)
     rows = []
@@ -566,6 +567,10 @@ def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method
             expect, ok = f"named <= {null_share:.0%} of {r.n_test}", r.mean_selected <= null_share * r.n_test
         else:
             continue
+        min_q = float(getattr(r, "min_q", 0.0))
+        if q < min_q:  # BH names nothing below the smallest p-value: the check would hold by arithmetic
+            expect, ok = (f"{NOT_EVALUATED}: q = {q:g} is below 1/(n_calibration + 1) = {min_q:.3g} "
+                          f"({int(r.n_calibration)} calibration non-members): nothing can be named"), False
         made.add((r.benchmark, r.model, q))
         rows.append({"benchmark": r.benchmark, "model": r.model, "q": q, "fdr": round(r.fdr, 3),
                      "power": round(r.power, 3), "mean_named": round(r.mean_selected, 1), "expected": expect,
