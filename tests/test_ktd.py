@@ -608,3 +608,21 @@ def test_length_matched_knockoffs_remove_a_pure_length_difference(tiny_model_dir
     for tables in (matched, unmatched):
         z = tables["documents"].query("method == 'ktd_z_gradnorm'").set_index("doc_id")["score"]
         np.testing.assert_allclose(z.loc[expected.index], expected.to_numpy(), rtol=1e-5)
+
+
+def test_a_base_models_null_check_where_knockoff_plus_cannot_name_is_not_evaluated_not_passed():
+    """Knockoff+'s ratio is at least 1/#{W >= t} >= 1/n_texts: over 8 passages it names nothing at q = 0.1
+    whatever W is, so "named <= 0.4" held by arithmetic (it read True). It is listed as not evaluated,
+    saying why; over 40 passages the check is made as before."""
+    from memaudit.probes.ktd.headline import expectations
+
+    row = {"benchmark": "novels", "model": "tiny", "statistic": "gradnorm", "m": 2, "measured_on": "all", "q": 0.1,
+           "fdr": 0.0, "power": 0.0, "mean_selected": 0.0, "guarantee": "holds", "sign_pvalue": 0.5}
+    models = pd.DataFrame({"model": ["tiny"], "base": [""]})
+    checks = expectations(pd.DataFrame([{**row, "n_texts": 8}]), models)
+    assert [(r.model, r.q, r.expected, r.ok) for r in checks.itertuples()] == [
+        ("tiny", 0.1, "not evaluated: q = 0.1 is below 1/n_texts = 0.125 (8 passages): knockoff+ can name nothing",
+         False)]
+    assert knockoff_plus_select(np.arange(1.0, 9.0), 0.1).sum() == 0  # even 8 positive W, no negative one
+    checks = expectations(pd.DataFrame([{**row, "n_texts": 40}]), models)
+    assert [(r.expected, r.ok) for r in checks.itertuples()] == [("named <= 2.0", True)]

@@ -31,7 +31,9 @@ def expectations(ktd: pd.DataFrame, models: pd.DataFrame, statistic: str = "grad
     non-members' W beside them. Contaminated models are reported, not checked (the paper's
     guarantee leaks with imperfect knockoffs: ``guarantee`` says where); a *base* model's
     selection at ``null_q`` is checked to be (near) empty: at most ``null_share`` of the
-    passages on average, on the ``controlled`` benchmarks (split at random; None: every one). A base
+    passages on average, on the ``controlled`` benchmarks (split at random; None: every one), unless
+    there are fewer than ``1/null_q`` passages, which knockoff+ cannot name at ``null_q`` whatever W is
+    (:data:`~memaudit.stats.headline.NOT_EVALUATED`, saying so). A base
     model on a benchmark of published labels is reported, not checked. A null control that has no such
     row, on a benchmark where KTD probed it or a model fine-tuned from it, fails as
     :data:`~memaudit.stats.headline.NOT_EVALUATED` rather than drop out of the count."""
@@ -51,7 +53,11 @@ def expectations(ktd: pd.DataFrame, models: pd.DataFrame, statistic: str = "grad
         null = is_null_control(r.benchmark, r.model, nulls, controlled)
         if null and q == round(null_q, 6):
             limit = null_share * r.n_texts
-            row.update(expected=f"named <= {limit:.1f}", ok=bool(r.mean_selected <= limit))
+            if q * r.n_texts < 1 - 1e-12:  # knockoff+'s ratio is >= 1/#{W >= t} >= 1/n: it names nothing
+                row.update(expected=f"{NOT_EVALUATED}: q = {q:g} is below 1/n_texts = {1 / r.n_texts:.3g} "
+                                    f"({int(r.n_texts)} passages): knockoff+ can name nothing", ok=False)
+            else:
+                row.update(expected=f"named <= {limit:.1f}", ok=bool(r.mean_selected <= limit))
             checked.add((r.benchmark, r.model))
         elif null or (r.model in nulls and q != round(null_q, 6)):
             continue
