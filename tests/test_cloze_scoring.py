@@ -142,6 +142,18 @@ def test_parse_filter_answers():
     assert not any(is_listed(numbered, str(i)) for i in range(1, 21)) and is_listed(numbered, "w12")
 
 
+def test_a_listed_number_with_thousands_separators_is_one_entry():
+    """A comma between a digit and three digits is a thousands separator, not a list's: "2,500" is not
+    "2" and "500" (which hid 2500 and put a spurious 500 in the list)."""
+    from memaudit.probes.cloze.prompts import listed as is_listed
+
+    assert parse_word_list("1. 1,000\n2. 2,500\n3. 10,000") == ["1,000", "2,500", "10,000"]
+    assert parse_word_list("1,000, 2,000, 5,000; $1,250,000") == ["1,000", "2,000", "5,000", "$1,250,000"]
+    assert parse_word_list("5,10,15, 2015,2016") == ["5", "10", "15", "2015", "2016"]  # no thousands groups
+    words = parse_word_list("1,000, 2,500, dog")
+    assert is_listed(words, "2500") and is_listed(words, "1000") and not is_listed(words, "500")
+
+
 @pytest.mark.parametrize("reply, word", [
     # an apostrophe inside a word (a contraction, a possessive) opens no quotation
     ('It\'s "Commission".', "Commission"),

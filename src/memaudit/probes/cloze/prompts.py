@@ -210,12 +210,16 @@ def _one_word_of(line: str) -> str | None:
 _BULLET = re.compile(r"^\s*(?:[-*•·]|\**\(?\d{1,3}[.):\]]\**|#\d{1,3}[.):]?|\d{1,3}\s+[-–—]|[a-z][.)])\s+",
                      re.IGNORECASE)
 _NUMBERED_INLINE = re.compile(r"(?:^|\s)\d{1,3}[.)]\s+")
+# an entry separator: a semicolon, or a comma that is no thousands separator (a digit before it, a group of
+# exactly three digits after it: "2,500" is one entry, "5,10" two)
+_LIST_SEPARATOR = re.compile(r";|(?<!\d),|,(?!\d{3}(?!\d))|" + _NUMBERED_INLINE.pattern)
 
 
 def parse_word_list(reply: str | None, limit: int = LIST_SIZE) -> list[str]:
     """The words a knowledge filter model lists for prompt 2, in order, duplicates removed.
 
-    Entries are separated by new lines, commas, semicolons or inline numbering (``1. a 2. b``);
+    Entries are separated by new lines, commas (not a number's thousands separators: ``2,500``),
+    semicolons or inline numbering (``1. a 2. b``);
     bullets, numbering, quotes and a parenthesised gloss (``Frodo (a hobbit)``) are removed.
     Headers (an entry ending with ``:``) and prose (entries of more than four words) are skipped.
     At most ``limit`` entries (the prompt asks for 100) are kept.
@@ -227,7 +231,7 @@ def parse_word_list(reply: str | None, limit: int = LIST_SIZE) -> list[str]:
     for line in reply.splitlines():
         if line.rstrip().endswith(":"):
             continue
-        for part in re.split(r"[,;]|" + _NUMBERED_INLINE.pattern, line):
+        for part in _LIST_SEPARATOR.split(line):
             entry = _clean(re.sub(r"\([^)]*\)", " ", _BULLET.sub("", part or "")))
             if entry is None or len(entry.split()) > 4:
                 continue
