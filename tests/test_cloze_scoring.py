@@ -253,6 +253,32 @@ def test_filter_drops_exactly_what_a_filter_model_reconstructs():
     assert counts.loc["b", "n_list_match"] == 2
 
 
+def test_the_filters_refusals_and_replies_without_a_word_are_counted_in_the_log(monkeypatch):
+    """A refusal or a reply without a word drops nothing: a filter model that refuses every prompt filters
+    nothing, and the cloze_items log says so rather than "0 of N tokens guessed" alone."""
+    import memaudit.backends
+    from memaudit.probes.cloze.items import knowledge_filter_from
+
+    def reply(prompt):
+        ctx = passage_of(prompt)
+        if prompt.startswith("What is the word"):
+            return {"A hobbit named [MASK] left the Shire.": '"Frodo".',
+                    "They reached [MASK] by nightfall.": "I'm sorry, but I can't help with that."}.get(ctx, "Hmm, many options")
+        return "I cannot provide that list." if "nightfall" in ctx else "1. home\n2. town"
+
+    backend = ScriptedBackend(reply, "f")
+    monkeypatch.setattr(memaudit.backends, "open_backend", lambda *a, **k: backend)
+    said = []
+    drop = knowledge_filter_from({"models": {"f": {}}}, {"filter": {"model": "f"}}, None, progress=said.append)
+    tokens = {(0, 15): {"word": "Frodo", "context": "A hobbit named [MASK] left the Shire."},
+              (1, 12): {"word": "Bree", "context": "They reached [MASK] by nightfall."},
+              (1, 30): {"word": "lembas", "context": "They ate [MASK] on the road."}}
+    assert drop(tokens, ["", ""]) == {(0, 15)}
+    assert said == ["knowledge filter 'f', word prompt: 1 of 3 answered a word, 1 refused, 1 without a word; "
+                    "list prompt: 2 of 3 answered a word, 1 refused, 0 without a word (a refusal or a reply "
+                    "without a word drops nothing)"]
+
+
 def test_filter_without_models_keeps_all_and_errors_stop_it():
     cands = [cand("c1", "d1", "Frodo", "A hobbit named [MASK] left.")]
     assert knowledge_filter.knowledge_filter(cands, {}).kept == cands
