@@ -442,6 +442,14 @@ def test_config_checks_name_the_key():
             ) in plan.check_config(first)
     api["probes"]["cloze"]["filter"]["mode"] = "generate"
     assert plan.check_config(api) == []
+    # a text is flagged when min_reconstructed of its tokens of a type are, and top_k caps them per type
+    capped = copy.deepcopy(config)
+    capped["probes"]["cloze"].update(top_k=2, min_reconstructed=3)
+    assert plan.check_config(capped) == [
+        "probes.cloze.min_reconstructed: 3 reconstructed tokens flag a text, but probes.cloze.top_k keeps at most "
+        "2 tokens of a type per text, so no text can be flagged; lower min_reconstructed or raise top_k"]
+    capped["probes"]["cloze"].update(top_k=3)
+    assert plan.check_config(capped) == []
     bare = copy.deepcopy(config)
     del bare["probes"]["cloze"]
     assert plan.check_config(bare)[0].startswith("probes.cloze: the settings")
