@@ -253,6 +253,20 @@ def test_filter_drops_exactly_what_a_filter_model_reconstructs():
     assert counts.loc["b", "n_list_match"] == 2
 
 
+def test_a_filter_reply_that_echoes_the_passage_with_the_mask_filled_is_read():
+    """Instruction-tuned filter models often answer prompt 1 by writing the passage out with the word in
+    place; that fills the mask as surely as "The word is Frodo" and drops the candidate."""
+    c = cand("c1", "d1", "Frodo", "A hobbit named [MASK] left the Shire.")
+    for reply, guess, dropped in (("A hobbit named Frodo left the Shire.", "Frodo", True),
+                                  ('The passage should read: "A hobbit named frodo left the Shire."', "frodo", True),
+                                  ("A hobbit named Bilbo left the Shire.", "Bilbo", False),
+                                  ("A hobbit left the Shire, I think.", None, False)):
+        rec = knowledge_filter.judge_replies(c, {"word": Generation(text=reply)})
+        assert (rec["word_guess"], rec["word_status"], rec["dropped"]) == (
+            guess, "ok" if guess else "invalid", dropped), reply
+    assert parse_filter_word("A hobbit named Frodo left the Shire.") is None  # without the passage: no read
+
+
 def test_the_filters_refusals_and_replies_without_a_word_are_counted_in_the_log(monkeypatch):
     """A refusal or a reply without a word drops nothing: a filter model that refuses every prompt filters
     nothing, and the cloze_items log says so rather than "0 of N tokens guessed" alone."""

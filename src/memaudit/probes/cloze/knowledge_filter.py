@@ -148,7 +148,7 @@ def judge_replies(candidate: Mapping, replies: Mapping[str, Generation], *, plur
            "list_n_words": None, "list_status": None, "list_match": False}
     if WORD_PROMPT in replies:
         g = replies[WORD_PROMPT]
-        guess = parse_filter_word(g.text) if g.status != STATUS_ERROR else None
+        guess = parse_filter_word(g.text, candidate["context"]) if g.status != STATUS_ERROR else None
         rec.update(word_guess=guess, word_status=_status(g, guess is not None),
                    word_match=matches(guess, truth, plural=plural))
     if LIST_PROMPT in replies:

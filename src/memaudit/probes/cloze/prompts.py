@@ -172,14 +172,15 @@ def parse_word(reply: str | None, style: str = CLOZE, *, context: str | None = N
     return _echo_fill(reply, context) if context and MASK in context else None
 
 
-def parse_filter_word(reply: str | None) -> str | None:
+def parse_filter_word(reply: str | None, context: str | None = None) -> str | None:
     """The word a knowledge filter model gives for prompt 1, which asks for no format.
 
     In order: a ``<word>`` tag; a one-word reply (after an ``Answer:`` opening); the first quoted
     or bold word of the first line that is not ``[MASK]`` (``The word is "Frodo".``); a first
     line ending ``... is Frodo.``; where the first line is a lead-in ending with a colon (``The
-    word is:``), the same read of the next line, as chat models set their answer apart. ``None``
-    when none applies.
+    word is:``), the same read of the next line, as chat models set their answer apart; given the
+    masked ``context``, the word a reply that writes the passage out puts at the mask (instruction-
+    tuned models often answer so). ``None`` when none applies.
     """
     if not reply or not reply.strip():
         return None
@@ -189,6 +190,8 @@ def parse_filter_word(reply: str | None) -> str | None:
     word = _one_word_of(lines[0])
     if word is None and lines[0].rstrip().endswith(":") and len(lines) > 1:
         word = _one_word_of(lines[1])
+    if word is None and context and MASK in context:
+        word = _echo_fill(reply, context)
     return word
 
 
