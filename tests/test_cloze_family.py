@@ -126,7 +126,7 @@ def test_logit_mode_reconstructs_a_word_only_when_every_token_of_it_is_the_top_c
         def word_logprobs(self, texts, spans):
             recs = {"Netherfield": (0, False), "Pemberley": (0, True), "Darcy": (3, False),
                     "Tuesday": (0, True), "40": (0, False)}
-            return [[{"rank": recs[t[s:e]][0], "greedy": recs[t[s:e]][1]} for s, e in sp] for t, sp in zip(texts, spans)]
+            return [[dict(zip(("rank", "greedy"), recs[t[s:e]])) for s, e in sp] for t, sp in zip(texts, spans)]
 
     tokens = runner.probe_tokens(ITEMS)
     answers = runner.logit_answers(Ranked(), ITEMS, tokens)

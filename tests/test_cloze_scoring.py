@@ -277,7 +277,8 @@ def test_the_filters_refusals_and_replies_without_a_word_are_counted_in_the_log(
         ctx = passage_of(prompt)
         if prompt.startswith("What is the word"):
             return {"A hobbit named [MASK] left the Shire.": '"Frodo".',
-                    "They reached [MASK] by nightfall.": "I'm sorry, but I can't help with that."}.get(ctx, "Hmm, many options")
+                    "They reached [MASK] by nightfall.": "I'm sorry, but I can't help with that."}.get(
+                        ctx, "Hmm, many options")
         return "I cannot provide that list." if "nightfall" in ctx else "1. home\n2. town"
 
     backend = ScriptedBackend(reply, "f")
