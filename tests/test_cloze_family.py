@@ -104,7 +104,7 @@ def test_logit_mode_reads_the_models_own_rank_at_each_masked_word(tiny_model):
     answers = runner.logit_answers(backend, ITEMS, tokens)
     direct = backend.word_logprobs([TEXT], [[(t["start"], t["end"]) for _, t in tokens]])[0]
     assert [a["rank"] for a in answers] == [r["rank"] for r in direct]
-    assert [a["reconstructed"] for a in answers] == [r["rank"] == 0 for r in direct]
+    assert [a["reconstructed"] for a in answers] == [r["greedy"] for r in direct]
     table = runner.token_table(ITEMS, tokens, answers)
     texts = runner.text_table(ITEMS, table, ["prob"], min_reconstructed=2)
     expected = np.mean([1 / (r["rank"] + 1) for r in direct[:2]])
@@ -114,6 +114,24 @@ def test_logit_mode_reads_the_models_own_rank_at_each_masked_word(tiny_model):
 
     assert method_names({"probes": {"cloze": {"measures": ["prob"]}}}, [("b", "m", "logit")]) == [
         "cloze_prob", "cloze_prob_mrr"]
+
+
+def test_logit_mode_reconstructs_a_word_only_when_every_token_of_it_is_the_top_choice():
+    """A word of several tokens whose first token alone is the model's top choice (" Pem" of " Pemberley",
+    " 19" of " 1914") is not reconstructed: greedy decoding would go on with other tokens."""
+
+    class Ranked:
+        name, architecture = "ranked", "causal"
+
+        def word_logprobs(self, texts, spans):
+            recs = {"Netherfield": (0, False), "Pemberley": (0, True), "Darcy": (3, False),
+                    "Tuesday": (0, True), "40": (0, False)}
+            return [[dict(zip(("rank", "greedy"), recs[t[s:e]])) for s, e in sp] for t, sp in zip(texts, spans)]
+
+    tokens = runner.probe_tokens(ITEMS)
+    answers = runner.logit_answers(Ranked(), ITEMS, tokens)
+    assert [(t["word"], a["rank"], a["reconstructed"]) for (_, t), a in zip(tokens, answers)] == [
+        ("Netherfield", 0, False), ("Pemberley", 0, True), ("Darcy", 3, False), ("Tuesday", 0, True), ("40", 0, False)]
 
 
 def _texts(model: str, rec: list[int], labels: list[int]) -> pd.DataFrame:
@@ -424,6 +442,14 @@ def test_config_checks_name_the_key():
             ) in plan.check_config(first)
     api["probes"]["cloze"]["filter"]["mode"] = "generate"
     assert plan.check_config(api) == []
+    # a text is flagged when min_reconstructed of its tokens of a type are, and top_k caps them per type
+    capped = copy.deepcopy(config)
+    capped["probes"]["cloze"].update(top_k=2, min_reconstructed=3)
+    assert plan.check_config(capped) == [
+        "probes.cloze.min_reconstructed: 3 reconstructed tokens flag a text, but probes.cloze.top_k keeps at most "
+        "2 tokens of a type per text, so no text can be flagged; lower min_reconstructed or raise top_k"]
+    capped["probes"]["cloze"].update(top_k=3)
+    assert plan.check_config(capped) == []
     bare = copy.deepcopy(config)
     del bare["probes"]["cloze"]
     assert plan.check_config(bare)[0].startswith("probes.cloze: the settings")

@@ -142,6 +142,18 @@ def test_parse_filter_answers():
     assert not any(is_listed(numbered, str(i)) for i in range(1, 21)) and is_listed(numbered, "w12")
 
 
+def test_a_listed_number_with_thousands_separators_is_one_entry():
+    """A comma between a digit and three digits is a thousands separator, not a list's: "2,500" is not
+    "2" and "500" (which hid 2500 and put a spurious 500 in the list)."""
+    from memaudit.probes.cloze.prompts import listed as is_listed
+
+    assert parse_word_list("1. 1,000\n2. 2,500\n3. 10,000") == ["1,000", "2,500", "10,000"]
+    assert parse_word_list("1,000, 2,000, 5,000; $1,250,000") == ["1,000", "2,000", "5,000", "$1,250,000"]
+    assert parse_word_list("5,10,15, 2015,2016") == ["5", "10", "15", "2015", "2016"]  # no thousands groups
+    words = parse_word_list("1,000, 2,500, dog")
+    assert is_listed(words, "2500") and is_listed(words, "1000") and not is_listed(words, "500")
+
+
 @pytest.mark.parametrize("reply, word", [
     # an apostrophe inside a word (a contraction, a possessive) opens no quotation
     ('It\'s "Commission".', "Commission"),
@@ -239,6 +251,47 @@ def test_filter_drops_exactly_what_a_filter_model_reconstructs():
     counts = out.counts().set_index("filter")
     assert counts.loc["a", "n_dropped"] == 1 and counts.loc["b", "n_dropped"] == 2
     assert counts.loc["b", "n_list_match"] == 2
+
+
+def test_a_filter_reply_that_echoes_the_passage_with_the_mask_filled_is_read():
+    """Instruction-tuned filter models often answer prompt 1 by writing the passage out with the word in
+    place; that fills the mask as surely as "The word is Frodo" and drops the candidate."""
+    c = cand("c1", "d1", "Frodo", "A hobbit named [MASK] left the Shire.")
+    for reply, guess, dropped in (("A hobbit named Frodo left the Shire.", "Frodo", True),
+                                  ('The passage should read: "A hobbit named frodo left the Shire."', "frodo", True),
+                                  ("A hobbit named Bilbo left the Shire.", "Bilbo", False),
+                                  ("A hobbit left the Shire, I think.", None, False)):
+        rec = knowledge_filter.judge_replies(c, {"word": Generation(text=reply)})
+        assert (rec["word_guess"], rec["word_status"], rec["dropped"]) == (
+            guess, "ok" if guess else "invalid", dropped), reply
+    assert parse_filter_word("A hobbit named Frodo left the Shire.") is None  # without the passage: no read
+
+
+def test_the_filters_refusals_and_replies_without_a_word_are_counted_in_the_log(monkeypatch):
+    """A refusal or a reply without a word drops nothing: a filter model that refuses every prompt filters
+    nothing, and the cloze_items log says so rather than "0 of N tokens guessed" alone."""
+    import memaudit.backends
+    from memaudit.probes.cloze.items import knowledge_filter_from
+
+    def reply(prompt):
+        ctx = passage_of(prompt)
+        if prompt.startswith("What is the word"):
+            return {"A hobbit named [MASK] left the Shire.": '"Frodo".',
+                    "They reached [MASK] by nightfall.": "I'm sorry, but I can't help with that."}.get(
+                        ctx, "Hmm, many options")
+        return "I cannot provide that list." if "nightfall" in ctx else "1. home\n2. town"
+
+    backend = ScriptedBackend(reply, "f")
+    monkeypatch.setattr(memaudit.backends, "open_backend", lambda *a, **k: backend)
+    said = []
+    drop = knowledge_filter_from({"models": {"f": {}}}, {"filter": {"model": "f"}}, None, progress=said.append)
+    tokens = {(0, 15): {"word": "Frodo", "context": "A hobbit named [MASK] left the Shire."},
+              (1, 12): {"word": "Bree", "context": "They reached [MASK] by nightfall."},
+              (1, 30): {"word": "lembas", "context": "They ate [MASK] on the road."}}
+    assert drop(tokens, ["", ""]) == {(0, 15)}
+    assert said == ["knowledge filter 'f', word prompt: 1 of 3 answered a word, 1 refused, 1 without a word; "
+                    "list prompt: 2 of 3 answered a word, 1 refused, 0 without a word (a refusal or a reply "
+                    "without a word drops nothing)"]
 
 
 def test_filter_without_models_keeps_all_and_errors_stop_it():

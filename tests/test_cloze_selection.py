@@ -107,7 +107,8 @@ def test_one_pass_equals_the_per_candidate_loop(tiny_model):
         for x, y in zip(a, b):
             assert x["logprob"] == pytest.approx(y["logprob"], abs=TOL)
             assert x["first_logprob"] == pytest.approx(y["first_logprob"], abs=TOL)
-            assert (x["rank"], x["n_tokens"], x["start"], x["end"]) == (y["rank"], y["n_tokens"], y["start"], y["end"])
+            assert (x["rank"], x["greedy"], x["n_tokens"], x["start"], x["end"]) == (
+                y["rank"], y["greedy"], y["n_tokens"], y["start"], y["end"])
 
 
 def test_a_text_longer_than_the_window_is_read_in_overlapping_windows(tiny_model):
@@ -153,6 +154,47 @@ def test_a_word_longer_than_half_the_window_is_read_from_a_window_holding_its_fi
         pytest.approx(loop["logprob"], abs=TOL), pytest.approx(loop["first_logprob"], abs=TOL), loop["rank"],
         loop["left_tokens"])
     assert crew["left_tokens"] == 26 - 21  # the grid's window (21) for a short word, as before
+
+
+class _Boosted:
+    """The tiny GPT-2 with one token's logit raised by 1e4 at every position: the model's top choice is always
+    that token (a stand-in for a model that predicts a word's first piece and nothing after it)."""
+
+    def __new__(cls, base, token_id):
+        import torch
+
+        class Boosted(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.base = base
+
+            def forward(self, input_ids, attention_mask=None):
+                logits = self.base(input_ids=input_ids, attention_mask=attention_mask).logits.clone()
+                logits[..., token_id] += 1e4
+                return type("Out", (), {"logits": logits})()
+
+        return Boosted()
+
+
+def test_greedy_says_whether_every_token_of_the_word_is_the_models_top_choice(tiny_model):
+    """``rank`` is the first token's; ``greedy`` needs each of the word's tokens to be the top choice given
+    the ones before it, which is what greedy decoding from the left context would write."""
+    from memaudit.models.word_logprobs import compute_word_logprobs, word_logprobs_loop
+
+    model, tok = tiny_model
+    ids = tok(ISHMAEL, add_special_tokens=False)["input_ids"]
+    a, b = token_range(tok, ids, "Ishmael")
+    m = token_range(tok, ids, "money")
+    assert b - a == 3 and m[1] - m[0] == 1
+    spans = [[span_of(ISHMAEL, "Ishmael"), span_of(ISHMAEL, "money")]]
+    for boosted, expected in ((ids[a], [(0, False), (1, False)]), (ids[m[0]], [(1, False), (0, True)])):
+        boosted_model = _Boosted(model, boosted)
+        for recs in (compute_word_logprobs(boosted_model, tok, [ISHMAEL], spans)[0],
+                     word_logprobs_loop(boosted_model, tok, [ISHMAEL], spans)[0]):
+            assert [(min(r["rank"], 1), r["greedy"]) for r in recs] == expected
+    # the unboosted random model: greedy is its first token's rank 0 and every later token's, by hand
+    rec = compute_word_logprobs(model, tok, [ISHMAEL], [[span_of(ISHMAEL, "Ishmael")]])[0][0]
+    assert rec["greedy"] is False and rec["rank"] > 0
 
 
 def test_a_span_inside_a_token_is_flagged_unaligned(backend):

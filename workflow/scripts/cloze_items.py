@@ -9,5 +9,6 @@ reference = open_backend(config, snakemake.params.reference, model_dir=snakemake
                          rule=snakemake.rule, role="probes.cloze.reference.model", needs={WORD_LOGPROBS})
 run_items(snakemake.input.passages, reference, settings, out_items=snakemake.output.cloze_items,
           out_candidates=snakemake.output.candidates,
-          knowledge_filter=knowledge_filter_from(config, settings, snakemake.input.get("filter"), rule=snakemake.rule),
+          knowledge_filter=knowledge_filter_from(config, settings, snakemake.input.get("filter"), rule=snakemake.rule,
+                                                 progress=log.info),
           progress=log.info)

@@ -9,7 +9,10 @@ its left,
 - ``first_logprob`` = ``log p(x_a | x_<a)`` of the word's first token ``x_a`` alone (Eq. 2 is
   ``-first_logprob`` when the word is one token; the authors' code reads the first word piece);
 - ``rank``          = ``|{v in V : p(v | x_<a) > p(x_a | x_<a)}|``, Eq. 3: the number of tokens
-  strictly more probable than the first token at its position (0 = the model's top choice).
+  strictly more probable than the first token at its position (0 = the model's top choice);
+- ``greedy``        = whether *every* token of the word is the top choice given the ones before it,
+  i.e. greedy decoding from ``c`` writes the word's tokens (the first one alone would count the
+  ``" 19"`` of ``" 1914"`` in any year the model guesses).
 
 The word's tokens are those of the *whole text's* tokenisation whose character offsets (fast
 tokenizer, ``return_offsets_mapping``) overlap ``[start, end)``; a leading space stays where the
@@ -153,9 +156,10 @@ def _read_rows(logits, targets) -> tuple[list[float], list[int]]:
 
 
 def _record(text: str, start: int, end: int, word: WordTokens, lps: Sequence[float], rank: int,
-            window_start: int) -> dict:
+            window_start: int, greedy: bool) -> dict:
     return {"start": start, "end": end, "word": text[start:end], "logprob": float(sum(lps)),
-            "first_logprob": float(lps[0]), "rank": int(rank), "n_tokens": word.last - word.first,
+            "first_logprob": float(lps[0]), "rank": int(rank), "greedy": bool(greedy),
+            "n_tokens": word.last - word.first,
             "aligned": word.aligned, "left_tokens": word.first - window_start, "truncated": window_start > 0,
             "scoring": "causal"}
 
@@ -189,7 +193,7 @@ def _plan(tokenizer, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, i
 def _read_batch(model, windows: Sequence[_Window], aligned: Sequence[Sequence[WordTokens]], pad: int) -> dict:
     """One padded forward pass over ``windows``.
 
-    Returns ``{(text, word): (the word's token log-probs, its first token's rank, window start)}``.
+    Returns ``{(text, word): (the word's token log-probs, its first token's rank, window start, greedy)}``.
     """
     import torch
 
@@ -211,7 +215,7 @@ def _read_batch(model, windows: Sequence[_Window], aligned: Sequence[Sequence[Wo
         for i in win.words:
             w = aligned[win.text][i]
             rows = [index[row, p] for p in range(w.first - win.start, w.last - win.start)]
-            out[win.text, i] = ([lps[n] for n in rows], ranks[rows[0]], win.start)
+            out[win.text, i] = ([lps[n] for n in rows], ranks[rows[0]], win.start, all(ranks[n] == 0 for n in rows))
     return out
 
 
@@ -219,7 +223,7 @@ def compute_word_logprobs(model, tokenizer, texts: Sequence[str], spans: Sequenc
                           batch_size: int = 8, max_tokens: int | None = None) -> list[list[dict]]:
     """Per text, per span (in the order given): the word's log-probabilities and rank (module docstring).
 
-    Each record: ``start``, ``end``, ``word``, ``logprob``, ``first_logprob``, ``rank``,
+    Each record: ``start``, ``end``, ``word``, ``logprob``, ``first_logprob``, ``rank``, ``greedy``,
     ``n_tokens``, ``aligned``, ``left_tokens`` (text tokens of left context the model saw) and
     ``truncated``. One forward pass per text that fits in ``max_tokens`` tokens (after the context
     token, as :func:`memaudit.models.token_stats.encode` scores texts), ``batch_size`` texts at a
@@ -264,7 +268,8 @@ def word_logprobs_loop(model, tokenizer, texts: Sequence[str], spans: Sequence[S
                                          dim=-1)
                 targets = torch.tensor(seq[-n:], device=device)
                 lps = logp.gather(-1, targets[:, None])[:, 0]
-                rank = int((logp[0] > lps[0]).sum())
-                records.append(_record(text, s, e, w, lps.cpu().tolist(), rank, w0))
+                ranks = (logp > lps[:, None]).sum(-1)
+                records.append(_record(text, s, e, w, lps.cpu().tolist(), int(ranks[0]), w0,
+                                       bool((ranks == 0).all())))
             out.append(records)
     return out

@@ -188,8 +188,10 @@ def run_items(passages_path: str, reference, settings: dict, *, out_items: str, 
     write_csv(out_candidates, table)
 
 
-def knowledge_filter_from(config: dict, settings: dict, model_dir: str | None, *, rule: str | None = None):
-    """The configured knowledge filter (``probes.cloze.filter.model``) as :func:`build_items` takes it, or None."""
+def knowledge_filter_from(config: dict, settings: dict, model_dir: str | None, *, rule: str | None = None,
+                          progress: Callable[[str], None] = print):
+    """The configured knowledge filter (``probes.cloze.filter.model``) as :func:`build_items` takes it, or None;
+    the prompts' filter reports through ``progress`` how many replies gave a word, refused or gave none."""
     name = (settings.get("filter") or {}).get("model")
     if not name:
         return None
@@ -211,7 +213,10 @@ def knowledge_filter_from(config: dict, settings: dict, model_dir: str | None, *
     def drop(tokens: dict, texts) -> set:
         candidates = [{"candidate_id": f"{i}:{start}", "doc_id": str(i), "word": t["word"], "context": t["context"]}
                       for (i, start), t in tokens.items()]
-        kept = {c["candidate_id"] for c in knowledge_filter(candidates, {name: backend}).kept}
+        outcome = knowledge_filter(candidates, {name: backend})
+        for line in outcome.replies():
+            progress(line)
+        kept = {c["candidate_id"] for c in outcome.kept}
         return {key for key in tokens if f"{key[0]}:{key[1]}" not in kept}
 
     return drop

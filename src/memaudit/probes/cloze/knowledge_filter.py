@@ -101,6 +101,24 @@ class FilterOutcome:
             row["dropped_by"] = ";".join(row["dropped_by"])
         return pd.DataFrame(list(rows.values()), columns=CANDIDATE_COLUMNS)
 
+    def replies(self) -> list[str]:
+        """Per filter model, one line: how many of each prompt's replies gave a word, refused or gave none.
+        Neither of the last two drops a candidate, so a filter model that refuses every prompt filters
+        nothing; this says so where the count of dropped tokens alone would not."""
+        lines = []
+        for name in dict.fromkeys(r["filter"] for r in self.records):
+            mine = [r for r in self.records if r["filter"] == name]
+            parts = []
+            for prompt in FILTER_PROMPTS:
+                statuses = [r[f"{prompt}_status"] for r in mine if r[f"{prompt}_status"] is not None]
+                if statuses:
+                    parts.append(f"{prompt} prompt: {statuses.count(STATUS_OK)} of {len(statuses)} answered a word, "
+                                 f"{statuses.count(STATUS_REFUSAL)} refused, {statuses.count(STATUS_INVALID)} "
+                                 "without a word")
+            lines.append(f"knowledge filter {name!r}, " + "; ".join(parts)
+                         + " (a refusal or a reply without a word drops nothing)")
+        return lines
+
     def counts(self) -> pd.DataFrame:
         """Per filter model: candidates seen, dropped, and dropped by each prompt."""
         t = self.table()
@@ -130,7 +148,7 @@ def judge_replies(candidate: Mapping, replies: Mapping[str, Generation], *, plur
            "list_n_words": None, "list_status": None, "list_match": False}
     if WORD_PROMPT in replies:
         g = replies[WORD_PROMPT]
-        guess = parse_filter_word(g.text) if g.status != STATUS_ERROR else None
+        guess = parse_filter_word(g.text, candidate["context"]) if g.status != STATUS_ERROR else None
         rec.update(word_guess=guess, word_status=_status(g, guess is not None),
                    word_match=matches(guess, truth, plural=plural))
     if LIST_PROMPT in replies:

@@ -48,7 +48,8 @@ def method_names(config: dict, runs) -> list[str]:
 
 def check_config(config: dict) -> list[str]:
     """The reference model must be able to score words, and must not be a model under test on its benchmark
-    (a model that memorised a text finds nothing in it surprising, §3)."""
+    (a model that memorised a text finds nothing in it surprising, §3); ``min_reconstructed`` must not exceed
+    ``top_k``, or no text can be flagged."""
     from memaudit.backends.base import WORD_LOGPROBS, model_capabilities
     from memaudit.probes.registry import role_model
 
@@ -83,6 +84,12 @@ def check_config(config: dict) -> list[str]:
         problems.append(f"probes.cloze.rank_threshold: {rank_threshold} selects no word, because with "
                         f"probes.cloze.reference.fills {fills} a word's rank counts the fills scored above it "
                         f"(0 to {fills}); set it below {fills}, or tune, or drop rank from probes.cloze.measures")
+    top_k = config["probes"]["cloze"].get("top_k", 10)
+    min_reconstructed = config["probes"]["cloze"].get("min_reconstructed", 2)
+    if min_reconstructed > top_k:  # every text would be "too few tokens": every flag false, unseen
+        problems.append(f"probes.cloze.min_reconstructed: {min_reconstructed} reconstructed tokens flag a text, but "
+                        f"probes.cloze.top_k keeps at most {top_k} tokens of a type per text, so no text can be "
+                        f"flagged; lower min_reconstructed or raise top_k")
     if any(m == reference for _, m, _ in runs(config)):
         default = "" if named else "not set, so the first local model, "
         problems.append(f"probes.cloze.reference.model: {default}{reference!r} chooses the masked words and cannot "

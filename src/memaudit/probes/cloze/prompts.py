@@ -172,14 +172,15 @@ def parse_word(reply: str | None, style: str = CLOZE, *, context: str | None = N
     return _echo_fill(reply, context) if context and MASK in context else None
 
 
-def parse_filter_word(reply: str | None) -> str | None:
+def parse_filter_word(reply: str | None, context: str | None = None) -> str | None:
     """The word a knowledge filter model gives for prompt 1, which asks for no format.
 
     In order: a ``<word>`` tag; a one-word reply (after an ``Answer:`` opening); the first quoted
     or bold word of the first line that is not ``[MASK]`` (``The word is "Frodo".``); a first
     line ending ``... is Frodo.``; where the first line is a lead-in ending with a colon (``The
-    word is:``), the same read of the next line, as chat models set their answer apart. ``None``
-    when none applies.
+    word is:``), the same read of the next line, as chat models set their answer apart; given the
+    masked ``context``, the word a reply that writes the passage out puts at the mask (instruction-
+    tuned models often answer so). ``None`` when none applies.
     """
     if not reply or not reply.strip():
         return None
@@ -189,6 +190,8 @@ def parse_filter_word(reply: str | None) -> str | None:
     word = _one_word_of(lines[0])
     if word is None and lines[0].rstrip().endswith(":") and len(lines) > 1:
         word = _one_word_of(lines[1])
+    if word is None and context and MASK in context:
+        word = _echo_fill(reply, context)
     return word
 
 
@@ -210,12 +213,16 @@ def _one_word_of(line: str) -> str | None:
 _BULLET = re.compile(r"^\s*(?:[-*•·]|\**\(?\d{1,3}[.):\]]\**|#\d{1,3}[.):]?|\d{1,3}\s+[-–—]|[a-z][.)])\s+",
                      re.IGNORECASE)
 _NUMBERED_INLINE = re.compile(r"(?:^|\s)\d{1,3}[.)]\s+")
+# an entry separator: a semicolon, or a comma that is no thousands separator (a digit before it, a group of
+# exactly three digits after it: "2,500" is one entry, "5,10" two)
+_LIST_SEPARATOR = re.compile(r";|(?<!\d),|,(?!\d{3}(?!\d))|" + _NUMBERED_INLINE.pattern)
 
 
 def parse_word_list(reply: str | None, limit: int = LIST_SIZE) -> list[str]:
     """The words a knowledge filter model lists for prompt 2, in order, duplicates removed.
 
-    Entries are separated by new lines, commas, semicolons or inline numbering (``1. a 2. b``);
+    Entries are separated by new lines, commas (not a number's thousands separators: ``2,500``),
+    semicolons or inline numbering (``1. a 2. b``);
     bullets, numbering, quotes and a parenthesised gloss (``Frodo (a hobbit)``) are removed.
     Headers (an entry ending with ``:``) and prose (entries of more than four words) are skipped.
     At most ``limit`` entries (the prompt asks for 100) are kept.
@@ -227,7 +234,7 @@ def parse_word_list(reply: str | None, limit: int = LIST_SIZE) -> list[str]:
     for line in reply.splitlines():
         if line.rstrip().endswith(":"):
             continue
-        for part in re.split(r"[,;]|" + _NUMBERED_INLINE.pattern, line):
+        for part in _LIST_SEPARATOR.split(line):
             entry = _clean(re.sub(r"\([^)]*\)", " ", _BULLET.sub("", part or "")))
             if entry is None or len(entry.split()) > 4:
                 continue

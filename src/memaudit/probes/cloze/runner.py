@@ -10,8 +10,10 @@ Two modes, one record per probed token and one per (passage, token type):
   dataset-contamination prompt instead.
 - ``logit`` (open models): the model's own next-token distribution at the masked word's
   position, from the text to its left (:meth:`~memaudit.backends.base.Backend.word_logprobs`):
-  the word counts as reconstructed when its first token is the model's top choice (rank 0), and
-  the passage also gets the mean reciprocal rank ``mean(1 / (rank + 1))``. This reads what the
+  the word counts as reconstructed when each of its tokens is the model's top choice given the ones
+  before it (``greedy``: greedy decoding writes the whole word, as the black-box mode compares the
+  whole word; its first token alone would count the ``" 19"`` of any year), and the passage also
+  gets the mean reciprocal rank ``mean(1 / (rank + 1))`` of the first tokens. This reads what the
   model would answer greedily, without a prompt, which suits base models that do not follow
   instructions; the table says which mode produced each row.
 
@@ -68,7 +70,8 @@ def blackbox_answers(backend, tokens: Sequence[tuple[int, dict]], *, style: str,
 
 
 def logit_answers(backend, items: Sequence[dict], tokens: Sequence[tuple[int, dict]]) -> list[dict]:
-    """The rank of each masked word's first token under the model, from its left context (one pass per text)."""
+    """The rank of each masked word's first token under the model, from its left context (one pass per text),
+    and whether the model writes the whole word greedily (``reconstructed``)."""
     by_item: dict[int, list[tuple[int, int]]] = {}
     for i, t in tokens:
         by_item.setdefault(i, [])
@@ -79,9 +82,9 @@ def logit_answers(backend, items: Sequence[dict], tokens: Sequence[tuple[int, di
         raise ConfigError(f"model {getattr(backend, 'name', None)!r} is a masked LM: cloze_logit reads a causal "
                           "LM's next-token choice; a masked LM serves only as probes.cloze.reference.model")
     records = backend.word_logprobs([items[i]["text"] for i in order], [by_item[i] for i in order])
-    ranks = {(i, span): rec["rank"] for i, recs in zip(order, records) for span, rec in zip(by_item[i], recs)}
-    return [{"guess": None, "status": "ok", "rank": int(ranks[(i, (t["start"], t["end"]))]),
-             "reconstructed": ranks[(i, (t["start"], t["end"]))] == 0} for i, t in tokens]
+    read = {(i, span): rec for i, recs in zip(order, records) for span, rec in zip(by_item[i], recs)}
+    return [{"guess": None, "status": "ok", "rank": int(read[(i, (t["start"], t["end"]))]["rank"]),
+             "reconstructed": bool(read[(i, (t["start"], t["end"]))]["greedy"])} for i, t in tokens]
 
 
 def token_table(items: Sequence[dict], tokens: Sequence[tuple[int, dict]], answers: Sequence[dict]) -> pd.DataFrame:
