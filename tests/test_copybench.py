@@ -808,7 +808,8 @@ def _story_items(meta: dict) -> list[dict]:
 def _outputs(tmp_path, model: str, mode: str) -> dict:
     stem = tmp_path / "results" / "scores" / "bk" / model
     stem.mkdir(parents=True, exist_ok=True)
-    return {"out_items": stem / f"copybench_{mode}_items.jsonl", "out_documents": stem / f"copybench_{mode}_documents.csv",
+    return {"out_items": stem / f"copybench_{mode}_items.jsonl",
+            "out_documents": stem / f"copybench_{mode}_documents.csv",
             "out_outcomes": stem / f"copybench_{mode}_outcomes.json"}
 
 
