@@ -261,7 +261,6 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     if mode == "nonliteral":  # extractive events are the book's sentences, not the paper's: in every table
         outcomes["event_source"] = _sources(items, "event_source")
         outcomes["character_source"] = _sources(items, "character_source")
-    if mode == "nonliteral":
         outcomes["judge"] = {**judge.describe(), "agreement": judge_agreement(judge, judge_info)}
     fluency = fluency if mode in FLUENCY_MODES else None
     outcomes["fluency_judge"] = fluency.describe() if fluency is not None else None
