@@ -777,3 +777,95 @@ def test_distributions_figure_bins_every_model_alike(tmp_path, monkeypatch):
     edges = [[round(p.get_x(), 9) for p in bars] for bars in ax.containers]
     assert edges[0] == edges[1] == [round(0.05 * i, 9) for i in range(20)]
     assert [sum(p.get_height() for p in bars) for bars in ax.containers] == [11, 11]  # greedy only
+
+
+def _scripted(name: str, reply):
+    """A backend that answers each prompt with ``reply(prompt)``: a text, or a ``(text, status, error)`` triple."""
+    from memaudit.backends.base import GENERATE, Backend, Generation
+
+    class Scripted(Backend):
+        capabilities = frozenset({GENERATE})
+
+        def describe(self):
+            return {"id": name}
+
+        def generate(self, prompts, params):
+            got = [reply(p) for p in prompts]
+            return [Generation(text=g[0], status=g[1], error=g[2]) if isinstance(g, tuple) else Generation(text=g)
+                    for g in got]
+
+    backend = Scripted()
+    backend.name = name
+    return backend
+
+
+def _story_items(meta: dict) -> list[dict]:
+    return [{"item_id": f"b{i}#b0", "doc_id": f"b{i}#b0", "book": f"b{i}", "label": i, "beginning": "The ship sails.",
+             "reference_events": ["Anna meets Tom.", "Tom leaves the town."],
+             "reference_characters": [["Anna"], ["Tom"]], "meta": dict(meta)} for i in range(2)]
+
+
+def _outputs(tmp_path, model: str, mode: str) -> dict:
+    stem = tmp_path / "results" / "scores" / "bk" / model
+    stem.mkdir(parents=True, exist_ok=True)
+    return {"out_items": stem / f"copybench_{mode}_items.jsonl",
+            "out_documents": stem / f"copybench_{mode}_documents.csv",
+            "out_outcomes": stem / f"copybench_{mode}_outcomes.json"}
+
+
+def test_the_event_and_character_sources_and_the_question_writer_are_in_the_outcomes_and_copybench_csv(tmp_path):
+    """Story rows of copybench.csv carry where the events and characters came from (``extractive`` for the
+    demo's builder, ``llm:<model> (...)`` for the extractor, ``published``), and fact-recall rows the model
+    that wrote the questions: a rate on extractive events is not the paper's, and the table says so."""
+    from memaudit.io import read_json
+    from memaudit.probes.copybench.judge import LLMJudge
+    from memaudit.probes.copybench.runner import run_probe
+    from memaudit.probes.copybench.summary import rates_table
+
+    teller = _scripted("teller", lambda p: "Anna walked to the harbour with Tom.")
+    judge = LLMJudge(_scripted("judge", lambda p: "attributable"))
+    story = _outputs(tmp_path, "teller", "nonliteral")
+    run_probe(teller, "nonliteral", _story_items({"event_source": "extractive", "character_source": "spacy"}), [],
+              _settings(decodings=["greedy"]), chat=False, demos={}, judge_info={}, judge=judge, **story)
+    outcomes = read_json(story["out_outcomes"])
+    assert (outcomes["event_source"], outcomes["character_source"]) == ("extractive", "spacy")
+    questions = [{"item_id": f"b{i}#q0", "doc_id": f"d{i}", "book": f"b{i}", "label": i, "qa_source": "llm",
+                  "question": "According to Emma, who went to Box Hill?", "answers": ["Emma"],
+                  "meta": {"writer": "gpt-writer"}} for i in range(2)]
+    qa = _outputs(tmp_path, "teller", "qa")
+    run_probe(teller, "qa", questions, [], _settings(decodings=["greedy"], qa_max_new_tokens=8), chat=False, demos={},
+              judge_info={}, **qa)
+    assert read_json(qa["out_outcomes"])["qa_writer"] == "gpt-writer"
+    rates = rates_table([str(story["out_outcomes"]), str(qa["out_outcomes"])]).set_index("mode")
+    assert set(rates.loc["nonliteral", "event_source"]) == {"extractive"}
+    assert set(rates.loc["nonliteral", "character_source"]) == {"spacy"}
+    assert set(rates.loc["qa", "qa_writer"]) == {"gpt-writer"}
+    assert rates.loc["qa", "event_source"].isna().all() and rates.loc["nonliteral", "qa_writer"].isna().all()
+
+
+def test_the_event_judges_invalid_verdicts_are_counted_in_the_outcomes_and_its_failed_requests_stop_the_job(tmp_path):
+    """An LLM judge's reply that is neither option counts the event as not found; the stories' count of
+    such verdicts (and of pairs judged) is in outcomes.json and copybench.csv, not only in the items, so a
+    judge that seldom answers is seen beside the event rates it lowered. A judge request that got no answer
+    stops the job, as the model's own and the fluency judge's do, instead of counting as not found."""
+    from memaudit.io import read_json
+    from memaudit.probes.copybench.judge import LLMJudge
+    from memaudit.probes.copybench.runner import run_probe
+    from memaudit.probes.copybench.summary import rates_table
+
+    teller = _scripted("teller", lambda p: "Anna walked to the harbour with Tom.")
+    judge = LLMJudge(_scripted("judge", lambda p: "attributable" if "Claim: Anna" in p else "perhaps so"))
+    out = _outputs(tmp_path, "teller", "nonliteral")
+    run_probe(teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False, demos={},
+              judge_info={}, judge=judge, **out)
+    greedy = read_json(out["out_outcomes"])["decodings"]["greedy"]
+    assert (greedy["judge_pairs"], greedy["judge_invalid"]) == (4, 2)  # 2 stories x 2 events x 1 chunk
+    assert greedy["all"]["mean_copybench_events"][0] == 1.0
+    rates = rates_table([str(out["out_outcomes"])])
+    assert set(rates["judge_invalid"]) == {2} and set(rates["judge_pairs"]) == {4}
+    failing = LLMJudge(_scripted("judge", lambda p: ("", "error", "HTTP 503") if "Claim: Tom" in p else "attributable"))
+    with pytest.raises(RuntimeError) as err:
+        run_probe(teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False, demos={},
+                  judge_info={}, judge=failing, **out)
+    assert str(err.value) == ("1 event-judge requests of model 'judge' got no answer, e.g.: HTTP 503 (answered ones "
+                              "are cached; rerun to retry the rest)")

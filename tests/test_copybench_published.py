@@ -547,6 +547,25 @@ def test_the_config_says_what_an_unlabelled_published_benchmark_cannot_do():
         assert problem in str(err.value)
 
 
+def test_memfree_on_an_api_model_is_a_config_error_not_a_failed_job():
+    """MemFree needs control of decoding: an API model's job stopped at its start with a ConfigError (its
+    greedy and system outputs unwritten), after the config check had passed it. The check now names it."""
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import validate_config
+
+    with pytest.raises(ConfigError) as err:
+        validate_config(_workflow_config(decodings=["greedy", "memfree"]))
+    assert str(err.value) == (
+        "config key probes.copybench.decodings: memfree needs control of decoding, which API model 'reader' "
+        "does not give (it runs copybench_literal, copybench_nonliteral, copybench_qa); leave memfree out of the "
+        "decodings, or 'reader' out of those modes' models")
+    config = _workflow_config(decodings=["greedy", "memfree"])
+    config["models"]["open"] = {"source": {"tiny_gpt2": {}}}
+    for mode in ("literal", "nonliteral", "qa"):
+        config["probes"][f"copybench_{mode}"] = {"models": ["open"]}
+    assert validate_config(config)["probes"]["copybench"]["decodings"] == ["greedy", "memfree"]
+
+
 class _Reader:
     """An API model that has read two of the four books: it continues their snippets word for word,
     retells their events with their characters and answers their questions; of the other two it knows

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from memaudit.backends.base import STATUS_OK, GenerationParams, generate_batched_if_greedy
+from memaudit.backends.base import STATUS_ERROR, STATUS_OK, GenerationParams, generate_batched_if_greedy
 
 ATTRIBUTION_PROMPT = (  # Figure 8, spelled as the reference code sends it
     "### Instruction:\nPlease solely verify whether the reference can support the claim. "
@@ -118,6 +118,10 @@ class LLMJudge:
     def supported(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[bool], int]:
         prompts = [ATTRIBUTION_PROMPT.format(claim=e, reference=p) for e, p in pairs]
         gens = generate_batched_if_greedy(self.backend, prompts, self.params)
+        failed = [g for g in gens if g.status == STATUS_ERROR]
+        if failed:  # no verdict is not "not attributable": counting it so would lower the event rates unseen
+            raise RuntimeError(f"{len(failed)} event-judge requests of model {self.backend.name!r} got no answer, "
+                               f"e.g.: {failed[0].error} (answered ones are cached; rerun to retry the rest)")
         verdicts = [parse_verdict(g.text) if g.status == STATUS_OK else None for g in gens]
         return [bool(v) for v in verdicts], sum(v is None for v in verdicts)
 

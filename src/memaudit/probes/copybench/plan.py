@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memaudit.config import contaminated_on
+from memaudit.config import contaminated_on, is_api_model
 from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
 
 METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
@@ -83,7 +83,9 @@ def check_config(config: dict) -> list[str]:
 
     Story items built from books: a book gives at most ``n_events`` events (the extractor's prompt asks
     for that many, the extractive builder cuts the book into that many stretches), of which the first
-    ``n_beginnings`` are beginnings; as many beginnings as events leave no event that is only a reference."""
+    ``n_beginnings`` are beginnings; as many beginnings as events leave no event that is only a reference.
+
+    MemFree on an API model (it decodes on the provider's side): its job stopped at its start."""
     problems = []
     cfg = config["probes"].get("copybench", {})
     built = [b for b, _, _ in runs(config) if published(config, b) is None]
@@ -91,6 +93,15 @@ def check_config(config: dict) -> list[str]:
         problems.append(f"probes.copybench.n_beginnings: {cfg['n_beginnings']} story beginnings of a book's n_events "
                         f"({cfg['n_events']}) events leave no event that is only a reference; give fewer "
                         "beginnings or more events")
+    if "memfree" in cfg.get("decodings", []):  # else the API model's job stops at its start (memfree_index)
+        modes_of: dict[str, list[str]] = {}
+        for _, model, mode in runs(config):
+            if is_api_model(config["models"][model]) and mode not in modes_of.get(model, []):
+                modes_of.setdefault(model, []).append(mode)
+        for model, modes in sorted(modes_of.items()):
+            problems.append(f"probes.copybench.decodings: memfree needs control of decoding, which API model "
+                            f"{model!r} does not give (it runs {', '.join(f'copybench_{m}' for m in sorted(modes))}); "
+                            f"leave memfree out of the decodings, or {model!r} out of those modes' models")
     judge = (cfg.get("event_judge", {}) or {}).get("model")
     for benchmark in sorted({b for b, _, mode in runs(config) if mode == "nonliteral"}):
         if published(config, benchmark) is not None and not judge:

@@ -202,7 +202,8 @@ def score_story(generation: str, item: dict, judge, nlp) -> dict:
     events = verdicts.found if verdicts else [False] * len(item["reference_events"])
     return {"copybench_characters": float(sum(h for h in hits if h)), "copybench_events": float(sum(events)),
             "characters_found": [h for h in hits], "events_found": events,
-            "judge_invalid": verdicts.n_invalid if verdicts else 0, "characters_in_prompt": named}
+            "judge_invalid": verdicts.n_invalid if verdicts else 0, "judge_pairs": verdicts.n_pairs if verdicts else 0,
+            "characters_in_prompt": named}
 
 
 def bootstrap_rate(values: Sequence[float], *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
@@ -256,7 +257,10 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     rows, long_rows, outcomes = [], [], {"mode": mode, "prompt": cfg["prompt"], "judge": None, "decodings": {}}
     if mode == "qa":  # extractive (the offline builder) or llm (the paper's synthesis): in every table
         outcomes["qa_source"] = ",".join(sorted({it.get("qa_source", "published") for it in items}))
-    if mode == "nonliteral":
+        outcomes["qa_writer"] = _sources(items, "writer")
+    if mode == "nonliteral":  # extractive events are the book's sentences, not the paper's: in every table
+        outcomes["event_source"] = _sources(items, "event_source")
+        outcomes["character_source"] = _sources(items, "character_source")
         outcomes["judge"] = {**judge.describe(), "agreement": judge_agreement(judge, judge_info)}
     fluency = fluency if mode in FLUENCY_MODES else None
     outcomes["fluency_judge"] = fluency.describe() if fluency is not None else None
@@ -334,6 +338,12 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
     return docs
 
 
+def _sources(items: Sequence[dict], key: str) -> str | None:
+    """The items' distinct ``meta[key]`` (where their events, characters or questions came from), joined."""
+    found = sorted({str((it.get("meta") or {})[key]) for it in items if (it.get("meta") or {}).get(key)})
+    return "; ".join(found) or None
+
+
 def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: Counter, *, seed: int) -> dict:
     """Copying rates (the paper's thresholds) and mean scores per label, with bootstrap intervals."""
     out: dict = {"n_prompts": len(scored), **{s: statuses.get(s, 0) for s in STATUSES}}
@@ -364,6 +374,9 @@ def _rates(mode: str, scored: Sequence[dict], labels: Sequence[int], statuses: C
         if rated:  # the paper's Fluency columns: the mean 1-5 rating of the outputs the judge rated
             block["mean_copybench_fluency"] = bootstrap_rate(rated, seed=seed)
         out[group] = {"n": int(mask.sum()), **block}
+    if mode == "nonliteral":  # an LLM judge's replies that were neither option: those events count as not found
+        out["judge_pairs"] = int(sum(s["judge_pairs"] for s in scored))
+        out["judge_invalid"] = int(sum(s["judge_invalid"] for s in scored))
     if any("fluency_status" in s for s in scored):
         out["fluency"] = dict(Counter(s["fluency_status"] for s in scored))
     return out

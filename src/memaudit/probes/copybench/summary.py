@@ -4,7 +4,9 @@
     one row per (benchmark, model, mode, decoding, group, statistic): the paper's copying
     rates (ROUGE-L >= 0.8, events >= 5, characters >= 3; its Tables 2, 4 and 5) and mean
     scores, each with a 95% bootstrap interval, for member books, non-member books and all;
-    story rows carry the event judge and its agreement with labelled pairs. With a fluency judge
+    story rows carry the event judge, its agreement with labelled pairs, its invalid verdicts on the
+    stories and where the events and characters came from (``extractive`` on the demo's builder), and
+    fact-recall rows the question source and writer. With a fluency judge
     (``probes.copybench.fluency_judge.model``), literal and story rows add
     ``mean_copybench_fluency`` (the paper's Fluency columns: the mean 1-5 rating of the rated
     outputs) and every row of those jobs says how many outputs were rated, invalid or empty.
@@ -77,7 +79,11 @@ def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
                                  "judge_precision": agreement.get("precision"),
                                  "judge_recall": agreement.get("recall"), "judge_f1": agreement.get("f1"),
                                  "refusal": block.get("refusal", 0), "invalid": block.get("invalid", 0),
-                                 "qa_source": out.get("qa_source"), "fluency_judge": fluency_judge,
+                                 "judge_pairs": block.get("judge_pairs"), "judge_invalid": block.get("judge_invalid"),
+                                 "event_source": out.get("event_source"),
+                                 "character_source": out.get("character_source"),
+                                 "qa_source": out.get("qa_source"), "qa_writer": out.get("qa_writer"),
+                                 "fluency_judge": fluency_judge,
                                  **{f"fluency_{k}": rated.get(k, 0) if fluency_judge else None
                                     for k in ("rated", "invalid", "empty")}})
     return pd.DataFrame(rows)
