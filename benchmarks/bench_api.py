@@ -197,9 +197,7 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--latency", type=float, default=0.1, help="seconds the server adds to every answer")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    # run_all.py passes its extra arguments to every benchmark; ignore the others' options.
-    args, _ = p.parse_known_args(argv)
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

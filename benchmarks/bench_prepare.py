@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    args, _ = p.parse_known_args(argv)  # run_all.py passes every benchmark's extra options to all of them
+    args = p.parse_args(argv)
     result = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -136,8 +136,7 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--assets-dir", type=Path, default=ROOT / "resources/demo")
     p.add_argument("--cache-dir", type=Path, default=ROOT / "resources/cache")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    args, _ = p.parse_known_args(argv)  # run_all.py passes its extra arguments to every benchmark
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
