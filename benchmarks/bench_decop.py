@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "decop"
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +106,7 @@ def main(argv=None) -> dict:
 
     ours_s = batch_s = base_s = 0.0
     diffs, n_prompts, n_tokens = [], 0, 0
+    load_before = os.getloadavg()
     ours_way(demo_items(1, args.assets_dir)[0], 1)  # warm-up
     for item in demo_items(args.n_passages, args.assets_dir):
         prompts = [render_question(tok, item, p) for p in perms]
@@ -126,9 +127,10 @@ def main(argv=None) -> dict:
         "max_abs_diff": max(diffs), "model": "smollm2-135m-instruct",
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "cpu_native_bf16": cpu_has_native_bf16(),
-        "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
+        "threads": args.threads, "load_average_1_5_15min": [load_before[:3], os.getloadavg()[:3]],
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
+    result["machine"] = machine_report(dtype=result["dtype"])
     result["meets_targets"] = {"speedup": result["speedup"] >= 4, "max_abs_diff": result["max_abs_diff"] <= 1e-4}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, result)

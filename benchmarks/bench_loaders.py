@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memaudit.datasets.published import load_tection_file  # noqa: E402
 from memaudit.datasets.rejects import csv_rows, read_text  # noqa: E402
+from memaudit.machine import machine_report  # noqa: E402
 
 NAME = "loaders"
 TARGETS = {"time_ratio_max": 4.5, "size_factor": 4}
@@ -134,8 +134,7 @@ def run(args) -> dict:
             "rows_accounted": all(t["n_items"] + t["n_rejected"] == n and t["n_rejected"] == t["n_blank_written"]
                                   for n, t in timings.items()),
         },
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+        "machine": machine_report(dtype=None),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
     }
 

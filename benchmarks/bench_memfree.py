@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "memfree"
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def main(argv=None) -> dict:
         "outputs_changed_by_memfree": sum(a.text != b.text for a, b in zip(outputs["plain"], outputs["memfree"])),
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
         "model": "smollm2-135m-instruct (float32)", "threads": args.threads,
-        "load_average_1_5_15min": [load_before[:3], load_after[:3]], "machine": platform.machine(),
+        "load_average_1_5_15min": [load_before[:3], load_after[:3]], "machine": machine_report(dtype="float32"),
         "cpus": os.cpu_count(), "python": sys.version.split()[0], "torch": torch.__version__,
         "total_seconds": time.perf_counter() - started,
     }

@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "paraphrase"
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,8 @@ def main(argv=None) -> dict:
         **dict(zip(("length_ratio_ours", "verbatim_longest_ours"), length_stats(texts, ours))),
         **dict(zip(("length_ratio_min_length", "verbatim_longest_min_length"), length_stats(texts, held))),
         "model": f"smollm2-135m-instruct ({dtype})",
-        "threads": 1, "load_average_1_5_15min": [load_before[:3], load_after[:3]], "machine": platform.machine(),
+        "threads": 1, "load_average_1_5_15min": [load_before[:3], load_after[:3]],
+        "machine": machine_report(dtype=dtype),
         "cpus": os.cpu_count(), "python": sys.version.split()[0], "torch": torch.__version__,
     }
     result["meets_targets"] = {"speedup": result["speedup"] >= 2, "same_greedy_tokens": mismatches == 0,

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "window_word_logprobs"
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def main(argv=None) -> dict:
         "method": "proposals and fills batched by length, shared prefix left out", "models": rows,
         "targets": {"speedup_min": TARGET_SPEEDUP, "speedup_model": TARGET_MODEL, "max_abs_diff_max": TARGET_ABS_DIFF},
         "device": "cpu", "threads": args.threads, "load_average_1_5_15min": [list(load_before), list(os.getloadavg())],
-        "machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
+        "machine": machine_report(dtype="float32"), "cpus": os.cpu_count(), "python": sys.version.split()[0],
         "torch": torch.__version__,
     }
     result["speedup"] = result["baseline_seconds"] / result["ours_seconds"]
