@@ -149,7 +149,9 @@ def measure(model, tok, texts: list[str], params, batch_size: int, repeats: int,
     ours = np.zeros(len(texts))
     base = np.zeros(len(texts))
     ours_s = base_s = 0.0
-    per_sample_grad_norms(model, tok, texts[:2], params=params, batch_size=2, max_tokens=max_tokens)  # warm-up
+    # warm-up, both ways: the way first timed cold would carry first-use costs
+    per_sample_grad_norms(model, tok, texts[:2], params=params, batch_size=2, max_tokens=max_tokens)
+    per_sample_grad_norms_loop(model, tok, texts[:1], params=params, max_tokens=max_tokens)
     for batch in length_buckets(lengths, batch_size):
         chunk = [texts[i] for i in batch]
         best = float("inf")

@@ -65,7 +65,10 @@ def measure(model, tok, texts: list[str], text_spans: list, bounds: list, fills:
     from memaudit.models.window_word_logprobs import compute_window_word_logprobs, window_word_logprobs_loop
     from memaudit.models.word_logprobs import compute_word_logprobs
 
-    compute_window_word_logprobs(model, tok, texts[:1], [text_spans[0][:1]], fills=2, bounds=[bounds[0][:1]])  # warm-up
+    # warm-up, all three ways: the way first timed cold would carry first-use costs
+    compute_window_word_logprobs(model, tok, texts[:1], [text_spans[0][:1]], fills=2, bounds=[bounds[0][:1]])
+    window_word_logprobs_loop(model, tok, texts[:1], [text_spans[0][:1]], fills=2, bounds=[bounds[0][:1]])
+    compute_word_logprobs(model, tok, texts[:1], [text_spans[0][:1]], batch_size=batch_size)
     ours, base, causal = [], [], []
     ours_s = base_s = causal_s = 0.0
     for i in range(len(texts)):
