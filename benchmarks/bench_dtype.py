@@ -138,7 +138,8 @@ def main(argv=None) -> dict:
         "ours_seconds": lora_s[auto], "baseline_seconds": lora_s[other], "speedup": lora_s[other] / lora_s[auto],
         "seconds_total": time.perf_counter() - t_start,
         "threads": args.threads, "load_average_1_5_15min": [load_before[:3], load_after[:3]],
-        "machine": machine_report(dtype=list(DTYPES)), "cpus": os.cpu_count(), "cuda_available": torch.cuda.is_available(),
+        "machine": machine_report(dtype=list(DTYPES)), "cpus": os.cpu_count(),
+        "cuda_available": torch.cuda.is_available(),
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
     result["meets_targets"] = {"auto_is_fastest": result["auto_is_fastest"]}
