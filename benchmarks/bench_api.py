@@ -38,7 +38,6 @@ import argparse
 import logging
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ from memaudit.backends.scripted import ScriptedResponder
 from memaudit.backends.server import ChatServer
 from memaudit.backends.settings import Pricing
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 log = logging.getLogger("bench_api")
 
@@ -104,8 +104,6 @@ def backend(server: ChatServer, cache: Path, concurrency: int) -> OpenAIBackend:
 
 
 def run(args) -> dict:
-    import openai
-
     prompts = prompts_for(args.n_requests)
     params = GenerationParams()
     load_before = os.getloadavg()
@@ -184,8 +182,7 @@ def run(args) -> dict:
             "cached_ms_per_request": cached_ms < TARGETS["cached_ms_per_request_max"],
             "max_abs_diff": diff <= TARGETS["max_abs_diff_max"],
         },
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "openai": openai.__version__},
+        "machine": machine_report(dtype=None),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -197,9 +194,7 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--latency", type=float, default=0.1, help="seconds the server adds to every answer")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    # run_all.py passes its extra arguments to every benchmark; ignore the others' options.
-    args, _ = p.parse_known_args(argv)
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -150,6 +149,8 @@ def dry_run(workdir: Path, configfile: Path, extra: Sequence[str] = ()) -> dict:
 
 
 def run(args) -> dict:
+    from memaudit.machine import machine_report
+
     config = large_config(args.models, args.benchmarks)
     with tempfile.TemporaryDirectory(prefix="bench-dag-") as tmp:
         workdir = scratch_workflow(Path(tmp))
@@ -194,8 +195,7 @@ def run(args) -> dict:
             "no_model_library": not {"torch", "transformers"} & set(modules),
         },
         "profile": profile,
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+        "machine": machine_report(dtype=None),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
     }
 
@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile", help="also write a cProfile of one dry run to this file")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    args, _ = p.parse_known_args(argv)  # run_all.py passes every benchmark's extra options to all of them
+    args = p.parse_args(argv)
     result = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -31,34 +31,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memaudit.io import write_json
+from memaudit.machine import cpu_report, machine_report
 
 NAME = "dtype"
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("float32", "bfloat16")
-# x86 flags that decide bfloat16 speed, reported as seen in /proc/cpuinfo
-FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
-
-
-def cpu_report() -> dict:
-    """Model name and the bfloat16-relevant flags of this CPU ({} off Linux)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {"cpuinfo": None}
-    model, flags = None, set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and model is None:
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return {"cpu_model": model, "cpu_flags": sorted(flags.intersection(FLAGS_OF_INTEREST))}
 
 
 def alternate(run, repeats: int) -> dict[str, float]:
@@ -156,7 +138,8 @@ def main(argv=None) -> dict:
         "ours_seconds": lora_s[auto], "baseline_seconds": lora_s[other], "speedup": lora_s[other] / lora_s[auto],
         "seconds_total": time.perf_counter() - t_start,
         "threads": args.threads, "load_average_1_5_15min": [load_before[:3], load_after[:3]],
-        "machine": platform.machine(), "cpus": os.cpu_count(), "cuda_available": torch.cuda.is_available(),
+        "machine": machine_report(dtype=list(DTYPES)), "cpus": os.cpu_count(),
+        "cuda_available": torch.cuda.is_available(),
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
     result["meets_targets"] = {"auto_is_fastest": result["auto_is_fastest"]}

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -56,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "grad_norms"
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +149,9 @@ def measure(model, tok, texts: list[str], params, batch_size: int, repeats: int,
     ours = np.zeros(len(texts))
     base = np.zeros(len(texts))
     ours_s = base_s = 0.0
-    per_sample_grad_norms(model, tok, texts[:2], params=params, batch_size=2, max_tokens=max_tokens)  # warm-up
+    # warm-up, both ways: the way first timed cold would carry first-use costs
+    per_sample_grad_norms(model, tok, texts[:2], params=params, batch_size=2, max_tokens=max_tokens)
+    per_sample_grad_norms_loop(model, tok, texts[:1], params=params, max_tokens=max_tokens)
     for batch in length_buckets(lengths, batch_size):
         chunk = [texts[i] for i in batch]
         best = float("inf")
@@ -204,6 +206,7 @@ def main(argv=None) -> dict:
     out = args.out or ROOT / "results/bench" / ("grad_norms.json" if device == "cpu" else "grad_norms_cuda.json")
     passages = demo_passages(args.n_passages, args.words, args.assets_dir)
     texts = with_variants(passages, args.variants)
+    load_before = os.getloadavg()
     rows = {}
     model, tok = tiny_gpt2(texts, args.assets_dir)
     model = model.to(device)
@@ -235,7 +238,8 @@ def main(argv=None) -> dict:
         "models": rows, "targets": {"speedup_min": TARGET_SPEEDUP, "max_rel_diff_max": TARGET_REL_DIFF},
         "device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
         "cuda_blas": "cublaslt (grad_norms._accurate_cuda_blas)" if device.startswith("cuda") else None,
-        "threads": args.threads, "load_average": os.getloadavg()[0], "machine": platform.machine(),
+        "threads": args.threads, "load_average_1_5_15min": [load_before[:3], os.getloadavg()[:3]],
+        "machine": machine_report(dtype="float32", device=device),
         "python": sys.version.split()[0], "torch": torch.__version__,
     }
     result["meets_targets"] = {**{f"speedup_{name}": r["speedup"] >= TARGET_SPEEDUP for name, r in rows.items()},

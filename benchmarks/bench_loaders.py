@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memaudit.datasets.published import load_tection_file  # noqa: E402
 from memaudit.datasets.rejects import csv_rows, read_text  # noqa: E402
+from memaudit.machine import machine_report  # noqa: E402
 
 NAME = "loaders"
 TARGETS = {"time_ratio_max": 4.5, "size_factor": 4}
@@ -134,8 +134,7 @@ def run(args) -> dict:
             "rows_accounted": all(t["n_items"] + t["n_rejected"] == n and t["n_rejected"] == t["n_blank_written"]
                                   for n, t in timings.items()),
         },
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+        "machine": machine_report(dtype=None),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
     }
 
@@ -145,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=10_000, help="rows of the smaller file (the larger has 4x)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    args, _ = p.parse_known_args(argv)  # run_all.py passes every benchmark's extra options to all of them
+    args = p.parse_args(argv)
     result = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "lora_layers"
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
         "ours_seconds": best["last"], "baseline_seconds": best["all"], "speedup": speedup,
         "seconds_total": time.perf_counter() - t_start,
         "threads": args.threads, "load_average_1_5_15min": [load_before[:3], load_after[:3]],
-        "machine": platform.machine(), "cpus": os.cpu_count(),
+        "machine": machine_report(dtype="float32"), "cpus": os.cpu_count(),
         "env": {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
                 if k in os.environ},
         "python": sys.version.split()[0], "torch": torch.__version__,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -95,10 +94,14 @@ def run_child(way: str, checkpoint: Path, out: Path) -> dict:
 
 
 def run(args) -> dict:
+    from memaudit.machine import machine_report
+
     with tempfile.TemporaryDirectory(prefix="bench-prepare-") as tmp:
         checkpoint = Path(tmp) / "checkpoint"
         n_params = make_checkpoint(checkpoint, args.layers, args.width)
+        load_before = os.getloadavg()
         runs = {way: run_child(way, checkpoint, Path(tmp) / way) for way in ("floor", "ours", "baseline")}
+        load_after = os.getloadavg()
     floor = runs["floor"]["peak_mb"]
     ours_mb, baseline_mb = runs["ours"]["peak_mb"] - floor, runs["baseline"]["peak_mb"] - floor
     ratio = baseline_mb / max(ours_mb, 1.0)
@@ -119,8 +122,8 @@ def run(args) -> dict:
             "same_count": runs["ours"]["n_params"] == runs["baseline"]["n_params"] == n_params,
             "memory": ratio >= TARGETS["memory_ratio_min"],
         },
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+        "machine": machine_report(dtype="float32"),
+        "load_average_1_5_15min": {"before": load_before, "after": load_after},
         "date": time.strftime("%Y-%m-%d"),
     }
 
@@ -130,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    args, _ = p.parse_known_args(argv)  # run_all.py passes every benchmark's extra options to all of them
+    args = p.parse_args(argv)
     result = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

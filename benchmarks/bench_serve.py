@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from memaudit.backends.openai_backend import OpenAIBackend
 from memaudit.backends.server import ChatServer, HFResponder
 from memaudit.backends.settings import Pricing
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "serve"
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,8 +119,7 @@ def run(args) -> dict:
         "targets": TARGETS,
         "meets_targets": {"speedup": speedup >= TARGETS["speedup_min"],
                           "same_text_fraction": same >= TARGETS["same_text_fraction_min"]},
-        "machine": {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-                    "python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__},
+        "machine": machine_report(dtype="float32"),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -136,8 +135,7 @@ def parse_args(argv: Sequence[str] | None = None):
     p.add_argument("--assets-dir", type=Path, default=ROOT / "resources/demo")
     p.add_argument("--cache-dir", type=Path, default=ROOT / "resources/cache")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / f"{NAME}.json")
-    args, _ = p.parse_known_args(argv)  # run_all.py passes its extra arguments to every benchmark
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

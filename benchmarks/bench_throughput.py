@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "throughput"
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,6 +138,7 @@ def main(argv=None) -> dict:
     passages = demo_passages(args.n_passages, args.words, args.assets_dir)
     spec = {"builtin": "smollm2-135m-instruct", "cache_dir": str(args.cache_dir)}
     rows, raw = [], {}
+    load_before = os.getloadavg()
     for device in devices:
         for dtype in ["float32"] + (["bfloat16"] if device.startswith("cuda") else []):
             got, raw[(device, dtype)] = measure_device(spec, device, dtype, passages, args)
@@ -155,9 +156,11 @@ def main(argv=None) -> dict:
     result = {"name": NAME, "n_items": len(passages), "model": "smollm2-135m-instruct", "rows": rows,
               "fastest": {"device": fastest[0], "dtype": fastest[1]}, "ours_seconds": ours,
               "baseline_seconds": base, "speedup": base / ours, "devices": devices,
-              "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_average": os.getloadavg()[0],
-              "machine": platform.machine(), "python": sys.version.split()[0], "torch": torch.__version__}
+              "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+              "load_average_1_5_15min": [load_before[:3], os.getloadavg()[:3]],
+              "python": sys.version.split()[0], "torch": torch.__version__}
     gpu = next((d for d in devices if d.startswith("cuda")), None)
+    result["machine"] = machine_report(dtype=sorted({r["dtype"] for r in rows}), device=gpu or "cpu")
     if gpu and "cpu" in devices:
         result["gpu"] = torch.cuda.get_device_name(0)
         result["gpu_over_cpu"] = {f"{op}_{dtype}": rate[(gpu, dtype, op)] / rate[("cpu", "float32", op)]

@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -58,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 from memaudit.probes.token_prob.methods import ScoringContext, build_methods, score_passages
 from memaudit.models.token_stats import TokenStats, compute_token_stats, encode, length_buckets
 
@@ -442,19 +442,6 @@ def warm_up(target, reference, texts: Sequence[str], *, batch_size: int, max_tok
         bare_forward(model, tok, list(texts[:batch_size]), batch_size=batch_size, max_tokens=max_tokens)
 
 
-def machine_info(device: str) -> dict:
-    import torch
-    import transformers
-
-    info = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "device": device}
-    if torch.device(device).type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
-
-
 def run(args) -> dict:
     import torch
 
@@ -537,7 +524,8 @@ def run(args) -> dict:
             "speedup": base_s / ours_s >= TARGETS["speedup_min"],
             "max_abs_diff": max_diff <= TARGETS["max_abs_diff_max"],
         },
-        "machine": machine_info(device),
+        "machine": machine_report(dtype=str(next(target[0].parameters()).dtype).removeprefix("torch."),
+                                  device=device),
         "load_average_1_5_15min": {"before": load_before, "after": load_after},
         "waited_for_quiet_seconds": quiet.waited_s,
         # Buckets timed while other work kept the CPUs busy (--wait-quiet spent): their timings are inflated.

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from memaudit.io import write_json
+from memaudit.machine import machine_report
 
 NAME = "word_logprobs"
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +148,7 @@ def main(argv=None) -> dict:
         "method": "one forward pass per text, all candidates read from it", "models": rows,
         "targets": {"speedup_min": TARGET_SPEEDUP, "max_abs_diff_max": TARGET_ABS_DIFF},
         "device": "cpu", "threads": args.threads, "load_average_1_5_15min": [list(load_before), list(os.getloadavg())],
-        "machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
+        "machine": machine_report(dtype="float32"), "cpus": os.cpu_count(), "python": sys.version.split()[0],
         "torch": torch.__version__,
     }
     result["meets_targets"] = {**{f"speedup_{name}": r["speedup"] >= TARGET_SPEEDUP for name, r in rows.items()},

@@ -22,13 +22,17 @@ candidate word; one row per model under ``models``), ``window_word_logprobs`` (a
 reading both sides of a word: its fills' windows after one cached left part, against each window
 whole).
 
+Extra options go to the benchmarks whose parser declares them (``--n-passages 40`` to those with
+``--n-passages``); one that none of them declares is an error before any runs.
+
 Exit status: 1 if a script failed or wrote no JSON; with ``--strict`` also if a
-benchmark missed one of its targets (``meets_targets``).
+benchmark missed one of its targets (``meets_targets``), which are named on stderr either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import math
 import subprocess
 import sys
@@ -51,6 +55,41 @@ def discover(only: Sequence[str] | None = None) -> list[Path]:
 
 def bench_name(script: Path) -> str:
     return script.stem.removeprefix("bench_")
+
+
+def script_options(script: Path) -> set[str]:
+    """The long options a benchmark's parser declares (``add_argument("--name", ...)`` in its source)."""
+    tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
+    return {arg.value for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+            for arg in node.args if isinstance(arg, ast.Constant) and str(arg.value).startswith("--")}
+
+
+def route_options(scripts: Sequence[Path], extra: Sequence[str]) -> dict[Path, list[str]]:
+    """Each script's share of ``extra``: the options (with their values) its parser declares, so that one
+    benchmark's option does not make the others exit with argparse's "unrecognized arguments".
+    ValueError for an argument that is no option, or an option none of ``scripts`` declares (a typo)."""
+    groups: list[list[str]] = []
+    for arg in extra:
+        if arg.startswith("--"):
+            groups.append([arg])
+        elif groups:
+            groups[-1].append(arg)
+        else:
+            raise ValueError(f"{arg}: not an option (--name value)")
+    declared = {s: script_options(s) for s in scripts}
+    routed: dict[Path, list[str]] = {s: [] for s in scripts}
+    for group in groups:
+        name = group[0].split("=", 1)[0]
+        if name == "--out":
+            raise ValueError("--out: run_all.py writes each benchmark's JSON to --out-dir/<name>.json")
+        takers = [s for s in scripts if name in declared[s]]
+        if not takers:
+            raise ValueError(f"{name}: an option of none of the benchmarks run here "
+                             f"({', '.join(s.name for s in scripts)})")
+        for s in takers:
+            routed[s] += group
+    return routed
 
 
 def run_script(script: Path, out: Path, extra: Sequence[str]) -> tuple[int, float]:
@@ -87,7 +126,8 @@ def format_table(rows: Sequence[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # prog: the messages name this script however it is run; no abbreviations: "--out" is not "--out-dir"
+    p = argparse.ArgumentParser(prog="run_all.py", description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--out-dir", type=Path, default=ROOT / "results" / "bench")
     p.add_argument("--only", nargs="+", help="benchmark names (bench_<name>.py) to run")
     p.add_argument("--summary-only", action="store_true", help="only tabulate the JSONs already there")
@@ -99,15 +139,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from memaudit.io import read_json, write_csv
 
+    unknown = sorted(set(args.only or ()) - {bench_name(s) for s in discover()})
+    if unknown:
+        p.error(f"--only {' '.join(unknown)}: no such benchmark ({', '.join(map(bench_name, discover()))})")
     scripts = discover(args.only)
     if not scripts:
-        print(f"no benchmarks/bench_*.py matching {args.only}", file=sys.stderr)
+        print("no benchmarks/bench_*.py", file=sys.stderr)
         return 1
+    try:
+        routed = route_options(scripts, extra) if not args.summary_only else {}
+    except ValueError as err:
+        p.error(str(err))
     failed, rows = [], []
     for script in scripts:
         out = args.out_dir / f"{bench_name(script)}.json"
         if not args.summary_only:
-            rc, seconds = run_script(script, out, extra)
+            rc, seconds = run_script(script, out, routed[script])
             print(f"== {script.name}: exit {rc} after {seconds:.0f}s", flush=True)
             if rc != 0:
                 failed.append(f"{script.name} (exit {rc})")
@@ -123,7 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_csv(args.out_dir / "summary.csv", pd.DataFrame(rows, columns=COLUMNS))
     for f in failed:
         print(f"FAILED: {f}", file=sys.stderr)
-    missed = [r["name"] for r in rows if str(r["targets"]).startswith("MISSED")]
+    missed = [f"{r['name']} ({r['targets'].removeprefix('MISSED: ')})" for r in rows
+              if str(r["targets"]).startswith("MISSED")]
+    if missed:  # the table's column is easy to miss at the end of an hour's output
+        print(f"MISSED TARGETS: {'; '.join(missed)}" + ("" if args.strict else "; --strict makes this an error"),
+              file=sys.stderr)
     if failed or (args.strict and missed):
         return 1
     return 0

@@ -1,0 +1,72 @@
+"""A benchmark times each way warm: the first call of every way it compares (first-use allocations,
+kernel choices, lazy set-up) runs before the clock, or the way timed cold first looks slower.
+
+Each way's first call is made to cost an extra ``COLD`` seconds; none of that may reach a timing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLD = 2.0
+TEXTS = ["It is a truth universally acknowledged, that a single man in possession of a good fortune must be "
+         "in want of a wife.",
+         "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed "
+         "to unite some of the best blessings of existence."]
+
+
+def script(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"bench_{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def cold_first(monkeypatch, module, name: str) -> list:
+    """``module.name`` with its first call ``COLD`` seconds slower; returns the list of its calls."""
+    fn, calls = getattr(module, name), []
+
+    def wrapped(*args, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:
+            time.sleep(COLD)
+        return fn(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapped)
+    return calls
+
+
+def test_grad_norms_times_both_ways_warm(tiny_model, monkeypatch):
+    import memaudit.models.grad_norms as grad_norms
+
+    ours = cold_first(monkeypatch, grad_norms, "per_sample_grad_norms")
+    loop = cold_first(monkeypatch, grad_norms, "per_sample_grad_norms_loop")
+    model, tok = tiny_model
+    got = script("grad_norms").measure(model, tok, TEXTS, "all", batch_size=2, repeats=1, max_tokens=64)
+    assert (len(ours), len(loop)) == (2, 2)  # a warm-up and the one bucket each
+    assert got["ours_seconds"] < COLD and got["baseline_seconds"] < COLD, got
+
+
+def test_window_word_logprobs_times_all_three_ways_warm(tiny_model, monkeypatch):
+    import memaudit.models.window_word_logprobs as window
+    import memaudit.models.word_logprobs as word
+
+    from memaudit.probes.cloze.candidates import context_bounds
+
+    calls = [cold_first(monkeypatch, window, "compute_window_word_logprobs"),
+             cold_first(monkeypatch, window, "window_word_logprobs_loop"),
+             cold_first(monkeypatch, word, "compute_word_logprobs")]
+    spans = [[(t.index(w), t.index(w) + len(w))] for t, w in zip(TEXTS, ("fortune", "disposition"))]
+    bounds = [[context_bounds(t, s, e, 60) for s, e in sp] for t, sp in zip(TEXTS, spans)]
+    model, tok = tiny_model
+    got = script("window_word_logprobs").measure(model, tok, TEXTS, spans, bounds, fills=2, batch_size=2)
+    assert [len(c) for c in calls] == [3, 3, 3]  # a warm-up and one call per text each
+    assert max(got["ours_seconds"], got["baseline_seconds"], got["causal_seconds"]) < COLD, got
+
