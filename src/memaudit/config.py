@@ -183,8 +183,11 @@ def schema_problems(error) -> list[str]:
 
 
 def config_problem_lines(problems: Sequence[str]) -> list[str]:
-    """Each problem once, in order, as the line the user sees: ``config key <dotted.key>: <what is wrong>``."""
-    return ["config key " + p for p in dict.fromkeys(problems)]
+    """Each problem once, in order, as the line the user sees: ``config key <dotted.key>: <what is wrong>``.
+    A check that quotes a name (a model's, a list entry) could quote a pasted key: none is shown."""
+    from memaudit.secrets import redact
+
+    return ["config key " + p for p in dict.fromkeys(redact(p) for p in problems)]
 
 
 def _raise_problems(problems: Sequence[str]) -> None:

@@ -288,10 +288,20 @@ def load_tection_hf(name: str, *, length: str | None = None, cache_dir: str | No
     file is read as :func:`load_tection_file` reads a CSV (a parquet file's rows numbered from 1)."""
     repo = HF_DATASETS.get(name.lower(), name)
     kind = "paper" if "arxiv" in repo.lower() else "book"
-    from huggingface_hub import snapshot_download
+    import huggingface_hub
 
-    folder = Path(snapshot_download(repo, repo_type="dataset", cache_dir=cache_dir,
-                                    allow_patterns=["*.csv", "*.parquet", "**/*.csv", "**/*.parquet"]))
+    from memaudit.models.hub import first_line
+
+    try:
+        folder = Path(huggingface_hub.snapshot_download(
+            repo, repo_type="dataset", cache_dir=cache_dir,
+            allow_patterns=["*.csv", "*.parquet", "**/*.csv", "**/*.parquet"]))
+    except OSError as exc:  # every hub error (offline, no such repo, gated, HTTP): one line, as for a hub model
+        raise InputError(
+            f"hf:{repo}: the dataset could not be downloaded: {first_line(exc)} Remedy: check the network and the "
+            f"dataset id (and HF_TOKEN for a gated dataset); offline, download its files where the Hub can be "
+            f"reached (huggingface-cli download {repo} --repo-type dataset --local-dir DIR) and give the data file "
+            f"as published.path instead of hf") from None
     files = sorted(folder.rglob("*.parquet")) or sorted(folder.rglob("*.csv"))
     if not files:
         raise InputError(f"hf:{repo}: no CSV or parquet data files in the dataset")
