@@ -752,6 +752,27 @@ def test_the_decop_headline_flags_answers_that_favour_one_letter(tmp_path):
     assert letter_bias_section(summary, min_share=0.8) == ""
 
 
+def test_the_decop_length_cue_shows_the_benchmarks_this_run_probed_with_decop(tmp_path):
+    """decop_<benchmark>.csv stays in results/summary when the next config runs DE-COP elsewhere or not on
+    that benchmark: its length cue is another run's, and the headline shows the benchmarks benchmarks.csv says
+    DE-COP ran on (it showed every decop_*.csv); a run without that table (older) shows them all."""
+    from memaudit.probes.decop.headline import headline
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    for benchmark, accuracy in (("novels", 0.3), ("news", 0.9)):
+        pd.DataFrame([{"model": "(none)", "method": "decop-longest-option", "length": 64, "n_documents": 12,
+                       "auc": 0.5, "accuracy_members": accuracy, "accuracy_nonmembers": accuracy}]).to_csv(
+            summary / f"decop_{benchmark}.csv", index=False)
+    pd.DataFrame([{"benchmark": "news", "labels": "random", "null_control": True, "families": "token_prob"},
+                  {"benchmark": "novels", "labels": "random", "null_control": True,
+                   "families": "token_prob;decop"}]).to_csv(summary / "benchmarks.csv", index=False)
+    (cue, _) = headline(summary, None)
+    assert cue.splitlines()[1:] == ["  novels (64 tokens): members 0.30, non-members 0.30, AUC 0.50 (12 documents)"]
+    (summary / "benchmarks.csv").unlink()
+    assert len(headline(summary, None)[0].splitlines()) == 4  # both, and the min_length pointer (0.9)
+
+
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
     base model the AUC must fall in the null range of its documents, as the loss's (12 + 12: [0.190,

@@ -409,6 +409,15 @@ def families_run(summary_dir: Path) -> set[str] | None:
     return {f for cell in table["families"].fillna("") for f in str(cell).split(";") if f}
 
 
+def family_benchmarks(summary_dir: Path, family: str) -> set[str] | None:
+    """The benchmarks the run ran ``family`` on (``benchmarks.csv``'s ``families``): a family's per-benchmark
+    tables of other benchmarks are another config's run; None for a run without that column (every one)."""
+    table = benchmarks_table(summary_dir)
+    if table is None or "families" not in table.columns:
+        return None
+    return {b for b, cell in zip(table["benchmark"], table["families"].fillna("")) if family in str(cell).split(";")}
+
+
 def rejects_summary(rejects: pd.DataFrame) -> str:
     """What ``results/summary/rejects.csv`` says in a line, or a line per (benchmark, file, reason)."""
     where = "results/datasets/<benchmark>/rejects.csv"
