@@ -381,7 +381,8 @@ def test_a_selection_check_without_its_rows_in_selection_csv_is_counted_not_eval
         summary / "selection.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert ("Ground-truth checks: 6 of 10 hold; not evaluated (no row to check in its table): "
+    # m0's loss over 30 + 1 documents is no null check (test_a_null_check_of_too_few_documents_to_fail...)
+    assert ("Ground-truth checks: 5 of 9 hold; not evaluated (no row to check in its table): "
             "4 in FDR-controlled selection\n") in out
     assert "        b    m1 0.3 0.15    0.9        27.0" + " " * 70 + "fdr <= 0.32  True\n" in out
     for model, q in (("m0", 0.1), ("m2", 0.1), ("m2", 0.2), ("m2", 0.3)):
@@ -391,7 +392,7 @@ def test_a_selection_check_without_its_rows_in_selection_csv_is_counted_not_eval
     pd.DataFrame(columns=list(chosen) + ["q", "fdr"]).to_csv(summary / "selection.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert ("Ground-truth checks: 3 of 10 hold; not evaluated (no row to check in its table): "
+    assert ("Ground-truth checks: 2 of 9 hold; not evaluated (no row to check in its table): "
             "7 in FDR-controlled selection\n") in out
     # a grid of qs without a checked q (stats.selection.qs): that check alone, said so
     from memaudit.stats.headline import selection_expectations
@@ -798,6 +799,24 @@ def test_demo_expectations_for_decop_likelihood():
         ("base", "decop-likelihood-prob", "in [0.190, 0.810]", True),
         ("base2", "decop-likelihood-prob", "in [0.190, 0.810]", True),
         ("base3", "decop-likelihood-prob", "in [0.190, 0.810]", False)]
+
+
+def test_a_null_check_of_too_few_documents_to_fail_is_reported_not_counted_as_holding():
+    """The null range of 3 + 1 documents is [-0.460, 1.460] (the ci run's DE-COP base model): no AUC can fall
+    outside it, and the check was printed with that range and counted as holding. Where the range holds
+    every AUC from 0 to 1 the row says so, without a verdict; 5 + 5 documents can fail (AUC 0 or 1)."""
+    from memaudit.stats.headline import demo_expectations, section
+
+    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob", "auc": 0.667}
+    summary = pd.DataFrame([{**row, "model": "base", "n_member": 3, "n_nonmember": 1},
+                            {**row, "model": "base2", "n_member": 5, "n_nonmember": 5, "auc": 1.0}])
+    models = pd.DataFrame({"model": ["base", "base2"], "base": [None, None]})
+    got = demo_expectations(summary, models)
+    assert [(r.model, r.expected, r.ok) for r in got.itertuples()] == [
+        ("base", "no check: 3 + 1 documents, too few (any AUC lies in the null range)", ""),
+        ("base2", "in [0.006, 0.994]", False)]
+    block = section("Ground truth", got)
+    assert (block.held, block.checked) == (0, 1)
 
 
 def test_a_checked_row_without_members_or_non_members_says_so():
