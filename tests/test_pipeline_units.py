@@ -302,12 +302,14 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
     heads = ["Ground truth (contaminated", "CopyBench ground truth", "Cloze probes ground truth",
-             "Fake family: 2 models in summary", "Ground-truth checks: 3 of 3 hold\n", "Report:"]
+             "Fake family: 2 models in summary", "Ground-truth checks: 3 of 7 hold; not evaluated", "Report:"]
     at = [out.find(h) for h in heads]
     assert -1 not in at and at == sorted(at), dict(zip(heads, at))
     assert "FDR-controlled selection" not in out and "KTD knockoff+" not in out  # no selection.csv, no ktd.csv
     assert "\n\nFake family: 2 models in summary\n" in out and "\n\n\n" not in out  # the empty section: nothing
-    assert "        b    m1   m0 logit   prob member         0.2 [0.100, 0.300] CI above 0 True\n" in out
+    # the non-member and gain rows are missing from the tables: not evaluated (test_a_paired_check_whose_group...)
+    assert ("        b    m1   m0 logit   prob                 member         0.2 [0.100, 0.300]" + " " * 66
+            + "CI above 0  True\n") in out
     assert not [m for f in ("cloze", "copybench", "decop", "ktd") for m in registry.family_modules(f)
                 if m.endswith(".headline")]  # printing code is not part of a family's fingerprint
 
@@ -860,7 +862,37 @@ def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
     assert [(r.model, r.tokens, r.texts, r.expected, r.ok) for r in got.itertuples()] == [
         ("tuned", "prob", "member", "CI above 0", True), ("tuned", "prob", "nonmember", "CI holds 0", False),
         ("tuned", "rank", "member", "CI above 0", False), ("tuned", "rank", "nonmember", "CI holds 0", True),
-        ("tuned", "prob", "member_minus_nonmember", "CI above 0", True)]
+        ("tuned", "prob", "member_minus_nonmember", "CI above 0", True),
+        ("tuned", "rank", "member_minus_nonmember", "not evaluated: no member_minus_nonmember row (a group without "
+                                                    "masked words)", False)]
+
+
+def test_a_paired_check_whose_group_has_no_row_is_counted_not_evaluated():
+    """A group with nothing of its own to pair has no row in the differences table (no member text with a
+    masked word of the type, no member book that gave an item), and neither has the member gain beyond the
+    non-members: those checks dropped out and the rest read "1 of 1 hold". Each is listed as not evaluated."""
+    from memaudit.probes.cloze.headline import expectations as cloze_expectations
+    from memaudit.probes.copybench.headline import expectations as copybench_expectations
+    from memaudit.stats.headline import section, tally
+
+    row = {"benchmark": "qa", "model": "tuned", "base": "base", "mode": "logit", "measure": "person",
+           "contaminated_on_benchmark": True, "difference": 0.0, "group": "nonmember", "ci_low": 0.0, "ci_high": 0.0}
+    got = cloze_expectations(pd.DataFrame([row]))
+    assert [(r.tokens, r.texts, r.expected, r.ok) for r in got.itertuples()] == [
+        ("person", "nonmember", "CI holds 0", True),
+        ("person", "member", "not evaluated: no member row (a group without masked words)", False),
+        ("person", "member_minus_nonmember", "not evaluated: no member_minus_nonmember row (a group without masked "
+                                             "words)", False)]
+    assert tally([section("Cloze probes ground truth", got)]) == (
+        "Ground-truth checks: 1 of 3 hold; not evaluated (no row to check in its table): 2 in Cloze probes ground truth")
+    row = {"benchmark": "books", "model": "tuned", "base": "base", "decoding": "greedy", "difference": 0.0,
+           "score": "copybench_characters", "group": "nonmember", "ci_low": 0.0, "ci_high": 0.0}
+    got = copybench_expectations(pd.DataFrame([row, {**row, "decoding": "memfree"}]))
+    assert [(r.score, r.books, r.expected, r.ok) for r in got.itertuples()] == [
+        ("copybench_characters", "nonmember", "CI holds 0", True),
+        ("copybench_characters", "member", "not evaluated: no member row (a group without items)", False),
+        ("copybench_characters", "member_minus_nonmember",
+         "not evaluated: no member_minus_nonmember row (a group without items)", False)]
 
 
 def test_copybench_expectations_want_copying_on_member_books_only():

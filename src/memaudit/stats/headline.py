@@ -224,6 +224,20 @@ def by_group(differences: pd.DataFrame, *keys: str) -> pd.DataFrame:
     return differences.assign(_rank=rank).sort_values([*keys, "_rank"], kind="stable").drop(columns="_rank")
 
 
+# The groups a paired difference is checked on: members, non-members, the members' gain beyond the non-members'.
+CHECK_GROUPS = ("member", "nonmember", "member_minus_nonmember")
+
+
+def missing_groups(differences: pd.DataFrame, keys: Sequence[str]) -> list[tuple]:
+    """``(*key, group)`` for each group of :data:`CHECK_GROUPS` that a key of ``differences`` (its ``keys``
+    columns: one model's pair on one score) has no row of. A group with nothing of its own to pair (no member
+    book that gave an item, no text with a masked word of the type) has no row, nor then has the gain, and
+    their checks dropped out unseen."""
+    rows = list(zip(*(differences[k] for k in keys), differences["group"]))
+    have = set(rows)
+    return [(*key, g) for key in dict.fromkeys(r[:-1] for r in rows) for g in CHECK_GROUPS if (*key, g) not in have]
+
+
 # The paired differences' section for models given a control (CopyBench's and the cloze probes'):
 CONTROL_READING = ("labels as given, no ground truth: memorised members show as members above 0 and the member "
                    "minus non-member gain above 0, non-members holding 0")
