@@ -282,3 +282,26 @@ def test_plot_auc_vs_size_draws_each_interval_as_given_within_the_axis_limits(tm
     assert low < 0.02 and high > 0.99
     (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "loss · f"]
     assert line.get_ydata().tolist() == [0.90, 0.55, 0.30]
+
+
+def test_plot_auc_vs_size_of_one_model_size_shows_the_size_on_a_decade_wide_axis(tmp_path, monkeypatch):
+    """A base and its fine-tune share one size (an audit's usual pair): the methods' 2.3% dodge alone set
+    the x limits (31.2k +- 1.2%), no tick fell inside them and the methods looked like models of
+    different sizes. The axis spans at least a decade about the sizes, its ticks labelled; and as each
+    line is one point, whose dashes cannot show, the contaminated model's marker is filled, the base's open."""
+    figures = _drawn(monkeypatch)
+    docs = _doc_scores(n=40)
+    metrics = pd.concat([metrics_table(docs, benchmark="bt", model=model, contaminated=model == "ft", seed=0,
+                                       n_boot_small=2, n_boot_ci=10) for model in ("base", "ft")], ignore_index=True)
+    models = pd.DataFrame({"model": ["base", "ft"], "family": "tiny", "n_params": [31200, 31200]})
+    plot_auc_vs_size(metrics, models, tmp_path / "auc", "t", methods=["loss", "zlib_ratio", "min_k_pp"])
+    ax = figures[0].axes[0]
+    low, high = ax.get_xlim()
+    assert (low, high) == (pytest.approx(31200 / 10 ** 0.5), pytest.approx(31200 * 10 ** 0.5))
+    shown = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True)
+             if t.get_text() and low <= t.get_position()[0] <= high]
+    assert shown == ["10k", "20k", "50k"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    contaminated, base = lines["loss · tiny · contaminated"], lines["loss · tiny"]
+    assert contaminated.get_markerfacecolor() == contaminated.get_color()
+    assert base.get_markerfacecolor() == "white" and base.get_markeredgecolor() == base.get_color()

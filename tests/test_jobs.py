@@ -336,3 +336,23 @@ def test_story_items_too_few_events_to_reach_the_event_threshold_are_named_in_on
         "(events>=5) on benchmark books can only be 0; give n_events at least 6"]
     cfg["probes"]["copybench_nonliteral"]["benchmarks"] = []
     assert config_warnings(cfg) == []
+
+
+def test_figure_labels_name_the_methods_each_figure_draws():
+    """The report's labels of a (benchmark, model)'s ROC and distribution figures name the methods they draw
+    (:func:`memaudit.stats.workflow.select_methods`: the headline and reference methods its probes write,
+    else every method): they were figures.headline_methods and the token_prob references whatever the
+    model, so CopyBench's pair on the ci books, drawn with its copybench scores, was labelled loss, zlib,
+    ..., and the demo's every figure named lowercase, which it turns off."""
+    headline = "loss, zlib, lowercase, min_k_20pct, min_k_plus_plus_20pct"
+    assert jobs.figure_labels(CI, "novels", "smollm2-135m") == {
+        "benchmark": "novels", "model": "smollm2-135m", "methods": f"{headline}, ref_tiny-gpt2-small"}
+    assert jobs.figure_labels(CI, "novels", "tiny-gpt2-small")["methods"] == headline  # its own reference
+    cb = ("copybench_rougeL, copybench_rougeL_excess, copybench_rougeL_memfree, copybench_rougeL_excess_memfree, "
+          "copybench_characters, copybench_events, copybench_characters_memfree, copybench_events_memfree")
+    assert jobs.figure_labels(CI, "books", "tiny-gpt2-cb")["methods"] == cb
+    assert jobs.size_figure_labels(CI, "novels") == {"benchmark": "novels", "model": "all local models",
+                                                     "methods": headline}
+    assert jobs.size_figure_labels(CI, "books")["methods"] == cb  # no headline method there: every one
+    assert jobs.figure_labels(DEMO, "novels", "tiny-gpt2-small")["methods"] == (
+        "loss, zlib, min_k_20pct, min_k_plus_plus_20pct, ref_smollm2-135m")

@@ -302,12 +302,14 @@ def test_families_add_their_headline_sections_through_the_registry(tmp_path, cap
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
     heads = ["Ground truth (contaminated", "CopyBench ground truth", "Cloze probes ground truth",
-             "Fake family: 2 models in summary", "Ground-truth checks: 3 of 3 hold\n", "Report:"]
+             "Fake family: 2 models in summary", "Ground-truth checks: 3 of 7 hold; not evaluated", "Report:"]
     at = [out.find(h) for h in heads]
     assert -1 not in at and at == sorted(at), dict(zip(heads, at))
     assert "FDR-controlled selection" not in out and "KTD knockoff+" not in out  # no selection.csv, no ktd.csv
     assert "\n\nFake family: 2 models in summary\n" in out and "\n\n\n" not in out  # the empty section: nothing
-    assert "        b    m1   m0 logit   prob member         0.2 [0.100, 0.300] CI above 0 True\n" in out
+    # the non-member and gain rows are missing from the tables: not evaluated (test_a_paired_check_whose_group...)
+    assert ("        b    m1   m0 logit   prob                 member         0.2 [0.100, 0.300]" + " " * 66
+            + "CI above 0  True\n") in out
     assert not [m for f in ("cloze", "copybench", "decop", "ktd") for m in registry.family_modules(f)
                 if m.endswith(".headline")]  # printing code is not part of a family's fingerprint
 
@@ -381,7 +383,8 @@ def test_a_selection_check_without_its_rows_in_selection_csv_is_counted_not_eval
         summary / "selection.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert ("Ground-truth checks: 6 of 10 hold; not evaluated (no row to check in its table): "
+    # m0's loss over 30 + 1 documents is no null check (test_a_null_check_of_too_few_documents_to_fail...)
+    assert ("Ground-truth checks: 5 of 9 hold; not evaluated (no row to check in its table): "
             "4 in FDR-controlled selection\n") in out
     assert "        b    m1 0.3 0.15    0.9        27.0" + " " * 70 + "fdr <= 0.32  True\n" in out
     for model, q in (("m0", 0.1), ("m2", 0.1), ("m2", 0.2), ("m2", 0.3)):
@@ -391,7 +394,7 @@ def test_a_selection_check_without_its_rows_in_selection_csv_is_counted_not_eval
     pd.DataFrame(columns=list(chosen) + ["q", "fdr"]).to_csv(summary / "selection.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert ("Ground-truth checks: 3 of 10 hold; not evaluated (no row to check in its table): "
+    assert ("Ground-truth checks: 2 of 9 hold; not evaluated (no row to check in its table): "
             "7 in FDR-controlled selection\n") in out
     # a grid of qs without a checked q (stats.selection.qs): that check alone, said so
     from memaudit.stats.headline import selection_expectations
@@ -752,6 +755,27 @@ def test_the_decop_headline_flags_answers_that_favour_one_letter(tmp_path):
     assert letter_bias_section(summary, min_share=0.8) == ""
 
 
+def test_the_decop_length_cue_shows_the_benchmarks_this_run_probed_with_decop(tmp_path):
+    """decop_<benchmark>.csv stays in results/summary when the next config runs DE-COP elsewhere or not on
+    that benchmark: its length cue is another run's, and the headline shows the benchmarks benchmarks.csv says
+    DE-COP ran on (it showed every decop_*.csv); a run without that table (older) shows them all."""
+    from memaudit.probes.decop.headline import headline
+
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    for benchmark, accuracy in (("novels", 0.3), ("news", 0.9)):
+        pd.DataFrame([{"model": "(none)", "method": "decop-longest-option", "length": 64, "n_documents": 12,
+                       "auc": 0.5, "accuracy_members": accuracy, "accuracy_nonmembers": accuracy}]).to_csv(
+            summary / f"decop_{benchmark}.csv", index=False)
+    pd.DataFrame([{"benchmark": "news", "labels": "random", "null_control": True, "families": "token_prob"},
+                  {"benchmark": "novels", "labels": "random", "null_control": True,
+                   "families": "token_prob;decop"}]).to_csv(summary / "benchmarks.csv", index=False)
+    (cue, _) = headline(summary, None)
+    assert cue.splitlines()[1:] == ["  novels (64 tokens): members 0.30, non-members 0.30, AUC 0.50 (12 documents)"]
+    (summary / "benchmarks.csv").unlink()
+    assert len(headline(summary, None)[0].splitlines()) == 4  # both, and the min_length pointer (0.9)
+
+
 def test_demo_expectations_for_decop_likelihood():
     """DE-COP's likelihood mode (its mean verbatim probability): >= 0.8 on a contaminated model; on a
     base model the AUC must fall in the null range of its documents, as the loss's (12 + 12: [0.190,
@@ -777,6 +801,24 @@ def test_demo_expectations_for_decop_likelihood():
         ("base", "decop-likelihood-prob", "in [0.190, 0.810]", True),
         ("base2", "decop-likelihood-prob", "in [0.190, 0.810]", True),
         ("base3", "decop-likelihood-prob", "in [0.190, 0.810]", False)]
+
+
+def test_a_null_check_of_too_few_documents_to_fail_is_reported_not_counted_as_holding():
+    """The null range of 3 + 1 documents is [-0.460, 1.460] (the ci run's DE-COP base model): no AUC can fall
+    outside it, and the check was printed with that range and counted as holding. Where the range holds
+    every AUC from 0 to 1 the row says so, without a verdict; 5 + 5 documents can fail (AUC 0 or 1)."""
+    from memaudit.stats.headline import demo_expectations, section
+
+    row = {"benchmark": "novels", "contaminated": False, "method": "decop-likelihood-prob", "auc": 0.667}
+    summary = pd.DataFrame([{**row, "model": "base", "n_member": 3, "n_nonmember": 1},
+                            {**row, "model": "base2", "n_member": 5, "n_nonmember": 5, "auc": 1.0}])
+    models = pd.DataFrame({"model": ["base", "base2"], "base": [None, None]})
+    got = demo_expectations(summary, models)
+    assert [(r.model, r.expected, r.ok) for r in got.itertuples()] == [
+        ("base", "no check: 3 + 1 documents, too few (any AUC lies in the null range)", ""),
+        ("base2", "in [0.006, 0.994]", False)]
+    block = section("Ground truth", got)
+    assert (block.held, block.checked) == (0, 1)
 
 
 def test_a_checked_row_without_members_or_non_members_says_so():
@@ -820,7 +862,37 @@ def test_cloze_expectations_check_only_models_fine_tuned_on_the_benchmark():
     assert [(r.model, r.tokens, r.texts, r.expected, r.ok) for r in got.itertuples()] == [
         ("tuned", "prob", "member", "CI above 0", True), ("tuned", "prob", "nonmember", "CI holds 0", False),
         ("tuned", "rank", "member", "CI above 0", False), ("tuned", "rank", "nonmember", "CI holds 0", True),
-        ("tuned", "prob", "member_minus_nonmember", "CI above 0", True)]
+        ("tuned", "prob", "member_minus_nonmember", "CI above 0", True),
+        ("tuned", "rank", "member_minus_nonmember", "not evaluated: no member_minus_nonmember row (a group without "
+                                                    "masked words)", False)]
+
+
+def test_a_paired_check_whose_group_has_no_row_is_counted_not_evaluated():
+    """A group with nothing of its own to pair has no row in the differences table (no member text with a
+    masked word of the type, no member book that gave an item), and neither has the member gain beyond the
+    non-members: those checks dropped out and the rest read "1 of 1 hold". Each is listed as not evaluated."""
+    from memaudit.probes.cloze.headline import expectations as cloze_expectations
+    from memaudit.probes.copybench.headline import expectations as copybench_expectations
+    from memaudit.stats.headline import section, tally
+
+    row = {"benchmark": "qa", "model": "tuned", "base": "base", "mode": "logit", "measure": "person",
+           "contaminated_on_benchmark": True, "difference": 0.0, "group": "nonmember", "ci_low": 0.0, "ci_high": 0.0}
+    got = cloze_expectations(pd.DataFrame([row]))
+    assert [(r.tokens, r.texts, r.expected, r.ok) for r in got.itertuples()] == [
+        ("person", "nonmember", "CI holds 0", True),
+        ("person", "member", "not evaluated: no member row (a group without masked words)", False),
+        ("person", "member_minus_nonmember", "not evaluated: no member_minus_nonmember row (a group without masked "
+                                             "words)", False)]
+    assert tally([section("Cloze probes ground truth", got)]) == (
+        "Ground-truth checks: 1 of 3 hold; not evaluated (no row to check in its table): 2 in Cloze probes ground truth")
+    row = {"benchmark": "books", "model": "tuned", "base": "base", "decoding": "greedy", "difference": 0.0,
+           "score": "copybench_characters", "group": "nonmember", "ci_low": 0.0, "ci_high": 0.0}
+    got = copybench_expectations(pd.DataFrame([row, {**row, "decoding": "memfree"}]))
+    assert [(r.score, r.books, r.expected, r.ok) for r in got.itertuples()] == [
+        ("copybench_characters", "nonmember", "CI holds 0", True),
+        ("copybench_characters", "member", "not evaluated: no member row (a group without items)", False),
+        ("copybench_characters", "member_minus_nonmember",
+         "not evaluated: no member_minus_nonmember row (a group without items)", False)]
 
 
 def test_copybench_expectations_want_copying_on_member_books_only():

@@ -26,11 +26,6 @@ def report(ci_run):
     return report_data(html, "results"), report_data(html, "categories"), html
 
 
-def figure_methods(model: str) -> str:
-    refs = [r for r in CI["probes"]["token_prob"]["reference_models"] if r != model]
-    return ", ".join(HEADLINE + [f"ref_{r}" for r in refs])
-
-
 def expected_results() -> dict[str, tuple[str, str | None, dict, list[str]]]:
     """path -> (category, subcategory, labels, words the caption must contain)."""
     stats = {**{"n_boot_small": 10, "n_boot_ci": 1000, "blind_folds": 5}, **CI["stats"]}
@@ -45,15 +40,14 @@ def expected_results() -> dict[str, tuple[str, str | None, dict, list[str]]]:
     }
     for b in CI["benchmarks"]:
         out[f"results/figures/{b}/auc_vs_size.png"] = (
-            "AUC against model size", None,
-            {"benchmark": b, "model": "all local models", "methods": ", ".join(HEADLINE)},
+            "AUC against model size", None, jobs.size_figure_labels(VALID, b),
             [f"<strong>{b}</strong>", f"{stats['n_boot_ci']}-resample bootstrap"])
         out[f"results/metrics/{b}/blind_baseline.csv"] = (
             "Metrics", b, {"benchmark": b, "model": "(none): blind baseline", "methods": "blind_bag_of_words"},
             [f"<strong>{b}</strong>", f"{stats['blind_folds']}-fold"])
         for m in SCORED[b]:  # the models some probe scores there (CopyBench's books: its pair only)
             docs = jobs.probe_documents(VALID, b, m)[0]
-            labels = {"benchmark": b, "model": m, "methods": figure_methods(m)}
+            labels = jobs.figure_labels(VALID, b, m)  # what each draws: test_figure_labels_name_the_methods_drawn
             out[f"results/figures/{b}/{m}/roc.png"] = ("ROC curves", b, labels, [f"<strong>{m}</strong>", docs])
             out[f"results/figures/{b}/{m}/score_distributions.png"] = (
                 "Score distributions", b, labels, [f"<strong>{b}</strong>", docs])
@@ -95,3 +89,24 @@ def test_report_captions_categories_and_labels(report):
         for word in words:
             assert word in res["caption"], (path, word)
         assert path in categories[category][subcategory or "Other"], (path, category, subcategory)
+
+
+def test_figure_labels_name_the_methods_drawn(ci_run, report):
+    """Each figure's methods label names what it draws, read from the run's tables: the ROC and distribution
+    figures' document scores through select_methods, the AUC figures' metric tables of the local models (the
+    labels said figures.headline_methods whatever was drawn: loss, zlib, ... over the ci books' CopyBench pair)."""
+    import pandas as pd
+
+    from memaudit.stats.workflow import select_methods
+
+    results, _, _ = report
+    for b in CI["benchmarks"]:
+        local = [m for m in SCORED[b] if m in jobs.local_models(VALID)]
+        metrics = pd.concat([pd.read_csv(ci_run / f"results/metrics/{b}/{m}.csv") for m in local])
+        drawn = [m for m in HEADLINE if m in set(metrics["method"])] or sorted(set(metrics["method"]))
+        labelled = results[f"results/figures/{b}/auc_vs_size.png"]["labels"]["methods"].split(", ")
+        assert sorted(labelled) == sorted(drawn), b
+        for m in SCORED[b]:
+            docs = pd.concat([pd.read_csv(ci_run / p) for p in jobs.probe_documents(VALID, b, m)])
+            drawn = set(select_methods(docs, HEADLINE)["method"])
+            assert set(results[f"results/figures/{b}/{m}/roc.png"]["labels"]["methods"].split(", ")) == drawn, (b, m)

@@ -8,7 +8,7 @@ its rules need.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from memaudit.backends.base import is_api_model
 from memaudit.config import contaminated_on, is_labelled
@@ -145,18 +145,40 @@ def probe_runs(config: dict, family: str) -> list[tuple[str, str, str]]:
             if fam.probe(mode) in probes_for_model(config, m, b)]
 
 
-def method_names(config: dict) -> list[str]:
+def method_names(config: dict, benchmark: str | None = None, models: Sequence[str] | None = None) -> list[str]:
     """Every method name (the ``method`` of the score files, metrics.csv) the configured run writes: each
     family whose probes run somewhere lists its own (its registry entry's ``methods`` hook, from the naming
-    code its runners use), in registry order, each name once."""
+    code its runners use), in registry order, each name once. ``benchmark`` and ``models``: those its runs
+    there write."""
     from memaudit.probes.registry import load_callable
 
     names: dict[str, None] = {}
     for fam in FAMILIES.values():
-        runs = probe_runs(config, fam.name)
+        runs = [(b, m, mode) for b, m, mode in probe_runs(config, fam.name)
+                if (benchmark is None or b == benchmark) and (models is None or m in models)]
         if runs and fam.methods:
             names.update(dict.fromkeys(load_callable(fam.methods)(config, runs)))
     return list(names)
+
+
+def figure_labels(config: dict, benchmark: str, model: str) -> dict[str, str]:
+    """The report's labels of the ROC and score-distribution figures of (``benchmark``, ``model``), naming the
+    methods they draw (:func:`memaudit.stats.workflow.select_methods`): the ``figures.headline_methods`` and
+    reference-model methods its probes write there, else every one (a model only CopyBench probes)."""
+    written = method_names(config, benchmark, [model])
+    headline = set(config["figures"]["headline_methods"])
+    drawn = [m for m in written if m in headline or m.startswith("ref_")] or written
+    return {"benchmark": benchmark, "model": model, "methods": ", ".join(drawn)}
+
+
+def size_figure_labels(config: dict, benchmark: str) -> dict[str, str]:
+    """The report's labels of ``benchmark``'s AUC-against-size figure, naming the methods it draws
+    (workflow/scripts/figure_auc_vs_size.py): the ``figures.headline_methods`` the local models' probes
+    write there, else every method they write."""
+    local = set(local_models(config))
+    written = method_names(config, benchmark, [m for m in scored(config).get(benchmark, []) if m in local])
+    drawn = [m for m in config["figures"]["headline_methods"] if m in written] or written
+    return {"benchmark": benchmark, "model": "all local models", "methods": ", ".join(drawn)}
 
 
 # The config's lists of method names (dotted key: the schema object holding its default). Set, each name must

@@ -334,10 +334,8 @@ def probe_api_slots(family, roles, backend):
 
 
 def figure_labels(wildcards):
-    """Report labels of a per-(benchmark, model) figure."""
-    refs = [f"ref_{r}" for r in jobs.reference_models(config, wildcards.model)]
-    methods = ", ".join(config["figures"]["headline_methods"] + refs)
-    return {"benchmark": wildcards.benchmark, "model": wildcards.model, "methods": methods}
+    """Report labels of a per-(benchmark, model) figure: the methods it draws."""
+    return jobs.figure_labels(config, wildcards.benchmark, wildcards.model)
 
 
 def metrics_labels(wildcards):
@@ -345,5 +343,4 @@ def metrics_labels(wildcards):
 
 
 def auc_vs_size_labels(wildcards):
-    methods = ", ".join(config["figures"]["headline_methods"])
-    return {"benchmark": wildcards.benchmark, "model": "all local models", "methods": methods}
+    return jobs.size_figure_labels(config, wildcards.benchmark)

@@ -240,7 +240,8 @@ def plot_auc_vs_size(
     ``models`` has ``model, family, n_params`` (and ``contaminated_on``, not
     needed here because ``metrics.contaminated`` already says whether the model
     saw that benchmark).  One line per (method, family, contaminated): colour =
-    method, marker = family, dashed = contaminated.  Error bars are the
+    method, marker = family, dashed with filled markers = contaminated (open
+    markers: not), the axis at least a decade wide.  Error bars are the
     bootstrap 95% interval ``[auc_ci_low, auc_ci_high]``; the dotted line is
     chance (0.5).  An AUC that could not be computed (NaN: the method scored
     members only or non-members only, or the model has no scores) is a hollow
@@ -290,8 +291,10 @@ def plot_auc_vs_size(
                 line = line.sort_values("n_params")
                 auc = line["auc"].to_numpy(dtype=float)
                 x = line["n_params"].to_numpy(dtype=float) * dodge[method]
+                # a line of one model is a point, whose dashes cannot show: filled marker = contaminated
                 ax.plot(x, auc, color=colors[method], marker=markers[family], ms=4, lw=1.2,
-                        ls="--" if contaminated else "-",
+                        ls="--" if contaminated else "-", mfc=colors[method] if contaminated else "white",
+                        mec=colors[method],
                         label=f"{method} · {family}{' · contaminated' if contaminated else ''}")
                 # A percentile interval may lie wholly above or below the point estimate: the bar
                 # is drawn about its own midpoint, so it spans [low, high] as metrics.csv has it
@@ -306,6 +309,13 @@ def plot_auc_vs_size(
                 any_missing |= bool(missing.any())
             ax.axhline(0.5, ls=":", color="grey", lw=1)
             ax.set_xscale("log")
+            # Sizes within a decade (a base and its fine-tune share one): the dodge alone set the limits,
+            # no tick fell inside and the methods read as models of different sizes; show a decade about them.
+            lowest = panel["n_params"].min() * min(dodge.values())
+            highest = panel["n_params"].max() * max(dodge.values())
+            if highest < 10 * lowest:
+                centre = math.sqrt(lowest * highest)
+                ax.set_xlim(centre / math.sqrt(10), centre * math.sqrt(10))
             ax.xaxis.set_major_formatter(FuncFormatter(format_params))
             ax.xaxis.set_minor_formatter(FuncFormatter(format_params_minor))
             ax.set(xlabel="parameters (log scale)", ylabel="ROC AUC", title=str(benchmark))

@@ -224,6 +224,20 @@ def by_group(differences: pd.DataFrame, *keys: str) -> pd.DataFrame:
     return differences.assign(_rank=rank).sort_values([*keys, "_rank"], kind="stable").drop(columns="_rank")
 
 
+# The groups a paired difference is checked on: members, non-members, the members' gain beyond the non-members'.
+CHECK_GROUPS = ("member", "nonmember", "member_minus_nonmember")
+
+
+def missing_groups(differences: pd.DataFrame, keys: Sequence[str]) -> list[tuple]:
+    """``(*key, group)`` for each group of :data:`CHECK_GROUPS` that a key of ``differences`` (its ``keys``
+    columns: one model's pair on one score) has no row of. A group with nothing of its own to pair (no member
+    book that gave an item, no text with a masked word of the type) has no row, nor then has the gain, and
+    their checks dropped out unseen."""
+    rows = list(zip(*(differences[k] for k in keys), differences["group"]))
+    have = set(rows)
+    return [(*key, g) for key in dict.fromkeys(r[:-1] for r in rows) for g in CHECK_GROUPS if (*key, g) not in have]
+
+
 # The paired differences' section for models given a control (CopyBench's and the cloze probes'):
 CONTROL_READING = ("labels as given, no ground truth: memorised members show as members above 0 and the member "
                    "minus non-member gain above 0, non-members holding 0")
@@ -409,6 +423,15 @@ def families_run(summary_dir: Path) -> set[str] | None:
     return {f for cell in table["families"].fillna("") for f in str(cell).split(";") if f}
 
 
+def family_benchmarks(summary_dir: Path, family: str) -> set[str] | None:
+    """The benchmarks the run ran ``family`` on (``benchmarks.csv``'s ``families``): a family's per-benchmark
+    tables of other benchmarks are another config's run; None for a run without that column (every one)."""
+    table = benchmarks_table(summary_dir)
+    if table is None or "families" not in table.columns:
+        return None
+    return {b for b, cell in zip(table["benchmark"], table["families"].fillna("")) if family in str(cell).split(";")}
+
+
 def rejects_summary(rejects: pd.DataFrame) -> str:
     """What ``results/summary/rejects.csv`` says in a line, or a line per (benchmark, file, reason)."""
     where = "results/datasets/<benchmark>/rejects.csv"
@@ -464,7 +487,8 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
     documents undercovers), where the loss's null check is at ``null_alpha``; session 62's demo run
     gave a base model 0.829 over 7 + 5 documents, its interval above 0.5, inside the null range.
     Base models are checked on the ``controlled`` benchmarks only (:func:`null_control_benchmarks`;
-    None: every benchmark). A row whose documents lack members or non-members has no AUC: whichever its
+    None: every benchmark). Where the null range holds every AUC from 0 to 1 (3 + 1 documents: no split
+    is unlikely enough), the row is reported with ``ok`` blank, not counted as holding. A row whose documents lack members or non-members has no AUC: whichever its
     check, it fails as "members and non-members". A check whose row is missing fails as
     :data:`NOT_EVALUATED` (:func:`missing_checks`) rather than drop out of the count. Returns one row per
     checked (benchmark, model, method) with ``ok``.
@@ -492,8 +516,11 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
         else:
             low, high = null_auc_range(r.n_member, r.n_nonmember, null_alpha)
             expect, ok = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high
+            if low <= 0 and high >= 1:  # a check no AUC can fail: reported, not counted as holding
+                expect, ok = (f"no check: {int(r.n_member)} + {int(r.n_nonmember)} documents, too few (any AUC lies "
+                              f"in the null range)"), ""
         rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
-                     "expected": expect, "ok": bool(ok)})
+                     "expected": expect, "ok": ok if ok == "" else bool(ok)})
     # the probe's other scores of a pair say it was probed there: token_prob's headline and reference
     # methods for the loss, DE-COP likelihood mode's other rows for its probability
     probed = {method: lambda m: m in set(scored_with) or m.startswith("ref_"),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from memaudit.stats.headline import (CONTROL_READING, by_group, interval_check, interval_reading, section,
-                                     split_pairings, table_section)
+from memaudit.stats.headline import (CONTROL_READING, NOT_EVALUATED, by_group, interval_check, interval_reading,
+                                     missing_groups, section, split_pairings, table_section)
 
 REPLIES = ("Cloze probes, black-box replies (per masked word; a reply without <word> tags is invalid; only "
            "answered words can be reconstructed: where few are, the AUC says little)")
@@ -52,16 +52,23 @@ def expectations(differences: pd.DataFrame) -> pd.DataFrame:
     """The cloze probes' ground-truth checks (the issue's "what must hold"): a model fine-tuned on a
     benchmark's members reconstructs more of their masked words than its base (paired interval above
     0); on the non-members the interval holds 0. A row with no text of the base to pair (``n_texts``
-    0) is not evaluated. Rows of models fine-tuned on other texts
+    0) is not evaluated, as is a group with no row (:func:`~memaudit.stats.headline.missing_groups`: none of its
+    texts has a masked word of the type). Rows of models fine-tuned on other texts
     (``contaminated_on_benchmark`` false) are comparisons, not checked."""
     rows = []
     differences = split_pairings(differences)[0]
-    for r in differences[differences["contaminated_on_benchmark"].astype(bool)].itertuples():
+    checked = differences[differences["contaminated_on_benchmark"].astype(bool)]
+    for r in checked.itertuples():
         expect, ok = interval_check(r.group, r.ci_low, r.ci_high, n_paired=getattr(r, "n_texts", None),
                                     base=r.base)
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "mode": r.mode,
                      "tokens": r.measure, "texts": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})
+    for benchmark, model, base, mode, measure, group in missing_groups(
+            checked, ["benchmark", "model", "base", "mode", "measure"]):
+        rows.append({"benchmark": benchmark, "model": model, "base": base, "mode": mode, "tokens": measure,
+                     "texts": group, "difference": float("nan"), "ci": "",
+                     "expected": f"{NOT_EVALUATED}: no {group} row (a group without masked words)", "ok": False})
     return pd.DataFrame(rows)
 
 

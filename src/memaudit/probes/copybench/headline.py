@@ -7,8 +7,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from memaudit.stats.headline import (CONTROL_READING, by_group, interval_check, interval_reading, section,
-                                     split_pairings)
+from memaudit.stats.headline import (CONTROL_READING, NOT_EVALUATED, by_group, interval_check, interval_reading,
+                                     missing_groups, section, split_pairings)
 
 # What is copied from a passage: the mean ROUGE-L's excess over chance (the same output scored against
 # other books' references taken off), and the characters a story names. Reported beside them without a
@@ -50,17 +50,23 @@ def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
     difference in differences). The mean ROUGE-L's excess over chance (the same output against other
     books' references: a base that writes almost nothing scores 0 on both, a model that writes the
     author's English ~0.1 on any passage) and character counts, greedy decoding. A row with no item of
-    the base to pair (``n_items`` 0) is not evaluated."""
+    the base to pair (``n_items`` 0) is not evaluated, as is a group with no row
+    (:func:`~memaudit.stats.headline.missing_groups`: none of its books gave an item)."""
     differences = split_pairings(differences)[0]  # a declared control's rows: against_control
     if "contaminated_on_benchmark" in differences.columns:  # a model fine-tuned on other texts: no ground truth here
         differences = differences[differences["contaminated_on_benchmark"].astype(bool)]
     rows = []
-    for r in _greedy(differences, scores, decoding).itertuples():
+    checked = _greedy(differences, scores, decoding)
+    for r in checked.itertuples():
         expect, ok = interval_check(r.group, r.ci_low, r.ci_high, n_paired=getattr(r, "n_items", None), base=r.base,
                                     unit="item")  # a table without n_items predates unpaired rows
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "score": r.score,
                      "books": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})
+    for benchmark, model, base, score, group in missing_groups(checked, ["benchmark", "model", "base", "score"]):
+        rows.append({"benchmark": benchmark, "model": model, "base": base, "score": score, "books": group,
+                     "difference": float("nan"), "ci": "",
+                     "expected": f"{NOT_EVALUATED}: no {group} row (a group without items)", "ok": False})
     return pd.DataFrame(rows)
 
 

@@ -17,10 +17,15 @@ POSITION_HEADER = ("DE-COP answers that favour one letter (share of each letter 
 
 
 def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
-    """The registry's ``headline`` hook: :func:`length_cue` over ``decop_<benchmark>.csv`` and
-    :func:`letter_bias` over the answers of every (benchmark, model, mode) in ``metrics.csv``."""
+    """The registry's ``headline`` hook: :func:`length_cue` over ``decop_<benchmark>.csv`` of the benchmarks
+    the run probed with DE-COP (another config's stay in the folder) and :func:`letter_bias` over the answers
+    of every (benchmark, model, mode) in ``metrics.csv``."""
+    from memaudit.stats.headline import family_benchmarks
+
     summary_dir = Path(summary_dir)
-    return [length_cue(sorted(summary_dir.glob("decop_*.csv"))), letter_bias_section(summary_dir)]
+    ran = family_benchmarks(summary_dir, "decop")
+    tables = [p for p in sorted(summary_dir.glob("decop_*.csv")) if ran is None or p.stem.removeprefix("decop_") in ran]
+    return [length_cue(tables), letter_bias_section(summary_dir)]
 
 
 def letter_bias_section(summary_dir: Path, min_share: float = 0.5) -> str:
