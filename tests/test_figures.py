@@ -261,7 +261,8 @@ def test_selection_captions_name_the_calibration_setting_not_half(tmp_path, monk
     assert "half" not in header
     assert header.endswith("at level `bh_q` (a random `stats.selection.calibration_fraction` of the non-members "
                            "as calibration, 0.5 by default; mean over random splits; results/summary/selection.csv "
-                           "has every q).")
+                           "has every q; n/a where q is below 1/(calibration non-members + 1), the smallest "
+                           "conformal p-value, so that nothing can be named).")
 
 
 def test_plot_auc_vs_size_draws_each_interval_as_given_within_the_axis_limits(tmp_path, monkeypatch):

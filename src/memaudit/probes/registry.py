@@ -122,7 +122,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="1d92c3ca8d50257a",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="e00b9ac28c7bb8cf",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -130,7 +130,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="983b90b6898fdec8")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="1a502377bad8c069")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -144,7 +144,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # special token is no part of its continuation (backends.hf.generate_text)
         # 7: a stop string that is a special token (probes.prefix.stop) ends the continuation there (it was
         # decoded away and never matched)
-        version=7, fingerprint="08227d464abea977",
+        version=7, fingerprint="ac268839158b3ced",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -173,18 +173,18 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="b92462aece0fbda6",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="a3268873eb6ed05c",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
         # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
         # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=7, fingerprint="987a0afac6ead709"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=7, fingerprint="c2de4e50861a3d2b"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=3, fingerprint="4927d1825bff84b5")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=3, fingerprint="1c93fc786f1f32e0")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -214,19 +214,24 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # the file sets enable_system (the built-in reminder was sent, enable_system ignored), as the reference
         # 8: fact recall's F1 and exact match compare answers in Unicode NFC (an accent written decomposed
         # scored 0.5)
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=8, fingerprint="1ce9eafe39148ab6",
+        # 9: outcomes.json and copybench.csv's story and fact-recall rows say where the events, characters and
+        # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
+        # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
+        # as "not found")
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="e2763ab211ed7279",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
         # fact-recall question names its book ("According to <title>, ..."), as the published file's do
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=6, fingerprint="69a497e44a6b8864"),
+                               version=6, fingerprint="985678b3c2f337e7"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0"); 9: a group with nothing of the
-                # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped)
+                # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped); 10: the
+                # event_source, character_source, qa_writer and judge_invalid columns
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=9, fingerprint="3a0159d0f515e604")},
+                                 version=10, fingerprint="db0137b21088b13d")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -258,16 +263,16 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="82646ab98fa893a0",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="46025e20c48c96cc",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="685f7aecced1025b"),
+                              version=10, fingerprint="6c5f77c0e34599d7"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=8, fingerprint="95cc6b5690f7ee76")},
+                                 version=8, fingerprint="6a9af9fa9878de6f")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -299,19 +304,23 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # reads the word after a contraction's apostrophe ("It's") and on the line after a lead-in ending in ":";
         # a reply's guess is its first <word> tag holding a word (an empty first tag hid the answer); a word longer
         # than half a max_tokens window is read from a window holding its first token (it failed)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=6, fingerprint="38bf8e55d3871e60",
+        # 7 (items 8): logit mode reconstructs a word when greedy decoding writes all of it, each token the
+        # model's top choice (the " 19" of " 1914" matched any year); the filter's list prompt keeps a number's
+        # thousands separator (2,500 was 2 and 500), its word prompt reads a reply writing the passage out
+        # with the word in the mask's place (it was invalid, the guessable token kept)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=7, fingerprint="b4fc0eb563e543d8",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=7, fingerprint="2f3e62c4d218a2b2"),
+                               version=8, fingerprint="51bdf1c0c2ae7062"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
                 # summary 8: a group with nothing of the base to pair keeps its row (n_texts 0), its check "not
                 # evaluated" (it was dropped)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=8, fingerprint="7fb6c40dec65e544")},
+                                 version=8, fingerprint="2255e98bfe996334")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
