@@ -194,7 +194,7 @@ SCRIPT_DIGESTS = {
     "api_ledger.py": "41733b030d26f799",
     "benchmark_dataset.py": "d79fe6c2732ca2a1",
     "blind_baseline.py": "cae3e7e82c63b2d5",
-    "cloze_items.py": "4a0a3b86f4dbdd93",
+    "cloze_items.py": "eaf7272a88404e6c",
     "cloze_summary.py": "a319cca41c7cf906",
     "copybench_items.py": "20daf51240614211",
     "copybench_qa_items.py": "0e799f313d74e6d3",
