@@ -81,7 +81,7 @@ CONFIGFILE = $(if $(CONFIG),--configfile $(CONFIG))
 run: venv assets
 	$(BIN)/snakemake --profile profiles/local --cores $(CORES) all $(CONFIGFILE)
 	$(BIN)/snakemake --report results/report.html all $(CONFIGFILE)
-	$(BIN)/memaudit headline --summary results/summary/metrics.csv
+	$(BIN)/memaudit headline --summary results/summary/metrics.csv --config $(or $(CONFIG),config/config.yaml)
 
 report: venv
 	$(BIN)/snakemake --report results/report.html all $(CONFIGFILE)

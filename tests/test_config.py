@@ -1136,4 +1136,6 @@ def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, mon
     monkeypatch.chdir(workdir)  # where the dry run looked for the files the config names
     assert main(["check-config", str(path)]) == 0
     out = capsys.readouterr()
-    assert (out.out, out.err.splitlines()) == (f"{path}: valid\n", warned)
+    # with the file, as its errors have it (the dry run's lines are of the one config it runs on)
+    assert (out.out, out.err.splitlines()) == (f"{path}: valid\n", [
+        f"memaudit check-config: warning: {path}: {line.removeprefix('warning: ')}" for line in warned])

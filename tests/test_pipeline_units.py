@@ -199,7 +199,7 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     pd.DataFrame(rows).to_csv(tmp_path / "summary" / "metrics.csv", index=False)
     assert main(["headline", "--summary", str(tmp_path / "summary" / "metrics.csv")]) == 0
     out = capsys.readouterr().out
-    assert "0.930 [0.88, 0.97]" in out and "0.510 [0.46, 0.55]" in out and "figures" in out
+    assert "0.930 [0.880, 0.970]" in out and "0.510 [0.460, 0.550]" in out and "figures" in out
     assert "length cue" not in out  # no DE-COP table
     pd.DataFrame([{"model": "m1", "method": "decop-logit", "length": 64, "n_documents": 12, "auc": 0.9,
                    "accuracy_members": 0.6, "accuracy_nonmembers": 0.2},
@@ -270,6 +270,60 @@ def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, ca
         main(["headline", "--help"])
     assert "(default: loss zlib lowercase min_k_20pct min_k_plus_plus_20pct: the schema's default of" in " ".join(
         capsys.readouterr().out.split())
+
+
+def test_the_headline_takes_its_methods_from_the_runs_config(tmp_path, monkeypatch):
+    """A config's own figures.headline_methods drew the figures, but `make run CONFIG=...` called `memaudit
+    headline` without it, so the AUC table showed the schema's default list: the Makefile passes the config
+    (the demo's without CONFIG), whose list is the default of --methods."""
+    import subprocess
+
+    import yaml
+
+    from memaudit.stats import headline
+
+    seen = []
+    monkeypatch.setattr(headline, "print_headline", lambda summary, methods: seen.append(list(methods)))
+    mine = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    mine["figures"] = {"headline_methods": ["zlib", "loss"]}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
+    assert main(["headline", "--config", str(tmp_path / "mine.yaml")]) == 0
+    assert main(["headline", "--config", str(tmp_path / "mine.yaml"), "--methods", "loss"]) == 0
+    assert seen == [["zlib", "loss"], ["loss"]]
+    for config in ("mine.yaml", ""):
+        dry = subprocess.run(["make", "-n", "run", f"CONFIG={config}"], cwd=ROOT, capture_output=True, text=True)
+        assert [line for line in dry.stdout.splitlines() if " headline " in line] == [
+            f".venv/bin/memaudit headline --summary results/summary/metrics.csv "
+            f"--config {config or 'config/config.yaml'}"], dry.stdout + dry.stderr
+
+
+def test_the_headline_lists_the_figures_the_run_made_and_prints_auc_and_interval_alike(tmp_path, capsys):
+    """The "Figures:" line named auc_vs_size.png and ROC paths a run without local models or labels never drew;
+    an AUC printed to 3 decimals with its interval to 2 could sit outside it (0.895 [0.90, 0.92]), and a
+    missing AUC printed as `nan [nan, nan]`."""
+    from memaudit.stats.headline import auc_cells
+
+    rows = pd.DataFrame({"auc": [0.8951, np.nan, 0.93], "auc_ci_low": [0.8951, np.nan, np.nan],
+                         "auc_ci_high": [0.9204, np.nan, np.nan]})
+    assert list(auc_cells(rows)) == ["0.895 [0.895, 0.920]", "n/a", "0.930 [n/a]"]
+    summary = tmp_path / "results" / "summary"
+    summary.mkdir(parents=True)
+    pd.DataFrame([{"benchmark": "b", "model": "api", "contaminated": False, "method": "loss", "auc": 0.6,
+                   "auc_ci_low": 0.41, "auc_ci_high": 0.79}]).to_csv(summary / "metrics.csv", index=False)
+    figures = tmp_path / "results" / "figures"
+
+    def figures_line():
+        main(["headline", "--summary", str(summary / "metrics.csv")])
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("Figures:")]
+
+    assert figures_line() == [f"Figures: none in {figures}"]
+    (figures / "b" / "api").mkdir(parents=True)
+    for name in ("roc.png", "score_distributions.png"):
+        (figures / "b" / "api" / name).write_bytes(b"png")
+    assert figures_line() == [f"Figures: {figures}/<benchmark>/<model>/roc.png, score_distributions.png"]
+    (figures / "b" / "auc_vs_size.png").write_bytes(b"png")
+    assert figures_line() == [f"Figures: {figures}/<benchmark>/<model>/roc.png, score_distributions.png, "
+                              f"{figures}/<benchmark>/auc_vs_size.png"]
 
 
 def fake_family_headline(summary_dir, models):
@@ -591,18 +645,18 @@ def test_the_headline_shows_the_main_scores_of_models_no_token_probability_metho
     got = other_scores_table(summary, ["loss"])
     assert got.to_dict("records") == [
         {"benchmark": "archive", "model": "gpt", "contaminated": False, "method": "prefix_lcs_words",
-         "auc": "0.660 [0.40, 0.90]"},
+         "auc": "0.660 [0.400, 0.900]"},
         {"benchmark": "archive", "model": "gpt", "contaminated": False, "method": "cloze_rank",
-         "auc": "0.720 [0.40, 0.90]"},
+         "auc": "0.720 [0.400, 0.900]"},
         {"benchmark": "novels", "model": "gpt", "contaminated": False, "method": "decop-blackbox",
-         "auc": "0.800 [0.40, 0.90]"}]
+         "auc": "0.800 [0.400, 0.900]"}]
     assert other_scores_table(summary[summary["model"] != "gpt"], ["loss"]).empty
     (tmp_path / "s").mkdir()
     summary.to_csv(tmp_path / "s" / "metrics.csv", index=False)
     print_headline(tmp_path / "s" / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
     assert "of the models scored by other probes only" in out
-    assert "  archive   gpt         False       cloze_rank 0.720 [0.40, 0.90]\n" in out
+    assert "  archive   gpt         False       cloze_rank 0.720 [0.400, 0.900]\n" in out
 
 
 def test_the_headline_names_benchmarks_the_text_alone_separates_and_the_models_above_that(tmp_path, capsys):
@@ -626,12 +680,12 @@ def test_the_headline_names_benchmarks_the_text_alone_separates_and_the_models_a
         row("news", "suspect", "loss", 0.99, 0.97, 1.0),
     ])
     note = blind_baseline_note(summary, ["loss", "zlib"])
-    assert note.splitlines()[-1] == ("  books: blind AUC 0.800 [0.70, 0.90]; above it: api (cloze_rank 0.910 [0.85, "
-                                     "0.97]), suspect (zlib 0.970 [0.93, 1.00])")
+    assert note.splitlines()[-1] == ("  books: blind AUC 0.800 [0.700, 0.900]; above it: api (cloze_rank 0.910 "
+                                     "[0.850, 0.970]), suspect (zlib 0.970 [0.930, 1.000])")
     assert len(note.splitlines()) == 4 and "news" not in note
     assert blind_baseline_note(summary[summary["benchmark"] == "news"], ["loss"]) == ""
     weaker = summary[~summary["model"].isin(["suspect", "api"])]
-    assert blind_baseline_note(weaker, ["loss"]).endswith("books: blind AUC 0.800 [0.70, 0.90]; above it: no model")
+    assert blind_baseline_note(weaker, ["loss"]).endswith("books: blind AUC 0.800 [0.700, 0.900]; above it: no model")
     (tmp_path / "s").mkdir()
     summary.to_csv(tmp_path / "s" / "metrics.csv", index=False)
     print_headline(tmp_path / "s" / "metrics.csv", ["loss", "zlib"])
@@ -953,8 +1007,48 @@ def test_the_dvc_stage_lists_every_local_input_a_config_names_and_nothing_else()
         "/data/books", "/data/labels.csv", "resources/books", "/data/copybench", "/data/titles.csv",
         "data/quiz.jsonl", "/data/pool", "/models/suspect", "/data/prompts", "/data/corpus.json"]
     deps = stage_deps(config, "audit.yaml")
-    assert deps[:6] == [*CORE_DEPS, "audit.yaml"] and "resources/books" not in deps[6:]
+    n = len(CORE_DEPS) + 1
+    assert deps[:n] == [*CORE_DEPS, "audit.yaml"] and "resources/books" not in deps[n:]
+    assert "config/config.yaml" not in deps  # a --configfile replaces it: no input of this run
     assert len(deps) == len(CORE_DEPS) + 1 + 9
+
+
+def test_the_dvc_stage_depends_on_the_config_it_runs_not_also_the_demos(tmp_path):
+    """`snakemake --configfile mine.yaml` never reads config/config.yaml (the Snakefile), yet the stage kept it
+    as a dependency: an edit of the demo config made an audit's stage changed for DVC. The config a stage
+    runs on takes the demo config's place, the other entries and their comments kept."""
+    import shutil
+
+    import yaml
+
+    from memaudit.dvc_stage import CORE_DEPS, write_stage
+
+    shipped = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["memaudit"]
+    assert shipped["deps"] == [*CORE_DEPS, "config/config.yaml"]  # the demo's stage: the demo config
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    deps = write_stage(tmp_path / "dvc.yaml", "config/ci.yaml", {"benchmarks": {}, "models": {}}, cores=2)
+    text = (tmp_path / "dvc.yaml").read_text()
+    assert deps == yaml.safe_load(text)["stages"]["memaudit"]["deps"] == [
+        "Snakefile", "workflow", "src/memaudit", "resources/books", "config/ci.yaml"]
+    assert "# the user_books source's default folder" in text and "config/config.yaml" not in text
+    assert write_stage(tmp_path / "dvc.yaml", "config/config.yaml", {"benchmarks": {}, "models": {}}) == shipped["deps"]
+
+
+def test_a_closed_pipe_ends_the_cli_quietly(tmp_path):
+    """`memaudit -h | head -3`: the reader gone, Python printed a BrokenPipeError traceback (or "Exception
+    ignored ... BrokenPipeError" at exit); a CLI tool stops quietly, as when SIGPIPE ends it."""
+    import subprocess
+    import sys
+
+    pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "auc": 0.93,
+                   "auc_ci_low": 0.88, "auc_ci_high": 0.97}] * 2000).to_csv(tmp_path / "metrics.csv", index=False)
+    memaudit = str(Path(sys.executable).with_name("memaudit"))
+    for argv in (["-h"], ["headline", "--summary", str(tmp_path / "metrics.csv")]):
+        read, write = os.pipe()
+        os.close(read)  # the reader has gone before the first line is written
+        proc = subprocess.run([memaudit, *argv], stdout=write, stderr=subprocess.PIPE, text=True)
+        os.close(write)
+        assert (proc.returncode, proc.stderr) == (141, ""), argv
 
 
 def test_a_job_stopped_by_bad_input_prints_its_one_line_and_no_traceback(tmp_path):

@@ -3,7 +3,7 @@
     memaudit fetch-assets [--dest resources/demo]       fetch the Debian demo packages
     memaudit stats --input scores.csv --score-col score --label-col label
                                                         membership statistics for any scores
-    memaudit headline [--summary results/summary/metrics.csv]
+    memaudit headline [--summary results/summary/metrics.csv] [--config CONFIG]
                                                         a run's headline numbers and ground-truth checks
     memaudit serve (--path DIR | --builtin NAME | --hub-id ID --revision REV | --scripted FILE) [--port 8000]
                                                         a local model behind the OpenAI API
@@ -40,7 +40,7 @@ def _fetch_assets(argv: list[str]) -> int:
 
 
 def _headline(argv: list[str]) -> int:
-    from memaudit.jobs import method_list_default
+    from memaudit.jobs import load_config, method_list_default
     from memaudit.stats.headline import print_headline
 
     # one list for the figures and the headline table: the schema's default of figures.headline_methods
@@ -50,10 +50,16 @@ def _headline(argv: list[str]) -> int:
     p.add_argument("--summary", default="results/summary/metrics.csv", type=Path,
                    help="the run's metrics table; the other summary tables are read beside it "
                         "(default: results/summary/metrics.csv)")
-    p.add_argument("--methods", nargs="*", default=methods,
+    p.add_argument("--methods", nargs="*",
                    help=f"methods of the AUC table, as far as the run has them (default: {' '.join(methods)}: the "
-                        f"schema's default of figures.headline_methods, what the ROC and distribution figures draw)")
+                        f"schema's default of figures.headline_methods, what the ROC and distribution figures draw; "
+                        f"with --config, that config's figures.headline_methods)")
+    p.add_argument("--config", type=Path,
+                   help="the run's config file, whose figures.headline_methods the table shows, as its figures do "
+                        "(make run passes it)")
     args = p.parse_args(argv)
+    if args.methods is None:
+        args.methods = load_config(args.config)["figures"]["headline_methods"] if args.config else methods
     print_headline(args.summary, args.methods)
     return 0
 
@@ -104,8 +110,8 @@ def _check_config(argv: list[str]) -> int:
     missing = check_local_inputs(config)
     if missing:
         raise ConfigError("\n".join(f"{args.config}: {line}" for line in missing))
-    for line in config_warnings(config):  # the lines a run of the workflow prints once
-        print(line, file=sys.stderr)
+    for line in config_warnings(config):  # the lines a run of the workflow prints once, with the file as errors have
+        print(f"memaudit check-config: warning: {args.config}: {line.removeprefix('warning: ')}", file=sys.stderr)
     print(f"{args.config}: valid")
     return 0
 
@@ -121,6 +127,23 @@ COMMANDS = {"check-config": _check_config, "dvc-stage": _dvc_stage, "fetch-asset
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is caught below, not a traceback at shutdown
+        return status
+    except BrokenPipeError:
+        # the reader has gone (`memaudit -h | head -3`): stop quietly with the status SIGPIPE gives (128 + 13);
+        # not SIGPIPE's default action itself, which would also end `memaudit serve` when a client hangs up
+        import os
+
+        try:  # the interpreter's last flush of stdout would raise again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout with no file behind it (captured)
+            pass
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         import difflib

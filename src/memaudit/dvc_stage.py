@@ -1,7 +1,7 @@
 """The DVC stage of a run on a config of your own: every local input it reads, hashed in ``dvc.lock``.
 
 ``dvc.yaml`` ships one stage, ``memaudit``, that runs the workflow on the demo config and depends on
-the code, the demo config and ``resources/books``. An audit reads more: its own config file, a books
+the code, ``resources/books`` and the demo config. An audit reads more: its own config file, a books
 folder elsewhere, a labels file, a published set, the checkpoints under test. DVC hashes what a
 stage lists (an absolute path outside the repository too: an external dependency), so listing them
 puts into ``dvc.lock`` the exact books, labels and weights a result came from, and makes
@@ -19,9 +19,10 @@ from pathlib import Path
 
 from memaudit.errors import InputError
 
-# What the stage always depends on (dvc.yaml's own list): the workflow, the package, the demo config
-# (Snakemake reads it first, a --configfile on top) and the user_books source's default folder.
-CORE_DEPS = ("Snakefile", "workflow", "config/config.yaml", "src/memaudit", "resources/books")
+# What the stage always depends on (dvc.yaml's list, before the config it runs on): the workflow, the
+# package and the user_books source's default folder. Not the demo config: a --configfile replaces it
+# (Snakefile), so an audit's stage that listed it changed whenever the demo config did.
+CORE_DEPS = ("Snakefile", "workflow", "src/memaudit", "resources/books")
 STAGE = "memaudit"
 
 
@@ -56,7 +57,8 @@ def config_inputs(config: dict) -> list[str]:
 
 
 def stage_deps(config: dict, configfile: str) -> list[str]:
-    """:data:`CORE_DEPS`, the config file, then :func:`config_inputs` not already inside a listed one."""
+    """:data:`CORE_DEPS`, the config file (the only one Snakemake reads), then :func:`config_inputs` not already
+    inside a listed one."""
     deps = [*CORE_DEPS, configfile]
     for path in config_inputs(config):
         if not any(_inside(path, d) for d in deps):

@@ -29,8 +29,16 @@ def headline_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFram
 
 
 def auc_cells(rows: pd.DataFrame) -> pd.Series:
-    """``AUC [low, high]`` of each row of ``metrics.csv``."""
-    return rows.apply(lambda r: f"{r['auc']:.3f} [{r['auc_ci_low']:.2f}, {r['auc_ci_high']:.2f}]", axis=1)
+    """``AUC [low, high]`` of each row of ``metrics.csv``, all to 3 decimals (an interval to 2 could print
+    outside its AUC: 0.895 [0.90, 0.92]); ``n/a`` for a missing AUC or interval, not ``nan``."""
+    return rows.apply(auc_cell, axis=1)
+
+
+def auc_cell(row) -> str:
+    auc, low, high = row["auc"], row["auc_ci_low"], row["auc_ci_high"]
+    if pd.isna(auc):
+        return "n/a"
+    return f"{auc:.3f} [n/a]" if pd.isna(low) or pd.isna(high) else f"{auc:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def family_main_methods() -> list[str]:
@@ -93,8 +101,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
                 print(other.to_string(index=False))
     root = summary_path.parent.parent
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
-    print(f"Figures: {root / 'figures'}/<benchmark>/<model>/roc.png, score_distributions.png, "
-          f"{root / 'figures'}/<benchmark>/auc_vs_size.png")
+    print(f"Figures: {figures_made(root / 'figures')}")
     models_path = summary_path.with_name("models.csv")
     models = pd.read_csv(models_path) if models_path.exists() else None
     controlled = null_control_benchmarks(summary_path.parent)
@@ -119,6 +126,16 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report} all, and the run's own --configfile if it had "
                                                         "one; or make report CONFIG=<that file>)"))
+
+
+def figures_made(figures: Path) -> str:
+    """Where the run's figures are, for the kinds it drew only: an API-only benchmark has no model-size
+    figure and an unlabelled run no figure at all."""
+    kinds = {f"{figures}/<benchmark>/<model>/roc.png": "*/*/roc.png",
+             "score_distributions.png": "*/*/score_distributions.png",
+             f"{figures}/<benchmark>/auc_vs_size.png": "*/auc_vs_size.png"}
+    made = [kind for kind, pattern in kinds.items() if next(figures.glob(pattern), None) is not None]
+    return ", ".join(made) or f"none in {figures}"
 
 
 class Section(str):
@@ -296,7 +313,7 @@ def blind_baseline_note(summary: pd.DataFrame, methods: Sequence[str]) -> str:
         above = rows[rows["auc_ci_low"] > r.auc].sort_values(["model", "auc"], ascending=[True, False])
         best = above.drop_duplicates("model")
         named = ", ".join(f"{b.model} ({b.method} {cell})" for b, cell in zip(best.itertuples(), auc_cells(best)))
-        lines.append(f"  {r.benchmark}: blind AUC {r.auc:.3f} [{r.auc_ci_low:.2f}, {r.auc_ci_high:.2f}]; above it: "
+        lines.append(f"  {r.benchmark}: blind AUC {auc_cell(r._asdict())}; above it: "
                      + (named or "no model"))
     return "\n".join(lines)
 
