@@ -1135,3 +1135,15 @@ def test_a_selection_check_at_a_q_no_calibration_set_can_resolve_is_not_evaluate
     assert [(r.model, r.q, r.expected, r.ok) for r in checks.itertuples()] == [
         ("m0", 0.1, why, False), ("m1", 0.1, why, False),
         ("m1", 0.2, "fdr <= 0.22", True), ("m1", 0.3, "fdr <= 0.32", True)]
+
+
+def test_base_models_of_a_models_table_without_any_fine_tune(recwarn):
+    """models.csv of a run without fine-tunes has an empty ``base`` column, which pandas reads as floats:
+    every model is a base model, without pandas' warning that fillna("") on floats will raise."""
+    import io
+
+    from memaudit.stats.headline import base_models
+
+    assert base_models(pd.read_csv(io.StringIO("model,base\na,\nb,\n"))) == {"a", "b"}
+    assert base_models(pd.read_csv(io.StringIO("model,base\na,\nb,a\n"))) == {"a"}
+    assert [str(w.message) for w in recwarn if "fill" in str(w.message)] == []

@@ -263,7 +263,8 @@ CONTROL_READING = ("labels as given, no ground truth: memorised members show as 
 def base_models(models: pd.DataFrame) -> set[str]:
     """The models of ``results/summary/models.csv`` that are no other model's fine-tune: the null controls
     (on the benchmarks of :func:`null_control_benchmarks`)."""
-    return set(models.loc[models["base"].fillna("") == "", "model"])
+    base = models["base"]  # all empty: pandas reads a float column, which fillna("") will refuse
+    return set(models.loc[base.isna() | (base.astype(str).str.strip() == ""), "model"])
 
 
 def benchmarks_table(summary_dir: Path) -> pd.DataFrame | None:
