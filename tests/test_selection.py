@@ -520,3 +520,46 @@ def test_a_metrics_job_says_when_the_bh_columns_q_is_unresolvable_though_not_in_
         assert [r.getMessage() for r in caplog.records] == [
             "news/m: q = 0.05 is below 1/(n_calibration + 1) = 0.0625 (15 calibration non-members) for method "
             "'loss': nothing can be selected (stats.selection.q: bh_fdr and bh_power are empty)"]
+
+
+def test_document_ids_that_look_like_numbers_stay_text_from_loader_to_named_documents(tmp_path):
+    """A published BookTection set whose IDs read as numbers ("007", "12", "1.0") or as a missing value
+    ("NA") keeps them as written through the scores table, the metrics job's named documents and the
+    headline's book ranking: pandas guessed 7, 12 and 1.0 (and NaN), so ``*_named.csv`` renamed the
+    documents and the join with ``documents.jsonl`` (ids as text) matched none of them."""
+    import csv
+
+    from memaudit.datasets.published import published_benchmark
+    from memaudit.io import write_csv, write_jsonl
+    from memaudit.probes.job import document_scores
+    from memaudit.stats.headline import book_ranking
+    from memaudit.stats.workflow import read_document_scores, run_metrics
+
+    ids = ["007", "12", "1.0", "NA"]
+    rows = [{"Example_A": f"Verbatim {i} of {d}.", "Example_B": "One.", "Example_C": "Two.", "Example_D": "Three.",
+             "Answer": "A", "ID": d, "Label": n % 2} for n, d in enumerate(ids) for i in range(2)]
+    source = tmp_path / "booktection.csv"
+    with source.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    docs, _ = published_benchmark("bt", {"format": "booktection", "path": str(source)})
+    assert [d.doc_id for d in docs] == ["007", "1.0", "12", "NA"]
+    write_jsonl(tmp_path / "datasets" / "bt" / "documents.jsonl", (d.to_dict() for d in docs))
+    scores = tmp_path / "scores" / "bt" / "m" / "loss_documents.csv"
+    scores.parent.mkdir(parents=True)
+    write_csv(scores, document_scores(pd.DataFrame({"doc_id": [d.doc_id for d in docs],
+                                                    "label": [d.meta["label"] for d in docs], "method": "loss",
+                                                    "score": [5.0, 1.0, 4.0, 2.0]}), model="m", dtype="api"))
+    assert read_document_scores([str(scores)])["doc_id"].tolist() == ["007", "1.0", "12", "NA"]
+
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    run_metrics([str(scores)], *out.values(), benchmark="bt", model="m", contaminated=True,
+                stats={**SETTINGS, "selection": {**SETTINGS["selection"], "calibration_fraction": 0.5}}, seed=1,
+                benchmark_documents=tmp_path / "datasets" / "bt" / "documents.jsonl", per_book=True)
+    from memaudit.io import read_csv
+
+    named = read_csv(out["named"])
+    # the members and one of the two non-members (the other calibrates)
+    assert {"12", "NA"} < set(named["doc_id"]) < set(ids) and named["doc_id"].nunique() == 3
+    assert book_ranking(tmp_path, "bt", "m", "loss") == "007, 12*, NA*, 1.0"

@@ -238,6 +238,29 @@ def write_csv(path: str | os.PathLike, frame) -> None:
         frame.to_csv(tmp, index=False)
 
 
+# The columns of the project's tables that hold identifiers (of documents, passages, items, books): read back
+# as the text written, never as pandas' guess.
+ID_COLUMNS = frozenset({"doc_id", "passage_id", "item_id", "candidate_id", "book", "book_id", "snippet_id"})
+
+
+def read_csv(path: str | os.PathLike, **kwargs):
+    """A table :func:`write_csv` wrote, its :data:`ID_COLUMNS` as the text in the file and every other
+    column as ``pandas.read_csv`` reads it. Left to pandas, a published set's IDs ``007``, ``12`` and
+    ``1.0`` came back as 7.0, 12.0 and 1.0 and ``NA`` as NaN: the named documents were renamed, and a
+    join with ``documents.jsonl`` (IDs as text) matched none of them."""
+    import pandas as pd
+
+    from memaudit.config import PANDAS_NA_NAMES
+
+    header = pd.read_csv(path, nrows=0).columns
+    ids = [c for c in header if c in ID_COLUMNS]
+    if not ids:
+        return pd.read_csv(path, **kwargs)
+    # pandas' own missing values everywhere but in the ID columns
+    others = {c: sorted(PANDAS_NA_NAMES) for c in header if c not in ID_COLUMNS}
+    return pd.read_csv(path, dtype=dict.fromkeys(ids, str), keep_default_na=False, na_values=others, **kwargs)
+
+
 def _json_default(obj):
     # numpy scalars and arrays, Paths
     if hasattr(obj, "item") and getattr(obj, "shape", None) == ():

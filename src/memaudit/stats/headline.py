@@ -329,12 +329,13 @@ def book_ranking(results_dir: Path, benchmark: str, model: str, method: str) -> 
     """The books of ``benchmark`` by ``model``'s mean ``method`` score, highest first, members starred: what a
     rank test of few books rests on, read from the run's per-document scores
     (``results/scores/<benchmark>/<model>/*_documents.csv``) and ``documents.jsonl``; "" where either is missing."""
+    from memaudit.io import read_csv
     from memaudit.stats.metrics import group_means
     from memaudit.stats.workflow import document_books
 
     documents = Path(results_dir) / "datasets" / benchmark / "documents.jsonl"
     folder = Path(results_dir) / "scores" / benchmark / model
-    tables = [pd.read_csv(p) for p in sorted(folder.glob("*_documents.csv"))] if folder.is_dir() else []
+    tables = [read_csv(p) for p in sorted(folder.glob("*_documents.csv"))] if folder.is_dir() else []
     tables = [t[t["method"] == method] for t in tables if {"method", "doc_id", "label", "score"} <= set(t.columns)]
     scores = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if scores.empty or not documents.exists():

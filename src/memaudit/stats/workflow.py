@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.errors import InputError
-from memaudit.io import read_json, read_jsonl, read_jsonl_lines, write_csv
+from memaudit.io import read_csv, read_json, read_jsonl, read_jsonl_lines, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def read_document_scores(paths: Sequence[str]) -> pd.DataFrame:
     method, not where it came from."""
     frames = []
     for path in paths:
-        frame = pd.read_csv(path)
+        frame = read_csv(path)
         if "score" in frame.columns:
             bad = np.flatnonzero(~np.isfinite(pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float)))
             if bad.size:

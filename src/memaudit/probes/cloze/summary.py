@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.datasets.types import TEST
-from memaudit.io import write_csv
+from memaudit.io import read_csv, write_csv
 from memaudit.probes.cloze.plan import method_name
 from memaudit.stats.metrics import holds_zero, independent_difference, paired_difference
 
@@ -54,7 +54,7 @@ NO_WORD = "no masked word of this type"
 
 
 def read_texts(paths: Sequence[str]) -> pd.DataFrame:
-    frames = [pd.read_csv(p) for p in paths]
+    frames = [read_csv(p) for p in paths]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter
 
 from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, MISSING_AUC, format_params, legend_handles, mark_missing,
                                     new_figure, save_figure, style)
-from memaudit.io import read_json, read_jsonl, write_csv
+from memaudit.io import read_csv, read_json, read_jsonl, write_csv
 from memaudit.probes.decop.analysis import auc_summary, longest_option_rate, longest_option_rows
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
     n_params = {m["name"]: m.get("n_params") for m in manifests}
     by_model: dict[str, list[pd.DataFrame]] = {}
     for path in tables:
-        table = pd.read_csv(path)
+        table = read_csv(path)
         by_model.setdefault(str(table["model"].iloc[0]), []).append(table.drop(columns=["model", "mode"]))
     merged = {m: pd.concat(ts, ignore_index=True) for m, ts in by_model.items()}
     summary = auc_summary(merged, n_params)
@@ -45,7 +45,7 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
     write_csv(out["summary"], summary)
     runs = {}
     for path in answers:
-        frame = pd.read_csv(path)
+        frame = read_csv(path)
         runs[f"{frame['model'].iloc[0]} ({frame['mode'].iloc[0]})"] = frame
     deltas = calibration_deltas(calibrations)
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg

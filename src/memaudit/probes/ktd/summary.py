@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from memaudit.io import write_csv
+from memaudit.io import read_csv, write_csv
 from memaudit.probes.ktd.statistics import ALL_TEXTS
 
 SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "measured_on", "q", "n_texts",
@@ -22,7 +22,7 @@ IMBALANCE_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "me
 
 
 def _read(paths: Sequence[str]) -> pd.DataFrame:
-    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    return pd.concat([read_csv(p) for p in paths], ignore_index=True)
 
 
 def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str], w_paths: Sequence[str],
