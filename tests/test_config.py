@@ -1139,3 +1139,39 @@ def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, mon
     # with the file, as its errors have it (the dry run's lines are of the one config it runs on)
     assert (out.out, out.err.splitlines()) == (f"{path}: valid\n", [
         f"memaudit check-config: warning: {path}: {line.removeprefix('warning: ')}" for line in warned])
+
+
+def test_a_model_or_benchmark_name_that_pandas_reads_as_a_number_or_boolean_is_refused():
+    """A results table whose every model (or benchmark) is named like a number (2024, 1e3) or a boolean (True) is
+    read back by pandas as numbers or booleans: the name 2024 came back as the integer 2024, matching no
+    configured name "2024", and 007 as 7."""
+    def add(name, like="tiny-gpt2-small"):
+        return lambda c: c["models"].update({name: copy.deepcopy(c["models"][like])})
+
+    assert bad(add("2024")) == (
+        "config key models.2024: '2024' is a name pandas reads as a number or a boolean in the results tables, "
+        "where this model's rows would not match its name; rename the model")
+    assert bad(add("1e3")).startswith("config key models.1e3: '1e3' is a name pandas reads as a number")
+    assert bad(add("007")).startswith("config key models.007: '007' is a name pandas reads as a number")
+    assert bad(add("True")).startswith("config key models.True: 'True' is a name pandas reads as a number")
+    # a benchmark's name starts with a letter (the schema): inf and true are the names left to refuse
+    assert bad(lambda c: c["benchmarks"].update({"inf": copy.deepcopy(c["benchmarks"]["news"])})) == (
+        "config key benchmarks.inf: 'inf' is a name pandas reads as a number or a boolean in the results "
+        "tables, where this benchmark's rows would not match its name; rename the benchmark")
+    cfg = copy.deepcopy(CI)
+    for fine in ("nyt-2024", "v1.5b", "1_000"):
+        cfg["models"][fine] = copy.deepcopy(cfg["models"]["tiny-gpt2-small"])
+    assert {"nyt-2024", "v1.5b", "1_000"} <= set(validate_config(cfg)["models"])
+
+
+def test_the_names_refused_as_numbers_are_those_pandas_reads_as_numbers(tmp_path):
+    import pandas as pd
+
+    from memaudit.config import _pandas_reads_as_number
+
+    names = ["2024", "007", "1e3", "-4", "+.5", "1.", "inf", "-Infinity", "True", "false", "TRUE",
+             "nyt-2024", "v1.5b", "1_000", "0x10", "1,000", "e3", "1e", "Truth", "yes"]
+    for name in names:
+        pd.DataFrame({"model": [name]}).to_csv(tmp_path / "t.csv", index=False)
+        kind = pd.read_csv(tmp_path / "t.csv")["model"].dtype.kind
+        assert _pandas_reads_as_number(name) == (kind in "biuf"), (name, kind)

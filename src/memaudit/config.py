@@ -743,11 +743,25 @@ PANDAS_NA_NAMES = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN
                              "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
 
 
+# read_csv's default true_values/false_values and the numbers its C parser reads (no thousands separator)
+_PANDAS_BOOLEANS = frozenset({"True", "TRUE", "true", "False", "FALSE", "false"})
+_PANDAS_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity)", re.IGNORECASE)
+
+
+def _pandas_reads_as_number(name: str) -> bool:
+    """Whether ``read_csv`` reads a column holding only ``name`` as numbers or booleans (2024, 007, 1e3, True)."""
+    return name in _PANDAS_BOOLEANS or _PANDAS_NUMBER.fullmatch(name) is not None
+
+
 def _missing_value_name_problems(where: str, name: str, kind: str) -> list[str]:
     """A name that pandas' ``read_csv`` reads as a missing value by default (``NA``, ``None``, ``null``...):
     the results tables are read back that way (memaudit.stats), and such a model's or benchmark's rows
     came back with NaN for its name, sorted apart from it or dropped. Refused here rather than every
     table read with ``keep_default_na=False``, which would make their empty scores strings."""
+    if _pandas_reads_as_number(name):
+        # a table whose every row is such a model's (or benchmark's) reads its name back as 2024 or True
+        return [f"{where}: {name!r} is a name pandas reads as a number or a boolean in the results tables, where "
+                f"this {kind}'s rows would not match its name; rename the {kind}"]
     if name not in PANDAS_NA_NAMES:
         return []
     return [f"{where}: {name!r} is a name pandas reads as a missing value (NaN) in the results tables, where "
