@@ -511,3 +511,70 @@ def test_recovery_by_size():
     assert table["rate"].tolist() == [0.25, 0.5, 0.75]
     assert table["n_reconstructed"].tolist() == [1, 2, 3] and set(table["n_candidates"]) == {4}
     assert (table["rate_low"] <= table["rate"]).all() and (table["rate"] <= table["rate_high"]).all()
+
+
+# ----------------------------------------------------------------------------- non-answers and loose tags
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("<word>unknown</word>", ("refusal", None)),  # declines to guess: a refusal, not a guess
+    ("<word>I don't know</word>", ("refusal", None)),
+    ("<word>Not sure.</word>", ("refusal", None)),
+    ("<word>[MASK]</word>", ("invalid", None)),  # the mask echoed: no word
+    ("<word> ... </word>", ("invalid", None)),  # punctuation only: no word
+    ("<word>unknown</word> <word>Frodo</word>", ("ok", "Frodo")),  # passed over, as an empty tag
+    ("No idea.", ("invalid", None)),  # untagged: invalid for the cloze prompt, whatever it says
+])
+def test_a_non_answer_in_the_tag_is_no_guess(reply, expected):
+    assert scoring.classify_reply(Generation(text=reply)) == expected
+
+
+def test_a_non_answer_is_no_guess_in_the_one_word_style_nor_in_the_filter():
+    assert scoring.classify_reply(Generation(text="Unknown."), style="one_word") == ("refusal", None)
+    assert parse_filter_word("Unknown.") is None
+    rec = knowledge_filter.judge_replies(
+        {"candidate_id": "c1", "doc_id": "d1", "word": "Frodo", "context": "A hobbit named [MASK] left."},
+        {"word": Generation(text="I don't know.")})
+    assert (rec["word_guess"], rec["word_status"]) == (None, "refusal")
+
+
+@pytest.mark.parametrize("reply, word", [
+    ("<word>Frodo<word>", "Frodo"),  # the closing tag written as a second opening tag
+    ("<word>Frodo<\\word>", "Frodo"),  # ... or with a backslash
+    ("<word>Frodo<\\word> was the hobbit", "Frodo"),
+    ("<word>Frodo\nbecause the passage names the Shire.", "Frodo"),  # unclosed, the line ends
+    ("Output: <word> Frodo. \nMore text", "Frodo"),
+    ("<word>Frodo Baggins\nmore text", None),  # unclosed, more than one word: ambiguous
+    ("<word>Frodo Baggins<word>", None),
+    ("<word>Frodo\n<word>Sam\n", None),  # two unclosed tags: ambiguous
+    ("<word>Frodo<word>Sam<word>", None),
+    ("<word>Frodo Bag", None),  # cut inside an answer of several words
+    ("<word>Ahab</ward", None),
+])
+def test_a_malformed_tag_is_read_where_unambiguous(reply, word):
+    assert parse_word(reply) == word
+
+
+def test_logit_filter_drops_a_word_only_when_greedy_decoding_writes_all_of_it():
+    """The probe reconstructs a word when every token of it is the top choice (``greedy``); the filter asks the
+    same, so a word whose first piece alone is the filter model's top choice (``" 19"`` of ``" 1914"``) stays.
+    Records without ``greedy`` (a backend that gives only the first token's rank) fall back to ``rank == 0``."""
+    class Records(Backend):
+        name = "records"
+        capabilities = frozenset()
+
+        def __init__(self, records):
+            self.records = records
+
+        def describe(self):
+            return {"id": self.name}
+
+        def word_logprobs(self, texts, spans, **kw):
+            return [[dict(self.records[(t, s)]) for s, _ in text_spans] for t, text_spans in zip(texts, spans)]
+
+    texts = ["In 1914 the war began in Sarajevo."]
+    tokens = {(0, 3): {"word": "1914", "start": 3, "end": 7}, (0, 25): {"word": "Sarajevo", "start": 25, "end": 33}}
+    greedy = Records({(texts[0], 3): {"rank": 0, "greedy": False}, (texts[0], 25): {"rank": 0, "greedy": True}})
+    assert knowledge_filter.top_choice_filter(texts, tokens, greedy) == {(0, 25)}
+    first_only = Records({(texts[0], 3): {"rank": 0}, (texts[0], 25): {"rank": 1}})
+    assert knowledge_filter.top_choice_filter(texts, tokens, first_only) == {(0, 3)}

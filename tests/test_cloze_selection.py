@@ -50,6 +50,17 @@ def hand_scores(model, tok, text: str, word: str, window_start: int = 0) -> tupl
     return sum(lps), lps[0], rank, b - a
 
 
+def hand_greedy(model, tok, text: str, word: str) -> bool:
+    """Whether every token of ``word`` is the top choice given the ones before it (brute-force argmax)."""
+    import torch
+
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    a, b = token_range(tok, ids, word)
+    with torch.no_grad():
+        logits = model(torch.tensor([[tok.bos_token_id] + ids[:b]])).logits[0]
+    return all(int(logits[j].argmax()) == ids[j] for j in range(a, b))  # row j predicts ids[j]
+
+
 @pytest.fixture(scope="module")
 def backend(tiny_model):
     from memaudit.backends.hf import HFBackend
@@ -548,9 +559,10 @@ def test_question_answer_texts_mask_the_question_only(backend):
 # ----------------------------------------------------------------------------- the logit knowledge filter
 
 def test_logit_filter_drops_exactly_the_words_the_filter_model_ranks_first(tiny_model_dir, tmp_path):
-    """``filter.mode: logit``: a token is dropped when the filter model's first choice at its position (from
-    the text to its left) is the word's first token -- checked against the brute-force rank of each word, on a
-    filter model that memorised one of the two texts (so both outcomes occur)."""
+    """``filter.mode: logit``: a token is dropped when greedy decoding by the filter model from the text to its
+    left writes the whole word (every token of it the top choice, the logit probe's rule) -- checked against
+    brute-force argmaxes at each of the word's tokens, on a filter model that memorised one of the two texts
+    (so both outcomes occur)."""
     from memaudit.backends.hf import HFBackend
     from memaudit.models.finetune import finetune
     from memaudit.models.loading import load_causal_lm
@@ -565,7 +577,7 @@ def test_logit_filter_drops_exactly_the_words_the_filter_model_ranks_first(tiny_
     spans = {(i, w): span_of(texts[i], w) for i, ws in words.items() for w in ws}
     tokens = {(i, a): {"word": w, "start": a, "end": b} for (i, w), (a, b) in spans.items()}
     dropped = top_choice_filter(texts, tokens, HFBackend({}, model=model, tokenizer=tok, batch_size=2))
-    expected = {key for key, t in tokens.items() if hand_scores(model, tok, texts[key[0]], t["word"])[2] == 0}
+    expected = {key for key, t in tokens.items() if hand_greedy(model, tok, texts[key[0]], t["word"])}
     assert dropped == expected
     assert {i for i, _ in dropped} == {1}  # the memorised text's words, none of the other's
     assert len(dropped) >= 3
@@ -588,7 +600,7 @@ def test_logit_filter_drops_exactly_the_words_the_filter_model_ranks_first(tiny_
                            progress=lambda m: None)
     items, table = build_items(passages, reference, settings, knowledge_filter=drop, progress=lambda m: None)
     selected = {(i, t["start"]): t for i, it in enumerate(plain) for t in it["tokens"]}
-    gone = {key for key, t in selected.items() if hand_scores(model, tok, texts[key[0]], t["word"])[2] == 0}
+    gone = {key for key, t in selected.items() if hand_greedy(model, tok, texts[key[0]], t["word"])}
     assert gone and {i for i, _ in gone} == {1}
     assert [it["n_filtered"] for it in items] == [sum(j == k for j, _ in gone) for k in range(2)]
     assert {(i, t["start"]) for i, it in enumerate(items) for t in it["tokens"]} == set(selected) - gone

@@ -12,7 +12,7 @@ filter model gets both of the paper's filter prompts for every candidate:
   (:func:`~.prompts.parse_word_list`, :func:`~.prompts.listed`).
 
 ``mode: logit`` (:func:`top_choice_filter`) asks an open filter model the logit probe's
-question instead: is the word its first choice from the text to the left.
+question instead: would greedy decoding from the text to the left write the word.
 
 A candidate is dropped when *any* filter model reconstructs it with either prompt. Every
 filter model sees every candidate (not only those the previous ones kept), so which model
@@ -38,8 +38,8 @@ from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STA
                                     GenerationParams)
 from memaudit.backends.refusal import is_refusal
 from memaudit.errors import InputError
-from memaudit.probes.cloze.prompts import (MASK, filter_list_prompt, filter_word_prompt, listed, matches,
-                                           parse_filter_word, parse_word_list)
+from memaudit.probes.cloze.prompts import (MASK, ONE_WORD, declines, filter_list_prompt, filter_word_prompt, listed,
+                                           matches, parse_filter_word, parse_word_list)
 
 WORD_PROMPT = "word"
 LIST_PROMPT = "list"
@@ -135,7 +135,7 @@ def _status(generation: Generation, parsed_something: bool) -> str:
         return STATUS_ERROR
     if parsed_something:
         return STATUS_OK
-    if generation.status == STATUS_REFUSAL or is_refusal(generation.text):
+    if generation.status == STATUS_REFUSAL or is_refusal(generation.text) or declines(generation.text, ONE_WORD):
         return STATUS_REFUSAL
     return STATUS_INVALID
 
@@ -163,7 +163,9 @@ def judge_replies(candidate: Mapping, replies: Mapping[str, Generation], *, plur
 
 def top_choice_filter(texts: Sequence[str], tokens: Mapping[tuple[int, int], Mapping], backend: Backend) -> set:
     """The ``logit`` knowledge filter (``probes.cloze.filter.mode: logit``, beyond the paper): the keys of
-    the ``tokens`` whose word the filter model ranks first at its position, reading the text to its left
+    the ``tokens`` whose word greedy decoding from the text to its left writes (the record's ``greedy``:
+    every token of the word the filter model's top choice, as the logit probe reconstructs it; a record
+    without ``greedy`` falls back to its first token's ``rank`` 0)
     -- the question the logit probe asks the model under test, asked of a model that never saw the
     members, so a word any fluent reader predicts there ("Securities and Exchange [Commission]") is not
     counted as memorised. One forward pass per text (``Backend.word_logprobs``), every token of the text
@@ -180,7 +182,9 @@ def top_choice_filter(texts: Sequence[str], tokens: Mapping[tuple[int, int], Map
         return set()
     scores = backend.word_logprobs([texts[i] for i in order],
                                    [[(tokens[k]["start"], tokens[k]["end"]) for k in by_text[i]] for i in order])
-    return {k for i, row in zip(order, scores) for k, s in zip(by_text[i], row) if s.get("rank") == 0}
+    # the probe's whole-word rule, so the filter drops only what the probe would count as reconstructed
+    return {k for i, row in zip(order, scores) for k, s in zip(by_text[i], row)
+            if (s["greedy"] if "greedy" in s else s.get("rank") == 0)}
 
 
 def knowledge_filter(candidates: Sequence[Mapping], filters: Mapping[str, Backend], *,

@@ -103,9 +103,12 @@ def filter_list_prompt(context: str) -> str:
 _QUOTES = "\"'`“”‘’«»*_"
 _EDGE = re.compile(rf"^[\s{re.escape(_QUOTES)}\[\](){{}}<>]+|[\s{re.escape(_QUOTES)}\[\](){{}}<>.,;:!?…]+$")
 _TAG = re.compile(r"<\s*word\s*>(.*?)<\s*/\s*word\s*>", re.IGNORECASE | re.DOTALL)
-# An opening tag whose closing tag was cut (a stop string, the token limit): nothing of it left, or a
-# beginning of it ("<", "</", "</wo", "</word" without its ">").
-_OPEN_TAG = re.compile(r"<\s*word\s*>([^<\n]*)\s*(?:<\s*(?:/\s*(?:w(?:o(?:r(?:d\s*)?)?)?)?)?)?$", re.IGNORECASE)
+_OPENER = re.compile(r"<\s*word\s*>", re.IGNORECASE)
+# A tag not closed as asked, as models often write it: closed by a second opening tag or a backslash
+# ("<word>Frodo<word>", "<word>Frodo<\\word>"), cut (a stop string, the token limit: nothing of the closing
+# tag left, or a beginning of it, "<", "</", "</wo", "</word" without its ">"), or ended by the line.
+_LOOSE_TAG = re.compile(r"<\s*word\s*>([^<\n]*)"
+                        r"(?:<\s*[/\\]?\s*word\s*>|<\s*(?:[/\\]\s*(?:w(?:o(?:r(?:d\s*)?)?)?)?)?$|\n|$)", re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:answer|output|word)\s*(?:is|:)\s*)", re.IGNORECASE)
 # an opening quote starts no word's inside: the apostrophe of "It's" opens nothing
 _QUOTED = re.compile(r"(?<!\w)[\"“'‘*]+([^\"”'’*\n]{1,40}?)[\"”'’*]+")
@@ -119,23 +122,53 @@ def _clean(text: str) -> str | None:
     return word or None
 
 
+def _guess(text: str) -> str | None:
+    """:func:`_clean`, and ``None`` for a non-answer (:data:`NON_ANSWERS`)."""
+    word = _clean(text)
+    return None if word is None or is_non_answer(word) else word
+
+
+def _tag_contents(reply: str) -> list[str]:
+    """What the reply's tags hold: every closed tag's content, then that of the one tag left unclosed
+    (:data:`_LOOSE_TAG`) where it is unambiguous: no other unclosed opening tag in the reply, and one word."""
+    contents = [m.group(1) for m in _TAG.finditer(reply)]
+    rest = _TAG.sub(" ", reply)
+    m = _LOOSE_TAG.search(rest)
+    if m and not _OPENER.search(rest, 0, m.start()) and not _OPENER.search(rest, m.end()):
+        word = _clean(m.group(1))
+        if word is not None and len(word.split()) == 1:
+            contents.append(m.group(1))
+    return contents
+
+
 def tagged_word(reply: str | None) -> str | None:
     """The content of the first ``<word>...</word>`` tag that holds a word (case and spacing in the
-    tag tolerated), cleaned of surrounding quotes, brackets and punctuation; an opening tag whose
-    closing tag was cut off counts, after the closed ones. An empty tag (or ``[MASK]``) is passed
-    over: a model that opens with ``<word></word>`` and then answers has answered. ``None`` when
-    there is no tag or none holds a word."""
+    tag tolerated), cleaned of surrounding quotes, brackets and punctuation; after the closed ones,
+    the one tag left unclosed when it holds one word (:func:`_tag_contents`: ``<word>Frodo<word>``,
+    ``<word>Frodo<\\word>``, ``<word>Frodo`` then a line break, a closing tag cut off). An empty tag,
+    ``[MASK]`` or a non-answer (``unknown``, :data:`NON_ANSWERS`) is passed over: a model that opens
+    with ``<word></word>`` and then answers has answered. ``None`` when there is no tag or none holds
+    a word."""
     if not reply:
         return None
-    for m in _TAG.finditer(reply):
-        if (word := _clean(m.group(1))) is not None:
-            return word
-    m = _OPEN_TAG.search(reply)
-    return _clean(m.group(1)) if m else None
+    return next((w for content in _tag_contents(reply) if (w := _guess(content)) is not None), None)
 
 
 def _tag(reply: str | None) -> re.Match | None:
-    return (_TAG.search(reply) or _OPEN_TAG.search(reply)) if reply else None
+    return _OPENER.search(reply) if reply else None
+
+
+def declines(reply: str | None, style: str = CLOZE) -> bool:
+    """Whether a reply that gives no word declines to guess: its tag holds a non-answer
+    (:data:`NON_ANSWERS`), or, for a prompt that asks for a bare word (``one_word``, the knowledge
+    filter's), its first line is one. The probe prompt demands a guess, so such a reply is a
+    refusal, not an invalid answer (:func:`memaudit.probes.cloze.scoring.classify_reply`)."""
+    if not reply:
+        return False
+    if _tag(reply) or style == CLOZE:
+        return any(is_non_answer(_clean(c) or "") for c in _tag_contents(reply))
+    first = next((line for line in reply.strip().splitlines() if line.strip()), "")
+    return is_non_answer(_ANSWER_PREFIX.sub("", first))
 
 
 def _echo_fill(reply: str, context: str) -> str | None:
@@ -166,7 +199,9 @@ def parse_word(reply: str | None, style: str = CLOZE, *, context: str | None = N
     if style == CLOZE or not reply or _tag(reply):
         return tagged_word(reply)
     first = next((line for line in reply.strip().splitlines() if line.strip()), "")
-    bare = _clean(_ANSWER_PREFIX.sub("", first))
+    if declines(first, style):
+        return None
+    bare = _guess(_ANSWER_PREFIX.sub("", first))
     if bare is not None and len(bare.split()) == 1:
         return bare
     return _echo_fill(reply, context) if context and MASK in context else None
@@ -187,6 +222,8 @@ def parse_filter_word(reply: str | None, context: str | None = None) -> str | No
     if _tag(reply):
         return tagged_word(reply)
     lines = [line for line in reply.strip().splitlines() if line.strip()]
+    if declines(lines[0], ONE_WORD):
+        return None
     word = _one_word_of(lines[0])
     if word is None and lines[0].rstrip().endswith(":") and len(lines) > 1:
         word = _one_word_of(lines[1])
@@ -197,15 +234,15 @@ def parse_filter_word(reply: str | None, context: str | None = None) -> str | No
 
 def _one_word_of(line: str) -> str | None:
     """:func:`parse_filter_word`'s read of one line: bare, quoted or ``... is X``."""
-    bare = _clean(_ANSWER_PREFIX.sub("", line))
+    bare = _guess(_ANSWER_PREFIX.sub("", line))
     if bare is not None and len(bare.split()) == 1:
         return bare
     for m in _QUOTED.finditer(line):
-        quoted = _clean(m.group(1))
+        quoted = _guess(m.group(1))
         if quoted is not None and len(quoted.split()) == 1:
             return quoted
     m = _IS_WORD.search(line)
-    return _clean(m.group(1)) if m else None
+    return _guess(m.group(1)) if m else None
 
 
 # a list's marker: a bullet, "1." "(1)" "1)" "1:" "[1]", bold "**1.**", "#1", "1 -" / "1 –", "a."; a number
@@ -283,6 +320,21 @@ def normalise(word: str | None) -> str:
     # punctuation goes ("U.S.", "co-op"), but not between two digits: "1/2", "1-2" and "19-20" are not
     # the numbers 12 and 1920
     return re.sub(r"(?<!\d)[\W_]+|[\W_]+(?!\d)", "", text)
+
+
+# Tag contents (or bare replies) that decline to guess, compared after normalise(): "unknown" is no guess at
+# the word, so it is not scored as a wrong one. Phrases only, and "unknown": candidates are nouns, names and
+# numbers, and none of these is one (a true word "unknown" would be missed).
+NON_ANSWERS = frozenset(normalise(p) for p in (
+    "unknown", "not known", "I don't know", "I do not know", "don't know", "dunno", "no idea", "I have no idea",
+    "not sure", "I'm not sure", "I am not sure", "unsure", "uncertain", "can't tell", "cannot tell",
+    "can't say", "cannot say", "can't determine", "cannot determine", "cannot be determined", "no answer",
+    "n/a", "none"))
+
+
+def is_non_answer(text: str | None) -> bool:
+    """Whether ``text`` is a non-answer phrase (:data:`NON_ANSWERS`)."""
+    return bool(text) and normalise(text) in NON_ANSWERS
 
 
 def _singular(word: str) -> str:

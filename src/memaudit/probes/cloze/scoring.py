@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from memaudit.backends.base import STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Generation
 from memaudit.backends.refusal import is_refusal
-from memaudit.probes.cloze.prompts import CLOZE, parse_word
+from memaudit.probes.cloze.prompts import CLOZE, declines, parse_word
 
 
 def classify_reply(generation: Generation, *, style: str = CLOZE, context: str | None = None,
@@ -20,14 +20,15 @@ def classify_reply(generation: Generation, *, style: str = CLOZE, context: str |
 
     A reply from which a guess is read is ``ok``, even if the backend's text heuristic flagged it
     as a refusal ("I can't be sure, but <word>X</word>": the model answered); otherwise
-    ``refusal`` when the backend or :func:`~memaudit.backends.refusal.is_refusal` says so, else
-    ``invalid``. A request without an answer is ``error``.
+    ``refusal`` when the backend or :func:`~memaudit.backends.refusal.is_refusal` says so or the
+    reply declines to guess (:func:`~memaudit.probes.cloze.prompts.declines`: ``<word>unknown</word>``),
+    else ``invalid`` (``<word>[MASK]</word>`` among them). A request without an answer is ``error``.
     """
     if generation.status == STATUS_ERROR:
         return STATUS_ERROR, None
     guess = parse_word(generation.text, style, context=context)
     if guess is not None:
         return STATUS_OK, guess
-    if generation.status == STATUS_REFUSAL or is_refusal(generation.text):
+    if generation.status == STATUS_REFUSAL or is_refusal(generation.text) or declines(generation.text, style):
         return STATUS_REFUSAL, None
     return STATUS_INVALID, None
