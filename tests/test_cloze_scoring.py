@@ -550,6 +550,10 @@ def test_a_non_answer_is_no_guess_in_the_one_word_style_nor_in_the_filter():
     ("<word>Frodo<word>Sam<word>", None),
     ("<word>Frodo Bag", None),  # cut inside an answer of several words
     ("<word>Ahab</ward", None),
+    # a closed tag holds no opening tag: the unclosed one before it is another, ambiguous tag (the guess was
+    # "Frodo<word> and then <word>Sam", a wrong answer), and the closed tag's word is read
+    ("<word>Frodo<word> and then <word>Sam</word>", "Sam"),
+    ("<word>Frodo Baggins<word> <word>Frodo</word>", "Frodo"),
 ])
 def test_a_malformed_tag_is_read_where_unambiguous(reply, word):
     assert parse_word(reply) == word

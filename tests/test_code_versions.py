@@ -203,7 +203,7 @@ SCRIPT_DIGESTS = {
     "decop_items.py": "6f584e89a9584f73",
     "fetch_assets.py": "7c809a89731d662d",
     "figure_auc_vs_size.py": "5d9f730e649110df",
-    "figures_model.py": "fc71e4be9abb01b0",
+    "figures_model.py": "dbfee0656a64d804",
     "ktd_pool.py": "3fce2b6b4975b63f",
     "ktd_summary.py": "04dff7249cb66f21",
     "metrics.py": "97fa06db94bf61e4",

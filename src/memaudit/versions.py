@@ -48,10 +48,10 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="f972b57b648e06cd"),
+                      fingerprint="822271b1a0a8d44a"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="5bd00b29d3c19cab"),
+                    fingerprint="0ffcaa67a74a67a1"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
@@ -60,14 +60,14 @@ STEPS: dict[str, Stage] = {
     # bh_fdr and bh_power are empty where stats.selection.q is below 1/(n_calibration + 1) (BH names nothing
     # there whatever the scores: they read 0 and 0)
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=11,
-                   fingerprint="44732f3c8e1370ad"),
+                   fingerprint="c9f47ece0c8ab6a1"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
     # lying wholly above or below its AUC was drawn from the point, clipped)
     # 4: the AUC-by-size figure's x axis spans at least a decade (models of one size: no tick showed), a
     # contaminated model's points filled and a base model's open (one model per line: the dashes never showed)
-    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="b23802dc319ea2f7"),
+    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="47889bb50ff5e9a4"),
 }
 
 

@@ -102,7 +102,8 @@ def filter_list_prompt(context: str) -> str:
 
 _QUOTES = "\"'`“”‘’«»*_"
 _EDGE = re.compile(rf"^[\s{re.escape(_QUOTES)}\[\](){{}}<>]+|[\s{re.escape(_QUOTES)}\[\](){{}}<>.,;:!?…]+$")
-_TAG = re.compile(r"<\s*word\s*>(.*?)<\s*/\s*word\s*>", re.IGNORECASE | re.DOTALL)
+# a closed tag's content holds no opening tag: in "<word>Frodo<word> ... <word>Sam</word>" it is Sam's
+_TAG = re.compile(r"<\s*word\s*>((?:(?!<\s*word\s*>).)*?)<\s*/\s*word\s*>", re.IGNORECASE | re.DOTALL)
 _OPENER = re.compile(r"<\s*word\s*>", re.IGNORECASE)
 # A tag not closed as asked, as models often write it: closed by a second opening tag or a backslash
 # ("<word>Frodo<word>", "<word>Frodo<\\word>"), cut (a stop string, the token limit: nothing of the closing
