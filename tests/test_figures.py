@@ -204,7 +204,11 @@ def test_plot_selection_draws_the_first_listed_method_and_names_a_model_without_
                      "blind (none of stats.selection.figure_methods: no line)": []}
     assert [line.get_linestyle() for line in ax_power.get_lines()[:2]] == ["--", "-"]  # base dashed, ft solid
     labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
-    assert labels == ["base (zlib)", "blind (none of stats.selection.figure_methods: no line)", "ft (loss)"]
+    # the legend says what the line styles mean (only the caption did)
+    assert labels == ["base (zlib)", "blind (none of stats.selection.figure_methods: no line)", "ft (loss)",
+                      "solid: fine-tuned on the benchmark's members", "dashed: not fine-tuned on the benchmark's members"]
+    legend_lines = ax_power.get_legend().get_lines()
+    assert [line.get_linestyle() for line in legend_lines[-2:]] == ["-", "--"]
     assert [line.get_label() for line in ax_fdr.get_lines()] == ["base (zlib)", "ft (loss)", "FDR = q"]
 
 
@@ -223,7 +227,8 @@ def test_plot_selection_marks_a_power_with_no_member_to_find(tmp_path, monkeypat
     assert points == [(0.1, MISSING_Y), (0.5, MISSING_Y)] and notes == [0.1, 0.5]
     assert _missing_marks(ax_fdr) == ([], [])
     labels = [t.get_text() for t in ax_power.get_legend().get_texts()]
-    assert labels == ["base (loss)", "empty (loss)", "n/a (hollow, at the bottom): no member among the test documents"]
+    assert labels == ["base (loss)", "empty (loss)", "dashed: not fine-tuned on the benchmark's members",
+                      "n/a (hollow, at the bottom): no member among the test documents"]
 
 
 def test_plot_roc_low_fpr_panel_draws_every_threshold_of_tied_scores(tmp_path, monkeypatch):

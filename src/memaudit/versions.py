@@ -60,14 +60,15 @@ STEPS: dict[str, Stage] = {
     # bh_fdr and bh_power are empty where stats.selection.q is below 1/(n_calibration + 1) (BH names nothing
     # there whatever the scores: they read 0 and 0)
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=11,
-                   fingerprint="c9f47ece0c8ab6a1"),
+                   fingerprint="47bce12aa75911eb"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
     # lying wholly above or below its AUC was drawn from the point, clipped)
     # 4: the AUC-by-size figure's x axis spans at least a decade (models of one size: no tick showed), a
-    # contaminated model's points filled and a base model's open (one model per line: the dashes never showed)
-    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="47889bb50ff5e9a4"),
+    # contaminated model's points filled and a base model's open (one model per line: the dashes never showed);
+    # the selection figure's legend says what its solid and dashed lines mean
+    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="7bea03f4cfcfb84a"),
 }
 
 

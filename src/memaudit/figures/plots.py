@@ -382,6 +382,7 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
         for (ax_fdr, ax_power), benchmark in zip(axes, benchmarks):
             part = selection[selection["benchmark"] == benchmark]
             models = sorted(part["model"].unique())
+            styles = set()
             for color, model in zip(palette(len(models)), models):
                 rows = part[part["model"] == model]
                 method = next((m for m in methods if m in set(rows["method"])), None)
@@ -391,6 +392,7 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                     continue
                 line = rows[rows["method"] == method].sort_values("q")
                 dash = "-" if as_bool(line["contaminated"].iloc[0]) else "--"
+                styles.add(dash)
                 for ax, column in ((ax_fdr, "fdr"), (ax_power, "power")):
                     ax.plot(line["q"], line[column], dash, marker="o", markersize=3, color=color,
                             label=f"{model} ({method})")
@@ -402,7 +404,16 @@ def plot_selection(selection: pd.DataFrame, out_prefix: str | os.PathLike, metho
                 ax.set_xlabel("target FDR q")
                 ax.set_xlim(0, 1)
                 ax.set_ylim(-0.02, 1.02)
-            handles = legend_handles(ax_power, any_missing and "no member among the test documents")
+            handles = legend_handles(ax_power)
+            # what the line styles mean, in the legend (only the caption said it)
+            from matplotlib.lines import Line2D
+
+            handles += [Line2D([], [], color="black", linestyle=dash, label=text)
+                        for dash, text in (("-", "solid: fine-tuned on the benchmark's members"),
+                                           ("--", "dashed: not fine-tuned on the benchmark's members"))
+                        if dash in styles]
+            if any_missing:
+                handles.append(missing_handle("no member among the test documents"))
             ax_power.legend(handles=handles, frameon=False, fontsize=FONT_SIZE - 2, loc="center left",
                             bbox_to_anchor=(1.02, 0.5))
         fig.suptitle(title)
