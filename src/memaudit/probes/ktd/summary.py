@@ -34,11 +34,12 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, ``min_q`` (:func:`min_resolvable_q`; rows below it are logged),
     whether FDR <= q held (``guarantee``), and Lemma 1's symmetry tests of non-members' W beside it;
-    the Table 2 baselines (``validation_<score>``, m 0: a threshold picked on labelled validation texts) at the same q, without symmetry columns, and KTD's
-    rows again over those baselines' test texts (``measured_on`` "test"; "all": every text); the
-    two figures for the gradient-norm statistic at ``m`` over every text. ``n_params`` (model -> parameter count,
-    from the prepared models' manifests) fills ``n_params`` for the figure against m and model size
-    (``out_m_size``: the paper's Figures 3 and 5)."""
+    the Table 2 baselines (``validation_<score>``, m 0: a threshold picked on labelled validation
+    texts) at the same q, without symmetry columns, and KTD's rows again over those baselines' test
+    texts (``measured_on`` "test"; "all": every text); the two figures for the gradient-norm
+    statistic at ``m`` over every text. ``n_params`` (model -> parameter count, from the prepared
+    models' manifests) fills ``n_params`` for the figure against m and model size (``out_m_size``:
+    the paper's Figures 3 and 5)."""
     from memaudit.figures.plots import plot_selection
 
     selection = _read(selection_paths)
