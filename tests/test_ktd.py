@@ -626,3 +626,47 @@ def test_a_base_models_null_check_where_knockoff_plus_cannot_name_is_not_evaluat
     assert knockoff_plus_select(np.arange(1.0, 9.0), 0.1).sum() == 0  # even 8 positive W, no negative one
     checks = expectations(pd.DataFrame([{**row, "n_texts": 40}]), models)
     assert [(r.expected, r.ok) for r in checks.itertuples()] == [("named <= 2.0", True)]
+
+
+def test_summary_rows_carry_min_q_and_the_log_names_those_below_it(tmp_path, caplog):
+    """Knockoff+ names nothing at q < 1/n_texts: over the baselines' 60 test passages q = 0.01 is below
+    1/60, so KTD's "test" rows read fdr, power and mean_selected 0 there whatever W is, beside a
+    baseline that names 26 passages. ``min_q`` says so beside the values, as in selection.csv; the
+    job's log names the rows once per q and passage count; the baselines (a validation threshold can
+    name a single passage at any q) have none."""
+    import logging
+
+    from memaudit.probes.ktd.summary import SUMMARY_COLUMNS, build_summary
+
+    paths = {name: [] for name in ("selection", "symmetry", "w")}
+    for model, gap in (("tiny-contaminated", 3.0), ("tiny", 0.0)):
+        items, z = _items_and_scores(member_gap=gap, seed=4)
+        tables = ktd_tables(items, z, ms=[1, 3], m=3, n_draws=3, qs=[0.01, 0.1], seed=0, member_ratios=[0.1])
+        for name in paths:
+            path = tmp_path / f"{model}_{name}.csv"
+            tables[name].assign(benchmark="novels", model=model).to_csv(path, index=False)
+            paths[name].append(str(path))
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO, logger="memaudit"):
+        frame = build_summary(paths["selection"], paths["symmetry"], paths["w"], {"tiny-contaminated": ["novels"]},
+                              out / "ktd.csv", out / "fdr_power.png", out / "w.png", m=3)
+    assert SUMMARY_COLUMNS[SUMMARY_COLUMNS.index("n_texts") + 1] == "min_q"
+    written = pd.read_csv(out / "ktd.csv")
+    assert list(written.columns) == SUMMARY_COLUMNS
+    baseline = written.statistic.str.startswith("validation_")
+    assert written.loc[baseline, "min_q"].isna().all()
+    knock = written[~baseline]
+    assert sorted(set(zip(knock["measured_on"], knock["n_texts"], knock["min_q"]))) == [
+        ("all", 120, 1 / 120), ("test", 60, 1 / 60)]
+    low = knock[knock["q"] < knock["min_q"]]
+    assert sorted(set(zip(low["measured_on"], low["q"]))) == [("test", 0.01)] and len(low) == 2 * 3 * 2
+    # the values stay, as selection.csv's do: 0 beside a min_q that says why
+    assert (low[["fdr", "power", "mean_selected"]] == 0).all().all()
+    tiny_loss = written[(written.model == "tiny-contaminated") & (written.statistic == "validation_loss")
+                        & (written.q == 0.01)]
+    assert tiny_loss[["n_texts", "mean_selected"]].values.tolist() == [[60, 25.666666666666668]]
+    notes = [r.getMessage() for r in caplog.records if "min_q" in r.getMessage() or "1/n_texts" in r.getMessage()]
+    assert notes == ["ktd.csv: q = 0.01 is below 1/n_texts = 0.0167 (60 passages, measured_on 'test') for 12 rows "
+                     "(novels/tiny, novels/tiny-contaminated): knockoff+ can name nothing there, so their fdr, "
+                     "power and mean_selected are 0 whatever W is"]
+    np.testing.assert_array_equal(frame["min_q"].to_numpy(), written["min_q"].to_numpy())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Sequence
@@ -10,10 +11,12 @@ import numpy as np
 import pandas as pd
 
 from memaudit.io import read_csv, write_csv
-from memaudit.probes.ktd.statistics import ALL_TEXTS
+from memaudit.probes.ktd.statistics import ALL_TEXTS, VALIDATION_PREFIX
+
+log = logging.getLogger(__name__)
 
 SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "measured_on", "q", "n_texts",
-                   "n_draws",
+                   "min_q", "n_draws",
                    "n_distinct_draws", "fdr", "fdr_se",
                    "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
                    "wilcoxon_pvalue"]
@@ -29,13 +32,14 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
                   contaminated: dict[str, list[str]], out_csv, out_fdr_power, out_w, *, m: int,
                   n_params: dict[str, float] | None = None, out_m_size=None) -> pd.DataFrame:
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
-    power over the knockoff draws, whether FDR <= q held (``guarantee``), and Lemma 1's symmetry
-    tests of non-members' W beside it; the Table 2 baselines (``validation_<score>``, m 0: a
-    threshold picked on labelled validation texts) at the same q, without symmetry columns, and KTD's
-    rows again over those baselines' test texts (``measured_on`` "test"; "all": every text); the
-    two figures for the gradient-norm statistic at ``m`` over every text. ``n_params`` (model -> parameter count,
-    from the prepared models' manifests) fills ``n_params`` for the figure against m and model size
-    (``out_m_size``: the paper's Figures 3 and 5)."""
+    power over the knockoff draws, ``min_q`` (:func:`min_resolvable_q`; rows below it are logged),
+    whether FDR <= q held (``guarantee``), and Lemma 1's symmetry tests of non-members' W beside it;
+    the Table 2 baselines (``validation_<score>``, m 0: a threshold picked on labelled validation
+    texts) at the same q, without symmetry columns, and KTD's rows again over those baselines' test
+    texts (``measured_on`` "test"; "all": every text); the two figures for the gradient-norm
+    statistic at ``m`` over every text. ``n_params`` (model -> parameter count, from the prepared
+    models' manifests) fills ``n_params`` for the figure against m and model size (``out_m_size``:
+    the paper's Figures 3 and 5)."""
     from memaudit.figures.plots import plot_selection
 
     selection = _read(selection_paths)
@@ -43,9 +47,12 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
     frame = selection.merge(symmetry[["benchmark", "model", "statistic", "m", "nonmember_mean_w", "sign_pvalue",
                                       "wilcoxon_pvalue"]], on=["benchmark", "model", "statistic", "m"], how="left")
     frame["n_params"] = frame["model"].map(n_params or {})
+    frame["min_q"] = min_resolvable_q(frame)
     frame = _judged(frame, contaminated)[SUMMARY_COLUMNS].sort_values(["benchmark", "model", "statistic", "m",
                                                                        "measured_on", "q"], kind="stable")
     write_csv(out_csv, frame)
+    for note in resolution_notes(frame):
+        log.warning("%s", note)
     everything = frame[frame["measured_on"] == ALL_TEXTS]
     chosen = everything[(everything["statistic"] == "gradnorm") & (everything["m"] == m)].assign(
         method=f"ktd gradnorm, m={m}")
@@ -58,6 +65,29 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
     plot_w_distributions(w[(w["statistic"] == "gradnorm") & (w["m"] == m) & (w["draw"] == 0)],
                          str(out_w).removesuffix(".png"), m=m)
     return frame
+
+
+def min_resolvable_q(frame: pd.DataFrame) -> pd.Series:
+    """The smallest q at which knockoff+ can name anything, ``1 / n_texts``: its ratio
+    (1 + #{W <= -t}) / #{W >= t} is at least 1/n. Empty for the Table 2 baselines, whose validation
+    threshold can name a single passage at any q. A ``test`` row's ``n_texts`` is the mean test part
+    over the draws, rounded, and so is its ``min_q``."""
+    baseline = frame["statistic"].astype(str).str.startswith(VALIDATION_PREFIX)
+    return (1.0 / frame["n_texts"].astype(float)).mask(baseline)
+
+
+def resolution_notes(frame: pd.DataFrame) -> list[str]:
+    """ktd.csv's rows at a q below their ``min_q``, one line per q, passage count and ``measured_on``
+    naming the (benchmark, model) pairs (as :func:`memaudit.stats.selection.resolution_notes`):
+    their 0s say nothing of the statistic."""
+    low = frame[frame["q"] < frame["min_q"]]
+    notes = []
+    for (on, q, n, min_q), group in low.groupby(["measured_on", "q", "n_texts", "min_q"], sort=True):
+        pairs = ", ".join(dict.fromkeys(f"{b}/{mod}" for b, mod in zip(group["benchmark"], group["model"])))
+        notes.append(f"ktd.csv: q = {q:g} is below 1/n_texts = {min_q:.3g} ({n} passages, measured_on {on!r}) "
+                     f"for {len(group)} rows ({pairs}): knockoff+ can name nothing there, so their fdr, power "
+                     "and mean_selected are 0 whatever W is")
+    return notes
 
 
 def _judged(frame: pd.DataFrame, contaminated: dict[str, list[str]]) -> pd.DataFrame:
