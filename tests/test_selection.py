@@ -186,6 +186,10 @@ def test_conformal_bh_uses_the_same_calibration_documents_for_every_method():
     a = _frame(rng.normal(1, 1, 20), rng.normal(0, 1, 20), "a")
     b = a.assign(method="b", score=-a["score"])
     chosen = selection.selected_documents(pd.concat([a, b]), [0.5], seed=7)
+    cal = chosen[chosen.role == "calibration"]
+    assert set(cal.loc[cal.method == "a", "doc_id"]) == set(cal.loc[cal.method == "b", "doc_id"])
+    assert (cal["label"] == 0).all() and len(cal) == 2 * 10  # a quarter of 40 documents (half the non-members)
+    chosen = chosen[chosen.role == "test"]
     assert set(chosen.loc[chosen.method == "a", "doc_id"]) == set(chosen.loc[chosen.method == "b", "doc_id"])
     assert len(chosen) == 2 * 30  # 40 documents less 10 calibration non-members, per method
     # the named set is BH's on those p-values
@@ -222,6 +226,8 @@ def test_named_documents_over_a_q_grid_are_bhs_at_each_q_in_method_then_q_order(
     qs = [0.1, 0.3, 0.5, 0.9]
     chosen = selection.selected_documents(pd.concat([b, a]), qs, seed=3)
     assert list(chosen.columns) == selection.SELECTED_COLUMNS
+    assert chosen["role"].tolist() == ["test"] * 2 * len(qs) * 40 + ["calibration"] * 2 * 15  # once per method
+    chosen = chosen[chosen.role == "test"]
     assert len(chosen) == 2 * len(qs) * 40  # 55 documents less 15 calibration non-members
     assert chosen[["method", "q"]].drop_duplicates().values.tolist() == [[m, q] for m in "ab" for q in qs]
     for (method, q), part in chosen.groupby(["method", "q"], sort=False):
@@ -231,6 +237,43 @@ def test_named_documents_over_a_q_grid_are_bhs_at_each_q_in_method_then_q_order(
         assert part["selected"].tolist() == selection.benjamini_hochberg(part["pvalue"], q).tolist()
     sizes = chosen.groupby(["method", "q"])["selected"].sum()
     assert sizes.loc["a"].is_monotonic_increasing and sizes.loc["a", 0.9] > sizes.loc["a", 0.1]
+
+
+def test_named_documents_list_each_methods_calibration_documents_with_the_seed_and_fraction_drawn_by():
+    """The reference set the p-values were computed against is written, not left to be inferred from
+    the non-members missing from the test rows: an auditor must be able to show it (and redraw it from
+    seed, split and calibration_fraction with :func:`calibration_split`). The test rows come first,
+    as before, so a reader of them is unaffected."""
+    docs = pd.DataFrame({"doc_id": ["m1", "m2", "m3"] + [f"n{i}" for i in range(1, 11)],
+                         "label": [1] * 3 + [0] * 10,
+                         "score": [9.0, 8.0, 7.0, 3.0, 1.0, 2.0, 0.5, 4.0, 1.5, 2.2, 0.1, 3.3, 0.7]})
+    # zlib scored every document but n10, listed in reverse: 9 non-members, round(4.5) = 4 calibrate
+    zlib = docs[docs["doc_id"] != "n10"].iloc[::-1].assign(method="zlib")
+    named = selection.selected_documents(pd.concat([zlib, docs.assign(method="loss")]), [0.1, 0.5], seed=5)
+    assert list(named.columns) == ["method", "q", "doc_id", "label", "score", "pvalue", "selected",
+                                   "role", "split", "seed", "calibration_fraction"]
+    test, cal = named[named["role"] == "test"], named[named["role"] == "calibration"]
+    assert len(test) == 2 * 2 * 8 and named.index[:len(test)].tolist() == test.index.tolist()  # test rows first
+    assert test.loc[test["q"] == 0.5, ["method", "doc_id", "selected"]].values.tolist() == [
+        ["loss", "m1", True], ["loss", "m2", True], ["loss", "m3", True], ["loss", "n2", False],
+        ["loss", "n3", False], ["loss", "n6", False], ["loss", "n8", False], ["loss", "n9", False],
+        ["zlib", "n9", False], ["zlib", "n8", False], ["zlib", "n6", False], ["zlib", "n3", False],
+        ["zlib", "n2", False], ["zlib", "m3", False], ["zlib", "m2", False], ["zlib", "m1", False]]  # 1/5 > 0.5 * 3/8
+    # once per method (the draw does not depend on q), in the method's row order
+    assert cal[["method", "doc_id", "label", "score"]].values.tolist() == [
+        ["loss", "n1", 0, 3.0], ["loss", "n4", 0, 0.5], ["loss", "n5", 0, 4.0], ["loss", "n7", 0, 2.2],
+        ["loss", "n10", 0, 0.7],
+        ["zlib", "n7", 0, 2.2], ["zlib", "n5", 0, 4.0], ["zlib", "n4", 0, 0.5], ["zlib", "n1", 0, 3.0]]
+    assert cal["q"].isna().all() and cal["pvalue"].isna().all() and not cal["selected"].any()
+    assert (named["split"] == 0).all() and (named["seed"] == 5).all() and (named["calibration_fraction"] == 0.5).all()
+    # every test p-value is recomputable from the calibration rows written beside it
+    for method in ("loss", "zlib"):
+        rows = test[(test["method"] == method) & (test["q"] == 0.1)]
+        np.testing.assert_allclose(
+            rows["pvalue"], selection.conformal_pvalues(rows["score"], cal.loc[cal["method"] == method, "score"]))
+    assert selection.selected_documents(docs.assign(method="loss"), [0.5], calibration_fraction=0.3, seed=5).query(
+        "role == 'calibration'")[["doc_id", "calibration_fraction"]].values.tolist() == [
+        ["n1", 0.3], ["n4", 0.3], ["n10", 0.3]]
 
 
 def test_too_few_nonmembers_for_a_calibration_set_is_reported():
@@ -357,7 +400,8 @@ def test_metrics_job_writes_bh_columns_and_selection_tables(tmp_path):
     at = chosen[(chosen.method == "loss") & (chosen.q == 0.1)].iloc[0]
     assert (at["fdr"], at["power"]) == pytest.approx((row["bh_fdr"], row["bh_power"]))
     named = pd.read_csv(out["named"])
-    assert len(named) == 2 * 3 * 60  # methods x qs x (80 documents less 20 calibration non-members)
+    assert len(named) == 2 * 3 * 60 + 2 * 20  # methods x qs x (80 documents less 20 calibration) + calibration
+    assert (named["role"] == "test").sum() == 2 * 3 * 60
 
     base = tmp_path / "base"
     run_metrics([_write_docs(tmp_path / "c.csv", _frame(rng.normal(0, 1, 40), rng.normal(0, 1, 40)))],
@@ -560,6 +604,11 @@ def test_document_ids_that_look_like_numbers_stay_text_from_loader_to_named_docu
     from memaudit.io import read_csv
 
     named = read_csv(out["named"])
-    # the members and one of the two non-members (the other calibrates)
-    assert {"12", "NA"} < set(named["doc_id"]) < set(ids) and named["doc_id"].nunique() == 3
+    # the members and one of the two non-members are tested, the other calibrates (and says so, with its draw)
+    test = named[named["role"] == "test"]
+    assert {"12", "NA"} < set(test["doc_id"]) < set(ids) and test["doc_id"].nunique() == 3
+    cal = named[named["role"] == "calibration"]
+    assert cal[["doc_id", "split", "seed", "calibration_fraction"]].to_dict("records") == [
+        {"doc_id": (set(ids) - set(test["doc_id"])).pop(), "split": 0, "seed": 1, "calibration_fraction": 0.5}]
+    assert cal["q"].isna().all() and cal["pvalue"].isna().all() and named["selected"].dtype == bool
     assert book_ranking(tmp_path, "bt", "m", "loss") == "007, 12*, NA*, 1.0"

@@ -49,7 +49,10 @@ RUN_COLUMNS = ["method", "split", "q", "n_calibration", "n_test", "n_test_member
                "n_false", "fdp", "power"]
 SELECTION_COLUMNS = ["method", "q", "n_splits", "n_calibration", "n_test", "n_test_member", "min_q",
                      "fdr", "fdr_se", "power", "power_se", "mean_selected"]
-SELECTED_COLUMNS = ["method", "q", "doc_id", "label", "score", "pvalue", "selected"]
+# role: "test" (a p-value, named or not at q) or "calibration" (the known non-members the p-values are
+# computed against; no q, no p-value); split, seed and calibration_fraction redraw it (calibration_split).
+SELECTED_COLUMNS = ["method", "q", "doc_id", "label", "score", "pvalue", "selected", "role", "split", "seed",
+                    "calibration_fraction"]
 
 
 def check_q(q: float, what: str = "q") -> float:
@@ -328,9 +331,12 @@ def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_Q
                        calibration_fraction: float = 0.5, seed: int = 0) -> pd.DataFrame:
     """The named documents of the first calibration split: one row of :data:`SELECTED_COLUMNS` per
     (method, q, test document), with its conformal p-value and whether BH selects it (none for a method
-    whose non-members leave no calibration document: :func:`uncalibrated_notes`)."""
+    whose non-members leave no calibration document: :func:`uncalibrated_notes`); then, once per method,
+    a ``role`` "calibration" row per calibration document (``q`` and ``pvalue`` empty, not selected), so
+    the reference set is written rather than implied by the non-members missing from the test rows.
+    Every row carries the ``split``, ``seed`` and ``calibration_fraction`` that drew it."""
     qs = [check_q(q, "stats.selection.qs") for q in qs]
-    frames = []
+    frames, calibrations = [], []
     for method, group in doc_scores.groupby("method", sort=True):
         if not can_calibrate(group["label"], calibration_fraction):
             continue
@@ -344,10 +350,15 @@ def selected_documents(doc_scores: pd.DataFrame, qs: Sequence[float] = DEFAULT_Q
         frame = test.iloc[np.tile(np.arange(len(test)), len(qs))].reset_index(drop=True)
         frames.append(frame.assign(method=method, q=np.repeat(np.asarray(qs, dtype=float), len(test)),
                                    pvalue=np.tile(pvalues, len(qs)),
-                                   selected=np.array([rejected_at(adjusted, q) for q in qs], dtype=bool).reshape(-1)))
+                                   selected=np.array([rejected_at(adjusted, q) for q in qs], dtype=bool).reshape(-1),
+                                   role="test"))
+        calibrations.append(group.loc[cal, ["doc_id", "label", "score"]].assign(
+            method=method, q=math.nan, pvalue=math.nan, selected=False, role="calibration"))
     if not frames:
         return pd.DataFrame(columns=SELECTED_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[SELECTED_COLUMNS]
+    # the test rows first, in the order they always had: a reader of them alone sees no change
+    named = pd.concat([*frames, *calibrations], ignore_index=True)
+    return named.assign(split=0, seed=seed, calibration_fraction=calibration_fraction)[SELECTED_COLUMNS]
 
 
 def resolution_notes(summary: pd.DataFrame) -> list[str]:
