@@ -58,9 +58,10 @@ STEPS: dict[str, Stage] = {
     # constant up to rounding is nan (was p = 0 where their means differ); 10: a selection table's power
     # where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0); 11: metrics.csv's
     # bh_fdr and bh_power are empty where stats.selection.q is below 1/(n_calibration + 1) (BH names nothing
-    # there whatever the scores: they read 0 and 0)
+    # there whatever the scores: they read 0 and 0); a _named.csv lists each method's calibration documents
+    # (role calibration) with the split, seed and calibration_fraction that drew them
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=11,
-                   fingerprint="47bce12aa75911eb"),
+                   fingerprint="311a24b214357554"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -68,7 +69,7 @@ STEPS: dict[str, Stage] = {
     # 4: the AUC-by-size figure's x axis spans at least a decade (models of one size: no tick showed), a
     # contaminated model's points filled and a base model's open (one model per line: the dashes never showed);
     # the selection figure's legend says what its solid and dashed lines mean
-    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="7bea03f4cfcfb84a"),
+    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="9b9ef69cca4302c6"),
 }
 
 

@@ -173,7 +173,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="126ab8f94904977d",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="ca2903109a20c3c5",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -185,7 +185,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
                 # 4: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="c96fbb8249c0fc23")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="eb892ed3c596d539")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -264,7 +264,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="37570d994d5d59a1",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="0ffe84119d633604",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -275,7 +275,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=9, fingerprint="faf56a5548af20e0")},
+                                 version=9, fingerprint="51b2a4f65b071194")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -314,7 +314,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 8 (items 9): a tag holding a non-answer (unknown, I don't know) is a refusal (it was an answered, wrong
         # guess); a reply's one unclosed tag holding one word is read (<word>Frodo<word>, <word>Frodo<\word>, a
         # line end); the logit-mode filter drops a word only when greedy decoding writes all of it, as the probe
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=8, fingerprint="2b6c3beac16d3f35",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=8, fingerprint="290456f7b96bd87c",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -326,7 +326,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 8: a group with nothing of the base to pair keeps its row (n_texts 0), its check "not
                 # evaluated" (it was dropped); 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=9, fingerprint="8b0e498a49e7a25a")},
+                                 version=9, fingerprint="4053f01583de7953")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
