@@ -5,23 +5,20 @@ Timings are not asserted (they depend on the machine); ``make bench`` records th
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 
 from memaudit.jobs import validate_config
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_dag", ROOT / "benchmarks" / "bench_dag.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_dag")
 
 
 def test_large_config_is_valid_and_as_large_as_the_issue_asks(bench):

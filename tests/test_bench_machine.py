@@ -4,7 +4,6 @@ as benchmarks/README.md promises: the docs quote ratios "on the Zen 5 EPYC" or "
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import platform
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memaudit.machine import cpu_report, machine_report
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("bench_*.py"))
@@ -68,9 +68,7 @@ def test_each_benchmark_records_the_machine_and_the_load(path):
 
 def test_a_benchmark_run_writes_the_machine(tmp_path):
     """bench_loaders.py end to end on a small file (a second): its JSON holds this machine's report."""
-    spec = importlib.util.spec_from_file_location("bench_loaders", ROOT / "benchmarks" / "bench_loaders.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("bench_loaders")
     out = tmp_path / "loaders.json"
     assert module.main(["--rows", "40", "--repeats", "1", "--out", str(out)]) == 0
     machine = json.loads(out.read_text())["machine"]

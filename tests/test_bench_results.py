@@ -5,12 +5,11 @@ and ``--strict``) contradicting the script and the docs that quote the run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "results" / "bench").glob("*.json"))
@@ -20,14 +19,7 @@ TARGET_CONSTANTS = {"speedup_min": "TARGET_SPEEDUP", "speedup_model": "TARGET_MO
 
 
 def script(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import one another, as run from there
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"bench_{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_benchmark(f"bench_{name}")
 
 
 WITH_TARGETS = [p for p in RESULTS if "targets" in json.loads(p.read_text())]

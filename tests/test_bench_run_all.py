@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,9 +30,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.fixture
 def run_all(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("run_all")
     bench_dir = tmp_path / "benchmarks"
     bench_dir.mkdir()
     (bench_dir / "bench_alpha.py").write_text(SCRIPT.format(

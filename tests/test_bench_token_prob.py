@@ -6,7 +6,6 @@ of scoring give the same number for every method and passage.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 
 from memaudit.probes.token_prob.methods import build_methods
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
@@ -30,10 +30,7 @@ KS = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_token_prob", ROOT / "benchmarks" / "bench_token_prob.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_token_prob")
 
 
 @pytest.fixture(scope="module")

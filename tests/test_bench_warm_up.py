@@ -5,10 +5,9 @@ Each way's first call is made to cost an extra ``COLD`` seconds; none of that ma
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 COLD = 2.0
@@ -19,14 +18,7 @@ TEXTS = ["It is a truth universally acknowledged, that a single man in possessio
 
 
 def script(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"bench_{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_benchmark(f"bench_{name}")
 
 
 def cold_first(monkeypatch, module, name: str) -> list:
