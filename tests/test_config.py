@@ -46,6 +46,29 @@ def test_wrong_type_names_the_key():
     assert msg == "config key models.tiny-gpt2-small.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
 
 
+@pytest.mark.parametrize("change, message", [
+    # 0.25 of an epoch is a quarter of the member chunks' batches: three quarters of the members never trained
+    ({"epochs": 0.25}, "models.smollm2-135m-contaminated.finetune.epochs: must be >= 1, not the number 0.25"),
+    # dropout 1 zeroes every LoRA input: no gradient reaches A or B, and the adapter stays the identity
+    ({"lora_dropout": 1}, "models.smollm2-135m-contaminated.finetune.lora_dropout: must be < 1, not the number 1"),
+    # peft's NoMatchingPeftModuleError in the job ("No `target_modules` passed"), naming no key
+    ({"target_modules": []}, "models.smollm2-135m-contaminated.finetune.target_modules: must list at least 1 item"),
+    ({"target_modules": ""}, "models.smollm2-135m-contaminated.finetune.target_modules: must not be empty"),
+])
+def test_a_fine_tune_that_trains_less_than_its_members_is_refused_naming_the_key(change, message):
+    """Each passed the checks: a "contaminated" model then trained on part of its members (epochs below 1), or on
+    none of them (an adapter that never moved, lora_dropout 1), while every table labelled them all members."""
+    assert bad(lambda c: c["models"]["smollm2-135m-contaminated"]["finetune"].update(change)) == f"config key {message}"
+
+
+def test_a_tiny_gpt2_whose_heads_do_not_divide_its_width_is_refused_naming_the_key():
+    """GPT-2 splits n_embd among n_head heads: 33 over 2 passed the checks, and the model's prepare_model job, after
+    the pretraining pool and its tokenizer, stopped on transformers' ValueError naming neither key."""
+    msg = bad(lambda c: c["models"]["tiny-gpt2-small"]["source"]["tiny_gpt2"].update(n_embd=33))
+    assert msg == ("config key models.tiny-gpt2-small.source.tiny_gpt2.n_embd: 33 is not a multiple of n_head (2); "
+                   "each attention head takes n_embd / n_head dimensions")
+
+
 def test_an_api_model_as_a_base_is_refused_naming_the_key():
     """A model fine-tuned from an API model passed the checks; the dry run then stopped in prepare_model's
     input function with ``KeyError: 'source'`` (an API model has no weights to fine-tune)."""

@@ -717,6 +717,11 @@ def _model_problems(config: dict) -> list[str]:
                 problems.append(f"{where}.source: give exactly one of builtin, path, hub_id, "
                                 f"tiny_gpt2 (got {kinds or 'none'})")
             problems += _revision_problems(where, entry["source"])
+            tiny = entry["source"].get("tiny_gpt2")
+            width, heads = (tiny.get("n_embd"), tiny.get("n_head")) if isinstance(tiny, dict) else (None, None)
+            if type(width) is type(heads) is int and heads > 0 and width % heads:  # else transformers' ValueError
+                problems.append(f"{where}.source.tiny_gpt2.n_embd: {tiny['n_embd']} is not a multiple of n_head "
+                                f"({tiny['n_head']}); each attention head takes n_embd / n_head dimensions")
             if "finetune" in entry:
                 problems.append(f"{where}.finetune: needs 'base' (the model to fine-tune)")
         if has_base:
