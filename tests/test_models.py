@@ -93,6 +93,25 @@ def test_lora_target_modules_the_model_lacks_name_the_key_and_the_layers_it_has(
                               "its linear layers are c_attn, c_fc, c_proj (or all-linear)")
 
 
+@pytest.mark.parametrize("targets, problem", [
+    (["c_attn", "q_proj"], "no layer 'q_proj' in GPT2LMHeadModel"),
+    (["c_attn", "ln_1"], "'ln_1' is a LayerNorm in GPT2LMHeadModel, which LoRA cannot adapt"),
+    (["h"], "'h' is a ModuleList in GPT2LMHeadModel, which LoRA cannot adapt"),
+])
+def test_lora_target_modules_name_each_one_the_model_lacks_or_lora_cannot_adapt(tiny_model_dir, tmp_path, targets,
+                                                                              problem):
+    """A name the model lacks beside one it has trained the one, without a word, and the manifest's
+    ``training.lora.target_modules`` listed both as adapted; a name of a layer LoRA cannot adapt (a LayerNorm, a
+    block) was peft's ValueError quoting the module's repr over many lines."""
+    model, tok = load_causal_lm({"path": str(tiny_model_dir)}, device="cpu")
+    with pytest.raises(ConfigError) as err:
+        finetune(model, tok, MEMBERS, tmp_path / "adapter", method="lora", epochs=1, lr=1e-3, duplication=1,
+                 batch_size=2, max_length=64, target_modules=targets)
+    assert str(err.value) == (f"finetune.target_modules {targets!r}: {problem}; its linear layers are c_attn, c_fc, "
+                              f"c_proj (or all-linear)")
+    assert not (tmp_path / "adapter").exists()
+
+
 def test_finetune_keys_the_base_model_cannot_take_are_one_line_naming_the_models_key(tiny_model_dir, tmp_path):
     """lora_layers beyond the base model's layers was a ValueError (a traceback in the job's log) and, like
     target_modules the model lacks, named ``finetune.<key>`` without the model it belongs to."""

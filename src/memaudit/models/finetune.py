@@ -105,6 +105,39 @@ def _linear_layers(model) -> list[tuple[str, object]]:
             if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output]
 
 
+def _lora_layer_types() -> tuple[type, ...]:
+    """The layer types peft's LoRA adapts (its ``dispatch_default``; its error for another lists the same)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    nn = torch.nn
+    return nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.MultiheadAttention, Conv1D
+
+
+def target_modules_problem(model, target_modules) -> str | None:
+    """What is wrong with a list of ``target_modules`` for ``model``, or None (a pattern or all-linear: peft's).
+
+    peft adapts the layers a list names (a module's name or its last dotted parts, as peft matches them) and
+    says nothing of a name that matches none as long as another matches: a typo then trained fewer layers
+    than the manifest's resolved targets list. A name of a module LoRA cannot adapt was peft's ValueError
+    quoting the module's repr."""
+    if isinstance(target_modules, str):
+        return None
+    modules = list(model.named_modules())
+    missing = []
+    for target in target_modules:
+        found = [m for name, m in modules if name == target or name.endswith(f".{target}")]
+        if not found:
+            missing.append(target)
+        elif other := next((m for m in found if not isinstance(m, _lora_layer_types())), None):
+            return f"{target!r} is a {type(other).__name__} in {type(model).__name__}, which LoRA cannot adapt"
+    if not missing:
+        return None
+    if len(missing) == len(target_modules):
+        return f"no such layer in {type(model).__name__}"
+    return f"no layer {', '.join(map(repr, missing))} in {type(model).__name__}"
+
+
 def lora_layer_settings(model, target_modules, lora_layers: int | None) -> dict:
     """``LoraConfig`` keywords for adapters in the last ``lora_layers`` transformer layers.
 
@@ -190,6 +223,13 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
+        def no_such_layer(problem: str) -> ConfigError:
+            linear = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
+            return ConfigError(f"finetune.target_modules {target_modules!r}: {problem}; its linear layers are "
+                               f"{', '.join(linear)} (or all-linear)")
+
+        if problem := target_modules_problem(model, target_modules):
+            raise no_such_layer(problem)
         settings = lora_layer_settings(model, target_modules, lora_layers)
         cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, task_type="CAUSAL_LM",
                          fan_in_fan_out=targets_conv1d(model, settings["target_modules"]), **settings)
@@ -198,10 +238,7 @@ def finetune(model, tokenizer, texts: Sequence[str], out_dir: Path, *, method: s
         except ValueError as exc:  # peft's NoMatchingPeftModuleError names neither the key nor what would match
             if "not found in the base model" not in str(exc):
                 raise
-            linear = sorted({name.rsplit(".", 1)[-1] for name, _ in _linear_layers(model)})
-            raise ConfigError(f"finetune.target_modules {target_modules!r}: no such layer in "
-                              f"{type(model).__name__}; its linear layers are {', '.join(linear)} "
-                              f"(or all-linear)") from None
+            raise no_such_layer(f"no such layer in {type(model).__name__}") from None
         # as peft resolved it (all-linear: the layers it found), for the manifest
         cfg = model.peft_config["default"]
         lora = {"r": cfg.r, "alpha": cfg.lora_alpha, "dropout": cfg.lora_dropout,
