@@ -637,6 +637,38 @@ def test_tiny_pretraining_stopped_by_sigterm_resumes_to_the_same_model(tmp_path)
     assert tokenizers[0] == tokenizers[1]
 
 
+def test_a_fine_tune_stopped_under_one_code_version_starts_over_under_the_next(tiny_model_dir, tmp_path, monkeypatch):
+    """A fine-tune stopped before an upgrade that bumped the models step's version (its job then reruns) resumed
+    from the old code's checkpoint: its weights were the old code's steps and the new code's, matching neither
+    version's fine-tune while its manifest was written under the new one. The version is part of the key now."""
+    import dataclasses
+
+    from memaudit.errors import JobInterrupted
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+    from memaudit.versions import STEPS
+
+    base = tmp_path / "base.json"
+    write_json(base, {"load": {"path": str(tiny_model_dir)}})
+    ft = {"members_of": ["novels"], "method": "lora", "epochs": 2, "lr": 0.01, "duplication": 1, "batch_size": 4,
+          "max_length": 32, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "all-linear"}
+    entry, root = {"dtype": "float32", "base": "b", "finetune": ft}, tmp_path / "checkpoints"
+
+    def prepare(progress=lambda message: None) -> dict:
+        return prepare_finetuned_model("m", entry, base, TINY_TEXTS, tmp_path / "m", seed=0, device="cpu",
+                                       checkpoint_root=root, progress=progress)
+
+    with pytest.raises(JobInterrupted, match="stopped by SIGTERM at step 3/12"):
+        prepare(_sigterm_at_step(3, []))
+    [stopped] = list((root / "prepare_model" / "m").iterdir())
+    monkeypatch.setitem(STEPS, "models", dataclasses.replace(STEPS["models"], version=STEPS["models"].version + 1))
+    messages: list[str] = []
+    manifest = prepare(messages.append)
+    assert manifest["training"]["resumed_from_step"] is None and manifest["training"]["steps"] == 12
+    assert f"discarding stale checkpoint {stopped} (inputs or settings changed)" in messages
+    assert not root.exists()  # removed once the model is written
+
+
 def test_a_changed_setting_never_resumes_a_stale_checkpoint(tmp_path):
     from memaudit.checkpoints import checkpoint_key, keyed_dir
 

@@ -37,12 +37,14 @@ EPOCH_CHECKPOINT_MIN_SECONDS = 60.0
 
 def _training_checkpoint(root: Path | None, name: str, settings: dict, every_steps: int,
                          progress: Callable[[str], None]):
-    """The checkpoint of ``prepare_model`` for ``name``, keyed by ``settings`` (None: no checkpointing)."""
+    """The checkpoint of ``prepare_model`` for ``name``, keyed by ``settings`` and the models step's code version
+    (None: no checkpointing): a job rerun for a new version starts over rather than finish the old code's steps."""
     from memaudit.checkpoints import TrainingCheckpoint, checkpoint_key, keyed_dir
+    from memaudit.versions import step_version
 
     if root is None:
         return TrainingCheckpoint(None)
-    key = checkpoint_key({"rule": "prepare_model", "name": name, **settings})
+    key = checkpoint_key({"rule": "prepare_model", "name": name, "code_version": step_version("models"), **settings})
     directory = keyed_dir(Path(root) / "prepare_model" / name, key, progress=progress)
     return TrainingCheckpoint(directory, every_steps=every_steps, epoch_min_seconds=EPOCH_CHECKPOINT_MIN_SECONDS,
                               root=root, progress=progress)
