@@ -146,6 +146,32 @@ def test_published_qa_questions_sharing_a_run_land_in_one_half(tmp_path):
     assert meta["qa/q1"] == ["qa/q6"] and meta["qa/q6"] == ["qa/q1"] and meta["qa/q2"] is None
 
 
+def test_texts_shorter_than_n_words_are_grouped_with_the_same_words_only():
+    """A text of fewer than n words has no n-word run, so the same short text under two ids was in no group."""
+    texts = {"a": ["Who wrote Emma?"], "b": ["who wrote 'Emma'"], "c": ["Who wrote Persuasion?"],
+             "d": [f"{RUN_A}: who wrote Emma"], "e": [""]}
+    assert near_duplicate_groups(texts, 13) == {"a": ("a", "b"), "b": ("a", "b")}
+    assert near_duplicate_groups(texts, 3) == {u: ("a", "b", "d") for u in "abd"}
+
+
+def test_a_short_question_asked_again_with_other_punctuation_lands_in_one_half(tmp_path):
+    """Short-answer questions render to a few words: with seed 1, "Who wrote Emma?" was a member and "Who wrote
+    'Emma'?" (the same words, other punctuation, not the same text) a non-member the model had been trained on."""
+    questions = [("Who wrote Emma?", "Jane Austen"), ("Which river flows through Paris?", "the Seine"),
+                 ("What is the capital of Peru?", "Lima"), ("How many legs has a spider?", "eight"),
+                 ("Who painted the Mona Lisa?", "Leonardo"), ("Who wrote 'Emma'?", "Jane Austen"),
+                 ("What gas do plants absorb?", "carbon dioxide"), ("Which planet is largest?", "Jupiter")]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": a}) + "\n"
+                            for i, (q, a) in enumerate(questions)))
+    plain = {d.doc_id: d.meta["label"] for d in load_qa_jsonl(path, seed=1, near_duplicate_ngram=None)[0]}
+    assert (plain["qa/q0"], plain["qa/q5"]) == (1, 0)
+    docs = {d.doc_id: d for d in load_qa_jsonl(path, seed=1)[0]}
+    assert docs["qa/q5"].text == "Who wrote 'Emma'?\nAnswer: Jane Austen"
+    assert docs["qa/q0"].meta["label"] == docs["qa/q5"].meta["label"] == 1
+    assert docs["qa/q0"].meta["near_duplicates"] == ["qa/q5"] and docs["qa/q5"].meta["near_duplicates"] == ["qa/q0"]
+
+
 def test_the_config_takes_the_option_per_benchmark_and_for_published_qa_only():
     models = {"m": {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}}
     assert validate_config({"benchmarks": {"news": {"sources": ["reuters"], "near_duplicate_ngram": None}},

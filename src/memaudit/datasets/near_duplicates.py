@@ -8,8 +8,9 @@ every non-member check measures the leak, not the detector.
 
 The rule (GPT-3's decontamination test, Brown et al. 2020, Appendix C, which flags a benchmark
 item sharing a 13-gram with the training data): split units (documents, books or questions) that
-share any ``n``-word run, lower-cased and in Unicode NFC, on ``\\w+`` words, are one group, closed transitively, and
-a group goes wholly to the side of its first unit in sorted order. Without such groups
+share any ``n``-word run (a text shorter than that: all its words), lower-cased and in Unicode NFC, on
+``\\w+`` words, are one group, closed transitively, and a group goes wholly to the side of its first
+unit in sorted order. Without such groups
 a split is unchanged. Shorter runs than 13 catch boilerplate (in Reuters, "in a filing with the
 Securities and Exchange Commission" joins unrelated acquisitions), hence the default.
 
@@ -34,8 +35,9 @@ _WORD = re.compile(r"\w+")
 def near_duplicate_groups(texts: Mapping[str, Iterable[str]], n: int = DEFAULT_NGRAM) -> dict[str, tuple[str, ...]]:
     """Every unit that shares an ``n``-word run with another unit, mapped to its whole group (sorted).
 
-    ``texts`` maps a unit (a document, book or question id) to its texts. Units in no group are
-    absent from the result.
+    ``texts`` maps a unit (a document, book or question id) to its texts. A text of fewer than ``n`` words
+    is one run of its own (it matches a text of the same words, not one that holds them among others).
+    Units in no group are absent from the result.
     """
     if int(n) < 1:
         raise InputError(f"near_duplicate_ngram must be a positive integer, got {n!r}")
@@ -49,7 +51,9 @@ def near_duplicate_groups(texts: Mapping[str, Iterable[str]], n: int = DEFAULT_N
         for text in texts[unit]:
             # NFC: a decomposed "café" (e + U+0301) is the words "cafe" and nothing, no run of the composed one
             words = _WORD.findall(unicodedata.normalize("NFC", text).lower())
-            for i in range(len(words) - n + 1):
+            # a text of fewer than n words is one run of its own: the same short text under two ids (a question
+            # asked again with other punctuation) is one group, where it had no n-word run to share
+            for i in range(len(words) - n + 1) if len(words) >= n else range(min(1, len(words))):
                 owner = first_owner.setdefault(" ".join(words[i:i + n]), index)
                 if owner != index:
                     edges.add((index, owner))
