@@ -28,6 +28,12 @@ tokens/s on the GPU over the CPU's (float32 on both, and the GPU's bfloat16 besi
 float32 (``greedy_agreement`` the share of generated tokens that agree). On a CPU-only machine the
 file holds the CPU rows alone and says so.
 
+Each pair of ways must compute the same thing for its ratio to mean anything: ``agreement`` holds,
+per device and dtype, the largest difference of a token log-probability between the batched and
+the one-at-a-time token statistics (``max_abs_diff_batched``; the target, ``TARGET_ABS_DIFF``, holds
+for float32) and how many of the one-at-a-time generations the batched sampler wrote word for word
+(``same_texts`` of ``n_compared``).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_throughput.py [--n-passages 32] [--new-tokens 48]
@@ -49,6 +55,7 @@ from memaudit.machine import machine_report
 NAME = "throughput"
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT_WORDS = 30
+TARGET_ABS_DIFF = 1e-4  # float32: padding and batch shape change the sums' order, nothing else
 
 
 def measure_device(spec: dict, device: str, dtype: str, passages: list[str], args) -> tuple[list[dict], dict]:
@@ -80,7 +87,7 @@ def measure_device(spec: dict, device: str, dtype: str, passages: list[str], arg
         best = min(best, s)
     row("token_stats", best, n_tokens, batch_size=args.batch_size)
     backend.batch_size = 1
-    s, _ = timed(lambda: backend.token_stats(passages), device)
+    s, stats_one = timed(lambda: backend.token_stats(passages), device)
     row("token_stats_one", s, n_tokens, batch_size=1)
     backend.batch_size = args.batch_size
     best, gens = float("inf"), None
@@ -91,12 +98,15 @@ def measure_device(spec: dict, device: str, dtype: str, passages: list[str], arg
     few = prompts[:args.one_prompts]
     s, ones = timed(lambda: backend.generate(few, params), device)
     row("generate_one", s, sum(g.output_tokens for g in ones), n_prompts=len(few))
+    agree = {"device": device, "dtype": dtype,
+             "max_abs_diff_batched": float(np.abs(stats.logprob - stats_one.logprob).max()),
+             "same_texts": sum(a.text == b.text for a, b in zip(ones, gens)), "n_compared": len(ones)}
     del model, backend
     if device.startswith("cuda"):
         import torch
 
         torch.cuda.empty_cache()
-    return rows, {"stats": stats, "token_ids": [g.meta["token_ids"] for g in gens]}
+    return rows, {"stats": stats, "token_ids": [g.meta["token_ids"] for g in gens], "agreement": agree}
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> float:
@@ -158,7 +168,12 @@ def main(argv=None) -> dict:
               "baseline_seconds": base, "speedup": base / ours, "devices": devices,
               "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
               "load_average_1_5_15min": [load_before[:3], os.getloadavg()[:3]],
-              "python": sys.version.split()[0], "torch": torch.__version__}
+              "python": sys.version.split()[0], "torch": torch.__version__,
+              "agreement": [r["agreement"] for r in raw.values()]}
+    result["meets_targets"] = {
+        f"{a['device']}_{a['dtype']}_{key}": ok for a in result["agreement"] if a["dtype"] == "float32"
+        for key, ok in ((f"max_abs_diff_batched<={TARGET_ABS_DIFF}", a["max_abs_diff_batched"] <= TARGET_ABS_DIFF),
+                        ("same_texts", a["same_texts"] == a["n_compared"]))}
     gpu = next((d for d in devices if d.startswith("cuda")), None)
     result["machine"] = machine_report(dtype=sorted({r["dtype"] for r in rows}), device=gpu or "cpu")
     if gpu and "cpu" in devices:
@@ -177,6 +192,9 @@ def main(argv=None) -> dict:
     write_json(args.out, result)
     print(f"{NAME}: fastest {fastest[0]} {fastest[1]}; batched {ours:.1f}s vs one at a time {base:.1f}s "
           f"(speedup {result['speedup']:.2f}x)"
+          + "".join(f"; {a['device']} {a['dtype']}: batched and one at a time differ by at most "
+                    f"{a['max_abs_diff_batched']:.1e}, {a['same_texts']} of {a['n_compared']} texts the same"
+                    for a in result["agreement"])
           + (f"; GPU over CPU {result['gpu_over_cpu']}" if "gpu_over_cpu" in result else "") + f" -> {args.out}")
     return result
 
