@@ -7,6 +7,7 @@ import datetime as dt
 import functools
 import importlib.util
 import json
+import re
 import sys
 import textwrap
 import time
@@ -871,7 +872,7 @@ def test_the_demo_qa_source_gives_the_same_answerable_questions_twice():
     assert elapsed < 10
     again = load_source("demo_qa", ASSETS)
     assert [q.to_dict() for q in again] == [q.to_dict() for q in questions]
-    assert len(questions) == 250 and len({q.doc_id for q in questions}) == 250
+    assert len(questions) == 195 and len({q.doc_id for q in questions}) == 195
     for q in questions:
         m = q.meta
         assert q.kind == "qa" and q.source == "demo_qa"
@@ -883,10 +884,11 @@ def test_the_demo_qa_source_gives_the_same_answerable_questions_twice():
     assert first.doc_id == "demo_qa/reuters/acq/10/s000" and first.meta["answer"] == "200,000"
     assert first.meta["question"].startswith("Computer Terminal Systems Inc said it has completed the sale of "
                                               "____ shares")
-    assert sum(q.meta["blank_kind"] == "number" for q in questions) == 73  # 71 while a blank could show its answer
+    assert sum(q.meta["blank_kind"] == "number" for q in questions) == 56
+    assert len({q.meta["article"] for q in questions}) == 59  # 11 of the 70 articles have too few names and numbers
 
 
-@pytest.mark.parametrize("from_source, n_questions", [("reuters", 250), ("pydoc_topics", 173)])
+@pytest.mark.parametrize("from_source, n_questions", [("reuters", 195), ("pydoc_topics", 97)])
 def test_no_demo_question_shows_its_answer_beside_the_blank(from_source, n_questions):
     import re
 
@@ -901,25 +903,40 @@ def test_no_demo_question_shows_its_answer_beside_the_blank(from_source, n_quest
         q = by_id["demo_qa/reuters/acq/424/s001"]
         assert q.meta["answer"] == "51" and "not less than ____ pct, of Rospatch's" in q.meta["question"]
     else:  # '"3.14%0.7" ... "____" equals' (3.14), '"-1" ... the literal "____"' (1), 'construct "____" and
-        # becomes the "StopIteration.value"': no other blank, no question; '"____", "1.0"' (1) blanks 1.0 instead
+        # becomes the "StopIteration.value"': no other blank, no question; '"____", "1.0"' (1) would blank 1.0
+        # instead, but its article has too few other numbers for three distractors of its own
         assert [i in by_id for i in ("demo_qa/pydoc/binary/s015", "demo_qa/pydoc/numbers/s002",
-                                     "demo_qa/pydoc/return/s005")] == [False] * 3
-        assert by_id["demo_qa/pydoc/typesmapping/s006"].meta["answer"] == "1.0"
+                                     "demo_qa/pydoc/return/s005", "demo_qa/pydoc/typesmapping/s006")] == [False] * 4
+        from memaudit.datasets.qa import _blank_candidates, _shown_elsewhere
+
+        sentence = 'the pair "1", "1.0" compare equal'
+        assert [c for _, c, _ in _blank_candidates(sentence.split()) if not _shown_elsewhere(sentence, c)] == ["1.0"]
+
+
+@pytest.mark.parametrize("from_source", ["reuters", "pydoc_topics"])
+def test_a_demo_questions_choices_come_from_its_own_article(from_source):
+    """Distractors topped up "from all articles" put another article's names and numbers in a question:
+    the model fine-tuned on the member half then saw words of non-member articles (8 of the 129
+    non-member answers stood in member questions as choices), which the cloze probes mask on non-members."""
+    articles = {d.doc_id: d.text for d in load_source(from_source, ASSETS)}
+    questions = load_source("demo_qa", ASSETS, from_source=from_source)
+    foreign = [(q.doc_id, c) for q in questions for c in q.meta["choices"]
+               if not re.search(rf"(?<!\w){re.escape(c)}(?!\w)", articles[q.meta["article"]])]
+    assert foreign == []
 
 
 def test_a_demo_qa_benchmark_has_one_passage_per_question_split_half_and_half():
     cfg = {"sources": ["demo_qa"], "member_fraction": 0.5, "passage_words": 100, "passages_per_document": 4,
            "min_passages": 1}
     docs, passages = build_benchmark("qa", dict(cfg, near_duplicate_ngram=None), ASSETS, seed=13)
-    assert len(docs) == len(passages) == 250
-    assert sum(p.label for p in passages) == 125
+    assert len(docs) == len(passages) == 195
+    assert sum(p.label for p in passages) == 98
     # questions quoting the same 13 words (Reuters repeats its stories) go to one half together
     kept, _ = build_benchmark("qa", cfg, ASSETS, seed=13)
     plain = {d.doc_id: d.meta["label"] for d in docs}
     moved = sorted(d.doc_id for d in kept if d.meta["label"] != plain[d.doc_id])
-    assert moved == ["demo_qa/reuters/crude/352/s000", "demo_qa/reuters/crude/353/s001",
-                     "demo_qa/reuters/crude/502/s002", "demo_qa/reuters/crude/502/s003"]
-    assert sum(d.meta["label"] for d in kept) == 127
+    assert moved == ["demo_qa/reuters/crude/502/s000"]
+    assert sum(d.meta["label"] for d in kept) == 97
     assert all("near_duplicates" in d.meta for d in kept if d.doc_id in moved)
     by_id = {d.doc_id: d for d in docs}
     for p in passages:
@@ -932,7 +949,7 @@ def test_a_demo_qa_benchmark_has_one_passage_per_question_split_half_and_half():
     halves = {}
     for d in docs:
         halves.setdefault(d.meta["article"], set()).add(d.meta["label"])
-    assert all(len(labels) == 1 for labels in halves.values()) and len(halves) == 70
+    assert all(len(labels) == 1 for labels in halves.values()) and len(halves) == 59
 
 
 # ----------------------------------------------------------------------------- wiring

@@ -383,17 +383,17 @@ def _blanked(words: Sequence[str], position: int, core: str) -> str:
 
 
 def _distractors(rng: random.Random, answer: str, kind: str, sentence: str, local: Sequence[str],
-                 pool: Sequence[str], n: int = 3) -> list[str] | None:
-    """``n`` other words of the answer's kind, from the same article first, then from all articles."""
-    def usable(words):
-        return [w for w in dict.fromkeys(words) if w.lower() != answer.lower() and w not in sentence]
+                 n: int = 3) -> list[str] | None:
+    """``n`` other words of the answer's kind from the same article, or None where it has fewer.
 
-    near = usable(local)
-    picked = rng.sample(near, min(n, len(near)))
-    rest = [w for w in usable(pool) if w not in picked]
-    if len(picked) + len(rest) < n:
+    Never from other articles: the split keeps an article's questions in one half, and a model
+    fine-tuned on the member half would see another article's names and numbers as choices, so the
+    non-members' words the cloze probes mask would no longer be unseen (they were topped up from all
+    articles: 8 of the 129 non-member answers stood in member questions)."""
+    near = [w for w in dict.fromkeys(local) if w.lower() != answer.lower() and w not in sentence]
+    if len(near) < n:
         return None
-    return picked + rng.sample(rest, n - len(picked))
+    return rng.sample(near, n)
 
 
 @dataclass
@@ -412,34 +412,33 @@ def demo_questions(documents: Sequence[Document], per_document: int = 5, min_wor
     that have a number or a capitalised name occurring once, not even inside another word (``Rospatch's``,
     ``-1``, ``3.14%0.7`` would show the answer beside its blank): that word becomes the blank
     (``____``), the answer one of four choices; the three distractors are words of the same kind
-    (number or name) from the same article, topped up from all articles. Every choice is picked
+    (number or name) from the same article (a sentence whose article has too few is passed over for
+    the next one, so an article still gives up to ``per_document``). Every choice is picked
     with a generator seeded by the article's id and the sentence's index, so the same articles
     give the same questions. One ``kind="qa"`` document per question, its text
     :func:`render_qa`; ``meta["book"]`` is the article's id, so ``split_by: book`` keeps an
     article's questions in one half.
     """
-    candidates, pools = [], {"number": [], "name": []}
+    out = []
     for doc in documents:
         taken = 0
         for index, sentence in enumerate(split_sentences(doc.text)):
             words = sentence.split()
-            blanks = _blank_candidates(words)
-            for _, core, kind in blanks:
-                pools[kind].append(core)
-            blanks = [b for b in blanks if not _shown_elsewhere(sentence, b[1])]
+            blanks = [b for b in _blank_candidates(words) if not _shown_elsewhere(sentence, b[1])]
             if taken < per_document and min_words <= len(words) <= max_words and blanks:
-                candidates.append(_Candidate(doc, index, words, blanks))
-                taken += 1
-    pool = {kind: sorted(set(words)) for kind, words in pools.items()}
-    return [q for c in candidates if (q := _demo_question(c, pool)) is not None]
+                question = _demo_question(_Candidate(doc, index, words, blanks))
+                if question is not None:
+                    out.append(question)
+                    taken += 1
+    return out
 
 
-def _demo_question(c: _Candidate, pool: dict[str, list[str]]) -> Document | None:
+def _demo_question(c: _Candidate) -> Document | None:
     rng = random.Random(f"{DEMO_QA_SOURCE}:{c.doc.doc_id}:{c.index}")
     position, answer, kind = rng.choice(c.blanks)
     sentence = " ".join(c.words)
     local = [core for s in split_sentences(c.doc.text) for _, core, k in _blank_candidates(s.split()) if k == kind]
-    distractors = _distractors(rng, answer, kind, sentence, local, pool[kind])
+    distractors = _distractors(rng, answer, kind, sentence, local)
     if distractors is None:
         return None
     choices = [answer, *distractors]
