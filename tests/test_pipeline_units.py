@@ -488,6 +488,53 @@ def test_demo_expectations_flag_each_rule():
         ("e", "base", "members and non-members", False), ("b", "weak", ">= 0.9", False)]
 
 
+def test_a_failing_checks_number_is_never_shown_on_the_passing_side_of_its_bound():
+    """A check that failed printed its number rounded onto its bound: `0.637` beside `in [0.363, 0.637]` and
+    ok False (AUC 0.6372 of 60 + 60), `0.9` beside `>= 0.9` (0.8996), `fdr 0.12` beside `fdr <= 0.12`
+    (0.1202). A failing number is rounded away from its bound; a number that holds is rounded as before."""
+    from memaudit.stats.headline import demo_expectations, selection_expectations
+
+    n = {"n_member": 60, "n_nonmember": 60}
+    summary = pd.DataFrame([
+        {"benchmark": "b", "model": "base", "contaminated": False, "method": "loss", "auc": 0.6372, **n},
+        {"benchmark": "c", "model": "base", "contaminated": False, "method": "loss", "auc": 0.3628, **n},
+        {"benchmark": "d", "model": "base", "contaminated": False, "method": "loss", "auc": 0.6368, **n},
+        {"benchmark": "b", "model": "tuned", "contaminated": True, "method": "loss", "auc": 0.8996, **n},
+        {"benchmark": "c", "model": "tuned", "contaminated": True, "method": "loss", "auc": 0.9004, **n},
+    ])
+    models = pd.DataFrame({"model": ["base", "tuned"], "base": [None, "base"], "contaminated_on": ["", "b;c"]})
+    got = demo_expectations(summary, models)
+    assert [(r.benchmark, r.model, r.auc, r.expected, r.ok) for r in got.itertuples()] == [
+        ("b", "base", 0.638, "in [0.363, 0.637]", False), ("c", "base", 0.362, "in [0.363, 0.637]", False),
+        ("d", "base", 0.637, "in [0.363, 0.637]", True), ("b", "tuned", 0.899, ">= 0.9", False),
+        ("c", "tuned", 0.9, ">= 0.9", True)]
+    row = {"benchmark": "b", "model": "tuned", "contaminated": True, "method": "loss", "n_splits": 20,
+           "n_calibration": 30, "n_test": 90, "n_test_member": 60, "min_q": 1 / 31, "fdr_se": 0.01, "power": 0.9,
+           "power_se": 0.01, "mean_selected": 50.0}
+    selection = pd.DataFrame([{**row, "q": 0.1, "fdr": 0.1202}, {**row, "q": 0.2, "fdr": 0.2198}])
+    got = selection_expectations(selection, models, qs=(0.1, 0.2))
+    assert [(r.q, r.fdr, r.expected, r.ok) for r in got.itertuples()] == [
+        (0.1, 0.121, "fdr <= 0.12", False), (0.2, 0.22, "fdr <= 0.22", True)]
+
+
+def test_a_shown_value_is_on_the_side_of_its_bounds_the_value_is():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from memaudit.stats.headline import shown_value
+
+    thousandths = st.integers(0, 1000).map(lambda k: k / 1000)
+
+    @given(st.floats(0, 1), thousandths, thousandths)
+    def check(value, a, b):
+        low, high = min(a, b), max(a, b)
+        shown = shown_value(value, low, high)
+        assert (low <= shown <= high) == (low <= value <= high), (value, low, high, shown)
+        assert abs(shown - value) <= 0.001 + 1e-12
+
+    check()
+
+
 def test_null_auc_range_holds_a_random_splits_auc_99_times_in_100():
     """The range is the Mann-Whitney null's: random labels over fixed scores (a base model on a random
     split) give an AUC inside it 99% of the time, for small and unequal splits too."""
@@ -659,6 +706,32 @@ def test_the_headline_shows_the_main_scores_of_models_no_token_probability_metho
     assert "  archive   gpt         False       cloze_rank 0.720 [0.400, 0.900]\n" in out
 
 
+def test_the_headline_marks_an_interval_of_fewer_than_ten_documents_a_class(tmp_path, capsys):
+    """A dozen documents (DE-COP on an API model: 7 members, 5 non-members) printed `0.829 [0.571, 1.000]` as a
+    95% interval like any other, where `memaudit stats` warns that below 10 documents a class the interval is
+    unreliable (a percentile bootstrap of so few undercovers; 3 + 3 separated documents give [1.000, 1.000])."""
+    from memaudit.stats.headline import FEW_DOCUMENTS_NOTE, auc_cells, print_headline
+
+    def row(model, method, n_member, n_nonmember):
+        return {"benchmark": "novels", "model": model, "contaminated": False, "method": method, "auc": 0.829,
+                "auc_ci_low": 0.571, "auc_ci_high": 1.0, "n_member": n_member, "n_nonmember": n_nonmember}
+
+    summary = pd.DataFrame([row("gpt", "decop-blackbox", 7, 5), row("local", "loss", 60, 9),
+                            row("local2", "loss", 10, 10)])
+    assert list(auc_cells(summary)) == ["0.829 [0.571, 1.000]*", "0.829 [0.571, 1.000]*", "0.829 [0.571, 1.000]"]
+    (tmp_path / "s").mkdir()
+    summary.to_csv(tmp_path / "s" / "metrics.csv", index=False)
+    print_headline(tmp_path / "s" / "metrics.csv", ["loss"])
+    out = capsys.readouterr().out
+    assert FEW_DOCUMENTS_NOTE == ("* fewer than 10 members or non-members (n_member, n_nonmember in metrics.csv): "
+                                  "no interval is a guide over so few (a percentile bootstrap of 3 + 3 separated "
+                                  "documents gives [1.000, 1.000])")
+    assert out.count(FEW_DOCUMENTS_NOTE) == 1 and out.index(FEW_DOCUMENTS_NOTE) < out.index("Tables:")
+    summary[summary["model"] == "local2"].to_csv(tmp_path / "s" / "metrics.csv", index=False)
+    print_headline(tmp_path / "s" / "metrics.csv", ["loss"])
+    assert "fewer than 10 members" not in capsys.readouterr().out
+
+
 def test_the_headline_names_benchmarks_the_text_alone_separates_and_the_models_above_that(tmp_path, capsys):
     """Where the blind baseline's interval lies above 0.5, a detector's AUC mixes memorisation with what the
     text says of the labels: the headline says so, naming the models whose interval clears the blind AUC
@@ -733,6 +806,36 @@ def test_the_few_books_line_orders_the_books_by_the_models_mean_score(tmp_path):
     # d 0.8, b 0.6, a (0.9 + 0.1) / 2 = 0.5, c 0.2
     assert note.splitlines()[-1] == "    m loss: books_pvalue 0.500; by mean score (* member): d, b, a*, c*"
     assert book_intervals_note(summary, ["loss"]).splitlines()[-1] == "    m loss: books_pvalue 0.500"
+
+
+def test_a_books_pvalue_below_a_thousandth_is_not_printed_as_zero():
+    """From 14 books on, the rank test of the books' means goes below 0.001: 7 against 7 have 3,432 splits
+    (smallest p 1/3,432), 8 against 8 more than 9,999, of which it draws 9,999 (smallest p 1/10,000). The
+    few-books line printed such a p-value as `books_pvalue 0.000`, a p-value of 0, as metrics.md did before
+    it printed p-values as 1.00e-04."""
+    from memaudit.stats.headline import book_intervals_note
+
+    summary = pd.DataFrame({"benchmark": ["books"] * 2, "model": ["m", "n"], "method": ["loss"] * 2,
+                            "ci_books": [16.0] * 2, "books_pvalue": [1e-4, 0.0012]})
+    assert book_intervals_note(summary, ["loss"]).splitlines()[-2:] == ["    m loss: books_pvalue 1.0e-04",
+                                                                        "    n loss: books_pvalue 0.001"]
+
+
+def test_a_printed_pvalue_is_never_zero_and_keeps_its_value():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from memaudit.stats.headline import pvalue_text
+
+    @given(st.floats(min_value=5e-324, max_value=1.0))
+    def check(p):
+        shown = float(pvalue_text(p))
+        assert shown > 0
+        assert abs(shown - p) <= (0.0005 if p >= 0.001 else 0.05 * p), (p, pvalue_text(p))
+
+    check()
+    assert [pvalue_text(p) for p in (1.0, 0.05, 0.001, 0.00099, 1e-4, 2.5e-30)] == [
+        "1.000", "0.050", "0.001", "9.9e-04", "1.0e-04", "2.5e-30"]
 
 
 def test_the_cloze_headline_says_how_many_black_box_replies_could_be_read():

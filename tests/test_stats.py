@@ -65,6 +65,49 @@ def test_roc_auc_single_class_is_nan():
     assert math.isnan(roc_auc([0.1, 0.2], [1, 1]))
 
 
+def test_auc_tpr_and_welch_test_against_sklearn_scipy_and_brute_force_on_ties():
+    """On scores drawn with many ties (a few values, equal up to a sign, tiny and large magnitudes): the AUC is
+    sklearn's, the bootstrap's rank formula gives it on the original documents, the binarized AUC is sklearn's
+    AUC of the Youden predictions, the TPR at FPR <= x is the largest over every threshold (no interpolation),
+    and the t-test is scipy's Welch test where neither group is constant."""
+    import warnings
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from sklearn.metrics import roc_curve
+
+    from memaudit.stats.metrics import _auc_of_rows
+
+    values = st.sampled_from([-3.0, -0.0, 0.0, 1e-300, 0.5, 1.0, 1.0 + 2**-52, 7.0, 1e12]) | st.floats(-1e6, 1e6)
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.tuples(values, st.integers(0, 1)), min_size=2, max_size=40))
+    def check(rows):
+        scores, labels = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+        if labels.min() == labels.max():
+            assert math.isnan(roc_auc(scores, labels)) and math.isnan(tpr_at_fpr(scores, labels, 0.01))
+            return
+        members, nonmembers = scores[labels == 1], scores[labels == 0]
+        assert roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+        assert _auc_of_rows(np.r_[members, nonmembers][None, :], members.size)[0] == pytest.approx(
+            roc_auc_score(labels, scores), abs=1e-9)
+        fpr, tpr, thresholds = roc_curve(labels, scores)
+        youden = (scores >= thresholds[int(np.argmax(tpr - fpr))]).astype(int)
+        assert binarized_auc(scores, labels) == pytest.approx(roc_auc_score(labels, youden), abs=1e-12)
+        for x in (0.0, 0.01, 1 / 3, 1.0):
+            best = max((members >= t).mean() for t in np.r_[np.unique(scores), np.inf]
+                       if (nonmembers >= t).mean() <= x + 1e-12)
+            assert tpr_at_fpr(scores, labels, x) == best
+        spread = 1e-6 * max(1.0, float(np.abs(scores).max()))
+        if min(members.size, nonmembers.size) >= 2 and min(np.ptp(members), np.ptp(nonmembers)) > spread:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                expected = scipy_stats.ttest_ind(members, nonmembers, equal_var=False).pvalue
+            assert t_test_pvalue(scores, labels) == pytest.approx(expected, rel=1e-6, abs=1e-300)
+
+    check()
+
+
 # ---------------------------------------------------------- binarized_auc
 
 def test_binarized_auc_hand_computed():

@@ -233,6 +233,50 @@ def test_few_documents_warn_that_intervals_and_low_fpr_rates_are_unreliable(tmp_
     assert rc == 0 and "warning" not in err
 
 
+@pytest.mark.parametrize("n_nonmember, columns", [
+    (60, "tpr_at_1pct_fpr and tpr_at_01pct_fpr are"), (500, "tpr_at_01pct_fpr is"), (1000, None), (5, None)])
+def test_a_tpr_at_an_fpr_below_one_non_member_says_it_is_the_tpr_at_fpr_0(tmp_path, n_nonmember, columns):
+    """DE-COP's 105 + 60 books printed tpr_at_01pct_fpr 0.638 without a word: with 60 non-members one false
+    positive is 1.7% FPR, so both columns are the TPR at FPR 0, the share of members above the highest
+    non-member (a statement about one score). Under 10 a class the few-documents warning says it already."""
+    rng = np.random.default_rng(1)
+    n_member = 10
+    scores = np.r_[rng.normal(1.0, size=n_member), rng.normal(size=n_nonmember)]
+    src = tmp_path / "docs.csv"
+    src.write_text("score,label\n" + "".join(f"{float(s)!r},{int(i < n_member)}\n" for i, s in enumerate(scores)))
+    rc, out, err = _run("--input", str(src), *FAST)
+    assert rc == 0
+    notes = [line for line in err.splitlines() if "FPR 0" in line]
+    if columns is None:
+        assert notes == []
+        return
+    assert notes == [f"note: {src}: {n_nonmember} non-members: {columns} the TPR at FPR 0 (the share of members "
+                     f"above every non-member): one false positive is already 1/{n_nonmember} = "
+                     f"{1 / n_nonmember:.1%} FPR; 1% FPR needs 100 non-members, 0.1% needs 1,000"]
+    nonmembers = scores[n_member:]
+    expected = float((scores[:n_member] > nonmembers.max()).mean())
+    table = pd.read_csv(io.StringIO(re.sub(r" +", ",", "\n".join(line.strip() for line in out.splitlines()))))
+    columns_at_0 = ["tpr_at_01pct_fpr"] + (["tpr_at_1pct_fpr"] if n_nonmember < 100 else [])
+    assert [round(float(table[c].iloc[0]), 3) for c in columns_at_0] == [round(expected, 3)] * len(columns_at_0)
+
+
+@pytest.mark.parametrize("n_books, warned", [(6, True), (19, True), (20, False)])
+def test_an_interval_over_few_books_warns_that_it_is_no_guide(tmp_path, n_books, warned):
+    """Chapters of few books labelled per book (--book-col): 45 + 45 chapters of 6 books raised no warning (the
+    few-documents one counts documents), though the interval resamples 6 books, which no percentile
+    interval is a guide over (docs/statistics.md; the headline says so below 20 books)."""
+    rng = np.random.default_rng(0)
+    src = tmp_path / "books.csv"
+    src.write_text("score,label,book\n" + "".join(
+        f"{rng.normal()!r},{b % 2},book{b}\n" for b in range(n_books) for _ in range(15)))
+    rc, _, err = _run("--input", str(src), "--book-col", "book", *FAST)
+    warning = (f"warning: {src}: the 95% interval resamples {n_books} books, fewer than 20: no interval is a "
+               f"guide over so few; read books_pvalue, the rank test of the books' means (3 books against 3 "
+               f"give at best 0.05)")
+    assert rc == 0 and (warning in err.splitlines()) == warned, err
+    assert "warning" not in err or warned
+
+
 # ---------------------------------------------------------------- unusable files
 
 @pytest.mark.parametrize("content, message", [

@@ -27,6 +27,7 @@ import pandas as pd
 
 from memaudit.errors import MemauditError
 from memaudit.io import write_csv
+from memaudit.stats.headline import FEW_BOOKS, FEW_DOCUMENTS
 from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics, label_groups
 from memaudit.stats.table_input import Table, read_table
 
@@ -36,9 +37,6 @@ from memaudit.stats.table_input import Table, read_table
 MIN_BOOT_CI = 40
 
 EXIT_INPUT_ERROR = 2
-
-# Below this many documents in a class the bootstrap and low-FPR columns say little (warned).
-FEW_DOCUMENTS = 10
 
 # Spellings of the two boolean labels, so that "1", "1.0", "True" and "yes" all
 # match --member-value 1.
@@ -228,13 +226,30 @@ def _scorable_groups(table: Table, args: argparse.Namespace, group_index: list[i
     return scorable
 
 
-def _few_documents_warning(what: str, metrics: dict) -> str | None:
+def _small_sample_notes(what: str, metrics: dict) -> list[str]:
+    """Warnings for a row whose numbers rest on too few documents, or on too few books (an interval over
+    whole books counts books, not their documents: :data:`FEW_BOOKS`), and a note where a TPR column is the
+    TPR at FPR 0 (fewer non-members than one false positive at that FPR needs:
+    :func:`memaudit.stats.metrics.tpr_at_fpr`)."""
+    out = []
     n_member, n_nonmember = metrics["n_member"], metrics["n_nonmember"]
-    if min(n_member, n_nonmember) >= FEW_DOCUMENTS:
-        return None
-    return (f"warning: {what}: {n_member} member(s) and {n_nonmember} non-member(s), fewer than "
-            f"{FEW_DOCUMENTS} in a class: the bootstrap means, stds and 95% interval and the TPR at "
-            f"1% and 0.1% FPR are unreliable, whatever they show")
+    if min(n_member, n_nonmember) < FEW_DOCUMENTS:
+        out.append(f"warning: {what}: {n_member} member(s) and {n_nonmember} non-member(s), fewer than "
+                   f"{FEW_DOCUMENTS} in a class: the bootstrap means, stds and 95% interval and the TPR at "
+                   f"1% and 0.1% FPR are unreliable, whatever they show")
+    else:  # (the warning above says it of the TPR columns already)
+        collapsed = [c for c, needed in (("tpr_at_1pct_fpr", 100), ("tpr_at_01pct_fpr", 1000)) if n_nonmember < needed]
+        if collapsed:
+            out.append(f"note: {what}: {n_nonmember} non-members: {' and '.join(collapsed)} "
+                       f"{'are' if len(collapsed) > 1 else 'is'} the TPR at FPR 0 (the share of members above every "
+                       f"non-member): one false positive is already 1/{n_nonmember} = {1 / n_nonmember:.1%} FPR; "
+                       f"1% FPR needs 100 non-members, 0.1% needs 1,000")
+    n_books = metrics["ci_books"]
+    if not math.isnan(n_books) and n_books < FEW_BOOKS:
+        out.append(f"warning: {what}: the 95% interval resamples {int(n_books)} books, fewer than {FEW_BOOKS}: no "
+                   f"interval is a guide over so few; read books_pvalue, the rank test of the books' means "
+                   f"(3 books against 3 give at best 0.05)")
+    return out
 
 
 def _accounting(table: Table, n_scored: int) -> str:
@@ -333,9 +348,7 @@ def compute_stats_table(args: argparse.Namespace) -> tuple[pd.DataFrame, list[st
             rows.append({**prefix, **dict(zip(args.group_col, key)), **metrics})
             what = ", ".join(filter(None, [f"score column {score_col!r}" if several else "",
                                            _describe(args.group_col, key)])) or str(table.path)
-            warning = _few_documents_warning(what, metrics)
-            if warning:
-                notes.append(warning)
+            notes.extend(_small_sample_notes(what, metrics))
     columns = [*(["score_column"] if several else []), *args.group_col, *METRIC_COLUMNS]
     return pd.DataFrame(rows, columns=columns), notes
 
@@ -362,8 +375,9 @@ def stats_main(argv: list[str] | None = None) -> int:
     0 on success; 2 on a usage or input error (missing, empty or unreadable file,
     missing column, non-numeric score, single-class labels, a group that cannot be
     scored), with a one-line message on stderr.  Notes (skipped blank lines and
-    groups) and warnings (fewer than :data:`FEW_DOCUMENTS` documents in a class)
-    go to stderr after the table.
+    groups, TPR columns that are the TPR at FPR 0) and warnings (fewer than
+    :data:`FEW_DOCUMENTS` documents in a class, an interval over fewer than
+    :data:`FEW_BOOKS` books: :func:`_small_sample_notes`) go to stderr after the table.
     """
     parser = _parser()
     try:

@@ -30,7 +30,8 @@ def headline_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.DataFram
 
 def auc_cells(rows: pd.DataFrame) -> pd.Series:
     """``AUC [low, high]`` of each row of ``metrics.csv``, all to 3 decimals (an interval to 2 could print
-    outside its AUC: 0.895 [0.90, 0.92]); ``n/a`` for a missing AUC or interval, not ``nan``."""
+    outside its AUC: 0.895 [0.90, 0.92]); ``n/a`` for a missing AUC or interval, not ``nan``; an interval
+    over fewer than :data:`FEW_DOCUMENTS` documents a class marked ``*`` (:data:`FEW_DOCUMENTS_NOTE`)."""
     return rows.apply(auc_cell, axis=1)
 
 
@@ -38,7 +39,32 @@ def auc_cell(row) -> str:
     auc, low, high = row["auc"], row["auc_ci_low"], row["auc_ci_high"]
     if pd.isna(auc):
         return "n/a"
-    return f"{auc:.3f} [n/a]" if pd.isna(low) or pd.isna(high) else f"{auc:.3f} [{low:.3f}, {high:.3f}]"
+    cell = f"{auc:.3f} [n/a]" if pd.isna(low) or pd.isna(high) else f"{auc:.3f} [{low:.3f}, {high:.3f}]"
+    return cell + FEW_DOCUMENTS_MARK if few_documents(row) else cell
+
+
+# Below this many documents in a class the bootstrap and low-FPR columns say little: ``memaudit stats``
+# warns, the headline marks the AUC cell.
+FEW_DOCUMENTS = 10
+
+
+def few_documents(row) -> bool:
+    """Whether a row of ``metrics.csv`` has fewer than :data:`FEW_DOCUMENTS` members or non-members (False
+    for a table without the counts)."""
+    counts = [row.get(c, math.nan) for c in ("n_member", "n_nonmember")]
+    return any(not pd.isna(n) and n < FEW_DOCUMENTS for n in counts)
+
+
+# How an AUC cell of few documents is marked, and the line that says why wherever one is printed.
+FEW_DOCUMENTS_MARK = "*"
+FEW_DOCUMENTS_NOTE = (f"* fewer than {FEW_DOCUMENTS} members or non-members (n_member, n_nonmember in metrics.csv): "
+                      f"no interval is a guide over so few (a percentile bootstrap of 3 + 3 separated documents "
+                      f"gives [1.000, 1.000])")
+
+
+def few_documents_note(*texts: str) -> str:
+    """:data:`FEW_DOCUMENTS_NOTE` where one of ``texts`` holds a marked AUC cell, else ""."""
+    return FEW_DOCUMENTS_NOTE if any(f"]{FEW_DOCUMENTS_MARK}" in t for t in texts) else ""
 
 
 def family_main_methods() -> list[str]:
@@ -93,12 +119,16 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 22):
             print("\nROC-AUC [bootstrap 95% CI] of document scores (higher score = member):\n")
-            print(headline_table(summary, methods).to_string())
+            shown = [headline_table(summary, methods).to_string()]
+            print(shown[0])
             other = other_scores_table(summary, methods)
             if not other.empty:
                 print("\nROC-AUC [bootstrap 95% CI] of the models scored by other probes only (each family's main "
                       "scores;\nevery score of every model: the metrics table below):\n")
-                print(other.to_string(index=False))
+                shown.append(other.to_string(index=False))
+                print(shown[-1])
+            if few_documents_note(*shown):
+                print("\n" + FEW_DOCUMENTS_NOTE)
     root = summary_path.parent.parent
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
     print(f"Figures: {figures_made(root / 'figures')}")
@@ -316,7 +346,8 @@ def blind_baseline_note(summary: pd.DataFrame, methods: Sequence[str]) -> str:
         named = ", ".join(f"{b.model} ({b.method} {cell})" for b, cell in zip(best.itertuples(), auc_cells(best)))
         lines.append(f"  {r.benchmark}: blind AUC {auc_cell(r._asdict())}; above it: "
                      + (named or "no model"))
-    return "\n".join(lines)
+    note = few_documents_note(*lines)
+    return "\n".join(lines + ([note] if note else []))
 
 
 # Fewer books than this (both sides together) and an interval over whole books is no guide: the
@@ -344,6 +375,12 @@ def book_ranking(results_dir: Path, benchmark: str, model: str, method: str) -> 
     names, means, labels = group_means(scores["score"], scores["label"], scores["doc_id"].map(books))
     order = np.argsort(-means, kind="stable")
     return ", ".join(f"{names[i]}{'*' if labels[i] == 1 else ''}" for i in order)
+
+
+def pvalue_text(p: float) -> str:
+    """A p-value to 3 decimals, and below 0.001 in scientific notation (``1.0e-04``): to 3 decimals the
+    smallest p-value of a rank test of 14 books or more printed as 0.000, a p-value of 0."""
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
 def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summary_dir: Path | None = None) -> str:
@@ -375,7 +412,7 @@ def book_intervals_note(summary: pd.DataFrame, methods: Sequence[str] = (), summ
         rows = rows.assign(order=rows["method"].map(order)).sort_values(["model", "order"]).drop_duplicates("model")
         for r in rows.itertuples():
             ranking = book_ranking(Path(summary_dir).parent, benchmark, r.model, r.method) if summary_dir else ""
-            lines.append(f"    {r.model} {r.method}: books_pvalue {r.books_pvalue:.3f}"
+            lines.append(f"    {r.model} {r.method}: books_pvalue {pvalue_text(r.books_pvalue)}"
                          + (f"; by mean score (* member): {ranking}" if ranking else ""))
     return "\n".join(lines)
 
@@ -488,6 +525,19 @@ def null_auc_range(n_member: int, n_nonmember: int, alpha: float = NULL_ALPHA) -
     return math.floor((0.5 - half) * 1000) / 1000, math.ceil((0.5 + half) * 1000) / 1000
 
 
+def shown_value(value: float, low: float, high: float) -> float:
+    """``value`` to 3 decimals as a check's row shows it beside its bounds ``[low, high]``: rounded, unless that
+    would put a value outside them on a bound (0.6372 shown as 0.637 beside ``in [0.363, 0.637]``, ok False),
+    where it is rounded away from it (0.638). A value within them rounds within them (the bounds have 3
+    decimals or fewer)."""
+    shown = round(value, 3)
+    if value > high and shown <= high:
+        return math.ceil(value * 1000) / 1000
+    if value < low and shown >= low:
+        return math.floor(value * 1000) / 1000
+    return shown
+
+
 def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
                       contaminated_min: float = 0.9, null_alpha: float = NULL_ALPHA,
                       decop_method: str = "decop-likelihood-prob", decop_min: float = 0.8, *,
@@ -516,6 +566,7 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
     rows = []
     for r in summary[summary["method"].isin([method, decop_method])].itertuples():
         is_decop = r.method == decop_method
+        bounds = (-math.inf, math.inf)  # what the check compares r.auc with (shown_value)
         null = is_null_control(r.benchmark, r.model, nulls, controlled)
         if not (bool(r.contaminated) or null):
             continue
@@ -523,7 +574,7 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
             expect, ok = "members and non-members", False
         elif bool(r.contaminated):
             floor = decop_min if is_decop else contaminated_min
-            expect, ok = f">= {floor}", r.auc >= floor
+            expect, ok, bounds = f">= {floor}", r.auc >= floor, (floor, math.inf)
         elif not pd.isna(getattr(r, "ci_books", math.nan)):
             # labels drawn per book (split_by: book): a book's chapters share its level, so the documents'
             # AUC strays from 0.5 by chance far more than null_auc_range allows (its labels are drawn
@@ -534,12 +585,12 @@ def demo_expectations(summary: pd.DataFrame, models: pd.DataFrame, method: str =
             ok = p >= null_alpha  # nan (no variance in either class) cannot show it: fails
         else:
             low, high = null_auc_range(r.n_member, r.n_nonmember, null_alpha)
-            expect, ok = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high
+            expect, ok, bounds = f"in [{low:.3f}, {high:.3f}]", low <= r.auc <= high, (low, high)
             if low <= 0 and high >= 1:  # a check no AUC can fail: reported, not counted as holding
                 expect, ok = (f"no check: {int(r.n_member)} + {int(r.n_nonmember)} documents, too few (any AUC lies "
                               f"in the null range)"), ""
-        rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method, "auc": round(r.auc, 3),
-                     "expected": expect, "ok": ok if ok == "" else bool(ok)})
+        rows.append({"benchmark": r.benchmark, "model": r.model, "method": r.method,
+                     "auc": shown_value(r.auc, *bounds), "expected": expect, "ok": ok if ok == "" else bool(ok)})
     # the probe's other scores of a pair say it was probed there: token_prob's headline and reference
     # methods for the loss, DE-COP likelihood mode's other rows for its probability
     probed = {method: lambda m: m in set(scored_with) or m.startswith("ref_"),
@@ -607,8 +658,9 @@ def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method
     mine, made = selection[selection["method"] == method], set()
     for r in mine.itertuples():
         q = round(float(r.q), 6)
+        fdr_bound = math.inf
         if bool(r.contaminated) and q in {round(x, 6) for x in qs}:
-            expect, ok = f"fdr <= {q + slack:g}", r.fdr <= q + slack
+            expect, ok, fdr_bound = f"fdr <= {q + slack:g}", r.fdr <= q + slack, q + slack
         elif is_null_control(r.benchmark, r.model, nulls, controlled) and q == round(null_q, 6):
             expect, ok = f"named <= {null_share:.0%} of {r.n_test}", r.mean_selected <= null_share * r.n_test
         else:
@@ -618,7 +670,8 @@ def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method
             expect, ok = (f"{NOT_EVALUATED}: q = {q:g} is below 1/(n_calibration + 1) = {min_q:.3g} "
                           f"({int(r.n_calibration)} calibration non-members): nothing can be named"), False
         made.add((r.benchmark, r.model, q))
-        rows.append({"benchmark": r.benchmark, "model": r.model, "q": q, "fdr": round(r.fdr, 3),
+        rows.append({"benchmark": r.benchmark, "model": r.model, "q": q,
+                     "fdr": shown_value(r.fdr, -math.inf, fdr_bound),
                      "power": round(r.power, 3), "mean_named": round(r.mean_selected, 1), "expected": expect,
                      "ok": bool(ok)})
     selected = set(zip(mine["benchmark"], mine["model"]))
