@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import PurePosixPath
 
@@ -267,6 +268,29 @@ def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(fini
     config = with_config(finished, "folds", lambda c: c["stats"].__setitem__("blind_folds", 4))
     expected = {("blind_baseline", f"benchmark={b}") for b in BENCHMARKS} | {("summary", ""), ("all", "")}
     assert planned_jobs(finished, config) == expected
+
+
+def coauthor_commands() -> list[list[str]]:
+    """The Snakemake commands docs/reruns.md gives a co-author after ``dvc pull`` (its DVC block), split."""
+    text = (ROOT / "docs" / "reruns.md").read_text(encoding="utf-8")
+    block = text.split("# a co-author, on another clone:", 1)[1].split("```", 1)[0]
+    return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.startswith("snakemake ")]
+
+
+def test_a_pulled_run_touched_as_the_docs_say_reruns_what_a_later_change_decides(finished_run, tmp_path):
+    """A co-author's clone after ``dvc pull`` holds every result but none of Snakemake's records (DVC versions
+    results/ and logs/, not .snakemake/). The docs' ``snakemake --touch --cores 1 all`` touched only the jobs
+    whose outputs the pull happened to date before their inputs and recorded no params or code for the rest,
+    so a parameter changed afterwards reran nothing: the co-author's tables silently kept the old value."""
+    clone = shutil.copytree(finished_run[0], tmp_path / "clone", symlinks=True,
+                            ignore=shutil.ignore_patterns(".snakemake"))
+    touch, dry = coauthor_commands()
+    assert touch[:2] == ["snakemake", "--touch"] and dry[:2] == ["snakemake", "-n"]
+    snakemake(clone, *touch[1:], "--configfile", CI_YAML)
+    assert planned_jobs(clone, CI_YAML) == set()  # what the docs' dry run says: nothing to be done
+    config = with_config(clone, "folds", lambda c: c["stats"].__setitem__("blind_folds", 4))
+    expected = {("blind_baseline", f"benchmark={b}") for b in BENCHMARKS} | {("summary", ""), ("all", "")}
+    assert planned_jobs(clone, config) == expected
 
 
 def test_changing_the_selection_figures_methods_redraws_only_the_summary(finished):
