@@ -196,6 +196,30 @@ def test_an_api_role_models_entry_reruns_what_the_role_made(finished_run, tmp_pa
     assert jobs == downstream_of(finished_run[0], "decop_items", "ktd_pool")
 
 
+def test_how_an_api_models_requests_are_sent_reruns_nothing(finished_run, tmp_path):
+    """An API model's concurrency, timeout, retries, key variable and prices decide how its requests are sent
+    and what they cost, never an answer (answers are cached by request, priced when made): raising a slow
+    paraphraser's concurrency reran DE-COP's items, KTD's pool and every DE-COP and KTD probe of every local
+    model, and every job of an API model under test."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def served(c, **sending):
+        c["models"]["served"] = {"backend": "openai", "api": {
+            "model_id": "served-model", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
+            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}, **sending}}
+        c["probes"]["decop"]["paraphrase"]["model"] = "served"
+        c["probes"]["prefix"] = {"models": ["served"], "benchmarks": ["news"]}
+
+    before = with_config(workdir, "served", served)
+    scheduled = {(j["rule"], j["wildcards"]) for j in touch_finished(workdir, before, finished_run[2],
+                                                                     only_scheduled=True)}
+    assert {("decop_items", "benchmark=novels"), ("prefix_probe", "benchmark=news, model=served")} <= scheduled
+    after = with_config(workdir, "served_sending", lambda c: served(
+        c, concurrency=16, timeout=300, max_retries=8, api_key_env="OTHER_KEY",
+        pricing={"input_per_mtok": 0.5, "cached_input_per_mtok": 0.25, "output_per_mtok": 1.5}))
+    assert planned_jobs(workdir, after) == set()
+
+
 def test_scheduling_and_cache_settings_rerun_nothing(finished):
     """How many GPUs, how much memory and how much time a job claims and where converted weights are cached
     never change a result."""
