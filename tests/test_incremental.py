@@ -367,6 +367,26 @@ def test_changing_how_copybench_probes_leaves_the_fact_recall_questions(finished
     assert ("copybench_qa_items", "benchmark=books") in planned_jobs(workdir, cutting)
 
 
+def test_changing_how_the_cloze_blackbox_probe_asks_reruns_only_its_jobs(finished_run, tmp_path):
+    """probes.cloze prompt and max_new_tokens are the black-box probe's alone: they reran the cloze items
+    (the reference scoring every candidate word, a knowledge filter's pass over every text) and every
+    logit-mode probe, neither of which reads them."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def blackbox(c, **asking):
+        c["probes"]["cloze"].update(asking)
+        c["probes"]["cloze_blackbox"] = {"models": ["smollm2-135m"], "benchmarks": ["novels"]}
+
+    before = with_config(workdir, "cloze_blackbox", blackbox)
+    assert ("cloze_probe", "benchmark=novels, model=smollm2-135m, mode=blackbox") in {
+        (j["rule"], j["wildcards"]) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)}
+    after = with_config(workdir, "cloze_blackbox_asking", lambda c: blackbox(c, prompt="one_word", max_new_tokens=20))
+    pair = "benchmark=novels, model=smollm2-135m"
+    assert planned_jobs(workdir, after) == {
+        ("cloze_probe", f"{pair}, mode=blackbox"), ("metrics", pair), ("figures_model", pair), ("cloze_summary", ""),
+        ("summary", ""), ("figure_auc_vs_size", "benchmark=novels"), ("all", "")}
+
+
 def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):
     config = with_config(finished, "copybench_cutting", lambda c: c["probes"]["copybench"].update(n_events=5))
     assert planned_jobs(finished, config) == downstream_of(finished, "copybench_items")
