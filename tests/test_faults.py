@@ -610,6 +610,40 @@ def test_a_fine_tune_stopped_on_one_device_type_starts_over_on_another(tiny_mode
         f"discarding stale checkpoint {stale} (inputs or settings changed)"]
 
 
+def test_a_fine_tune_stopped_before_a_models_version_bump_starts_over_after_it(tiny_model_dir, tmp_path,
+                                                                               monkeypatch):
+    """A fine-tune stopped at its time limit, then memaudit upgraded with a fix that bumps the models step's
+    version (the rerun is scheduled for it): the rerun resumed the state the old code trained, and the model
+    labelled with the new version was half the old code's. The key holds the step's version now."""
+    import dataclasses
+
+    from memaudit.errors import JobInterrupted
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+    from memaudit.versions import STEPS
+
+    write_json(tmp_path / "base.json", {"load": {"path": str(tiny_model_dir)}})
+    entry = {"dtype": "float32", "finetune": dict(
+        members_of=["b"], method="lora", epochs=2, lr=0.01, duplication=1, batch_size=4, max_length=32, lora_r=4,
+        lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")}
+
+    def prepare(messages: list[str], progress=None):
+        return prepare_finetuned_model("m", entry, tmp_path / "base.json", TINY_TEXTS, tmp_path / "out", seed=3,
+                                       device="cpu", checkpoint_root=tmp_path / "ckpt",
+                                       progress=progress or messages.append)
+
+    messages: list[str] = []
+    with pytest.raises(JobInterrupted, match="at step 3/"):
+        prepare(messages, _sigterm_at_step(3, messages))
+    [stale] = (tmp_path / "ckpt" / "prepare_model" / "m").iterdir()
+    monkeypatch.setitem(STEPS, "models", dataclasses.replace(STEPS["models"], version=STEPS["models"].version + 1))
+    messages = []
+    record = prepare(messages)["training"]
+    assert record["resumed_from_step"] is None and record["steps"] == 12
+    assert [m for m in messages if m.startswith("discarding")] == [
+        f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
 def test_tiny_pretraining_stopped_by_sigterm_resumes_to_the_same_model(tmp_path):
     import torch
     from safetensors.torch import load_file
@@ -926,6 +960,41 @@ def test_token_statistics_computed_on_one_device_type_start_over_on_another(tiny
     monkeypatch.setattr(loading, "resolve_device",
                         lambda device="auto": "cuda:0" if device == "auto" else resolve(device))
     monkeypatch.setattr(loading, "load_model", lambda spec, **kw: load(spec, **{**kw, "device": "cpu"}))
+    messages: list[str] = []
+    info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
+    assert info["shards_resumed"] == 0
+    assert [m for m in messages if m.startswith("discarding")] == [
+        f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
+def test_token_statistics_stopped_before_a_version_bump_start_over_after_it(tiny_model_dir, tmp_path, monkeypatch):
+    """A token_stats job killed midway, then memaudit upgraded with a fix that bumps the token_prob family's
+    ``stats`` version: the rerun joined the old code's finished shards to the new code's, recorded as the new
+    version's statistics. The key holds the stage's version now."""
+    import dataclasses
+
+    from memaudit.io import write_json, write_jsonl
+    from memaudit.probes.registry import FAMILIES
+    from memaudit.probes.token_prob.forward import run_token_stats
+
+    write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
+    write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
+                                              for i, t in enumerate(TINY_TEXTS)))
+    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "float32", "device": "cpu"}}}, "tiny", tmp_path,
+            tmp_path / "passages.jsonl", tmp_path / "token_stats.npz")
+
+    class Killed(Exception):
+        pass
+
+    def killed_after_two_shards(message):
+        if message.startswith("original shard 2/3: passages"):
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=killed_after_two_shards)
+    [stale] = {p.parent for p in (tmp_path / "ckpt").glob("*/*.npz")}
+    stages = FAMILIES["token_prob"].stages
+    monkeypatch.setitem(stages, "stats", dataclasses.replace(stages["stats"], version=stages["stats"].version + 1))
     messages: list[str] = []
     info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
     assert info["shards_resumed"] == 0

@@ -37,12 +37,14 @@ EPOCH_CHECKPOINT_MIN_SECONDS = 60.0
 
 def _training_checkpoint(root: Path | None, name: str, settings: dict, every_steps: int,
                          progress: Callable[[str], None]):
-    """The checkpoint of ``prepare_model`` for ``name``, keyed by ``settings`` (None: no checkpointing)."""
+    """The checkpoint of ``prepare_model`` for ``name``, keyed by ``settings`` and the models step's code version
+    (None: no checkpointing): a state trained before an upgrade that bumped it is never resumed by the new code."""
     from memaudit.checkpoints import TrainingCheckpoint, checkpoint_key, keyed_dir
+    from memaudit.versions import step_version
 
     if root is None:
         return TrainingCheckpoint(None)
-    key = checkpoint_key({"rule": "prepare_model", "name": name, **settings})
+    key = checkpoint_key({"rule": "prepare_model", "name": name, "code_version": step_version("models"), **settings})
     directory = keyed_dir(Path(root) / "prepare_model" / name, key, progress=progress)
     return TrainingCheckpoint(directory, every_steps=every_steps, epoch_min_seconds=EPOCH_CHECKPOINT_MIN_SECONDS,
                               root=root, progress=progress)
@@ -112,8 +114,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
 
     With ``checkpoint_root`` the fine-tuning checkpoints under
     ``<root>/prepare_model/<name>/<key>/`` and resumes from there; the key covers
-    the base model's manifest, the member texts, the fine-tuning settings, the seed, and the dtype and
-    device type it trains in.
+    the base model's manifest, the member texts, the fine-tuning settings, the seed, the dtype and
+    device type it trains in, and the models step's code version.
     """
     from memaudit.checkpoints import file_digest, texts_digest
     from memaudit.models.finetune import finetune
