@@ -963,3 +963,38 @@ def test_token_statistics_computed_on_one_device_type_start_over_on_another(tiny
     assert info["shards_resumed"] == 0
     assert [m for m in messages if m.startswith("discarding")] == [
         f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
+def test_token_statistics_stopped_before_a_version_bump_start_over_after_it(tiny_model_dir, tmp_path, monkeypatch):
+    """A token_stats job killed midway, then memaudit upgraded with a fix that bumps the token_prob family's
+    ``stats`` version: the rerun joined the old code's finished shards to the new code's, recorded as the new
+    version's statistics. The key holds the stage's version now."""
+    import dataclasses
+
+    from memaudit.io import write_json, write_jsonl
+    from memaudit.probes.registry import FAMILIES
+    from memaudit.probes.token_prob.forward import run_token_stats
+
+    write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
+    write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
+                                              for i, t in enumerate(TINY_TEXTS)))
+    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "float32", "device": "cpu"}}}, "tiny", tmp_path,
+            tmp_path / "passages.jsonl", tmp_path / "token_stats.npz")
+
+    class Killed(Exception):
+        pass
+
+    def killed_after_two_shards(message):
+        if message.startswith("original shard 2/3: passages"):
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=killed_after_two_shards)
+    [stale] = {p.parent for p in (tmp_path / "ckpt").glob("*/*.npz")}
+    stages = FAMILIES["token_prob"].stages
+    monkeypatch.setitem(stages, "stats", dataclasses.replace(stages["stats"], version=stages["stats"].version + 1))
+    messages: list[str] = []
+    info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
+    assert info["shards_resumed"] == 0
+    assert [m for m in messages if m.startswith("discarding")] == [
+        f"discarding stale checkpoint {stale} (inputs or settings changed)"]

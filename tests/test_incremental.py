@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import PurePosixPath
 
@@ -111,7 +112,8 @@ def downstream_of(workdir, *targets: str) -> frozenset[tuple[str, str]]:
 
 
 def cross_model(benchmarks=BENCHMARKS) -> set[tuple[str, str]]:
-    """The tables and figures over all models: the summary and each benchmark's AUC-against-size figure."""
+    """The tables and figures over all models: the summary and the AUC-against-size figure of each benchmark
+    given (those the changed models are scored on)."""
     return {("all", ""), ("summary", "")} | {("figure_auc_vs_size", f"benchmark={b}") for b in benchmarks}
 
 
@@ -132,8 +134,9 @@ def test_adding_a_model_schedules_only_its_jobs(tree, request, finished, finishe
     like = {(r, w.replace("tiny-gpt2-small", NEW_MODEL)) for r, w in finished_run[1]
             if wildcard((r, w), "model") == "tiny-gpt2-small" and r not in ("decop_probe", "ktd_probe", "cloze_probe")}
     assert {("prepare_model", f"model={NEW_MODEL}"), ("token_stats", f"benchmark=novels, model={NEW_MODEL}")} <= like
-    # Nothing of any other model reruns: only the new model's jobs and the cross-model tables and figures.
-    assert jobs == like | cross_model()
+    # Nothing of any other model reruns: only the new model's jobs and the cross-model tables and figures. The
+    # books' AUC-against-size figure, of models the new one is not scored beside, stays.
+    assert jobs == like | cross_model(CI["probes"]["token_prob"]["benchmarks"])
 
 
 def test_changing_one_models_training_reruns_only_that_model(finished):
@@ -193,6 +196,30 @@ def test_an_api_role_models_entry_reruns_what_the_role_made(finished_run, tmp_pa
     jobs = planned_jobs(workdir, after)
     assert {("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")} <= jobs
     assert jobs == downstream_of(finished_run[0], "decop_items", "ktd_pool")
+
+
+def test_how_an_api_models_requests_are_sent_reruns_nothing(finished_run, tmp_path):
+    """An API model's concurrency, timeout, retries, key variable and prices decide how its requests are sent
+    and what they cost, never an answer (answers are cached by request, priced when made): raising a slow
+    paraphraser's concurrency reran DE-COP's items, KTD's pool and every DE-COP and KTD probe of every local
+    model, and every job of an API model under test."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def served(c, **sending):
+        c["models"]["served"] = {"backend": "openai", "api": {
+            "model_id": "served-model", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
+            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}, **sending}}
+        c["probes"]["decop"]["paraphrase"]["model"] = "served"
+        c["probes"]["prefix"] = {"models": ["served"], "benchmarks": ["news"]}
+
+    before = with_config(workdir, "served", served)
+    scheduled = {(j["rule"], j["wildcards"]) for j in touch_finished(workdir, before, finished_run[2],
+                                                                     only_scheduled=True)}
+    assert {("decop_items", "benchmark=novels"), ("prefix_probe", "benchmark=news, model=served")} <= scheduled
+    after = with_config(workdir, "served_sending", lambda c: served(
+        c, concurrency=16, timeout=300, max_retries=8, api_key_env="OTHER_KEY",
+        pricing={"input_per_mtok": 0.5, "cached_input_per_mtok": 0.25, "output_per_mtok": 1.5}))
+    assert planned_jobs(workdir, after) == set()
 
 
 def test_scheduling_and_cache_settings_rerun_nothing(finished):
@@ -269,6 +296,29 @@ def test_changing_the_blind_baselines_folds_reruns_only_the_blind_baselines(fini
     assert planned_jobs(finished, config) == expected
 
 
+def coauthor_commands() -> list[list[str]]:
+    """The Snakemake commands docs/reruns.md gives a co-author after ``dvc pull`` (its DVC block), split."""
+    text = (ROOT / "docs" / "reruns.md").read_text(encoding="utf-8")
+    block = text.split("# a co-author, on another clone:", 1)[1].split("```", 1)[0]
+    return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.startswith("snakemake ")]
+
+
+def test_a_pulled_run_touched_as_the_docs_say_reruns_what_a_later_change_decides(finished_run, tmp_path):
+    """A co-author's clone after ``dvc pull`` holds every result but none of Snakemake's records (DVC versions
+    results/ and logs/, not .snakemake/). The docs' ``snakemake --touch --cores 1 all`` touched only the jobs
+    whose outputs the pull happened to date before their inputs and recorded no params or code for the rest,
+    so a parameter changed afterwards reran nothing: the co-author's tables silently kept the old value."""
+    clone = shutil.copytree(finished_run[0], tmp_path / "clone", symlinks=True,
+                            ignore=shutil.ignore_patterns(".snakemake"))
+    touch, dry = coauthor_commands()
+    assert touch[:2] == ["snakemake", "--touch"] and dry[:2] == ["snakemake", "-n"]
+    snakemake(clone, *touch[1:], "--configfile", CI_YAML)
+    assert planned_jobs(clone, CI_YAML) == set()  # what the docs' dry run says: nothing to be done
+    config = with_config(clone, "folds", lambda c: c["stats"].__setitem__("blind_folds", 4))
+    expected = {("blind_baseline", f"benchmark={b}") for b in BENCHMARKS} | {("summary", ""), ("all", "")}
+    assert planned_jobs(clone, config) == expected
+
+
 def test_changing_the_selection_figures_methods_redraws_only_the_summary(finished):
     """stats.selection.figure_methods picks the curves of the summary's FDR/power figure: no metrics job
     reads it (it ran every one again, on every benchmark and model)."""
@@ -317,6 +367,26 @@ def test_changing_how_copybench_probes_leaves_the_fact_recall_questions(finished
     assert "copybench_qa_items" not in {r for r, _ in jobs}
     cutting = with_config(workdir, "qa_cutting", lambda c: with_qa(c, qa_per_book=5))
     assert ("copybench_qa_items", "benchmark=books") in planned_jobs(workdir, cutting)
+
+
+def test_changing_how_the_cloze_blackbox_probe_asks_reruns_only_its_jobs(finished_run, tmp_path):
+    """probes.cloze prompt and max_new_tokens are the black-box probe's alone: they reran the cloze items
+    (the reference scoring every candidate word, a knowledge filter's pass over every text) and every
+    logit-mode probe, neither of which reads them."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+
+    def blackbox(c, **asking):
+        c["probes"]["cloze"].update(asking)
+        c["probes"]["cloze_blackbox"] = {"models": ["smollm2-135m"], "benchmarks": ["novels"]}
+
+    before = with_config(workdir, "cloze_blackbox", blackbox)
+    assert ("cloze_probe", "benchmark=novels, model=smollm2-135m, mode=blackbox") in {
+        (j["rule"], j["wildcards"]) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)}
+    after = with_config(workdir, "cloze_blackbox_asking", lambda c: blackbox(c, prompt="one_word", max_new_tokens=20))
+    pair = "benchmark=novels, model=smollm2-135m"
+    assert planned_jobs(workdir, after) == {
+        ("cloze_probe", f"{pair}, mode=blackbox"), ("metrics", pair), ("figures_model", pair), ("cloze_summary", ""),
+        ("summary", ""), ("figure_auc_vs_size", "benchmark=novels"), ("all", "")}
 
 
 def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):

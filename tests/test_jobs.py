@@ -209,13 +209,16 @@ def test_roles_name_their_model_or_default_to_the_first_local_model():
 
 
 def test_a_role_models_params_hold_what_its_weights_do_not():
-    """An API model's entry (less scheduling) and a scoring role's max_tokens/batch_size set off their
-    defaults join a job's params; a local model otherwise adds nothing (its weights are an input)."""
+    """An API model's entry (less scheduling and how its requests are sent) and a scoring role's
+    max_tokens/batch_size set off their defaults join a job's params; a local model otherwise adds nothing
+    (its weights are an input)."""
     cfg = copy.deepcopy(CI)
-    cfg["models"]["served"] = {"backend": "openai", "gpus": 0, "api": {"model_id": "m-1", "concurrency": 2}}
+    cfg["models"]["served"] = {"backend": "openai", "gpus": 0, "api": {
+        "model_id": "m-1", "logprobs": False, "concurrency": 2, "timeout": 90, "max_retries": 1,
+        "api_key_env": "KEY", "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
     cfg["models"]["tiny-gpt2-cb"]["max_tokens"] = 48
     settings = {"top_k": 4}
-    assert jobs.auxiliary_model_settings(cfg, "served") == {"api": {"concurrency": 2, "model_id": "m-1"},
+    assert jobs.auxiliary_model_settings(cfg, "served") == {"api": {"logprobs": False, "model_id": "m-1"},
                                                            "backend": "openai"}
     assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-cb") == {}
     assert jobs.auxiliary_model_settings(cfg, "tiny-gpt2-cb", scoring=True) == {"max_tokens": 48}
@@ -223,7 +226,7 @@ def test_a_role_models_params_hold_what_its_weights_do_not():
     assert jobs.with_role_models(settings, cfg, {None: False, "tiny-gpt2-small": True, "smollm2-135m": False}) \
         is settings
     assert jobs.with_role_models(settings, cfg, {"tiny-gpt2-cb": True, "served": False}) == {
-        "role_models": {"served": {"api": {"concurrency": 2, "model_id": "m-1"}, "backend": "openai"},
+        "role_models": {"served": {"api": {"logprobs": False, "model_id": "m-1"}, "backend": "openai"},
                         "tiny-gpt2-cb": {"max_tokens": 48}},
         "top_k": 4}
 

@@ -1051,6 +1051,9 @@ EXECUTION_KEYS = ("gpus", "mem_mb", "runtime")
 SCORING_KEYS = ("max_tokens", "batch_size")
 # Which model a model is compared with changes the tables that pair them, never its weights or scores.
 COMPARISON_KEYS = ("control",)
+# How an API model's requests are sent and priced (the answers are cached by request, each priced when it
+# was made): raising a slow paraphraser's concurrency must not rerun every job downstream of its paraphrases.
+API_SENDING_KEYS = ("concurrency", "timeout", "max_retries", "api_key_env", "pricing")
 
 
 def model_build_settings(entry: dict) -> dict:
@@ -1059,9 +1062,13 @@ def model_build_settings(entry: dict) -> dict:
     Changing ``max_tokens``, ``batch_size``, ``gpus``, ``mem_mb`` or ``runtime`` then re-scores the model
     without re-training or re-converting it.
     """
-    return {k: v for k, v in entry.items() if k not in SCORING_KEYS + EXECUTION_KEYS + COMPARISON_KEYS}
+    return {k: v for k, v in model_scoring_settings(entry).items() if k not in SCORING_KEYS}
 
 
 def model_scoring_settings(entry: dict) -> dict:
-    """The part of a model entry a probing job's results depend on (everything but scheduling)."""
-    return {k: v for k, v in entry.items() if k not in EXECUTION_KEYS + COMPARISON_KEYS}
+    """The part of a model entry a probing job's results depend on: everything but scheduling, and of an
+    API model's ``api`` block what is asked, not how it is sent (:data:`API_SENDING_KEYS`)."""
+    kept = {k: v for k, v in entry.items() if k not in EXECUTION_KEYS + COMPARISON_KEYS}
+    if isinstance(kept.get("api"), dict):
+        kept["api"] = {k: v for k, v in kept["api"].items() if k not in API_SENDING_KEYS}
+    return kept

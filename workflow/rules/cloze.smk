@@ -31,7 +31,7 @@ rule cloze_items:
         api_anthropic=role_api_slots("cloze", "filter", "anthropic", needed=cloze_plan.uses_filter),
     params:
         # the reference's max_tokens and batch_size (it scores every word), a logit filter's too
-        cloze=lambda wc: jobs.with_role_models(probe_settings("cloze"), config, cloze_plan.role_models(config)),
+        cloze=lambda wc: jobs.with_role_models(cloze_plan.item_settings(config), config, cloze_plan.role_models(config)),
         reference=lambda wc: role_model(config, "cloze", "reference"),
         code_version=family_version("cloze", "items"),
     script:
@@ -63,7 +63,8 @@ rule cloze_probe:
         gpu=gpu_slots,
     params:
         family="cloze",
-        cloze=probe_settings("cloze"),
+        # how the black-box mode asks (prompt, max_new_tokens) is no concern of the logit mode's jobs
+        cloze=lambda wc: cloze_plan.probe_settings(config, wc.mode),
         mode_settings=lambda wc: probe_settings(f"cloze_{wc.mode}"),
         entry=model_entry,
         code_version=family_version("cloze"),
@@ -128,7 +129,6 @@ rule cloze_summary:
         declared=lambda wc: cloze_plan.declared(config),
         members_of=lambda wc: cloze_plan.members_of(config),
         prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
-        cloze=probe_settings("cloze"),
         seed=config["seed"],
         code_version=family_version("cloze", "summary"),
     script:

@@ -184,6 +184,12 @@ def benchmark_metrics_tables(wildcards):
     return [f"results/metrics/{wildcards.benchmark}/{m}.csv" for m in SCORED[wildcards.benchmark]]
 
 
+def benchmark_local_models(wildcards):
+    """The prepared local models scored on one benchmark, whose sizes its AUC-against-size figure draws: a model
+    added, or re-trained, that is scored elsewhere only leaves the figure alone."""
+    return [f"results/models/{m}" for m in SCORED[wildcards.benchmark] if m in LOCAL_MODELS]
+
+
 # ----------------------------------------------------------------------------- resources: GPUs and API slots
 
 

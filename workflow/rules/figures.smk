@@ -37,7 +37,7 @@ rule figures_model:
 rule figure_auc_vs_size:
     input:
         metrics=benchmark_metrics_tables,
-        models=expand("results/models/{model}", model=LOCAL_MODELS),
+        models=benchmark_local_models,
     output:
         png=report(
             "results/figures/{benchmark}/auc_vs_size.png",

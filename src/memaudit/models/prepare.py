@@ -114,8 +114,8 @@ def prepare_finetuned_model(name: str, entry: dict, base_manifest_path: Path, me
 
     With ``checkpoint_root`` the fine-tuning checkpoints under
     ``<root>/prepare_model/<name>/<key>/`` and resumes from there; the key covers
-    the base model's manifest, the member texts, the fine-tuning settings, the seed, and the dtype and
-    device type it trains in.
+    the base model's manifest, the member texts, the fine-tuning settings, the seed, the dtype and
+    device type it trains in, and the models step's code version.
     """
     from memaudit.checkpoints import file_digest, texts_digest
     from memaudit.models.finetune import finetune

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from memaudit.config import is_api_model
-from memaudit.jobs import controls, declared_controls, probe_runs
+from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
+
+# probes.cloze keys only the black-box probe reads (how it asks for a masked word): kept out of the params of
+# cloze_items and the logit probes, so changing them reruns neither (the reference scores every candidate word)
+BLACKBOX_KEYS = ("max_new_tokens", "prompt")
 
 
 def runs(config: dict) -> list[tuple[str, str, str]]:
@@ -17,6 +21,17 @@ def benchmarks(config: dict) -> list[str]:
 def uses_filter(config: dict, wildcards=None) -> bool:
     """Whether a knowledge filter model is configured (``probes.cloze.filter.model``); off by default."""
     return bool((config["probes"].get("cloze", {}).get("filter") or {}).get("model"))
+
+
+def item_settings(config: dict) -> dict:
+    """``probes.cloze`` as cloze_items and the logit probes read it (:func:`memaudit.jobs.job_settings`), less
+    :data:`BLACKBOX_KEYS`."""
+    return {k: v for k, v in job_settings(config, "cloze").items() if k not in BLACKBOX_KEYS}
+
+
+def probe_settings(config: dict, mode: str) -> dict:
+    """``probes.cloze`` as a probe job of ``mode`` reads it: all of it in black-box mode, else :func:`item_settings`."""
+    return job_settings(config, "cloze") if mode == "blackbox" else item_settings(config)
 
 
 def role_models(config: dict) -> dict[str, bool]:

@@ -52,12 +52,15 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
     if checkpoint_dir is not None:
         from memaudit.checkpoints import checkpoint_key, file_digest, keyed_dir
         from memaudit.models.loading import resolve_device
+        from memaudit.probes.registry import family_version
 
         # `dtype: auto` resolves per machine: a job resumed on another (a GPU without bfloat16, the CPU) must
         # not join the shards of one precision to those of another under the second one's name; nor shards
         # written before an array was recorded (RECORDED) to newer ones. `device: auto` too: a GPU's logits
-        # differ from a CPU's in the last bits, so shards of both are not one run's (cuda:1 is cuda)
-        key = checkpoint_key({"rule": "token_stats", "manifest": file_digest(manifest_path),
+        # differ from a CPU's in the last bits, so shards of both are not one run's (cuda:1 is cuda). Nor shards of
+        # the code before an upgrade that bumped the statistics' version (`code_version`) to the new code's
+        key = checkpoint_key({"rule": "token_stats", "code_version": family_version("token_prob", "stats"),
+                              "manifest": file_digest(manifest_path),
                               "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
                               "shard_passages": size, "dtype_used": _dtype_used(None, entry),
                               "device_used": resolve_device(entry.get("device", "auto")).split(":")[0],
