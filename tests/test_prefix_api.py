@@ -335,3 +335,25 @@ def test_the_instruction_can_be_given_per_benchmark_appendix_e(tmp_path):
     assert str(err.value).splitlines() == [
         f"config key probes.prefix.instruction.nyt: not a configured benchmark (benchmarks: "
         f"{', '.join(sorted(cfg['benchmarks']))}; or `default`)"]
+
+
+def test_an_unset_key_variable_stops_the_run_before_any_job(tmp_path, monkeypatch):
+    """An API model whose key variable was not set stopped its probe job at its start, after the jobs before
+    it had run (the dataset here; on an audit a reference model prepared and items built first, minutes to
+    hours). The run stops before any job with one line naming the variable and the config key; a dry run and
+    the cost estimate, which send nothing, still need no key."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf")
+    cfgfile = _write(workdir, _config(None))
+    target = "results/scores/novels/memorizer-a/prefix_documents.csv"
+    assert snakemake(workdir, target, "-n", "--cores", "1", "--configfile", cfgfile).returncode == 0
+    proc = snakemake(workdir, target, "--cores", "1", "--configfile", cfgfile, check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "is not set" in line]
+    assert errors == [f"config key models.memorizer-a.api.api_key_env: environment variable {KEY_ENV} is not set; "
+                      "export the API key in it before the run (the config names the variable, never the key)"]
+    assert not (workdir / "results" / "datasets").exists()  # no job ran
+    snakemake(workdir, "results/api/estimate.txt", "--cores", "1", "--configfile", cfgfile)
+    items = (workdir / "results/datasets/novels/prefix_continuation.jsonl").read_text().splitlines()
+    assert _estimate_rows(workdir)["memorizer-a"][:3] == [len(items), 0, len(items)]  # requests, cached, to send
