@@ -302,6 +302,39 @@ def test_a_continuation_flagged_as_a_refusal_is_scored_on_its_text_and_counted(t
     assert (outcomes["refusal"], outcomes["ok"]) == (1, 1)
 
 
+def test_the_outcomes_say_which_prompt_was_sent(tmp_path):
+    """prefix_outcomes.json said only "chat" or "plain": not which instruction and system prompt a chat model
+    was sent (per benchmark, the paper's fiction or news instruction), though they decide what it continues.
+    It says both; a plain-text model is sent the bare prefix, and its outcomes say so (null)."""
+    from memaudit.backends.base import GENERATE, Backend, Generation
+    from memaudit.probes.prefix.runner import run_prefix_probe
+
+    class Echo(Backend):
+        capabilities = frozenset({GENERATE})
+        name = "echo"
+
+        def describe(self):
+            return {"id": self.name}
+
+        def generate(self, prompts, params):
+            return [Generation(text=p, status="ok") for p in prompts]
+
+    items = [{"item_id": "a#0", "passage_id": "a#p0", "doc_id": "a", "label": 1, "prefix": "It was late.",
+              "continuation": "and the lamps were lit along the quay"},
+             {"item_id": "b#0", "passage_id": "b#p0", "doc_id": "b", "label": 0, "prefix": "The ship sailed.",
+              "continuation": "into a grey morning with the tide"}]
+    cfg = {"max_new_tokens": 40, "instruction": "Complete exactly and don't hallucinate", "system_prompt": "Be exact."}
+    got = {}
+    for chat in (True, False):
+        out = {k: tmp_path / f"{chat}{k}.{ext}" for k, ext in [("items", "jsonl"), ("docs", "csv"), ("outcomes", "json")]}
+        run_prefix_probe(Echo(), items, cfg, chat=chat, out_items=out["items"], out_documents=out["docs"],
+                         out_outcomes=out["outcomes"])
+        outcomes = json.loads(out["outcomes"].read_text())
+        got[chat] = (outcomes["prompt_style"], outcomes["instruction"], outcomes["system_prompt"])
+    assert got == {True: ("chat", "Complete exactly and don't hallucinate", "Be exact."),
+                   False: ("plain", None, None)}
+
+
 def test_the_instruction_can_be_given_per_benchmark_appendix_e(tmp_path):
     """The information-guided probes' Appendix E asks for fiction with one instruction and for news with
     "Complete exactly and don't hallucinate": one run probing both gets each its own, in the jobs'
