@@ -10,6 +10,7 @@ file, and the cost ledger says what was sent and what came from the cache.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from memaudit.datasets.prefix import prefix_items
 from memaudit.datasets.types import Passage
 from memaudit.errors import InputError
 from memaudit.probes.prefix.runner import INSTRUCTION, lcs_length, longest_common_run, score_continuation, words
-from workflow_helpers import make_workdir, snakemake
+from workflow_helpers import make_workdir, snakemake, touch_finished
 
 
 def test_words_ignore_case_and_punctuation():
@@ -387,6 +388,8 @@ def test_an_unset_key_variable_stops_the_run_before_any_job(tmp_path, monkeypatc
     assert errors == [f"config key models.memorizer-a.api.api_key_env: environment variable {KEY_ENV} is not set; "
                       "export the API key in it before the run (the config names the variable, never the key)"]
     assert not (workdir / "results" / "datasets").exists()  # no job ran
+    assert {j["rule"] for j in touch_finished(workdir, cfgfile)} >= {"prefix_probe"}  # --touch runs no job either
+    shutil.rmtree(workdir / "results")
     snakemake(workdir, "results/api/estimate.txt", "--cores", "1", "--configfile", cfgfile)
     items = (workdir / "results/datasets/novels/prefix_continuation.jsonl").read_text().splitlines()
     assert _estimate_rows(workdir)["memorizer-a"][:3] == [len(items), 0, len(items)]  # requests, cached, to send

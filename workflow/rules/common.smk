@@ -45,7 +45,8 @@ if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, g
 onstart:
     from memaudit.workflow_support import check_api_keys
 
-    check_api_keys(config, workflow.dag.needrun_jobs())
+    if not workflow.touch:  # --touch runs no job
+        check_api_keys(config, workflow.dag.needrun_jobs())
 
 
 BENCHMARKS = sorted(config["benchmarks"])
