@@ -187,6 +187,21 @@ def test_summary_reference_rows_say_how_the_reference_model_read_the_words():
                    ("c", "random", "causal"), ("c", "random_expected", "causal")]
 
 
+def test_cloze_csv_says_which_prompt_asked_the_black_box_models():
+    """cloze.csv said how the reference model read the words, not which prompt asked a black-box model (the
+    paper's cloze prompt or its one-word prompt, which read other answers on the same words). Each row says
+    it, the reference rows too; ``none`` in logit mode, which reads the model's own ranks."""
+    labels = [1, 1, 0, 0]
+    texts = pd.concat([_texts("api", [3, 0, 2, 0], labels).assign(mode="blackbox"),
+                       _texts("local", [3, 0, 2, 0], labels)], ignore_index=True)
+    table = summary.detection_table(texts, seed=1, prompt="one_word")
+    assert list(table.columns[-2:]) == ["reference_scoring", "prompt"]
+    assert sorted(set(zip(table["model"], table["method"], table["prompt"]))) == [
+        ("api", "cloze_prob", "one_word"), ("api", "majority", "one_word"), ("api", "random", "one_word"),
+        ("api", "random_expected", "one_word"), ("local", "cloze_prob", "none"), ("local", "majority", "none"),
+        ("local", "random", "none"), ("local", "random_expected", "none")]
+
+
 def test_overlap_counts_each_region_of_the_token_types_flags():
     labels = [1, 1, 0, 0]
     prob = _texts("m", [2, 2, 2, 0], labels)  # flags p0, p1, p2

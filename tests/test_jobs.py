@@ -359,3 +359,32 @@ def test_figure_labels_name_the_methods_each_figure_draws():
     assert jobs.size_figure_labels(CI, "books")["methods"] == cb  # no headline method there: every one
     assert jobs.figure_labels(DEMO, "novels", "tiny-gpt2-small")["methods"] == (
         "loss, zlib, min_k_20pct, min_k_plus_plus_20pct, ref_smollm2-135m")
+
+
+def test_an_api_model_without_its_key_is_an_error_for_the_jobs_about_to_run(monkeypatch):
+    """The API models whose key variable is not set, among the jobs about to run (each job's {model} and the
+    API slots it claims); a job of the model that sends nothing (its metrics), a model no job sends to, or a
+    keyless server of one's own, is no concern."""
+    from memaudit.workflow_support import api_key_problems
+
+    monkeypatch.delenv("AUDIT_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("JUDGE_KEY", "sk-set")
+    api = {"base_url": "http://127.0.0.1:9/v1"}
+    config = {"models": {
+        "suspect": {"backend": "openai", "api": {**api, "model_id": "suspect-v1", "api_key_env": "AUDIT_KEY"}},
+        "gpt": {"backend": "openai", "api": {"model_id": "gpt-4o-mini-2024-07-18"}},  # OpenAI's own: OPENAI_API_KEY
+        "judge": {"backend": "anthropic", "api": {"model_id": "claude-x", "api_key_env": "JUDGE_KEY"}},
+        "mine": {"backend": "openai", "api": {**api, "model_id": "served"}},  # a server of one's own: no key
+        "local": {"source": {"builtin": "smollm2-135m-instruct"}}},
+        "probes": {"cloze": {"filter": {"model": "gpt"}}, "cloze_blackbox": {}}}
+    slots = {"api_openai": 2, "api_anthropic": 0}
+    runs = [("local", {"api_openai": 0, "api_anthropic": 0}), ("suspect", slots), ("mine", slots), ("judge", {})]
+    assert api_key_problems(config, runs) == [
+        "config key models.suspect.api.api_key_env: environment variable AUDIT_KEY is not set; export the API key "
+        "in it before the run (the config names the variable, never the key)"]
+    # cloze_items, which claims the filter's slots, has no {model}: the role's model is asked
+    assert api_key_problems(config, [(None, slots)]) == [
+        "config key models.gpt.api.api_key_env: environment variable OPENAI_API_KEY is not set; export the API key "
+        "in it before the run (the config names the variable, never the key)"]
+    assert api_key_problems(config, [runs[0], runs[2], ("suspect", {"api_openai": 0})]) == []

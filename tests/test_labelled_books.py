@@ -277,6 +277,20 @@ def test_only_labels_given_per_book_make_books_the_statistical_draws(tmp_path):
             assert (got["ci_books"].iloc[0] == books) if books else got["ci_books"].isna().all()
 
 
+def test_a_book_that_is_a_broken_link_is_named_before_any_job(tmp_path):
+    """A book that is a link to nothing (a moved or unmounted file) was passed over and listed in rejects.csv
+    as "no text left after removing the Gutenberg header and licence (an empty file?)": its label row then
+    named no book, and the reason sent the user to the wrong file. The build (the first job) stops naming it,
+    as for any unreadable book."""
+    folder = _books(tmp_path)
+    (folder / "Gone.txt").symlink_to(tmp_path / "elsewhere" / "Gone.txt")
+    bench = _bench(folder, _labels(tmp_path, [(b, str(i % 2)) for i, b in enumerate(BOOKS)] + [("Gone.txt", "1")]))
+    with pytest.raises(InputError) as err:
+        _build(bench)
+    assert str(err.value) == (f"{folder / 'Gone.txt'}: cannot read (a link to {tmp_path / 'elsewhere' / 'Gone.txt'}, "
+                              "which is not there)")
+
+
 def test_what_a_books_folder_holds_but_is_not_read_as_given_has_a_rejects_row(tmp_path):
     """A folder inside it, a file of another kind and an empty book are rejected rows (the empty book
     stopped the job, the other two went unmentioned); a book whose headings each head a short

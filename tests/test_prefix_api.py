@@ -10,6 +10,7 @@ file, and the cost ledger says what was sent and what came from the cache.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from memaudit.datasets.prefix import prefix_items
 from memaudit.datasets.types import Passage
 from memaudit.errors import InputError
 from memaudit.probes.prefix.runner import INSTRUCTION, lcs_length, longest_common_run, score_continuation, words
-from workflow_helpers import make_workdir, snakemake
+from workflow_helpers import make_workdir, snakemake, touch_finished
 
 
 def test_words_ignore_case_and_punctuation():
@@ -302,6 +303,39 @@ def test_a_continuation_flagged_as_a_refusal_is_scored_on_its_text_and_counted(t
     assert (outcomes["refusal"], outcomes["ok"]) == (1, 1)
 
 
+def test_the_outcomes_say_which_prompt_was_sent(tmp_path):
+    """prefix_outcomes.json said only "chat" or "plain": not which instruction and system prompt a chat model
+    was sent (per benchmark, the paper's fiction or news instruction), though they decide what it continues.
+    It says both; a plain-text model is sent the bare prefix, and its outcomes say so (null)."""
+    from memaudit.backends.base import GENERATE, Backend, Generation
+    from memaudit.probes.prefix.runner import run_prefix_probe
+
+    class Echo(Backend):
+        capabilities = frozenset({GENERATE})
+        name = "echo"
+
+        def describe(self):
+            return {"id": self.name}
+
+        def generate(self, prompts, params):
+            return [Generation(text=p, status="ok") for p in prompts]
+
+    items = [{"item_id": "a#0", "passage_id": "a#p0", "doc_id": "a", "label": 1, "prefix": "It was late.",
+              "continuation": "and the lamps were lit along the quay"},
+             {"item_id": "b#0", "passage_id": "b#p0", "doc_id": "b", "label": 0, "prefix": "The ship sailed.",
+              "continuation": "into a grey morning with the tide"}]
+    cfg = {"max_new_tokens": 40, "instruction": "Complete exactly and don't hallucinate", "system_prompt": "Be exact."}
+    got = {}
+    for chat in (True, False):
+        out = {k: tmp_path / f"{chat}{k}.{ext}" for k, ext in [("items", "jsonl"), ("docs", "csv"), ("outcomes", "json")]}
+        run_prefix_probe(Echo(), items, cfg, chat=chat, out_items=out["items"], out_documents=out["docs"],
+                         out_outcomes=out["outcomes"])
+        outcomes = json.loads(out["outcomes"].read_text())
+        got[chat] = (outcomes["prompt_style"], outcomes["instruction"], outcomes["system_prompt"])
+    assert got == {True: ("chat", "Complete exactly and don't hallucinate", "Be exact."),
+                   False: ("plain", None, None)}
+
+
 def test_the_instruction_can_be_given_per_benchmark_appendix_e(tmp_path):
     """The information-guided probes' Appendix E asks for fiction with one instruction and for news with
     "Complete exactly and don't hallucinate": one run probing both gets each its own, in the jobs'
@@ -335,3 +369,27 @@ def test_the_instruction_can_be_given_per_benchmark_appendix_e(tmp_path):
     assert str(err.value).splitlines() == [
         f"config key probes.prefix.instruction.nyt: not a configured benchmark (benchmarks: "
         f"{', '.join(sorted(cfg['benchmarks']))}; or `default`)"]
+
+
+def test_an_unset_key_variable_stops_the_run_before_any_job(tmp_path, monkeypatch):
+    """An API model whose key variable was not set stopped its probe job at its start, after the jobs before
+    it had run (the dataset here; on an audit a reference model prepared and items built first, minutes to
+    hours). The run stops before any job with one line naming the variable and the config key; a dry run and
+    the cost estimate, which send nothing, still need no key."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    (tmp_path / "wf").mkdir()
+    workdir = make_workdir(tmp_path / "wf")
+    cfgfile = _write(workdir, _config(None))
+    target = "results/scores/novels/memorizer-a/prefix_documents.csv"
+    assert snakemake(workdir, target, "-n", "--cores", "1", "--configfile", cfgfile).returncode == 0
+    proc = snakemake(workdir, target, "--cores", "1", "--configfile", cfgfile, check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "is not set" in line]
+    assert errors == [f"config key models.memorizer-a.api.api_key_env: environment variable {KEY_ENV} is not set; "
+                      "export the API key in it before the run (the config names the variable, never the key)"]
+    assert not (workdir / "results" / "datasets").exists()  # no job ran
+    assert {j["rule"] for j in touch_finished(workdir, cfgfile)} >= {"prefix_probe"}  # --touch runs no job either
+    shutil.rmtree(workdir / "results")
+    snakemake(workdir, "results/api/estimate.txt", "--cores", "1", "--configfile", cfgfile)
+    items = (workdir / "results/datasets/novels/prefix_continuation.jsonl").read_text().splitlines()
+    assert _estimate_rows(workdir)["memorizer-a"][:3] == [len(items), 0, len(items)]  # requests, cached, to send

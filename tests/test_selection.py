@@ -612,3 +612,35 @@ def test_document_ids_that_look_like_numbers_stay_text_from_loader_to_named_docu
         {"doc_id": (set(ids) - set(test["doc_id"])).pop(), "split": 0, "seed": 1, "calibration_fraction": 0.5}]
     assert cal["q"].isna().all() and cal["pvalue"].isna().all() and named["selected"].dtype == bool
     assert book_ranking(tmp_path, "bt", "m", "loss") == "007, 12*, NA*, 1.0"
+
+
+def test_the_models_table_names_the_api_models_the_run_asked(tmp_path):
+    """models.csv listed the prepared local models only: an audit of an API model had no table saying which
+    model id (a dated snapshot), revision and server its scores came from (the config's name alone is in
+    metrics.csv). Each API model has its row; it is no null control (only a local base model is, as before)."""
+    from memaudit.stats.headline import base_models
+    from memaudit.stats.workflow import api_model_rows, build_summary, run_metrics
+
+    rng = np.random.default_rng(8)
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    run_metrics([_write_docs(tmp_path / "a.csv", _frame(rng.normal(3, 1, 20), rng.normal(0, 1, 20)))],
+                out["metrics"], out["selection"], out["named"], benchmark="news", model="suspect",
+                contaminated=False, stats=SETTINGS, seed=1)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "manifest.json").write_text(json.dumps(
+        {"name": "ref", "family": "smollm2", "n_params": 134515008, "base": None, "contaminated_on": [],
+         "backend": "hf"}))
+    config = {"models": {
+        "ref": {"source": {"builtin": "smollm2-135m-instruct"}},
+        "suspect": {"backend": "openai", "api": {"model_id": "gpt-4o-mini-2024-07-18", "api_key_env": "K"}},
+        "served": {"backend": "openai", "family": "llama",
+                   "api": {"model_id": "llama-3", "revision": "adapter-2", "base_url": "http://127.0.0.1:8000/v1"}}}}
+    summary = tmp_path / "summary"
+    build_summary([out["metrics"]], [tmp_path / "ref"], summary / "metrics.csv", summary / "metrics.md",
+                  summary / "models.csv", api_models=api_model_rows(config))
+    assert (summary / "models.csv").read_text().splitlines() == [
+        "model,family,n_params,base,contaminated_on,source_sha256,backend,model_id,revision,base_url",
+        "ref,smollm2,134515008,,,,hf,,,",
+        "served,llama,,,,,openai,llama-3,adapter-2,http://127.0.0.1:8000/v1",
+        "suspect,suspect,,,,,openai,gpt-4o-mini-2024-07-18,,"]
+    assert base_models(pd.read_csv(summary / "models.csv")) == {"ref"}

@@ -136,6 +136,49 @@ def config_warnings(config: dict) -> list[str]:
     return [f"warning: config key {line}" for line in lines]
 
 
+def api_key_problems(config: dict, runs) -> list[str]:
+    """One line for each API model whose key variable is not set that the jobs about to run send requests to.
+    ``runs``: each job's ``{model}`` wildcard (None without one) and its resources; a job that claims
+    ``api_<backend>`` slots asks its own model where that is an API model of the backend, and a role's (a filter,
+    paraphraser, judge) of the backend where it claims more slots than its own model's.
+
+    Such a model's job stopped at its start (its backend reads the key when it is made, also for a rerun the
+    response cache would serve), after every job before it: a reference model prepared, items built, minutes
+    to hours of an audit."""
+    from memaudit.backends.api import api_backend_from_config
+    from memaudit.backends.settings import api_slots
+    from memaudit.config import is_api_model
+    from memaudit.probes.registry import FAMILIES, role_model
+
+    models = config["models"]
+    roles = {role_model(config, fam.name, role) for fam in FAMILIES.values() for role in fam.roles}
+    asked = set()
+    for model, resources in runs:
+        own = model if model in models and is_api_model(models[model]) else None
+        for backend in ("openai", "anthropic"):
+            claimed, of_own = (resources or {}).get(f"api_{backend}", 0), api_slots(config, own, backend) if own else 0
+            asked |= {own} if claimed and of_own else set()
+            if claimed > of_own:
+                asked |= {r for r in roles if r in models and models[r].get("backend") == backend}
+    lines = []
+    for name in sorted(asked):
+        api = api_backend_from_config(config, name, cache=False, require_key=False)
+        if not api.key_present:
+            lines.append(f"config key models.{name}.api.api_key_env: environment variable {api.api_key_env} is not "
+                         "set; export the API key in it before the run (the config names the variable, never the key)")
+    return lines
+
+
+def check_api_keys(config: dict, dag_jobs) -> None:
+    """The workflow's ``onstart`` (a run, not a dry run): every :func:`api_key_problems` line of the jobs about
+    to run on stderr, and an exit before any job. The cost estimate's jobs claim no API slots: no key needed."""
+    lines = api_key_problems(config, [(job.wildcards_dict.get("model"), job.resources) for job in dag_jobs])
+    for line in lines:
+        print(line, file=sys.stderr)
+    if lines:
+        sys.exit(1)
+
+
 def check_config_file(path: str) -> None:
     """Exit with one line on stderr naming the file, line and column where ``path`` is no readable
     config (:func:`memaudit.config.read_config_file`). The Snakefile runs it before its

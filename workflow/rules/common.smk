@@ -39,6 +39,16 @@ if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, g
     for _line in config_warnings(config):
         print(_line, file=sys.stderr)
 
+
+# An API model whose key variable is not set stops the run before any job, where its probe job stopped
+# only when it started, after the jobs before it. Only jobs that claim API slots ask: not the cost estimate's.
+onstart:
+    from memaudit.workflow_support import check_api_keys
+
+    if not workflow.touch:  # --touch runs no job
+        check_api_keys(config, workflow.dag.needrun_jobs())
+
+
 BENCHMARKS = sorted(config["benchmarks"])
 MODELS = sorted(config["models"])
 LOCAL_MODELS = jobs.local_models(config)

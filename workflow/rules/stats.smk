@@ -1,4 +1,5 @@
 # Stage 4a: statistics per (benchmark, model), the blind baseline, the summary tables.
+from memaudit.stats.workflow import api_model_rows
 
 
 rule metrics:
@@ -110,6 +111,8 @@ rule summary:
         figure_methods=config["stats"]["selection"]["figure_methods"],
         benchmarks=sorted(config["benchmarks"]),
         label_provenance=jobs.label_provenance(config),
+        # which model each API model is (model_id, revision, base_url): models.csv's rows for them
+        api_models=api_model_rows(config),
         code_version=step_version("stats"),
     script:
         "../scripts/summary.py"

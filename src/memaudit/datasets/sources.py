@@ -14,6 +14,7 @@ to run. Adding a source is one loader function and one :data:`SOURCES` entry.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,6 +320,11 @@ def _load_user_books(
         return []
     if not directory.is_dir():
         raise InputError(f"{directory}: user_books directory is not a directory")
+    # a link to nothing (a moved or unmounted book) is no input Snakemake can date: named here, not passed over
+    broken = next((p for p in sorted(directory.iterdir()) if p.is_symlink() and not p.exists()
+                   and p.suffix.lower() in USER_BOOK_SUFFIXES), None)
+    if broken is not None:
+        raise InputError(f"{broken}: cannot read (a link to {os.readlink(broken)}, which is not there)")
     files = user_book_files(directory)
     docs: list[Document] = []
     seen: dict[str, Path] = {}

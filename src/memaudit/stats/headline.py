@@ -291,10 +291,12 @@ CONTROL_READING = ("labels as given, no ground truth: memorised members show as 
 
 
 def base_models(models: pd.DataFrame) -> set[str]:
-    """The models of ``results/summary/models.csv`` that are no other model's fine-tune: the null controls
-    (on the benchmarks of :func:`null_control_benchmarks`)."""
+    """The local models of ``results/summary/models.csv`` that are no other model's fine-tune: the null controls
+    (on the benchmarks of :func:`null_control_benchmarks`). An API model's row says which model was asked; it was
+    never checked as a null control."""
     base = models["base"]  # all empty: pandas reads a float column, which fillna("") will refuse
-    return set(models.loc[base.isna() | (base.astype(str).str.strip() == ""), "model"])
+    local = models["backend"].isna() | (models["backend"] == "hf") if "backend" in models else True
+    return set(models.loc[(base.isna() | (base.astype(str).str.strip() == "")) & local, "model"])
 
 
 def benchmarks_table(summary_dir: Path) -> pd.DataFrame | None:

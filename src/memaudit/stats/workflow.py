@@ -134,20 +134,20 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
                   selection_paths: Sequence[str] = (), out_selection=None, out_figure=None,
                   figure_methods: Sequence[str] = (), rejects: Mapping[str, str] | None = None,
                   out_rejects=None, benchmarks: Mapping[str, dict] | None = None,
-                  out_benchmarks=None) -> pd.DataFrame:
+                  out_benchmarks=None, api_models: Sequence[dict] = ()) -> pd.DataFrame:
     """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``; with
     ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure; with
     ``rejects`` (``{benchmark: its rejects.csv}``), ``rejects.csv``: the input rows each
     benchmark's loaders rejected, counted by file and reason; with ``benchmarks`` (``{benchmark:
     its label provenance}``, :func:`memaudit.jobs.label_provenance`), ``benchmarks.csv``:
     where each benchmark's labels come from, whether its base models are null controls and which
-    probe families ran on it."""
+    probe families ran on it. ``api_models`` (:func:`api_model_rows`) join the local models in ``models.csv``."""
     from memaudit.datasets.rejects import count_rejects
     from memaudit.stats.summary import merge_metrics, write_summary
 
     frame = merge_metrics(metric_paths)
     write_summary(frame, out_csv, out_md)
-    write_csv(out_models, models_table(model_dirs))
+    write_csv(out_models, models_table(model_dirs, api_models))
     if out_benchmarks is not None:
         write_csv(out_benchmarks, pd.DataFrame([{"benchmark": name, **origin} for name, origin in
                                                 sorted((benchmarks or {}).items())],
@@ -173,20 +173,35 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
     return frame
 
 
-MODEL_COLUMNS = ["model", "family", "n_params", "base", "contaminated_on", "source_sha256"]
+MODEL_COLUMNS = ["model", "family", "n_params", "base", "contaminated_on", "source_sha256", "backend", "model_id",
+                 "revision", "base_url"]
 
 
-def models_table(model_dirs: Sequence[str]) -> pd.DataFrame:
-    """``model, family, n_params, base, contaminated_on, source_sha256`` from each prepared model's
-    ``manifest.json``; ``source_sha256``: the digest of a checkpoint given by path (its files, when the
-    run read them), blank for the others."""
+def models_table(model_dirs: Sequence[str], api_models: Sequence[dict] = ()) -> pd.DataFrame:
+    """``model, family, n_params, base, contaminated_on, source_sha256, backend`` from each prepared model's
+    ``manifest.json``, and the rows of ``api_models`` (:func:`api_model_rows`); ``source_sha256``: the digest
+    of a checkpoint given by path (its files, when the run read them), blank for the others."""
     rows = []
     for d in model_dirs:
         m = read_json(Path(d) / "manifest.json")
         rows.append({"model": m["name"], "family": m["family"], "n_params": m["n_params"],
                      "base": m.get("base") or "", "contaminated_on": ";".join(m["contaminated_on"]),
-                     "source_sha256": (m.get("source_digest") or {}).get("sha256", "")})
-    return pd.DataFrame(rows, columns=MODEL_COLUMNS).sort_values("model")
+                     "source_sha256": (m.get("source_digest") or {}).get("sha256", ""),
+                     "backend": m.get("backend", "hf")})
+    rows += [{"n_params": "", **row} for row in api_models]  # no parameter count: blank, not 0
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS).fillna("").sort_values("model")
+
+
+def api_model_rows(config: dict) -> list[dict]:
+    """A ``models.csv`` row for each API model of ``config``: which model the run asked (``api.model_id``, its
+    ``revision`` and ``base_url``; blank: the provider's own API), which no prepared model's manifest records
+    and the per-document tables name only by the config's name."""
+    from memaudit.config import is_api_model
+
+    return [{"model": name, "family": entry.get("family", name), "backend": entry["backend"],
+             "model_id": entry["api"]["model_id"], "revision": entry["api"].get("revision") or "",
+             "base_url": entry["api"].get("base_url") or ""}
+            for name, entry in sorted(config["models"].items()) if is_api_model(entry)]
 
 
 def select_methods(doc_scores: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:

@@ -95,11 +95,12 @@ def with_reference_scoring(texts: pd.DataFrame):
     return add
 
 
-def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
+def detection_table(texts: pd.DataFrame, *, seed: int, prompt: str = "cloze") -> pd.DataFrame:
     """Per (benchmark, model, mode): the majority and random reference rows, then one row per token type
     (method ``cloze_<type>``: :func:`memaudit.probes.cloze.plan.method_name`) with precision, recall and F-beta of the memorised flag
     (:func:`memaudit.probes.cloze.tables.detection_table`), its counts and its reconstruction rates, on
-    the :func:`reported_passages` (``split``)."""
+    the :func:`reported_passages` (``split``). ``prompt`` (``probes.cloze.prompt``) is the prompt column of the
+    black-box rows (``none`` in logit mode, which asks nothing): the two prompts read other answers."""
     from memaudit.probes.cloze.tables import detection_table as prf_table
 
     texts = reported_passages(texts)
@@ -116,7 +117,8 @@ def detection_table(texts: pd.DataFrame, *, seed: int) -> pd.DataFrame:
                      "rate_member": _rate(block[block["label"] == 1]),
                      "rate_nonmember": _rate(block[block["label"] == 0])})
     # by benchmark, so the majority and random rows (no token type: no block above) say it too
-    return with_reference_scoring(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
+    table = with_reference_scoring(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
+    return table.assign(prompt=np.where(table["mode"] == "blackbox", prompt, "none"))
 
 
 def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
@@ -298,15 +300,16 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
                   out_differences: str, out_figure: str, out_versus: str, out_overlap: str,
                   prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None,
                   token_paths: Sequence[str] = (), model_dirs: Sequence[str] = (), out_by_size: str | None = None,
-                  out_size_figure: str | None = None) -> None:
+                  out_size_figure: str | None = None, prompt: str = "cloze") -> None:
     """``prefix``: ``(benchmark, model, prefix_items.jsonl, prefix_continuation.jsonl)`` of the pairs the
     prefix probe also ran on; ``members_of``: per model, the benchmarks it was fine-tuned on;
-    ``token_paths`` and ``model_dirs`` (the probed local models): Figure 3, ``out_by_size``."""
+    ``token_paths`` and ``model_dirs`` (the probed local models): Figure 3, ``out_by_size``; ``prompt``: the
+    black-box mode's (``probes.cloze.prompt``), for ``cloze.csv``."""
     from memaudit.io import read_jsonl
     from memaudit.probes.cloze.baseline import lcs_of_items, versus_prefix
 
     texts = read_texts(text_paths)
-    table = detection_table(texts, seed=seed)
+    table = detection_table(texts, seed=seed, prompt=prompt)
     write_csv(out_table, table)
     scored = with_reference_scoring(texts)
     write_csv(out_differences, scored(differences_table(texts, bases, seed=seed, members_of=members_of,

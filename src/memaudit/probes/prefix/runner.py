@@ -118,7 +118,9 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
                 "n_from_cache": sum(r["from_cache"] for r in rows),
                 "input_tokens": sum(r["input_tokens"] for r in rows),
                 "output_tokens": sum(r["output_tokens"] for r in rows),
-                "prompt_style": "chat" if chat else "plain"}
+                "prompt_style": "chat" if chat else "plain",
+                # what a chat model was sent before the prefix (a plain-text model: the bare prefix)
+                "instruction": cfg["instruction"] if chat else None, "system_prompt": params.system_prompt}
     write_jsonl(out_items, rows)
     write_csv(out_documents, docs)
     write_json(out_outcomes, outcomes)
