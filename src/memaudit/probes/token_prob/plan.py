@@ -63,8 +63,9 @@ def check_config(config: dict) -> list[str]:
     from memaudit.probes.registry import probe_runs_on, probe_selects
 
     cfg = config["probes"]["token_prob"]
+    # (no method at all is the schema's problem: minItems)
     scoreless = [m for m, entry in sorted(config["models"].items())
-                 if probe_selects(config, "token_prob", m) and probe_runs_on("token_prob", entry)
+                 if cfg["methods"] and probe_selects(config, "token_prob", m) and probe_runs_on("token_prob", entry)
                  and not method_specs(cfg["methods"], cfg["min_k_ratios"], cfg["reference_models"], m)]
     problems = []
     if scoreless:
