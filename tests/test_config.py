@@ -313,6 +313,22 @@ def test_a_repeated_method_ratio_reference_or_length_or_a_reversed_length_ratio_
     assert validate_config(ok)["probes"]["decop"]["paraphrase"]["length_ratio"] == [1.0, 1.0]
 
 
+def test_token_prob_methods_that_give_a_model_no_score_are_an_error_not_a_failed_job():
+    """methods [reference] give a reference model no score (a model is never its own reference), and every
+    model none without reference_models: its token_prob_scores job stopped, after its forward pass, with
+    pandas' "No objects to concatenate"."""
+    assert bad(lambda c: c["probes"]["token_prob"].update(methods=["reference"])) == (
+        "config key probes.token_prob.methods: ['reference'] give tiny-gpt2-small no score: reference compares "
+        "a model with each of probes.token_prob.reference_models (['tiny-gpt2-small']) but itself; add another "
+        "method or reference model, or leave tiny-gpt2-small out of probes.token_prob.models")
+    msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["reference"], reference_models=[]))
+    assert msg.startswith("config key probes.token_prob.methods: ['reference'] give smollm2-135m, "
+                          "smollm2-135m-contaminated, tiny-gpt2-small, tiny-gpt2-small-contaminated no score")
+    ok = copy.deepcopy(CI)
+    ok["probes"]["token_prob"].update(methods=["reference"], models=["smollm2-135m"])
+    assert validate_config(ok)["probes"]["token_prob"]["methods"] == ["reference"]
+
+
 def test_a_length_floor_for_an_api_paraphraser_is_an_error_not_ignored():
     """probes.decop.paraphrase.min_length holds back a local paraphraser's end token; an API paraphraser
     never reads it, and the run would go on as if it had been heeded."""

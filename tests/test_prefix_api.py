@@ -63,6 +63,24 @@ def test_prefix_items_split_at_words_and_skip_short_passages():
         prefix_items([_passage(1, 7)], prefix_words=5, continuation_words=6, min_continuation_words=3)
 
 
+def test_a_prefix_keeps_the_passage_text_as_written_paragraph_breaks_and_all(tiny_model):
+    """The prefix is the passage's text up to the end of its prefix_words-th word, as the model read it in
+    training: 78 of the demo news' 79 prefixes hold a paragraph break, which was shown as a space (a model
+    trained to memorise 8 of those passages, shown "dlrs. The company" for "dlrs.\\n\\nThe company", continued
+    them with ROUGE-L recall of median 0.33 where the text as written gave 0.92)."""
+    from memaudit.models.token_stats import encode
+
+    text = "Stocks fell on Monday.\n\nThe  index lost 2 pct,\nits worst day since May. Traders sold banks."
+    [item] = prefix_items([Passage("d0#p0", "d0", 1, text)], prefix_words=6, continuation_words=5,
+                          min_continuation_words=3)
+    assert item.prefix == "Stocks fell on Monday.\n\nThe  index"
+    assert item.continuation == "lost 2 pct, its worst"
+    assert item.meta["prefix_words"] == 6
+    _, tok = tiny_model
+    shown, read = encode(tok, item.prefix, None), encode(tok, text, None)
+    assert read[:len(shown)] == shown  # the tokens of the prefix are the first tokens of the text
+
+
 def test_a_continuation_with_no_ascii_word_is_skipped_and_counted_not_a_failed_probe(caplog):
     """The scores count ASCII words (as rouge_score does), so a passage in another script has nothing to
     score: it is skipped when the items are made, and the log counts it beside the short ones, where the

@@ -404,3 +404,36 @@ def test_a_model_as_its_own_reference_at_fewer_tokens_scores_zero(tiny_model_dir
     np.testing.assert_allclose(got[got.method == "ref_r"]["score"], 0, atol=1e-5)
     assert ("novels, m: ref_r: 6 of 6 passages scored to different lengths by the two passes (each cut at its "
             "own max_tokens): 6 compared on the characters both scored") in "\n".join(messages)
+
+
+def test_every_score_of_a_batch_of_mixed_lengths_equals_one_passage_at_a_time(tiny_model_dir, tmp_path):
+    """Padding and truncation do not leak into the scores: passages of 6 to 180 words (the longest cut at
+    max_tokens, the reference cut shorter) scored in one batch of 6 give every method's scores and scored
+    characters of the passages scored one at a time."""
+    import json
+
+    from memaudit.io import write_jsonl
+    from memaudit.probes.token_prob.forward import run_token_stats
+    from memaudit.probes.token_prob.runner import run_token_prob_scores
+
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+                 "text": " ".join(["The Whale said Call me Ishmael"] * n)} for i, n in enumerate([1, 9, 3, 17, 2, 30])]
+    write_jsonl(tmp_path / "passages.jsonl", passages)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
+    cfg = {"methods": ["loss", "zlib", "lowercase", "min_k", "min_k_plus_plus", "reference"],
+           "min_k_ratios": [0.2, 0.5], "aggregate": "mean"}
+    tables = []
+    for batch in (6, 1):
+        config = {"models": {name: {"device": "cpu", "dtype": "float32", "batch_size": batch, "max_tokens": n}
+                             for name, n in (("m", 100), ("r", 40))}}
+        for name in ("m", "r"):
+            run_token_stats(config, name, tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"{name}{batch}.npz")
+        run_token_prob_scores("m", tmp_path / f"m{batch}.npz", {"r": tmp_path / f"r{batch}.npz"},
+                              tmp_path / "passages.jsonl", cfg, tmp_path / f"p{batch}.csv", tmp_path / f"d{batch}.csv")
+        tables.append(pd.read_csv(tmp_path / f"p{batch}.csv"))
+    batched, single = tables
+    assert len(batched) == 6 * 8 and batched["truncated"].sum() > 0
+    pd.testing.assert_frame_equal(batched.drop(columns=["score", "perplexity"]),
+                                  single.drop(columns=["score", "perplexity"]))
+    np.testing.assert_allclose(batched["score"], single["score"], rtol=1e-5, atol=1e-6)

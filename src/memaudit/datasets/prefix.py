@@ -16,12 +16,15 @@ prefix or completion is empty is skipped (the loader notes it as kept for the cl
 from __future__ import annotations
 
 import logging
+import re
 from typing import Iterable
 
 from memaudit.datasets.types import Passage, PrefixContinuation
 from memaudit.errors import InputError
 
 log = logging.getLogger(__name__)
+
+_WORD = re.compile(r"\S+")  # a word of prefix_words and continuation_words: what str.split() splits off
 
 
 def _scorable(words: list[str]) -> bool:
@@ -52,11 +55,14 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
                 n_published += 1
                 continue
         else:
-            words = p.text.split()
-            source, prefix, rest = "passage", " ".join(words[:prefix_words]), words[prefix_words:]
-            if len(words) < prefix_words + need:
+            spans = [m.span() for m in _WORD.finditer(p.text)]
+            if len(spans) < prefix_words + need:
                 n_skipped += 1
                 continue
+            # the text as written up to the end of the last prefix word: a model read its paragraph breaks
+            # in training, and one shown them as spaces continued the text it had memorised far less often
+            source, prefix = "passage", p.text[:spans[prefix_words - 1][1]]
+            rest = [p.text[a:b] for a, b in spans[prefix_words:]]
         continuation = rest[:continuation_words]
         if not _scorable(continuation):
             n_unscorable += 1

@@ -58,10 +58,24 @@ def check_config(config: dict) -> list[str]:
     """token_prob's config problems (dotted key: message): two Min-K% ratios whose names round alike
     (:func:`pct_name`: 6 significant digits of the percentage) would give two methods one name, and
     one's scores would overwrite the other's in every table after them. (A ratio listed twice is the
-    schema's problem: ``uniqueItems``.)"""
-    first: dict[str, float] = {}
+    schema's problem: ``uniqueItems``.) ``methods`` that give a model the probe runs on no score (only
+    ``reference``, and no reference model but itself) stopped its job after its forward pass."""
+    from memaudit.probes.registry import probe_runs_on, probe_selects
+
+    cfg = config["probes"]["token_prob"]
+    # (no method at all is the schema's problem: minItems)
+    scoreless = [m for m, entry in sorted(config["models"].items())
+                 if cfg["methods"] and probe_selects(config, "token_prob", m) and probe_runs_on("token_prob", entry)
+                 and not method_specs(cfg["methods"], cfg["min_k_ratios"], cfg["reference_models"], m)]
     problems = []
-    for i, k in enumerate(config["probes"]["token_prob"]["min_k_ratios"]):
+    if scoreless:
+        names = ", ".join(scoreless)
+        problems.append(f"probes.token_prob.methods: {cfg['methods']!r} give {names} no score: reference compares "
+                        f"a model with each of probes.token_prob.reference_models ({cfg['reference_models']!r}) "
+                        f"but itself; add another method or reference model, or leave {names} out of "
+                        f"probes.token_prob.models")
+    first: dict[str, float] = {}
+    for i, k in enumerate(cfg["min_k_ratios"]):
         pct = pct_name(k)
         if pct in first and first[pct] != k:
             problems.append(f"probes.token_prob.min_k_ratios.{i}: {k!r} and {first[pct]!r} both name the methods "
