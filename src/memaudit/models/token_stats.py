@@ -76,7 +76,9 @@ def context_token_id(tokenizer) -> int:
         return int(tid)
     tid = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if tid is None:
-        raise ValueError("tokenizer has neither a BOS nor an EOS token to use as context")
+        raise ValueError(f"the tokenizer of {getattr(tokenizer, 'name_or_path', '') or 'this model'} has neither a BOS "
+                         "nor an EOS token to put before every text: set the model's context_token "
+                         "(models.<name>.context_token, one token of its vocabulary; docs/models.md#the-context-token)")
     if tid == tokenizer.bos_token_id and not getattr(tokenizer, _WARNED_ATTR, False):
         setattr(tokenizer, _WARNED_ATTR, True)
         if bos_opens_chat_turns(tokenizer):

@@ -64,8 +64,11 @@ def run_token_prob_scores(model: str, stats_path: str | Path, references: Mappin
             progress(f"{where}: {note}")
     bad = scores[~np.isfinite(scores["score"])]
     if len(bad):
-        raise ValueError(f"{len(bad)} non-finite scores, e.g. passage {bad.iloc[0]['passage_id']} "
-                         f"method {bad.iloc[0]['method']} (an empty passage?)")
+        first = bad.iloc[0]
+        line = int(np.flatnonzero(passages["passage_id"].to_numpy() == first["passage_id"])[0]) + 1
+        raise ValueError(f"{where}: {len(bad)} non-finite score{'s' if len(bad) > 1 else ''}, e.g. passage "
+                         f"{first['passage_id']} ({passages_path}, line {line}), method {first['method']}, from "
+                         f"{stats_path}: an empty passage, or statistics out of range; rerun its token_stats job")
     perplexity = np.exp(ctx.stats.mean_nll())
     scores = scores.merge(pd.DataFrame({"passage_id": passages["passage_id"], "perplexity": perplexity}),
                           on="passage_id")
