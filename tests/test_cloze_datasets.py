@@ -341,7 +341,9 @@ def _pdf(path: Path, text: str | None, width: int = 70) -> Path:
     return path
 
 
-def test_a_pdf_and_a_txt_of_an_article_become_the_same_records(tmp_path):
+def test_a_pdf_and_a_txt_of_an_article_become_records_of_the_same_words(tmp_path):
+    """A .txt keeps its paragraph breaks; a PDF without blank lines in its text layer has its lines and pages
+    joined (a typesetter's line breaks): the same words, the same near-duplicate, the same prefix words."""
     folder = tmp_path / "archive"
     _pdf(folder / "riverside.pdf", ARTICLE)
     _write(folder / "riverside-copy.txt", "Date: 2023-03-01\n" + ARTICLE.replace(". ", ".\n\n", 2) + "\n")
@@ -353,7 +355,9 @@ def test_a_pdf_and_a_txt_of_an_article_become_the_same_records(tmp_path):
          "a non-member that shares a 13-word run with member(s) riverside.pdf: kept with the label its date gives")]
     pdf, txt = passages  # by passage id: articles/riverside, articles/riverside-copy
     assert (pdf.doc_id, txt.doc_id) == ("articles/riverside", "articles/riverside-copy")
-    assert pdf.text == txt.text == " ".join(ARTICLE.split())
+    assert pdf.text == " ".join(ARTICLE.split())
+    assert txt.text == ARTICLE.replace(". ", ".\n\n", 2)
+    assert pdf.meta["n_words"] == txt.meta["n_words"] == len(ARTICLE.split()) == 82
     # no published prefix: the prefix probe cuts an article at prefix_words, as any passage (it took the
     # first 50 words whatever probes.prefix.prefix_words said, labelled published)
     assert "prefix" not in pdf.meta and "completion" not in pdf.meta
@@ -361,12 +365,64 @@ def test_a_pdf_and_a_txt_of_an_article_become_the_same_records(tmp_path):
     assert words[49] == "that"
     for n in (50, 60):
         items = prefix_items([pdf, txt], prefix_words=n, continuation_words=50)
-        assert [(it.prefix, it.continuation) for it in items] == [(" ".join(words[:n]), " ".join(words[n:n + 50]))] * 2
+        assert [(it.prefix, it.continuation) for it in items] == [
+            (" ".join(words[:n]), " ".join(words[n:n + 50])),
+            (" ".join(words[:n]).replace(". ", ".\n\n", 2), " ".join(words[n:n + 50]))]  # the text as written
         assert {it.meta["prefix_source"] for it in items} == {"passage"}
     assert (pdf.label, txt.label) == (1, 0)  # before the cutoff / after it
     assert (pdf.meta["date"], txt.meta["date"]) == ("2022-05-01", "2023-03-01")
     assert (pdf.title, txt.title) == ("Council approves Riverside plan", "riverside-copy")
     assert [d.kind for d in docs] == ["news", "news"] and docs[0].meta["label"] == 1
+
+
+def test_a_txt_articles_paragraph_breaks_are_kept(tmp_path):
+    """Blank lines separate a .txt article's paragraphs (its lines joined by a space, runs of spaces collapsed),
+    and a .txt without any blank line (a news export) has one paragraph per line; paragraphs are joined by a
+    blank line, as the demo's Reuters articles are. The whole text was one line: the prefix probe, which shows a
+    model the prefix as written, showed each paragraph break as a space."""
+    folder = tmp_path / "archive"
+    _write(folder / "wrapped.txt", "Date: 2022-01-01\nThe city council voted 7 to 2\non Tuesday  to approve the "
+                                   "plan.\n \n\nCritics warned\tthat the site floods every spring.  \n")
+    _write(folder / "export.txt", "Date: 2024-01-01\n\nThe mayor backed the plan.\r\nShe said the city would hold "
+                                  "the developer to its promises.\r\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert rejected == []
+    assert [(p.doc_id, p.label, p.text) for p in passages] == [
+        ("articles/export", 0, "The mayor backed the plan.\n\nShe said the city would hold the developer to its "
+                               "promises."),
+        ("articles/wrapped", 1, "The city council voted 7 to 2 on Tuesday to approve the plan.\n\nCritics warned "
+                                "that the site floods every spring.")]
+    assert [d.text for d in docs] == [p.text for p in passages]
+    assert [p.meta["n_words"] for p in passages] == [16, 21]  # words as before: whitespace-separated
+    (item,) = prefix_items(passages[1:], prefix_words=14, continuation_words=6)
+    assert (item.prefix, item.continuation) == (
+        "The city council voted 7 to 2 on Tuesday to approve the plan.\n\nCritics", "warned that the site floods every")
+
+
+def test_a_pdf_articles_blank_lines_are_paragraph_breaks_and_its_page_breaks_are_not(tmp_path):
+    """pypdf gives a blank line where a PDF draws an empty line between paragraphs (a word processor's export):
+    a paragraph break, kept. Its other line breaks are the typesetter's, joined as before, and so is a page
+    break, which pypdf's page texts joined by a line break made a blank line: a paragraph break in mid-sentence
+    in a user_books paper (and in an article, now that its paragraphs are kept)."""
+    from reportlab.pdfgen import canvas
+
+    from memaudit.datasets.readers import read_pdf
+
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    pdf = canvas.Canvas(str(folder / "plan.pdf"), invariant=1)
+    for page in (["The city council voted 7 to 2 on Tuesday to approve", "the Riverside plan.", " ",
+                  "Supporters said the plan would ease rents"], ["across the east side within five years."]):
+        for y, line in zip(range(750, 0, -14), page):
+            pdf.drawString(72, y, line)
+        pdf.showPage()
+    pdf.save()
+    _write(folder / "dates.csv", "file,date\nplan.pdf,2022-05-01\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    plain = ("The city council voted 7 to 2 on Tuesday to approve the Riverside plan.\n\nSupporters said the plan "
+             "would ease rents across the east side within five years.")
+    assert [(p.doc_id, p.text, p.meta["n_words"]) for p in passages] == [("articles/plan", plain, 28)]
+    assert read_pdf(folder / "plan.pdf") == plain  # a user_books paper: "rents\n\nacross"
 
 
 def test_articles_named_in_another_script_keep_distinct_ids(tmp_path):

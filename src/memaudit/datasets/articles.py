@@ -14,13 +14,18 @@ Dates, one of (both may be used in one folder):
 
 A ``.txt`` dated both ways must agree. Hidden files (``.DS_Store``) are skipped. The records are those of the NYT loader
 (:mod:`memaudit.datasets.nyt`): one document and one passage per article, the passage text the
-article's words separated by single spaces (a PDF's text layer does not mark paragraphs
-reliably, so line and paragraph breaks are not kept, in either format, and a ``.txt`` and a
-PDF of the same article give the same record). Unlike the NYT set's published ``Prefix``, an
-article carries no prefix of its own: the prefix probe cuts it at ``probes.prefix.prefix_words``
-(50 in the paper's Appendix E, the default) as it cuts any passage. The title is the
-``title`` column of ``dates.csv`` or the file name's stem; no outlet or date goes into the
-text or title a probe reads.
+article's paragraphs joined by a blank line (``"\\n\\n"``, as the demo's Reuters articles have
+theirs), the words of each separated by single spaces: a model that read the articles as
+published read their paragraph breaks, and the prefix probe shows it a prefix as written. A
+``.txt``'s paragraphs are separated by blank lines, the lines of each joined; a ``.txt`` without any
+blank line (a news export) has one paragraph per line. A PDF's paragraphs are separated by the
+blank lines of its text layer, where pypdf gives any (most PDFs give none); its other line breaks
+and its page breaks are the typesetter's, and are joined: a PDF without blank lines is one
+paragraph, so a ``.txt`` and a PDF of one article have the same words, not always the same breaks.
+Unlike the NYT set's published ``Prefix``, an article carries no prefix of its own: the prefix probe
+cuts it at ``probes.prefix.prefix_words`` (50 in the paper's Appendix E, the default) as it cuts any
+passage. The title is the ``title`` column of ``dates.csv`` or the file name's stem; no outlet or date
+goes into the text or title a probe reads.
 
 Under the published-data policy (:mod:`memaudit.datasets.rejects`), an article that cannot be
 used is a rejected row with its reason, never silently dropped: a PDF without a text layer (a
@@ -45,7 +50,7 @@ from typing import Any
 from memaudit import MEMBER, NONMEMBER
 from memaudit.datasets.readers import first_nul
 from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
-from memaudit.datasets.text import clean_text, file_slug, join_hyphenated_lines
+from memaudit.datasets.text import clean_text, file_slug, join_hyphenated_lines, paragraphs
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import ConfigError, InputError
 
@@ -149,9 +154,9 @@ _LIGATURES = re.compile("[\ufb00-\ufb06]")
 
 
 def read_pdf_text(path: str | Path) -> str:
-    """The text layer of every page, in order, ligatures (``ﬁ``) as their letters (``fi``) and words hyphenated
-    at a line's end joined (:func:`~memaudit.datasets.text.join_hyphenated_lines`); RowReject for a broken,
-    encrypted or text-less PDF."""
+    """The text layer of every page, in order, a page break as a line break, ligatures (``ﬁ``) as their letters
+    (``fi``) and words hyphenated at a line's end joined (:func:`~memaudit.datasets.text.join_hyphenated_lines`);
+    RowReject for a broken, encrypted or text-less PDF."""
     from pypdf import PdfReader
 
     try:
@@ -163,7 +168,10 @@ def read_pdf_text(path: str | Path) -> str:
         raise
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...) on broken files
         raise RowReject("(file)", Path(path).name, f"not a readable PDF ({type(exc).__name__}: {exc})") from None
-    text = _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), "\n".join(pages))
+    # pypdf ends most pages' text with a line break: pages joined by another made a blank line, a paragraph break
+    # wherever a page ended mid-sentence. A page break is a line break, as the typesetter's others are.
+    text = "\n".join(page for page in (page.strip() for page in pages) if page)
+    text = _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
     text = join_hyphenated_lines(text)  # "transfor- mation" was two words to every probe
     if not text.strip():
         raise RowReject("(file)", Path(path).name,
@@ -230,7 +238,8 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
 
 
 def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]:
-    """``(single-spaced text, date, title)`` of one file; RowReject for anything that stops it."""
+    """``(text, date, title)`` of one file, its paragraphs joined by a blank line; RowReject for anything that
+    stops it."""
     suffix = path.suffix.lower()
     if path.is_dir():
         raise RowReject("(file)", path.name, "a folder: articles are read from the folder's top level only")
@@ -241,7 +250,13 @@ def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]
         raw, header_date = (read_pdf_text(path), None) if suffix == ".pdf" else _read_txt(path)
     except OSError as exc:
         raise RowReject("(file)", path.name, f"cannot read ({exc.strerror})") from None
-    text = " ".join(clean_text(raw).split())
+    lines = clean_text(raw).split("\n")
+    if suffix == ".txt" and all(line.strip() for line in lines):
+        # no blank line at all: one paragraph per line (a news export), as user_books reads such a book
+        lines = [x for line in lines for x in (line, "")]
+    # the paragraphs as written, which a model read in training (the prefix probe shows a prefix so); a PDF's
+    # other line breaks are its typesetter's, joined
+    text = "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs(lines))
     if not text:
         raise RowReject("(file)", path.name, "no text")
     date = _article_date(path, header_date, listed)

@@ -238,8 +238,8 @@ def read_epub(path: str | Path) -> str:
 def read_pdf(path: str | Path) -> str:
     """A PDF's text layer as prose: pypdf's pages in order (the one PDF reader,
     :func:`memaudit.datasets.articles.read_pdf_text`, which re-joins words hyphenated across lines), the
-    lines of a paragraph joined, then :func:`clean_text`. A broken, encrypted or scanned (text-less)
-    PDF raises :class:`InputError` naming the file and why."""
+    lines of a paragraph joined (a paragraph ends at a blank line of the text layer), then :func:`clean_text`.
+    A broken, encrypted or scanned (text-less) PDF raises :class:`InputError` naming the file and why."""
     from memaudit.datasets.articles import read_pdf_text
     from memaudit.datasets.rejects import RowReject
 
@@ -247,8 +247,8 @@ def read_pdf(path: str | Path) -> str:
         text = read_pdf_text(path)
     except RowReject as exc:
         raise InputError(f"{path}: {exc.reason}") from None
-    text = re.sub(r"(?<!\n)\n(?!\n)", " ", text)
-    text = clean_text(text)
+    # cleaned first: a line of spaces (pypdf's blank line between paragraphs) is a blank line, not two line breaks
+    text = clean_text(re.sub(r"(?<!\n)\n(?!\n)", " ", clean_text(text)))
     if not text:
         raise InputError(f"{path}: no text left after cleaning its text layer")
     return text
