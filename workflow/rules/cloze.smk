@@ -129,6 +129,8 @@ rule cloze_summary:
         declared=lambda wc: cloze_plan.declared(config),
         members_of=lambda wc: cloze_plan.members_of(config),
         prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
+        # cloze.csv's prompt column: what asked the black-box models (their jobs rerun with it)
+        prompt=lambda wc: probe_settings("cloze")["prompt"],
         seed=config["seed"],
         code_version=family_version("cloze", "summary"),
     script:

@@ -10,4 +10,4 @@ build_summary(snakemake.input.texts, snakemake.params.bases, declared=snakemake.
               out_overlap=snakemake.output.overlap, prefix=prefix, members_of=snakemake.params.members_of,
               token_paths=snakemake.input.tokens, model_dirs=snakemake.input.models,
               out_by_size=snakemake.output.by_size, out_size_figure=snakemake.output.size_figure,
-              prompt=snakemake.params.cloze["prompt"])
+              prompt=snakemake.params.prompt)

@@ -63,19 +63,21 @@ def check_config(config: dict) -> list[str]:
     from memaudit.probes.registry import probe_runs_on, probe_selects
 
     cfg = config["probes"]["token_prob"]
-    # (no method at all is the schema's problem: minItems)
+    # a key left out is the schema's default (a config checked before Snakemake fills them in): every method,
+    # loss among them, so no model is scoreless; no method at all is the schema's problem (minItems)
+    methods, ratios, references = cfg.get("methods"), cfg.get("min_k_ratios") or [], cfg.get("reference_models") or []
     scoreless = [m for m, entry in sorted(config["models"].items())
-                 if cfg["methods"] and probe_selects(config, "token_prob", m) and probe_runs_on("token_prob", entry)
-                 and not method_specs(cfg["methods"], cfg["min_k_ratios"], cfg["reference_models"], m)]
+                 if methods and probe_selects(config, "token_prob", m) and probe_runs_on("token_prob", entry)
+                 and not method_specs(methods, ratios or [0.5], references, m)]
     problems = []
     if scoreless:
         names = ", ".join(scoreless)
-        problems.append(f"probes.token_prob.methods: {cfg['methods']!r} give {names} no score: reference compares "
-                        f"a model with each of probes.token_prob.reference_models ({cfg['reference_models']!r}) "
+        problems.append(f"probes.token_prob.methods: {methods!r} give {names} no score: reference compares "
+                        f"a model with each of probes.token_prob.reference_models ({references!r}) "
                         f"but itself; add another method or reference model, or leave {names} out of "
                         f"probes.token_prob.models")
     first: dict[str, float] = {}
-    for i, k in enumerate(cfg["min_k_ratios"]):
+    for i, k in enumerate(ratios):
         pct = pct_name(k)
         if pct in first and first[pct] != k:
             problems.append(f"probes.token_prob.min_k_ratios.{i}: {k!r} and {first[pct]!r} both name the methods "
