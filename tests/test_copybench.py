@@ -109,6 +109,25 @@ def test_literal_items_cut_prefix_and_reference_and_reject_short_documents():
         ("austen/emma/ch002", "2 words, a literal item needs 28 (prefix_words 20 + reference_words 8)")]
 
 
+def test_a_literal_item_keeps_the_document_text_as_written_paragraph_breaks_and_all():
+    """The prefix is the document's text up to the end of its prefix_words-th word, and the reference its text
+    from the next word to the end of the last reference word, as a model fine-tuned on the document read them:
+    they were the words joined by single spaces, which showed 8 of the demo's 30 literal prefixes their
+    paragraph break as a space (and gave MemFree, whose corpus is the references, 17 of 30 references with a
+    space where the model writes the line break)."""
+    text = ("It was  a fine day.\n\nEmma walked out,\nand met Harriet at the door.\n\n"
+            "\"Good morning,\" said she.")
+    [item], rejects = literal_items([_doc("emma", 1, 1, text)], prefix_words=6, reference_words=9)
+    assert rejects == []
+    assert item["prefix"] == "It was  a fine day.\n\nEmma"
+    assert item["reference"] == "walked out,\nand met Harriet at the door.\n\n\"Good"
+    assert item["meta"] == {"source": "built", "prefix_words": 6, "reference_words": 9}
+    # ROUGE-L compares rouge-score's tokens: the line breaks kept in the reference change no score
+    joined = " ".join(item["reference"].split())
+    assert metrics.rouge_tokens(item["reference"]) == metrics.rouge_tokens(joined)
+    assert metrics.literal_rouge_l(joined, item["reference"]) == 1.0
+
+
 def test_a_literal_reference_without_an_ascii_word_is_rejected_not_scored_0():
     # rouge-score keeps ASCII letters and digits only: a verbatim copy of this reference scores ROUGE-L 0
     russian = "Наташа вошла в комнату и увидела князя Андрея"

@@ -156,15 +156,29 @@ def test_a_tokenizer_edited_at_the_same_size_never_reads_an_entry(tiny_model_dir
 
 def test_the_prefix_probe_and_copybench_literal_share_a_decoding(tiny_model_dir, tmp_path):
     """With CopyBench's decoding settings on the prefix probe, the bare prefix both show a local model
-    is decoded once: the literal mode reads the prefix probe's continuation."""
+    is decoded once: the literal mode reads the prefix probe's continuation. Both builders cut the text as
+    written, so a document's first passage gives the same prompt, paragraph break and all (a built literal
+    item joined its words with spaces: no decoding was shared where the prefix held a line break)."""
+    from memaudit.datasets.prefix import prefix_items
+    from memaudit.datasets.types import Passage
+    from memaudit.probes.copybench.build import literal_items
     from memaudit.probes.copybench.runner import _params as copybench_params
     from memaudit.probes.copybench.runner import generate as copybench_generate
     from memaudit.probes.prefix.runner import run_prefix_probe
 
     cache = tmp_path / "generations.sqlite"
     model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
-    items = [{"item_id": f"d{i}#p0", "passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2, "prefix": p,
-              "continuation": "and then the story went on"} for i, p in enumerate(PROMPTS)]
+    first = [f"{p}.\n\nThen the story went on, and on, for a while" for p in PROMPTS[:2]]
+    first.append(f"{PROMPTS[2]} and then the story went on for a while")
+    # a benchmark's document is its passages joined by a line break (memaudit.datasets.build)
+    documents = [{"doc_id": f"d{i}", "source": "s", "title": f"T{i}", "kind": "book", "meta": {"label": i % 2},
+                  "text": f"{p}\nA second passage follows here."} for i, p in enumerate(first)]
+    literal, _ = literal_items(documents, prefix_words=8, reference_words=4)
+    items = [vars(it) for it in prefix_items([Passage(f"d{i}#p0", f"d{i}", i % 2, p) for i, p in enumerate(first)],
+                                             prefix_words=8, continuation_words=4)]
+    assert [it["prefix"] for it in literal] == [it["prefix"] for it in items] == [
+        "The whale rose from the sea.\n\nThen the", "Mr Darcy bowed to her.\n\nThen the story",
+        "The oil price fell again and then the"]
     copybench = {"literal_max_new_tokens": 16, "repetition_penalty": 1.1}
     prefix = {"max_new_tokens": 16, "repetition_penalty": 1.1, "stop": ["\n\n\n"],
               "instruction": "Please complete the following text with more than 150 words:"}
@@ -175,13 +189,13 @@ def test_the_prefix_probe_and_copybench_literal_share_a_decoding(tiny_model_dir,
     written = read_jsonl(tmp_path / "items.jsonl")
     assert not any(r["from_cache"] for r in written)
 
-    literal = _open(model_dir, cache)
-    decoded = _counting(literal)
-    generations = copybench_generate(literal, [it["prefix"] for it in items],
+    literal_backend = _open(model_dir, cache)
+    decoded = _counting(literal_backend)
+    generations = copybench_generate(literal_backend, [it["prefix"] for it in literal],
                                      copybench_params(copybench, "literal", chat=False, system=None))
     assert decoded == [] and all(g.from_cache for g in generations)
     assert [g.text for g in generations] == [r["generation"] for r in written]
-    literal.close()
+    literal_backend.close()
 
 
 def test_no_cache_configured_writes_nothing(tiny_model_dir, tmp_path):

@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 _WORD = re.compile(r"\S+")  # a word of prefix_words and continuation_words: what str.split() splits off
 
 
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """Where each word of ``text`` (as ``str.split()`` counts them) starts and ends: a prefix cut at a word
+    is ``text[:end]``, the text as written with its line breaks (CopyBench's built literal items cut so too)."""
+    return [m.span() for m in _WORD.finditer(text)]
+
+
 def _scorable(words: list[str]) -> bool:
     """Whether a continuation has a word the prefix probe scores: its scores count lowercased ASCII letters
     and digits, as ``rouge_score`` does (:func:`memaudit.probes.prefix.runner.words`)."""
@@ -55,7 +61,7 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
                 n_published += 1
                 continue
         else:
-            spans = [m.span() for m in _WORD.finditer(p.text)]
+            spans = word_spans(p.text)
             if len(spans) < prefix_words + need:
                 n_skipped += 1
                 continue

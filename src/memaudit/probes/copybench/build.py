@@ -6,7 +6,8 @@ the demo, memaudit builds the same record types from a benchmark's documents:
 
 Literal items (:func:`literal_items`)
     the first ``prefix_words`` words of a document's text (the excerpt a contaminated model
-    was fine-tuned on) and the next ``reference_words`` as the reference (the paper: 200 and 50).
+    was fine-tuned on) and the next ``reference_words`` as the reference (the paper: 200 and 50),
+    each the text as written, paragraph breaks kept.
 Events (:func:`extract_events`)
     *extractive*: the book's text (its sampled chapters in story order) is cut into
     ``n_events`` equal stretches of sentences and each stretch gives its most representative
@@ -36,6 +37,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from memaudit.datasets.prefix import word_spans
 from memaudit.probes.copybench.metrics import has_name, rouge_tokens
 
 TITLES = frozenset({
@@ -60,16 +62,21 @@ class Reject:
 
 def literal_items(documents: Iterable[dict], *, prefix_words: int, reference_words: int) -> tuple[list[dict], list[Reject]]:
     """One literal item per document with ``prefix_words + reference_words`` words of text; a document
-    too short, or whose reference has no ASCII letter or digit (ROUGE-L has nothing to compare), is a reject."""
+    too short, or whose reference has no ASCII letter or digit (ROUGE-L has nothing to compare), is a reject.
+
+    Prefix and reference are the text as written between their first and last words (words counted by
+    ``str.split``): a model fine-tuned on the document read its paragraph breaks, and MemFree's n-grams of the
+    references (the default corpus) are those the model writes."""
     items, rejects = [], []
     for d in documents:
-        words = d["text"].split()
+        text = d["text"]
+        spans = word_spans(text)
         need = prefix_words + reference_words
-        if len(words) < need:
-            rejects.append(Reject(d["doc_id"], f"{len(words)} words, a literal item needs {need} "
+        if len(spans) < need:
+            rejects.append(Reject(d["doc_id"], f"{len(spans)} words, a literal item needs {need} "
                                                f"(prefix_words {prefix_words} + reference_words {reference_words})"))
             continue
-        reference = " ".join(words[prefix_words:need])
+        reference = text[spans[prefix_words][0]:spans[need - 1][1]]
         if not rouge_tokens(reference):
             # rouge-score's tokenizer keeps ASCII letters and digits only: against a reference in another
             # script every output, a verbatim copy too, would score ROUGE-L 0 (no copying, silently)
@@ -78,7 +85,7 @@ def literal_items(documents: Iterable[dict], *, prefix_words: int, reference_wor
             continue
         items.append({
             "item_id": f"{d['doc_id']}#literal", "doc_id": d["doc_id"], "book": book_key(d), "title": d["title"],
-            "label": int(d["meta"]["label"]), "prefix": " ".join(words[:prefix_words]),
+            "label": int(d["meta"]["label"]), "prefix": text[:spans[prefix_words - 1][1]],
             "reference": reference,
             "meta": {"source": "built", "prefix_words": prefix_words, "reference_words": reference_words},
         })
