@@ -195,7 +195,7 @@ SCRIPT_DIGESTS = {
     "benchmark_dataset.py": "d79fe6c2732ca2a1",
     "blind_baseline.py": "cae3e7e82c63b2d5",
     "cloze_items.py": "eaf7272a88404e6c",
-    "cloze_summary.py": "a319cca41c7cf906",
+    "cloze_summary.py": "173703805be86cf5",
     "copybench_items.py": "20daf51240614211",
     "copybench_qa_items.py": "0e799f313d74e6d3",
     "copybench_summary.py": "428fcb444a7267ff",

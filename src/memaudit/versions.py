@@ -48,10 +48,10 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="822271b1a0a8d44a"),
+                      fingerprint="7ae8fac844761d46"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="0ffcaa67a74a67a1"),
+                    fingerprint="118cb0d22e7e620c"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
@@ -59,9 +59,10 @@ STEPS: dict[str, Stage] = {
     # where a method's documents hold no member is nan, as metrics.csv's bh_power (was 0.0); 11: metrics.csv's
     # bh_fdr and bh_power are empty where stats.selection.q is below 1/(n_calibration + 1) (BH names nothing
     # there whatever the scores: they read 0 and 0); a _named.csv lists each method's calibration documents
-    # (role calibration) with the split, seed and calibration_fraction that drew them
-    "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=11,
-                   fingerprint="311a24b214357554"),
+    # (role calibration) with the split, seed and calibration_fraction that drew them; 12: models.csv names the
+    # API models the run asked (backend, model_id, revision, base_url), a row each
+    "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=12,
+                   fingerprint="c7be5c624c87f6d2"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -69,7 +70,7 @@ STEPS: dict[str, Stage] = {
     # 4: the AUC-by-size figure's x axis spans at least a decade (models of one size: no tick showed), a
     # contaminated model's points filled and a base model's open (one model per line: the dashes never showed);
     # the selection figure's legend says what its solid and dashed lines mean
-    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="9b9ef69cca4302c6"),
+    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="d84bd1d1b785fef2"),
 }
 
 

@@ -60,7 +60,9 @@ from memaudit.errors import InputError
 # demo_qa 3: a question's wrong choices are names or numbers of its own article only, a sentence whose article
 # has too few passed over for the next (they were topped up from all articles: the member half showed the
 # fine-tune non-member articles' words, which the cloze probes mask on non-members); 195 questions, not 250.
-SOURCE_VERSIONS = {"demo_qa": 3, "user_books": 6}
+# user_books 7: a PDF's page break is a line break (a blank line before: a paragraph break mid-sentence), and a
+# line of spaces in its text layer a paragraph break.
+SOURCE_VERSIONS = {"demo_qa": 3, "user_books": 7}
 # How a benchmark of two or more sources is split, its own version (memaudit.versions.dataset_code_version:
 # "+multisource<n>" on such benchmarks only, so a fix here reruns them and no single-source benchmark).
 # 2: the documents sorted by doc_id before the seeded draw (1: in the order the sources were listed, so the

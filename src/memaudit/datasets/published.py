@@ -105,8 +105,12 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # bookmia 4, nyt 4, wikimia 3, member_texts 3, booktection 3, arxivtection 3: a parquet float label exactly 0.0
 # or 1.0 is that label (such rows were rejected). qa 4: an answer matches its choice in either Unicode form (NFC).
 # articles 4: a NUL in a .txt article rejects it, naming line and column (it was removed unsaid).
+# qa 5: a question shorter than the near-duplicate n-gram is grouped with the same words asked again (it had no
+# n-gram, so "Who wrote Emma?" and "Who wrote 'Emma'?" could land on both sides). articles 5: an article keeps
+# its paragraph breaks (a .txt's blank lines, or one paragraph a line; a PDF's blank lines), and a PDF's page
+# break is a line break (it was a blank line); the whole text was one line.
 FORMAT_VERSIONS = {"bookmia": 4, "nyt": 4, "wikimia": 3, "member_texts": 3, "booktection": 3, "arxivtection": 3,
-                   "copybench": 2, "qa": 4, "articles": 4}
+                   "copybench": 2, "qa": 5, "articles": 5}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
