@@ -211,7 +211,7 @@ SCRIPT_DIGESTS = {
     "prepare_model.py": "3adb46d6c6eff193",
     "pretrain_pool.py": "729d10066d7b55ca",
     "probe.py": "471ddcd2b35c726a",
-    "summary.py": "4a0254ae8735e031",
+    "summary.py": "ff32ad6f042e95b7",
     "token_stats.py": "697e6043369b35d1",
 }
 
