@@ -129,6 +129,8 @@ rule cloze_summary:
         declared=lambda wc: cloze_plan.declared(config),
         members_of=lambda wc: cloze_plan.members_of(config),
         prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
+        # the benchmarks of input.documents (labels given per book: intervals over books)
+        book_benchmarks=lambda wc: cloze_plan.book_benchmarks(config),
         seed=config["seed"],
         code_version=family_version("cloze", "summary"),
     script:
