@@ -173,6 +173,61 @@ def test_summary_detection_and_contaminated_minus_base():
     assert lone.loc["member", "interval_holds_0"] is False
 
 
+def _book_texts(model: str, rec: list[int], labels: list[int], per_doc: int = 1) -> pd.DataFrame:
+    """Texts of eight books, three documents each (``per_doc`` passages a document), book ``bk`` holding
+    documents ``bk-0`` to ``bk-2``; ``rec`` and ``labels`` per book."""
+    rows = _texts(model, [r for r in rec for _ in range(3 * per_doc)], [x for x in labels for _ in range(3 * per_doc)])
+    docs = [f"b{k}-{j}" for k in range(len(rec)) for j in range(3) for _ in range(per_doc)]
+    return rows.assign(doc_id=docs)
+
+
+def test_differences_resample_whole_books_where_labels_are_given_per_book(tmp_path):
+    """Passages clustered in books whose labels are given per book (every passage of a book gains the same
+    here): the interval resampled passages as independent draws, 12 a side where there are 4 books. It
+    resamples whole books now (each side's books with replacement, every passage of each, paired by
+    passage: :func:`memaudit.stats.metrics.paired_difference` with ``groups``), says so (``ci_unit``,
+    ``n_units``) and keeps the point estimate. A benchmark labelled per document takes the document as its
+    unit where documents have several passages (the news' articles), and the passage where each has one."""
+    from memaudit.io import write_jsonl
+    from memaudit.stats.metrics import independent_difference, paired_difference
+
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    base = _book_texts("base", [0] * 8, labels)
+    hot = _book_texts("hot", [1, 2, 3, 4, 0, 1, 0, 0], labels)
+    texts = pd.concat([base, hot], ignore_index=True)
+    documents = tmp_path / "documents.jsonl"  # the benchmark's documents.jsonl: each document's book
+    write_jsonl(documents, [{"doc_id": d, "meta": {"book": d.split("-")[0]}} for d in sorted(set(hot["doc_id"]))])
+    out = {k: tmp_path / f"{k}.csv" for k in ("table", "diff", "versus", "overlap")}
+    texts.to_csv(tmp_path / "texts.csv", index=False)
+    summary.build_summary([str(tmp_path / "texts.csv")], {"hot": "base"}, seed=3, documents={"b": str(documents)},
+                          out_table=out["table"], out_differences=out["diff"], out_figure=tmp_path / "fig.png",
+                          out_versus=out["versus"], out_overlap=out["overlap"])
+    by_book = pd.read_csv(out["diff"]).set_index("group")
+    by_text = summary.differences_table(texts, {"hot": "base"}, seed=3).set_index("group")
+    books = np.repeat([f"b{k}" for k in range(8)], 3)
+    gain = hot["n_reconstructed"].to_numpy() / 4
+    assert by_book["ci_unit"].tolist() == ["book"] * 3 and by_book["n_units"].tolist() == [4, 4, 8]
+    assert by_book["difference"].tolist() == pytest.approx(by_text["difference"].tolist())  # the point estimate
+    assert by_book.loc["member", "difference"] == pytest.approx(2.5 / 4)
+    assert (by_book.loc["member", "ci_low"], by_book.loc["member", "ci_high"]) == pytest.approx(
+        paired_difference(gain[:12], np.zeros(12), seed=3, groups=books[:12])[1:])
+    assert (by_book.loc["member_minus_nonmember", "ci_low"], by_book.loc["member_minus_nonmember", "ci_high"]) == \
+        pytest.approx(independent_difference(gain[:12], gain[12:], seed=3, groups=(books[:12], books[12:]))[1:])
+    # twelve passages of four books, read as twelve draws: an interval less than half as wide
+    width = {name: t.loc["member", "ci_high"] - t.loc["member", "ci_low"] for name, t in (("book", by_book),
+                                                                                        ("text", by_text))}
+    assert width["book"] > 1.5 * width["text"]
+    # no book (labels per document): each passage its own draw, as before, where a document has one ...
+    assert by_text["ci_unit"].tolist() == ["text"] * 3 and by_text["n_units"].tolist() == [12, 12, 24]
+    assert (by_text.loc["member", "ci_low"], by_text.loc["member", "ci_high"]) == pytest.approx(
+        paired_difference(gain[:12], np.zeros(12), seed=3)[1:])
+    # ... and the document where it has two (a news article's passages)
+    two = pd.concat([_book_texts("base", [0] * 8, labels, per_doc=2),
+                     _book_texts("hot", [1, 2, 3, 4, 0, 1, 0, 0], labels, per_doc=2)], ignore_index=True)
+    by_doc = summary.differences_table(two, {"hot": "base"}, seed=3).set_index("group")
+    assert by_doc["ci_unit"].tolist() == ["document"] * 3 and by_doc["n_units"].tolist() == [12, 12, 24]
+
+
 def test_summary_reference_rows_say_how_the_reference_model_read_the_words():
     """The majority and random rows of cloze.csv carry their benchmark's reference_scoring as the token
     types' rows do (they were blank: the reference rows come from another table, merged on method)."""
@@ -479,7 +534,7 @@ def test_ci_config_plans_items_once_and_a_probe_per_model():
         "results/scores/novels/tiny-gpt2-small/cloze_logit_tokens.csv",
         "results/scores/novels/tiny-gpt2-small-contaminated/cloze_logit_tokens.csv"],
         "models": ["results/models/tiny-gpt2-small", "results/models/tiny-gpt2-small-contaminated"],
-        "prefix": [], "pairs": []}
+        "prefix": [], "pairs": [], "documents": []}
     with_prefix = copy.deepcopy(config)  # the prefix probe on one of the pairs: its LCS baseline beside
     with_prefix["probes"]["prefix"] = {"models": ["tiny-gpt2-small", "smollm2-135m"], "benchmarks": ["novels", "news"]}
     assert plan.prefix_runs(with_prefix) == [("novels", "tiny-gpt2-small")]
@@ -487,6 +542,11 @@ def test_ci_config_plans_items_once_and_a_probe_per_model():
         "prefix": ["results/scores/novels/tiny-gpt2-small/prefix_items.jsonl"],
         "pairs": ["results/datasets/novels/prefix_continuation.jsonl"]}
     assert "results/summary/cloze.csv" in plan.outputs(config)
+    # labels given per book: the summary reads each passage's book from the benchmark's documents.jsonl
+    by_book = copy.deepcopy(config)
+    by_book["benchmarks"]["novels"]["split_by"] = "book"
+    assert plan.book_benchmarks(by_book) == ["novels"]
+    assert plan.summary_inputs(by_book)["documents"] == ["results/datasets/novels/documents.jsonl"]
 
 
 def test_size_figure_names_each_point_a_base_and_its_fine_tune_share(tmp_path, monkeypatch):

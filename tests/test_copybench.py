@@ -377,6 +377,65 @@ def test_differences_table_pairs_each_contaminated_model_with_its_base(tmp_path)
     assert lone["member"].interval_holds_0 is False
 
 
+def test_differences_resample_whole_books_where_labels_are_given_per_book(tmp_path):
+    """CopyBench's prompts come several to a book, and a benchmark split by book labels whole books: the
+    interval resampled prompts as independent draws. On such a benchmark (``per_book``: the workflow's
+    benchmarks whose labels are given per book) it resamples the items' books, each side's with
+    replacement and every item of each, paired by item, and says so (``ci_unit``, ``n_units``); the
+    point estimate is the item mean as before. Elsewhere an item's unit is its document where documents
+    have several items (fact-recall questions), else the item itself."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.copybench.summary import differences_table
+    from memaudit.stats.metrics import independent_difference, paired_difference
+
+    gains = {1: [0.2, 0.4, 0.6, 0.8], 0: [0.0, 0.1, 0.0, 0.0]}  # per book, every item of the book alike
+
+    def items(model, per_doc=1):
+        path = tmp_path / f"x{per_doc}" / "books" / model / "copybench_literal_items.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, [{"item_id": f"{label}b{k}i{i}", "doc_id": f"{label}b{k}d{i // per_doc}",
+                            "book": f"austen/{label}b{k}", "label": label, "decoding": "greedy", "format": "1",
+                            "copybench_rougeL": 0.1 + (gains[label][k] if model == "tuned" else 0)}
+                           for label in (1, 0) for k in range(4) for i in range(3)])
+        return str(path)
+
+    paths = [items("base"), items("tuned")]
+    by_book = differences_table(paths, {"tuned": "base"}, seed=1, per_book=["books"])
+    by_item = differences_table(paths, {"tuned": "base"}, seed=1)
+    for table in (by_book, by_item):  # the point estimate is the item mean either way
+        assert table.set_index(["score", "group"]).loc[("copybench_rougeL", "member"), "difference"] == \
+            pytest.approx(0.5)
+    rouge = by_book[by_book["score"] == "copybench_rougeL"].set_index("group")
+    assert rouge["ci_unit"].tolist() == ["book"] * 3 and rouge["n_units"].tolist() == [4, 4, 8]
+    member = np.repeat(gains[1], 3)
+    books = np.repeat([f"austen/1b{k}" for k in range(4)], 3)
+    assert (rouge.loc["member", "ci_low"], rouge.loc["member", "ci_high"]) == pytest.approx(
+        paired_difference(member + 0.1, np.full(12, 0.1), seed=1, groups=books)[1:])
+    did = independent_difference(member, np.repeat(gains[0], 3), seed=1,
+                                 groups=(books, np.repeat([f"austen/0b{k}" for k in range(4)], 3)))
+    assert (rouge.loc["member_minus_nonmember", "ci_low"], rouge.loc["member_minus_nonmember", "ci_high"]) == \
+        pytest.approx(did[1:])
+    items_ = by_item[by_item["score"] == "copybench_rougeL"].set_index("group")
+    assert items_["ci_unit"].tolist() == ["item"] * 3 and items_["n_units"].tolist() == [12, 12, 24]
+    width = {name: t.loc["member", "ci_high"] - t.loc["member", "ci_low"] for name, t in (("book", rouge),
+                                                                                        ("item", items_))}
+    assert width["book"] > 1.4 * width["item"]
+    # the workflow's per_book: the benchmarks CopyBench runs on whose labels are given per book (ci's books)
+    import yaml
+
+    from memaudit import jobs
+    from memaudit.probes.copybench import plan
+
+    config = jobs.validate_config(yaml.safe_load((ROOT / "config" / "ci.yaml").read_text()))
+    assert plan.book_benchmarks(config) == ["books"]
+    config["benchmarks"]["books"]["split_by"] = "document"
+    assert plan.book_benchmarks(config) == []
+    # three items to a document (fact-recall questions of one chapter), labels per document: the document
+    per_doc = [items("base", per_doc=3), items("tuned", per_doc=3)]
+    docs = differences_table(per_doc, {"tuned": "base"}, seed=1)
+    assert set(docs["ci_unit"]) == {"document"} and docs.loc[docs["group"] == "member", "n_units"].tolist() == [4] * 2
+
+
 def test_a_contaminated_model_whose_base_has_no_items_is_not_evaluated_not_dropped(tmp_path):
     """A fine-tuned model whose base CopyBench did not run (its ``models`` list left the base out): the
     pair had no row, so its ground-truth checks vanished from the headline unseen. Each group and score

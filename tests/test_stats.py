@@ -19,7 +19,9 @@ from memaudit.stats.metrics import (
     bootstrap_auc,
     cluster_bootstrap_auc,
     compute_metrics,
+    independent_difference,
     label_groups,
+    paired_difference,
     roc_auc,
     t_test_pvalue,
     tpr_at_fpr,
@@ -467,6 +469,55 @@ def test_the_rank_test_of_the_books_means_is_exact_and_one_sided():
 def test_a_book_with_both_labels_is_no_cluster():
     with pytest.raises(InputError, match="group 'a' has members and non-members"):
         cluster_bootstrap_auc([0.1, 0.2, 0.3, 0.4], [1, 0, 1, 0], ["a", "a", "b", "c"], 10, seed=0)
+
+
+def test_a_paired_difference_over_clustered_items_resamples_whole_books():
+    """Four books of ten items, every item of a book with its book's gain: the items carry four draws'
+    worth of evidence, not forty. Resampling items one by one gave an interval a third as wide as the
+    books give; with ``groups`` each resample draws four books with replacement, every item of each,
+    so the interval is the percentile interval of the mean of four books drawn (exactly, over all
+    4^4 draws: [0.15, 0.5]). The point estimate is the item mean either way."""
+    import itertools
+
+    gains = np.array([0.1, 0.2, 0.3, 0.6])
+    model, base = np.repeat(gains, 10) + 0.25, np.full(40, 0.25)
+    books = np.repeat(["a", "b", "c", "d"], 10)
+    value, low, high = paired_difference(model, base, seed=0)
+    by_book = paired_difference(model, base, seed=0, groups=books)
+    exact = np.percentile([np.mean(c) for c in itertools.product(gains, repeat=4)], [2.5, 97.5])
+    assert exact.tolist() == pytest.approx([0.15, 0.5])
+    assert value == by_book[0] == pytest.approx(0.3)
+    assert by_book[1:] == pytest.approx(tuple(exact), abs=0.03)
+    assert (low, high) == pytest.approx((0.24, 0.3575))  # scipy's item bootstrap, as before
+    assert by_book[2] - by_book[1] > 2.5 * (high - low)
+    # one book: no interval (its spread is unknown); a constant gain over books: zero width
+    assert paired_difference(model[:10], base[:10], seed=0, groups=books[:10])[1:] == pytest.approx((np.nan,) * 2,
+                                                                                                   nan_ok=True)
+    assert paired_difference(np.full(6, 0.5), np.zeros(6), seed=0, groups=list("aabbcc")) == (0.5, 0.5, 0.5)
+    with pytest.raises(InputError, match=r"differences and groups differ in length \(40 vs 10\)"):
+        paired_difference(model, base, seed=0, groups=books[:10])
+
+
+def test_the_difference_in_differences_over_books_resamples_each_sides_books():
+    """The member gain minus the non-member gain with each side's books resampled on their own: with one
+    item a book, the two-sample bootstrap of the items (every resample's member books drawn first, in
+    name order, then the non-member books'); with books of identical items, the books' spread."""
+    rng = np.random.default_rng(3)
+    member, nonmember = rng.normal(0.4, 0.1, 8), rng.normal(0.1, 0.1, 6)
+    names = ([f"m{i}" for i in range(8)], [f"n{i}" for i in range(6)])
+    value, low, high = independent_difference(member, nonmember, seed=2, groups=names)
+    draw = np.random.default_rng(2)
+    ref = member[draw.integers(0, 8, (1000, 8))].mean(axis=1) - nonmember[draw.integers(0, 6, (1000, 6))].mean(axis=1)
+    assert value == pytest.approx(member.mean() - nonmember.mean())
+    assert (low, high) == pytest.approx(tuple(np.percentile(ref, [2.5, 97.5])))
+    # ten identical items per book: the items' interval is narrower than the books'
+    wide = (np.repeat(member[:4], 10), np.repeat(nonmember[:4], 10))
+    books = (np.repeat(names[0][:4], 10), np.repeat(names[1][:4], 10))
+    by_item = independent_difference(*wide, seed=2)
+    by_book = independent_difference(*wide, seed=2, groups=books)
+    assert by_item[0] == pytest.approx(by_book[0])
+    assert by_book[2] - by_book[1] > 2.5 * (by_item[2] - by_item[1])
+    assert np.isnan(independent_difference(*wide, seed=2, groups=(books[0], ["x"] * 40))[1])  # one book a side
 
 
 def test_the_metrics_table_takes_books_where_each_methods_documents_are_labelled_per_book():

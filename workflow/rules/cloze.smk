@@ -131,6 +131,8 @@ rule cloze_summary:
         prefix_runs=lambda wc: cloze_plan.prefix_runs(config),
         # cloze.csv's prompt column: what asked the black-box models (their jobs rerun with it)
         prompt=lambda wc: probe_settings("cloze")["prompt"],
+        # the benchmarks of input.documents (labels given per book: intervals over books)
+        book_benchmarks=lambda wc: cloze_plan.book_benchmarks(config),
         seed=config["seed"],
         code_version=family_version("cloze", "summary"),
     script:

@@ -167,6 +167,8 @@ rule copybench_summary:
         bases=lambda wc: copybench_plan.bases(config),
         declared=lambda wc: copybench_plan.declared(config),
         members_of=lambda wc: copybench_plan.members_of(config),
+        # labels given per book: the differences' intervals resample the items' books
+        per_book=lambda wc: copybench_plan.book_benchmarks(config),
         seed=config["seed"],
         code_version=family_version("copybench", "summary"),
     script:

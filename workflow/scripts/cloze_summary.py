@@ -10,4 +10,5 @@ build_summary(snakemake.input.texts, snakemake.params.bases, declared=snakemake.
               out_overlap=snakemake.output.overlap, prefix=prefix, members_of=snakemake.params.members_of,
               token_paths=snakemake.input.tokens, model_dirs=snakemake.input.models,
               out_by_size=snakemake.output.by_size, out_size_figure=snakemake.output.size_figure,
-              prompt=snakemake.params.prompt)
+              prompt=snakemake.params.prompt,
+              documents=dict(zip(snakemake.params.book_benchmarks, snakemake.input.documents)))

@@ -393,40 +393,80 @@ def holds_zero(low: float, high: float) -> bool | None:
     return None if np.isnan(low) or np.isnan(high) else bool(low <= 0 <= high)
 
 
-def paired_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
+def paired_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int = 1000,
+                      groups=None) -> tuple[float, float, float]:
     """Mean of ``a - b`` over paired items and its 95% paired bootstrap interval (scipy).
 
-    One pair (or none) gives no interval (nan bounds): a single difference says nothing of its spread,
-    and a zero-width interval there would read as certain. Every difference the same over two or more
-    pairs is the bootstrap's own zero-width answer."""
+    With ``groups`` (each pair's book, where items come several to a book and labels are given per book:
+    :func:`label_groups`), a cluster bootstrap instead: each resample draws as many books as there are,
+    with replacement, and takes every pair of each (:func:`_cluster_means`), since a book's items are
+    not independent draws (as :func:`cluster_bootstrap_auc`). The point estimate is the item mean either way.
+
+    One pair (or none), or one book, gives no interval (nan bounds): a single difference says nothing of
+    its spread, and a zero-width interval there would read as certain. Every difference the same over two
+    or more pairs (books) is the bootstrap's own zero-width answer."""
     from scipy.stats import bootstrap
 
     diff = np.asarray(a, float) - np.asarray(b, float)
-    if len(diff) < 2:
+    if len(diff) < 2 or (groups is not None and _n_groups(diff, groups, "differences") < 2):
         return (float(diff.mean()) if len(diff) else math.nan), math.nan, math.nan
     if np.all(diff == diff[0]):
         m = float(diff.mean())
         return m, m, m
+    if groups is not None:
+        draws = _cluster_means(diff, groups, np.random.default_rng(seed), n_resamples)
+        return float(diff.mean()), *_percentile_interval(draws)
     res = bootstrap((np.asarray(a, float), np.asarray(b, float)), lambda x, y: np.mean(x - y), paired=True,
                     n_resamples=n_resamples, method="percentile", random_state=np.random.default_rng(seed))
     return float(diff.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def independent_difference(a: np.ndarray, b: np.ndarray, *, seed: int,
-                           n_resamples: int = 1000) -> tuple[float, float, float]:
+def independent_difference(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int = 1000,
+                           groups=None) -> tuple[float, float, float]:
     """``mean(a) - mean(b)`` of two independent samples and its 95% percentile bootstrap interval
-    (scipy, each sample resampled on its own). A sample of one item gives no interval (nan bounds):
-    its spread is unknown, and holding it fixed while the other is resampled would make the interval
-    too narrow (a one-item sample read as certain)."""
+    (scipy, each sample resampled on its own). With ``groups`` (``(a's books, b's books)``: see
+    :func:`paired_difference`), each sample's books are resampled on their own, every item of each drawn
+    book (``numpy.random.default_rng(seed)`` draws ``a``'s books for every resample, then ``b``'s). A
+    sample of one item (one book) gives no interval (nan bounds): its spread is unknown, and holding it
+    fixed while the other is resampled would make the interval too narrow (a one-item sample read as
+    certain)."""
     from scipy.stats import bootstrap
 
     a, b = np.asarray(a, float), np.asarray(b, float)
     value = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < 2 or len(b) < 2 or (groups is not None
+                                    and min(_n_groups(x, g, "gains") for x, g in zip((a, b), groups)) < 2):
         return value, math.nan, math.nan
     if np.all(a == a[0]) and np.all(b == b[0]):
         return value, value, value
+    if groups is not None:
+        rng = np.random.default_rng(seed)
+        draws = _cluster_means(a, groups[0], rng, n_resamples)
+        return value, *_percentile_interval(draws - _cluster_means(b, groups[1], rng, n_resamples))
     res = bootstrap((a, b), lambda x, y, axis=-1: np.mean(x, axis=axis) - np.mean(y, axis=axis),
                     n_resamples=n_resamples, method="percentile", vectorized=True,
                     random_state=np.random.default_rng(seed))
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _n_groups(values: np.ndarray, groups, what: str) -> int:
+    groups = np.asarray(groups, dtype=str).ravel()
+    if groups.size != len(values):
+        raise InputError(f"{what} and groups differ in length ({len(values)} vs {groups.size})")
+    return int(np.unique(groups).size)
+
+
+def _cluster_means(values: np.ndarray, groups, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """Means of ``n_resamples`` cluster-bootstrap resamples of ``values``: resample ``b`` draws as many groups
+    as there are (the ``b``-th row of ``rng.integers``, groups in name order), with replacement, and takes
+    every value of each drawn group (Field & Welsh 2007): the sum of the drawn groups' sums over the sum
+    of their sizes."""
+    _, index = np.unique(np.asarray(groups, dtype=str).ravel(), return_inverse=True)
+    sums, sizes = np.bincount(index, weights=values), np.bincount(index)
+    picks = rng.integers(0, sums.size, size=(n_resamples, sums.size))
+    return sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
+
+
+def _percentile_interval(draws: np.ndarray) -> tuple[float, float]:
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return float(low), float(high)

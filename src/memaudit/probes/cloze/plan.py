@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memaudit.config import is_api_model
+from memaudit.config import is_api_model, labels_per_book
 from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
 
 # probes.cloze keys only the black-box probe reads (how it asks for a masked word): kept out of the params of
@@ -16,6 +16,12 @@ def runs(config: dict) -> list[tuple[str, str, str]]:
 
 def benchmarks(config: dict) -> list[str]:
     return sorted({b for b, _, _ in runs(config)})
+
+
+def book_benchmarks(config: dict) -> list[str]:
+    """The probed benchmarks whose labels are given per book (:func:`memaudit.config.labels_per_book`): the
+    summary reads their ``documents.jsonl`` for each passage's book, the unit its intervals resample."""
+    return [b for b in benchmarks(config) if labels_per_book(config["benchmarks"][b])]
 
 
 def uses_filter(config: dict, wildcards=None) -> bool:
@@ -168,4 +174,5 @@ def summary_inputs(config: dict) -> dict[str, list[str]]:
             "tokens": [f"results/scores/{b}/{m}/cloze_{mode}_tokens.csv" for b, m, mode in runs(config)],
             "models": [f"results/models/{m}" for m in sized_models(config)],
             "prefix": [f"results/scores/{b}/{m}/prefix_items.jsonl" for b, m in pairs],
-            "pairs": [f"results/datasets/{b}/prefix_continuation.jsonl" for b, m in pairs]}
+            "pairs": [f"results/datasets/{b}/prefix_continuation.jsonl" for b, m in pairs],
+            "documents": [f"results/datasets/{b}/documents.jsonl" for b in book_benchmarks(config)]}

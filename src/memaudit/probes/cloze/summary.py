@@ -15,7 +15,9 @@
     contaminated model minus its base on the same masked words (paired per passage: the
     reconstruction rate), members and non-members apart, with a 95% paired bootstrap interval
     (Table 4's exact-match difference, with ground truth): contamination must show on members
-    only.
+    only. The interval resamples the unit the labels were given to, whole (``ci_unit``, how many
+    ``n_units``): the book where labels are given per book (a QA set's article), else the document
+    where documents have several passages (a news article's), else the passage.
 ``results/summary/cloze_vs_prefix.csv``
     where the prefix probe ran on the same (benchmark, model): the cloze probes' precision,
     recall and F-beta beside the prefix-LCS baseline's (Appendix E: a logistic-regression LCS
@@ -38,7 +40,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,7 +48,7 @@ import pandas as pd
 from memaudit.datasets.types import TEST
 from memaudit.io import read_csv, write_csv
 from memaudit.probes.cloze.plan import method_name
-from memaudit.stats.metrics import holds_zero, independent_difference, paired_difference
+from memaudit.stats.metrics import holds_zero, independent_difference, label_groups, paired_difference
 
 BETA = 0.1
 # why a figure's reconstruction rate is missing (memaudit.figures.plots.mark_missing)
@@ -122,7 +124,8 @@ def detection_table(texts: pd.DataFrame, *, seed: int, prompt: str = "cloze") ->
 
 
 def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
-                      members_of: dict[str, list[str]] | None = None, declared: Collection[str] = ()) -> pd.DataFrame:
+                      members_of: dict[str, list[str]] | None = None, declared: Collection[str] = (),
+                      books: Mapping[str, Mapping[str, str]] | None = None) -> pd.DataFrame:
     """Contaminated minus base reconstruction rate per passage, members and non-members apart, and the
     member gain minus the non-member gain (group ``member_minus_nonmember``, each group resampled on
     its own): a model fine-tuned on a QA set's members also learns its format and domain, which
@@ -137,7 +140,13 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
 
     A group the model has texts in but its control none to pair with (the control not probed there)
     keeps its row, with ``n_texts`` 0 and no difference: the headline reads it as not evaluated,
-    where a missing row would drop the check unseen."""
+    where a missing row would drop the check unseen.
+
+    The passages of one document, or of one book where the labels are given per book (``books``: per
+    benchmark, ``{doc_id: book}``), are not independent draws: where they share a label and come several
+    to a unit (:func:`memaudit.stats.metrics.label_groups`, as the AUC's ``ci_books``), the intervals
+    resample whole units, paired by passage (``ci_unit`` book or document, ``n_units`` how many); else
+    passages one by one (``ci_unit`` text)."""
     members_of = members_of or {}
     rows = []
     keys = ["benchmark", "mode", "measure"]
@@ -149,12 +158,16 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
                        & (texts["measure"] == measure)]
         mine = mine[mine["n_tokens"] > 0]
         joined = mine.merge(theirs, on=["passage_id", "label"], suffixes=("", "_base"))
+        of_book = (books or {}).get(benchmark)
+        clustered = "doc_id" in mine and label_groups(_units(mine, of_book).tolist(), mine["label"]) is not None
+        unit = _units(joined, of_book) if clustered else None
+        name = ("document" if of_book is None else "book") if clustered else "text"
         key = {"benchmark": benchmark, "model": model, "base": base,
                "pairing": "control" if model in declared else "base", "mode": mode, "measure": measure,
                "contaminated_on_benchmark": benchmark in members_of.get(model, ())}
         unpaired = {"n_texts": 0, "rate_base": float("nan"), "difference": float("nan"), "ci_low": float("nan"),
-                    "ci_high": float("nan"), "interval_holds_0": None}
-        gains = {}
+                    "ci_high": float("nan"), "ci_unit": None, "n_units": 0, "interval_holds_0": None}
+        gains, units = {}, {}
         for label in sorted(set(mine["label"].astype(int))):
             block = joined[joined["label"] == label]
             group = "member" if int(label) == 1 else "nonmember"
@@ -166,22 +179,39 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
             a = (block["n_reconstructed"] / block["n_tokens"]).to_numpy(float)
             b = (block["n_reconstructed_base"] / block["n_tokens_base"]).to_numpy(float)
             gains[int(label)] = a - b
-            value, low, high = paired_difference(a, b, seed=seed)
+            units[int(label)] = unit[block.index].to_numpy() if clustered else None
+            value, low, high = paired_difference(a, b, seed=seed, groups=units[int(label)])
             rows.append({**key, "group": group, "n_texts": len(block),
                          "rate_model": float(a.mean()), "rate_base": float(b.mean()), "difference": value,
-                         "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
+                         "ci_low": low, "ci_high": high, "ci_unit": name,
+                         "n_units": _n_units(units[int(label)], len(block)), "interval_holds_0": holds_zero(low, high)})
         if 1 in gains and 0 in gains:  # the member gain beyond the non-member gain (domain and format learnt)
-            value, low, high = independent_difference(gains[1], gains[0], seed=seed)
+            both = (units[1], units[0]) if clustered else None
+            value, low, high = independent_difference(gains[1], gains[0], seed=seed, groups=both)
             rows.append({**key, "group": "member_minus_nonmember", "n_texts": len(gains[1]) + len(gains[0]),
                          "rate_model": float("nan"), "rate_base": float("nan"), "difference": value,
-                         "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
+                         "ci_low": low, "ci_high": high, "ci_unit": name,
+                         "n_units": sum(_n_units(units[g], len(gains[g])) for g in (1, 0)),
+                         "interval_holds_0": holds_zero(low, high)})
         elif set(mine["label"].astype(int)) >= {0, 1}:  # both groups, one of them unpaired
             rows.append({**key, "group": "member_minus_nonmember", **unpaired, "rate_model": float("nan")})
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
 
 
+def _units(frame: pd.DataFrame, of_book: Mapping[str, str] | None) -> pd.Series:
+    """Each passage's book (``of_book``: ``{doc_id: book}``), else its document."""
+    docs = frame["doc_id"].astype(str)
+    return docs if of_book is None else docs.map(lambda d: of_book.get(d, d))
+
+
+def _n_units(units, n_items: int) -> int:
+    """How many units an interval resampled: the books or documents of ``units``, else the items."""
+    return n_items if units is None else int(pd.unique(units).size)
+
+
 DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "pairing", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",
-                      "rate_model", "rate_base", "difference", "ci_low", "ci_high", "interval_holds_0"]
+                      "rate_model", "rate_base", "difference", "ci_low", "ci_high", "ci_unit", "n_units",
+                      "interval_holds_0"]
 
 
 def overlap(texts: pd.DataFrame) -> pd.DataFrame:
@@ -300,20 +330,25 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
                   out_differences: str, out_figure: str, out_versus: str, out_overlap: str,
                   prefix: Sequence[tuple[str, str, str, str]] = (), members_of: dict[str, list[str]] | None = None,
                   token_paths: Sequence[str] = (), model_dirs: Sequence[str] = (), out_by_size: str | None = None,
-                  out_size_figure: str | None = None, prompt: str = "cloze") -> None:
+                  out_size_figure: str | None = None, prompt: str = "cloze",
+                  documents: Mapping[str, str] | None = None) -> None:
     """``prefix``: ``(benchmark, model, prefix_items.jsonl, prefix_continuation.jsonl)`` of the pairs the
     prefix probe also ran on; ``members_of``: per model, the benchmarks it was fine-tuned on;
     ``token_paths`` and ``model_dirs`` (the probed local models): Figure 3, ``out_by_size``; ``prompt``: the
-    black-box mode's (``probes.cloze.prompt``), for ``cloze.csv``."""
+    black-box mode's (``probes.cloze.prompt``), for ``cloze.csv``; ``documents``: per benchmark whose labels
+    are given per book, its ``documents.jsonl`` (each document's book: the differences' intervals resample
+    books there)."""
     from memaudit.io import read_jsonl
     from memaudit.probes.cloze.baseline import lcs_of_items, versus_prefix
+    from memaudit.stats.workflow import document_books
 
     texts = read_texts(text_paths)
     table = detection_table(texts, seed=seed, prompt=prompt)
     write_csv(out_table, table)
     scored = with_reference_scoring(texts)
+    books = {benchmark: document_books(path) for benchmark, path in (documents or {}).items()}
     write_csv(out_differences, scored(differences_table(texts, bases, seed=seed, members_of=members_of,
-                                                        declared=declared)))
+                                                        declared=declared, books=books)))
     lcs = {(b, m): lcs_of_items(read_jsonl(items), read_jsonl(pairs)) for b, m, items, pairs in prefix}
     write_csv(out_versus, scored(versus_prefix(texts, lcs, seed=seed, beta=BETA)))
     write_csv(out_overlap, scored(overlap(texts)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memaudit.config import contaminated_on, is_api_model
+from memaudit.config import contaminated_on, is_api_model, labels_per_book
 from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
 
 METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
@@ -42,6 +42,12 @@ def declared(config: dict) -> list[str]:
 def members_of(config: dict) -> dict[str, list[str]]:
     """Per paired model, the benchmarks whose members it was fine-tuned on (where its rows are checks)."""
     return {m: contaminated_on(config["models"][m]) for m in bases(config)}
+
+
+def book_benchmarks(config: dict) -> list[str]:
+    """The benchmarks CopyBench runs on whose labels are given per book (:func:`memaudit.config.labels_per_book`):
+    there the summary's intervals resample the items' books."""
+    return sorted({b for b, _, _ in runs(config) if labels_per_book(config["benchmarks"][b])})
 
 
 def published(config: dict, benchmark: str) -> dict | None:

@@ -13,8 +13,10 @@
 ``results/summary/copybench_differences.csv``
     contaminated model minus its base on the same prompts (paired per item, scores averaged
     over prompt formats), member and non-member items apart, with a paired bootstrap
-    interval: the ground-truth check that contamination shows up as copying and only on
-    the books the model was fine-tuned on. Literal scores: the mean ROUGE-L, the paper's literal
+    interval (over whole books where the labels are given per book, else over documents where
+    they hold several items, else over items: ``ci_unit``, ``n_units``): the ground-truth check
+    that contamination shows up as copying and only on the books the model was fine-tuned on.
+    Literal scores: the mean ROUGE-L, the paper's literal
     copying (``copybench_rougeL_copy``: the share of outputs at ROUGE-L >= 0.8, so the
     difference is the difference of copying rates) and the excess over chance. A third row per score, group
     ``member_minus_nonmember``, is the difference in differences (the member items' mean gain
@@ -39,7 +41,7 @@ import pandas as pd
 
 from memaudit.io import read_json, read_jsonl, write_csv
 from memaudit.probes.copybench import metrics
-from memaudit.stats.metrics import holds_zero, independent_difference, paired_difference
+from memaudit.stats.metrics import holds_zero, independent_difference, label_groups, paired_difference
 
 # copybench_rougeL_copy: 1 where an output's ROUGE-L reaches the paper's 0.8 (what it counts as literal
 # copying), averaged over prompt formats like the other scores: its paired difference is the difference
@@ -90,13 +92,15 @@ def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
 
 
 def item_scores(items_path: str) -> pd.DataFrame:
-    """Per (item, decoding): the mean of each score over the prompt formats."""
+    """Per (item, decoding): the mean of each score over the prompt formats, with the item's document
+    and book where the file has them (the units of :func:`differences_table`'s intervals)."""
     frame = pd.DataFrame(read_jsonl(items_path))
     mode = _parse(items_path)[2]
     if "copybench_rougeL" in frame.columns:
         frame[COPY_SCORE] = (frame["copybench_rougeL"] >= metrics.LITERAL_THRESHOLD).astype(float)
     present = [c for c in SCORES[mode] if c in frame.columns]  # the excess needs other books (metrics.chance_rouge_l)
-    return frame.groupby(["item_id", "label", "decoding"], as_index=False)[present].mean()
+    units = [c for c in ("doc_id", "book") if c in frame.columns]  # one per item: kept beside it
+    return frame.groupby(["item_id", "label", "decoding", *units], as_index=False, dropna=False)[present].mean()
 
 
 # copybench_differences.csv's columns: a run with no model beside its control (an audit of models
@@ -106,11 +110,12 @@ def item_scores(items_path: str) -> pd.DataFrame:
 # says whether the model was fine-tuned on this benchmark's members, where the rows are ground truth.
 DIFFERENCE_COLUMNS = ("benchmark", "model", "base", "pairing", "mode", "decoding", "contaminated_on_benchmark",
                       "group", "n_items", "score", "mean_model", "mean_base", "difference", "ci_low", "ci_high",
-                      "interval_holds_0")
+                      "ci_unit", "n_units", "interval_holds_0")
 
 
 def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed: int,
-                      declared: Collection[str] = (), members_of: dict[str, list[str]] | None = None) -> pd.DataFrame:
+                      declared: Collection[str] = (), members_of: dict[str, list[str]] | None = None,
+                      per_book: Collection[str] = ()) -> pd.DataFrame:
     """A model minus its control (``bases``: per model), per (benchmark, mode, decoding, group, score).
     ``declared``: the models whose control is declared (``models.<name>.control``), not their base;
     ``members_of``: per model, the benchmarks it was fine-tuned on (None: every pair is a controlled
@@ -118,12 +123,18 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
 
     A group and score the model has items in but its control none to pair with (the control not run
     there, or without that score) keeps its row, with ``n_items`` 0 and no difference: the headline
-    reads it as not evaluated, where a missing row would drop the check unseen."""
+    reads it as not evaluated, where a missing row would drop the check unseen.
+
+    A book's prompts are not independent draws: on the benchmarks in ``per_book`` (labels given per
+    book: :func:`memaudit.config.labels_per_book`) an item's unit is its book, elsewhere its document;
+    where the units share a label and come several items to one (:func:`memaudit.stats.metrics.label_groups`,
+    as the AUC's ``ci_books``), the intervals resample whole units, paired by item (``ci_unit`` book or
+    document, ``n_units`` how many), else items one by one (``ci_unit`` item)."""
     by_key = {_parse(p): p for p in items_paths}
     rows = []
     nan = float("nan")
     unpaired = {"n_items": 0, "mean_base": nan, "difference": nan, "ci_low": nan, "ci_high": nan,
-                "interval_holds_0": None}
+                "ci_unit": None, "n_units": 0, "interval_holds_0": None}
     for (benchmark, model, mode), path in sorted(by_key.items()):
         base = bases.get(model)
         if not base:
@@ -137,9 +148,13 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
         key = {"benchmark": benchmark, "model": model, "base": base,
                "pairing": "control" if model in declared else "base", "mode": mode,
                "contaminated_on_benchmark": contaminated}
+        column = "book" if benchmark in per_book else "doc_id"
         for decoding, own in mine.groupby("decoding"):
             by_decoding = joined[joined["decoding"] == decoding]
-            gains = {}
+            clustered = (column in own and own[column].notna().all()
+                         and label_groups(own[column].astype(str).tolist(), own["label"]) is not None)
+            name = ("book" if column == "book" else "document") if clustered else "item"
+            gains, units = {}, {}
             for label, own_block in own.groupby("label"):
                 block = by_decoding[by_decoding["label"] == label]
                 for score in scores:
@@ -147,24 +162,35 @@ def differences_table(items_paths: Sequence[str], bases: dict[str, str], *, seed
                         rows.append({**key, "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
                                      "score": score, "mean_model": float(own_block[score].mean()), **unpaired})
                         continue
-                    value, low, high = paired_difference(block[score].to_numpy(),
-                                                         block[f"{score}_base"].to_numpy(), seed=seed)
+                    units[int(label)] = block[column].astype(str).to_numpy() if clustered else None
+                    value, low, high = paired_difference(block[score].to_numpy(), block[f"{score}_base"].to_numpy(),
+                                                         seed=seed, groups=units[int(label)])
                     gains[int(label), score] = (block[score] - block[f"{score}_base"]).to_numpy()
                     rows.append({**key, "decoding": decoding, "group": GROUPS.get(int(label), "unlabelled"),
                                  "n_items": len(block), "score": score, "mean_model": float(block[score].mean()),
                                  "mean_base": float(block[f"{score}_base"].mean()), "difference": value,
-                                 "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
+                                 "ci_low": low, "ci_high": high, "ci_unit": name,
+                                 "n_units": _n_units(units[int(label)], len(block)),
+                                 "interval_holds_0": holds_zero(low, high)})
             for score in scores:
                 if (1, score) in gains and (0, score) in gains:
-                    value, low, high = independent_difference(gains[1, score], gains[0, score], seed=seed)
+                    value, low, high = independent_difference(gains[1, score], gains[0, score], seed=seed,
+                                                              groups=(units[1], units[0]) if clustered else None)
                     rows.append({**key, "decoding": decoding, "group": DID_GROUP,
                                  "n_items": len(gains[1, score]) + len(gains[0, score]), "score": score,
                                  "mean_model": float("nan"), "mean_base": float("nan"), "difference": value,
-                                 "ci_low": low, "ci_high": high, "interval_holds_0": holds_zero(low, high)})
+                                 "ci_low": low, "ci_high": high, "ci_unit": name,
+                                 "n_units": sum(_n_units(units[g], len(gains[g, score])) for g in (1, 0)),
+                                 "interval_holds_0": holds_zero(low, high)})
                 elif {0, 1} <= set(own["label"].astype(int)):  # both groups, one of them unpaired
                     rows.append({**key, "decoding": decoding, "group": DID_GROUP, "score": score,
                                  "mean_model": nan, **unpaired})
     return pd.DataFrame(rows, columns=list(DIFFERENCE_COLUMNS))
+
+
+def _n_units(units, n_items: int) -> int:
+    """How many units an interval resampled: the books or documents of ``units``, else the items."""
+    return n_items if units is None else int(pd.unique(units).size)
 
 
 def distributions_figure(items_paths: Sequence[str], out: str | Path) -> None:
@@ -256,11 +282,13 @@ def recall_figure(rates: pd.DataFrame, out: str | Path) -> None:
 
 def write_summary(outcome_paths: Sequence[str], items_paths: Sequence[str], *, bases: dict[str, str],
                   declared: Collection[str], members_of: dict[str, list[str]], seed: int,
-                  out_rates: str, out_differences: str, out_figure: str, out_recall_figure: str) -> None:
-    """``bases``, ``declared``, ``members_of``: the rule's params (:mod:`memaudit.probes.copybench.plan`)."""
+                  out_rates: str, out_differences: str, out_figure: str, out_recall_figure: str,
+                  per_book: Collection[str] = ()) -> None:
+    """``bases``, ``declared``, ``members_of``, ``per_book``: the rule's params
+    (:mod:`memaudit.probes.copybench.plan`)."""
     rates = rates_table(outcome_paths)
     write_csv(out_rates, rates)
     recall_figure(rates, out_recall_figure)
     write_csv(out_differences, differences_table(items_paths, bases, seed=int(seed), declared=declared,
-                                                 members_of=members_of))
+                                                 members_of=members_of, per_book=per_book))
     distributions_figure(items_paths, out_figure)
