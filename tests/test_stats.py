@@ -498,6 +498,30 @@ def test_a_paired_difference_over_clustered_items_resamples_whole_books():
         paired_difference(model, base, seed=0, groups=books[:10])
 
 
+def test_a_book_interval_is_never_narrower_than_the_items_one():
+    """Session 65's demo run: the CopyBench fine-tune's ROUGE-L excess minus its base's on the twelve passages of
+    three non-member books. The items spread from -0.066 to +0.046 (their bootstrap holds 0), but the three
+    books' means happen to agree (-0.012, -0.009, -0.015), and a percentile bootstrap of three books, ten
+    distinct means, gave [-0.015, -0.009]: 'interval excludes 0' from three draws. Few books can agree by
+    chance and the resampling cannot tell; the interval is the union of the books' and the items' ones."""
+    from scipy.stats import bootstrap
+
+    diff = np.array([-0.0314, 0.0072, -0.0569, -0.0373, 0.0464, -0.0122, 0.0261, -0.0208, 0.0015, 0.0464,
+                     -0.0429, -0.0659])
+    books = ["persuasion"] * 2 + ["pride"] * 6 + ["sense"] * 4
+    items = bootstrap((diff, np.zeros(12)), lambda x, y: np.mean(x - y), paired=True, n_resamples=1000,
+                      method="percentile", random_state=np.random.default_rng(13)).confidence_interval
+    value, low, high = paired_difference(diff, np.zeros(12), seed=13, groups=books)
+    assert value == pytest.approx(diff.mean())
+    assert (low, high) == pytest.approx((items.low, items.high))  # the items' interval is the wider here
+    assert low < 0 < high
+    gains = (np.array([0.70, 0.75, 0.74, 0.80, 0.72, 0.77]), diff)
+    names = (["a", "a", "b", "b", "c", "c"], books)
+    value, low, high = independent_difference(*gains, seed=13, groups=names)
+    by_item = independent_difference(*gains, seed=13)
+    assert low <= by_item[1] and high >= by_item[2]
+
+
 def test_the_difference_in_differences_over_books_resamples_each_sides_books():
     """The member gain minus the non-member gain with each side's books resampled on their own: with one
     item a book, the two-sample bootstrap of the items (every resample's member books drawn first, in

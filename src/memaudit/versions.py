@@ -62,7 +62,7 @@ STEPS: dict[str, Stage] = {
     # (role calibration) with the split, seed and calibration_fraction that drew them; 12: models.csv names the
     # API models the run asked (backend, model_id, revision, base_url), a row each
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=12,
-                   fingerprint="94ecadab02126af2"),
+                   fingerprint="e490a5698d082195"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -70,7 +70,7 @@ STEPS: dict[str, Stage] = {
     # 4: the AUC-by-size figure's x axis spans at least a decade (models of one size: no tick showed), a
     # contaminated model's points filled and a base model's open (one model per line: the dashes never showed);
     # the selection figure's legend says what its solid and dashed lines mean
-    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="c7925d3062f1648a"),
+    "figures": Stage(("memaudit.figures.plots",), version=4, fingerprint="44319d63058149d8"),
 }
 
 
