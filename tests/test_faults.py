@@ -927,19 +927,16 @@ def test_token_statistics_resumed_where_dtype_auto_resolves_otherwise_start_over
         f"discarding stale checkpoint {stale} (inputs or settings changed)"]
 
 
-def test_token_statistics_computed_on_one_device_type_start_over_on_another(tiny_model_dir, tmp_path, monkeypatch):
-    """token_stats' checkpoint key held the resolved dtype but the device as configured (`auto`): shards a killed
-    job computed on a CPU were joined to ones its rerun computed on a GPU (float32 logits differ between them).
-    The key holds the device type now. The GPU here is the CPU with ``device: auto`` read as cuda (the model
-    still loads on the CPU)."""
+def _token_stats_killed_after_two_shards(tiny_model_dir, tmp_path, device: str):
+    """token_stats' arguments for the tiny model on ``device``, and the checkpoint folder of a run of them
+    killed after two of its three shards."""
     from memaudit.io import write_json, write_jsonl
-    from memaudit.models import loading
     from memaudit.probes.token_prob.forward import run_token_stats
 
     write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
     write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
                                               for i, t in enumerate(TINY_TEXTS)))
-    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "float32", "device": "auto"}}}, "tiny", tmp_path,
+    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "float32", "device": device}}}, "tiny", tmp_path,
             tmp_path / "passages.jsonl", tmp_path / "token_stats.npz")
 
     class Killed(Exception):
@@ -952,6 +949,18 @@ def test_token_statistics_computed_on_one_device_type_start_over_on_another(tiny
     with pytest.raises(Killed):
         run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=killed_after_two_shards)
     [stale] = {p.parent for p in (tmp_path / "ckpt").glob("*/*.npz")}
+    return args, stale
+
+
+def test_token_statistics_computed_on_one_device_type_start_over_on_another(tiny_model_dir, tmp_path, monkeypatch):
+    """token_stats' checkpoint key held the resolved dtype but the device as configured (`auto`): shards a killed
+    job computed on a CPU were joined to ones its rerun computed on a GPU (float32 logits differ between them).
+    The key holds the device type now. The GPU here is the CPU with ``device: auto`` read as cuda (the model
+    still loads on the CPU)."""
+    from memaudit.models import loading
+    from memaudit.probes.token_prob.forward import run_token_stats
+
+    args, stale = _token_stats_killed_after_two_shards(tiny_model_dir, tmp_path, "auto")
     assert len(list(stale.iterdir())) == 2
     # the rerun lands on a machine where auto is a GPU
     resolve, load = loading.resolve_device, loading.load_model
@@ -971,26 +980,10 @@ def test_token_statistics_stopped_before_a_version_bump_start_over_after_it(tiny
     version's statistics. The key holds the stage's version now."""
     import dataclasses
 
-    from memaudit.io import write_json, write_jsonl
     from memaudit.probes.registry import FAMILIES
     from memaudit.probes.token_prob.forward import run_token_stats
 
-    write_json(tmp_path / "manifest.json", {"load": {"path": str(tiny_model_dir)}})
-    write_jsonl(tmp_path / "passages.jsonl", ({"passage_id": f"p{i:02d}", "doc_id": f"d{i}", "text": t}
-                                              for i, t in enumerate(TINY_TEXTS)))
-    args = ({"models": {"tiny": {"max_tokens": 64, "dtype": "float32", "device": "cpu"}}}, "tiny", tmp_path,
-            tmp_path / "passages.jsonl", tmp_path / "token_stats.npz")
-
-    class Killed(Exception):
-        pass
-
-    def killed_after_two_shards(message):
-        if message.startswith("original shard 2/3: passages"):
-            raise Killed
-
-    with pytest.raises(Killed):
-        run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=killed_after_two_shards)
-    [stale] = {p.parent for p in (tmp_path / "ckpt").glob("*/*.npz")}
+    args, stale = _token_stats_killed_after_two_shards(tiny_model_dir, tmp_path, "cpu")
     stages = FAMILIES["token_prob"].stages
     monkeypatch.setitem(stages, "stats", dataclasses.replace(stages["stats"], version=stages["stats"].version + 1))
     messages: list[str] = []
