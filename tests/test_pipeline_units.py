@@ -140,15 +140,23 @@ def test_benchmark_with_too_few_documents_names_it():
         build_benchmark("tiny", dict(BENCH, passage_words=5000), ASSETS, seed=0)
 
 
-def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir, tmp_path):
-    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
-                 "text": f"Passage number {i} about the sea and the whale."} for i in range(6)]
-    write_jsonl(tmp_path / "passages.jsonl", passages)
+def _tiny_token_stats(tiny_model_dir, tmp_path, n: int) -> list[dict]:
+    """``n`` short labelled passages in ``tmp_path/passages.jsonl`` and the tiny model's token statistics of them
+    in ``tmp_path/ts.npz`` (model ``m``, float32); returns the passages."""
     import json
+
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+                 "text": f"Passage number {i} about the sea and the whale."} for i in range(n)]
+    write_jsonl(tmp_path / "passages.jsonl", passages)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
     config = {"models": {"m": {"device": "cpu", "dtype": "float32", "batch_size": 4, "max_tokens": 64}}}
     run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / "ts.npz")
+    return passages
+
+
+def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir, tmp_path):
+    passages = _tiny_token_stats(tiny_model_dir, tmp_path, 6)
     assert load_provenance(tmp_path / "ts.npz") == {"dtype": "float32", "model": "m"}
     original, lower = load_many(tmp_path / "ts.npz", "original"), load_many(tmp_path / "ts.npz", "lowercase")
     assert len(original) == 6 and np.isnan(lower.mu).all() and not np.isnan(original.mu).any()
@@ -172,17 +180,9 @@ def test_a_non_finite_score_names_the_passage_line_the_model_and_the_statistics(
                                                                                monkeypatch):
     """The scores job's error named a passage id and a method only: not the file the passage is in, its line,
     the model or the statistics file to rerun."""
-    import json
-
     import memaudit.probes.token_prob.runner as runner
 
-    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
-                 "text": f"Passage number {i} about the sea and the whale."} for i in range(4)]
-    write_jsonl(tmp_path / "passages.jsonl", passages)
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
-    config = {"models": {"m": {"device": "cpu", "dtype": "float32", "batch_size": 4, "max_tokens": 64}}}
-    run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / "ts.npz")
+    _tiny_token_stats(tiny_model_dir, tmp_path, 4)
     score = runner.score_passages
 
     def one_nan(*args, **kwargs):
