@@ -919,7 +919,8 @@ def test_gpu_config_puts_every_local_model_on_a_gpu_and_claims_one_per_job():
 
 # ------------------------------------------------------------------ the workflow's config errors (dry runs)
 
-from workflow_helpers import SNAKEMAKE, make_workdir, planned_jobs  # noqa: E402
+import snakemake_forkserver  # noqa: E402
+from workflow_helpers import make_workdir, planned_jobs  # noqa: E402
 
 # Planted fake credentials: each must appear nowhere the dry run prints or writes.
 OPENAI_KEY = "sk-proj-PLANTEDa1B2c3D4e5F6g7H8i9J0kLmN"
@@ -993,7 +994,7 @@ def _dry_run_and_everything_written(tmp_path, config: dict | None, extra: tuple)
         path = tmp_path / "my.yaml"
         path.write_text(yaml.safe_dump(config))
         args += ["--configfile", str(path)]
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", *args], cwd=workdir, capture_output=True, text=True)
+    proc = snakemake_forkserver.run(["-n", "all", *args], cwd=workdir)
     return proc, {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
 
 
@@ -1037,15 +1038,14 @@ def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
     demo = planned_jobs(workdir, None)
     assert planned_jobs(workdir, None, "--config", "seed=7") == demo
     assert planned_jobs(workdir, "config/config.yaml") == demo
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--config", "seed=x"], cwd=workdir, capture_output=True, text=True)
+    proc = snakemake_forkserver.run(["-n", "all", "--config", "seed=x"], cwd=workdir)
     assert (proc.returncode, proc.stdout, proc.stderr) == (
         1, EXTENDED, "config key seed: must be an integer, not the string 'x'\n")
     # --configfile replaces the demo config: ci's models and benchmarks only, not a merge with the demo's
     ci = planned_jobs(workdir, "config/ci.yaml")
     named = {part for _, wildcards in ci for part in wildcards.split(", ") if part.startswith(("model=", "benchmark="))}
     assert named == {f"model={m}" for m in CI["models"]} | {f"benchmark={b}" for b in CI["benchmarks"]}
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", "config/ci.yaml", "--config", "seed=x"],
-                          cwd=workdir, capture_output=True, text=True)
+    proc = snakemake_forkserver.run(["-n", "all", "--configfile", "config/ci.yaml", "--config", "seed=x"], cwd=workdir)
     assert (proc.returncode, proc.stdout, proc.stderr) == (
         1, "", "config key seed: must be an integer, not the string 'x'\n")
 
@@ -1053,8 +1053,7 @@ def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
 def test_an_empty_configfile_is_an_error_naming_it_not_the_demo(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("{}\n")
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(path)], cwd=ROOT, capture_output=True,
-                          text=True)
+    proc = snakemake_forkserver.run(["-n", "all", "--configfile", str(path)], cwd=ROOT)
     assert (proc.returncode, proc.stdout, proc.stderr) == (
         1, "", f"{path}: the config file is empty (no keys); give at least benchmarks and models "
                f"(config/ci.yaml is a small example)\n")
@@ -1072,7 +1071,7 @@ def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     at = next(i for i, line in enumerate(lines) if line.startswith("models:"))
     lines.insert(at + 1, "\tsmollm2-135m-copy: {}")  # a tab where YAML wants spaces
     config.write_text("\n".join(lines) + "\n")
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all"], cwd=workdir, capture_output=True, text=True)
+    proc = snakemake_forkserver.run(["-n", "all"], cwd=workdir)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
         f"config/config.yaml, line {at + 2}, column 1: not valid YAML (found character '\\t' that cannot start "
@@ -1157,8 +1156,7 @@ def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, mon
     make_workdir(workdir, share_resources=False)
     path = tmp_path / "warned.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(path)], cwd=workdir, capture_output=True,
-                          text=True)
+    proc = snakemake_forkserver.run(["-n", "all", "--configfile", str(path)], cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warned = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     first = sorted(local_models(validate_config(copy.deepcopy(cfg))))[0]

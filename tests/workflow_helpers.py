@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import snakemake_forkserver
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
@@ -57,7 +59,7 @@ def share_resources_into(dest: Path) -> None:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True)
+    proc = snakemake_forkserver.run(list(args), cwd=workdir)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
@@ -97,8 +99,7 @@ def dry_run(workdir: Path, configfile: Path | str | None, *extra: str, env: dict
     (input and output as listed).
     ``configfile`` None: the Snakefile's default config (the demo)."""
     given = ["--configfile", str(configfile)] if configfile is not None else []
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", *given, *extra], cwd=workdir,
-                          capture_output=True, text=True, env=env)
+    proc = snakemake_forkserver.run(["-n", "all", *given, *extra], cwd=workdir, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"dry run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     jobs = []
@@ -166,8 +167,7 @@ def touch_finished(workdir: Path, configfile: Path | str, directories: dict | No
 def dry_run_resources(workdir: Path, configfile: Path | str, *extra: str, env: dict | None = None) -> dict:
     """``{(rule, wildcards): {resource: value}}`` of every job a dry run of ``all`` schedules, as Snakemake
     evaluates the rules' resources (integers where they are)."""
-    proc = subprocess.run([*SNAKEMAKE, "-n", "all", "--configfile", str(configfile), *extra], cwd=workdir,
-                          capture_output=True, text=True, env=env)
+    proc = snakemake_forkserver.run(["-n", "all", "--configfile", str(configfile), *extra], cwd=workdir, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"dry run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     out = {}
