@@ -242,6 +242,55 @@ def test_summary_reference_rows_say_how_the_reference_model_read_the_words():
                    ("c", "random", "causal"), ("c", "random_expected", "causal")]
 
 
+class NamedReference:
+    """A reference model as the cloze_items job opens it, named as in the config; every candidate equally
+    surprising (log-probability -20, rank 5000: selected as prob and rank tokens)."""
+
+    name = "ref-small"
+
+    def word_logprobs(self, texts, spans_per_text, bounds=None):
+        return [[{"start": a, "end": b, "first_logprob": -20.0, "logprob": -20.0, "rank": 5000, "aligned": True}
+                 for a, b in spans] for spans in spans_per_text]
+
+
+def test_every_table_of_the_token_selection_names_the_reference_model(tmp_path):
+    """cloze.csv said how the reference model read the words (reference_scoring), not which model it was: the
+    table alone could not say what chose the masked words. The items record the model's config name, the
+    candidates table (ref_model), the text tables and every summary table carry it (reference_model), the
+    majority and random rows too."""
+    from memaudit.probes.cloze.items import build_items
+
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": label, "text": TEXT, "meta": {}}
+                for i, label in enumerate([1, 1, 0, 0])]
+    settings = {"prob_threshold": -12, "rank_threshold": 2000, "top_k": 10, "min_reconstructed": 2,
+                "context_chars": 300, "measures": ["prob", "rank"]}
+    items, candidates = build_items(passages, NamedReference(), settings, progress=lambda m: None)
+    assert [it["reference_model"] for it in items] == ["ref-small"] * 4
+    assert len(candidates) > 4 and set(candidates["ref_model"]) == {"ref-small"}
+    tokens = runner.probe_tokens(items)
+    paths = []
+    for model, hit in (("hot", lambda it: it["label"] == 1), ("base", lambda it: False)):
+        answers = [{"guess": None, "status": "ok", "rank": 0, "reconstructed": hit(items[i])} for i, _ in tokens]
+        texts = runner.text_table(items, runner.token_table(items, tokens, answers), ["prob", "rank"],
+                                  min_reconstructed=2)
+        assert set(texts["reference_model"]) == {"ref-small"}
+        paths.append(tmp_path / f"{model}_texts.csv")
+        texts.assign(benchmark="b", model=model, mode="logit").to_csv(paths[-1], index=False)
+    out = {k: tmp_path / f"{k}.csv" for k in ("table", "diff", "versus", "overlap")}
+    summary.build_summary([str(p) for p in paths], {"hot": "base"}, seed=0, out_table=out["table"],
+                          out_differences=out["diff"], out_figure=tmp_path / "fig.png", out_versus=out["versus"],
+                          out_overlap=out["overlap"])
+    table = pd.read_csv(out["table"])
+    assert list(table.columns[-3:]) == ["reference_model", "reference_scoring", "prompt"]
+    assert sorted(set(zip(table["model"], table["method"], table["reference_model"]))) == [
+        (model, method, "ref-small") for model in ("base", "hot")
+        for method in ("cloze_prob", "cloze_rank", "majority", "random", "random_expected")]
+    for name in ("diff", "overlap"):
+        frame = pd.read_csv(out[name])
+        assert len(frame) > 0 and set(frame["reference_model"]) == {"ref-small"}, name
+    assert "reference_model" in pd.read_csv(out["versus"]).columns
+
+
 def test_cloze_csv_says_which_prompt_asked_the_black_box_models():
     """cloze.csv said how the reference model read the words, not which prompt asked a black-box model (the
     paper's cloze prompt or its one-word prompt, which read other answers on the same words). Each row says

@@ -112,7 +112,9 @@ def text_table(items: Sequence[dict], tokens: pd.DataFrame, measures: Sequence[s
                          "mrr": float(np.mean(1.0 / (ranks + 1))) if len(ranks) else np.nan,
                          "memorised": n_rec >= min_reconstructed,
                          "reason": it.get("reasons", {}).get(m, ""),
-                         # how the reference model that chose the tokens read them (masked or causal)
+                         # which reference model chose the tokens (its config name; blank in items of before
+                         # it was recorded) and how it read them (masked or causal)
+                         "reference_model": it.get("reference_model"),
                          "reference_scoring": it.get("reference_scoring", "causal")})
     return pd.DataFrame(rows)
 

@@ -82,18 +82,25 @@ def reported_passages(texts: pd.DataFrame) -> pd.DataFrame:
     return texts.assign(split=ALL)
 
 
-def with_reference_scoring(texts: pd.DataFrame):
-    """``f(table)``: the table with a ``reference_scoring`` column, per benchmark how its reference model read
-    the words its probes masked (``masked``, ``causal``; the text tables' column, one reference per benchmark),
-    so every table of the family says it, as ``cloze.csv`` does."""
-    column = texts["reference_scoring"] if "reference_scoring" in texts else pd.Series("causal", index=texts.index)
-    per = column.astype(str).groupby(texts["benchmark"] if "benchmark" in texts else column).agg(
-        lambda s: ";".join(sorted(set(s))))
+def with_reference(texts: pd.DataFrame):
+    """``f(table)``: the table with ``reference_model`` and ``reference_scoring`` columns: per benchmark which
+    reference model chose the words its probes masked (its config name) and how it read them (``masked``,
+    ``causal``, ``window``); the text tables' columns, one reference per benchmark, so every table of the family
+    says what chose its words. Text tables of before ``reference_model`` leave it blank."""
+    per = {}
+    for column, default in (("reference_model", None), ("reference_scoring", "causal")):
+        if "benchmark" not in texts:  # no text table read
+            per[column] = {}
+            continue
+        values = texts[column] if column in texts else pd.Series(default, index=texts.index, dtype=object)
+        known = values.notna()
+        per[column] = values[known].astype(str).groupby(texts.loc[known, "benchmark"]).agg(
+            lambda s: ";".join(sorted(set(s))))
 
     def add(table: pd.DataFrame) -> pd.DataFrame:
         if "benchmark" not in table:
-            return table.assign(reference_scoring=pd.Series(dtype=str))
-        return table.assign(reference_scoring=table["benchmark"].map(per))
+            return table.assign(**{column: pd.Series(dtype=str) for column in per})
+        return table.assign(**{column: table["benchmark"].map(names) for column, names in per.items()})
     return add
 
 
@@ -119,7 +126,7 @@ def detection_table(texts: pd.DataFrame, *, seed: int, prompt: str = "cloze") ->
                      "rate_member": _rate(block[block["label"] == 1]),
                      "rate_nonmember": _rate(block[block["label"] == 0])})
     # by benchmark, so the majority and random rows (no token type: no block above) say it too
-    table = with_reference_scoring(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
+    table = with_reference(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
     return table.assign(prompt=np.where(table["mode"] == "blackbox", prompt, "none"))
 
 
@@ -345,7 +352,7 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
     texts = read_texts(text_paths)
     table = detection_table(texts, seed=seed, prompt=prompt)
     write_csv(out_table, table)
-    scored = with_reference_scoring(texts)
+    scored = with_reference(texts)
     books = {benchmark: document_books(path) for benchmark, path in (documents or {}).items()}
     write_csv(out_differences, scored(differences_table(texts, bases, seed=seed, members_of=members_of,
                                                         declared=declared, books=books)))
