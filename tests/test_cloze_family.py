@@ -81,8 +81,43 @@ def test_blackbox_answers_classify_every_reply_and_ask_each_context_once():
     assert d1.loc[("d2#p0", "person"), ["n_tokens", "reason"]].tolist() == [0, "too_few_tokens"]
     docs = runner.document_table(texts, "blackbox")
     assert set(docs["method"]) == {"cloze_prob", "cloze_person"}
-    assert docs.set_index(["doc_id", "method"])["score"].to_dict() == {
-        ("d1", "cloze_person"): 0.0, ("d1", "cloze_prob"): 1.0, ("d2", "cloze_person"): 0.0, ("d2", "cloze_prob"): 1.0}
+    scores = docs.set_index(["doc_id", "method"])["score"]
+    assert scores[scores.notna()].to_dict() == {("d1", "cloze_prob"): 1.0, ("d2", "cloze_prob"): 1.0}
+    # the one person token (Darcy) was refused: the type measured nothing, and has no score (below)
+    assert scores[scores.isna()].index.tolist() == [("d1", "cloze_person"), ("d2", "cloze_person")]
+
+
+def never_answers(prompt: str) -> Generation:
+    """A model that ignores the cloze prompt's format (no <word> tags) and refuses the mask of a name."""
+    if "and [MASK] waited" in prompt.rsplit("Input: ", 1)[1]:
+        return Generation(text="I cannot help with that.", status="refusal")
+    return Generation(text="I believe it is Pemberley.")
+
+
+def test_a_token_type_no_reply_answered_has_no_document_scores_not_zeros():
+    """A black-box model that never answers in <word> tags (or refuses every prompt) reconstructs nothing: every
+    document scored 0, and metrics.csv read AUC 0.500 [0.500, 0.500] for it, as though measured and found at
+    chance. A token type none of whose words got an answer (invalid, refused or failed, or none asked) has
+    its document scores blank: no AUC (test_selection.py). One answered word is a measurement: its zeros stay."""
+    tokens = runner.probe_tokens(ITEMS)
+    answers = runner.blackbox_answers(Scripted(never_answers), tokens, style="cloze", max_new_tokens=12)
+    texts = runner.text_table(ITEMS, runner.token_table(ITEMS, tokens, answers), ["prob", "person"],
+                              min_reconstructed=2)
+    assert texts[["n_tokens", "n_invalid", "n_refusal", "n_reconstructed"]].sum().tolist() == [5, 4, 1, 0]
+    docs = runner.document_table(texts, "blackbox")
+    assert docs[["doc_id", "method"]].values.tolist() == [
+        ["d1", "cloze_person"], ["d2", "cloze_person"], ["d1", "cloze_prob"], ["d2", "cloze_prob"]]
+    assert docs["score"].isna().all()
+    one = texts.assign(n_invalid=np.where(texts["passage_id"].eq("d2#p0") & texts["measure"].eq("prob"), 1,
+                                          texts["n_invalid"]))  # one of d2's two prob words answered, wrong
+    assert runner.document_table(one, "blackbox").set_index(["doc_id", "method"])["score"].loc[
+        [("d1", "cloze_prob"), ("d2", "cloze_prob")]].tolist() == [0.0, 0.0]
+    # logit mode reads every word; a type with no word in any passage has no score either (MRR too)
+    logit = texts.assign(n_invalid=0, n_refusal=0)
+    logit = logit[logit["measure"] == "prob"]
+    assert runner.document_table(logit, "logit")["score"].tolist() == [0.0, 0.0, 0.0, 0.0]
+    empty = runner.document_table(logit.assign(n_tokens=0, mrr=np.nan), "logit")
+    assert empty["method"].tolist() == ["cloze_prob"] * 2 + ["cloze_prob_mrr"] * 2 and empty["score"].isna().all()
 
 
 def test_memorised_needs_min_reconstructed_words():
@@ -240,6 +275,55 @@ def test_summary_reference_rows_say_how_the_reference_model_read_the_words():
     assert got == [("b", "cloze_prob", "masked"), ("b", "majority", "masked"), ("b", "random", "masked"),
                    ("b", "random_expected", "masked"), ("c", "cloze_prob", "causal"), ("c", "majority", "causal"),
                    ("c", "random", "causal"), ("c", "random_expected", "causal")]
+
+
+class NamedReference:
+    """A reference model as the cloze_items job opens it, named as in the config; every candidate equally
+    surprising (log-probability -20, rank 5000: selected as prob and rank tokens)."""
+
+    name = "ref-small"
+
+    def word_logprobs(self, texts, spans_per_text, bounds=None):
+        return [[{"start": a, "end": b, "first_logprob": -20.0, "logprob": -20.0, "rank": 5000, "aligned": True}
+                 for a, b in spans] for spans in spans_per_text]
+
+
+def test_every_table_of_the_token_selection_names_the_reference_model(tmp_path):
+    """cloze.csv said how the reference model read the words (reference_scoring), not which model it was: the
+    table alone could not say what chose the masked words. The items record the model's config name, the
+    candidates table (ref_model), the text tables and every summary table carry it (reference_model), the
+    majority and random rows too."""
+    from memaudit.probes.cloze.items import build_items
+
+    passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": label, "text": TEXT, "meta": {}}
+                for i, label in enumerate([1, 1, 0, 0])]
+    settings = {"prob_threshold": -12, "rank_threshold": 2000, "top_k": 10, "min_reconstructed": 2,
+                "context_chars": 300, "measures": ["prob", "rank"]}
+    items, candidates = build_items(passages, NamedReference(), settings, progress=lambda m: None)
+    assert [it["reference_model"] for it in items] == ["ref-small"] * 4
+    assert len(candidates) > 4 and set(candidates["ref_model"]) == {"ref-small"}
+    tokens = runner.probe_tokens(items)
+    paths = []
+    for model, hit in (("hot", lambda it: it["label"] == 1), ("base", lambda it: False)):
+        answers = [{"guess": None, "status": "ok", "rank": 0, "reconstructed": hit(items[i])} for i, _ in tokens]
+        texts = runner.text_table(items, runner.token_table(items, tokens, answers), ["prob", "rank"],
+                                  min_reconstructed=2)
+        assert set(texts["reference_model"]) == {"ref-small"}
+        paths.append(tmp_path / f"{model}_texts.csv")
+        texts.assign(benchmark="b", model=model, mode="logit").to_csv(paths[-1], index=False)
+    out = {k: tmp_path / f"{k}.csv" for k in ("table", "diff", "versus", "overlap")}
+    summary.build_summary([str(p) for p in paths], {"hot": "base"}, seed=0, out_table=out["table"],
+                          out_differences=out["diff"], out_figure=tmp_path / "fig.png", out_versus=out["versus"],
+                          out_overlap=out["overlap"])
+    table = pd.read_csv(out["table"])
+    assert list(table.columns[-3:]) == ["reference_model", "reference_scoring", "prompt"]
+    assert sorted(set(zip(table["model"], table["method"], table["reference_model"]))) == [
+        (model, method, "ref-small") for model in ("base", "hot")
+        for method in ("cloze_prob", "cloze_rank", "majority", "random", "random_expected")]
+    for name in ("diff", "overlap"):
+        frame = pd.read_csv(out[name])
+        assert len(frame) > 0 and set(frame["reference_model"]) == {"ref-small"}, name
+    assert "reference_model" in pd.read_csv(out["versus"]).columns
 
 
 def test_cloze_csv_says_which_prompt_asked_the_black_box_models():
@@ -617,6 +701,117 @@ def test_reconstruction_figure_marks_a_rate_with_no_masked_word(tmp_path, monkey
     assert [t.xy[0] for t in ax.texts if t.get_text() == "n/a"] == [0.8]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type"]
+
+
+def test_a_model_that_answered_no_word_is_no_measurement_in_the_cloze_tables_and_headline(tmp_path):
+    """A black-box model whose every reply was invalid or refused: cloze.csv gave it precision, recall, F-beta
+    and reconstruction rates of 0, the differences a paired difference (0, or its control's rate) whose
+    non-member check held, Figure 3 a rate of 0 [0, 0], cloze_vs_prefix an F-beta of 0 beside the baseline's.
+    None was measured: each is blank (NaN), cloze.csv counts the words answered (n_answered 0), the
+    differences name who answered none (unanswered) and the headline counts such a check as not evaluated."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.cloze.baseline import PREFIX_METHOD
+    from memaudit.probes.cloze.headline import HEADER, against_control, expectations, replies
+    from memaudit.stats.headline import section
+
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+
+    def silent(model):  # 4 words a passage: 3 replies without tags, 1 refusal
+        return _texts(model, [0] * 8, labels).assign(mode="blackbox", n_invalid=3, n_refusal=1)
+
+    texts = pd.concat([_texts("hot", [3, 4, 2, 1, 0, 1, 0, 0], labels).assign(mode="blackbox"), silent("base"),
+                       silent("api"), _texts("orig", [1, 0, 1, 0, 0, 1, 0, 0], labels).assign(mode="blackbox")],
+                      ignore_index=True)
+    paths = []
+    for model, block in texts.groupby("model"):
+        paths.append(str(tmp_path / f"{model}_texts.csv"))
+        block.to_csv(paths[-1], index=False)
+    tokens = [{"benchmark": "b", "model": model, "mode": "blackbox", "passage_id": f"p{i}", "doc_id": f"d{i}",
+               "label": label, "measure": "prob", "word": "w", "start": k, "guess": None, "rank": None,
+               "status": "ok" if model == "hot" else "invalid", "reconstructed": model == "hot" and k < rec}
+              for model, recs in (("hot", [3, 4, 2, 1, 0, 1, 0, 0]), ("base", [0] * 8))
+              for i, (label, rec) in enumerate(zip(labels, recs)) for k in range(4)]
+    pd.DataFrame(tokens).to_csv(tmp_path / "tokens.csv", index=False)
+    dirs = []
+    for model, base in (("hot", "base"), ("base", None)):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "manifest.json").write_text(json.dumps(
+            {"name": model, "family": "f", "n_params": 1e6, "base": base, "contaminated_on": []}))
+        dirs.append(str(tmp_path / model))
+    # the prefix probe on the API model too: its LCS baseline beside the cloze probe
+    write_jsonl(tmp_path / "pairs.jsonl", [{"item_id": f"p{i}", "continuation": "one two three"} for i in range(8)])
+    write_jsonl(tmp_path / "prefix.jsonl", [{"item_id": f"p{i}", "passage_id": f"p{i}", "doc_id": f"d{i}",
+                                             "label": label, "status": "ok",
+                                             "generation": "one two three" if label else "four"}
+                                            for i, label in enumerate(labels)])
+    out = {k: tmp_path / f"{k}.csv" for k in ("table", "diff", "versus", "overlap", "size")}
+    summary.build_summary(paths, {"hot": "base", "api": "orig"}, declared=["api"], seed=3,
+                          members_of={"hot": ["b"]}, out_table=out["table"], out_differences=out["diff"],
+                          out_figure=tmp_path / "fig.png", out_versus=out["versus"], out_overlap=out["overlap"],
+                          prefix=[("b", "api", str(tmp_path / "prefix.jsonl"), str(tmp_path / "pairs.jsonl"))],
+                          token_paths=[str(tmp_path / "tokens.csv")], model_dirs=dirs, out_by_size=out["size"],
+                          out_size_figure=tmp_path / "size.png")
+    table = pd.read_csv(out["table"]).set_index(["model", "method"])
+    measured = ["precision", "recall", "fbeta", "rate_member", "rate_nonmember"]
+    for model in ("api", "base"):
+        row = table.loc[(model, "cloze_prob")]
+        assert (row["n_tokens"], row["n_answered"], row["n_invalid"], row["n_refusal"]) == (32, 0, 24, 8)
+        assert row[measured].isna().all() and row["n_flagged"] == 0
+    hot = table.loc[("hot", "cloze_prob")]
+    assert hot["n_answered"] == 32 and hot[measured].notna().all() and hot["rate_nonmember"] == 1 / 16
+    assert table.loc[("api", "majority"), "precision"] == 0.5  # the reference rows need no answer
+    shown = replies(pd.read_csv(out["table"])).set_index("model")
+    assert shown.loc["api", ["answered", "refused", "invalid"]].tolist() == [0, 8, 24]
+    assert np.isnan(shown.loc["api", "fbeta"])
+
+    diff = pd.read_csv(out["diff"])
+    for model, who in (("hot", "base"), ("api", "api")):
+        mine = diff[diff["model"] == model]
+        assert mine["group"].tolist() == ["nonmember", "member", "member_minus_nonmember"]
+        assert mine["unanswered"].tolist() == [who] * 3 and mine["n_texts"].tolist() == [4, 4, 8]
+        assert mine[["difference", "ci_low", "ci_high", "interval_holds_0"]].isna().all().all()
+    assert diff.loc[diff["model"] == "hot", "rate_model"].tolist()[:2] == [1 / 16, 10 / 16]
+    assert diff.loc[diff["model"] == "hot", "rate_base"].isna().all()
+    checks = expectations(diff)
+    assert checks["expected"].tolist() == [
+        "not evaluated: base answered no masked word of the type (every reply invalid, refused or failed)"] * 3
+    assert checks["ok"].tolist() == [False] * 3
+    block = section(HEADER, checks)
+    assert (block.checked, block.held, block.unevaluated) == (3, 0, 3)
+    assert against_control(diff)["interval"].tolist() == ["not measured: api answered no masked word"] * 3
+
+    versus = pd.read_csv(out["versus"]).set_index("method")
+    assert versus.loc["cloze_prob", ["precision", "recall", "f_beta", "f_beta_sd"]].isna().all()
+    assert versus.loc["cloze_prob", "reason"] == "api answered no masked word of the type"
+    assert versus.loc[PREFIX_METHOD, "f_beta"] == 1.0
+    size = pd.read_csv(out["size"]).set_index(["model", "label"])
+    assert size.loc[("base", 1), "n_candidates"] == 16 and size.loc[("base", 1), ["rate", "rate_low",
+                                                                                 "rate_high"]].isna().all()
+    assert size.loc[("hot", 1), "rate"] == 10 / 16
+
+
+def test_the_figures_say_a_model_answered_no_word_rather_than_had_none(tmp_path, monkeypatch):
+    """A model whose words of the type got no answer has no rate (above): its hollow 'n/a' markers say so, not
+    'no masked word of this type', which a model with words to answer did have."""
+    from memaudit.figures import plots
+    from memaudit.probes.cloze.summary import reconstruction_figure, size_figure
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    nan = float("nan")
+    table = pd.DataFrame({"benchmark": "b", "mode": "blackbox", "method": "cloze_rank", "model": ["m1", "api", "m3"],
+                          "n_tokens": [8, 8, 4], "n_answered": [8, 0, 4], "rate_member": [0.5, nan, nan],
+                          "rate_nonmember": [0.25, nan, 0.0]})
+    reconstruction_figure(table, tmp_path / "reconstruction.png")
+    assert [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()] == [
+        "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type answered",
+        "n/a (hollow, at the bottom): no masked word of this type"]
+    rows = [{"benchmark": "b", "mode": "blackbox", "measure": "rank", "label": label, "model": model,
+             "n_params": n, "n_candidates": 8, "rate": rate, "rate_low": rate, "rate_high": rate}
+            for model, n, rate in (("tiny", 1e8, 0.2), ("quiet", 1e9, nan)) for label in (1, 0)]
+    size_figure(pd.DataFrame(rows), tmp_path / "size.png")
+    assert [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()] == [
+        "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type answered"]
 
 
 def test_a_contaminated_model_whose_base_has_no_rows_is_not_evaluated_not_dropped():

@@ -80,6 +80,24 @@ def test_an_api_model_as_a_base_is_refused_naming_the_key():
                            "'openai'), whose weights are not here to fine-tune; use a local model (source)")
 
 
+@pytest.mark.parametrize("backend, line", [
+    ("openia", "must be 'openai' or 'hf' or 'anthropic', not the string 'openia'; did you mean 'openai'?"),
+    ("HF", "must be 'hf' or 'openai' or 'anthropic', not the string 'HF'; did you mean 'hf'?"),
+    ("claude", "must be 'hf' or 'openai' or 'anthropic', not the string 'claude'"),
+    (3, "must be a string, not the number 3"),
+])
+def test_a_typo_in_a_models_backend_is_one_line_naming_the_key_the_value_and_the_choices(backend, line):
+    """``backend: openia`` on an API model gave three lines: the schema's, then the cross-key checks reading the
+    entry as a local model's (no source; an api block only API backends take). A backend no backend has says
+    nothing of what the entry should hold; the choices come closest first (``difflib``), and a number is one
+    line too (it failed the enum beside the type)."""
+    def mutate(c):
+        c["models"]["gpt"] = {"family": "api", "backend": backend, "api": {"model_id": "gpt-4o-2024-08-06",
+                                                                         "api_key_env": "OPENAI_API_KEY"}}
+        c["probes"]["cloze_blackbox"] = {"models": ["gpt"], "benchmarks": ["novels"]}
+    assert bad(mutate).splitlines() == [f"config key models.gpt.backend: {line}"]
+
+
 def test_a_whole_number_written_as_a_float_is_no_integer():
     """JSON Schema counts 2.0 as an integer, so ``passages_per_document: 2.0`` passed and stopped the dataset
     job at a list slice (``seed: 7.0``: numpy's generator at the statistics jobs)."""
@@ -445,8 +463,8 @@ def test_a_value_under_token_prob_is_shown_as_any_other_probes():
     """``token`` in a key's name hides its values (a pasted token); a probe's name is the schema's own."""
     msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["loss", "minn_k"], min_k_ratios=[0.2, 1.5]))
     assert msg.splitlines() == [
-        "config key probes.token_prob.methods.1: must be 'loss' or 'zlib' or 'lowercase' or 'min_k' or "
-        "'min_k_plus_plus' or 'reference', not the string 'minn_k'",
+        "config key probes.token_prob.methods.1: must be 'min_k' or 'loss' or 'zlib' or 'lowercase' or "
+        "'min_k_plus_plus' or 'reference', not the string 'minn_k'; did you mean 'min_k'?",
         "config key probes.token_prob.min_k_ratios.1: must be <= 1, not the number 1.5"]
 
 
@@ -480,8 +498,8 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
     known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, generation_cache, models, pretrain, probes, seed, "
              "stats, threads_per_job")
     assert lines == [f"config key extra_{i:02d}: unknown key (known here: {known})" for i in range(12)] + [
-        "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
-        "not the string 'float64'",
+        "config key models.tiny-gpt2-small.dtype: must be 'float16' or 'auto' or 'float32' or 'bfloat16', "
+        "not the string 'float64'; did you mean 'float16'?",
         "config key stats.n_boot_ci: must be >= 40, not the number -5",
         "config key models.x.base: unknown model 'nope' (configured: smollm2-135m, smollm2-135m-contaminated, "
         "tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated, x)"]

@@ -134,6 +134,32 @@ def test_plot_roc_tells_25_methods_apart_and_names_a_method_without_curve(tmp_pa
     assert "members_only (one class only: no curve)" in labels and len(labels) == 27
 
 
+def test_a_method_with_no_score_is_named_as_not_measured_not_drawn_or_refused(tmp_path, monkeypatch):
+    """A probe that measured nothing leaves its documents' scores blank (a cloze token type no reply answered):
+    the per-model figures refused the whole job ("score(s) are missing or not finite"). Such a method is
+    named in the ROC legend and given an empty panel saying so; a model with nothing measured gets figures
+    saying that, not a failed job. A blank beside numbers of one method is still refused."""
+    figures = _drawn(monkeypatch)
+    docs = _doc_scores(n=40)
+    blank = docs[docs["method"] == "loss"].assign(method="cloze_rank", score=np.nan)
+    both = pd.concat([docs, blank], ignore_index=True)
+    plot_roc(both, tmp_path / "roc", "t")
+    labels = [t.get_text() for t in figures[-1].axes[0].get_legend().get_texts()]
+    assert "cloze_rank (not measured: no scores)" in labels and len(labels) == 5
+    plot_score_distributions(both, tmp_path / "dist", "t")
+    titles = [ax.get_title() for ax in figures[-1].axes if ax.get_visible()]
+    assert titles[0] == "cloze_rank  not measured: no scores" and len(titles) == 4
+    for plot, name in ((plot_roc, "roc_none"), (plot_score_distributions, "dist_none")):
+        paths = plot(blank, tmp_path / name, "b / api")
+        assert [t.get_text() for t in figures[-1].axes[0].texts] == [
+            "b / api: no method measured anything (every score blank: cloze_rank)"]
+        assert paths[0].exists() and paths[1].exists()
+    half = both.copy()
+    half.loc[half.index[-1], "score"] = 0.5
+    with pytest.raises(InputError, match="39 score"):
+        plot_roc(half, tmp_path / "roc_half", "t")
+
+
 def _missing_marks(ax):
     """(x, y) of the hollow markers drawn at the bottom edge, and the "n/a" annotations' x, of one panel."""
     hollow = [line for line in ax.get_lines() if line.get_label() == "_missing"]

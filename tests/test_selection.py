@@ -530,6 +530,39 @@ def test_a_metrics_job_names_the_file_and_row_of_a_score_that_is_no_number(tmp_p
         run_metrics([good, bad], *out, benchmark="news", model="m", contaminated=True, stats=SETTINGS, seed=1)
 
 
+def test_a_method_no_document_was_scored_on_has_no_auc_not_chances(tmp_path, caplog):
+    """A probe that measured nothing (a cloze token type no reply answered: a black-box model that never
+    writes <word> tags) scored every document 0, and metrics.csv read AUC 0.500 [0.500, 0.500], as if measured
+    and found at chance. It leaves the scores blank: the row keeps its counts and has no AUC or other
+    statistic (n/a in the headline), no selection rows, one warning naming it; a blank score beside
+    numbers of the same method is still an error (above)."""
+    from memaudit.stats.headline import auc_cells
+    from memaudit.stats.workflow import run_metrics
+
+    rng = np.random.default_rng(8)
+    loss = _frame(rng.normal(3, 1, 40), rng.normal(0, 1, 40))
+    blank = loss.assign(method="cloze_rank", score=np.nan)
+    docs = [_write_docs(tmp_path / "a.csv", loss), _write_docs(tmp_path / "b.csv", blank)]
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    with caplog.at_level("WARNING", logger="memaudit.stats.workflow"):
+        table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
+                            contaminated=False, stats=SETTINGS, seed=1)
+    assert table["method"].tolist() == ["cloze_rank", "loss"]
+    row = table.set_index("method").loc["cloze_rank"]
+    assert (row["n_member"], row["n_nonmember"]) == (40, 40)
+    assert row.drop(["benchmark", "model", "contaminated", "n_member", "n_nonmember"]).isna().all()
+    assert auc_cells(table).tolist() == ["n/a", auc_cells(table.iloc[[1]]).iloc[0]]
+    assert set(pd.read_csv(out["selection"])["method"]) == set(pd.read_csv(out["named"])["method"]) == {"loss"}
+    assert [r.getMessage() for r in caplog.records if "no score" in r.getMessage()] == [
+        "news/m: method 'cloze_rank' has no score for any of its 80 documents (its probe measured nothing "
+        "there): no AUC, no statistic, no selection"]
+    # every method blank: the tables are written, with no statistic and no selection row
+    only = run_metrics([docs[1]], tmp_path / "m2.csv", tmp_path / "s2.csv", tmp_path / "n2.csv", benchmark="news",
+                       model="m", contaminated=False, stats=SETTINGS, seed=1)
+    assert only["method"].tolist() == ["cloze_rank"] and np.isnan(only["auc"].iloc[0])
+    assert pd.read_csv(tmp_path / "s2.csv").empty and pd.read_csv(tmp_path / "n2.csv").empty
+
+
 def test_bh_columns_at_a_q_no_calibration_set_can_resolve_are_empty_not_a_measured_zero():
     """8 non-members calibrate 4: every p-value is at least 1/5, so BH at q = 0.1 names nothing whatever
     the scores. metrics.csv's bh_fdr and bh_power said 0.0 and 0.0 there, read as a detector with no power;

@@ -130,6 +130,24 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
+def _closest(value: str, choices: Sequence) -> str | None:
+    """The choice ``difflib`` finds closest to ``value`` (case aside: ``HF`` is ``hf``), or None."""
+    names = {str(c).lower(): c for c in choices}
+    close = difflib.get_close_matches(value.lower(), list(names), n=1)
+    return names[close[0]] if close else None
+
+
+def _closest_first(value: str, choices: Sequence) -> list:
+    """``choices`` with the one closest to ``value`` (:func:`_closest`) first: a typo's fix leads the list."""
+    best = _closest(value, choices)
+    return list(choices) if best is None else [best, *(c for c in choices if c != best)]
+
+
+def _did_you_mean(value: str, choices: Sequence) -> str:
+    best = _closest(value, choices)
+    return "" if best is None else f"; did you mean {best!r}?"
+
+
 def schema_problems(error) -> list[str]:
     """One ``dotted.key: what is wrong`` line per problem a jsonschema error reports.
 
@@ -159,6 +177,9 @@ def schema_problems(error) -> list[str]:
                 if isinstance(value, dict) and name not in value]
     if rule == "type":
         return [f"{where}: must be {_kinds({'type': expected})}, not {_describe(value, path)}"]
+    if rule == "enum" and isinstance(value, str):
+        return [f"{where}: must be {_kinds({rule: _closest_first(value, expected)})}, not {_describe(value, path)}"
+                + _did_you_mean(value, expected)]
     if rule in ("enum", "const"):
         return [f"{where}: must be {_kinds({rule: expected})}, not {_describe(value, path)}"]
     if rule in ("oneOf", "anyOf"):
@@ -220,11 +241,18 @@ def validate_config(config: dict, schema: dict | None = None, *,
     # the completed document so nested defaults are validated too.
     list(validator.iter_errors(config))
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     for error in errors:
+        if error.validator == "enum" and tuple(error.absolute_path) in mistyped:
+            continue  # `backend: 3`: the type's line says it; the choices' would be a second about one value
         problems += schema_problems(error)
     cross = _cross_key_problems(config, checks, guarded=bool(errors))
-    problems += _beside_misshapen(cross, [tuple(e.absolute_path) for e in errors
-                                          if e.validator in ("type", "oneOf", "anyOf")])
+    misshapen = [tuple(e.absolute_path) for e in errors if e.validator in ("type", "oneOf", "anyOf")]
+    # a model whose backend is none of the backends: the checks would read its entry as a local model's (no
+    # source, an api block only API backends take), lines about a typo in one word (`backend: openia`)
+    misshapen += [path[:2] for path in map(tuple, (e.absolute_path for e in errors))
+                  if len(path) == 3 and path[0] == "models" and path[2] == "backend"]
+    problems += _beside_misshapen(cross, misshapen)
     _raise_problems(problems)
     return config
 

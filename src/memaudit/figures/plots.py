@@ -122,16 +122,29 @@ def save_figure(fig: Figure, out_prefix: str | os.PathLike) -> list[Path]:
     return paths
 
 
-def _check_doc_scores(doc_scores: pd.DataFrame) -> pd.DataFrame:
+# How a method with no score is named: its probe measured nothing (a cloze token type no reply answered).
+NOT_MEASURED = "not measured: no scores"
+
+
+def _check_doc_scores(doc_scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The scores to draw, and the methods whose every score is missing (:data:`NOT_MEASURED`, left out)."""
     require_columns(doc_scores, DOC_SCORE_COLUMNS, "document scores")
     if doc_scores.empty:
         raise InputError("document scores: no rows to plot")
     frame = doc_scores[DOC_SCORE_COLUMNS].copy()
+    blank = frame["score"].isna().groupby(frame["method"]).transform("all")
+    unmeasured = sorted(frame.loc[blank, "method"].unique(), key=str)
+    frame = frame[~blank]
     frame["score"] = pd.to_numeric(frame["score"], errors="coerce")
     n_bad = int((~np.isfinite(frame["score"].to_numpy(dtype=float))).sum())
     if n_bad:
         raise InputError(f"document scores: {n_bad} score(s) are missing or not finite")
-    return frame
+    return frame, unmeasured
+
+
+def _nothing_measured(out_prefix, title: str, unmeasured: Sequence[str]) -> list[Path]:
+    return plot_note(out_prefix, f"{title}: no method measured anything (every score blank: "
+                                 f"{', '.join(map(str, unmeasured))})")
 
 
 def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str) -> list[Path]:
@@ -141,16 +154,22 @@ def plot_roc(doc_scores: pd.DataFrame, out_prefix: str | os.PathLike, title: str
     document (Carlini et al., 2022); the dotted line is a random detector
     (TPR = FPR).  FPR cannot be below ``1 / n_nonmember``, so with few
     non-members the curve starts at that FPR.  A method with a single class has
-    no curve; its legend entry says so.  Past 20 methods the colours repeat with
-    another line style.  Returns the PNG and SVG paths.
+    no curve; its legend entry says so, as does that of a method with no score
+    (:data:`NOT_MEASURED`); with no score at all the figure says so.  Past 20 methods the colours
+    repeat with another line style.  Returns the PNG and SVG paths.
     """
-    frame = _check_doc_scores(doc_scores)
-    methods = sorted(frame["method"].unique(), key=str)
+    frame, unmeasured = _check_doc_scores(doc_scores)
+    if frame.empty:
+        return _nothing_measured(out_prefix, title, unmeasured)
+    methods = sorted([*frame["method"].unique(), *unmeasured], key=str)
     with style():
         fig = new_figure(FIGURE_WIDTH_IN, 4.0)
         ax_lin, ax_log = fig.subplots(1, 2)
         plotted = 0
         for method, (color, ls) in zip(methods, line_styles(len(methods))):
+            if method in unmeasured:
+                ax_lin.plot([], [], color=color, ls=ls, lw=1.4, label=f"{method} ({NOT_MEASURED})")
+                continue
             group = frame[frame["method"] == method]
             labels = group["label"].to_numpy()
             scores = group["score"].to_numpy(dtype=float)
@@ -191,16 +210,24 @@ def plot_score_distributions(
     Scores are z-scored within each method, ``z = (s - mean) / sd`` over all of
     that method's documents, so methods on different scales share one axis
     convention; a method with constant scores is only centred.  Densities are
-    normalised per class so unequal class sizes compare fairly.
+    normalised per class so unequal class sizes compare fairly.  A method with no
+    score has an empty panel saying so (:data:`NOT_MEASURED`).
     """
-    frame = _check_doc_scores(doc_scores)
-    methods = sorted(frame["method"].unique(), key=str)
+    frame, unmeasured = _check_doc_scores(doc_scores)
+    if frame.empty:
+        return _nothing_measured(out_prefix, title, unmeasured)
+    methods = sorted([*frame["method"].unique(), *unmeasured], key=str)
     ncols = min(len(methods), 4)
     nrows = math.ceil(len(methods) / ncols)
     with style():
         fig = new_figure(FIGURE_WIDTH_IN, 2.4 * nrows + 0.6)
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         for ax, method in zip(axes, methods):
+            if method in unmeasured:
+                ax.set_title(f"{method}  {NOT_MEASURED}")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                continue
             group = frame[frame["method"] == method]
             scores = group["score"].to_numpy(dtype=float)
             labels = group["label"].to_numpy()

@@ -79,6 +79,8 @@ def metrics_table(
     ``stats.selection``; defaults if None) fill the conformal BH columns
     (:func:`memaudit.stats.selection.selection_metrics`).
 
+    A method whose every score is missing measured nothing: its row has the counts and no statistic.
+
     Each method's documents go through
     :func:`memaudit.stats.metrics.compute_metrics` with the same ``seed``, in ``doc_id`` order, so
     the bootstrap resamples the same documents for every method (paired): it draws positions, so
@@ -97,6 +99,13 @@ def metrics_table(
     rows = []
     for method, group in doc_scores.groupby("method", sort=True):
         group = group.sort_values("doc_id", kind="stable")
+        if group["score"].isna().all():
+            # no document scored (a probe that measured nothing: a cloze token type no reply answered): no
+            # statistic, where every document scoring 0 read AUC 0.5, as if measured and found at chance
+            labels = group["label"].to_numpy()
+            rows.append({"benchmark": benchmark, "model": model, "contaminated": bool(contaminated), "method": method,
+                         "n_member": int((labels == 1).sum()), "n_nonmember": int((labels == 0).sum())})
+            continue
         try:
             units = None if books is None else label_groups(
                 [books.get(str(d), str(d)) for d in group["doc_id"]], group["label"].to_numpy())

@@ -38,12 +38,17 @@ def read_document_scores(paths: Sequence[str]) -> pd.DataFrame:
     """The document-score files of one (benchmark, model), concatenated. A score that is not a finite
     number (``nan``, empty, ``inf``) is an :class:`InputError` naming the file, the line (the header is
     line 1), the column and the row's doc_id: the statistics would refuse it later naming only the
-    method, not where it came from."""
+    method, not where it came from. A method whose every score in its file is empty is no error: its
+    probe measured nothing there (a cloze token type no reply answered), and its row of the metrics
+    table has no statistic (:func:`memaudit.stats.summary.metrics_table`)."""
     frames = []
     for path in paths:
         frame = read_csv(path)
         if "score" in frame.columns:
-            bad = np.flatnonzero(~np.isfinite(pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float)))
+            unmeasured = (frame["score"].isna().groupby(frame["method"]).transform("all") if "method" in frame
+                          else pd.Series(False, index=frame.index))
+            bad = np.flatnonzero(~np.isfinite(pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=float))
+                                 & ~unmeasured.to_numpy(dtype=bool))
             if bad.size:
                 row = frame.iloc[bad[0]]
                 raise InputError(f"{path}, line {_data_line(path, bad[0])}, column score: {row['score']} is not a "
@@ -76,6 +81,13 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
     from memaudit.stats.summary import metrics_table
 
     docs = read_document_scores(document_paths)
+    # a method with no score measured nothing (a cloze token type no reply answered): a row without statistics
+    unmeasured = docs.groupby("method")["score"].apply(lambda s: bool(s.isna().all()))
+    for method in unmeasured.index[unmeasured]:
+        log.warning("%s/%s: method %r has no score for any of its %d documents (its probe measured nothing "
+                    "there): no AUC, no statistic, no selection", benchmark, model, method,
+                    int((docs["method"] == method).sum()))
+    measured = docs[~docs["method"].isin(unmeasured.index[unmeasured])]
     chosen = stats["selection"]
     books = document_books(benchmark_documents) if per_book and benchmark_documents else None
     table = metrics_table(docs, benchmark=benchmark, model=model, contaminated=contaminated, seed=seed,
@@ -84,16 +96,16 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
     if table["ci_books"].notna().any():
         log.info("%s/%s: intervals and t-tests over whole books (labels given per book) for %s", benchmark, model,
                  ", ".join(table.loc[table["ci_books"].notna(), "method"]))
-    runs = selection.conformal_bh_runs(docs, chosen["qs"], n_splits=chosen["n_splits"],
+    runs = selection.conformal_bh_runs(measured, chosen["qs"], n_splits=chosen["n_splits"],
                                        calibration_fraction=chosen["calibration_fraction"], seed=seed)
     summary = selection.summarise_runs(runs)
     # the bh_* columns' q once, with what it means for them, whether or not the grid holds it
-    notes = (selection.uncalibrated_notes(docs, chosen["calibration_fraction"])
+    notes = (selection.uncalibrated_notes(measured, chosen["calibration_fraction"])
              + selection.resolution_notes(summary[~np.isclose(summary["q"], chosen["q"])])
-             + selection.bh_resolution_notes(docs, chosen["q"], chosen["calibration_fraction"]))
+             + selection.bh_resolution_notes(measured, chosen["q"], chosen["calibration_fraction"]))
     for note in notes:
         log.warning("%s/%s: %s", benchmark, model, note)
-    named = selection.selected_documents(docs, chosen["qs"], calibration_fraction=chosen["calibration_fraction"],
+    named = selection.selected_documents(measured, chosen["qs"], calibration_fraction=chosen["calibration_fraction"],
                                          seed=seed)
     ids = {"benchmark": benchmark, "model": model, "contaminated": bool(contaminated)}
     write_csv(out_metrics, table)

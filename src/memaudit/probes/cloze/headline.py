@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from memaudit.probes.cloze.scoring import UNANSWERED
 from memaudit.stats.headline import (CONTROL_READING, NOT_EVALUATED, by_group, interval_check, interval_reading,
                                      missing_groups, section, split_pairings, table_section)
 
 REPLIES = ("Cloze probes, black-box replies (per masked word; a reply without <word> tags is invalid; only "
-           "answered words can be reconstructed: where few are, the AUC says little)")
+           "answered words can be reconstructed: where few are, the AUC says little; where none is, there is "
+           "no AUC, precision, recall or F-beta: nothing was measured)")
 
 HEADER = ("Cloze probes ground truth (fine-tuned on the benchmark minus base, reconstruction rate, paired; "
           "members: above 0, non-members: interval holds 0; member minus non-member gain: above 0)")
@@ -61,6 +63,8 @@ def expectations(differences: pd.DataFrame) -> pd.DataFrame:
     for r in checked.itertuples():
         expect, ok = interval_check(r.group, r.ci_low, r.ci_high, n_paired=getattr(r, "n_texts", None),
                                     base=r.base)
+        if silent(r):  # a reconstruction rate of 0 from no answer: the check would be made on nothing
+            expect, ok = f"{NOT_EVALUATED}: {silent(r)} {UNANSWERED} (every reply invalid, refused or failed)", False
         rows.append({"benchmark": r.benchmark, "model": r.model, "base": r.base, "mode": r.mode,
                      "tokens": r.measure, "texts": r.group, "difference": round(r.difference, 3),
                      "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "expected": expect, "ok": ok})
@@ -78,6 +82,15 @@ def against_control(differences: pd.DataFrame) -> pd.DataFrame:
     declared = by_group(split_pairings(differences)[1], "benchmark", "model", "mode", "measure")
     rows = [{"benchmark": r.benchmark, "model": r.model, "control": r.base, "mode": r.mode, "tokens": r.measure,
              "texts": r.group, "n": int(r.n_texts), "difference": round(r.difference, 3),
-             "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", "interval": interval_reading(r.ci_low, r.ci_high)}
+             "ci": f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
+             "interval": (f"not measured: {silent(r)} {UNANSWERED.removesuffix(' of the type')}" if silent(r)
+                          else interval_reading(r.ci_low, r.ci_high))}
             for r in declared.itertuples()]
     return pd.DataFrame(rows)
+
+
+def silent(row) -> str:
+    """The models of a differences row that answered no masked word of its type (``unanswered``), joined by
+    "and"; "" where both answered (or the table is of before the column)."""
+    names = getattr(row, "unanswered", None)
+    return " and ".join(str(names).split(";")) if isinstance(names, str) and names else ""

@@ -133,13 +133,15 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     scores = reference.word_logprobs(texts, [spans(c) for c in candidates], bounds=bounds,
                                      **({"fills": fills} if fills else {}))
     scoring = reference_scoring(scores)
+    # which model chose the words (its config name), recorded beside how it read them: the tables name it
+    reference_model = getattr(reference, "name", None)
     tune_on = tuning_passages(passages)
     thresholds = thresholds_for(settings, scores, tune_on)
     tuned = "tune" in (settings["prob_threshold"], settings["rank_threshold"])
     progress(f"thresholds: log-probability < {thresholds[PROB]}, rank > {thresholds[RANK]:.0f}"
              + (f" (tuned on the {len(tune_on)} validation passages of the fixed split)"
                 if tuned and tune_on is not None else ""))
-    progress(f"reference model {getattr(reference, 'name', None)!r}: the words scored "
+    progress(f"reference model {reference_model!r}: the words scored "
              + SCORINGS.get(scoring, scoring).format(fills=fills))
     measures = [m for m in MEASURES if m in settings["measures"]]
     selected = [{m: select_surprisal_tokens(c, s, m, prob_threshold=thresholds[PROB],
@@ -166,11 +168,12 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
                       "n_out_of_scope": left_out[i], "tokens": kept,
                       "n_filtered": len(tokens[i]) - len(kept),
                       "reasons": {m: TOO_FEW for m, n in counts.items() if n < settings["min_reconstructed"]},
-                      "thresholds": thresholds, "reference_scoring": scoring})
+                      "thresholds": thresholds, "reference_model": reference_model,
+                      "reference_scoring": scoring})
     rows = [{"passage_id": p["passage_id"], "doc_id": p["doc_id"], "label": int(p["label"]), "word": c.word,
              "start": c.start, "end": c.end, "pos": c.pos, "is_person": c.is_person,
              "ref_logprob": s.get("first_logprob"), "ref_word_logprob": s.get("logprob"), "ref_rank": s.get("rank"),
-             "ref_scoring": scoring,
+             "ref_model": reference_model, "ref_scoring": scoring,
              # window scoring (reference.fills): the left-context numbers it replaces, and its candidates
              "ref_left_logprob": s.get("left_first_logprob"), "ref_left_rank": s.get("left_rank"),
              "ref_n_fills": s.get("n_fills"), "ref_best_fill": s.get("best_fill"),

@@ -35,7 +35,7 @@ from memaudit.errors import ConfigError, InputError
 from memaudit.io import read_jsonl, write_csv
 from memaudit.probes.cloze import prompts
 from memaudit.probes.cloze.plan import method_name
-from memaudit.probes.cloze.scoring import classify_reply
+from memaudit.probes.cloze.scoring import answered, classify_reply
 from memaudit.probes.job import ProbeJob, document_scores
 
 TOKEN_COLUMNS = ["passage_id", "doc_id", "label", "measure", "word", "start", "guess", "status", "rank",
@@ -112,13 +112,19 @@ def text_table(items: Sequence[dict], tokens: pd.DataFrame, measures: Sequence[s
                          "mrr": float(np.mean(1.0 / (ranks + 1))) if len(ranks) else np.nan,
                          "memorised": n_rec >= min_reconstructed,
                          "reason": it.get("reasons", {}).get(m, ""),
-                         # how the reference model that chose the tokens read them (masked or causal)
+                         # which reference model chose the tokens (its config name; blank in items of before
+                         # it was recorded) and how it read them (masked or causal)
+                         "reference_model": it.get("reference_model"),
                          "reference_scoring": it.get("reference_scoring", "causal")})
     return pd.DataFrame(rows)
 
 
 def document_table(texts: pd.DataFrame, mode: str) -> pd.DataFrame:
-    """Per document and token type: reconstructed tokens summed (``cloze_<type>``); logit mode adds the MRR."""
+    """Per document and token type: reconstructed tokens summed (``cloze_<type>``); logit mode adds the MRR.
+
+    A token type none of whose words got an answer (a black-box model that never writes ``<word>`` tags or
+    refuses every prompt; or no word of the type in any passage) measured nothing: its scores are blank,
+    so its AUC is none, not the 0.5 of every document scoring 0 (:func:`memaudit.stats.summary.metrics_table`)."""
     frames = []
     grouped = texts.groupby(["doc_id", "label", "measure"], sort=True)
     count = grouped["n_reconstructed"].sum().reset_index()
@@ -127,6 +133,8 @@ def document_table(texts: pd.DataFrame, mode: str) -> pd.DataFrame:
         mrr = grouped["mrr"].mean().reset_index().fillna({"mrr": 0.0})
         frames.append(mrr.assign(method=mrr["measure"].map(lambda m: method_name(m, mrr=True)), score=mrr["mrr"]))
     out = pd.concat(frames, ignore_index=True)
+    silent = answered(texts).groupby(texts["measure"]).sum() == 0
+    out.loc[out["measure"].map(silent).astype(bool), "score"] = np.nan
     return out[["doc_id", "label", "method", "score"]].sort_values(["method", "doc_id"]).reset_index(drop=True)
 
 
@@ -156,6 +164,10 @@ def run_job(job: ProbeJob) -> None:
         mine = texts[texts["measure"] == m]
         job.progress(f"{m}: {int(mine['n_reconstructed'].sum())} of {int(mine['n_tokens'].sum())} words "
                      f"reconstructed; {int(mine['memorised'].sum())} of {len(mine)} passages memorised")
+        if not answered(mine).sum():
+            job.progress(f"{m}: no word answered ({int(mine['n_invalid'].sum())} invalid, "
+                         f"{int(mine['n_refusal'].sum())} refused, {int(mine['n_error'].sum())} failed): no score, "
+                         f"no AUC")
 
 
 def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, datasets=None) -> list[dict]:

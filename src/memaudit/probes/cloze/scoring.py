@@ -32,3 +32,16 @@ def classify_reply(generation: Generation, *, style: str = CLOZE, context: str |
     if generation.status == STATUS_REFUSAL or is_refusal(generation.text) or declines(generation.text, style):
         return STATUS_REFUSAL, None
     return STATUS_INVALID, None
+
+
+# why a table has no number for a model's token type: nothing it replied could be read (every reply invalid,
+# refused or failed), so its zeros measure nothing
+UNANSWERED = "answered no masked word of the type"
+
+
+def answered(texts):
+    """Per row of a text table (``cloze_<mode>_texts.csv``), the masked words that got an answer: those probed
+    less the invalid, refused and failed replies (every word in logit mode, which reads the model's own ranks).
+    A token type with none answered measured nothing: its scores are blank
+    (:func:`~memaudit.probes.cloze.runner.document_table`), and so are its rates in the tables."""
+    return texts["n_tokens"] - texts["n_invalid"] - texts["n_refusal"] - texts["n_error"]

@@ -48,11 +48,13 @@ import pandas as pd
 from memaudit.datasets.types import TEST
 from memaudit.io import read_csv, write_csv
 from memaudit.probes.cloze.plan import method_name
+from memaudit.probes.cloze.scoring import UNANSWERED, answered
 from memaudit.stats.metrics import holds_zero, independent_difference, label_groups, paired_difference
 
 BETA = 0.1
 # why a figure's reconstruction rate is missing (memaudit.figures.plots.mark_missing)
 NO_WORD = "no masked word of this type"
+NO_ANSWER = "no masked word of this type answered"
 
 
 def read_texts(paths: Sequence[str]) -> pd.DataFrame:
@@ -69,6 +71,17 @@ GROUP = ["benchmark", "model", "mode"]
 ALL = "all"  # the split column of a benchmark without a fixed split: every passage is reported on
 
 
+def unanswered(texts: pd.DataFrame) -> set[tuple[str, str, str, str]]:
+    """The (benchmark, model, mode, token type) whose masked words got no answer at all: a black-box model
+    that never writes ``<word>`` tags or refuses every prompt (:func:`memaudit.probes.cloze.scoring.answered`).
+    It reconstructs nothing, and measures nothing: its rates, precision, recall, F-beta and differences are
+    blank, as its document scores are (no AUC), where they read 0 (and AUC 0.5) as if measured."""
+    if texts.empty:
+        return set()
+    counts = texts.assign(answered=answered(texts)).groupby([*GROUP, "measure"])["answered"].sum()
+    return set(counts.index[counts == 0])
+
+
 def reported_passages(texts: pd.DataFrame) -> pd.DataFrame:
     """The text-table rows the detection tables report on, with ``split`` saying which: on a benchmark
     whose passages carry a fixed split (BookMIA's, the loader's ``meta.split``) its test passages,
@@ -82,18 +95,25 @@ def reported_passages(texts: pd.DataFrame) -> pd.DataFrame:
     return texts.assign(split=ALL)
 
 
-def with_reference_scoring(texts: pd.DataFrame):
-    """``f(table)``: the table with a ``reference_scoring`` column, per benchmark how its reference model read
-    the words its probes masked (``masked``, ``causal``; the text tables' column, one reference per benchmark),
-    so every table of the family says it, as ``cloze.csv`` does."""
-    column = texts["reference_scoring"] if "reference_scoring" in texts else pd.Series("causal", index=texts.index)
-    per = column.astype(str).groupby(texts["benchmark"] if "benchmark" in texts else column).agg(
-        lambda s: ";".join(sorted(set(s))))
+def with_reference(texts: pd.DataFrame):
+    """``f(table)``: the table with ``reference_model`` and ``reference_scoring`` columns: per benchmark which
+    reference model chose the words its probes masked (its config name) and how it read them (``masked``,
+    ``causal``, ``window``); the text tables' columns, one reference per benchmark, so every table of the family
+    says what chose its words. Text tables of before ``reference_model`` leave it blank."""
+    per = {}
+    for column, default in (("reference_model", None), ("reference_scoring", "causal")):
+        if "benchmark" not in texts:  # no text table read
+            per[column] = {}
+            continue
+        values = texts[column] if column in texts else pd.Series(default, index=texts.index, dtype=object)
+        known = values.notna()
+        per[column] = values[known].astype(str).groupby(texts.loc[known, "benchmark"]).agg(
+            lambda s: ";".join(sorted(set(s))))
 
     def add(table: pd.DataFrame) -> pd.DataFrame:
         if "benchmark" not in table:
-            return table.assign(reference_scoring=pd.Series(dtype=str))
-        return table.assign(reference_scoring=table["benchmark"].map(per))
+            return table.assign(**{column: pd.Series(dtype=str) for column in per})
+        return table.assign(**{column: table["benchmark"].map(names) for column, names in per.items()})
     return add
 
 
@@ -116,10 +136,13 @@ def detection_table(texts: pd.DataFrame, *, seed: int, prompt: str = "cloze") ->
                      "n_too_few_tokens": int(block["reason"].dropna().astype(str).ne("").sum()),
                      "n_tokens": int(block["n_tokens"].sum()), "n_invalid": int(block["n_invalid"].sum()),
                      "n_refusal": int(block["n_refusal"].sum()), "n_error": int(block["n_error"].sum()),
+                     "n_answered": int(answered(block).sum()),
                      "rate_member": _rate(block[block["label"] == 1]),
                      "rate_nonmember": _rate(block[block["label"] == 0])})
     # by benchmark, so the majority and random rows (no token type: no block above) say it too
-    table = with_reference_scoring(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
+    table = with_reference(texts)(table.merge(pd.DataFrame(rows), on=[*GROUP, "method"], how="left"))
+    silent = table["n_answered"].eq(0)  # no word answered: nothing measured (the reference rows need none)
+    table.loc[silent, ["precision", "recall", "fbeta", "rate_member", "rate_nonmember"]] = np.nan
     return table.assign(prompt=np.where(table["mode"] == "blackbox", prompt, "none"))
 
 
@@ -140,7 +163,9 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
 
     A group the model has texts in but its control none to pair with (the control not probed there)
     keeps its row, with ``n_texts`` 0 and no difference: the headline reads it as not evaluated,
-    where a missing row would drop the check unseen.
+    where a missing row would drop the check unseen. So does a group where the model or its control
+    answered none of the type's words (:func:`unanswered`: ``unanswered`` names it; the rate of the one
+    that did answer is kept): 0 against 0 held the non-members' check.
 
     The passages of one document, or of one book where the labels are given per book (``books``: per
     benchmark, ``{doc_id: book}``), are not independent draws: where they share a label and come several
@@ -148,6 +173,7 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
     resample whole units, paired by passage (``ci_unit`` book or document, ``n_units`` how many); else
     passages one by one (``ci_unit`` text)."""
     members_of = members_of or {}
+    silent = unanswered(texts)
     rows = []
     keys = ["benchmark", "mode", "measure"]
     for (benchmark, model, mode, measure), mine in texts.groupby(["benchmark", "model", *keys[1:]], sort=True):
@@ -167,6 +193,9 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
                "contaminated_on_benchmark": benchmark in members_of.get(model, ())}
         unpaired = {"n_texts": 0, "rate_base": float("nan"), "difference": float("nan"), "ci_low": float("nan"),
                     "ci_high": float("nan"), "ci_unit": None, "n_units": 0, "interval_holds_0": None}
+        # the model or its control answered none of the type's words: its zeros measure nothing, and no
+        # difference with them is one (a non-member interval of 0 - 0 held 0, a check counted as holding)
+        mute = [m for m in (model, base) if (benchmark, m, mode, measure) in silent]
         gains, units = {}, {}
         for label in sorted(set(mine["label"].astype(int))):
             block = joined[joined["label"] == label]
@@ -178,6 +207,12 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
                 continue
             a = (block["n_reconstructed"] / block["n_tokens"]).to_numpy(float)
             b = (block["n_reconstructed_base"] / block["n_tokens_base"]).to_numpy(float)
+            if mute:
+                rows.append({**key, "group": group, **unpaired, "n_texts": len(block),
+                             "rate_model": float("nan") if model in mute else float(a.mean()),
+                             "rate_base": float("nan") if base in mute else float(b.mean()),
+                             "unanswered": ";".join(mute)})
+                continue
             gains[int(label)] = a - b
             units[int(label)] = unit[block.index].to_numpy() if clustered else None
             value, low, high = paired_difference(a, b, seed=seed, groups=units[int(label)])
@@ -193,8 +228,10 @@ def differences_table(texts: pd.DataFrame, bases: dict[str, str], *, seed: int,
                          "ci_low": low, "ci_high": high, "ci_unit": name,
                          "n_units": sum(_n_units(units[g], len(gains[g])) for g in (1, 0)),
                          "interval_holds_0": holds_zero(low, high)})
-        elif set(mine["label"].astype(int)) >= {0, 1}:  # both groups, one of them unpaired
-            rows.append({**key, "group": "member_minus_nonmember", **unpaired, "rate_model": float("nan")})
+        elif set(mine["label"].astype(int)) >= {0, 1}:  # both groups, one of them unpaired or unanswered
+            paired = joined if mute else joined.iloc[0:0]
+            rows.append({**key, "group": "member_minus_nonmember", **unpaired, "n_texts": len(paired),
+                         "rate_model": float("nan"), **({"unanswered": ";".join(mute)} if mute else {})})
     return pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
 
 
@@ -211,7 +248,7 @@ def _n_units(units, n_items: int) -> int:
 
 DIFFERENCE_COLUMNS = ["benchmark", "model", "base", "pairing", "mode", "measure", "contaminated_on_benchmark", "group", "n_texts",
                       "rate_model", "rate_base", "difference", "ci_low", "ci_high", "ci_unit", "n_units",
-                      "interval_holds_0"]
+                      "interval_holds_0", "unanswered"]
 
 
 def overlap(texts: pd.DataFrame) -> pd.DataFrame:
@@ -254,8 +291,10 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
             handles.append(bars)
             # no masked word of this type in the group: no rate, marked n/a rather than an empty slot
             mark_missing(ax, (x + offset)[np.isnan(rates)], color=bars.patches[0].get_facecolor())
-        if block[["rate_member", "rate_nonmember"]].isna().to_numpy().any():
-            handles.append(missing_handle(NO_WORD))
+        missing = block[block[["rate_member", "rate_nonmember"]].isna().any(axis=1)]
+        silent = (missing["n_answered"].eq(0) & missing["n_tokens"].gt(0) if "n_answered" in missing
+                  else pd.Series(False, index=missing.index))
+        handles += [missing_handle(reason) for reason in missing_reasons(silent)]
         ax.set_xticks(x, block["model"], rotation=30, ha="right", fontsize=7)
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
         ax.set_ylabel("share of masked words reconstructed")
@@ -265,20 +304,45 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
     plt.close(fig)
 
 
+def missing_reasons(silent: pd.Series) -> list[str]:
+    """Why a figure's rows without a rate have none, each reason once: ``silent`` (per row) the model had
+    masked words of the type and answered none (:data:`NO_ANSWER`), else there were none (:data:`NO_WORD`)."""
+    return [reason for reason, rows in ((NO_ANSWER, silent), (NO_WORD, ~silent)) if rows.any()]
+
+
 SIZE_GROUP = ["benchmark", "mode", "measure", "label"]
 
 
-def by_size(tokens: pd.DataFrame, n_params: dict[str, float], *, seed: int) -> pd.DataFrame:
+def by_size(tokens: pd.DataFrame, n_params: dict[str, float], *, seed: int,
+            silent: Collection[tuple[str, str, str, str]] = ()) -> pd.DataFrame:
     """Figure 3 as a table: per (benchmark, mode, token type, label) and model, the masked words
-    reconstructed, by model size; the interval resamples passages (a passage's words together)."""
+    reconstructed, by model size; the interval resamples passages (a passage's words together). A model
+    whose words of the type got no answer (``silent``: :func:`unanswered`) has no rate."""
     from memaudit.probes.cloze.tables import recovery_by_size
 
     if tokens.empty or not n_params:
         return pd.DataFrame(columns=[*SIZE_GROUP, "model", "n_params", "n_candidates", "n_reconstructed", "rate",
                                      "rate_low", "rate_high"])
     done = tokens["reconstructed"].astype(str).str.lower() == "true"  # as read back from the CSV
-    return recovery_by_size(tokens.assign(reconstructed=done), n_params,
-                            cluster="passage_id", by=SIZE_GROUP, seed=seed)
+    table = recovery_by_size(tokens.assign(reconstructed=done), n_params,
+                             cluster="passage_id", by=SIZE_GROUP, seed=seed)
+    silent = set(silent)
+    mute = [key in silent for key in zip(table["benchmark"], table["model"], table["mode"], table["measure"])]
+    table.loc[mute, ["rate", "rate_low", "rate_high"]] = np.nan
+    return table
+
+
+def without_unanswered(versus: pd.DataFrame, silent: Collection[tuple[str, str, str, str]]) -> pd.DataFrame:
+    """``cloze_vs_prefix.csv`` with no precision, recall or F-beta for a model's cloze probe whose words of the
+    type got no answer (:func:`unanswered`), and why (``reason``): its flags were none, an F-beta of 0 read
+    beside the prefix baseline's as a measured result."""
+    keys = {(b, m, mode, method_name(measure)) for b, m, mode, measure in silent}
+    mute = np.array([k in keys for k in zip(versus["benchmark"], versus["model"], versus["mode"], versus["method"])],
+                    dtype=bool)
+    versus = versus.copy()
+    versus.loc[mute, ["precision", "recall", "f_beta", "f_beta_sd"]] = np.nan
+    versus.loc[mute, "reason"] = versus.loc[mute, "model"] + " " + UNANSWERED
+    return versus
 
 
 def size_figure(table: pd.DataFrame, out: str | Path) -> None:
@@ -291,7 +355,7 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from memaudit.figures.plots import MISSING_Y, legend_handles, mark_missing, save_figure
+    from memaudit.figures.plots import MISSING_Y, legend_handles, mark_missing, missing_handle, save_figure
 
     panels = sorted(set(zip(table["benchmark"], table["mode"], table["measure"])))
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.0 * max(len(panels), 1), 3.4), squeeze=False)
@@ -318,7 +382,10 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
         ax.set_xlabel("parameters")
         ax.set_ylabel("share of masked words reconstructed")
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
-        handles = legend_handles(ax, block["rate"].isna().any() and NO_WORD)
+        # a rate is missing for want of a word (no candidate), or of an answer (candidates, none answered)
+        missing = block[block["rate"].isna()]
+        silent = missing["n_candidates"].gt(0) if "n_candidates" in missing else pd.Series(False, index=missing.index)
+        handles = legend_handles(ax) + [missing_handle(reason) for reason in missing_reasons(silent)]
         ax.legend(handles=handles, fontsize=7)
     fig.tight_layout()
     save_figure(fig, Path(out).with_suffix(""))
@@ -345,12 +412,13 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
     texts = read_texts(text_paths)
     table = detection_table(texts, seed=seed, prompt=prompt)
     write_csv(out_table, table)
-    scored = with_reference_scoring(texts)
+    scored = with_reference(texts)
+    silent = unanswered(texts)
     books = {benchmark: document_books(path) for benchmark, path in (documents or {}).items()}
     write_csv(out_differences, scored(differences_table(texts, bases, seed=seed, members_of=members_of,
                                                         declared=declared, books=books)))
     lcs = {(b, m): lcs_of_items(read_jsonl(items), read_jsonl(pairs)) for b, m, items, pairs in prefix}
-    write_csv(out_versus, scored(versus_prefix(texts, lcs, seed=seed, beta=BETA)))
+    write_csv(out_versus, scored(without_unanswered(versus_prefix(texts, lcs, seed=seed, beta=BETA), silent)))
     write_csv(out_overlap, scored(overlap(texts)))
     reconstruction_figure(table, out_figure)
     if out_by_size is not None:
@@ -358,6 +426,6 @@ def build_summary(text_paths: Sequence[str], bases: dict[str, str], *, seed: int
 
         sizes = models_table(model_dirs)
         sized = scored(by_size(read_texts(token_paths), dict(zip(sizes["model"], sizes["n_params"].astype(float))),
-                               seed=seed))
+                               seed=seed, silent=silent))
         write_csv(out_by_size, sized)
         size_figure(sized, out_size_figure)
