@@ -293,6 +293,27 @@ def test_a_null_prefix_or_completion_is_kept_as_empty_as_an_empty_csv_cell_is(tm
                                                                     "or 1 (Exhibit J): got null None")]
 
 
+def test_a_published_prefix_is_shown_as_published_its_breaks_and_spacing_kept(tmp_path):
+    """The prefix probe shows a model the set's Exhibit J prefix as published: its paragraph break and its
+    spacing kept, only the trailing newline the loader strips gone (its words were joined by single spaces,
+    so the model never saw the prefix the lawsuit's evidence gave). The completion is the reference, scored
+    on its words. JSON lines and CSV (CRLF inside its quoted field) give the same prefix."""
+    prefix = "TRANSIT\n\nThe city\u2019s  transit agency said on Monday\n"
+    rows = [dict(NYT_ROWS[0], prefix=prefix), *NYT_ROWS[1:]]
+    jsonl = _write(tmp_path / "nyt.jsonl", _jsonl(*rows))
+    csv_path = tmp_path / "nyt.csv"
+    csv_path.write_bytes(pd.DataFrame(rows).to_csv(index=False, lineterminator="\r\n").encode("utf-8"))
+    for path in (jsonl, csv_path):
+        _, passages, rejected = load_nyt(path)
+        assert rejected == [], path
+        assert passages[0].meta["prefix"] == "TRANSIT\n\nThe city\u2019s  transit agency said on Monday", path
+        items = prefix_items(passages, prefix_words=50, continuation_words=6, min_continuation_words=3)
+        assert [(it.prefix, it.continuation, it.meta["prefix_words"]) for it in items] == [
+            ("TRANSIT\n\nThe city\u2019s  transit agency said on Monday", "that it would run trains 24/7", 8),
+            ("A small museum in Vermont", "has returned a painting seized in", 5),
+            ("Storms knocked out power to 40,000 homes,", "officials said, and schools \"will stay", 7)], path
+
+
 def test_random_and_truncated_nyt_files_load_with_rejects_or_fail_in_one_line(tmp_path):
     @settings(max_examples=60, deadline=None)
     @given(data=st.one_of(st.binary(max_size=300),

@@ -128,6 +128,22 @@ def test_a_literal_item_keeps_the_document_text_as_written_paragraph_breaks_and_
     assert metrics.literal_rouge_l(joined, item["reference"]) == 1.0
 
 
+def test_the_demonstrations_are_the_pool_documents_text_as_written():
+    """A demonstration's input is a pretraining document's text up to the end of its input_words-th word and its
+    output the text from the next word to the end of the last output word, paragraph breaks kept, as the literal
+    items are cut (they were the words joined by single spaces: demonstrations of text a model never read so,
+    beside a prefix shown as written). A document too short gives none."""
+    from memaudit.probes.copybench.prompts import TEMPLATES, demo_pool, with_demos
+
+    text = "CHAPTER I\n\nIt was  a fine day.\nEmma walked out.\n\n\"Good morning,\" said she. And more."
+    pool = demo_pool([{"text": "too short"}, {"text": text}], input_words=6, output_words=6)
+    assert pool == [{"input": "CHAPTER I\n\nIt was  a fine", "output": "day.\nEmma walked out.\n\n\"Good morning,\""}]
+    # the paper's template puts the two together (format 1: a space between them)
+    _, user = with_demos(TEMPLATES["literal.format1"], pool).render("Once", 1)
+    assert user.split("\n\n\n")[1] == ("Complete the prefix:\nCHAPTER I\n\nIt was  a fine day.\nEmma walked out."
+                                         "\n\n\"Good morning,\"")
+
+
 def test_a_literal_reference_without_an_ascii_word_is_rejected_not_scored_0():
     # rouge-score keeps ASCII letters and digits only: a verbatim copy of this reference scores ROUGE-L 0
     russian = "Наташа вошла в комнату и увидела князя Андрея"
@@ -232,6 +248,26 @@ def test_chunks_are_128_spacy_tokens_with_stride_128(nlp):
     parts = chunks(nlp, text)
     assert [len(p.split()) for p in parts] == [128, 128, 44]
     assert parts[1].split()[0] == "word128" and "\n" not in parts[0]
+
+
+def test_a_judges_positive_passage_is_its_books_text_as_the_judge_reads_a_story(nlp):
+    """The positive passage of a labelled pair is the book's text around the event as the judge reads a story
+    chunk (newlines as spaces, the paper's chunks; spacing otherwise as written), the event's sentence cut out
+    with a space in its place: as the negatives, which are chunks. It was the words joined by single spaces,
+    so a paragraph break read as two spaces in every negative and one in every positive."""
+    from memaudit.probes.copybench.judge import labelled_pairs
+
+    event = "Emma walks out to the shrubbery."
+    texts = {"emma": "It was  a fine day.\n\n" + event + " She met Harriet.\n\nThe end.",
+             "other": "Ships sail.\n\nStorms come."}
+    item = {"book": "emma", "reference_events": [event]}
+    positive, negative = labelled_pairs([item], texts, nlp, seed=13)
+    assert (positive["label"], positive["located"], positive["passage"]) == (
+        1, "verbatim", "It was  a fine day. She met Harriet.  The end.")
+    assert (negative["label"], negative["passage"]) == (0, "Ships sail.  Storms come.")
+    # a window of 4 words each side (window 8) keeps the words nearest the event, as written between them
+    positive, _ = labelled_pairs([item], texts, nlp, seed=13, window=8)
+    assert positive["passage"] == "was  a fine day. She met Harriet.  The"
 
 
 def test_verdicts_outside_the_two_options_are_invalid():

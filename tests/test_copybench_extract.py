@@ -167,6 +167,23 @@ def test_summaries_load_by_book_and_bad_lines_name_file_line_and_key(tmp_path):
     assert str(err.value) == f"{tmp_path}: is a directory, expected a JSONL file of book summaries"
 
 
+def test_without_a_summary_the_extractor_reads_the_books_text_as_written():
+    """The extractor's passage, where no summary is given, is the book's text as written up to its
+    max_words-th word, paragraph breaks kept (it was the words joined by single spaces); a summary is read as
+    given."""
+    from memaudit.probes.copybench.extract import source_text
+
+    text = "\nCHAPTER I\n\nEmma  Woodhouse, handsome,\nclever, and rich.\n\nShe had lived nearly twenty-one years.\n"
+    assert source_text(None, text, max_words=8) == (
+        "CHAPTER I\n\nEmma  Woodhouse, handsome,\nclever, and rich.", "first 8 words of the text")
+    assert source_text(None, text, max_words=50) == (
+        "CHAPTER I\n\nEmma  Woodhouse, handsome,\nclever, and rich.\n\nShe had lived nearly twenty-one years.",
+        "text")
+    assert source_text({"summary": "Emma\n\nmeddles."}, text, max_words=8) == ("Emma\n\nmeddles.", "summary")
+    prompt = event_prompt("Emma", "Jane Austen", source_text(None, text, max_words=8)[0], 20)
+    assert "by Jane Austen:\nCHAPTER I\n\nEmma  Woodhouse, handsome,\nclever, and rich.\n\n### Task 1" in prompt
+
+
 # ----------------------------------------------------------------------------- through the real SDK
 
 def _backend(server, tmp_path):

@@ -154,6 +154,21 @@ def test_synthesis_keeps_verified_pairs_and_rejects_the_rest_with_reasons(tmp_pa
     ]
 
 
+def test_the_qa_writers_passages_are_the_books_text_as_written():
+    """A passage the QA writer reads (Figure 10) and the verifier checks against (Figure 12) is a chapter's text
+    from the first to the last of its words as written, paragraph breaks kept (it was the words joined by
+    single spaces); passages are still qa_passage_words words, whole cuts of one chapter."""
+    from memaudit.probes.copybench.qa import GENERATE_PROMPT, passages
+
+    text = "CHAPTER I\n\nSir Walter  Elliot, of Kellynch Hall,\nnever took up any book.\n\nHe read the Baronetage."
+    cuts, short = passages([_doc("persuasion", 1, 1, text)], words=7, per_book=4, seed=13)
+    assert short == []
+    assert [c["passage"] for c in cuts] == ["CHAPTER I\n\nSir Walter  Elliot, of Kellynch",
+                                            "Hall,\nnever took up any book.\n\nHe"]
+    assert "### Passage:\nCHAPTER I\n\nSir Walter  Elliot, of Kellynch\n### Output:" in GENERATE_PROMPT.format(
+        passage=cuts[0]["passage"])
+
+
 def test_a_written_question_names_its_book_as_the_published_file_does():
     from memaudit.probes.copybench.qa import book_question
 

@@ -136,7 +136,8 @@ def test_a_published_prefix_is_probed_as_given_nyt_exhibit_j(tmp_path):
     items = prefix_items([*nyt, _passage(0, 12)], prefix_words=5, continuation_words=6, min_continuation_words=3)
     assert [it.doc_id for it in items] == ["nyt/a", "d0"]
     a, d0 = items
-    assert a.prefix == "The Times reported on Monday that" and a.continuation == "c0 c1 c2 c3 c4 c5"
+    # as given, its inner spacing kept (its ends stripped: a prompt ending in a space)
+    assert a.prefix == "The  Times reported  on Monday that" and a.continuation == "c0 c1 c2 c3 c4 c5"
     assert (a.meta["prefix_source"], a.meta["prefix_words"], a.meta["continuation_words"]) == ("published", 6, 6)
     assert d0.prefix == "w0_0 w0_1 w0_2 w0_3 w0_4" and d0.meta["prefix_source"] == "passage"
     # the prefix_dataset job's function writes the same pairs

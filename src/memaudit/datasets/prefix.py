@@ -9,7 +9,8 @@ prefix (Appendix E); CopyBench gives 200 words and scores the next 50. Both are
 A passage that carries its published prefix and completion (the NYT Exhibit J set's
 ``Prefix``/``Completion``, in ``meta``) is probed with them, as the paper does for the NYT
 articles ("we use prefixes provided in Exhibit-J of the lawsuit", Section 4.2): the whole
-published prefix, and the first ``continuation_words`` words of the completion. A row whose
+published prefix as published (line breaks and spacing kept, its ends stripped), and the first
+``continuation_words`` words of the completion. A row whose
 prefix or completion is empty is skipped (the loader notes it as kept for the cloze probe).
 """
 
@@ -55,7 +56,8 @@ def prefix_items(passages: Iterable[Passage], *, prefix_words: int, continuation
     items, n_skipped, n_published, n_unscorable = [], 0, 0, 0
     for p in passages:
         if "prefix" in p.meta and "completion" in p.meta:  # a published prefix (NYT Exhibit J)
-            source, prefix = "published", " ".join(str(p.meta["prefix"] or "").split())
+            # as published, breaks and spacing kept (the loader strips its ends): what the evidence showed a model
+            source, prefix = "published", str(p.meta["prefix"] or "").strip()
             rest = str(p.meta["completion"] or "").split()
             if not prefix or len(rest) < need:
                 n_published += 1

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from memaudit.backends.base import STATUS_OK, GenerationParams
+from memaudit.datasets.prefix import word_spans
 from memaudit.probes.copybench.build import TITLES, Reject
 from memaudit.probes.copybench.metrics import alias_key
 
@@ -392,11 +393,12 @@ def load_summaries(path) -> dict[str, dict]:
 
 def source_text(summary: dict | None, book_text: str, *, max_words: int) -> tuple[str, str]:
     """What the extractor reads, and its label: the book's summary, else the book's own text
-    (its first ``max_words`` words)."""
+    (its first ``max_words`` words, as written: paragraph breaks kept)."""
     if summary:
         return summary["summary"], "summary"
-    words = book_text.split()
-    return " ".join(words[:max_words]), ("text" if len(words) <= max_words else f"first {max_words} words of the text")
+    spans = word_spans(book_text)
+    shown = book_text[spans[0][0]:spans[min(max_words, len(spans)) - 1][1]] if spans else ""
+    return shown, ("text" if len(spans) <= max_words else f"first {max_words} words of the text")
 
 
 # ----------------------------------------------------------------------------- one book

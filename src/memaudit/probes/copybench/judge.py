@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from memaudit.backends.base import STATUS_ERROR, STATUS_OK, GenerationParams, generate_batched_if_greedy
+from memaudit.datasets.prefix import word_spans
 
 ATTRIBUTION_PROMPT = (  # Figure 8, spelled as the reference code sends it
     "### Instruction:\nPlease solely verify whether the reference can support the claim. "
@@ -143,7 +144,9 @@ def judge_events(judge, story_chunks: Sequence[str], events: Sequence[str]) -> V
 def labelled_pairs(items: Sequence[dict], book_texts: dict[str, str], nlp, *, seed: int,
                    window: int = 128) -> list[dict]:
     """Labelled (event, passage) pairs: label 1 = the event's own book passage around it (the event's
-    sentence removed), 0 = a passage of another book; one of each per event of every built item.
+    sentence removed), 0 = a passage of another book; one of each per event of every built item. Both
+    are the book's text as the judge reads a story's chunks (:func:`chunks`: newlines as spaces, spacing
+    otherwise as written), so positives and negatives differ in their words only.
 
     An event that is not a sentence of its book (an LLM's summary sentence) has no place in the
     text to cut around: its positive passage is the chunk of its own book most similar to it by
@@ -159,12 +162,15 @@ def labelled_pairs(items: Sequence[dict], book_texts: dict[str, str], nlp, *, se
             if (book, event) in seen or not others:
                 continue
             seen.add((book, event))
-            text = book_texts[book].replace("\n", " ")
+            text = book_texts[book].replace("\n", " ")  # as chunks() reads a story, and so the negatives
             at = text.find(event)
             if at >= 0:
-                before, after = text[:at].split(), text[at + len(event):].split()
+                # the text as written either side of the event's sentence, a space where it was
                 half = window // 2
-                positive, located = " ".join(before[-half:] + after[:half]), "verbatim"
+                rest = text[at + len(event):]
+                before, after = word_spans(text[:at])[-half:], word_spans(rest)[:half]
+                sides = (text[before[0][0]:at].rstrip() if before else "", rest[:after[-1][1]].lstrip() if after else "")
+                positive, located = " ".join(side for side in sides if side), "verbatim"
             elif book_chunks[book]:
                 positive, located = _most_similar(event, book_chunks[book]), "retrieved"
             else:

@@ -31,6 +31,7 @@ import re
 from typing import Callable, Sequence
 
 from memaudit.backends.base import STATUS_OK, GenerationParams
+from memaudit.datasets.prefix import word_spans
 from memaudit.probes.copybench.build import Reject, books_of
 
 # Figure 10's examples: SQuAD pairs (general knowledge, no book's text), also the built-in
@@ -95,13 +96,15 @@ def parse_support(reply: str) -> str | None:
 
 def passages(documents: Sequence[dict], *, words: int, per_book: int,
              seed: int) -> tuple[list[dict], list[Reject]]:
-    """Up to ``per_book`` passages of ``words`` words per book, drawn (seeded) among its chapters' passages."""
+    """Up to ``per_book`` passages of ``words`` words per book, drawn (seeded) among its chapters' passages,
+    each the chapter's text as written from its first word to its last (paragraph breaks kept)."""
     out, rejects = [], []
     for book, docs in books_of(documents).items():
         cuts = []
         for d in docs:
-            tokens = d["text"].split()
-            cuts += [(d, " ".join(tokens[i:i + words])) for i in range(0, len(tokens) - words + 1, words)]
+            spans = word_spans(d["text"])
+            cuts += [(d, d["text"][spans[i][0]:spans[i + words - 1][1]])
+                     for i in range(0, len(spans) - words + 1, words)]
         if not cuts:
             rejects.append(Reject(book, f"no chapter has qa_passage_words ({words}) words for QA synthesis"))
         picks = sorted(random.Random(f"{seed}:{book}").sample(range(len(cuts)), min(per_book, len(cuts))))
