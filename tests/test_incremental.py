@@ -159,6 +159,16 @@ def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, finished_r
     assert ("prepare_model", f"model={model}") not in jobs
 
 
+def test_renaming_a_models_family_redraws_only_what_shows_it(finished):
+    """``family`` labels a model and decides nothing it computes: a column of models.csv (the summary), the
+    lines of the AUC-against-size figures of the benchmarks it is scored on and of DE-COP's figure by model
+    size. Renaming it re-trained the model and reran its forward passes, probes and tables."""
+    model = "tiny-gpt2-small-contaminated"
+    config = with_config(finished, "family", lambda c: c["models"][model].__setitem__("family", "tiny-gpt2-tuned"))
+    assert planned_jobs(finished, config) == cross_model(CI["probes"]["token_prob"]["benchmarks"]) | {
+        ("decop_figures", "benchmark=novels")}
+
+
 def test_a_reference_models_scoring_settings_rerun_what_it_chose_and_scored(finished, finished_run):
     """A model serving as a reference reads texts cut at its own ``max_tokens``: the cloze items it chose
     (tiny-gpt2-cb, the cloze reference) and the KTD baselines it scored (tiny-gpt2-small, KTD's reference)

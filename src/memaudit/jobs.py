@@ -107,6 +107,12 @@ def model_dir(config: dict, model: str) -> dict[str, str]:
     return {} if is_api_model(config["models"][model]) else {"model": f"results/models/{model}"}
 
 
+def families(config: dict, models: Sequence[str]) -> dict[str, str]:
+    """Each model's ``family`` (its name where unset), which groups models in the tables and figures: the param
+    of the jobs that show it, not of ``prepare_model`` or any probe, so renaming one redraws those alone."""
+    return {m: config["models"][m].get("family", m) for m in sorted(models)}
+
+
 def model_priority(entry: dict) -> int:
     """Scheduling order of model jobs, ahead of every other job (priority 0).
 
