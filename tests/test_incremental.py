@@ -263,6 +263,26 @@ def test_adding_a_min_k_ratio_schedules_only_scoring(finished, rescored):
     assert planned_jobs(finished, config) == rescored
 
 
+@functools.cache
+def token_prob_methods() -> tuple[str, ...]:
+    """config/ci.yaml's token-probability methods: the schema's default, every one."""
+    return tuple(jobs.validate_config(copy.deepcopy(CI))["probes"]["token_prob"]["methods"])
+
+
+@pytest.mark.parametrize("drop", ["min_k_ratios", "min_k", "reference"])
+def test_dropping_a_min_k_ratio_or_a_method_schedules_only_scoring(drop, finished, rescored):
+    """As adding one: the scores left are read off the token statistics already computed (``lowercase``
+    aside: its pass is part of the forward pass job, ``token_stats``)."""
+    def change(c):
+        tp = c["probes"]["token_prob"]
+        if drop == "min_k_ratios":
+            tp["min_k_ratios"] = [0.1]
+        else:
+            tp["methods"] = [m for m in token_prob_methods() if m != drop]
+
+    assert planned_jobs(finished, with_config(finished, f"without_{drop}", change)) == rescored
+
+
 def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
     """A new probe's jobs, and the metric tables and figures of the pairs it scores (they hold every
     probe's methods) and the cloze summary (its prefix-LCS baseline table joins the prefix probe where
