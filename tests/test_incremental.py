@@ -283,6 +283,29 @@ def test_dropping_a_min_k_ratio_or_a_method_schedules_only_scoring(drop, finishe
     assert planned_jobs(finished, with_config(finished, f"without_{drop}", change)) == rescored
 
 
+def test_a_model_token_prob_reads_only_as_a_reference_gets_no_lowercase_pass(finished_run, tmp_path):
+    """A reference model's statistics are read as the original pass alone (``ref_<model>`` of the models
+    scored): one token_prob does not score gets its forward pass on each benchmark, no scoring, metrics or
+    figures of its own, and no pass over the lowercased passages, which only the ``lowercase`` score of a
+    model scored reads. It had one: adding ``lowercase`` to the methods reran its forward passes too."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+    tp, reference = CI["probes"]["token_prob"], "tiny-gpt2-cb"  # not scored by token_prob (CopyBench's)
+    assert reference not in tp["models"] and "lowercase" in token_prob_methods()
+
+    def reference_only(c, lowercase):
+        c["probes"]["token_prob"]["reference_models"] = [*tp["reference_models"], reference]
+        c["probes"]["token_prob"]["methods"] = [m for m in token_prob_methods() if lowercase or m != "lowercase"]
+
+    before = with_config(workdir, "reference_only", lambda c: reference_only(c, lowercase=False))
+    ran = {(r, w) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)
+           for r, w in [(j["rule"], j["wildcards"])] if wildcard((r, w), "model") == reference}
+    assert ran == {("token_stats", f"benchmark={b}, model={reference}") for b in tp["benchmarks"]}
+    after = with_config(workdir, "reference_only_lowercase", lambda c: reference_only(c, lowercase=True))
+    assert planned_jobs(workdir, after) == {
+        (r, f"benchmark={b}, model={m}") for b in tp["benchmarks"] for m in tp["models"]
+        for r in ("token_stats", "token_prob_scores", "metrics", "figures_model")} | cross_model(tp["benchmarks"])
+
+
 def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
     """A new probe's jobs, and the metric tables and figures of the pairs it scores (they hold every
     probe's methods) and the cloze summary (its prefix-LCS baseline table joins the prefix probe where

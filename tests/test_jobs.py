@@ -402,3 +402,15 @@ def test_a_models_family_labels_it_and_is_no_setting_of_its_weights_or_scores():
     entry = cfg["models"]["smollm2-135m-contaminated"]
     assert "family" not in model_build_settings(entry) and "family" not in model_scoring_settings(entry)
     assert model_build_settings(entry)["base"] == "smollm2-135m"
+
+
+def test_the_lowercase_pass_runs_where_token_prob_scores_the_model_not_where_it_is_only_a_reference():
+    """token_stats passes over the lowercased passages only for the ``lowercase`` score of a model token_prob
+    scores there: a reference model is read as its original pass (``ref_<model>``)."""
+    cfg = copy.deepcopy(CI)
+    cfg["probes"]["token_prob"]["reference_models"] = ["tiny-gpt2-small", "tiny-gpt2-cb"]
+    assert jobs.reference_models(cfg, "smollm2-135m") == ["tiny-gpt2-small", "tiny-gpt2-cb"]
+    assert [jobs.lowercase_pass(cfg, b, m) for b in ("novels", "news")
+            for m in ("smollm2-135m", "tiny-gpt2-small", "tiny-gpt2-cb")] == [True, True, False] * 2
+    cfg["probes"]["token_prob"]["methods"] = ["loss", "reference"]
+    assert not any(jobs.lowercase_pass(cfg, "novels", m) for m in ("smollm2-135m", "tiny-gpt2-cb"))
