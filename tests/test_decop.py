@@ -1024,6 +1024,30 @@ def test_auc_by_size_lines_follow_the_manifests_not_the_names(tmp_path, monkeypa
     }
 
 
+def test_auc_by_size_lines_take_each_models_family_from_the_config(tmp_path, monkeypatch):
+    """The family a model's line is drawn under is the config's (the job's param), not its manifest's:
+    renaming a family reruns the figures alone, so a manifest prepared before the rename still holds the old
+    name (and one prepared since holds none). Contamination is still the manifest's."""
+    from memaudit.io import write_json
+    from memaudit.probes.decop import figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "plot_decop_auc_by_size", lambda summary, out, title, models: drawn.update(models))
+    for name in ("plot_decop_auc_by_length", "plot_decop_calibration_accuracy", "plot_decop_accuracy_by_position",
+                 "plot_decop_label_probabilities"):
+        monkeypatch.setattr(figures, name, lambda *args: None)
+    write_json(tmp_path / "ft" / "manifest.json", {"name": "ft", "family": "tiny-gpt2", "n_params": 10,
+                                                   "contaminated_on": ["novels"]})
+    write_json(tmp_path / "base" / "manifest.json", {"name": "base", "n_params": 10, "contaminated_on": []})
+    figures.make_decop_figures("novels", [], [], [], [str(tmp_path / "ft"), str(tmp_path / "base")],
+                               {k: tmp_path / f"{k}.png" for k in ("auc_by_size", "auc_by_length", "calibration",
+                                                                   "position", "probabilities")}
+                               | {"summary": tmp_path / "decop_novels.csv"},
+                               families={"ft": "tiny-gpt2-tuned", "base": "tiny-gpt2"})
+    assert drawn == {"ft": {"family": "tiny-gpt2-tuned", "contaminated": True},
+                     "base": {"family": "tiny-gpt2", "contaminated": False}}
+
+
 def test_auc_figures_mark_an_auc_that_could_not_be_computed(tmp_path, monkeypatch):
     """A NaN AUC (a model whose evaluated documents are one class) is a hollow 'n/a' marker at the bottom edge
     of the AUC-by-size and AUC-by-length figures, explained in the legend; both figures dropped it without a mark."""

@@ -159,6 +159,16 @@ def test_changing_how_a_model_is_scored_does_not_retrain_it(finished, finished_r
     assert ("prepare_model", f"model={model}") not in jobs
 
 
+def test_renaming_a_models_family_redraws_only_what_shows_it(finished):
+    """``family`` labels a model and decides nothing it computes: a column of models.csv (the summary), the
+    lines of the AUC-against-size figures of the benchmarks it is scored on and of DE-COP's figure by model
+    size. Renaming it re-trained the model and reran its forward passes, probes and tables."""
+    model = "tiny-gpt2-small-contaminated"
+    config = with_config(finished, "family", lambda c: c["models"][model].__setitem__("family", "tiny-gpt2-tuned"))
+    assert planned_jobs(finished, config) == cross_model(CI["probes"]["token_prob"]["benchmarks"]) | {
+        ("decop_figures", "benchmark=novels")}
+
+
 def test_a_reference_models_scoring_settings_rerun_what_it_chose_and_scored(finished, finished_run):
     """A model serving as a reference reads texts cut at its own ``max_tokens``: the cloze items it chose
     (tiny-gpt2-cb, the cloze reference) and the KTD baselines it scored (tiny-gpt2-small, KTD's reference)
@@ -251,6 +261,49 @@ def test_adding_a_min_k_ratio_schedules_only_scoring(finished, rescored):
     config = with_config(finished, "ratio",
                          lambda c: c["probes"]["token_prob"].__setitem__("min_k_ratios", [0.1, 0.2, 0.3]))
     assert planned_jobs(finished, config) == rescored
+
+
+@functools.cache
+def token_prob_methods() -> tuple[str, ...]:
+    """config/ci.yaml's token-probability methods: the schema's default, every one."""
+    return tuple(jobs.validate_config(copy.deepcopy(CI))["probes"]["token_prob"]["methods"])
+
+
+@pytest.mark.parametrize("drop", ["min_k_ratios", "min_k", "reference"])
+def test_dropping_a_min_k_ratio_or_a_method_schedules_only_scoring(drop, finished, rescored):
+    """As adding one: the scores left are read off the token statistics already computed (``lowercase``
+    aside: its pass is part of the forward pass job, ``token_stats``)."""
+    def change(c):
+        tp = c["probes"]["token_prob"]
+        if drop == "min_k_ratios":
+            tp["min_k_ratios"] = [0.1]
+        else:
+            tp["methods"] = [m for m in token_prob_methods() if m != drop]
+
+    assert planned_jobs(finished, with_config(finished, f"without_{drop}", change)) == rescored
+
+
+def test_a_model_token_prob_reads_only_as_a_reference_gets_no_lowercase_pass(finished_run, tmp_path):
+    """A reference model's statistics are read as the original pass alone (``ref_<model>`` of the models
+    scored): one token_prob does not score gets its forward pass on each benchmark, no scoring, metrics or
+    figures of its own, and no pass over the lowercased passages, which only the ``lowercase`` score of a
+    model scored reads. It had one: adding ``lowercase`` to the methods reran its forward passes too."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+    tp, reference = CI["probes"]["token_prob"], "tiny-gpt2-cb"  # not scored by token_prob (CopyBench's)
+    assert reference not in tp["models"] and "lowercase" in token_prob_methods()
+
+    def reference_only(c, lowercase):
+        c["probes"]["token_prob"]["reference_models"] = [*tp["reference_models"], reference]
+        c["probes"]["token_prob"]["methods"] = [m for m in token_prob_methods() if lowercase or m != "lowercase"]
+
+    before = with_config(workdir, "reference_only", lambda c: reference_only(c, lowercase=False))
+    ran = {(r, w) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)
+           for r, w in [(j["rule"], j["wildcards"])] if wildcard((r, w), "model") == reference}
+    assert ran == {("token_stats", f"benchmark={b}, model={reference}") for b in tp["benchmarks"]}
+    after = with_config(workdir, "reference_only_lowercase", lambda c: reference_only(c, lowercase=True))
+    assert planned_jobs(workdir, after) == {
+        (r, f"benchmark={b}, model={m}") for b in tp["benchmarks"] for m in tp["models"]
+        for r in ("token_stats", "token_prob_scores", "metrics", "figures_model")} | cross_model(tp["benchmarks"])
 
 
 def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):

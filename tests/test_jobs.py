@@ -388,3 +388,29 @@ def test_an_api_model_without_its_key_is_an_error_for_the_jobs_about_to_run(monk
         "config key models.gpt.api.api_key_env: environment variable OPENAI_API_KEY is not set; export the API key "
         "in it before the run (the config names the variable, never the key)"]
     assert api_key_problems(config, [runs[0], runs[2], ("suspect", {"api_openai": 0})]) == []
+
+
+def test_a_models_family_labels_it_and_is_no_setting_of_its_weights_or_scores():
+    """``family`` (the config's, else the model's name) is a param of the tables and figures that show it, never
+    of preparing or scoring the model: renaming it re-trained the model and reran everything after it."""
+    from memaudit.config import model_build_settings, model_scoring_settings
+
+    cfg = copy.deepcopy(CI)
+    del cfg["models"]["tiny-gpt2-cb"]["family"]
+    assert jobs.families(cfg, ["tiny-gpt2-cb", "smollm2-135m"]) == {"smollm2-135m": "smollm2",
+                                                                   "tiny-gpt2-cb": "tiny-gpt2-cb"}
+    entry = cfg["models"]["smollm2-135m-contaminated"]
+    assert "family" not in model_build_settings(entry) and "family" not in model_scoring_settings(entry)
+    assert model_build_settings(entry)["base"] == "smollm2-135m"
+
+
+def test_the_lowercase_pass_runs_where_token_prob_scores_the_model_not_where_it_is_only_a_reference():
+    """token_stats passes over the lowercased passages only for the ``lowercase`` score of a model token_prob
+    scores there: a reference model is read as its original pass (``ref_<model>``)."""
+    cfg = copy.deepcopy(CI)
+    cfg["probes"]["token_prob"]["reference_models"] = ["tiny-gpt2-small", "tiny-gpt2-cb"]
+    assert jobs.reference_models(cfg, "smollm2-135m") == ["tiny-gpt2-small", "tiny-gpt2-cb"]
+    assert [jobs.lowercase_pass(cfg, b, m) for b in ("novels", "news")
+            for m in ("smollm2-135m", "tiny-gpt2-small", "tiny-gpt2-cb")] == [True, True, False] * 2
+    cfg["probes"]["token_prob"]["methods"] = ["loss", "reference"]
+    assert not any(jobs.lowercase_pass(cfg, "novels", m) for m in ("smollm2-135m", "tiny-gpt2-cb"))

@@ -817,9 +817,11 @@ def test_a_tiny_models_manifest_records_what_reproduces_its_pretraining(tmp_path
 
     tiny = {"n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 32, "vocab_size": 300, "epochs": 1, "lr": 0.01,
             "batch_size": 4, "max_tokens": None}
-    manifest = prepare_base_model("t", {"source": {"tiny_gpt2": tiny}, "dtype": "float32"}, tmp_path / "t",
-                                  cache_dir=tmp_path, pretrain_texts=TINY_TEXTS * 4, seed=7)
+    manifest = prepare_base_model("t", {"source": {"tiny_gpt2": tiny}, "dtype": "float32", "family": "tiny"},
+                                  tmp_path / "t", cache_dir=tmp_path, pretrain_texts=TINY_TEXTS * 4, seed=7)
     assert manifest["tiny_gpt2"] == tiny and manifest["seed"] == 7
+    # the family labels tables, the config's (memaudit.jobs.families): no copy here to go stale on a rename
+    assert "family" not in manifest
     assert manifest["pretrain_sha256"] == texts_digest(TINY_TEXTS * 4)
     assert manifest["training"]["optimizer"] == {
         "name": "AdamW", "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.01, "max_grad_norm": 1.0,

@@ -677,3 +677,29 @@ def test_the_models_table_names_the_api_models_the_run_asked(tmp_path):
         "served,llama,,,,,openai,llama-3,adapter-2,http://127.0.0.1:8000/v1",
         "suspect,suspect,,,,,openai,gpt-4o-mini-2024-07-18,,"]
     assert base_models(pd.read_csv(summary / "models.csv")) == {"ref"}
+
+
+def test_the_models_table_takes_each_models_family_from_the_config(tmp_path):
+    """A local model's family is the config's (the summary's and the AUC figures' param), not its manifest's:
+    renaming a family reruns those tables alone, not prepare_model, so a manifest prepared before the rename
+    still holds the old name (and one prepared since holds none)."""
+    from memaudit.stats.workflow import build_summary, models_table, run_metrics
+
+    for name, manifest in (("ft", {"family": "tiny-gpt2", "base": "base", "contaminated_on": ["novels"]}),
+                           ("base", {"contaminated_on": []})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"name": name, "n_params": 10, **manifest}))
+    dirs = [tmp_path / "ft", tmp_path / "base"]
+    families = {"ft": "tiny-gpt2-tuned", "base": "tiny-gpt2"}
+    assert models_table(dirs, families=families)[["model", "family"]].values.tolist() == [
+        ["base", "tiny-gpt2"], ["ft", "tiny-gpt2-tuned"]]
+    rng = np.random.default_rng(8)
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    run_metrics([_write_docs(tmp_path / "a.csv", _frame(rng.normal(3, 1, 20), rng.normal(0, 1, 20)))],
+                out["metrics"], out["selection"], out["named"], benchmark="novels", model="ft",
+                contaminated=True, stats=SETTINGS, seed=1)
+    summary = tmp_path / "summary"
+    build_summary([out["metrics"]], dirs, summary / "metrics.csv", summary / "metrics.md", summary / "models.csv",
+                  families=families)
+    assert (summary / "models.csv").read_text().splitlines()[1:] == [
+        "base,tiny-gpt2,10,,,,hf,,,", "ft,tiny-gpt2-tuned,10,base,novels,,hf,,,"]

@@ -1079,6 +1079,8 @@ EXECUTION_KEYS = ("gpus", "mem_mb", "runtime")
 SCORING_KEYS = ("max_tokens", "batch_size")
 # Which model a model is compared with changes the tables that pair them, never its weights or scores.
 COMPARISON_KEYS = ("control",)
+# A model's label in the tables and figures (memaudit.jobs.families, the params of the jobs that show it).
+LABEL_KEYS = ("family",)
 # How an API model's requests are sent and priced (the answers are cached by request, each priced when it
 # was made): raising a slow paraphraser's concurrency must not rerun every job downstream of its paraphrases.
 API_SENDING_KEYS = ("concurrency", "timeout", "max_retries", "api_key_env", "pricing")
@@ -1094,9 +1096,10 @@ def model_build_settings(entry: dict) -> dict:
 
 
 def model_scoring_settings(entry: dict) -> dict:
-    """The part of a model entry a probing job's results depend on: everything but scheduling, and of an
-    API model's ``api`` block what is asked, not how it is sent (:data:`API_SENDING_KEYS`)."""
-    kept = {k: v for k, v in entry.items() if k not in EXECUTION_KEYS + COMPARISON_KEYS}
+    """The part of a model entry a probing job's results depend on: everything but scheduling, the control
+    and the family (which label tables), and of an API model's ``api`` block what is asked, not how it is
+    sent (:data:`API_SENDING_KEYS`)."""
+    kept = {k: v for k, v in entry.items() if k not in EXECUTION_KEYS + COMPARISON_KEYS + LABEL_KEYS}
     if isinstance(kept.get("api"), dict):
         kept["api"] = {k: v for k, v in kept["api"].items() if k not in API_SENDING_KEYS}
     return kept

@@ -107,6 +107,12 @@ def model_dir(config: dict, model: str) -> dict[str, str]:
     return {} if is_api_model(config["models"][model]) else {"model": f"results/models/{model}"}
 
 
+def families(config: dict, models: Sequence[str]) -> dict[str, str]:
+    """Each model's ``family`` (its name where unset), which groups models in the tables and figures: the param
+    of the jobs that show it, not of ``prepare_model`` or any probe, so renaming one redraws those alone."""
+    return {m: config["models"][m].get("family", m) for m in sorted(models)}
+
+
 def model_priority(entry: dict) -> int:
     """Scheduling order of model jobs, ahead of every other job (priority 0).
 
@@ -296,6 +302,14 @@ def reference_models(config: dict, model: str) -> list[str]:
     if "reference" not in tp.get("methods", []):
         return []
     return [r for r in tp.get("reference_models", []) if r != model]
+
+
+def lowercase_pass(config: dict, benchmark: str, model: str) -> bool:
+    """Whether ``token_stats`` of (benchmark, model) passes over the lowercased passages too: for the
+    ``lowercase`` score of a model token_prob scores there. A model read only as a reference is read as its
+    original pass (``ref_<model>``); a second pass would double its forward passes for nothing."""
+    tp = config["probes"].get("token_prob", {})
+    return "lowercase" in tp.get("methods", []) and "token_prob" in probes_for_model(config, model, benchmark)
 
 
 def metrics_tables(config: dict) -> list[str]:

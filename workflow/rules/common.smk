@@ -200,6 +200,12 @@ def benchmark_local_models(wildcards):
     return [f"results/models/{m}" for m in SCORED[wildcards.benchmark] if m in LOCAL_MODELS]
 
 
+def benchmark_local_families(wildcards):
+    """The families of those models, which group the figure's lines (not prepare_model's param: renaming one
+    redraws the figures that show it alone)."""
+    return jobs.families(config, [m for m in SCORED[wildcards.benchmark] if m in LOCAL_MODELS])
+
+
 # ----------------------------------------------------------------------------- resources: GPUs and API slots
 
 

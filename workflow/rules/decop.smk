@@ -134,6 +134,8 @@ rule decop_figures:
     conda:
         "../../envs/memaudit.yaml"
     params:
+        # the models' labels in the figure by size (not prepare_model's: renaming one redraws this alone)
+        families=lambda wc: jobs.families(config, decop_plan.figure_models(config, wc.benchmark)),
         code_version=family_version("decop", "summary"),
     script:
         "../scripts/decop_figures.py"

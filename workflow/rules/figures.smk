@@ -52,6 +52,7 @@ rule figure_auc_vs_size:
         "../../envs/memaudit.yaml"
     params:
         methods=config["figures"]["headline_methods"],
+        families=benchmark_local_families,
         code_version=step_version("figures"),
     script:
         "../scripts/figure_auc_vs_size.py"

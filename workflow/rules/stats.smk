@@ -113,6 +113,8 @@ rule summary:
         label_provenance=jobs.label_provenance(config),
         # which model each API model is (model_id, revision, base_url): models.csv's rows for them
         api_models=api_model_rows(config),
+        # the local models' families (models.csv; not prepare_model's: renaming one rewrites the tables alone)
+        families=jobs.families(config, LOCAL_MODELS),
         code_version=step_version("stats"),
     script:
         "../scripts/summary.py"

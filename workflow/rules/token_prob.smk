@@ -25,7 +25,7 @@ rule token_stats:
         gpu=gpu_slots,
     params:
         entry=model_entry,
-        lowercase="lowercase" in config["probes"]["token_prob"]["methods"],
+        lowercase=lambda wc: jobs.lowercase_pass(config, wc.benchmark, wc.model),
         shard_passages=config["checkpoints"]["shard_passages"],
         code_version=family_version("token_prob", "stats"),
     script:

@@ -7,7 +7,7 @@ log = start(snakemake, "light")
 # This benchmark's metric tables and the model manifests, not the summary: adding a benchmark
 # (which rewrites the summary) leaves the other benchmarks' figures alone.
 metrics = merge_metrics(snakemake.input.metrics)
-models = models_table(snakemake.input.models)
+models = models_table(snakemake.input.models, families=snakemake.params.families)
 metrics = metrics[metrics["model"].isin(set(models["model"]))]
 # the headline methods, or on a benchmark probed by none of them (a DE-COP-only one) every method
 methods = [m for m in snakemake.params.methods if m in set(metrics["method"])] or None

@@ -9,5 +9,5 @@ build_summary(
     out_figure=snakemake.output.selection_figure, figure_methods=snakemake.params.figure_methods,
     rejects=dict(zip(snakemake.params.benchmarks, snakemake.input.rejects)), out_rejects=snakemake.output.rejects,
     benchmarks=snakemake.params.label_provenance, out_benchmarks=snakemake.output.benchmarks,
-    api_models=snakemake.params.api_models,
+    api_models=snakemake.params.api_models, families=snakemake.params.families,
 )

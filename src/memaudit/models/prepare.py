@@ -1,10 +1,12 @@
 """Materialise a config model entry as a *manifest* (``results/models/<name>/manifest.json``).
 
 The manifest records how to load the model (a load spec, see
-:mod:`memaudit.models.loading`), its size, family and the benchmarks it was
-contaminated on. Base models are converted (builtin), referenced (path, hub id)
-or trained from scratch (tiny GPT-2); fine-tuned models add an adapter (LoRA)
-or their own weights (full) on top of their base's manifest.
+:mod:`memaudit.models.loading`), its size and the benchmarks it was
+contaminated on; not its ``family``, a label the tables take from the
+config (:func:`memaudit.jobs.families`). Base models are converted (builtin),
+referenced (path, hub id) or trained from scratch (tiny GPT-2); fine-tuned
+models add an adapter (LoRA) or their own weights (full) on top of their
+base's manifest.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dict:
-    return {"name": name, "family": entry.get("family", name), "backend": entry.get("backend", "hf"),
+    return {"name": name, "backend": entry.get("backend", "hf"),
             "load": load, "n_params": int(n_params), "contaminated_on": contaminated_on(entry),
             "base": entry.get("base"), "dtype": entry.get("dtype", "auto"), **extra}
 

@@ -146,20 +146,22 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
                   selection_paths: Sequence[str] = (), out_selection=None, out_figure=None,
                   figure_methods: Sequence[str] = (), rejects: Mapping[str, str] | None = None,
                   out_rejects=None, benchmarks: Mapping[str, dict] | None = None,
-                  out_benchmarks=None, api_models: Sequence[dict] = ()) -> pd.DataFrame:
+                  out_benchmarks=None, api_models: Sequence[dict] = (),
+                  families: Mapping[str, str] | None = None) -> pd.DataFrame:
     """``metrics.csv``/``metrics.md`` over every (benchmark, model, method) and ``models.csv``; with
     ``selection_paths``, ``selection.csv`` (every per-pair selection table) and its figure; with
     ``rejects`` (``{benchmark: its rejects.csv}``), ``rejects.csv``: the input rows each
     benchmark's loaders rejected, counted by file and reason; with ``benchmarks`` (``{benchmark:
     its label provenance}``, :func:`memaudit.jobs.label_provenance`), ``benchmarks.csv``:
     where each benchmark's labels come from, whether its base models are null controls and which
-    probe families ran on it. ``api_models`` (:func:`api_model_rows`) join the local models in ``models.csv``."""
+    probe families ran on it. ``api_models`` (:func:`api_model_rows`) join the local models in ``models.csv``,
+    whose families are ``families``' (:func:`models_table`)."""
     from memaudit.datasets.rejects import count_rejects
     from memaudit.stats.summary import merge_metrics, write_summary
 
     frame = merge_metrics(metric_paths)
     write_summary(frame, out_csv, out_md)
-    write_csv(out_models, models_table(model_dirs, api_models))
+    write_csv(out_models, models_table(model_dirs, api_models, families))
     if out_benchmarks is not None:
         write_csv(out_benchmarks, pd.DataFrame([{"benchmark": name, **origin} for name, origin in
                                                 sorted((benchmarks or {}).items())],
@@ -189,14 +191,18 @@ MODEL_COLUMNS = ["model", "family", "n_params", "base", "contaminated_on", "sour
                  "revision", "base_url"]
 
 
-def models_table(model_dirs: Sequence[str], api_models: Sequence[dict] = ()) -> pd.DataFrame:
+def models_table(model_dirs: Sequence[str], api_models: Sequence[dict] = (),
+                 families: Mapping[str, str] | None = None) -> pd.DataFrame:
     """``model, family, n_params, base, contaminated_on, source_sha256, backend`` from each prepared model's
     ``manifest.json``, and the rows of ``api_models`` (:func:`api_model_rows`); ``source_sha256``: the digest
-    of a checkpoint given by path (its files, when the run read them), blank for the others."""
+    of a checkpoint given by path (its files, when the run read them), blank for the others. A model's family
+    is ``families``' (the config's, :func:`memaudit.jobs.families`) where given: renaming one reruns the jobs
+    that show it, not ``prepare_model``, so a manifest may hold an older one (or, since, none)."""
     rows = []
     for d in model_dirs:
         m = read_json(Path(d) / "manifest.json")
-        rows.append({"model": m["name"], "family": m["family"], "n_params": m["n_params"],
+        family = (families or {}).get(m["name"], m.get("family", m["name"]))
+        rows.append({"model": m["name"], "family": family, "n_params": m["n_params"],
                      "base": m.get("base") or "", "contaminated_on": ";".join(m["contaminated_on"]),
                      "source_sha256": (m.get("source_digest") or {}).get("sha256", ""),
                      "backend": m.get("backend", "hf")})

@@ -21,9 +21,12 @@ log = logging.getLogger(__name__)
 
 
 def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[str], calibrations: Sequence[str],
-                       model_dirs: Sequence[str], out: dict, items: str | Path | None = None) -> pd.DataFrame:
+                       model_dirs: Sequence[str], out: dict, items: str | Path | None = None,
+                       families: dict[str, str] | None = None) -> pd.DataFrame:
     """The AUC table and figures of one benchmark; with the benchmark's ``items``, the table also
-    holds the blind longest-option rows (:func:`~memaudit.probes.decop.analysis.longest_option_rows`)."""
+    holds the blind longest-option rows (:func:`~memaudit.probes.decop.analysis.longest_option_rows`).
+    ``families``: each model's family (the config's, :func:`memaudit.jobs.families`), which a manifest
+    prepared before the family was renamed does not hold."""
     manifests = [read_json(Path(d) / "manifest.json") for d in model_dirs]
     n_params = {m["name"]: m.get("n_params") for m in manifests}
     by_model: dict[str, list[pd.DataFrame]] = {}
@@ -49,7 +52,8 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
         runs[f"{frame['model'].iloc[0]} ({frame['mode'].iloc[0]})"] = frame
     deltas = calibration_deltas(calibrations)
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg
-    sized = {m["name"]: {"family": m["family"], "contaminated": benchmark in m["contaminated_on"]} for m in manifests}
+    sized = {m["name"]: {"family": (families or {}).get(m["name"], m.get("family", m["name"])),
+                         "contaminated": benchmark in m["contaminated_on"]} for m in manifests}
     plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size", sized)
     plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")
     plot_decop_calibration_accuracy(merged, strip(out["calibration"]),

@@ -139,6 +139,13 @@ def benchmarks(config: dict) -> list[str]:
     return sorted({b for b, _, _ in probe_runs(config, "decop")})
 
 
+def figure_models(config: dict, benchmark: str) -> list[str]:
+    """The local models DE-COP probes on ``benchmark``: the figure by model size draws them (an API model has no
+    size), from their manifests and their families (:func:`memaudit.jobs.families`, the job's param)."""
+    return sorted({m for b, m, _ in probe_runs(config, "decop") if b == benchmark
+                   and not is_api_model(config["models"][m])})
+
+
 def figure_inputs(config: dict, benchmark: str) -> dict[str, list[str]]:
     runs = [(m, mode) for b, m, mode in probe_runs(config, "decop") if b == benchmark]
     scores = f"results/scores/{benchmark}"
@@ -148,7 +155,7 @@ def figure_inputs(config: dict, benchmark: str) -> dict[str, list[str]]:
         "answers": [f"{scores}/{m}/decop_{mode}_answers.csv" for m, mode in runs],
         "documents": [f"{scores}/{m}/decop_{mode}_documents.csv" for m, mode in runs],
         "calibrations": [f"{scores}/{m}/decop_{mode}_calibration.json" for m, mode in runs],
-        "models": sorted({f"results/models/{m}" for m, _ in runs if not is_api_model(config["models"][m])}),
+        "models": [f"results/models/{m}" for m in figure_models(config, benchmark)],
     }
 
 
