@@ -199,10 +199,10 @@ SCRIPT_DIGESTS = {
     "copybench_items.py": "20daf51240614211",
     "copybench_qa_items.py": "0e799f313d74e6d3",
     "copybench_summary.py": "d09fd01cc1f3b7e3",
-    "decop_figures.py": "6abd23f77c9844c2",
+    "decop_figures.py": "d68bcf5fac568fab",
     "decop_items.py": "6f584e89a9584f73",
     "fetch_assets.py": "7c809a89731d662d",
-    "figure_auc_vs_size.py": "5d9f730e649110df",
+    "figure_auc_vs_size.py": "7098c255ce7232bd",
     "figures_model.py": "dbfee0656a64d804",
     "ktd_pool.py": "3fce2b6b4975b63f",
     "ktd_summary.py": "04dff7249cb66f21",
@@ -211,7 +211,7 @@ SCRIPT_DIGESTS = {
     "prepare_model.py": "3adb46d6c6eff193",
     "pretrain_pool.py": "729d10066d7b55ca",
     "probe.py": "471ddcd2b35c726a",
-    "summary.py": "ff32ad6f042e95b7",
+    "summary.py": "91cd817733743b9c",
     "token_stats.py": "697e6043369b35d1",
 }
 

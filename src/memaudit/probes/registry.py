@@ -122,7 +122,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="aecfc057ee09bf71",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="52891325b5d3d82f",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -130,7 +130,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # each scored token ends (ends), which lowercase and ref_<model> align two passes by; 4: a cut at
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="aa266b4d73a12773")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=5, fingerprint="775b6e68e2a02f8d")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -147,7 +147,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 8: the prefix is the passage's text as written up to its last prefix word, paragraph breaks and all
         # (its words were joined by spaces: a model that read the breaks in training continued far less often);
         # prefix_outcomes.json records the instruction and system prompt sent
-        version=8, fingerprint="dd88e9f5d8cda104",
+        # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
+        # were joined by single spaces)
+        version=9, fingerprint="b5c62faf2c807bfa",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -176,19 +178,19 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="06d49b1e41999ff6",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="a039a34acf80a5b2",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
         # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
         # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=7, fingerprint="2fe60e467fc10fca"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=7, fingerprint="5050115222bac49a"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
                 # 4: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="f01005fc506eba3e")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="d87b466e01a04567")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -222,7 +224,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="3bbe2686bf691bd4",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="b7362fd6eb8dc39d",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -230,8 +232,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # items 6: an extractor's or QA writer's "I apologize, but I cannot ..." is a refusal
         # items 7: a literal prompt and its reference are the document's text as written, paragraph breaks and
         # all (words joined by spaces before), so they equal the prefix probe's prompts again
+        # items 8: the in-context demonstrations, the extractor's passage of a book without a summary and the QA
+        # writer's passages are the book's text as written (space-joined words before); a judge's positive
+        # calibration passage is in the form of the story chunks it is told apart from
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=7, fingerprint="958ea19dbe26f4e2"),
+                               version=8, fingerprint="eee8f0fac272af36"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0"); 9: a group with nothing of the
                 # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped); 10: the
@@ -239,7 +244,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # intervals resample whole books (labels per book) or documents (several items each), not items:
                 # ci_unit, n_units
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=11, fingerprint="afd6addcd02036fb")},
+                                 version=11, fingerprint="316227bff57cc572")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -271,18 +276,18 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="a902d13c64ed0f4d",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="100498df7a37d813",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="39cadee49835a908"),
+                              version=10, fingerprint="34ee85d50d64d26f"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=9, fingerprint="2abc66a5ddddd62f")},
+                                 version=9, fingerprint="427fdd45c933ab9c")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -321,12 +326,15 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 8 (items 9): a tag holding a non-answer (unknown, I don't know) is a refusal (it was an answered, wrong
         # guess); a reply's one unclosed tag holding one word is read (<word>Frodo<word>, <word>Frodo<\word>, a
         # line end); the logit-mode filter drops a word only when greedy decoding writes all of it, as the probe
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=8, fingerprint="72f069c42268e1a4",
+        # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
+        # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
+        # unanswered in the tables; every table of the token selection names its reference_model
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="3d9e9be3b42c9504",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=9, fingerprint="f57946c0346d8594"),
+                               version=10, fingerprint="3111935dd1ae43ed"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
@@ -336,7 +344,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the differences' intervals resample whole books (labels per book) or documents (several
                 # passages each), not passages (too narrow where passages cluster): ci_unit, n_units
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=10, fingerprint="4d2e31e32cd078cc")},
+                                 version=11, fingerprint="c67477eedc8028db")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
