@@ -20,9 +20,12 @@ HEADLINE = VALID["figures"]["headline_methods"]  # the config's, else the schema
 
 
 @pytest.fixture(scope="module")
-def report(ci_run):
-    snakemake(ci_run, "--report", "results/report.html", "all", "--configfile", "config/ci.yaml")
-    html = (ci_run / "results" / "report.html").read_text()
+def report(ci_run, tmp_path_factory):
+    # written outside the shared run's tree, which the other tests read as the run left it (test_dvc: git carries
+    # nothing of results/ but DVC's .gitignore; a report.html there, written by whichever test ran first, broke it)
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    snakemake(ci_run, "--report", str(path), "all", "--configfile", "config/ci.yaml")
+    html = path.read_text()
     return report_data(html, "results"), report_data(html, "categories"), html
 
 
