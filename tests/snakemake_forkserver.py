@@ -19,6 +19,8 @@ runs every call as a plain subprocess instead (to rule the server out when a tes
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import json
 import os
 import subprocess
@@ -27,8 +29,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-# The server: reads one JSON request a line from stdin ({argv, cwd, env, out, err}), forks, and
-# answers {"rc": N} when the child has exited. Single-threaded BLAS, so that no worker thread of
+# The server: reads one JSON request a line from stdin ({id, argv, cwd, env, out, err}), forks, and
+# answers {"id": ..., "rc": N} when the child has exited. Single-threaded BLAS, so that no worker thread of
 # numpy's (imported through pandas) is running when it forks.
 _SERVER = r"""
 import json, os, sys, traceback
@@ -64,13 +66,14 @@ for line in requests:
             finally:
                 os._exit(code)
     _, status = os.waitpid(pid, 0)
-    replies.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.write(json.dumps({"id": req["id"], "rc": os.waitstatus_to_exitcode(status)}) + "\n")
     replies.flush()
 """
 
 _lock = threading.Lock()
 _server: subprocess.Popen | None = None
 _server_python_env: dict[str, str] = {}
+_ids = itertools.count()
 
 
 def _python_env(env) -> dict[str, str]:
@@ -90,6 +93,18 @@ def _started() -> subprocess.Popen:
     return _server
 
 
+@atexit.register
+def _stop() -> None:
+    """End the server with the worker (its input closed, it exits) and reap it: its CPU time then counts in
+    the worker's children's, as a subprocess's would."""
+    if _server is not None and _server.poll() is None:
+        _server.stdin.close()
+        try:
+            _server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _server.kill()
+
+
 def run(args: list[str], *, cwd: Path | str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m snakemake ARGS`` in ``cwd`` with ``env`` (None: this process's), its output captured as
     text: what ``subprocess.run(..., capture_output=True, text=True)`` returns."""
@@ -100,14 +115,18 @@ def run(args: list[str], *, cwd: Path | str, env: dict | None = None) -> subproc
         return subprocess.run(argv, cwd=cwd, env=environment, capture_output=True, text=True)
     with _lock, tempfile.TemporaryDirectory(prefix="snakemake-call-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        request = {"argv": [str(a) for a in args], "cwd": str(Path(cwd).resolve()), "env": environment,
+        request = {"id": next(_ids), "argv": [str(a) for a in args], "cwd": str(Path(cwd).resolve()), "env": environment,
                    "out": str(out), "err": str(err)}
         server = _started()
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
-        reply = server.stdout.readline()
-        if not reply:
-            raise RuntimeError(f"the Snakemake fork server (pid {server.pid}) ended: rerun with "
-                               "MEMAUDIT_TEST_NO_FORKSERVER=1 to run Snakemake as a plain subprocess")
-        rc = json.loads(reply)["rc"]
+        while True:  # a reply to an earlier call that was interrupted (a test's timeout) is not this call's
+            reply = server.stdout.readline()
+            if not reply:
+                raise RuntimeError(f"the Snakemake fork server (pid {server.pid}) ended: rerun with "
+                                   "MEMAUDIT_TEST_NO_FORKSERVER=1 to run Snakemake as a plain subprocess")
+            answer = json.loads(reply)
+            if answer["id"] == request["id"]:
+                break
+        rc = answer["rc"]
         return subprocess.CompletedProcess(argv, rc, out.read_text(errors="replace"), err.read_text(errors="replace"))
