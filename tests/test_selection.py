@@ -355,19 +355,26 @@ def _write_docs(path, frame):
     return str(path)
 
 
+def _run_news_metrics(tmp_path, caplog, docs, *, contaminated):
+    """run_metrics of (news, m) over ``docs`` into tmp_path's metrics, selection and named tables, its warnings
+    in ``caplog``: (the metrics table, {table: path})."""
+    from memaudit.stats.workflow import run_metrics
+
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    with caplog.at_level("WARNING", logger="memaudit.stats.workflow"):
+        table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
+                            contaminated=contaminated, stats=SETTINGS, seed=1)
+    return table, out
+
+
 def test_a_metrics_job_keeps_every_method_when_one_has_too_few_non_members(tmp_path, caplog):
     """The metrics job of a (benchmark, model) where one probe scored a single non-member writes every
     table: that method's metrics row with nan bh_* columns and no selection rows, one warning naming it."""
-    from memaudit.stats.workflow import run_metrics
-
     rng = np.random.default_rng(8)
     loss = _frame(rng.normal(3, 1, 40), rng.normal(0, 1, 40))
     docs = [_write_docs(tmp_path / "a.csv", loss),
             _write_docs(tmp_path / "b.csv", _frame(rng.normal(3, 1, 4), [0.0], method="prefix_rougeL"))]
-    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
-    with caplog.at_level("WARNING", logger="memaudit.stats.workflow"):
-        table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
-                            contaminated=True, stats=SETTINGS, seed=1)
+    table, out = _run_news_metrics(tmp_path, caplog, docs, contaminated=True)
     assert table["method"].tolist() == ["loss", "prefix_rougeL"]
     few = table.set_index("method").loc["prefix_rougeL"]
     assert few["bh_q"] == 0.1 and np.isnan(few["bh_fdr"]) and np.isnan(few["bh_power"]) and few["auc"] == 1.0
@@ -543,10 +550,7 @@ def test_a_method_no_document_was_scored_on_has_no_auc_not_chances(tmp_path, cap
     loss = _frame(rng.normal(3, 1, 40), rng.normal(0, 1, 40))
     blank = loss.assign(method="cloze_rank", score=np.nan)
     docs = [_write_docs(tmp_path / "a.csv", loss), _write_docs(tmp_path / "b.csv", blank)]
-    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
-    with caplog.at_level("WARNING", logger="memaudit.stats.workflow"):
-        table = run_metrics(docs, out["metrics"], out["selection"], out["named"], benchmark="news", model="m",
-                            contaminated=False, stats=SETTINGS, seed=1)
+    table, out = _run_news_metrics(tmp_path, caplog, docs, contaminated=False)
     assert table["method"].tolist() == ["cloze_rank", "loss"]
     row = table.set_index("method").loc["cloze_rank"]
     assert (row["n_member"], row["n_nonmember"]) == (40, 40)
