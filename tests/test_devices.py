@@ -263,9 +263,10 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
     assert gpu[("prepare_model", "model=smollm2-135m")] == 0                # a conversion needs no GPU
     assert gpu[("prepare_model", "model=tiny-gpt2-small-contaminated")] == 0  # auto, no GPU visible
     for bench in ("novels", "news"):
-        assert gpu[("token_stats", f"benchmark={bench}, model=smollm2-135m-contaminated")] == 1
-        assert gpu[("token_stats", f"benchmark={bench}, model=tiny-gpt2-small")] == 2
-        assert gpu[("token_stats", f"benchmark={bench}, model=smollm2-135m")] == 0
+        for rule in ("token_stats", "token_stats_lowercase"):  # the lowercased passes (ci scores lowercase) alike
+            assert gpu[(rule, f"benchmark={bench}, model=smollm2-135m-contaminated")] == 1
+            assert gpu[(rule, f"benchmark={bench}, model=tiny-gpt2-small")] == 2
+            assert gpu[(rule, f"benchmark={bench}, model=smollm2-135m")] == 0
     # DE-COP probes a local model like token_stats; the paraphrasing job claims its model's GPUs
     assert gpu[("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit")] == 1
     assert gpu[("decop_probe", "benchmark=novels, model=tiny-gpt2-small, mode=likelihood")] == 2
@@ -276,7 +277,8 @@ def test_gpu_resource_of_jobs_follows_the_model_config(tmp_path):
     assert gpu[("cloze_probe", "benchmark=novels, model=tiny-gpt2-small, mode=logit")] == 2
     # every other job claims none
     others = {k: v for k, v in gpu.items()
-              if k[0] not in ("prepare_model", "token_stats", "decop_probe", "ktd_probe", "cloze_probe")}
+              if k[0] not in ("prepare_model", "token_stats", "token_stats_lowercase", "decop_probe", "ktd_probe",
+                              "cloze_probe")}
     assert others and all(v in (None, 0) for v in others.values()), others
 
 
@@ -306,9 +308,11 @@ def test_cloze_items_claims_the_gpu_of_its_local_knowledge_filter(tmp_path):
 
 
 # The ci run's jobs that load smollm2-135m: its own and its fine-tune's preparation, the fine-tune's token
-# statistics and DE-COP probe, and the DE-COP paraphraser's two jobs (it is the paraphraser)
+# statistics (of the passages and of their lowercased copies) and DE-COP probe, and the DE-COP paraphraser's
+# two jobs (it is the paraphraser)
 SMOLLM2_JOBS = [("prepare_model", "model=smollm2-135m"), ("prepare_model", "model=smollm2-135m-contaminated"),
                 ("token_stats", "benchmark=novels, model=smollm2-135m-contaminated"),
+                ("token_stats_lowercase", "benchmark=novels, model=smollm2-135m-contaminated"),
                 ("decop_probe", "benchmark=novels, model=smollm2-135m-contaminated, mode=logit"),
                 ("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")]
 
@@ -353,10 +357,11 @@ def test_a_models_mem_mb_is_asked_by_every_job_that_loads_it_and_no_other(tmp_pa
     for job in SMOLLM2_JOBS:
         assert mem[job] == 32000, job
     assert mem[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
-    assert mem[("token_stats", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
+    for rule in ("token_stats", "token_stats_lowercase"):
+        assert mem[(rule, "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 9000
+        assert mem[(rule, "benchmark=novels, model=tiny-gpt2-small")] == 8000  # the rule's own default
     # the rules' own defaults elsewhere
     assert mem[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 6000
-    assert mem[("token_stats", "benchmark=novels, model=tiny-gpt2-small")] == 8000
     assert mem[("prepare_model", "model=tiny-gpt2-cb")] == 8000
     assert mem[("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal")] == 4000
     assert mem[("cloze_items", "benchmark=novels")] == 4000
@@ -384,10 +389,11 @@ def test_a_models_runtime_is_asked_by_every_job_that_loads_it_and_no_other(tmp_p
     for job in SMOLLM2_JOBS:
         assert runtime[job] == 600, job
     assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 90
-    assert runtime[("token_stats", "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 120
+    for rule in ("token_stats", "token_stats_lowercase"):
+        assert runtime[(rule, "benchmark=novels, model=tiny-gpt2-small-contaminated")] == 120
+        assert runtime[(rule, "benchmark=novels, model=tiny-gpt2-small")] == 120  # the rule's own
     # the rules' own, else the profile's, elsewhere
     assert runtime[("ktd_probe", "benchmark=novels, model=tiny-gpt2-small")] == 30
-    assert runtime[("token_stats", "benchmark=novels, model=tiny-gpt2-small")] == 120
     assert runtime[("prepare_model", "model=tiny-gpt2-cb")] == 240
     assert runtime[("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal")] == 30
     assert runtime[("cloze_items", "benchmark=novels")] == 30
@@ -431,7 +437,7 @@ def test_the_slurm_profile_sends_every_rule_that_claims_gpus_to_the_gpu_partitio
     gpu_rules = sorted(declared)
     assert gpu_rules == ["cloze_items", "cloze_probe", "copybench_items", "copybench_probe", "copybench_qa_items",
                          "decop_items", "decop_probe", "ktd_pool", "ktd_probe", "prefix_probe", "prepare_model",
-                         "token_stats"]
+                         "token_stats", "token_stats_lowercase"]
     # each loads a model: its memory is the rule's, not the profile's 2000 MB default for small jobs
     assert [rule for rule in gpu_rules if "mem_mb" not in declared[rule]] == []
     profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())

@@ -357,7 +357,7 @@ def test_resumed_probing_equals_an_uninterrupted_run(killed_workflow, tmp_path, 
     try:
         run_token_stats(FAULTS_CONFIG, PROBED, workdir / "results" / "models" / PROBED,
                         workdir / "results" / "datasets" / "novels" / "passages.jsonl", tmp_path / "reference.npz",
-                        lowercase=False, shard_passages=SHARD, checkpoint_dir=None)
+                        shard_passages=SHARD, checkpoint_dir=None)
     finally:
         torch.set_num_threads(threads)
     with np.load(workdir / STATS_TARGET) as resumed, np.load(tmp_path / "reference.npz") as uninterrupted:
@@ -836,10 +836,10 @@ def test_disk_full_while_probing_names_the_output_and_keeps_the_finished_shards(
         run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
     assert str(err.value).startswith(f"cannot write {out}: no space left on device")
     assert list(out.parent.iterdir()) == []
-    assert len(list((tmp_path / "ckpt").glob("*/*.npz"))) == 6  # 12 passages, 2 passes: kept for the rerun
+    assert len(list((tmp_path / "ckpt").glob("*/*.npz"))) == 3  # 12 passages: kept for the rerun
     filler.unlink()  # the user frees space and reruns: nothing is computed again
     info = run_token_stats(*args, shard_passages=4, checkpoint_dir=tmp_path / "ckpt", progress=messages.append)
-    assert info["shards_resumed"] == 6 and out.exists() and not (tmp_path / "ckpt").exists()
+    assert info["shards_resumed"] == 3 and out.exists() and not (tmp_path / "ckpt").exists()
 
 
 def test_permission_denied_is_a_clear_error_naming_the_path(tmp_path):

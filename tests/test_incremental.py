@@ -251,7 +251,8 @@ def rescored(finished):
     """Every token_prob_scores job and what depends on it."""
     jobs = downstream_of(finished, "token_prob_scores")
     assert {r for r, _ in jobs} >= {"token_prob_scores", "metrics", "figures_model", "summary"}
-    assert {r for r, _ in jobs}.isdisjoint({"token_stats", "prepare_model", "benchmark_dataset"})
+    assert {r for r, _ in jobs}.isdisjoint({"token_stats", "token_stats_lowercase", "prepare_model",
+                                            "benchmark_dataset"})
     return jobs
 
 
@@ -269,10 +270,11 @@ def token_prob_methods() -> tuple[str, ...]:
     return tuple(jobs.validate_config(copy.deepcopy(CI))["probes"]["token_prob"]["methods"])
 
 
-@pytest.mark.parametrize("drop", ["min_k_ratios", "min_k", "reference"])
+@pytest.mark.parametrize("drop", ["min_k_ratios", "min_k", "reference", "lowercase"])
 def test_dropping_a_min_k_ratio_or_a_method_schedules_only_scoring(drop, finished, rescored):
-    """As adding one: the scores left are read off the token statistics already computed (``lowercase``
-    aside: its pass is part of the forward pass job, ``token_stats``)."""
+    """As adding one: the scores left are read off the token statistics already computed. ``lowercase`` too:
+    its pass over the lowercased passages is a job of its own (``token_stats_lowercase``), no longer part of
+    the forward pass job (``token_stats``), whose every job reran when it was dropped."""
     def change(c):
         tp = c["probes"]["token_prob"]
         if drop == "min_k_ratios":
@@ -283,27 +285,55 @@ def test_dropping_a_min_k_ratio_or_a_method_schedules_only_scoring(drop, finishe
     assert planned_jobs(finished, with_config(finished, f"without_{drop}", change)) == rescored
 
 
+def _without_lowercase(finished_run, workdir, change=None) -> tuple[str, list[dict]]:
+    """Make ``workdir``, a copy of the finished ci run, a finished run of its config without ``lowercase`` (after
+    ``change``), as if it had never had the method: no pass over the lowercased passages is left. Returns that
+    config's path and the jobs its run ran."""
+    def without(c):
+        if change is not None:
+            change(c)
+        c["probes"]["token_prob"]["methods"] = [m for m in token_prob_methods() if m != "lowercase"]
+
+    config = with_config(workdir, "without_lowercase_run", without)
+    for path in workdir.glob("results/scores/*/*/token_stats_lowercase.npz"):
+        path.unlink()
+    return config, touch_finished(workdir, config, finished_run[2], only_scheduled=True)
+
+
+def test_adding_the_lowercase_method_schedules_only_its_pass_and_scoring(finished_run, rescored, tmp_path):
+    """Turning ``lowercase`` on runs the pass over the lowercased passages of each pair token_prob scores
+    (``token_stats_lowercase``), then the scoring, metrics and figures as adding any method does; no forward
+    pass over the passages (``token_stats``). It was part of token_stats, whose every job reran: for a 7B
+    model, hours of a GPU per benchmark to compute again what was there."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+    assert planned_jobs(workdir, _without_lowercase(finished_run, workdir)[0]) == set()
+    tp = CI["probes"]["token_prob"]
+    passes = {("token_stats_lowercase", f"benchmark={b}, model={m}") for b in tp["benchmarks"] for m in tp["models"]}
+    assert planned_jobs(workdir, CI_YAML) == passes | rescored
+
+
 def test_a_model_token_prob_reads_only_as_a_reference_gets_no_lowercase_pass(finished_run, tmp_path):
     """A reference model's statistics are read as the original pass alone (``ref_<model>`` of the models
     scored): one token_prob does not score gets its forward pass on each benchmark, no scoring, metrics or
     figures of its own, and no pass over the lowercased passages, which only the ``lowercase`` score of a
-    model scored reads. It had one: adding ``lowercase`` to the methods reran its forward passes too."""
+    model scored reads. It had one: adding ``lowercase`` to the methods reran its forward passes too (as it
+    reran those of the models scored, whose lowercased passes were part of ``token_stats``); now it runs the
+    lowercased passes of the models scored, and no forward pass."""
     workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
     tp, reference = CI["probes"]["token_prob"], "tiny-gpt2-cb"  # not scored by token_prob (CopyBench's)
     assert reference not in tp["models"] and "lowercase" in token_prob_methods()
 
-    def reference_only(c, lowercase):
+    def reference_only(c):
         c["probes"]["token_prob"]["reference_models"] = [*tp["reference_models"], reference]
-        c["probes"]["token_prob"]["methods"] = [m for m in token_prob_methods() if lowercase or m != "lowercase"]
 
-    before = with_config(workdir, "reference_only", lambda c: reference_only(c, lowercase=False))
-    ran = {(r, w) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)
+    ran = {(r, w) for j in _without_lowercase(finished_run, workdir, reference_only)[1]
            for r, w in [(j["rule"], j["wildcards"])] if wildcard((r, w), "model") == reference}
     assert ran == {("token_stats", f"benchmark={b}, model={reference}") for b in tp["benchmarks"]}
-    after = with_config(workdir, "reference_only_lowercase", lambda c: reference_only(c, lowercase=True))
+    after = with_config(workdir, "reference_only_lowercase", reference_only)
     assert planned_jobs(workdir, after) == {
         (r, f"benchmark={b}, model={m}") for b in tp["benchmarks"] for m in tp["models"]
-        for r in ("token_stats", "token_prob_scores", "metrics", "figures_model")} | cross_model(tp["benchmarks"])
+        for r in ("token_stats_lowercase", "token_prob_scores", "metrics", "figures_model")} | cross_model(
+        tp["benchmarks"])
 
 
 def test_adding_a_probe_schedules_its_jobs_and_the_tables_it_joins(finished):
@@ -500,7 +530,8 @@ def test_adding_a_benchmark_schedules_only_its_jobs(finished, finished_run):
 
 # The rules that carry each version: a family's own (its probe jobs) and its stages' (what it builds once
 # per benchmark, before any model is probed). The summaries carrying a family's version read its probe jobs.
-VERSION_RULES = {("token_prob", ""): ("token_prob_scores",), ("token_prob", "stats"): ("token_stats",),
+VERSION_RULES = {("token_prob", ""): ("token_prob_scores",),
+                 ("token_prob", "stats"): ("token_stats", "token_stats_lowercase"),
                  ("decop", ""): ("decop_probe",), ("decop", "items"): ("decop_items",),
                  ("decop", "summary"): ("decop_figures",),
                  ("ktd", ""): ("ktd_probe",), ("ktd", "pool"): ("ktd_pool",),
@@ -594,8 +625,9 @@ def test_bumping_a_steps_version_reruns_its_jobs_and_what_reads_them(step, finis
     assert jobs == downstream_of(finished, *STEP_RULES[step])
     assert {r for r, _ in jobs} >= {r for r in STEP_RULES[step] if any(job[0] == r for job in finished_run[1])}
     upstream = {"datasets": set(), "models": {"benchmark_dataset", "pretrain_pool"},
-                "stats": {"benchmark_dataset", "prepare_model", "token_stats"},
-                "figures": {"benchmark_dataset", "prepare_model", "token_stats", "metrics"}}[step]
+                "stats": {"benchmark_dataset", "prepare_model", "token_stats", "token_stats_lowercase"},
+                "figures": {"benchmark_dataset", "prepare_model", "token_stats", "token_stats_lowercase",
+                            "metrics"}}[step]
     assert upstream and not upstream & {r for r, _ in jobs} or step == "datasets"
 
 

@@ -405,8 +405,8 @@ def test_a_models_family_labels_it_and_is_no_setting_of_its_weights_or_scores():
 
 
 def test_the_lowercase_pass_runs_where_token_prob_scores_the_model_not_where_it_is_only_a_reference():
-    """token_stats passes over the lowercased passages only for the ``lowercase`` score of a model token_prob
-    scores there: a reference model is read as its original pass (``ref_<model>``)."""
+    """A pass over the lowercased passages (a token_stats_lowercase job) runs only for the ``lowercase`` score of
+    a model token_prob scores there: a reference model is read as its original pass (``ref_<model>``)."""
     cfg = copy.deepcopy(CI)
     cfg["probes"]["token_prob"]["reference_models"] = ["tiny-gpt2-small", "tiny-gpt2-cb"]
     assert jobs.reference_models(cfg, "smollm2-135m") == ["tiny-gpt2-small", "tiny-gpt2-cb"]

@@ -142,7 +142,8 @@ def test_benchmark_with_too_few_documents_names_it():
 
 def _tiny_token_stats(tiny_model_dir, tmp_path, n: int) -> list[dict]:
     """``n`` short labelled passages in ``tmp_path/passages.jsonl`` and the tiny model's token statistics of them
-    in ``tmp_path/ts.npz`` (model ``m``, float32); returns the passages."""
+    in ``tmp_path/ts.npz``, of their lowercased copies in ``tmp_path/ts_lower.npz`` (model ``m``, float32);
+    returns the passages."""
     import json
 
     passages = [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
@@ -151,18 +152,20 @@ def _tiny_token_stats(tiny_model_dir, tmp_path, n: int) -> list[dict]:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
     config = {"models": {"m": {"device": "cpu", "dtype": "float32", "batch_size": 4, "max_tokens": 64}}}
-    run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / "ts.npz")
+    for name, lowercased in (("ts", False), ("ts_lower", True)):
+        run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"{name}.npz",
+                        lowercased=lowercased)
     return passages
 
 
 def test_runner_scores_from_one_pass_and_rejects_stale_statistics(tiny_model_dir, tmp_path):
     passages = _tiny_token_stats(tiny_model_dir, tmp_path, 6)
     assert load_provenance(tmp_path / "ts.npz") == {"dtype": "float32", "model": "m"}
-    original, lower = load_many(tmp_path / "ts.npz", "original"), load_many(tmp_path / "ts.npz", "lowercase")
+    original, lower = load_many(tmp_path / "ts.npz", "original"), load_many(tmp_path / "ts_lower.npz", "lowercase")
     assert len(original) == 6 and np.isnan(lower.mu).all() and not np.isnan(original.mu).any()
     cfg = {"methods": ["loss", "lowercase", "min_k_plus_plus"], "min_k_ratios": [0.5], "aggregate": "mean"}
     docs = run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg,
-                                 tmp_path / "p.csv", tmp_path / "d.csv")
+                                 tmp_path / "p.csv", tmp_path / "d.csv", lowercase_path=tmp_path / "ts_lower.npz")
     assert set(docs["method"]) == {"loss", "lowercase", "min_k_plus_plus_50pct"}
     assert set(docs["model"]) == {"m"} and set(docs["dtype"]) == {"float32"}
     got = pd.read_csv(tmp_path / "p.csv")

@@ -192,8 +192,8 @@ def assert_tables_match(local_run: Path, workdir: Path, *, since: float, scratch
             _assert_frames_equal(scratch / "local.csv", workdir / table)
         else:
             _assert_frames_equal(local_run / table, workdir / table)
-    npz = sorted(workdir.glob("results/scores/*/*/token_stats.npz"))
-    assert len(npz) == 4
+    npz = sorted(workdir.glob("results/scores/*/*/token_stats*.npz"))  # and of the lowercased passages
+    assert [p.name for p in npz] == ["token_stats.npz", "token_stats_lowercase.npz"] * 4
     for stats in npz:
         with np.load(stats) as b, np.load(local_run / stats.relative_to(workdir)) as a:
             assert sorted(a.files) == sorted(b.files)
@@ -234,8 +234,8 @@ def test_ci_workflow_on_slurm_equals_local_run(slurm_cluster, request, tmp_path)
     assert all(state == "COMPLETED" for _, state in slurm_jobs), slurm_jobs
     assert set(re.findall(r"^localrule (\w+):", output, re.M)) <= {"fetch_assets", "all"}
     ran = set(re.findall(r"^\s*rule (\w+):", output, re.M))
-    assert {"benchmark_dataset", "pretrain_pool", "prepare_model", "token_stats", "token_prob_scores", "metrics",
-            "figures_model", "summary"} <= ran, ran
+    assert {"benchmark_dataset", "pretrain_pool", "prepare_model", "token_stats", "token_stats_lowercase",
+            "token_prob_scores", "metrics", "figures_model", "summary"} <= ran, ran
     # the profile's groups: scoring, statistics and figures of each scored (benchmark, model) pair
     # (the tiny pair on novels and on news) in one job
     from memaudit import jobs

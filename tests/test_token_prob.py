@@ -391,6 +391,7 @@ def test_a_model_as_its_own_reference_at_fewer_tokens_scores_zero(tiny_model_dir
                          for name, n in (("m", 64), ("r", 16))}}
     for name in ("m", "r"):
         run_token_stats(config, name, tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"{name}.npz")
+    run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / "m_lower.npz", lowercased=True)
     model, ref = load_many(tmp_path / "m.npz", "original"), load_many(tmp_path / "r.npz", "original")
     texts = [p["text"] for p in passages]
     assert (ref.chars < [len(t) for t in texts]).all() and (model.chars > ref.chars).all()
@@ -398,7 +399,8 @@ def test_a_model_as_its_own_reference_at_fewer_tokens_scores_zero(tiny_model_dir
     messages = []
     cfg = {"methods": ["loss", "lowercase", "reference"], "min_k_ratios": [0.5], "aggregate": "mean"}
     run_token_prob_scores("m", tmp_path / "m.npz", {"r": tmp_path / "r.npz"}, tmp_path / "passages.jsonl", cfg,
-                          tmp_path / "p.csv", tmp_path / "d.csv", progress=messages.append, benchmark="novels")
+                          tmp_path / "p.csv", tmp_path / "d.csv", progress=messages.append, benchmark="novels",
+                          lowercase_path=tmp_path / "m_lower.npz")
     got = pd.read_csv(tmp_path / "p.csv")
     assert len(got[got.method == "ref_r"]) == 6
     np.testing.assert_allclose(got[got.method == "ref_r"]["score"], 0, atol=1e-5)
@@ -429,11 +431,80 @@ def test_every_score_of_a_batch_of_mixed_lengths_equals_one_passage_at_a_time(ti
                              for name, n in (("m", 100), ("r", 40))}}
         for name in ("m", "r"):
             run_token_stats(config, name, tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"{name}{batch}.npz")
+        run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"m_lower{batch}.npz",
+                        lowercased=True)
         run_token_prob_scores("m", tmp_path / f"m{batch}.npz", {"r": tmp_path / f"r{batch}.npz"},
-                              tmp_path / "passages.jsonl", cfg, tmp_path / f"p{batch}.csv", tmp_path / f"d{batch}.csv")
+                              tmp_path / "passages.jsonl", cfg, tmp_path / f"p{batch}.csv", tmp_path / f"d{batch}.csv",
+                              lowercase_path=tmp_path / f"m_lower{batch}.npz")
         tables.append(pd.read_csv(tmp_path / f"p{batch}.csv"))
     batched, single = tables
     assert len(batched) == 6 * 8 and batched["truncated"].sum() > 0
     pd.testing.assert_frame_equal(batched.drop(columns=["score", "perplexity"]),
                                   single.drop(columns=["score", "perplexity"]))
     np.testing.assert_allclose(batched["score"], single["score"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_lowercase_pass_of_its_own_job_equals_the_one_computed_beside_the_original(tiny_model_dir, tmp_path):
+    """The pass over the lowercased passages was part of token_stats (adding or dropping ``lowercase`` reran
+    every forward pass); token_stats_lowercase computes it alone now. Its file holds, bit for bit, what one
+    backend computed right after the original pass in the same shards (the old job's ``lowercase`` arrays:
+    a cut passage, a character that lowercases to two, sharded and checkpointed), the original pass's file no
+    lowercased arrays, and the lowercase score read from the two files is the combined statistics' exactly."""
+    import json
+
+    from memaudit.backends import open_backend
+    from memaudit.backends.base import TOKEN_LOGPROBS
+    from memaudit.io import write_jsonl
+    from memaudit.models.token_stats import concat_stats, load_many
+    from memaudit.probes.token_prob.forward import run_token_stats
+    from memaudit.probes.token_prob.runner import run_token_prob_scores
+
+    texts = [f"Passage Number {i} About THE Sea and İstanbul's Whale, Captain Ahab. " * (1 + i % 3) for i in range(7)]
+    write_jsonl(tmp_path / "passages.jsonl", [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2,
+                                              "text": t} for i, t in enumerate(texts)])
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps({"load": {"path": str(tiny_model_dir)}}))
+    config = {"models": {"m": {"device": "cpu", "dtype": "float32", "batch_size": 3, "max_tokens": 40}}}
+    for name, lowercased in (("ts", False), ("ts_lower", True)):
+        run_token_stats(config, "m", tmp_path / "m", tmp_path / "passages.jsonl", tmp_path / f"{name}.npz",
+                        lowercased=lowercased, shard_passages=3, checkpoint_dir=tmp_path / f"ckpt_{name}")
+    # the combined job: one backend, the original shards, then the lowercased ones
+    backend = open_backend(config, "m", model_dir=tmp_path / "m", needs={TOKEN_LOGPROBS})
+    shards = [(0, 3), (3, 6), (6, 7)]
+    combined = {name: concat_stats([backend.token_stats(variant[a:b], with_distribution=name == "original")
+                                    for a, b in shards])
+                for name, variant in (("original", texts), ("lowercase", [t.lower() for t in texts]))}
+    with np.load(tmp_path / "ts.npz") as z:
+        assert sorted(z.files) == ["__provenance__"] + [f"original__{k}" for k in
+                                                        ("chars", "ends", "logprob", "mu", "offsets", "sigma")]
+    split = {"original": load_many(tmp_path / "ts.npz", "original"),
+             "lowercase": load_many(tmp_path / "ts_lower.npz", "lowercase")}
+    for name in ("original", "lowercase"):
+        for field in ("offsets", "logprob", "mu", "sigma", "chars", "ends"):
+            np.testing.assert_array_equal(getattr(split[name], field), getattr(combined[name], field),
+                                          err_msg=f"{name} {field}")
+    assert (split["lowercase"].chars < [len(t.lower()) for t in texts]).any()  # some passage cut at max_tokens
+    assert np.isnan(split["lowercase"].mu).all()
+
+    cfg = {"methods": ["loss", "lowercase"], "min_k_ratios": [0.5], "aggregate": "mean"}
+    run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg, tmp_path / "p.csv",
+                          tmp_path / "d.csv", lowercase_path=tmp_path / "ts_lower.npz")
+    got = pd.read_csv(tmp_path / "p.csv")
+    lower = got[got.method == "lowercase"].set_index("passage_id")
+    ctx = ScoringContext(texts, combined["original"], lowercase=combined["lowercase"])
+    want = pd.Series(Lowercase().score(ctx), index=[f"d{i}#p0" for i in range(7)])
+    assert len(lower) == 7
+    # through the CSV's text: the score's repr, which a float64 round-trips exactly
+    np.testing.assert_array_equal(lower["score"].to_numpy(), want[lower.index].to_numpy())
+    # without the lowercased pass there is no lowercase score; with one of other passages, a one-line error
+    run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg, tmp_path / "p2.csv",
+                          tmp_path / "d2.csv")
+    assert set(pd.read_csv(tmp_path / "p2.csv")["method"]) == {"loss"}
+    write_jsonl(tmp_path / "five.jsonl", [{"passage_id": f"d{i}#p0", "doc_id": f"d{i}", "label": i % 2, "text": t}
+                                          for i, t in enumerate(texts[:5])])
+    run_token_stats(config, "m", tmp_path / "m", tmp_path / "five.jsonl", tmp_path / "five_lower.npz", lowercased=True)
+    with pytest.raises(ValueError) as err:
+        run_token_prob_scores("m", tmp_path / "ts.npz", {}, tmp_path / "passages.jsonl", cfg, tmp_path / "p3.csv",
+                              tmp_path / "d3.csv", lowercase_path=tmp_path / "five_lower.npz")
+    assert str(err.value) == (f"token statistics of m on the lowercased passages cover 5 passages, "
+                              f"{tmp_path / 'passages.jsonl'} has 7: rerun its token_stats_lowercase job")

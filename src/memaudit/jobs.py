@@ -305,8 +305,8 @@ def reference_models(config: dict, model: str) -> list[str]:
 
 
 def lowercase_pass(config: dict, benchmark: str, model: str) -> bool:
-    """Whether ``token_stats`` of (benchmark, model) passes over the lowercased passages too: for the
-    ``lowercase`` score of a model token_prob scores there. A model read only as a reference is read as its
+    """Whether (benchmark, model) gets a pass over the lowercased passages (a ``token_stats_lowercase`` job): for
+    the ``lowercase`` score of a model token_prob scores there. A model read only as a reference is read as its
     original pass (``ref_<model>``); a second pass would double its forward passes for nothing."""
     tp = config["probes"].get("token_prob", {})
     return "lowercase" in tp.get("methods", []) and "token_prob" in probes_for_model(config, model, benchmark)

@@ -1,5 +1,6 @@
 # Token-probability probes (memaudit.probes.token_prob): token statistics once per (benchmark, model),
-# every method from them.
+# every method from them. The pass over the lowercased passages, which only the `lowercase` score reads, is
+# a rule of its own: turning that method on or off never reruns the forward passes over the passages.
 
 
 rule token_stats:
@@ -25,7 +26,35 @@ rule token_stats:
         gpu=gpu_slots,
     params:
         entry=model_entry,
-        lowercase=lambda wc: jobs.lowercase_pass(config, wc.benchmark, wc.model),
+        shard_passages=config["checkpoints"]["shard_passages"],
+        code_version=family_version("token_prob", "stats"),
+    script:
+        "../scripts/token_stats.py"
+
+
+# Only where jobs.lowercase_pass holds (token_prob_scores asks for it): a model token_prob reads only as a
+# reference gets none. Resources and priority as token_stats': the same forward pass, over other texts.
+rule token_stats_lowercase:
+    input:
+        model="results/models/{model}",
+        passages="results/datasets/{benchmark}/passages.jsonl",
+    output:
+        stats="results/scores/{benchmark}/{model}/token_stats_lowercase.npz",
+    log:
+        "logs/token_stats_lowercase/{benchmark}/{model}.log",
+    benchmark:
+        "logs/benchmarks/token_stats_lowercase/{benchmark}/{model}.tsv"
+    priority: 5
+    conda:
+        "../../envs/memaudit.yaml"
+    threads: job_threads(8)
+    resources:
+        mem_mb=models_mem_mb(8000, PROBED_MODEL),
+        runtime=models_runtime(PROBED_MODEL, 120),
+        gpu=gpu_slots,
+    params:
+        entry=model_entry,
+        lowercased=True,
         shard_passages=config["checkpoints"]["shard_passages"],
         code_version=family_version("token_prob", "stats"),
     script:
@@ -38,6 +67,11 @@ rule token_prob_scores:
         references=lambda wc: [
             f"results/scores/{wc.benchmark}/{ref}/token_stats.npz" for ref in jobs.reference_models(config, wc.model)
         ],
+        lowercase=lambda wc: (
+            [f"results/scores/{wc.benchmark}/{wc.model}/token_stats_lowercase.npz"]
+            if jobs.lowercase_pass(config, wc.benchmark, wc.model)
+            else []
+        ),
         passages="results/datasets/{benchmark}/passages.jsonl",
     output:
         passages="results/scores/{benchmark}/{model}/token_prob_passages.csv",

@@ -5,6 +5,6 @@ log = start(snakemake)
 root, (benchmark, model) = checkpoint_root(snakemake), (snakemake.wildcards.benchmark, snakemake.wildcards.model)
 run_token_stats(
     snakemake.config, model, snakemake.input.model, snakemake.input.passages, snakemake.output.stats,
-    lowercase=snakemake.params.lowercase, shard_passages=snakemake.params.shard_passages,
-    checkpoint_dir=root / "token_stats" / benchmark / model, checkpoint_root=root, progress=log.info,
+    lowercased=snakemake.params.get("lowercased", False), shard_passages=snakemake.params.shard_passages,
+    checkpoint_dir=root / snakemake.rule / benchmark / model, checkpoint_root=root, progress=log.info,
 )

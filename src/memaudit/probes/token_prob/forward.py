@@ -1,5 +1,7 @@
-"""The token-probability family's forward pass (the ``token_stats`` jobs): per-token statistics of a
-benchmark's passages under one model, which every method then reads (:mod:`memaudit.probes.token_prob.runner`).
+"""The token-probability family's forward passes: per-token statistics of a benchmark's passages under one
+model (the ``token_stats`` jobs), and of their lowercased copies (the ``token_stats_lowercase`` jobs, for the
+``lowercase`` score alone), which every method then reads (:mod:`memaudit.probes.token_prob.runner`). Each pass is
+a job of its own, so turning ``lowercase`` on or off computes or drops that pass and never repeats the other.
 
 Its code version is the family's ``stats`` stage (:mod:`memaudit.probes.registry`): a change to how a method
 scores reruns the scoring, not every model's forward passes; a change to the statistics reruns both.
@@ -28,10 +30,12 @@ def load_passages(path: str | Path) -> pd.DataFrame:
 
 
 def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_path: str | Path,
-                    out_path: str | Path, *, lowercase: bool = True, shard_passages: int | None = None,
+                    out_path: str | Path, *, lowercased: bool = False, shard_passages: int | None = None,
                     checkpoint_dir: str | Path | None = None, checkpoint_root: str | Path | None = None,
                     progress: Callable[[str], None] = log.info) -> dict:
-    """Per-token statistics of the passages (and of their lowercased copies) under one model.
+    """Per-token statistics of the passages under one model, stored as ``original``; with ``lowercased``, of
+    their lowercased copies instead, stored as ``lowercase`` (target log-probabilities only: the ``lowercase``
+    score reads no distribution statistics).
 
     The passages are processed in shards of ``shard_passages`` (None: one shard).
     With ``checkpoint_dir`` each finished shard is saved there atomically and a
@@ -59,9 +63,10 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         # written before an array was recorded (RECORDED) to newer ones. `device: auto` too: a GPU's logits
         # differ from a CPU's in the last bits, so shards of both are not one run's (cuda:1 is cuda). Nor shards of
         # the code before an upgrade that bumped the statistics' version (`code_version`) to the new code's
-        key = checkpoint_key({"rule": "token_stats", "code_version": family_version("token_prob", "stats"),
+        key = checkpoint_key({"rule": "token_stats_lowercase" if lowercased else "token_stats",
+                              "code_version": family_version("token_prob", "stats"),
                               "manifest": file_digest(manifest_path),
-                              "passages": file_digest(passages_path), "entry": entry, "lowercase": lowercase,
+                              "passages": file_digest(passages_path), "entry": entry,
                               "shard_passages": size, "dtype_used": _dtype_used(None, entry),
                               "device_used": resolve_device(entry.get("device", "auto")).split(":")[0],
                               "arrays": list(RECORDED)})
@@ -79,42 +84,39 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
         return backend
 
     t0 = time.time()
-    variants = [("original", texts, True)]
-    if lowercase:
-        variants.append(("lowercase", [t.lower() for t in texts], False))
-    named, n_loaded = {}, 0
+    name, variant, with_distribution = ("lowercase", [t.lower() for t in texts], False) if lowercased else (
+        "original", texts, True)
+    parts, n_loaded = [], 0
     progress(f"forward pass over {len(texts)} passages in {len(bounds)} shard(s)"
              + (f", checkpoints in {shards_dir}" if shards_dir else ""))
-    for name, variant, with_distribution in variants:
-        parts = []
-        for k, (a, b) in enumerate(bounds):
-            path = shards_dir / f"{name}-{k:05d}.npz" if shards_dir else None
-            part = _load_shard(path, b - a, progress)
-            if part is not None:
-                n_loaded += 1
-                progress(f"{name} shard {k + 1}/{len(bounds)}: loaded from checkpoint")
-            else:
-                part = loaded().token_stats(variant[a:b], with_distribution=with_distribution, progress=progress)
-                if path is not None:
-                    part.save(path)
-                progress(f"{name} shard {k + 1}/{len(bounds)}: passages {a}..{b - 1} done "
-                         f"({time.time() - t0:.0f}s)")
-            parts.append(part)
-        named[name] = concat_stats(parts)
+    for k, (a, b) in enumerate(bounds):
+        path = shards_dir / f"{name}-{k:05d}.npz" if shards_dir else None
+        part = _load_shard(path, b - a, progress)
+        if part is not None:
+            n_loaded += 1
+            progress(f"{name} shard {k + 1}/{len(bounds)}: loaded from checkpoint")
+        else:
+            part = loaded().token_stats(variant[a:b], with_distribution=with_distribution, progress=progress)
+            if path is not None:
+                part.save(path)
+            progress(f"{name} shard {k + 1}/{len(bounds)}: passages {a}..{b - 1} done "
+                     f"({time.time() - t0:.0f}s)")
+        parts.append(part)
+    stats = concat_stats(parts)
     if n_loaded:
-        progress(f"resumed: {n_loaded} of {len(bounds) * len(variants)} shards loaded from checkpoint {shards_dir}")
-    save_many(Path(out_path), provenance={"model": model, "dtype": _dtype_used(backend, entry)}, **named)
+        progress(f"resumed: {n_loaded} of {len(bounds)} shards loaded from checkpoint {shards_dir}")
+    save_many(Path(out_path), provenance={"model": model, "dtype": _dtype_used(backend, entry)}, **{name: stats})
     if shards_dir is not None:
         from memaudit.checkpoints import remove_checkpoint
 
         remove_checkpoint(shards_dir, checkpoint_root or checkpoint_dir)
-    chars = named["original"].chars
-    n_cut = int(sum(int(n) < len(t) for n, t in zip(chars, texts))) if chars is not None else 0
+    chars = stats.chars
+    n_cut = int(sum(int(n) < len(t) for n, t in zip(chars, variant))) if chars is not None else 0
     if n_cut:
         progress(f"{n_cut} of {len(texts)} passages cut at the model's max_tokens: scored on their first "
-                 f"{int(np.median([n for n, t in zip(chars, texts) if n < len(t)]))} characters (median)")
-    info = {"n_passages": len(texts), "n_tokens": int(named["original"].offsets[-1]), "truncated": n_cut,
-            "seconds": time.time() - t0, "shards": len(bounds) * len(variants), "shards_resumed": n_loaded}
+                 f"{int(np.median([n for n, t in zip(chars, variant) if n < len(t)]))} characters (median)")
+    info = {"n_passages": len(texts), "n_tokens": int(stats.offsets[-1]), "truncated": n_cut,
+            "seconds": time.time() - t0, "shards": len(bounds), "shards_resumed": n_loaded}
     progress(f"{info['n_tokens']} tokens in {info['seconds']:.1f}s")
     return info
 
