@@ -108,6 +108,13 @@ def books_of(documents: Iterable[dict]) -> dict[str, list[dict]]:
     return dict(sorted(books.items()))
 
 
+def book_text(docs: Sequence[dict]) -> str:
+    """A book's chapters (:func:`books_of`'s story order) as one text: a blank line between chapters, as
+    between paragraphs, so a reader (the extractor, spaCy) sees a chapter end as the end of a paragraph,
+    not a line break inside one."""
+    return "\n\n".join(d["text"] for d in docs)
+
+
 def sentences(nlp, text: str) -> list[str]:
     return [s.text.strip() for s in nlp(text.replace("\n", " ")).sents if s.text.strip()]
 
@@ -185,7 +192,7 @@ def nonliteral_items(documents: Iterable[dict], nlp, *, n_events: int = 20, n_be
             raise ValueError(f"book {book!r} has member and non-member documents: non-literal copying needs "
                              "a book-level split (benchmarks.<name>.split_by: book)")
         label = labels.pop()
-        text = "\n".join(d["text"] for d in docs)
+        text = book_text(docs)
         if extractor is not None:
             got = extractor.book_sets(docs[0]["meta"].get("book") or docs[0]["title"], docs[0]["title"],
                                       docs[0].get("author"), text, n_events=n_events, min_events=min_events)
