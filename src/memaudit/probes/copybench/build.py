@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -115,8 +115,16 @@ def book_text(docs: Sequence[dict]) -> str:
     return "\n\n".join(d["text"] for d in docs)
 
 
+def sentence_spans(nlp, text: str) -> Iterator:
+    """spaCy's sentences of ``text``, each line segmented on its own: spaCy puts no sentence end at a line
+    break, so a heading ("CHAPTER I") or a quoted line would fuse with the sentence on the next line.
+    memaudit's readers join a paragraph's wrapped lines, so a line break left in a document is the text's."""
+    for doc in nlp.pipe(line for line in text.split("\n") if line.strip()):
+        yield from doc.sents
+
+
 def sentences(nlp, text: str) -> list[str]:
-    return [s.text.strip() for s in nlp(text.replace("\n", " ")).sents if s.text.strip()]
+    return [s.text.strip() for s in sentence_spans(nlp, text) if s.text.strip()]
 
 
 def extract_events(sents: Sequence[str], n_events: int, *, min_words: int = 8, max_words: int = 40) -> list[str]:
