@@ -459,6 +459,22 @@ def test_a_decop_mode_asking_for_more_passages_than_its_items_have_is_an_error()
     assert validate_config(ok)["probes"]["decop_logit"]["passages_per_document"] == 3
 
 
+@pytest.mark.parametrize("dtype, line", [
+    ("float64", "must be 'auto' or 'float32' or 'bfloat16' or 'float16', not the string 'float64'"),
+    ("float", "must be 'auto' or 'float32' or 'bfloat16' or 'float16', not the string 'float'"),
+    ("flaot16", "must be 'float16' or 'auto' or 'float32' or 'bfloat16', not the string 'flaot16'; "
+                "did you mean 'float16'?"),
+    ("bfloat61", "must be 'bfloat16' or 'auto' or 'float32' or 'float16', not the string 'bfloat61'; "
+                 "did you mean 'bfloat16'?"),
+])
+def test_an_enum_hint_is_given_for_a_likely_typo_only(dtype, line):
+    """``dtype: float64`` was told "did you mean 'float16'?" (difflib's ratio, 0.86, is high for two
+    different precisions sharing the prefix "float") with float16 listed first. A hint is a typo's fix: one
+    edit (a transposition counts as one; two from 8 characters), case aside; else the choices in their order."""
+    msg = bad(lambda c: c["models"]["tiny-gpt2-small"].update(dtype=dtype))
+    assert msg.splitlines() == [f"config key models.tiny-gpt2-small.dtype: {line}"]
+
+
 def test_a_value_under_token_prob_is_shown_as_any_other_probes():
     """``token`` in a key's name hides its values (a pasted token); a probe's name is the schema's own."""
     msg = bad(lambda c: c["probes"]["token_prob"].update(methods=["loss", "minn_k"], min_k_ratios=[0.2, 1.5]))
@@ -498,8 +514,8 @@ def test_every_problem_is_one_line_all_at_once_with_cross_key_checks_beside_sche
     known = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, generation_cache, models, pretrain, probes, seed, "
              "stats, threads_per_job")
     assert lines == [f"config key extra_{i:02d}: unknown key (known here: {known})" for i in range(12)] + [
-        "config key models.tiny-gpt2-small.dtype: must be 'float16' or 'auto' or 'float32' or 'bfloat16', "
-        "not the string 'float64'; did you mean 'float16'?",
+        "config key models.tiny-gpt2-small.dtype: must be 'auto' or 'float32' or 'bfloat16' or 'float16', "
+        "not the string 'float64'",
         "config key stats.n_boot_ci: must be >= 40, not the number -5",
         "config key models.x.base: unknown model 'nope' (configured: smollm2-135m, smollm2-135m-contaminated, "
         "tiny-gpt2-cb, tiny-gpt2-cb-books, tiny-gpt2-small, tiny-gpt2-small-contaminated, x)"]

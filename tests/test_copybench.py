@@ -16,6 +16,7 @@ from memaudit.probes.copybench.build import (
     extract_events,
     literal_items,
     nonliteral_items,
+    sentences,
 )
 from memaudit.probes.copybench.judge import (
     ATTRIBUTION_PROMPT,
@@ -200,6 +201,21 @@ def test_extractive_events_keep_story_order_one_per_stretch():
     idx = [sents.index(e) for e in events]
     assert len(events) == 4 and idx == sorted(idx)
     assert [i // 10 for i in idx] == [0, 1, 2, 3]  # one from each quarter
+
+
+def test_a_heading_or_a_dialogue_line_is_a_sentence_of_its_own_not_part_of_the_next(nlp):
+    """The builder read the text with its line breaks as spaces, and spaCy put no sentence end after a heading
+    or before a line of narration after a quote: "Chapter 1 Emma Woodhouse ..." was one sentence (an event
+    starting with a heading), and "\"Where is she?\" Mr. Knightley ..." one, dropped as dialogue. Each line is
+    segmented on its own (memaudit's readers join a paragraph's wrapped lines, so a line break is the text's)."""
+    text = ("Chapter 1\nEmma Woodhouse, handsome, clever, and rich, had lived nearly twenty-one years in the world.\n\n"
+            "\"Where is she?\"\nMr. Knightley asked the old servant about the young lady at the door.")
+    assert sentences(nlp, text) == [
+        "Chapter 1", "Emma Woodhouse, handsome, clever, and rich, had lived nearly twenty-one years in the world.",
+        "\"Where is she?\"", "Mr. Knightley asked the old servant about the young lady at the door."]
+    assert extract_events(sentences(nlp, text), 2) == [
+        "Emma Woodhouse, handsome, clever, and rich, had lived nearly twenty-one years in the world.",
+        "Mr. Knightley asked the old servant about the young lady at the door."]
 
 
 def test_a_book_split_keeps_every_chapter_of_a_book_on_one_side():

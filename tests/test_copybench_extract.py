@@ -184,6 +184,25 @@ def test_without_a_summary_the_extractor_reads_the_books_text_as_written():
     assert "by Jane Austen:\nCHAPTER I\n\nEmma  Woodhouse, handsome,\nclever, and rich.\n\n### Task 1" in prompt
 
 
+def test_the_extractor_reads_a_chapter_break_as_a_paragraph_break():
+    """A book's chapters reached the extractor joined by one newline: the end of one chapter and the start of
+    the next read as a line break inside a paragraph. Chapters are joined by a blank line, as paragraphs are."""
+    from memaudit.probes.copybench.build import Reject
+
+    class Recorder:
+        texts = []
+
+        def book_sets(self, name, title, author, text, **_):
+            self.texts.append(text)
+            return Reject(name, "recorded")
+
+    chapters = ["The ball ended late.\n\nEmma slept.", "CHAPTER II\n\nMorning came."]
+    documents = [_doc("emma", 2, 1, chapters[1]), _doc("emma", 1, 1, chapters[0])]
+    _, rejects = nonliteral_items(documents, None, n_events=6, n_beginnings=1, extractor=Recorder())
+    assert Recorder.texts == ["The ball ended late.\n\nEmma slept.\n\nCHAPTER II\n\nMorning came."]
+    assert [(r.where, r.reason) for r in rejects] == [("austen/emma", "recorded")]
+
+
 # ----------------------------------------------------------------------------- through the real SDK
 
 def _backend(server, tmp_path):

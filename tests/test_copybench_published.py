@@ -419,6 +419,48 @@ def _published_folder(root: Path) -> Path:
     return folder
 
 
+@pytest.mark.parametrize("prefix, reference, text", [
+    # data.literal.json's own cuts (bookmia.00.11, 00.31, 01.41, 01.62, 01.76, 10.25, 13.54, 14.81, 01.10)
+    ("They are a form", "of pressure", "They are a form of pressure"),
+    ("'May I see your papers, comrade", "? What are you doing here?",
+     "'May I see your papers, comrade? What are you doing here?"),
+    ("Was there no end to Robert", "'s folly?", "Was there no end to Robert's folly?"),
+    ('"The boys are not at fault,', '" he told the king.', '"The boys are not at fault," he told the king.'),
+    ("the woman said shrilly.", '"So he did," the man said.', 'the woman said shrilly. "So he did," the man said.'),
+    ('one of mine," she said. "', "I can make do", 'one of mine," she said. "I can make do'),
+    ("He chuckles. \u201c", "That it does", "He chuckles. \u201cThat it does"),
+    ("They passed the well", "-shaft not guessing", "They passed the well-shaft not guessing"),
+    ("the best of them, my uncle .", ". . but Brynden", "the best of them, my uncle . . . but Brynden"),
+    ("The tide came in.\n", "And went out.", "The tide came in.\nAnd went out."),  # whitespace: as written
+])
+def test_a_published_snippet_is_its_prefix_and_reference_rejoined_where_they_were_cut(prefix, reference, text):
+    """The published literal items cut BookMIA's snippets between tokens and lost the whitespace at the cut
+    (510 of 758 prefixes end a word whose reference starts the next; 41 references start with "."). The
+    passage and the book's text joined them with a space: "comrade ? What", "Robert 's folly". A space goes
+    back only where the reference starts a new word."""
+    from memaudit.datasets.copybench_published import continuation
+
+    assert continuation(prefix, reference) == text
+
+
+def test_the_published_passages_and_book_texts_rejoin_each_snippet(tmp_path):
+    from memaudit.datasets.copybench_published import book_texts, copybench_sets
+    from memaudit.datasets.published import published_benchmark
+
+    folder = tmp_path / "cb"
+    folder.mkdir()
+    _write(folder, DATA_FILES["literal"], [
+        {"id": "bookmia.00.31", "title": "1984", "input": "The patrols might stop you. 'May I see your papers, comrade",
+         "reference": "? What are you doing here?'"},
+        {"id": "bookmia.01.41", "title": "1984", "input": "Was there no end to Robert", "reference": "'s folly? And"}])
+    published = {"format": "copybench", "path": str(folder)}
+    snippets = ["The patrols might stop you. 'May I see your papers, comrade? What are you doing here?'",
+                "Was there no end to Robert's folly? And"]
+    assert book_texts(copybench_sets(published)) == {"copybench/1984": "\n".join(snippets)}
+    _, passages = published_benchmark("cb", published, rejects=[])
+    assert [p.text for p in passages] == snippets
+
+
 def _labels(root: Path, rows: str) -> Path:
     path = root / "labels.csv"
     path.write_text(rows, encoding="utf-8")

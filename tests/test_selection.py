@@ -683,6 +683,30 @@ def test_the_models_table_names_the_api_models_the_run_asked(tmp_path):
     assert base_models(pd.read_csv(summary / "models.csv")) == {"ref"}
 
 
+def test_the_models_table_fills_the_fields_a_row_lacks_without_a_pandas_deprecation(tmp_path):
+    """Local rows have no model_id, revision or base_url, so those columns were all-NaN float64 and
+    ``fillna("")`` filled them with a string: a Pandas4Warning (raising in pandas 4). Each row now carries a
+    blank for every field it lacks, and the table is the same."""
+    import warnings
+
+    from memaudit.stats.workflow import models_table
+
+    (tmp_path / "ft").mkdir()
+    (tmp_path / "ft" / "manifest.json").write_text(json.dumps(
+        {"name": "ft", "family": "tiny-gpt2", "n_params": 10, "base": "base", "contaminated_on": ["novels"]}))
+    api = [{"model": "gpt", "family": "gpt", "backend": "openai", "model_id": "gpt-4o", "revision": "",
+            "base_url": ""}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        local = models_table([tmp_path / "ft"])
+        both = models_table([tmp_path / "ft"], api)
+    assert local.to_dict("records") == [
+        {"model": "ft", "family": "tiny-gpt2", "n_params": 10, "base": "base", "contaminated_on": "novels",
+         "source_sha256": "", "backend": "hf", "model_id": "", "revision": "", "base_url": ""}]
+    assert both.values.tolist() == [["ft", "tiny-gpt2", 10, "base", "novels", "", "hf", "", "", ""],
+                                    ["gpt", "gpt", "", "", "", "", "openai", "gpt-4o", "", ""]]
+
+
 def test_the_models_table_takes_each_models_family_from_the_config(tmp_path):
     """A local model's family is the config's (the summary's and the AUC figures' param), not its manifest's:
     renaming a family reruns those tables alone, not prepare_model, so a manifest prepared before the rename

@@ -131,10 +131,15 @@ def _plural(n: int, word: str) -> str:
 
 
 def _closest(value: str, choices: Sequence) -> str | None:
-    """The choice ``difflib`` finds closest to ``value`` (case aside: ``HF`` is ``hf``), or None."""
-    names = {str(c).lower(): c for c in choices}
-    close = difflib.get_close_matches(value.lower(), list(names), n=1)
-    return names[close[0]] if close else None
+    """The choice ``value`` is a likely typo of (case aside: ``HF`` is ``hf``), or None: one edit away, a
+    transposition counting as one (``openia``), two from 8 characters. Not difflib's ratio: ``float64`` and
+    ``float16`` share enough to score 0.86, but one is no misspelling of the other."""
+    from nltk.metrics.distance import edit_distance  # imported only when a value is wrong (nltk is slow to import)
+
+    most = 1 if len(value) < 8 else 2
+    distances = [(edit_distance(value.lower(), str(c).lower(), transpositions=True), i) for i, c in enumerate(choices)]
+    distance, i = min(distances, default=(most + 1, -1))
+    return choices[i] if distance <= most else None
 
 
 def _closest_first(value: str, choices: Sequence) -> list:

@@ -757,13 +757,35 @@ def _item(mode: str, it: Any, label: int) -> dict:
     return {**common, "question": it.question, "answers": list(it.answers), "qa_source": "published", "meta": meta}
 
 
+# where a reference continues the prefix's word or quote (no space between them): closing punctuation, an
+# apostrophe's ending ('s, 're), a closing quote (one followed by a space), a hyphen
+_CONTINUES = re.compile(r"""[.,;:!?)\]}%\u201d\u2019-]|'(?:s|re|ve|m|ll|d|t)\b|"(?:\s|$)""")
+_OPENING_QUOTE = re.compile(r"""(?:^|\s)["']$|[\u201c\u2018]$""")
+
+
+def continuation(prefix: str, reference: str) -> str:
+    """A published literal snippet, its ``input`` (prefix) then its ``reference``, rejoined where it was cut.
+
+    CopyBench cut BookMIA's snippets between tokens, and the whitespace at the cut is in neither half: most
+    prefixes end a word whose reference starts the next ("They are a form" | "of pressure"), others end
+    mid-word or before punctuation ("comrade" | "? What", "Robert" | "'s folly"). A space goes back where
+    the reference starts a new word, none where it continues the prefix's (:data:`_CONTINUES`) or the prefix
+    ends with an opening quote; whitespace at the cut, where a file has it, is kept as written."""
+    if prefix[-1:].isspace() or reference[:1].isspace():
+        return prefix + reference
+    spaced_ellipsis = prefix.endswith(" .") and reference.startswith(".")  # "my uncle ." | ". . but"
+    if (_CONTINUES.match(reference) and not spaced_ellipsis) or _OPENING_QUOTE.search(prefix):
+        return prefix + reference
+    return f"{prefix} {reference}"
+
+
 def book_texts(sets: CopyBenchSets) -> dict[str, str]:
     """What the published files say of each book, in file order: the literal snippets (prefix and
     reference), then the events (beginnings and reference events, each once), then the
     question-answer pairs. A book's document text, and MemFree's rejection corpus for stories."""
     parts: dict[str, list[str]] = {}
     for it in sets.literal:
-        parts.setdefault(it["book"], []).append(f"{it['prefix'].strip()} {it['reference'].strip()}")
+        parts.setdefault(it["book"], []).append(continuation(it["prefix"], it["reference"]).strip())
     for it in sets.nonliteral:
         lines = parts.setdefault(it["book"], [])
         for event in (it["beginning"], *it["reference_events"]):

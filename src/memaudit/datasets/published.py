@@ -559,15 +559,15 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
 def copybench_published_benchmark(name: str, published: dict) -> tuple[list[Document], list[Passage], list]:
     """CopyBench's published files as a benchmark: one document per book (what the files say of it,
     :func:`~memaudit.datasets.copybench_published.book_texts`), one passage per literal snippet (the
-    BookMIA prefix and its reference). Labels from ``published.labels``, else every book is
-    unlabelled (-1). The items themselves are built by rule copybench_items from the same files."""
-    from memaudit.datasets.copybench_published import book_texts, copybench_sets
+    BookMIA prefix and its reference, rejoined where they were cut: ``continuation``). Labels from
+    ``published.labels``, else every book is unlabelled (-1). The items themselves are built by rule copybench_items from the same files."""
+    from memaudit.datasets.copybench_published import book_texts, continuation, copybench_sets
 
     sets = copybench_sets(published)
     texts = book_texts(sets)
     labels = {it["book"]: it["label"] for items in (sets.literal, sets.nonliteral, sets.qa) for it in items}
     titles = {it["book"]: it["title"] for items in (sets.literal, sets.nonliteral, sets.qa) for it in items}
-    passages = [Passage(it["item_id"], it["book"], it["label"], f"{it['prefix'].strip()} {it['reference'].strip()}",
+    passages = [Passage(it["item_id"], it["book"], it["label"], continuation(it["prefix"], it["reference"]).strip(),
                         it["title"], "", {"source_line": it["meta"]["line"], "source_file": sets.files["literal"]})
                 for it in sets.literal]
     docs = [Document(book, "copybench", titles[book], "", "book", texts[book],

@@ -207,7 +207,10 @@ def models_table(model_dirs: Sequence[str], api_models: Sequence[dict] = (),
                      "source_sha256": (m.get("source_digest") or {}).get("sha256", ""),
                      "backend": m.get("backend", "hf")})
     rows += [{"n_params": "", **row} for row in api_models]  # no parameter count: blank, not 0
-    return pd.DataFrame(rows, columns=MODEL_COLUMNS).fillna("").sort_values("model")
+    # each row blank in the fields it lacks (a local model's model_id, an API model's base): filling an
+    # all-NaN float column with "" afterwards is a pandas deprecation
+    rows = [{**dict.fromkeys(MODEL_COLUMNS, ""), **row} for row in rows]
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS).sort_values("model")
 
 
 def api_model_rows(config: dict) -> list[dict]:

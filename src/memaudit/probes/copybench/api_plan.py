@@ -194,7 +194,7 @@ def _placeholder(what: str, tokens: int) -> str:
 
 def _extractor_records(config: dict, model: str, documents: Sequence[dict]) -> list[dict]:
     from memaudit.backends.planning import plan_requests
-    from memaudit.probes.copybench.build import books_of
+    from memaudit.probes.copybench.build import book_text, books_of
     from memaudit.probes.copybench.extract import LLMExtractor, character_prompt, event_prompt, repair_prompt
     from memaudit.probes.copybench.items import book_extractor
 
@@ -206,7 +206,7 @@ def _extractor_records(config: dict, model: str, documents: Sequence[dict]) -> l
     prompts = []
     for book, docs in books_of(documents).items():
         title, author, source, _ = extractor.reads(docs[0]["meta"].get("book") or docs[0]["title"], docs[0]["title"],
-                                                   docs[0].get("author"), "\n".join(d["text"] for d in docs))
+                                                   docs[0].get("author"), book_text(docs))
         prompts.append(event_prompt(title, author, source, int(cfg["n_events"])))
         if extractor.characters_from == "llm":
             prompts.append(character_prompt(title, author, source))

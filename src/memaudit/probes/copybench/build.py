@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -108,8 +108,23 @@ def books_of(documents: Iterable[dict]) -> dict[str, list[dict]]:
     return dict(sorted(books.items()))
 
 
+def book_text(docs: Sequence[dict]) -> str:
+    """A book's chapters (:func:`books_of`'s story order) as one text: a blank line between chapters, as
+    between paragraphs, so a reader (the extractor, spaCy) sees a chapter end as the end of a paragraph,
+    not a line break inside one."""
+    return "\n\n".join(d["text"] for d in docs)
+
+
+def sentence_spans(nlp, text: str) -> Iterator:
+    """spaCy's sentences of ``text``, each line segmented on its own: spaCy puts no sentence end at a line
+    break, so a heading ("CHAPTER I") or a quoted line would fuse with the sentence on the next line.
+    memaudit's readers join a paragraph's wrapped lines, so a line break left in a document is the text's."""
+    for doc in nlp.pipe(line for line in text.split("\n") if line.strip()):
+        yield from doc.sents
+
+
 def sentences(nlp, text: str) -> list[str]:
-    return [s.text.strip() for s in nlp(text.replace("\n", " ")).sents if s.text.strip()]
+    return [s.text.strip() for s in sentence_spans(nlp, text) if s.text.strip()]
 
 
 def extract_events(sents: Sequence[str], n_events: int, *, min_words: int = 8, max_words: int = 40) -> list[str]:
@@ -185,7 +200,7 @@ def nonliteral_items(documents: Iterable[dict], nlp, *, n_events: int = 20, n_be
             raise ValueError(f"book {book!r} has member and non-member documents: non-literal copying needs "
                              "a book-level split (benchmarks.<name>.split_by: book)")
         label = labels.pop()
-        text = "\n".join(d["text"] for d in docs)
+        text = book_text(docs)
         if extractor is not None:
             got = extractor.book_sets(docs[0]["meta"].get("book") or docs[0]["title"], docs[0]["title"],
                                       docs[0].get("author"), text, n_events=n_events, min_events=min_events)

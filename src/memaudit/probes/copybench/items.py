@@ -181,7 +181,7 @@ def build_qa_items(documents_path: str | Path, cfg: dict, *, seed: int, writer=N
 def calibrate_encoder_judge(items: Sequence[dict], documents: Sequence[dict], nlp, *, seed: int) -> dict:
     """The MiniLM judge's threshold from half the books' labelled pairs, its agreement on the other half."""
     from memaudit.models.encoder import MiniLMEncoder
-    from memaudit.probes.copybench.build import books_of
+    from memaudit.probes.copybench.build import book_text, books_of
     from memaudit.probes.copybench.judge import (
         EncoderJudge,
         agreement,
@@ -190,7 +190,7 @@ def calibrate_encoder_judge(items: Sequence[dict], documents: Sequence[dict], nl
         split_by_book,
     )
 
-    texts = {b: "\n".join(d["text"] for d in docs) for b, docs in books_of(documents).items()}
+    texts = {b: book_text(docs) for b, docs in books_of(documents).items()}
     pairs = labelled_pairs(items, texts, nlp, seed=seed)
     calibration, held_out = split_by_book(pairs, seed=seed)
     judge = EncoderJudge(MiniLMEncoder())
