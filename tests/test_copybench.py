@@ -173,6 +173,19 @@ def test_characters_group_aliases_and_drop_a_name_two_characters_share(nlp):
     assert len(aliases) == len(set(aliases))  # each alias names one character
 
 
+def test_a_name_ending_a_line_and_one_starting_the_next_are_two_names_not_one(nlp):
+    """The builder read the text with its line breaks as spaces, and spaCy's PERSON entity ran across one:
+    '"Come in," said Frank Churchill' then 'Jane Fairfax rose ...' gave a character "Frank Churchill Jane
+    Fairfax", and each of the four words, shared by two full names, was dropped as ambiguous; "said Harriet"
+    then "Smith came in" gave "Harriet Smith". Each line is read on its own (a line break is the text's)."""
+    text = ("Frank Churchill came to Highbury in the spring.\n\"Come in,\" said Frank Churchill\n"
+            "Jane Fairfax rose from her chair and smiled.\n\nJane Fairfax wrote to her aunt.")
+    assert extract_characters(nlp, text, min_mentions=1) == (
+        [["Frank Churchill", "Churchill", "Frank"], ["Jane Fairfax", "Fairfax", "Jane"]], [])
+    text = "\"I shall go,\" said Harriet\nSmith came in and sat down by the fire.\nHarriet was happy. Mr. Smith was not."
+    assert extract_characters(nlp, text, min_mentions=1) == ([["Smith"], ["Harriet"]], [])  # 2 mentions, 1
+
+
 def test_story_beginnings_exclude_their_own_event_and_the_characters_they_name(nlp):
     sentences = [f"Anne Elliot walks alone to the harbour number {i} and watches the grey ships leave."
                  for i in range(12)]

@@ -106,6 +106,24 @@ def test_extractive_builder_asks_who_did_what_a_named_subject_did(nlp):
                         "give the book more text")]
 
 
+def test_extractive_questions_come_from_each_line_a_heading_is_not_part_of_the_next_sentence(nlp):
+    """The builder read a document with its line breaks as spaces, and spaCy put no sentence end after a
+    heading: "CHAPTER I Captain Wentworth had written ..." was one sentence, opening with no named person, and
+    gave no question. Each line is segmented on its own (memaudit's readers join a paragraph's wrapped lines)."""
+    from memaudit.probes.copybench.qa import extractive_items
+
+    text = ("CHAPTER I\nCaptain Wentworth had written a long letter to Anne that morning.\n\n"
+            "Anne Elliot\nMr. Elliot arrived at the inn late in the evening.")
+    items, rejects = extractive_items([_doc("persuasion", 1, 0, text)], nlp, per_book=10, seed=13)
+    assert [(it["question"], it["answers"], it["meta"]["sentence"]) for it in items] == [
+        ("In Persuasion, who had written a long letter to Anne that morning?", ["Captain Wentworth"],
+         "Captain Wentworth had written a long letter to Anne that morning."),
+        ("In Persuasion, who arrived at the inn late in the evening?", ["Mr. Elliot"],
+         "Mr. Elliot arrived at the inn late in the evening."),
+    ]
+    assert rejects == []
+
+
 # ----------------------------------------------------------------------------- LLM synthesis (Figures 10-12)
 
 def test_synthesis_keeps_verified_pairs_and_rejects_the_rest_with_reasons(tmp_path, monkeypatch):

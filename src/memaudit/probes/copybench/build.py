@@ -16,9 +16,9 @@ Events (:func:`extract_events`)
     ``extractive`` in every table (``event_source``). The real-run path is the paper's prompts
     through a configured model (:mod:`memaudit.probes.copybench.extract`, the ``extractor`` role).
 Characters (:func:`extract_characters`)
-    spaCy's PERSON entities, titles stripped (Mr., Miss, Captain ...), grouped into
-    characters: a multi-word name is a character and each of its words that occurs in no
-    other multi-word name is one of its aliases; a single name inside no multi-word name is
+    spaCy's PERSON entities (each line read on its own: :func:`line_docs`), titles stripped (Mr.,
+    Miss, Captain ...), grouped into characters: a multi-word name is a character and each of
+    its words that occurs in no other multi-word name is one of its aliases; a single name inside no multi-word name is
     a character of its own. A word shared by two characters' names ("Bennet") identifies
     neither and is dropped (each alias names exactly one character, as CopyBench requires).
 Story beginnings (:func:`nonliteral_items`)
@@ -115,11 +115,17 @@ def book_text(docs: Sequence[dict]) -> str:
     return "\n\n".join(d["text"] for d in docs)
 
 
-def sentence_spans(nlp, text: str) -> Iterator:
-    """spaCy's sentences of ``text``, each line segmented on its own: spaCy puts no sentence end at a line
-    break, so a heading ("CHAPTER I") or a quoted line would fuse with the sentence on the next line.
+def line_docs(nlp, text: str) -> Iterator:
+    """spaCy's reading of each non-blank line of ``text`` on its own: spaCy puts no sentence end at a line
+    break and its entities run across one (kept or read as a space), so a heading ("CHAPTER I") or a quoted
+    line would fuse with the sentence on the next line, and a name ending a line with one starting the next.
     memaudit's readers join a paragraph's wrapped lines, so a line break left in a document is the text's."""
-    for doc in nlp.pipe(line for line in text.split("\n") if line.strip()):
+    return nlp.pipe(line for line in text.split("\n") if line.strip())
+
+
+def sentence_spans(nlp, text: str) -> Iterator:
+    """spaCy's sentences of ``text``, each line segmented on its own (:func:`line_docs`)."""
+    for doc in line_docs(nlp, text):
         yield from doc.sents
 
 
@@ -159,7 +165,7 @@ def _clean_name(text: str) -> str | None:
 def extract_characters(nlp, text: str, *, max_characters: int = 10, min_mentions: int = 2) -> tuple[list[list[str]], list[str]]:
     """Characters (each a list of aliases, most mentioned first) and the names dropped as ambiguous."""
     counts: dict[str, int] = {}
-    for ent in nlp(text.replace("\n", " ")).ents:
+    for ent in (ent for doc in line_docs(nlp, text) for ent in doc.ents):
         if ent.label_ == "PERSON":
             name = _clean_name(ent.text)
             if name:

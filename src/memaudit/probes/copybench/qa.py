@@ -15,13 +15,13 @@ that passage with the reason; so does a pair judged only partially or not attrib
 rejection is written to ``copybench_qa_rejects.csv`` and counted, none dropped silently.
 
 The offline demo has no GPT-4: :func:`extractive_pairs` makes questions from the book's own
-sentences with spaCy (``qa_source: extractive`` in every table). A sentence whose subject
-is a named person and opens the sentence ("Captain Wentworth had written a letter to Anne
-that morning.") becomes ``In <title>, who had written a letter to Anne that morning?`` with
-the subject as written as the answer. The book supports every such pair by construction
-(it is the sentence), which is what step 3 checks for a generated pair; the pairs are
-easier to state than GPT-4's and only ask "who", so the demo's F1 is a fact-recall signal
-on ground truth, not a number comparable with the paper's.
+sentences with spaCy, each line segmented on its own (``qa_source: extractive`` in every
+table). A sentence whose subject is a named person and opens the sentence ("Captain Wentworth
+had written a letter to Anne that morning.") becomes ``In <title>, who had written a letter to
+Anne that morning?`` with the subject as written as the answer. The book supports every such
+pair by construction (it is the sentence), which is what step 3 checks for a generated pair;
+the pairs are easier to state than GPT-4's and only ask "who", so the demo's F1 is a
+fact-recall signal on ground truth, not a number comparable with the paper's.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from memaudit.backends.base import STATUS_OK, GenerationParams
 from memaudit.datasets.prefix import word_spans
-from memaudit.probes.copybench.build import Reject, books_of
+from memaudit.probes.copybench.build import Reject, books_of, sentence_spans
 
 # Figure 10's examples: SQuAD pairs (general knowledge, no book's text), also the built-in
 # demonstrations of the QA prompt (Figure 7) when no published prompt file gives its own.
@@ -237,7 +237,7 @@ def extractive_pairs(nlp, book: str, docs: Sequence[dict], *, per_book: int, see
     """Up to ``per_book`` "who" pairs from a book's sentences (:func:`who_question`), seeded, in story order."""
     found = []
     for d in docs:
-        for sent in nlp(d["text"].replace("\n", " ")).sents:
+        for sent in sentence_spans(nlp, d["text"]):  # each line on its own: a heading is no sentence's start
             pair = who_question(sent, d["title"])
             if pair and pair[0] not in {f[1] for f in found}:
                 found.append((d, pair[0], pair[1], sent.text.strip()))
