@@ -212,7 +212,7 @@ SCRIPT_DIGESTS = {
     "pretrain_pool.py": "729d10066d7b55ca",
     "probe.py": "471ddcd2b35c726a",
     "summary.py": "91cd817733743b9c",
-    "token_stats.py": "697e6043369b35d1",
+    "token_stats.py": "7ae3219aa246a3db",
 }
 
 

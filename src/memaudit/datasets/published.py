@@ -108,9 +108,11 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # qa 5: a question shorter than the near-duplicate n-gram is grouped with the same words asked again (it had no
 # n-gram, so "Who wrote Emma?" and "Who wrote 'Emma'?" could land on both sides). articles 5: an article keeps
 # its paragraph breaks (a .txt's blank lines, or one paragraph a line; a PDF's blank lines), and a PDF's page
-# break is a line break (it was a blank line); the whole text was one line.
+# break is a line break (it was a blank line); the whole text was one line. copybench 3: a literal snippet (the
+# passage, and its book's text) is its input and reference rejoined where they were cut (a space only where the
+# reference starts a new word: "comrade? What", not "comrade ? What").
 FORMAT_VERSIONS = {"bookmia": 4, "nyt": 4, "wikimia": 3, "member_texts": 3, "booktection": 3, "arxivtection": 3,
-                   "copybench": 2, "qa": 5, "articles": 5}
+                   "copybench": 3, "qa": 5, "articles": 5}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
