@@ -104,6 +104,19 @@ def _uses_ci_run(items) -> set[str]:
 LONGEST_FIRST = ("test_incremental.py", "test_decop_published.py")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Which test runs now, for the check that a test running Snakemake is marked so
+    (:func:`snakemake_forkserver.check_marked`)."""
+    import snakemake_forkserver
+
+    snakemake_forkserver.current_test = item
+    try:
+        yield
+    finally:
+        snakemake_forkserver.current_test = None
+
+
 def pytest_collection_modifyitems(config, items):
     """Order for two xdist workers (``--dist loadfile``: a file's tests stay on one worker): the
     SLURM test first (the local ci run, then the same workflow through SLURM: the longest chain,

@@ -105,9 +105,24 @@ def _stop() -> None:
             _server.kill()
 
 
+# The test running now (set by conftest's pytest_runtest_protocol), or None outside a test.
+current_test = None
+MARKERS = ("workflow", "slow")  # the tests make test-quick leaves out: `-m "not slow and not workflow"`
+
+
+def check_marked() -> None:
+    """A test that runs Snakemake (a dry run too) is marked ``workflow`` or ``slow``: make test-quick, "unit
+    tests only", leaves those out. Unmarked, one ran Snakemake in every quick run (pyproject's markers)."""
+    item = current_test
+    if item is not None and not any(item.get_closest_marker(m) for m in MARKERS):
+        raise AssertionError(f"{item.nodeid} runs Snakemake: mark it @pytest.mark.workflow (make test-quick, unit "
+                             "tests only, leaves such tests out)")
+
+
 def run(args: list[str], *, cwd: Path | str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m snakemake ARGS`` in ``cwd`` with ``env`` (None: this process's), its output captured as
     text: what ``subprocess.run(..., capture_output=True, text=True)`` returns."""
+    check_marked()
     argv = [sys.executable, "-m", "snakemake", *args]
     environment = dict(os.environ if env is None else env)
     if _disabled() or (_server is not None and _python_env(environment) != _server_python_env) or (

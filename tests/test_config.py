@@ -625,6 +625,7 @@ def test_hub_revision_must_be_a_commit_unless_the_entry_accepts_moving_weights()
     assert f"config key models.pythia-1b.source.revision: {MOVING}\n" in docs
 
 
+@pytest.mark.workflow
 def test_the_docs_gemma_entries_join_the_demo_and_plan_only_their_jobs(tmp_path):
     """docs/models.md's two Gemma entries (the builtin base and its LoRA fine-tune), added to the demo
     config with both names in token_prob's models, validate, and a dry run plans each of the two
@@ -766,6 +767,7 @@ def test_unknown_reference_model():
     assert "probes.token_prob.reference_models.0: unknown model 'ghost'" in msg
 
 
+@pytest.mark.workflow
 def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
     cfg = copy.deepcopy(CI)
     cfg["stats"]["n_boot_ci"] = "many"
@@ -808,6 +810,7 @@ def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_
     assert "benchmarks.mine.source_options.user_books.directory" not in dict(local_inputs(cfg))
 
 
+@pytest.mark.workflow
 def test_a_labels_file_renamed_after_a_finished_dataset_stops_the_workflow(tmp_path):
     """Snakemake names a missing input only of a job it will run: after a finished dataset a labels
     path that is not there was accepted, the old dataset kept and the summary told of the new path."""
@@ -863,6 +866,7 @@ def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch)
     assert "models.smollm2-135m.backend: probe 'token_prob' needs token_logprobs" in str(err.value)
 
 
+@pytest.mark.workflow
 def test_api_model_validates_and_gets_no_white_box_jobs(tmp_path):
     cfg = copy.deepcopy(CI)
     cfg["models"]["gpt-x"] = {"backend": "openai", "api": {
@@ -1032,6 +1036,7 @@ def _dry_run_and_everything_written(tmp_path, config: dict | None, extra: tuple)
     return proc, {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("case", SECRET_CASES)
 def test_a_planted_key_is_refused_in_one_line_per_problem_and_never_printed_or_written(tmp_path, case):
     config, extra, key, lines = SECRET_CASES[case]
@@ -1065,6 +1070,7 @@ def test_a_key_pasted_where_a_name_belongs_is_shown_by_no_line():
 
 
 
+@pytest.mark.workflow
 def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
     workdir = tmp_path / "workdir"
     workdir.mkdir()
@@ -1084,6 +1090,7 @@ def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
         1, "", "config key seed: must be an integer, not the string 'x'\n")
 
 
+@pytest.mark.workflow
 def test_an_empty_configfile_is_an_error_naming_it_not_the_demo(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("{}\n")
@@ -1093,6 +1100,7 @@ def test_an_empty_configfile_is_an_error_naming_it_not_the_demo(tmp_path):
                f"(config/ci.yaml is a small example)\n")
 
 
+@pytest.mark.workflow
 def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     """The default config is read by the Snakefile's configfile directive, whose own message would be
     "Config file is not valid JSON or YAML" at the Snakefile's line; a --configfile cannot be helped
@@ -1174,6 +1182,7 @@ def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, caps
     assert capsys.readouterr().out == f"{ROOT / 'config' / 'ci.yaml'}: valid\n"
 
 
+@pytest.mark.workflow
 def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, monkeypatch):
     """A config checked before a long run shows what the workflow would warn about once (an idle benchmark
     and model, a role left to its default, CopyBench story items too short for the event threshold)."""
@@ -1246,3 +1255,17 @@ def test_the_names_refused_as_numbers_are_those_pandas_reads_as_numbers(tmp_path
         pd.DataFrame({"model": [name]}).to_csv(tmp_path / "t.csv", index=False)
         kind = pd.read_csv(tmp_path / "t.csv")["model"].dtype.kind
         assert _pandas_reads_as_number(name) == (kind in "biuf"), (name, kind)
+
+
+def test_a_test_running_snakemake_unmarked_is_stopped_naming_the_marker(request):
+    """make test-quick runs the tests marked neither ``workflow`` nor ``slow`` ("unit tests only"); 17 tests ran
+    Snakemake (dry runs, a whole dataset) unmarked, in every quick run. A call through the tests' Snakemake
+    helpers from an unmarked test now fails naming the test and the marker; this test, unmarked, is stopped
+    before any Snakemake starts."""
+    assert snakemake_forkserver.current_test is request.node
+    with pytest.raises(AssertionError) as err:
+        snakemake_forkserver.run(["--version"], cwd=ROOT)
+    assert str(err.value) == (f"{request.node.nodeid} runs Snakemake: mark it @pytest.mark.workflow (make "
+                              "test-quick, unit tests only, leaves such tests out)")
+    request.node.add_marker(pytest.mark.workflow)
+    snakemake_forkserver.check_marked()  # marked: no error

@@ -390,6 +390,7 @@ def test_the_instruction_can_be_given_per_benchmark_appendix_e(tmp_path):
         f"{', '.join(sorted(cfg['benchmarks']))}; or `default`)"]
 
 
+@pytest.mark.workflow
 def test_an_unset_key_variable_stops_the_run_before_any_job(tmp_path, monkeypatch):
     """An API model whose key variable was not set stopped its probe job at its start, after the jobs before
     it had run (the dataset here; on an audit a reference model prepared and items built first, minutes to
