@@ -12,7 +12,7 @@ import pytest
 from memaudit.probes import registry
 from memaudit.probes.registry import FAMILIES, code_fingerprint, family_modules, step_fingerprint
 from memaudit.versions import STEPS
-from workflow_helpers import ROOT
+from workflow_helpers import ROOT, rule_directives
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -221,12 +221,9 @@ def _rules_by_script() -> dict[str, list[str]]:
     import re
 
     rules: dict[str, list[str]] = {}
-    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for chunk in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M):
-            rule = re.match(r"rule (\w+):", chunk)
-            script = re.search(r"^\s+script:\s*\n\s+\"\.\./scripts/([\w.]+)\"", chunk, re.M)
-            if rule and script:
-                rules.setdefault(script.group(1), []).append(rule.group(1))
+    for rule, directives in rule_directives().items():
+        if script := re.fullmatch(r'"\.\./scripts/([\w.]+)"', directives.get("script", "")):
+            rules.setdefault(script[1], []).append(rule)
     return rules
 
 

@@ -33,7 +33,8 @@ import yaml
 from memaudit import jobs
 
 from memaudit.versions import STEPS, step_version
-from workflow_helpers import ROOT, directory_outputs, dry_run, make_workdir, planned_jobs, snakemake, touch_finished
+from workflow_helpers import (ROOT, directory_outputs, dry_run, make_workdir, planned_jobs, rule_directives, snakemake,
+                              touch_finished)
 
 pytestmark = pytest.mark.workflow
 
@@ -594,11 +595,8 @@ NO_VERSION = {"fetch_assets", "api_ledger"}
 
 def test_every_rule_that_computes_a_result_carries_a_code_version():
     """A rule without one keeps its finished outputs through any change to the package code it runs."""
-    rules = {}
-    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for chunk in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M):
-            if name := re.match(r"rule (\w+):", chunk):
-                rules[name[1]] = re.search(r"^\s+code_version=(.+),$", chunk, re.M)
+    rules = {name: re.search(r"^code_version=(.+),$", directives.get("params", ""), re.M)
+             for name, directives in rule_directives().items()}
     assert set(STEPS) == set(STEP_RULES)
     versioned = {r for rs in [*VERSION_RULES.values(), *STEP_RULES.values()] for r in rs}
     scripted = {r for r in rules if r != "all" and r not in NO_VERSION}

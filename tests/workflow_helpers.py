@@ -179,3 +179,44 @@ def dry_run_resources(workdir: Path, configfile: Path | str, *extra: str, env: d
             pairs = (kv.split("=", 1) for kv in resources.group(1).split(", ") if "=" in kv)
             out[(rule.group(1), wildcards.group(1))] = {k: int(v) if v.isdigit() else v for k, v in pairs}
     return out
+
+
+_RULE_START = re.compile(r"^(?:rule (\w+):|use rule (\w+) as (\w+) with:)[ \t]*$", re.M)
+_DIRECTIVE = re.compile(r"^    (\w+):[ \t]*(.*)$")
+
+
+def rule_directives() -> dict[str, dict[str, str]]:
+    """{rule: {directive: its text}} as workflow/rules/*.smk declare them, for tests that read the rules
+    statically (every rule carries a code version; which rules run a script). ``use rule A as B with:`` makes
+    B out of A's directives with the ones it names replaced whole, as Snakemake does (a ``params:`` there is
+    all of B's params, not added to A's)."""
+    declared: dict[str, tuple[str | None, dict[str, str]]] = {}
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        text = smk.read_text()
+        starts = list(_RULE_START.finditer(text))
+        for i, start in enumerate(starts):
+            end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+            directives: dict[str, list[str]] = {}
+            current = None
+            for line in text[start.end():end].splitlines()[1:]:
+                if line and not line[0].isspace():  # the rule's block ends at the next top-level line
+                    break
+                if directive := _DIRECTIVE.match(line):
+                    current = directive[1]
+                    directives[current] = [directive[2]] if directive[2] else []
+                elif current is not None and line.strip() and not line.strip().startswith("#"):
+                    directives[current].append(line.strip())
+            name = start[1] or start[3]
+            assert name not in declared, f"{smk.name}: rule {name} declared twice"
+            declared[name] = (start[2], {k: "\n".join(v) for k, v in directives.items()})
+    rules = {}
+
+    def resolve(name: str) -> dict[str, str]:
+        if name not in rules:
+            parent, own = declared[name]
+            rules[name] = {**(resolve(parent) if parent else {}), **own}
+        return rules[name]
+
+    for name in declared:
+        resolve(name)
+    return rules

@@ -33,32 +33,19 @@ rule token_stats:
 
 
 # Only where jobs.lowercase_pass holds (token_prob_scores asks for it): a model token_prob reads only as a
-# reference gets none. Resources and priority as token_stats': the same forward pass, over other texts.
-rule token_stats_lowercase:
-    input:
-        model="results/models/{model}",
-        passages="results/datasets/{benchmark}/passages.jsonl",
+# reference gets none. token_stats' resources, priority and script: the same forward pass, over other texts.
+use rule token_stats as token_stats_lowercase with:
     output:
         stats="results/scores/{benchmark}/{model}/token_stats_lowercase.npz",
     log:
         "logs/token_stats_lowercase/{benchmark}/{model}.log",
     benchmark:
         "logs/benchmarks/token_stats_lowercase/{benchmark}/{model}.tsv"
-    priority: 5
-    conda:
-        "../../envs/memaudit.yaml"
-    threads: job_threads(8)
-    resources:
-        mem_mb=models_mem_mb(8000, PROBED_MODEL),
-        runtime=models_runtime(PROBED_MODEL, 120),
-        gpu=gpu_slots,
     params:
         entry=model_entry,
         lowercased=True,
         shard_passages=config["checkpoints"]["shard_passages"],
         code_version=family_version("token_prob", "stats"),
-    script:
-        "../scripts/token_stats.py"
 
 
 rule token_prob_scores:
