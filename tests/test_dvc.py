@@ -188,7 +188,8 @@ def test_dvc_stage_writes_a_config_inside_the_repository_relative_to_it(tmp_path
     shutil.copy2(ROOT / "dvc.yaml", repo / "dvc.yaml")
     shutil.copy2(ROOT / "config" / "ci.yaml", repo / "audit" / "my.yaml")
     shutil.copy2(ROOT / "config" / "ci.yaml", tmp_path / "outside.yaml")
-    assert main(["dvc-stage", str(repo / "audit" / "my.yaml"), "--dvc-file", str(repo / "dvc.yaml"), "--cores", "2"]) == 0
+    assert main(["dvc-stage", str(repo / "audit" / "my.yaml"), "--dvc-file", str(repo / "dvc.yaml"),
+                 "--cores", "2"]) == 0
     stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["memaudit"]
     assert stage["cmd"] == "snakemake --cores 2 all --configfile audit/my.yaml"
     assert stage["deps"] == ["Snakefile", "workflow", "src/memaudit", "resources/books", "audit/my.yaml"]
@@ -196,7 +197,8 @@ def test_dvc_stage_writes_a_config_inside_the_repository_relative_to_it(tmp_path
                                        "--configfile audit/my.yaml` and depends on 5 paths: Snakefile, workflow, "
                                        "src/memaudit, resources/books, audit/my.yaml\nnot there yet (DVC will report "
                                        "them missing): Snakefile, workflow, src/memaudit, resources/books\n")
-    assert main(["dvc-stage", str(tmp_path / "outside.yaml"), "--dvc-file", str(repo / "dvc.yaml"), "--cores", "2"]) == 0
+    assert main(["dvc-stage", str(tmp_path / "outside.yaml"), "--dvc-file", str(repo / "dvc.yaml"),
+                 "--cores", "2"]) == 0
     stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["memaudit"]
     assert stage["cmd"] == f"snakemake --cores 2 all --configfile {tmp_path / 'outside.yaml'}"
     assert stage["deps"][-1] == str(tmp_path / "outside.yaml")
