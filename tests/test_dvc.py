@@ -177,6 +177,33 @@ def test_dvc_stage_quotes_a_config_path_with_a_space(tmp_path):
         "snakemake --cores 2 all --configfile config/ci.yaml")
 
 
+def test_dvc_stage_writes_a_config_inside_the_repository_relative_to_it(tmp_path, capsys):
+    """`memaudit dvc-stage $PWD/my.yaml` wrote the absolute path into the stage's command and deps: git carries
+    dvc.yaml to a co-author's clone, whose `dvc repro` then ran Snakemake on the first clone's config (or on
+    none). A config outside the repository keeps its absolute path (an external dependency)."""
+    from memaudit.cli import main
+
+    repo = tmp_path / "repo"
+    (repo / "audit").mkdir(parents=True)
+    shutil.copy2(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    shutil.copy2(ROOT / "config" / "ci.yaml", repo / "audit" / "my.yaml")
+    shutil.copy2(ROOT / "config" / "ci.yaml", tmp_path / "outside.yaml")
+    assert main(["dvc-stage", str(repo / "audit" / "my.yaml"), "--dvc-file", str(repo / "dvc.yaml"),
+                 "--cores", "2"]) == 0
+    stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["memaudit"]
+    assert stage["cmd"] == "snakemake --cores 2 all --configfile audit/my.yaml"
+    assert stage["deps"] == ["Snakefile", "workflow", "src/memaudit", "resources/books", "audit/my.yaml"]
+    assert capsys.readouterr().out == (f"{repo / 'dvc.yaml'}: stage 'memaudit' runs `snakemake --cores 2 all "
+                                       "--configfile audit/my.yaml` and depends on 5 paths: Snakefile, workflow, "
+                                       "src/memaudit, resources/books, audit/my.yaml\nnot there yet (DVC will report "
+                                       "them missing): Snakefile, workflow, src/memaudit, resources/books\n")
+    assert main(["dvc-stage", str(tmp_path / "outside.yaml"), "--dvc-file", str(repo / "dvc.yaml"),
+                 "--cores", "2"]) == 0
+    stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["memaudit"]
+    assert stage["cmd"] == f"snakemake --cores 2 all --configfile {tmp_path / 'outside.yaml'}"
+    assert stage["deps"][-1] == str(tmp_path / "outside.yaml")
+
+
 def test_dvc_stage_names_a_broken_dvc_yaml_and_never_leaves_it_half_written(tmp_path, monkeypatch, capsys):
     """A hand edit gone wrong was ruamel's traceback; a dump that failed half-way (or a kill) left dvc.yaml
     truncated, the stage lost: now one line with the line and column, and the file as it was."""

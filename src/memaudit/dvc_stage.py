@@ -71,6 +71,18 @@ def _inside(path: str, folder: str) -> bool:
     return p == f or (not p.is_absolute() and not f.is_absolute() and f in p.parents)
 
 
+def repository_path(path: str | Path, root: str | Path) -> str:
+    """``path`` relative to the repository ``root`` where it is an absolute path inside it, else as given: git
+    carries dvc.yaml to other clones, where the first clone's absolute path is another clone's file, or none."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return p.resolve().relative_to(Path(root).resolve()).as_posix()
+        except ValueError:  # outside the repository: an external dependency, by its absolute path
+            pass
+    return str(path)
+
+
 def stage_command(configfile: str, cores: int = 8) -> str:
     """The stage's ``cmd``: the workflow on ``configfile``, quoted for the shell DVC runs it in (a path with a
     space was split into two arguments, and ``dvc repro`` failed)."""
@@ -92,6 +104,7 @@ def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: i
     yaml.preserve_quotes = True
     yaml.indent(mapping=2, sequence=4, offset=2)  # dvc.yaml's own layout: "- item" two spaces in
     dvc_file = Path(dvc_file)
+    configfile = repository_path(configfile, dvc_file.parent)
     if not dvc_file.is_file():
         raise InputError(f"{dvc_file}: no such file (run from the repository root, where dvc.yaml is)")
     try:
@@ -140,8 +153,9 @@ def dvc_stage_main(argv: list[str]) -> int:
         raise InputError(f"--cores: must be at least 1, not {args.cores}")
     config = load_config(args.config)
     deps = write_stage(args.dvc_file, args.config, config, cores=args.cores)
-    missing = [d for d in deps if not Path(d).exists()]
-    print(f"{args.dvc_file}: stage {STAGE!r} runs `{stage_command(args.config, args.cores)}` "
+    missing = [d for d in deps if not (args.dvc_file.parent / d).exists()]  # relative ones from the repository root
+    configfile = repository_path(args.config, args.dvc_file.parent)
+    print(f"{args.dvc_file}: stage {STAGE!r} runs `{stage_command(configfile, args.cores)}` "
           f"and depends on {len(deps)} paths: {', '.join(deps)}")
     if missing:
         print(f"not there yet (DVC will report them missing): {', '.join(missing)}")
