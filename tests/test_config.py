@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -658,9 +659,8 @@ def test_the_paper_config_is_refused_until_its_hub_revisions_are_pinned():
     models = ["llama-2-7b", "llama-2-13b", "mistral-7b", "llama-2-7b-chat", "llama-2-13b-chat", "pythia-1.4b",
               "bert-base-uncased", "pythia-6.9b", "flan-t5-xl", "stablelm-3b-ref"]
     path = ROOT / "config" / "paper.yaml"
-    assert str(err.value).splitlines() == [
-        f"{path}: config key models.{m}.source.revision: "
-        + MOVING.replace("'main'", "'REPLACE_WITH_COMMIT'") for m in models]
+    assert placed(str(err.value).splitlines(), path) == at_its_key([
+        f"config key models.{m}.source.revision: " + MOVING.replace("'main'", "'REPLACE_WITH_COMMIT'") for m in models])
 
 
 def test_pretraining_pool_must_be_disjoint_from_benchmarks():
@@ -768,6 +768,53 @@ def test_unknown_reference_model():
 
 
 @pytest.mark.workflow
+def placed(lines, path) -> list[tuple[str | None, str]]:
+    """Each problem line as (the config text at the place it names in ``path``, up to a colon; the problem), or
+    (None, the line) where it names no place: that the place is the key's is checked by what is there."""
+    text = Path(path).read_text().splitlines()
+    out = []
+    for line in lines:
+        m = re.match(rf"{re.escape(str(path))}, line (\d+), column (\d+): (.*)", line)
+        out.append((text[int(m[1]) - 1][int(m[2]) - 1:].split(":")[0], m[3]) if m else (None, line))
+    return out
+
+
+def at_its_key(lines: list[str]) -> list[tuple[str, str]]:
+    """The :func:`placed` form of problem lines placed at their own key (the dotted key's last name)."""
+    return [(re.match(r"config key (\S+?): ", line)[1].rsplit(".", 1)[-1], line) for line in lines]
+
+
+def test_a_problem_is_placed_at_the_line_and_column_of_its_key_in_the_file_that_sets_it(tmp_path):
+    """A config of a hundred lines named a bad key only by its dotted path: the line is now placed where the
+    last file that gives the key its value sets it; a name with a dot (``gpt-4.1``) is one key; a missing key
+    is placed at the mapping it is missing from; a value no file holds (``--config``) and a key no file or
+    mapping above it holds get no place (check-config names its one file)."""
+    from memaudit.config import locate_problems
+
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("seed: 1\nmodels:\n  gpt-4.1:\n    backend: openai\n")
+    second.write_text("# mine\nseed: -3\nstats:\n  selection: {qs: [0.1, 0.1]}\nmodels:\n  gpt-4.1:\n    dtpe: x\n")
+    config = {"seed": -3, "stats": {"selection": {"qs": [0.1, 0.1]}},
+              "models": {"gpt-4.1": {"backend": "openai", "dtpe": "x"}}}
+    problems = ["config key seed: must be >= 0, not the number -3",
+                "config key models.gpt-4.1.dtpe: unknown key",
+                "config key models.gpt-4.1.api: required for backend 'openai'",
+                "config key stats.selection.qs: must not list an item twice",
+                "config key stats.selection.qs.1: repeated",
+                "config key benchmarks: missing (required)"]
+    assert locate_problems("\n".join(problems), config, [first, second]).splitlines() == [
+        f"{second}, line 2, column 1: {problems[0]}",
+        f"{second}, line 7, column 5: {problems[1]}",
+        f"{second}, line 6, column 3: {problems[2]}",  # the last file to hold models.gpt-4.1
+        f"{second}, line 4, column 15: {problems[3]}",
+        f"{second}, line 4, column 25: {problems[4]}",
+        problems[5]]
+    overridden = {**config, "seed": -5}  # --config seed=-5: no file holds -5
+    assert locate_problems(problems[0].replace("-3", "-5"), overridden, [first, second]) == (
+        "config key seed: must be >= 0, not the number -5")
+    assert locate_problems(problems[5], config, [second], name_file=True) == f"{second}: {problems[5]}"
+
+
 def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
     cfg = copy.deepcopy(CI)
     cfg["stats"]["n_boot_ci"] = "many"
@@ -775,8 +822,9 @@ def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "all", "--configfile", str(path)],
                           cwd=ROOT, capture_output=True, text=True)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (
-        1, "", "config key stats.n_boot_ci: must be an integer, not the string 'many'\n")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert placed(proc.stderr.splitlines(), path) == at_its_key(
+        ["config key stats.n_boot_ci: must be an integer, not the string 'many'"])
 
 
 def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_path):
@@ -1042,7 +1090,10 @@ def test_a_planted_key_is_refused_in_one_line_per_problem_and_never_printed_or_w
     config, extra, key, lines = SECRET_CASES[case]
     proc, written = _dry_run_and_everything_written(tmp_path, config, extra)
     assert proc.returncode == 1
-    assert proc.stderr.splitlines() == lines
+    if config is None:  # the key is set on the command line, in no file: no place is named
+        assert proc.stderr.splitlines() == lines
+    else:
+        assert placed(proc.stderr.splitlines(), tmp_path / "my.yaml") == at_its_key(lines)
     assert proc.stdout == (EXTENDED if extra else "")
     assert key not in proc.stdout + proc.stderr
     assert [p for p, data in written.items() if key.encode() in data] == []
@@ -1172,8 +1223,8 @@ def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, caps
     path.write_text("benchmarkz: {}\n")
     assert main(["check-config", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"memaudit check-config: error: {path}: config key benchmarkz: unknown key; did you mean 'benchmarks'? "
-        f"(known here: {TOP_KEYS})",
+        f"memaudit check-config: error: {path}, line 1, column 1: config key benchmarkz: unknown key; did you mean "
+        f"'benchmarks'? (known here: {TOP_KEYS})",
         f"memaudit check-config: error: {path}: config key benchmarks: missing (required)",
         f"memaudit check-config: error: {path}: config key models: missing (required)"]
     with pytest.raises(ConfigError, match=f"^{tmp_path}: is a folder, not a config file$"):

@@ -138,8 +138,9 @@ def test_check_config_names_the_file_and_the_misspelt_headline_method(tmp_path):
     done = subprocess.run([sys.executable, "-m", "memaudit.cli", "check-config", str(path)],
                           capture_output=True, text=True)
     assert done.returncode != 0
-    assert (f"{path}: config key figures.headline_methods.1: 'zlibb' is no method this config's probes write; "
-            f"did you mean 'zlib'?") in done.stderr
+    line, text = next((n, t) for n, t in enumerate(path.read_text().splitlines(), 1) if t.endswith("- zlibb"))
+    assert (f"{path}, line {line}, column {text.index('zlibb') + 1}: config key figures.headline_methods.1: 'zlibb' "
+            f"is no method this config's probes write; did you mean 'zlib'?") in done.stderr
 
 
 def test_two_min_k_ratios_that_name_one_method_are_a_config_error():

@@ -959,12 +959,100 @@ def read_config_file(path: str | Path) -> dict:
 
 
 def load_config(path: str | Path, *, checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
-    """A validated, completed config read from ``path``; every problem is one line starting with the file."""
+    """A validated, completed config read from ``path``; every problem is one line starting with the file,
+    and with the line and column of the key where the file sets it (:func:`locate_problems`)."""
     raw = read_config_file(path)
     try:
         return validate_config(raw, checks=checks)
     except ConfigError as exc:
-        raise ConfigError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
+        raise ConfigError(locate_problems(str(exc), raw, [path], name_file=True)) from None
+
+
+_PROBLEM_KEY = re.compile(r"config key (\S+): ")
+
+
+def _key_in(config, dotted: str) -> tuple[list, bool]:
+    """The keys (and list indices) of ``dotted`` in ``config``, and whether all of it is there: a name may
+    hold a dot (a model ``gpt-4.1``), so the longest name a mapping has is taken first."""
+    parts, keys, node, i = dotted.split("."), [], config, 0
+    while i < len(parts):
+        if isinstance(node, dict):
+            j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in node), None)
+            if j is None:
+                return keys, False
+            keys.append(".".join(parts[i:j]))
+        elif isinstance(node, list) and parts[i].isdigit() and int(parts[i]) < len(node):
+            keys.append(int(parts[i]))
+            j = i + 1
+        else:
+            return keys, False
+        node, i = node[keys[-1]], j
+    return keys, True
+
+
+def _node_at(root, keys: list):
+    """The YAML node of the value at ``keys`` under the composed document ``root``, and the mark where
+    the last key (or list item) starts; None where the file does not hold it (a key brought by a merge)."""
+    node, mark = root, None
+    for key in keys:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)),
+                         None)
+            if found is None:
+                return None
+            mark, node = found[0].start_mark, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            mark = node.start_mark
+        else:
+            return None
+    return node, mark
+
+
+def locate_problems(problems: str, config: dict, paths: Sequence[str | Path], *, name_file: bool = False) -> str:
+    """``problems`` (lines ``config key <dotted.key>: …``) with each line's place in the config files:
+    ``<file>, line L, column C: `` where the last of ``paths`` to set the key gives it the value ``config``
+    holds (a value from ``--config key=value`` is no file's, and keeps no place), or, for a key no file sets
+    (one missing, or filled in by a default), the place of the nearest mapping above it a file sets. A line
+    no file places starts with the file where ``name_file`` (one file, as ``memaudit check-config`` reads)."""
+    documents = []
+    for path in reversed(list(paths)):  # the last file given overrides the ones before it
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            documents.append((path, yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):  # read_config_file has refused it already
+            continue
+
+    def place(line: str) -> str | None:
+        key = _PROBLEM_KEY.match(line)
+        if key is None:
+            return None
+        keys, whole = _key_in(config, key[1])
+        for path, root, data in documents:
+            if whole:
+                value = data
+                for k in keys:
+                    value = value.get(k) if isinstance(value, dict) else (
+                        value[k] if isinstance(value, list) and isinstance(k, int) and k < len(value) else None)
+                if value != _value_at(config, keys):
+                    continue
+            for n in range(len(keys), 0, -1) if not whole else (len(keys),):
+                found = _node_at(root, keys[:n])
+                if found is not None and found[1] is not None:
+                    return f"{path}, line {found[1].line + 1}, column {found[1].column + 1}"
+        return None
+
+    out = []
+    for line in problems.splitlines():
+        where = place(line) or (str(paths[0]) if name_file and paths else None)
+        out.append(f"{where}: {line}" if where else line)
+    return "\n".join(out)
+
+
+def _value_at(config, keys: list):
+    for key in keys:
+        config = config[key]
+    return config
 
 
 def unknown(kind: str, name, known) -> str:
@@ -978,15 +1066,20 @@ def unknown(kind: str, name, known) -> str:
 
 
 def check_workflow_config(config: dict, configfiles: Sequence[str | Path],
-                          checks: Sequence[Callable[[dict], list[str]]] = ()) -> dict:
+                          checks: Sequence[Callable[[dict], list[str]]] = (), *,
+                          located_in: Sequence[str | Path] = ()) -> dict:
     """What the Snakefile runs before anything reads the config: every ``--configfile`` must hold
     keys (an empty one is refused naming it, not replaced by the demo), then :func:`validate_config`
     and :func:`check_local_inputs`. Returns the completed config; raises :class:`ConfigError` (one
-    line per problem)."""
+    line per problem, a key's problem placed in ``located_in`` (default: ``configfiles``) by
+    :func:`locate_problems`)."""
     for path in configfiles:
         read_config_file(path)
-    completed = validate_config(config, checks=checks)
-    missing = check_local_inputs(completed)
+    try:
+        completed = validate_config(config, checks=checks)
+    except ConfigError as exc:
+        raise ConfigError(locate_problems(str(exc), config, located_in or configfiles)) from None
+    missing = check_local_inputs(completed)  # each line names the input's own file (and line) already
     if missing:
         raise ConfigError("\n".join(missing))
     return completed

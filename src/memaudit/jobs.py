@@ -50,11 +50,11 @@ def load_config(path: str | Path) -> dict:
     return cfg.load_config(path, checks=_checks())
 
 
-def check_workflow_config(config: dict, configfiles) -> dict:
+def check_workflow_config(config: dict, configfiles, located_in=()) -> dict:
     """:func:`memaudit.config.check_workflow_config` with :func:`run_checks`: the Snakefile's first step."""
     from memaudit import config as cfg
 
-    return cfg.check_workflow_config(config, configfiles, checks=_checks())
+    return cfg.check_workflow_config(config, configfiles, checks=_checks(), located_in=located_in)
 
 
 def config_digest(config: dict) -> str:

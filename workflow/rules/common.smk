@@ -27,7 +27,7 @@ from snakemake.resources import Resources
 # would print the offending config section, a pasted API key with it): one line per problem,
 # `config key <dotted.key>: <what is wrong>`, all at once, and nothing else (no traceback).
 try:
-    _completed = jobs.check_workflow_config(config, workflow.overwrite_configfiles)
+    _completed = jobs.check_workflow_config(config, workflow.overwrite_configfiles, workflow.configfiles)
 except ConfigError as exc:
     print(exc, file=sys.stderr)
     sys.exit(1)
