@@ -1256,7 +1256,7 @@ def test_check_config_prints_the_warnings_a_dry_run_prints(tmp_path, capsys, mon
     first = sorted(local_models(validate_config(copy.deepcopy(cfg))))[0]
     assert warned == [
         "warning: config key benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): "
-        "only its dataset is built",
+        "only its dataset and the model-free blind baseline are made",
         "warning: config key models.zz-lonely: no probe runs it and no role, reference, base or control names it: "
         "it is prepared for nothing (add it to a probe's models list, or remove it)",
         f"warning: config key probes.decop.paraphrase.model: not set, so the decop paraphraser is {first!r}, the "

@@ -286,7 +286,7 @@ def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():
     cfg["models"]["zz-base"] = {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}
     cfg["probes"]["token_prob"]["models"].append("zz-tuned")
     assert idle_entries(cfg) == [
-        "benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): only its dataset is built",
+        "benchmarks.idle: no probe runs on it (no probes.<probe>.benchmarks list names it): only its dataset and the model-free blind baseline are made",
         "models.zz-lonely: no probe runs it and no role, reference, base or control names it: it is prepared for "
         "nothing (add it to a probe's models list, or remove it)"]
 
