@@ -211,10 +211,13 @@ def calibrate_threshold(scores: Sequence[float], labels: Sequence[int]) -> float
 
 
 def agreement(predicted: Sequence[bool], labels: Sequence[int]) -> dict:
-    """Accuracy, precision, recall and F1 of a judge's verdicts against labels (sklearn)."""
+    """Accuracy, precision, recall and F1 of a judge's verdicts against labels (sklearn); without pairs (story
+    beginnings from one book: none held out) every rate is nan, not measured."""
     from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
     y, p = np.asarray(labels, dtype=int), np.asarray(predicted, dtype=int)
+    if not len(y):
+        return {"n_pairs": 0, "n_positive": 0, **dict.fromkeys(("accuracy", "precision", "recall", "f1"), np.nan)}
     precision, recall, f1, _ = precision_recall_fscore_support(y, p, average="binary", zero_division=0)
     return {"n_pairs": int(len(y)), "n_positive": int(y.sum()), "accuracy": float(accuracy_score(y, p)),
             "precision": float(precision), "recall": float(recall), "f1": float(f1)}
