@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from memaudit.backends.api import APIRequestError
 from memaudit.probes.copybench import metrics
 from memaudit.probes.copybench.build import (
     extract_characters,
@@ -1038,8 +1039,15 @@ def test_the_event_judges_invalid_verdicts_are_counted_in_the_outcomes_and_its_f
     rates = rates_table([str(out["out_outcomes"])])
     assert set(rates["judge_invalid"]) == {2} and set(rates["judge_pairs"]) == {4}
     failing = LLMJudge(_scripted("judge", lambda p: ("", "error", "HTTP 503") if "Claim: Tom" in p else "attributable"))
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(APIRequestError) as err:  # one line in the job's log, no traceback
         run_probe(teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False, demos={},
                   judge_info={}, judge=failing, **out)
     assert str(err.value) == ("1 event-judge requests of model 'judge' got no answer, e.g.: HTTP 503 (answered ones "
                               "are cached; rerun to retry the rest)")
+    # the stories' own requests: one that got no answer under on_error: record stops the job the same way
+    failing_teller = _scripted("teller", lambda p: ("", "error", "HTTP 503: overloaded after 4 attempts"))
+    with pytest.raises(APIRequestError) as err:
+        run_probe(failing_teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False,
+                  demos={}, judge_info={}, judge=judge, **out)
+    assert str(err.value) == ("2 copybench prompts got no answer, e.g.: HTTP 503: overloaded after 4 attempts (answered "
+                              "ones are cached; rerun to retry the rest)")

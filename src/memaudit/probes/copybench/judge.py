@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from memaudit.backends.api import APIRequestError
 from memaudit.backends.base import STATUS_ERROR, STATUS_OK, GenerationParams, generate_batched_if_greedy
 from memaudit.datasets.prefix import word_spans
 
@@ -121,7 +122,7 @@ class LLMJudge:
         gens = generate_batched_if_greedy(self.backend, prompts, self.params)
         failed = [g for g in gens if g.status == STATUS_ERROR]
         if failed:  # no verdict is not "not attributable": counting it so would lower the event rates unseen
-            raise RuntimeError(f"{len(failed)} event-judge requests of model {self.backend.name!r} got no answer, "
+            raise APIRequestError(f"{len(failed)} event-judge requests of model {self.backend.name!r} got no answer, "
                                f"e.g.: {failed[0].error} (answered ones are cached; rerun to retry the rest)")
         verdicts = [parse_verdict(g.text) if g.status == STATUS_OK else None for g in gens]
         return [bool(v) for v in verdicts], sum(v is None for v in verdicts)
