@@ -390,6 +390,31 @@ def test_an_api_model_without_its_key_is_an_error_for_the_jobs_about_to_run(monk
     assert api_key_problems(config, [runs[0], runs[2], ("suspect", {"api_openai": 0})]) == []
 
 
+def test_a_job_claiming_more_api_slots_than_resources_allow_is_an_error_before_the_run():
+    """Snakemake lowers a job's claim of ``api_<backend>`` above ``--resources api_<backend>=N`` to N and runs it,
+    and the job still sent its models' concurrency at once: the cap across parallel jobs did not hold. Such a
+    job is one line before any job runs; a claim within the limit, or no limit given, is no concern."""
+    from memaudit.workflow_support import api_slot_problems
+
+    claims = [("prefix_probe", {"benchmark": "mine", "model": "gpt"}, "openai", 8),
+              ("prefix_probe", {"benchmark": "other", "model": "gpt"}, "openai", 8),  # one line per rule and model
+              ("copybench_probe", {"benchmark": "mine", "model": "gpt", "mode": "nonliteral"}, "openai", 12),
+              ("cloze_items", {"benchmark": "mine"}, "openai", 8),
+              ("decop_probe", {"benchmark": "mine", "model": "claude"}, "anthropic", 4)]
+    assert api_slot_problems({"api_openai": 8, "api_anthropic": None}, claims) == [
+        "--resources api_openai=8: job copybench_probe of model 'gpt' sends up to 12 requests at once (the "
+        "api.concurrency of the API models it asks), and Snakemake would run it with 8 slots; raise api_openai to "
+        "12 or more, or lower the concurrency"]
+    assert api_slot_problems({"api_openai": 4}, claims[:1] + claims[3:4]) == [
+        "--resources api_openai=4: job cloze_items sends up to 8 requests at once (the api.concurrency of the API "
+        "models it asks), and Snakemake would run it with 4 slots; raise api_openai to 8 or more, or lower the "
+        "concurrency",
+        "--resources api_openai=4: job prefix_probe of model 'gpt' sends up to 8 requests at once (the "
+        "api.concurrency of the API models it asks), and Snakemake would run it with 4 slots; raise api_openai to "
+        "8 or more, or lower the concurrency"]
+    assert api_slot_problems({}, claims) == []
+
+
 def test_a_models_family_labels_it_and_is_no_setting_of_its_weights_or_scores():
     """``family`` (the config's, else the model's name) is a param of the tables and figures that show it, never
     of preparing or scoring the model: renaming it re-trained the model and reran everything after it."""

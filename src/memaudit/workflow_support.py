@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import warnings
+from typing import Any, Iterable, Mapping
 
 
 def start(snakemake, name: str | None = None) -> logging.Logger:
@@ -173,6 +174,45 @@ def check_api_keys(config: dict, dag_jobs) -> None:
     """The workflow's ``onstart`` (a run, not a dry run): every :func:`api_key_problems` line of the jobs about
     to run on stderr, and an exit before any job. The cost estimate's jobs claim no API slots: no key needed."""
     lines = api_key_problems(config, [(job.wildcards_dict.get("model"), job.resources) for job in dag_jobs])
+    for line in lines:
+        print(line, file=sys.stderr)
+    if lines:
+        sys.exit(1)
+
+
+def api_slot_problems(limits: Mapping[str, Any], claims: Iterable[tuple[str, Mapping[str, str], str, int]]) -> list[str]:
+    """One line for each rule and model whose jobs claim more ``api_<backend>`` slots than ``--resources`` allows.
+
+    ``limits``: the ``--resources`` values (``api_openai``, ``api_anthropic``; None or absent: no limit);
+    ``claims``: each job's rule, wildcards, backend and the slots its rule declares (its API models'
+    ``concurrency``). Snakemake lowers a claim above the limit to the limit and runs the job, which still
+    sends its concurrency at once, so the cap across parallel jobs did not hold."""
+    lines: dict[tuple, str] = {}
+    for rule, wildcards, backend, declared in claims:
+        limit = limits.get(f"api_{backend}")
+        limit = getattr(limit, "value", limit)  # Snakemake's Resource, or a plain number
+        if not isinstance(limit, int) or declared <= limit:
+            continue
+        model = wildcards.get("model")
+        job = f"job {rule}" + (f" of model {model!r}" if model else "")
+        lines.setdefault((rule, model, backend), (
+            f"--resources api_{backend}={limit}: {job} sends up to {declared} requests at once (the api.concurrency "
+            f"of the API models it asks), and Snakemake would run it with {limit} slots; raise api_{backend} to "
+            f"{declared} or more, or lower the concurrency"))
+    return sorted(lines.values())
+
+
+def check_api_slots(global_resources: Mapping[str, Any], dag_jobs) -> None:
+    """The workflow's ``onstart``: every :func:`api_slot_problems` line of the jobs about to run on stderr, and an
+    exit before any job. A job's declared claim is its rule's resource evaluated for its wildcards (the job's own
+    ``resources`` hold it already lowered to the limit)."""
+    claims = []
+    for job in dag_jobs:
+        for backend in ("openai", "anthropic"):
+            declared = job.rule.resources.get(f"api_{backend}").evaluate(job.wildcards).value
+            if isinstance(declared, int) and declared:
+                claims.append((job.rule.name, job.wildcards_dict, backend, declared))
+    lines = api_slot_problems(global_resources, claims)
     for line in lines:
         print(line, file=sys.stderr)
     if lines:
