@@ -1049,5 +1049,5 @@ def test_the_event_judges_invalid_verdicts_are_counted_in_the_outcomes_and_its_f
     with pytest.raises(APIRequestError) as err:
         run_probe(failing_teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False,
                   demos={}, judge_info={}, judge=judge, **out)
-    assert str(err.value) == ("2 copybench prompts got no answer, e.g.: HTTP 503: overloaded after 4 attempts (answered "
-                              "ones are cached; rerun to retry the rest)")
+    assert str(err.value) == ("2 copybench prompts got no answer, e.g.: HTTP 503: overloaded after 4 attempts "
+                              "(answered ones are cached; rerun to retry the rest)")

@@ -202,8 +202,9 @@ def api_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str
                 if isinstance(limit, int) and concurrency > limit:
                     too_many[name] = (backend, concurrency, limit)
     return [f"config key models.{name}.api.concurrency: {concurrency} requests at once, more than --resources "
-            f"api_{backend}={limit} lets a job claim (Snakemake would run its jobs with {limit} slot{'s' * (limit != 1)}, and they would "
-            f"still send {concurrency}); lower the concurrency or raise api_{backend}"
+            f"api_{backend}={limit} lets a job claim (Snakemake would run its jobs with {limit} "
+            f"slot{'s' * (limit != 1)}, and they would still send {concurrency}); lower the concurrency or raise "
+            f"api_{backend}"
             for name, (backend, concurrency, limit) in sorted(too_many.items())]
 
 

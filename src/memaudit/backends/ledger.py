@@ -233,8 +233,8 @@ def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str]
         if rec["model"] not in config["models"]:
             from memaudit.config import unknown as unknown_name
 
-            raise InputError(f"{at}: {unknown_name('model', rec['model'], config['models'])}"
-                             + (f"; the plan's models are looked up in {config_name} (--config)" if config_name else ""))
+            looked_up = f"; the plan's models are looked up in {config_name} (--config)" if config_name else ""
+            raise InputError(f"{at}: {unknown_name('model', rec['model'], config['models'])}{looked_up}")
         params = GenerationParams(max_new_tokens=int(rec.get("max_new_tokens", 64)),
                                   temperature=float(rec.get("temperature", 0.0)), top_p=float(rec.get("top_p", 1.0)),
                                   stop=tuple(rec.get("stop", ())), system_prompt=rec.get("system_prompt"),
