@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 
 def start(snakemake, name: str | None = None) -> logging.Logger:
