@@ -1260,7 +1260,9 @@ def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypa
     ('{"model": ["gpt"], "prompt": "hi"}', "model must be a string"),
     ('{"model": "gpt", "prompt": "hi", "stop": "END"}', "stop must be a list of strings"),
     ('{"model": "gpt", "prompt": "hi", "temperature": "hot"}', "temperature must be a number"),
-    ('{"model": "nope", "prompt": "hi"}', "unknown model 'nope'"),
+    # the demo config is the default: the message says which config the plan's models were looked up in
+    ('{"model": "nope", "prompt": "hi"}',
+     "unknown model 'nope' (configured: claude, gpt); the plan's models are looked up in {config} (--config)"),
     # requests the model's API cannot take (a traceback-free error that named no line)
     ('{"model": "claude", "prompt": "hi", "kind": "option_logprobs"}',
      "anthropic model 'claude': the Messages API returns no log-probabilities"),
@@ -1287,6 +1289,7 @@ def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, mo
     plan = tmp_path / "plan.jsonl"
     plan.write_text(f'{{"model": "gpt", "prompt": "fine"}}\n\n{line}\n')
     assert main(["estimate-cost", "--config", str(config), "--plan", str(plan)]) == 2
+    message = message.replace("{config}", str(config))
     assert capsys.readouterr().err == f"memaudit estimate-cost: error: {plan}, line 3: {message}\n"
 
 

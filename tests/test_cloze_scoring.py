@@ -298,7 +298,9 @@ def test_filter_without_models_keeps_all_and_errors_stop_it():
     cands = [cand("c1", "d1", "Frodo", "A hobbit named [MASK] left.")]
     assert knowledge_filter.knowledge_filter(cands, {}).kept == cands
     broken = ScriptedBackend(lambda p: Generation(text="", status="error", error="HTTP 500"))
-    with pytest.raises(RuntimeError, match="HTTP 500"):
+    from memaudit.backends.api import APIRequestError
+
+    with pytest.raises(APIRequestError, match="HTTP 500"):  # one line in the job's log, no traceback
         knowledge_filter.knowledge_filter(cands, {"broken": broken})
     with pytest.raises(InputError, match="exactly once"):
         knowledge_filter.knowledge_filter([cand("c1", "d1", "x", "no mask here")], {})

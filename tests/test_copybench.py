@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from memaudit.backends.api import APIRequestError
 from memaudit.probes.copybench import metrics
 from memaudit.probes.copybench.build import (
     extract_characters,
@@ -206,6 +207,37 @@ def test_story_beginnings_exclude_their_own_event_and_the_characters_they_name(n
     assert [r.where for r in rejects] == ["austen/emma"] and "fewer than min_events 10" in rejects[0].reason
     with pytest.raises(ValueError, match="split_by: book"):
         nonliteral_items([_doc("emma", 1, 0, "x " * 50), _doc("emma", 2, 1, "y " * 50)], nlp)
+
+
+def test_story_items_of_one_book_calibrate_the_judge_with_its_agreement_blank(nlp, tmp_path):
+    """Where one book alone gives story beginnings (the others too short), no book is left to hold out: the
+    encoder judge is calibrated on that book and its agreement is blank (it stopped the job in sklearn)."""
+    from memaudit.io import read_json, write_jsonl
+    from memaudit.probes.copybench.items import build_items
+
+    sentences = [f"Anne Elliot walks alone to the harbour number {i} and watches the grey ships leave."
+                 for i in range(12)]
+    docs = [_doc("persuasion", 1, 1, " ".join(sentences[:7])), _doc("persuasion", 2, 1, " ".join(sentences[7:])),
+            _doc("emma", 1, 0, "Emma smiled at Harriet. Harriet smiled.")]
+    write_jsonl(tmp_path / "documents.jsonl", docs)
+    cfg = {"prefix_words": 20, "reference_words": 8, "n_events": 10, "n_beginnings": 2, "max_characters": 10,
+           "min_mentions": 2}
+    logs = []
+    out = {k: tmp_path / f"{k}.out" for k in ("literal", "nonliteral", "rejects", "judge", "demos")}
+    counts = build_items(tmp_path / "documents.jsonl", None, cfg, seed=7, out_literal=out["literal"],
+                         out_nonliteral=out["nonliteral"], out_rejects=out["rejects"], out_judge=out["judge"],
+                         out_demos=out["demos"], progress=logs.append)
+    assert counts["nonliteral"] == 2
+    judge = read_json(out["judge"])
+    assert judge["held_out"] == [] and judge["n_calibration_pairs"] > 0 and 0 < judge["threshold"] <= 1
+    agreement_ = judge["agreement"]
+    assert {k: agreement_[k] for k in ("n_pairs", "n_positive")} == {"n_pairs": 0, "n_positive": 0}
+    assert all(np.isnan(agreement_[k]) for k in ("accuracy", "precision", "recall", "f1"))
+    assert logs[-1] == (f"encoder judge: threshold {judge['threshold']:.3f}; no held-out pairs (story beginnings "
+                        "from one book only): its agreement is not measured")
+    assert agreement([], []) == {"n_pairs": 0, "n_positive": 0, "accuracy": pytest.approx(np.nan, nan_ok=True),
+                                 "precision": pytest.approx(np.nan, nan_ok=True),
+                                 "recall": pytest.approx(np.nan, nan_ok=True), "f1": pytest.approx(np.nan, nan_ok=True)}
 
 
 def test_extractive_events_keep_story_order_one_per_stretch():
@@ -1007,8 +1039,15 @@ def test_the_event_judges_invalid_verdicts_are_counted_in_the_outcomes_and_its_f
     rates = rates_table([str(out["out_outcomes"])])
     assert set(rates["judge_invalid"]) == {2} and set(rates["judge_pairs"]) == {4}
     failing = LLMJudge(_scripted("judge", lambda p: ("", "error", "HTTP 503") if "Claim: Tom" in p else "attributable"))
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(APIRequestError) as err:  # one line in the job's log, no traceback
         run_probe(teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False, demos={},
                   judge_info={}, judge=failing, **out)
     assert str(err.value) == ("1 event-judge requests of model 'judge' got no answer, e.g.: HTTP 503 (answered ones "
                               "are cached; rerun to retry the rest)")
+    # the stories' own requests: one that got no answer under on_error: record stops the job the same way
+    failing_teller = _scripted("teller", lambda p: ("", "error", "HTTP 503: overloaded after 4 attempts"))
+    with pytest.raises(APIRequestError) as err:
+        run_probe(failing_teller, "nonliteral", _story_items({}), [], _settings(decodings=["greedy"]), chat=False,
+                  demos={}, judge_info={}, judge=judge, **out)
+    assert str(err.value) == ("2 copybench prompts got no answer, e.g.: HTTP 503: overloaded after 4 attempts "
+                              "(answered ones are cached; rerun to retry the rest)")

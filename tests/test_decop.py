@@ -1261,7 +1261,9 @@ def test_a_document_whose_every_request_failed_is_a_one_line_error(tmp_path):
         def fails(prompt):
             return "m verbatim" in prompt
 
-    with pytest.raises(RuntimeError) as err:
+    from memaudit.backends.api import APIRequestError
+
+    with pytest.raises(APIRequestError) as err:  # one line in the job's log, no traceback
         _errored_run(tmp_path, "blackbox", AllFail())
     assert str(err.value) == ("DE-COP blackbox: every request for 1 document (passage length) failed, e.g. 'm' "
                               "(64 tokens): no accuracy to score it by (on_error: record; the answered ones are "

@@ -390,6 +390,70 @@ def test_an_api_model_without_its_key_is_an_error_for_the_jobs_about_to_run(monk
     assert api_key_problems(config, [runs[0], runs[2], ("suspect", {"api_openai": 0})]) == []
 
 
+def test_a_model_sending_more_requests_at_once_than_resources_allow_is_an_error_before_the_run():
+    """Snakemake lowers a job's claim of ``api_<backend>`` above ``--resources api_<backend>=N`` to N and runs it,
+    and the job's model still sent its concurrency at once: the cap across parallel jobs did not hold. Such a
+    model is one line naming its key before any job runs; a model within the limit, no limit given, or a
+    CopyBench job whose model and judge claim more together (it asks them one after the other) is no concern."""
+    from memaudit.workflow_support import api_slot_problems
+
+    api = {"base_url": "http://127.0.0.1:9/v1"}
+    config = {"models": {
+        "suspect": {"backend": "openai", "api": {**api, "model_id": "suspect-v1", "concurrency": 8}},
+        "judge": {"backend": "openai", "api": {**api, "model_id": "judge-v1", "concurrency": 4}},
+        "claude": {"backend": "anthropic", "api": {"model_id": "claude-x", "concurrency": 2}},
+        "local": {"source": {"builtin": "smollm2-135m-instruct"}}},
+        "probes": {"copybench": {"event_judge": {"model": "judge"}}, "copybench_nonliteral": {}}}
+    runs = [("suspect", {"api_openai": 12, "api_anthropic": 0}), ("claude", {"api_openai": 0, "api_anthropic": 2}),
+            ("local", {"api_openai": 4, "api_anthropic": 0})]  # a local model's story job asks the API judge
+    assert api_slot_problems(config, {"api_openai": 4, "api_anthropic": 1}, runs) == [
+        "config key models.claude.api.concurrency: 2 requests at once, more than --resources api_anthropic=1 lets a "
+        "job claim (Snakemake would run its jobs with 1 slot, and they would still send 2); lower the concurrency "
+        "or raise api_anthropic",
+        "config key models.suspect.api.concurrency: 8 requests at once, more than --resources api_openai=4 lets a job "
+        "claim (Snakemake would run its jobs with 4 slots, and they would still send 8); lower the concurrency or "
+        "raise api_openai"]
+    assert api_slot_problems(config, {"api_openai": 8, "api_anthropic": 2}, runs) == []  # 8 + 4 claimed, 8 at once
+    assert api_slot_problems(config, {"api_openai": 3}, runs[2:]) == [
+        "config key models.judge.api.concurrency: 4 requests at once, more than --resources api_openai=3 lets a job "
+        "claim (Snakemake would run its jobs with 3 slots, and they would still send 4); lower the concurrency or "
+        "raise api_openai"]
+    assert api_slot_problems(config, {}, runs) == []
+
+
+def test_the_run_checks_the_api_slots_each_rule_claims_not_those_snakemake_lowered_to_the_limit(monkeypatch, capsys):
+    """A CopyBench story job claims its model's and its API judge's slots; under ``--resources api_openai=4``
+    Snakemake lowers 8 to 4, the model's own share, and the judge whose key is not set went unasked until the
+    job started. The check reads the claim the rule declares."""
+    from types import SimpleNamespace
+
+    from snakemake.resources import Resource
+
+    from memaudit.workflow_support import check_api_jobs
+
+    monkeypatch.setenv("SUSPECT_KEY", "sk-set")
+    monkeypatch.delenv("JUDGE_KEY", raising=False)
+    api = {"base_url": "https://api.example.com/v1", "concurrency": 4,
+           "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}
+    config = {"models": {
+        "suspect": {"backend": "openai", "api": {**api, "model_id": "suspect-v1", "api_key_env": "SUSPECT_KEY"}},
+        "judge": {"backend": "openai", "api": {**api, "model_id": "judge-v1", "api_key_env": "JUDGE_KEY"}}},
+        "probes": {"copybench": {"event_judge": {"model": "judge"}}, "copybench_nonliteral": {}}}
+    wildcards = SimpleNamespace(model="suspect", benchmark="books", mode="nonliteral")
+    rule = SimpleNamespace(name="copybench_probe", resources={
+        "api_openai": Resource("api_openai", lambda wildcards: 8), "api_anthropic": Resource("api_anthropic", 0)})
+    job = SimpleNamespace(rule=rule, wildcards=wildcards, wildcards_dict=vars(wildcards),
+                          resources={"api_openai": 4, "api_anthropic": 0})  # as Snakemake lowered it
+    with pytest.raises(SystemExit):
+        check_api_jobs(config, {"api_openai": Resource("api_openai", 4)}, [job])
+    assert capsys.readouterr().err == (
+        "config key models.judge.api.api_key_env: environment variable JUDGE_KEY is not set; export the API key in "
+        "it before the run (the config names the variable, never the key)\n")
+    monkeypatch.setenv("JUDGE_KEY", "sk-set")
+    check_api_jobs(config, {"api_openai": Resource("api_openai", 4)}, [job])  # 4 at once to each, in turn
+    assert capsys.readouterr().err == ""
+
+
 def test_a_models_family_labels_it_and_is_no_setting_of_its_weights_or_scores():
     """``family`` (the config's, else the model's name) is a param of the tables and figures that show it, never
     of preparing or scoring the model: renaming it re-trained the model and reran everything after it."""

@@ -322,6 +322,40 @@ def test_a_continuation_flagged_as_a_refusal_is_scored_on_its_text_and_counted(t
     assert (outcomes["refusal"], outcomes["ok"]) == (1, 1)
 
 
+def test_a_prefix_probe_that_got_no_answer_is_a_one_line_error(tmp_path):
+    """Under api.on_error: record a request that failed after its retries has no continuation to score: the job
+    stops with one line (an APIRequestError, which the job's log writes without a traceback), where a
+    RuntimeError printed its traceback twice."""
+    from memaudit.backends.api import APIRequestError
+    from memaudit.backends.base import GENERATE, Backend, Generation
+    from memaudit.errors import MemauditError
+    from memaudit.probes.prefix.runner import run_prefix_probe
+
+    class Overloaded(Backend):
+        capabilities = frozenset({GENERATE})
+        name = "overloaded"
+
+        def describe(self):
+            return {"id": self.name}
+
+        def generate(self, prompts, params):
+            return [Generation(text="", status="error", error="HTTP 503: overloaded after 4 attempts")
+                    if "ship" in p else Generation(text="The end.") for p in prompts]
+
+    items = [{"item_id": "a#0", "passage_id": "a#p0", "doc_id": "a", "label": 1, "prefix": "It was late.",
+              "continuation": "The lamps were lit."},
+             {"item_id": "b#0", "passage_id": "b#p0", "doc_id": "b", "label": 0, "prefix": "The ship sailed.",
+              "continuation": "The harbour lay quiet."}]
+    out = {k: tmp_path / f"{k}.{ext}" for k, ext in [("items", "jsonl"), ("docs", "csv"), ("outcomes", "json")]}
+    with pytest.raises(APIRequestError) as err:
+        run_prefix_probe(Overloaded(), items, {"max_new_tokens": 8, "instruction": INSTRUCTION}, chat=False,
+                         out_items=out["items"], out_documents=out["docs"], out_outcomes=out["outcomes"])
+    assert isinstance(err.value, MemauditError)
+    assert str(err.value) == ("1 prefix probes got no answer, e.g. b#0: HTTP 503: overloaded after 4 attempts "
+                              "(answered ones are cached; rerun to retry the rest)")
+    assert not out["outcomes"].exists()
+
+
 def test_the_outcomes_say_which_prompt_was_sent(tmp_path):
     """prefix_outcomes.json said only "chat" or "plain": not which instruction and system prompt a chat model
     was sent (per benchmark, the paper's fiction or news instruction), though they decide what it continues.

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import warnings
+from typing import Any, Mapping
 
 
 def start(snakemake, name: str | None = None) -> logging.Logger:
@@ -136,30 +137,41 @@ def config_warnings(config: dict) -> list[str]:
     return [f"warning: config key {line}" for line in lines]
 
 
-def api_key_problems(config: dict, runs) -> list[str]:
-    """One line for each API model whose key variable is not set that the jobs about to run send requests to.
-    ``runs``: each job's ``{model}`` wildcard (None without one) and its resources; a job that claims
-    ``api_<backend>`` slots asks its own model where that is an API model of the backend, and a role's (a filter,
-    paraphraser, judge) of the backend where it claims more slots than its own model's.
-
-    Such a model's job stopped at its start (its backend reads the key when it is made, also for a rerun the
-    response cache would serve), after every job before it: a reference model prepared, items built, minutes
-    to hours of an audit."""
-    from memaudit.backends.api import api_backend_from_config
+def _api_models_asked(config: dict, model: str | None, resources: Mapping[str, Any] | None) -> dict[str, set[str]]:
+    """The API models, by backend, that a job of ``{model}`` (None without one) claiming ``resources`` sends
+    requests to: its own model where that is an API model of a backend it claims slots of, and a role's (a
+    filter, paraphraser, judge) of the backend where it claims more slots than its own model's."""
     from memaudit.backends.settings import api_slots
     from memaudit.config import is_api_model
     from memaudit.probes.registry import FAMILIES, role_model
 
     models = config["models"]
     roles = {role_model(config, fam.name, role) for fam in FAMILIES.values() for role in fam.roles}
+    own = model if model in models and is_api_model(models[model]) else None
+    asked: dict[str, set[str]] = {}
+    for backend in ("openai", "anthropic"):
+        claimed, of_own = (resources or {}).get(f"api_{backend}", 0), api_slots(config, own, backend) if own else 0
+        names = {own} if claimed and of_own else set()
+        if claimed > of_own:
+            names |= {r for r in roles if r in models and models[r].get("backend") == backend}
+        asked[backend] = names
+    return asked
+
+
+def api_key_problems(config: dict, runs) -> list[str]:
+    """One line for each API model whose key variable is not set that the jobs about to run send requests to.
+    ``runs``: each job's ``{model}`` wildcard (None without one) and the API slots its rule claims
+    (:func:`_api_models_asked`).
+
+    Such a model's job stopped at its start (its backend reads the key when it is made, also for a rerun the
+    response cache would serve), after every job before it: a reference model prepared, items built, minutes
+    to hours of an audit."""
+    from memaudit.backends.api import api_backend_from_config
+
     asked = set()
     for model, resources in runs:
-        own = model if model in models and is_api_model(models[model]) else None
-        for backend in ("openai", "anthropic"):
-            claimed, of_own = (resources or {}).get(f"api_{backend}", 0), api_slots(config, own, backend) if own else 0
-            asked |= {own} if claimed and of_own else set()
-            if claimed > of_own:
-                asked |= {r for r in roles if r in models and models[r].get("backend") == backend}
+        for names in _api_models_asked(config, model, resources).values():
+            asked |= names
     lines = []
     for name in sorted(asked):
         api = api_backend_from_config(config, name, cache=False, require_key=False)
@@ -169,10 +181,49 @@ def api_key_problems(config: dict, runs) -> list[str]:
     return lines
 
 
-def check_api_keys(config: dict, dag_jobs) -> None:
-    """The workflow's ``onstart`` (a run, not a dry run): every :func:`api_key_problems` line of the jobs about
-    to run on stderr, and an exit before any job. The cost estimate's jobs claim no API slots: no key needed."""
-    lines = api_key_problems(config, [(job.wildcards_dict.get("model"), job.resources) for job in dag_jobs])
+def api_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str]:
+    """One line for each API model whose ``concurrency`` is above ``--resources api_<backend>=N`` that the jobs
+    about to run send requests to (``runs`` as :func:`api_key_problems`'s; ``limits``: the ``--resources``
+    values, None or absent where none is given).
+
+    Snakemake lowers a job's claim above the limit to the limit and runs it, and such a model's backend still
+    sent ``concurrency`` requests at once: the cap across parallel jobs did not hold. (A CopyBench job claims
+    its model's and its judges' slots together, but asks them one after the other: their sum above the limit
+    is no concern.)"""
+    from memaudit.backends.settings import api_slots
+
+    too_many: dict[str, tuple[str, int, int]] = {}
+    for model, resources in runs:
+        for backend, names in _api_models_asked(config, model, resources).items():
+            limit = limits.get(f"api_{backend}")
+            limit = getattr(limit, "value", limit)  # Snakemake's Resource, or a plain number
+            for name in names:
+                concurrency = api_slots(config, name, backend)
+                if isinstance(limit, int) and concurrency > limit:
+                    too_many[name] = (backend, concurrency, limit)
+    return [f"config key models.{name}.api.concurrency: {concurrency} requests at once, more than --resources "
+            f"api_{backend}={limit} lets a job claim (Snakemake would run its jobs with {limit} "
+            f"slot{'s' * (limit != 1)}, and they would still send {concurrency}); lower the concurrency or raise "
+            f"api_{backend}"
+            for name, (backend, concurrency, limit) in sorted(too_many.items())]
+
+
+def declared_api_resources(job) -> dict[str, int]:
+    """The ``api_openai``/``api_anthropic`` slots a DAG job's rule claims, evaluated for its wildcards: the job's
+    own ``resources`` hold them already lowered to ``--resources``."""
+    out = {}
+    for name in ("api_openai", "api_anthropic"):
+        value = job.rule.resources.get(name).evaluate(job.wildcards).value
+        out[name] = value if isinstance(value, int) else 0
+    return out
+
+
+def check_api_jobs(config: dict, global_resources: Mapping[str, Any], dag_jobs) -> None:
+    """The workflow's ``onstart`` (a run, not a dry run): every :func:`api_slot_problems` and
+    :func:`api_key_problems` line of the jobs about to run on stderr, and an exit before any job. The cost
+    estimate's jobs claim no API slots: no key needed."""
+    runs = [(job.wildcards_dict.get("model"), declared_api_resources(job)) for job in dag_jobs]
+    lines = api_slot_problems(config, global_resources, runs) + api_key_problems(config, runs)
     for line in lines:
         print(line, file=sys.stderr)
     if lines:

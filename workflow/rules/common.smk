@@ -42,11 +42,12 @@ if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, g
 
 # An API model whose key variable is not set stops the run before any job, where its probe job stopped
 # only when it started, after the jobs before it. Only jobs that claim API slots ask: not the cost estimate's.
+# So does one whose concurrency is above --resources api_<backend>=N (Snakemake ran its jobs with N slots).
 onstart:
-    from memaudit.workflow_support import check_api_keys
+    from memaudit.workflow_support import check_api_jobs
 
     if not workflow.touch:  # --touch runs no job
-        check_api_keys(config, workflow.dag.needrun_jobs())
+        check_api_jobs(config, workflow.global_resources, workflow.dag.needrun_jobs())
 
 
 BENCHMARKS = sorted(config["benchmarks"])

@@ -206,12 +206,14 @@ def _plan_field_problem(rec: dict) -> str | None:
     return None
 
 
-def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str] = ()) -> CostEstimate:
+def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str] = (),
+                  config_name: str | None = None) -> CostEstimate:
     """Price a plan: records ``{"model", "prompt", ...}`` (see ``memaudit estimate-cost --help``).
 
     Records of one model with the same decoding parameters are priced together;
     local (``hf``) models cost nothing and are skipped. ``where`` names each record in
-    errors (``plan.jsonl, line 3``; default ``plan record 3``).
+    errors (``plan.jsonl, line 3``; default ``plan record 3``), and ``config_name`` the config a model
+    unknown to it was looked up in (``memaudit estimate-cost`` reads the demo's unless told another).
     """
     from memaudit.backends.api import api_backend_from_config
     from memaudit.backends.base import GenerationParams, is_api_model
@@ -229,7 +231,10 @@ def estimate_plan(config: dict, records: Sequence[dict], *, where: Sequence[str]
         if problem:
             raise InputError(f"{at}: {problem}")
         if rec["model"] not in config["models"]:
-            raise InputError(f"{at}: unknown model {rec['model']!r}")
+            from memaudit.config import unknown as unknown_name
+
+            looked_up = f"; the plan's models are looked up in {config_name} (--config)" if config_name else ""
+            raise InputError(f"{at}: {unknown_name('model', rec['model'], config['models'])}{looked_up}")
         params = GenerationParams(max_new_tokens=int(rec.get("max_new_tokens", 64)),
                                   temperature=float(rec.get("temperature", 0.0)), top_p=float(rec.get("top_p", 1.0)),
                                   stop=tuple(rec.get("stop", ())), system_prompt=rec.get("system_prompt"),
@@ -290,7 +295,7 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     numbered = read_jsonl_lines(args.plan)
     estimate = estimate_plan(load_config(args.config), [rec for _, rec in numbered],
-                             where=[f"{args.plan}, line {line}" for line, _ in numbered])
+                             where=[f"{args.plan}, line {line}" for line, _ in numbered], config_name=str(args.config))
     print(estimate.format())
     if args.json:
         write_json(args.json, {"rows": estimate.rows, "total_cost_usd_max": estimate.total_cost_usd})

@@ -34,6 +34,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
+from memaudit.backends.api import APIRequestError
 from memaudit.backends.base import (STATUS_ERROR, STATUS_INVALID, STATUS_OK, STATUS_REFUSAL, Backend, Generation,
                                     GenerationParams)
 from memaudit.backends.refusal import is_refusal
@@ -210,7 +211,7 @@ def knowledge_filter(candidates: Sequence[Mapping], filters: Mapping[str, Backen
         errors = [c["candidate_id"] for (c, _), g in zip(requests, generations) if g.status == STATUS_ERROR]
         if errors:
             first = next(g for g in generations if g.status == STATUS_ERROR)
-            raise RuntimeError(f"knowledge filter {filter_name!r}: {len(errors)} prompts got no answer, e.g. for "
+            raise APIRequestError(f"knowledge filter {filter_name!r}: {len(errors)} prompts got no answer, e.g. for "
                                f"candidate {errors[0]!r}: {first.error} (answered ones are cached; rerun to retry)")
         for i, c in enumerate(candidates):
             replies = dict(zip(prompts, generations[i * len(prompts):(i + 1) * len(prompts)]))

@@ -89,8 +89,12 @@ def build_items(documents_path: str | Path, pretrain_path: str | Path | None, cf
              f"{len(books_of(documents))} books; {len(rejects)} rejected (copybench_rejects.csv)")
     if judge:
         a = judge["agreement"]
-        progress(f"encoder judge: threshold {judge['threshold']:.3f}; agreement on {a['n_pairs']} held-out "
-                 f"pairs: accuracy {a['accuracy']:.2f}, precision {a['precision']:.2f}, recall {a['recall']:.2f}")
+        if not a["n_pairs"]:
+            progress(f"encoder judge: threshold {judge['threshold']:.3f}; no held-out pairs (story beginnings from "
+                     "one book only): its agreement is not measured")
+        else:
+            progress(f"encoder judge: threshold {judge['threshold']:.3f}; agreement on {a['n_pairs']} held-out "
+                     f"pairs: accuracy {a['accuracy']:.2f}, precision {a['precision']:.2f}, recall {a['recall']:.2f}")
     return {"literal": len(literal), "nonliteral": len(nonliteral), "rejected": len(rejects)}
 
 

@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from memaudit.backends.api import APIRequestError
 from memaudit.backends.base import STATUS_ERROR, STATUS_OK, GenerationParams, generate_batched_if_greedy
 from memaudit.datasets.prefix import word_spans
 
@@ -121,7 +122,7 @@ class LLMJudge:
         gens = generate_batched_if_greedy(self.backend, prompts, self.params)
         failed = [g for g in gens if g.status == STATUS_ERROR]
         if failed:  # no verdict is not "not attributable": counting it so would lower the event rates unseen
-            raise RuntimeError(f"{len(failed)} event-judge requests of model {self.backend.name!r} got no answer, "
+            raise APIRequestError(f"{len(failed)} event-judge requests of model {self.backend.name!r} got no answer, "
                                f"e.g.: {failed[0].error} (answered ones are cached; rerun to retry the rest)")
         verdicts = [parse_verdict(g.text) if g.status == STATUS_OK else None for g in gens]
         return [bool(v) for v in verdicts], sum(v is None for v in verdicts)
@@ -211,10 +212,13 @@ def calibrate_threshold(scores: Sequence[float], labels: Sequence[int]) -> float
 
 
 def agreement(predicted: Sequence[bool], labels: Sequence[int]) -> dict:
-    """Accuracy, precision, recall and F1 of a judge's verdicts against labels (sklearn)."""
+    """Accuracy, precision, recall and F1 of a judge's verdicts against labels (sklearn); without pairs (story
+    beginnings from one book: none held out) every rate is nan, not measured."""
     from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
     y, p = np.asarray(labels, dtype=int), np.asarray(predicted, dtype=int)
+    if not len(y):
+        return {"n_pairs": 0, "n_positive": 0, **dict.fromkeys(("accuracy", "precision", "recall", "f1"), np.nan)}
     precision, recall, f1, _ = precision_recall_fscore_support(y, p, average="binary", zero_division=0)
     return {"n_pairs": int(len(y)), "n_positive": int(y.sum()), "accuracy": float(accuracy_score(y, p)),
             "precision": float(precision), "recall": float(recall), "f1": float(f1)}

@@ -39,6 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from memaudit.backends.api import APIRequestError
 from memaudit.backends.base import (GENERATE, STATUS_ERROR, STATUSES, GenerationParams,
                                     generate_batched_if_greedy)
 from memaudit.errors import ConfigError, InputError
@@ -226,7 +227,7 @@ def rate_fluency(fluency, texts: Sequence[str]) -> list[dict]:
     ratings = fluency.rate(texts)
     failed = [r for r in ratings if r.status == ERROR]
     if failed:
-        raise RuntimeError(f"{len(failed)} fluency judgements got no answer, e.g.: {failed[0].reason} "
+        raise APIRequestError(f"{len(failed)} fluency judgements got no answer, e.g.: {failed[0].reason} "
                            "(answered ones are cached; rerun to retry the rest)")
     return [{"copybench_fluency": float(r.score) if r.score is not None else float("nan"),
              "fluency_status": r.status, "fluency_reason": r.reason, "fluency_feedback": r.feedback,
@@ -299,7 +300,7 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
                      f"of {backend.name}'s context: decoded to its end, as the reference's vLLM")
         if statuses[STATUS_ERROR]:
             first = next(g for g in generations if g.status == STATUS_ERROR)
-            raise RuntimeError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
+            raise APIRequestError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
                                "(answered ones are cached; rerun to retry the rest)")
         scored = []
         # Every answer is scored on its text, as the reference implementation scores it; a refusal

@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from memaudit.backends.api import APIRequestError
 from memaudit.probes.decop import analysis
 # workflow/scripts/decop_items.py and ktd_pool.py import the item builders from here, as before they
 # moved to memaudit.probes.decop.items: Snakemake reruns a rule whose script text changes, and a
@@ -118,7 +119,7 @@ def _check_answered(answers: pd.DataFrame, mode: str) -> None:
     failed = answers["status"].eq("error").groupby([answers["doc_id"], answers["length"]]).all()
     if failed.any():
         (doc, length), n = failed[failed].index[0], int(failed.sum())
-        raise RuntimeError(f"DE-COP {mode}: every request for {n} document{'s' if n > 1 else ''} (passage length) "
+        raise APIRequestError(f"DE-COP {mode}: every request for {n} document{'s' if n > 1 else ''} (passage length) "
                            f"failed, e.g. {doc!r} ({length} tokens): no accuracy to score {'them' if n > 1 else 'it'} "
                            "by (on_error: record; the answered ones are cached: a rerun sends only what failed)")
 

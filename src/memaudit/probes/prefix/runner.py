@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from memaudit.backends.api import APIRequestError
 from memaudit.backends.base import (STATUS_ERROR, STATUSES, Backend, GenerationParams,
                                     generate_batched_if_greedy)
 from memaudit.io import write_csv, write_json, write_jsonl
@@ -108,7 +109,7 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     statuses = Counter(r["status"] for r in rows)
     if statuses[STATUS_ERROR]:
         first = next(r for r in rows if r["status"] == STATUS_ERROR)
-        raise RuntimeError(f"{statuses[STATUS_ERROR]} prefix probes got no answer, e.g. {first['item_id']}: "
+        raise APIRequestError(f"{statuses[STATUS_ERROR]} prefix probes got no answer, e.g. {first['item_id']}: "
                            f"{first['error']} (answered ones are cached; rerun to retry the rest)")
     docs = aggregate_documents(pd.DataFrame(long_rows), cfg.get("aggregate", "mean"))
     docs = document_scores(docs, model=backend.name, dtype=backend.describe().get("dtype"))
