@@ -150,7 +150,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # prefix_outcomes.json records the instruction and system prompt sent
         # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
         # were joined by single spaces)
-        version=9, fingerprint="868e5788e928278f",
+        version=9, fingerprint="d1b8ea4c08ca1a30",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -179,7 +179,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="4cfa612efbe384a8",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="f9db077c2a60cf14",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -225,7 +225,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="ebf75f9e40099439",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="a1fbfe448b2cee1a",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -240,7 +240,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # joined by a blank line, not one line break; spaCy reads each line on its own for the extractive
         # events, characters and questions (a heading or a name ending a line fused with the next line's)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=9, fingerprint="56c8507b28ca6b63"),
+                               version=9, fingerprint="34062a6611e7aa17"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0"); 9: a group with nothing of the
                 # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped); 10: the
@@ -333,12 +333,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="94ef8b855c91c554",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="3feca31cf40f0a41",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=10, fingerprint="434579040db9a13e"),
+                               version=10, fingerprint="a4106a7af6d67d48"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
@@ -348,7 +348,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the differences' intervals resample whole books (labels per book) or documents (several
                 # passages each), not passages (too narrow where passages cluster): ci_unit, n_units
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=11, fingerprint="93d3c248aaceae01")},
+                                 version=11, fingerprint="f69a279c765ec26a")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
