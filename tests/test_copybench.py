@@ -209,6 +209,30 @@ def test_story_beginnings_exclude_their_own_event_and_the_characters_they_name(n
         nonliteral_items([_doc("emma", 1, 0, "x " * 50), _doc("emma", 2, 1, "y " * 50)], nlp)
 
 
+def test_a_benchmark_of_one_book_is_a_one_line_error_not_a_traceback_in_the_judges_calibration(nlp, tmp_path):
+    """The encoder judge learns its threshold from each book's events against its own passages and other
+    books' (the negatives): with one book there are no negatives, and the job stopped in a ValueError's
+    traceback."""
+    from memaudit.errors import InputError
+    from memaudit.io import write_jsonl
+    from memaudit.probes.copybench.items import build_items
+
+    sentences = [f"Anne Elliot walks alone to the harbour number {i} and watches the grey ships leave."
+                 for i in range(12)]
+    write_jsonl(tmp_path / "documents.jsonl", [_doc("persuasion", 1, 1, " ".join(sentences[:7])),
+                                               _doc("persuasion", 2, 1, " ".join(sentences[7:]))])
+    cfg = {"prefix_words": 20, "reference_words": 8, "n_events": 10, "n_beginnings": 2, "max_characters": 10,
+           "min_mentions": 2}
+    out = {k: tmp_path / f"{k}.out" for k in ("literal", "nonliteral", "rejects", "judge", "demos")}
+    with pytest.raises(InputError) as err:
+        build_items(tmp_path / "documents.jsonl", None, cfg, seed=7, out_literal=out["literal"],
+                    out_nonliteral=out["nonliteral"], out_rejects=out["rejects"], out_judge=out["judge"],
+                    out_demos=out["demos"], progress=lambda line: None)
+    assert str(err.value) == (
+        f"{tmp_path / 'documents.jsonl'}: 1 book (austen/persuasion): the event judge is calibrated on each book's events "
+        "against its own passages and other books' (the negatives), so CopyBench's stories need at least two books")
+
+
 def test_story_items_of_one_book_calibrate_the_judge_with_its_agreement_blank(nlp, tmp_path):
     """Where one book alone gives story beginnings (the others too short), no book is left to hold out: the
     encoder judge is calibrated on that book and its agreement is blank (it stopped the job in sklearn)."""

@@ -225,7 +225,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="a1fbfe448b2cee1a",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="a87574ba8f495d6a",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -240,7 +240,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # joined by a blank line, not one line break; spaCy reads each line on its own for the extractive
         # events, characters and questions (a heading or a name ending a line fused with the next line's)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=9, fingerprint="34062a6611e7aa17"),
+                               version=9, fingerprint="0741e26ab81f2cd6"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0"); 9: a group with nothing of the
                 # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped); 10: the

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from memaudit.errors import InputError
 from memaudit.io import read_jsonl, write_csv, write_json, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ def build_items(documents_path: str | Path, pretrain_path: str | Path | None, cf
     pool = read_jsonl(pretrain_path) if pretrain_path else []
     demos = {"literal": demo_pool(pool, input_words=int(cfg["prefix_words"]), output_words=int(cfg["reference_words"])),
              "nonliteral": demo_pool(pool, input_words=20, output_words=200)}
-    judge = calibrate_encoder_judge(nonliteral, documents, nlp, seed=seed) if nonliteral and nlp is not None else {}
+    judge = (calibrate_encoder_judge(nonliteral, documents, nlp, seed=seed, source=documents_path)
+             if nonliteral and nlp is not None else {})
     write_jsonl(out_literal, literal)
     write_jsonl(out_nonliteral, nonliteral)
     write_csv(out_rejects, pd.DataFrame([{"where": r.where, "reason": r.reason} for r in rejects],
@@ -182,8 +184,10 @@ def build_qa_items(documents_path: str | Path, cfg: dict, *, seed: int, writer=N
     return {"qa": len(items), "rejected": len(rejects), "qa_source": source}
 
 
-def calibrate_encoder_judge(items: Sequence[dict], documents: Sequence[dict], nlp, *, seed: int) -> dict:
-    """The MiniLM judge's threshold from half the books' labelled pairs, its agreement on the other half."""
+def calibrate_encoder_judge(items: Sequence[dict], documents: Sequence[dict], nlp, *, seed: int,
+                            source: str | Path = "documents") -> dict:
+    """The MiniLM judge's threshold from half the books' labelled pairs, its agreement on the other half.
+    The negatives are events against other books' passages: one book (``source``'s) is an :class:`InputError`."""
     from memaudit.models.encoder import MiniLMEncoder
     from memaudit.probes.copybench.build import book_text, books_of
     from memaudit.probes.copybench.judge import (
@@ -195,6 +199,10 @@ def calibrate_encoder_judge(items: Sequence[dict], documents: Sequence[dict], nl
     )
 
     texts = {b: book_text(docs) for b, docs in books_of(documents).items()}
+    if len(texts) < 2:
+        raise InputError(f"{source}: {len(texts)} book ({', '.join(texts)}): the event judge is calibrated on each "
+                         "book's events against its own passages and other books' (the negatives), so CopyBench's "
+                         "stories need at least two books")
     pairs = labelled_pairs(items, texts, nlp, seed=seed)
     calibration, held_out = split_by_book(pairs, seed=seed)
     judge = EncoderJudge(MiniLMEncoder())
