@@ -363,7 +363,8 @@ def idle_entries(config: dict) -> list[str]:
             used |= set(reference_models(config, m)) | {x for x in (entry.get("base"), control_of(entry)) if x}
     probed = {b for b, _, _ in runs} | {b for m in used for b in contaminated_on(config["models"].get(m, {}))}
     lines = [f"benchmarks.{b}: no probe runs on it (no probes.<probe>.benchmarks list names it): only its "
-             "dataset and the model-free blind baseline are made" for b in sorted(config["benchmarks"]) if b not in probed]
+             "dataset and the model-free blind baseline are made"
+             for b in sorted(config["benchmarks"]) if b not in probed]
     lines += [f"models.{m}: no probe runs it and no role, reference, base or control names it: it is prepared "
               "for nothing (add it to a probe's models list, or remove it)" for m in sorted(config["models"])
               if m not in used]

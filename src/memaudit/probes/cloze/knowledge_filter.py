@@ -212,7 +212,7 @@ def knowledge_filter(candidates: Sequence[Mapping], filters: Mapping[str, Backen
         if errors:
             first = next(g for g in generations if g.status == STATUS_ERROR)
             raise APIRequestError(f"knowledge filter {filter_name!r}: {len(errors)} prompts got no answer, e.g. for "
-                               f"candidate {errors[0]!r}: {first.error} (answered ones are cached; rerun to retry)")
+                                  f"candidate {errors[0]!r}: {first.error} (answered ones are cached; rerun to retry)")
         for i, c in enumerate(candidates):
             replies = dict(zip(prompts, generations[i * len(prompts):(i + 1) * len(prompts)]))
             rec = {"filter": filter_name, **judge_replies(c, replies, plural=plural)}

@@ -123,7 +123,7 @@ class LLMJudge:
         failed = [g for g in gens if g.status == STATUS_ERROR]
         if failed:  # no verdict is not "not attributable": counting it so would lower the event rates unseen
             raise APIRequestError(f"{len(failed)} event-judge requests of model {self.backend.name!r} got no answer, "
-                               f"e.g.: {failed[0].error} (answered ones are cached; rerun to retry the rest)")
+                                  f"e.g.: {failed[0].error} (answered ones are cached; rerun to retry the rest)")
         verdicts = [parse_verdict(g.text) if g.status == STATUS_OK else None for g in gens]
         return [bool(v) for v in verdicts], sum(v is None for v in verdicts)
 

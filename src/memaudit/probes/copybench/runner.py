@@ -228,7 +228,7 @@ def rate_fluency(fluency, texts: Sequence[str]) -> list[dict]:
     failed = [r for r in ratings if r.status == ERROR]
     if failed:
         raise APIRequestError(f"{len(failed)} fluency judgements got no answer, e.g.: {failed[0].reason} "
-                           "(answered ones are cached; rerun to retry the rest)")
+                              "(answered ones are cached; rerun to retry the rest)")
     return [{"copybench_fluency": float(r.score) if r.score is not None else float("nan"),
              "fluency_status": r.status, "fluency_reason": r.reason, "fluency_feedback": r.feedback,
              "fluency_attempts": r.attempts} for r in ratings]
@@ -301,7 +301,7 @@ def run_probe(backend, mode: str, items: Sequence[dict], documents: Sequence[dic
         if statuses[STATUS_ERROR]:
             first = next(g for g in generations if g.status == STATUS_ERROR)
             raise APIRequestError(f"{statuses[STATUS_ERROR]} copybench prompts got no answer, e.g.: {first.error} "
-                               "(answered ones are cached; rerun to retry the rest)")
+                                  "(answered ones are cached; rerun to retry the rest)")
         scored = []
         # Every answer is scored on its text, as the reference implementation scores it; a refusal
         # (counted in the rates) reproduces nothing anyway, and the detector reads a story's dialogue

@@ -119,9 +119,10 @@ def _check_answered(answers: pd.DataFrame, mode: str) -> None:
     failed = answers["status"].eq("error").groupby([answers["doc_id"], answers["length"]]).all()
     if failed.any():
         (doc, length), n = failed[failed].index[0], int(failed.sum())
-        raise APIRequestError(f"DE-COP {mode}: every request for {n} document{'s' if n > 1 else ''} (passage length) "
-                           f"failed, e.g. {doc!r} ({length} tokens): no accuracy to score {'them' if n > 1 else 'it'} "
-                           "by (on_error: record; the answered ones are cached: a rerun sends only what failed)")
+        raise APIRequestError(f"DE-COP {mode}: every request for {n} document{'s' if n > 1 else ''} (passage "
+                              f"length) failed, e.g. {doc!r} ({length} tokens): no accuracy to score "
+                              f"{'them' if n > 1 else 'it'} by (on_error: record; the answered ones are cached: a "
+                              "rerun sends only what failed)")
 
 
 def run_job(job) -> pd.DataFrame:

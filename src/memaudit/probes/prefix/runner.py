@@ -110,7 +110,7 @@ def run_prefix_probe(backend: Backend, items: Sequence[dict], cfg: dict, *, chat
     if statuses[STATUS_ERROR]:
         first = next(r for r in rows if r["status"] == STATUS_ERROR)
         raise APIRequestError(f"{statuses[STATUS_ERROR]} prefix probes got no answer, e.g. {first['item_id']}: "
-                           f"{first['error']} (answered ones are cached; rerun to retry the rest)")
+                              f"{first['error']} (answered ones are cached; rerun to retry the rest)")
     docs = aggregate_documents(pd.DataFrame(long_rows), cfg.get("aggregate", "mean"))
     docs = document_scores(docs, model=backend.name, dtype=backend.describe().get("dtype"))
     n = len(rows)
