@@ -1411,7 +1411,7 @@ def test_api_config_checks_name_the_key_and_never_echo_a_pasted_key():
         for name, param in (("query", "key"), ("token", "access_token"))]
     # the endpoint without log-probabilities, named for a probe that needs them: the capability check
     assert registry.check_capabilities(config) == [
-        "models.nolp.backend: probe 'decop_logit' needs option_logprobs, which model 'nolp' (backend 'openai', "
+        "probes.decop_logit.models.0: probe 'decop_logit' needs option_logprobs, which model 'nolp' (backend 'openai', "
         "api.logprobs: false) cannot serve"]
     assert check_api_models({"models": {"gpt": API_MODEL}, "api": {}}) == []
 

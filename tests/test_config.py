@@ -203,7 +203,7 @@ def test_the_docs_example_error_is_what_comes_out():
     expected = bad(mutate).splitlines()[0]
     assert expected == "config key models.tiny.source.tiny_gpt2.n_layer: must be an integer, not the string 'two'"
     docs = (ROOT / "docs" / "models.md").read_text()
-    assert re.findall(r"^config key models\.tiny\..*$", docs, re.M) == [expected]
+    assert re.findall(r"^my\.yaml, line \d+, column \d+: (config key models\.tiny\..*)$", docs, re.M) == [expected]
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"`{expected}`" in readme
 
@@ -911,7 +911,7 @@ def test_probe_on_a_backend_without_the_capability_fails_validation(monkeypatch)
     full["models"]["smollm2-135m"]["backend"] = "textonly"
     with pytest.raises(ConfigError) as err:
         check_config(full)
-    assert "models.smollm2-135m.backend: probe 'token_prob' needs token_logprobs" in str(err.value)
+    assert "probes.token_prob.models.0: probe 'token_prob' needs token_logprobs" in str(err.value)
 
 
 @pytest.mark.workflow

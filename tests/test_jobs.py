@@ -188,7 +188,8 @@ def test_a_model_that_cannot_serve_a_named_probe_is_a_config_error_naming_both()
     cfg["probes"]["decop_logit"]["models"] = ["served"]
     with pytest.raises(ConfigError) as err:
         jobs.validate_config(cfg)
-    assert ("models.served.backend: probe 'decop_logit' needs option_logprobs, which model 'served' "
+    # placed at the list that names the model for the probe (the usual fix), not at its backend
+    assert ("probes.decop_logit.models.0: probe 'decop_logit' needs option_logprobs, which model 'served' "
             "(backend 'openai', api.logprobs: false) cannot serve") in str(err.value)
     cfg["models"]["served"]["api"]["logprobs"] = True
     assert jobs.validate_config(cfg)["probes"]["decop_logit"]["models"] == ["served"]

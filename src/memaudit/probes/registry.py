@@ -472,7 +472,10 @@ def check_capabilities(config: dict) -> list[str]:
             if missing:
                 backend = entry.get("backend", "hf")
                 why = ", api.logprobs: false" if entry.get("api", {}).get("logprobs") is False else ""
-                problems.append(f"models.{model}.backend: probe {probe!r} needs {', '.join(sorted(missing))}, "
+                # at the list that names the model for the probe, where there is one (the usual fix is there)
+                key = (f"probes.{probe}.models.{named.index(model)}" if named and model in named
+                       else f"models.{model}.backend")
+                problems.append(f"{key}: probe {probe!r} needs {', '.join(sorted(missing))}, "
                                 f"which model {model!r} (backend {backend!r}{why}) cannot serve")
     return problems
 
