@@ -1142,6 +1142,9 @@ def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     (f"seed: 1\n{OPENAI_KEY}: 1\n{OPENAI_KEY}: 2\n", ", line 3, column 1: not valid YAML (duplicate key "
                                                     "'<not shown>', first on line 2; YAML would keep only the last "
                                                     "one: remove or rename one)"),
+    # PyYAML reads an unquoted YYYY-MM-DD as a date, and an impossible one raised its ValueError's traceback
+    ("benchmarks:\n  a: {published: {format: articles, path: x, cutoff: 2023-02-30}}\n",
+     ", line 2, column 54: not valid YAML (2023-02-30 is not a valid date: day is out of range for month)"),
 ])
 def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tmp_path, text, message):
     from memaudit.cli import main

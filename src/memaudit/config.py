@@ -917,6 +917,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 first_line[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_timestamp(self, node):
+        # an unquoted impossible date (2023-02-30) raised a bare ValueError, a traceback without the line
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a valid date: {exc}", node.start_mark) from None
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _UniqueKeyLoader.construct_yaml_timestamp)
+
 
 def read_config_file(path: str | Path) -> dict:
     """The mapping in a YAML (or JSON) config file, before validation.
