@@ -396,6 +396,25 @@ def test_a_pdf_and_a_txt_of_an_article_become_records_of_the_same_words(tmp_path
     assert [d.kind for d in docs] == ["news", "news"] and docs[0].meta["label"] == 1
 
 
+def test_an_article_given_twice_on_one_side_of_the_cutoff_is_rejected_once(tmp_path):
+    """Two copies of one article (a .txt and a .pdf of it, say) with the same label were two documents, the
+    article counted twice in every statistic without a word; the later file in name order is rejected, as the
+    NYT set rejects a repeated snippet. Across the cutoff both stay (the test above)."""
+    folder = tmp_path / "archive"
+    _pdf(folder / "riverside.pdf", ARTICLE)
+    _write(folder / "riverside-copy.txt", "Date: 2022-06-01\n" + ARTICLE.replace(". ", ".\n\n", 2) + "\n")
+    _write(folder / "other.txt", "Date: 2023-02-01\nA different story about the harbor ferry and its new timetable.\n")
+    _write(folder / "dates.csv", "file,date\nriverside.pdf,2022-05-01\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert [(p.doc_id, p.label) for p in passages] == [("articles/other", 0), ("articles/riverside-copy", 1)]
+    assert [(Path(r.file).name, r.line, r.key, r.value, r.reason, r.action) for r in rejected] == [
+        ("riverside.pdf", 0, "(file)", "'riverside.pdf'", "duplicate text, first in riverside-copy.txt (label 1 "
+         "too): rejected so that the article counts once", "rejected")]
+    with pytest.raises(InputError, match=r"riverside\.pdf, line 0, key \(file\): duplicate text, first in "
+                                         r"riverside-copy\.txt \(label 1 too\)"):
+        build_articles(folder, "2023-01-01", strict=True)
+
+
 def test_a_txt_articles_paragraph_breaks_are_kept(tmp_path):
     """Blank lines separate a .txt article's paragraphs (its lines joined by a space, runs of spaces collapsed),
     and a .txt without any blank line (a news export) has one paragraph per line; paragraphs are joined by a
@@ -451,8 +470,8 @@ def test_articles_named_in_another_script_keep_distinct_ids(tmp_path):
     8 hex digits of its name's SHA-256, where all such files took the id ``articles/article`` and all but
     one were rejected as its duplicates; an ASCII name keeps its id."""
     folder = tmp_path / "archive"
-    for name in ("東京", "北京", "Москва", "rates 2022"):
-        _write(folder / f"{name}.txt", "Date: 2022-01-01\n" + ARTICLE)
+    for name in ("東京", "北京", "Москва", "rates 2022"):  # each its own text: a copy on one side is rejected
+        _write(folder / f"{name}.txt", f"Date: 2022-01-01\n{ARTICLE} {name}")
     _write(folder / "late.txt", "Date: 2024-01-01\n" + ARTICLE)
     docs, passages, rejected = build_articles(folder, "2023-01-01")
     assert [(r.value, r.action) for r in rejected] == [("late.txt", "kept")]  # the same text as the members'

@@ -31,8 +31,9 @@ Under the published-data policy (:mod:`memaudit.datasets.rejects`), an article t
 used is a rejected row with its reason, never silently dropped: a PDF without a text layer (a
 scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8 or holds a NUL
 (the row's line is the NUL's), a file with no text, a file without a date, two dates that
-disagree, a file that is neither ``.txt`` nor ``.pdf``, a sub-folder, and two files with the
-same document id; so is a ``dates.csv`` row that
+disagree, a file that is neither ``.txt`` nor ``.pdf``, a sub-folder, two files with the
+same document id, and a copy of an earlier file's text (whitespace and Unicode form aside) on the same side
+of the cutoff, which would count the article twice (across the cutoff both stay, with a ``kept`` row); so is a ``dates.csv`` row that
 names no article in the folder, gives an invalid date, repeats a file, has more fields than
 the header (an unquoted title with a comma), or is a last row whose quote is never closed (a
 truncated file).
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.labelled import text_key
 from memaudit.datasets.readers import first_nul
 from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
 from memaudit.datasets.text import clean_text, file_slug, join_hyphenated_lines, paragraphs
@@ -301,20 +303,26 @@ def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
         raise InputError(f"{folder}: no .txt or .pdf articles")
     log = RejectLog(strict)
     dates = _read_dates(folder, log)
-    docs, passages, ids = [], [], {}
+    docs, passages, ids, texts = [], [], {}, {}
     for path in entries:
         try:
             text, date, title = _read_article(path, dates.get(path.name))
             doc_id = f"{ARTICLES_SOURCE}/{file_slug(path.stem, 'article')}"
             if doc_id in ids:
                 raise RowReject("(file)", path.name, f"same document id {doc_id!r} as {ids[doc_id]}; rename one")
+            label = label_for(date, cutoff)
+            # a second copy on the same side would count the article twice; across the cutoff both stay
+            # (a reprint: _across_the_cutoff's kept row)
+            first = texts.get((text_key(text), label))
+            if first is not None:
+                raise RowReject("(file)", path.name, f"duplicate text, first in {first} (label {label} too): "
+                                                     f"rejected so that the article counts once")
         except RowReject as exc:
             line = (exc.line if isinstance(exc, _RejectAtLine)
                     else 1 if exc.key == "Date" and path.suffix.lower() == ".txt" else 0)
             log.reject(path, line, exc)
             continue
-        ids[doc_id] = path.name
-        label = label_for(date, cutoff)
+        ids[doc_id] = texts[(text_key(text), label)] = path.name
         meta = {"date": date.isoformat(), "cutoff": cutoff.isoformat(), "file": str(path), "line": 0,
                 "n_words": len(text.split())}
         docs.append(Document(doc_id, ARTICLES_SOURCE, title, "", "news", text,
