@@ -563,6 +563,22 @@ def test_an_undated_article_says_where_its_date_was_looked_for(tmp_path):
                        "empty-first.txt": "; its first line is blank"}
 
 
+def test_an_article_whose_dates_row_is_rejected_says_so_not_to_list_it(tmp_path):
+    """An article listed in dates.csv on a row with an impossible date was told to "list it in dates.csv"."""
+    folder = tmp_path / "archive"
+    _write(folder / "undated.txt", ARTICLE)
+    _pdf(folder / "plan.pdf", "A different story about the harbor ferry and its new timetable.")
+    _write(folder / "dated.txt", "Date: 2024-01-01\nA third story, about the library and its late opening hours.")
+    _write(folder / "dates.csv", "file,date\nundated.txt,2022-02-30\nplan.pdf,\n")
+    _, _, rejected = build_articles(folder, "2023-01-01")
+    assert [(Path(r.file).name, r.line, r.key, r.reason) for r in rejected] == [
+        ("dates.csv", 2, "date", "'2022-02-30' is not a valid date"),
+        ("dates.csv", 3, "date", "'' is not a date YYYY-MM-DD"),
+        ("plan.pdf", 0, "date", "no date: its dates.csv row, line 3, was rejected"),
+        ("undated.txt", 0, "date", "no date: its dates.csv row, line 2, was rejected"),
+    ]
+
+
 def test_a_dates_row_with_more_fields_than_its_header_is_rejected_not_cut(tmp_path):
     """An unquoted title with a comma: the cells past the header were dropped, the title cut unseen."""
     folder = tmp_path / "archive"

@@ -93,13 +93,24 @@ class _Dated:
     title: str
 
 
-def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
-    """``file name -> (date, line, title)`` from ``dates.csv``; bad rows go to ``log``."""
+class _BadDateRow(RowReject):
+    """A ``dates.csv`` row that names an article and gives no valid date: the article's own rejected row
+    points at it, rather than asking for a row that is there."""
+
+    def __init__(self, name: str, value: Any, reason: str):
+        super().__init__("date", value, reason)
+        self.name = name
+
+
+def _read_dates(folder: Path, log: RejectLog) -> tuple[dict[str, _Dated], dict[str, int]]:
+    """``file name -> (date, line, title)`` from ``dates.csv``, and ``file name -> line`` of the rows that name a
+    file with no valid date; bad rows go to ``log``."""
     path = folder / DATES_FILE
     if not path.exists():
-        return {}
+        return {}, {}
     path, text = read_text(path, "a dates.csv table")
     dates: dict[str, _Dated] = {}
+    bad_dates: dict[str, int] = {}
     # a row's name in NFC -> the file's name on disk, which a Mac's HFS+ disk stores decomposed (NFD)
     on_disk = {unicodedata.normalize("NFC", p.name): p.name for p in folder.iterdir() if p.is_file()}
     header: list[str] | None = None
@@ -124,9 +135,11 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
             name, dated = _dates_row(folder, record, start, dates, on_disk)
         except RowReject as exc:
             log.reject(path, start, exc)
+            if isinstance(exc, _BadDateRow):
+                bad_dates.setdefault(exc.name, start)
             continue
         dates[name] = dated
-    return dates
+    return dates, bad_dates
 
 
 def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str, _Dated],
@@ -143,7 +156,7 @@ def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str,
     try:
         date = parse_date(record.get("date", ""))
     except ValueError as exc:
-        raise RowReject("date", record.get("date", ""), str(exc)) from None
+        raise _BadDateRow(name, record.get("date", ""), str(exc)) from None
     return name, _Dated(date, line, record.get("title", ""))
 
 
@@ -221,8 +234,9 @@ def _first_lines(path: Path) -> str:
     return "; its first line is blank" if not first else f"; its first line is {first[:40]!r}"
 
 
-def _article_date(path: Path, header_date: str | None, listed: _Dated | None) -> dt.date:
-    """The article's date from dates.csv or its ``Date:`` line, which must agree when both are given."""
+def _article_date(path: Path, header_date: str | None, listed: _Dated | None, bad_row: int | None) -> dt.date:
+    """The article's date from dates.csv or its ``Date:`` line, which must agree when both are given
+    (``bad_row``: the line of a ``dates.csv`` row that names the file and was rejected for its date)."""
     own = None
     if header_date is not None:
         try:
@@ -232,6 +246,8 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
     if listed is not None and own is not None and listed.date != own:
         raise RowReject("Date", header_date, f"{DATES_FILE} line {listed.line} says {listed.date}, "
                         f"the file's Date: line says {own}")
+    if listed is None and own is None and bad_row is not None:
+        raise RowReject("date", "", f"no date: its {DATES_FILE} row, line {bad_row}, was rejected")
     if listed is None and own is None:
         how = (f"or start the file with a line 'Date: YYYY-MM-DD'{_first_lines(path)}"
                if path.suffix.lower() == ".txt" else "")
@@ -239,7 +255,7 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
     return listed.date if listed is not None else own
 
 
-def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]:
+def _read_article(path: Path, listed: _Dated | None, bad_row: int | None = None) -> tuple[str, dt.date, str]:
     """``(text, date, title)`` of one file, its paragraphs joined by a blank line; RowReject for anything that
     stops it."""
     suffix = path.suffix.lower()
@@ -261,7 +277,7 @@ def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]
     text = "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs(lines))
     if not text:
         raise RowReject("(file)", path.name, "no text")
-    date = _article_date(path, header_date, listed)
+    date = _article_date(path, header_date, listed, bad_row)
     return text, date, (listed.title if listed and listed.title else path.stem)
 
 
@@ -302,11 +318,11 @@ def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
     if not any(p.suffix.lower() in ARTICLE_SUFFIXES and p.is_file() for p in entries):
         raise InputError(f"{folder}: no .txt or .pdf articles")
     log = RejectLog(strict)
-    dates = _read_dates(folder, log)
+    dates, bad_dates = _read_dates(folder, log)
     docs, passages, ids, texts = [], [], {}, {}
     for path in entries:
         try:
-            text, date, title = _read_article(path, dates.get(path.name))
+            text, date, title = _read_article(path, dates.get(path.name), bad_dates.get(path.name))
             doc_id = f"{ARTICLES_SOURCE}/{file_slug(path.stem, 'article')}"
             if doc_id in ids:
                 raise RowReject("(file)", path.name, f"same document id {doc_id!r} as {ids[doc_id]}; rename one")
