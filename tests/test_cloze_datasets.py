@@ -193,7 +193,13 @@ def test_the_summary_counts_each_benchmarks_rejects_by_file_and_reason(tmp_path)
     assert int(nyt.loc[nyt["action"] == "kept", "n_rows"].sum()) == 1
     assert int(nyt.loc[nyt["reason"].str.startswith("not valid JSON"), "n_rows"].sum()) == 1
     text = rejects_summary(table)
-    assert text.splitlines()[0].startswith("Input rows left out by the loaders (12;")
+    # the kept row is no row left out: it was counted among them ("left out by the loaders (12;")
+    assert text.splitlines()[0] == ("Input rows left out by the loaders (11; 1 more kept with a note; each row "
+                                    "with its line in results/datasets/<benchmark>/rejects.csv):")
+    assert f"  nyt: 1 kept in {path}: " + nyt.loc[nyt["action"] == "kept", "reason"].iloc[0] in text.splitlines()
+    kept_only = rejects_summary(table[table["action"] != "rejected"])
+    assert kept_only.splitlines()[0] == ("Input rows left out by the loaders: none; 1 kept with a note (each row "
+                                         "with its line in results/datasets/<benchmark>/rejects.csv):")
     assert f"  nyt: 1 rejected in {path}: missing key" in text.splitlines()
     assert rejects_summary(table[table["benchmark"] == "clean"]) == (
         "Input rows left out by the loaders: none (1 benchmark checked).")
