@@ -392,6 +392,7 @@ def is_api_model(entry: dict) -> bool:
 # DE-COP's published formats (memaudit.datasets.published): BookTection/arXivTection also from the Hub
 DECOP_FORMATS = ("booktection", "arxivtection", "bookmia")
 # published formats whose unusable rows are skipped and listed (memaudit.datasets.rejects): all of them
+FOLDER_FORMATS = ("articles", "copybench")  # published formats whose path is a folder; the others read a file
 REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts", "copybench", *DECOP_FORMATS)
 
 
@@ -1056,6 +1057,12 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
         found = Path(root) / path
         if not found.exists():
             problems.append(f"config key {key}: {path}: no such file or folder")
+        elif key.endswith(".published.path") and key.startswith("benchmarks."):
+            fmt = config["benchmarks"][key[len("benchmarks."):-len(".published.path")]]["published"].get("format")
+            wants_folder = fmt in FOLDER_FORMATS
+            if found.is_dir() != wants_folder:  # else the dataset job stops on it, after check-config said valid
+                problems.append(f"config key {key}: {path}: a {'folder' if found.is_dir() else 'file'}, but "
+                                f"format {fmt} reads a {'folder' if wants_folder else 'file'}")
         elif key.endswith(".labels") and key.startswith("benchmarks."):
             try:
                 read_labels(found, "title" if key.endswith(".published.labels") else "book")
