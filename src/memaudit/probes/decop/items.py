@@ -56,6 +56,11 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
                          f"(at least {words_for_tokens(min(lengths))} words, ending a sentence); the longest of the "
                          f"{len(roles)} has {longest} words: give longer texts, or a shorter probes.decop.lengths "
                          f"(64, 128 or 256 tokens)")
+    short = sorted(set(roles) - {d["doc_id"] for d, *_ in todo})
+    if short:  # no passage, so no item: DE-COP and KTD leave the document out, and say so
+        progress(f"{len(short)} of the {len(roles)} documents give no passage of {min(lengths)} tokens "
+                 f"(at least {words_for_tokens(min(lengths))} words, ending a sentence) and have no item: "
+                 + ", ".join(f"{i} ({len(by_id[i]['text'].split())} words)" for i in short))
     qc = QCSettings.from_config(cfg["paraphrase"])
     t0 = time.time()
     results = paraphrase_with_qc([t[4] for t in todo], [t[2] for t in todo], paraphraser, encoder, qc,
