@@ -32,8 +32,9 @@ used is a rejected row with its reason, never silently dropped: a PDF without a 
 scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8 or holds a NUL
 (the row's line is the NUL's), a file with no text, a file without a date, two dates that
 disagree, a file that is neither ``.txt`` nor ``.pdf``, a sub-folder, two files with the
-same document id, and a copy of an earlier file's text (whitespace and Unicode form aside) on the same side
-of the cutoff, which would count the article twice (across the cutoff both stay, with a ``kept`` row); so is a ``dates.csv`` row that
+same document id, and a copy of an earlier file's text (whitespace and Unicode form aside) on
+the same side of the cutoff, which would count the article twice (across the cutoff both stay,
+with a ``kept`` row); so is a ``dates.csv`` row that
 names no article in the folder, gives an invalid date, repeats a file, has more fields than
 the header (an unquoted title with a comma), or is a last row whose quote is never closed (a
 truncated file).
