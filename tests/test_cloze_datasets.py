@@ -193,13 +193,30 @@ def test_the_summary_counts_each_benchmarks_rejects_by_file_and_reason(tmp_path)
     assert int(nyt.loc[nyt["action"] == "kept", "n_rows"].sum()) == 1
     assert int(nyt.loc[nyt["reason"].str.startswith("not valid JSON"), "n_rows"].sum()) == 1
     text = rejects_summary(table)
-    assert text.splitlines()[0].startswith("Input rows left out by the loaders (12;")
+    # the kept row is no row left out: it was counted among them ("left out by the loaders (12;")
+    assert text.splitlines()[0] == ("Input rows left out by the loaders (11; 1 more kept with a note; each row "
+                                    "with its line in results/datasets/<benchmark>/rejects.csv):")
+    assert f"  nyt: 1 kept in {path}: " + nyt.loc[nyt["action"] == "kept", "reason"].iloc[0] in text.splitlines()
+    kept_only = rejects_summary(table[table["action"] != "rejected"])
+    assert kept_only.splitlines()[0] == ("Input rows left out by the loaders: none; 1 kept with a note (each row "
+                                         "with its line in results/datasets/<benchmark>/rejects.csv):")
     assert f"  nyt: 1 rejected in {path}: missing key" in text.splitlines()
     assert rejects_summary(table[table["benchmark"] == "clean"]) == (
         "Input rows left out by the loaders: none (1 benchmark checked).")
     (tmp_path / "not_rejects.csv").write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match=r"not_rejects.csv: not a rejects table \(no column 'file'\)"):
         count_rejects({"x": tmp_path / "not_rejects.csv"})
+
+
+def test_the_dataset_jobs_log_counts_kept_rows_apart_from_rejected_ones(tmp_path):
+    """The dataset job's log said "9 rows rejected" for 7 rejected rows and 2 kept with a note."""
+    from memaudit.datasets.rejects import rejects_count
+
+    rejected = load_nyt(_write(tmp_path / "nyt.jsonl", BAD_NYT))[2]
+    assert [r.action for r in rejected].count("kept") == 1
+    assert rejects_count(rejected) == f"{len(rejected) - 1} rows rejected, 1 kept with a note"
+    assert rejects_count([r for r in rejected if r.action == "rejected"][:1]) == "1 row rejected"
+    assert rejects_count([]) == "0 rows rejected"
 
 
 def test_strict_mode_makes_the_first_rejected_row_an_input_error(tmp_path):
@@ -396,6 +413,25 @@ def test_a_pdf_and_a_txt_of_an_article_become_records_of_the_same_words(tmp_path
     assert [d.kind for d in docs] == ["news", "news"] and docs[0].meta["label"] == 1
 
 
+def test_an_article_given_twice_on_one_side_of_the_cutoff_is_rejected_once(tmp_path):
+    """Two copies of one article (a .txt and a .pdf of it, say) with the same label were two documents, the
+    article counted twice in every statistic without a word; the later file in name order is rejected, as the
+    NYT set rejects a repeated snippet. Across the cutoff both stay (the test above)."""
+    folder = tmp_path / "archive"
+    _pdf(folder / "riverside.pdf", ARTICLE)
+    _write(folder / "riverside-copy.txt", "Date: 2022-06-01\n" + ARTICLE.replace(". ", ".\n\n", 2) + "\n")
+    _write(folder / "other.txt", "Date: 2023-02-01\nA different story about the harbor ferry and its new timetable.\n")
+    _write(folder / "dates.csv", "file,date\nriverside.pdf,2022-05-01\n")
+    docs, passages, rejected = build_articles(folder, "2023-01-01")
+    assert [(p.doc_id, p.label) for p in passages] == [("articles/other", 0), ("articles/riverside-copy", 1)]
+    assert [(Path(r.file).name, r.line, r.key, r.value, r.reason, r.action) for r in rejected] == [
+        ("riverside.pdf", 0, "(file)", "'riverside.pdf'", "duplicate text, first in riverside-copy.txt (label 1 "
+         "too): rejected so that the article counts once", "rejected")]
+    with pytest.raises(InputError, match=r"riverside\.pdf, line 0, key \(file\): duplicate text, first in "
+                                         r"riverside-copy\.txt \(label 1 too\)"):
+        build_articles(folder, "2023-01-01", strict=True)
+
+
 def test_a_txt_articles_paragraph_breaks_are_kept(tmp_path):
     """Blank lines separate a .txt article's paragraphs (its lines joined by a space, runs of spaces collapsed),
     and a .txt without any blank line (a news export) has one paragraph per line; paragraphs are joined by a
@@ -451,8 +487,8 @@ def test_articles_named_in_another_script_keep_distinct_ids(tmp_path):
     8 hex digits of its name's SHA-256, where all such files took the id ``articles/article`` and all but
     one were rejected as its duplicates; an ASCII name keeps its id."""
     folder = tmp_path / "archive"
-    for name in ("東京", "北京", "Москва", "rates 2022"):
-        _write(folder / f"{name}.txt", "Date: 2022-01-01\n" + ARTICLE)
+    for name in ("東京", "北京", "Москва", "rates 2022"):  # each its own text: a copy on one side is rejected
+        _write(folder / f"{name}.txt", f"Date: 2022-01-01\n{ARTICLE} {name}")
     _write(folder / "late.txt", "Date: 2024-01-01\n" + ARTICLE)
     docs, passages, rejected = build_articles(folder, "2023-01-01")
     assert [(r.value, r.action) for r in rejected] == [("late.txt", "kept")]  # the same text as the members'
@@ -542,6 +578,22 @@ def test_an_undated_article_says_where_its_date_was_looked_for(tmp_path):
     assert reasons == {"blank.txt": "; its line 2 is a Date: line, but only the first line is read",
                        "headline.txt": "; its line 3 is a Date: line, but only the first line is read",
                        "empty-first.txt": "; its first line is blank"}
+
+
+def test_an_article_whose_dates_row_is_rejected_says_so_not_to_list_it(tmp_path):
+    """An article listed in dates.csv on a row with an impossible date was told to "list it in dates.csv"."""
+    folder = tmp_path / "archive"
+    _write(folder / "undated.txt", ARTICLE)
+    _pdf(folder / "plan.pdf", "A different story about the harbor ferry and its new timetable.")
+    _write(folder / "dated.txt", "Date: 2024-01-01\nA third story, about the library and its late opening hours.")
+    _write(folder / "dates.csv", "file,date\nundated.txt,2022-02-30\nplan.pdf,\n")
+    _, _, rejected = build_articles(folder, "2023-01-01")
+    assert [(Path(r.file).name, r.line, r.key, r.reason) for r in rejected] == [
+        ("dates.csv", 2, "date", "'2022-02-30' is not a valid date"),
+        ("dates.csv", 3, "date", "'' is not a date YYYY-MM-DD"),
+        ("plan.pdf", 0, "date", "no date: its dates.csv row, line 3, was rejected"),
+        ("undated.txt", 0, "date", "no date: its dates.csv row, line 2, was rejected"),
+    ]
 
 
 def test_a_dates_row_with_more_fields_than_its_header_is_rejected_not_cut(tmp_path):

@@ -567,6 +567,14 @@ def test_config_checks_name_the_key():
     assert plan.check_config(probed) == [
         "probes.cloze.reference.model: 'tiny-gpt2-cb' chooses the masked words and cannot also be probed with "
         "them (probes.cloze_<mode>.models)"]
+    # the mode's models left to their default (every model that can serve it): the message said to look at a
+    # list the user never wrote
+    unset = copy.deepcopy(config)
+    del unset["probes"]["cloze_logit"]["models"]
+    assert plan.check_config(unset) == [
+        "probes.cloze.reference.model: 'tiny-gpt2-cb' chooses the masked words and cannot also be probed with "
+        "them (probes.cloze_<mode>.models); probes.cloze_logit.models is not set, so it probes every model that "
+        "can serve it: list the models to probe"]
     api = copy.deepcopy(config)
     api["models"]["gpt"] = {"backend": "openai", "api": {"model_id": "gpt-4o-mini"}}
     api["probes"]["cloze"]["reference"]["model"] = "gpt"

@@ -858,6 +858,26 @@ def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_
     assert "benchmarks.mine.source_options.user_books.directory" not in dict(local_inputs(cfg))
 
 
+def test_a_published_path_must_be_a_folder_or_a_file_as_its_format_reads_it(tmp_path):
+    """An articles folder given as a file (the dates.csv, say), or a published set's file given as its folder,
+    passed memaudit check-config and stopped the dataset job."""
+    from memaudit.config import check_local_inputs
+
+    (tmp_path / "arts").mkdir()
+    (tmp_path / "arts" / "dates.csv").write_text("file,date\n")
+    (tmp_path / "nyt.jsonl").write_text("")
+    cfg = validate_config(CI)
+    cfg["benchmarks"] = {
+        "arts": {"published": {"format": "articles", "path": "arts/dates.csv", "cutoff": "2023-01-01"}},
+        "nyt.2023": {"published": {"format": "nyt", "path": "arts"}},
+        "fine": {"published": {"format": "wikimia", "path": "nyt.jsonl"}},
+        "cb": {"published": {"format": "copybench", "path": "nyt.jsonl"}}}
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        "config key benchmarks.arts.published.path: arts/dates.csv: a file, but format articles reads a folder",
+        "config key benchmarks.cb.published.path: nyt.jsonl: a file, but format copybench reads a folder",
+        "config key benchmarks.nyt.2023.published.path: arts: a folder, but format nyt reads a file"]
+
+
 @pytest.mark.workflow
 def test_a_labels_file_renamed_after_a_finished_dataset_stops_the_workflow(tmp_path):
     """Snakemake names a missing input only of a job it will run: after a finished dataset a labels
@@ -1193,6 +1213,9 @@ def test_a_yaml_error_in_the_demo_config_names_its_line_and_column(tmp_path):
     (f"seed: 1\n{OPENAI_KEY}: 1\n{OPENAI_KEY}: 2\n", ", line 3, column 1: not valid YAML (duplicate key "
                                                     "'<not shown>', first on line 2; YAML would keep only the last "
                                                     "one: remove or rename one)"),
+    # PyYAML reads an unquoted YYYY-MM-DD as a date, and an impossible one raised its ValueError's traceback
+    ("benchmarks:\n  a: {published: {format: articles, path: x, cutoff: 2023-02-30}}\n",
+     ", line 2, column 54: not valid YAML (2023-02-30 is not a valid date: day is out of range for month)"),
 ])
 def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tmp_path, text, message):
     from memaudit.cli import main

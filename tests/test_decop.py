@@ -1274,3 +1274,53 @@ def test_accuracy_by_position_leaves_failed_requests_out():
     a = _answers([("d1", 1, "evaluate", "d1#0", 0, 0, *[np.nan] * 4),
                   ("d1", 1, "evaluate", "d1#0", 0, -1, *[np.nan] * 4)]).assign(status=["ok", "error"])
     assert analysis.accuracy_by_position(a)["accuracy"].tolist() == [1.0]
+
+
+def test_documents_too_short_for_any_passage_are_one_line_naming_the_lengths_key(tmp_path):
+    """WikiMIA's 32-word texts (docs/probes/ktd.md's example) give no 64-token passage: the items job crashed
+    on an empty quality table (KeyError 'n_kept') after paraphrasing nothing."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.decop.items import build_items
+
+    docs = tmp_path / "documents.jsonl"
+    write_jsonl(docs, ({"doc_id": f"w/{i}", "title": "", "author": "", "kind": "text", "meta": {"label": i % 2},
+                        "text": " ".join(f"word{i}x{j}" for j in range(30 + i)) + "."} for i in range(6)))
+    cfg = {"lengths": [128, 64], "passages_per_document": 1, "n_documents": None, "calibration_documents": 1}
+    with pytest.raises(InputError) as err:
+        build_items(docs, cfg, 13, None, None, tmp_path / "items.jsonl", tmp_path / "qc.csv", progress=lambda m: None)
+    assert str(err.value) == (
+        f"{docs}: no document is long enough for a DE-COP passage of 64 tokens (at least 48 words, ending a "
+        f"sentence); the longest of the 6 has 35 words: give longer texts, or a shorter probes.decop.lengths "
+        f"(64, 128 or 256 tokens)")
+
+
+def test_documents_too_short_for_a_passage_are_named_in_the_items_log(tmp_path):
+    """A text shorter than every length gave no item and no word in the log: DE-COP and KTD left it out silently."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.decop.items import build_items
+
+    class Paraphraser:  # three paraphrases of other words, which the quality control accepts
+        def candidates(self, texts, lengths, attempt, wanted=None):
+            return [[" ".join(f"{w}{i}." for i in range(len(t.split()))) for w in ("alpha", "bravo", "charlie")][:n]
+                    for t, n in zip(texts, wanted or [3] * len(texts))]
+
+        def describe(self):
+            return {"paraphraser": "stub"}
+
+    class Encoder:
+        def cosine(self, a, b):
+            return [1.0] * len(a)
+
+    docs = tmp_path / "documents.jsonl"
+    sizes = {"w/a": 60, "w/b": 60, "w/c": 60, "w/d": 60, "w/e": 20, "w/f": 30}  # e, f: under 48 words
+    write_jsonl(docs, ({"doc_id": d, "title": "", "author": "", "kind": "text", "meta": {"label": i % 2},
+                        "text": " ".join(f"word{i}x{j}" for j in range(n)) + "."}
+                       for i, (d, n) in enumerate(sizes.items())))
+    cfg = {"lengths": [64], "passages_per_document": 1, "n_documents": None, "calibration_documents": 1,
+           "paraphrase": {"length_ratio": [0.1, 10.0], "min_cosine": 0.0}}
+    said = []
+    items = build_items(docs, cfg, 13, Paraphraser(), Encoder(), tmp_path / "items.jsonl", tmp_path / "qc.csv",
+                        progress=said.append)
+    assert sorted(it["doc_id"] for it in items) == ["w/a", "w/b", "w/c", "w/d"]
+    assert said[1] == ("2 of the 6 documents give no passage of 64 tokens (at least 48 words, ending a "
+                       "sentence) and have no item: w/e (20 words), w/f (30 words)")

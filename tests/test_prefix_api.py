@@ -119,6 +119,19 @@ def test_a_continuation_as_long_as_asked_is_kept_and_published_skips_are_named(c
         prefix_items(nyt, prefix_words=50, continuation_words=50)
 
 
+def test_a_benchmark_with_nothing_to_prefix_probe_names_its_passages_file(tmp_path):
+    """The prefix_dataset job's error named no file: which benchmark's passages had nothing to probe?"""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.prefix.runner import build_pairs
+
+    path = tmp_path / "passages.jsonl"
+    write_jsonl(path, [_passage(0, 20).__dict__])
+    with pytest.raises(InputError) as err:
+        build_pairs(path, tmp_path / "pairs.jsonl", prefix_words=50, continuation_words=50)
+    assert str(err.value) == (f"{path}: no passage has the 55 words a prefix probe needs (1 too short): lower "
+                              f"probes.prefix.prefix_words or use longer passages")
+
+
 def test_a_published_prefix_is_probed_as_given_nyt_exhibit_j(tmp_path):
     """Section 4.2: "For prefix probing, we use prefixes provided in Exhibit-J". A passage carrying the
     set's Prefix and Completion is probed with the whole prefix and scored against the completion's

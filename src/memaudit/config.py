@@ -392,6 +392,7 @@ def is_api_model(entry: dict) -> bool:
 # DE-COP's published formats (memaudit.datasets.published): BookTection/arXivTection also from the Hub
 DECOP_FORMATS = ("booktection", "arxivtection", "bookmia")
 # published formats whose unusable rows are skipped and listed (memaudit.datasets.rejects): all of them
+FOLDER_FORMATS = ("articles", "copybench")  # published formats whose path is a folder; the others read a file
 REJECTS_FORMATS = ("nyt", "articles", "qa", "wikimia", "member_texts", "copybench", *DECOP_FORMATS)
 
 
@@ -917,6 +918,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 first_line[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_timestamp(self, node):
+        # an unquoted impossible date (2023-02-30) raised a bare ValueError, a traceback without the line
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a valid date: {exc}", node.start_mark) from None
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _UniqueKeyLoader.construct_yaml_timestamp)
+
 
 def read_config_file(path: str | Path) -> dict:
     """The mapping in a YAML (or JSON) config file, before validation.
@@ -1138,6 +1150,12 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
         found = Path(root) / path
         if not found.exists():
             problems.append(f"config key {key}: {path}: no such file or folder")
+        elif key.endswith(".published.path") and key.startswith("benchmarks."):
+            fmt = config["benchmarks"][key[len("benchmarks."):-len(".published.path")]]["published"].get("format")
+            wants_folder = fmt in FOLDER_FORMATS
+            if found.is_dir() != wants_folder:  # else the dataset job stops on it, after check-config said valid
+                problems.append(f"config key {key}: {path}: a {'folder' if found.is_dir() else 'file'}, but "
+                                f"format {fmt} reads a {'folder' if wants_folder else 'file'}")
         elif key.endswith(".labels") and key.startswith("benchmarks."):
             try:
                 read_labels(found, "title" if key.endswith(".published.labels") else "book")

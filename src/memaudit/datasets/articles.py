@@ -31,8 +31,10 @@ Under the published-data policy (:mod:`memaudit.datasets.rejects`), an article t
 used is a rejected row with its reason, never silently dropped: a PDF without a text layer (a
 scan: run OCR first), an encrypted or broken PDF, a ``.txt`` that is not UTF-8 or holds a NUL
 (the row's line is the NUL's), a file with no text, a file without a date, two dates that
-disagree, a file that is neither ``.txt`` nor ``.pdf``, a sub-folder, and two files with the
-same document id; so is a ``dates.csv`` row that
+disagree, a file that is neither ``.txt`` nor ``.pdf``, a sub-folder, two files with the
+same document id, and a copy of an earlier file's text (whitespace and Unicode form aside) on
+the same side of the cutoff, which would count the article twice (across the cutoff both stay,
+with a ``kept`` row); so is a ``dates.csv`` row that
 names no article in the folder, gives an invalid date, repeats a file, has more fields than
 the header (an unquoted title with a comma), or is a last row whose quote is never closed (a
 truncated file).
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit import MEMBER, NONMEMBER
+from memaudit.datasets.labelled import text_key
 from memaudit.datasets.readers import first_nul
 from memaudit.datasets.rejects import Rejected, RejectLog, RowReject, csv_rows, read_text, require_rows
 from memaudit.datasets.text import clean_text, file_slug, join_hyphenated_lines, paragraphs
@@ -91,13 +94,24 @@ class _Dated:
     title: str
 
 
-def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
-    """``file name -> (date, line, title)`` from ``dates.csv``; bad rows go to ``log``."""
+class _BadDateRow(RowReject):
+    """A ``dates.csv`` row that names an article and gives no valid date: the article's own rejected row
+    points at it, rather than asking for a row that is there."""
+
+    def __init__(self, name: str, value: Any, reason: str):
+        super().__init__("date", value, reason)
+        self.name = name
+
+
+def _read_dates(folder: Path, log: RejectLog) -> tuple[dict[str, _Dated], dict[str, int]]:
+    """``file name -> (date, line, title)`` from ``dates.csv``, and ``file name -> line`` of the rows that name a
+    file with no valid date; bad rows go to ``log``."""
     path = folder / DATES_FILE
     if not path.exists():
-        return {}
+        return {}, {}
     path, text = read_text(path, "a dates.csv table")
     dates: dict[str, _Dated] = {}
+    bad_dates: dict[str, int] = {}
     # a row's name in NFC -> the file's name on disk, which a Mac's HFS+ disk stores decomposed (NFD)
     on_disk = {unicodedata.normalize("NFC", p.name): p.name for p in folder.iterdir() if p.is_file()}
     header: list[str] | None = None
@@ -122,9 +136,11 @@ def _read_dates(folder: Path, log: RejectLog) -> dict[str, _Dated]:
             name, dated = _dates_row(folder, record, start, dates, on_disk)
         except RowReject as exc:
             log.reject(path, start, exc)
+            if isinstance(exc, _BadDateRow):
+                bad_dates.setdefault(exc.name, start)
             continue
         dates[name] = dated
-    return dates
+    return dates, bad_dates
 
 
 def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str, _Dated],
@@ -141,7 +157,7 @@ def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str,
     try:
         date = parse_date(record.get("date", ""))
     except ValueError as exc:
-        raise RowReject("date", record.get("date", ""), str(exc)) from None
+        raise _BadDateRow(name, record.get("date", ""), str(exc)) from None
     return name, _Dated(date, line, record.get("title", ""))
 
 
@@ -219,8 +235,9 @@ def _first_lines(path: Path) -> str:
     return "; its first line is blank" if not first else f"; its first line is {first[:40]!r}"
 
 
-def _article_date(path: Path, header_date: str | None, listed: _Dated | None) -> dt.date:
-    """The article's date from dates.csv or its ``Date:`` line, which must agree when both are given."""
+def _article_date(path: Path, header_date: str | None, listed: _Dated | None, bad_row: int | None) -> dt.date:
+    """The article's date from dates.csv or its ``Date:`` line, which must agree when both are given
+    (``bad_row``: the line of a ``dates.csv`` row that names the file and was rejected for its date)."""
     own = None
     if header_date is not None:
         try:
@@ -230,6 +247,8 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
     if listed is not None and own is not None and listed.date != own:
         raise RowReject("Date", header_date, f"{DATES_FILE} line {listed.line} says {listed.date}, "
                         f"the file's Date: line says {own}")
+    if listed is None and own is None and bad_row is not None:
+        raise RowReject("date", "", f"no date: its {DATES_FILE} row, line {bad_row}, was rejected")
     if listed is None and own is None:
         how = (f"or start the file with a line 'Date: YYYY-MM-DD'{_first_lines(path)}"
                if path.suffix.lower() == ".txt" else "")
@@ -237,7 +256,7 @@ def _article_date(path: Path, header_date: str | None, listed: _Dated | None) ->
     return listed.date if listed is not None else own
 
 
-def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]:
+def _read_article(path: Path, listed: _Dated | None, bad_row: int | None = None) -> tuple[str, dt.date, str]:
     """``(text, date, title)`` of one file, its paragraphs joined by a blank line; RowReject for anything that
     stops it."""
     suffix = path.suffix.lower()
@@ -259,7 +278,7 @@ def _read_article(path: Path, listed: _Dated | None) -> tuple[str, dt.date, str]
     text = "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs(lines))
     if not text:
         raise RowReject("(file)", path.name, "no text")
-    date = _article_date(path, header_date, listed)
+    date = _article_date(path, header_date, listed, bad_row)
     return text, date, (listed.title if listed and listed.title else path.stem)
 
 
@@ -300,21 +319,27 @@ def build_articles(folder: str | Path, cutoff: Any, strict: bool = False,
     if not any(p.suffix.lower() in ARTICLE_SUFFIXES and p.is_file() for p in entries):
         raise InputError(f"{folder}: no .txt or .pdf articles")
     log = RejectLog(strict)
-    dates = _read_dates(folder, log)
-    docs, passages, ids = [], [], {}
+    dates, bad_dates = _read_dates(folder, log)
+    docs, passages, ids, texts = [], [], {}, {}
     for path in entries:
         try:
-            text, date, title = _read_article(path, dates.get(path.name))
+            text, date, title = _read_article(path, dates.get(path.name), bad_dates.get(path.name))
             doc_id = f"{ARTICLES_SOURCE}/{file_slug(path.stem, 'article')}"
             if doc_id in ids:
                 raise RowReject("(file)", path.name, f"same document id {doc_id!r} as {ids[doc_id]}; rename one")
+            label = label_for(date, cutoff)
+            # a second copy on the same side would count the article twice; across the cutoff both stay
+            # (a reprint: _across_the_cutoff's kept row)
+            first = texts.get((text_key(text), label))
+            if first is not None:
+                raise RowReject("(file)", path.name, f"duplicate text, first in {first} (label {label} too): "
+                                                     f"rejected so that the article counts once")
         except RowReject as exc:
             line = (exc.line if isinstance(exc, _RejectAtLine)
                     else 1 if exc.key == "Date" and path.suffix.lower() == ".txt" else 0)
             log.reject(path, line, exc)
             continue
-        ids[doc_id] = path.name
-        label = label_for(date, cutoff)
+        ids[doc_id] = texts[(text_key(text), label)] = path.name
         meta = {"date": date.isoformat(), "cutoff": cutoff.isoformat(), "file": str(path), "line": 0,
                 "n_words": len(text.split())}
         docs.append(Document(doc_id, ARTICLES_SOURCE, title, "", "news", text,

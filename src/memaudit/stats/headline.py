@@ -497,7 +497,15 @@ def rejects_summary(rejects: pd.DataFrame) -> str:
     if left.empty:
         n = rejects["benchmark"].nunique()
         return f"Input rows left out by the loaders: none ({n} benchmark{'s' if n != 1 else ''} checked)."
-    lines = [f"Input rows left out by the loaders ({int(left['n_rows'].sum())}; each row with its line in {where}):"]
+    # a kept row (a near-duplicate, an empty NYT prefix) is in the benchmark: not counted as left out
+    kept = int(left.loc[left["action"] == "kept", "n_rows"].sum())
+    n_left = int(left["n_rows"].sum()) - kept
+    if not n_left:
+        head = f"none; {kept} kept with a note (each row with its line in {where}):"
+    else:
+        more = f"; {kept} more kept with a note" if kept else ""
+        head = f"({n_left}{more}; each row with its line in {where}):"
+    lines = [f"Input rows left out by the loaders{':' if not n_left else ''} {head}"]
     lines += [f"  {r.benchmark}: {r.n_rows} {r.action} in {r.file}: {r.reason}" for r in left.itertuples()]
     return "\n".join(lines)
 

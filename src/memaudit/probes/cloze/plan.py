@@ -113,8 +113,14 @@ def check_config(config: dict) -> list[str]:
                         f"flagged; lower min_reconstructed or raise top_k")
     if any(m == reference for _, m, _ in runs(config)):
         default = "" if named else "not set, so the first local model, "
+        # a mode whose models list is its default probes the reference too: say so, not only the key
+        unset = sorted({mode for _, m, mode in runs(config) if m == reference
+                        and "models" not in (config["probes"].get(f"cloze_{mode}") or {})})
+        hint = "".join(f"; probes.cloze_{mode}.models is not set, so it probes every model that can serve it: list "
+                       f"the models to probe" for mode in unset)
         problems.append(f"probes.cloze.reference.model: {default}{reference!r} chooses the masked words and cannot "
-                        f"also be probed with them (probes.cloze_<mode>.models)" + ("" if named else "; name another"))
+                        f"also be probed with them (probes.cloze_<mode>.models)" + ("" if named else "; name another")
+                        + hint)
     return problems
 
 

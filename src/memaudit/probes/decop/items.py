@@ -18,7 +18,8 @@ from typing import Callable
 import pandas as pd
 
 from memaudit.io import read_jsonl, write_csv, write_jsonl
-from memaudit.probes.decop.construct import passages_of, select_documents
+from memaudit.errors import InputError
+from memaudit.probes.decop.construct import passages_of, select_documents, words_for_tokens
 from memaudit.probes.decop.paraphrase import REASONS, QCSettings, paraphrase_with_qc, quality_table
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,17 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
                 todo.append((d, role, length, k, text))
     progress(f"{len(roles)} documents ({sum(r == 'calibrate' for r in roles.values())} for calibration), "
              f"{len(todo)} passages to paraphrase")
+    if not todo:  # short texts (WikiMIA's 32 words): else an empty quality table, a KeyError
+        longest = max(len(by_id[doc_id]["text"].split()) for doc_id in roles)
+        raise InputError(f"{documents_path}: no document is long enough for a DE-COP passage of {min(lengths)} tokens "
+                         f"(at least {words_for_tokens(min(lengths))} words, ending a sentence); the longest of the "
+                         f"{len(roles)} has {longest} words: give longer texts, or a shorter probes.decop.lengths "
+                         f"(64, 128 or 256 tokens)")
+    short = sorted(set(roles) - {d["doc_id"] for d, *_ in todo})
+    if short:  # no passage, so no item: DE-COP and KTD leave the document out, and say so
+        progress(f"{len(short)} of the {len(roles)} documents give no passage of {min(lengths)} tokens "
+                 f"(at least {words_for_tokens(min(lengths))} words, ending a sentence) and have no item: "
+                 + ", ".join(f"{i} ({len(by_id[i]['text'].split())} words)" for i in short))
     qc = QCSettings.from_config(cfg["paraphrase"])
     t0 = time.time()
     results = paraphrase_with_qc([t[4] for t in todo], [t[2] for t in todo], paraphraser, encoder, qc,
@@ -71,8 +83,6 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
     dropped = int((qc_table["n_passages"] - qc_table["n_kept"]).sum())
     progress(f"{len(items)} items, {dropped} passage(s) dropped by quality control")
     if not any(it["meta"]["role"] == "evaluate" for it in items):
-        from memaudit.errors import InputError
-
         raise InputError(f"{documents_path}: quality control rejected every evaluated passage "
                          f"(see {out_qc}); loosen probes.decop.paraphrase or change the paraphraser")
     return items
@@ -89,7 +99,6 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
     paraphrased here (the published paraphrases were made by Claude 2.0 for the paper).
     """
     from memaudit.datasets.published import published_items
-    from memaudit.errors import InputError
 
     docs = read_jsonl(documents_path)
     roles = select_documents(docs, n_documents=cfg.get("n_documents"),

@@ -138,8 +138,13 @@ def build_pairs(passages_path: str | Path, out_pairs: str | Path, *, prefix_word
     from memaudit.datasets.types import Passage
     from memaudit.io import read_jsonl
 
+    from memaudit.errors import InputError
+
     passages = [Passage.from_dict(d) for d in read_jsonl(passages_path)]
-    items = prefix_items(passages, prefix_words=prefix_words, continuation_words=continuation_words)
+    try:
+        items = prefix_items(passages, prefix_words=prefix_words, continuation_words=continuation_words)
+    except InputError as exc:  # which benchmark had nothing to probe: its passages file says
+        raise InputError(f"{passages_path}: {exc}") from None
     write_jsonl(out_pairs, (it.__dict__ for it in items))
     return len(items)
 
