@@ -46,7 +46,7 @@ from memaudit.io import invalid_utf8
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
            "benchmark_rejects_path", "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "place",
-           "short_repr", "write_benchmark_rejects", "write_rejects"]
+           "rejects_count", "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
@@ -87,6 +87,15 @@ class RejectLog:
             more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
             raise InputError(rejected[0].message() + more)
         return rows
+
+
+def rejects_count(rows: Sequence[Rejected]) -> str:
+    """``3 rows rejected, 1 kept with a note``: a log's count of a rejects table, whose ``kept`` rows
+    loaded (a NUL removed, an alias two characters share) and are not rejected ones."""
+    rejected = sum(r.action == "rejected" for r in rows)
+    kept = len(rows) - rejected
+    text = f"{rejected} row{'' if rejected == 1 else 's'} rejected"
+    return text + (f", {kept} kept with a note" if kept else "")
 
 
 def place(row: Mapping[str, Any]) -> str:
