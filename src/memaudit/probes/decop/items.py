@@ -49,6 +49,11 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
                 todo.append((d, role, length, k, text))
     progress(f"{len(roles)} documents ({sum(r == 'calibrate' for r in roles.values())} for calibration), "
              f"{len(todo)} passages to paraphrase")
+    without = sorted(set(roles) - {t[0]["doc_id"] for t in todo})
+    if without:
+        progress(f"{len(without)} document(s) give no passage of the configured lengths "
+                 f"({'/'.join(map(str, lengths))} tokens: a full-length passage that ends a sentence), so no DE-COP "
+                 f"score: {', '.join(without)}")
     qc = QCSettings.from_config(cfg["paraphrase"])
     t0 = time.time()
     results = paraphrase_with_qc([t[4] for t in todo], [t[2] for t in todo], paraphraser, encoder, qc,
@@ -65,7 +70,8 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
                       "meta": {"title": d["title"], "author": d["author"], "kind": d["kind"], "role": role,
                                "length_tokens": length, "attempts": res.attempts, **who}})
     qc_table = quality_table([(d["doc_id"], int(d["meta"]["label"]), role) for d, role, *_ in todo], results,
-                             paraphraser=who["paraphraser"], per_passage=3)
+                             paraphraser=who["paraphraser"], per_passage=3,
+                             documents=[(i, int(by_id[i]["meta"]["label"]), role) for i, role in roles.items()])
     write_csv(out_qc, qc_table)
     write_jsonl(out_items, items)
     dropped = int((qc_table["n_passages"] - qc_table["n_kept"]).sum())
