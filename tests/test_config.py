@@ -810,6 +810,33 @@ def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_
     assert "benchmarks.mine.source_options.user_books.directory" not in dict(local_inputs(cfg))
 
 
+def test_a_prompt_folder_without_a_prompt_file_the_run_reads_is_named_before_any_job_runs(tmp_path):
+    """``prompt: paper`` reads ``prompts.<mode>.format<n>.json`` from ``prompt_dir`` for each mode run and
+    format (fact recall: format 1 only). A folder lacking one stopped that mode's probe job, after the items and
+    the other modes' jobs had run (hours of generation on a real run), with no config key named."""
+    from memaudit.config import check_local_inputs
+
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    for name in ("prompts.literal.format1.json", "prompts.literal.format3.json", "prompts.qa.format2.json"):
+        (prompts / name).write_text("{}")
+    cfg = validate_config(CI)
+    cfg["probes"]["copybench"].update(prompt="paper", prompt_dir="prompts", formats=[1, 3])
+    cfg["probes"]["copybench_qa"] = {"models": ["tiny-gpt2-cb"], "benchmarks": ["books"]}
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        "config key probes.copybench.prompt_dir: prompts: no prompts.nonliteral.format1.json (prompt: paper reads "
+        "prompts.<mode>.format<n>.json for each CopyBench mode run and each of probes.copybench.formats; fact "
+        "recall format 1 only)",
+        "config key probes.copybench.prompt_dir: prompts: no prompts.nonliteral.format3.json (prompt: paper reads "
+        "prompts.<mode>.format<n>.json for each CopyBench mode run and each of probes.copybench.formats; fact "
+        "recall format 1 only)",
+        "config key probes.copybench.prompt_dir: prompts: no prompts.qa.format1.json (prompt: paper reads "
+        "prompts.<mode>.format<n>.json for each CopyBench mode run and each of probes.copybench.formats; fact "
+        "recall format 1 only)"]
+    cfg["probes"]["copybench"]["prompt"] = "bare"  # the bare prefix reads no prompt file
+    assert check_local_inputs(cfg, root=tmp_path) == []
+
+
 @pytest.mark.workflow
 def test_a_labels_file_renamed_after_a_finished_dataset_stops_the_workflow(tmp_path):
     """Snakemake names a missing input only of a job it will run: after a finished dataset a labels

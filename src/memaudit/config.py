@@ -1050,7 +1050,22 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
                 read_labels(found, "title" if key.endswith(".published.labels") else "book")
             except InputError as exc:
                 problems.append(f"config key {key}: {exc}")
+        elif key == "probes.copybench.prompt_dir" and found.is_dir():
+            problems += [f"config key {key}: {path}: no {name} (prompt: paper reads prompts.<mode>.format<n>.json "
+                         f"for each CopyBench mode run and each of probes.copybench.formats; fact recall format 1 "
+                         f"only)" for name in copybench_prompt_files(config) if not (found / name).is_file()]
     return problems
+
+
+def copybench_prompt_files(config: dict) -> list[str]:
+    """The prompt files ``probes.copybench.prompt_dir`` must hold for this run (the probe reads them only with
+    ``prompt: paper``): ``prompts.<mode>.format<n>.json`` of each mode run, fact recall's format 1 alone."""
+    probes = config.get("probes") or {}
+    settings = probes.get("copybench") or {}
+    if settings.get("prompt", "paper") != "paper":
+        return []
+    return [f"prompts.{mode}.format{n}.json" for mode in ("literal", "nonliteral", "qa")
+            if f"copybench_{mode}" in probes for n in ([1] if mode == "qa" else settings.get("formats", [1, 2, 3]))]
 
 
 def control_of(entry: dict) -> str | None:
