@@ -795,16 +795,20 @@ def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_
     cfg["pretrain"]["source_options"] = {"user_books": {"directory": "books"}}
     cfg["models"]["theirs"] = {"family": "theirs", "source": {"path": "/nowhere/checkpoint"}}
     cfg["probes"]["copybench"]["memfree_rejection_file"] = "corpus.json"
+    # the extractor's summaries: a missing file was Snakemake's multi-line MissingInputException, or nothing
+    # at all where the items were already built
+    cfg["probes"]["copybench"]["extractor"] = {"summaries": "summaries.jsonl"}
     assert [key for key, _ in local_inputs(cfg)] == [
         "benchmarks.mine.labels", "benchmarks.mine.source_options.user_books.directory",
         "benchmarks.pub.published.path", "benchmarks.pub.published.labels",
         "pretrain.source_options.user_books.directory", "models.theirs.source.path",
-        "probes.copybench.memfree_rejection_file"]
+        "probes.copybench.memfree_rejection_file", "probes.copybench.extractor.summaries"]
     assert check_local_inputs(cfg, root=tmp_path) == [
         "config key benchmarks.mine.source_options.user_books.directory: bookz: no such file or folder",
         "config key benchmarks.pub.published.labels: titles.csv: no such file or folder",
         "config key models.theirs.source.path: /nowhere/checkpoint: no such file or folder",
-        "config key probes.copybench.memfree_rejection_file: corpus.json: no such file or folder"]
+        "config key probes.copybench.memfree_rejection_file: corpus.json: no such file or folder",
+        "config key probes.copybench.extractor.summaries: summaries.jsonl: no such file or folder"]
     # a books folder only counts where user_books is a source
     cfg["benchmarks"]["mine"]["sources"] = ["austen"]
     assert "benchmarks.mine.source_options.user_books.directory" not in dict(local_inputs(cfg))

@@ -996,7 +996,8 @@ def local_inputs(config: dict) -> list[tuple[str, str]]:
     """``(dotted key, path)`` of every local file or folder a completed config names as an input:
     benchmarks' ``labels``, ``published.path`` and ``published.labels``, a ``user_books``
     ``directory`` named in ``source_options`` (benchmarks and the pretraining pool), models'
-    ``source.path``, and the probes' ``prompt_dir`` and ``memfree_rejection_file``."""
+    ``source.path``, the probes' ``prompt_dir`` and ``memfree_rejection_file``, and CopyBench's
+    ``extractor.summaries``."""
     out = []
 
     def user_books(key: str, entry: dict) -> None:
@@ -1021,6 +1022,9 @@ def local_inputs(config: dict) -> list[tuple[str, str]]:
         for field in ("prompt_dir", "memfree_rejection_file"):
             if isinstance(settings, dict) and settings.get(field):
                 out.append((f"probes.{probe}.{field}", str(settings[field])))
+        summaries = ((settings or {}).get("extractor") or {}).get("summaries") if probe == "copybench" else None
+        if summaries:
+            out.append(("probes.copybench.extractor.summaries", str(summaries)))
     return out
 
 
