@@ -111,7 +111,8 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
             items.append(it)
     if not any(it["meta"]["role"] == "evaluate" for it in items):
         raise InputError(f"{source}: no question of length(s) {sorted(lengths)} tokens among the selected "
-                         f"documents (probes.decop.lengths; BookTection small/medium/large = 64/128/256)")
+                         f"documents (probes.decop.lengths; arXivTection's questions count as 128 tokens, "
+                         f"BookTection's small/medium/large as 64/128/256)")
     by_doc = pd.DataFrame([{"doc_id": it["doc_id"], "label": it["label"], "role": it["meta"]["role"]}
                            for it in items])
     qc = by_doc.groupby(["doc_id", "label", "role"]).size().rename("n_passages").reset_index()
