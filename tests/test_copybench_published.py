@@ -610,6 +610,31 @@ def test_the_config_says_what_an_unlabelled_published_benchmark_cannot_do():
         assert problem in str(err.value)
 
 
+def test_a_mode_run_on_a_published_folder_without_its_data_file_is_a_config_error(tmp_path):
+    """The items jobs built no item for a mode whose file is not in the folder, and its probe job stopped after
+    the others had run ("no qa items on benchmark 'cb' (a published folder without its data file, or ...)"),
+    naming neither the file nor the key. The config check names both before any job runs."""
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import probe_runs, validate_config
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / DATA_FILES["literal"]).write_text("[]")
+    config = _workflow_config()
+    config["benchmarks"]["cb"]["published"]["path"] = str(folder)
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert str(err.value).splitlines() == [
+        f"config key probes.copybench_nonliteral: benchmark 'cb' is a published CopyBench folder without "
+        f"data.nonliteral.json ({folder}); put the file there or leave 'cb' out of "
+        f"probes.copybench_nonliteral.benchmarks",
+        f"config key probes.copybench_qa: benchmark 'cb' is a published CopyBench folder without data.qa.json "
+        f"({folder}); put the file there or leave 'cb' out of probes.copybench_qa.benchmarks"]
+    for mode in ("nonliteral", "qa"):
+        config["probes"].pop(f"copybench_{mode}")
+    assert [m for _, _, m in probe_runs(validate_config(config), "copybench")] == ["literal"]
+
+
 def test_memfree_on_an_api_model_is_a_config_error_not_a_failed_job():
     """MemFree needs control of decoding: an API model's job stopped at its start with a ConfigError (its
     greedy and system outputs unwritten), after the config check had passed it. The check now names it."""
