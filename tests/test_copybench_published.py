@@ -179,7 +179,8 @@ def test_nonliteral_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_pa
     ]
     assert [r.value for r in rejects] == ["[]", "' \\t'", "[]", "'Jo'", "'amy  MARCH'", "'Ana'", "", "None",
                                           "'Jo-March'", "'\u2014'"]
-    with pytest.raises(InputError, match=re.escape(f"{path}, line 30, element 2, key reference_events: empty events list")):
+    with pytest.raises(InputError, match=re.escape(f"{path}, line 30, element 2, key reference_events: "
+                                                   "empty events list")):
         load_nonliteral(path, strict=True)
 
 
@@ -523,7 +524,8 @@ def test_the_published_folder_becomes_items_unlabelled_or_labelled_by_title(tmp_
     unlabelled = [(Path(r.file).name, r.key, r.reason) for r in sets.rejected if r.key == "title"]
     assert unlabelled == [(name, "title", f"no label for this title in {labels}")
                           for name in ["data.literal.json"] * 2 + ["data.nonliteral.json"] * 2 + ["data.qa.json"]]
-    with pytest.raises(InputError, match=r"data.literal.json, line 38, element 6, key title: no label for this title .* \(7 records rejected in all\)$"):
+    with pytest.raises(InputError, match=r"data.literal.json, line 38, element 6, key title: no label for this "
+                                         r"title .* \(7 records rejected in all\)$"):
         copybench_sets({"format": "copybench", "path": str(folder), "labels": str(labels), "strict": True})
 
     docs, passages, rejects = [], [], []
