@@ -843,16 +843,20 @@ def test_every_local_input_a_config_names_must_be_there_before_any_job_runs(tmp_
     cfg["pretrain"]["source_options"] = {"user_books": {"directory": "books"}}
     cfg["models"]["theirs"] = {"family": "theirs", "source": {"path": "/nowhere/checkpoint"}}
     cfg["probes"]["copybench"]["memfree_rejection_file"] = "corpus.json"
+    # the extractor's summaries: a missing file was Snakemake's multi-line MissingInputException, or nothing
+    # at all where the items were already built
+    cfg["probes"]["copybench"]["extractor"] = {"summaries": "summaries.jsonl"}
     assert [key for key, _ in local_inputs(cfg)] == [
         "benchmarks.mine.labels", "benchmarks.mine.source_options.user_books.directory",
         "benchmarks.pub.published.path", "benchmarks.pub.published.labels",
         "pretrain.source_options.user_books.directory", "models.theirs.source.path",
-        "probes.copybench.memfree_rejection_file"]
+        "probes.copybench.memfree_rejection_file", "probes.copybench.extractor.summaries"]
     assert check_local_inputs(cfg, root=tmp_path) == [
         "config key benchmarks.mine.source_options.user_books.directory: bookz: no such file or folder",
         "config key benchmarks.pub.published.labels: titles.csv: no such file or folder",
         "config key models.theirs.source.path: /nowhere/checkpoint: no such file or folder",
-        "config key probes.copybench.memfree_rejection_file: corpus.json: no such file or folder"]
+        "config key probes.copybench.memfree_rejection_file: corpus.json: no such file or folder",
+        "config key probes.copybench.extractor.summaries: summaries.jsonl: no such file or folder"]
     # a books folder only counts where user_books is a source
     cfg["benchmarks"]["mine"]["sources"] = ["austen"]
     assert "benchmarks.mine.source_options.user_books.directory" not in dict(local_inputs(cfg))
@@ -876,6 +880,33 @@ def test_a_published_path_must_be_a_folder_or_a_file_as_its_format_reads_it(tmp_
         "config key benchmarks.arts.published.path: arts/dates.csv: a file, but format articles reads a folder",
         "config key benchmarks.cb.published.path: nyt.jsonl: a file, but format copybench reads a folder",
         "config key benchmarks.nyt.2023.published.path: arts: a folder, but format nyt reads a file"]
+
+
+def test_a_prompt_folder_without_a_prompt_file_the_run_reads_is_named_before_any_job_runs(tmp_path):
+    """``prompt: paper`` reads ``prompts.<mode>.format<n>.json`` from ``prompt_dir`` for each mode run and
+    format (fact recall: format 1 only). A folder lacking one stopped that mode's probe job, after the items and
+    the other modes' jobs had run (hours of generation on a real run), with no config key named."""
+    from memaudit.config import check_local_inputs
+
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    for name in ("prompts.literal.format1.json", "prompts.literal.format3.json", "prompts.qa.format2.json"):
+        (prompts / name).write_text("{}")
+    cfg = validate_config(CI)
+    cfg["probes"]["copybench"].update(prompt="paper", prompt_dir="prompts", formats=[1, 3])
+    cfg["probes"]["copybench_qa"] = {"models": ["tiny-gpt2-cb"], "benchmarks": ["books"]}
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        "config key probes.copybench.prompt_dir: prompts: no prompts.nonliteral.format1.json (prompt: paper reads "
+        "prompts.<mode>.format<n>.json for each CopyBench mode run and each of probes.copybench.formats; fact "
+        "recall format 1 only)",
+        "config key probes.copybench.prompt_dir: prompts: no prompts.nonliteral.format3.json (prompt: paper reads "
+        "prompts.<mode>.format<n>.json for each CopyBench mode run and each of probes.copybench.formats; fact "
+        "recall format 1 only)",
+        "config key probes.copybench.prompt_dir: prompts: no prompts.qa.format1.json (prompt: paper reads "
+        "prompts.<mode>.format<n>.json for each CopyBench mode run and each of probes.copybench.formats; fact "
+        "recall format 1 only)"]
+    cfg["probes"]["copybench"]["prompt"] = "bare"  # the bare prefix reads no prompt file
+    assert check_local_inputs(cfg, root=tmp_path) == []
 
 
 @pytest.mark.workflow

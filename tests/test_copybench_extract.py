@@ -290,6 +290,11 @@ def test_spacy_characters_beside_llm_events(tmp_path, monkeypatch):
     assert items[0]["meta"]["event_source"] == "llm:extractor (text)"
     assert ["Emma Woodhouse", "Emma", "Woodhouse"] in items[0]["reference_characters"]
     assert extractor.unused_summaries() == ["other"]
+    # the log names the books a summary's "book" can match: "Emma" (a title) for a book whose meta.book is "emma"
+    # was "matches no book of this benchmark (its books: meta.book, else title)", naming none
+    assert extractor.unused_summary_notes() == [
+        "summary of 'other' matches no book of this benchmark; a summary's book is a book's meta.book, else its "
+        "title: 'emma'"]
 
 
 # ----------------------------------------------------------------------------- the workflow

@@ -77,7 +77,7 @@ def test_literal_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_path)
         (19, "input", "expected a string, got a number"),
         (25, "input", "empty or whitespace-only text"),
         (31, "reference", "contains a NUL character at position 100"),
-        (37, "id", "duplicate id, first on line 8"),
+        (37, "id", "duplicate id, first on line 8, element 1"),
         (43, "(record)", "expected an object, got a string"),
         (51, "input", "contains a NUL character at position 10"),
         (57, "title", "empty or whitespace-only text"),
@@ -88,6 +88,26 @@ def test_literal_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_path)
     assert rejects[4].value == "'bookmia.07.1'" and rejects[0].file == str(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert all(lines[r.line - 1].strip().startswith(("{", '"')) for r in rejects)
+
+
+def test_a_one_line_array_names_each_rejected_records_element(tmp_path):
+    """``json.dump(records, f)`` without an indent, or ``DataFrame.to_json(orient="records")``, puts every record
+    on line 1: each reject names its element (0-based), as BookMIA's and WikiMIA's arrays do; the line alone
+    pointed nowhere ("duplicate id, first on line 1")."""
+    path = tmp_path / "data.literal.json"
+    path.write_text(json.dumps([_literal(0), _literal(1, input=""), _literal(0), "stray"]), encoding="utf-8")
+    items, rejects = load_literal(path)
+    assert [it.item_id for it in items] == ["bookmia.07.0"]
+    assert [r.message() for r in rejects] == [
+        f"{path}, line 1, element 1, key input: empty or whitespace-only text",
+        f"{path}, line 1, element 2, key id: duplicate id, first on line 1, element 0",
+        f"{path}, line 1, element 3, key (record): expected an object, got a string"]
+    with pytest.raises(InputError) as err:
+        load_literal(path, strict=True)
+    assert str(err.value) == f"{path}, line 1, element 1, key input: empty or whitespace-only text"
+    write_rejects(tmp_path / "rejects.csv", rejects)
+    table = pd.read_csv(tmp_path / "rejects.csv", keep_default_na=False)
+    assert list(table["element"]) == [1, 2, 3]
 
 
 def test_a_literal_reference_without_an_ascii_word_is_rejected(tmp_path):
@@ -105,7 +125,7 @@ def test_strict_mode_turns_the_first_reject_into_a_one_line_input_error(tmp_path
     path = _literal_file(tmp_path)
     with pytest.raises(InputError) as err:
         load_literal(path, strict=True)
-    assert str(err.value) == f"{path}, line 14, key reference: missing key"
+    assert str(err.value) == f"{path}, line 14, element 2, key reference: missing key"
     good = _write(tmp_path, "good.json", [_literal(0), _literal(1)])
     assert [it.item_id for it in load_literal(good, strict=True)[0]] == ["bookmia.07.0", "bookmia.07.1"]
 
@@ -159,7 +179,8 @@ def test_nonliteral_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_pa
     ]
     assert [r.value for r in rejects] == ["[]", "' \\t'", "[]", "'Jo'", "'amy  MARCH'", "'Ana'", "", "None",
                                           "'Jo-March'", "'\u2014'"]
-    with pytest.raises(InputError, match=re.escape(f"{path}, line 30, key reference_events: empty events list")):
+    with pytest.raises(InputError, match=re.escape(f"{path}, line 30, element 2, key reference_events: "
+                                                   "empty events list")):
         load_nonliteral(path, strict=True)
 
 
@@ -182,7 +203,7 @@ def test_qa_answers_are_the_one_reference_string(tmp_path):
     assert items[0].question == "According to Stormy Harbour, who keeps the lighthouse?"
     assert _rejects(rejects) == [
         (8, "reference", "expected a string, got an array"),
-        (23, "id", "duplicate id, first on line 2"),
+        (23, "id", "duplicate id, first on line 2, element 0"),
         (29, "title", "missing key"),
         (34, "reference", "expected a string, got null"),
     ]
@@ -194,7 +215,8 @@ def test_rejects_are_written_as_a_csv(tmp_path):
     write_rejects(tmp_path / "rejects.csv", rejects)
     table = pd.read_csv(tmp_path / "rejects.csv", keep_default_na=False)
     assert list(table.columns) == ["file", "line", "element", "key", "value", "reason", "action"]
-    assert table.to_dict("records") == [dict(r.to_dict(), element="") for r in rejects]
+    assert table.to_dict("records") == [r.to_dict() for r in rejects]
+    assert list(table["element"]) == [2, 3, 4, 5, 6, 7, 9, 10, 11]
     write_rejects(tmp_path / "none.csv", [])
     assert (tmp_path / "none.csv").read_text() == "file,line,element,key,value,reason,action\n"
 
@@ -502,7 +524,8 @@ def test_the_published_folder_becomes_items_unlabelled_or_labelled_by_title(tmp_
     unlabelled = [(Path(r.file).name, r.key, r.reason) for r in sets.rejected if r.key == "title"]
     assert unlabelled == [(name, "title", f"no label for this title in {labels}")
                           for name in ["data.literal.json"] * 2 + ["data.nonliteral.json"] * 2 + ["data.qa.json"]]
-    with pytest.raises(InputError, match=r"data.literal.json, line 38, key title: no label for this title .* \(7 records rejected in all\)$"):
+    with pytest.raises(InputError, match=r"data.literal.json, line 38, element 6, key title: no label for this "
+                                         r"title .* \(7 records rejected in all\)$"):
         copybench_sets({"format": "copybench", "path": str(folder), "labels": str(labels), "strict": True})
 
     docs, passages, rejects = [], [], []
@@ -587,6 +610,31 @@ def test_the_config_says_what_an_unlabelled_published_benchmark_cannot_do():
                     "probes.token_prob.benchmarks.0: benchmark 'cb' is unlabelled",
                     "probes.copybench.event_judge.model: benchmark 'cb' is CopyBench's published files"):
         assert problem in str(err.value)
+
+
+def test_a_mode_run_on_a_published_folder_without_its_data_file_is_a_config_error(tmp_path):
+    """The items jobs built no item for a mode whose file is not in the folder, and its probe job stopped after
+    the others had run ("no qa items on benchmark 'cb' (a published folder without its data file, or ...)"),
+    naming neither the file nor the key. The config check names both before any job runs."""
+    from memaudit.errors import ConfigError
+    from memaudit.jobs import probe_runs, validate_config
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / DATA_FILES["literal"]).write_text("[]")
+    config = _workflow_config()
+    config["benchmarks"]["cb"]["published"]["path"] = str(folder)
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    assert str(err.value).splitlines() == [
+        f"config key probes.copybench_nonliteral: benchmark 'cb' is a published CopyBench folder without "
+        f"data.nonliteral.json ({folder}); put the file there or leave 'cb' out of "
+        f"probes.copybench_nonliteral.benchmarks",
+        f"config key probes.copybench_qa: benchmark 'cb' is a published CopyBench folder without data.qa.json "
+        f"({folder}); put the file there or leave 'cb' out of probes.copybench_qa.benchmarks"]
+    for mode in ("nonliteral", "qa"):
+        config["probes"].pop(f"copybench_{mode}")
+    assert [m for _, _, m in probe_runs(validate_config(config), "copybench")] == ["literal"]
 
 
 def test_memfree_on_an_api_model_is_a_config_error_not_a_failed_job():
@@ -806,3 +854,16 @@ def test_a_qa_answer_with_nothing_left_after_squad_normalisation_is_rejected(tmp
     reason = ("nothing left after SQuAD normalisation (articles and punctuation only): F1 would be 0 for every "
               "output, exact match 1 for an empty one")
     assert _rejects(rejects) == [(8, "reference", reason), (14, "reference", reason)]
+
+
+def test_the_dataset_log_counts_kept_rows_apart_from_rejected_ones(tmp_path):
+    """An alias two characters share keeps its record (action ``kept``): the benchmark_dataset log called
+    every row of rejects.csv rejected ("2 rows rejected" for one rejected record and one kept)."""
+    from memaudit.datasets.rejects import rejects_count
+
+    _, rejects = load_nonliteral(_write(tmp_path, "data.nonliteral.json", [
+        _story(0, reference_characters=[["Ana"], ["Ana", "Bo"]]), _story(1, reference_events=[])]))
+    assert [r.action for r in rejects] == ["kept", "rejected"]
+    assert rejects_count(rejects) == "1 row rejected, 1 kept with a note"
+    assert rejects_count(rejects[1:] * 3) == "3 rows rejected"
+    assert rejects_count([]) == "0 rows rejected"

@@ -1324,3 +1324,33 @@ def test_documents_too_short_for_a_passage_are_named_in_the_items_log(tmp_path):
     assert sorted(it["doc_id"] for it in items) == ["w/a", "w/b", "w/c", "w/d"]
     assert said[1] == ("2 of the 6 documents give no passage of 64 tokens (at least 48 words, ending a "
                        "sentence) and have no item: w/e (20 words), w/f (30 words)")
+
+
+def test_a_document_without_a_passage_of_the_length_has_its_row_in_the_qc_table(encoder, tmp_path):
+    """A document too short for a passage of any configured length (a user's short chapter) was left out of
+    decop_qc.csv and named nowhere: the log's "9 documents ..., 8 passages" was all that showed it. It is a
+    row with ``n_passages`` 0, and the log names it."""
+    from memaudit.io import write_jsonl
+    from memaudit.probes.decop.items import build_items
+
+    class Scripted:
+        def candidates(self, texts, lengths, attempt, wanted=None):
+            return [LIBRARY_PARAPHRASES for _ in texts]
+
+        def describe(self):
+            return {"paraphraser": "scripted"}
+
+    docs = [{"doc_id": "long", "title": "Long", "author": "A", "kind": "book", "text": LIBRARY, "meta": {"label": 1}},
+            {"doc_id": "short", "title": "Short", "author": "B", "kind": "book", "text": "It rained. We stayed in.",
+             "meta": {"label": 0}}]
+    write_jsonl(tmp_path / "documents.jsonl", docs)
+    logs = []
+    cfg = {"lengths": [64], "passages_per_document": 1, "calibration_documents": 0, "paraphrase": {}}
+    items = build_items(tmp_path / "documents.jsonl", cfg, 0, Scripted(), encoder, tmp_path / "items.jsonl",
+                        tmp_path / "qc.csv", progress=logs.append)
+    assert [it["doc_id"] for it in items] == ["long"]
+    qc = pd.read_csv(tmp_path / "qc.csv")
+    assert qc[["doc_id", "label", "role", "n_passages", "n_kept", "n_candidates", "accept_rate"]].values.tolist() == [
+        ["long", 1, "evaluate", 1, 1, 3, 1.0], ["short", 0, "evaluate", 0, 0, 0, 0.0]]
+    assert ("1 of the 2 documents give no passage of 64 tokens (at least 48 words, ending a sentence) and have no "
+            "item: short (5 words)") in logs

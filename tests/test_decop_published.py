@@ -604,3 +604,22 @@ def test_the_real_arxivtection_files_longest_option_is_the_verbatim_one_far_abov
     assert row["accuracy_members"] == pytest.approx(0.4426, abs=1e-4)
     assert row["accuracy_nonmembers"] == pytest.approx(0.3876, abs=1e-4)
     assert row["auc"] == pytest.approx(0.5992, abs=1e-4)
+
+
+def test_an_arxivtection_run_at_a_length_it_has_no_questions_of_says_which_length_it_has(tmp_path):
+    """arXivTection has no Length column: its questions count as 128-token ones. With ``lengths: [64]`` the
+    items job said only BookTection's sizes, leaving a user of arXivTection to guess."""
+    rows = [{k: v for k, v in _row(f"Paper {i}", i % 2, n).items() if k != "Length"} for i in range(4)
+            for n in range(2)]
+    path = tmp_path / "arXivTection.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    published = {"format": "arxivtection", "path": str(path)}
+    docs, _ = published_benchmark("ax", published)
+    write_jsonl(tmp_path / "documents.jsonl", (d.to_dict() for d in docs))
+    with pytest.raises(InputError) as err:
+        published_items_for_run(tmp_path / "documents.jsonl", published,
+                                {"lengths": [64], "calibration_documents": 0}, 13, tmp_path / "i.jsonl",
+                                tmp_path / "q.csv")
+    assert str(err.value) == (
+        f"{path}: no question of length(s) [64] tokens among the selected documents (probes.decop.lengths; "
+        "arXivTection's questions count as 128 tokens, BookTection's small/medium/large as 64/128/256)")

@@ -731,3 +731,22 @@ def test_the_models_table_takes_each_models_family_from_the_config(tmp_path):
                   families=families)
     assert (summary / "models.csv").read_text().splitlines()[1:] == [
         "base,tiny-gpt2,10,,,,hf,,,", "ft,tiny-gpt2-tuned,10,base,novels,,hf,,,"]
+
+
+def test_a_run_whose_selection_tables_are_all_empty_gets_a_note_figure_not_a_failed_summary(tmp_path):
+    """A labelled benchmark with one non-member leaves no calibration document: run_metrics warns and writes
+    empty selection tables. The summary job then stopped the whole run ("InputError: selection table: no rows
+    to plot"); it writes the empty table and a figure saying why, as for a run with no labelled benchmark."""
+    from memaudit.stats.workflow import build_summary, run_metrics
+
+    out = {name: tmp_path / f"{name}.csv" for name in ("metrics", "selection", "named")}
+    run_metrics([_write_docs(tmp_path / "a.csv", _frame([2.0, 3.0], [0.5]))], out["metrics"], out["selection"],
+                out["named"], benchmark="booktection", model="m", contaminated=False, stats=SETTINGS, seed=1)
+    assert pd.read_csv(out["selection"]).empty
+    summary = tmp_path / "summary"
+    build_summary([out["metrics"]], [], summary / "metrics.csv", summary / "metrics.md", summary / "models.csv",
+                  selection_paths=[out["selection"]], out_selection=summary / "selection.csv",
+                  out_figure=summary / "selection_fdr_power.png", figure_methods=["loss"])
+    assert pd.read_csv(summary / "selection.csv").empty
+    assert list(pd.read_csv(summary / "selection.csv").columns) == list(pd.read_csv(out["selection"]).columns)
+    assert (summary / "selection_fdr_power.png").read_bytes().startswith(b"\x89PNG")

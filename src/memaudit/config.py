@@ -1101,7 +1101,8 @@ def local_inputs(config: dict) -> list[tuple[str, str]]:
     """``(dotted key, path)`` of every local file or folder a completed config names as an input:
     benchmarks' ``labels``, ``published.path`` and ``published.labels``, a ``user_books``
     ``directory`` named in ``source_options`` (benchmarks and the pretraining pool), models'
-    ``source.path``, and the probes' ``prompt_dir`` and ``memfree_rejection_file``."""
+    ``source.path``, the probes' ``prompt_dir`` and ``memfree_rejection_file``, and CopyBench's
+    ``extractor.summaries``."""
     out = []
 
     def user_books(key: str, entry: dict) -> None:
@@ -1126,6 +1127,9 @@ def local_inputs(config: dict) -> list[tuple[str, str]]:
         for field in ("prompt_dir", "memfree_rejection_file"):
             if isinstance(settings, dict) and settings.get(field):
                 out.append((f"probes.{probe}.{field}", str(settings[field])))
+        summaries = ((settings or {}).get("extractor") or {}).get("summaries") if probe == "copybench" else None
+        if summaries:
+            out.append(("probes.copybench.extractor.summaries", str(summaries)))
     return out
 
 
@@ -1161,7 +1165,22 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
                 read_labels(found, "title" if key.endswith(".published.labels") else "book")
             except InputError as exc:
                 problems.append(f"config key {key}: {exc}")
+        elif key == "probes.copybench.prompt_dir" and found.is_dir():
+            problems += [f"config key {key}: {path}: no {name} (prompt: paper reads prompts.<mode>.format<n>.json "
+                         f"for each CopyBench mode run and each of probes.copybench.formats; fact recall format 1 "
+                         f"only)" for name in copybench_prompt_files(config) if not (found / name).is_file()]
     return problems
+
+
+def copybench_prompt_files(config: dict) -> list[str]:
+    """The prompt files ``probes.copybench.prompt_dir`` must hold for this run (the probe reads them only with
+    ``prompt: paper``): ``prompts.<mode>.format<n>.json`` of each mode run, fact recall's format 1 alone."""
+    probes = config.get("probes") or {}
+    settings = probes.get("copybench") or {}
+    if settings.get("prompt", "paper") != "paper":
+        return []
+    return [f"prompts.{mode}.format{n}.json" for mode in ("literal", "nonliteral", "qa")
+            if f"copybench_{mode}" in probes for n in ([1] if mode == "qa" else settings.get("formats", [1, 2, 3]))]
 
 
 def control_of(entry: dict) -> str | None:

@@ -450,10 +450,11 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
     ``meta`` holds the element's ``index`` in the file, its start ``line``, the file's number of
     elements ``n_records`` (the reference's demonstration draw runs over all of them,
     :func:`reference_demo_indices`) and any key outside ``fields``. An ``id`` already seen on an
-    earlier line (valid there) rejects the later record.
+    earlier record (valid there) rejects the later record. A reject names the record's element as
+    well as its line: a one-line array (``json.dump`` without an indent) has every record on line 1.
     """
     path, text = _read_json_text(path)
-    items, rejects, id_lines, n_records = [], [], {}, 0
+    items, rejects, id_places, n_records = [], [], {}, 0
     for index, line, record in _array_elements(path, text):
         n_records = index + 1
         try:
@@ -461,9 +462,9 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
                 raise RowReject("(record)", record, f"expected an object, got {json_type(record)}")
             check_keys_once(record)
             item_id = _text_field(record, "id")
-            if item_id in id_lines:
-                raise RowReject("id", item_id, f"duplicate id, first on line {id_lines[item_id]}")
-            id_lines[item_id] = line
+            if item_id in id_places:
+                raise RowReject("id", item_id, f"duplicate id, first on {id_places[item_id]}")
+            id_places[item_id] = f"line {line}, element {index}"
             extra = {k: v for k, v in record.items() if k not in fields}
             for key, value in extra.items():  # kept in the items' meta, which is written as UTF-8
                 lone = surrogate_reason(json.dumps({key: value}, ensure_ascii=False), position=False)
@@ -473,10 +474,10 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
             built = build(record, item_id, meta)
             item, notes = built if isinstance(built, tuple) else (built, [])
             items.append(item)
-            rejects += [Rejected(str(path), line, key, short_repr(value), reason, "kept")
+            rejects += [Rejected(str(path), line, key, short_repr(value), reason, "kept", index)
                         for key, value, reason in notes]
         except RowReject as exc:
-            rejected = Rejected(str(path), line, exc.key, short_repr(exc.value), exc.reason)
+            rejected = Rejected(str(path), line, exc.key, short_repr(exc.value), exc.reason, element=index)
             if strict:
                 raise InputError(rejected.message()) from None
             rejects.append(rejected)
@@ -712,17 +713,19 @@ def copybench_sets(published: dict) -> CopyBenchSets:
                 labels_title = folded.get(_fold(title))
                 if labels_title is None:
                     rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
-                                             f"no label for this title in {published['labels']}"))
+                                             f"no label for this title in {published['labels']}",
+                                             element=it.meta["index"]))
                     continue
                 if title not in noted:
                     noted.add(title)
                     rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
                                              f"labelled by {labels_title!r} of {published['labels']} (the same "
-                                             f"title but for case and spacing)", action="kept"))
+                                             f"title but for case and spacing)", action="kept",
+                                             element=it.meta["index"]))
             seen.add(labels_title)
             label = labels[labels_title] if labels is not None else UNLABELLED
             sets[mode].append(_item(mode, it, label))
-    rejected.sort(key=lambda r: (r.file, r.line))
+    rejected.sort(key=lambda r: (r.file, r.line, -1 if r.element is None else r.element))
     first = [r for r in rejected if r.action == "rejected"]
     if strict and first:  # the first in line order, the labels check's included
         more = f" ({len(first)} records rejected in all)" if len(first) > 1 else ""

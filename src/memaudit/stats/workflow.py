@@ -183,6 +183,11 @@ def build_summary(metric_paths: Sequence[str], model_dirs: Sequence[str], out_cs
         selection = pd.concat(tables, ignore_index=True).sort_values(["benchmark", "model", "method", "q"],
                                                                       kind="stable")
         write_csv(out_selection, selection)
+        if selection.empty:  # every pair's tables empty: too few non-members to calibrate (the metrics logs say)
+            plot_note(str(out_figure).removesuffix(".png"), "No conformal selection in this run: no labelled "
+                      "benchmark has non-members enough to hold out stats.selection.calibration_fraction of them "
+                      "for calibration (the metrics jobs' logs name each).")
+            return frame
         plot_selection(selection, str(out_figure).removesuffix(".png"), figure_methods)
     return frame
 

@@ -425,6 +425,7 @@ class BookExtractor:
         self.max_characters = max_characters
         self.min_mentions = min_mentions
         self.used: set[str] = set()
+        self.asked: set[str] = set()  # every book name book_sets was given: what a summary's book can match
 
     def reads(self, name: str, title: str, author: str | None, text: str) -> tuple[str, str, str, str]:
         """``(title, author, source, label)`` the prompts are built from: the summary's title and author
@@ -440,6 +441,7 @@ class BookExtractor:
         """``(events, characters, meta)``, or why the book gives no items (with the same meta)."""
         from memaudit.probes.copybench.build import extract_characters
 
+        self.asked.add(name)
         if name in self.summaries:
             self.used.add(name)
         title, author, source, label = self.reads(name, title, author, text)
@@ -471,3 +473,10 @@ class BookExtractor:
     def unused_summaries(self) -> list[str]:
         """Summaries given for no book of the benchmark (reported, not silently ignored)."""
         return sorted(set(self.summaries) - self.used)
+
+    def unused_summary_notes(self) -> list[str]:
+        """A log line per unused summary, naming the books it could have matched (a user who wrote a title
+        where the books have a ``meta.book`` sees which name to write)."""
+        names = ", ".join(map(repr, sorted(self.asked))) or "none"
+        return [f"summary of {name!r} matches no book of this benchmark; a summary's book is a book's meta.book, "
+                f"else its title: {names}" for name in self.unused_summaries()]

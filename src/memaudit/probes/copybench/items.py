@@ -66,8 +66,8 @@ def build_items(documents_path: str | Path, pretrain_path: str | Path | None, cf
             max_characters=int(cfg["max_characters"]), min_mentions=int(cfg["min_mentions"]), extractor=extractor)
         rejects += story_rejects
     if extractor is not None:
-        for name in extractor.unused_summaries():
-            progress(f"summary of {name!r} matches no book of this benchmark (its books: meta.book, else title)")
+        for note in extractor.unused_summary_notes():
+            progress(note)
     pool = read_jsonl(pretrain_path) if pretrain_path else []
     demos = {"literal": demo_pool(pool, input_words=int(cfg["prefix_words"]), output_words=int(cfg["reference_words"])),
              "nonliteral": demo_pool(pool, input_words=20, output_words=200)}

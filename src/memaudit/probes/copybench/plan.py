@@ -91,7 +91,10 @@ def check_config(config: dict) -> list[str]:
     for that many, the extractive builder cuts the book into that many stretches), of which the first
     ``n_beginnings`` are beginnings; as many beginnings as events leave no event that is only a reference.
 
-    MemFree on an API model (it decodes on the provider's side): its job stopped at its start."""
+    MemFree on an API model (it decodes on the provider's side): its job stopped at its start.
+
+    A mode run on a published folder without its data file: its items were none, and its probe job stopped
+    after the others had run."""
     problems = []
     cfg = config["probes"].get("copybench", {})
     built = [b for b, _, _ in runs(config) if published(config, b) is None]
@@ -108,6 +111,15 @@ def check_config(config: dict) -> list[str]:
             problems.append(f"probes.copybench.decodings: memfree needs control of decoding, which API model "
                             f"{model!r} does not give (it runs {', '.join(f'copybench_{m}' for m in sorted(modes))}); "
                             f"leave memfree out of the decodings, or {model!r} out of those modes' models")
+    from memaudit.datasets.copybench_published import DATA_FILES
+
+    for benchmark, mode in sorted({(b, mode) for b, _, mode in runs(config)}, key=lambda r: (r[1], r[0])):
+        block = published(config, benchmark)
+        folder = Path(block["path"]) if block is not None else None
+        if folder is not None and folder.is_dir() and not (folder / DATA_FILES[mode]).is_file():
+            problems.append(f"probes.copybench_{mode}: benchmark {benchmark!r} is a published CopyBench folder "
+                            f"without {DATA_FILES[mode]} ({folder}); put the file there or leave {benchmark!r} "
+                            f"out of probes.copybench_{mode}.benchmarks")
     judge = (cfg.get("event_judge", {}) or {}).get("model")
     for benchmark in sorted({b for b, _, mode in runs(config) if mode == "nonliteral"}):
         if published(config, benchmark) is not None and not judge:

@@ -77,7 +77,8 @@ def build_items(documents_path: str | Path, cfg: dict, seed: int, paraphraser, e
                       "meta": {"title": d["title"], "author": d["author"], "kind": d["kind"], "role": role,
                                "length_tokens": length, "attempts": res.attempts, **who}})
     qc_table = quality_table([(d["doc_id"], int(d["meta"]["label"]), role) for d, role, *_ in todo], results,
-                             paraphraser=who["paraphraser"], per_passage=3)
+                             paraphraser=who["paraphraser"], per_passage=3,
+                             documents=[(i, int(by_id[i]["meta"]["label"]), role) for i, role in roles.items()])
     write_csv(out_qc, qc_table)
     write_jsonl(out_items, items)
     dropped = int((qc_table["n_passages"] - qc_table["n_kept"]).sum())
@@ -114,7 +115,8 @@ def published_items_for_run(documents_path: str | Path, published: dict, cfg: di
             items.append(it)
     if not any(it["meta"]["role"] == "evaluate" for it in items):
         raise InputError(f"{source}: no question of length(s) {sorted(lengths)} tokens among the selected "
-                         f"documents (probes.decop.lengths; BookTection small/medium/large = 64/128/256)")
+                         f"documents (probes.decop.lengths; arXivTection's questions count as 128 tokens, "
+                         f"BookTection's small/medium/large as 64/128/256)")
     by_doc = pd.DataFrame([{"doc_id": it["doc_id"], "label": it["label"], "role": it["meta"]["role"]}
                            for it in items])
     qc = by_doc.groupby(["doc_id", "label", "role"]).size().rename("n_passages").reset_index()

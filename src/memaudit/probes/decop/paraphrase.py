@@ -526,17 +526,20 @@ def paraphrase_with_qc(texts: Sequence[str], lengths: Sequence[int], paraphraser
 
 
 def quality_table(passages: Sequence[tuple[str, int, str]], results: Sequence[ParaphraseResult], *, paraphraser: str,
-                  per_passage: int):
+                  per_passage: int, documents: Sequence[tuple[str, int, str]] = ()):
     """Quality control per document (``decop_qc.csv``): passages, passages kept, candidates, each
     rejection reason as a count and a rate, and ``accept_rate`` (the ``per_passage`` new paraphrases
     of each kept passage per candidate). ``passages[i]`` is ``(doc_id, label, role)`` of the text
-    ``results[i]`` paraphrased."""
+    ``results[i]`` paraphrased; ``documents``, every document probed as ``(doc_id, label, role)``, gives
+    one that yielded no passage its row too (``n_passages`` 0), so none is left out unseen."""
     import pandas as pd
 
     rows: dict[str, dict] = {}
-    for (doc_id, label, role), res in zip(passages, results):
+    for (doc_id, label, role), res in [*((d, None) for d in documents), *zip(passages, results)]:
         row = rows.setdefault(doc_id, {"doc_id": doc_id, "label": int(label), "role": role, "n_passages": 0,
                                        "n_kept": 0, "n_candidates": 0, **{f"n_{r}": 0 for r in REASONS}})
+        if res is None:
+            continue
         row["n_passages"] += 1
         row["n_candidates"] += res.n_candidates
         for r in REASONS:
