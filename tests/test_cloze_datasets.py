@@ -208,17 +208,6 @@ def test_the_summary_counts_each_benchmarks_rejects_by_file_and_reason(tmp_path)
         count_rejects({"x": tmp_path / "not_rejects.csv"})
 
 
-def test_the_dataset_jobs_log_counts_kept_rows_apart_from_rejected_ones(tmp_path):
-    """The dataset job's log said "9 rows rejected" for 7 rejected rows and 2 kept with a note."""
-    from memaudit.datasets.rejects import rejects_count
-
-    rejected = load_nyt(_write(tmp_path / "nyt.jsonl", BAD_NYT))[2]
-    assert [r.action for r in rejected].count("kept") == 1
-    assert rejects_count(rejected) == f"{len(rejected) - 1} rows rejected, 1 kept with a note"
-    assert rejects_count([r for r in rejected if r.action == "rejected"][:1]) == "1 row rejected"
-    assert rejects_count([]) == "0 rows rejected"
-
-
 def test_strict_mode_makes_the_first_rejected_row_an_input_error(tmp_path):
     path = _write(tmp_path / "nyt.jsonl", BAD_NYT)
     with pytest.raises(InputError) as info:

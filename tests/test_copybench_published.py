@@ -854,16 +854,3 @@ def test_a_qa_answer_with_nothing_left_after_squad_normalisation_is_rejected(tmp
     reason = ("nothing left after SQuAD normalisation (articles and punctuation only): F1 would be 0 for every "
               "output, exact match 1 for an empty one")
     assert _rejects(rejects) == [(8, "reference", reason), (14, "reference", reason)]
-
-
-def test_the_dataset_log_counts_kept_rows_apart_from_rejected_ones(tmp_path):
-    """An alias two characters share keeps its record (action ``kept``): the benchmark_dataset log called
-    every row of rejects.csv rejected ("2 rows rejected" for one rejected record and one kept)."""
-    from memaudit.datasets.rejects import rejects_count
-
-    _, rejects = load_nonliteral(_write(tmp_path, "data.nonliteral.json", [
-        _story(0, reference_characters=[["Ana"], ["Ana", "Bo"]]), _story(1, reference_events=[])]))
-    assert [r.action for r in rejects] == ["kept", "rejected"]
-    assert rejects_count(rejects) == "1 row rejected, 1 kept with a note"
-    assert rejects_count(rejects[1:] * 3) == "3 rows rejected"
-    assert rejects_count([]) == "0 rows rejected"

@@ -89,14 +89,6 @@ class RejectLog:
         return rows
 
 
-def rejects_count(rows: Sequence[Rejected]) -> str:
-    """``7 rows rejected, 2 kept with a note``: the dataset job's count, a kept row (a near-duplicate, an empty
-    NYT prefix) being in the benchmark, not left out of it."""
-    kept = sum(r.action == "kept" for r in rows)
-    n = len(rows) - kept
-    return f"{n} row{'' if n == 1 else 's'} rejected" + (f", {kept} kept with a note" if kept else "")
-
-
 def place(row: Mapping[str, Any]) -> str:
     """Where a loaded row (``line``, ``element``) is, for a message that points from one row to
     another: ``line 3``, or ``element 12`` of a JSON array (whose elements may all be on line 1)."""
