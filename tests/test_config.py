@@ -813,6 +813,9 @@ def test_a_problem_is_placed_at_the_line_and_column_of_its_key_in_the_file_that_
     assert locate_problems(problems[0].replace("-3", "-5"), overridden, [first, second]) == (
         "config key seed: must be >= 0, not the number -5")
     assert locate_problems(problems[5], config, [second], name_file=True) == f"{second}: {problems[5]}"
+    unreadable = tmp_path / "c.yaml"  # an impossible date: PyYAML raises ValueError; the file places nothing
+    unreadable.write_text("seed: -3\nwhen: 2023-02-30\n")
+    assert locate_problems(problems[0], config, [unreadable]) == problems[0]
 
 
 def test_snakemake_rejects_bad_config_naming_the_key(tmp_path):

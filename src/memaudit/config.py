@@ -1032,8 +1032,8 @@ def locate_problems(problems: str, config: dict, paths: Sequence[str | Path], *,
         try:
             text = Path(path).read_text(encoding="utf-8")
             documents.append((path, yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):  # read_config_file has refused it already
-            continue
+        except (OSError, ValueError, yaml.YAMLError):  # read_config_file has refused it already (ValueError:
+            continue  # bytes that are no UTF-8, an impossible date)
 
     def place(line: str) -> str | None:
         key = _PROBLEM_KEY.match(line)
