@@ -1350,7 +1350,9 @@ def test_a_document_without_a_passage_of_the_length_has_its_row_in_the_qc_table(
                         tmp_path / "qc.csv", progress=logs.append)
     assert [it["doc_id"] for it in items] == ["long"]
     qc = pd.read_csv(tmp_path / "qc.csv")
-    assert qc[["doc_id", "label", "role", "n_passages", "n_kept", "n_candidates", "accept_rate"]].values.tolist() == [
-        ["long", 1, "evaluate", 1, 1, 3, 1.0], ["short", 0, "evaluate", 0, 0, 0, 0.0]]
+    assert qc[["doc_id", "label", "role", "n_passages", "n_kept", "n_candidates"]].values.tolist() == [
+        ["long", 1, "evaluate", 1, 1, 3], ["short", 0, "evaluate", 0, 0, 0]]
+    # no candidate, so no rate: empty (not measured), not 0 (every candidate rejected)
+    assert qc["accept_rate"].iloc[0] == 1.0 and qc.filter(like="_rate").iloc[1].isna().all()
     assert ("1 of the 2 documents give no passage of 64 tokens (at least 48 words, ending a sentence) and have no "
             "item: short (5 words)") in logs

@@ -179,14 +179,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="a8f51815cfe943ed",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="7c78c754e0a8e6a4",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
         # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
         # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="e159066b7e443f08"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="b5db1a1cf9c3d78d"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
@@ -280,13 +280,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="d106008f33a06d61",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="b637ded80f8355c3",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="f0fe765eeddf162d"),
+                              version=10, fingerprint="d3bcb762edda3827"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it

@@ -546,8 +546,10 @@ def quality_table(passages: Sequence[tuple[str, int, str]], results: Sequence[Pa
             row[f"n_{r}"] += res.rejected[r]
         row["n_kept"] += res.paraphrases is not None
     table = pd.DataFrame(list(rows.values()))
-    table["accept_rate"] = per_passage * table["n_kept"] / table["n_candidates"].clip(lower=1)
+    # a document with no passage had no candidate: its rates are not measured (empty), not 0
+    candidates = table["n_candidates"].where(table["n_candidates"] > 0)
+    table["accept_rate"] = per_passage * table["n_kept"] / candidates
     for r in REASONS:
-        table[f"{r}_rate"] = table[f"n_{r}"] / table["n_candidates"].clip(lower=1)
+        table[f"{r}_rate"] = table[f"n_{r}"] / candidates
     table["paraphraser"] = paraphraser
     return table
