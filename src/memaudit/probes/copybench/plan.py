@@ -111,12 +111,16 @@ def check_config(config: dict) -> list[str]:
             problems.append(f"probes.copybench.decodings: memfree needs control of decoding, which API model "
                             f"{model!r} does not give (it runs {', '.join(f'copybench_{m}' for m in sorted(modes))}); "
                             f"leave memfree out of the decodings, or {model!r} out of those modes' models")
-    from memaudit.datasets.copybench_published import DATA_FILES
-
     for benchmark, mode in sorted({(b, mode) for b, _, mode in runs(config)}, key=lambda r: (r[1], r[0])):
         block = published(config, benchmark)
         folder = Path(block["path"]) if block is not None else None
-        if folder is not None and folder.is_dir() and not (folder / DATA_FILES[mode]).is_file():
+        if folder is None or not folder.is_dir():
+            continue
+        # only for a published benchmark: the loaders' module imports pandas (this check runs in every
+        # snakemake start and in check-config, which import neither)
+        from memaudit.datasets.copybench_published import DATA_FILES
+
+        if not (folder / DATA_FILES[mode]).is_file():
             problems.append(f"probes.copybench_{mode}: benchmark {benchmark!r} is a published CopyBench folder "
                             f"without {DATA_FILES[mode]} ({folder}); put the file there or leave {benchmark!r} "
                             f"out of probes.copybench_{mode}.benchmarks")
