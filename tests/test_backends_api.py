@@ -38,7 +38,7 @@ from memaudit.backends.retry import (Cooldown, RequestFault, RetriesExhausted, R
                                      parse_retry_after)
 from memaudit.backends.secrets import redact
 from memaudit.backends.settings import Pricing, api_slots
-from memaudit.errors import ConfigError, InputError
+from memaudit.errors import ConfigError, InputError, MemauditError
 
 KEY_ENV = "MEMAUDIT_TEST_API_KEY"
 KEY = "sk-test-Z9q2" + "x7Lm4Pw8Rt6Yh3Nv" * 2  # what a real key looks like; must never be written anywhere
@@ -1685,8 +1685,10 @@ def test_fit_context_decodes_a_long_prompt_to_the_models_last_position_and_a_sho
     left = 128 - n_long
     batched = hf.generate_batched(["The sea", long], params)
     strict = dataclasses.replace(params, fit_context=False)
-    with pytest.raises(ValueError, match="exceeds its 128 positions"):
+    with pytest.raises(ValueError, match="exceeds its 128 positions") as too_long:
         hf.generate_batched([long], strict)
+    # a user's error (a job prints its one line), and a ValueError still (memaudit serve answers it with a 400)
+    assert isinstance(too_long.value, MemauditError)
     (as_asked,) = hf.generate_batched([long], dataclasses.replace(strict, max_new_tokens=left))
     assert batched[1].meta["capped_to"] == left and batched[1].meta["token_ids"] == as_asked.meta["token_ids"]
     assert batched[1].output_tokens <= left and batched[1].text == as_asked.text
@@ -1694,8 +1696,9 @@ def test_fit_context_decodes_a_long_prompt_to_the_models_last_position_and_a_sho
     assert "capped_to" not in batched[0].meta and batched[0].meta["token_ids"] == short.meta["token_ids"]
     (one,) = hf.generate([long], params)  # the one-at-a-time path
     assert one.meta["capped_to"] == left and one.text == as_asked.text
-    with pytest.raises(ValueError, match="leaves none of its 128 positions"):
+    with pytest.raises(ValueError, match="leaves none of its 128 positions") as no_room:
         hf.generate_batched(["The sea", " ".join(["the sea and the ship"] * 12)], params)
+    assert isinstance(no_room.value, MemauditError)
 
 
 @pytest.mark.parametrize("option, value, message", [

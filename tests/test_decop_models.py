@@ -11,6 +11,7 @@ import pytest
 
 from memaudit.backends.scripted import ScriptedResponder
 from memaudit.backends.server import ChatReply, ChatServer
+from memaudit.errors import MemauditError
 from memaudit.probes.decop.prompts import LETTERS, orderings
 
 ITEM = {"item_id": "emma#p0", "passage_id": "emma#p0", "doc_id": "emma", "label": 1, "answer": 0,
@@ -64,8 +65,9 @@ def test_logit_mode_equals_the_generate_reference_on_a_tiny_model(long_tiny_mode
     assert np.abs(ours - ref).max() <= 1e-4 and np.abs(mass - ref_mass).max() <= 1e-4
     assert len({len(tok(p)["input_ids"]) for p in prompts}) > 1  # the padding path was exercised
     short_model, _ = tiny_model  # 128 positions: a clear error, not an index error deep in torch
-    with pytest.raises(ValueError, match="longer than the 128 positions"):
+    with pytest.raises(ValueError, match="longer than the 128 positions") as too_long:
         _backend_probabilities(HFBackend({}, model=short_model, tokenizer=tok), pairs)
+    assert isinstance(too_long.value, MemauditError)  # a job's one-line error, not a traceback
 
 
 def test_the_generate_reference_encodes_plain_text_with_the_one_prompt_rule(long_tiny_model, monkeypatch):

@@ -744,3 +744,18 @@ def test_the_rank_test_with_one_book_a_side_is_nan_and_selection_refuses_bad_lab
     assert math.isnan(group_rank_pvalue([1, 2, 3, 4, 5], [1, 1, 0, 0, 0], ["a", "a", "b", "c", "d"]))
     with pytest.raises(InputError, match="labels must be 0 .non-member. or 1 .member."):
         selection_metrics(np.arange(35.0), [2] * 10 + [0] * 25, [f"d{i}" for i in range(35)])
+
+
+def test_a_blind_baseline_on_too_few_documents_names_the_benchmarks_documents_file(tmp_path):
+    """One member among four documents: the job's one line named no file, so nothing said which benchmark."""
+    from memaudit.io import write_jsonl
+    from memaudit.stats.workflow import run_blind_baseline
+
+    documents = tmp_path / "documents.jsonl"
+    write_jsonl(documents, [{"doc_id": f"d{i}", "text": f"text number {i}", "meta": {"label": int(i == 0)}}
+                            for i in range(4)])
+    with pytest.raises(InputError) as err:
+        run_blind_baseline(documents, tmp_path / "scores.csv", tmp_path / "metrics.csv", benchmark="tiny",
+                           stats={"blind_folds": 5, "n_boot_small": 10, "n_boot_ci": 10}, seed=0)
+    assert str(err.value) == (f"{documents}: blind baseline needs at least 2 documents per class, got 1 member(s) "
+                              "and 3 non-member(s)")

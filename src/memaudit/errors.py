@@ -13,6 +13,11 @@ class InputError(MemauditError):
     """An input file is malformed; the message names the file and line/row."""
 
 
+class PromptTooLongError(InputError, ValueError):
+    """A prompt (with its new tokens) longer than a model's positions: never cut silently. A user's error, one
+    line from a job; a ValueError too, which ``memaudit serve`` answers with HTTP 400 (no retry)."""
+
+
 class AssetError(MemauditError):
     """A demo asset (Debian or PyPI package) is missing or unreadable."""
 

@@ -51,7 +51,7 @@ STEPS: dict[str, Stage] = {
                       fingerprint="4c66bf53ec599242"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried.
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=1,
-                    fingerprint="e0c3a17e2ed2d581"),
+                    fingerprint="1efaa05aa9851d2f"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
@@ -64,7 +64,7 @@ STEPS: dict[str, Stage] = {
     # 13: a method with no score at all (a cloze token type nothing answered) gets a metrics row of its counts
     # and no statistic (n/a in the headline), not an AUC of 0.5
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=13,
-                   fingerprint="7561f21d349c8832"),
+                   fingerprint="2530ebb6b743f383"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval

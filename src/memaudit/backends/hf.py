@@ -12,7 +12,7 @@ from typing import Sequence
 
 from memaudit.backends.base import (GENERATE, GRADIENT_NORMS, OPTION_LOGPROBS, TOKEN_LOGPROBS, WORD_LOGPROBS,
                                     Backend, Generation, GenerationParams, option_token_ids, system_into_user)
-from memaudit.errors import ConfigError
+from memaudit.errors import ConfigError, PromptTooLongError
 
 log = logging.getLogger(__name__)
 
@@ -464,15 +464,15 @@ class HFBackend(Backend):
 
     def _new_tokens_that_fit(self, n_prompt: int, want: int) -> int:
         """At most ``want`` new tokens after a prompt of ``n_prompt`` tokens within a causal model's positions;
-        a ValueError where the prompt leaves none (it is never cut)."""
+        a :class:`PromptTooLongError` where the prompt leaves none (it is never cut)."""
         from memaudit.models.loading import model_max_length
 
         positions = None if self.encoder_decoder else model_max_length(self.model)
         if positions is None:
             return want
         if n_prompt >= positions:
-            raise ValueError(f"model {self.name!r}: a prompt of {n_prompt} tokens leaves none of its {positions} "
-                             "positions for new tokens (the prompt is never cut silently)")
+            raise PromptTooLongError(f"model {self.name!r}: a prompt of {n_prompt} tokens leaves none of its "
+                                     f"{positions} positions for new tokens (the prompt is never cut silently)")
         return min(want, positions - n_prompt)
 
     def _generate_encoded(self, encoded: list[list[int]], params: GenerationParams, *, memfree,
@@ -543,14 +543,15 @@ class HFBackend(Backend):
         return generations
 
     def _check_fits(self, n_prompt: int, params: GenerationParams) -> None:
-        """A ValueError if a prompt of ``n_prompt`` tokens and its new tokens exceed a causal model's positions."""
+        """A :class:`PromptTooLongError` if a prompt of ``n_prompt`` tokens and its new tokens exceed a causal model's
+        positions."""
         from memaudit.models.loading import model_max_length
 
         limit_positions = None if self.encoder_decoder else model_max_length(self.model)
         if limit_positions is not None and n_prompt + params.max_new_tokens > limit_positions:
-            raise ValueError(f"model {self.name!r}: a prompt of {n_prompt} tokens plus {params.max_new_tokens} new "
-                             f"tokens exceeds its {limit_positions} positions; use shorter prompts or fewer new "
-                             "tokens (the prompt is never cut silently)")
+            raise PromptTooLongError(f"model {self.name!r}: a prompt of {n_prompt} tokens plus {params.max_new_tokens} "
+                                     f"new tokens exceeds its {limit_positions} positions; use shorter prompts or "
+                                     "fewer new tokens (the prompt is never cut silently)")
 
     def _prompt_ids(self, text: str, params: GenerationParams) -> list[int]:
         """A rendered prompt's token ids. Plain text (no chat template) starts with the context token,

@@ -14,6 +14,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterator, Sequence
 
+from memaudit.errors import PromptTooLongError
+
 
 @lru_cache(maxsize=1)
 def cache_keyword() -> str:
@@ -55,8 +57,8 @@ def check_fits(model, n_tokens: int) -> None:
 
     limit = model_max_length(model)
     if limit is not None and n_tokens > limit:
-        raise ValueError(f"a prompt of {n_tokens} tokens is longer than the {limit} positions of the model; "
-                         "use shorter passages (e.g. probes.decop.lengths) or a likelihood mode")
+        raise PromptTooLongError(f"a prompt of {n_tokens} tokens is longer than the {limit} positions of the model; "
+                                 "use shorter passages (e.g. probes.decop.lengths) or a likelihood mode")
 
 
 def next_token_logprobs(model, encoded: Sequence[Sequence[int]], *, pad_id: int, batch_size: int = 24,

@@ -130,7 +130,10 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
     log.info("blind baseline folds on %s: %s", benchmark,
              f"by book ({len(set(groups))} books, each in one fold: the labels are given per book)" if groups
              else "by document")
-    scores = blind_baseline_scores(texts, labels, n_splits=stats["blind_folds"], seed=seed, groups=groups)
+    try:
+        scores = blind_baseline_scores(texts, labels, n_splits=stats["blind_folds"], seed=seed, groups=groups)
+    except InputError as exc:  # which benchmark: its documents file says
+        raise InputError(f"{documents_path}: {exc}") from None
     frame = pd.DataFrame({"doc_id": [d["doc_id"] for d in docs], "label": labels,
                           "method": BLIND_METHOD, "score": scores})
     write_csv(out_scores, frame)
