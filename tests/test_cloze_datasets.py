@@ -296,7 +296,7 @@ def test_a_null_prefix_or_completion_is_kept_as_empty_as_an_empty_csv_cell_is(tm
     assert len(passages) == 3
     assert [(r.line, r.key, r.reason) for r in rejected if r.action == "rejected"] == [
         (1, "snippet", "expected a string, got null"), (2, "label", "not exactly 0 (other outlet, after the cutoff) "
-                                                                    "or 1 (Exhibit J): got null None")]
+                                                                    "or 1 (Exhibit J): got null")]
 
 
 def test_a_published_prefix_is_shown_as_published_its_breaks_and_spacing_kept(tmp_path):

@@ -93,7 +93,7 @@ def test_a_parquet_float_label_that_is_exactly_0_or_1_is_that_label(tmp_path):
     assert [d.meta["label"] for d in docs if d.text == "A member text."] == [1]
     assert [r.message() for r in rejected] == [
         f"{path}, line 3, key label: not exactly 0 (non-member) or 1 (member): got a number 0.5",
-        f"{path}, line 4, key label: not exactly 0 (non-member) or 1 (member): got null None"]
+        f"{path}, line 4, key label: not exactly 0 (non-member) or 1 (member): got null"]
 
 
 def test_a_csv_label_with_a_space_is_rejected_in_one_line_naming_file_line_and_column(tmp_path):

@@ -213,7 +213,8 @@ def check_label(value: Any, textual: bool, meaning: str, key: str = "label", *, 
         return value
     if parquet and type(value) is float and value in (0.0, 1.0):
         return int(value)
-    got = f"the text {value!r}" if textual else f"{json_type(value)} {value!r}"
+    # null says it all ("got null None" repeated it in Python's word)
+    got = f"the text {value!r}" if textual else "null" if value is None else f"{json_type(value)} {value!r}"
     raise RowReject(key, value, f"not exactly {meaning}: got {got}")
 
 
