@@ -1041,13 +1041,8 @@ def locate_problems(problems: str, config: dict, paths: Sequence[str | Path], *,
             return None
         keys, whole = _key_in(config, key[1])
         for path, root, data in documents:
-            if whole:
-                value = data
-                for k in keys:
-                    value = value.get(k) if isinstance(value, dict) else (
-                        value[k] if isinstance(value, list) and isinstance(k, int) and k < len(value) else None)
-                if value != _value_at(config, keys):
-                    continue
+            if whole and _value_at(data, keys) != _value_at(config, keys):
+                continue
             for n in range(len(keys), 0, -1) if not whole else (len(keys),):
                 found = _node_at(root, keys[:n])
                 if found is not None and found[1] is not None:
@@ -1061,10 +1056,18 @@ def locate_problems(problems: str, config: dict, paths: Sequence[str | Path], *,
     return "\n".join(out)
 
 
-def _value_at(config, keys: list):
+_ABSENT = object()
+
+
+def _value_at(data, keys: list):
+    """The value at ``keys`` (mapping keys, list indices) in ``data``; :data:`_ABSENT` where it holds none."""
     for key in keys:
-        config = config[key]
-    return config
+        if isinstance(data, dict) and key in data or (
+                isinstance(data, list) and isinstance(key, int) and key < len(data)):
+            data = data[key]
+        else:
+            return _ABSENT
+    return data
 
 
 def unknown(kind: str, name, known) -> str:
