@@ -116,9 +116,12 @@ def save_figure(fig: Figure, out_prefix: str | os.PathLike) -> list[Path]:
         # Both temporaries are renamed only after both savefig calls succeed.
         tmp_png = stack.enter_context(atomic_path(paths[0]))
         tmp_svg = stack.enter_context(atomic_path(paths[1]))
-        # bbox_inches="tight" keeps legends placed outside the axes inside the image.
-        fig.savefig(tmp_png, format="png", dpi=150, bbox_inches="tight")
-        fig.savefig(tmp_svg, format="svg", bbox_inches="tight")
+        # A tight bounding box keeps legends placed outside the axes inside the image. It is found once
+        # for both formats: bbox_inches="tight" draws the figure once more per format to find it, which
+        # made saving half of a figure job's plotting time (session 69, an AVX2-only EPYC).
+        bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
+        fig.savefig(tmp_png, format="png", dpi=150, bbox_inches=bbox)
+        fig.savefig(tmp_svg, format="svg", bbox_inches=bbox)
     return paths
 
 

@@ -80,7 +80,11 @@ def train_tiny_gpt2(texts: Sequence[str], out_dir: Path, *, n_layer: int, n_embd
             raise ValueError("pretraining pool too small for one block of n_positions tokens")
         cfg = GPT2Config(vocab_size=len(tok), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
                          n_head=n_head, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         # GPT-2's tanh-approximated GELU as one fused kernel: GPT2Config's default
+                         # "gelu_new" computes the same formula in seven element-wise operations
+                         # (max |diff| 2.4e-7), a sixth of a training step on an AVX2-only CPU
+                         activation_function="gelu_pytorch_tanh")
         model = GPT2LMHeadModel(cfg)
         data = torch.tensor(blocks, dtype=torch.long)
         # The tokenizer is retrained on resume; the digest proves it cut the same blocks.

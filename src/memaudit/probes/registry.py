@@ -179,7 +179,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="74e0643c04104816",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="5187a2ac371cc7bf",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -191,7 +191,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
                 # 4: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="df079bd316c7a380")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="d10fe4967cdfce50")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -280,7 +280,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="9a05a00852378c8d",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="30ff44e21686e1f0",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -291,7 +291,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=9, fingerprint="c0b8754995550407")},
+                                 version=9, fingerprint="58a1e5317aee0936")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -333,7 +333,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="44abc3ebfe3ff2c9",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="f9bc5380d65cd627",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -348,7 +348,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the differences' intervals resample whole books (labels per book) or documents (several
                 # passages each), not passages (too narrow where passages cluster): ci_unit, n_units
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=11, fingerprint="451eb2f840963512")},
+                                 version=11, fingerprint="57b472ea866551ff")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

@@ -38,7 +38,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from memaudit.errors import ConfigError, InputError
 
@@ -93,6 +92,10 @@ def bh_adjusted_pvalues(pvalues) -> np.ndarray:
     pvalues = _finite(pvalues, "p-values")
     if pvalues.size == 0:
         return np.zeros(0, dtype=float)
+    # imported here: scipy.stats takes about 2 s to import on a slow CPU, and a probe job that
+    # imports this module for its conformal p-values alone needs no more of it
+    from scipy import stats as scipy_stats
+
     return scipy_stats.false_discovery_control(pvalues, method="bh")
 
 

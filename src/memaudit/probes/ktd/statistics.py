@@ -31,7 +31,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from memaudit.errors import ConfigError, InputError
 from memaudit.stats.selection import check_q, fdp_and_power, knockoff_plus_threshold
@@ -279,6 +278,8 @@ def symmetry_table(w_draws: dict[tuple[str, int], list[pd.Series]], labels: pd.S
     lemma is; only a shift to the right (``nonmember_mean_w > 0``) inflates the FDR, one to the
     left makes knockoff+ conservative (its count of W <= -t then over-counts the false ones).
     """
+    from scipy import stats as scipy_stats  # here, not at the top: a KTD probe job needs none of it
+
     rows = []
     for (statistic, m), draws in sorted(w_draws.items()):
         w = draws[0]
