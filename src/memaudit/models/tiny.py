@@ -83,7 +83,8 @@ def train_tiny_gpt2(texts: Sequence[str], out_dir: Path, *, n_layer: int, n_embd
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                          # GPT-2's tanh-approximated GELU as one fused kernel: GPT2Config's default
                          # "gelu_new" computes the same formula in seven element-wise operations
-                         # (max |diff| 2.4e-7), a sixth of a training step on an AVX2-only CPU
+                         # (max |diff| 2.4e-7): a sixth of a training step by the profiler on an
+                         # AVX2-only CPU, 6-15% of a demo fine-tune's time there (docs/timings.md, session 69)
                          activation_function="gelu_pytorch_tanh")
         model = GPT2LMHeadModel(cfg)
         data = torch.tensor(blocks, dtype=torch.long)
