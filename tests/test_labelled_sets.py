@@ -276,6 +276,9 @@ def test_the_config_accepts_the_formats_and_names_wrong_keys():
     wrong = [
         ({"format": "wikimia", "path": "w.jsonl", "text_key": "input"},
          r"benchmarks\.wiki\.published\.text_key: only format member_texts names its text field"),
+        ({"format": "member_texts", "path": "x.jsonl", "text_key": " Label"},
+         r"benchmarks\.wiki\.published\.text_key: ' Label' is the field that holds each row's label \(1 = member\); "
+         r"name the field that holds the text$"),
         ({"format": "wikimia"}, r"benchmarks\.wiki\.published\.path: the wikimia set is read from a local file"),
         ({"format": "wikimia", "path": "w.jsonl", "group_key": "passage"},
          r"benchmarks\.wiki\.published\.group_key: only format qa groups its questions by a field"),

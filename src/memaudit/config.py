@@ -544,6 +544,9 @@ def _cloze_published_problems(name: str, published: dict) -> list[str]:
         problems.append(f"{where}.strict: only formats {', '.join(REJECTS_FORMATS)} skip unusable rows")
     if "text_key" in published and fmt != "member_texts":
         problems.append(f"{where}.text_key: only format member_texts names its text field")
+    elif str(published.get("text_key", "")).strip().lower() == "label":  # field names are read in lower case
+        problems.append(f"{where}.text_key: {published['text_key']!r} is the field that holds each row's label "
+                        f"(1 = member); name the field that holds the text")
     if "validation_rows" in published and fmt != "bookmia":
         problems.append(f"{where}.validation_rows: only format bookmia has a fixed validation split by row "
                         f"(the information-guided probes' first 1870 BookMIA rows)")
