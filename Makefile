@@ -89,12 +89,17 @@ report: venv
 # Two pytest workers (pytest-xdist), a test file's tests on one worker, files in the order
 # tests/conftest.py gives them: the SLURM test, which mostly waits on its cluster, starts first.
 TEST_WORKERS ?= 2
+# The tests write bytecode (git-ignored __pycache__ folders) even where PYTHONDONTWRITEBYTECODE is set, as on
+# the machines of docs/timings.md: without it each worker rewrote the asserts of every test module at every
+# run (collection 11 s instead of 5.5 a worker there), and each of the suite's few hundred Python processes
+# (workflow jobs, dry runs) compiled memaudit's modules again.
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 test: venv assets
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # Unit tests only (no workflow run, no SLURM, no DVC remote): day-to-day work, a few minutes.
 test-quick: venv assets
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not workflow" tests
+	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not workflow" tests
 
 bench: venv assets
 	$(BIN)/python benchmarks/run_all.py

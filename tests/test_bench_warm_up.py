@@ -10,7 +10,8 @@ from pathlib import Path
 from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
-COLD = 2.0
+# above any warm call of the tiny model's (milliseconds), and slept five times per run of the suite
+COLD = 0.75
 TEXTS = ["It is a truth universally acknowledged, that a single man in possession of a good fortune must be "
          "in want of a wife.",
          "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed "
