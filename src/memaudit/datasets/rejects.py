@@ -46,7 +46,7 @@ from memaudit.io import invalid_utf8
 
 __all__ = ["MISSING", "REJECT_COLUMNS", "REJECTS_FILE", "ColumnRejected", "Rejected", "RejectLog", "RowReject",
            "benchmark_rejects_path", "count_rejects", "csv_rows", "csv_rows_or_error", "json_type", "place",
-           "rejects_line", "short_repr", "write_benchmark_rejects", "write_rejects"]
+           "short_repr", "write_benchmark_rejects", "write_rejects"]
 
 REJECTS_FILE = "rejects.csv"
 # "owner/name" (or "hf:owner/name", "datasets/owner/name"): how a Hugging Face Hub id looks.
@@ -87,14 +87,6 @@ class RejectLog:
             more = f" ({len(rejected)} rows rejected in all)" if len(rejected) > 1 else ""
             raise InputError(rejected[0].message() + more)
         return rows
-
-
-def rejects_line(rows: Sequence[Rejected]) -> str:
-    """How a benchmark's rejects table reads in its job's log: ``3 rows rejected, 2 kept with a note``
-    (a row kept with a note, action ``kept``, loads as published and is no rejected row)."""
-    kept = sum(r.action == "kept" for r in rows)
-    text = f"{len(rows) - kept} rows rejected"
-    return text + (f", {kept} kept with a note" if kept else "")
 
 
 def place(row: Mapping[str, Any]) -> str:
