@@ -142,7 +142,7 @@ def test_dvc_stage_makes_every_input_of_an_audit_config_a_dependency_hashed_in_t
     assert "# the user_books source's default folder" in stage_file
     stage = yaml.safe_load(stage_file)["stages"]["memaudit"]
     assert stage["cmd"] == "snakemake --cores 2 all --configfile audit.yaml"
-    assert stage["deps"] == [*CORE_DEPS, "audit.yaml", str(data / "books"), str(data / "labels.csv"),
+    assert stage["deps"] == [*CORE_DEPS, "audit.yaml", str(data / "labels.csv"), str(data / "books"),
                              str(data / "suspect")]
     assert stage["outs"] == yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["memaudit"]["outs"]
 

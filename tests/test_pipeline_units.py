@@ -1147,16 +1147,19 @@ def test_the_dvc_stage_lists_every_local_input_a_config_names_and_nothing_else()
         "models": {"suspect": {"source": {"path": "/models/suspect"}}, "hub": {"source": {"hub_id": "org/m"}},
                    "api": {"backend": "openai", "api": {"model_id": "gpt"}},
                    "again": {"source": {"path": "/models/suspect"}}},
-        "probes": {"copybench": {"prompt_dir": "/data/prompts", "memfree_rejection_file": "/data/corpus.json"}},
+        "probes": {"copybench": {"prompt_dir": "/data/prompts", "memfree_rejection_file": "/data/corpus.json",
+                                 "extractor": {"model": "api", "summaries": "/data/summaries.jsonl"}}},
     }
+    # the paths check-config checks (config.local_inputs: benchmarks by name), then the default books folder
     assert config_inputs(config) == [
-        "/data/books", "/data/labels.csv", "resources/books", "/data/copybench", "/data/titles.csv",
-        "data/quiz.jsonl", "/data/pool", "/models/suspect", "/data/prompts", "/data/corpus.json"]
+        "/data/copybench", "/data/titles.csv", "/data/labels.csv", "/data/books", "data/quiz.jsonl", "/data/pool",
+        "/models/suspect", "/data/prompts", "/data/corpus.json", "/data/summaries.jsonl", "resources/books"]
     deps = stage_deps(config, "audit.yaml")
     n = len(CORE_DEPS) + 1
     assert deps[:n] == [*CORE_DEPS, "audit.yaml"] and "resources/books" not in deps[n:]
+    assert "/data/summaries.jsonl" in deps  # the summaries CopyBench's events come from (missed before)
     assert "config/config.yaml" not in deps  # a --configfile replaces it: no input of this run
-    assert len(deps) == len(CORE_DEPS) + 1 + 9
+    assert len(deps) == len(CORE_DEPS) + 1 + 10
 
 
 def test_the_dvc_stage_depends_on_the_config_it_runs_not_also_the_demos(tmp_path):

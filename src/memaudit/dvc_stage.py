@@ -2,7 +2,8 @@
 
 ``dvc.yaml`` ships one stage, ``memaudit``, that runs the workflow on the demo config and depends on
 the code, ``resources/books`` and the demo config. An audit reads more: its own config file, a books
-folder elsewhere, a labels file, a published set, the checkpoints under test. DVC hashes what a
+folder elsewhere, a labels file, a published set, the checkpoints under test, CopyBench's summaries
+(every input ``check-config`` checks: :func:`memaudit.config.local_inputs`). DVC hashes what a
 stage lists (an absolute path outside the repository too: an external dependency), so listing them
 puts into ``dvc.lock`` the exact books, labels and weights a result came from, and makes
 ``dvc status`` report the stage changed when any of them does.
@@ -27,32 +28,24 @@ STAGE = "memaudit"
 
 
 def config_inputs(config: dict) -> list[str]:
-    """Every local file or folder a validated config names as an input, in config order, each once: books
-    folders (``source_options.user_books.directory``, the pretraining pool's too), labels files,
-    published sets and their labels, local checkpoints (``source.path``), CopyBench's prompt folder and
-    MemFree rejection file. Hub ids, API models, the demo's assets and caches are not inputs here."""
+    """Every local file or folder a validated config names as an input, each once: those
+    :func:`memaudit.config.local_inputs` lists (and ``check-config`` checks): books folders, labels files,
+    published sets and their labels, local checkpoints (``source.path``), the probes' prompt folders and
+    MemFree rejection files, CopyBench's extractor summaries; then the ``user_books`` source's default
+    folder where a benchmark or the pretraining pool reads it without naming one. Hub ids, API models,
+    the demo's assets and caches are not inputs here.
+
+    One list for both: kept apart, this one missed ``probes.copybench.extractor.summaries`` when the
+    extractor learnt to read summaries, and a stage's ``dvc.lock`` did not hash the summaries its events
+    came from."""
+    from memaudit.config import local_inputs
     from memaudit.datasets.sources import USER_BOOKS_DIRECTORY
 
-    paths: list[str] = []
-
-    def sources(block: dict) -> None:
-        if "user_books" in (block.get("sources") or []):
-            options = (block.get("source_options") or {}).get("user_books") or {}
-            paths.append(str(options.get("directory", USER_BOOKS_DIRECTORY)))
-
-    for bench in config.get("benchmarks", {}).values():
-        sources(bench)
-        if bench.get("labels"):
-            paths.append(str(bench["labels"]))
-        published = bench.get("published") or {}
-        paths += [str(published[k]) for k in ("path", "labels") if published.get(k)]
-    sources(config.get("pretrain") or {})
-    for entry in config.get("models", {}).values():
-        source = entry.get("source") or {}
-        if source.get("path"):
-            paths.append(str(source["path"]))
-    copybench = (config.get("probes") or {}).get("copybench") or {}
-    paths += [str(copybench[k]) for k in ("prompt_dir", "memfree_rejection_file") if copybench.get(k)]
+    paths = [path for _, path in local_inputs(config)]
+    blocks = [*config.get("benchmarks", {}).values(), config.get("pretrain") or {}]
+    if any("user_books" in (block.get("sources") or [])
+           and not ((block.get("source_options") or {}).get("user_books") or {}).get("directory") for block in blocks):
+        paths.append(str(USER_BOOKS_DIRECTORY))
     return list(dict.fromkeys(paths))
 
 
