@@ -478,6 +478,36 @@ def test_changing_how_the_cloze_blackbox_probe_asks_reruns_only_its_jobs(finishe
         ("summary", ""), ("figure_auc_vs_size", "benchmark=novels"), ("all", "")}
 
 
+def test_an_edited_copybench_prompt_file_reruns_its_modes_probes_and_no_other(finished_run, tmp_path):
+    """With ``prompt: paper`` the probe reads ``prompt_dir``'s ``prompts.<mode>.format<n>.json``: they were not
+    its inputs, so a finished run kept the generations of a prompt since edited (stale, with no sign). They
+    are inputs now, each mode's files of its own jobs alone."""
+    import dataclasses
+
+    from memaudit.probes.copybench.prompts import TEMPLATES
+
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+    prompts = workdir / "prompts"
+    prompts.mkdir()
+    for tag, template in TEMPLATES.items():
+        (prompts / f"prompts.{tag}.json").write_text(json.dumps(dataclasses.asdict(template)))
+    config = with_config(workdir, "paper_prompts", lambda c: c["probes"]["copybench"].update(
+        prompt="paper", prompt_dir="prompts", formats=[1, 2]))
+    touch_finished(workdir, config, finished_run[2], only_scheduled=True)
+    assert planned_jobs(workdir, config) == set()
+    edited = prompts / "prompts.nonliteral.format2.json"
+    edited.write_text(edited.read_text().replace("story", "tale"))
+    later = edited.stat().st_mtime + 60  # than every output touched above
+    os.utime(edited, (later, later))
+    jobs = planned_jobs(workdir, config)
+    generations = [f"results/scores/books/{m}/copybench_nonliteral_items.jsonl" for m in ("tiny-gpt2-cb", "tiny-gpt2-cb-books")]
+    assert jobs == downstream_of(finished_run[0], *generations)
+    assert {j for j in jobs if j[0] == "copybench_probe"} == {
+        ("copybench_probe", f"benchmark=books, model={m}, mode=nonliteral") for m in ("tiny-gpt2-cb", "tiny-gpt2-cb-books")}
+    (prompts / "prompts.literal.format3.json").write_text("{}")  # not a format this config reads
+    assert planned_jobs(workdir, config) == jobs
+
+
 def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):
     config = with_config(finished, "copybench_cutting", lambda c: c["probes"]["copybench"].update(n_events=5))
     assert planned_jobs(finished, config) == downstream_of(finished, "copybench_items")

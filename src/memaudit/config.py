@@ -1178,15 +1178,18 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
     return problems
 
 
-def copybench_prompt_files(config: dict) -> list[str]:
+def copybench_prompt_files(config: dict, modes: tuple[str, ...] | None = None) -> list[str]:
     """The prompt files ``probes.copybench.prompt_dir`` must hold for this run (the probe reads them only with
-    ``prompt: paper``): ``prompts.<mode>.format<n>.json`` of each mode run, fact recall's format 1 alone."""
+    ``prompt: paper``): ``prompts.<mode>.format<n>.json`` of each mode run (of ``modes`` where given), fact
+    recall's format 1 alone. Here, not in ``probes/copybench``, because ``check-config`` checks them and this
+    module imports no family; the probe's rule declares the same files as its inputs."""
     probes = config.get("probes") or {}
     settings = probes.get("copybench") or {}
     if settings.get("prompt", "paper") != "paper":
         return []
     return [f"prompts.{mode}.format{n}.json" for mode in ("literal", "nonliteral", "qa")
-            if f"copybench_{mode}" in probes for n in ([1] if mode == "qa" else settings.get("formats", [1, 2, 3]))]
+            if (modes is None or mode in modes) and (modes is not None or f"copybench_{mode}" in probes)
+            for n in ([1] if mode == "qa" else settings.get("formats", [1, 2, 3]))]
 
 
 def control_of(entry: dict) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memaudit.config import contaminated_on, is_api_model, labels_per_book
+from memaudit.config import contaminated_on, copybench_prompt_files, is_api_model, labels_per_book
 from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
 
 METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
@@ -197,7 +197,7 @@ def needs_qa_writer(config: dict, wildcards) -> bool:
     return qa_writer(config, wildcards) is not None
 
 
-def probe_inputs(config: dict, wildcards) -> dict[str, str]:
+def probe_inputs(config: dict, wildcards) -> dict[str, str | list[str]]:
     """A probe job's item-side inputs: fact recall reads its items alone (no judge, no copying demonstrations)."""
     stem = f"results/datasets/{wildcards.benchmark}"
     inputs = {"records": f"{stem}/copybench_{wildcards.mode}.jsonl", "documents": f"{stem}/documents.jsonl"}
@@ -206,6 +206,9 @@ def probe_inputs(config: dict, wildcards) -> dict[str, str]:
     cfg = config["probes"]["copybench"]
     if cfg.get("memfree_rejection_file") and "memfree" in cfg.get("decodings", []):
         inputs["rejection_corpus"] = cfg["memfree_rejection_file"]  # an input: a new corpus reruns MemFree
+    prompts = copybench_prompt_files(config, (wildcards.mode,)) if cfg.get("prompt_dir") else []
+    if prompts:  # inputs: an edited prompt file reruns the mode's probes, not the other modes'
+        inputs["prompts"] = [str(Path(cfg["prompt_dir"]) / name) for name in prompts]
     return inputs
 
 
