@@ -1188,7 +1188,7 @@ def copybench_prompt_files(config: dict, modes: tuple[str, ...] | None = None) -
     if settings.get("prompt", "paper") != "paper":
         return []
     return [f"prompts.{mode}.format{n}.json" for mode in ("literal", "nonliteral", "qa")
-            if (modes is None or mode in modes) and (modes is not None or f"copybench_{mode}" in probes)
+            if (mode in modes if modes is not None else f"copybench_{mode}" in probes)
             for n in ([1] if mode == "qa" else settings.get("formats", [1, 2, 3]))]
 
 
