@@ -351,6 +351,23 @@ def test_a_published_copybench_benchmark_is_planned_whatever_extractor_and_write
                                       "results/datasets/b/copybench_qa.jsonl"]
 
 
+def test_the_estimate_reads_the_prompt_files_of_the_copybench_modes_it_prices(tmp_path):
+    """``prompt: paper``: the prompts are built from ``prompt_dir``'s files, so the estimate's inputs are the files
+    of each mode an API model runs (fact recall's format 1 alone), not those of a mode only local models run."""
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", {
+        "copybench": {"prompt": "paper", "prompt_dir": "prompts", "formats": [1, 2]},
+        "copybench_literal": {"models": ["served"]}, "copybench_nonliteral": {"models": ["local"]},
+        "copybench_qa": {"models": ["served"]}})
+    assert planned_inputs(config) == ["prompts/prompts.literal.format1.json", "prompts/prompts.literal.format2.json",
+                                      "prompts/prompts.qa.format1.json", "results/datasets/b/copybench_demos.json",
+                                      "results/datasets/b/copybench_literal.jsonl",
+                                      "results/datasets/b/copybench_qa.jsonl"]
+    config["probes"]["copybench"]["prompt"] = "bare"  # the built-in templates: no file read
+    assert planned_inputs(config) == ["results/datasets/b/copybench_demos.json",
+                                      "results/datasets/b/copybench_literal.jsonl",
+                                      "results/datasets/b/copybench_qa.jsonl"]
+
+
 def test_copybench_fact_recall_plan_is_what_the_qa_job_sends(tmp_path, data):
     """Fact recall: one template (Figure 7) with its SQuAD demonstrations, per question and API decoding;
     an API question writer that has yet to write them leaves the mode unplanned, not priced as nothing."""

@@ -689,6 +689,55 @@ def test_the_cost_estimate_is_made_again_when_the_config_changes(finished):
     assert planned(with_config(finished, "estimate_changed", api_model_added)) == {"api_estimate"}
 
 
+def test_an_edited_copybench_prompt_file_makes_the_cost_estimate_again_if_it_prices_that_mode(finished_run, tmp_path):
+    """With ``prompt: paper`` the estimate builds CopyBench's prompts from ``prompt_dir``'s files, which were not
+    its inputs: an estimate already written kept the old prompts' token counts. The files of the modes it prices
+    are its inputs now; a file of a mode no API model runs is not."""
+    import dataclasses
+
+    from memaudit.probes.copybench.prompts import TEMPLATES
+
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)
+    prompts = workdir / "prompts"
+    prompts.mkdir()
+    for tag, template in TEMPLATES.items():
+        (prompts / f"prompts.{tag}.json").write_text(json.dumps(dataclasses.asdict(template)))
+
+    def served_on_literal(c):
+        c["models"]["served"] = {"backend": "openai", "api": {
+            "model_id": "served-model", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
+            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+        # MemFree needs control of decoding, which an API model does not give
+        c["probes"]["copybench"].update(prompt="paper", prompt_dir="prompts", formats=[1, 2], decodings=["greedy"])
+        c["probes"]["copybench_literal"]["models"].append("served")  # nonliteral: the local models alone
+
+    config = with_config(workdir, "paper_prompts_api", served_on_literal)
+    targets = ("results/api/estimate.txt", "results/api/plan.jsonl")
+
+    def planned():
+        out = snakemake(workdir, "-n", *targets, "--configfile", config).stdout
+        return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
+
+    assert planned() == {"api_estimate"}
+    (workdir / "results" / "api").mkdir(parents=True, exist_ok=True)
+    for name in targets:
+        (workdir / name).write_text("")
+    snakemake(workdir, "--touch", "--forceall", *targets, "--configfile", config, "--cores", "1")
+    assert planned() == set()
+
+    def edit(name: str) -> None:
+        path = prompts / name
+        template = json.loads(path.read_text())
+        path.write_text(json.dumps({**template, "instruction": template["instruction"] + " Be brief."}))
+        later = path.stat().st_mtime + 60  # than the outputs touched above
+        os.utime(path, (later, later))
+
+    edit("prompts.nonliteral.format2.json")  # no API model writes stories here: nothing to price again
+    assert planned() == set()
+    edit("prompts.literal.format2.json")
+    assert planned() == {"api_estimate"}
+
+
 def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only(finished_run, tmp_path):
     """A published format's loader has a version of its own (FORMAT_VERSIONS): bumping BookMIA's reruns
     the datasets of BookMIA benchmarks and what reads them, and no other benchmark's, where only

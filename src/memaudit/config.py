@@ -1192,6 +1192,13 @@ def copybench_prompt_files(config: dict, modes: tuple[str, ...] | None = None) -
             for n in ([1] if mode == "qa" else settings.get("formats", [1, 2, 3]))]
 
 
+def copybench_prompt_paths(config: dict, modes: tuple[str, ...] | None = None) -> list[str]:
+    """The paths of :func:`copybench_prompt_files` under ``probes.copybench.prompt_dir`` (none without one): the
+    inputs of the jobs that read them, the mode's probes and the API cost estimate."""
+    prompt_dir = ((config.get("probes") or {}).get("copybench") or {}).get("prompt_dir")
+    return [str(Path(prompt_dir) / name) for name in copybench_prompt_files(config, modes)] if prompt_dir else []
+
+
 def control_of(entry: dict) -> str | None:
     """The model a model is compared with in the families' paired differences (CopyBench's and the
     cloze probes'): its declared ``control`` (two checkpoints given by path: the suspect and the one it

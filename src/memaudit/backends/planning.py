@@ -42,10 +42,10 @@ def _planned(config: dict) -> list[tuple[str, str, str]]:
             and (is_api_model(config["models"][m]) or api_roles(family_of(p)))]
 
 
-def plan_inputs(config: dict, benchmark: str, probe: str) -> list[str] | str:
-    """The files under ``results/datasets/<benchmark>/`` a probe's planner reads (the first: its records),
-    or why it cannot plan before paid work (its records are made by an API model: the estimate must
-    not send that model's requests to exist)."""
+def plan_inputs(config: dict, benchmark: str, probe: str) -> list[str | Path] | str:
+    """The files under ``results/datasets/<benchmark>/`` a probe's planner reads (the first: its records;
+    a ``Path``: a file elsewhere, as the workflow names it), or why it cannot plan before paid work (its
+    records are made by an API model: the estimate must not send that model's requests to exist)."""
     from memaudit.probes.registry import PROBES, family_of, load_callable
 
     family = family_of(probe)
@@ -72,10 +72,12 @@ def _role_planned(config: dict) -> list[tuple[object, str, list[str]]]:
 
 
 def planned_inputs(config: dict) -> list[str]:
-    """The files the plan reads: per (benchmark, planned probe), its records (and what else its planner reads),
-    and what the item-building roles' planners read."""
-    return sorted({f"results/datasets/{b}/{f}" for _, b, p in _planned(config)
-                   if not isinstance(files := plan_inputs(config, b, p), str) for f in files}
+    """The files the plan reads: per (benchmark, planned probe), its records (and what else its planner reads:
+    a :class:`~pathlib.Path` is a file outside the benchmark's datasets folder, such as CopyBench's prompt
+    files), and what the item-building roles' planners read."""
+    return sorted({str(f) if isinstance(f, Path) else f"results/datasets/{b}/{f}"
+                   for _, b, p in _planned(config) if not isinstance(files := plan_inputs(config, b, p), str)
+                   for f in files}
                   | {f"results/datasets/{b}/{f}" for _, b, files in _role_planned(config) for f in files})
 
 

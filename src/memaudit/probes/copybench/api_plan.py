@@ -32,15 +32,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
-from memaudit.config import is_api_model
+from memaudit.config import copybench_prompt_paths, is_api_model
 
 PLANNED_MODES = ("literal", "nonliteral", "qa")
 API_DECODINGS = ("greedy", "system")  # memfree controls decoding: open models only
 CHUNK_TOKENS = 128  # the judge's window and stride (memaudit.probes.copybench.judge.chunks)
 
 
-def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
-    """The mode's items and the demonstrations the prompts are built with."""
+def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str | Path] | str:
+    """The mode's items, the demonstrations the prompts are built with and the mode's prompt files of
+    ``prompt_dir`` (``prompt: paper``): an edited one re-prices the estimate."""
     from memaudit.probes.registry import FAMILIES
 
     from memaudit.backends import is_api_model
@@ -55,13 +56,15 @@ def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
             # rule copybench_qa_items asks the writer first; its pairs are the prompts priced here
             return (f"its questions are written by API model {writer!r} first (rule copybench_qa_items: those "
                     "requests are in the estimate); estimate again after building them")
-        return [FAMILIES["copybench"].reads_of(mode)]  # fact recall's demonstrations are in the prompt file
+        # fact recall's demonstrations are in the prompt file
+        return [FAMILIES["copybench"].reads_of(mode), *map(Path, copybench_prompt_paths(config, (mode,)))]
     extractor = extractor_model(config, job)
     if extractor and is_api_model(config["models"][extractor]):
         # rule copybench_items makes both modes' items; building them would pay the extractor first
         return (f"its items are made with API model {extractor!r} extracting events and characters first "
                 "(rule copybench_items: those requests are in the estimate); estimate again after building them")
-    return [FAMILIES["copybench"].reads_of(mode), "copybench_demos.json"]
+    return [FAMILIES["copybench"].reads_of(mode), "copybench_demos.json",
+            *map(Path, copybench_prompt_paths(config, (mode,)))]
 
 
 def max_story_chunks(max_new_tokens: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memaudit.config import contaminated_on, copybench_prompt_files, is_api_model, labels_per_book
+from memaudit.config import contaminated_on, copybench_prompt_paths, is_api_model, labels_per_book
 from memaudit.jobs import controls, declared_controls, job_settings, probe_runs
 
 METHODS = {"literal": ("copybench_rougeL", "copybench_rougeL_excess"),
@@ -206,9 +206,9 @@ def probe_inputs(config: dict, wildcards) -> dict[str, str | list[str]]:
     cfg = config["probes"]["copybench"]
     if cfg.get("memfree_rejection_file") and "memfree" in cfg.get("decodings", []):
         inputs["rejection_corpus"] = cfg["memfree_rejection_file"]  # an input: a new corpus reruns MemFree
-    prompts = copybench_prompt_files(config, (wildcards.mode,)) if cfg.get("prompt_dir") else []
+    prompts = copybench_prompt_paths(config, (wildcards.mode,))
     if prompts:  # inputs: an edited prompt file reruns the mode's probes, not the other modes'
-        inputs["prompts"] = [str(Path(cfg["prompt_dir"]) / name) for name in prompts]
+        inputs["prompts"] = prompts
     return inputs
 
 
