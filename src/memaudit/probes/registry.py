@@ -66,7 +66,8 @@ class ProbeFamily:
     fingerprint: str
     planner: str | None = None  # "module:function"(config, model, records, *, mode, datasets) -> planned API requests
     # "module:function"(config, benchmark, mode) -> the files under results/datasets/<benchmark>/ the planner
-    # reads (the first is its records), or a sentence saying why it cannot plan before paid work (default: reads)
+    # reads (the first is its records; a pathlib.Path is a file elsewhere, as the workflow names it: CopyBench's
+    # prompt files), or a sentence saying why it cannot plan before paid work (default: reads)
     plan_inputs: str | None = None
     roles: Mapping[str, str] = field(default_factory=dict)  # role -> dotted key under `probes` naming its model
     # the requests its item-building roles (an API extractor, a QA writer) send before any probe job:
