@@ -25,7 +25,7 @@ import os
 import re
 import shlex
 import shutil
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -478,19 +478,25 @@ def test_changing_how_the_cloze_blackbox_probe_asks_reruns_only_its_jobs(finishe
         ("summary", ""), ("figure_auc_vs_size", "benchmark=novels"), ("all", "")}
 
 
-def test_an_edited_copybench_prompt_file_reruns_its_modes_probes_and_no_other(finished_run, tmp_path):
-    """With ``prompt: paper`` the probe reads ``prompt_dir``'s ``prompts.<mode>.format<n>.json``: they were not
-    its inputs, so a finished run kept the generations of a prompt since edited (stale, with no sign). They
-    are inputs now, each mode's files of its own jobs alone."""
+def paper_prompts(workdir: Path) -> Path:
+    """``workdir/prompts``: CopyBench's built-in templates written as the published prompt files."""
     import dataclasses
 
     from memaudit.probes.copybench.prompts import TEMPLATES
 
-    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
     prompts = workdir / "prompts"
     prompts.mkdir()
     for tag, template in TEMPLATES.items():
         (prompts / f"prompts.{tag}.json").write_text(json.dumps(dataclasses.asdict(template)))
+    return prompts
+
+
+def test_an_edited_copybench_prompt_file_reruns_its_modes_probes_and_no_other(finished_run, tmp_path):
+    """With ``prompt: paper`` the probe reads ``prompt_dir``'s ``prompts.<mode>.format<n>.json``: they were not
+    its inputs, so a finished run kept the generations of a prompt since edited (stale, with no sign). They
+    are inputs now, each mode's files of its own jobs alone."""
+    workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)  # config/ci.yaml finished
+    prompts = paper_prompts(workdir)
     config = with_config(workdir, "paper_prompts", lambda c: c["probes"]["copybench"].update(
         prompt="paper", prompt_dir="prompts", formats=[1, 2]))
     touch_finished(workdir, config, finished_run[2], only_scheduled=True)
@@ -664,66 +670,57 @@ def test_bumping_a_steps_version_reruns_its_jobs_and_what_reads_them(step, finis
     assert upstream and not upstream & {r for r, _ in jobs} or step == "datasets"
 
 
+ESTIMATE = ("results/api/estimate.txt", "results/api/plan.jsonl")
+# an API model the estimates price (no server: a dry run sends nothing)
+SERVED = {"backend": "openai", "api": {"model_id": "served-model", "base_url": "http://127.0.0.1:9/v1",
+                                       "api_key_env": "MEMAUDIT_NO_KEY",
+                                       "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+
+
+def estimate_planned(workdir, config: str) -> set[str]:
+    """The rules a dry run of the cost estimate's outputs plans."""
+    out = snakemake(workdir, "-n", *ESTIMATE, "--configfile", config).stdout
+    return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
+
+
+def estimate_touched(workdir, config: str) -> None:
+    """The estimate recorded as made for ``config``, without making it."""
+    (workdir / "results" / "api").mkdir(parents=True, exist_ok=True)
+    for name in ESTIMATE:
+        (workdir / name).write_text("")  # --touch records a job's metadata on outputs that exist
+    snakemake(workdir, "--touch", "--forceall", *ESTIMATE, "--configfile", config, "--cores", "1")
+
+
 def test_the_cost_estimate_is_made_again_when_the_config_changes(finished):
     """results/api/estimate.txt reads the whole config: an estimate already written was kept when a model was
     added or a price changed (no input of it had changed), and the user read the old total."""
-    target = "results/api/estimate.txt"
-
-    def planned(config):
-        out = snakemake(finished, "-n", target, "results/api/plan.jsonl", "--configfile", config).stdout
-        return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
-
-    assert planned(CI_YAML) == {"api_estimate"}
-    (finished / "results" / "api").mkdir(parents=True, exist_ok=True)
-    for name in (target, "results/api/plan.jsonl"):
-        (finished / name).write_text("")  # --touch records a job's metadata on outputs that exist
-    snakemake(finished, "--touch", "--forceall", target, "results/api/plan.jsonl", "--configfile", CI_YAML,
-              "--cores", "1")
-    assert planned(CI_YAML) == set()
+    assert estimate_planned(finished, CI_YAML) == {"api_estimate"}
+    estimate_touched(finished, CI_YAML)
+    assert estimate_planned(finished, CI_YAML) == set()
 
     def api_model_added(c):
-        c["models"]["served"] = {"backend": "openai", "api": {
-            "model_id": "served-model", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
-            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+        c["models"]["served"] = copy.deepcopy(SERVED)
 
-    assert planned(with_config(finished, "estimate_changed", api_model_added)) == {"api_estimate"}
+    assert estimate_planned(finished, with_config(finished, "estimate_changed", api_model_added)) == {"api_estimate"}
 
 
 def test_an_edited_copybench_prompt_file_makes_the_cost_estimate_again_if_it_prices_that_mode(finished_run, tmp_path):
     """With ``prompt: paper`` the estimate builds CopyBench's prompts from ``prompt_dir``'s files, which were not
     its inputs: an estimate already written kept the old prompts' token counts. The files of the modes it prices
     are its inputs now; a file of a mode no API model runs is not."""
-    import dataclasses
-
-    from memaudit.probes.copybench.prompts import TEMPLATES
-
     workdir = shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)
-    prompts = workdir / "prompts"
-    prompts.mkdir()
-    for tag, template in TEMPLATES.items():
-        (prompts / f"prompts.{tag}.json").write_text(json.dumps(dataclasses.asdict(template)))
+    prompts = paper_prompts(workdir)
 
     def served_on_literal(c):
-        c["models"]["served"] = {"backend": "openai", "api": {
-            "model_id": "served-model", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "MEMAUDIT_NO_KEY",
-            "pricing": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+        c["models"]["served"] = copy.deepcopy(SERVED)
         # MemFree needs control of decoding, which an API model does not give
         c["probes"]["copybench"].update(prompt="paper", prompt_dir="prompts", formats=[1, 2], decodings=["greedy"])
         c["probes"]["copybench_literal"]["models"].append("served")  # nonliteral: the local models alone
 
     config = with_config(workdir, "paper_prompts_api", served_on_literal)
-    targets = ("results/api/estimate.txt", "results/api/plan.jsonl")
-
-    def planned():
-        out = snakemake(workdir, "-n", *targets, "--configfile", config).stdout
-        return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
-
-    assert planned() == {"api_estimate"}
-    (workdir / "results" / "api").mkdir(parents=True, exist_ok=True)
-    for name in targets:
-        (workdir / name).write_text("")
-    snakemake(workdir, "--touch", "--forceall", *targets, "--configfile", config, "--cores", "1")
-    assert planned() == set()
+    assert estimate_planned(workdir, config) == {"api_estimate"}
+    estimate_touched(workdir, config)
+    assert estimate_planned(workdir, config) == set()
 
     def edit(name: str) -> None:
         path = prompts / name
@@ -733,9 +730,9 @@ def test_an_edited_copybench_prompt_file_makes_the_cost_estimate_again_if_it_pri
         os.utime(path, (later, later))
 
     edit("prompts.nonliteral.format2.json")  # no API model writes stories here: nothing to price again
-    assert planned() == set()
+    assert estimate_planned(workdir, config) == set()
     edit("prompts.literal.format2.json")
-    assert planned() == {"api_estimate"}
+    assert estimate_planned(workdir, config) == {"api_estimate"}
 
 
 def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only(finished_run, tmp_path):
