@@ -22,7 +22,7 @@ MODELS_STAMP := $(VENV)/.models-$(shell printf '%s' '$(MODEL_PACKAGES)' | md5sum
 # Snakemake may run as many threads as the machine has cores (a rule asking for more is scaled down).
 CORES ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: venv lock assets run report test test-quick bench lint clean-results
+.PHONY: venv lock assets run report test test-quick test-profile bench lint clean-results
 
 venv: $(STAMP) $(MODELS_STAMP)
 
@@ -103,6 +103,11 @@ test-quick: venv assets
 
 bench: venv assets
 	$(BIN)/python benchmarks/run_all.py
+
+# Where the suite's CPU goes: the whole suite on one worker, each test file's share of the machine's busy
+# CPU-seconds -> results/bench/suite_cpu.json (benchmarks/suite_cpu.py; about 23 minutes on 2 cores).
+test-profile: venv assets
+	$(BIN)/python benchmarks/suite_cpu.py
 
 # Snakemake's own lint, and the Snakefile and rule files formatted by snakefmt (pyproject.toml's [tool.snakefmt]).
 lint: venv
