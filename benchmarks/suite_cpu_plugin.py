@@ -14,6 +14,8 @@ import json
 import os
 import time
 
+import pytest
+
 LOG_ENV = "MEMAUDIT_SUITE_CPU_LOG"
 _started: dict[str, tuple[float, float]] = {}
 
@@ -29,11 +31,12 @@ def busy_cpu_seconds(stat_line: str | None = None) -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own setup: the test's fixtures are the test's
 def pytest_runtest_setup(item):
     _started[item.nodeid] = (time.time(), busy_cpu_seconds())
 
 
-def pytest_runtest_logfinish(nodeid, location):
+def pytest_runtest_logfinish(nodeid, location):  # after teardown: a module's fixtures end with its last test
     if nodeid not in _started or not os.environ.get(LOG_ENV):
         return
     start, busy = _started.pop(nodeid)

@@ -57,6 +57,19 @@ def test_burns():
 def test_sleeps():
     time.sleep(0.3)
 
+import pytest
+
+@pytest.fixture(scope="module")
+def burnt():
+    start = time.process_time()
+    while time.process_time() - start < 0.3:
+        pass
+    with open(os.environ["FIXTURE_CPU"], "w") as f:
+        json.dump(time.process_time() - start, f)
+
+def test_uses_a_fixture(burnt):
+    pass
+
 def test_spawns():
     # a process the test does not wait for, as a workflow's job under SLURM: its CPU is not the test's rusage
     import subprocess, sys
@@ -70,21 +83,24 @@ def test_spawns():
 
 def test_a_run_attributes_at_least_each_tests_own_cpu_and_its_wall_time(suite_cpu, tmp_path, monkeypatch):
     """Through pytest itself: the plugin's row of a test is at least what the test's own process spent, and
-    what a process it started and never waited for spent (the machine's busy time holds both, whatever else
-    runs beside), and a sleeping test's wall time is its sleep."""
+    what a process it started and never waited for spent, and what its fixture spent (the machine's busy time
+    holds them, whatever else runs beside), and a sleeping test's wall time is its sleep."""
     (tmp_path / "test_tiny.py").write_text(BURN)
     monkeypatch.setenv("OWN_CPU", str(tmp_path / "own.json"))
     monkeypatch.setenv("SPAWNED_CPU", str(tmp_path / "spawned.json"))
+    monkeypatch.setenv("FIXTURE_CPU", str(tmp_path / "fixture.json"))
     out = tmp_path / "suite_cpu.json"
     assert suite_cpu.main(["--out", str(out), "--", str(tmp_path / "test_tiny.py"), "-p", "no:cacheprovider"]) == 0
     got = json.loads(out.read_text())
-    assert got["pytest_exit"] == 0 and got["n_items"] == 3 and got["cpu_count"] == os.cpu_count()
+    assert got["pytest_exit"] == 0 and got["n_items"] == 4 and got["cpu_count"] == os.cpu_count()
     (entry,) = got["files"]
-    assert entry["file"].endswith("test_tiny.py") and entry["tests"] == 3
+    assert entry["file"].endswith("test_tiny.py") and entry["tests"] == 4
     rows = {t["test"].rsplit("::", 1)[1]: t for t in got["tests"]}
     own = json.loads((tmp_path / "own.json").read_text())
     assert rows["test_burns"]["cpu_seconds"] >= round(own, 1) - 0.1 - 2 * TICK  # rounded to 0.1 in the JSON
     assert rows["test_spawns"]["cpu_seconds"] >= round(json.loads((tmp_path / "spawned.json").read_text()), 1) - 0.1 - 2 * TICK
+    # a fixture's cost is its test's (the plugin reads the machine before pytest sets the fixtures up)
+    assert rows["test_uses_a_fixture"]["cpu_seconds"] >= round(json.loads((tmp_path / "fixture.json").read_text()), 1) - 0.1 - 2 * TICK
     assert rows["test_sleeps"]["wall_seconds"] >= 0.3 - 0.05
-    assert got["cpu_seconds"] >= rows["test_burns"]["cpu_seconds"] and got["wall_seconds"] >= 0.6
+    assert got["cpu_seconds"] >= rows["test_burns"]["cpu_seconds"] and got["wall_seconds"] >= 0.9
     assert {"cpu_model", "cpu_flags", "cpu_count"} <= set(got["machine"])
