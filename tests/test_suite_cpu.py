@@ -47,25 +47,25 @@ def test_the_summary_sums_each_file_and_ranks_files_and_tests_by_cpu(suite_cpu):
 BURN = """
 import json, os, time
 
-def test_burns():
+import pytest
+
+def burn(seconds, record):
+    # spend CPU-seconds of this process, and write how many to the file the variable ``record`` names
     start = time.process_time()
-    while time.process_time() - start < 0.3:
+    while time.process_time() - start < seconds:
         pass
-    with open(os.environ["OWN_CPU"], "w") as f:
+    with open(os.environ[record], "w") as f:
         json.dump(time.process_time() - start, f)
+
+def test_burns():
+    burn(0.3, "OWN_CPU")
 
 def test_sleeps():
     time.sleep(0.3)
 
-import pytest
-
 @pytest.fixture(scope="module")
 def burnt():
-    start = time.process_time()
-    while time.process_time() - start < 0.3:
-        pass
-    with open(os.environ["FIXTURE_CPU"], "w") as f:
-        json.dump(time.process_time() - start, f)
+    burn(0.3, "FIXTURE_CPU")
 
 def test_uses_a_fixture(burnt):
     pass
