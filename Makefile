@@ -105,7 +105,7 @@ bench: venv assets
 	$(BIN)/python benchmarks/run_all.py
 
 # Where the suite's CPU goes: the whole suite on one worker, each test file's share of the machine's busy
-# CPU-seconds -> results/bench/suite_cpu.json (benchmarks/suite_cpu.py; about 23 minutes on 2 cores).
+# CPU-seconds -> results/bench/suite_cpu.json (benchmarks/suite_cpu.py; 20–23 minutes on 2 cores).
 test-profile: venv assets
 	$(BIN)/python benchmarks/suite_cpu.py
 

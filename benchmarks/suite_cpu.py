@@ -18,7 +18,7 @@ before and after each test, then writes ``results/bench/suite_cpu.json``:
 A session fixture's cost goes to the first test that needs it (the shared run of ``config/ci.yaml`` to
 ``test_slurm.py``'s test, which the suite orders first). Run it on an otherwise idle machine: anything
 beside it is counted too. It is not part of ``make bench`` (it takes as long as the suite run on one
-worker, about 23 minutes on the Xeon of docs/timings.md) and has no target: ``make test``'s 20 minutes
+worker, 20–23 minutes on the Xeon of docs/timings.md) and has no target: ``make test``'s 20 minutes
 are measured by running it (docs/timings.md).
 
 Usage::

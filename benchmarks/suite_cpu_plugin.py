@@ -1,8 +1,8 @@
 """pytest plugin of ``benchmarks/suite_cpu.py``: the machine's busy CPU-seconds and the wall time of each test.
 
 Loaded with ``-p suite_cpu_plugin`` (``benchmarks/`` on ``PYTHONPATH``); it writes one JSON line per test
-to the file ``MEMAUDIT_SUITE_CPU_LOG`` names. The CPU is the whole machine's (``/proc/stat``: every state
-but idle and iowait), not the pytest process's: a test's workflow jobs, Snakemake's own processes and
+to the file ``MEMAUDIT_SUITE_CPU_LOG`` names. The CPU is the whole machine's (``/proc/stat``:
+:func:`busy_cpu_seconds`), not the pytest process's: a test's workflow jobs, Snakemake's own processes and
 the SLURM daemons running its jobs are not children pytest waits for, and ``resource.getrusage`` misses
 them. So the attribution holds only where one test runs at a time (``pytest -n 0``) on an otherwise idle
 machine; a session fixture's cost (the shared ``config/ci.yaml`` run) goes to the first test that needs it.

@@ -86,9 +86,10 @@ def test_a_run_attributes_at_least_each_tests_own_cpu_and_its_wall_time(suite_cp
     what a process it started and never waited for spent, and what its fixture spent (the machine's busy time
     holds them, whatever else runs beside), and a sleeping test's wall time is its sleep."""
     (tmp_path / "test_tiny.py").write_text(BURN)
-    monkeypatch.setenv("OWN_CPU", str(tmp_path / "own.json"))
-    monkeypatch.setenv("SPAWNED_CPU", str(tmp_path / "spawned.json"))
-    monkeypatch.setenv("FIXTURE_CPU", str(tmp_path / "fixture.json"))
+    # the tests of the tiny file write the CPU-seconds they spent to these files
+    records = {"test_burns": "OWN_CPU", "test_spawns": "SPAWNED_CPU", "test_uses_a_fixture": "FIXTURE_CPU"}
+    for variable in records.values():
+        monkeypatch.setenv(variable, str(tmp_path / f"{variable}.json"))
     out = tmp_path / "suite_cpu.json"
     assert suite_cpu.main(["--out", str(out), "--", str(tmp_path / "test_tiny.py"), "-p", "no:cacheprovider"]) == 0
     got = json.loads(out.read_text())
@@ -96,11 +97,11 @@ def test_a_run_attributes_at_least_each_tests_own_cpu_and_its_wall_time(suite_cp
     (entry,) = got["files"]
     assert entry["file"].endswith("test_tiny.py") and entry["tests"] == 4
     rows = {t["test"].rsplit("::", 1)[1]: t for t in got["tests"]}
-    own = json.loads((tmp_path / "own.json").read_text())
-    assert rows["test_burns"]["cpu_seconds"] >= round(own, 1) - 0.1 - 2 * TICK  # rounded to 0.1 in the JSON
-    assert rows["test_spawns"]["cpu_seconds"] >= round(json.loads((tmp_path / "spawned.json").read_text()), 1) - 0.1 - 2 * TICK
-    # a fixture's cost is its test's (the plugin reads the machine before pytest sets the fixtures up)
-    assert rows["test_uses_a_fixture"]["cpu_seconds"] >= round(json.loads((tmp_path / "fixture.json").read_text()), 1) - 0.1 - 2 * TICK
+    # each at least what it (its own process, a process it never waited for, its fixture) spent: the plugin
+    # reads the machine's busy time, and before pytest sets a test's fixtures up
+    for test, variable in records.items():
+        spent = json.loads((tmp_path / f"{variable}.json").read_text())
+        assert rows[test]["cpu_seconds"] >= round(spent, 1) - 0.1 - 2 * TICK, test  # the JSON rounds to 0.1
     assert rows["test_sleeps"]["wall_seconds"] >= 0.3 - 0.05
     assert got["cpu_seconds"] >= rows["test_burns"]["cpu_seconds"] and got["wall_seconds"] >= 0.9
     assert {"cpu_model", "cpu_flags", "cpu_count"} <= set(got["machine"])
