@@ -16,7 +16,8 @@ from memaudit.jobs import load_config, validate_config
 from memaudit.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 
-CI = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+CI_TEXT = (ROOT / "config" / "ci.yaml").read_text()
+CI = yaml.safe_load(CI_TEXT)
 
 
 def test_shipped_configs_validate_and_get_defaults():
@@ -1261,6 +1262,43 @@ def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(
     assert str(err.value) == f"{path}{message}"
     assert ANTHROPIC_KEY not in str(err.value) and OPENAI_KEY not in str(err.value)
     assert main(["check-config", str(path)]) == 2
+
+
+def test_a_key_yaml_reads_as_no_text_and_a_nan_are_one_line_each_at_their_place(tmp_path):
+    """An unquoted ``2024:`` benchmark (a number to YAML) stopped the checks with a TypeError's traceback, a
+    ``yes:`` (YAML 1.1's true) was named ``stats.True`` at its block's line, and ``.nan`` passed every bound
+    (each comparison with it is false) to stop the dataset job at ``round()``."""
+    path = tmp_path / "my.yaml"
+    path.write_text(CI_TEXT.replace("benchmarks:\n", "benchmarks:\n  2024:\n    sources: [reuters]\n", 1)
+                    .replace("  n_boot_ci: 200\n", "  n_boot_ci: 200\n  yes: 1\n", 1)
+                    .replace("    n_documents: 16\n", "    n_documents: 16\n    member_fraction: .nan\n", 1)
+                    .replace("min_k_ratios: [0.1, 0.2]", "min_k_ratios: [0.1, .nan]", 1))
+    lines = path.read_text().splitlines()
+
+    def at(text: str, column: int) -> str:
+        return f"{path}, line {lines.index(text) + 1}, column {column}"
+
+    nan_line = next(i for i, line in enumerate(lines) if "min_k_ratios" in line)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).splitlines() == [
+        f"{at('  2024:', 3)}: config key benchmarks.2024: YAML reads this name as the number 2024, and the results "
+        f"tables would too: give the benchmark a name with a letter",
+        f"{at('  yes: 1', 3)}: config key stats.True: a key must be text, and YAML reads this one as the boolean "
+        f"true (unquoted yes, no, on, off, true or false); put it in quotes",
+        f"{at('    member_fraction: .nan', 5)}: config key benchmarks.novels.member_fraction: .nan (not a number) "
+        f"is no value a setting takes; give a number",
+        f"{path}, line {nan_line + 1}, column {lines[nan_line].index('.nan') + 1}: config key "
+        f"probes.token_prob.min_k_ratios.1: .nan (not a number) is no value a setting takes; give a number"]
+    # a number where a key names a setting's choice, and a model named by a number (each found by name)
+    path.write_text(CI_TEXT.replace("  tiny-gpt2-cb:\n", "  7:\n", 1).replace(
+        "      tiny_gpt2: {n_layer: 1", "      tiny_gpt2: {1: 2, n_layer: 1", 1))
+    problems = str(pytest.raises(ConfigError, load_config, path).value).splitlines()
+    assert [line.partition(": ")[2] for line in problems] == [
+        "config key models.tiny-gpt2-small.source.tiny_gpt2.1: a key must be text, and YAML reads this one as the "
+        "number 1; put it in quotes",
+        "config key models.7: YAML reads this name as the number 7, and the results tables would too: give the "
+        "model a name with a letter"]
 
 
 def test_a_key_merged_in_may_be_overridden_without_being_a_duplicate(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import math
 import re
 from pathlib import Path
 from typing import Callable, Sequence
@@ -235,6 +236,9 @@ def validate_config(config: dict, schema: dict | None = None, *,
 
     if not isinstance(config, dict):
         raise ConfigError(f"config key <top level>: must be a mapping, not {_describe(config, ())}")
+    # every check below reads keys as text (a benchmark named 2024 stopped them with a TypeError), and a
+    # NaN passes every bound of the schema (each comparison with it is false) to stop a job hours later
+    _raise_problems(_keys_not_text(config) + _not_a_number(config))
     problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
     schema = schema or load_schema()
     problems += _source_keys_on_published(config, schema)
@@ -260,6 +264,44 @@ def validate_config(config: dict, schema: dict | None = None, *,
     problems += _beside_misshapen(cross, misshapen)
     _raise_problems(problems)
     return config
+
+
+def _keys_not_text(node, path: tuple = ()) -> list[str]:
+    """A line for every mapping key under ``node`` that YAML read as no string: an unquoted ``2024:`` (a
+    number), ``yes:``/``on:`` (YAML 1.1's booleans) or ``~:``. The schema's name patterns skip such keys,
+    and the checks that compare names with text would raise on them."""
+    problems = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not isinstance(key, str):
+                if len(path) == 1 and path[0] in _ENTRY_BLOCKS and isinstance(key, (int, float)) \
+                        and not isinstance(key, bool):
+                    # quoted, the name would still be refused: pandas reads it back as a number
+                    problems.append(f"{key_path(path + (key,))}: YAML reads this name as the number {key!r}, and "
+                                    f"the results tables would too: give the {path[0][:-1]} a name with a letter")
+                    continue
+                if isinstance(key, bool):
+                    read = f"the boolean {str(key).lower()} (unquoted yes, no, on, off, true or false)"
+                elif isinstance(key, (int, float)):
+                    read = f"the number {key!r}"
+                else:
+                    read = "null" if key is None else repr(key)
+                problems.append(f"{key_path(path + (key,))}: a key must be text, and YAML reads this one as "
+                                f"{read}; put it in quotes")
+            else:
+                problems += _keys_not_text(value, path + (key,))
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            problems += _keys_not_text(item, path + (i,))
+    return problems
+
+
+def _not_a_number(node, path: tuple = ()) -> list[str]:
+    """A line for every NaN under ``node`` (YAML's ``.nan``): no setting takes one."""
+    if isinstance(node, float) and math.isnan(node):
+        return [f"{key_path(path)}: .nan (not a number) is no value a setting takes; give a number"]
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return [line for key, value in items for line in _not_a_number(value, path + (key,))]
 
 
 # Top-level blocks of named entries that the cross-key checks look names up in: one of another shape
@@ -992,10 +1034,11 @@ def _key_in(config, dotted: str) -> tuple[list, bool]:
     parts, keys, node, i = dotted.split("."), [], config, 0
     while i < len(parts):
         if isinstance(node, dict):
-            j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in node), None)
+            by_text = {str(k): k for k in node}  # a key YAML read as no string (2024, yes) is named as text
+            j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in by_text), None)
             if j is None:
                 return keys, False
-            keys.append(".".join(parts[i:j]))
+            keys.append(by_text[".".join(parts[i:j])])
         elif isinstance(node, list) and parts[i].isdigit() and int(parts[i]) < len(node):
             keys.append(int(parts[i]))
             j = i + 1
@@ -1005,13 +1048,23 @@ def _key_in(config, dotted: str) -> tuple[list, bool]:
     return keys, True
 
 
+def _key_of(node: yaml.ScalarNode):
+    """The key a mapping key's node makes: its text, or what YAML reads a plain ``2024`` or ``yes`` as."""
+    if node.tag == "tag:yaml.org,2002:str":
+        return node.value
+    try:
+        return yaml.safe_load(node.value)
+    except yaml.YAMLError:
+        return node.value
+
+
 def _node_at(root, keys: list):
     """The YAML node of the value at ``keys`` under the composed document ``root``, and the mark where
     the last key (or list item) starts; None where the file does not hold it (a key brought by a merge)."""
     node, mark = root, None
     for key in keys:
         if isinstance(node, yaml.MappingNode):
-            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)),
+            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and _key_of(k) == key),
                          None)
             if found is None:
                 return None
@@ -1044,7 +1097,8 @@ def locate_problems(problems: str, config: dict, paths: Sequence[str | Path], *,
             return None
         keys, whole = _key_in(config, key[1])
         for path, root, data in documents:
-            if whole and _value_at(data, keys) != _value_at(config, keys):
+            here, there = _value_at(data, keys), _value_at(config, keys)
+            if whole and here != there and not (here != here and there != there):  # NaN is no NaN's equal
                 continue
             for n in range(len(keys), 0, -1) if not whole else (len(keys),):
                 found = _node_at(root, keys[:n])
