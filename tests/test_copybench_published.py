@@ -528,6 +528,13 @@ def test_the_published_folder_becomes_items_unlabelled_or_labelled_by_title(tmp_
                                          r"title .* \(7 records rejected in all\)$"):
         copybench_sets({"format": "copybench", "path": str(folder), "labels": str(labels), "strict": True})
 
+    # labels that leave one side empty: refused, as the other published formats' (an AUC of NaN at the end)
+    one_side = _labels(tmp_path, "title,label\nStormy Harbour,1\nGlass Orchard,1\nSalt Meridian,1\n"
+                                 "Paper Lantern,1\n")
+    with pytest.raises(InputError) as err:
+        published_benchmark("cb", {"format": "copybench", "path": str(folder), "labels": str(one_side)})
+    assert str(err.value) == f"{one_side}: all 4 usable books are members (label 1); a benchmark needs both"
+
     docs, passages, rejects = [], [], []
     docs, passages = published_benchmark("cb", {"format": "copybench", "path": str(folder)}, rejects=rejects)
     assert [(d.doc_id, d.meta["label"], d.meta["n_passages"]) for d in docs] == [

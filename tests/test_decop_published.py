@@ -56,6 +56,22 @@ def test_a_booktection_file_becomes_documents_passages_and_items_with_roles(tmp_
                                 tmp_path / "i.jsonl", tmp_path / "q.csv")
 
 
+@pytest.mark.parametrize("fmt", ["booktection", "bookmia"])
+def test_a_published_set_of_one_label_is_refused_naming_the_file(tmp_path, fmt):
+    """As the cloze formats' sets: a file whose books are all suspect (or all clean) ran every job to an AUC of
+    NaN, DE-COP's calibration on no clean book."""
+    if fmt == "booktection":
+        path = _booktection(tmp_path, [_row(f"Book_{i}_-_Author_{i}", 1, n) for i in range(3) for n in range(2)])
+    else:
+        path = tmp_path / "BookMIA.jsonl"
+        path.write_text("".join(_bookmia_line(b, k, 0) + "\n" for b in range(3) for k in range(2)))
+    with pytest.raises(InputError) as err:
+        published_benchmark("bt", {"format": fmt, "path": str(path), "validation_rows": 0})
+    assert str(err.value) == (f"{path}: all 3 usable documents are "
+                              f"{'members (label 1)' if fmt == 'booktection' else 'non-members (label 0)'}; "
+                              f"a benchmark needs both")
+
+
 def _config(**benchmark):
     return {"benchmarks": {"bt": benchmark},
             "models": {"m": {"family": "tiny-gpt2", "source": {"tiny_gpt2": {}}}}}

@@ -486,6 +486,10 @@ def published_benchmark(name: str, published: dict, *, seed: int = 13,
             log.info(f"benchmark {name}: {split}")  # the dataset job's log
     else:
         docs, passages, rejected = _tection_benchmark(name, published)
+    if fmt in DECOP_FORMATS or (fmt == "copybench" and published.get("labels")):
+        # as cloze_published's formats: one label only ran every job to an AUC of NaN
+        _require_both_labels(published.get("labels") or published.get("path") or published.get("hf") or fmt,
+                             [d.meta["label"] for d in docs], "books" if fmt == "copybench" else "documents")
     if fmt in DECOP_FORMATS:
         n_passages = Counter(p.doc_id for p in passages)
         for d in docs:
@@ -548,14 +552,17 @@ def cloze_published(name: str, published: dict, *, seed: int = 13) -> tuple[list
         docs, passages, rejected = load_labelled(path, spec, source=fmt, strict=strict)
     else:
         raise InputError(f"{where}.format: {fmt!r} is not one of {', '.join(CLOZE_FORMATS)}")
-    labels = {p.label for p in passages}
-    if labels != {0, 1}:
-        only = "members (label 1)" if labels == {1} else "non-members (label 0)"
-        raise InputError(f"{path}: all {len(passages)} usable rows are {only}; a benchmark needs both"
-                         + (" (check cutoff)" if fmt == "articles" else ""))
+    _require_both_labels(path, [p.label for p in passages], "rows", " (check cutoff)" if fmt == "articles" else "")
     for d in docs:
         d.meta["benchmark"] = name
     return docs, passages, rejected
+
+
+def _require_both_labels(source, labels: list[int], unit: str, hint: str = "") -> None:
+    """An InputError naming ``source`` unless ``labels`` hold members (1) and non-members (0) both."""
+    if set(labels) != {0, 1}:
+        only = "members (label 1)" if set(labels) == {1} else "non-members (label 0)"
+        raise InputError(f"{source}: all {len(labels)} usable {unit} are {only}; a benchmark needs both{hint}")
 
 
 def copybench_published_benchmark(name: str, published: dict) -> tuple[list[Document], list[Passage], list]:

@@ -180,14 +180,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="81e03a993bffb296",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="ec6b7a7be2a9ee38",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
         # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
         # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="33f39e689fa6b90b"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="2ecd13151e59b02c"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
@@ -287,7 +287,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="97872efbcd899ef4"),
+                              version=10, fingerprint="f15b8eed53d1b40d"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
