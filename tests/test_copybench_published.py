@@ -90,6 +90,18 @@ def test_literal_rows_it_cannot_use_are_rejected_with_their_start_line(tmp_path)
     assert all(lines[r.line - 1].strip().startswith(("{", '"')) for r in rejects)
 
 
+def test_an_id_only_a_rejected_record_held_before_is_no_duplicate(tmp_path):
+    """The first record of an id was rejected (an empty title) and the second, valid, was rejected too, as that
+    one's duplicate: the only usable copy was lost, its reason pointing at a record that never loaded."""
+    path = _write(tmp_path, "data.literal.json", [_literal(0, title=""), _literal(0), _literal(1), _literal(1)],
+                  indent=None)
+    items, rejects = load_literal(path)
+    assert [(it.item_id, it.meta["index"]) for it in items] == [("bookmia.07.0", 1), ("bookmia.07.1", 2)]
+    assert [r.message() for r in rejects] == [
+        f"{path}, line 1, element 0, key title: empty or whitespace-only text",
+        f"{path}, line 1, element 3, key id: duplicate id, first on line 1, element 2"]
+
+
 def test_a_one_line_array_names_each_rejected_records_element(tmp_path):
     """``json.dump(records, f)`` without an indent, or ``DataFrame.to_json(orient="records")``, puts every record
     on line 1: each reject names its element (0-based), as BookMIA's and WikiMIA's arrays do; the line alone

@@ -464,7 +464,6 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
             item_id = _text_field(record, "id")
             if item_id in id_places:
                 raise RowReject("id", item_id, f"duplicate id, first on {id_places[item_id]}")
-            id_places[item_id] = f"line {line}, element {index}"
             extra = {k: v for k, v in record.items() if k not in fields}
             for key, value in extra.items():  # kept in the items' meta, which is written as UTF-8
                 lone = surrogate_reason(json.dumps({key: value}, ensure_ascii=False), position=False)
@@ -474,6 +473,8 @@ def _load_records(path: str | Path, strict: bool, fields: tuple[str, ...],
             built = build(record, item_id, meta)
             item, notes = built if isinstance(built, tuple) else (built, [])
             items.append(item)
+            # only a record that loaded claims its id: a rejected one's later copy is the only usable one
+            id_places[item_id] = f"line {line}, element {index}"
             rejects += [Rejected(str(path), line, key, short_repr(value), reason, "kept", index)
                         for key, value, reason in notes]
         except RowReject as exc:

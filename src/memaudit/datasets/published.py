@@ -111,8 +111,9 @@ BOOKMIA_LABELS = "0 (non-member) or 1 (member)"
 # break is a line break (it was a blank line); the whole text was one line. copybench 3: a literal snippet (the
 # passage, and its book's text) is its input and reference rejoined where they were cut (a space only where the
 # reference starts a new word: "comrade? What", not "comrade ? What").
+# copybench 5: a record whose id an earlier, rejected record held loads (it was rejected as that one's duplicate).
 FORMAT_VERSIONS = {"bookmia": 4, "nyt": 4, "wikimia": 3, "member_texts": 3, "booktection": 3, "arxivtection": 3,
-                   "copybench": 4, "qa": 5, "articles": 6}
+                   "copybench": 5, "qa": 5, "articles": 6}
 # The information-guided probes' validation split of BookMIA: its first 1870 rows (§4, App. A); the
 # rest is the test split everything is reported on. published.validation_rows: 0 = no fixed split.
 BOOKMIA_VALIDATION_ROWS = 1870
