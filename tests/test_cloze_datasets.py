@@ -513,8 +513,9 @@ def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
     _write(folder / "bad-date.txt", "Date: 2022-02-30\n" + ARTICLE)
     _write(folder / "notes.docx", b"PK\x03\x04")
     _write(folder / "on-cutoff.txt", "Date: 2023-01-01\n" + ARTICLE)
+    _write(folder / "pathed.txt", ARTICLE)  # listed by a path, as find prints it: "no such article" and "no date"
     _write(folder / "dates.csv", "file,date\nscan.pdf,2022-01-01\nclash.txt,2022-03-03\nghost.pdf,2022-01-01\n"
-                                 "scan.pdf,2022-01-02\non-cutoff.txt,January 1\n")
+                                 "scan.pdf,2022-01-02\non-cutoff.txt,January 1\n./pathed.txt,2022-01-01\n")
     docs, passages, rejected = build_articles(folder, dt.date(2023, 1, 1))
     assert [(p.doc_id, p.label) for p in passages] == [("articles/on-cutoff", 0)]  # on the cutoff: not before it
     got = [(Path(r.file).name, r.line, r.key, r.reason) for r in rejected]
@@ -525,15 +526,17 @@ def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
         ("dates.csv", 4, "file", f"no such article in {folder}"),
         ("dates.csv", 5, "file", "listed again (first on line 2)"),
         ("dates.csv", 6, "date", "'January 1' is not a date YYYY-MM-DD"),
+        ("dates.csv", 7, "file", f"a path: give the file name alone ('pathed.txt'), as it is in {folder}"),
         ("latin1.txt", 0, "(file)", "not valid UTF-8 at byte offset 20 (byte 0xe9); convert the file to UTF-8"),
         ("notes.docx", 0, "(file)", "not a .txt or .pdf file (.docx)"),
+        ("pathed.txt", 0, "date", "no date: its dates.csv row, line 7, was rejected"),
         ("scan.pdf", 0, "(file)", "no text layer in its 1 page(s) (a scanned PDF? run OCR first)"),
         ("undated.txt", 0, "date", "no date: list it in dates.csv (file,date) or start the file with a line "
                                    "'Date: YYYY-MM-DD'; its first line is 'The city council voted 7 to 2 on Tuesday'"),
     ]
     assert got[1][3].startswith("not a readable PDF (")
     with pytest.raises(InputError, match=r"bad-date\.txt, line 1, key Date: first line: '2022-02-30' is not a "
-                                         r"valid date \(10 rows rejected in all\)$"):
+                                         r"valid date \(12 rows rejected in all\)$"):
         build_articles(folder, "2023-01-01", strict=True)
 
 

@@ -95,11 +95,11 @@ class _Dated:
 
 
 class _BadDateRow(RowReject):
-    """A ``dates.csv`` row that names an article and gives no valid date: the article's own rejected row
-    points at it, rather than asking for a row that is there."""
+    """A ``dates.csv`` row that names an article and gives no valid date (or names it by a path): the article's
+    own rejected row points at it, rather than asking for a row that is there."""
 
-    def __init__(self, name: str, value: Any, reason: str):
-        super().__init__("date", value, reason)
+    def __init__(self, name: str, value: Any, reason: str, key: str = "date"):
+        super().__init__(key, value, reason)
         self.name = name
 
 
@@ -152,6 +152,11 @@ def _dates_row(folder: Path, record: dict[str, str], line: int, dates: dict[str,
     name = on_disk.get(unicodedata.normalize("NFC", given), given)
     if name in dates:
         raise RowReject("file", given, f"listed again (first on line {dates[name].line})")
+    if Path(name).name != name:  # "./a.txt", "news/a.txt": file lists are written from find's output
+        base = on_disk.get(unicodedata.normalize("NFC", Path(given).name))
+        if base is not None and base not in dates:
+            raise _BadDateRow(base, given, f"a path: give the file name alone ({base!r}), as it is in {folder}",
+                              key="file")
     if Path(name).name != name or not (folder / name).is_file():
         raise RowReject("file", given, f"no such article in {folder}")
     try:
