@@ -820,6 +820,34 @@ def test_bad_qa_rows_are_rejected_and_strict_raises(tmp_path):
         load_qa_jsonl(path, strict=True)
 
 
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_qa_set_given_as_one_json_array_loads_as_its_json_lines_do(tmp_path, indent):
+    """``json.dump(questions, f)`` was one rejected row ("expected an object, got an array") and, indented,
+    every line "not valid JSON": no usable question. An array's elements are its rows, as in the labelled
+    sets, BookMIA and CopyBench: the same questions and split, and each row placed by its element."""
+    rows = [*QA_LINES, {"question": "Which gas do plants release during photosynthesis?", "choices": ["a", "b"],
+                        "answer": 0}, {"question": "Only one?", "choices": ["a"], "answer": 0}]
+    lines = _write(tmp_path / "qa.jsonl", _jsonl(*rows))
+    array = _write(tmp_path / "qa.json", json.dumps(rows, indent=indent))
+    want, want_rejected = read_qa_jsonl(lines)
+    got, rejected = read_qa_jsonl(array)
+    assert [(q.qid, q.question, q.choices, q.answer) for q in got] == [
+        (q.qid, q.question, q.choices, q.answer) for q in want]
+    assert [q.element for q in got] == list(range(10)) and [q.element for q in want] == [None] * 10
+    start = array.read_text().split("\n").index('  {') + 1 if indent else 1  # the line of each element's "{"
+    assert [(r.element, r.key, r.reason) for r in rejected] == [
+        (10, "question", f"the same question as line {start}, element 0"),
+        (11, "choices", "fewer than 2 choices (leave the key out for a short-answer question)")]
+    assert [r.reason for r in want_rejected] == ["the same question as line 1", rejected[1].reason]
+    if indent is None:
+        assert [r.message() for r in rejected][1] == (f"{array}, line 1, element 11, key choices: fewer than 2 "
+                                                       f"choices (leave the key out for a short-answer question)")
+    docs, passages, _ = load_qa_jsonl(array, seed=13)
+    assert [(p.doc_id, p.label) for p in passages] == [(p.doc_id, p.label) for p in load_qa_jsonl(lines, seed=13)[1]]
+    assert [p.meta["element"] for p in passages if p.doc_id == "qa/gpqa-1"] == [0]
+    assert "element" not in load_qa_jsonl(lines, seed=13)[1][0].meta  # JSON lines: as before, no element
+
+
 def test_a_question_or_choice_repeated_in_another_unicode_form_is_caught(tmp_path):
     """NFC and NFD spell one text ("Café" composed, "Cafe\u0301" decomposed): a question asked again in the
     other form would sit in both halves of the split, as labelled.text_key already treats it."""

@@ -5,7 +5,7 @@ a model is fine-tuned on (members, label 1), and a clean half (non-members, labe
 with discriminative power reconstructs more masked words on the contaminated half.
 
 - :func:`load_qa_jsonl`: any multiple-choice or short-answer set in JSON lines, one object per
-  line with ``question`` (a string), ``choices`` (a list of at least two strings; absent or
+  line (or one JSON array of them, as ``json.dump`` writes it) with ``question`` (a string), ``choices`` (a list of at least two strings; absent or
   ``null`` for a short-answer question) and ``answer``: for a multiple-choice question either
   the correct choice's **text** (a JSON string, equal to one choice after stripping surrounding
   whitespace, in either Unicode normal form) or its **0-based index** (a JSON integer); a letter
@@ -50,7 +50,6 @@ from memaudit.datasets.rejects import (
     RejectLog,
     RowReject,
     check_text,
-    json_lines,
     json_type,
     read_text,
     require_rows,
@@ -82,6 +81,11 @@ class QAQuestion:
     extra: dict[str, Any] = field(default_factory=dict)
     label: int | None = None  # the file's own label (``label_key``), else None: memaudit splits
     group: str | None = None  # the source the question is asked of (``group_key``), else None: its own unit
+    element: int | None = None  # its index in a JSON array (0-based), for a set given as one
+
+    def where(self) -> str:
+        """``line 3``, or ``line 1, element 12`` for an element of a JSON array (all on line 1, maybe)."""
+        return f"line {self.line}" if self.element is None else f"line {self.line}, element {self.element}"
 
 
 def render_qa(question: str, choices: Sequence[str], answer: str) -> str:
@@ -156,7 +160,8 @@ def _identifier(key: str, value: Any) -> str:
     raise RowReject(key, value, "expected a non-empty string or an integer")
 
 
-def _question(record: Any, line: int, label_key: str | None = None, group_key: str | None = None) -> QAQuestion:
+def _question(record: Any, line: int, label_key: str | None = None, group_key: str | None = None,
+              element: int | None = None) -> QAQuestion:
     from memaudit.datasets.labelled import check_label, json_getter
 
     # keys in any case, as the NYT and WikiMIA loaders read them ("Choices" made a multiple-choice
@@ -174,13 +179,14 @@ def _question(record: Any, line: int, label_key: str | None = None, group_key: s
         qid = _identifier("id", qid)
     known = {k.lower() for k in (*QA_FIELDS, label_key, group_key) if k}
     extra = {k: v for k, v in record.items() if str(k).strip().lower() not in known}
-    return QAQuestion(qid, question, choices, answer, index, line, extra, label, group)
+    return QAQuestion(qid, question, choices, answer, index, line, extra, label, group, element)
 
 
 def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | None = None,
                   group_key: str | None = None) -> tuple[list[QAQuestion], list[Rejected]]:
     """The usable questions of a QA JSON-lines file (Section 4.3's benchmarks: GPQA, CommonsenseQA,
-    ARC) and the rejected rows (published-data policy).
+    ARC), or of one JSON array of such objects (each element at the line where it starts, and its index), and
+    the rejected rows (published-data policy).
 
     Rejected: a line that is not a JSON object, an empty question, a choice that is empty,
     repeated or not a string, fewer than two choices, an answer that is no choice or an index out
@@ -190,25 +196,29 @@ def read_qa_jsonl(path: str | Path, strict: bool = False, *, label_key: str | No
     field of that name is missing or not a non-empty string or an integer. ``strict=True``: the first
     rejected row is an InputError; empty, non-UTF-8 or unusable files: InputError.
     """
+    from memaudit.datasets.labelled import json_records
+
     path, text = read_text(path, "a QA JSON-lines file")
     log = RejectLog(strict)
     questions, ids, texts = [], {}, {}
-    for line, record in json_lines(text):
+    # json.dump's array was one rejected row "expected an object, got an array", and indented, every line
+    # "not valid JSON": read as the labelled sets' and BookMIA's arrays are
+    for line, element, record in json_records(path, text):
         try:
             if isinstance(record, RowReject):
                 raise record
-            q = _question(record, line, label_key, group_key)
+            q = _question(record, line, label_key, group_key, element)
             # the question first: an id derived from it (none given) repeats with it, and "duplicate id"
             # would name an id the file does not have
             key = _normalised(q.question)
             if key in texts:
-                raise RowReject("question", q.question, f"the same question as line {texts[key]}")
+                raise RowReject("question", q.question, f"the same question as {texts[key]}")
             if q.qid in ids:
-                raise RowReject("id", q.qid, f"duplicate id, first on line {ids[q.qid]}")
+                raise RowReject("id", q.qid, f"duplicate id, first on {ids[q.qid]}")
         except RowReject as exc:
-            log.reject(path, line, exc)
+            log.reject(path, line, exc, element)
             continue
-        ids[q.qid], texts[key] = line, line
+        ids[q.qid], texts[key] = q.where(), q.where()
         questions.append(q)
     rejected = log.finish()
     require_rows(path, len(questions), rejected, "question")
@@ -251,10 +261,11 @@ def qa_records(questions: Sequence[QAQuestion], members: set[str], *, source: st
         book = {} if q.group is None else {"book": f"{source}/{q.group}"}
         # meta.split is a fixed validation/test split (memaudit.datasets.types): as "contaminated" it made
         # the cloze probes tune on no passage and report none
+        place = {"line": q.line} if q.element is None else {"line": q.line, "element": q.element}
         docs.append(Document(doc_id, source, "", "", "qa", text,
-                             dict(fields, label=label, half=half, line=q.line, origin=origin, n_passages=1, **book)))
+                             dict(fields, label=label, half=half, **place, origin=origin, n_passages=1, **book)))
         passages.append(Passage(f"{doc_id}#p0", doc_id, label, text, "", "",
-                                dict(fields, half=half, line=q.line, n_words=len(text.split()), extra=q.extra)))
+                                dict(fields, half=half, **place, n_words=len(text.split()), extra=q.extra)))
     return sorted(docs, key=lambda d: d.doc_id), sorted(passages, key=lambda p: p.passage_id)
 
 
@@ -300,7 +311,7 @@ def load_qa_jsonl(path: str | Path, strict: bool = False, *, member_fraction: fl
         members = {q.qid for q in questions if q.label == MEMBER}
         notes = _kept_across(path, questions, unit, members, groups, near_duplicate_ngram)
         rejected = sorted(rejected + notes + _mixed_groups(path, questions, members, group_key),
-                          key=lambda r: r.line)
+                          key=lambda r: (r.line, -1 if r.element is None else r.element))
     docs, passages = qa_records(questions, members, origin=str(path))
     by_unit: dict[str, list[str]] = {}
     for q in questions:
@@ -324,7 +335,8 @@ def _kept_across(path: str | Path, questions: Sequence[QAQuestion], unit: dict[s
         if q.qid not in members and shared:
             what = "question" if q.group is None else "group"
             rows.append(Rejected(str(path), q.line, "id", short_repr(q.qid), f"a non-member that shares a {n}-word run "
-                                 f"with member {what}(s) {', '.join(sorted(shared))}: kept with its label", "kept"))
+                                 f"with member {what}(s) {', '.join(sorted(shared))}: kept with its label", "kept",
+                                 q.element))
     return rows
 
 
@@ -338,7 +350,8 @@ def _mixed_groups(path: str | Path, questions: Sequence[QAQuestion], members: se
             labels.setdefault(q.group, set()).add(q.qid in members)
             first.setdefault(q.group, q)
     return [Rejected(str(path), first[g].line, group_key, short_repr(g), "a group whose questions carry both labels: "
-                     "kept; the statistics count this benchmark's questions one by one, not its groups", "kept")
+                     "kept; the statistics count this benchmark's questions one by one, not its groups", "kept",
+                     first[g].element)
             for g in sorted(labels) if len(labels[g]) > 1]
 
 
