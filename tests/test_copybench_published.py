@@ -573,6 +573,9 @@ def test_a_labels_title_differing_only_in_case_and_spacing_labels_the_book_with_
     # two labels titles that fold to one form are ambiguous: Salt Meridian's records stay rejected
     salt = [r for r in sets.rejected if r.value == "'Salt Meridian'"]
     assert salt and {r.action for r in salt} == {"rejected"}
+    assert {r.reason for r in salt} == {  # not "no label for this title", which the file has, twice
+        f"matches 'salt meridian' and 'SALT MERIDIAN' of {labels} but for case and spacing, which cannot say "
+        f"which: keep one"}
     assert sorted(sets.unused_labels) == ["SALT MERIDIAN", "salt meridian"]
 
 

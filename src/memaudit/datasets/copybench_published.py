@@ -713,8 +713,11 @@ def copybench_sets(published: dict) -> CopyBenchSets:
             if labels is not None and title not in labels:
                 labels_title = folded.get(_fold(title))
                 if labels_title is None:
-                    rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title),
-                                             f"no label for this title in {published['labels']}",
+                    alike = [t for t in labels if _fold(t) == _fold(title)]
+                    why = (f"matches {' and '.join(map(repr, alike))} of {published['labels']} but for case and "
+                           f"spacing, which cannot say which: keep one" if alike else
+                           f"no label for this title in {published['labels']}")
+                    rejected.append(Rejected(str(path), it.meta["line"], "title", short_repr(it.title), why,
                                              element=it.meta["index"]))
                     continue
                 if title not in noted:
