@@ -292,6 +292,21 @@ def test_a_benchmark_or_model_nothing_runs_on_is_named_in_a_warning():
         "nothing (add it to a probe's models list, or remove it)"]
 
 
+def test_a_probe_that_runs_on_nothing_is_named_in_a_warning():
+    """``models: []`` or ``benchmarks: []`` passed every check, and the probe's results were simply missing."""
+    from memaudit.jobs import idle_entries, load_config
+
+    cfg = copy.deepcopy(load_config(ROOT / "config" / "ci.yaml"))
+    cfg["probes"]["decop_logit"]["models"] = []
+    cfg["probes"]["cloze_logit"].update(models=[], benchmarks=[])
+    cfg["probes"]["prefix"] = {"models": ["tiny-gpt2-small"], "benchmarks": ["news"]}
+    assert idle_entries(cfg) == [
+        "probes.decop_logit: runs on nothing (its models list is empty): list what it should run on, or remove "
+        "the block",
+        "probes.cloze_logit: runs on nothing (its models and benchmarks lists are empty): list what it should run "
+        "on, or remove the block"]  # and not the prefix block, which runs on one model and benchmark
+
+
 def test_a_model_first_by_name_is_idle_where_only_unset_optional_roles_would_name_it():
     """CopyBench's judges, extractor and QA writer and the cloze knowledge filter run only where the config
     names a model (role_model's first-local-model fallback is never loaded for them): an unused model that

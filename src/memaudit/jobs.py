@@ -368,6 +368,25 @@ def idle_entries(config: dict) -> list[str]:
     lines += [f"models.{m}: no probe runs it and no role, reference, base or control names it: it is prepared "
               "for nothing (add it to a probe's models list, or remove it)" for m in sorted(config["models"])
               if m not in used]
+    return lines + _idle_probes(config)
+
+
+def _idle_probes(config: dict) -> list[str]:
+    """One line per probe block that runs on nothing: an empty ``models:`` or ``benchmarks:`` list passed every
+    check, and the run went by without a word of the probe."""
+    from memaudit.probes.registry import PROBES, enabled_probes
+
+    running = {FAMILIES[f].probe(mode) for f in FAMILIES for _, _, mode in probe_runs(config, f)}
+    lines = []
+    for probe in enabled_probes(config):
+        if probe in running:
+            continue
+        block = config["probes"][probe]
+        empty = [key for key in ("models", "benchmarks") if block.get(key) == []]
+        why = (f"its {' and '.join(empty)} list{'s are' if len(empty) > 1 else ' is'} empty" if empty else
+               f"no {'labelled ' if not FAMILIES[PROBES[probe].family].unlabelled else ''}benchmark and model it "
+               f"could run on")
+        lines.append(f"probes.{probe}: runs on nothing ({why}): list what it should run on, or remove the block")
     return lines
 
 
