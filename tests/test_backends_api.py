@@ -1116,6 +1116,28 @@ def test_the_key_is_sent_but_never_written_to_cache_ledger_logs_or_errors(server
     assert redact(f"https://user:{KEY}@host/v1") == "https://***@host/v1"
 
 
+def test_the_ledger_and_the_estimate_never_write_over_what_they_read(tmp_path, capsys):
+    """``api-ledger --out`` naming the cache wrote a CSV over every paid response, and ``estimate-cost --json``
+    naming the plan its estimate over the plan: each is a one-line error, the file left as it was."""
+    from memaudit.backends.cache import ResponseCache
+    from memaudit.cli import main
+
+    db = tmp_path / "cache.sqlite"
+    ResponseCache(db).close()
+    before = db.read_bytes()
+    assert main(["api-ledger", "--cache", str(db), "--out", str(db)]) == 2
+    assert capsys.readouterr().err == (f"memaudit api-ledger: error: {db}: --out names the file --cache reads, which "
+                                       f"writing would destroy; write elsewhere\n")
+    assert db.read_bytes() == before
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"model": "gpt", "prompt": "hi"}\n')
+    config = Path(__file__).parents[1] / "config" / "ci.yaml"
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan), "--json", str(plan)]) == 2
+    assert capsys.readouterr().err == (f"memaudit estimate-cost: error: {plan}: --json names the file --plan reads, "
+                                       f"which writing would destroy; write elsewhere\n")
+    assert plan.read_text() == '{"model": "gpt", "prompt": "hi"}\n'
+
+
 def test_tokens_of_other_providers_quoted_by_a_server_or_a_library_are_masked_too(server, tmp_path, caplog):
     # A gateway in front of an OpenAI-compatible server may echo the Hugging Face token or the
     # bearer header it was given; neither was registered, so only their shape can hide them.

@@ -56,6 +56,21 @@ def test_errors_name_the_physical_line_after_blank_lines_and_multi_line_fields(t
                                          f"number ('nan') (1 such row(s) in all)\n")
 
 
+def test_an_output_that_is_the_input_is_refused_and_the_scores_kept(tmp_path):
+    """``--output s.csv --input s.csv`` (or a link to it) replaced the scores with their metrics, exit 0."""
+    src = tmp_path / "s.csv"
+    scores = "score,label\n0.9,1\n0.1,0\n0.5,1\n0.3,0\n"
+    src.write_text(scores)
+    (tmp_path / "link.csv").symlink_to(src)
+    for out in (src, tmp_path / "link.csv"):
+        rc, stdout, err = _run("--input", str(src), "--output", str(out), *FAST)
+        assert (rc, stdout) == (2, "")
+        assert _one_line_error(err, out) == (f"memaudit stats: error: {out}: --output names the file --input reads, "
+                                             f"which writing would destroy; write elsewhere\n")
+    assert src.read_text() == scores
+    assert _run("--input", str(src), "--output", str(tmp_path / "m.csv"), *FAST)[0] == 0
+
+
 def test_messages_show_plain_values_not_numpy_reprs(tmp_path):
     src = tmp_path / "docs.csv"
     src.write_text("score,label\n1e999,1\n0.5,0\n")

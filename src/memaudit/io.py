@@ -34,6 +34,19 @@ _STORAGE_ERRORS = {
 }
 
 
+def refuse_overwriting(output: str | os.PathLike | None, output_flag: str,
+                       inputs: dict[str, str | os.PathLike | None]) -> None:
+    """An InputError when the file ``output`` would be written over is one of ``inputs`` (``{flag: path}``), the
+    same file by another name or link too: ``memaudit stats --output s.csv --input s.csv`` replaced the scores with
+    their metrics, ``api-ledger --out`` the paid responses' cache with a CSV. Checked before anything is read."""
+    if output is None or not Path(output).exists():
+        return
+    for flag, path in inputs.items():
+        if path is not None and Path(path).exists() and os.path.samefile(output, path):
+            raise InputError(f"{output}: {output_flag} names the file {flag} reads, which writing would destroy; "
+                             f"write elsewhere")
+
+
 def storage_error(exc: BaseException, path: str | os.PathLike) -> StorageError | None:
     """The :class:`StorageError` for a disk-full or permission ``OSError`` while writing ``path``, else None."""
     if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRORS:

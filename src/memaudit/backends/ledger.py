@@ -277,7 +277,7 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     from memaudit.jobs import load_config
-    from memaudit.io import read_jsonl_lines, write_json
+    from memaudit.io import read_jsonl_lines, refuse_overwriting, write_json
 
     p = argparse.ArgumentParser(
         prog="memaudit estimate-cost",
@@ -293,6 +293,7 @@ def estimate_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plan", required=True, type=Path, help="planned requests (JSONL)")
     p.add_argument("--json", type=Path, help="also write the estimate here")
     args = p.parse_args(argv)
+    refuse_overwriting(args.json, "--json", {"--plan": args.plan, "--config": args.config})
     numbered = read_jsonl_lines(args.plan)
     estimate = estimate_plan(load_config(args.config), [rec for _, rec in numbered],
                              where=[f"{args.plan}, line {line}" for line, _ in numbered], config_name=str(args.config))
@@ -306,7 +307,7 @@ def ledger_main(argv: Sequence[str] | None = None) -> int:
     """``memaudit api-ledger``: tokens and dollars spent so far, per model and rule."""
     import argparse
 
-    from memaudit.io import write_csv
+    from memaudit.io import refuse_overwriting, write_csv
 
     p = argparse.ArgumentParser(prog="memaudit api-ledger", description="Tokens and cost of the API calls made.")
     p.add_argument("--cache", default="results/api/cache.sqlite", type=Path,
@@ -316,6 +317,7 @@ def ledger_main(argv: Sequence[str] | None = None) -> int:
                    help="the columns the table is grouped by (default: model rule)")
     p.add_argument("--out", type=Path, help="write the table as CSV")
     args = p.parse_args(argv)
+    refuse_overwriting(args.out, "--out", {"--cache": args.cache})
     if not args.cache.exists():
         from memaudit.errors import InputError
 

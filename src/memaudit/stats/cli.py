@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from memaudit.errors import MemauditError
-from memaudit.io import write_csv
+from memaudit.io import refuse_overwriting, write_csv
 from memaudit.stats.headline import FEW_BOOKS, FEW_DOCUMENTS
 from memaudit.stats.metrics import METRIC_COLUMNS, compute_metrics, label_groups
 from memaudit.stats.table_input import Table, read_table
@@ -396,6 +396,7 @@ def stats_main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: --seed must be >= 0 (got {args.seed})", file=sys.stderr)
         return EXIT_INPUT_ERROR
     try:
+        refuse_overwriting(args.output, "--output", {"--input": args.input})
         table, notes = compute_stats_table(args)
         if args.output is not None:
             write_csv(args.output, table)
