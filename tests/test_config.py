@@ -1087,6 +1087,25 @@ def _ci_with(api: dict | None = None, **top) -> dict:
     return cfg
 
 
+@pytest.mark.parametrize("base_url, problem", [
+    ("http://[::1/v1", "is not a URL that can be parsed (Invalid IPv6 URL)"),  # a traceback at config time
+    ("http://", "names no host (http://HOST[:PORT]/...)"),  # these were valid: every request a connection error,
+    ("http:///v1", "names no host (http://HOST[:PORT]/...)"),  # after the retries, naming no key
+    ("http://127.0.0.1:99999/v1", "is not a URL that can be parsed (its port)"),
+    ("http://127.0.0.1:0/v1", "is not a URL that can be parsed (its port)"),
+    ("http://127.0.0.1:8000/v1", None),
+    ("https://[::1]:8000/v1", None),
+])
+def test_a_base_url_no_request_could_reach_is_one_line_at_config_time(base_url, problem):
+    cfg = _ci_with({"model_id": "local", "base_url": base_url})
+    if problem is None:
+        assert validate_config(cfg)["models"]["gpt"]["api"]["base_url"] == base_url
+        return
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert str(err.value) == f"config key models.gpt.api.base_url: {problem}; the value is not shown"
+
+
 SECRET_CASES = {
     "pasted as api.api_key": (
         _ci_with({"model_id": "gpt-4o-mini-2024-07-18", "api_key": OPENAI_KEY, "pricing": PRICING}), (), OPENAI_KEY,

@@ -372,21 +372,18 @@ def idle_entries(config: dict) -> list[str]:
 
 
 def _idle_probes(config: dict) -> list[str]:
-    """One line per probe block that runs on nothing: an empty ``models:`` or ``benchmarks:`` list passed every
-    check, and the run went by without a word of the probe."""
-    from memaudit.probes.registry import PROBES, enabled_probes
+    """One line per probe block whose ``models:`` or ``benchmarks:`` list is empty: it passed every check, and the
+    run went by without a word of the probe. (A block the schema fills in, token_prob's, that finds nothing to
+    run on, an API model only, say, is no mistake of the user's: no line.)"""
+    from memaudit.probes.registry import enabled_probes
 
-    running = {FAMILIES[f].probe(mode) for f in FAMILIES for _, _, mode in probe_runs(config, f)}
     lines = []
     for probe in enabled_probes(config):
-        if probe in running:
-            continue
-        block = config["probes"][probe]
-        empty = [key for key in ("models", "benchmarks") if block.get(key) == []]
-        why = (f"its {' and '.join(empty)} list{'s are' if len(empty) > 1 else ' is'} empty" if empty else
-               f"no {'labelled ' if not FAMILIES[PROBES[probe].family].unlabelled else ''}benchmark and model it "
-               f"could run on")
-        lines.append(f"probes.{probe}: runs on nothing ({why}): list what it should run on, or remove the block")
+        empty = [key for key in ("models", "benchmarks") if config["probes"][probe].get(key) == []]
+        if empty:
+            lines.append(f"probes.{probe}: runs on nothing (its {' and '.join(empty)} "
+                         f"list{'s are' if len(empty) > 1 else ' is'} empty): list what it should run on, or remove "
+                         f"the block")
     return lines
 
 

@@ -88,8 +88,13 @@ def url_credential_problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         has_userinfo = bool(parts.username or parts.password) or "@" in parts.netloc
-    except ValueError:
-        return "is not a URL that can be parsed; " + NOT_SHOWN
+        port = parts.port  # a ValueError for one outside 0-65535 or not a number
+    except ValueError as exc:  # "Invalid IPv6 URL" (an unclosed [), a port out of range: its requests fail later
+        return f"is not a URL that can be parsed ({'its port' if 'port' in str(exc).lower() else exc}); " + NOT_SHOWN
+    if not has_userinfo and not parts.hostname:  # "http://", "http:///v1": every request a connection error
+        return "names no host (http://HOST[:PORT]/...); " + NOT_SHOWN
+    if port == 0:
+        return "is not a URL that can be parsed (its port); " + NOT_SHOWN
     if has_userinfo:
         return ("must not contain credentials (user:password@); put the key in the variable named by "
                 "api_key_env; " + NOT_SHOWN)

@@ -235,7 +235,11 @@ def provider_api(backend: str, base_url: str | None) -> bool:
     (``https://api.openai.com/v1`` written out), not an OpenAI-compatible server of another kind."""
     from urllib.parse import urlsplit
 
-    return not base_url or (urlsplit(base_url).hostname or "").lower() == PROVIDER_HOSTS.get(backend)
+    try:
+        host = urlsplit(base_url).hostname if base_url else None
+    except ValueError:  # no URL at all ("http://[::1/v1"): the config check names the key
+        return False
+    return not base_url or (host or "").lower() == PROVIDER_HOSTS.get(backend)
 
 
 def takes_repetition_penalty(backend: str, base_url: str | None = None) -> bool:
