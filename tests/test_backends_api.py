@@ -1165,6 +1165,19 @@ def test_a_missing_key_variable_is_named_and_only_needed_to_send(server, monkeyp
     with pytest.raises(ConfigError, match=KEY_ENV):
         planner.generate(["p"], GREEDY)
     assert server.count() == 0
+    # a blank variable is an unset one, and a key no header could carry is no more needed to price: the
+    # estimate refused both ("is not set", "holds a space") though it priced with the variable unset
+    for value, warning in ((" \n", f"warning: gpt-test: environment variable {KEY_ENV} is not set"),
+                           (f"{KEY} {KEY}", f"warning: openai model 'gpt-test': environment variable {KEY_ENV} holds "
+                                            f"a space, line break or non-ASCII character inside the key (two keys "
+                                            f"pasted, a typographic quote?); the value is not shown")):
+        monkeypatch.setenv(KEY_ENV, value)
+        planner = make_openai(server, tmp_path / "c.sqlite", require_key=False)
+        estimate = estimate_cost(planner, ["p"], GREEDY)
+        assert estimate.rows[0]["api_key_present"] is False and estimate.format().splitlines()[-1] == warning
+        with pytest.raises(ConfigError, match=KEY_ENV):
+            planner.generate(["p"], GREEDY)
+    assert server.count() == 0
 
 
 @pytest.mark.parametrize("value", [KEY + "\n" + KEY[::-1], KEY + "\u2019", KEY[:20] + " " + KEY[20:]])
@@ -1281,7 +1294,15 @@ def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypa
     ('{"model": "gpt", "prompt": 5}', "prompt must be a string"),
     ('{"model": ["gpt"], "prompt": "hi"}', "model must be a string"),
     ('{"model": "gpt", "prompt": "hi", "stop": "END"}', "stop must be a list of strings"),
-    ('{"model": "gpt", "prompt": "hi", "temperature": "hot"}', "temperature must be a number"),
+    ('{"model": "gpt", "prompt": "hi", "temperature": "hot"}', "temperature must be a finite number >= 0"),
+    # JSON's NaN and Infinity, which Python reads: a traceback from the cache key; out of range: priced as if sent
+    ('{"model": "gpt", "prompt": "hi", "temperature": NaN}', "temperature must be a finite number >= 0"),
+    ('{"model": "gpt", "prompt": "hi", "temperature": Infinity}', "temperature must be a finite number >= 0"),
+    ('{"model": "gpt", "prompt": "hi", "temperature": -1}', "temperature must be a finite number >= 0"),
+    ('{"model": "gpt", "prompt": "hi", "top_p": 7}', "top_p must be a finite number above 0 and at most 1"),
+    ('{"model": "gpt", "prompt": "hi", "top_p": 0}', "top_p must be a finite number above 0 and at most 1"),
+    ('{"model": "gpt", "prompt": "hi", "repetition_penalty": -Infinity}',
+     "repetition_penalty must be a finite number above 0"),
     # the demo config is the default: the message says which config the plan's models were looked up in
     ('{"model": "nope", "prompt": "hi"}',
      "unknown model 'nope' (configured: claude, gpt); the plan's models are looked up in {config} (--config)"),

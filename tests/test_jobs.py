@@ -404,6 +404,16 @@ def test_an_api_model_without_its_key_is_an_error_for_the_jobs_about_to_run(monk
         "config key models.gpt.api.api_key_env: environment variable OPENAI_API_KEY is not set; export the API key "
         "in it before the run (the config names the variable, never the key)"]
     assert api_key_problems(config, [runs[0], runs[2], ("suspect", {"api_openai": 0})]) == []
+    # blank, it is unset; two keys pasted, no request could carry it: each one line (the second was a ConfigError)
+    monkeypatch.setenv("AUDIT_KEY", "  ")
+    assert api_key_problems(config, runs[1:2]) == [
+        "config key models.suspect.api.api_key_env: environment variable AUDIT_KEY is not set; export the API key "
+        "in it before the run (the config names the variable, never the key)"]
+    monkeypatch.setenv("AUDIT_KEY", "sk-one sk-two")
+    assert api_key_problems(config, runs[1:2]) == [
+        "config key models.suspect.api.api_key_env: openai model 'suspect': environment variable AUDIT_KEY holds a "
+        "space, line break or non-ASCII character inside the key (two keys pasted, a typographic quote?); the "
+        "value is not shown"]
 
 
 def test_a_model_sending_more_requests_at_once_than_resources_allow_is_an_error_before_the_run():

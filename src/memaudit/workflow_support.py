@@ -175,7 +175,9 @@ def api_key_problems(config: dict, runs) -> list[str]:
     lines = []
     for name in sorted(asked):
         api = api_backend_from_config(config, name, cache=False, require_key=False)
-        if not api.key_present:
+        if api.key_problem:  # a key the variable holds that no request could carry
+            lines.append(f"config key models.{name}.api.api_key_env: {api.key_problem}")
+        elif not api.key_present:
             lines.append(f"config key models.{name}.api.api_key_env: environment variable {api.api_key_env} is not "
                          "set; export the API key in it before the run (the config names the variable, never the key)")
     return lines

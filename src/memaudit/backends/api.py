@@ -298,16 +298,23 @@ class APIBackend(Backend):
         # A keyless OpenAI-compatible server needs no variable; the provider's own API does, also where
         # base_url names the provider's host (it sent the key "none" there)
         self.api_key_env = api_key_env or (self.default_key_env if provider_api(self.backend_name, base_url) else None)
-        self.key_present = self.api_key_env is None or bool(os.environ.get(self.api_key_env))
         self._cooldown = Cooldown()
         self._counts_lock = threading.Lock()
         # Totals over this backend's life, for logs and benchmarks.
         self.counts = {"sent": 0, "cached": 0, "retries": 0, "failed": 0}
         self._key: Secret | None = Secret(NO_KEY) if self.api_key_env is None else None
-        if self.api_key_env is not None and (require_key or self.key_present):
-            self._key = read_api_key(self.api_key_env, label=self.label)
-        # else: planning and pricing only (``estimate-cost`` before the key is exported);
-        # sending anything then fails with the missing variable's name.
+        # why a key the variable holds cannot be used (two keys pasted), where planning and pricing go on without it
+        self.key_problem: str | None = None
+        if self.api_key_env is not None:
+            try:
+                self._key = read_api_key(self.api_key_env, label=self.label)
+            except ConfigError as exc:
+                if require_key:
+                    raise
+                # planning and pricing only (``estimate-cost`` before the key is exported): a blank or malformed
+                # key is no more needed than an unset one; sending anything then fails with this message
+                self.key_problem = str(exc) if os.environ.get(self.api_key_env, "").strip() else None
+        self.key_present = self._key is not None
         self._sdk_client = None
         self._client_lock = threading.Lock()
 

@@ -58,14 +58,14 @@ class CostEstimate:
 
     def add(self, *, model: str, model_id: str, backend: str, n_requests: int, n_cached: int,
             input_tokens: int, max_output_tokens: int, pricing: Pricing | None,
-            key_env: str | None = None, key_present: bool = True) -> None:
+            key_env: str | None = None, key_present: bool = True, key_problem: str | None = None) -> None:
         """Add planned requests of one model (merged into its row if it has one)."""
         cost = pricing.cost(input_tokens, max_output_tokens) if pricing is not None else None
         row = next((r for r in self.rows if r["model"] == model), None)
         if row is None:
             row = {"model": model, "model_id": model_id, "backend": backend, "n_requests": 0, "n_cached": 0,
                    "n_to_send": 0, "input_tokens_est": 0, "output_tokens_max": 0, "cost_usd_max": 0.0,
-                   "api_key_env": key_env, "api_key_present": key_present}
+                   "api_key_env": key_env, "api_key_present": key_present, "api_key_problem": key_problem}
             self.rows.append(row)
         row["n_requests"] += n_requests
         row["n_cached"] += n_cached
@@ -94,7 +94,8 @@ class CostEstimate:
                      " (input tokens estimated at 4 characters per token; every answer at its full max tokens)")
         for r in self.rows:
             if r["n_to_send"] and r["api_key_env"] and not r["api_key_present"]:
-                lines.append(f"warning: {r['model']}: environment variable {r['api_key_env']} is not set")
+                lines.append(f"warning: {r['api_key_problem']}" if r["api_key_problem"] else
+                             f"warning: {r['model']}: environment variable {r['api_key_env']} is not set")
         return "\n".join(lines)
 
 
@@ -173,7 +174,7 @@ def estimate_cost(backend, prompts: Sequence[str], params, *, n_samples: int = 1
                  n_requests=len(unique), n_cached=len(unique) - len(to_send),
                  input_tokens=sum(approx_prompt_tokens(c.prompt, c.system_prompt) for c in to_send),
                  max_output_tokens=sum(c.max_output_tokens for c in to_send), pricing=backend.pricing,
-                 key_env=backend.api_key_env, key_present=backend.key_present)
+                 key_env=backend.api_key_env, key_present=backend.key_present, key_problem=backend.key_problem)
     return estimate
 
 
@@ -185,9 +186,14 @@ PLAN_FIELDS = ("model", "prompt", "system_prompt", "max_new_tokens", "temperatur
 _PLAN_FIELD_KINDS = {"model": (str, "a string"), "prompt": (str, "a string"),
                      "system_prompt": ((str, type(None)), "a string or null"),
                      "max_new_tokens": (int, "an integer >= 1"), "samples": (int, "an integer >= 1"),
-                     "seed": (int, "an integer"), "temperature": ((int, float), "a number"),
-                     "top_p": ((int, float), "a number"), "repetition_penalty": ((int, float), "a number"),
+                     "seed": (int, "an integer"), "temperature": ((int, float), "a finite number >= 0"),
+                     "top_p": ((int, float), "a finite number above 0 and at most 1"),
+                     "repetition_penalty": ((int, float), "a finite number above 0"),
                      "stop": (list, "a list of strings")}
+# where a number must fall: JSON's NaN and Infinity (Python's json reads both) stopped the estimate with a
+# traceback from the cache key, and a temperature of -1 or a top_p of 7 was priced as if it could be sent
+_PLAN_FIELD_RANGES = {"temperature": lambda v: v >= 0, "top_p": lambda v: 0 < v <= 1,
+                      "repetition_penalty": lambda v: v > 0}
 
 
 def _plan_field_problem(rec: dict) -> str | None:
@@ -201,6 +207,8 @@ def _plan_field_problem(rec: dict) -> str | None:
             right = value >= 1
         if right and name == "stop":
             right = all(isinstance(s, str) for s in value)
+        if right and name in _PLAN_FIELD_RANGES:
+            right = math.isfinite(value) and _PLAN_FIELD_RANGES[name](value)
         if not right:
             return f"{name} must be {words}"
     return None
