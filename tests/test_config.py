@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from memaudit.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 
 CI_TEXT = (ROOT / "config" / "ci.yaml").read_text()
+# a CopyBench prompt file in the published shape (prompts.<mode>.format<n>.json)
+PROMPT_FILE = {"tag": "t", "system": "", "enable_system": False, "instruction": "", "demo_sep": "\n\n",
+               "demo_prompt": "${input} ${output}", "task_prompt": "Continue: ${input}", "demos": []}
 CI = yaml.safe_load(CI_TEXT)
 
 
@@ -895,7 +899,7 @@ def test_a_prompt_folder_without_a_prompt_file_the_run_reads_is_named_before_any
     prompts = tmp_path / "prompts"
     prompts.mkdir()
     for name in ("prompts.literal.format1.json", "prompts.literal.format3.json", "prompts.qa.format2.json"):
-        (prompts / name).write_text("{}")
+        (prompts / name).write_text(json.dumps(PROMPT_FILE))
     cfg = validate_config(CI)
     cfg["probes"]["copybench"].update(prompt="paper", prompt_dir="prompts", formats=[1, 3])
     cfg["probes"]["copybench_qa"] = {"models": ["tiny-gpt2-cb"], "benchmarks": ["books"]}
@@ -911,6 +915,41 @@ def test_a_prompt_folder_without_a_prompt_file_the_run_reads_is_named_before_any
         "recall format 1 only)"]
     cfg["probes"]["copybench"]["prompt"] = "bare"  # the bare prefix reads no prompt file
     assert check_local_inputs(cfg, root=tmp_path) == []
+
+
+def test_a_prompt_file_or_rejection_corpus_the_probe_could_not_read_is_named_before_any_job_runs(tmp_path):
+    """A broken prompt file, a prompt_dir that is a file, a corpus that is a folder or no array: check-config said
+    valid and the probe job stopped on it after the models were prepared, its old outputs already removed."""
+    from memaudit.config import check_local_inputs
+
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    for n in (1, 2, 3):
+        (prompts / f"prompts.literal.format{n}.json").write_text(json.dumps(PROMPT_FILE))
+    (prompts / "prompts.literal.format2.json").write_text('{"instruction": "x"\n')
+    (prompts / "prompts.nonliteral.format1.json").write_text(json.dumps({**PROMPT_FILE, "task_prompt": "Go:"}))
+    (tmp_path / "corpus.json").write_text('{"not": "an array"}')
+    cfg = validate_config(CI)
+    cfg["probes"]["copybench"].update(prompt="paper", prompt_dir="prompts", formats=[1, 2, 3],
+                                      memfree_rejection_file="corpus.json")
+    del cfg["probes"]["copybench_nonliteral"]
+    prompt_key = "config key probes.copybench.prompt_dir"
+    corpus_key = "config key probes.copybench.memfree_rejection_file"
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        f"{prompt_key}: {prompts}/prompts.literal.format2.json, line 2, column 1: not valid JSON (Expecting ',' "
+        f"delimiter)",
+        f"{corpus_key}: {tmp_path}/corpus.json: the top level is an object, expected an array of records"]
+    (tmp_path / "corpus.json").unlink()
+    (tmp_path / "corpus.json").mkdir()
+    (prompts / "prompts.literal.format2.json").write_text(json.dumps(PROMPT_FILE))
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        f"{corpus_key}: corpus.json: a folder, but memfree_rejection_file names a JSON file (an array of texts)"]
+    cfg["probes"]["copybench"]["decodings"] = ["greedy"]  # no MemFree: the corpus is read by nothing
+    assert check_local_inputs(cfg, root=tmp_path) == []
+    cfg["probes"]["copybench"]["prompt_dir"] = "corpus.json/../prompts/prompts.literal.format1.json"
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        f"{prompt_key}: corpus.json/../prompts/prompts.literal.format1.json: a file, but prompt_dir names the folder "
+        f"of the prompt files"]
 
 
 @pytest.mark.workflow

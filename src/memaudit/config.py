@@ -1225,11 +1225,51 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
                 read_labels(found, "title" if key.endswith(".published.labels") else "book")
             except InputError as exc:
                 problems.append(f"config key {key}: {exc}")
-        elif key == "probes.copybench.prompt_dir" and found.is_dir():
-            problems += [f"config key {key}: {path}: no {name} (prompt: paper reads prompts.<mode>.format<n>.json "
-                         f"for each CopyBench mode run and each of probes.copybench.formats; fact recall format 1 "
-                         f"only)" for name in copybench_prompt_files(config) if not (found / name).is_file()]
+        elif key == "probes.copybench.prompt_dir":
+            problems += _prompt_dir_problems(config, key, path, found)
+        elif key == "probes.copybench.memfree_rejection_file":
+            problems += _rejection_file_problems(config, key, path, found)
     return problems
+
+
+def _prompt_dir_problems(config: dict, key: str, path: str, found: Path) -> list[str]:
+    """The prompt files of the run that are not in ``found``, or that do not load: a broken one stopped the
+    probe job after the models were prepared, its old outputs already removed, where check-config said valid."""
+    from memaudit.datasets.copybench_published import load_prompt_file
+    from memaudit.errors import InputError
+
+    names = copybench_prompt_files(config)
+    if names and not found.is_dir():
+        return [f"config key {key}: {path}: a file, but prompt_dir names the folder of the prompt files"]
+    problems = []
+    for name in names:
+        if not (found / name).is_file():
+            problems.append(f"config key {key}: {path}: no {name} (prompt: paper reads prompts.<mode>.format<n>.json "
+                            f"for each CopyBench mode run and each of probes.copybench.formats; fact recall format 1 "
+                            f"only)")
+            continue
+        try:
+            load_prompt_file(found / name)  # a few small files: read at every check
+        except InputError as exc:
+            problems.append(f"config key {key}: {exc}")
+    return problems
+
+
+def _rejection_file_problems(config: dict, key: str, path: str, found: Path) -> list[str]:
+    """MemFree's rejection corpus, where a MemFree decoding reads it: a JSON array of texts (a folder, or an
+    object, stopped the probe job as a broken prompt file did)."""
+    from memaudit.datasets.copybench_published import load_rejection_corpus
+    from memaudit.errors import InputError
+
+    if "memfree" not in ((config.get("probes") or {}).get("copybench") or {}).get("decodings", []):
+        return []
+    if found.is_dir():
+        return [f"config key {key}: {path}: a folder, but memfree_rejection_file names a JSON file (an array of texts)"]
+    try:
+        load_rejection_corpus(found)
+    except InputError as exc:
+        return [f"config key {key}: {exc}"]
+    return []
 
 
 def copybench_prompt_files(config: dict, modes: tuple[str, ...] | None = None) -> list[str]:
