@@ -275,6 +275,17 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
                                         "in line 3, saw 4)")]:
         assert main(["headline", "--summary", str(tmp_path / name)]) == 2
         assert capsys.readouterr().err == f"memaudit headline: error: {tmp_path / name}: {reason}\n"
+    # a value that is no number, and an empty table beside the metrics: one line each, not a traceback
+    summary = tmp_path / "summary" / "metrics.csv"
+    pd.DataFrame([rows[0], {**rows[1], "auc_ci_low": "low"}]).to_csv(summary, index=False)
+    assert main(["headline", "--summary", str(summary)]) == 2
+    assert capsys.readouterr().err == f"memaudit headline: error: {summary}, line 3: column 'auc_ci_low' is not a " \
+                                      f"number ('low')\n"
+    pd.DataFrame(rows).to_csv(summary, index=False)
+    (tmp_path / "summary" / "models.csv").write_text("")
+    assert main(["headline", "--summary", str(summary)]) == 2
+    assert capsys.readouterr().err.endswith(f"memaudit headline: error: {tmp_path / 'summary' / 'models.csv'}: "
+                                            f"empty file\n")
     # a run whose only benchmark is unlabelled (published CopyBench): empty metrics and selection tables
     (tmp_path / "unlabelled").mkdir()
     pd.DataFrame(columns=list(rows[0])).to_csv(tmp_path / "unlabelled" / "metrics.csv", index=False)

@@ -89,18 +89,40 @@ def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.Data
                          "contaminated": rows["contaminated"], "method": rows["method"], "auc": auc_cells(rows)})
 
 
-def _read_summary(summary_path: Path) -> pd.DataFrame:
-    """The metrics table; a directory, an empty file, UTF-16 or other non-UTF-8 text or a malformed CSV
-    is one line naming the file (pandas raised IsADirectoryError, EmptyDataError or UnicodeDecodeError)."""
+def read_table(path: str | Path, what: str = "a table of the run's", **kwargs) -> pd.DataFrame:
+    """A CSV the headline reads (``pd.read_csv``'s ``kwargs``); a directory, an empty file, UTF-16 or other
+    non-UTF-8 text or a malformed CSV is one line naming the file (pandas raised IsADirectoryError,
+    EmptyDataError or UnicodeDecodeError: an empty ``models.csv`` beside the metrics was a traceback)."""
     import io
 
     from memaudit.datasets.rejects import read_text
 
-    _, text = read_text(summary_path, "a run's metrics table (results/summary/metrics.csv)")
+    _, text = read_text(path, what)
+    if not text.strip():
+        raise InputError(f"{path}: empty (no header, no rows): {what}")
     try:
-        return pd.read_csv(io.StringIO(text))
+        return pd.read_csv(io.StringIO(text), **kwargs)
     except pd.errors.ParserError as exc:
-        raise InputError(f"{summary_path}: not a readable CSV table ({str(exc).strip()})") from None
+        raise InputError(f"{path}: not a readable CSV table ({str(exc).strip()})") from None
+
+
+# columns of metrics.csv the headline formats as numbers
+_NUMERIC_COLUMNS = ("auc", "auc_ci_low", "auc_ci_high", "n_member", "n_nonmember")
+
+
+def _read_summary(summary_path: Path) -> pd.DataFrame:
+    """The metrics table (:func:`read_table`); a value of a numeric column that is not a number is one line
+    naming its line and column (``Unknown format code 'f' for object of type 'str'`` from deep in the table)."""
+    summary = read_table(summary_path, "a run's metrics table (results/summary/metrics.csv)")
+    for column in (c for c in _NUMERIC_COLUMNS if c in summary.columns):
+        numbers = pd.to_numeric(summary[column], errors="coerce")
+        bad = summary[column].notna() & numbers.isna()
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(f"{summary_path}, line {row + 2}: column {column!r} is not a number "
+                             f"({summary[column].iloc[row]!r})")
+        summary[column] = numbers
+    return summary
 
 
 def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
@@ -133,7 +155,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
     print(f"Figures: {figures_made(root / 'figures')}")
     models_path = summary_path.with_name("models.csv")
-    models = pd.read_csv(models_path) if models_path.exists() else None
+    models = read_table(models_path, "the run's models table") if models_path.exists() else None
     controlled = null_control_benchmarks(summary_path.parent)
     core = [] if models is None else [
         section("Ground truth (contaminated: fine-tuned on the members; base models: null control, within the "
@@ -151,7 +173,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         print("\n" + tally(blocks))
     rejects_path = summary_path.with_name("rejects.csv")
     if rejects_path.exists():
-        print("\n" + rejects_summary(pd.read_csv(rejects_path, keep_default_na=False)))
+        print("\n" + rejects_summary(read_table(rejects_path, "the run's rejects table", keep_default_na=False)))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report} all, and the run's own --configfile if it had "
@@ -224,7 +246,7 @@ def table_section(path: Path, header: str, check: Callable[[pd.DataFrame], pd.Da
     path = Path(path)
     if not path.exists():
         return ""
-    table = pd.read_csv(path)
+    table = read_table(path)
     return section(header, check(table)) if not table.empty else ""
 
 
@@ -305,7 +327,7 @@ def benchmarks_table(summary_dir: Path) -> pd.DataFrame | None:
     path = Path(summary_dir) / "benchmarks.csv"
     if not path.exists():
         return None
-    table = pd.read_csv(path)
+    table = read_table(path)
     return table.assign(null_control=table["null_control"].astype(str).str.lower() == "true")
 
 
@@ -444,7 +466,7 @@ def scored_files(summary_dir: Path, files: dict[str, str]) -> dict[tuple[str, st
     metrics = Path(summary_dir) / "metrics.csv"
     if not metrics.exists():
         return {}
-    table = pd.read_csv(metrics)
+    table = read_table(metrics)
     runs = sorted({(b, m, method) for b, m, method in zip(table["benchmark"], table["model"], table["method"])
                    if method in files})
     paths = {(b, m, method): Path(summary_dir).parent / "scores" / b / m / files[method] for b, m, method in runs}
@@ -645,7 +667,7 @@ def selection_section(path: Path, summary: pd.DataFrame, models: pd.DataFrame,
         return ""
     return section("FDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR <= "
                    "q + 0.02; base models: (near) nothing named at q = 0.1)",
-                   selection_expectations(pd.read_csv(path), models, controlled=controlled, summary=summary))
+                   selection_expectations(read_table(path), models, controlled=controlled, summary=summary))
 
 
 def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method: str = "loss",

@@ -9,7 +9,7 @@ import pandas as pd
 
 from memaudit.probes.cloze.scoring import UNANSWERED
 from memaudit.stats.headline import (CONTROL_READING, NOT_EVALUATED, by_group, interval_check, interval_reading,
-                                     missing_groups, section, split_pairings, table_section)
+                                     missing_groups, read_table, section, split_pairings, table_section)
 
 REPLIES = ("Cloze probes, black-box replies (per masked word; a reply without <word> tags is invalid; only "
            "answered words can be reconstructed: where few are, the AUC says little; where none is, there is "
@@ -28,7 +28,7 @@ def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     ``cloze_differences.csv`` and :func:`against_control` over its rows of declared controls."""
     blocks = [table_section(Path(summary_dir) / "cloze.csv", REPLIES, replies)]
     path = Path(summary_dir) / "cloze_differences.csv"
-    differences = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    differences = read_table(path) if path.exists() else pd.DataFrame()
     if not differences.empty:
         blocks += [section(HEADER, expectations(differences)), section(CONTROL_HEADER, against_control(differences))]
     return blocks

@@ -8,7 +8,7 @@ from typing import Sequence
 import pandas as pd
 
 from memaudit.stats.headline import (CONTROL_READING, NOT_EVALUATED, by_group, interval_check, interval_reading,
-                                     missing_groups, section, split_pairings)
+                                     missing_groups, read_table, section, split_pairings)
 
 # What is copied from a passage: the mean ROUGE-L's excess over chance (the same output scored against
 # other books' references taken off), and the characters a story names. Reported beside them without a
@@ -31,7 +31,7 @@ def headline(summary_dir: Path, models: pd.DataFrame | None) -> list[str]:
     path = Path(summary_dir) / "copybench_differences.csv"
     if not path.exists():
         return []
-    differences = pd.read_csv(path)
+    differences = read_table(path)
     if differences.empty:
         return []
     return [section(HEADER, expectations(differences)), section(REPORTED_HEADER, reported(differences)),

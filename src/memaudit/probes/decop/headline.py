@@ -33,12 +33,12 @@ def letter_bias_section(summary_dir: Path, min_share: float = 0.5) -> str:
     (benchmark, model, mode) with a ``decop-<mode>`` row in ``metrics.csv`` (found from the names); the
     rows whose most frequent letter reaches ``min_share``; "" where none does."""
     from memaudit.probes.registry import modes_of
-    from memaudit.stats.headline import scored_files, section
+    from memaudit.stats.headline import read_table, scored_files, section
 
     # likelihood mode scores each option's text on its own: no letter is asked, so none can be favoured
     lettered = {f"decop-{mode}": mode for mode in modes_of("decop") if mode != "likelihood"}
     files = scored_files(summary_dir, {method: f"decop_{mode}_answers.csv" for method, mode in lettered.items()})
-    rows = [{"benchmark": b, "model": m, "mode": lettered[method], **letter_bias(pd.read_csv(path))}
+    rows = [{"benchmark": b, "model": m, "mode": lettered[method], **letter_bias(read_table(path))}
             for (b, m, method), path in files.items()]
     biased = pd.DataFrame([r for r in rows if max(r[c] for c in LETTERS) >= min_share])
     return section(POSITION_HEADER, biased) if not biased.empty else ""
@@ -62,10 +62,11 @@ def length_cue(paths: Sequence[Path]) -> str:
     an accuracy is :data:`STRONG_CUE` or more, a last line naming the key that removes the cue at its
     source."""
     from memaudit.probes.decop.analysis import BLIND_MODEL, LONGEST
+    from memaudit.stats.headline import read_table
 
     lines, strong = [], False
     for path in paths:
-        table = pd.read_csv(path)
+        table = read_table(path)
         if not {"model", "method"} <= set(table.columns):
             continue
         blind = table[(table["model"] == BLIND_MODEL) & (table["method"] == LONGEST)]
