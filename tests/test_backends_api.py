@@ -1773,7 +1773,10 @@ def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_
 
 @pytest.mark.parametrize("text, message", [
     (None, "{path}: file not found"),
-    ('{"replies": {"hi": "there"', "{path}, line 1: not valid JSON (Expecting ',' delimiter)"),
+    ('{"replies": {"hi": "there"', "{path}, line 1, column 27: not valid JSON (Expecting ',' delimiter)"),
+    # a prompt given twice: json kept its last answer unsaid
+    ('{"replies": {"hi": "one",\n "hi": "two"}}', '{path}: "hi" is given twice in one object; JSON would keep only '
+                                                 'the last value: remove or rename one'),
     ('["hi"]', '{path}: expected {{"replies": {{prompt: answer, ...}}}}, not a list'),
     ('{"replies": {"hi": 3}}', '{path}: replies: the answer to "hi" must be a string, not an int'),
     ('{"replies": ["hi"]}', '{path}: replies: must be an object {{prompt: answer, ...}}, not a list'),

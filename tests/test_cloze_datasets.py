@@ -527,7 +527,8 @@ def test_unusable_articles_are_rejected_rows_with_their_reasons(tmp_path):
         ("dates.csv", 5, "file", "listed again (first on line 2)"),
         ("dates.csv", 6, "date", "'January 1' is not a date YYYY-MM-DD"),
         ("dates.csv", 7, "file", f"a path: give the file name alone ('pathed.txt'), as it is in {folder}"),
-        ("latin1.txt", 0, "(file)", "not valid UTF-8 at byte offset 20 (byte 0xe9); convert the file to UTF-8"),
+        ("latin1.txt", 0, "(file)", "not valid UTF-8 on line 2, at byte offset 20 (byte 0xe9); convert the file to "
+                                    "UTF-8"),
         ("notes.docx", 0, "(file)", "not a .txt or .pdf file (.docx)"),
         ("pathed.txt", 0, "date", "no date: its dates.csv row, line 7, was rejected"),
         ("scan.pdf", 0, "(file)", "no text layer in its 1 page(s) (a scanned PDF? run OCR first)"),

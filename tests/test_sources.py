@@ -329,8 +329,8 @@ def test_user_books_missing_directory_and_bad_file(tmp_path):
     assert user_books_inputs(bench) == [] and user_books_inputs({"sources": ["austen"]}) == []
     (tmp_path / "absent" / "Emma.txt").write_text("x")
     assert user_books_inputs(bench) == [str(tmp_path / "absent" / "Emma.txt")]
-    (tmp_path / "bad.txt").write_bytes(b"caf\xe9")
-    with pytest.raises(InputError, match=r"bad\.txt: not valid UTF-8 at byte offset 3"):
+    (tmp_path / "bad.txt").write_bytes(b"Chapter 1\r\n\r\ncaf\xe9")  # the line, not only the byte offset
+    with pytest.raises(InputError, match=r"bad\.txt, line 3: invalid UTF-8 at byte offset 16 \(byte 0xe9\)"):
         load_source("user_books", tmp_path, directory=tmp_path)
 
 

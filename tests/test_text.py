@@ -246,7 +246,7 @@ def test_read_text_file_names_a_nul_by_line_and_column(tmp_path):
 def test_read_text_file_non_utf8_names_file_and_offset(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("abc\u00e9".encode("latin-1"))
-    with pytest.raises(InputError, match=r"latin1\.txt: not valid UTF-8 at byte offset 3"):
+    with pytest.raises(InputError, match=r"latin1\.txt, line 1: invalid UTF-8 at byte offset 3"):
         read_text_file(path)
 
 

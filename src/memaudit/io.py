@@ -233,16 +233,35 @@ def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
     return out
 
 
-def read_json(path: str | os.PathLike) -> Any:
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
+def read_json(path: str | os.PathLike, *, unique_keys: bool = False) -> Any:
+    """A JSON file; every problem one InputError naming the file (and the line and column of a syntax error).
+    ``unique_keys``: a key given twice in one object is an error too (``json`` keeps the last value unsaid), for
+    a user's file where each key means something (a scripted server's prompts)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys if unique_keys else None)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _unreadable(path, exc, "a JSON file") from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise InputError(f"{path}, line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})") from None
+    except _RepeatedKey as exc:
+        raise InputError(f"{path}: {json.dumps(exc.args[0], ensure_ascii=False)} is given twice in one object; JSON "
+                         f"would keep only the last value: remove or rename one") from None
 
 
 def write_csv(path: str | os.PathLike, frame) -> None:

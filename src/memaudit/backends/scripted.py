@@ -100,7 +100,7 @@ class ScriptedResponder:
         from memaudit.errors import InputError
         from memaudit.io import read_json
 
-        data = read_json(path)
+        data = read_json(path, unique_keys=True)  # a prompt given twice kept its last answer unsaid
         shape = '{"replies": {prompt: answer, ...}}'
         if not isinstance(data, dict):
             raise InputError(f"{path}: expected {shape}, not {_json_kind(data)}")

@@ -214,7 +214,8 @@ def _read_txt(path: Path) -> tuple[str, str | None]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise RowReject("(file)", path.name, f"not valid UTF-8 at byte offset {exc.start} "
+        line = data.count(b"\n", 0, exc.start) + 1  # the row is the file's (line 0): its line goes in the reason
+        raise RowReject("(file)", path.name, f"not valid UTF-8 on line {line}, at byte offset {exc.start} "
                         f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8") from None
     # clean_text dropped a NUL without a word; the user's own file is not changed unseen (as user_books refuses one)
     nul = first_nul(text.replace("\r\n", "\n").replace("\r", "\n"))

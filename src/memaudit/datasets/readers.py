@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 
 from memaudit.datasets.text import clean_text
 from memaudit.errors import InputError
+from memaudit.io import invalid_utf8
 
 __all__ = ["epub_metadata", "first_nul", "pdf_metadata", "read_epub", "read_pdf", "read_text_file", "refuse_nul"]
 
@@ -54,11 +55,8 @@ def read_text_file(path: str | Path, allow_empty: bool = False) -> str:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     try:
         text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{path}: not valid UTF-8 at byte offset {exc.start} "
-            f"(byte 0x{data[exc.start]:02x}); convert the file to UTF-8"
-        ) from None
+    except UnicodeDecodeError as exc:  # the line as well: a byte offset alone is hard to find in an editor
+        raise invalid_utf8(path, data, exc) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     refuse_nul(str(path), text, "file", "; a book is read as UTF-8 text: is it UTF-16 or a binary file? "
                                         "convert it to UTF-8")
