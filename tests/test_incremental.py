@@ -782,6 +782,22 @@ def test_bumping_a_published_formats_version_reruns_its_benchmarks_datasets_only
     assert {wildcard(job, "benchmark") for job in jobs} - {None} == {"bm"}
 
 
+def test_a_metrics_target_of_a_pair_no_probe_runs_is_named_before_any_job(tmp_path):
+    """``snakemake results/metrics/news/tiny-gpt2-cb.csv`` (a configured benchmark and model that no probe runs
+    together) scheduled the dataset and the metrics job, which stopped on no score table with pandas' "No objects
+    to concatenate"; the DAG now stops naming the pair and what would make it."""
+    workdir = make_workdir(tmp_path, share_resources=False)
+    config = str(ROOT / "config" / "ci.yaml")
+    for target in ("results/metrics/news/tiny-gpt2-cb.csv", "results/figures/news/tiny-gpt2-cb/roc.png"):
+        proc = snakemake(workdir, "-n", "--cores", "1", target, "--configfile", config, check=False)
+        assert proc.returncode == 1, target
+        assert ("InputError: no probe of the config runs model 'tiny-gpt2-cb' on benchmark 'news', so it has no "
+                "scores for its metrics or figures; add both to a probe's models and benchmarks lists") in \
+            proc.stdout + proc.stderr
+    assert "metrics" in snakemake(workdir, "-n", "--cores", "1", "results/metrics/news/tiny-gpt2-small.csv",
+                                  "--configfile", config).stdout
+
+
 def test_a_steps_version_is_its_entrys_and_an_unknown_step_is_an_error():
     assert step_version("stats") == STEPS["stats"].version >= 10 and step_version("datasets") == 2
     with pytest.raises(KeyError, match="no code version step 'plots'"):

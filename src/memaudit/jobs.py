@@ -290,6 +290,14 @@ def probe_documents(config: dict, benchmark: str, model: str) -> list[str]:
             for probe in probes_for_model(config, model, benchmark)]
 
 
+def unprobed_pair(config: dict, benchmark: str, model: str) -> str:
+    """Why a (benchmark, model) of the config has no metrics or figures to make: no probe runs the model there,
+    so a target of them asked for by name (``results/metrics/qa/smollm2-135m.csv``) cannot be made."""
+    return (f"no probe of the config runs model {model!r} on benchmark {benchmark!r}, so it has no scores for its "
+            f"metrics or figures; add both to a probe's models and benchmarks lists (`snakemake -n all` lists what "
+            f"the config makes)")
+
+
 def api_probe_outputs(config: dict) -> list[str]:
     """Every probe output of an API model: the cost ledger is written after the last request."""
     return [doc for b in sorted(config["benchmarks"]) for m in api_models(config)

@@ -13,7 +13,7 @@ import sys
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from memaudit import jobs
-from memaudit.errors import ConfigError
+from memaudit.errors import ConfigError, InputError
 from memaudit.backends.planning import planned_inputs
 from memaudit.backends.settings import api_settings, api_slots
 from memaudit.config import contaminated_on, model_build_settings, model_scoring_settings
@@ -187,7 +187,10 @@ def user_books(wildcards):
 
 
 def probe_documents(wildcards):
-    return jobs.probe_documents(config, wildcards.benchmark, wildcards.model)
+    documents = jobs.probe_documents(config, wildcards.benchmark, wildcards.model)
+    if not documents:  # a target asked for by name: its job would find no score table (a traceback)
+        raise InputError(jobs.unprobed_pair(config, wildcards.benchmark, wildcards.model))
+    return documents
 
 
 def benchmark_metrics_tables(wildcards):

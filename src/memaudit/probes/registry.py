@@ -151,7 +151,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # prefix_outcomes.json records the instruction and system prompt sent
         # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
         # were joined by single spaces)
-        version=9, fingerprint="18640f5bee05864c",
+        version=9, fingerprint="3854c59fe500d772",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -180,7 +180,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="b728d5a9305a05eb",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="deb24981fc3d45f1",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -226,7 +226,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="db2da369497d4429",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="116696554c018774",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -281,13 +281,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="3c24a377fde2c60c",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="dc7460e51d467432",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="69b8ac65bc65c86a"),
+                              version=10, fingerprint="e993f9370726e013"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
@@ -334,7 +334,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="fb8f73f2a71d85af",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="00d328894ca38e24",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -349,7 +349,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the differences' intervals resample whole books (labels per book) or documents (several
                 # passages each), not passages (too narrow where passages cluster): ci_unit, n_units
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=11, fingerprint="aaf1f066f7c43fb7")},
+                                 version=11, fingerprint="6e6129243c7e7131")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
