@@ -890,6 +890,40 @@ def test_a_published_path_must_be_a_folder_or_a_file_as_its_format_reads_it(tmp_
         "config key benchmarks.nyt.2023.published.path: arts: a folder, but format nyt reads a file"]
 
 
+def test_a_model_folder_that_is_no_model_and_a_gguf_file_nothing_reads_are_named_before_any_job(tmp_path):
+    """``source.path`` at an empty folder, a file or a LoRA adapter's folder passed the check, and the prepare job
+    stopped on "Unrecognized model" naming no key; a ``gguf_file`` beside a builtin or tiny model was ignored
+    unsaid, and one missing from its folder failed in the job with a bogus hub URL."""
+    from memaudit.config import check_local_inputs
+
+    for name in ("empty", "adapter", "model", "quantised"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "quantised" / "m.gguf").write_bytes(b"GGUF")
+    cfg = validate_config(CI)
+    for name, source in {"a-empty": {"path": "empty"}, "b-file": {"path": "weights.bin"},
+                         "c-adapter": {"path": "adapter"}, "d-model": {"path": "model"},
+                         "e-gguf": {"path": "quantised", "gguf_file": "m.gguf"},
+                         "f-gguf": {"path": "quantised", "gguf_file": "nosuch.gguf"}}.items():
+        cfg["models"][name] = {"family": "theirs", "source": source}
+    assert check_local_inputs(cfg, root=tmp_path) == [
+        "config key models.a-empty.source.path: empty: no config.json (a Hugging Face model folder holds one beside "
+        "its weights; a GGUF file is named by source.gguf_file)",
+        "config key models.b-file.source.path: weights.bin: a file, but a model is a folder (config.json and the "
+        "weights)",
+        "config key models.c-adapter.source.path: adapter: a LoRA adapter (adapter_config.json), not a model; give "
+        "the folder of a whole model (an adapter merged into its base with peft's merge_and_unload, say)",
+        "config key models.f-gguf.source.gguf_file: quantised/nosuch.gguf: no such file or folder"]
+    assert bad(lambda c: c["models"]["tiny-gpt2-cb"]["source"].update(gguf_file="m.gguf")) == (
+        "config key models.tiny-gpt2-cb.source.gguf_file: only with path or hub_id (a tiny_gpt2 model has no GGUF "
+        "file to name)")
+    assert bad(lambda c: c["models"]["smollm2-135m"]["source"].update(gguf_file="m.gguf")) == (
+        "config key models.smollm2-135m.source.gguf_file: only with path or hub_id (a builtin model has no GGUF "
+        "file to name)")
+
+
 def test_a_prompt_folder_without_a_prompt_file_the_run_reads_is_named_before_any_job_runs(tmp_path):
     """``prompt: paper`` reads ``prompts.<mode>.format<n>.json`` from ``prompt_dir`` for each mode run and
     format (fact recall: format 1 only). A folder lacking one stopped that mode's probe job, after the items and

@@ -796,6 +796,10 @@ def _model_problems(config: dict) -> list[str]:
                 problems.append(f"{where}.source: give exactly one of builtin, path, hub_id, "
                                 f"tiny_gpt2 (got {kinds or 'none'})")
             problems += _revision_problems(where, entry["source"])
+            if "gguf_file" in entry["source"] and kinds and kinds[0] in ("builtin", "tiny_gpt2"):
+                # read only with path or hub_id: beside a builtin it was ignored unsaid (and reran the conversion)
+                problems.append(f"{where}.source.gguf_file: only with path or hub_id (a {kinds[0]} model has no "
+                                f"GGUF file to name)")
             tiny = entry["source"].get("tiny_gpt2")
             width, heads = (tiny.get("n_embd"), tiny.get("n_head")) if isinstance(tiny, dict) else (None, None)
             if type(width) is type(heads) is int and heads > 0 and width % heads:  # else transformers' ValueError
@@ -1183,6 +1187,9 @@ def local_inputs(config: dict) -> list[tuple[str, str]]:
     for name, entry in sorted(config.get("models", {}).items()):
         if (entry.get("source") or {}).get("path"):
             out.append((f"models.{name}.source.path", str(entry["source"]["path"])))
+            if entry["source"].get("gguf_file"):  # a file in that folder, as transformers reads it
+                out.append((f"models.{name}.source.gguf_file",
+                            str(Path(entry["source"]["path"]) / entry["source"]["gguf_file"])))
     for probe, settings in sorted(config.get("probes", {}).items()):
         for field in ("prompt_dir", "memfree_rejection_file"):
             if isinstance(settings, dict) and settings.get(field):
@@ -1225,11 +1232,29 @@ def check_local_inputs(config: dict, root: str | Path = ".") -> list[str]:
                 read_labels(found, "title" if key.endswith(".published.labels") else "book")
             except InputError as exc:
                 problems.append(f"config key {key}: {exc}")
+        elif key.startswith("models.") and key.endswith(".source.path"):
+            problems += _model_folder_problems(config["models"][key[len("models."):-len(".source.path")]], key, path,
+                                               found)
         elif key == "probes.copybench.prompt_dir":
             problems += _prompt_dir_problems(config, key, path, found)
         elif key == "probes.copybench.memfree_rejection_file":
             problems += _rejection_file_problems(config, key, path, found)
     return problems
+
+
+def _model_folder_problems(entry: dict, key: str, path: str, found: Path) -> list[str]:
+    """A ``source.path`` that transformers cannot load as a model: a file, a folder without ``config.json`` (and
+    no ``gguf_file``), or a LoRA adapter's folder (``adapter_config.json``), which the fine-tune of a ``base``
+    makes: the prepare job stopped on "Unrecognized model", naming neither the key nor what the folder is."""
+    if not found.is_dir():
+        return [f"config key {key}: {path}: a file, but a model is a folder (config.json and the weights)"]
+    if (found / "config.json").is_file() or entry["source"].get("gguf_file"):
+        return []
+    if (found / "adapter_config.json").is_file():
+        return [f"config key {key}: {path}: a LoRA adapter (adapter_config.json), not a model; give the folder of a "
+                f"whole model (an adapter merged into its base with peft's merge_and_unload, say)"]
+    return [f"config key {key}: {path}: no config.json (a Hugging Face model folder holds one beside its weights; "
+            f"a GGUF file is named by source.gguf_file)"]
 
 
 def _prompt_dir_problems(config: dict, key: str, path: str, found: Path) -> list[str]:
