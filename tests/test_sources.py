@@ -374,3 +374,30 @@ def test_a_multi_source_benchmarks_split_does_not_depend_on_the_order_sources_ar
     assert splits[0] == splits[1]
     assert len(splits[0]) == 20 and sum(splits[0].values()) == 10
     assert any(i.startswith("user/") for i in splits[0]) and any(i.startswith("pydoc/") for i in splits[0])
+
+
+def test_a_benchmark_asking_for_more_than_its_books_give_says_so(tmp_path, caplog):
+    """``n_documents`` above what the sources give took them all, said in the log's counts only; a
+    ``passage_words`` longer than every document stopped on "only 0 usable documents", naming neither."""
+    from memaudit.datasets.build import build_benchmark
+
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("Emma", "Persuasion"):
+        chapters = [f"CHAPTER {n}\n\n" + " ".join(f"{name} walked to the garden in chapter {n}, sentence {i}."
+                                                  for i in range(30)) for n in ("I", "II", "III")]
+        (books / f"{name}.txt").write_text("\n\n".join(chapters) + "\n", encoding="utf-8")
+    bench = {"sources": ["user_books"], "passage_words": 40, "passages_per_document": 1, "min_passages": 1,
+             "member_fraction": 0.5, "n_documents": 50, "near_duplicate_ngram": None,
+             "source_options": {"user_books": {"directory": str(books), "min_chapter_words": 50}}}
+    with caplog.at_level("WARNING", logger="memaudit.datasets.build"):
+        docs, _ = build_benchmark("mine", bench, tmp_path, seed=13)
+    assert len(docs) == 6
+    assert caplog.messages == ["benchmark mine: n_documents is 50, but the sources give 6 usable documents (0 left "
+                               "out for fewer than min_passages passages): all 6 are used"]
+    words = len((books / "Emma.txt").read_text().split("\n\n")[1].split())  # a chapter's words
+    with pytest.raises(InputError) as err:
+        build_benchmark("mine", dict(bench, passage_words=5000), tmp_path, seed=13)
+    assert str(err.value) == (f"benchmark 'mine': only 0 usable documents in sources ['user_books'] (need at least 2 "
+                              f"with 1 passage(s) of passage_words=5000 words; 6 document(s) gave fewer, the longest "
+                              f"of them {words:,} words)")

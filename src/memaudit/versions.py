@@ -48,11 +48,11 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="82f4fc97477fe3b7"),
+                      fingerprint="5e5e3daac78d215f"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried;
     # 2: the tiny GPT-2s' GELU is torch's fused tanh kernel (the same formula, other rounding).
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=2,
-                    fingerprint="186a7ee2824a9510"),
+                    fingerprint="211fb90f246147d0"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups

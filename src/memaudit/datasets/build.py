@@ -26,6 +26,7 @@ group.
 
 from __future__ import annotations
 
+import logging
 import random
 import unicodedata
 from pathlib import Path
@@ -39,6 +40,8 @@ from memaudit.datasets.sources import load_source
 from memaudit.datasets.text import make_passages
 from memaudit.datasets.types import Document, Passage
 from memaudit.errors import InputError
+
+log = logging.getLogger(__name__)
 
 # The code version of what is built here is the "datasets" step's (memaudit.versions.STEPS). A source's own
 # version, beside it (memaudit.versions.dataset_code_version): bump a source's with a change that alters only
@@ -117,9 +120,12 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
         rejects += [Rejected(f"source {d.source}", 0, "document", short_repr(f"{d.doc_id} ({k} passage(s))"),
                              f"fewer than min_passages ({cfg['min_passages']}) passages of "
                              f"{cfg['passage_words']} words: the document is left out") for d, k in short]
-    if len(candidates) < 2:
+    if len(candidates) < 2:  # say why: passage_words above what the documents hold was only "0 usable"
+        longest = max((len(d.text.split()) for d, _ in short), default=0)
+        why = f"; {len(short)} document(s) gave fewer, the longest of them {longest:,} words" if short else ""
         raise InputError(f"benchmark {name!r}: only {len(candidates)} usable documents in sources "
-                         f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s))")
+                         f"{cfg['sources']} (need at least 2 with {cfg['min_passages']} passage(s) of "
+                         f"passage_words={cfg['passage_words']} words{why})")
     labels = _book_labels(name, cfg["labels"], candidates, rejects) if cfg.get("labels") else None
     if labels is not None:
         candidates = [c for c in candidates if _book(c[0]) in labels]
@@ -129,6 +135,9 @@ def build_benchmark(name: str, cfg: dict, assets_dir: Path, seed: int,
     n = cfg.get("n_documents")
     if n is not None and n < len(candidates):
         candidates = rng.sample(candidates, n)
+    elif n is not None and n > len(candidates):  # "at most": fewer, said in the job's log, not only counted there
+        log.warning(f"benchmark {name}: n_documents is {n}, but the sources give {len(candidates)} usable documents "
+                    f"({len(short)} left out for fewer than min_passages passages): all {len(candidates)} are used")
     rng.shuffle(candidates)
     if labels is not None:
         candidates, n_members, groups = _given_split(name, cfg, candidates, labels, rejects)
