@@ -480,6 +480,35 @@ def test_the_run_checks_the_api_slots_each_rule_claims_not_those_snakemake_lower
     assert capsys.readouterr().err == ""
 
 
+def test_a_model_claiming_more_gpus_than_resources_allow_is_an_error_before_the_run(capsys):
+    """``gpus: 3`` under ``--resources gpu=1`` (profiles/local's cap on a 1-GPU machine): Snakemake lowered the
+    claim to 1 unsaid, and a model placed on ``cuda:2`` stopped in its job telling the user to set the gpus it
+    had. A job of no {model} (a role's) names every model over the limit; one within it, none."""
+    from types import SimpleNamespace
+
+    from snakemake.resources import Resource
+
+    from memaudit.workflow_support import check_api_jobs, gpu_slot_problems
+
+    config = {"models": {"big": {"source": {"path": "/m"}, "gpus": 3, "device": "cuda:2"},
+                         "one": {"source": {"path": "/m"}, "device": "cuda"},
+                         "api": {"backend": "openai", "api": {"model_id": "x", "base_url": "http://127.0.0.1:9/v1"}}}}
+    line = ("config key models.big.gpus: 3 GPUs a job, more than --resources gpu=1 lets a job claim (Snakemake "
+            "would run its jobs on 1); lower its gpus (or its device's index) or raise gpu")
+    limit = {"gpu": Resource("gpu", 1)}
+    assert gpu_slot_problems(config, limit, [("big", 3), ("one", 1)]) == [line]
+    assert gpu_slot_problems(config, limit, [(None, 3)]) == [line]
+    assert gpu_slot_problems(config, limit, [("one", 1)]) == []
+    assert gpu_slot_problems(config, {"gpu": Resource("gpu", 4)}, [("big", 3)]) == []
+    assert gpu_slot_problems(config, {}, [("big", 3)]) == []  # no cap (a SLURM run): Snakemake lowers nothing
+    wildcards = SimpleNamespace(model="big", benchmark="novels")
+    rule = SimpleNamespace(name="token_stats", resources={"gpu": Resource("gpu", lambda wildcards: 3)})
+    job = SimpleNamespace(rule=rule, wildcards=wildcards, wildcards_dict=vars(wildcards), resources={"gpu": 1})
+    with pytest.raises(SystemExit):
+        check_api_jobs(config, limit, [job])
+    assert capsys.readouterr().err == line + "\n"
+
+
 def test_a_models_family_labels_it_and_is_no_setting_of_its_weights_or_scores():
     """``family`` (the config's, else the model's name) is a param of the tables and figures that show it, never
     of preparing or scoring the model: renaming it re-trained the model and reran everything after it."""

@@ -210,22 +210,62 @@ def api_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str
             for name, (backend, concurrency, limit) in sorted(too_many.items())]
 
 
+def gpu_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str]:
+    """One line for each local model claiming more GPUs a job (``gpus``, or 1 for ``device: cuda``) than
+    ``--resources gpu=N`` lets a job claim, among the jobs about to run (``runs``: each job's ``{model}``, None
+    without one, and the GPUs its rule claims).
+
+    Snakemake lowers such a claim to the limit and runs the job on fewer GPUs: a model placed on ``cuda:2``
+    then stopped in the job ("this job sees 1 GPU(s) … give the model gpus: N", which it had), or spread over
+    fewer devices than it needs. ``profiles/local`` sets ``gpu`` to the machine's count."""
+    from memaudit.config import is_api_model
+    from memaudit.devices import model_gpus
+
+    limit = limits.get("gpu")
+    limit = getattr(limit, "value", limit)
+    if not isinstance(limit, int):
+        return []
+    over = {name: model_gpus(entry, model=name) for name, entry in config["models"].items()
+            if not is_api_model(entry)}
+    over = {name: n for name, n in over.items() if n > limit}
+    named: set[str] = set()
+    for model, claimed in runs:
+        if claimed > limit:  # a job of no {model} (a role's, a reference's): every model over the limit
+            named |= {model} if model in over else set(over)
+    return [f"config key models.{name}.gpus: {over[name]} GPUs a job, more than --resources gpu={limit} lets a job "
+            f"claim (Snakemake would run its jobs on {limit}); lower its gpus (or its device's index) or raise gpu"
+            for name in sorted(named)]
+
+
+def declared_gpus(job) -> int:
+    """The GPUs a DAG job's rule claims, evaluated for its wildcards (its own ``resources`` hold the number
+    already lowered to ``--resources gpu``)."""
+    resource = job.rule.resources.get("gpu")
+    value = resource.evaluate(job.wildcards).value if resource is not None else 0
+    return value if isinstance(value, int) else 0
+
+
 def declared_api_resources(job) -> dict[str, int]:
     """The ``api_openai``/``api_anthropic`` slots a DAG job's rule claims, evaluated for its wildcards: the job's
     own ``resources`` hold them already lowered to ``--resources``."""
     out = {}
     for name in ("api_openai", "api_anthropic"):
-        value = job.rule.resources.get(name).evaluate(job.wildcards).value
+        resource = job.rule.resources.get(name)
+        value = resource.evaluate(job.wildcards).value if resource is not None else 0
         out[name] = value if isinstance(value, int) else 0
     return out
 
 
 def check_api_jobs(config: dict, global_resources: Mapping[str, Any], dag_jobs) -> None:
-    """The workflow's ``onstart`` (a run, not a dry run): every :func:`api_slot_problems` and
-    :func:`api_key_problems` line of the jobs about to run on stderr, and an exit before any job. The cost
+    """The workflow's ``onstart`` (a run, not a dry run): every :func:`api_slot_problems`,
+    :func:`api_key_problems` and :func:`gpu_slot_problems` line of the jobs about to run on stderr, and an exit
+    before any job. The cost
     estimate's jobs claim no API slots: no key needed."""
+    dag_jobs = list(dag_jobs)
     runs = [(job.wildcards_dict.get("model"), declared_api_resources(job)) for job in dag_jobs]
     lines = api_slot_problems(config, global_resources, runs) + api_key_problems(config, runs)
+    lines += gpu_slot_problems(config, global_resources,
+                               [(job.wildcards_dict.get("model"), declared_gpus(job)) for job in dag_jobs])
     for line in lines:
         print(line, file=sys.stderr)
     if lines:
