@@ -1286,6 +1286,13 @@ def test_config_on_the_command_line_applies_on_top_of_the_demo_config(tmp_path):
     proc = snakemake_forkserver.run(["-n", "all", "--configfile", "config/ci.yaml", "--config", "seed=x"], cwd=workdir)
     assert (proc.returncode, proc.stdout, proc.stderr) == (
         1, "", "config key seed: must be an integer, not the string 'x'\n")
+    # a nested value: Snakemake reads the insides of {...} as text, so no number can be given there; the line
+    # says so (it read as if the user had typed quotes)
+    proc = snakemake_forkserver.run(["-n", "all", "--configfile", "config/ci.yaml", "--config",
+                                     "stats={n_boot_small: 5}"], cwd=workdir)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "config key stats.n_boot_small: must be an integer, not the string '5' (--config reads the values "
+               "inside {...} as text: set this one in a --configfile)\n")
 
 
 @pytest.mark.workflow

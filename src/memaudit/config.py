@@ -1110,9 +1110,21 @@ def locate_problems(problems: str, config: dict, paths: Sequence[str | Path], *,
                     return f"{path}, line {found[1].line + 1}, column {found[1].column + 1}"
         return None
 
+    def from_command_line_as_text(line: str) -> bool:
+        """Whether the line is about a string no file gives: Snakemake reads a ``--config key={sub: 5}`` value's
+        insides as text ('5'), so a nested number, boolean or null can only come from a --configfile."""
+        key = _PROBLEM_KEY.match(line)
+        if key is None or ", not the string " not in line:
+            return False
+        keys, whole = _key_in(config, key[1])
+        return whole and isinstance(_value_at(config, keys), str) and len(keys) > 1 and all(
+            _value_at(data, keys) != _value_at(config, keys) for _, _, data in documents)
+
     out = []
     for line in problems.splitlines():
         where = place(line) or (str(paths[0]) if name_file and paths else None)
+        if from_command_line_as_text(line):
+            line += " (--config reads the values inside {...} as text: set this one in a --configfile)"
         out.append(f"{where}: {line}" if where else line)
     return "\n".join(out)
 
