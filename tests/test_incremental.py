@@ -796,6 +796,11 @@ def test_a_metrics_target_of_a_pair_no_probe_runs_is_named_before_any_job(tmp_pa
             proc.stdout + proc.stderr
     assert "metrics" in snakemake(workdir, "-n", "--cores", "1", "results/metrics/news/tiny-gpt2-small.csv",
                                   "--configfile", config).stdout
+    # DE-COP's tables of a benchmark it does not run on: paraphrased for minutes, then a summary of nothing
+    proc = snakemake(workdir, "-n", "--cores", "1", "results/summary/decop_news.csv", "--configfile", config,
+                     check=False)
+    assert proc.returncode == 1 and ("InputError: no DE-COP probe of the config runs on benchmark 'news', so it has "
+                                     "no DE-COP tables or figures") in proc.stdout + proc.stderr
 
 
 def test_a_steps_version_is_its_entrys_and_an_unknown_step_is_an_error():

@@ -180,7 +180,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="4082dbb03c4c9c7d",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="9ad65312c2585c3a",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The

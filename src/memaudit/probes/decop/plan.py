@@ -6,6 +6,7 @@ from typing import Sequence
 
 from memaudit.backends.base import is_api_model
 from memaudit.config import for_benchmark, per_benchmark_problems
+from memaudit.errors import InputError
 from memaudit.jobs import job_settings, probe_runs
 from memaudit.probes.registry import FAMILIES
 
@@ -148,6 +149,9 @@ def figure_models(config: dict, benchmark: str) -> list[str]:
 
 def figure_inputs(config: dict, benchmark: str) -> dict[str, list[str]]:
     runs = [(m, mode) for b, m, mode in probe_runs(config, "decop") if b == benchmark]
+    if not runs:  # a target asked for by name (results/summary/decop_news.csv): minutes of paraphrasing, then no table
+        raise InputError(f"no DE-COP probe of the config runs on benchmark {benchmark!r}, so it has no DE-COP tables "
+                         f"or figures; add it to a decop_* probe's benchmarks list")
     scores = f"results/scores/{benchmark}"
     return {
         "decop_items": f"results/datasets/{benchmark}/decop_items.jsonl",  # the blind longest-option rows
