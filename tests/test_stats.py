@@ -609,6 +609,14 @@ def test_merge_and_write_summary(tmp_path):
     assert list(merged.columns) == SUMMARY_COLUMNS
     assert list(merged["model"]) == ["m1", "m1", "m2", "m2"]
     assert list(merged["contaminated"]) == [True, True, False, False]
+    # a blank (or unknown) contaminated cell: bool(nan) read it as a contaminated model
+    edited = pd.read_csv(paths[0]).astype({"contaminated": object})
+    edited.loc[1, "contaminated"] = None
+    edited.to_csv(tmp_path / "edited.csv", index=False)
+    with pytest.raises(InputError) as err:
+        merge_metrics([tmp_path / "edited.csv"])
+    assert str(err.value) == (f"{tmp_path / 'edited.csv'}, line 3, column contaminated: nan is not true or false "
+                              f"(True/False, yes/no or 1/0)")
 
     write_summary(merged, tmp_path / "s.csv", tmp_path / "s.md")
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "s.csv"), merged, check_dtype=False)

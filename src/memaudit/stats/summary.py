@@ -150,20 +150,40 @@ def merge_metrics(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
         except pd.errors.EmptyDataError:
             raise InputError(f"{path}: file is empty") from None
         require_columns(frame, SUMMARY_COLUMNS, str(path))
-        frames.append(frame[SUMMARY_COLUMNS])
+        frame = frame[SUMMARY_COLUMNS].copy()
+        frame["contaminated"] = _bool_column(frame, "contaminated", path)
+        frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     merged = pd.concat(frames, ignore_index=True)
-    merged["contaminated"] = merged["contaminated"].map(as_bool)
     return merged.sort_values(["benchmark", "model", "method"], kind="stable").reset_index(drop=True)
 
 
+_TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
+
+
+def _bool_column(frame: pd.DataFrame, column: str, path) -> list[bool]:
+    """:func:`as_bool` of each cell of ``column``, an error naming the file, line and column."""
+    out = []
+    for i, value in enumerate(frame[column]):
+        try:
+            out.append(as_bool(value))
+        except InputError as exc:
+            raise InputError(f"{path}, line {i + 2}, column {column}: {exc}") from None
+    return out
+
+
 def as_bool(value) -> bool:
-    """Read a boolean cell: True/False, "True"/"False", "yes"/"no" or 1/0."""
+    """Read a boolean cell: True/False, "True"/"False", "yes"/"no" or 1/0. Anything else (a blank cell, "t") is
+    an InputError: ``bool(nan)`` read a blank ``contaminated`` cell as True, and an unknown spelling as False."""
     # CSV round trips turn booleans into "True"/"False" strings or 0/1.
-    if isinstance(value, str):
-        return value.strip().lower() in {"true", "1", "yes"}
-    return bool(value)
+    text = value.strip().lower() if isinstance(value, str) else value
+    if isinstance(text, str) and text in _TRUE | _FALSE:
+        return text in _TRUE
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, float, np.integer, np.floating))
+                                                 and value in (0, 1)):
+        return bool(value)
+    raise InputError(f"{value!r} is not true or false (True/False, yes/no or 1/0)")
 
 
 def _format_cell(column: str, value) -> str:
