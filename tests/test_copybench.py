@@ -582,6 +582,37 @@ def test_a_contaminated_model_whose_base_has_no_items_is_not_evaluated_not_dropp
     assert (block.checked, block.held, block.unevaluated) == (3, 0, 3)
 
 
+def _differences(decoding: str, scores=(("literal", "copybench_rougeL_excess"),
+                                        ("nonliteral", "copybench_characters"))) -> pd.DataFrame:
+    """A differences table of one fine-tuned model: each score's three groups, the non-member interval above 0."""
+    return pd.DataFrame([
+        dict(benchmark="novels", model="ft", base="base", pairing="base", mode=mode, decoding=decoding,
+             contaminated_on_benchmark=True, group=group, n_items=9, score=score, mean_model=0.3, mean_base=0.1,
+             difference=d, ci_low=low, ci_high=high, ci_unit="item", n_units=9, interval_holds_0=low <= 0 <= high)
+        for mode, score in scores for group, d, low, high in (
+            ("member", .2, .1, .3), ("nonmember", .05, .01, .09), ("member_minus_nonmember", .15, .05, .25))])
+
+
+def test_a_checked_score_the_run_has_no_row_of_is_not_evaluated_not_dropped():
+    """``decodings: [system]`` (no greedy) dropped every CopyBench check from the headline and its tally, two
+    failing ones among them; a run with no excess over chance (chance_references 0) dropped the literal one."""
+    from memaudit.probes.copybench.headline import HEADER, expectations
+    from memaudit.stats.headline import section
+
+    checks = expectations(_differences("system"))
+    assert checks["score"].tolist() == ["copybench_rougeL_excess"] * 3 + ["copybench_characters"] * 3
+    assert set(checks["expected"]) == {"not evaluated: no greedy decoding in this run (probes.copybench.decodings)"}
+    block = section(HEADER, checks)
+    assert (block.checked, block.held, block.unevaluated) == (6, 0, 6)
+    checks = expectations(_differences("greedy", (("literal", "copybench_rougeL"),
+                                                  ("nonliteral", "copybench_characters"))))
+    assert checks["expected"].tolist() == ["CI above 0", "CI holds 0", "CI above 0"] + [
+        "not evaluated: no copybench_rougeL_excess row (no other book's references to measure chance with: "
+        "chance_references 0, or every item of one book)"] * 3
+    assert checks["ok"].tolist() == [True, False, True, False, False, False]
+    assert len(expectations(_differences("greedy"))) == 6  # every row there: no extra line
+
+
 def test_the_difference_in_differences_resamples_each_group_on_its_own_as_scipy_does():
     """A style gain on every book (+0.1) and a memorisation gain on the member books (+0.3): the member
     and non-member rows both exclude 0, the difference in differences is the member gain's excess."""

@@ -7,8 +7,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from memaudit.stats.headline import (CONTROL_READING, NOT_EVALUATED, by_group, interval_check, interval_reading,
-                                     missing_groups, read_table, section, split_pairings)
+from memaudit.stats.headline import (CHECK_GROUPS, CONTROL_READING, NOT_EVALUATED, by_group, interval_check,
+                                     interval_reading, missing_groups, read_table, section, split_pairings)
 
 # What is copied from a passage: the mean ROUGE-L's excess over chance (the same output scored against
 # other books' references taken off), and the characters a story names. Reported beside them without a
@@ -67,7 +67,33 @@ def expectations(differences: pd.DataFrame, scores: Sequence[str] = CHECKED,
         rows.append({"benchmark": benchmark, "model": model, "base": base, "score": score, "books": group,
                      "difference": float("nan"), "ci": "",
                      "expected": f"{NOT_EVALUATED}: no {group} row (a group without items)", "ok": False})
+    rows += _unchecked_scores(differences, checked, scores, decoding)
     return pd.DataFrame(rows)
+
+
+# the mode each checked score is measured in
+SCORE_MODES = {"copybench_rougeL_excess": "literal", "copybench_characters": "nonliteral"}
+
+
+def _unchecked_scores(differences: pd.DataFrame, checked: pd.DataFrame, scores: Sequence[str],
+                      decoding: str) -> list[dict]:
+    """A not-evaluated row per checked score a model's mode has no row of: a run without ``greedy`` decoding
+    (``decodings: [memfree]``), or the excess over chance with nothing to measure chance against. Their checks
+    dropped out of the headline and its tally unseen (a 6-check tally read as a clean 3)."""
+    if "mode" not in differences.columns:
+        return []
+    have = set(zip(checked["benchmark"], checked["model"], checked["base"], checked["score"]))
+    rows = []
+    for (benchmark, model, base, mode), run in differences.groupby(["benchmark", "model", "base", "mode"], sort=True):
+        for score in (s for s in scores if SCORE_MODES.get(s) == mode and (benchmark, model, base, s) not in have):
+            why = (f"no {decoding} decoding in this run (probes.copybench.decodings)"
+                   if not (run["decoding"] == decoding).any() else
+                   f"no {score} row (no other book's references to measure chance with: chance_references 0, or "
+                   f"every item of one book)" if score == "copybench_rougeL_excess" else f"no {score} row")
+            rows += [{"benchmark": benchmark, "model": model, "base": base, "score": score, "books": group,
+                      "difference": float("nan"), "ci": "", "expected": f"{NOT_EVALUATED}: {why}", "ok": False}
+                     for group in CHECK_GROUPS]
+    return rows
 
 
 def reported(differences: pd.DataFrame, scores: Sequence[str] = REPORTED, decoding: str = "greedy") -> pd.DataFrame:
