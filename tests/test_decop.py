@@ -1356,3 +1356,33 @@ def test_a_document_without_a_passage_of_the_length_has_its_row_in_the_qc_table(
     assert qc["accept_rate"].iloc[0] == 1.0 and qc.filter(like="_rate").iloc[1].isna().all()
     assert ("1 of the 2 documents give no passage of 64 tokens (at least 48 words, ending a sentence) and have no "
             "item: short (5 words)") in logs
+
+
+def test_the_prob_score_counts_a_reply_with_no_letter_as_0_as_the_accuracy_counts_it_wrong():
+    """An API model's reply that listed no option letter (invalid) has no probability: the mean skipped it, so
+    a member document answered on 1 of its 4 questions scored that one answer's 0.9 against a non-member's 0.6
+    while its accuracy was 0.25 against 1.0. It counts 0; a request with no reply at all (error) stays out."""
+    from memaudit.probes.decop.runner import _evaluate
+
+    nan = np.nan
+    rows = []
+
+    def question(doc, label, ordering, correct, probs, status):
+        rows.append({"item_id": f"{doc}#{ordering}", "passage_id": f"{doc}#0", "doc_id": doc, "label": label,
+                     "role": "evaluate", "length": 64, "ordering": ordering, "correct": correct,
+                     **dict(zip(["p_A", "p_B", "p_C", "p_D"], probs)), "letter_mass": 1.0,
+                     "pred": int(np.nanargmax(probs)) if status == "ok" else -1, "status": status})
+
+    question("m", 1, "0123", 0, [0.9, 0.05, 0.03, 0.02], "ok")
+    for ordering, correct in (("1230", 3), ("2301", 2)):
+        question("m", 1, ordering, correct, [nan] * 4, "invalid")
+    question("m", 1, "3012", 1, [nan] * 4, "error")  # no reply: out of the accuracy and the prob alike
+    for ordering, correct in (("0123", 0), ("1230", 3), ("2301", 2), ("3012", 1)):
+        probs = [0.4 / 3] * 4
+        probs[correct] = 0.6
+        question("n", 0, ordering, correct, probs, "ok")
+    scored, _, _ = _evaluate(pd.DataFrame(rows), "logit", [64], fdr=0.1, calibration_documents=0)
+    score = {(r.method, r.doc_id): r.score for r in scored.itertuples()}
+    assert score[("decop-logit", "m")] == pytest.approx(1 / 3) and score[("decop-logit", "n")] == 1.0
+    assert score[("decop-logit-prob", "m")] == pytest.approx(0.9 / 3)  # (0.9 + 0 + 0) / 3 answered-or-not
+    assert score[("decop-logit-prob", "n")] == pytest.approx(0.6)

@@ -180,7 +180,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9: a request that failed under api.on_error: record is an error (n_error, every mode) left out of the
         # accuracy (it counted as a wrong answer, in logit mode as invalid); a provider-flagged refusal in logit
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=9, fingerprint="dbf4a19940ed775e",
+        # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
+        # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="a796a1dee50139b5",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -192,7 +194,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
                 # 4: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="2199ebb761ffbe5c")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=4, fingerprint="d67d34e8f3c0da27")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),

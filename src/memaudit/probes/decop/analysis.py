@@ -61,7 +61,12 @@ def verbatim_probability(answers: pd.DataFrame, mode: str) -> pd.Series | None:
         from scipy.special import softmax
 
         values = softmax(values, axis=1)
-    return pd.Series(values[np.arange(len(values)), answers["correct"].to_numpy(dtype=int)], index=answers.index)
+    p = pd.Series(values[np.arange(len(values)), answers["correct"].to_numpy(dtype=int)], index=answers.index)
+    # A reply that listed no option letter (invalid, or a refusal) has no probability: it counts 0, as it counts
+    # wrong in the accuracy; the mean skipped it, so a document the model often would not answer scored on its few
+    # answered questions, ranked opposite to its accuracy. A request with no reply (error) is left out of both.
+    errored = answers["status"].eq("error") if "status" in answers else pd.Series(False, index=answers.index)
+    return p.where(p.notna() | errored, 0.0)
 
 
 def document_accuracy(answers: pd.DataFrame, pred_column: str = "pred") -> pd.DataFrame:
