@@ -842,3 +842,26 @@ def test_a_contaminated_model_whose_base_has_no_rows_is_not_evaluated_not_droppe
     assert (block.checked, block.held, block.unevaluated) == (3, 0, 3)
     assert tally([block]) == ("Ground-truth checks: 0 of 3 hold; not evaluated (no row to check in its table): "
                               "3 in Cloze probes ground truth")
+
+
+def test_a_document_with_no_word_of_a_type_scores_0_and_the_log_counts_it():
+    """A document with no person name among its candidates reconstructs none and its MRR is 0 (the paper counts
+    a text with no reconstructed word as not memorised): kept, as documented, and counted in the probe's log
+    so a type the groups hold unequally is read with that count beside its AUC."""
+    from memaudit.probes.cloze.runner import document_table, type_summary
+
+    def row(doc, label, n_tokens, n_reconstructed, mrr):
+        return dict(passage_id=f"{doc}#0", doc_id=doc, label=label, measure="person", n_tokens=n_tokens,
+                    n_reconstructed=n_reconstructed, n_invalid=0, n_refusal=0, n_error=0, mrr=mrr,
+                    memorised=n_reconstructed >= 2)
+
+    texts = pd.DataFrame([row("m1", 1, 3, 2, 0.4), row("m2", 1, 0, 0, np.nan), row("n1", 0, 3, 0, 0.05)])
+    scores = document_table(texts, "logit")
+    assert {(r.method, r.doc_id): r.score for r in scores.itertuples()} == {
+        ("cloze_person", "m1"): 2.0, ("cloze_person", "m2"): 0.0, ("cloze_person", "n1"): 0.0,
+        ("cloze_person_mrr", "m1"): 0.4, ("cloze_person_mrr", "m2"): 0.0, ("cloze_person_mrr", "n1"): 0.05}
+    assert type_summary(texts, "person", "logit") == [
+        "person: 2 of 6 words reconstructed; 1 of 3 passages memorised; 1 document(s) had no word of the type: "
+        "scored 0 (no reconstruction, MRR 0), as the paper counts a text with none"]
+    assert type_summary(texts[texts["doc_id"] != "m2"], "person", "blackbox") == [
+        "person: 2 of 6 words reconstructed; 1 of 2 passages memorised"]

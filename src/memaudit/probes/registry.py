@@ -336,7 +336,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="afb287e45eb7a3ee",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="7fd2aee48b774bf4",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word

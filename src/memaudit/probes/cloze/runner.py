@@ -161,13 +161,23 @@ def run_job(job: ProbeJob) -> None:
     write_csv(job.outputs["texts"], texts.assign(**ids)[[*ids, *texts.columns]])
     write_csv(job.outputs["documents"], document_scores(document_table(texts, job.mode), model=job.model, dtype=dtype))
     for m in measures:
-        mine = texts[texts["measure"] == m]
-        job.progress(f"{m}: {int(mine['n_reconstructed'].sum())} of {int(mine['n_tokens'].sum())} words "
-                     f"reconstructed; {int(mine['memorised'].sum())} of {len(mine)} passages memorised")
-        if not answered(mine).sum():
-            job.progress(f"{m}: no word answered ({int(mine['n_invalid'].sum())} invalid, "
-                         f"{int(mine['n_refusal'].sum())} refused, {int(mine['n_error'].sum())} failed): no score, "
-                         f"no AUC")
+        for line in type_summary(texts[texts["measure"] == m], m, job.mode):
+            job.progress(line)
+
+
+def type_summary(mine: pd.DataFrame, measure: str, mode: str) -> list[str]:
+    """The probe log's lines on one token type's rows of the texts table: words reconstructed, passages
+    memorised, the documents with no word of the type (scored 0: :func:`document_table`), a type no word of
+    which got an answer."""
+    wordless = int((mine.groupby("doc_id")["n_tokens"].sum() == 0).sum())
+    lines = [f"{measure}: {int(mine['n_reconstructed'].sum())} of {int(mine['n_tokens'].sum())} words reconstructed; "
+             f"{int(mine['memorised'].sum())} of {len(mine)} passages memorised"
+             + (f"; {wordless} document(s) had no word of the type: scored 0 (no reconstruction"
+                f"{', MRR 0' if mode == 'logit' else ''}), as the paper counts a text with none" if wordless else "")]
+    if not answered(mine).sum():
+        lines.append(f"{measure}: no word answered ({int(mine['n_invalid'].sum())} invalid, "
+                     f"{int(mine['n_refusal'].sum())} refused, {int(mine['n_error'].sum())} failed): no score, no AUC")
+    return lines
 
 
 def plan_records(config: dict, model: str, items: Sequence[dict], *, mode: str, datasets=None) -> list[dict]:
