@@ -865,3 +865,25 @@ def test_a_document_with_no_word_of_a_type_scores_0_and_the_log_counts_it():
         "scored 0 (no reconstruction, MRR 0), as the paper counts a text with none"]
     assert type_summary(texts[texts["doc_id"] != "m2"], "person", "blackbox") == [
         "person: 2 of 6 words reconstructed; 1 of 2 passages memorised"]
+    # words past the model's max_tokens, read in a sliding window: counted (they looked read in full context)
+    assert type_summary(texts[texts["doc_id"] != "m2"], "person", "logit", truncated=2) == [
+        "person: 2 of 6 words reconstructed; 1 of 2 passages memorised; 2 word(s) read with their left context cut "
+        "at the model's max_tokens (a sliding window; tokens table: truncated)"]
+
+
+def test_a_word_past_max_tokens_is_marked_truncated_in_the_token_table(tiny_model, tiny_model_dir):
+    """A long passage's late word is read in a sliding window (part of its left context): the backend said so
+    and the cloze logit probe dropped it, its rank read as if in full context."""
+    from memaudit.backends.hf import HFBackend
+    from memaudit.probes.cloze.runner import logit_answers, token_table
+
+    model, tok = tiny_model
+    backend = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, max_tokens=20)
+    text = "the cat sat on the mat " * 8 + "and the dog"
+    words = [("cat", text.index("cat")), ("dog", text.rindex("dog"))]
+    items = [{"passage_id": "p#0", "doc_id": "p", "label": 1, "text": text,
+              "tokens": [{"measure": "prob", "word": w, "start": s, "end": s + len(w), "context": "x"}
+                         for w, s in words]}]
+    tokens = [(0, t) for t in items[0]["tokens"]]
+    table = token_table(items, tokens, logit_answers(backend, items, tokens))
+    assert table["truncated"].tolist() == [False, True]

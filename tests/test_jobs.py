@@ -305,6 +305,10 @@ def test_a_probe_that_runs_on_nothing_is_named_in_a_warning():
         "the block",
         "probes.cloze_logit: runs on nothing (its models and benchmarks lists are empty): list what it should run "
         "on, or remove the block"]  # and not the prefix block, which runs on one model and benchmark
+    # token_prob's block is on by default: an empty list is the way to turn it off, removing it would not be
+    cfg["probes"]["token_prob"]["models"] = []
+    assert ("probes.token_prob: runs on nothing (its models list is empty): an empty list is how this probe, on by "
+            "default, is turned off: list what it should run on if it is meant to run") in idle_entries(cfg)
 
 
 def test_a_model_first_by_name_is_idle_where_only_unset_optional_roles_would_name_it():
@@ -494,7 +498,8 @@ def test_a_model_claiming_more_gpus_than_resources_allow_is_an_error_before_the_
                          "one": {"source": {"path": "/m"}, "device": "cuda"},
                          "api": {"backend": "openai", "api": {"model_id": "x", "base_url": "http://127.0.0.1:9/v1"}}}}
     line = ("config key models.big.gpus: 3 GPUs a job, more than --resources gpu=1 lets a job claim (Snakemake "
-            "would run its jobs on 1); lower its gpus (or its device's index) or raise gpu")
+            "would run its jobs on 1); lower its gpus (a cuda:N device claims 1 unless gpus says more; its index "
+            "stays below its gpus) or raise gpu")
     limit = {"gpu": Resource("gpu", 1)}
     assert gpu_slot_problems(config, limit, [("big", 3), ("one", 1)]) == [line]
     assert gpu_slot_problems(config, limit, [(None, 3)]) == [line]

@@ -401,7 +401,9 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
     backend = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, batch_size=4)
     texts = ["the cat sat on the mat and looked at the dog", "a dog ran in the park",
              "the cat sat on the mat", "colourless green ideas sleep furiously"]
-    z, stats = importance_scores(backend, texts, params="all")
+    lines = []
+    z, stats = importance_scores(backend, texts, params="all", progress=lines.append)
+    assert not any("max_tokens" in line for line in lines)  # all four fit
     np.testing.assert_allclose(stats.logprob, backend.token_stats(texts, with_distribution=False).logprob)
     np.testing.assert_allclose(z["loss"], -stats.mean_nll())
     lowest = [np.sort(stats.passage(i)[0].astype(np.float64))[:max(1, int(0.2 * len(stats.passage(i)[0])))].mean()
@@ -409,6 +411,16 @@ def test_importance_scores_of_a_real_model(tiny_model, tiny_model_dir):
     np.testing.assert_allclose(z["min_k"], lowest)
     np.testing.assert_allclose(-z["gradnorm"], backend.gradient_norms(texts, params="all"))
     assert (z["gradnorm"] < 0).all()
+    # a text past max_tokens is scored on its first max_tokens tokens: counted in the log, it was silent
+    short = HFBackend({"path": str(tiny_model_dir)}, model=model, tokenizer=tok, batch_size=4, max_tokens=20)
+    cut = short.token_stats(texts, with_distribution=False).chars < np.array([len(t) for t in texts])
+    assert cut.tolist() == [True, False, False, True]  # 28 and 32 tokens of this tokenizer; 13 and 14 fit
+    lines = []
+    importance_scores(short, texts, params="all", progress=lines.append)
+    assert [line for line in lines if "max_tokens" in line] == [
+        "2 of 4 texts longer than the model's max_tokens: each is scored (Z, and the gradient norm) on its first "
+        "max_tokens tokens only, so a passage and its knockoffs compare different spans (shorter passages, "
+        "probes.decop.lengths, or the model's max_tokens avoid it)"]
     # the Table 2 baselines are token_prob's methods on the same passages
     from memaudit.probes.ktd.runner import baseline_scores
     from memaudit.probes.token_prob.methods import Lowercase, Reference, ScoringContext, Zlib

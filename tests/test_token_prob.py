@@ -332,8 +332,8 @@ def test_passages_cut_differently_are_left_out_where_the_statistics_do_not_say_w
     assert np.isnan(got[0]) and got[1] == 2.0 - 3.0 and np.isnan(got[2])
     assert ctx.spans["ref_big"].note("ref_big").endswith(
         "0 compared on the characters both scored; 2 left out of its scores: their token statistics do not record "
-        "where each token ends (written before they did, or a tokenizer without character offsets; rerun "
-        "token_stats: snakemake -R token_stats)")
+        "where each token ends (written before they did, or a tokenizer without character offsets; rerun them: "
+        "snakemake -R token_stats, and token_stats_lowercase for the lowercase score)")
     # statistics that do not record which characters they scored: taken as whole passages, and said so
     ref.chars = None
     uniform = stats_with([[(-1.0, 0, 1)] * 4, [(-1.0, 0, 1)] * 3, [(-1.0, 0, 1)] * 2], None, [11, 5, 5])

@@ -155,9 +155,11 @@ def package_dir(assets_dir: str | os.PathLike, pkg: str) -> Path:
     """``assets_dir/extracted/<pkg>``; :class:`AssetError` with the fix when missing."""
     path = Path(assets_dir) / "extracted" / pkg
     if not path.is_dir():
+        # make assets fetches into resources/demo only: the remedy for another assets_dir is the command
+        default = Path(assets_dir) == Path("resources/demo")
         raise AssetError(
             f"demo asset {pkg} not found at {path}; run `memaudit fetch-assets --dest "
-            f"{assets_dir}` (or `make assets`) first"
+            f"{assets_dir}`{' (or `make assets`)' if default else ''} first"
         )
     return path
 

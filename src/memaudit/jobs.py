@@ -385,13 +385,20 @@ def _idle_probes(config: dict) -> list[str]:
     run on, an API model only, say, is no mistake of the user's: no line.)"""
     from memaudit.probes.registry import enabled_probes
 
+    from memaudit.config import load_schema
+
+    on_by_default = {name for name, block in load_schema()["properties"]["probes"]["properties"].items()
+                     if isinstance(block, dict) and "default" in block}
     lines = []
     for probe in enabled_probes(config):
         empty = [key for key in ("models", "benchmarks") if config["probes"][probe].get(key) == []]
         if empty:
+            # token_prob's block is there by default: removed, it would run on every local model
+            off = ("an empty list is how this probe, on by default, is turned off: list what it should run on "
+                   "if it is meant to run" if probe in on_by_default else
+                   "list what it should run on, or remove the block")
             lines.append(f"probes.{probe}: runs on nothing (its {' and '.join(empty)} "
-                         f"list{'s are' if len(empty) > 1 else ' is'} empty): list what it should run on, or remove "
-                         f"the block")
+                         f"list{'s are' if len(empty) > 1 else ' is'} empty): {off}")
     return lines
 
 

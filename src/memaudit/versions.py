@@ -48,11 +48,11 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="95c4f3ab3cceff33"),
+                      fingerprint="d9c74d5acbcd48e6"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried;
     # 2: the tiny GPT-2s' GELU is torch's fused tanh kernel (the same formula, other rounding).
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=2,
-                    fingerprint="7a8cb186585e95f4"),
+                    fingerprint="a3b8bc3a429b56d8"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
@@ -65,7 +65,7 @@ STEPS: dict[str, Stage] = {
     # 13: a method with no score at all (a cloze token type nothing answered) gets a metrics row of its counts
     # and no statistic (n/a in the headline), not an AUC of 0.5
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=13,
-                   fingerprint="f88f62f21f8ffe96"),
+                   fingerprint="0412240c0dc9fde6"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -75,7 +75,7 @@ STEPS: dict[str, Stage] = {
     # the selection figure's legend says what its solid and dashed lines mean
     # 5: a method with no score is named "not measured" in the ROC and distribution figures (a note figure where
     # nothing was measured)
-    "figures": Stage(("memaudit.figures.plots",), version=5, fingerprint="251a9c37c50d2e5b"),
+    "figures": Stage(("memaudit.figures.plots",), version=5, fingerprint="3300a4076d684d1e"),
 }
 
 

@@ -233,7 +233,8 @@ def gpu_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str
         if claimed > limit:  # a job of no {model} (a role's, a reference's): every model over the limit
             named |= {model} if model in over else set(over)
     return [f"config key models.{name}.gpus: {over[name]} GPUs a job, more than --resources gpu={limit} lets a job "
-            f"claim (Snakemake would run its jobs on {limit}); lower its gpus (or its device's index) or raise gpu"
+            f"claim (Snakemake would run its jobs on {limit}); lower its gpus (a cuda:N device claims 1 unless gpus "
+            f"says more; its index stays below its gpus) or raise gpu"
             for name in sorted(named)]
 
 

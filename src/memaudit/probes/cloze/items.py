@@ -133,6 +133,10 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     scores = reference.word_logprobs(texts, [spans(c) for c in candidates], bounds=bounds,
                                      **({"fills": fills} if fills else {}))
     scoring = reference_scoring(scores)
+    cut = sum(bool(s.get("truncated")) for ss in scores for s in ss)
+    if cut:  # a word past the model's max_tokens is read in a sliding window: a part of its left context
+        progress(f"{cut} candidate word(s) read with their context cut at the reference model's max_tokens "
+                 f"(candidates table: ref_truncated)")
     # which model chose the words (its config name), recorded beside how it read them: the tables name it
     reference_model = getattr(reference, "name", None)
     tune_on = tuning_passages(passages)
@@ -173,7 +177,7 @@ def build_items(passages: Sequence[dict], reference, settings: dict, *, knowledg
     rows = [{"passage_id": p["passage_id"], "doc_id": p["doc_id"], "label": int(p["label"]), "word": c.word,
              "start": c.start, "end": c.end, "pos": c.pos, "is_person": c.is_person,
              "ref_logprob": s.get("first_logprob"), "ref_word_logprob": s.get("logprob"), "ref_rank": s.get("rank"),
-             "ref_model": reference_model, "ref_scoring": scoring,
+             "ref_model": reference_model, "ref_scoring": scoring, "ref_truncated": bool(s.get("truncated")),
              # window scoring (reference.fills): the left-context numbers it replaces, and its candidates
              "ref_left_logprob": s.get("left_first_logprob"), "ref_left_rank": s.get("left_rank"),
              "ref_n_fills": s.get("n_fills"), "ref_best_fill": s.get("best_fill"),

@@ -39,7 +39,7 @@ from memaudit.probes.cloze.scoring import answered, classify_reply
 from memaudit.probes.job import ProbeJob, document_scores
 
 TOKEN_COLUMNS = ["passage_id", "doc_id", "label", "measure", "word", "start", "guess", "status", "rank",
-                 "reconstructed"]
+                 "reconstructed", "truncated"]
 
 
 def probe_tokens(items: Sequence[dict]) -> list[tuple[int, dict]]:
@@ -65,7 +65,8 @@ def blackbox_answers(backend, tokens: Sequence[tuple[int, dict]], *, style: str,
     for _, t in tokens:
         status, guess = classify_reply(replies[t["context"]], style=style, context=t["context"])
         out.append({"guess": guess, "status": status, "rank": None,
-                    "reconstructed": bool(guess is not None and prompts.matches(guess, t["word"]))})
+                    "reconstructed": bool(guess is not None and prompts.matches(guess, t["word"])),
+                    "truncated": False})  # the prompt holds the word's context window whole
     return out
 
 
@@ -83,8 +84,11 @@ def logit_answers(backend, items: Sequence[dict], tokens: Sequence[tuple[int, di
                           "LM's next-token choice; a masked LM serves only as probes.cloze.reference.model")
     records = backend.word_logprobs([items[i]["text"] for i in order], [by_item[i] for i in order])
     read = {(i, span): rec for i, recs in zip(order, records) for span, rec in zip(by_item[i], recs)}
+    # a word past max_tokens is read in a sliding window (``truncated``: part of its left context): kept in the
+    # token table and counted in the log, where the rank was read as if in full context
     return [{"guess": None, "status": "ok", "rank": int(read[(i, (t["start"], t["end"]))]["rank"]),
-             "reconstructed": bool(read[(i, (t["start"], t["end"]))]["greedy"])} for i, t in tokens]
+             "reconstructed": bool(read[(i, (t["start"], t["end"]))]["greedy"]),
+             "truncated": bool(read[(i, (t["start"], t["end"]))].get("truncated"))} for i, t in tokens]
 
 
 def token_table(items: Sequence[dict], tokens: Sequence[tuple[int, dict]], answers: Sequence[dict]) -> pd.DataFrame:
@@ -161,19 +165,22 @@ def run_job(job: ProbeJob) -> None:
     write_csv(job.outputs["texts"], texts.assign(**ids)[[*ids, *texts.columns]])
     write_csv(job.outputs["documents"], document_scores(document_table(texts, job.mode), model=job.model, dtype=dtype))
     for m in measures:
-        for line in type_summary(texts[texts["measure"] == m], m, job.mode):
+        cut = int(table.loc[table["measure"] == m, "truncated"].astype(bool).sum())
+        for line in type_summary(texts[texts["measure"] == m], m, job.mode, truncated=cut):
             job.progress(line)
 
 
-def type_summary(mine: pd.DataFrame, measure: str, mode: str) -> list[str]:
+def type_summary(mine: pd.DataFrame, measure: str, mode: str, *, truncated: int = 0) -> list[str]:
     """The probe log's lines on one token type's rows of the texts table: words reconstructed, passages
-    memorised, the documents with no word of the type (scored 0: :func:`document_table`), a type no word of
-    which got an answer."""
+    memorised, the documents with no word of the type (scored 0: :func:`document_table`), the ``truncated``
+    words read with their left context cut at max_tokens, a type no word of which got an answer."""
     wordless = int((mine.groupby("doc_id")["n_tokens"].sum() == 0).sum())
     lines = [f"{measure}: {int(mine['n_reconstructed'].sum())} of {int(mine['n_tokens'].sum())} words reconstructed; "
              f"{int(mine['memorised'].sum())} of {len(mine)} passages memorised"
              + (f"; {wordless} document(s) had no word of the type: scored 0 (no reconstruction"
-                f"{', MRR 0' if mode == 'logit' else ''}), as the paper counts a text with none" if wordless else "")]
+                f"{', MRR 0' if mode == 'logit' else ''}), as the paper counts a text with none" if wordless else "")
+             + (f"; {truncated} word(s) read with their left context cut at the model's max_tokens (a sliding "
+                f"window; tokens table: truncated)" if truncated else "")]
     if not answered(mine).sum():
         lines.append(f"{measure}: no word answered ({int(mine['n_invalid'].sum())} invalid, "
                      f"{int(mine['n_refusal'].sum())} refused, {int(mine['n_error'].sum())} failed): no score, no AUC")

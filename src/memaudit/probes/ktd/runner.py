@@ -70,6 +70,11 @@ def importance_scores(backend, texts: Sequence[str], *, params, progress: Callab
     statistics its loss and Min-K% are read from (the baselines' too: :func:`baseline_scores`)."""
     progress(f"token statistics of {len(texts)} texts")
     stats = backend.token_stats(texts, with_distribution=False)
+    cut = int((np.asarray(stats.chars) < np.array([len(t) for t in texts])).sum()) if stats.chars is not None else 0
+    if cut:  # each text cut after its own tokens: a passage and its knockoffs then cover different spans
+        progress(f"{cut} of {len(texts)} texts longer than the model's max_tokens: each is scored (Z, and the "
+                 f"gradient norm) on its first max_tokens tokens only, so a passage and its knockoffs compare "
+                 f"different spans (shorter passages, probes.decop.lengths, or the model's max_tokens avoid it)")
     z = {"loss": -stats.mean_nll(),
          "min_k": np.array([k_lowest_mean(stats.passage(i)[0], MIN_K_RATIO) for i in range(len(texts))])}
     progress(f"per-sample gradient norms of {len(texts)} texts (parameters: {params})")

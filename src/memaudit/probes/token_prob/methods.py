@@ -72,14 +72,15 @@ class SharedSpan:
                          + (f" (median {int(np.median(self.chars[shared]))} characters)" if shared.any() else ""))
         if n_left:
             why = ("their token statistics do not record where each token ends (written before they did, or a "
-                   "tokenizer without character offsets; rerun token_stats: snakemake -R token_stats)"
+                   "tokenizer without character offsets; rerun them: snakemake -R token_stats, and "
+                   "token_stats_lowercase for the lowercase score)"
                    if self.no_ends else "no token of the two passes ends at the same character")
             parts.append(f"{n_left} left out of its scores: {why}")
         if self.no_chars:
             parts.append("token statistics that do not record which characters of each passage they scored "
                          "(written before they did) are taken as covering the whole passage, which a pass cut at "
-                         "its max_tokens does not; rerun token_stats (snakemake -R token_stats) to compare the same "
-                         "characters")
+                         "its max_tokens does not; rerun them (snakemake -R token_stats, and token_stats_lowercase for "
+                         "the lowercase score) to compare the same characters")
         return f"{method}: " + "; ".join(parts) if parts else None
 
 
