@@ -75,6 +75,27 @@ def test_plot_auc_vs_size_writes_png_and_svg(tmp_path):
     assert "loss · pythia · contaminated" in svg and "min_k_pp" not in svg
 
 
+def test_a_model_scored_by_none_of_the_methods_drawn_is_named_under_the_figure(tmp_path, monkeypatch, caplog):
+    """A model only other probes scored (the demo's news model the cloze probes ran, its rows all cloze_*) had no
+    point in the figure of every local model's AUC, and neither the figure nor the log said so."""
+    figures = _drawn(monkeypatch)
+    models = pd.DataFrame({"model": ["p-70m", "p-160m", "cloze-only"], "family": ["pythia"] * 3,
+                           "n_params": [7e7, 1.6e8, 1.6e8]})
+    docs = _doc_scores(n=40)
+    cloze = docs[docs["method"] == "loss"].assign(method="cloze_prob")
+    metrics = pd.concat([metrics_table(docs if m != "cloze-only" else cloze, benchmark="bt", model=m,
+                                       contaminated=False, seed=0, n_boot_small=2, n_boot_ci=10)
+                         for m in models["model"]], ignore_index=True)
+    with caplog.at_level("INFO", logger="memaudit.figures.plots"):
+        plot_auc_vs_size(metrics, models, tmp_path / "auc", "t", methods=["loss"])
+    texts = [t.get_text() for t in figures[0].texts]  # the suptitle, then the note
+    assert texts[1:] == ["not drawn (scored by none of these methods): cloze-only"]
+    assert caplog.messages == ["not drawn (scored by none of the methods shown): cloze-only"]
+    figures.clear()
+    plot_auc_vs_size(metrics[metrics["model"] != "cloze-only"], models, tmp_path / "auc2", "t", methods=["loss"])
+    assert [t.get_text() for t in figures[0].texts] == ["t (dotted: chance; bars: bootstrap 95% CI)"]
+
+
 def test_plot_auc_vs_size_unknown_model_is_input_error(tmp_path):
     metrics = metrics_table(_doc_scores(n=40), benchmark="bt", model="ghost", contaminated=False,
                             seed=0, n_boot_small=2, n_boot_ci=10)

@@ -65,7 +65,7 @@ STEPS: dict[str, Stage] = {
     # 13: a method with no score at all (a cloze token type nothing answered) gets a metrics row of its counts
     # and no statistic (n/a in the headline), not an AUC of 0.5
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=13,
-                   fingerprint="0412240c0dc9fde6"),
+                   fingerprint="ebe5f801336f7565"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -75,7 +75,8 @@ STEPS: dict[str, Stage] = {
     # the selection figure's legend says what its solid and dashed lines mean
     # 5: a method with no score is named "not measured" in the ROC and distribution figures (a note figure where
     # nothing was measured)
-    "figures": Stage(("memaudit.figures.plots",), version=5, fingerprint="3300a4076d684d1e"),
+    # 6: the AUC-by-size figure names the models it draws no point of (scored by none of its methods)
+    "figures": Stage(("memaudit.figures.plots",), version=6, fingerprint="fad54a7fcb6ffc6c"),
 }
 
 

@@ -14,6 +14,7 @@ and the summary frame of :mod:`memaudit.stats.summary`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from memaudit.errors import InputError
 from memaudit.io import atomic_path
 from memaudit.stats.metrics import roc_auc
 from memaudit.stats.summary import DOC_SCORE_COLUMNS, as_bool, require_columns
+
+log = logging.getLogger(__name__)
 
 FIGURE_WIDTH_IN = 10.0
 FONT_SIZE = 9
@@ -291,6 +294,11 @@ def plot_auc_vs_size(
     if unknown:
         raise InputError(f"models: no entry for model {unknown[0]!r} named in the metrics")
 
+    # a model scored by none of the methods drawn (a model only the cloze or CopyBench probes ran) has no point:
+    # named under the figure and in the log, where it went missing unseen from a figure "of every local model"
+    undrawn = sorted(set(metrics["model"]) - set(metrics.loc[metrics["method"].isin(methods), "model"]), key=str)
+    if undrawn:
+        log.info("not drawn (scored by none of the methods shown): %s", ", ".join(map(str, undrawn)))
     data = metrics[metrics["method"].isin(methods)].merge(
         models[["model", "family", "n_params"]].drop_duplicates("model"), on="model", how="left"
     )
@@ -360,7 +368,10 @@ def plot_auc_vs_size(
         fig.legend(list(seen.values()), list(seen.keys()), loc="center left",
                    bbox_to_anchor=(1.0, 0.5), frameon=False)
         fig.suptitle(f"{title} (dotted: chance; bars: bootstrap 95% CI)")
-        fig.tight_layout()
+        if undrawn:
+            fig.text(0.01, 0.005, "not drawn (scored by none of these methods): " + ", ".join(map(str, undrawn)),
+                     fontsize=7, color="grey", ha="left", va="bottom", wrap=True)
+        fig.tight_layout(rect=(0, 0.04, 1, 1) if undrawn else None)
         return save_figure(fig, out_prefix)
 
 

@@ -114,8 +114,11 @@ def build_imbalance_summary(imbalance_paths: Sequence[str], contaminated: dict[s
     frame = frame.sort_values(["benchmark", "model", "statistic", "member_ratio", "q"], kind="stable")
     write_csv(out_csv, frame)
     chosen = frame[frame["statistic"] == "gradnorm"]
-    lines = chosen.assign(model=[f"{mod}, {n} members per {k}" for mod, n, k in
-                                 zip(chosen["model"], chosen["n_members"], chosen["n_nonmembers"])],
+    # one line per model and member ratio: ratios whose member counts round alike (0.01, 0.05, 0.10 of a few
+    # non-members: 1 member each) were one line zig-zagging through the three at each q
+    lines = chosen.assign(model=[f"{mod}, member ratio {r:g} ({n} members per {k})" for mod, r, n, k in
+                                 zip(chosen["model"], chosen["member_ratio"], chosen["n_members"],
+                                     chosen["n_nonmembers"])],
                           method=f"ktd gradnorm, m={m}")
     plot_selection(lines, str(out_figure).removesuffix(".png"), [f"ktd gradnorm, m={m}"],
                    title=f"KTD knockoff+ with few members (Appendix B; gradient-norm W, m = {m}; mean over "
