@@ -283,7 +283,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="8af8fbe9b2c50992",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="9f2edb57c06eb30e",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -296,7 +296,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 10: the imbalance figure draws one line per model and member ratio (ratios whose member
                 # counts rounded alike were one line through all of them)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=10, fingerprint="1698475634227300")},
+                                 version=10, fingerprint="f8fa8befe3a1ee63")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),

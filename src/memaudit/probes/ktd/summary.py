@@ -191,7 +191,8 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                 handles = legend_handles(ax, any_missing and "no member among the texts")
                 ax.legend(handles=handles, frameon=False, fontsize=FONT_SIZE - 2)
         fig.suptitle(f"KTD knockoff+ at q = {q:g} (gradient-norm W): against the number of knockoffs "
-                     "(Figure 3) and model size (Figure 5); mean over knockoff draws, bars one standard error")
+                     "(Figure 3) and model size (Figure 5); mean over knockoff draws, bars one standard error "
+                     "(none where one draw was distinct: no standard error, ktd.csv's blank fdr_se)")
         fig.tight_layout()
         return save_figure(fig, out_prefix)
 
