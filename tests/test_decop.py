@@ -1386,3 +1386,33 @@ def test_the_prob_score_counts_a_reply_with_no_letter_as_0_as_the_accuracy_count
     assert score[("decop-logit", "m")] == pytest.approx(1 / 3) and score[("decop-logit", "n")] == 1.0
     assert score[("decop-logit-prob", "m")] == pytest.approx(0.9 / 3)  # (0.9 + 0 + 0) / 3 answered-or-not
     assert score[("decop-logit-prob", "n")] == pytest.approx(0.6)
+
+
+def test_a_decop_figure_with_nothing_to_draw_says_why(tmp_path, monkeypatch):
+    """The demo runs DE-COP in likelihood mode only: the calibration, position and label-probability figures
+    were blank axes (the calibration one with a raw/calibrated legend), saying nothing of why."""
+    from memaudit.figures import plots
+    from memaudit.probes.decop import figures as decop_figures
+
+    texts = []
+    original = plots.plot_note
+
+    def keep(out_prefix, text):
+        texts.append(text)
+        return original(out_prefix, text)
+
+    monkeypatch.setattr(decop_figures, "plot_note", keep)
+    answers = {"m (likelihood)": pd.DataFrame({"doc_id": ["d"], "label": [1], "role": ["evaluate"], "length": [64],
+                                               "ordering": ["0123"], "correct": [0], "pred": [0]})}
+    tables = {"m": pd.DataFrame({"role": ["evaluate"], "method": ["decop-likelihood"], "length": [64], "label": [1],
+                                 "accuracy": [1.0]})}
+    paths = [decop_figures.plot_decop_calibration_accuracy(tables, tmp_path / "calibration", "novels"),
+             decop_figures.plot_decop_accuracy_by_position(answers, tmp_path / "position", "novels"),
+             decop_figures.plot_decop_label_probabilities(answers, {}, tmp_path / "probabilities", "novels")]
+    assert all(p.exists() for pair in paths for p in pair)
+    assert texts == [
+        "novels: no logit-mode table in this run (the calibration, Algorithm 1, is logit mode's: decop_logit.models)",
+        "novels: no mode of this run shows the options in more than one order (likelihood mode scores them "
+        "order-free; logit and black-box modes rotate them)",
+        "novels: no label adjustment Δ in this run (logit mode with clean calibration documents: "
+        "decop_logit.models, probes.decop.calibration_documents)"]

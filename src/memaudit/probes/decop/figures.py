@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, MISSING_AUC, format_params, legend_handles, mark_missing,
-                                    new_figure, save_figure, style)
+                                    new_figure, plot_note, save_figure, style)
 from memaudit.io import read_csv, read_json, read_jsonl, write_csv
 from memaudit.probes.decop.analysis import auc_summary, longest_option_rate, longest_option_rows
 
@@ -157,6 +157,9 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
             for (method, label), g in ev.groupby(["method", "label"]):
                 rows.append((model, "calibrated" if "calibrated" in method else "raw", int(label), g["accuracy"].mean()))
         data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
+        if data.empty:  # blank axes with a raw/calibrated legend said nothing of why
+            return plot_note(out_prefix, f"{title}: no logit-mode table in this run (the calibration, Algorithm 1, "
+                                         f"is logit mode's: decop_logit.models)")
         bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
         x = np.arange(len(bars))
         any_missing = False
@@ -179,6 +182,10 @@ def plot_decop_accuracy_by_position(answers: dict[str, pd.DataFrame], out_prefix
     """Accuracy by the position (A-D) of the verbatim option, per model and group (selection bias)."""
     from memaudit.probes.decop.analysis import accuracy_by_position
 
+    if not any(a.loc[a["role"] == "evaluate", "ordering"].nunique() >= 2 for a in answers.values()):
+        # likelihood mode only: order-free, one question per passage; blank axes said nothing of why
+        return plot_note(out_prefix, f"{title}: no mode of this run shows the options in more than one order "
+                                     f"(likelihood mode scores them order-free; logit and black-box modes rotate them)")
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
@@ -209,6 +216,9 @@ def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dic
     evaluated = {name: a[(a["role"] == "evaluate") & (a["length"] == deltas[name][0])]
                  for name, a in answers.items() if name in deltas}
     evaluated = {name: a for name, a in evaluated.items() if not a.empty}
+    if not evaluated:  # no calibrated logit run: blank axes said nothing of why
+        return plot_note(out_prefix, f"{title}: no label adjustment Δ in this run (logit mode with clean calibration "
+                                     f"documents: decop_logit.models, probes.decop.calibration_documents)")
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
