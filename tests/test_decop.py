@@ -1411,8 +1411,9 @@ def test_a_decop_figure_with_nothing_to_draw_says_why(tmp_path, monkeypatch):
              decop_figures.plot_decop_label_probabilities(answers, {}, tmp_path / "probabilities", "novels")]
     assert all(p.exists() for pair in paths for p in pair)
     assert texts == [
-        "novels: no logit-mode table in this run (the calibration, Algorithm 1, is logit mode's: decop_logit.models)",
+        "novels: no logit-mode table in this run (the calibration, Algorithm 1, is logit mode's: "
+        "probes.decop_logit.models)",
         "novels: no mode of this run shows the options in more than one order (likelihood mode scores them "
         "order-free; logit and black-box modes rotate them)",
         "novels: no label adjustment Δ in this run (logit mode with clean calibration documents: "
-        "decop_logit.models, probes.decop.calibration_documents)"]
+        "probes.decop_logit.models, probes.decop.calibration_documents)"]

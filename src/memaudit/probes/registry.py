@@ -182,7 +182,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="537778ffa99d7b15",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="c9ee3ed639aeacc0",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -196,7 +196,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 4: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
                 # 5: a figure with nothing to draw (likelihood mode only: no calibration, one ordering) is a
                 # note saying why (blank axes)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=5, fingerprint="bbff7d6da18bff45")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=5, fingerprint="9006e7685bacff8b")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),

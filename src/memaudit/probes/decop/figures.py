@@ -159,7 +159,7 @@ def plot_decop_calibration_accuracy(tables: dict[str, pd.DataFrame], out_prefix,
         data = pd.DataFrame(rows, columns=["model", "variant", "label", "accuracy"])
         if data.empty:  # blank axes with a raw/calibrated legend said nothing of why
             return plot_note(out_prefix, f"{title}: no logit-mode table in this run (the calibration, Algorithm 1, "
-                                         f"is logit mode's: decop_logit.models)")
+                                         f"is logit mode's: probes.decop_logit.models)")
         bars = [(m, lab) for m in sorted(data["model"].unique()) for lab in (1, 0)]
         x = np.arange(len(bars))
         any_missing = False
@@ -218,7 +218,7 @@ def plot_decop_label_probabilities(answers: dict[str, pd.DataFrame], deltas: dic
     evaluated = {name: a for name, a in evaluated.items() if not a.empty}
     if not evaluated:  # no calibrated logit run: blank axes said nothing of why
         return plot_note(out_prefix, f"{title}: no label adjustment Δ in this run (logit mode with clean calibration "
-                                     f"documents: decop_logit.models, probes.decop.calibration_documents)")
+                                     f"documents: probes.decop_logit.models, probes.decop.calibration_documents)")
     with style():
         fig = new_figure(FIGURE_WIDTH_IN * 0.6, 4.0)
         ax = fig.add_subplot()
