@@ -1391,17 +1391,13 @@ def test_the_prob_score_counts_a_reply_with_no_letter_as_0_as_the_accuracy_count
 def test_a_decop_figure_with_nothing_to_draw_says_why(tmp_path, monkeypatch):
     """The demo runs DE-COP in likelihood mode only: the calibration, position and label-probability figures
     were blank axes (the calibration one with a raw/calibrated legend), saying nothing of why."""
+    from unittest.mock import Mock
+
     from memaudit.figures import plots
     from memaudit.probes.decop import figures as decop_figures
 
-    texts = []
-    original = plots.plot_note
-
-    def keep(out_prefix, text):
-        texts.append(text)
-        return original(out_prefix, text)
-
-    monkeypatch.setattr(decop_figures, "plot_note", keep)
+    note = Mock(wraps=plots.plot_note)  # draws the note, and keeps what it was asked to say
+    monkeypatch.setattr(decop_figures, "plot_note", note)
     answers = {"m (likelihood)": pd.DataFrame({"doc_id": ["d"], "label": [1], "role": ["evaluate"], "length": [64],
                                                "ordering": ["0123"], "correct": [0], "pred": [0]})}
     tables = {"m": pd.DataFrame({"role": ["evaluate"], "method": ["decop-likelihood"], "length": [64], "label": [1],
@@ -1410,7 +1406,7 @@ def test_a_decop_figure_with_nothing_to_draw_says_why(tmp_path, monkeypatch):
              decop_figures.plot_decop_accuracy_by_position(answers, tmp_path / "position", "novels"),
              decop_figures.plot_decop_label_probabilities(answers, {}, tmp_path / "probabilities", "novels")]
     assert all(p.exists() for pair in paths for p in pair)
-    assert texts == [
+    assert [call.args[1] for call in note.call_args_list] == [
         "novels: no logit-mode table in this run (the calibration, Algorithm 1, is logit mode's: "
         "probes.decop_logit.models)",
         "novels: no mode of this run shows the options in more than one order (likelihood mode scores them "

@@ -225,9 +225,9 @@ def gpu_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str
     limit = getattr(limit, "value", limit)
     if not isinstance(limit, int):
         return []
-    over = {name: model_gpus(entry, model=name) for name, entry in config["models"].items()
-            if not is_api_model(entry)}
-    over = {name: n for name, n in over.items() if n > limit}
+    claims = {name: model_gpus(entry, model=name) for name, entry in config["models"].items()
+              if not is_api_model(entry)}
+    over = {name: n for name, n in claims.items() if n > limit}
     named: set[str] = set()
     for model, claimed in runs:
         if claimed > limit:  # a job of no {model} (a role's, a reference's): every model over the limit
@@ -238,10 +238,10 @@ def gpu_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str
             for name in sorted(named)]
 
 
-def declared_gpus(job) -> int:
-    """The GPUs a DAG job's rule claims, evaluated for its wildcards (its own ``resources`` hold the number
-    already lowered to ``--resources gpu``)."""
-    resource = job.rule.resources.get("gpu")
+def declared_resource(job, name: str) -> int:
+    """The amount of resource ``name`` a DAG job's rule claims, evaluated for its wildcards (0 where the rule
+    claims none): the job's own ``resources`` hold it already lowered to ``--resources``."""
+    resource = job.rule.resources.get(name)
     value = resource.evaluate(job.wildcards).value if resource is not None else 0
     return value if isinstance(value, int) else 0
 
@@ -249,12 +249,7 @@ def declared_gpus(job) -> int:
 def declared_api_resources(job) -> dict[str, int]:
     """The ``api_openai``/``api_anthropic`` slots a DAG job's rule claims, evaluated for its wildcards: the job's
     own ``resources`` hold them already lowered to ``--resources``."""
-    out = {}
-    for name in ("api_openai", "api_anthropic"):
-        resource = job.rule.resources.get(name)
-        value = resource.evaluate(job.wildcards).value if resource is not None else 0
-        out[name] = value if isinstance(value, int) else 0
-    return out
+    return {name: declared_resource(job, name) for name in ("api_openai", "api_anthropic")}
 
 
 def check_api_jobs(config: dict, global_resources: Mapping[str, Any], dag_jobs) -> None:
@@ -266,7 +261,7 @@ def check_api_jobs(config: dict, global_resources: Mapping[str, Any], dag_jobs) 
     runs = [(job.wildcards_dict.get("model"), declared_api_resources(job)) for job in dag_jobs]
     lines = api_slot_problems(config, global_resources, runs) + api_key_problems(config, runs)
     lines += gpu_slot_problems(config, global_resources,
-                               [(job.wildcards_dict.get("model"), declared_gpus(job)) for job in dag_jobs])
+                               [(job.wildcards_dict.get("model"), declared_resource(job, "gpu")) for job in dag_jobs])
     for line in lines:
         print(line, file=sys.stderr)
     if lines:
