@@ -205,7 +205,7 @@ SCRIPT_DIGESTS = {
     "figure_auc_vs_size.py": "7098c255ce7232bd",
     "figures_model.py": "dbfee0656a64d804",
     "ktd_pool.py": "3fce2b6b4975b63f",
-    "ktd_summary.py": "04dff7249cb66f21",
+    "ktd_summary.py": "3468f026932796d8",  # session 76: the model families for the size panels (KTD summary 11)
     "metrics.py": "97fa06db94bf61e4",
     "prefix_dataset.py": "30c8014e6b3c461c",
     "prepare_model.py": "3adb46d6c6eff193",

@@ -1032,7 +1032,8 @@ def test_auc_by_size_lines_take_each_models_family_from_the_config(tmp_path, mon
     from memaudit.probes.decop import figures
 
     drawn = {}
-    monkeypatch.setattr(figures, "plot_decop_auc_by_size", lambda summary, out, title, models: drawn.update(models))
+    monkeypatch.setattr(figures, "plot_decop_auc_by_size",
+                        lambda summary, out, title, models, benchmark: drawn.update(models))
     for name in ("plot_decop_auc_by_length", "plot_decop_calibration_accuracy", "plot_decop_accuracy_by_position",
                  "plot_decop_label_probabilities"):
         monkeypatch.setattr(figures, name, lambda *args: None)
@@ -1044,8 +1045,32 @@ def test_auc_by_size_lines_take_each_models_family_from_the_config(tmp_path, mon
                                                                    "position", "probabilities")}
                                | {"summary": tmp_path / "decop_novels.csv"},
                                families={"ft": "tiny-gpt2-tuned", "base": "tiny-gpt2"})
-    assert drawn == {"ft": {"family": "tiny-gpt2-tuned", "contaminated": True},
-                     "base": {"family": "tiny-gpt2", "contaminated": False}}
+    assert drawn == {"ft": {"family": "tiny-gpt2-tuned", "contaminated": True, "fine_tuned_on": "novels"},
+                     "base": {"family": "tiny-gpt2", "contaminated": False, "fine_tuned_on": ""}}
+
+
+def test_auc_by_size_draws_a_model_fine_tuned_on_another_benchmark_as_its_own_line(tmp_path, monkeypatch):
+    """On the novels, a fine-tune on the news is neither the base nor contaminated: it was a point on its base's
+    line at the same size, a vertical stroke from the base's AUC to its own that read as a size trend."""
+    from memaudit.probes.decop import figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [("p-160m", 1.6e8, 0.50), ("p-160m-news", 1.6e8, 0.58), ("p-410m", 4.1e8, 0.55),
+            ("p-410m-news", 4.1e8, 0.52), ("p-410m-novels", 4.1e8, 0.95)]
+    summary = pd.DataFrame([{"model": m, "method": "decop-likelihood-prob", "length": 64, "n_params": n, "auc": a}
+                            for m, n, a in rows])
+    tuned = {"p-160m-news": ["news"], "p-410m-news": ["news"], "p-410m-novels": ["novels", "news"]}
+    models = {m: {"family": "p", "contaminated": "novels" in tuned.get(m, []),
+                  "fine_tuned_on": figures.fine_tuning(tuned.get(m, []))} for m, _, _ in rows}
+    figures.plot_decop_auc_by_size(summary, tmp_path / "size", "t", models, benchmark="novels")
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()), line.get_linestyle())
+             for line in drawn[0].axes[0].get_lines() if not line.get_label().startswith("_")}
+    assert lines == {
+        "decop-likelihood-prob, p (not contaminated)": ([1.6e8, 4.1e8], [0.50, 0.55], "--"),
+        "decop-likelihood-prob, p (fine-tuned on news, not this benchmark)": ([1.6e8, 4.1e8], [0.58, 0.52], "-."),
+        "decop-likelihood-prob, p (contaminated: fine-tuned on news, novels)": ([4.1e8], [0.95], "-"),
+    }
 
 
 def test_auc_figures_mark_an_auc_that_could_not_be_computed(tmp_path, monkeypatch):

@@ -75,6 +75,31 @@ def test_plot_auc_vs_size_writes_png_and_svg(tmp_path):
     assert "loss · pythia · contaminated" in svg and "min_k_pp" not in svg
 
 
+def test_auc_vs_size_draws_each_fine_tuning_recipe_as_its_own_line(tmp_path, monkeypatch):
+    """On benchmark bt, a base's fine-tune on arxiv is neither the base nor contaminated: grouped by (method, family,
+    contaminated) it was a point on the base's line at the base's size, a vertical stroke that read as a size trend
+    (the demo's news panel joined SmolLM2 and its novels fine-tune so). Each recipe is its own line, labelled."""
+    figures = _drawn(monkeypatch)
+    models = pd.DataFrame({"model": ["p-70m", "p-160m", "p-70m-arxiv", "p-160m-arxiv", "p-160m-bt"],
+                           "family": "pythia", "n_params": [7e7, 1.6e8, 7e7, 1.6e8, 1.6e8],
+                           "contaminated_on": ["", "", "arxiv", "arxiv", "bt;arxiv"]})
+    docs = _doc_scores(n=40)
+    metrics = pd.concat([metrics_table(docs, benchmark="bt", model=m, contaminated=m == "p-160m-bt",
+                                       seed=0, n_boot_small=2, n_boot_ci=10) for m in models["model"]],
+                        ignore_index=True)
+    plot_auc_vs_size(metrics, models, tmp_path / "auc", "t", methods=["loss"])
+    ax = figures[0].axes[0]
+    # (x, linestyle, filled): filled markers are the contaminated model's (its face the line's colour)
+    lines = {line.get_label(): (list(line.get_xdata()), line.get_linestyle(),
+                                line.get_markerfacecolor() == line.get_color())
+             for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert lines == {  # one method: no dodge
+        "loss · pythia": ([7e7, 1.6e8], "-", False),
+        "loss · pythia · fine-tuned on arxiv, not this benchmark": ([7e7, 1.6e8], "-.", False),
+        "loss · pythia · contaminated: fine-tuned on arxiv, bt": ([1.6e8], "--", True),
+    }
+
+
 def test_a_model_scored_by_none_of_the_methods_drawn_is_named_under_the_figure(tmp_path, monkeypatch, caplog):
     """A model only other probes scored (the demo's news model the cloze probes ran, its rows all cloze_*) had no
     point in the figure of every local model's AUC, and neither the figure nor the log said so."""

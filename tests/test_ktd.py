@@ -267,6 +267,35 @@ def test_m_and_size_figure_marks_a_missing_power(tmp_path, monkeypatch):
     assert not [line for ax in (axes[0], axes[2]) for line in ax.get_lines() if line.get_label() == "_missing"]
 
 
+def test_m_and_size_figure_draws_a_line_per_family_and_fine_tuning(tmp_path, monkeypatch):
+    """The size panels drew every model not fine-tuned on the benchmark's members as one line: two families'
+    bases, and a fine-tune on another benchmark at its base's size (a vertical stroke read as a size trend).
+    A line now joins one family's models fine-tuned on the same members; models_table's family, ktd.csv's
+    contaminated_on (build_summary's ``contaminated``) decide it."""
+    from memaudit.figures import plots
+    from memaudit.probes.ktd.summary import plot_m_and_size
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    rows = [("p-70m", "pythia", 7e7, "", 0.1), ("p-160m", "pythia", 1.6e8, "", 0.2),
+            ("p-160m-news", "pythia", 1.6e8, "news", 0.3), ("p-70m-ft", "pythia", 7e7, "novels", 0.8),
+            ("p-160m-ft", "pythia", 1.6e8, "novels", 0.9), ("o-125m", "opt", 1.25e8, "", 0.15)]
+    frame = pd.DataFrame([{"benchmark": "novels", "model": model, "family": family, "n_params": n,
+                           "tuning": tuning, "contaminated": tuning == "novels", "statistic": "gradnorm", "m": 2,
+                           "q": 0.1, "fdr": 0.1, "fdr_se": 0.01, "power": power, "power_se": 0.02}
+                          for model, family, n, tuning, power in rows])
+    plot_m_and_size(frame, str(tmp_path / "m_and_size"), m=2)
+    power_by_size = drawn[0].axes[3]
+    lines = {bars.get_label(): (list(bars.lines[0].get_xdata()), list(bars.lines[0].get_ydata()),
+                                bars.lines[0].get_linestyle()) for bars in power_by_size.containers}
+    assert lines == {
+        "pythia: fine-tuned on members": ([7e7, 1.6e8], [0.8, 0.9], "-"),
+        "opt: not fine-tuned": ([1.25e8], [0.15], "--"),
+        "pythia: fine-tuned on news, not this benchmark": ([1.6e8], [0.3], "-."),
+        "pythia: not fine-tuned": ([7e7, 1.6e8], [0.1, 0.2], "--"),
+    }
+
+
 def test_members_for_ratio_rounds_floors_at_one_and_caps():
     assert statistics.members_for_ratio(0.1, 60, 60) == 6
     assert statistics.members_for_ratio(0.05, 60, 60) == 3

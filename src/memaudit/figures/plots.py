@@ -272,9 +272,11 @@ def plot_auc_vs_size(
     ``metrics`` is the summary frame (:data:`memaudit.stats.summary.SUMMARY_COLUMNS`);
     ``models`` has ``model, family, n_params`` (and ``contaminated_on``, not
     needed here because ``metrics.contaminated`` already says whether the model
-    saw that benchmark).  One line per (method, family, contaminated): colour =
-    method, marker = family, dashed with filled markers = contaminated (open
-    markers: not), the axis at least a decade wide.  Error bars are the
+    saw that benchmark; ``contaminated_on`` separates the recipes).  One line per
+    (method, family, members fine-tuned on): colour = method, marker = family,
+    dashed with filled markers = contaminated (open markers: not), dash-dotted =
+    fine-tuned on another benchmark's members (:func:`size_line`), the axis at
+    least a decade wide.  Error bars are the
     bootstrap 95% interval ``[auc_ci_low, auc_ci_high]``; the dotted line is
     chance (0.5).  An AUC that could not be computed (NaN: the method scored
     members only or non-members only, or the model has no scores) is a hollow
@@ -299,9 +301,9 @@ def plot_auc_vs_size(
     undrawn = sorted(set(metrics["model"]) - set(metrics.loc[metrics["method"].isin(methods), "model"]), key=str)
     if undrawn:
         log.info("not drawn (scored by none of the methods shown): %s", ", ".join(map(str, undrawn)))
-    data = metrics[metrics["method"].isin(methods)].merge(
-        models[["model", "family", "n_params"]].drop_duplicates("model"), on="model", how="left"
-    )
+    tuned = models["contaminated_on"] if "contaminated_on" in models.columns else [""] * len(models)
+    recipes = models[["model", "family", "n_params"]].assign(tuning=[fine_tuning(v) for v in tuned])
+    data = metrics[metrics["method"].isin(methods)].merge(recipes.drop_duplicates("model"), on="model", how="left")
     data["n_params"] = pd.to_numeric(data["n_params"], errors="coerce")
     if not (data["n_params"] > 0).all():
         bad = data.loc[~(data["n_params"] > 0), "model"].iloc[0]
@@ -323,17 +325,17 @@ def plot_auc_vs_size(
         any_missing = False
         for ax, benchmark in zip(axes, benchmarks):
             panel = data[data["benchmark"] == benchmark]
-            for (method, family, contaminated), line in panel.groupby(
-                ["method", "family", "contaminated"], sort=True
+            for (method, family, contaminated, tuning), line in panel.groupby(
+                ["method", "family", "contaminated", "tuning"], sort=True
             ):
                 line = line.sort_values("n_params")
                 auc = line["auc"].to_numpy(dtype=float)
                 x = line["n_params"].to_numpy(dtype=float) * dodge[method]
                 # a line of one model is a point, whose dashes cannot show: filled marker = contaminated
+                ls, kind = size_line(contaminated, tuning, benchmark)
                 ax.plot(x, auc, color=colors[method], marker=markers[family], ms=4, lw=1.2,
-                        ls="--" if contaminated else "-", mfc=colors[method] if contaminated else "white",
-                        mec=colors[method],
-                        label=f"{method} · {family}{' · contaminated' if contaminated else ''}")
+                        ls=ls, mfc=colors[method] if contaminated else "white",
+                        mec=colors[method], label=" · ".join([str(method), str(family)] + ([kind] if kind else [])))
                 # A percentile interval may lie wholly above or below the point estimate: the bar
                 # is drawn about its own midpoint, so it spans [low, high] as metrics.csv has it
                 # (errors relative to the AUC, clipped at 0, cut off the part beyond the point).
@@ -373,6 +375,28 @@ def plot_auc_vs_size(
                      fontsize=7, color="grey", ha="left", va="bottom", wrap=True)
         fig.tight_layout(rect=(0, 0.04, 1, 1) if undrawn else None)
         return save_figure(fig, out_prefix)
+
+
+def fine_tuning(contaminated_on) -> str:
+    """The member sets a model was fine-tuned on, as a size line's key and label: ``"news, novels"`` from a
+    manifest's list or ``models.csv``'s ``;``-joined cell, ``""`` for a model fine-tuned on nothing (blank,
+    NaN or absent)."""
+    if contaminated_on is None or (isinstance(contaminated_on, float) and math.isnan(contaminated_on)):
+        return ""
+    parts = contaminated_on.split(";") if isinstance(contaminated_on, str) else list(contaminated_on)
+    return ", ".join(sorted({str(p).strip() for p in parts if str(p).strip()}))
+
+
+def size_line(contaminated: bool, tuning: str, benchmark: str) -> tuple[str, str]:
+    """How a size figure shows one kind of model on ``benchmark``: its linestyle and the label's suffix.
+    A line joins the models of one recipe across sizes (the bases; the fine-tunes on the same members), so a
+    model fine-tuned on another benchmark's members is a line of its own, dash-dotted, not a point on its base's
+    line at the same size (which drew a vertical stroke that read as a size trend)."""
+    if contaminated:
+        return "--", "contaminated" if tuning in ("", str(benchmark)) else f"contaminated: fine-tuned on {tuning}"
+    if tuning:
+        return "-.", f"fine-tuned on {tuning}, not this benchmark"
+    return "-", ""
 
 
 def format_params(value: float, _pos=None) -> str:

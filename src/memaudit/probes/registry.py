@@ -182,7 +182,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="c9ee3ed639aeacc0",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="73046d628e5c910d",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -195,8 +195,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
                 # 4: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text as the dataset wrote it (read back as 7.0 or NaN, it joined nothing)
                 # 5: a figure with nothing to draw (likelihood mode only: no calibration, one ordering) is a
-                # note saying why (blank axes)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=5, fingerprint="9006e7685bacff8b")},
+                # note saying why (blank axes); 6: the AUC-by-size figure draws a model fine-tuned on another
+                # benchmark's members as a line of its own (it joined its base's line at the same size)
+                "summary": Stage(("memaudit.probes.decop.figures",), version=6, fingerprint="cabfe2fe7b896f51")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -285,7 +286,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="9f2edb57c06eb30e",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="9bfa1d01b9f09e02",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -296,9 +297,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
                 # 10: the imbalance figure draws one line per model and member ratio (ratios whose member
-                # counts rounded alike were one line through all of them)
+                # counts rounded alike were one line through all of them); 11: the size panels draw a line per
+                # family and members fine-tuned on (every model not fine-tuned on the benchmark was one line)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=10, fingerprint="f8fa8befe3a1ee63")},
+                                 version=11, fingerprint="0dbafc2de6ee34a8")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -340,7 +342,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="87368b26b2b26b16",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="fc1916efb67d26fc",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -355,7 +357,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # the differences' intervals resample whole books (labels per book) or documents (several
                 # passages each), not passages (too narrow where passages cluster): ci_unit, n_units
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=11, fingerprint="d21d8ec0853eedfc")},
+                                 version=11, fingerprint="89dea32caa8fda2e")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

@@ -12,8 +12,8 @@ import pandas as pd
 
 from matplotlib.ticker import FuncFormatter
 
-from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, MISSING_AUC, format_params, legend_handles, mark_missing,
-                                    new_figure, plot_note, save_figure, style)
+from memaudit.figures.plots import (FIGURE_WIDTH_IN, MARKERS, MISSING_AUC, fine_tuning, format_params, legend_handles,
+                                    mark_missing, new_figure, plot_note, save_figure, size_line, style)
 from memaudit.io import read_csv, read_json, read_jsonl, write_csv
 from memaudit.probes.decop.analysis import auc_summary, longest_option_rate, longest_option_rows
 
@@ -53,8 +53,10 @@ def make_decop_figures(benchmark: str, tables: Sequence[str], answers: Sequence[
     deltas = calibration_deltas(calibrations)
     strip = lambda p: str(p)[:-4]  # noqa: E731 - plots write <prefix>.png and .svg
     sized = {m["name"]: {"family": (families or {}).get(m["name"], m.get("family", m["name"])),
-                         "contaminated": benchmark in m["contaminated_on"]} for m in manifests}
-    plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size", sized)
+                         "contaminated": benchmark in m["contaminated_on"],
+                         "fine_tuned_on": fine_tuning(m["contaminated_on"])} for m in manifests}
+    plot_decop_auc_by_size(summary, strip(out["auc_by_size"]), f"DE-COP on {benchmark}: AUC by model size", sized,
+                           benchmark=benchmark)
     plot_decop_auc_by_length(summary, strip(out["auc_by_length"]), f"DE-COP on {benchmark}: AUC by length")
     plot_decop_calibration_accuracy(merged, strip(out["calibration"]),
                                           f"DE-COP on {benchmark}: logit mode with and without calibration")
@@ -91,10 +93,14 @@ def _legend(ax, any_missing: bool) -> None:
     ax.legend(handles=legend_handles(ax, any_missing and MISSING_AUC), loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
-def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models: dict[str, dict]) -> list[Path]:
+def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models: dict[str, dict],
+                           benchmark: str = "") -> list[Path]:
     """DE-COP AUC against parameter count at the shortest passage length, one line per (method, model
-    family, contaminated): ``models`` gives each model's ``family`` and whether it was fine-tuned on this
-    benchmark's members (``contaminated``, from its manifest's ``contaminated_on``; solid), not its name.
+    family, members fine-tuned on): ``models`` gives each model's ``family``, whether it was fine-tuned on this
+    benchmark's members (``contaminated``, from its manifest's ``contaminated_on``; solid), not its name, and
+    which members it was fine-tuned on (``fine_tuned_on``, :func:`~memaudit.figures.plots.fine_tuning`): a
+    model fine-tuned on another benchmark's members is a line of its own (dash-dotted), not a point on its
+    base's line at the same size.
     An AUC that could not be computed (NaN: one class only) is a hollow marker with "n/a" at the bottom;
     a model without a parameter count (an API model) has no place on the axis and is not drawn."""
     with style():
@@ -103,13 +109,15 @@ def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models
         data = summary.dropna(subset=["n_params"])
         data = data[data["length"] == data["length"].min()] if not data.empty else data
         data = data.assign(family=[models[m]["family"] for m in data["model"]],
-                           contaminated=[bool(models[m]["contaminated"]) for m in data["model"]])
-        groups = list(data.groupby(["method", "family", "contaminated"])) if not data.empty else []
-        for (i, ((method, family, contaminated), g)) in enumerate(groups):
+                           contaminated=[bool(models[m]["contaminated"]) for m in data["model"]],
+                           tuning=[fine_tuning(models[m].get("fine_tuned_on")) for m in data["model"]])
+        groups = list(data.groupby(["method", "family", "contaminated", "tuning"])) if not data.empty else []
+        for (i, ((method, family, contaminated, tuning), g)) in enumerate(groups):
             g = g.sort_values("n_params")
+            _, kind = size_line(contaminated, tuning, benchmark)
             (line,) = ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)],
-                              linestyle="-" if contaminated else "--",
-                              label=f"{method}, {family} ({'contaminated' if contaminated else 'not contaminated'})")
+                              linestyle="-" if contaminated else "-." if tuning else "--",
+                              label=f"{method}, {family} ({kind or 'not contaminated'})")
             mark_missing(ax, g.loc[g["auc"].isna(), "n_params"], color=line.get_color(),
                          marker=MARKERS[i % len(MARKERS)])
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")

@@ -30,7 +30,8 @@ def _read(paths: Sequence[str]) -> pd.DataFrame:
 
 def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str], w_paths: Sequence[str],
                   contaminated: dict[str, list[str]], out_csv, out_fdr_power, out_w, *, m: int,
-                  n_params: dict[str, float] | None = None, out_m_size=None) -> pd.DataFrame:
+                  n_params: dict[str, float] | None = None, out_m_size=None,
+                  families: dict[str, str] | None = None) -> pd.DataFrame:
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, ``min_q`` (:func:`min_resolvable_q`; rows below it are logged),
     whether FDR <= q held (``guarantee``), and Lemma 1's symmetry tests of non-members' W beside it;
@@ -39,8 +40,9 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
     texts (``measured_on`` "test"; "all": every text); the two figures for the gradient-norm
     statistic at ``m`` over every text. ``n_params`` (model -> parameter count, from the prepared
     models' manifests) fills ``n_params`` for the figure against m and model size (``out_m_size``:
-    the paper's Figures 3 and 5)."""
-    from memaudit.figures.plots import plot_selection
+    the paper's Figures 3 and 5), whose size lines join the models of one family (``families``, model ->
+    family; each model its own where not given) fine-tuned on the same members (``contaminated``)."""
+    from memaudit.figures.plots import fine_tuning, plot_selection
 
     selection = _read(selection_paths)
     symmetry = _read(symmetry_paths)
@@ -60,7 +62,9 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
                    title=f"KTD knockoff+: empirical FDR and power against q (gradient-norm W, m = {m}; "
                          "mean over knockoff draws)")
     if out_m_size is not None:
-        plot_m_and_size(everything, str(out_m_size).removesuffix(".png"), m=m)
+        plot_m_and_size(everything.assign(family=everything["model"].map(lambda x: (families or {}).get(x, x)),
+                                          tuning=everything["model"].map(lambda x: fine_tuning(contaminated.get(x)))),
+                        str(out_m_size).removesuffix(".png"), m=m)
     w = _read(w_paths)
     plot_w_distributions(w[(w["statistic"] == "gradnorm") & (w["m"] == m) & (w["draw"] == 0)],
                          str(out_w).removesuffix(".png"), m=m)
@@ -136,15 +140,23 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
     """The KTD paper's Figure 3 (FDR and power against the number of knockoffs m) and Figure 5
     (against model size), for the gradient-norm statistic at the q nearest 0.1, one row per
     benchmark; solid lines and filled markers for models fine-tuned on the benchmark's members,
-    dashed and open for the others; FDR's target q dotted. Models without a size (none here: KTD
+    dashed and open for the others; FDR's target q dotted. In the size panels a line joins the models
+    of one ``family`` fine-tuned on the same members (``tuning``, :func:`~memaudit.figures.plots.fine_tuning`;
+    both columns optional): a model fine-tuned on another benchmark's members is a dash-dotted line of its
+    own, not a point on its base's line at the same size (all the models not fine-tuned on the benchmark's
+    members were one line, families and fine-tunes alike). Models without a size (none here: KTD
     runs on local models) are left out of the size panels. A missing power (no member among the
     texts) is a hollow "n/a" marker at the bottom of its panel (:func:`memaudit.figures.plots.mark_missing`)."""
     from matplotlib.ticker import MaxNLocator
 
-    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, format_params, format_params_minor, legend_handles,
-                                        mark_missing, new_figure, palette, save_figure, style)
+    from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, MARKERS, format_params, format_params_minor,
+                                        legend_handles, mark_missing, new_figure, palette, save_figure, style)
 
     knock = frame[frame["statistic"] == "gradnorm"]
+    knock = knock.assign(family=knock["family"] if "family" in knock.columns else "",
+                         tuning=knock["tuning"] if "tuning" in knock.columns else "")
+    families = sorted(knock["family"].unique(), key=str)
+    markers = {f: MARKERS[i % len(MARKERS)] for i, f in enumerate(families)}
     q = figure_q(knock["q"])
     at_q = knock[np.isclose(knock["q"], q)]
     any_missing = at_q[["fdr", "power"]].isna().to_numpy().any()
@@ -162,17 +174,23 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                     ax.errorbar(line["m"], line[column], yerr=line[f"{column}_se"].fillna(0), fmt=dash, marker="o",
                                 markersize=3, color=color, label=model, capsize=2)
                     mark_missing(ax, line.loc[line[column].isna(), "m"], color=color)
-            sized = part[(part["m"] == m) & part["n_params"].notna()]
-            for contaminated, name, marker in ((True, "fine-tuned on members", "o"), (False, "not fine-tuned", "s")):
-                pts = sized[sized["contaminated"] == contaminated].sort_values("n_params")
+            sized = part[(part["m"] == m) & part["n_params"].notna()].assign(
+                contaminated=lambda f: f["contaminated"].astype(bool))
+            # contaminated first (red, solid), then each family's other recipes (blue: dashed, dash-dotted)
+            for (contaminated, family, tuning), pts in sorted(sized.groupby(["contaminated", "family", "tuning"]),
+                                                              key=lambda g: (not g[0][0], str(g[0][1]), g[0][2])):
+                pts = pts.sort_values("n_params")
+                name = ("fine-tuned on members" if contaminated and tuning in ("", benchmark) else
+                        f"fine-tuned on {tuning}" if contaminated else
+                        f"fine-tuned on {tuning}, not this benchmark" if tuning else "not fine-tuned")
+                name = f"{family}: {name}" if len(families) > 1 else name
+                color = "tab:red" if contaminated else "tab:blue"
                 for ax, column in ((row[2], "fdr"), (row[3], "power")):
-                    if len(pts):
-                        ax.errorbar(pts["n_params"], pts[column], yerr=pts[f"{column}_se"].fillna(0),
-                                    fmt="-" if contaminated else "--", marker=marker, markersize=4, capsize=2,
-                                    color="tab:red" if contaminated else "tab:blue", label=name,
-                                    markerfacecolor=None if contaminated else "none")
-                        mark_missing(ax, pts.loc[pts[column].isna(), "n_params"],
-                                     color="tab:red" if contaminated else "tab:blue", marker=marker)
+                    ax.errorbar(pts["n_params"], pts[column], yerr=pts[f"{column}_se"].fillna(0),
+                                fmt="-" if contaminated else "-." if tuning else "--", marker=markers[family],
+                                markersize=4, capsize=2, color=color, label=name,
+                                markerfacecolor=None if contaminated else "none")
+                    mark_missing(ax, pts.loc[pts[column].isna(), "n_params"], color=color, marker=markers[family])
             for ax in (row[0], row[2]):
                 ax.axhline(q, color="grey", linestyle=":", label=f"q = {q:g}")
             for ax, title in zip(row, ("FDR against m", "power against m", f"FDR against size (m = {m})",
