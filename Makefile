@@ -83,7 +83,15 @@ run: venv assets
 	$(BIN)/snakemake --report results/report.html all $(CONFIGFILE)
 	$(BIN)/memaudit headline --summary results/summary/metrics.csv --config $(or $(CONFIG),config/config.yaml)
 
+# The report is made of the outputs as they are: after a change to the config (or the code) that reruns jobs,
+# it showed the old figures under the new settings' captions. So it is made only when nothing is pending.
 report: venv
+	@plan=$$($(BIN)/snakemake --dry-run --quiet rules all $(CONFIGFILE) 2>&1) || { echo "$$plan"; exit 1; }; \
+	if ! printf '%s\n' "$$plan" | grep -q '^Nothing to be done'; then \
+		printf '%s\n' "$$plan" | awk '/^Job stats:/ {f = 1} f {print} f && /^total/ {exit}'; \
+		echo "make report: jobs above are pending (the config or the code changed since the outputs were made), so the"; \
+		echo "report would show old outputs under the new settings: run them first (make run$(if $(CONFIG), CONFIG=$(CONFIG)))"; \
+		exit 2; fi
 	$(BIN)/snakemake --report results/report.html all $(CONFIGFILE)
 
 # Two pytest workers (pytest-xdist), a test file's tests on one worker, files in the order

@@ -659,7 +659,13 @@ def test_size_figure_names_each_point_a_base_and_its_fine_tune_share(tmp_path, m
     names = [(t.get_text(), tuple(t.xy)) for t in ax.texts]
     assert names == [("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.6)), ("big", (1e9, 0.3)),
                      ("tiny", (1e8, 0.2)), ("tiny-ft", (1e8, 0.21)), ("big", (1e9, 0.3))]
+    # names at one place (tiny's members and non-members at 0.2, tiny-ft's non-members at 0.21) are stacked 7 points
+    # apart, not overprinted; the others at the usual offset
+    offsets = [(t.get_text(), t.xyann) for t in ax.texts]
+    assert offsets == [("tiny", (4, 2)), ("tiny-ft", (4, 2)), ("big", (4, 2)),
+                       ("tiny", (4, 9)), ("tiny-ft", (4, 16)), ("big", (4, 9))]
     assert ax.get_ylabel() == "share of masked words reconstructed"
+    assert ax.get_ylim() == (-0.02, 1.02)  # a share's whole range: a panel of zeros read as blank
 
 
 def test_size_figure_marks_and_names_a_model_with_no_rate(tmp_path, monkeypatch):
@@ -709,6 +715,7 @@ def test_reconstruction_figure_marks_a_rate_with_no_masked_word(tmp_path, monkey
     assert [t.xy[0] for t in ax.texts if t.get_text() == "n/a"] == [0.8]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         "members", "non-members", "n/a (hollow, at the bottom): no masked word of this type"]
+    assert ax.get_ylim() == (-0.02, 1.02)
 
 
 def test_a_model_that_answered_no_word_is_no_measurement_in_the_cloze_tables_and_headline(tmp_path):

@@ -1363,6 +1363,28 @@ def test_a_config_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(
     assert main(["check-config", str(path)]) == 2
 
 
+def test_a_setting_holding_a_script_end_tag_is_one_line_at_its_place(tmp_path):
+    """``snakemake --report`` copies each job's params into the report's HTML <script> block unescaped: a family
+    ``tiny</script><img src=x onerror=alert(1)>`` ended the block there, the report showed no figure or table and
+    the rest ran as markup. Any text holding ``</script`` (any case, value or key) is refused at its place."""
+    path = tmp_path / "my.yaml"
+    text = CI_TEXT.replace("    family: tiny-gpt2\n", '    family: "tiny</SCRIPT><img src=x onerror=alert(1)>"\n', 1)
+    assert text != CI_TEXT
+    path.write_text(text)
+    lines = path.read_text().splitlines()
+    row = next(i for i, line in enumerate(lines) if "</SCRIPT>" in line)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    model = next(line.strip().rstrip(":") for line in reversed(lines[:row]) if line.startswith("  ") and
+                 not line.startswith("   "))
+    assert str(err.value) == (
+        f"{path}, line {row + 1}, column 5: config key models.{model}.family: holds '</script', which would end the "
+        f"data block of the HTML report (snakemake --report copies the settings into it as they are); write it "
+        f"without")
+    path.write_text(CI_TEXT.replace("    family: tiny-gpt2\n", '    family: "tiny <script>"\n', 1))
+    assert load_config(path)["models"][model]["family"] == "tiny <script>"  # an opening tag ends nothing
+
+
 def test_a_key_yaml_reads_as_no_text_and_a_nan_are_one_line_each_at_their_place(tmp_path):
     """An unquoted ``2024:`` benchmark (a number to YAML) stopped the checks with a TypeError's traceback, a
     ``yes:`` (YAML 1.1's true) was named ``stats.True`` at its block's line, and ``.nan`` passed every bound

@@ -989,12 +989,11 @@ def test_a_rejection_file_is_an_input_of_the_jobs_that_decode_with_memfree():
 def test_distributions_figure_bins_every_model_alike(tmp_path, monkeypatch):
     """Each model's histogram took its own 20 bins, so a model whose ROUGE-L spans 0.1-0.3 had bars a fifth
     as wide as one spanning 0-1 and their heights (prompts per bin) could not be compared."""
-    import matplotlib.pyplot as plt
-
+    from memaudit.figures import plots
     from memaudit.probes.copybench.summary import distributions_figure
 
-    closed = []
-    monkeypatch.setattr(plt, "close", closed.append)
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append((fig, prefix)) or [])
     paths = []
     for model, values in (("narrow", np.linspace(0.1, 0.3, 11)), ("wide", np.linspace(0.0, 1.0, 11))):
         path = tmp_path / "scores" / "bt" / model / "copybench_literal_items.jsonl"
@@ -1003,10 +1002,38 @@ def test_distributions_figure_bins_every_model_alike(tmp_path, monkeypatch):
                                 for v in values for d in ("greedy", "sampled")))
         paths.append(str(path))
     distributions_figure(paths, tmp_path / "distributions.png")
-    ax = closed[0].axes[0]
+    (fig, prefix), = drawn
+    assert prefix == str(tmp_path / "distributions")  # .png and .svg
+    ax = fig.axes[0]
     edges = [[round(p.get_x(), 9) for p in bars] for bars in ax.containers]
     assert edges[0] == edges[1] == [round(0.05 * i, 9) for i in range(20)]
     assert [sum(p.get_height() for p in bars) for bars in ax.containers] == [11, 11]  # greedy only
+    assert ax.get_title() == "ROUGE-L (literal), greedy decoding"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["narrow (bt), all books", "wide (bt), all books"]
+
+
+def test_distributions_figure_draws_a_run_without_greedy_decoding_and_splits_members(tmp_path, monkeypatch):
+    """A run of ``decodings: [system]`` drew three empty panels (the figure read greedy generations only), as if
+    nothing was copied; labelled items are drawn member and non-member books apart (filled, outline)."""
+    from memaudit.figures import plots
+    from memaudit.probes.copybench.summary import distributions_figure
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, prefix: drawn.append(fig) or [])
+    path = tmp_path / "scores" / "books" / "m" / "copybench_literal_items.jsonl"
+    path.parent.mkdir(parents=True)
+    rows = [{"decoding": "system", "label": label, "copybench_rougeL": v}
+            for label, values in ((1, (0.9, 0.95, 0.85)), (0, (0.1, 0.2))) for v in values]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    distributions_figure([str(path)], tmp_path / "distributions.png")
+    ax = drawn[0].axes[0]
+    assert ax.get_title() == "ROUGE-L (literal), system decoding"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["m (books), members", "m (books), non-members"]
+    members, = ax.containers  # the members' bars; the non-members' an outline (one polygon)
+    assert sum(p.get_height() for p in members) == 3
+    outline = [p for p in ax.patches if p not in members.patches]
+    assert len(outline) == 1 and not outline[0].get_fill()
+    assert [t.get_text() for t in drawn[0].axes[1].texts] == ["no nonliteral generation in this run"]
 
 
 def _scripted(name: str, reply):

@@ -89,14 +89,15 @@ def test_auc_vs_size_draws_each_fine_tuning_recipe_as_its_own_line(tmp_path, mon
                         ignore_index=True)
     plot_auc_vs_size(metrics, models, tmp_path / "auc", "t", methods=["loss"])
     ax = figures[0].axes[0]
-    # (x, linestyle, filled): filled markers are the contaminated model's (its face the line's colour)
+    # (x, linestyle, filled): filled markers are the contaminated model's (its face the line's colour), and its line
+    # is solid as in DE-COP's, the selection and KTD figures (this figure drew it dashed until session 76)
     lines = {line.get_label(): (list(line.get_xdata()), line.get_linestyle(),
                                 line.get_markerfacecolor() == line.get_color())
              for line in ax.get_lines() if not line.get_label().startswith("_")}
     assert lines == {  # one method: no dodge
-        "loss · pythia": ([7e7, 1.6e8], "-", False),
+        "loss · pythia": ([7e7, 1.6e8], "--", False),
         "loss · pythia · fine-tuned on arxiv, not this benchmark": ([7e7, 1.6e8], "-.", False),
-        "loss · pythia · contaminated: fine-tuned on arxiv, bt": ([1.6e8], "--", True),
+        "loss · pythia · contaminated: fine-tuned on arxiv, bt": ([1.6e8], "-", True),
     }
 
 

@@ -33,8 +33,8 @@ import yaml
 from memaudit import jobs
 
 from memaudit.versions import STEPS, step_version
-from workflow_helpers import (ROOT, directory_outputs, dry_run, make_workdir, planned_jobs, rule_directives, snakemake,
-                              touch_finished)
+from workflow_helpers import (ROOT, SNAKEMAKE, directory_outputs, dry_run, make_workdir, planned_jobs, rule_directives,
+                              snakemake, touch_finished)
 
 pytestmark = pytest.mark.workflow
 
@@ -408,6 +408,31 @@ def test_a_pulled_run_touched_as_the_docs_say_reruns_what_a_later_change_decides
     assert planned_jobs(clone, config) == expected
 
 
+def test_make_report_refuses_while_jobs_are_pending_and_says_which(finished, tmp_path):
+    """`make report` built the HTML from the outputs as they were: after a config change that reruns jobs it showed
+    the old figures under the new settings' captions, rc 0, no word. It now refuses, with the pending jobs' table,
+    and writes no report; on the finished run (nothing pending) the dry run's line is the one it looks for."""
+    import subprocess
+    import sys
+
+    shutil.copy2(ROOT / "Makefile", finished / "Makefile")
+    config = with_config(finished, "report_seed", lambda c: c.__setitem__("seed", c["seed"] + 1))
+    # -o venv: the test's own environment, not a venv made in the tree
+    made = subprocess.run(["make", "-o", "venv", "report", f"BIN={Path(sys.executable).parent}", f"CONFIG={config}"],
+                          cwd=finished, capture_output=True, text=True)
+    assert made.returncode == 2, made.stdout + made.stderr
+    lines = made.stdout.splitlines()
+    assert lines[0] == "Job stats:" and re.fullmatch(r"total\s+\d+", lines[-3]), lines
+    assert re.search(r"^benchmark_dataset\s+3$", made.stdout, re.M)
+    assert lines[-2:] == [
+        "make report: jobs above are pending (the config or the code changed since the outputs were made), so the",
+        f"report would show old outputs under the new settings: run them first (make run CONFIG={config})"]
+    assert not (finished / "results/report.html").exists()
+    plan = subprocess.run([*SNAKEMAKE, "--dry-run", "--quiet", "rules", "all", "--configfile", CI_YAML],
+                          cwd=finished, capture_output=True, text=True)
+    assert "\nNothing to be done" in "\n" + plan.stdout + plan.stderr, plan.stdout + plan.stderr
+
+
 def test_changing_the_selection_figures_methods_redraws_only_the_summary(finished):
     """stats.selection.figure_methods picks the curves of the summary's FDR/power figure: no metrics job
     reads it (it ran every one again, on every benchmark and model)."""
@@ -522,14 +547,14 @@ def test_changing_how_copybench_cuts_its_items_rebuilds_them(finished):
 def test_every_figure_saved_as_png_and_svg_declares_both(finished_run):
     """memaudit.figures.plots.save_figure writes <prefix>.png and <prefix>.svg: a rule declaring the PNG
     alone left the SVG undeclared (`snakemake <it>.svg` found no rule, --delete-all-output left it behind,
-    --list-untracked listed it). CopyBench's summary saves its two figures as PNG only."""
-    png_only = {"copybench_summary"}
+    --list-untracked listed it). CopyBench's summary saved its two figures as PNG only until session 76."""
     figures = {}
     for (rule, _), outputs in finished_run[1].items():
         pngs = sorted(o.removesuffix(".png") for o in outputs if o.endswith(".png"))
-        if pngs and rule not in png_only:
+        if pngs:
             figures[rule] = (pngs, sorted(o.removesuffix(".svg") for o in outputs if o.endswith(".svg")))
-    assert {"decop_figures", "ktd_summary", "cloze_summary", "summary", "figures_model"} <= set(figures)
+    assert {"decop_figures", "ktd_summary", "cloze_summary", "summary", "figures_model",
+            "copybench_summary"} <= set(figures)
     assert {rule: svgs for rule, (_, svgs) in figures.items()} == {rule: pngs for rule, (pngs, _) in figures.items()}
 
 

@@ -238,7 +238,7 @@ def validate_config(config: dict, schema: dict | None = None, *,
         raise ConfigError(f"config key <top level>: must be a mapping, not {_describe(config, ())}")
     # every check below reads keys as text (a benchmark named 2024 stopped them with a TypeError), and a
     # NaN passes every bound of the schema (each comparison with it is false) to stop a job hours later
-    _raise_problems(_keys_not_text(config) + _not_a_number(config))
+    _raise_problems(_keys_not_text(config) + _not_a_number(config) + _script_ends(config))
     problems = [f"{key_path(path)}: {message}" for path, message in credential_problems(config)]
     schema = schema or load_schema()
     problems += _source_keys_on_published(config, schema)
@@ -302,6 +302,23 @@ def _not_a_number(node, path: tuple = ()) -> list[str]:
         return [f"{key_path(path)}: .nan (not a number) is no value a setting takes; give a number"]
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     return [line for key, value in items for line in _not_a_number(value, path + (key,))]
+
+
+def _script_ends(node, path: tuple = ()) -> list[str]:
+    """A line for every text under ``node`` (a value or a key) holding ``</script`` in any case: ``snakemake
+    --report`` copies each job's params into the report's HTML ``<script>`` block unescaped, so a family
+    ``tiny</script><img onerror=…>`` ended the block there: the report showed no figure or table, and the rest
+    of the string ran as the page's markup."""
+    if isinstance(node, str):
+        return ([f"{key_path(path)}: holds '</script', which would end the data block of the HTML report "
+                 f"(snakemake --report copies the settings into it as they are); write it without"]
+                if "</script" in node.lower() else [])
+    if isinstance(node, dict):
+        return [line for key, value in node.items()
+                for line in _script_ends(key, path + (key,)) + _script_ends(value, path + (key,))]
+    if isinstance(node, list):
+        return [line for i, value in enumerate(node) for line in _script_ends(value, path + (i,))]
+    return []
 
 
 # Top-level blocks of named entries that the cross-key checks look names up in: one of another shape

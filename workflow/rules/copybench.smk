@@ -153,12 +153,14 @@ rule copybench_summary:
             category="CopyBench",
             labels={"figure": "score distributions"},
         ),
+        figure_svg="results/figures/copybench/distributions.svg",
         recall_figure=report(
             "results/figures/copybench/copying_vs_recall.png",
             caption="../report/copybench_copying_vs_recall.rst",
             category="CopyBench",
             labels={"figure": "copying against fact recall"},
         ),
+        recall_figure_svg="results/figures/copybench/copying_vs_recall.svg",
     log:
         "logs/copybench_summary/summary.log",
     conda:

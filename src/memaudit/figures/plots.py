@@ -274,9 +274,9 @@ def plot_auc_vs_size(
     needed here because ``metrics.contaminated`` already says whether the model
     saw that benchmark; ``contaminated_on`` separates the recipes).  One line per
     (method, family, members fine-tuned on): colour = method, marker = family,
-    dashed with filled markers = contaminated (open markers: not), dash-dotted =
-    fine-tuned on another benchmark's members (:func:`size_line`), the axis at
-    least a decade wide.  Error bars are the
+    solid with filled markers = contaminated (open markers: not), dashed = base
+    models, dash-dotted = fine-tuned on another benchmark's members
+    (:func:`size_line`), the axis at least a decade wide.  Error bars are the
     bootstrap 95% interval ``[auc_ci_low, auc_ci_high]``; the dotted line is
     chance (0.5).  An AUC that could not be computed (NaN: the method scored
     members only or non-members only, or the model has no scores) is a hollow
@@ -392,11 +392,13 @@ def size_line(contaminated: bool, tuning: str, benchmark: str) -> tuple[str, str
     A line joins the models of one recipe across sizes (the bases; the fine-tunes on the same members), so a
     model fine-tuned on another benchmark's members is a line of its own, dash-dotted, not a point on its base's
     line at the same size (which drew a vertical stroke that read as a size trend)."""
+    # solid = fine-tuned on this benchmark's members, as in every figure of the report (DE-COP's, the selection
+    # figures, KTD's); this one drew them dashed until session 76
     if contaminated:
-        return "--", "contaminated" if tuning in ("", str(benchmark)) else f"contaminated: fine-tuned on {tuning}"
+        return "-", "contaminated" if tuning in ("", str(benchmark)) else f"contaminated: fine-tuned on {tuning}"
     if tuning:
         return "-.", f"fine-tuned on {tuning}, not this benchmark"
-    return "-", ""
+    return "--", ""
 
 
 def format_params(value: float, _pos=None) -> str:

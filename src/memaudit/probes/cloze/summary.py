@@ -39,6 +39,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
@@ -298,6 +299,8 @@ def reconstruction_figure(table: pd.DataFrame, out: str | Path) -> None:
         ax.set_xticks(x, block["model"], rotation=30, ha="right", fontsize=7)
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
         ax.set_ylabel("share of masked words reconstructed")
+        # a share runs 0-1: a panel of zeros scaled itself to -0.04..0.04 and read as blank, a measured 0 as no data
+        ax.set_ylim(-0.02, 1.02)
         ax.legend(handles=handles, fontsize=7)
     fig.tight_layout()
     save_figure(fig, Path(out).with_suffix(""))
@@ -361,6 +364,15 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.0 * max(len(panels), 1), 3.4), squeeze=False)
     for ax, (benchmark, mode, measure) in zip(axes[0], panels):
         block = table[(table["benchmark"] == benchmark) & (table["mode"] == mode) & (table["measure"] == measure)]
+        # names at one place (a base and its fine-tunes at one size and rate, members and non-members alike;
+        # "one rate": within 0.03, about a name's height on the 0-1 axis) are stacked, not overprinted
+        named: Counter = Counter()
+
+        def lift(x, y) -> int:
+            key = (float(x), round(float(y) / 0.03))
+            named[key] += 1
+            return 7 * (named[key] - 1)
+
         for label, name in ((1, "members"), (0, "non-members")):
             line = block[block["label"] == label].sort_values("n_params")
             if line.empty:
@@ -371,16 +383,18 @@ def size_figure(table: pd.DataFrame, out: str | Path) -> None:
                                known["rate_high"] - known["rate"]], fmt="o", capsize=3, label=name, alpha=0.8)
             color = bars[0].get_color()
             for model, x, y in zip(known["model"], known["n_params"], known["rate"]):
-                ax.annotate(model, (x, y), xytext=(4, 2), textcoords="offset points", fontsize=6, color=color)
+                ax.annotate(model, (x, y), xytext=(4, 2 + lift(x, y)), textcoords="offset points", fontsize=6,
+                            color=color)
             # no masked word of this type: no rate, marked n/a at the bottom and named there (a name at a nan
             # height was drawn nowhere)
             mark_missing(ax, missing["n_params"], color=color)
             for model, x in zip(missing["model"], missing["n_params"]):
-                ax.annotate(model, (x, MISSING_Y), xycoords=ax.get_xaxis_transform(), xytext=(8, -1),
+                ax.annotate(model, (x, MISSING_Y), xycoords=ax.get_xaxis_transform(), xytext=(8, -1 + lift(x, -1)),
                             textcoords="offset points", fontsize=6, color=color)
         ax.set_xscale("log")
         ax.set_xlabel("parameters")
         ax.set_ylabel("share of masked words reconstructed")
+        ax.set_ylim(-0.02, 1.02)
         ax.set_title(f"{benchmark}: {measure} tokens ({mode})", fontsize=9)
         # a rate is missing for want of a word (no candidate), or of an answer (candidates, none answered)
         missing = block[block["rate"].isna()]

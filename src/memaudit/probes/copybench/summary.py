@@ -193,37 +193,61 @@ def _n_units(units, n_items: int) -> int:
     return n_items if units is None else int(pd.unique(units).size)
 
 
-def distributions_figure(items_paths: Sequence[str], out: str | Path) -> None:
-    import matplotlib
+DECODING_ORDER = ("greedy", "system", "memfree")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    from memaudit.io import atomic_path
+def distributions_figure(items_paths: Sequence[str], out: str | Path) -> list[Path]:
+    """CopyBench's Figure 4: the literal ROUGE-L, events and characters found, per model, for one decoding (greedy,
+    or the first of the run's others where it ran no greedy decoding: a ``decodings: [system]`` run drew empty
+    panels), member and non-member books apart where the items are labelled (filled: members; outline:
+    non-members). ``out``: the PNG; an SVG beside it (:func:`memaudit.figures.plots.save_figure`)."""
+    from memaudit.figures.plots import FIGURE_WIDTH_IN, FONT_SIZE, new_figure, palette, plot_note, save_figure, style
 
     panels = [("literal", "copybench_rougeL", "ROUGE-L (literal)"),
               ("nonliteral", "copybench_events", "events found"),
               ("nonliteral", "copybench_characters", "characters found")]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, (mode, score, title) in zip(axes, panels):
-        shown = []
-        for path in items_paths:
-            benchmark, model, m = _parse(path)
-            if m == mode:
-                frame = pd.DataFrame(read_jsonl(path))
-                shown.append((f"{model} ({benchmark})", frame.loc[frame["decoding"] == "greedy", score]))
-        # one set of bins per panel: each model's own 20 bins made its bars narrower or wider than the others'
-        bins = np.histogram_bin_edges(pd.concat([v for _, v in shown]), bins=20) if shown else 20
-        for label, values in shown:
-            ax.hist(values, bins=bins, alpha=0.5, label=label)
-        ax.set_title(title)
-        ax.set_ylabel("prompts")
-        if ax.has_data():
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+    frames = {}
+    for path in items_paths:
+        benchmark, model, mode = _parse(path)
+        if mode in ("literal", "nonliteral"):
+            frames[benchmark, model, mode] = pd.DataFrame(read_jsonl(path))
+    ran = {d for f in frames.values() if "decoding" in f.columns for d in f["decoding"].dropna().unique()}
+    decoding = next((d for d in DECODING_ORDER if d in ran), min(ran, default=None))
+    prefix = str(out).removesuffix(".png")
+    if decoding is None:
+        return plot_note(prefix, "CopyBench score distributions: no literal or non-literal generation in this run")
+    models = sorted({(b, m) for b, m, _ in frames})
+    colors = dict(zip(models, palette(len(models))))
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 1.3, 3.6)
+        axes = fig.subplots(1, 3)
+        for ax, (mode, score, title) in zip(axes, panels):
+            shown = []
+            for (benchmark, model, m), frame in sorted(frames.items()):
+                if m != mode or score not in frame.columns:
+                    continue
+                rows = frame[frame["decoding"] == decoding]
+                labels = (pd.to_numeric(rows["label"], errors="coerce") if "label" in rows.columns
+                          else pd.Series(np.nan, index=rows.index))
+                split = rows.empty or labels.isin([0, 1]).all()
+                for label, part in ((1, "members"), (0, "non-members")) if split else ((None, "all books"),):
+                    values = rows.loc[labels == label, score] if label is not None else rows[score]
+                    if len(values):
+                        shown.append((f"{model} ({benchmark}), {part}", values, colors[benchmark, model], label != 0))
+            # one set of bins per panel: each model's own 20 bins made its bars narrower or wider than the others'
+            bins = np.histogram_bin_edges(pd.concat([v for _, v, _, _ in shown]), bins=20) if shown else 20
+            for name, values, color, filled in shown:
+                ax.hist(values, bins=bins, label=name, color=color, alpha=0.45 if filled else 1.0,
+                        histtype="bar" if filled else "step", lw=1.2)
+            ax.set_title(f"{title}, {decoding} decoding", fontsize=FONT_SIZE)
+            ax.set_ylabel("prompts")
+            if shown:
+                ax.legend(fontsize=FONT_SIZE - 3, frameon=False)
+            else:
+                ax.text(0.5, 0.5, f"no {mode} generation in this run", ha="center", va="center",
+                        fontsize=FONT_SIZE - 1, transform=ax.transAxes)
+        fig.tight_layout()
+        return save_figure(fig, prefix)
 
 
 COPYING = (("literal", "rate_rougeL>=0.8", "literal copying (%)"),
@@ -246,38 +270,34 @@ def recall_points(rates: pd.DataFrame) -> pd.DataFrame:
     return points[columns].reset_index(drop=True)
 
 
-def recall_figure(rates: pd.DataFrame, out: str | Path) -> None:
-    """The paper's Figure 2: each copying rate against fact recall, a point per model (and decoding)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from memaudit.io import atomic_path
+def recall_figure(rates: pd.DataFrame, out: str | Path) -> list[Path]:
+    """The paper's Figure 2: each copying rate against fact recall, a point per model (and decoding). ``out``: the
+    PNG; an SVG beside it (:func:`memaudit.figures.plots.save_figure`)."""
+    from memaudit.figures.plots import FIGURE_WIDTH_IN, FONT_SIZE, new_figure, save_figure, style
 
     points = recall_points(rates)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, (_, stat, label) in zip(axes, COPYING):
-        shown = points.dropna(subset=[stat])
+    with style():
+        fig = new_figure(FIGURE_WIDTH_IN * 1.3, 3.8)
+        axes = fig.subplots(1, 3)
         markers = {d: m for d, m in zip(sorted(points["decoding"].unique()), "osD^v<>")}
-        for row in shown.to_dict("records"):  # a legend, not labels: equal points would overprint their names
-            ax.scatter(row[stat], row["qa_f1"], s=36, marker=markers[row["decoding"]], alpha=0.7,
-                       label=f"{row['model']} ({row['decoding']}), {row['benchmark']}")
-        top = max([1.0, *shown[stat].tolist()])
-        ax.set_xlim(-0.03 * top, 1.05 * top)
-        ax.set_ylim(-1, max([5.0, *shown["qa_f1"].tolist()]) * 1.1)
-        ax.set_xlabel(label)
-        ax.set_ylabel("fact recall (F1, 0-100)")
-        if not shown.empty:
-            ax.legend(fontsize=6)
-        if shown.empty:
-            ax.text(0.5, 0.5, "no model ran fact recall and this copying mode", ha="center", va="center",
-                    fontsize=8, transform=ax.transAxes)
-    fig.suptitle("Copying against fact recall (CopyBench Figure 2)", fontsize=10)
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+        for ax, (_, stat, label) in zip(axes, COPYING):
+            shown = points.dropna(subset=[stat])
+            for row in shown.to_dict("records"):  # a legend, not labels: equal points would overprint their names
+                ax.scatter(row[stat], row["qa_f1"], s=36, marker=markers[row["decoding"]], alpha=0.7,
+                           label=f"{row['model']} ({row['decoding']}), {row['benchmark']}")
+            top = max([1.0, *shown[stat].tolist()])
+            ax.set_xlim(-0.03 * top, 1.05 * top)
+            ax.set_ylim(-1, max([5.0, *shown["qa_f1"].tolist()]) * 1.1)
+            ax.set_xlabel(label)
+            ax.set_ylabel("fact recall (F1, 0-100)")
+            if not shown.empty:
+                ax.legend(fontsize=FONT_SIZE - 3, frameon=False)
+            else:
+                ax.text(0.5, 0.5, "no model ran fact recall and this copying mode", ha="center", va="center",
+                        fontsize=FONT_SIZE - 1, transform=ax.transAxes)
+        fig.suptitle("Copying against fact recall (CopyBench Figure 2)", fontsize=FONT_SIZE + 1)
+        fig.tight_layout()
+        return save_figure(fig, str(out).removesuffix(".png"))
 
 
 def write_summary(outcome_paths: Sequence[str], items_paths: Sequence[str], *, bases: dict[str, str],

@@ -114,9 +114,8 @@ def plot_decop_auc_by_size(summary: pd.DataFrame, out_prefix, title: str, models
         groups = list(data.groupby(["method", "family", "contaminated", "tuning"])) if not data.empty else []
         for (i, ((method, family, contaminated, tuning), g)) in enumerate(groups):
             g = g.sort_values("n_params")
-            _, kind = size_line(contaminated, tuning, benchmark)
-            (line,) = ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)],
-                              linestyle="-" if contaminated else "-." if tuning else "--",
+            linestyle, kind = size_line(contaminated, tuning, benchmark)
+            (line,) = ax.plot(g["n_params"], g["auc"], marker=MARKERS[i % len(MARKERS)], linestyle=linestyle,
                               label=f"{method}, {family} ({kind or 'not contaminated'})")
             mark_missing(ax, g.loc[g["auc"].isna(), "n_params"], color=line.get_color(),
                          marker=MARKERS[i % len(MARKERS)])
