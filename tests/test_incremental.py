@@ -204,9 +204,28 @@ def test_an_api_role_models_entry_reruns_what_the_role_made(finished_run, tmp_pa
         (j["rule"], j["wildcards"]) for j in touch_finished(workdir, before, finished_run[2], only_scheduled=True)}
     assert planned_jobs(workdir, before) == set()
     after = with_config(workdir, "api_paraphraser_changed", lambda c: api_paraphraser(c, "another-model"))
-    jobs = planned_jobs(workdir, after)
+    plan = dry_run(workdir, after)
+    jobs = {(j["rule"], j["wildcards"]) for j in plan}
     assert {("decop_items", "benchmark=novels"), ("ktd_pool", "benchmark=novels")} <= jobs
-    assert jobs == downstream_of(finished_run[0], "decop_items", "ktd_pool")
+    # and the cost ledger after them: it waited for the probes of API models under test alone, so it was written
+    # while (or before) the paraphrases were paid for, and never again
+    assert jobs == downstream_of(finished_run[0], "decop_items", "ktd_pool") | {("api_ledger", "")}
+    ledger = next(j for j in plan if j["rule"] == "api_ledger")
+    assert {"results/summary/decop_novels.csv", "results/summary/ktd.csv", "results/summary/copybench.csv",
+            "results/summary/cloze.csv"} <= set(ledger["input"])
+
+
+def test_the_cost_ledger_waits_for_every_job_an_api_role_model_serves():
+    """Without an API model in a role the ledger waits for the probes of API models under test alone (a run of
+    local models is not held up); with one, for every family's final outputs too."""
+    from memaudit.config import validate_config
+
+    config = validate_config(copy.deepcopy(CI))
+    assert jobs.api_role_models(config) == [] and jobs.api_ledger_inputs(config, ["results/summary/ktd.csv"]) == []
+    config["models"]["judge"] = {"backend": "anthropic", "api": {"model_id": "claude-x"}}
+    config["probes"]["copybench"]["event_judge"] = {"model": "judge"}
+    assert jobs.api_role_models(config) == ["judge"]
+    assert jobs.api_ledger_inputs(config, ["results/summary/ktd.csv"]) == ["results/summary/ktd.csv"]
 
 
 def test_how_an_api_models_requests_are_sent_reruns_nothing(finished_run, tmp_path):

@@ -304,6 +304,25 @@ def api_probe_outputs(config: dict) -> list[str]:
             for doc in probe_documents(config, b, m)]
 
 
+def api_role_models(config: dict) -> list[str]:
+    """The API models of the config serving a family's role (DE-COP's and KTD's paraphraser, CopyBench's
+    extractor, question writer and judges, the cloze probes' reference and filter), by name."""
+    return sorted({m for f in FAMILIES for r in FAMILIES[f].roles if (m := role_model(config, f, r))
+                   and m in config["models"] and is_api_model(config["models"][m])})
+
+
+def api_ledger_inputs(config: dict, family_outputs: Sequence[str]) -> list[str]:
+    """What the cost ledger waits for: every probe output of an API model under test and, where an API model
+    serves a role, every family's final outputs (``family_outputs``: the rule files' registered ones), which
+    wait for the jobs that call it: the paraphrases (DE-COP, KTD), CopyBench's items, questions and judged
+    probes of local models, the cloze probes' items. On the probe outputs alone, the ledger was written while
+    (or before) those jobs paid for their requests, and never again: their cost was missing from it."""
+    outputs = api_probe_outputs(config)
+    if api_role_models(config):
+        outputs += [o for o in family_outputs if o not in outputs]
+    return outputs
+
+
 def reference_models(config: dict, model: str) -> list[str]:
     """The token_prob reference models of ``model`` (never the model itself)."""
     tp = config["probes"].get("token_prob", {})

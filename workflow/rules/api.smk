@@ -3,7 +3,9 @@
 
 rule api_ledger:
     input:
-        jobs.api_probe_outputs(config),
+        # after every job that sends requests: the probes of API models, and the jobs of API role models
+        # (paraphrases, judges, extractors), which every family's final outputs wait for
+        jobs.api_ledger_inputs(config, FAMILY_OUTPUTS),
     output:
         ledger="results/api/ledger.csv",
     log:
