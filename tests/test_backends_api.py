@@ -819,54 +819,68 @@ def test_content_as_a_list_of_parts_is_read_as_its_text_parts(server, tmp_path):
                                        {"type": "text", "text": "Woodhouse"}]), prompt="parts")
     server.responder.queue(completion([{"type": "text", "text": refusal_text()}]), prompt="sorry")
     server.responder.queue(completion([{"type": "refusal", "refusal": "I cannot help with that."}]), prompt="flag")
-    server.responder.queue(completion(["Emma"]), prompt="bare")
-    server.responder.queue(completion(5), prompt="number")
+    for _ in range(3):  # every attempt: a response not in the format is retried (as malformed JSON is)
+        server.responder.queue(completion(["Emma"]), prompt="bare")
+        server.responder.queue(completion(5), prompt="number")
     gens = make_openai(server, tmp_path / "c.sqlite", on_error="record").generate(
         ["parts", "sorry", "flag", "bare", "number"], GREEDY)
     assert [(g.status, g.text) for g in gens] == [(STATUS_OK, "Emma Woodhouse"), (STATUS_REFUSAL, refusal_text()),
-                                                  (STATUS_REFUSAL, "I cannot help with that."), (STATUS_INVALID, ""),
-                                                  (STATUS_INVALID, "")]
+                                                  (STATUS_REFUSAL, "I cannot help with that."), (STATUS_ERROR, ""),
+                                                  (STATUS_ERROR, "")]
     assert [g.error for g in gens[3:]] == [
         "openai model 'gpt-test': response not in the openai format (AttributeError: 'str' object has no attribute "
-        "'get')",
+        "'get') after 3 attempts",
         "openai model 'gpt-test': response not in the openai format (TypeError: message.content is int, not a "
-        "string)"]
+        "string) after 3 attempts"]
 
 
-def test_an_error_object_with_status_200_is_invalid_and_not_cached(server, tmp_path):
+def test_an_error_object_with_status_200_is_retried_and_an_error_once_retries_are_spent(server, tmp_path):
+    """A proxy's error object sent with status 200 was an invalid answer, neither retried nor an error: the
+    prefix and CopyBench probes scored it as an empty text (0) in outputs that looked finished, under the
+    default on_error: raise too. It is a fault like malformed JSON: retried, an error once the retries are
+    spent (the job stops under raise), never cached."""
     db = tmp_path / "c.sqlite"
     server.responder.queue(error_object_200("The model is overloaded"), prompt="odd")
     (g,) = make_openai(server, db).generate(["odd"], GREEDY)
-    assert g.status == STATUS_INVALID and "The model is overloaded" in g.error
-    assert ResponseCache(db).count() == 0
-    (g,) = make_openai(server, db).generate(["odd"], GREEDY)
-    assert g.status == STATUS_OK and server.count() == 2
+    assert g.status == STATUS_OK and server.count() == 2 and ResponseCache(db).count() == 1  # the retry's answer
+    for _ in range(3):
+        server.responder.queue(error_object_200("The model is overloaded"), prompt="odder")
+    with pytest.raises(APIRequestError, match=r"1 of 1 requests failed.*The model is overloaded.*after 3 attempts"):
+        make_openai(server, db).generate(["odder"], GREEDY)
+    assert ResponseCache(db).count() == 1 and server.count() == 5
+    for _ in range(3):
+        server.responder.queue(error_object_200("The model is overloaded"), prompt="odder")
+    (g,) = make_openai(server, db, on_error="record").generate(["odder"], GREEDY)
+    assert g.status == STATUS_ERROR and "The model is overloaded" in g.error and g.text == ""
 
 
 def test_an_unreadable_response_is_still_in_the_ledger_at_the_tokens_its_usage_block_bills(server, tmp_path):
     """A 200 the parser cannot read (no choices, an empty content list) but whose usage block counts tokens
     was billed: its row is in the ledger, priced, status invalid, where it had none and the total understated
-    the bill; one without a readable usage block adds no row (nothing to count)."""
+    the bill; one without a readable usage block adds no row (nothing to count). Each attempt is billed: such a
+    response is retried (an error once the retries are spent)."""
     db = tmp_path / "c.sqlite"
-    server.responder.queue(Fault(raw=json.dumps({"id": "x", "object": "chat.completion", "choices": [],
-                                                   "usage": {"prompt_tokens": 7, "completion_tokens": 3}}).encode()),
-                           prompt="none")
-    server.responder.queue(Fault(raw=json.dumps({"choices": [], "usage": {"prompt_tokens": "many"}}).encode()),
-                           prompt="odd")
-    gens = make_openai(server, db).generate(["none", "odd"], GREEDY)
-    assert [g.status for g in gens] == [STATUS_INVALID, STATUS_INVALID]
+    for _ in range(3):
+        server.responder.queue(Fault(raw=json.dumps({"id": "x", "object": "chat.completion", "choices": [],
+                                                       "usage": {"prompt_tokens": 7, "completion_tokens": 3}}).encode()),
+                               prompt="none")
+        server.responder.queue(Fault(raw=json.dumps({"choices": [], "usage": {"prompt_tokens": "many"}}).encode()),
+                               prompt="odd")
+    gens = make_openai(server, db, on_error="record").generate(["none", "odd"], GREEDY)
+    assert [g.status for g in gens] == [STATUS_ERROR, STATUS_ERROR]
     rows = ResponseCache(db).usage_rows()
     assert [(r["status"], r["input_tokens"], r["output_tokens"], r["from_cache"]) for r in rows] == [
-        (STATUS_INVALID, 7, 3, 0)]
-    assert rows[0]["cost_usd"] == pytest.approx((7 * 1.0 + 3 * 2.0) / 1e6)
+        (STATUS_INVALID, 7, 3, 0)] * 3
+    assert [r["cost_usd"] for r in rows] == pytest.approx([(7 * 1.0 + 3 * 2.0) / 1e6] * 3)
     assert ResponseCache(db).count() == 0  # not cached: a rerun asks again
-    server.responder.queue(Fault(raw=json.dumps({"type": "message", "content": None,
-                                                 "usage": {"input_tokens": 5, "output_tokens": 2}}).encode()),
-                           prompt="blank")
-    (g,) = make_anthropic(server, db).generate(["blank"], GREEDY)
-    assert g.status == STATUS_INVALID
-    assert [(r["backend"], r["input_tokens"], r["output_tokens"]) for r in ResponseCache(db).usage_rows()][1:] == [
-        ("anthropic", 5, 2)]
+    for _ in range(3):
+        server.responder.queue(Fault(raw=json.dumps({"type": "message", "content": None,
+                                                     "usage": {"input_tokens": 5, "output_tokens": 2}}).encode()),
+                               prompt="blank")
+    (g,) = make_anthropic(server, db, on_error="record").generate(["blank"], GREEDY)
+    assert g.status == STATUS_ERROR
+    assert [(r["backend"], r["input_tokens"], r["output_tokens"]) for r in ResponseCache(db).usage_rows()][3:] == [
+        ("anthropic", 5, 2)] * 3
 
 
 @pytest.mark.parametrize("backend", ["anthropic", "openai"])
@@ -896,15 +910,16 @@ def test_an_unreadable_response_is_billed_as_a_readable_one_with_its_prompt_cach
         make, expected = make_openai, (1500, 5, 1000, 0, (500 * 2.0 + 1000 * 0.2 + 5 * 8.0) / 1e6)
     db = tmp_path / "c.sqlite"
     server.responder.queue(Fault(raw=json.dumps(readable).encode()), prompt="readable")
-    server.responder.queue(Fault(raw=json.dumps(unreadable).encode()), prompt="unreadable")
-    gens = make(server, db, pricing=Pricing(2.0, 8.0, cached_input_per_mtok=0.2)).generate(
+    for _ in range(3):  # retried: each attempt billed
+        server.responder.queue(Fault(raw=json.dumps(unreadable).encode()), prompt="unreadable")
+    gens = make(server, db, pricing=Pricing(2.0, 8.0, cached_input_per_mtok=0.2), on_error="record").generate(
         ["readable", "unreadable"], GREEDY)
-    assert [g.status for g in gens] == [STATUS_OK, STATUS_INVALID]
+    assert [g.status for g in gens] == [STATUS_OK, STATUS_ERROR]
     rows = sorted(ResponseCache(db).usage_rows(), key=lambda r: r["status"])
     assert [(r["status"], r["input_tokens"], r["output_tokens"], r["provider_cached_tokens"],
              r["provider_cache_write_tokens"]) for r in rows] == [
-        (STATUS_INVALID, *expected[:4]), (STATUS_OK, *expected[:4])]
-    assert [r["cost_usd"] for r in rows] == pytest.approx([expected[4]] * 2)
+        (STATUS_INVALID, *expected[:4])] * 3 + [(STATUS_OK, *expected[:4])]
+    assert [r["cost_usd"] for r in rows] == pytest.approx([expected[4]] * 4)
 
 
 def test_a_rejected_request_is_not_retried(server, tmp_path):

@@ -463,12 +463,28 @@ class APIBackend(Backend):
                     fut.cancel()
                 raise
 
+    def _readable_attempt(self, call: PlannedCall) -> tuple[dict, Parsed, str, str | None]:
+        """One attempt and its parse. Valid JSON that is not a response of this API (an error object sent with
+        status 200 by a proxy, a missing field) is a fault like malformed JSON: retried, and an error once the
+        retries are spent, so ``on_error: raise`` stops the job and a rerun asks again. It was an invalid answer,
+        which the prefix and CopyBench probes scored as an empty text (0) in outputs that looked finished. What
+        its usage block says was billed goes to the ledger all the same, each time."""
+        data = self._attempt(call.body)
+        parsed, status, error = self._parse_safely(data)
+        if parsed is None:
+            billed = self._billed_tokens(data)
+            if self.cache is not None and (billed.input_tokens or billed.output_tokens):
+                self.cache.record_usage([self._usage_of(call.key, STATUS_INVALID, billed)])
+            raise RequestFault(error, retryable=True)
+        return data, parsed, status, error
+
     def _fetch(self, call: PlannedCall, stop: threading.Event | None = None) -> CallOutcome:
         requested_at = utc_now()
         t0 = time.monotonic()
         try:
-            data, attempts = call_with_retries(lambda: self._attempt(call.body), self.retry_policy,
-                                               cooldown=self._cooldown, on_retry=self._on_retry, stop=stop)
+            (data, parsed, status, error), attempts = call_with_retries(
+                lambda: self._readable_attempt(call), self.retry_policy, cooldown=self._cooldown,
+                on_retry=self._on_retry, stop=stop)
         except RetriesStopped as exc:  # the batch was interrupted: its outcome is never read
             return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
                                error=f"{self.label}: {exc}")
@@ -481,16 +497,6 @@ class APIBackend(Backend):
                                error=message)
         with self._counts_lock:
             self.counts["sent"] += 1
-        parsed, status, error = self._parse_safely(data)
-        if parsed is None:
-            # Valid JSON that is not a response of this API (an error object with status
-            # 200, a missing field): recorded as invalid, not cached, so a rerun asks again.
-            # What its usage block says was billed goes to the ledger all the same.
-            billed = self._billed_tokens(data)
-            if self.cache is not None and (billed.input_tokens or billed.output_tokens):
-                self.cache.record_usage([self._usage_of(call.key, STATUS_INVALID, billed)])
-            return CallOutcome(call.key, STATUS_INVALID, data, None, requested_at=requested_at, attempts=attempts,
-                               error=error)
         usage = self._usage_of(call.key, status, parsed)
         if self.cache is not None:
             self.cache.put(key=call.key, backend=self.backend_name, model_id=self.model_id, request=call.identity,
