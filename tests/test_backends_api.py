@@ -360,6 +360,41 @@ def test_a_cache_on_a_network_file_system_uses_the_rollback_journal(tmp_path, mo
         ResponseCache(db)
 
 
+def test_no_process_switches_a_cache_in_the_rollback_journal_to_wal_unless_told(tmp_path, monkeypatch):
+    """The journal mode is written into the file: `memaudit api-ledger` run from a shell without the jobs'
+    MEMAUDIT_SQLITE_JOURNAL=delete switched the cache the jobs were writing to WAL (their next write made
+    -wal and -shm files), and a login node whose disk is local to it but shared with the compute nodes over NFS
+    would do the same. A reader (the ledger, the estimate) leaves the mode alone; a writer switches a cache in
+    the rollback journal to WAL only when MEMAUDIT_SQLITE_JOURNAL=wal says so (a new cache takes the detected
+    mode, and WAL to the rollback journal, the safe way, is still switched)."""
+    import memaudit.backends.cache as cache_module
+
+    def header_mode(path):  # bytes 18-19 of an SQLite file: 1 1 rollback journal, 2 2 WAL
+        return tuple(Path(path).read_bytes()[18:20])
+
+    db = tmp_path / "c.sqlite"
+    monkeypatch.setattr(cache_module, "file_system_type", lambda path, mountinfo=None: "ext4")
+    monkeypatch.setenv(cache_module.JOURNAL_ENV, "delete")
+    with ResponseCache(db) as jobs_cache:  # the jobs' environment
+        jobs_cache.put(key="k", backend="openai", model_id="m", request={}, response={"n": 1}, input_tokens=1,
+                       output_tokens=1, requested_at="t", seconds=0.0, attempts=1)
+        monkeypatch.delenv(cache_module.JOURNAL_ENV)  # the shell api-ledger runs in
+        with ResponseCache(db, existing=True) as reader:
+            assert reader.journal_mode == "DELETE" and reader.count() == 1
+        assert header_mode(db) == (1, 1) and not Path(f"{db}-wal").exists()
+        with ResponseCache(db) as writer:  # a writer whose disk looks local
+            assert writer.journal_mode == "DELETE"
+        jobs_cache.put(key="k2", backend="openai", model_id="m", request={}, response={"n": 2}, input_tokens=1,
+                       output_tokens=1, requested_at="t", seconds=0.0, attempts=1)
+        assert header_mode(db) == (1, 1) and not Path(f"{db}-wal").exists()
+    monkeypatch.setenv(cache_module.JOURNAL_ENV, "wal")  # told
+    with ResponseCache(db) as forced:
+        assert forced.journal_mode == "WAL" and header_mode(db) == (2, 2)
+    monkeypatch.delenv(cache_module.JOURNAL_ENV)
+    with ResponseCache(tmp_path / "new.sqlite") as new:  # a new cache: the detected mode
+        assert new.journal_mode == "WAL"
+
+
 @pytest.mark.parametrize("damage", ['{"choi', "null", '{"choices": []}'])
 def test_a_damaged_cache_entry_is_asked_again_not_replayed_or_a_traceback(server, tmp_path, caplog, damage):
     db = tmp_path / "c.sqlite"

@@ -38,6 +38,7 @@ import errno
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -181,8 +182,6 @@ def file_system_type(path: str | Path, mountinfo: str | None = None) -> str | No
 def journal_mode_for(path: str | Path) -> str:
     """``WAL`` for a database on a local disk, ``DELETE`` (the rollback journal) on a network file
     system (:data:`NETWORK_FILE_SYSTEMS`) or where ``MEMAUDIT_SQLITE_JOURNAL=delete``."""
-    import os
-
     forced = os.environ.get(JOURNAL_ENV, "").strip().lower()
     if forced:
         if forced not in ("wal", "delete"):
@@ -208,6 +207,7 @@ class ResponseCache:
             if existing and not self.path.exists():
                 raise FileNotFoundError(errno.ENOENT, "no such file", str(self.path))
             wanted = journal_mode_for(self.path)
+            fresh = not self.path.exists() or self.path.stat().st_size == 0
             # One connection shared by the backend's threads behind a lock: SQLite
             # serialises writers anyway, and the lock keeps transactions from interleaving.
             # mode=rw: an existing cache is opened, never created
@@ -229,11 +229,25 @@ class ResponseCache:
                 self._conn.close()
                 raise InputError(f"{self.path}: not an API response cache (it has no memaudit usage table); name "
                                  f"the cache a run wrote (api.cache, by default results/api/cache.sqlite)")
-            (mode,) = self._conn.execute(f"PRAGMA journal_mode = {wanted}").fetchone()
-            self.journal_mode = str(mode).upper()
-            if self.journal_mode != wanted:  # another process holds it open in the other mode
-                log.warning("%s: SQLite journal mode %s, not %s (another process has the file open)",
-                            self.path, self.journal_mode, wanted)
+            (current,) = self._conn.execute("PRAGMA journal_mode").fetchone()
+            current = str(current).upper()
+            if existing:
+                # a reader (the ledger, the cost estimate) leaves the mode as the writers set it: the mode is
+                # written into the file, and a shell whose detection (or MEMAUDIT_SQLITE_JOURNAL) differed from
+                # the jobs' switched every writer's connection (WAL on a file that jobs on other hosts share)
+                self.journal_mode = current
+            elif wanted == "WAL" and current != "WAL" and not fresh and not os.environ.get(JOURNAL_ENV, "").strip():
+                # nor is a cache in the rollback journal switched to WAL by a process that finds its disk local
+                # (a login node exporting results/ to the compute nodes over NFS): only MEMAUDIT_SQLITE_JOURNAL=wal
+                self.journal_mode = current
+                log.info("%s: SQLite journal mode %s kept (a run on a network file system set it); "
+                         "%s=wal switches it to WAL where every job runs on this host", self.path, current, JOURNAL_ENV)
+            else:
+                (mode,) = self._conn.execute(f"PRAGMA journal_mode = {wanted}").fetchone()
+                self.journal_mode = str(mode).upper()
+                if self.journal_mode != wanted:  # another process holds it open in the other mode
+                    log.warning("%s: SQLite journal mode %s, not %s (another process has the file open)",
+                                self.path, self.journal_mode, wanted)
             # NORMAL in WAL mode: a killed process loses nothing committed; only a power
             # cut may lose the last commits, which the next run then simply repeats. The
             # rollback journal needs FULL for the same.
