@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import re
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -107,6 +109,53 @@ def test_a_killed_job_frees_its_device(tmp_path):
         assert devices.claim_gpus(1, ["0"], locks=tmp_path, timeout=5) == ["0"]
     finally:
         devices.release_gpus()
+
+
+def test_the_lock_folder_is_one_per_machine_whatever_tmpdir_says(monkeypatch, tmp_path):
+    """Under $TMPDIR, jobs whose TMPDIR differed (a per-user or per-job one) locked in different folders: two
+    processes each held device 0."""
+    import tempfile
+
+    monkeypatch.delenv(devices.LOCK_DIR_ENV, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    assert tempfile.gettempdir() == str(tmp_path)
+    assert devices.lock_dir() == devices.Path("/tmp/memaudit-gpu-locks")
+    monkeypatch.setenv(devices.LOCK_DIR_ENV, str(tmp_path / "mine"))
+    assert devices.lock_dir() == tmp_path / "mine" and (tmp_path / "mine").is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to be two users")
+def test_a_lock_file_another_user_left_is_lockable_by_the_next(tmp_path):
+    """A lock file is made 0666 (the umask left 0644), and one another user made without that (an older memaudit)
+    is locked through a read-only descriptor: a second user's GPU job stopped with a PermissionError on the
+    first user's leftover file, though nothing held it."""
+    import tempfile
+
+    locks = Path(tempfile.mkdtemp(prefix="memaudit-locks-", dir="/tmp"))  # /tmp: the other user can reach it
+    try:
+        locks.chmod(0o1777)
+        try:
+            devices.claim_gpus(1, ["0"], locks=locks, timeout=5)
+        finally:
+            devices.release_gpus()
+        assert (locks / "gpu-0.lock").stat().st_mode & 0o777 == 0o666
+        (locks / "gpu-1.lock").write_text("")
+        (locks / "gpu-1.lock").chmod(0o644)  # as an older memaudit left it
+        claim = (f"import sys; sys.path[:0] = {sys.path!r}; from pathlib import Path; "
+                 f"from memaudit.devices import claim_gpus; print(claim_gpus(2, ['0', '1'], locks=Path({str(locks)!r}), "
+                 f"timeout=5))")
+        as_other = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+        reach = subprocess.run([*as_other, f"import sys; sys.path[:0] = {sys.path!r}; import memaudit.devices"],
+                               capture_output=True, text=True, cwd="/", env={**os.environ, "HOME": "/"})
+        if reach.returncode != 0:  # a checkout or venv under a folder only root may read (/root)
+            pytest.skip(f"user 65534 cannot import memaudit here: {reach.stderr.strip().splitlines()[-1:]}")
+        other = subprocess.run([*as_other, claim], capture_output=True, text=True, cwd="/",
+                               env={**os.environ, "HOME": "/"})
+        assert other.returncode == 0, other.stderr
+        assert other.stdout.strip() == "['0', '1']"
+    finally:
+        shutil.rmtree(locks)
 
 
 def test_more_gpus_than_visible_is_an_error(tmp_path):

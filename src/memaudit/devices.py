@@ -22,7 +22,6 @@ import errno
 import fcntl
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -98,8 +97,10 @@ def model_gpus(entry: dict, *, model: str = "?", visible: int | None = None) -> 
 
 
 def lock_dir() -> Path:
-    """Where the per-device locks live: ``$MEMAUDIT_GPU_LOCK_DIR`` or one folder per machine under /tmp."""
-    path = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "memaudit-gpu-locks")
+    """Where the per-device locks live: ``$MEMAUDIT_GPU_LOCK_DIR`` or one folder per machine,
+    ``/tmp/memaudit-gpu-locks``. Not under ``$TMPDIR``: jobs whose ``TMPDIR`` differs (a per-user or per-job
+    one, two users on one machine) locked in different folders and took the same GPU."""
+    path = Path(os.environ.get(LOCK_DIR_ENV) or "/tmp/memaudit-gpu-locks")
     if not path.is_dir():
         path.mkdir(parents=True, exist_ok=True)
         try:
@@ -110,7 +111,23 @@ def lock_dir() -> Path:
 
 
 def _try_lock(path: Path):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    """An exclusive lock on ``path`` (a file descriptor), or None while another process holds it. The file is
+    every user's to lock: made writable by all (the umask left it 0644, so a second user's job stopped on the
+    first one's leftover file with a PermissionError), and one another user made without that is locked
+    through a read-only descriptor (``flock`` needs no write access)."""
+    writable = True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        writable = False
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise DeviceError(f"{path}: cannot open the GPU lock ({exc.strerror}); remove the file, or set "
+                              f"{LOCK_DIR_ENV} to a folder this user can write") from None
+    except OSError as exc:
+        raise DeviceError(f"{path}: cannot open the GPU lock ({exc.strerror}); set {LOCK_DIR_ENV} to a folder "
+                          f"this user can write") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -118,8 +135,13 @@ def _try_lock(path: Path):
         if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
             return None
         raise
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    if writable:
+        try:
+            os.fchmod(fd, 0o666)  # only the owner may; another user's file is theirs to keep
+        except OSError:
+            pass
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
     return fd
 
 
