@@ -670,7 +670,7 @@ def test_a_fine_tune_stopped_under_one_code_version_starts_over_under_the_next(t
 
 
 def test_a_changed_setting_never_resumes_a_stale_checkpoint(tmp_path):
-    from memaudit.checkpoints import checkpoint_key, keyed_dir
+    from memaudit.checkpoints import checkpoint_key, keyed_dir, remove_checkpoint
 
     base = {"rule": "prepare_model", "name": "m", "finetune": {"lr": 0.001, "epochs": 2}, "seed": 1}
     key = checkpoint_key(base)
@@ -683,8 +683,44 @@ def test_a_changed_setting_never_resumes_a_stale_checkpoint(tmp_path):
     (stale / "state.pt").write_bytes(b"old")
     messages: list[str] = []
     fresh = keyed_dir(tmp_path / "m", changed, progress=messages.append)
-    assert fresh.name == changed and not stale.exists()
-    assert messages == [f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+    # kept until the job of the new key succeeds, never resumed: removed at once, one stray run with other settings
+    # (a node without a GPU under device: auto) destroyed a resumable GPU fine-tune before it trained a step
+    assert fresh.name == changed and (stale / "state.pt").read_bytes() == b"old"
+    assert messages == [f"keeping checkpoint {stale} of other inputs or settings until this job succeeds (not resumed)"]
+    fresh.mkdir()
+    (tmp_path / "other-job").mkdir()
+    remove_checkpoint(fresh, tmp_path / "m", stale_keys=True, progress=messages.append)
+    assert not (tmp_path / "m").exists() and (tmp_path / "other-job").is_dir()
+    assert messages[1:] == [f"discarding stale checkpoint {stale} (inputs or settings changed)"]
+
+
+def test_a_run_with_other_settings_that_stops_leaves_the_resumable_checkpoint(tiny_model_dir, tmp_path):
+    """The helper's case: a fine-tune's checkpoint at some step, then a job of the same model with another device
+    (or dtype, or config) that stops before it finishes: the first checkpoint is still there to resume."""
+    from memaudit.errors import JobInterrupted
+    from memaudit.io import write_json
+    from memaudit.models.prepare import prepare_finetuned_model
+
+    write_json(tmp_path / "base.json", {"load": {"path": str(tiny_model_dir)}})
+    entry = {"dtype": "float32", "base": "b", "finetune": dict(
+        members_of=["b"], method="lora", epochs=2, lr=0.01, duplication=1, batch_size=4, max_length=32, lora_r=4,
+        lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")}
+
+    def prepare(lr: float, progress):
+        return prepare_finetuned_model("m", {**entry, "finetune": {**entry["finetune"], "lr": lr}},
+                                       tmp_path / "base.json", TINY_TEXTS, tmp_path / f"out-{lr}", seed=3,
+                                       device="cpu", checkpoint_root=tmp_path / "ckpt", progress=progress)
+
+    with pytest.raises(JobInterrupted, match="at step 3/"):
+        prepare(0.01, _sigterm_at_step(3, []))
+    [first] = (tmp_path / "ckpt" / "prepare_model" / "m").iterdir()
+    with pytest.raises(JobInterrupted, match="at step 2/"):
+        prepare(0.02, _sigterm_at_step(2, []))
+    assert (first / "state.pt").is_file()
+    messages: list[str] = []
+    record = prepare(0.01, messages.append)["training"]
+    assert record["resumed_from_step"] == 3
+    assert not (tmp_path / "ckpt").exists()  # both keys' checkpoints gone once the model is written
 
 
 # ----------------------------------------------------------------------------- API calls after a kill

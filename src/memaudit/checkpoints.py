@@ -68,21 +68,31 @@ def checkpoint_key(settings: dict) -> str:
 
 
 def keyed_dir(base: str | os.PathLike, key: str, *, progress: Callable[[str], None] = log.info) -> Path:
-    """``base/key``, after removing checkpoints of other keys under ``base`` (stale: the config changed)."""
+    """``base/key``. Checkpoints of other keys under ``base`` (the config, the device or the code changed) are
+    never resumed, and kept until this job succeeds (:func:`remove_checkpoint` with ``stale_keys``): removed
+    here, one stray run with other settings (a node without a GPU under ``device: auto``, a config run by
+    mistake) destroyed a resumable GPU fine-tune before it trained a step."""
     base = Path(base)
     if base.is_dir():
-        for other in base.iterdir():
+        for other in sorted(base.iterdir()):
             if other.name != key and other.is_dir():
-                progress(f"discarding stale checkpoint {other} (inputs or settings changed)")
-                shutil.rmtree(other, ignore_errors=True)
+                progress(f"keeping checkpoint {other} of other inputs or settings until this job succeeds "
+                         f"(not resumed)")
     return base / key
 
 
-def remove_checkpoint(directory: str | os.PathLike | None, root: str | os.PathLike | None = None) -> None:
-    """Remove a finished job's checkpoint, then its parents up to ``root`` (inclusive) that are left empty."""
+def remove_checkpoint(directory: str | os.PathLike | None, root: str | os.PathLike | None = None, *,
+                      stale_keys: bool = False, progress: Callable[[str], None] = log.info) -> None:
+    """Remove a finished job's checkpoint, then its parents up to ``root`` (inclusive) that are left empty;
+    with ``stale_keys`` (a :func:`keyed_dir`), first the checkpoints of the job's other keys beside it."""
     if directory is None:
         return
     directory = Path(directory)
+    if stale_keys and directory.parent.is_dir():
+        for other in sorted(directory.parent.iterdir()):
+            if other.name != directory.name and other.is_dir():
+                progress(f"discarding stale checkpoint {other} (inputs or settings changed)")
+                shutil.rmtree(other, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
     if root is None:
         return
@@ -191,9 +201,11 @@ class TrainingCheckpoint:
 
     def __init__(self, directory: str | os.PathLike | None, *, every_steps: int = 0,
                  epoch_min_seconds: float = 0.0, root: str | os.PathLike | None = None,
-                 progress: Callable[[str], None] = log.info, clock: Callable[[], float] = time.monotonic):
+                 progress: Callable[[str], None] = log.info, clock: Callable[[], float] = time.monotonic,
+                 keyed: bool = False):
         self.directory = Path(directory) if directory is not None else None
         self.root = root
+        self.keyed = keyed  # a keyed_dir: its other keys beside it go when the job succeeds
         self.every_steps = int(every_steps or 0)
         self.epoch_min_seconds = float(epoch_min_seconds or 0.0)
         self.progress = progress
@@ -243,8 +255,9 @@ class TrainingCheckpoint:
         self.progress(f"checkpoint saved at step {state['step']} (epoch {state['epoch']}) in {self.directory}")
 
     def remove(self) -> None:
-        """Remove the checkpoint (the job's output is written) and the folders up to ``root`` left empty."""
-        remove_checkpoint(self.directory, self.root)
+        """Remove the checkpoint (the job's output is written), the job's checkpoints of other keys where it is
+        keyed (:func:`keyed_dir`), and the folders up to ``root`` left empty."""
+        remove_checkpoint(self.directory, self.root, stale_keys=self.keyed, progress=self.progress)
 
     def after_step(self, stop: GracefulStop, *, step: int, total: int, epoch_end: bool, what: str,
                    state: Callable[[], dict]) -> None:

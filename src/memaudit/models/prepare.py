@@ -49,7 +49,7 @@ def _training_checkpoint(root: Path | None, name: str, settings: dict, every_ste
     key = checkpoint_key({"rule": "prepare_model", "name": name, "code_version": step_version("models"), **settings})
     directory = keyed_dir(Path(root) / "prepare_model" / name, key, progress=progress)
     return TrainingCheckpoint(directory, every_steps=every_steps, epoch_min_seconds=EPOCH_CHECKPOINT_MIN_SECONDS,
-                              root=root, progress=progress)
+                              root=root, progress=progress, keyed=True)
 
 
 def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path,

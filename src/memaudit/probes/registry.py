@@ -123,7 +123,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="7f8254fe1d389fe0",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="e4b3f6226cd81de2",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32; 6: the pass
         # over the lowercased passages is a job of its own (token_stats_lowercase), the numbers unchanged
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=6, fingerprint="c742be4c4f197ab5")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=6, fingerprint="93a1f52ec5da4cea")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},

@@ -109,7 +109,7 @@ def run_token_stats(config: dict, model: str, model_dir: str | Path, passages_pa
     if shards_dir is not None:
         from memaudit.checkpoints import remove_checkpoint
 
-        remove_checkpoint(shards_dir, checkpoint_root or checkpoint_dir)
+        remove_checkpoint(shards_dir, checkpoint_root or checkpoint_dir, stale_keys=True, progress=progress)
     chars = stats.chars
     n_cut = int(sum(int(n) < len(t) for n, t in zip(chars, variant))) if chars is not None else 0
     if n_cut:
