@@ -550,6 +550,33 @@ def test_epoch_end_checkpoints_wait_epoch_min_seconds_and_step_checkpoints_do_no
     assert _training_checkpoint(None, "m", {"seed": 0}, 0, print).directory is None
 
 
+def test_a_training_of_one_epoch_saves_a_checkpoint_every_max_seconds(tmp_path):
+    """With one epoch (the schema's default for a fine-tune) the only epoch end is the last step, after which
+    nothing is saved: a SIGKILL (the OOM killer, a lost node) at step 234 of 392 left no checkpoint, and the
+    rerun started at step 0. The workflow's training jobs also save 15 minutes after the last save, at any step."""
+    from memaudit.checkpoints import TrainingCheckpoint
+    from memaudit.models.prepare import CHECKPOINT_MAX_SECONDS, _training_checkpoint
+
+    now = [0.0]
+    ckpt = TrainingCheckpoint(tmp_path / "ckpt", epoch_min_seconds=60, max_seconds=900, clock=lambda: now[0])
+    due = []
+    # one epoch of 392 steps, 5 s a step: no epoch end before the last step
+    for step in range(1, 392):
+        now[0] = 5.0 * (step - 1)
+        if ckpt.due(step, epoch_end=False):
+            ckpt.save({"step": step, "epoch": 0})
+            due.append(step)
+    assert due == [181, 361]  # 900 s after the first step, then 900 s after that save
+    assert (tmp_path / "ckpt" / "state.pt").is_file() and ckpt.saved_at == 361
+    assert CHECKPOINT_MAX_SECONDS == 900
+    assert _training_checkpoint(tmp_path / "root", "m", {"seed": 0}, 0, print).max_seconds == 900
+    now[0] = 0.0
+    never = TrainingCheckpoint(tmp_path / "never", clock=lambda: now[0])  # no max_seconds: epoch ends only
+    for step in range(1, 400):
+        now[0] = 5.0 * step
+        assert not never.due(step, epoch_end=False)
+
+
 def test_a_fine_tune_with_an_epoch_floor_saves_nothing_at_short_epoch_ends_and_the_same_weights(tiny_model_dir,
                                                                                                tmp_path):
     import torch

@@ -200,7 +200,8 @@ class TrainingCheckpoint:
     """
 
     def __init__(self, directory: str | os.PathLike | None, *, every_steps: int = 0,
-                 epoch_min_seconds: float = 0.0, root: str | os.PathLike | None = None,
+                 epoch_min_seconds: float = 0.0, max_seconds: float | None = None,
+                 root: str | os.PathLike | None = None,
                  progress: Callable[[str], None] = log.info, clock: Callable[[], float] = time.monotonic,
                  keyed: bool = False):
         self.directory = Path(directory) if directory is not None else None
@@ -208,6 +209,7 @@ class TrainingCheckpoint:
         self.keyed = keyed  # a keyed_dir: its other keys beside it go when the job succeeds
         self.every_steps = int(every_steps or 0)
         self.epoch_min_seconds = float(epoch_min_seconds or 0.0)
+        self.max_seconds = float(max_seconds) if max_seconds else None
         self.progress = progress
         self.clock = clock
         self.saved_at: int | None = None
@@ -224,7 +226,11 @@ class TrainingCheckpoint:
             return True
         if self._since is None:
             self._since = self.clock()
-        return epoch_end and self.clock() - self._since >= self.epoch_min_seconds
+        elapsed = self.clock() - self._since
+        # max_seconds: mid-epoch too; a job of one epoch (or in its last part of one) had no epoch end to save at
+        # before its last step, and a SIGKILL (the OOM killer, a lost node) lost all of its training
+        return (epoch_end and elapsed >= self.epoch_min_seconds) or (
+            self.max_seconds is not None and elapsed >= self.max_seconds)
 
     def load(self) -> dict | None:
         """The saved state, or None (no checkpoint, or an unreadable one, which is then ignored)."""

@@ -35,6 +35,9 @@ def _manifest(name: str, entry: dict, load: dict, n_params: int, **extra) -> dic
 # and an edit to a rule's script reruns every job of the rule (every model of a finished run);
 # `checkpoints.every_steps` saves more often where a user wants that.
 EPOCH_CHECKPOINT_MIN_SECONDS = 60.0
+# And a save at least this long after the last one, at any step: with one epoch (the schema's default for a
+# fine-tune) there was no epoch end before the last step, so a SIGKILL lost all of a job's training.
+CHECKPOINT_MAX_SECONDS = 900.0
 
 
 def _training_checkpoint(root: Path | None, name: str, settings: dict, every_steps: int,
@@ -49,7 +52,7 @@ def _training_checkpoint(root: Path | None, name: str, settings: dict, every_ste
     key = checkpoint_key({"rule": "prepare_model", "name": name, "code_version": step_version("models"), **settings})
     directory = keyed_dir(Path(root) / "prepare_model" / name, key, progress=progress)
     return TrainingCheckpoint(directory, every_steps=every_steps, epoch_min_seconds=EPOCH_CHECKPOINT_MIN_SECONDS,
-                              root=root, progress=progress, keyed=True)
+                              max_seconds=CHECKPOINT_MAX_SECONDS, root=root, progress=progress, keyed=True)
 
 
 def prepare_base_model(name: str, entry: dict, out_dir: Path, *, cache_dir: Path,
