@@ -418,6 +418,23 @@ def test_a_model_folder_without_tokenizer_files_is_a_clear_error_not_empty_texts
                               "e.g. tokenizer.json, beside the weights?)")
 
 
+def test_a_killed_conversions_working_folder_is_swept_by_the_next(tmp_path):
+    """A conversion killed before its finally left `.<name>.<random>/` beside the cache, a whole copy of the model
+    (514 MB for SmolLM2), that no later conversion removed. The next one (under the lock) sweeps those of its model
+    alone; the lock file and other models' folders stay."""
+    from memaudit.models.builtin import sweep_killed_conversions
+
+    for folder in (".smollm2-135m-instruct.0hzmhcj3/model", ".smollm2-135m-instruct.k2", ".gemma-3-270m.x1",
+                   "smollm2-135m-instruct"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / ".smollm2-135m-instruct.0hzmhcj3/model/model.safetensors").write_bytes(b"weights")
+    (tmp_path / ".smollm2-135m-instruct.lock").write_text("")
+    swept = sweep_killed_conversions("smollm2-135m-instruct", tmp_path)
+    assert [p.name for p in swept] == [".smollm2-135m-instruct.0hzmhcj3", ".smollm2-135m-instruct.k2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".gemma-3-270m.x1", ".smollm2-135m-instruct.lock",
+                                                          "smollm2-135m-instruct"]
+
+
 def test_builtin_smollm2_loads_from_the_pypi_wheel():
     from memaudit.models.builtin import ensure_builtin, locate_gguf
 

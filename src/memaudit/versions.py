@@ -52,7 +52,7 @@ STEPS: dict[str, Stage] = {
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried;
     # 2: the tiny GPT-2s' GELU is torch's fused tanh kernel (the same formula, other rounding).
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=2,
-                    fingerprint="8dcee37e717acde8"),
+                    fingerprint="aa1e997f013b7e13"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups

@@ -133,11 +133,24 @@ def _gguf_parsed_once():
             gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
 
 
+def sweep_killed_conversions(name: str, cache_dir: Path) -> list[Path]:
+    """Remove the working folders (``.<name>.<random>``) that conversions of ``name`` killed before their
+    ``finally`` (SIGKILL, a lost node) left in ``cache_dir``: each a whole copy of the model (514 MB for
+    SmolLM2), never swept. Called under the conversion's lock, so none is in use; the lock file
+    (``.<name>.lock``) is no folder and stays. Returns what was removed."""
+    stale = sorted(p for p in Path(cache_dir).glob(f".{name}.*") if p.is_dir())
+    for path in stale:
+        log.info("removing %s, left by a conversion that was killed", path)
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
 def _convert(name: str, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, gguf_file = locate_gguf(name)
+    sweep_killed_conversions(name, out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out.parent))
     try:
         info = _info(name)
