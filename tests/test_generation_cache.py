@@ -81,6 +81,47 @@ def test_a_second_backend_reads_what_the_first_decoded_and_nothing_else(tiny_mod
     second.close()
 
 
+def test_each_chunk_of_prompts_is_stored_as_soon_as_it_is_decoded(tiny_model_dir, tmp_path, monkeypatch):
+    """Every uncached prompt was decoded in one call and stored after it: a job killed an hour into 2,000 prompts
+    kept none, and its rerun decoded them all again. Chunks of CHUNK_PROMPTS are decoded and stored in turn: a
+    kill after the first keeps the first's, which the rerun reads back, with the same texts as in one call."""
+    from memaudit.backends import generation_cache
+
+    monkeypatch.setattr(generation_cache, "CHUNK_PROMPTS", 2)
+    cache = tmp_path / "generations.sqlite"
+    model_dir = _model_dir(tiny_model_dir, tmp_path / "m")
+    params = GenerationParams(max_new_tokens=12, repetition_penalty=1.1, chat=False)
+    plain = _open(model_dir, None).generate_batched(PROMPTS, params)
+
+    class Killed(Exception):
+        pass
+
+    first = _open(model_dir, cache)
+    decoded, decode = [], first._decode_greedy
+
+    def killed_after_one_chunk(encoded, params, **kw):
+        if decoded:
+            raise Killed
+        decoded.append(len(encoded))
+        return decode(encoded, params, **kw)
+
+    first._decode_greedy = killed_after_one_chunk
+    try:
+        first.generate_batched(PROMPTS, params)
+    except Killed:
+        pass
+    else:
+        raise AssertionError("the second chunk was not decoded")
+    first.close()
+    assert decoded == [2] and _entries(cache) == 2  # the first chunk's, kept
+    rerun = _open(model_dir, cache)
+    rows = _counting(rerun)
+    out = rerun.generate_batched(PROMPTS, params)
+    assert rows == [1] and [g.from_cache for g in out] == [True, True, False]
+    assert [g.text for g in out] == [g.text for g in plain]
+    rerun.close()
+
+
 def test_other_weights_never_read_an_entry(tiny_model_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM

@@ -39,6 +39,10 @@ from memaudit.backends.cache import ResponseCache, request_key, utc_now
 from memaudit.backends.refusal import is_refusal
 
 _DECODER_MODULES = ("memaudit.models.sampling", "memaudit.backends.hf")
+# Prompts decoded per call, each call's generations stored before the next: a killed job keeps what it decoded.
+# Large beside a batch (16-64 rows), so the sampler's batch rarely runs short at a chunk's end; the tokens are
+# the same whatever the chunk (the continuous-batching sampler's rows do not depend on each other).
+CHUNK_PROMPTS = 256
 
 
 def weights_digest(model) -> str:
@@ -102,7 +106,9 @@ class GenerationCache:
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: GenerationParams,
                  decode: Callable[[list[int]], list[Generation]]) -> list[Generation]:
         """The generations of ``prompt_ids``: cached ones read back (``from_cache``), the others
-        decoded by ``decode(indices)`` (each distinct prompt once) in one call and then stored."""
+        decoded by ``decode(indices)`` (each distinct prompt once), :data:`CHUNK_PROMPTS` at a time, each
+        chunk stored as soon as it is decoded: decoded in one call and stored after it, a job killed an
+        hour into its prompts (SIGKILL, a lost node, a time limit's) kept none of them."""
         keyed = [self.key(ids, params) for ids in prompt_ids]
         hits = self._cache.get_many(k for k, _ in keyed)
         todo, seen = [], set()
@@ -110,16 +116,20 @@ class GenerationCache:
             if key not in hits and key not in seen:
                 seen.add(key)
                 todo.append(i)
-        started, requested_at = time.monotonic(), utc_now()
-        fresh = dict(zip((keyed[i][0] for i in todo), decode(todo))) if todo else {}
-        seconds = (time.monotonic() - started) / max(len(todo), 1)
-        for i in todo:
-            key, request = keyed[i]
-            g = fresh[key]
-            self._cache.put(key=key, backend="hf", model_id=self.name or "", request=request,
-                            response={"text": g.text, "status": g.status, "meta": g.meta},
-                            input_tokens=g.input_tokens, output_tokens=g.output_tokens,
-                            requested_at=requested_at, seconds=seconds, attempts=1)
+        fresh = {}
+        for start in range(0, len(todo), CHUNK_PROMPTS):
+            chunk = todo[start:start + CHUNK_PROMPTS]
+            started, requested_at = time.monotonic(), utc_now()
+            decoded = dict(zip((keyed[i][0] for i in chunk), decode(chunk)))
+            seconds = (time.monotonic() - started) / len(chunk)
+            for i in chunk:
+                key, request = keyed[i]
+                g = decoded[key]
+                self._cache.put(key=key, backend="hf", model_id=self.name or "", request=request,
+                                response={"text": g.text, "status": g.status, "meta": g.meta},
+                                input_tokens=g.input_tokens, output_tokens=g.output_tokens,
+                                requested_at=requested_at, seconds=seconds, attempts=1)
+            fresh.update(decoded)
         out = []
         for key, _ in keyed:
             if key in fresh:
