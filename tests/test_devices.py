@@ -242,8 +242,19 @@ def test_slurm_job_given_no_gpu_sees_none_of_the_nodes(monkeypatch, tmp_path, ca
         "SLURM job 17 has no CUDA_VISIBLE_DEVICES: its 2 listed GPU(s) are taken as other jobs' and not used "
         "(ask SLURM for GPUs, --gpus=N, or set CUDA_VISIBLE_DEVICES where the node's GPUs are the job's own)"]
     assert devices.model_gpus({"device": "auto"}) == 0
+    # and torch does not see them either: without CUDA_VISIBLE_DEVICES (a node without device cgroups) it saw every
+    # GPU of the node, and `device: auto` took device 0, another job's
     assert devices.bind_job_devices(1, progress=lambda _: None) == []
-    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert devices.bind_job_devices(0, progress=lambda _: None) == []
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(devices, "NVIDIA_PROC", tmp_path / "none")  # outside SLURM on a machine without GPUs
+    assert devices.bind_job_devices(0, progress=lambda _: None) == []
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # nothing to hide: the environment left as it was
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
     # a job SLURM gave a GPU sees exactly that one
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert devices.visible_gpus() == ["1"]
@@ -414,6 +425,38 @@ def test_a_models_mem_mb_is_asked_by_every_job_that_loads_it_and_no_other(tmp_pa
     assert mem[("prepare_model", "model=tiny-gpt2-cb")] == 8000
     assert mem[("copybench_probe", "benchmark=books, model=tiny-gpt2-cb, mode=literal")] == 4000
     assert mem[("cloze_items", "benchmark=novels")] == 4000
+
+
+def test_a_device_auto_model_whose_cluster_jobs_claim_no_gpu_is_named():
+    """Submitted from a login node without GPUs, `device: auto` claims none: config/paper.yaml's 7B models asked
+    SLURM for no GPU and ran on the CPU (or out of their time limits) without a word. The run's start names them,
+    once each; models with a GPU claim, `device: cpu`, `gpus:` or an API backend are not named."""
+    from memaudit.workflow_support import cpu_bound_auto_models
+
+    config = {"models": {"big": {"device": "auto"}, "gpu": {"device": "cuda"}, "cpu": {"device": "cpu"},
+                         "set": {"device": "auto", "gpus": 0}, "default": {},
+                         "api": {"backend": "openai", "api": {"model_id": "x"}}}}
+    runs = [(["big"], 0), (["big"], 0), (["gpu"], 1), (["cpu"], 0), (["set"], 0), (["default"], 0), (["api"], 0),
+            ([], 0)]
+    lines = cpu_bound_auto_models(config, runs)
+    assert [line.split(".device")[0] for line in lines] == ["warning: models.big", "warning: models.default"]
+    assert lines[0] == ("warning: models.big.device is auto and this host sees no GPU, so its jobs ask the cluster "
+                        "for none and run on the CPU; set device: cuda (or gpus: N) where the model is meant for a "
+                        "GPU, device: cpu to silence this")
+    assert cpu_bound_auto_models(config, [(["big"], 1)]) == []  # this host sees one: the jobs claim it
+
+
+def test_a_retried_job_is_given_more_time_than_the_limit_it_hit():
+    """The profile retries a failed job once, and SLURM's TIMEOUT is a failure: the retry asked the same limit
+    (a 13B model's probe, 30 minutes) and hit it again. The rule's own limit and the models' grow with the
+    attempt; the profile's default is the user's expression, evaluated for the attempt by Snakemake."""
+    from memaudit.jobs import job_runtime
+
+    assert job_runtime(240, [], 1) == 240 and job_runtime(240, [], 2) == 480  # prepare_model's own
+    assert job_runtime(None, [0], 2, profile=30) == 30  # no model runtime: the profile's, as evaluated
+    assert job_runtime(None, [90], 1, profile=30) == 90 and job_runtime(None, [90], 2, profile=30) == 180
+    assert job_runtime(120, [90, 600], 2) == 1200  # token_stats of a model with a runtime: the larger, doubled
+    assert job_runtime(None, [90], 2, profile="2h") == 180  # a profile runtime not in minutes: the model's
 
 
 @pytest.mark.slow

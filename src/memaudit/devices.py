@@ -187,6 +187,11 @@ def release_gpus() -> None:
         os.close(_held.pop())
 
 
+def _unassigned_slurm_job() -> bool:
+    """A SLURM job SLURM gave no GPU: it set no ``CUDA_VISIBLE_DEVICES`` (:func:`visible_gpus`)."""
+    return bool(os.environ.get("SLURM_JOB_ID")) and os.environ.get("CUDA_VISIBLE_DEVICES") is None
+
+
 def bind_job_devices(gpus: int, *, progress: Callable[[str], None] = log.info) -> list[str]:
     """Give the current job its own ``gpus`` devices (or none) through ``CUDA_VISIBLE_DEVICES``.
 
@@ -196,10 +201,14 @@ def bind_job_devices(gpus: int, *, progress: Callable[[str], None] = log.info) -
     gpus = int(gpus or 0)
     visible = visible_gpus()
     if gpus == 0:
-        if visible:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # claimed none, so it uses none
+        # claimed none, so it uses none; in a SLURM job given no GPU (no CUDA_VISIBLE_DEVICES) torch still sees
+        # every GPU of a node without device cgroups, and `device: auto` took device 0, another job's
+        if visible or _unassigned_slurm_job():
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         return []
     if not visible:
+        if _unassigned_slurm_job():  # on the CPU, as it says, not on the node's GPUs torch would see
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         progress(f"the job claims {gpus} GPU(s) but none is visible: running on the CPU")
         return []
     slurm_job = os.environ.get("SLURM_JOB_ID")

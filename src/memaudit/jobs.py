@@ -304,6 +304,18 @@ def api_probe_outputs(config: dict) -> list[str]:
             for doc in probe_documents(config, b, m)]
 
 
+def job_runtime(own: int | None, model_minutes: Sequence[int], attempt: int, *, profile=None):
+    """A job's time limit (minutes) at its ``attempt``: the rule's ``own`` (None: ``profile``, the profile's
+    default as evaluated for this attempt, the user's to scale), raised to the largest of its models'
+    ``model_minutes`` (0: none set). The rule's and the models' grow with the attempt: a job retried after it
+    hit its time limit (the profile's ``retries``) was given the same limit again, and hit it again."""
+    base = own * attempt if own is not None else profile
+    most = max([0, *model_minutes]) * attempt
+    if not most:
+        return base
+    return max(base, most) if isinstance(base, int) else most
+
+
 def api_role_models(config: dict) -> list[str]:
     """The API models of the config serving a family's role (DE-COP's and KTD's paraphraser, CopyBench's
     extractor, question writer and judges, the cloze probes' reference and filter), by name."""

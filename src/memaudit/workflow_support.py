@@ -238,6 +238,22 @@ def gpu_slot_problems(config: dict, limits: Mapping[str, Any], runs) -> list[str
             for name in sorted(named)]
 
 
+def cpu_bound_auto_models(config: dict, runs) -> list[str]:
+    """One warning line per local model with ``device: auto`` (and no ``gpus``) among the jobs about to be
+    submitted to a cluster (``runs``: each job's models and the GPUs its rule claims) whose jobs claim no GPU:
+    ``auto`` counts the GPUs of the host Snakemake runs on, and a login node has none, so such a model's jobs
+    asked SLURM for none and ran on the CPU of a GPU node, or its time limits ran out, without a word."""
+    from memaudit.config import is_api_model
+
+    models = sorted({m for used, claimed in runs if not claimed for m in used
+                     if m in config["models"] and not is_api_model(config["models"][m])
+                     and str(config["models"][m].get("device", "auto")) == "auto"
+                     and "gpus" not in config["models"][m]})
+    return [f"warning: models.{m}.device is auto and this host sees no GPU, so its jobs ask the cluster for none and "
+            f"run on the CPU; set device: cuda (or gpus: N) where the model is meant for a GPU, device: cpu to "
+            f"silence this" for m in models]
+
+
 def declared_resource(job, name: str) -> int:
     """The amount of resource ``name`` a DAG job's rule claims, evaluated for its wildcards (0 where the rule
     claims none): the job's own ``resources`` hold it already lowered to ``--resources``."""

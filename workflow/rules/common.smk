@@ -43,11 +43,19 @@ if workflow.is_main_process:  # not again in every job's own Snakemake (SLURM, g
 # An API model whose key variable is not set stops the run before any job, where its probe job stopped
 # only when it started, after the jobs before it. Only jobs that claim API slots ask: not the cost estimate's.
 # So does one whose concurrency is above --resources api_<backend>=N (Snakemake ran its jobs with N slots).
+# Submitted to a cluster, a `device: auto` model claims the GPUs of the host Snakemake runs on: a login node's
+# none, so its jobs ask for none. Said, not silent.
 onstart:
-    from memaudit.workflow_support import check_api_jobs
+    from memaudit.workflow_support import check_api_jobs, cpu_bound_auto_models, declared_resource
 
     if not workflow.touch:  # --touch runs no job
         check_api_jobs(config, workflow.global_resources, workflow.dag.needrun_jobs())
+        if not workflow.local_exec:
+            for _line in cpu_bound_auto_models(config, [
+                ([job.wildcards_dict["model"]] if "model" in job.wildcards_dict else [], declared_resource(job, "gpu"))
+                for job in workflow.dag.needrun_jobs()
+            ]):
+                print(_line, file=sys.stderr)
 
 
 BENCHMARKS = sorted(config["benchmarks"])
@@ -283,16 +291,13 @@ def models_runtime(models, default=None):
     hours, and a rule's runtime under ``set-resources`` would hold for every model's job)."""
 
     def runtime(wildcards, input, threads, attempt, rulename, async_run):
-        own = default
-        if own is None:  # evaluated as Snakemake does for a rule without it (an expression over attempt, say)
-            profile = Resources.from_mapping(workflow.resource_settings.default_resources or {}).get("runtime")
-            own = profile.evaluate(
+        profile = None
+        if default is None:  # evaluated as Snakemake does for a rule without it (an expression over attempt, say)
+            setting = Resources.from_mapping(workflow.resource_settings.default_resources or {}).get("runtime")
+            profile = setting.evaluate(
                 wildcards, input=input, threads=threads, attempt=attempt, rulename=rulename, async_run=async_run
             ).value
-        most = max([0] + [_model_runtime(m) for m in models(wildcards)])
-        if not most:
-            return own
-        return max(own, most) if isinstance(own, int) else most
+        return jobs.job_runtime(default, [_model_runtime(m) for m in models(wildcards)], attempt, profile=profile)
 
     return runtime
 

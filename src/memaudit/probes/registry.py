@@ -151,7 +151,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # prefix_outcomes.json records the instruction and system prompt sent
         # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
         # were joined by single spaces)
-        version=9, fingerprint="61c94e797d988372",
+        version=9, fingerprint="f71a9367028f6fae",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -182,7 +182,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="2ee50150b32c07a8",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="f01a63e4b9cec601",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -231,7 +231,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="cb2b5dd4e7ae1d82",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="31cf3bed927b3a8a",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -287,13 +287,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="d4a295bd476a7b5c",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="bca02be40ec3006b",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="be16576aa9f7232e"),
+                              version=10, fingerprint="a4f85465ab73dbe1"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
@@ -343,7 +343,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="159d158abd926538",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="829c4ea80809de66",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -360,7 +360,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 12: the figures' shares on a 0-1 axis (a panel of zeros read as blank), names at one
                 # point stacked (a base and its fine-tunes at one size overprinted theirs)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=12, fingerprint="c08884220a5c0077")},
+                                 version=12, fingerprint="d23d264bac15115e")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
