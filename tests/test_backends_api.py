@@ -122,6 +122,44 @@ def test_success_then_cached_rerun_sends_nothing_and_the_ledger_prices_it(server
     assert server.count() == 4
 
 
+def test_two_clones_caches_merge_into_one_with_nothing_paid_twice(server, tmp_path, capsys):
+    """DVC versions the cache as one file: two clones that ran on one branch got a dvc.lock conflict, and keeping one
+    side then pulling replaced the other side's paid answers. `memaudit api-cache-merge` copies the other cache's
+    answers and usage rows into this one: an answer both hold once (this cache's), a usage row both recorded (the
+    shared history before the clones parted) once, so the ledger's cost is the sum of what was paid."""
+    import shutil
+
+    from memaudit.cli import main
+
+    mine, theirs = tmp_path / "mine.sqlite", tmp_path / "theirs.sqlite"
+    first = make_openai(server, mine)
+    first.generate(["shared one", "shared two"], GREEDY)  # before the clones parted
+    first.close()  # its answers in the file itself, out of the WAL, before the copy
+    shutil.copy(mine, theirs)
+    make_openai(server, mine, rule="mine").generate(["only mine"], GREEDY)
+    make_openai(server, theirs, rule="theirs").generate(["only theirs a", "only theirs b", "shared one"], GREEDY)
+    paid = {path: ledger_frame(path)["cost_usd"].sum() for path in (mine, theirs)}
+    shared = ledger_frame(mine).set_index(["model", "rule"]).loc[("gpt-test", "rule_a"), "cost_usd"]
+    assert main(["api-cache-merge", str(theirs), "--into", str(mine)]) == 0
+    # theirs: 2 answers sent, 1 read from the shared cache (a usage row at no cost)
+    assert capsys.readouterr().out == (f"{mine}: 2 answer(s) and 3 usage row(s) added from {theirs} "
+                                       f"(5 answers in all)\n")
+    merged = ResponseCache(mine)
+    assert merged.count() == 5
+    ledger = ledger_frame(mine).set_index(["model", "rule"])
+    assert ledger["cost_usd"].sum() == pytest.approx(paid[mine] + paid[theirs] - shared)  # nothing counted twice
+    assert ledger.loc[("gpt-test", "theirs"), "n_sent"] == 2 and ledger.loc[("gpt-test", "theirs"), "n_cached"] == 1
+    merged.close()
+    assert main(["api-cache-merge", str(theirs), "--into", str(mine)]) == 0  # again: nothing new
+    assert "0 answer(s) and 0 usage row(s) added" in capsys.readouterr().out
+    assert main(["api-cache-merge", str(mine), "--into", str(mine)]) == 2
+    assert "the cache --into names" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("not a cache")
+    assert main(["api-cache-merge", str(tmp_path / "notes.txt"), "--into", str(mine)]) == 2
+    assert f"{tmp_path / 'notes.txt'}: not a usable response cache" in capsys.readouterr().err
+    assert ResponseCache(mine).count() == 5  # left as it was
+
+
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
 def test_prompt_tokens_the_provider_cached_are_priced_at_the_cached_rate(server, tmp_path, backend):
     """OpenAI's usage block counts the prompt's tokens its prompt cache served in

@@ -91,9 +91,15 @@ def test_push_clone_pull_touch_is_up_to_date(ci_run, tmp_path):
     assert [p.name for p in (clone / "results").rglob("*")] == [".gitignore"]
     sh(DVC + ["pull", "-q"], clone)
     assert (clone / "results/summary/metrics.csv").read_bytes() == (repo / "results/summary/metrics.csv").read_bytes()
-    snakemake(clone, "--touch", "--cores", "1", "all", "--configfile", "config/ci.yaml")
-    out = snakemake(clone, "-n", "all", "--configfile", "config/ci.yaml").stdout
+    # the co-author block of docs/reruns.md as it is written: dvc status clean, then the touch with --forceall
+    assert "Data and pipelines are up to date" in sh(DVC + ["status"], clone)
+    snakemake(clone, "--touch", "--forceall", "--cores", "1", "all", "--configfile", "config/ci.yaml")
+    planned = snakemake(clone, "-n", "all", "--configfile", "config/ci.yaml")
+    out = planned.stdout + planned.stderr
     assert "Nothing to be done" in out, out[-3000:]
+    # every job's params and code recorded, as a run records them (plain --touch left five rules without: a
+    # parameter changed later reran none of their jobs)
+    assert "missing provenance/metadata" not in out, out[-3000:]
     # Every artifact came back, byte for byte: models, token statistics, scores, figures, the API ledger.
     pulled = sorted(p.relative_to(clone) for p in (clone / "results").rglob("*") if p.is_file())
     made = sorted(p.relative_to(repo) for p in (repo / "results").rglob("*") if p.is_file())
@@ -175,6 +181,31 @@ def test_dvc_stage_quotes_a_config_path_with_a_space(tmp_path):
     write_stage(tmp_path / "dvc.yaml", "config/ci.yaml", {"benchmarks": {}, "models": {}}, cores=2)
     assert yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["memaudit"]["cmd"] == (
         "snakemake --cores 2 all --configfile config/ci.yaml")
+
+
+def test_dvc_stage_warns_of_a_cache_outside_the_stages_outputs(tmp_path, capsys):
+    """An API cache (or the generation cache) moved out of results/ is not versioned: `dvc-stage` said nothing, and
+    the paid answers were in no push. It warns, naming the key; caches under the outputs get no line."""
+    from memaudit.cli import main
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy2(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    config = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    config["api"] = {**config.get("api", {}), "cache": str(tmp_path / "api.sqlite")}
+    config["generation_cache"] = "cache/generations.sqlite"
+    (repo / "my.yaml").write_text(yaml.safe_dump(config))
+    assert main(["dvc-stage", str(repo / "my.yaml"), "--dvc-file", str(repo / "dvc.yaml")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" is outside")[0] for line in err] == [
+        f"memaudit dvc-stage: warning: api.cache {tmp_path / 'api.sqlite'}",
+        "memaudit dvc-stage: warning: generation_cache cache/generations.sqlite"]
+    assert err[0].endswith("DVC does not version it, and a clone's pull does not bring its answers; keep it under "
+                           "results/")
+    config["api"]["cache"], config["generation_cache"] = "results/api/mine.sqlite", "results/models/gen.sqlite"
+    (repo / "my.yaml").write_text(yaml.safe_dump(config))
+    assert main(["dvc-stage", str(repo / "my.yaml"), "--dvc-file", str(repo / "dvc.yaml")]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_dvc_stage_writes_a_config_inside_the_repository_relative_to_it(tmp_path, capsys):

@@ -11,6 +11,8 @@
                                                         what planned API requests will cost
     memaudit api-ledger [--cache results/api/cache.sqlite] [--out ledger.csv]
                                                         tokens and dollars spent, per model and rule
+    memaudit api-cache-merge OTHER [--into results/api/cache.sqlite]
+                                                        another clone's paid API answers copied into this cache
     memaudit code-versions [--record]                   each probe family's, stage's and step's code version
                                                         and whether its code changed since it was recorded
     memaudit check-config CONFIG                        every problem of a config file, one line each
@@ -88,6 +90,12 @@ def _api_ledger(argv: list[str]) -> int:
     return ledger_main(argv)
 
 
+def _api_cache_merge(argv: list[str]) -> int:
+    from memaudit.backends.cache import merge_main
+
+    return merge_main(argv)
+
+
 def _code_versions(argv: list[str]) -> int:
     from memaudit.probes.registry import code_versions_main
 
@@ -123,7 +131,8 @@ def _dvc_stage(argv: list[str]) -> int:
 
 
 COMMANDS = {"check-config": _check_config, "dvc-stage": _dvc_stage, "fetch-assets": _fetch_assets, "stats": _stats, "headline": _headline, "serve": _serve,
-            "estimate-cost": _estimate_cost, "api-ledger": _api_ledger, "code-versions": _code_versions}
+            "estimate-cost": _estimate_cost, "api-ledger": _api_ledger, "api-cache-merge": _api_cache_merge,
+            "code-versions": _code_versions}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ rather than a second one added. ``memaudit dvc-stage CONFIG`` does both.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from memaudit.errors import InputError
@@ -129,6 +130,35 @@ def write_stage(dvc_file: str | Path, configfile: str, config: dict, *, cores: i
     return deps
 
 
+def unversioned_caches(config: dict, dvc_file: Path) -> list[str]:
+    """One warning line per cache of ``config`` (the API response cache, ``api.cache``; local models' greedy
+    generations, ``generation_cache``) that lies outside every output of ``dvc_file``'s stage: the paid answers
+    of a cache moved out of ``results/`` were no longer versioned, and ``dvc-stage`` said nothing."""
+    import os
+
+    import yaml
+
+    from memaudit.backends.settings import api_settings
+
+    outs = []
+    for out in ((yaml.safe_load(dvc_file.read_text(encoding="utf-8")) or {}).get("stages", {}).get(STAGE, {})
+                .get("outs") or []):
+        outs += list(out) if isinstance(out, dict) else [out]
+    root = dvc_file.parent.resolve()
+    versioned = [Path(os.path.normpath(root / o)) for o in outs]
+    caches = [("api.cache", api_settings(config).get("cache")), ("generation_cache", config.get("generation_cache"))]
+    lines = []
+    for key, path in caches:
+        if not path:
+            continue
+        where = Path(os.path.normpath(root / path))
+        if not any(where == o or o in where.parents for o in versioned):
+            lines.append(f"warning: {key} {path} is outside the stage's outputs ({', '.join(map(str, outs))}): "
+                         f"DVC does not version it, and a clone's pull does not bring its answers; keep it under "
+                         f"results/")
+    return lines
+
+
 def dvc_stage_main(argv: list[str]) -> int:
     import argparse
 
@@ -152,4 +182,6 @@ def dvc_stage_main(argv: list[str]) -> int:
           f"and depends on {len(deps)} paths: {', '.join(deps)}")
     if missing:
         print(f"not there yet (DVC will report them missing): {', '.join(missing)}")
+    for line in unversioned_caches(config, args.dvc_file):
+        print(f"memaudit dvc-stage: {line}", file=sys.stderr)
     return 0

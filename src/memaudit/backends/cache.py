@@ -86,6 +86,11 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+_RESPONSE_COLUMNS = ("key", "backend", "model_id", "request", "response", "input_tokens", "output_tokens",
+                     "requested_at", "completed_at", "seconds", "attempts")
+_USAGE_COLUMNS_ORDERED = ("at", "run_id", "rule", "model", "backend", "model_id", "key", "from_cache", "status",
+                          "input_tokens", "output_tokens", "cost_usd", "provider_cached_tokens",
+                          "provider_cache_write_tokens")
 
 
 def canonical_json(obj) -> str:
@@ -364,3 +369,57 @@ class ResponseCache:
     def count(self) -> int:
         with self._lock:
             return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def merge_from(self, other: str | Path) -> tuple[int, int]:
+        """Copy into this cache the answers of ``other`` (another cache a run wrote) it lacks, and the usage rows
+        it has not recorded (a row is the same one when its time, run, request key, status and tokens are): two
+        clones' caches, which DVC cannot merge (one file, one hash), become one, nothing paid twice in the
+        ledger. An answer both hold is this cache's. Returns (answers added, usage rows added)."""
+        other = Path(other)
+        ResponseCache(other, existing=True).close()  # a cache a run wrote, or a one-line error naming it
+        answers = ", ".join(_RESPONSE_COLUMNS)
+        usage = ", ".join(_USAGE_COLUMNS_ORDERED)
+        same = " AND ".join(f"u.{c} IS o.{c}" for c in ("at", "run_id", "key", "status", "from_cache",
+                                                        "input_tokens", "output_tokens", "model"))
+        with self._lock:
+            self._conn.execute("ATTACH DATABASE ? AS other", (f"{other.absolute().as_uri()}?mode=ro",))
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                before = self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+                self._conn.execute(f"INSERT OR IGNORE INTO responses ({answers}) SELECT {answers} FROM other.responses")
+                added = self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0] - before
+                rows = self._conn.execute(
+                    f"INSERT INTO usage ({usage}) SELECT {usage} FROM other.usage AS o "
+                    f"WHERE NOT EXISTS (SELECT 1 FROM main.usage AS u WHERE {same})").rowcount
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._conn.execute("DETACH DATABASE other")
+        return added, rows
+
+
+def merge_main(argv: Sequence[str] | None = None) -> int:
+    """``memaudit api-cache-merge``: one clone's paid answers copied into another's cache."""
+    import argparse
+    import os
+
+    p = argparse.ArgumentParser(prog="memaudit api-cache-merge",
+                                description="Copy the API answers and usage rows of another run's response cache "
+                                            "into this one's (two clones' caches, which DVC cannot merge).")
+    p.add_argument("other", type=Path, help="the other cache (e.g. the file of the other side of a dvc.lock "
+                                            "conflict, from `git show` + `dvc get`, or a co-author's clone)")
+    p.add_argument("--into", default="results/api/cache.sqlite", type=Path,
+                   help="the cache added to (default: results/api/cache.sqlite); then `dvc commit`")
+    args = p.parse_args(argv)
+    if args.other.exists() and args.into.exists() and os.path.samefile(args.other, args.into):
+        raise InputError(f"{args.other}: the cache --into names; give the other clone's")
+    if not args.into.exists():
+        raise InputError(f"{args.into}: no API cache yet (no API request has been made here); copy {args.other} "
+                         f"there instead")
+    with ResponseCache(args.into, existing=True) as cache:
+        answers, rows = cache.merge_from(args.other)
+        total = cache.count()
+    print(f"{args.into}: {answers} answer(s) and {rows} usage row(s) added from {args.other} ({total} answers in all)")
+    return 0
