@@ -436,9 +436,11 @@ def test_make_report_refuses_while_jobs_are_pending_and_says_which(finished, tmp
 
     shutil.copy2(ROOT / "Makefile", finished / "Makefile")
     config = with_config(finished, "report_seed", lambda c: c.__setitem__("seed", c["seed"] + 1))
-    # -o venv: the test's own environment, not a venv made in the tree
-    made = subprocess.run(["make", "-o", "venv", "report", f"BIN={Path(sys.executable).parent}", f"CONFIG={config}"],
-                          cwd=finished, capture_output=True, text=True)
+    # -o venv: the test's own environment, not a venv made in the tree; a make of its own, not a sub-make of
+    # `make test` (which printed "make[1]: Entering directory ..." first)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    made = subprocess.run(["make", "--no-print-directory", "-o", "venv", "report", f"BIN={Path(sys.executable).parent}",
+                           f"CONFIG={config}"], cwd=finished, capture_output=True, text=True, env=env)
     assert made.returncode == 2, made.stdout + made.stderr
     lines = made.stdout.splitlines()
     assert lines[0] == "Job stats:" and re.fullmatch(r"total\s+\d+", lines[-3]), lines
