@@ -216,7 +216,8 @@ def test_fetch_assets_to_a_folder_it_cannot_make_is_one_line(tmp_path, capsys):
 
 def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["nope"]) == 2
-    commands = "api-ledger, check-config, code-versions, dvc-stage, estimate-cost, fetch-assets, headline, serve, stats"
+    commands = ("api-cache-merge, api-ledger, check-config, code-versions, dvc-stage, estimate-cost, fetch-assets, "
+                "headline, serve, stats")
     assert capsys.readouterr() == ("", f"memaudit: error: unknown command 'nope' (commands: {commands}; "
                                        f"memaudit --help)\n")
     assert main(["check_config", "my.yaml"]) == 2  # a typo is named, with the command meant

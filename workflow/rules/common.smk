@@ -51,10 +51,11 @@ onstart:
     if not workflow.touch:  # --touch runs no job
         check_api_jobs(config, workflow.global_resources, workflow.dag.needrun_jobs())
         if not workflow.local_exec:
-            for _line in cpu_bound_auto_models(config, [
-                ([job.wildcards_dict["model"]] if "model" in job.wildcards_dict else [], declared_resource(job, "gpu"))
+            _runs = [
+                (list(filter(None, [job.wildcards_dict.get("model")])), declared_resource(job, "gpu"))
                 for job in workflow.dag.needrun_jobs()
-            ]):
+            ]
+            for _line in cpu_bound_auto_models(config, _runs):
                 print(_line, file=sys.stderr)
 
 
