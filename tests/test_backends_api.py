@@ -152,6 +152,9 @@ def test_two_clones_caches_merge_into_one_with_nothing_paid_twice(server, tmp_pa
     merged.close()
     assert main(["api-cache-merge", str(theirs), "--into", str(mine)]) == 0  # again: nothing new
     assert "0 answer(s) and 0 usage row(s) added" in capsys.readouterr().out
+    with ResponseCache(mine) as writer:  # a cache a job opened (no URI names) merges the same way
+        assert writer.merge_from(theirs) == (0, 0)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("file:")) == []
     assert main(["api-cache-merge", str(mine), "--into", str(mine)]) == 2
     assert "the cache --into names" in capsys.readouterr().err
     (tmp_path / "notes.txt").write_text("not a cache")

@@ -382,7 +382,9 @@ class ResponseCache:
         same = " AND ".join(f"u.{c} IS o.{c}" for c in ("at", "run_id", "key", "status", "from_cache",
                                                         "input_tokens", "output_tokens", "model"))
         with self._lock:
-            self._conn.execute("ATTACH DATABASE ? AS other", (f"{other.absolute().as_uri()}?mode=ro",))
+            # a plain path, read only by the SELECTs below: a URI is taken as one only on a connection opened with
+            # uri=True (existing=True), elsewhere as a file name to create
+            self._conn.execute("ATTACH DATABASE ? AS other", (str(other.absolute()),))
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 before = self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
