@@ -88,6 +88,7 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 _RESPONSE_COLUMNS = ("key", "backend", "model_id", "request", "response", "input_tokens", "output_tokens",
                      "requested_at", "completed_at", "seconds", "attempts")
+# a usage row's columns as every insert writes them (not the id SQLite gives it)
 _USAGE_COLUMNS_ORDERED = ("at", "run_id", "rule", "model", "backend", "model_id", "key", "from_cache", "status",
                           "input_tokens", "output_tokens", "cost_usd", "provider_cached_tokens",
                           "provider_cache_write_tokens")
@@ -147,9 +148,8 @@ class UsageRow:
 # the usage columns of every cache memaudit wrote (later ones are added on opening: see ResponseCache)
 _USAGE_COLUMNS = frozenset({"id", "at", "run_id", "rule", "model", "backend", "model_id", "key", "from_cache",
                             "status", "input_tokens", "output_tokens", "cost_usd"})
-_USAGE_INSERT = ("INSERT INTO usage (at, run_id, rule, model, backend, model_id, key, from_cache, status, "
-                 "input_tokens, output_tokens, cost_usd, provider_cached_tokens, provider_cache_write_tokens) "
-                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+_USAGE_INSERT = (f"INSERT INTO usage ({', '.join(_USAGE_COLUMNS_ORDERED)}) "
+                 f"VALUES ({','.join('?' * len(_USAGE_COLUMNS_ORDERED))})")
 
 
 # File systems whose files processes on several hosts open at once (the kernel's names, as

@@ -287,7 +287,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="bca02be40ec3006b",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="cecaaeb3c48bfc52",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -301,7 +301,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # counts rounded alike were one line through all of them); 11: the size panels draw a line per
                 # family and members fine-tuned on (every model not fine-tuned on the benchmark was one line)
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=11, fingerprint="7d9c91b6f7759b74")},
+                                 version=11, fingerprint="06bb92e163fe5857")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),

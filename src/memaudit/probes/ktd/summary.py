@@ -150,7 +150,8 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
     from matplotlib.ticker import MaxNLocator
 
     from memaudit.figures.plots import (FIGURE_WIDTH_IN, FONT_SIZE, MARKERS, format_params, format_params_minor,
-                                        legend_handles, mark_missing, new_figure, palette, save_figure, style)
+                                        legend_handles, mark_missing, new_figure, palette, save_figure, size_line,
+                                        style)
 
     knock = frame[frame["statistic"] == "gradnorm"]
     knock = knock.assign(family=knock["family"] if "family" in knock.columns else "",
@@ -187,7 +188,7 @@ def plot_m_and_size(frame: pd.DataFrame, out_prefix: str, *, m: int) -> list[Pat
                 color = "tab:red" if contaminated else "tab:blue"
                 for ax, column in ((row[2], "fdr"), (row[3], "power")):
                     ax.errorbar(pts["n_params"], pts[column], yerr=pts[f"{column}_se"].fillna(0),
-                                fmt="-" if contaminated else "-." if tuning else "--", marker=markers[family],
+                                fmt=size_line(contaminated, tuning, benchmark)[0], marker=markers[family],
                                 markersize=4, capsize=2, color=color, label=name,
                                 markerfacecolor=None if contaminated else "none")
                     mark_missing(ax, pts.loc[pts[column].isna(), "n_params"], color=color, marker=markers[family])
