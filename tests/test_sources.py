@@ -77,6 +77,40 @@ def test_fetch_updates_lists_once_then_names_package_and_stderr(tmp_path, monkey
     assert list((tmp_path / "extracted").iterdir()) == []
 
 
+def test_no_apt_get_defers_to_the_sources_that_need_a_package(tmp_path, monkeypatch, demo_assets):
+    """A RHEL-like node has no apt-get: the workflow's fetch records what it could not fetch and goes on
+    (a config of the user's own books needs no package); a demo source then fails naming the package and
+    the remedy; the CLI, which asks for the packages by name, fails at once."""
+    monkeypatch.setattr(assets.shutil, "which", lambda tool: None if tool in ("apt-get", "dpkg-deb") else "/bin/x")
+
+    def no_such_tool(cmd, **kwargs):  # what subprocess.run raises for a program not on PATH
+        raise FileNotFoundError(2, "No such file or directory", cmd[0])
+
+    monkeypatch.setattr(assets.subprocess, "run", no_such_tool)
+    shutil.copytree(demo_assets / "extracted" / "r-cran-tm", tmp_path / "extracted" / "r-cran-tm")
+    logged = []
+    assert fetch_demo_assets(tmp_path, packages=("r-cran-tm", "r-cran-janeaustenr"), log=logged.append) == tmp_path
+    assert logged == ["warning: apt-get and dpkg-deb not found, so the demo packages r-cran-janeaustenr are not "
+                      "fetched: the demo sources that read them fail when loaded (run `memaudit fetch-assets` on a "
+                      "Debian or Ubuntu machine); benchmarks of your own books, articles or published files need none"]
+    record = json.loads((tmp_path / ".fetched").read_text())
+    assert record["r-cran-janeaustenr"] == {"deb": None, "version": None,
+                                            "not_fetched": "apt-get and dpkg-deb not found"}
+    assert set(record) == {"r-cran-tm", "r-cran-janeaustenr"}
+    assert len(load_source("reuters", tmp_path)) == 70  # the package that is here still serves its source
+    with pytest.raises(AssetError, match=re.escape(
+            f"demo asset r-cran-janeaustenr not found at {tmp_path}/extracted/r-cran-janeaustenr; run `memaudit "
+            f"fetch-assets --dest {tmp_path}` on a Debian or Ubuntu machine (apt-get and dpkg-deb not found here) "
+            "first")):
+        load_source("austen", tmp_path)
+    with pytest.raises(AssetError, match=r"^apt-get not found: the demo assets are Debian packages"):
+        fetch_demo_assets(tmp_path / "cli", packages=("r-cran-janeaustenr",), log=logged.append, require_tools=True)
+    # nothing to fetch: no tool is asked for, no warning
+    logged.clear()
+    fetch_demo_assets(tmp_path, packages=("r-cran-tm",), log=logged.append)
+    assert logged == []
+
+
 def test_read_lazyload_errors_name_the_file(demo_assets, tmp_path):
     pkg = demo_assets / "extracted" / "r-cran-janeaustenr"
     with pytest.raises(AssetError, match=r"Rdata\.rdx: no object 'nope' \(has: emma, mansfieldpark"):

@@ -89,6 +89,7 @@ def fetch_demo_assets(
     dest: str | os.PathLike,
     packages: Sequence[str] = DEMO_PACKAGES,
     log: Callable[[str], Any] = print,
+    require_tools: bool = False,
 ) -> Path:
     """Download and unpack the demo Debian packages under ``dest``; return ``dest``.
 
@@ -99,6 +100,13 @@ def fetch_demo_assets(
     so an interrupted run never leaves a half-extracted package behind. When
     ``apt-get download`` fails because the package lists are missing or stale,
     ``apt-get update`` runs once and the download is retried.
+
+    Without ``apt-get`` or ``dpkg-deb`` (a RHEL-like cluster node, macOS), the packages not yet here
+    are recorded as not fetched and a warning logged, unless ``require_tools``: a workflow whose
+    benchmarks are the user's own books, articles or published files reads none of them and must
+    not fail for a tool it never needs; a demo source that does need one fails when it is loaded
+    (:func:`package_dir`, naming the package and the remedy). ``memaudit fetch-assets`` (``make
+    assets``) asks for the packages by name and sets ``require_tools``.
 
     Raises :class:`AssetError` naming the package and the command's stderr.
     """
@@ -118,6 +126,15 @@ def fetch_demo_assets(
         previous = {}
     record: dict[str, dict[str, str | None]] = {}
     state = {"updated": False}
+    wanted = [pkg for pkg in packages if not (extracted / pkg).is_dir()]
+    absent = [tool for tool in ("apt-get", "dpkg-deb") if wanted and shutil.which(tool) is None]
+    if absent and not require_tools:
+        log(f"warning: {' and '.join(absent)} not found, so the demo packages {', '.join(wanted)} are not "
+            "fetched: the demo sources that read them fail when loaded (run `memaudit fetch-assets` on a "
+            "Debian or Ubuntu machine); benchmarks of your own books, articles or published files need none")
+        for pkg in wanted:
+            record[pkg] = {"deb": None, "version": None, "not_fetched": f"{' and '.join(absent)} not found"}
+        packages = [pkg for pkg in packages if pkg not in wanted]
     for pkg in packages:
         target = extracted / pkg
         if target.is_dir():
@@ -157,9 +174,11 @@ def package_dir(assets_dir: str | os.PathLike, pkg: str) -> Path:
     if not path.is_dir():
         # make assets fetches into resources/demo only: the remedy for another assets_dir is the command
         default = Path(assets_dir) == Path("resources/demo")
+        tools = [tool for tool in ("apt-get", "dpkg-deb") if shutil.which(tool) is None]
+        where = f" on a Debian or Ubuntu machine ({' and '.join(tools)} not found here)" if tools else ""
         raise AssetError(
             f"demo asset {pkg} not found at {path}; run `memaudit fetch-assets --dest "
-            f"{assets_dir}`{' (or `make assets`)' if default else ''} first"
+            f"{assets_dir}`{' (or `make assets`)' if default else ''}{where} first"
         )
     return path
 

@@ -48,11 +48,11 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="62c648c100019d3d"),
+                      fingerprint="461cdf8fc00daec8"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried;
     # 2: the tiny GPT-2s' GELU is torch's fused tanh kernel (the same formula, other rounding).
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=2,
-                    fingerprint="aa1e997f013b7e13"),
+                    fingerprint="e4b0c3a9f301544a"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
@@ -65,7 +65,7 @@ STEPS: dict[str, Stage] = {
     # 13: a method with no score at all (a cloze token type nothing answered) gets a metrics row of its counts
     # and no statistic (n/a in the headline), not an AUC of 0.5
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=13,
-                   fingerprint="5ba47944eddefb15"),
+                   fingerprint="2fd3dec01bb7ad97"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -78,7 +78,7 @@ STEPS: dict[str, Stage] = {
     # 6: the AUC-by-size figure names the models it draws no point of (scored by none of its methods)
     # 7: a model fine-tuned on another benchmark's members is a line of its own in the AUC-by-size figure (it was a
     # point on its base's line at the same size: a vertical stroke that read as a size trend)
-    "figures": Stage(("memaudit.figures.plots",), version=7, fingerprint="3c0c0aa126a35702"),
+    "figures": Stage(("memaudit.figures.plots",), version=7, fingerprint="410ccc51d8a29406"),
 }
 
 
