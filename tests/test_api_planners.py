@@ -114,7 +114,30 @@ def test_decop_with_an_api_paraphraser_is_not_planned_rather_than_paid_for(tmp_p
     assert planned_inputs(config) == []  # the estimate must not make the paraphraser run
     assert plan_run(config, tmp_path) == []
     assert not_planned(config) == ["decop_blackbox on b: its items are paraphrased by API model 'judge' first "
-                                   "(rule decop_items); estimate after building them, or with a local paraphraser"]
+                                   "(rule decop_items); build them (snakemake results/datasets/b/decop_items.jsonl) "
+                                   "and estimate again, or estimate with a local paraphraser"]
+
+
+def test_decop_items_an_api_paraphraser_made_in_an_earlier_run_are_priced(tmp_path, data):
+    """docs/models.md's remedy: build the items (paying the paraphraser), estimate again. The planner read its
+    reason from the config alone, so the items, once built, were never priced."""
+    from memaudit.backends.planning import write_estimate
+
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", {
+        "decop": {"lengths": [64], "orderings": "latin_square", "paraphrase": {"model": "judge"}},
+        "decop_blackbox": {"models": ["served"], "passages_per_document": 1}})
+    assert planned_inputs(config) == []  # never a dependency: stale items would be rebuilt, the paraphraser paid
+    assert plan_run(config, tmp_path / "datasets") == []
+    write_jsonl(data / "decop_items.jsonl", _decop_items())
+    plan = plan_run(config, tmp_path / "datasets")
+    # the first passage of 3 documents x 4 orderings, as the test above plans from a local paraphraser's items
+    assert Counter(r["kind"] for r in plan) == {"generate": 12} and {r["model"] for r in plan} == {"served"}
+    assert not_planned(config, tmp_path / "datasets") == []
+    text = write_estimate(config, tmp_path / "estimate.txt", tmp_path / "plan.jsonl", tmp_path / "datasets")
+    assert text.splitlines()[-1] == (
+        f"priced from records an API role model made in an earlier run: decop_blackbox on b: {data}/decop_items.jsonl "
+        "(as built; a config change that rebuilds them changes the estimate)")
+    assert "not included" not in text
 
 
 # ----------------------------------------------------------------------------- cloze
@@ -289,8 +312,8 @@ def test_copybench_extractor_requests_are_planned_first_exactly_then_bounded(tmp
         assert planned_inputs(config) == ["results/datasets/b/documents.jsonl"]
         assert not_planned(config) == [
             f"copybench_{mode} on b: its items are made with API model 'judge' extracting events and characters "
-            "first (rule copybench_items: those requests are in the estimate); estimate again after building them"
-            for mode in ("literal", "nonliteral")]
+            "first (rule copybench_items: those requests are in the estimate); build them (snakemake "
+            f"results/datasets/b/copybench_{mode}.jsonl) and estimate again" for mode in ("literal", "nonliteral")]
         plan = run_plan(config, tmp_path / "datasets")
         assert {r["model"] for r in plan} == {"judge"} and {r["max_new_tokens"] for r in plan} == {64}
         assert len(plan) == 2 * 2 * 3  # 2 books x (events, characters) x 3 attempts at most
@@ -391,4 +414,5 @@ def test_copybench_fact_recall_plan_is_what_the_qa_job_sends(tmp_path, data):
     config["probes"]["copybench"]["qa_writer"] = {"model": "judge", "max_new_tokens": 128}
     assert not_planned(config) == [
         "copybench_qa on b: its questions are written by API model 'judge' first (rule copybench_qa_items: those "
-        "requests are in the estimate); estimate again after building them"]
+        "requests are in the estimate); build them (snakemake results/datasets/b/copybench_qa.jsonl) and estimate "
+        "again"]

@@ -154,6 +154,20 @@ def test_record_writes_a_stale_stages_fingerprint_into_its_own_entry(tmp_path, m
     assert copy.read_text() == text  # the family's own fingerprint, before it, is left as it was
 
 
+def test_record_replaces_the_docs_placeholder_in_its_own_entry_not_the_next_familys(tmp_path, monkeypatch):
+    """docs/adding-a-probe-family.md's skeleton reads fingerprint="<printed by memaudit code-versions --record>":
+    the pattern took only hex digits, so it ran on into the next family and wrote over that one's fingerprint."""
+    copy = tmp_path / "registry.py"
+    text = open(registry.__file__, encoding="utf-8").read()
+    placeholder = 'fingerprint="<printed by memaudit code-versions --record>"'
+    prefix = FAMILIES["prefix"].fingerprint
+    assert text.count(f'fingerprint="{prefix}"') == 1
+    copy.write_text(text.replace(f'fingerprint="{prefix}"', placeholder))
+    monkeypatch.setitem(FAMILIES, "prefix", registry.ProbeFamily(**{**FAMILIES["prefix"].__dict__, "fingerprint": ""}))
+    assert registry.record_fingerprints(copy, _versions_copy(tmp_path)) == {"prefix": code_fingerprint("prefix")}
+    assert copy.read_text() == text.replace(f'fingerprint="{prefix}"', f'fingerprint="{code_fingerprint("prefix")}"')
+
+
 def test_the_cli_reports_a_stale_family_and_exits_1(monkeypatch, capsys):
     monkeypatch.setitem(FAMILIES, "prefix", registry.ProbeFamily(
         **{**FAMILIES["prefix"].__dict__, "fingerprint": "0000000000000000"}))

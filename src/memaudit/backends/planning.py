@@ -19,6 +19,12 @@ from memaudit.config import is_api_model
 from memaudit.io import read_jsonl, write_jsonl
 
 
+class BuiltByRole(str):
+    """Why a probe cannot be planned before paid work, where its records are made by an API role model (a
+    paraphraser, a knowledge filter, an extractor): once a run has built them, the estimate prices the probe
+    from them (:func:`built_records`). Any other reason (no planner for a mode) stays a reason."""
+
+
 def plan_requests(model: str, prompts: Sequence[str], params, *, kind: str = "generate") -> list[dict]:
     """Plan records (``memaudit estimate-cost --plan``) of ``prompts`` sent with ``params``
     (:class:`~memaudit.backends.base.GenerationParams`): every field that goes into the request's cache key."""
@@ -81,9 +87,23 @@ def planned_inputs(config: dict) -> list[str]:
                   | {f"results/datasets/{b}/{f}" for _, b, files in _role_planned(config) for f in files})
 
 
+def built_records(config: dict, benchmark: str, probe: str, datasets_dir: str | Path | None) -> Path | None:
+    """The records of a probe that cannot be planned before paid work (:func:`plan_inputs` says why), where a
+    run has built them already (``snakemake results/datasets/<benchmark>/decop_items.jsonl``): the estimate
+    prices the probe from them. They are read where they are, never a dependency of the estimate: as one,
+    records the config no longer matches would be rebuilt, the API role model paid, for the estimate."""
+    from memaudit.probes.registry import PROBES
+
+    if datasets_dir is None or not isinstance(plan_inputs(config, benchmark, probe), BuiltByRole):
+        return None
+    path = Path(datasets_dir) / benchmark / PROBES[probe].reads
+    return path if path.is_file() else None
+
+
 def plan_run(config: dict, datasets_dir: str | Path = "results/datasets") -> list[dict]:
-    """Every request the configured API models will be sent by the planned probes (those it can plan), the
-    item-building roles' first."""
+    """Every request the configured API models will be sent by the planned probes (those it can plan, and
+    those whose records an API role model made in an earlier run: :func:`built_records`), the item-building
+    roles' first."""
     from memaudit.probes.registry import PROBES, family_of, load_callable
 
     records = []
@@ -92,17 +112,28 @@ def plan_run(config: dict, datasets_dir: str | Path = "results/datasets") -> lis
     for model, benchmark, probe in _planned(config):
         files = plan_inputs(config, benchmark, probe)
         if isinstance(files, str):
-            continue
+            built = built_records(config, benchmark, probe, datasets_dir)
+            if built is None:
+                continue
+            files = [built.name]
         planner = load_callable(family_of(probe).planner)
         records += planner(config, model, read_jsonl(Path(datasets_dir) / benchmark / files[0]),
                            mode=PROBES[probe].mode, datasets=Path(datasets_dir) / benchmark)
     return records
 
 
-def not_planned(config: dict) -> list[str]:
-    """``probe on benchmark: why`` for planned jobs whose requests cannot be foreseen before paid work."""
+def not_planned(config: dict, datasets_dir: str | Path | None = None) -> list[str]:
+    """``probe on benchmark: why`` for planned jobs whose requests cannot be foreseen before paid work (and
+    whose records no earlier run built under ``datasets_dir``)."""
     return sorted({f"{p} on {b}: {why}" for _, b, p in _planned(config)
-                   if isinstance(why := plan_inputs(config, b, p), str)})
+                   if isinstance(why := plan_inputs(config, b, p), str)
+                   and built_records(config, b, p, datasets_dir) is None})
+
+
+def priced_from_built(config: dict, datasets_dir: str | Path | None) -> list[str]:
+    """``probe on benchmark: file`` for the probes :func:`plan_run` priced from records built before."""
+    return sorted({f"{p} on {b}: {built} (as built; a config change that rebuilds them changes the estimate)"
+                   for _, b, p in _planned(config) if (built := built_records(config, b, p, datasets_dir))})
 
 
 def write_estimate(config: dict, out_text: str | Path, out_plan: str | Path,
@@ -117,8 +148,10 @@ def write_estimate(config: dict, out_text: str | Path, out_plan: str | Path,
     unplanned = probes_without_planner(config)
     if unplanned:
         text += f"\nnot included (no planner yet): {', '.join(unplanned)}"
-    for line in not_planned(config):
+    for line in not_planned(config, datasets_dir):
         text += f"\nnot included: {line}"
+    for line in priced_from_built(config, datasets_dir):
+        text += f"\npriced from records an API role model made in an earlier run: {line}"
     with atomic_path(out_text) as tmp:
         Path(tmp).write_text(text + "\n", encoding="utf-8")
     return text

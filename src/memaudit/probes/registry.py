@@ -151,7 +151,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # prefix_outcomes.json records the instruction and system prompt sent
         # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
         # were joined by single spaces)
-        version=9, fingerprint="2e82ff935b9fc571",
+        version=9, fingerprint="ecc155b13d3b5ff2",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -182,7 +182,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="4525acd499b3beb6",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="575cf1685d49c3f5",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -231,7 +231,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="0352249669a8f4ba",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="3f2c207a33a97920",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -343,7 +343,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="4f979ff842c37b91",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="7ee80ccf5f62951a",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -360,7 +360,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 12: the figures' shares on a 0-1 axis (a panel of zeros read as blank), names at one
                 # point stacked (a base and its fine-tunes at one size overprinted theirs)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=12, fingerprint="4d1f4c0a81f81360")},
+                                 version=12, fingerprint="629d8e416683348d")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
@@ -680,10 +680,14 @@ def record_fingerprints(path: Path | None = None, steps_path: Path | None = None
             where, entry = "steps", rf'"{re.escape(key)}":\s*Stage\(.*?'
         else:
             family, _, stage = key.partition(".")
-            where, entry = "registry", rf'ProbeFamily\(\s*"{re.escape(family)}",.*?'
+            # never past the next entry: an entry whose fingerprint is not there yet (or is the docs' placeholder)
+            # took the next family's, and left its own as it was
+            within = r'(?:(?!ProbeFamily\().)*?'
+            where, entry = "registry", rf'ProbeFamily\(\s*"{re.escape(family)}",{within}'
             if stage:  # the stage's own entry inside the family's: stages={"<stage>": Stage(..., fingerprint="...")}
-                entry += rf'"{re.escape(stage)}":\s*Stage\(.*?'
-        pattern = re.compile(rf'({entry}fingerprint=")([0-9a-f]*)(")', re.S)
+                entry += rf'"{re.escape(stage)}":\s*Stage\({within}'
+        # any text between the quotes: a placeholder ("<printed by ...>") is replaced as an old fingerprint is
+        pattern = re.compile(rf'({entry}fingerprint=")([^"]*)(")', re.S)
         texts[where], n = pattern.subn(lambda m: m[1] + current + m[3], texts[where], count=1)
         if n != 1:
             raise LookupError(f"{paths[where]}: no fingerprint of {key!r} to update")

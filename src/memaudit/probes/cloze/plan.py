@@ -127,12 +127,14 @@ def check_config(config: dict) -> list[str]:
 def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
     """What the cost estimate's cloze planner reads: the benchmark's cloze items -- unless an API knowledge
     filter would have to be paid to choose them (rule cloze_items), which an estimate must not do."""
+    from memaudit.backends.planning import BuiltByRole
     from memaudit.probes.registry import role_model
 
     model = role_model(config, "cloze", "filter") if uses_filter(config) else None
     if model in config["models"] and is_api_model(config["models"][model]):
-        return (f"its masked words are chosen with API model {model!r} as knowledge filter first (rule cloze_items); "
-                f"estimate after building them, or with a local filter")
+        return BuiltByRole(f"its masked words are chosen with API model {model!r} as knowledge filter first (rule "
+                           f"cloze_items); build them (snakemake results/datasets/{benchmark}/cloze_items.jsonl) and "
+                           f"estimate again, or estimate with a local filter")
     return ["cloze_items.jsonl"]
 
 

@@ -45,6 +45,7 @@ def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str | Path] | s
     from memaudit.probes.registry import FAMILIES
 
     from memaudit.backends import is_api_model
+    from memaudit.backends.planning import BuiltByRole
     from memaudit.probes.copybench.plan import extractor_model, qa_writer
 
     if mode not in PLANNED_MODES:
@@ -54,15 +55,17 @@ def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str | Path] | s
         writer = qa_writer(config, job)
         if writer and is_api_model(config["models"][writer]):
             # rule copybench_qa_items asks the writer first; its pairs are the prompts priced here
-            return (f"its questions are written by API model {writer!r} first (rule copybench_qa_items: those "
-                    "requests are in the estimate); estimate again after building them")
+            return BuiltByRole(f"its questions are written by API model {writer!r} first (rule copybench_qa_items: "
+                               f"those requests are in the estimate); build them (snakemake results/datasets/"
+                               f"{benchmark}/copybench_qa.jsonl) and estimate again")
         # fact recall's demonstrations are in the prompt file
         return [FAMILIES["copybench"].reads_of(mode), *map(Path, copybench_prompt_paths(config, (mode,)))]
     extractor = extractor_model(config, job)
     if extractor and is_api_model(config["models"][extractor]):
         # rule copybench_items makes both modes' items; building them would pay the extractor first
-        return (f"its items are made with API model {extractor!r} extracting events and characters first "
-                "(rule copybench_items: those requests are in the estimate); estimate again after building them")
+        return BuiltByRole(f"its items are made with API model {extractor!r} extracting events and characters "
+                           "first (rule copybench_items: those requests are in the estimate); build them (snakemake "
+                           f"results/datasets/{benchmark}/{FAMILIES['copybench'].reads_of(mode)}) and estimate again")
     return [FAMILIES["copybench"].reads_of(mode), "copybench_demos.json",
             *map(Path, copybench_prompt_paths(config, (mode,)))]
 

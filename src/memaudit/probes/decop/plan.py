@@ -127,12 +127,14 @@ def needs_paraphraser(config: dict, wildcards) -> bool:
 def plan_inputs(config: dict, benchmark: str, mode: str) -> list[str] | str:
     """What the cost estimate's DE-COP planner reads: the benchmark's items -- unless an API paraphraser
     would have to be paid to make them (rule decop_items), which an estimate must not do."""
+    from memaudit.backends.planning import BuiltByRole
     from memaudit.probes.registry import role_model
 
     paraphraser = role_model(config, "decop", "paraphraser")
     if not has_published_items(config["benchmarks"][benchmark]) and is_api_model(config["models"][paraphraser]):
-        return (f"its items are paraphrased by API model {paraphraser!r} first (rule decop_items); "
-                f"estimate after building them, or with a local paraphraser")
+        return BuiltByRole(f"its items are paraphrased by API model {paraphraser!r} first (rule decop_items); "
+                           f"build them (snakemake results/datasets/{benchmark}/decop_items.jsonl) and estimate "
+                           f"again, or estimate with a local paraphraser")
     return ["decop_items.jsonl"]
 
 
