@@ -95,6 +95,9 @@ class Fault:
     headers: dict = field(default_factory=dict)
     raw: bytes | None = None
     code: str | None = None  # the error's code and type, as OpenAI names some ("insufficient_quota")
+    # more fields of the error object, over the ones above: OpenAI's "type" where it differs from the code
+    # ("invalid_prompt" is an "invalid_request_error"), Azure's "innererror", Anthropic's "details"
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -412,12 +415,13 @@ _ANTHROPIC_ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_erro
                          429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
 
 
-def error_body(api: str, status: int, message: str, code: str | None = None) -> dict:
+def error_body(api: str, status: int, message: str, code: str | None = None, extra: dict | None = None) -> dict:
+    """An error response's body in ``api``'s format; ``extra`` adds fields to its error object (or replaces them)."""
     if api == "anthropic":
         return {"type": "error", "error": {"type": code or _ANTHROPIC_ERROR_TYPE.get(status, "api_error"),
-                                           "message": message}}
+                                           "message": message, **(extra or {})}}
     return {"error": {"message": message, "type": code or _OPENAI_ERROR_TYPE.get(status, "server_error"),
-                      "param": None, "code": code}}
+                      "param": None, "code": code, **(extra or {})}}
 
 
 # ----------------------------------------------------------------------------- the server
@@ -610,8 +614,8 @@ def _make_handler(server: ChatServer):
                         status = 200
                         return self._send(200, answer.raw, answer.headers)
                     status = answer.status
-                    return self._json(answer.status, error_body(api, answer.status, answer.message, answer.code),
-                                      answer.headers)
+                    payload = error_body(api, answer.status, answer.message, answer.code, answer.extra)
+                    return self._json(answer.status, payload, answer.headers)
                 n = len(server.records)
                 status = 200
                 shape = openai_response if api == "openai" else anthropic_response
