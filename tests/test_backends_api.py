@@ -693,6 +693,54 @@ def test_a_server_without_a_system_role_gets_the_system_prompt_before_the_users(
         "models.c.api.system_role: openai only (the Messages API takes its system prompt apart from the messages)"]
 
 
+def test_api_repetition_penalty_says_whether_a_compatible_server_is_sent_one(server):
+    """The host alone decided whether a penalty was sent: every host but api.openai.com got one, so Azure's v1
+    endpoint answered 400 and a gateway that drops it left outcomes recording 1.1 never applied.
+    api.repetition_penalty: false sends none (CopyBench then decodes with 1.0, as on OpenAI's API); unset keeps
+    the host's rule, and adds no key to the validated config (the params of existing jobs are unchanged)."""
+    from memaudit.backends.base import model_takes_repetition_penalty
+    from memaudit.backends.config_checks import check_api_models
+    from memaudit.backends.settings import api_entry
+    from memaudit.jobs import validate_config
+
+    ci = yaml.safe_load((Path(__file__).parents[1] / "config/ci.yaml").read_text())
+    for name, setting in (("unset", None), ("takes", True), ("azure", False)):
+        api = {"model_id": f"m-{name}", "base_url": server.openai_base_url}
+        ci["models"][name] = {"backend": "openai",
+                              "api": api if setting is None else {**api, "repetition_penalty": setting}}
+    full = validate_config(ci)
+    assert "repetition_penalty" not in full["models"]["unset"]["api"]
+    assert "repetition_penalty" not in api_entry(full, "unset")
+    backends = {n: api_backend_from_config(full, n, cache=False) for n in ("unset", "takes", "azure")}
+    assert {n: b.takes_repetition_penalty for n, b in backends.items()} == {"unset": True, "takes": True,
+                                                                              "azure": False}
+    assert {n: model_takes_repetition_penalty(full["models"][n]) for n in backends} == {
+        "unset": True, "takes": True, "azure": False}  # the cost plan reads it so too
+
+    penalised = GenerationParams(max_new_tokens=4, repetition_penalty=1.1)
+    for n in ("unset", "takes"):
+        backends[n].generate(["story"], penalised)
+        assert server.records[-1].request.repetition_penalty == 1.1
+    with pytest.raises(ConfigError, match=r"model 'azure': the endpoint takes no repetition_penalty \(use 1.0\)"):
+        backends["azure"].generate(["story"], penalised)
+    assert server.count() == 2  # refused before anything was sent
+    (g,) = backends["azure"].generate(["story"], GenerationParams(max_new_tokens=4))
+    assert g.status == STATUS_OK and server.records[-1].request.repetition_penalty == 1.0
+    pricing = {"input_per_mtok": 1, "output_per_mtok": 1}
+    config = {"models": {"c": {"backend": "anthropic", "api": {"model_id": "claude-x", "repetition_penalty": False,
+                                                               "pricing": pricing}},
+                         "o": {"backend": "openai", "api": {"model_id": "gpt-x", "repetition_penalty": True,
+                                                            "pricing": pricing}},
+                         "off": {"backend": "openai", "api": {"model_id": "gpt-y", "repetition_penalty": False,
+                                                              "pricing": pricing}}},
+              "probes": {}}
+    assert [p for p in check_api_models(config) if "repetition_penalty" in p] == [
+        "models.c.api.repetition_penalty: for an OpenAI-compatible server (base_url) only; the Messages API has "
+        "none and refuses one",
+        "models.o.api.repetition_penalty: for an OpenAI-compatible server (base_url) only; OpenAI's own API has "
+        "none and refuses one"]
+
+
 def test_system_into_user_puts_each_system_prompt_before_the_next_user_message():
     from memaudit.backends.base import system_into_user
 
@@ -1517,8 +1565,8 @@ def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypa
     ('{"model": "claude", "prompt": "hi", "kind": "option_logprobs"}',
      "anthropic model 'claude': the Messages API returns no log-probabilities"),
     ('{"model": "gpt", "prompt": "hi", "repetition_penalty": 1.2}',
-     "openai model 'gpt': OpenAI's API has no repetition_penalty (use 1.0); OpenAI-compatible servers such as vLLM "
-     "take it"),
+     "openai model 'gpt': the endpoint takes no repetition_penalty (use 1.0): OpenAI's API has none; an "
+     "OpenAI-compatible server such as vLLM takes it (api.repetition_penalty)"),
 ])
 def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, monkeypatch, capsys, line, message):
     """A wrong kind of value stopped the estimate with a traceback; every problem is one line naming the file

@@ -108,6 +108,7 @@ def api_backend_from_config(config: dict, model: str, *, rule: str | None = None
                logprobs=bool(api["logprobs"]), max_tokens_field=api.get("max_tokens_field"),
                **({"reasoning": True} if api.get("reasoning") else {}),
                **({"system_role": False} if api.get("system_role") is False else {}),
+               **({"repetition_penalty": api["repetition_penalty"]} if "repetition_penalty" in api else {}),
                pricing=pricing_for(config, model),
                cache=settings["cache"] if cache is True else (None if cache is False else cache),
                rule=rule, on_error=settings["on_error"], retry_policy=policy, require_key=require_key)
