@@ -741,6 +741,29 @@ def test_api_repetition_penalty_says_whether_a_compatible_server_is_sent_one(ser
         "none and refuses one"]
 
 
+def test_api_thinking_false_turns_off_an_anthropic_models_default_thinking(server):
+    """A Claude model that thinks by default spent the token limit on thinking blocks (no text: invalid) and
+    refused temperature 0; api.thinking: false sends thinking {"type": "disabled"}, a request of its own (another
+    cache entry). Unset, none is sent, so the keys of cached requests are unchanged. openai takes no such key."""
+    from memaudit.backends.config_checks import check_api_models
+
+    pricing = {"input_per_mtok": 3, "output_per_mtok": 15}
+    config = {"models": {"claude": {"backend": "anthropic", "api": {
+        "model_id": "claude-test-1", "base_url": server.anthropic_base_url, "api_key_env": KEY_ENV,
+        "thinking": False, "pricing": pricing}},
+        "gpt": {"backend": "openai", "api": {"model_id": "gpt-x", "thinking": False, "pricing": pricing}}},
+        "probes": {}}
+    off = api_backend_from_config(config, "claude", cache=False)
+    (g,) = off.generate(["The sea"], GREEDY)
+    assert g.status == STATUS_OK and server.records[-1].request.thinking == {"type": "disabled"}
+    default = make_anthropic(server, None)
+    default.generate(["The sea"], GREEDY)
+    assert server.records[-1].request.thinking is None and server.count() == 2
+    assert off.plan(["q"], GREEDY)[0].key != default.plan(["q"], GREEDY)[0].key
+    assert [p for p in check_api_models(config) if "thinking" in p] == [
+        "models.gpt.api.thinking: anthropic only (an OpenAI reasoning model is api.reasoning)"]
+
+
 def test_system_into_user_puts_each_system_prompt_before_the_next_user_message():
     from memaudit.backends.base import system_into_user
 

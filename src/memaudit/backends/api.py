@@ -107,6 +107,7 @@ def api_backend_from_config(config: dict, model: str, *, rule: str | None = None
                timeout=float(api["timeout"]), top_logprobs=int(api["top_logprobs"]),
                logprobs=bool(api["logprobs"]), max_tokens_field=api.get("max_tokens_field"),
                **({"reasoning": True} if api.get("reasoning") else {}),
+               **({"thinking": False} if api.get("thinking") is False else {}),
                **({"system_role": False} if api.get("system_role") is False else {}),
                **({"repetition_penalty": api["repetition_penalty"]} if "repetition_penalty" in api else {}),
                pricing=pricing_for(config, model),

@@ -75,6 +75,8 @@ def check_api_models(config: dict) -> list[str]:
         if provider_api(backend, base_url) and "pricing" not in api and api.get("model_id") not in price_table:
             problems.append(f"{where}.api.pricing: required for a paid API model (or add "
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
+        if backend != "anthropic" and "thinking" in api:
+            problems.append(f"{where}.api.thinking: anthropic only (an OpenAI reasoning model is api.reasoning)")
         if backend == "anthropic" and "reasoning" in api:
             problems.append(f"{where}.api.reasoning: openai only (the Messages API takes a temperature)")
         if backend == "anthropic" and "system_role" in api:

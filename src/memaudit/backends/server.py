@@ -16,7 +16,7 @@ Endpoints (JSON, non-streaming):
   ``seed``, ``logprobs`` + ``top_logprobs`` (at most 20, as OpenAI), and vLLM's
   ``repetition_penalty``;
 - ``POST /v1/messages`` -- Anthropic Messages: ``messages``, ``system``,
-  ``max_tokens``, ``temperature``, ``top_p``, ``stop_sequences``;
+  ``max_tokens``, ``temperature``, ``top_p``, ``stop_sequences``, ``thinking`` (checked and logged only);
 - ``GET /v1/models`` -- the served model's name.
 
 Log-probabilities of a served HF model are those of the raw next-token
@@ -58,6 +58,7 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     repetition_penalty: float = 1.0
+    thinking: dict | None = None  # Anthropic's extended thinking setting, as received ({"type": "disabled"})
     # whether the client still waits for the answer (set by the server; None: assume it does)
     alive: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
 
@@ -359,8 +360,13 @@ def parse_anthropic_request(body: dict) -> ChatRequest:
     stops = _stops(body, "stop_sequences")
     if any(not s.strip() for s in stops):  # as the Messages API answers it
         raise BadRequest("stop_sequences: each stop sequence must contain non-whitespace")
+    thinking = body.get("thinking")
+    if thinking is not None and (not isinstance(thinking, dict)
+                                 or thinking.get("type") not in ("enabled", "disabled", "adaptive")):
+        raise BadRequest(f"thinking: expected an object whose type is enabled, disabled or adaptive, got {thinking!r}")
     return ChatRequest("anthropic", body["model"], messages, _number(body, "max_tokens", None, 1, integer=True),
-                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1), stops)
+                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1), stops,
+                       thinking=thinking)
 
 
 def _logprob_entry(entry) -> dict:
