@@ -693,6 +693,77 @@ def test_a_server_without_a_system_role_gets_the_system_prompt_before_the_users(
         "models.c.api.system_role: openai only (the Messages API takes its system prompt apart from the messages)"]
 
 
+def test_api_repetition_penalty_says_whether_a_compatible_server_is_sent_one(server):
+    """The host alone decided whether a penalty was sent: every host but api.openai.com got one, so Azure's v1
+    endpoint answered 400 and a gateway that drops it left outcomes recording 1.1 never applied.
+    api.repetition_penalty: false sends none (CopyBench then decodes with 1.0, as on OpenAI's API); unset keeps
+    the host's rule, and adds no key to the validated config (the params of existing jobs are unchanged)."""
+    from memaudit.backends.base import model_takes_repetition_penalty
+    from memaudit.backends.config_checks import check_api_models
+    from memaudit.backends.settings import api_entry
+    from memaudit.jobs import validate_config
+
+    ci = yaml.safe_load((Path(__file__).parents[1] / "config/ci.yaml").read_text())
+    for name, setting in (("unset", None), ("takes", True), ("azure", False)):
+        api = {"model_id": f"m-{name}", "base_url": server.openai_base_url}
+        ci["models"][name] = {"backend": "openai",
+                              "api": api if setting is None else {**api, "repetition_penalty": setting}}
+    full = validate_config(ci)
+    assert "repetition_penalty" not in full["models"]["unset"]["api"]
+    assert "repetition_penalty" not in api_entry(full, "unset")
+    backends = {n: api_backend_from_config(full, n, cache=False) for n in ("unset", "takes", "azure")}
+    assert {n: b.takes_repetition_penalty for n, b in backends.items()} == {"unset": True, "takes": True,
+                                                                              "azure": False}
+    assert {n: model_takes_repetition_penalty(full["models"][n]) for n in backends} == {
+        "unset": True, "takes": True, "azure": False}  # the cost plan reads it so too
+
+    penalised = GenerationParams(max_new_tokens=4, repetition_penalty=1.1)
+    for n in ("unset", "takes"):
+        backends[n].generate(["story"], penalised)
+        assert server.records[-1].request.repetition_penalty == 1.1
+    with pytest.raises(ConfigError, match=r"model 'azure': the endpoint takes no repetition_penalty \(use 1.0\)"):
+        backends["azure"].generate(["story"], penalised)
+    assert server.count() == 2  # refused before anything was sent
+    (g,) = backends["azure"].generate(["story"], GenerationParams(max_new_tokens=4))
+    assert g.status == STATUS_OK and server.records[-1].request.repetition_penalty == 1.0
+    pricing = {"input_per_mtok": 1, "output_per_mtok": 1}
+    config = {"models": {"c": {"backend": "anthropic", "api": {"model_id": "claude-x", "repetition_penalty": False,
+                                                               "pricing": pricing}},
+                         "o": {"backend": "openai", "api": {"model_id": "gpt-x", "repetition_penalty": True,
+                                                            "pricing": pricing}},
+                         "off": {"backend": "openai", "api": {"model_id": "gpt-y", "repetition_penalty": False,
+                                                              "pricing": pricing}}},
+              "probes": {}}
+    assert [p for p in check_api_models(config) if "repetition_penalty" in p] == [
+        "models.c.api.repetition_penalty: for an OpenAI-compatible server (base_url) only; the Messages API has "
+        "none and refuses one",
+        "models.o.api.repetition_penalty: for an OpenAI-compatible server (base_url) only; OpenAI's own API has "
+        "none and refuses one"]
+
+
+def test_api_thinking_false_turns_off_an_anthropic_models_default_thinking(server):
+    """A Claude model that thinks by default spent the token limit on thinking blocks (no text: invalid) and
+    refused temperature 0; api.thinking: false sends thinking {"type": "disabled"}, a request of its own (another
+    cache entry). Unset, none is sent, so the keys of cached requests are unchanged. openai takes no such key."""
+    from memaudit.backends.config_checks import check_api_models
+
+    pricing = {"input_per_mtok": 3, "output_per_mtok": 15}
+    config = {"models": {"claude": {"backend": "anthropic", "api": {
+        "model_id": "claude-test-1", "base_url": server.anthropic_base_url, "api_key_env": KEY_ENV,
+        "thinking": False, "pricing": pricing}},
+        "gpt": {"backend": "openai", "api": {"model_id": "gpt-x", "thinking": False, "pricing": pricing}}},
+        "probes": {}}
+    off = api_backend_from_config(config, "claude", cache=False)
+    (g,) = off.generate(["The sea"], GREEDY)
+    assert g.status == STATUS_OK and server.records[-1].request.thinking == {"type": "disabled"}
+    default = make_anthropic(server, None)
+    default.generate(["The sea"], GREEDY)
+    assert server.records[-1].request.thinking is None and server.count() == 2
+    assert off.plan(["q"], GREEDY)[0].key != default.plan(["q"], GREEDY)[0].key
+    assert [p for p in check_api_models(config) if "thinking" in p] == [
+        "models.gpt.api.thinking: anthropic only (an OpenAI reasoning model is api.reasoning)"]
+
+
 def test_system_into_user_puts_each_system_prompt_before_the_next_user_message():
     from memaudit.backends.base import system_into_user
 
@@ -747,6 +818,122 @@ def test_a_429_for_a_spent_quota_is_not_retried(server, tmp_path):
     (g,) = b.generate(["broke"], GREEDY)
     assert g.status == STATUS_ERROR and g.meta["attempts"] == 1 and server.count() == 1
     assert "HTTP 429: You exceeded your current quota" in g.error and b.counts["retries"] == 0
+
+
+FLAGGED = "Invalid prompt: your prompt was flagged as potentially violating our usage policy."
+AZURE_FILTERED = "The response was filtered due to the prompt triggering Azure OpenAI's content management policy."
+
+
+@pytest.mark.parametrize("fault", [
+    Fault(400, FLAGGED, code="invalid_prompt", extra={"type": "invalid_request_error"}),  # OpenAI's reasoning models
+    Fault(400, AZURE_FILTERED, code="content_filter", extra={  # Azure OpenAI's prompt filter
+        "type": None, "param": "prompt", "status": 400, "innererror": {
+            "code": "ResponsibleAIPolicyViolation",
+            "content_filter_result": {"protected_material_text": {"filtered": True, "detected": True}}}}),
+], ids=["invalid_prompt", "content_filter"])
+def test_a_prompt_the_provider_declines_with_http_400_is_a_cached_refusal(server, tmp_path, fault):
+    """A provider that declines a flagged prompt with HTTP 400 (code invalid_prompt or content_filter) refused it,
+    as finish_reason content_filter says: a refusal, cached at no cost, so a rerun asks nothing. It was an error,
+    never cached, that stopped the job on every rerun. Another 400 (a prompt too long) is still an error."""
+    db = tmp_path / "c.sqlite"
+    server.responder.queue(fault, prompt="flagged")
+    server.responder.queue(Fault(400, "This model's maximum context length is 8192 tokens.",
+                                 code="context_length_exceeded", extra={"type": "invalid_request_error"}),
+                           prompt="too long")
+    out = make_openai(server, db, on_error="record").generate(["flagged", "fine", "too long"], GREEDY)
+    assert [g.status for g in out] == [STATUS_REFUSAL, STATUS_OK, STATUS_ERROR]
+    code = fault.code
+    assert (out[0].text, out[0].error, out[0].meta["finish_reason"], out[0].input_tokens) == ("", None, code, 0)
+    assert out[2].error == ("openai model 'gpt-test': HTTP 400: This model's maximum context length is 8192 tokens. "
+                            "(not retried: the request itself was rejected)")
+    assert server.count() == 3
+    row = ledger_frame(db).set_index(["model", "rule"]).loc[("gpt-test", "rule_a")]
+    # the refusal billed nothing: the cost is the answer's, 1 input and 2 output tokens ("Echo: fine")
+    assert (row.n_sent, row.n_refusal, row.input_tokens, row.output_tokens) == (2, 1, 1, 2)
+    assert row.cost_usd == pytest.approx((1 * 1.0 + 2 * 2.0) / 1e6)
+
+    (again,) = make_openai(server, db).generate(["flagged"], GREEDY)  # on_error: raise, and nothing raised
+    assert (again.status, again.from_cache, again.meta["finish_reason"]) == (STATUS_REFUSAL, True, code)
+    assert server.count() == 3
+    # an option question declined so has no letters, as a refusal has none
+    server.responder.queue(fault, prompt="flagged")
+    (scores,) = make_openai(server, db).option_scores(["flagged"], [OPTIONS])
+    assert (scores.status, scores.missing, scores.error) == (STATUS_REFUSAL, tuple(OPTIONS), None)
+    assert server.count() == 4
+
+
+@pytest.mark.parametrize("code, retried", [("enforced_spend_limit_reached", False),
+                                           ("contract_spend_limit_reached", False), ("ramp_limit_exceeded", True)])
+def test_an_anthropic_spend_limit_is_not_retried_but_a_ramp_limit_is(server, code, retried):
+    """Anthropic's 429 for a spend limit (error.details.error_code) is a spent budget, as OpenAI's
+    insufficient_quota: one attempt and an error naming it, where every request retried 4 times and paused
+    every thread. Its ramp_limit_exceeded is a rate limit: retried."""
+    server.responder.queue(Fault(429, "Your organization has reached its spend limit.",
+                                 extra={"details": {"error_code": code}}), prompt="spend")
+    b = make_anthropic(server, None, on_error="record")
+    (g,) = b.generate(["spend"], GREEDY)
+    if retried:
+        assert (g.status, g.meta["attempts"], server.count(), b.counts["retries"]) == (STATUS_OK, 2, 2, 1)
+    else:
+        assert (g.status, g.meta["attempts"], server.count(), b.counts["retries"]) == (STATUS_ERROR, 1, 1, 0)
+        assert g.error == (f"anthropic model 'claude-test': HTTP 429: Your organization has reached its spend "
+                           f"limit. (not retried: the organization's spend limit is reached: {code})")
+
+
+MODEL_GONE = "The model `gpt-9` does not exist or you do not have access to it."
+
+
+@pytest.mark.parametrize("fault, cause", [
+    (Fault(404, MODEL_GONE, code="model_not_found", extra={"type": "invalid_request_error"}),
+     f"HTTP 404: {MODEL_GONE} (not retried: the request itself was rejected)"),
+    (unauthorized("sk-wrong"), "HTTP 401: Incorrect API key provided: sk-*** You can find your API key at "  # redacted
+                               "https://example.invalid (not retried: the request itself was rejected)"),
+    (Fault(403, "Country, region, or territory not supported"),
+     "HTTP 403: Country, region, or territory not supported (not retried: the request itself was rejected)"),
+    (Fault(429, "You exceeded your current quota.", code="insufficient_quota"),
+     "HTTP 429: You exceeded your current quota. (not retried: the account's quota is spent)"),
+], ids=["404", "401", "403", "quota"])
+def test_a_fault_every_request_meets_stops_the_batch_after_the_first(server, caplog, fault, cause):
+    """A 401, 403, 404 or spent quota is met by every request alike: after the first, the batch sends nothing
+    more and its other requests fail naming the cause, in one warning, where all 50 were sent, each warned."""
+    server.responder.queue(*[fault] * 50)
+    label = "openai model 'gpt-test'"
+    with caplog.at_level(logging.WARNING, logger="memaudit.backends.api"):
+        out = make_openai(server, None, on_error="record", concurrency=1).generate(
+            [f"p{i}" for i in range(50)], GREEDY)
+    assert server.count() == 1 and {g.status for g in out} == {STATUS_ERROR}
+    assert [g.error for g in out] == [f"{label}: {cause}"] + [
+        f"{label}: not sent, since every request meets the same fault: {cause}"] * 49
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{label}: {cause}", f"{label}: 49 of 50 requests not sent, since every request meets the same fault: {cause}"]
+
+
+def test_a_batch_stopped_at_a_fault_every_request_meets_says_so(server):
+    """With requests in flight, those sent meet the fault (at most ``concurrency``), the others are not sent;
+    under on_error: raise the job's one line says how many were not sent."""
+    server.responder.queue(*[Fault(404, MODEL_GONE, code="model_not_found")] * 20)
+    with pytest.raises(APIRequestError) as err:
+        make_openai(server, None, concurrency=4).generate([f"p{i}" for i in range(20)], GREEDY)
+    sent = server.count()
+    assert 1 <= sent <= 4
+    assert str(err.value) == (f"openai model 'gpt-test': 20 of 20 requests failed, {20 - sent} of them not sent. "
+                              f"First failure: openai model 'gpt-test': HTTP 404: {MODEL_GONE} "
+                              f"(not retried: the request itself was rejected)")
+
+
+def test_a_server_that_cannot_be_reached_stops_the_batch_after_three_requests(tmp_path):
+    """Connection refused for every attempt of 3 requests, none answered: the server is down, and the other
+    requests are not sent (each would have waited out its own retries)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    b = OpenAIBackend("gpt-test", base_url=f"http://127.0.0.1:{port}/v1", api_key_env=KEY_ENV, cache=None,
+                      retry_policy=FAST, concurrency=1, on_error="record")
+    out = b.generate([f"p{i}" for i in range(10)], GREEDY)
+    assert [g.meta["attempts"] for g in out] == [3, 3, 3] + [0] * 7
+    assert out[3].error.startswith("openai model 'gpt-test': not sent, since every request meets the same fault: "
+                                   "connection error (Connection error.) after 3 attempts (3 requests failed so, "
+                                   "none was answered)")
 
 
 @pytest.mark.parametrize("make", [make_openai, make_anthropic])
@@ -1401,8 +1588,8 @@ def test_a_paid_providers_base_url_without_a_price_is_no_price_not_free(monkeypa
     ('{"model": "claude", "prompt": "hi", "kind": "option_logprobs"}',
      "anthropic model 'claude': the Messages API returns no log-probabilities"),
     ('{"model": "gpt", "prompt": "hi", "repetition_penalty": 1.2}',
-     "openai model 'gpt': OpenAI's API has no repetition_penalty (use 1.0); OpenAI-compatible servers such as vLLM "
-     "take it"),
+     "openai model 'gpt': the endpoint takes no repetition_penalty (use 1.0): OpenAI's API has none; an "
+     "OpenAI-compatible server such as vLLM takes it (api.repetition_penalty)"),
 ])
 def test_estimate_cost_names_the_plan_file_and_line_of_a_bad_record(tmp_path, monkeypatch, capsys, line, message):
     """A wrong kind of value stopped the estimate with a traceback; every problem is one line naming the file

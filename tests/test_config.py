@@ -1142,7 +1142,7 @@ ANTHROPIC_KEY = "sk-ant-api03-PLANTEDz9Y8x7W6v5U4t3S2r1Q0"
 RANDOM_TOKEN = "PLANTEDaB3dE5gH7jK9mN1pQ3rS5tU7"  # no provider prefix: refused for its name and entropy
 PRICING = {"input_per_mtok": 1, "output_per_mtok": 1}
 API_KEYS_HERE = ("api_key_env, base_url, concurrency, logprobs, max_retries, max_tokens_field, model_id, "
-                 "pricing, reasoning, revision, system_role, timeout, top_logprobs")
+                 "pricing, reasoning, repetition_penalty, revision, system_role, thinking, timeout, top_logprobs")
 TOP_KEYS = ("api, assets_dir, benchmarks, cache_dir, checkpoints, figures, generation_cache, models, pretrain, probes, seed, "
             "stats, threads_per_job")
 CREDENTIAL = ("looks like an API key or token (the value is not shown); keep keys out of the config: put the key "

@@ -4,7 +4,10 @@ The official ``anthropic`` SDK sends the requests (``with_raw_response``, so the
 cache stores the exact JSON), with its own retries off. Refusals are read from
 the answer text and from ``stop_reason: "refusal"``. The Messages API has no
 seed: repeated samples of one prompt are told apart in the cache by their
-sample index only, and are not reproducible on the provider's side. The headers
+sample index only, and are not reproducible on the provider's side. A model that
+thinks by default (its thinking blocks spend the token limit, and it refuses a
+temperature other than 1) is sent ``thinking: {"type": "disabled"}`` where the
+config says ``api.thinking: false``. The headers
 of ``ANTHROPIC_CUSTOM_HEADERS`` are in the cache key, hashed
 (:func:`memaudit.backends.api.custom_headers_digest`).
 """
@@ -24,6 +27,11 @@ class AnthropicBackend(APIBackend):
     default_key_env = "ANTHROPIC_API_KEY"
     default_base_url = "https://api.anthropic.com"
     custom_headers_env = "ANTHROPIC_CUSTOM_HEADERS"
+
+    def __init__(self, model_id: str, *, thinking: bool | None = None, **kwargs):
+        super().__init__(model_id, **kwargs)
+        # False: extended thinking off on the wire, for a model that thinks by default; None: the model's default
+        self.thinking = thinking
 
     def _make_client(self, api_key: str):
         import anthropic
@@ -46,6 +54,8 @@ class AnthropicBackend(APIBackend):
                 "messages": [{"role": "user", "content": prompt}]}
         if params.system_prompt:
             body["system"] = params.system_prompt
+        if self.thinking is False:
+            body["thinking"] = {"type": "disabled"}
         # Recent models (Sonnet 4.5, Opus 4.1, ...) refuse temperature and top_p together (HTTP 400): top_p is
         # sent only where it changes the sampling (above temperature 0), and then alone at the API's default
         # temperature, 1.0 (the fluency judge's 1.0 and 0.9)

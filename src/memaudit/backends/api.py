@@ -59,6 +59,23 @@ NO_KEY = "none"  # sent to keyless OpenAI-compatible servers: the SDKs insist on
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key"})
 
 
+# HTTP 400 error codes by which a provider declines a prompt it flagged, before any answer: OpenAI's reasoning
+# models' "invalid_prompt" ("your prompt was flagged as potentially violating our usage policy") and Azure
+# OpenAI's "content_filter" (its prompt filter). A refusal, as finish_reason content_filter is, not a fault.
+REFUSAL_ERROR_CODES = frozenset({"invalid_prompt", "content_filter"})
+# How the cache stores such a refusal: {REFUSED_KEY: {"status": 400, "error": <the error object>}} (no API
+# sends this key, so no answer reads as one)
+REFUSED_KEY = "memaudit_refused"
+# Anthropic's 429s for a spent budget (error.details.error_code; the SDK's classes of the same names)
+SPEND_LIMIT_CODES = frozenset({"enforced_spend_limit_reached", "contract_spend_limit_reached"})
+# Statuses every request of a batch meets alike: the key refused (401), payment required (402), no access
+# (403), no such model or route (404). After the first, the batch sends no more.
+EVERY_REQUEST_STATUS = frozenset({401, 402, 403, 404})
+# Requests that failed on connection errors after all their retries, with none answered yet, after which the
+# batch sends no more: the server is down, and each further request would wait out its own retries.
+UNREACHABLE_AFTER = 3
+
+
 class APIRequestError(MemauditError):
     """API requests that still failed after their retries; the message says how many and why."""
 
@@ -90,7 +107,9 @@ def api_backend_from_config(config: dict, model: str, *, rule: str | None = None
                timeout=float(api["timeout"]), top_logprobs=int(api["top_logprobs"]),
                logprobs=bool(api["logprobs"]), max_tokens_field=api.get("max_tokens_field"),
                **({"reasoning": True} if api.get("reasoning") else {}),
+               **({"thinking": False} if api.get("thinking") is False else {}),
                **({"system_role": False} if api.get("system_role") is False else {}),
+               **({"repetition_penalty": api["repetition_penalty"]} if "repetition_penalty" in api else {}),
                pricing=pricing_for(config, model),
                cache=settings["cache"] if cache is True else (None if cache is False else cache),
                rule=rule, on_error=settings["on_error"], retry_policy=policy, require_key=require_key)
@@ -443,9 +462,10 @@ class APIBackend(Backend):
         every = max(1, len(todo) // 10)
         done = 0
         stop = threading.Event()
+        halt = _Halt()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
                                 thread_name_prefix=f"{self.backend_name}-{self.name}") as pool:
-            futures = [pool.submit(self._fetch, c, stop) for c in todo]
+            futures = [pool.submit(self._fetch, c, stop, halt) for c in todo]
             try:
                 for fut in as_completed(futures):
                     outcome = fut.result()
@@ -462,6 +482,10 @@ class APIBackend(Backend):
                 for fut in futures:
                     fut.cancel()
                 raise
+        unsent = sum(1 for c in todo if outcomes[c.key].attempts == 0)
+        if halt.cause is not None and unsent:
+            log.warning("%s: %d of %d requests not sent, since every request meets the same fault: %s",
+                        self.label, unsent, len(todo), halt.cause)
 
     def _readable_attempt(self, call: PlannedCall) -> tuple[dict, Parsed, str, str | None]:
         """One attempt and its parse. Valid JSON that is not a response of this API (an error object sent with
@@ -478,23 +502,34 @@ class APIBackend(Backend):
             raise RequestFault(error, retryable=True)
         return data, parsed, status, error
 
-    def _fetch(self, call: PlannedCall, stop: threading.Event | None = None) -> CallOutcome:
+    def _fetch(self, call: PlannedCall, stop: threading.Event | None = None,
+               halt: "_Halt | None" = None) -> CallOutcome:
         requested_at = utc_now()
         t0 = time.monotonic()
         try:
             (data, parsed, status, error), attempts = call_with_retries(
                 lambda: self._readable_attempt(call), self.retry_policy, cooldown=self._cooldown,
                 on_retry=self._on_retry, stop=stop)
-        except RetriesStopped as exc:  # the batch was interrupted: its outcome is never read
+        except RetriesStopped as exc:
+            if halt is None or halt.cause is None:  # the batch was interrupted: its outcome is never read
+                return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
+                                   error=f"{self.label}: {exc}")
+            with self._counts_lock:
+                self.counts["failed"] += 1
             return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
-                               error=f"{self.label}: {exc}")
+                               error=f"{self.label}: not sent{' again' if exc.attempts else ''}, since every "
+                                     f"request meets the same fault: {halt.cause}")
         except RetriesExhausted as exc:
             with self._counts_lock:
                 self.counts["failed"] += 1
             message = redact(str(exc))  # every fault's message starts with this model's label already
             log.warning("%s", message)
+            if halt is not None and stop is not None and halt.failed(exc.fault, message, self.label):
+                stop.set()  # what has not started is not sent; a request waiting for its retry sends none
             return CallOutcome(call.key, STATUS_ERROR, requested_at=requested_at, attempts=exc.attempts,
                                error=message)
+        if halt is not None:
+            halt.answered()
         with self._counts_lock:
             self.counts["sent"] += 1
         usage = self._usage_of(call.key, status, parsed)
@@ -514,20 +549,27 @@ class APIBackend(Backend):
         except timeout_error:
             raise RequestFault(f"{self.label}: timed out after {self.timeout:g}s", retryable=True) from None
         except connection_error as exc:
-            raise RequestFault(redact(f"{self.label}: connection error ({exc})"), retryable=True) from None
+            raise RequestFault(redact(f"{self.label}: connection error ({exc})"), retryable=True,
+                               connection=True) from None
         except status_error as exc:
             status = int(exc.status_code)
+            error = _error_object(exc)
+            if status == 400 and error.get("code") in REFUSAL_ERROR_CODES:
+                # the provider declined the prompt itself: its refusal, kept as an answer is (asked again, the
+                # same prompt is declined again), where an error was never cached and stopped the job each rerun
+                return {REFUSED_KEY: {"status": status, "error": error}}
             detail = _error_detail(exc)
             # a 429 for an exhausted quota or billing limit is no rate limit: retrying cannot help
-            quota = status == 429 and _is_quota_error(exc)
+            quota = _quota_spent(error) if status == 429 else None
             # the server's own word decides over the status, as in the SDKs' retries
             said = should_retry_header(exc.response.headers)
             retryable = (status in RETRYABLE_STATUS if said is None else said) and not quota
-            why_not = ("the account's quota is spent" if quota else "the server said x-should-retry: false"
-                       if said is False else "the request itself was rejected")
+            why_not = quota or ("the server said x-should-retry: false" if said is False
+                                else "the request itself was rejected")
             raise RequestFault(redact(f"{self.label}: HTTP {status}: {detail}"), retryable=retryable,
                                status=status, retry_after=parse_retry_after(exc.response.headers),
-                               why_not_retried=why_not) from None
+                               why_not_retried=why_not,
+                               every_request=status in EVERY_REQUEST_STATUS or quota is not None) from None
 
     def _on_retry(self, fault: RequestFault, attempt: int, delay: float) -> None:
         with self._counts_lock:
@@ -537,7 +579,7 @@ class APIBackend(Backend):
 
     def _parse_safely(self, data: dict) -> tuple[Parsed | None, str, str | None]:
         try:
-            parsed = self._parse(data)
+            parsed = _refused(data) if REFUSED_KEY in data else self._parse(data)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             return None, STATUS_INVALID, redact(f"{self.label}: response not in the {self.backend_name} format "
                                                 f"({type(exc).__name__}: {exc})")
@@ -591,7 +633,9 @@ class APIBackend(Backend):
         failed = [o for o in unique.values() if o.status == STATUS_ERROR]
         if failed:
             cached = "" if self.cache is None else " (the answered ones are cached: a rerun sends only what failed)"
-            raise APIRequestError(f"{self.label}: {len(failed)} of {len(unique)} requests failed{cached}. "
+            unsent = sum(1 for o in failed if o.attempts == 0)
+            unsent = f", {unsent} of them not sent" if unsent else ""
+            raise APIRequestError(f"{self.label}: {len(failed)} of {len(unique)} requests failed{unsent}{cached}. "
                                   f"First failure: {failed[0].error}")
 
     # -- request types --------------------------------------------------------------------
@@ -626,13 +670,61 @@ class APIBackend(Backend):
                           from_cache=o.from_cache, requested_at=o.requested_at, error=o.error)
 
 
-def _is_quota_error(exc) -> bool:
-    """Whether an HTTP 429 says the account's quota or billing limit is spent (OpenAI's
-    ``insufficient_quota``), not that requests came too fast."""
+class _Halt:
+    """Whether a batch stops sending, and why: at the first request that failed on a fault every request meets
+    alike (:attr:`RequestFault.every_request`), or at the :data:`UNREACHABLE_AFTER`-th that failed on
+    connection errors while none was answered. ``cause`` is the fault's message less the model's label."""
+
+    def __init__(self):
+        self.cause: str | None = None
+        self._answered = False
+        self._unreachable = 0
+        self._lock = threading.Lock()
+
+    def answered(self) -> None:
+        with self._lock:
+            self._answered = True
+
+    def failed(self, fault: RequestFault, message: str, label: str) -> bool:
+        """Note a request that failed for good with ``fault``; True where the batch stops now."""
+        with self._lock:
+            if self.cause is not None:
+                return False
+            self._unreachable += bool(fault.connection) and not self._answered
+            if fault.every_request or self._unreachable >= UNREACHABLE_AFTER:
+                self.cause = message.removeprefix(f"{label}: ")
+                if not fault.every_request:
+                    self.cause += f" ({self._unreachable} requests failed so, none was answered)"
+                return True
+            return False
+
+
+def _refused(data: dict) -> Parsed:
+    """A provider's refusal by HTTP 400 (:data:`REFUSAL_ERROR_CODES`) as an answer: no text, no tokens
+    (none are billed), the provider's signal, and its error code as the finish reason."""
+    code = data[REFUSED_KEY]["error"]["code"]
+    if code not in REFUSAL_ERROR_CODES:
+        raise ValueError(f"{REFUSED_KEY} with error code {code!r}")
+    return Parsed(text=None, input_tokens=0, output_tokens=0, finish_reason=code, provider_refusal=True)
+
+
+def _error_object(exc) -> dict:
+    """The error object of an SDK status error's body (the openai SDK keeps the ``error`` object alone, the
+    anthropic SDK the whole body); empty where the body is none (an HTML page)."""
     body = getattr(exc, "body", None)
     err = body.get("error", body) if isinstance(body, dict) else None
-    fields = [str(err.get(k) or "") for k in ("code", "type")] if isinstance(err, dict) else []
-    return "insufficient_quota" in fields
+    return err if isinstance(err, dict) else {}
+
+
+def _quota_spent(error: dict) -> str | None:
+    """Why an HTTP 429 is no rate limit but a spent quota or billing limit (OpenAI's ``insufficient_quota``,
+    Anthropic's spend limits in ``error.details.error_code``), in words; ``None`` for a rate limit (Anthropic's
+    ``ramp_limit_exceeded`` is one: requests came faster than the account's limit grows)."""
+    if "insufficient_quota" in (str(error.get("code") or ""), str(error.get("type") or "")):
+        return "the account's quota is spent"
+    details = error.get("details")
+    code = details.get("error_code") if isinstance(details, dict) else None
+    return f"the organization's spend limit is reached: {code}" if code in SPEND_LIMIT_CODES else None
 
 
 def _cut_at_stops(g: Generation, stops: Sequence[str]) -> Generation:

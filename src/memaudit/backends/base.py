@@ -242,20 +242,23 @@ def provider_api(backend: str, base_url: str | None) -> bool:
     return not base_url or (host or "").lower() == PROVIDER_HOSTS.get(backend)
 
 
-def takes_repetition_penalty(backend: str, base_url: str | None = None) -> bool:
+def takes_repetition_penalty(backend: str, base_url: str | None = None, setting: bool | None = None) -> bool:
     """Whether a model's API takes a repetition penalty: local models and OpenAI-compatible servers
     (``api.base_url``: vLLM, ``memaudit serve``) do; OpenAI's own API (also where ``base_url`` names
-    its host) and Anthropic's Messages API have none, and refuse any value but 1.0."""
+    its host) and Anthropic's Messages API have none, and refuse any value but 1.0. An OpenAI-compatible
+    model's ``api.repetition_penalty`` (``setting``) decides over its host: false for one that refuses the
+    field (Azure's v1 endpoint answers 400) or drops it (a gateway: the penalty would be recorded, never applied)."""
     if backend == "anthropic":
         return False
     if backend == "openai":
-        return not provider_api(backend, base_url)
+        return not provider_api(backend, base_url) if setting is None else bool(setting)
     return True
 
 
 def model_takes_repetition_penalty(entry: dict) -> bool:
     """:func:`takes_repetition_penalty` of one configured model."""
-    return takes_repetition_penalty(entry.get("backend", "hf"), (entry.get("api") or {}).get("base_url"))
+    api = entry.get("api") or {}
+    return takes_repetition_penalty(entry.get("backend", "hf"), api.get("base_url"), api.get("repetition_penalty"))
 
 
 def get_backend_class(name: str) -> type[Backend]:

@@ -13,7 +13,8 @@ write at once: the database runs in WAL mode (readers never block the writer)
 with a busy timeout (writers queue instead of failing), and an entry is written
 with ``INSERT OR IGNORE``, so two jobs that raced on the same request keep the
 first answer. Only successful responses are stored: a failed request is retried
-on the next run.
+on the next run. A provider's refusal by HTTP 400 (a prompt it flagged) is an answer, stored as
+``{"memaudit_refused": {"status": 400, "error": <its error object>}}``.
 
 WAL needs every process that opens the file on one host (its index is shared
 memory): jobs of a SLURM run on several nodes writing one file on NFS, Lustre or

@@ -75,11 +75,18 @@ def check_api_models(config: dict) -> list[str]:
         if provider_api(backend, base_url) and "pricing" not in api and api.get("model_id") not in price_table:
             problems.append(f"{where}.api.pricing: required for a paid API model (or add "
                             f"api.pricing.{api.get('model_id')}); prices are in USD per million tokens")
+        if backend != "anthropic" and "thinking" in api:
+            problems.append(f"{where}.api.thinking: anthropic only (an OpenAI reasoning model is api.reasoning)")
         if backend == "anthropic" and "reasoning" in api:
             problems.append(f"{where}.api.reasoning: openai only (the Messages API takes a temperature)")
         if backend == "anthropic" and "system_role" in api:
             problems.append(f"{where}.api.system_role: openai only (the Messages API takes its system prompt "
                             f"apart from the messages)")
+        if "repetition_penalty" in api and (backend == "anthropic"
+                                            or api["repetition_penalty"] and provider_api(backend, base_url)):
+            provider = "the Messages API" if backend == "anthropic" else "OpenAI's own API"
+            problems.append(f"{where}.api.repetition_penalty: for an OpenAI-compatible server (base_url) only; "
+                            f"{provider} has none and refuses one")
         if backend == "anthropic" and "max_tokens_field" in api:
             # (logprobs and top_logprobs have schema defaults, so only this one can be told apart)
             problems.append(f"{where}.api.max_tokens_field: the Anthropic Messages API has only max_tokens")

@@ -16,6 +16,7 @@ Wire details a researcher should know:
   ``text`` parts; a ``refusal`` part is the provider's refusal;
 - ``repetition_penalty`` is not an OpenAI parameter; compatible servers that take
   it (vLLM) get it as an extra body field, OpenAI itself refuses it at once;
+  ``api.repetition_penalty`` decides over the host (false: a server that refuses or drops it);
 - sampled requests send ``seed * 1000003 + sample_index`` as the seed, so repeated
   samples of one prompt differ (the HF backend seeds torch the same way).
 """
@@ -27,7 +28,8 @@ from typing import Sequence
 from memaudit.backends.api import (APIBackend, OptionScores, Parsed, decode_json, option_logprobs_from_top,
                                    response_bytes, split_sdk_fields, token_count)
 from memaudit.backends.base import (GENERATE, OPTION_LOGPROBS, STATUS_ERROR, STATUS_INVALID, STATUS_OK,
-                                    STATUS_REFUSAL, GenerationParams, provider_api, system_into_user)
+                                    STATUS_REFUSAL, GenerationParams, provider_api, system_into_user,
+                                    takes_repetition_penalty)
 from memaudit.errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20
@@ -44,8 +46,11 @@ class OpenAIBackend(APIBackend):
     default_base_url = "https://api.openai.com/v1"
     custom_headers_env = "OPENAI_CUSTOM_HEADERS"
 
-    def __init__(self, model_id: str, *, reasoning: bool = False, system_role: bool = True, **kwargs):
+    def __init__(self, model_id: str, *, reasoning: bool = False, system_role: bool = True,
+                 repetition_penalty: bool | None = None, **kwargs):
         super().__init__(model_id, **kwargs)
+        # whether the endpoint takes vLLM's repetition_penalty: the config's word, else by its host
+        self.takes_repetition_penalty = takes_repetition_penalty(self.backend_name, self.base_url, repetition_penalty)
         # false: a server whose chat template refuses a system message (Mistral-Instruct, Prometheus-7B on
         # vLLM answer 400) gets the system prompt before the user message, as the local backend does
         self.system_role = bool(system_role)
@@ -92,8 +97,9 @@ class OpenAIBackend(APIBackend):
             body["top_logprobs"] = min(int(top_logprobs), MAX_TOP_LOGPROBS)
         if params.repetition_penalty != 1.0:
             if not self.takes_repetition_penalty:
-                raise ConfigError(f"{self.label}: OpenAI's API has no repetition_penalty (use 1.0); "
-                                  f"OpenAI-compatible servers such as vLLM take it")
+                raise ConfigError(f"{self.label}: the endpoint takes no repetition_penalty (use 1.0): OpenAI's "
+                                  f"API has none; an OpenAI-compatible server such as vLLM takes it "
+                                  f"(api.repetition_penalty)")
             body["repetition_penalty"] = params.repetition_penalty
         return body
 

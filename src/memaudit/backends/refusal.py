@@ -10,7 +10,9 @@ Detection reads only the opening of an answer (:data:`REFUSAL_WINDOW`
 characters): a refusal comes first, while a continuation may well *contain* a
 phrase like "cannot provide" later on. Providers' own signals count too: an
 OpenAI ``finish_reason`` of ``content_filter`` or a ``refusal`` message, an
-Anthropic ``stop_reason`` of ``refusal``.
+Anthropic ``stop_reason`` of ``refusal``, and an HTTP 400 that declines a flagged
+prompt (error code ``invalid_prompt`` or Azure's ``content_filter``:
+:data:`memaudit.backends.api.REFUSAL_ERROR_CODES`).
 """
 
 from __future__ import annotations

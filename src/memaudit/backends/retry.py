@@ -37,16 +37,24 @@ RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 class RequestFault(Exception):
-    """One failed attempt, classified; ``message`` is already redacted."""
+    """One failed attempt, classified; ``message`` is already redacted.
+
+    ``every_request``: a fault every request of the batch would meet alike (a key refused, a model the
+    account cannot use, a spent quota), after which the backend sends no more of the batch;
+    ``connection``: the server could not be reached at all.
+    """
 
     def __init__(self, message: str, *, retryable: bool, status: int | None = None,
-                 retry_after: float | None = None, why_not_retried: str = "the request itself was rejected"):
+                 retry_after: float | None = None, why_not_retried: str = "the request itself was rejected",
+                 every_request: bool = False, connection: bool = False):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
         self.why_not_retried = why_not_retried
+        self.every_request = every_request
+        self.connection = connection
 
 
 class RetriesStopped(Exception):

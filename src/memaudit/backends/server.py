@@ -16,7 +16,7 @@ Endpoints (JSON, non-streaming):
   ``seed``, ``logprobs`` + ``top_logprobs`` (at most 20, as OpenAI), and vLLM's
   ``repetition_penalty``;
 - ``POST /v1/messages`` -- Anthropic Messages: ``messages``, ``system``,
-  ``max_tokens``, ``temperature``, ``top_p``, ``stop_sequences``;
+  ``max_tokens``, ``temperature``, ``top_p``, ``stop_sequences``, ``thinking`` (checked and logged only);
 - ``GET /v1/models`` -- the served model's name.
 
 Log-probabilities of a served HF model are those of the raw next-token
@@ -58,6 +58,7 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     repetition_penalty: float = 1.0
+    thinking: dict | None = None  # Anthropic's extended thinking setting, as received ({"type": "disabled"})
     # whether the client still waits for the answer (set by the server; None: assume it does)
     alive: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
 
@@ -95,6 +96,9 @@ class Fault:
     headers: dict = field(default_factory=dict)
     raw: bytes | None = None
     code: str | None = None  # the error's code and type, as OpenAI names some ("insufficient_quota")
+    # more fields of the error object, over the ones above: OpenAI's "type" where it differs from the code
+    # ("invalid_prompt" is an "invalid_request_error"), Azure's "innererror", Anthropic's "details"
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -356,8 +360,13 @@ def parse_anthropic_request(body: dict) -> ChatRequest:
     stops = _stops(body, "stop_sequences")
     if any(not s.strip() for s in stops):  # as the Messages API answers it
         raise BadRequest("stop_sequences: each stop sequence must contain non-whitespace")
+    thinking = body.get("thinking")
+    if thinking is not None and (not isinstance(thinking, dict)
+                                 or thinking.get("type") not in ("enabled", "disabled", "adaptive")):
+        raise BadRequest(f"thinking: expected an object whose type is enabled, disabled or adaptive, got {thinking!r}")
     return ChatRequest("anthropic", body["model"], messages, _number(body, "max_tokens", None, 1, integer=True),
-                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1), stops)
+                       _number(body, "temperature", 1.0, 0, 1), _number(body, "top_p", 1.0, 0, 1), stops,
+                       thinking=thinking)
 
 
 def _logprob_entry(entry) -> dict:
@@ -412,12 +421,13 @@ _ANTHROPIC_ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_erro
                          429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
 
 
-def error_body(api: str, status: int, message: str, code: str | None = None) -> dict:
+def error_body(api: str, status: int, message: str, code: str | None = None, extra: dict | None = None) -> dict:
+    """An error response's body in ``api``'s format; ``extra`` adds fields to its error object (or replaces them)."""
     if api == "anthropic":
         return {"type": "error", "error": {"type": code or _ANTHROPIC_ERROR_TYPE.get(status, "api_error"),
-                                           "message": message}}
+                                           "message": message, **(extra or {})}}
     return {"error": {"message": message, "type": code or _OPENAI_ERROR_TYPE.get(status, "server_error"),
-                      "param": None, "code": code}}
+                      "param": None, "code": code, **(extra or {})}}
 
 
 # ----------------------------------------------------------------------------- the server
@@ -610,8 +620,8 @@ def _make_handler(server: ChatServer):
                         status = 200
                         return self._send(200, answer.raw, answer.headers)
                     status = answer.status
-                    return self._json(answer.status, error_body(api, answer.status, answer.message, answer.code),
-                                      answer.headers)
+                    payload = error_body(api, answer.status, answer.message, answer.code, answer.extra)
+                    return self._json(answer.status, payload, answer.headers)
                 n = len(server.records)
                 status = 200
                 shape = openai_response if api == "openai" else anthropic_response
