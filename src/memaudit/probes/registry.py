@@ -123,7 +123,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="ab881ad372578f4b",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="f9dc425f6c839bdf",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32; 6: the pass
         # over the lowercased passages is a job of its own (token_stats_lowercase), the numbers unchanged
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=6, fingerprint="7b94e683c18db03d")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=6, fingerprint="6ae94e05fe2fd735")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -151,7 +151,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # prefix_outcomes.json records the instruction and system prompt sent
         # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
         # were joined by single spaces)
-        version=9, fingerprint="ecc155b13d3b5ff2",
+        version=9, fingerprint="0a35f1a55f9159d7",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -182,14 +182,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="575cf1685d49c3f5",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="891fc2d0355a8fcf",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
         # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
         # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="0bce0be0c873dfee"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="9c76365140f37a94"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
@@ -231,7 +231,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="3f2c207a33a97920",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="13c69134464312ef",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -246,7 +246,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # joined by a blank line, not one line break; spaCy reads each line on its own for the extractive
         # events, characters and questions (a heading or a name ending a line fused with the next line's)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=9, fingerprint="6d4879417d9cba9f"),
+                               version=9, fingerprint="31dcde9d4b17a28b"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0"); 9: a group with nothing of the
                 # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped); 10: the
@@ -287,13 +287,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="309c9f24d8f1b379",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="88f905e941cd0c79",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="46afb9abc0a703a5"),
+                              version=10, fingerprint="0c0e7b7b50c1343e"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
@@ -343,12 +343,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="7ee80ccf5f62951a",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="066c0c0815bc8683",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=10, fingerprint="46252783033d1c3a"),
+                               version=10, fingerprint="11fcd8075f1867ad"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
@@ -360,7 +360,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 12: the figures' shares on a 0-1 axis (a panel of zeros read as blank), names at one
                 # point stacked (a base and its fine-tunes at one size overprinted theirs)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=12, fingerprint="629d8e416683348d")},
+                                 version=12, fingerprint="3f6d23a57e61142f")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
