@@ -64,7 +64,9 @@ STEPS: dict[str, Stage] = {
     # API models the run asked (backend, model_id, revision, base_url), a row each
     # 13: a method with no score at all (a cloze token type nothing answered) gets a metrics row of its counts
     # and no statistic (n/a in the headline), not an AUC of 0.5
-    "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=13,
+    # 14: the blind baseline's AUC and its intervals count only pairs within a fold (pooled over folds fitted
+    # apart, they read below 0.5 with folds by book); its scores file says each document's cv_fold
+    "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=14,
                    fingerprint="2fd3dec01bb7ad97"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
