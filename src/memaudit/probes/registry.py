@@ -253,9 +253,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # event_source, character_source, qa_writer and judge_invalid columns; 11: the differences'
                 # intervals resample whole books (labels per book) or documents (several items each), not items:
                 # ci_unit, n_units; 12: the figures as PNG and SVG, the distributions of the run's decoding where it
-                # ran no greedy one (empty panels), member and non-member books apart
+                # ran no greedy one (empty panels), member and non-member books apart; 13: copybench.csv's values
+                # and intervals from the items file: items' formats averaged, resampled by book or document as the
+                # differences (it bootstrapped prompts one by one), a rare rate with Clopper-Pearson's interval
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=12, fingerprint="85fdc8048e8c7eab")},
+                                 version=13, fingerprint="85fdc8048e8c7eab")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
