@@ -302,8 +302,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 10: the imbalance figure draws one line per model and member ratio (ratios whose member
                 # counts rounded alike were one line through all of them); 11: the size panels draw a line per
                 # family and members fine-tuned on (every model not fine-tuned on the benchmark was one line)
+                # 12: ktd.csv's and ktd_imbalance.csv's guarantee (holds/fails) is fdp_above_q (True/False): the
+                # mean FDP over draws on these texts above q + 2 SE, an observation, not a test of FDR control
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=11, fingerprint="aecfb7b3c53c88e9")},
+                                 version=12, fingerprint="aecfb7b3c53c88e9")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
