@@ -347,7 +347,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="4f979ff842c37b91",
+        # 10: a document's cloze_<type> is the mean over its passages of the words reconstructed (it was their sum:
+        # a document of more passages scored higher, the AUC partly one of length)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=10, fingerprint="4f979ff842c37b91",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
