@@ -35,7 +35,8 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
                   families: dict[str, str] | None = None) -> pd.DataFrame:
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, ``min_q`` (:func:`min_resolvable_q`; rows below it are logged),
-    whether the mean FDP over the draws lies above q (``fdp_above_q``, :func:`_judged`), and Lemma 1's symmetry tests of non-members' W beside it;
+    whether the mean FDP over the draws lies above q (``fdp_above_q``, :func:`_judged`), and Lemma 1's
+    symmetry tests of non-members' W beside it;
     the Table 2 baselines (``validation_<score>``, m 0: a threshold picked on labelled validation
     texts) at the same q, without symmetry columns, and KTD's rows again over those baselines' test
     texts (``measured_on`` "test"; "all": every text); the two figures for the gradient-norm
