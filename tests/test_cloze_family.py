@@ -894,3 +894,20 @@ def test_a_word_past_max_tokens_is_marked_truncated_in_the_token_table(tiny_mode
     tokens = [(0, t) for t in items[0]["tokens"]]
     table = token_table(items, tokens, logit_answers(backend, items, tokens))
     assert table["truncated"].tolist() == [False, True]
+
+
+def test_a_documents_score_is_words_reconstructed_per_passage_not_their_sum():
+    """A member document of four passages reconstructing 1 word in each and a non-member of one passage
+    reconstructing 2: summed, 4 against 2 (the longer document ahead by its length); per passage, 1 against 2.
+    The MRR was a mean already."""
+    from memaudit.probes.cloze.runner import document_table
+
+    def row(doc, label, p, n_reconstructed, mrr):
+        return dict(passage_id=f"{doc}#{p}", doc_id=doc, label=label, measure="prob", n_tokens=3,
+                    n_reconstructed=n_reconstructed, n_invalid=0, n_refusal=0, n_error=0, mrr=mrr,
+                    memorised=n_reconstructed >= 2)
+
+    texts = pd.DataFrame([*(row("long", 1, p, 1, 0.2 * (p + 1)) for p in range(4)), row("short", 0, 0, 2, 0.6)])
+    scores = document_table(texts, "logit").set_index(["method", "doc_id"])["score"].to_dict()
+    assert scores == {("cloze_prob", "long"): 1.0, ("cloze_prob", "short"): 2.0,
+                      ("cloze_prob_mrr", "long"): pytest.approx(0.5), ("cloze_prob_mrr", "short"): 0.6}

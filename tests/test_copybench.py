@@ -1133,3 +1133,87 @@ def test_the_event_judges_invalid_verdicts_are_counted_in_the_outcomes_and_its_f
                   demos={}, judge_info={}, judge=judge, **out)
     assert str(err.value) == ("2 copybench prompts got no answer, e.g.: HTTP 503: overloaded after 4 attempts "
                               "(answered ones are cached; rerun to retry the rest)")
+
+
+# ----------------------------------------------------------------------------- copybench.csv's intervals
+
+def test_a_rate_with_no_copy_has_clopper_pearsons_interval_not_zero_width():
+    from memaudit.probes.copybench.runner import bootstrap_rate
+    from memaudit.probes.copybench.summary import rate_interval
+
+    assert bootstrap_rate(np.zeros(30), seed=0) == (0.0, 0.0, 0.0)  # outcomes.json's prompts: read as certain
+    got = rate_interval(np.zeros(10), rate=True, seed=0)
+    assert (got["value"], got["ci_low"], got["ci_unit"], got["n_items"], got["ci_method"]) == (
+        0.0, 0.0, "item", 10, "clopper-pearson")
+    assert got["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 10)) == pytest.approx(0.3085, abs=1e-4)
+    # a mean is no count: its zero-width bootstrap stays (every item the same)
+    assert rate_interval(np.zeros(10), rate=False, seed=0)["ci_high"] == 0.0
+
+
+def test_an_items_formats_are_one_draw_so_its_interval_is_wider_than_the_prompts_one():
+    from memaudit.probes.copybench.runner import bootstrap_rate
+    from memaudit.probes.copybench.summary import rate_interval
+
+    item = np.r_[np.ones(10), np.zeros(22)]  # 10 of 32 items copied, each in its 3 formats alike
+    _, low, high = bootstrap_rate(np.repeat(item, 3), seed=0)
+    got = rate_interval(item, rate=True, seed=0)
+    assert got["ci_method"] == "bootstrap" and got["value"] == 10 / 32
+    # the standard error of 32 draws, not 96: about sqrt(3) the width
+    assert (got["ci_high"] - got["ci_low"]) / (high - low) == pytest.approx(np.sqrt(3), rel=0.2)
+
+
+def test_copybench_rates_intervals_hold_the_rate_where_the_prompts_did_not():
+    """The auditor's simulation: four member books of eight items, each book its own copying propensity
+    (Beta(0.5, 2), mean 0.2), an item's three formats alike; then items without a book effect."""
+    from memaudit.probes.copybench.runner import bootstrap_rate
+    from memaudit.probes.copybench.summary import rate_interval
+
+    rng = np.random.default_rng(0)
+    old = new = 0
+    books = np.repeat([f"b{i}" for i in range(4)], 8)
+    for r in range(200):
+        item = np.concatenate([rng.random(8) < p for p in rng.beta(0.5, 2.0, size=4)]).astype(float)
+        _, low, high = bootstrap_rate(np.repeat(item, 3), seed=r, n_resamples=500)
+        old += low <= 0.2 <= high
+        got = rate_interval(item, ("book", books), rate=True, seed=r)
+        new += got["ci_low"] <= 0.2 <= got["ci_high"]
+    assert (old / 200, new / 200) == (0.505, 0.875)  # four books: no interval holds its 95% (docs say so)
+    old = new = 0
+    for r in range(200):
+        item = (rng.random(32) < 0.2).astype(float)
+        _, low, high = bootstrap_rate(np.repeat(item, 3), seed=r, n_resamples=500)
+        old += low <= 0.2 <= high
+        got = rate_interval(item, rate=True, seed=r)
+        new += got["ci_low"] <= 0.2 <= got["ci_high"]
+    assert (old / 200, new / 200) == (0.69, 0.98)
+
+
+def test_copybench_csv_takes_its_rates_from_the_items_by_book(tmp_path):
+    """Labels given per book: member books b0 (items i0, i1) and b1 (i2, i3), three formats each; i0 copied in
+    two formats of three. The member rate is the items' mean (2/3 + 0 + 0 + 0) / 4 = 1/6, its interval over the
+    two books held out to Clopper-Pearson's for 1 copy of 4 items ([0.0063, 0.8059]: rare)."""
+    from memaudit.io import write_json, write_jsonl
+    from memaudit.probes.copybench.summary import rates_table
+
+    folder = tmp_path / "scores" / "books" / "tuned"
+    folder.mkdir(parents=True)
+    outcomes, items = folder / "copybench_literal_outcomes.json", folder / "copybench_literal_items.jsonl"
+    old = {"rate_rougeL>=0.8": [0.5, 0.4, 0.6], "mean_copybench_rougeL": [0.5, 0.4, 0.6]}
+    write_json(outcomes, {"mode": "literal", "prompt": "paper", "judge": None, "decodings": {"greedy": {
+        "n_prompts": 24, "member": {"n": 12, **old}, "nonmember": {"n": 12, **old}, "all": {"n": 24, **old}}}})
+    rouge = {"i0": [0.9, 0.9, 0.1]}
+    write_jsonl(items, [{"item_id": f"i{i}", "doc_id": f"d{i}", "book": f"b{i // 2}", "label": int(i < 4),
+                         "format": f, "decoding": "greedy", "copybench_rougeL": rouge.get(f"i{i}", [0.1] * 3)[f]}
+                        for i in range(8) for f in range(3)])
+    table = rates_table([str(outcomes)], [str(items)], per_book=["books"], seed=0).set_index(["group", "statistic"])
+    row = table.loc[("member", "rate_rougeL>=0.8")]
+    assert row["value"] == pytest.approx(1 / 6) and row["n"] == 12
+    assert (row["n_items"], row["ci_unit"], row["n_units"], row["ci_method"]) == (4, "book", 2, "clopper-pearson")
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.0, 0.80588), abs=1e-5)
+    assert table.loc[("member", "mean_copybench_rougeL"), "value"] == pytest.approx((0.633333 + 0.1 * 3) / 4)
+    nonmember = table.loc[("nonmember", "rate_rougeL>=0.8")]
+    assert (nonmember["value"], nonmember["ci_low"]) == (0.0, 0.0)
+    assert nonmember["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 4))
+    # without the items file: outcomes.json's prompt numbers, said to be of prompts
+    alone = rates_table([str(outcomes)]).set_index(["group", "statistic"]).loc[("member", "rate_rougeL>=0.8")]
+    assert (alone["value"], alone["ci_low"], alone["ci_unit"], alone["n_units"]) == (0.5, 0.4, "prompt", 12)

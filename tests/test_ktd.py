@@ -532,7 +532,8 @@ def test_summary_table_figures_and_headline_rows(tmp_path):
     assert set(frame.loc[frame.statistic.str.startswith("validation_"), "measured_on"]) == {"test"}
     assert frame.loc[frame.model == "tiny-contaminated", "contaminated"].all()
     assert not frame.loc[frame.model == "tiny", "contaminated"].any()
-    assert set(frame["guarantee"]) <= {"holds", "fails"} and (knock["n_texts"] == 120).all()
+    assert frame["fdp_above_q"].dtype == bool and (knock["n_texts"] == 120).all()
+    assert frame["fdp_above_q"].tolist() == (frame["fdr"] > frame["q"] + 2 * frame["fdr_se"].fillna(0)).tolist()
     assert (out / "fdr_power.png").stat().st_size > 0 and (out / "w.svg").exists()
     imb = build_imbalance_summary(paths["imbalance"], {"tiny-contaminated": ["novels"]}, out / "imbalance.csv",
                                   out / "imbalance.png", m=3)
@@ -560,7 +561,7 @@ def test_a_base_model_without_its_ktd_row_is_counted_not_evaluated(tmp_path):
     summary = tmp_path / "summary"
     summary.mkdir()
     row = {"benchmark": "novels", "model": "tiny-contaminated", "statistic": "gradnorm", "m": 2, "measured_on": "all",
-           "q": 0.1, "fdr": 0.2, "power": 0.9, "mean_selected": 12.0, "guarantee": "fails", "sign_pvalue": 0.01,
+           "q": 0.1, "fdr": 0.2, "power": 0.9, "mean_selected": 12.0, "fdp_above_q": True, "sign_pvalue": 0.01,
            "n_texts": 40}
     pd.DataFrame([row]).to_csv(summary / "ktd.csv", index=False)
     models = pd.DataFrame({"model": ["tiny", "tiny-contaminated", "paraphraser"], "base": ["", "tiny", ""]})
@@ -568,7 +569,7 @@ def test_a_base_model_without_its_ktd_row_is_counted_not_evaluated(tmp_path):
     assert tally(blocks) == ("Ground-truth checks: 0 of 1 hold; not evaluated (no row to check in its table): "
                              "1 in KTD knockoff+")
     assert blocks[0].endswith(
-        "   novels              tiny  2 0.1  NaN    NaN    NaN                      not evaluated: no row in "
+        "   novels              tiny  2 0.1  NaN    NaN    NaN                        not evaluated: no row in "
         "ktd.csv (probes.ktd.models) False")
     assert "paraphraser" not in blocks[0]
     # the base model probed, but not at the null check's q (probes.ktd.qs without 0.1)
@@ -658,7 +659,7 @@ def test_a_base_models_null_check_where_knockoff_plus_cannot_name_is_not_evaluat
     from memaudit.probes.ktd.headline import expectations
 
     row = {"benchmark": "novels", "model": "tiny", "statistic": "gradnorm", "m": 2, "measured_on": "all", "q": 0.1,
-           "fdr": 0.0, "power": 0.0, "mean_selected": 0.0, "guarantee": "holds", "sign_pvalue": 0.5}
+           "fdr": 0.0, "power": 0.0, "mean_selected": 0.0, "fdp_above_q": False, "sign_pvalue": 0.5}
     models = pd.DataFrame({"model": ["tiny"], "base": [""]})
     checks = expectations(pd.DataFrame([{**row, "n_texts": 8}]), models)
     assert [(r.model, r.q, r.expected, r.ok) for r in checks.itertuples()] == [
@@ -711,3 +712,39 @@ def test_summary_rows_carry_min_q_and_the_log_names_those_below_it(tmp_path, cap
                      "(novels/tiny, novels/tiny-contaminated): knockoff+ can name nothing there, so their fdr, "
                      "power and mean_selected are 0 whatever W is"]
     np.testing.assert_array_equal(frame["min_q"].to_numpy(), written["min_q"].to_numpy())
+
+
+def test_fdp_above_q_is_the_mean_fdp_over_draws_above_q_by_two_standard_errors():
+    from memaudit.probes.ktd.summary import _judged
+
+    rows = pd.DataFrame({"benchmark": "b", "model": "x", "q": [0.2, 0.2, 0.2, 0.2],
+                         "fdr": [0.25, 0.25, 0.21, 0.2], "fdr_se": [0.02, 0.03, np.nan, np.nan]})
+    judged = _judged(rows, {"x": ["b"]})
+    # 0.25 > 0.2 + 0.04; 0.25 <= 0.2 + 0.06; one distinct draw (no SE): 0.21 > 0.2, and 0.2 is not above 0.2
+    assert judged["fdp_above_q"].tolist() == [True, False, True, False] and judged["contaminated"].all()
+    assert "guarantee" not in judged
+
+
+def test_fdp_above_q_is_no_test_of_fdr_control_exact_knockoffs_read_true_often():
+    """The auditor's simulation: knockoffs exchangeable with the non-members, so knockoff+ controls FDR; the
+    column reads True on 16% of data sets at q = 0.1 and 30% at q = 0.2 (it read "fails" as `guarantee`), while
+    the FDR over data sets stays below q."""
+    from memaudit.probes.ktd.statistics import passage_w, selection_runs, summarise_selection
+    from memaudit.probes.ktd.summary import _judged
+
+    rng = np.random.default_rng(0)
+    above, fdp = {0.1: 0, 0.2: 0}, {0.1: [], 0.2: []}
+    for r in range(200):
+        z = np.r_[rng.normal(1.5, 1, 30), rng.normal(0, 1, 30)]
+        pools = [rng.normal(0, 1, 5) for _ in range(60)]
+        ids = [f"t{i}" for i in range(60)]
+        labels = pd.Series([1] * 30 + [0] * 30, index=ids)
+        ws = {("gradnorm", 3): [passage_w(z, pools, ids, 3, np.random.default_rng([r, d])) for d in range(10)]}
+        judged = _judged(summarise_selection(selection_runs(ws, labels, [0.1, 0.2])).assign(benchmark="b", model="x"),
+                         {})
+        for q in (0.1, 0.2):
+            row = judged[np.isclose(judged.q, q)].iloc[0]
+            above[q] += bool(row.fdp_above_q)
+            fdp[q].append(row.fdr)
+    assert (above[0.1] / 200, above[0.2] / 200) == (0.16, 0.3)
+    assert np.mean(fdp[0.1]) < 0.1 and np.mean(fdp[0.2]) < 0.2

@@ -686,7 +686,7 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
                   {"benchmark": "archive", "model": "m0", "contaminated": False, "mean_selected": 4.0, **sel},
                   *[{"benchmark": "archive", "model": "m1", "contaminated": True, "mean_selected": 5.0, **sel, "q": q}
                     for q in (0.1, 0.2, 0.3)]]).to_csv(summary / "selection.csv", index=False)
-    ktd = {"model": "m0", "statistic": "gradnorm", "m": 2, "q": 0.1, "fdr": 0.5, "power": 0.2, "guarantee": "holds",
+    ktd = {"model": "m0", "statistic": "gradnorm", "m": 2, "q": 0.1, "fdr": 0.5, "power": 0.2, "fdp_above_q": False,
            "sign_pvalue": 0.5, "n_texts": 20}
     pd.DataFrame([{"benchmark": "novels", "mean_selected": 0.0, **ktd},
                   {"benchmark": "archive", "mean_selected": 6.0, **ktd}]).to_csv(summary / "ktd.csv", index=False)

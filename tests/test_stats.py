@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from sklearn.metrics import roc_auc_score
 
 from memaudit.errors import InputError
-from memaudit.stats.blind import blind_baseline_scores
+from memaudit.stats.blind import blind_baseline, blind_baseline_scores
 from memaudit.stats.cli import stats_main
 from memaudit.stats.metrics import (
     METRIC_COLUMNS,
@@ -19,6 +19,7 @@ from memaudit.stats.metrics import (
     bootstrap_auc,
     cluster_bootstrap_auc,
     compute_metrics,
+    fold_auc,
     independent_difference,
     label_groups,
     paired_difference,
@@ -399,6 +400,97 @@ def test_blind_baseline_keeps_books_whole_where_labels_are_given_per_book():
     assert roc_auc(blind_baseline_scores(texts, labels, seed=0), labels) > 0.95
     # folds by book: a book's names never reach the classifier before its chapters are scored
     assert 0.2 <= roc_auc(blind_baseline_scores(texts, labels, seed=0, groups=groups), labels) <= 0.8
+
+
+# fold 0: members 0.9, 0.3 against non-member 0.5 (1 of 2 pairs); fold 1: member 0.2 against 0.1 and 0.2
+# (1 + 1/2 of 2); fold 2: one non-member, no pair. Within folds (1 + 1.5) / 4 = 0.625; pooled, 0.95 of
+# fold 2 and the others' cross-fold pairs: 0.9 wins 3, 0.3 wins 2, 0.2 wins 1.5, of 12 = 0.5417.
+FOLD_SCORES = [0.9, 0.3, 0.5, 0.2, 0.1, 0.2, 0.95]
+FOLD_LABELS = [1, 1, 0, 1, 0, 0, 0]
+FOLD_OF = [0, 0, 0, 1, 1, 1, 2]
+
+
+def test_fold_auc_counts_only_the_pairs_one_fold_holds():
+    assert fold_auc(FOLD_SCORES, FOLD_LABELS, FOLD_OF) == 0.625
+    assert roc_auc(FOLD_SCORES, FOLD_LABELS) == pytest.approx(6.5 / 12)
+    assert math.isnan(fold_auc([0.1, 0.2, 0.3, 0.4], [1, 1, 0, 0], ["a", "a", "b", "b"]))  # no fold holds both
+    m = compute_metrics(FOLD_SCORES, FOLD_LABELS, n_boot_small=10, n_boot_ci=200, seed=0, folds=FOLD_OF)
+    assert m["auc"] == 0.625
+    # the interval is of the same within-fold AUC: one fold of one model ranks pairs a member wins or ties
+    # in fold 1 and fold 0's 0.9 beat; its draws are fractions of fold pairs, none over 1
+    draws = bootstrap_auc(FOLD_SCORES, FOLD_LABELS, 200, 0, folds=FOLD_OF)
+    assert (m["auc_ci_low"], m["auc_ci_high"]) == tuple(np.percentile(draws[np.isfinite(draws)], [2.5, 97.5]))
+    # without folds the draws are those of the pooled AUC, as before
+    rows = _stratified_rows(np.r_[FOLD_LABELS], 20, 0)
+    np.testing.assert_allclose(bootstrap_auc(FOLD_SCORES, FOLD_LABELS, 20, 0),
+                               [roc_auc(np.r_[FOLD_SCORES][row], np.repeat([1, 0], [3, 4])) for row in rows])
+    np.testing.assert_allclose(draws[:20], [fold_auc(np.r_[FOLD_SCORES][row], np.repeat([1, 0], [3, 4]),
+                                                     np.r_[FOLD_OF][row]) for row in rows])
+    with pytest.raises(InputError, match=r"scores and folds differ in length \(7 vs 2\)"):
+        fold_auc(FOLD_SCORES, FOLD_LABELS, [0, 1])
+
+
+def _stratified_rows(labels, n, seed):
+    """The document positions bootstrap_auc draws, members first (its rng order)."""
+    rng = np.random.default_rng(seed)
+    members, nonmembers = np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)
+    return [np.r_[members[rng.integers(0, members.size, members.size)],
+                  nonmembers[rng.integers(0, nonmembers.size, nonmembers.size)]] for _ in range(n)]
+
+
+def test_cluster_bootstrap_within_folds_leaves_out_draws_no_fold_holds_both_classes():
+    # books a, b members, c, d non-members; folds by book: a with c (fold 0), b with d (fold 1)
+    scores = [0.9, 0.8, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7]
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    books = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    folds = [0, 0, 1, 1, 0, 0, 1, 1]
+    assert fold_auc(scores, labels, folds) == 0.5  # fold 0: 4 of 4, fold 1: 0 of 4
+    draws = cluster_bootstrap_auc(scores, labels, books, 400, 0, folds=folds)
+    # a draw of a twice and d twice holds no pair of one fold: nan; every other draw is a mix of 1 and 0
+    assert np.isnan(draws).any() and set(np.unique(draws[np.isfinite(draws)])) <= {0.0, 0.5, 1.0}
+    m = compute_metrics(scores, labels, n_boot_ci=400, seed=0, groups=books, folds=folds)
+    assert (m["auc"], m["auc_ci_low"], m["auc_ci_high"]) == (0.5, 0.0, 1.0)
+
+
+def _six_books_three_against_three(rng, signal: bool):
+    """Chapters of six books, three a side, each book with its own word distribution (a book effect); with
+    ``signal`` 15% of each book's words come from one half of the vocabulary for members, the other for
+    non-members (the auditor's simulation of a benchmark whose sides differ in their words)."""
+    vocab = [f"w{i}" for i in range(300)]
+    half = np.r_[np.ones(150), np.zeros(150)] / 150
+    sizes = rng.integers(4, 16, size=6)
+    side = rng.permutation([1, 1, 1, 0, 0, 0])
+    texts, labels, books = [], [], []
+    for b, size in enumerate(sizes):
+        p = rng.dirichlet(np.ones(300) * 0.3)
+        if signal:
+            p = 0.85 * p + 0.15 * (half if side[b] else half[::-1])
+        texts += [" ".join(rng.choice(vocab, size=60, p=p)) for _ in range(size)]
+        labels += [int(side[b])] * int(size)
+        books += [f"b{b}"] * int(size)
+    return texts, np.array(labels), books
+
+
+@pytest.mark.parametrize("signal", [False, True])
+def test_blind_auc_within_folds_is_unbiased_where_the_pooled_one_reads_below_chance(signal):
+    # by-book folds of six books, 3 against 3: pooled, each fold's intercept ranks its documents against the
+    # other folds' (the held-out side short in training): 0.35 with no difference, 0.45 with one over these 20
+    # draws; within folds 0.45 and 0.67 (SD 0.21 a draw, so an SE of 0.046 for 20: the tolerance is 2 SE)
+    rng = np.random.default_rng(0)
+    pooled, within = [], []
+    for draw in range(20):
+        texts, labels, books = _six_books_three_against_three(rng, signal)
+        blind = blind_baseline(texts, labels, n_splits=3, seed=draw, groups=label_groups(books, labels))
+        assert sorted(set(blind.fold)) == [0, 1, 2]
+        np.testing.assert_array_equal(blind.scores, blind_baseline_scores(texts, labels, n_splits=3, seed=draw,
+                                                                          groups=books))
+        pooled.append(roc_auc(blind.scores, labels))
+        within.append(fold_auc(blind.scores, labels, blind.fold))
+    pooled, within = np.mean(pooled), np.mean(within)
+    if signal:
+        assert pooled < 0.5 < within - 0.1
+    else:
+        assert pooled < 0.45 and abs(within - 0.5) < 0.09
 
 
 def test_label_groups_only_where_every_book_has_one_label_and_each_side_two_books():

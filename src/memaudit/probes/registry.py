@@ -182,7 +182,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="891fc2d0355a8fcf",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="57eec16a44fc2086",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
@@ -197,7 +197,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 5: a figure with nothing to draw (likelihood mode only: no calibration, one ordering) is a
                 # note saying why (blank axes); 6: the AUC-by-size figure draws a model fine-tuned on another
                 # benchmark's members as a line of its own (it joined its base's line at the same size)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=6, fingerprint="589f2e772462af12")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=6, fingerprint="e2c06230ff9345d7")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -231,7 +231,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="13c69134464312ef",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="ae476561f40f3099",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -253,9 +253,11 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # event_source, character_source, qa_writer and judge_invalid columns; 11: the differences'
                 # intervals resample whole books (labels per book) or documents (several items each), not items:
                 # ci_unit, n_units; 12: the figures as PNG and SVG, the distributions of the run's decoding where it
-                # ran no greedy one (empty panels), member and non-member books apart
+                # ran no greedy one (empty panels), member and non-member books apart; 13: copybench.csv's values
+                # and intervals from the items file: items' formats averaged, resampled by book or document as the
+                # differences (it bootstrapped prompts one by one), a rare rate with Clopper-Pearson's interval
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=12, fingerprint="85fdc8048e8c7eab")},
+                                 version=13, fingerprint="e454647e3e2fc63d")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -287,7 +289,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="88f905e941cd0c79",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="fa017d6f0d98d6f8",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
@@ -300,8 +302,10 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 10: the imbalance figure draws one line per model and member ratio (ratios whose member
                 # counts rounded alike were one line through all of them); 11: the size panels draw a line per
                 # family and members fine-tuned on (every model not fine-tuned on the benchmark was one line)
+                # 12: ktd.csv's and ktd_imbalance.csv's guarantee (holds/fails) is fdp_above_q (True/False): the
+                # mean FDP over draws on these texts above q + 2 SE, an observation, not a test of FDR control
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=11, fingerprint="aecfb7b3c53c88e9")},
+                                 version=12, fingerprint="498ad2a0c31faea4")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -343,7 +347,9 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 9 (items 10, summary 11): a token type none of whose words got an answer (every reply invalid, refused
         # or failed, or no word of the type) is not measured: empty scores, no AUC (it read 0.500), n_answered and
         # unanswered in the tables; every table of the token selection names its reference_model
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=9, fingerprint="066c0c0815bc8683",
+        # 10: a document's cloze_<type> is the mean over its passages of the words reconstructed (it was their sum:
+        # a document of more passages scored higher, the AUC partly one of length)
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=10, fingerprint="50d8ea17cc0134bf",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
@@ -360,7 +366,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 12: the figures' shares on a 0-1 axis (a panel of zeros read as blank), names at one
                 # point stacked (a base and its fine-tunes at one size overprinted theirs)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=12, fingerprint="3f6d23a57e61142f")},
+                                 version=12, fingerprint="b0ba98404de77afd")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,

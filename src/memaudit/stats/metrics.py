@@ -102,6 +102,63 @@ def roc_auc(scores, labels) -> float:
     return float(roc_auc_score(labels, scores))
 
 
+def fold_auc(scores, labels, folds) -> float:
+    """The cross-validated AUC of out-of-fold scores: the Mann-Whitney probability over the member/non-member
+    pairs that one fold holds, ``sum_f U_f / sum_f n1_f n0_f`` (``U_f``: the fold's pairs a member wins, a tie
+    one half), i.e. each fold's AUC weighted by its pairs; a fold of one class adds nothing. ``nan`` where no
+    fold holds both classes.
+
+    Each fold's scores come from a model fitted without it, with an intercept of its own: a pair across two
+    folds compares the two models' offsets, not the documents, and one AUC over the pooled scores mixes them
+    in (Parker et al. 2007; Forman & Scholz 2010). The pooled AUC is biased down by that, most where whole
+    books are held out (the held-out side is short in training, its fold's intercept leans the other way).
+    Pairs within folds keep each comparison inside one model; weighting folds by their pairs rather than
+    averaging their AUCs equally lets a fold of one member and many non-members count for what it holds.
+    """
+    scores, labels = _as_arrays(scores, labels)
+    folds = _fold_codes(folds, scores.size)
+    if not _both_classes(labels):
+        return math.nan
+    order = np.r_[np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)]
+    return float(_fold_auc_of_rows(_fold_keys(scores)[order][None, :], folds[order][None, :],
+                                   int((labels == 1).sum()))[0])
+
+
+def _fold_codes(folds, n: int) -> np.ndarray:
+    """``folds`` (any labels) as codes 0, 1, ... of length ``n``."""
+    folds = np.asarray(folds).ravel()
+    if folds.size != n:
+        raise InputError(f"scores and folds differ in length ({n} vs {folds.size})")
+    return np.unique(folds, return_inverse=True)[1].astype(int)
+
+
+def _fold_keys(scores: np.ndarray) -> np.ndarray:
+    """Dense ranks 1..n of ``scores`` (ties share one): the order and ties of any subset, in a known range."""
+    return scipy_stats.rankdata(scores, method="dense")
+
+
+def _fold_auc_of_rows(keys: np.ndarray, folds: np.ndarray, n_member: int) -> np.ndarray:
+    """:func:`fold_auc` of each row of ``keys`` (:func:`_fold_keys`, resampled) with its ``folds`` (codes),
+    the first ``n_member`` entries of each row the members; ``nan`` for a row where no fold holds both.
+
+    Vectorised over rows: ``fold * (n + 1) + key`` orders every document of a higher fold above all of a lower
+    one, so the rank-sum U of the whole row (:func:`_auc_of_rows`) counts every within-fold pair as it should
+    plus every cross-fold pair whose member's fold is the higher, ``sum_a n1_a sum_{b<a} n0_b``, subtracted.
+    """
+    n_fold = int(folds.max()) + 1 if folds.size else 0
+    width = keys.shape[1] + 1
+    shifted = folds * float(width) + keys
+    n_nonmember = keys.shape[1] - n_member
+    u_all = _auc_of_rows(shifted, n_member) * (n_member * n_nonmember)
+    n1 = np.stack([(folds[:, :n_member] == f).sum(axis=1) for f in range(n_fold)], axis=1)
+    n0 = np.stack([(folds[:, n_member:] == f).sum(axis=1) for f in range(n_fold)], axis=1)
+    below = np.cumsum(n0, axis=1) - n0  # non-members of the lower folds
+    across = (n1 * below).sum(axis=1)
+    pairs = (n1 * n0).sum(axis=1).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pairs > 0, (u_all - across) / pairs, np.nan)
+
+
 def binarized_auc(scores, labels) -> float:
     """AUC after thresholding at the Youden point, as in the DE-COP reference code.
 
@@ -128,7 +185,7 @@ def binarized_auc(scores, labels) -> float:
 
 
 def bootstrap_auc(
-    scores, labels, n_resamples: int, seed: int, *, binarized: bool = False
+    scores, labels, n_resamples: int, seed: int, *, binarized: bool = False, folds=None
 ) -> np.ndarray:
     """AUCs of ``n_resamples`` stratified bootstrap resamples of the documents.
 
@@ -143,14 +200,25 @@ def bootstrap_auc(
     so the result is a deterministic function of ``seed`` and the first ``k``
     values do not depend on ``n_resamples``.  Returns an empty array when a
     class is missing.
+
+    With ``folds`` (out-of-fold scores: each document's fold), each resample's documents keep their folds
+    and it is scored with :func:`fold_auc` (the same draws; ``nan`` for a resample no fold of which holds
+    both classes); not with ``binarized``.
     """
     scores, labels = _as_arrays(scores, labels)
+    if folds is not None:
+        if binarized:
+            raise InputError("bootstrap_auc: a binarized AUC within folds is not defined here")
+        folds = _fold_codes(folds, scores.size)
     if n_resamples < 0:
         raise InputError(f"n_resamples must be >= 0, got {n_resamples}")
     if not _both_classes(labels):
         return np.array([], dtype=float)
-    members = scores[labels == 1]
-    nonmembers = scores[labels == 0]
+    values = scores if folds is None else _fold_keys(scores)
+    members = values[labels == 1]
+    nonmembers = values[labels == 0]
+    if folds is not None:
+        member_folds, nonmember_folds = folds[labels == 1], folds[labels == 0]
     rng = np.random.default_rng(seed)
     boot_labels = np.r_[np.ones(members.size, int), np.zeros(nonmembers.size, int)]
     out = np.empty(n_resamples, dtype=float)
@@ -160,12 +228,21 @@ def bootstrap_auc(
     for start in range(0, n_resamples, chunk):
         stop = min(start + chunk, n_resamples)
         draws = np.empty((stop - start, scores.size), dtype=float)
+        draw_folds = np.empty((stop - start, scores.size), dtype=int)
         # rng.integers draws what rng.choice(..., replace=True) draws (numpy's Generator picks
         # the indices that way; tests/test_stats.py checks it) at half the cost per call.
-        for row in draws:
-            row[: members.size] = members[rng.integers(0, members.size, size=members.size)]
-            row[members.size :] = nonmembers[rng.integers(0, nonmembers.size, size=nonmembers.size)]
-        if binarized:
+        for row, row_folds in zip(draws, draw_folds):
+            picked = rng.integers(0, members.size, size=members.size)
+            row[: members.size] = members[picked]
+            if folds is not None:
+                row_folds[: members.size] = member_folds[picked]
+            picked = rng.integers(0, nonmembers.size, size=nonmembers.size)
+            row[members.size :] = nonmembers[picked]
+            if folds is not None:
+                row_folds[members.size :] = nonmember_folds[picked]
+        if folds is not None:
+            out[start:stop] = _fold_auc_of_rows(draws, draw_folds, members.size)
+        elif binarized:
             out[start:stop] = [binarized_auc(row, boot_labels) for row in draws]
         else:
             out[start:stop] = _auc_of_rows(draws, members.size)
@@ -187,15 +264,22 @@ def label_groups(units: Sequence[str], labels) -> list[str] | None:
     return [str(u) for u in units] if min(per_class) >= 2 else None
 
 
-def cluster_bootstrap_auc(scores, labels, groups, n_resamples: int, seed: int) -> np.ndarray:
+def cluster_bootstrap_auc(scores, labels, groups, n_resamples: int, seed: int, *, folds=None) -> np.ndarray:
     """AUCs of ``n_resamples`` stratified cluster-bootstrap resamples: each draws, with replacement, as
     many member groups as there are (every document of each drawn group) and as many non-member groups.
 
     For labels given per book (``groups``: each document's book, one label per book): the books, not
     their chapters, are the independent draws. Resample ``b`` uses the ``b``-th draws of
     ``numpy.random.default_rng(seed)``; a group with both labels raises :class:`InputError`.
+
+    With ``folds`` (out-of-fold scores), each drawn document keeps its fold and the resample is scored with
+    :func:`fold_auc` (the same draws; ``nan`` for a resample no fold of which holds both classes: with folds
+    by book, one whose drawn member books and non-member books never share a fold).
     """
     scores, labels = _as_arrays(scores, labels)
+    if folds is not None:
+        folds = _fold_codes(folds, scores.size)
+        scores = _fold_keys(scores)
     groups = np.asarray(groups, dtype=str).ravel()
     if groups.shape != scores.shape:
         raise InputError(f"scores and groups differ in length ({scores.size} vs {groups.size})")
@@ -209,13 +293,15 @@ def cluster_bootstrap_auc(scores, labels, groups, n_resamples: int, seed: int) -
         mixed = np.intersect1d(names, groups[labels != label])
         if mixed.size:
             raise InputError(f"group {str(mixed[0])!r} has members and non-members: not a per-group label")
-        sides.append([scores[(groups == g) & (labels == label)] for g in names])
+        sides.append([np.flatnonzero((groups == g) & (labels == label)) for g in names])
     rng = np.random.default_rng(seed)
     out = np.empty(n_resamples, dtype=float)
     for b in range(n_resamples):
         members, nonmembers = (np.concatenate([side[i] for i in rng.integers(0, len(side), size=len(side))])
                                for side in sides)
-        out[b] = _auc_of_rows(np.r_[members, nonmembers][None, :], members.size)[0]
+        picked = np.r_[members, nonmembers]
+        out[b] = (_auc_of_rows(scores[picked][None, :], members.size)[0] if folds is None
+                  else _fold_auc_of_rows(scores[picked][None, :], folds[picked][None, :], members.size)[0])
     return out
 
 
@@ -332,7 +418,7 @@ def _constant(values: np.ndarray, scale: float) -> bool:
 
 
 def compute_metrics(
-    scores, labels, *, n_boot_small: int = 10, n_boot_ci: int = 1000, seed: int = 0, groups=None
+    scores, labels, *, n_boot_small: int = 10, n_boot_ci: int = 1000, seed: int = 0, groups=None, folds=None
 ) -> dict:
     """All of :data:`METRIC_COLUMNS` for one detector on one document set.
 
@@ -351,6 +437,11 @@ def compute_metrics(
     - ``tpr_at_1pct_fpr`` / ``tpr_at_01pct_fpr``: :func:`tpr_at_fpr` at 1% and 0.1%.
     - ``t_pvalue``: :func:`t_test_pvalue` (with ``groups``: :func:`group_t_test_pvalue`).
 
+    With ``folds`` (out-of-fold scores of models fitted apart, the blind baseline: each document's fold),
+    ``auc`` is :func:`fold_auc` and ``auc_boot_*`` and ``auc_ci_*`` are of the same within-fold AUC over the
+    same resamples (those where no fold holds both classes left out); the other columns are of the scores
+    as they are, pooled.
+
     Non-finite scores raise :class:`InputError`.  With a single class every
     metric is ``nan`` (the counts are still filled in) so that one degenerate
     method does not abort a whole summary.
@@ -364,19 +455,22 @@ def compute_metrics(
     if not _both_classes(labels):
         return out
 
-    out["auc"] = roc_auc(scores, labels)
+    out["auc"] = roc_auc(scores, labels) if folds is None else fold_auc(scores, labels, folds)
     out["auc_binarized"] = binarized_auc(scores, labels)
     for prefix, binarized in (("auc_boot", False), ("auc_binarized_boot", True)):
-        small = bootstrap_auc(scores, labels, n_boot_small, seed, binarized=binarized)
+        small = bootstrap_auc(scores, labels, n_boot_small, seed, binarized=binarized,
+                              folds=None if binarized else folds)
+        small = small[np.isfinite(small)]
         if small.size:
             out[f"{prefix}_mean"] = float(small.mean())
             out[f"{prefix}_std"] = float(small.std(ddof=1)) if small.size > 1 else math.nan
     if groups is None:
-        wide = bootstrap_auc(scores, labels, n_boot_ci, seed)
+        wide = bootstrap_auc(scores, labels, n_boot_ci, seed, folds=folds)
     else:
-        wide = cluster_bootstrap_auc(scores, labels, groups, n_boot_ci, seed)
+        wide = cluster_bootstrap_auc(scores, labels, groups, n_boot_ci, seed, folds=folds)
         out["ci_books"] = int(np.unique(np.asarray(groups, dtype=str)).size)
         out["books_pvalue"] = group_rank_pvalue(scores, labels, groups, seed=seed)
+    wide = wide[np.isfinite(wide)]
     if wide.size:
         low, high = np.percentile(wide, [2.5, 97.5])
         out["auc_ci_low"] = float(low)

@@ -81,6 +81,9 @@ def metrics_table(
 
     A method whose every score is missing measured nothing: its row has the counts and no statistic.
 
+    A ``cv_fold`` column (out-of-fold scores of models fitted apart: the blind baseline's) makes the AUC and
+    its intervals within-fold ones (:func:`memaudit.stats.metrics.fold_auc`).
+
     Each method's documents go through
     :func:`memaudit.stats.metrics.compute_metrics` with the same ``seed``, in ``doc_id`` order, so
     the bootstrap resamples the same documents for every method (paired): it draws positions, so
@@ -116,6 +119,7 @@ def metrics_table(
                 n_boot_ci=n_boot_ci,
                 seed=seed,
                 groups=units,
+                folds=group["cv_fold"].to_numpy() if "cv_fold" in group else None,
             )
             metrics.update(selection.selection_metrics(group["score"].to_numpy(), group["label"].to_numpy(),
                                                        group["doc_id"].to_numpy(), seed=seed,

@@ -117,8 +117,10 @@ def run_metrics(document_paths: Sequence[str], out_metrics, out_selection, out_n
 def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: str, stats: dict,
                        seed: int, per_book: bool = False) -> pd.DataFrame:
     """Cross-validated bag-of-words member classifier, no language model involved; with ``per_book``
-    (labels given per book), each book in one fold and the intervals over books."""
-    from memaudit.stats.blind import blind_baseline_scores
+    (labels given per book), each book in one fold and the intervals over books. The scores file's
+    ``cv_fold`` says which fold's model scored each document: the AUC counts pairs within folds
+    (:func:`memaudit.stats.metrics.fold_auc`)."""
+    from memaudit.stats.blind import blind_baseline
     from memaudit.stats.metrics import label_groups
     from memaudit.stats.summary import metrics_table
 
@@ -131,11 +133,11 @@ def run_blind_baseline(documents_path, out_scores, out_metrics, *, benchmark: st
              f"by book ({len(set(groups))} books, each in one fold: the labels are given per book)" if groups
              else "by document")
     try:
-        scores = blind_baseline_scores(texts, labels, n_splits=stats["blind_folds"], seed=seed, groups=groups)
+        blind = blind_baseline(texts, labels, n_splits=stats["blind_folds"], seed=seed, groups=groups)
     except InputError as exc:  # which benchmark: its documents file says
         raise InputError(f"{documents_path}: {exc}") from None
     frame = pd.DataFrame({"doc_id": [d["doc_id"] for d in docs], "label": labels,
-                          "method": BLIND_METHOD, "score": scores})
+                          "method": BLIND_METHOD, "score": blind.scores, "cv_fold": blind.fold})
     write_csv(out_scores, frame)
     table = metrics_table(frame, benchmark=benchmark, model=BLIND_MODEL, contaminated=False, seed=seed,
                           n_boot_small=stats["n_boot_small"], n_boot_ci=stats["n_boot_ci"],

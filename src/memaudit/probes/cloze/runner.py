@@ -19,7 +19,7 @@ Two modes, one record per probed token and one per (passage, token type):
 
 A passage counts as memorised when at least ``min_reconstructed`` (default 2, Appendix A) of its
 tokens of a type are reconstructed. Document scores (higher = member), one method per token type:
-``cloze_<type>`` = tokens reconstructed, summed over the document's passages; in logit mode also
+``cloze_<type>`` = tokens reconstructed per passage (the mean over the document's passages); in logit mode also
 ``cloze_<type>_mrr`` = the mean reciprocal rank over them.
 """
 
@@ -124,14 +124,23 @@ def text_table(items: Sequence[dict], tokens: pd.DataFrame, measures: Sequence[s
 
 
 def document_table(texts: pd.DataFrame, mode: str) -> pd.DataFrame:
-    """Per document and token type: reconstructed tokens summed (``cloze_<type>``); logit mode adds the MRR.
+    """Per document and token type: reconstructed words per passage, the mean over the document's passages of
+    each one's count (``cloze_<type> = sum_p n_reconstructed_p / n_passages``); logit mode adds the MRR (the mean
+    over its passages with a word of the type).
+
+    The paper's unit is the passage (a passage is memorised when at least ``min_reconstructed`` of its words
+    are reconstructed, Appendix A); a document holds 1 to ``passages_per_document`` of them (fewer where the
+    text is short: ``min_passages`` defaults to 1). A sum over them scored a document of four passages up to
+    four times one of one, so where members and non-members differ in length the AUC measured length too
+    (before cloze family version 10). Passages are of one length (``passage_words``), so the mean is a count
+    per passage of that length; a one-passage document scores its passage's count, as before.
 
     A token type none of whose words got an answer (a black-box model that never writes ``<word>`` tags or
     refuses every prompt; or no word of the type in any passage) measured nothing: its scores are blank,
     so its AUC is none, not the 0.5 of every document scoring 0 (:func:`memaudit.stats.summary.metrics_table`)."""
     frames = []
     grouped = texts.groupby(["doc_id", "label", "measure"], sort=True)
-    count = grouped["n_reconstructed"].sum().reset_index()
+    count = grouped["n_reconstructed"].mean().reset_index()
     frames.append(count.assign(method=count["measure"].map(method_name), score=count["n_reconstructed"].astype(float)))
     if mode == "logit":
         mrr = grouped["mrr"].mean().reset_index().fillna({"mrr": 0.0})

@@ -208,7 +208,10 @@ def score_story(generation: str, item: dict, judge, nlp) -> dict:
 
 
 def bootstrap_rate(values: Sequence[float], *, seed: int, n_resamples: int = 1000) -> tuple[float, float, float]:
-    """Mean and its 95% percentile bootstrap interval (scipy)."""
+    """Mean and its 95% percentile bootstrap interval (scipy) of ``values`` one by one: outcomes.json's first
+    look at a job, the prompts taken as independent (an item's formats and a book's items are not: too
+    narrow). copybench.csv recomputes each from the items file by item and book
+    (:func:`memaudit.probes.copybench.summary.rate_interval`)."""
     from scipy.stats import bootstrap
 
     x = np.asarray(values, dtype=float)

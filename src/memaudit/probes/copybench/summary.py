@@ -3,7 +3,8 @@
 ``results/summary/copybench.csv``
     one row per (benchmark, model, mode, decoding, group, statistic): the paper's copying
     rates (ROUGE-L >= 0.8, events >= 5, characters >= 3; its Tables 2, 4 and 5) and mean
-    scores, each with a 95% bootstrap interval, for member books, non-member books and all;
+    scores, for member books, non-member books and all, each the mean over items of an item's formats,
+    with a 95% interval over items, or whole books or documents (:func:`rate_interval`);
     story rows carry the event judge, its agreement with labelled pairs, its invalid verdicts on the
     stories and where the events and characters came from (``extractive`` on the demo's builder), and
     fact-recall rows the question source and writer. With a fluency judge
@@ -61,11 +62,122 @@ def _parse(path: str) -> tuple[str, str, str]:
     return p.parent.parent.name, p.parent.name, p.name.split("_")[1]
 
 
-def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
+# a rate_<name> statistic of outcomes.json: the prompts whose score reaches the paper's threshold
+THRESHOLDS = {"rougeL>=0.8": ("copybench_rougeL", metrics.LITERAL_THRESHOLD),
+              "events>=5": ("copybench_events", metrics.EVENT_THRESHOLD),
+              "characters>=3": ("copybench_characters", metrics.CHARACTER_THRESHOLD)}
+# A rate's interval holds Clopper-Pearson's (exact) where the items that copied, or those that did not, are
+# fewer than this: a bootstrap of a few successes (none: [0, 0]) is far narrower than what they allow.
+RARE_COUNT = 5
+
+
+def rate_interval(item_values, units=None, *, rate: bool, seed: int) -> dict:
+    """The mean over items of ``item_values`` (each item's score averaged over its prompt formats) and its
+    95% interval, resampling the independent units: ``units`` (each item's book, where the labels are given
+    per book, or document, where documents hold several items: as :func:`differences_table`) whole, else
+    the items (:func:`memaudit.stats.metrics.paired_difference` against 0: its cluster bootstrap, widened to
+    hold the items' interval). An item's formats are one draw, not three: resampling prompts one by one
+    counted each item three times and made the interval ~sqrt(3) too narrow (its 95% held the rate 65% of
+    the time, 48% with a book effect).
+
+    A ``rate`` (a share of prompts at the paper's threshold) with fewer than :data:`RARE_COUNT` items on either
+    side of it (``x = round(rate * n)`` of the ``n`` items copied, an item's formats averaged) also holds
+    Clopper-Pearson's exact interval for ``x`` of ``n`` (``scipy.stats.binomtest``, ``ci_method``
+    clopper-pearson): none of 10 items copying is [0, 0.3085], where every bootstrap resample reads 0 and the
+    prompt bootstrap's [0, 0] read as certain. It counts items as independent: where books differ it is the
+    least the interval can be, the books' bootstrap widening it where there are copies to resample.
+    Returns value, ci_low, ci_high, n_items, ci_unit, n_units, ci_method."""
+    from scipy.stats import binomtest
+
+    values = np.asarray(item_values, dtype=float)
+    nan = float("nan")
+    if not values.size:
+        return {"value": nan, "ci_low": nan, "ci_high": nan, "n_items": 0, "ci_unit": None, "n_units": 0,
+                "ci_method": None}
+    name = "item" if units is None else units[0]
+    groups = None if units is None else units[1]
+    value, low, high = paired_difference(values, np.zeros_like(values), seed=seed, groups=groups)
+    n_units = values.size if groups is None else int(pd.unique(np.asarray(groups, dtype=str)).size)
+    method = "bootstrap"
+    if rate:
+        n = values.size
+        copied = int(round(value * n))
+        if min(copied, n - copied) < RARE_COUNT:
+            exact = binomtest(copied, n).proportion_ci(confidence_level=0.95, method="exact")
+            low = exact.low if np.isnan(low) else min(low, exact.low)
+            high = exact.high if np.isnan(high) else max(high, exact.high)
+            method = "clopper-pearson"
+    return {"value": value, "ci_low": float(low), "ci_high": float(high), "n_items": int(values.size),
+            "ci_unit": name, "n_units": n_units, "ci_method": method}
+
+
+def _prompt_values(frame: pd.DataFrame, statistic: str) -> pd.Series | None:
+    """Each prompt's value of an outcomes.json statistic (``rate_<threshold or column>``, ``mean_<column>``);
+    NaN where the prompt has none (an unrated output's fluency); None where the items file lacks it."""
+    kind, _, name = statistic.partition("_")
+    if kind == "rate" and name in THRESHOLDS:
+        column, threshold = THRESHOLDS[name]
+        if column not in frame:
+            return None
+        values = pd.to_numeric(frame[column], errors="coerce")
+        return (values >= threshold).astype(float).where(values.notna())
+    if kind in ("rate", "mean") and name in frame:
+        return pd.to_numeric(frame[name].astype(object).where(frame[name].notna()), errors="coerce").astype(float)
+    return None
+
+
+def item_rates(items_path: str, *, per_book: bool, seed: int, statistics: Collection[str]) -> dict:
+    """``{(decoding, group, statistic): rate_interval(...)}`` from a job's items file (one row per prompt): each
+    item's prompts averaged over their formats (an item without a value, e.g. no rated output, left out), then
+    :func:`rate_interval` over the items of each group (member, nonmember, all), their unit the book where the
+    labels are given per book (``per_book``), else the document, where it holds several items and one label,
+    else the item (:func:`memaudit.stats.metrics.label_groups`, as :func:`differences_table`)."""
+    frame = pd.DataFrame(read_jsonl(items_path))
+    out: dict = {}
+    if frame.empty:
+        return out
+    column = "book" if per_book else "doc_id"
+    for decoding, prompts in frame.groupby("decoding", sort=False):
+        # whether the units are the draws is a question of the whole benchmark, both sides (as the differences')
+        each = prompts.groupby("item_id").first()
+        clustered = (column in each and each[column].notna().all()
+                     and label_groups(each[column].astype(str).tolist(), each["label"]) is not None)
+        for group, mask in (("member", prompts["label"] == 1), ("nonmember", prompts["label"] == 0),
+                            ("all", pd.Series(True, index=prompts.index))):
+            block = prompts[mask]
+            for statistic in statistics:
+                values = _prompt_values(block, statistic)
+                if values is None:
+                    continue
+                items = block.assign(_value=values).groupby("item_id", sort=True).agg(
+                    value=("_value", "mean"), **({"unit": (column, "first")} if clustered else {}))
+                items = items[items["value"].notna()]
+                units = (("book" if per_book else "document", items["unit"].astype(str).to_numpy()) if clustered
+                         else None)
+                out[decoding, group, statistic] = rate_interval(items["value"].to_numpy(), units,
+                                                                rate=statistic.startswith("rate_"), seed=seed)
+    return out
+
+
+RATE_INTERVAL_COLUMNS = ("n_items", "ci_unit", "n_units", "ci_method")
+
+
+def rates_table(outcome_paths: Sequence[str], items_paths: Sequence[str] = (), *, per_book: Collection[str] = (),
+                seed: int = 0) -> pd.DataFrame:
+    """copybench.csv: a row per (job, decoding, group, statistic) of each job's outcomes.json. With the job's
+    items file (``items_paths``, matched by benchmark, model and mode), the value and its interval are
+    :func:`item_rates`' (items, formats averaged, resampled by book or document: ``n_items``, ``ci_unit``,
+    ``n_units``, ``ci_method``); a job without one keeps outcomes.json's numbers, a bootstrap of the
+    prompts one by one (``ci_unit`` prompt), whose interval is too narrow."""
+    items_of = {_parse(p): p for p in items_paths}
     rows = []
     for path in outcome_paths:
         benchmark, model, mode = _parse(path)
         out = read_json(path)
+        statistics = {k for block in out["decodings"].values() for group in ("member", "nonmember", "all")
+                      for k in block.get(group, {}) if k != "n"}
+        recomputed = (item_rates(items_of[benchmark, model, mode], per_book=benchmark in per_book, seed=seed,
+                                 statistics=statistics) if (benchmark, model, mode) in items_of else None)
         judge = out.get("judge") or {}
         agreement = judge.get("agreement") or {}
         fluency_judge = (out.get("fluency_judge") or {}).get("model")
@@ -73,9 +185,13 @@ def rates_table(outcome_paths: Sequence[str]) -> pd.DataFrame:
             rated = block.get("fluency") or {}
             for group in ("member", "nonmember", "all"):
                 for stat, (value, low, high) in ((k, v) for k, v in block.get(group, {}).items() if k != "n"):
+                    interval = {"value": value, "ci_low": low, "ci_high": high, "n_items": None, "ci_unit": "prompt",
+                                "n_units": block[group]["n"], "ci_method": "bootstrap"}
+                    if recomputed is not None:
+                        interval = recomputed.get((decoding, group, stat), rate_interval([], rate=False, seed=seed))
                     rows.append({"benchmark": benchmark, "model": model, "mode": mode, "decoding": decoding,
-                                 "group": group, "n": block[group]["n"], "statistic": stat, "value": value,
-                                 "ci_low": low, "ci_high": high, "prompt": out.get("prompt"),
+                                 "group": group, "n": block[group]["n"], "statistic": stat, **interval,
+                                 "prompt": out.get("prompt"),
                                  "judge": judge.get("judge"), "judge_model": judge.get("model"),
                                  "judge_accuracy": agreement.get("accuracy"),
                                  "judge_precision": agreement.get("precision"),
@@ -306,7 +422,7 @@ def write_summary(outcome_paths: Sequence[str], items_paths: Sequence[str], *, b
                   per_book: Collection[str] = ()) -> None:
     """``bases``, ``declared``, ``members_of``, ``per_book``: the rule's params
     (:mod:`memaudit.probes.copybench.plan`)."""
-    rates = rates_table(outcome_paths)
+    rates = rates_table(outcome_paths, items_paths, per_book=per_book, seed=int(seed))
     write_csv(out_rates, rates)
     recall_figure(rates, out_recall_figure)
     write_csv(out_differences, differences_table(items_paths, bases, seed=int(seed), declared=declared,

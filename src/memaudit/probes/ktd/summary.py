@@ -18,10 +18,11 @@ log = logging.getLogger(__name__)
 SUMMARY_COLUMNS = ["benchmark", "model", "n_params", "contaminated", "statistic", "m", "measured_on", "q", "n_texts",
                    "min_q", "n_draws",
                    "n_distinct_draws", "fdr", "fdr_se",
-                   "power", "power_se", "mean_selected", "guarantee", "nonmember_mean_w", "sign_pvalue",
+                   "power", "power_se", "mean_selected", "fdp_above_q", "nonmember_mean_w", "sign_pvalue",
                    "wilcoxon_pvalue"]
 IMBALANCE_COLUMNS = ["benchmark", "model", "contaminated", "statistic", "m", "member_ratio", "n_members",
-                     "n_nonmembers", "q", "n_draws", "fdr", "fdr_se", "power", "power_se", "mean_selected", "guarantee"]
+                     "n_nonmembers", "q", "n_draws", "fdr", "fdr_se", "power", "power_se", "mean_selected",
+                     "fdp_above_q"]
 
 
 def _read(paths: Sequence[str]) -> pd.DataFrame:
@@ -34,7 +35,8 @@ def build_summary(selection_paths: Sequence[str], symmetry_paths: Sequence[str],
                   families: dict[str, str] | None = None) -> pd.DataFrame:
     """``results/summary/ktd.csv``: every (benchmark, model, statistic, m, q) with its empirical FDR and
     power over the knockoff draws, ``min_q`` (:func:`min_resolvable_q`; rows below it are logged),
-    whether FDR <= q held (``guarantee``), and Lemma 1's symmetry tests of non-members' W beside it;
+    whether the mean FDP over the draws lies above q (``fdp_above_q``, :func:`_judged`), and Lemma 1's
+    symmetry tests of non-members' W beside it;
     the Table 2 baselines (``validation_<score>``, m 0: a threshold picked on labelled validation
     texts) at the same q, without symmetry columns, and KTD's rows again over those baselines' test
     texts (``measured_on`` "test"; "all": every text); the two figures for the gradient-norm
@@ -95,15 +97,18 @@ def resolution_notes(frame: pd.DataFrame) -> list[str]:
 
 
 def _judged(frame: pd.DataFrame, contaminated: dict[str, list[str]]) -> pd.DataFrame:
-    """``contaminated`` (the model was fine-tuned on the benchmark's members) and ``guarantee``: FDR
-    is an expectation, so it "fails" only when the mean over draws exceeds q by more than 2
-    standard errors. The standard error is the spread between knockoff draws of one pool, not the
-    sampling error of the texts; with one distinct draw (m = the whole pool) it is NaN and the
-    one FDP is compared with q as it is."""
+    """``contaminated`` (the model was fine-tuned on the benchmark's members) and ``fdp_above_q``: whether
+    the mean false discovery proportion over the knockoff draws, on these texts, exceeds q by more than 2
+    standard errors, ``fdr > q + 2 fdr_se``. An observation, not a test of knockoff+'s guarantee: FDR is an
+    expectation over data sets, and the standard error is the spread between knockoff draws of one pool on
+    one fixed set of texts, not the texts' sampling error (with one distinct draw, m = the whole pool, it is
+    NaN and the one FDP is compared with q as it is). With exactly exchangeable knockoffs, where FDR is
+    controlled, 16% of simulated data sets read True at q = 0.1 and 30% at q = 0.2 (tests/test_ktd.py): it
+    was named ``guarantee`` "fails" until KTD's summary version 12."""
     frame = frame.copy()
     frame["contaminated"] = [b in contaminated.get(mod, []) for b, mod in zip(frame["benchmark"], frame["model"])]
     slack = 2 * frame["fdr_se"].fillna(0)
-    frame["guarantee"] = np.where(frame["fdr"] <= frame["q"] + slack, "holds", "fails")
+    frame["fdp_above_q"] = frame["fdr"] > frame["q"] + slack
     return frame
 
 
