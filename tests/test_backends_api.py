@@ -1229,6 +1229,42 @@ def test_the_ledger_and_the_estimate_never_write_over_what_they_read(tmp_path, c
     assert plan.read_text() == '{"model": "gpt", "prompt": "hi"}\n'
 
 
+def test_the_ledger_and_the_estimate_written_to_a_bad_path_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    """``--out`` naming a folder, ``--json`` under a file or in a folder that cannot be made gave an
+    IsADirectoryError / FileExistsError / FileNotFoundError traceback: each is one line naming the path, exit 2,
+    and a cache with no request yet prints that in words, not pandas' "Empty DataFrame"."""
+    from memaudit.backends.cache import ResponseCache
+    from memaudit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    ResponseCache(Path("fresh.sqlite")).close()
+    Path("folder").mkdir()
+    Path("ok.csv").write_text("kept\n")
+    assert main(["api-ledger", "--cache", "fresh.sqlite"]) == 0
+    assert capsys.readouterr() == ("no API requests recorded in fresh.sqlite\n", "")
+    assert main(["api-ledger", "--cache", "fresh.sqlite", "--out", "folder"]) == 2
+    assert capsys.readouterr() == ("no API requests recorded in fresh.sqlite\n",
+                                   "memaudit api-ledger: error: cannot write folder: is a directory; "
+                                   "name a file, not a directory\n")
+    assert main(["api-ledger", "--cache", "fresh.sqlite", "--out", "/proc/nope/x.csv"]) == 2
+    assert capsys.readouterr().err == ("memaudit api-ledger: error: cannot write /proc/nope/x.csv: no such file or "
+                                       "directory (at /proc/nope); name a path in a folder that exists or that this "
+                                       "user can create\n")
+    plan = Path("plan.jsonl")
+    plan.write_text('{"model": "smollm2-135m", "prompt": "hi"}\n')  # a local model's: costs nothing
+    config = Path(__file__).parents[1] / "config" / "ci.yaml"
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan), "--json", "folder"]) == 2
+    assert capsys.readouterr().err == ("memaudit estimate-cost: error: cannot write folder: is a directory; "
+                                       "name a file, not a directory\n")
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan), "--json", "ok.csv/x.json"]) == 2
+    assert capsys.readouterr().err == ("memaudit estimate-cost: error: cannot write ok.csv/x.json: not a directory "
+                                       "(at ok.csv); a file stands where the path has a folder: name another path\n")
+    assert sorted(p.name for p in Path().iterdir()) == ["folder", "fresh.sqlite", "ok.csv", "plan.jsonl"]
+    assert list(Path("folder").iterdir()) == [] and Path("ok.csv").read_text() == "kept\n"
+    assert main(["api-ledger", "--cache", "fresh.sqlite", "--out", "ledger.csv"]) == 0  # still written: a header
+    assert Path("ledger.csv").read_text().startswith("model,rule,")
+
+
 def test_tokens_of_other_providers_quoted_by_a_server_or_a_library_are_masked_too(server, tmp_path, caplog):
     # A gateway in front of an OpenAI-compatible server may echo the Hugging Face token or the
     # bearer header it was given; neither was registered, so only their shape can hide them.

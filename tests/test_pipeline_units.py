@@ -34,6 +34,29 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     assert target.read_text() == "done" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_an_output_path_that_cannot_be_written_is_a_storage_error_and_a_writers_own_oserror_is_not(tmp_path):
+    """A folder, a path under a file or in a folder that cannot be made: a StorageError naming the path (the
+    commands print it as one line), found before the writer runs; an OSError of the writer itself (an input it
+    reads) is not the output's and passes through as it was."""
+    from memaudit.errors import StorageError
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.csv").write_text("kept")
+    expected = {"folder": "is a directory; name a file, not a directory",
+                "file.csv/x.json": f"not a directory (at {tmp_path / 'file.csv'}); a file stands where the path has "
+                                   f"a folder: name another path"}
+    for name, message in expected.items():
+        with pytest.raises(StorageError) as err:
+            with atomic_path(tmp_path / name):
+                raise AssertionError("the writer ran")
+        assert str(err.value) == f"cannot write {tmp_path / name}: {message}"
+    with pytest.raises(FileNotFoundError):
+        with atomic_path(tmp_path / "out.csv"):
+            open(tmp_path / "no-input.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.csv", "folder"]
+    assert list((tmp_path / "folder").iterdir()) == [] and (tmp_path / "file.csv").read_text() == "kept"
+
+
 def test_atomic_writes_get_the_umask_permissions_a_plain_write_gets(tmp_path):
     # mkstemp/mkdtemp made every output 0600 (a folder 0700), whatever the umask: unreadable to the group
     from memaudit.io import atomic_dir, write_csv, write_text
@@ -214,6 +237,19 @@ def test_fetch_assets_to_a_folder_it_cannot_make_is_one_line(tmp_path, capsys):
                                        f"({tmp_path / 'a-file'} is not a folder)\n")
 
 
+def test_a_file_a_command_cannot_open_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """An OSError with a file name that no command turned into its own message: one line naming the file and
+    the command, status 2, not a traceback; one without a file name (a bug, a closed pipe) is not hidden."""
+    import memaudit.cli as cli
+
+    monkeypatch.setitem(cli.COMMANDS, "stats", lambda argv: open(tmp_path / "gone.csv").close())
+    assert main(["stats"]) == 2
+    assert capsys.readouterr() == ("", f"memaudit stats: error: {tmp_path / 'gone.csv'}: No such file or directory\n")
+    monkeypatch.setitem(cli.COMMANDS, "stats", lambda argv: os.read(-1, 1))
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        main(["stats"])
+
+
 def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["nope"]) == 2
     commands = ("api-cache-merge, api-ledger, check-config, code-versions, dvc-stage, estimate-cost, fetch-assets, "
@@ -223,7 +259,12 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["check_config", "my.yaml"]) == 2  # a typo is named, with the command meant
     assert capsys.readouterr().err == (f"memaudit: error: unknown command 'check_config'; did you mean 'check-config'? "
                                        f"(commands: {commands}; memaudit --help)\n")
-    assert main([]) == 2 and capsys.readouterr().out.startswith("usage: memaudit COMMAND [ARGS]")
+    assert main([]) == 2  # an error: the usage on stderr, not on stdout (where `memaudit > f` would hide it)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: memaudit COMMAND [ARGS]")
+    assert main(["--help"]) == 0  # asked for: on stdout
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("usage: memaudit COMMAND [ARGS]")
     from memaudit import __version__
 
     assert main(["--version"]) == 0 and capsys.readouterr().out == f"memaudit {__version__}\n"

@@ -168,13 +168,20 @@ def _main(argv: list[str] | None) -> int:
         print(f"memaudit {__version__}")
         return 0
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        # asked for: stdout, status 0; no command at all is an error: its usage goes where errors go
+        print(__doc__.strip(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     try:
         return COMMANDS[argv[0]](argv[1:])
     except MemauditError as exc:
         for line in str(exc).splitlines() or [""]:  # one problem a line, each naming the command
             print(f"memaudit {argv[0]}: error: {line}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:  # not a file's (a closed pipe): the caller's to handle, or a bug to show
+            raise
+        # a file the command names that cannot be opened, read or written, not a traceback
+        print(f"memaudit {argv[0]}: error: {exc.filename}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
         return 2
 
 
