@@ -339,6 +339,56 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert "No labelled benchmark in this run: no ROC-AUC" in out and "ROC-AUC [bootstrap" not in out
 
 
+def test_the_headlines_tables_without_a_column_and_methods_the_run_lacks_are_one_line(tmp_path, capsys):
+    """models.csv without ``base`` was a KeyError traceback; ``--methods losss`` printed pandas' "Empty
+    DataFrame" and exited 0, and ``--methods loss zlibb`` dropped zlibb unseen. Each is one line, exit 2."""
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    metrics = summary / "metrics.csv"
+    n = {"n_member": 30, "n_nonmember": 30}
+    pd.DataFrame([{"benchmark": "b", "model": m, "contaminated": m == "m1", "method": method, "auc": 0.9,
+                   "auc_ci_low": 0.8, "auc_ci_high": 0.95, **n}
+                  for m in ("m0", "m1") for method in ("loss", "zlib")]).to_csv(metrics, index=False)
+    pd.DataFrame({"model": ["m0", "m1"], "contaminated_on": ["", "b"]}).to_csv(summary / "models.csv", index=False)
+    assert main(["headline", "--summary", str(metrics)]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'models.csv'}: not the run's models "
+                                       f"table (no column 'base'); rerun the workflow to write it again\n")
+    pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
+    pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "q": 0.1,
+                   "fdr": 0.05}]).to_csv(summary / "selection.csv", index=False)
+    assert main(["headline", "--summary", str(metrics)]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'selection.csv'}: not the run's "
+                                       f"selection table (no column 'power', 'mean_selected', 'n_test'); rerun the "
+                                       f"workflow to write it again\n")
+    (summary / "selection.csv").unlink()
+    # a family's table: ktd.csv without the column its check reads
+    pd.DataFrame([{"benchmark": "b", "model": "m0", "statistic": "gradnorm", "m": 2, "q": 0.1, "fdr": 0.5,
+                   "power": 0.2, "sign_pvalue": 0.5, "n_texts": 20, "mean_selected": 0.0}]).to_csv(
+        summary / "ktd.csv", index=False)
+    assert main(["headline", "--summary", str(metrics)]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'ktd.csv'}: not a table of the run's "
+                                       f"(no column 'guarantee'); rerun the workflow to write it again\n")
+    (summary / "ktd.csv").unlink()
+    assert main(["headline", "--summary", str(metrics), "--methods", "losss"]) == 2
+    assert capsys.readouterr() == ("", f"memaudit headline: error: --methods: 'losss' (did you mean 'loss'?) not in "
+                                       f"{metrics} (its methods: loss, zlib)\n")
+    assert main(["headline", "--summary", str(metrics), "--methods", "loss", "zlibb", "gzip"]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: --methods: 'zlibb' (did you mean 'zlib'?), 'gzip' "
+                                       f"not in {metrics} (its methods: loss, zlib)\n")
+    assert main(["headline", "--summary", str(metrics), "--methods", "zlib"]) == 0
+    out = capsys.readouterr().out
+    assert "method                                        zlib\n" in out and " loss" not in out.split("Tables:")[0]
+    # the default list, as far as the run has it: none of it, and no blind baseline either, is said in words
+    assert main(["headline", "--summary", str(metrics), "--config", str(ROOT / "config" / "ci.yaml")]) == 0
+    pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "copybench_rougeL", "auc": 0.9,
+                   "auc_ci_low": 0.8, "auc_ci_high": 0.95, **n}]).to_csv(metrics, index=False)
+    capsys.readouterr()
+    assert main(["headline", "--summary", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    assert (f"none of loss, zlib, lowercase, min_k_20pct, min_k_plus_plus_20pct in this run (every method: "
+            f"{metrics})\n") in out and "Empty DataFrame" not in out
+
+
 def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, capsys):
     """memaudit headline --methods defaults to figures.headline_methods' schema default, what the ROC and
     distribution figures of a config that does not set it draw (a hand-written copy had drifted: no lowercase)."""
@@ -348,7 +398,7 @@ def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, ca
     from memaudit.stats import headline
 
     seen = []
-    monkeypatch.setattr(headline, "print_headline", lambda summary, methods: seen.append(list(methods)))
+    monkeypatch.setattr(headline, "print_headline", lambda summary, methods, **_: seen.append(list(methods)))
     ci = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     assert "figures" not in ci
     drawn = jobs.validate_config(ci)["figures"]["headline_methods"]
@@ -357,7 +407,8 @@ def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, ca
     assert drawn == ["loss", "zlib", "lowercase", "min_k_20pct", "min_k_plus_plus_20pct"]
     with pytest.raises(SystemExit):
         main(["headline", "--help"])
-    assert "(default: loss zlib lowercase min_k_20pct min_k_plus_plus_20pct: the schema's default of" in " ".join(
+    assert ("(default: loss zlib lowercase min_k_20pct min_k_plus_plus_20pct, as far as the run has them: the "
+            "schema's default of") in " ".join(
         capsys.readouterr().out.split())
 
 
@@ -372,7 +423,7 @@ def test_the_headline_takes_its_methods_from_the_runs_config(tmp_path, monkeypat
     from memaudit.stats import headline
 
     seen = []
-    monkeypatch.setattr(headline, "print_headline", lambda summary, methods: seen.append(list(methods)))
+    monkeypatch.setattr(headline, "print_headline", lambda summary, methods, **_: seen.append(list(methods)))
     mine = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     mine["figures"] = {"headline_methods": ["zlib", "loss"]}
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
