@@ -1892,10 +1892,44 @@ def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     assert main(["serve", "--path", str(tmp_path), option, value]) == 2
     assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+    if option == "--max-batch":  # no model to batch: refused whatever its value (below)
+        return
     scripted = tmp_path / "replies.json"
     scripted.write_text('{"replies": {}}')
     assert main(["serve", "--scripted", str(scripted), option, value]) == 2
     assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+
+
+@pytest.mark.parametrize("source, options, message", [
+    ("--scripted", ["--adapter", "/nonexistent", "--device", "bogus"],
+     "--adapter, --device: not with --scripted (no model: the replies come from the file)"),
+    ("--scripted", ["--max-batch", "1", "--dtype", "float32"],
+     "--dtype, --max-batch: not with --scripted (no model: the replies come from the file)"),
+    ("--scripted", ["--revision", "abc"],
+     "--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)"),
+    ("--path", ["--revision", "abc"],
+     "--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)"),
+    ("--builtin", ["--revision", "abc"],
+     "--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)"),
+    ("--path", ["--cache-dir", "elsewhere"], "--cache-dir: only with --builtin (where a builtin model is converted)"),
+])
+def test_serve_refuses_an_option_its_source_does_not_read(tmp_path, monkeypatch, capsys, source, options, message):
+    """``memaudit serve --scripted replies.json --adapter /nonexistent --device bogus`` started without a word,
+    and ``--revision`` with ``--path`` or ``--builtin`` was dropped: each is argparse's error, before anything
+    listens or loads."""
+    import memaudit.models.loading as loading
+    from memaudit.backends.server import ChatServer
+    from memaudit.cli import main
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(ChatServer, "__init__", lambda *a, **k: pytest.fail("a server was started"))
+    (tmp_path / "replies.json").write_text('{"replies": {}}')
+    value = {"--scripted": str(tmp_path / "replies.json"), "--path": str(tmp_path), "--builtin": "smollm2-135m"}
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", source, value[source], *options])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1] == f"memaudit serve: error: {message}"
 
 
 @pytest.mark.parametrize("text, message", [
