@@ -160,6 +160,11 @@ def test_two_clones_caches_merge_into_one_with_nothing_paid_twice(server, tmp_pa
     (tmp_path / "notes.txt").write_text("not a cache")
     assert main(["api-cache-merge", str(tmp_path / "notes.txt"), "--into", str(mine)]) == 2
     assert f"{tmp_path / 'notes.txt'}: not a usable response cache" in capsys.readouterr().err
+    # a misspelt other cache: said of that file, not as this cache's "cannot open ... a directory this user can write"
+    assert main(["api-cache-merge", str(tmp_path / "nope.sqlite"), "--into", str(mine)]) == 2
+    assert capsys.readouterr() == ("", f"memaudit api-cache-merge: error: {tmp_path / 'nope.sqlite'}: no such file "
+                                       f"(the other clone's response cache)\n")
+    assert not (tmp_path / "nope.sqlite").exists()
     assert ResponseCache(mine).count() == 5  # left as it was
 
 
