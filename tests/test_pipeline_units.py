@@ -237,6 +237,30 @@ def test_fetch_assets_to_a_folder_it_cannot_make_is_one_line(tmp_path, capsys):
                                        f"({tmp_path / 'a-file'} is not a folder)\n")
 
 
+def test_make_clean_results_removes_a_runs_outputs_and_keeps_the_paid_answers_and_timings(tmp_path):
+    """It left results/selection, results/pretrain and an old results/report.html, which then read as the
+    current run's; the paid API answers and the benchmark timings stay."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy2(ROOT / "Makefile", tmp_path / "Makefile")
+    kept = ["results/api/cache.sqlite", "results/bench/dag.json", "results/notes.txt"]
+    gone = ["results/datasets/b/documents.jsonl", "results/models/m/config.json", "results/scores/b/m/x.csv",
+            "results/metrics/b/m.csv", "results/summary/metrics.csv", "results/figures/b/roc.png",
+            "results/selection/b/m.csv", "results/pretrain/tiny/log.txt", "results/checkpoints/ab/state.pt",
+            "results/report.html", "logs/score/x.log"]
+    for name in kept + gone:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    done = subprocess.run(["make", "-s", "clean-results"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["Makefile", *sorted(kept)]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["api", "bench", "notes.txt"]
+
+
 def test_a_file_a_command_cannot_open_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
     """An OSError with a file name that no command turned into its own message: one line naming the file and
     the command, status 2, not a traceback; one without a file name (a bug, a closed pipe) is not hidden."""
