@@ -38,7 +38,6 @@ _STORAGE_ERRORS = {
 _PATH_ERRORS = {
     errno.EISDIR: ("is a directory", "name a file, not a directory"),
     errno.ENOTDIR: ("not a directory", "a file stands where the path has a folder: name another path"),
-    errno.EEXIST: ("not a directory", "a file stands where the path has a folder: name another path"),
     errno.ENOENT: ("no such file or directory", "name a path in a folder that exists or that this user can create"),
 }
 
@@ -82,6 +81,15 @@ def storage_errors(path: str | os.PathLike, *, any_oserror: bool = False) -> Ite
         if err is None:
             raise
         raise err from exc
+
+
+def _make_parent(path: Path) -> None:
+    """``path``'s folder, made where missing; a file in the way is ENOTDIR, as the kernel says of a file met
+    further down the path (mkdir's exist_ok raises FileExistsError for it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), exc.filename) from exc
 
 
 def _remove_stale_temporaries(path: Path, suffix: str) -> None:
@@ -135,7 +143,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     with storage_errors(path, any_oserror=True):
         if path.is_dir():  # found before the writer computes its output, not when renaming onto the folder
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parent(path)
         _remove_stale_temporaries(path, suffix)
         tmp_path = _create_temporary(path, suffix)
     try:
@@ -163,7 +171,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     with storage_errors(path, any_oserror=True):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parent(path)
         _remove_stale_temporaries(path, "")
         tmp = _create_temporary(path, "", directory=True)
     try:
