@@ -122,5 +122,8 @@ lint: venv
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 
+# A run's outputs, its jobs' checkpoints and its report (an old report.html read as the current run's) go; the paid
+# API answers (results/api) and the benchmark timings (results/bench) stay.
 clean-results:
-	rm -rf results/datasets results/models results/scores results/metrics results/summary results/figures logs
+	rm -rf results/datasets results/models results/scores results/metrics results/summary results/figures \
+		results/selection results/pretrain results/checkpoints results/report.html logs

@@ -128,11 +128,18 @@ def format_table(rows: Sequence[dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     # prog: the messages name this script however it is run; no abbreviations: "--out" is not "--out-dir"
     p = argparse.ArgumentParser(prog="run_all.py", description=__doc__.split("\n")[0], allow_abbrev=False)
-    p.add_argument("--out-dir", type=Path, default=ROOT / "results" / "bench")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "results" / "bench",
+                   help="where each benchmark's JSON and summary.csv go (relative: to the current directory; "
+                        "default: results/bench of the repository)")
     p.add_argument("--only", nargs="+", help="benchmark names (bench_<name>.py) to run")
     p.add_argument("--summary-only", action="store_true", help="only tabulate the JSONs already there")
     p.add_argument("--strict", action="store_true", help="exit 1 when a benchmark misses a target")
     args, extra = p.parse_known_args(argv)
+    # the scripts run in ROOT: a relative --out-dir given from elsewhere (benchmarks/) was written under ROOT and
+    # looked for here, and every benchmark was reported FAILED
+    args.out_dir = args.out_dir.resolve()
+    if args.summary_only and extra:  # no benchmark runs to take them: a typo (--stirct) must not pass unseen
+        p.error(f"unrecognized arguments: {' '.join(extra)} (--summary-only runs no benchmark to pass them to)")
 
     sys.path.insert(0, str(ROOT / "src"))
     import pandas as pd

@@ -160,6 +160,11 @@ def test_two_clones_caches_merge_into_one_with_nothing_paid_twice(server, tmp_pa
     (tmp_path / "notes.txt").write_text("not a cache")
     assert main(["api-cache-merge", str(tmp_path / "notes.txt"), "--into", str(mine)]) == 2
     assert f"{tmp_path / 'notes.txt'}: not a usable response cache" in capsys.readouterr().err
+    # a misspelt other cache: said of that file, not as this cache's "cannot open ... a directory this user can write"
+    assert main(["api-cache-merge", str(tmp_path / "nope.sqlite"), "--into", str(mine)]) == 2
+    assert capsys.readouterr() == ("", f"memaudit api-cache-merge: error: {tmp_path / 'nope.sqlite'}: no such file "
+                                       f"(the other clone's response cache)\n")
+    assert not (tmp_path / "nope.sqlite").exists()
     assert ResponseCache(mine).count() == 5  # left as it was
 
 
@@ -1416,6 +1421,42 @@ def test_the_ledger_and_the_estimate_never_write_over_what_they_read(tmp_path, c
     assert plan.read_text() == '{"model": "gpt", "prompt": "hi"}\n'
 
 
+def test_the_ledger_and_the_estimate_written_to_a_bad_path_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    """``--out`` naming a folder, ``--json`` under a file or in a folder that cannot be made gave an
+    IsADirectoryError / FileExistsError / FileNotFoundError traceback: each is one line naming the path, exit 2,
+    and a cache with no request yet prints that in words, not pandas' "Empty DataFrame"."""
+    from memaudit.backends.cache import ResponseCache
+    from memaudit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    ResponseCache(Path("fresh.sqlite")).close()
+    Path("folder").mkdir()
+    Path("ok.csv").write_text("kept\n")
+    assert main(["api-ledger", "--cache", "fresh.sqlite"]) == 0
+    assert capsys.readouterr() == ("no API requests recorded in fresh.sqlite\n", "")
+    assert main(["api-ledger", "--cache", "fresh.sqlite", "--out", "folder"]) == 2
+    assert capsys.readouterr() == ("no API requests recorded in fresh.sqlite\n",
+                                   "memaudit api-ledger: error: cannot write folder: is a directory; "
+                                   "name a file, not a directory\n")
+    assert main(["api-ledger", "--cache", "fresh.sqlite", "--out", "/proc/nope/x.csv"]) == 2
+    assert capsys.readouterr().err == ("memaudit api-ledger: error: cannot write /proc/nope/x.csv: no such file or "
+                                       "directory (at /proc/nope); name a path in a folder that exists or that this "
+                                       "user can create\n")
+    plan = Path("plan.jsonl")
+    plan.write_text('{"model": "smollm2-135m", "prompt": "hi"}\n')  # a local model's: costs nothing
+    config = Path(__file__).parents[1] / "config" / "ci.yaml"
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan), "--json", "folder"]) == 2
+    assert capsys.readouterr().err == ("memaudit estimate-cost: error: cannot write folder: is a directory; "
+                                       "name a file, not a directory\n")
+    assert main(["estimate-cost", "--config", str(config), "--plan", str(plan), "--json", "ok.csv/x.json"]) == 2
+    assert capsys.readouterr().err == ("memaudit estimate-cost: error: cannot write ok.csv/x.json: not a directory "
+                                       "(at ok.csv); a file stands where the path has a folder: name another path\n")
+    assert sorted(p.name for p in Path().iterdir()) == ["folder", "fresh.sqlite", "ok.csv", "plan.jsonl"]
+    assert list(Path("folder").iterdir()) == [] and Path("ok.csv").read_text() == "kept\n"
+    assert main(["api-ledger", "--cache", "fresh.sqlite", "--out", "ledger.csv"]) == 0  # still written: a header
+    assert Path("ledger.csv").read_text().startswith("model,rule,")
+
+
 def test_tokens_of_other_providers_quoted_by_a_server_or_a_library_are_masked_too(server, tmp_path, caplog):
     # A gateway in front of an OpenAI-compatible server may echo the Hugging Face token or the
     # bearer header it was given; neither was registered, so only their shape can hide them.
@@ -2043,10 +2084,44 @@ def test_serve_refuses_a_nonsense_number_in_one_line_before_loading_a_model(tmp_
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     assert main(["serve", "--path", str(tmp_path), option, value]) == 2
     assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+    if option == "--max-batch":  # no model to batch: refused whatever its value (below)
+        return
     scripted = tmp_path / "replies.json"
     scripted.write_text('{"replies": {}}')
     assert main(["serve", "--scripted", str(scripted), option, value]) == 2
     assert capsys.readouterr() == ("", f"memaudit serve: error: {message}\n")
+
+
+@pytest.mark.parametrize("source, options, message", [
+    ("--scripted", ["--adapter", "/nonexistent", "--device", "bogus"],
+     "--adapter, --device: not with --scripted (no model: the replies come from the file)"),
+    ("--scripted", ["--max-batch", "1", "--dtype", "float32"],
+     "--dtype, --max-batch: not with --scripted (no model: the replies come from the file)"),
+    ("--scripted", ["--revision", "abc"],
+     "--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)"),
+    ("--path", ["--revision", "abc"],
+     "--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)"),
+    ("--builtin", ["--revision", "abc"],
+     "--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)"),
+    ("--path", ["--cache-dir", "elsewhere"], "--cache-dir: only with --builtin (where a builtin model is converted)"),
+])
+def test_serve_refuses_an_option_its_source_does_not_read(tmp_path, monkeypatch, capsys, source, options, message):
+    """``memaudit serve --scripted replies.json --adapter /nonexistent --device bogus`` started without a word,
+    and ``--revision`` with ``--path`` or ``--builtin`` was dropped: each is argparse's error, before anything
+    listens or loads."""
+    import memaudit.models.loading as loading
+    from memaudit.backends.server import ChatServer
+    from memaudit.cli import main
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(ChatServer, "__init__", lambda *a, **k: pytest.fail("a server was started"))
+    (tmp_path / "replies.json").write_text('{"replies": {}}')
+    value = {"--scripted": str(tmp_path / "replies.json"), "--path": str(tmp_path), "--builtin": "smollm2-135m"}
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", source, value[source], *options])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1] == f"memaudit serve: error: {message}"
 
 
 @pytest.mark.parametrize("text, message", [

@@ -90,6 +90,30 @@ def test_a_missed_target_is_named_on_stderr_and_fails_the_run_only_with_strict(r
     assert capsys.readouterr().err.splitlines()[-1] == "MISSED TARGETS: beta (speedup)"
 
 
+def test_summary_only_refuses_an_option_it_does_not_know(run_all, tmp_path, capsys):
+    """`run_all.py --summary-only --stirct` exited 0: its leftovers went to no benchmark and were never checked."""
+    out = tmp_path / "out"
+    assert run_all.main(["--out-dir", str(out)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_all.main(["--out-dir", str(out), "--summary-only", "--stirct"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "run_all.py: error: unrecognized arguments: --stirct (--summary-only runs no benchmark to pass them to)")
+
+
+def test_a_relative_out_dir_is_the_current_directorys(run_all, tmp_path, monkeypatch, capsys):
+    """`cd benchmarks && python run_all.py --out-dir x`: the scripts (run in the repository root) wrote to
+    <root>/x, the table looked for ./x, and every benchmark was reported FAILED."""
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert run_all.main(["--out-dir", "x"]) == 0
+    assert sorted(p.name for p in (here / "x").iterdir()) == ["alpha.json", "beta.json", "summary.csv"]
+    assert "FAILED" not in capsys.readouterr().err
+    assert not (ROOT / "x").exists()
+
+
 def test_the_real_benchmarks_take_out_and_share_options_as_routed():
     """Every benchmark declares --out (run_all.py passes it), and --n-passages reaches just those that have it."""
     spec = importlib.util.spec_from_file_location("run_all_real", ROOT / "benchmarks" / "run_all.py")

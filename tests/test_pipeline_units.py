@@ -34,6 +34,29 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     assert target.read_text() == "done" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_an_output_path_that_cannot_be_written_is_a_storage_error_and_a_writers_own_oserror_is_not(tmp_path):
+    """A folder, a path under a file or in a folder that cannot be made: a StorageError naming the path (the
+    commands print it as one line), found before the writer runs; an OSError of the writer itself (an input it
+    reads) is not the output's and passes through as it was."""
+    from memaudit.errors import StorageError
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.csv").write_text("kept")
+    expected = {"folder": "is a directory; name a file, not a directory",
+                "file.csv/x.json": f"not a directory (at {tmp_path / 'file.csv'}); a file stands where the path has "
+                                   f"a folder: name another path"}
+    for name, message in expected.items():
+        with pytest.raises(StorageError) as err:
+            with atomic_path(tmp_path / name):
+                raise AssertionError("the writer ran")
+        assert str(err.value) == f"cannot write {tmp_path / name}: {message}"
+    with pytest.raises(FileNotFoundError):
+        with atomic_path(tmp_path / "out.csv"):
+            open(tmp_path / "no-input.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.csv", "folder"]
+    assert list((tmp_path / "folder").iterdir()) == [] and (tmp_path / "file.csv").read_text() == "kept"
+
+
 def test_atomic_writes_get_the_umask_permissions_a_plain_write_gets(tmp_path):
     # mkstemp/mkdtemp made every output 0600 (a folder 0700), whatever the umask: unreadable to the group
     from memaudit.io import atomic_dir, write_csv, write_text
@@ -214,6 +237,43 @@ def test_fetch_assets_to_a_folder_it_cannot_make_is_one_line(tmp_path, capsys):
                                        f"({tmp_path / 'a-file'} is not a folder)\n")
 
 
+def test_make_clean_results_removes_a_runs_outputs_and_keeps_the_paid_answers_and_timings(tmp_path):
+    """It left results/selection, results/pretrain and an old results/report.html, which then read as the
+    current run's; the paid API answers and the benchmark timings stay."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy2(ROOT / "Makefile", tmp_path / "Makefile")
+    kept = ["results/api/cache.sqlite", "results/bench/dag.json", "results/notes.txt"]
+    gone = ["results/datasets/b/documents.jsonl", "results/models/m/config.json", "results/scores/b/m/x.csv",
+            "results/metrics/b/m.csv", "results/summary/metrics.csv", "results/figures/b/roc.png",
+            "results/selection/b/m.csv", "results/pretrain/tiny/log.txt", "results/checkpoints/ab/state.pt",
+            "results/report.html", "logs/score/x.log"]
+    for name in kept + gone:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    done = subprocess.run(["make", "-s", "clean-results"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["Makefile", *sorted(kept)]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["api", "bench", "notes.txt"]
+
+
+def test_a_file_a_command_cannot_open_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """An OSError with a file name that no command turned into its own message: one line naming the file and
+    the command, status 2, not a traceback; one without a file name (a bug, a closed pipe) is not hidden."""
+    import memaudit.cli as cli
+
+    monkeypatch.setitem(cli.COMMANDS, "stats", lambda argv: open(tmp_path / "gone.csv").close())
+    assert main(["stats"]) == 2
+    assert capsys.readouterr() == ("", f"memaudit stats: error: {tmp_path / 'gone.csv'}: No such file or directory\n")
+    monkeypatch.setitem(cli.COMMANDS, "stats", lambda argv: os.read(-1, 1))
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        main(["stats"])
+
+
 def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["nope"]) == 2
     commands = ("api-cache-merge, api-ledger, check-config, code-versions, dvc-stage, estimate-cost, fetch-assets, "
@@ -223,7 +283,12 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert main(["check_config", "my.yaml"]) == 2  # a typo is named, with the command meant
     assert capsys.readouterr().err == (f"memaudit: error: unknown command 'check_config'; did you mean 'check-config'? "
                                        f"(commands: {commands}; memaudit --help)\n")
-    assert main([]) == 2 and capsys.readouterr().out.startswith("usage: memaudit COMMAND [ARGS]")
+    assert main([]) == 2  # an error: the usage on stderr, not on stdout (where `memaudit > f` would hide it)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: memaudit COMMAND [ARGS]")
+    assert main(["--help"]) == 0  # asked for: on stdout
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("usage: memaudit COMMAND [ARGS]")
     from memaudit import __version__
 
     assert main(["--version"]) == 0 and capsys.readouterr().out == f"memaudit {__version__}\n"
@@ -298,6 +363,56 @@ def test_cli_dispatch_and_headline(tmp_path, capsys):
     assert "No labelled benchmark in this run: no ROC-AUC" in out and "ROC-AUC [bootstrap" not in out
 
 
+def test_the_headlines_tables_without_a_column_and_methods_the_run_lacks_are_one_line(tmp_path, capsys):
+    """models.csv without ``base`` was a KeyError traceback; ``--methods losss`` printed pandas' "Empty
+    DataFrame" and exited 0, and ``--methods loss zlibb`` dropped zlibb unseen. Each is one line, exit 2."""
+    summary = tmp_path / "summary"
+    summary.mkdir()
+    metrics = summary / "metrics.csv"
+    n = {"n_member": 30, "n_nonmember": 30}
+    pd.DataFrame([{"benchmark": "b", "model": m, "contaminated": m == "m1", "method": method, "auc": 0.9,
+                   "auc_ci_low": 0.8, "auc_ci_high": 0.95, **n}
+                  for m in ("m0", "m1") for method in ("loss", "zlib")]).to_csv(metrics, index=False)
+    pd.DataFrame({"model": ["m0", "m1"], "contaminated_on": ["", "b"]}).to_csv(summary / "models.csv", index=False)
+    assert main(["headline", "--summary", str(metrics)]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'models.csv'}: not the run's models "
+                                       f"table (no column 'base'); rerun the workflow to write it again\n")
+    pd.DataFrame({"model": ["m0", "m1"], "base": ["", "m0"]}).to_csv(summary / "models.csv", index=False)
+    pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "loss", "q": 0.1,
+                   "fdr": 0.05}]).to_csv(summary / "selection.csv", index=False)
+    assert main(["headline", "--summary", str(metrics)]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'selection.csv'}: not the run's "
+                                       f"selection table (no column 'power', 'mean_selected', 'n_test'); rerun the "
+                                       f"workflow to write it again\n")
+    (summary / "selection.csv").unlink()
+    # a family's table: ktd.csv without the column its check reads
+    pd.DataFrame([{"benchmark": "b", "model": "m0", "statistic": "gradnorm", "m": 2, "q": 0.1, "fdr": 0.5,
+                   "power": 0.2, "sign_pvalue": 0.5, "n_texts": 20, "mean_selected": 0.0}]).to_csv(
+        summary / "ktd.csv", index=False)
+    assert main(["headline", "--summary", str(metrics)]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'ktd.csv'}: not a table of the run's "
+                                       f"(no column 'guarantee'); rerun the workflow to write it again\n")
+    (summary / "ktd.csv").unlink()
+    assert main(["headline", "--summary", str(metrics), "--methods", "losss"]) == 2
+    assert capsys.readouterr() == ("", f"memaudit headline: error: --methods: 'losss' (did you mean 'loss'?) not in "
+                                       f"{metrics} (its methods: loss, zlib)\n")
+    assert main(["headline", "--summary", str(metrics), "--methods", "loss", "zlibb", "gzip"]) == 2
+    assert capsys.readouterr().err == (f"memaudit headline: error: --methods: 'zlibb' (did you mean 'zlib'?), 'gzip' "
+                                       f"not in {metrics} (its methods: loss, zlib)\n")
+    assert main(["headline", "--summary", str(metrics), "--methods", "zlib"]) == 0
+    out = capsys.readouterr().out
+    assert "method                                        zlib\n" in out and " loss" not in out.split("Tables:")[0]
+    # the default list, as far as the run has it: none of it, and no blind baseline either, is said in words
+    assert main(["headline", "--summary", str(metrics), "--config", str(ROOT / "config" / "ci.yaml")]) == 0
+    pd.DataFrame([{"benchmark": "b", "model": "m1", "contaminated": True, "method": "copybench_rougeL", "auc": 0.9,
+                   "auc_ci_low": 0.8, "auc_ci_high": 0.95, **n}]).to_csv(metrics, index=False)
+    capsys.readouterr()
+    assert main(["headline", "--summary", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    assert (f"none of loss, zlib, lowercase, min_k_20pct, min_k_plus_plus_20pct in this run (every method: "
+            f"{metrics})\n") in out and "Empty DataFrame" not in out
+
+
 def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, capsys):
     """memaudit headline --methods defaults to figures.headline_methods' schema default, what the ROC and
     distribution figures of a config that does not set it draw (a hand-written copy had drifted: no lowercase)."""
@@ -307,7 +422,7 @@ def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, ca
     from memaudit.stats import headline
 
     seen = []
-    monkeypatch.setattr(headline, "print_headline", lambda summary, methods: seen.append(list(methods)))
+    monkeypatch.setattr(headline, "print_headline", lambda summary, methods, **_: seen.append(list(methods)))
     ci = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     assert "figures" not in ci
     drawn = jobs.validate_config(ci)["figures"]["headline_methods"]
@@ -316,7 +431,8 @@ def test_the_headlines_default_methods_are_the_figures(tmp_path, monkeypatch, ca
     assert drawn == ["loss", "zlib", "lowercase", "min_k_20pct", "min_k_plus_plus_20pct"]
     with pytest.raises(SystemExit):
         main(["headline", "--help"])
-    assert "(default: loss zlib lowercase min_k_20pct min_k_plus_plus_20pct: the schema's default of" in " ".join(
+    assert ("(default: loss zlib lowercase min_k_20pct min_k_plus_plus_20pct, as far as the run has them: the "
+            "schema's default of") in " ".join(
         capsys.readouterr().out.split())
 
 
@@ -331,7 +447,7 @@ def test_the_headline_takes_its_methods_from_the_runs_config(tmp_path, monkeypat
     from memaudit.stats import headline
 
     seen = []
-    monkeypatch.setattr(headline, "print_headline", lambda summary, methods: seen.append(list(methods)))
+    monkeypatch.setattr(headline, "print_headline", lambda summary, methods, **_: seen.append(list(methods)))
     mine = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     mine["figures"] = {"headline_methods": ["zlib", "loss"]}
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))

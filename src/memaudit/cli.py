@@ -53,16 +53,18 @@ def _headline(argv: list[str]) -> int:
                    help="the run's metrics table; the other summary tables are read beside it "
                         "(default: results/summary/metrics.csv)")
     p.add_argument("--methods", nargs="*",
-                   help=f"methods of the AUC table, as far as the run has them (default: {' '.join(methods)}: the "
-                        f"schema's default of figures.headline_methods, what the ROC and distribution figures draw; "
-                        f"with --config, that config's figures.headline_methods)")
+                   help=f"methods of the AUC table, each a method of the run's metrics table (default: "
+                        f"{' '.join(methods)}, as far as the run has them: the schema's default of "
+                        f"figures.headline_methods, what the ROC and distribution figures draw; with --config, that "
+                        f"config's figures.headline_methods)")
     p.add_argument("--config", type=Path,
                    help="the run's config file, whose figures.headline_methods the table shows, as its figures do "
                         "(make run passes it)")
     args = p.parse_args(argv)
-    if args.methods is None:
+    named = args.methods is not None  # named here, each must be a method of the run; a default, as far as it has
+    if not named:
         args.methods = load_config(args.config)["figures"]["headline_methods"] if args.config else methods
-    print_headline(args.summary, args.methods)
+    print_headline(args.summary, args.methods, methods_named=named)
     return 0
 
 
@@ -168,13 +170,20 @@ def _main(argv: list[str] | None) -> int:
         print(f"memaudit {__version__}")
         return 0
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        # asked for: stdout, status 0; no command at all is an error: its usage goes where errors go
+        print(__doc__.strip(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     try:
         return COMMANDS[argv[0]](argv[1:])
     except MemauditError as exc:
         for line in str(exc).splitlines() or [""]:  # one problem a line, each naming the command
             print(f"memaudit {argv[0]}: error: {line}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:  # not a file's (a closed pipe): the caller's to handle, or a bug to show
+            raise
+        # a file the command names that cannot be opened, read or written, not a traceback
+        print(f"memaudit {argv[0]}: error: {exc.filename}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
         return 2
 
 

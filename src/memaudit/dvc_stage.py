@@ -181,7 +181,8 @@ def dvc_stage_main(argv: list[str]) -> int:
     print(f"{args.dvc_file}: stage {STAGE!r} runs `{stage_command(configfile, args.cores)}` "
           f"and depends on {len(deps)} paths: {', '.join(deps)}")
     if missing:
-        print(f"not there yet (DVC will report them missing): {', '.join(missing)}")
+        print(f"memaudit dvc-stage: warning: not there yet (DVC will report them missing): {', '.join(missing)}",
+              file=sys.stderr)  # a warning, where the others go: stdout says what was written
     for line in unversioned_caches(config, args.dvc_file):
         print(f"memaudit dvc-stage: {line}", file=sys.stderr)
     return 0

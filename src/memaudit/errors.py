@@ -23,7 +23,8 @@ class AssetError(MemauditError):
 
 
 class StorageError(MemauditError):
-    """A file could not be written: disk full, quota, permission or a read-only file system.
+    """A file could not be written: disk full, quota, permission, a read-only file system, or a path that cannot
+    be one (a directory, a file where a folder of the path would be).
 
     The message names the path, the cause in plain words and what to do; the
     half-written temporary file has already been removed.

@@ -3,9 +3,10 @@
 Every writer goes through :func:`atomic_path` (a file) or :func:`atomic_dir` (a
 model directory): data are written to a temporary sibling and renamed into
 place, so a killed job never leaves a half-written output that a later run could
-mistake for a finished one. A full disk or a permission error while writing
-becomes a :class:`~memaudit.errors.StorageError` naming the path, with the
-temporary file already removed.
+mistake for a finished one. A full disk or a permission error while writing,
+and a path that cannot be written (a folder, under a file), become a
+:class:`~memaudit.errors.StorageError` naming the path, with the temporary file
+already removed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Iterable, Iterator
 
 from memaudit.errors import InputError, StorageError
 
-# errno -> (what happened, what to do); every other OSError passes through unchanged.
+# errno -> (what happened, what to do) for the disk and the permissions, whenever they fail a write.
 _STORAGE_ERRORS = {
     errno.ENOSPC: ("no space left on device",
                    "free space on that file system (or move results/ to a larger disk) and rerun"),
@@ -31,6 +32,13 @@ _STORAGE_ERRORS = {
     errno.EPERM: ("operation not permitted",
                   "make the directory writable by this user (or run from a copy you own) and rerun"),
     errno.EROFS: ("read-only file system", "run from a writable location and rerun"),
+}
+# errno -> (what happened, what to do) for a path that cannot be an output (a folder, under a file, in a folder
+# that cannot be made): met only preparing the output or renaming onto it, where any OSError is the path's.
+_PATH_ERRORS = {
+    errno.EISDIR: ("is a directory", "name a file, not a directory"),
+    errno.ENOTDIR: ("not a directory", "a file stands where the path has a folder: name another path"),
+    errno.ENOENT: ("no such file or directory", "name a path in a folder that exists or that this user can create"),
 }
 
 
@@ -47,26 +55,41 @@ def refuse_overwriting(output: str | os.PathLike | None, output_flag: str,
                              f"write elsewhere")
 
 
-def storage_error(exc: BaseException, path: str | os.PathLike) -> StorageError | None:
-    """The :class:`StorageError` for a disk-full or permission ``OSError`` while writing ``path``, else None."""
-    if not isinstance(exc, OSError) or exc.errno not in _STORAGE_ERRORS:
+def storage_error(exc: BaseException, path: str | os.PathLike, *, any_oserror: bool = False) -> StorageError | None:
+    """The :class:`StorageError` for a disk-full or permission ``OSError`` while writing ``path``, else None;
+    with ``any_oserror`` (preparing the output, renaming onto it), the one for every ``OSError``."""
+    if not isinstance(exc, OSError) or (exc.errno not in _STORAGE_ERRORS and not any_oserror):
         return None
-    cause, remedy = _STORAGE_ERRORS[exc.errno]
     where = f" (at {exc.filename})" if exc.filename and os.fspath(exc.filename) != os.fspath(path) else ""
-    return StorageError(f"cannot write {os.fspath(path)}: {cause}{where}; {remedy}. "
-                        f"Nothing half-written was left behind.")
+    if exc.errno in _STORAGE_ERRORS:
+        cause, remedy = _STORAGE_ERRORS[exc.errno]
+        return StorageError(f"cannot write {os.fspath(path)}: {cause}{where}; {remedy}. "
+                            f"Nothing half-written was left behind.")
+    strerror = exc.strerror or type(exc).__name__
+    cause, remedy = _PATH_ERRORS.get(exc.errno, (strerror[:1].lower() + strerror[1:], "check the path and rerun"))
+    return StorageError(f"cannot write {os.fspath(path)}: {cause}{where}; {remedy}")
 
 
 @contextlib.contextmanager
-def storage_errors(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a disk-full or permission ``OSError`` raised inside the block into a :class:`StorageError`."""
+def storage_errors(path: str | os.PathLike, *, any_oserror: bool = False) -> Iterator[None]:
+    """Turn a disk-full or permission ``OSError`` raised inside the block into a :class:`StorageError`
+    (with ``any_oserror``, every ``OSError``: for the block preparing the output, where any is the path's)."""
     try:
         yield
     except OSError as exc:
-        err = storage_error(exc, path)
+        err = storage_error(exc, path, any_oserror=any_oserror)
         if err is None:
             raise
         raise err from exc
+
+
+def _make_parent(path: Path) -> None:
+    """``path``'s folder, made where missing; a file in the way is ENOTDIR, as the kernel says of a file met
+    further down the path (mkdir's exist_ok raises FileExistsError for it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), exc.filename) from exc
 
 
 def _remove_stale_temporaries(path: Path, suffix: str) -> None:
@@ -117,18 +140,25 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     """
     path = Path(path)
     suffix = suffix if suffix is not None else "".join(path.suffixes)
-    with storage_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with storage_errors(path, any_oserror=True):
+        if path.is_dir():  # found before the writer computes its output, not when renaming onto the folder
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        _make_parent(path)
         _remove_stale_temporaries(path, suffix)
         tmp_path = _create_temporary(path, suffix)
     try:
         yield tmp_path
-        os.replace(tmp_path, path)
     except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
-        err = storage_error(exc, path)
+        err = storage_error(exc, path)  # the writer's own errors (reading an input) are not the output's
         if err is not None:
             raise err from exc
+        raise
+    try:
+        with storage_errors(path, any_oserror=True):
+            os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
         raise
 
 
@@ -140,8 +170,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     write leaves no partial model where a finished one is expected.
     """
     path = Path(path)
-    with storage_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with storage_errors(path, any_oserror=True):
+        _make_parent(path)
         _remove_stale_temporaries(path, "")
         tmp = _create_temporary(path, "", directory=True)
     try:

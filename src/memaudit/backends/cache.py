@@ -416,7 +416,9 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--into", default="results/api/cache.sqlite", type=Path,
                    help="the cache added to (default: results/api/cache.sqlite); then `dvc commit`")
     args = p.parse_args(argv)
-    if args.other.exists() and args.into.exists() and os.path.samefile(args.other, args.into):
+    if not args.other.exists():  # said of the file named, not as the cache's own "cannot open" (it is never opened)
+        raise InputError(f"{args.other}: no such file (the other clone's response cache)")
+    if args.into.exists() and os.path.samefile(args.other, args.into):
         raise InputError(f"{args.other}: the cache --into names; give the other clone's")
     if not args.into.exists():
         raise InputError(f"{args.into}: no API cache yet (no API request has been made here); copy {args.other} "

@@ -331,7 +331,8 @@ def ledger_main(argv: Sequence[str] | None = None) -> int:
 
         raise InputError(f"{args.cache}: no API cache yet (no API request has been made)")
     frame = ledger_frame(args.cache, args.by)
-    print(frame.to_string(index=False))
+    # pandas' repr of an empty table ("Empty DataFrame / Columns: [...]") reads as a failure
+    print(frame.to_string(index=False) if len(frame) else f"no API requests recorded in {args.cache}")
     if args.out:
         write_csv(args.out, frame)
     return 0

@@ -47,6 +47,24 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise InputError(f"--latency: must be a finite number of seconds >= 0, not {args.latency:g}")
 
 
+# the options of a model (not of --scripted), with their defaults
+MODEL_OPTION_DEFAULTS = {"adapter": None, "device": "auto", "dtype": "auto", "max_batch": 16,
+                         "cache_dir": "resources/cache"}
+
+
+def refuse_ignored(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``parser.error`` for an option the chosen source does not read: ``--scripted FILE --adapter /nonexistent
+    --device bogus`` started without a word, and ``--revision`` with ``--path`` or ``--builtin`` was dropped."""
+    if args.revision is not None and not args.hub_id:
+        parser.error("--revision: only with --hub-id (a --path, --builtin or --scripted source has no hub commit)")
+    if args.scripted:
+        given = [f"--{o.replace('_', '-')}" for o in MODEL_OPTION_DEFAULTS if getattr(args, o) is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: not with --scripted (no model: the replies come from the file)")
+    if args.cache_dir is not None and not args.builtin:
+        parser.error("--cache-dir: only with --builtin (where a builtin model is converted)")
+
+
 def listen_error(host: str, port: int, exc: OSError) -> str:
     """One line for a ``--host``/``--port`` the server cannot listen on (bind()'s OSError)."""
     if exc.errno == errno.EADDRINUSE:
@@ -72,15 +90,20 @@ def make_server(argv: Sequence[str] | None = None) -> ChatServer:
     p.add_argument("--name", default=None, help="the model name clients send (default: derived from the source)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="listen port, 0 to 65535 (0: any free one; default: 8000)")
-    p.add_argument("--device", default="auto", help="auto (a GPU if present; the default), cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    # defaults None, set after refuse_ignored: an option given is told from one left at its default
+    p.add_argument("--device", help="auto (a GPU if present; the default), cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto (the default): bfloat16 where the hardware computes it natively, else float32")
-    p.add_argument("--cache-dir", default="resources/cache", help="where builtin models are converted (default: resources/cache)")
+    p.add_argument("--cache-dir", help="where builtin models are converted (with --builtin; default: resources/cache)")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer (benchmarks)")
-    p.add_argument("--max-batch", type=int, default=16,
+    p.add_argument("--max-batch", type=int,
                    help="greedy requests waiting at once are decoded together, this many rows at a time; 1: each "
                         "answer independent of the others waiting (in bfloat16, batching changes some answers; default: 16)")
     args = p.parse_args(argv)
+    refuse_ignored(p, args)
+    for option, default in MODEL_OPTION_DEFAULTS.items():
+        if getattr(args, option) is None:
+            setattr(args, option, default)
     check_numbers(args)
     name = args.name or ("scripted" if args.scripted else Path(args.path or args.hub_id or args.builtin).name)
     # Listening before the model loads (minutes): a port in use is said at once, not after the load

@@ -9,9 +9,10 @@ need no change here. The helpers below (:func:`section`, :func:`table_section`,
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -89,10 +90,12 @@ def other_scores_table(summary: pd.DataFrame, methods: Sequence[str]) -> pd.Data
                          "contaminated": rows["contaminated"], "method": rows["method"], "auc": auc_cells(rows)})
 
 
-def read_table(path: str | Path, what: str = "a table of the run's", **kwargs) -> pd.DataFrame:
+def read_table(path: str | Path, what: str = "a table of the run's", required: Sequence[str] = (),
+               **kwargs) -> pd.DataFrame:
     """A CSV the headline reads (``pd.read_csv``'s ``kwargs``); a directory, an empty file, UTF-16 or other
     non-UTF-8 text or a malformed CSV is one line naming the file (pandas raised IsADirectoryError,
-    EmptyDataError or UnicodeDecodeError: an empty ``models.csv`` beside the metrics was a traceback)."""
+    EmptyDataError or UnicodeDecodeError: an empty ``models.csv`` beside the metrics was a traceback), and so
+    is a table without one of the ``required`` columns (:func:`require_columns`)."""
     import io
 
     from memaudit.datasets.rejects import read_text
@@ -101,9 +104,41 @@ def read_table(path: str | Path, what: str = "a table of the run's", **kwargs) -
     if not text.strip():
         raise InputError(f"{path}: empty (no header, no rows): {what}")
     try:
-        return pd.read_csv(io.StringIO(text), **kwargs)
+        table = pd.read_csv(io.StringIO(text), **kwargs)
     except pd.errors.ParserError as exc:
         raise InputError(f"{path}: not a readable CSV table ({str(exc).strip()})") from None
+    require_columns(path, table, required, what)
+    return table
+
+
+def require_columns(path: str | Path, table: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    """One line naming ``path`` and the ``columns`` ``table`` lacks (a table of an older memaudit, or edited by
+    hand: a KeyError from deep in the checks, as ``models.csv`` without ``base`` gave)."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise InputError(f"{path}: not {what} (no column {', '.join(map(repr, missing))}); rerun the workflow "
+                         f"to write it again")
+
+
+@contextlib.contextmanager
+def columns_named(path: str | Path, table: pd.DataFrame, what: str = "a table of the run's") -> Iterator[None]:
+    """:func:`require_columns`' line for a column of ``table`` that the block asks for and ``table`` lacks: a
+    KeyError for a column name (``table["fdr"]``) or an AttributeError for a field of one of its
+    ``itertuples()`` rows (``r.fdr``), where a family's check reads the columns it needs; any other passes."""
+    try:
+        yield
+    except KeyError as exc:
+        name = exc.args[0] if len(exc.args) == 1 else None
+        if not isinstance(name, str) or name in table.columns:
+            raise
+        require_columns(path, table, [name], what)
+        raise
+    except AttributeError as exc:
+        row = getattr(exc, "obj", None)
+        if not (isinstance(row, tuple) and hasattr(row, "_fields")) or exc.name in table.columns:
+            raise
+        require_columns(path, table, [exc.name], what)
+        raise
 
 
 # columns of metrics.csv the headline formats as numbers
@@ -125,7 +160,27 @@ def _read_summary(summary_path: Path) -> pd.DataFrame:
     return summary
 
 
-def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
+def refuse_unknown_methods(summary: pd.DataFrame, summary_path: Path, methods: Sequence[str]) -> None:
+    """One line for a name of ``methods`` (``--methods``, named by the user) that no row of the metrics table has,
+    with the closest of its methods: ``--methods losss`` printed an empty table, ``--methods loss zlibb`` dropped
+    zlibb unseen. A run without rows (every benchmark unlabelled) has no AUC table to refuse them from."""
+    import difflib
+
+    known = sorted(set(summary["method"].astype(str)))
+    unknown = [m for m in methods if m not in known]
+    if not unknown or not known:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise InputError(f"--methods: {', '.join(hints)} not in {summary_path} (its methods: {', '.join(known)})")
+
+
+def print_headline(summary_path: Path, methods: Sequence[str], *, methods_named: bool = False) -> None:
+    """The headline of the run whose metrics table is ``summary_path``: the AUC table of ``methods`` (as far as
+    the run has them; with ``methods_named``, given by the user, each a method of the run or an error), the
+    ground-truth checks and each family's sections."""
     summary_path = Path(summary_path)
     if not summary_path.exists():
         raise InputError(f"{summary_path}: not found (did the run finish?)")
@@ -135,13 +190,18 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     if missing:  # another table passed as --summary: one line, not a KeyError from deep in the table code
         raise InputError(f"{summary_path}: not a run's metrics table (no column {', '.join(map(repr, missing))}); "
                          f"pass results/summary/metrics.csv")
+    if methods_named:
+        refuse_unknown_methods(summary, summary_path, methods)
     if summary.empty:  # every benchmark unlabelled (published CopyBench without labels): no AUC to show
         print("\nNo labelled benchmark in this run: no ROC-AUC (CopyBench's rates: "
               f"{summary_path.with_name('copybench.csv')}).")
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 22):
             print("\nROC-AUC [bootstrap 95% CI] of document scores (higher score = member):\n")
-            shown = [headline_table(summary, methods).to_string()]
+            table = headline_table(summary, methods)
+            # pandas' repr of an empty table ("Empty DataFrame / Columns: []") reads as a failure
+            shown = [table.to_string() if not table.empty else
+                     f"none of {', '.join(methods) or 'no method'} in this run (every method: {summary_path})"]
             print(shown[0])
             other = other_scores_table(summary, methods)
             if not other.empty:
@@ -155,7 +215,7 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
     print(f"\nTables:  {summary_path} (every method), {summary_path.with_suffix('.md')}")
     print(f"Figures: {figures_made(root / 'figures')}")
     models_path = summary_path.with_name("models.csv")
-    models = read_table(models_path, "the run's models table") if models_path.exists() else None
+    models = read_table(models_path, "the run's models table", MODELS_COLUMNS) if models_path.exists() else None
     controlled = null_control_benchmarks(summary_path.parent)
     core = [] if models is None else [
         section("Ground truth (contaminated: fine-tuned on the members; base models: null control, within the "
@@ -173,11 +233,17 @@ def print_headline(summary_path: Path, methods: Sequence[str]) -> None:
         print("\n" + tally(blocks))
     rejects_path = summary_path.with_name("rejects.csv")
     if rejects_path.exists():
-        print("\n" + rejects_summary(read_table(rejects_path, "the run's rejects table", keep_default_na=False)))
+        print("\n" + rejects_summary(read_table(rejects_path, "the run's rejects table",
+                                                 ("benchmark", "file", "reason", "action", "n_rows"),
+                                                 keep_default_na=False)))
     report = root / "report.html"
     print(f"Report:  {report}" + ("" if report.exists() else " (make it with: snakemake --report "
                                                         f"{report} all, and the run's own --configfile if it had "
                                                         "one; or make report CONFIG=<that file>)"))
+
+
+# the columns of models.csv every check reads (backend and contaminated_on: where the run wrote them)
+MODELS_COLUMNS = ("model", "base")
 
 
 def figures_made(figures: Path) -> str:
@@ -247,7 +313,10 @@ def table_section(path: Path, header: str, check: Callable[[pd.DataFrame], pd.Da
     if not path.exists():
         return ""
     table = read_table(path)
-    return section(header, check(table)) if not table.empty else ""
+    if table.empty:
+        return ""
+    with columns_named(path, table):
+        return section(header, check(table))
 
 
 def interval_check(group: str, ci_low: float, ci_high: float, *, n_paired: int | None = None, base: str = "",
@@ -327,7 +396,7 @@ def benchmarks_table(summary_dir: Path) -> pd.DataFrame | None:
     path = Path(summary_dir) / "benchmarks.csv"
     if not path.exists():
         return None
-    table = read_table(path)
+    table = read_table(path, "the run's benchmarks table", ("benchmark", "labels", "null_control"))
     return table.assign(null_control=table["null_control"].astype(str).str.lower() == "true")
 
 
@@ -665,9 +734,17 @@ def selection_section(path: Path, summary: pd.DataFrame, models: pd.DataFrame,
     path = Path(path)
     if not path.exists():
         return ""
+    what = "the run's selection table"
+    selection = read_table(path, what, ("benchmark", "model", "method"))
+    # a row's columns: a table of no rows (nothing calibrated, an unlabelled run) is read for its header only
+    require_columns(path, selection, SELECTION_ROW_COLUMNS if len(selection) else (), what)
     return section("FDR-controlled selection (conformal BH over the loss score; contaminated: empirical FDR <= "
                    "q + 0.02; base models: (near) nothing named at q = 0.1)",
-                   selection_expectations(read_table(path), models, controlled=controlled, summary=summary))
+                   selection_expectations(selection, models, controlled=controlled, summary=summary))
+
+
+# the columns of selection.csv's rows that its checks read (min_q and n_calibration: where the run wrote them)
+SELECTION_ROW_COLUMNS = ("contaminated", "q", "fdr", "power", "mean_selected", "n_test")
 
 
 def selection_expectations(selection: pd.DataFrame, models: pd.DataFrame, method: str = "loss",
