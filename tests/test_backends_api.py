@@ -324,6 +324,60 @@ def test_the_sdks_custom_headers_are_part_of_the_cache_key_hashed(server, tmp_pa
     assert key(None) == key("no header on this line") == hashlib.sha256(canonical_json(unchanged).encode()).hexdigest()
 
 
+def test_a_rotated_gateway_credential_header_asks_nothing_again_and_never_shows(server, tmp_path, monkeypatch):
+    """A gateway's key in a custom header (Helicone-Auth, x-portkey-api-key, Azure's api-key) says who pays, not
+    what is answered: it was hashed into the key, so rotating it asked every cached prompt again (docs/models.md
+    said it did not), and a 401 quoting it showed it in the log and in the error rows results keep. Answers an
+    earlier version cached under the key holding it are still served."""
+    import memaudit.backends.api as api_module
+
+    db = tmp_path / "c.sqlite"
+    old_token, new_token = "sk-helicone-OLD0123456789abcd", "sk-helicone-NEW0123456789abcd"
+    portkey = "pk-SecretGateway0123456789"
+    headers = "Helicone-Auth: Bearer {}\nx-portkey-api-key: " + portkey + "\nanthropic-beta: context-1m-2025-08-07"
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", headers.format(old_token))
+    # an answer cached by the earlier version, whose key hashed every header but Authorization and x-api-key
+    with monkeypatch.context() as m:
+        m.setattr(api_module, "credential_header", lambda name: name in api_module.CREDENTIAL_HEADERS)
+        earlier = make_openai(server, db)
+        assert earlier.legacy_key_fields is None
+        earlier.generate(["Who wrote Emma?"], GREEDY)
+    assert server.count() == 1
+    now = make_openai(server, db)
+    call = now.plan(["Who wrote Emma?"], GREEDY)[0]
+    assert call.legacy_key == earlier.plan(["Who wrote Emma?"], GREEDY)[0].key != call.key
+    assert now.generate(["Who wrote Emma?"], GREEDY)[0].from_cache and server.count() == 1
+    assert estimate_cost(now, ["Who wrote Emma?"], GREEDY).rows[0]["n_cached"] == 1
+    now.generate(["Who wrote Persuasion?"], GREEDY)  # cached under the new key, which holds no credential
+    assert server.count() == 2
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", headers.format(new_token))
+    rotated = make_openai(server, db)
+    assert rotated.plan(["Who wrote Persuasion?"], GREEDY)[0].key == now.plan(["Who wrote Persuasion?"], GREEDY)[0].key
+    assert rotated.generate(["Who wrote Persuasion?"], GREEDY)[0].from_cache and server.count() == 2
+    # the answer routing still changes the key
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", headers.format(new_token).replace("context-1m", "output-128k"))
+    assert make_openai(server, db).plan(["Who wrote Persuasion?"], GREEDY)[0].key != call.key
+    # a 401 quoting the gateway's key: the registered value is redacted wherever it shows
+    assert redact(f"HTTP 401: Invalid x-portkey-api-key {portkey} for {new_token}") == \
+        "HTTP 401: Invalid x-portkey-api-key *** for ***"
+    assert portkey.encode() not in db.read_bytes() and new_token.encode() not in db.read_bytes()
+
+
+@pytest.mark.parametrize("text, clean", [
+    ("https://alice:p@ss@host/v1", "https://***@host/v1"),  # the password's own @ showed its tail
+    ("wss://alice:pw@host/", "wss://***@host/"),
+    ("POST https://r.openai.azure.com/openai?api-key=Zx8KpQ2rT5&api-version=2024-06-01",
+     "POST https://r.openai.azure.com/openai?api-key=***&api-version=2024-06-01"),
+    ("https://gw.example.com/v1;token=abcdef012345", "https://gw.example.com/v1;token=***"),
+    ("x-api-key: 0123456789abcdef", "x-api-key: ***"),
+    ("api-key: 3f2a11223344", "api-key: ***"),
+    ("Authorization: Basic YWxpY2U6czNjcjN0cGFzcw==", "Authorization: ***"),
+    ("Basic understanding, max_tokens=200, the key=value pair", "Basic understanding, max_tokens=200, the key=value pair"),
+])
+def test_redact_hides_every_form_a_credential_takes_in_a_message(text, clean):
+    assert redact(text) == clean
+
+
 def test_concurrent_requests_stay_within_the_limit(tmp_path):
     with loopback(latency=0.2) as srv:
         b = make_openai(srv, tmp_path / "c.sqlite", concurrency=4)
@@ -2366,6 +2420,15 @@ def test_credentials_are_told_from_config_values():
                                                  "https://h/v1?Signature=abc", "https://h/v1#token=abc")] == [
         None, None] + ["must not carry credentials in its query string (parameter {!r}); put the key in the variable "
                        "named by api_key_env; the value is not shown".format(p) for p in ("Signature", "token")]
+    # forms that passed the check: a ;path parameter, passwd/pw/credential/jwt, a key as a path segment
+    query = ("must not carry credentials in its query string (parameter {!r}); put the key in the variable named "
+             "by api_key_env; the value is not shown")
+    assert [url_credential_problem(u) for u in (
+        "https://gw.example.com/v1;api-key=Zx8KpQ2rT5vW9yB3nM6cF1hJ4lD7sG0a", "https://gw.example.com/v1?passwd=hunter2",
+        "https://h/v1?pw=x", "https://h/v1?credential=x", "https://h/v1?jwt=abc.def",
+        "https://gw.example.com/Zx8KpQ2rT5vW9yB3nM6cF1hJ4lD7sG0a/v1", "https://h/openai/deployments/gpt-4o-2024-08-06/v1",
+    )] == [query.format(p) for p in ("api-key", "passwd", "pw", "credential", "jwt")] + [
+        "must not carry credentials in its path; the value is not shown", None]
     shipped = sorted((Path(__file__).resolve().parents[1] / "config").glob("*.yaml"))
     assert len(shipped) == 4
     for path in shipped:  # no shipped config trips the detector

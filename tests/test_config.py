@@ -1432,6 +1432,28 @@ def test_a_key_merged_in_may_be_overridden_without_being_a_duplicate(tmp_path):
                                                 "b": {"family": "other", "max_tokens": 64}}
 
 
+def test_a_key_in_a_comment_is_refused_since_the_report_embeds_the_file_as_written(tmp_path):
+    """Snakemake's report embeds each --configfile word for word, comments included: a key left in a comment
+    passed check-config (only values were checked) and went into the report.html people mail."""
+    from memaudit.config import read_config_file
+
+    key = "sk-proj-" + "Ab3" * 12
+    path = tmp_path / "my.yaml"
+    path.write_text(f"# the API key: {key}\nmodels: {{}}\n")
+    with pytest.raises(ConfigError) as err:
+        read_config_file(path)
+    assert str(err.value) == (f"{path}, line 1: a comment holds what looks like an API key or token (the value is "
+                              "not shown); the report embeds the config file as written: remove it")
+    path.write_text(f"models:\n  m: {{family: x}}  # old one: Bearer {'x9' * 8}\n")
+    with pytest.raises(ConfigError, match=r", line 2: a comment holds"):
+        read_config_file(path)
+    # the shipped configs' comments, and a '#' inside a value, are no comment holding a key
+    path.write_text("models:\n  m: {family: 'a#sk-not-a-comment-but-long-enough'}  # a note\n")
+    assert read_config_file(path) == {"models": {"m": {"family": "a#sk-not-a-comment-but-long-enough"}}}
+    for shipped in sorted((ROOT / "config").glob("*.yaml")):
+        read_config_file(shipped)
+
+
 def test_check_config_lists_every_problem_of_a_file_one_line_each(tmp_path, capsys):
     from memaudit.cli import main
 

@@ -1351,6 +1351,11 @@ def test_a_job_stopped_by_bad_input_prints_its_one_line_and_no_traceback(tmp_pat
     assert (tmp_path / "job.log").read_text() == line
     proc = run("ValueError('a bug')")
     assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr and "ValueError: a bug" in proc.stderr
+    # a traceback quoting a key shows none of it, on stderr (SLURM's log file) or in the job's log
+    proc = run("ValueError('rejected key sk-proj-Ab3Ab3Ab3Ab3Ab3Ab3Ab3Ab3 at https://u:pw@gw.example.com/v1')")
+    assert proc.returncode == 1 and proc.stderr.count("ValueError: rejected key sk-*** at https://***@gw.example.com/v1\n") == 2
+    assert "Ab3Ab3" not in proc.stderr + (tmp_path / "job.log").read_text()
+    assert "Traceback (most recent call last)" in (tmp_path / "job.log").read_text()
 
 
 def test_the_metrics_caption_says_where_the_interval_and_t_test_are_over_books():

@@ -1002,7 +1002,7 @@ def read_config_file(path: str | Path) -> dict:
     Raises :class:`ConfigError` in one line naming the file and, for a syntax error, the
     line and column (PyYAML's own text spans several lines and quotes the file; the quote is
     left out, so a key pasted there is not echoed)."""
-    from memaudit.secrets import redact
+    from memaudit.secrets import looks_like_credential, redact
 
     path = Path(path)
     try:
@@ -1018,6 +1018,13 @@ def read_config_file(path: str | Path) -> dict:
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {exc.start})") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        # a comment is no value, so credential_problems never sees it; but `snakemake --report` (make report)
+        # embeds each --configfile as written, comments and all, in the report people mail
+        comment = line.lstrip()[1:] if line.lstrip().startswith("#") else line.partition(" #")[2]
+        if comment and looks_like_credential(comment):
+            raise ConfigError(f"{path}, line {number}: a comment holds what looks like an API key or token (the "
+                              f"value is not shown); the report embeds the config file as written: remove it")
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:

@@ -24,7 +24,10 @@ _KEY_PATTERNS = re.compile(
     r"|AIza[0-9A-Za-z_-]{30,}"
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # the signature too
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
-    r"|(?i:\bbearer\s+[A-Za-z0-9._~+/=-]{8,})")
+    r"|(?i:\bbearer\s+[A-Za-z0-9._~+/=-]{8,})"
+    # HTTP Basic credentials (base64 of user:password): a digit, + / or = in the run, so prose ("Basic
+    # understanding") is left alone
+    r"|(?i:\bbasic)\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}")
 
 # Names under which a long random-looking value is a secret (api_key, token, client_secret, …).
 _KEYISH_NAME = re.compile(r"(?i)(?:^|[_.-])(?:api_?key|apikey|key|token|secret|password|passwd|pwd|credentials?"
@@ -34,7 +37,8 @@ _KEYISH_NAME = re.compile(r"(?i)(?:^|[_.-])(?:api_?key|apikey|key|token|secret|p
 URL_CREDENTIAL_PARAMS = ("key", "apikey", "token", "accesstoken", "authtoken", "idtoken", "refreshtoken",
                          "auth", "authorization", "signature", "sig", "xamzsignature", "xamzcredential",
                          "xamzsecuritytoken", "xgoogsignature", "secret", "clientsecret", "password", "pass",
-                         "pwd", "bearer", "session", "sessiontoken", "xapikey", "code")
+                         "pwd", "passwd", "pw", "credential", "credentials", "jwt", "bearer", "session",
+                         "sessiontoken", "xapikey", "code")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -98,16 +102,18 @@ def url_credential_problem(url: str) -> str | None:
     if has_userinfo:
         return ("must not contain credentials (user:password@); put the key in the variable named by "
                 "api_key_env; " + NOT_SHOWN)
-    for text in (parts.query, parts.fragment):
+    # ;params of a path segment too (https://host/v1;api-key=...): a server may read them as a query
+    path_params = ";".join(segment.partition(";")[2] for segment in parts.path.split("/") if ";" in segment)
+    for text in (parts.query, parts.fragment, path_params.replace(";", "&")):
         for name, value in parse_qsl(text, keep_blank_values=True):
-            squashed = name.lower().replace("-", "").replace("_", "")
-            if squashed in URL_CREDENTIAL_PARAMS or squashed.endswith(("key", "token", "secret", "signature")):
+            if credential_param(name):
                 return (f"must not carry credentials in its query string (parameter {_safe_name(name)!r}); "
                         f"put the key in the variable named by api_key_env; " + NOT_SHOWN)
             if looks_like_credential(value) or high_entropy(value):
                 return ("must not carry credentials in its query string (a value looks like a key); "
                         "put the key in the variable named by api_key_env; " + NOT_SHOWN)
-    if looks_like_credential(parts.path):
+    if looks_like_credential(parts.path) or any(high_entropy(segment.partition(";")[0])
+                                                for segment in parts.path.split("/")):
         return "must not carry credentials in its path; " + NOT_SHOWN
     return None
 
@@ -155,7 +161,28 @@ def credential_problems(config: object, path: tuple = ()) -> list[tuple[tuple, s
     return found
 
 
+# A credential as a header line or an assignment in a message ("api-key: ...", "x-api-key=...", "Helicone-Auth:
+# ...", "Authorization: ..."): the value after the name, whatever its format
+_CREDENTIAL_FIELD = re.compile(r"(?i)\b((?:x-)?api[-_]?key|[a-z][a-z0-9-]*-(?:api-key|auth|authorization|token|key)"
+                               r"|authorization|proxy-authorization)(\s*[:=]\s*)(\"?)(?!\*\*\*)[^\s\"',;&]{8,}")
+# Query (or ;path) parameters of a URL in a message: ?api-key=..., &token=...
+_URL_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.-]+)=([^&#\s\"'<>]+)")
+# A URL's userinfo, up to the last @ before its path (a password may hold @), of any scheme (wss://, ftp://)
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]*@")
+
+
+def credential_param(name: str) -> bool:
+    """Whether a URL query parameter's name says it carries a credential (``api-key``, ``token``, ``sig``)."""
+    squashed = name.lower().replace("-", "").replace("_", "")
+    return squashed in URL_CREDENTIAL_PARAMS or squashed.endswith(("key", "token", "secret", "signature"))
+
+
 def redact(text: str, mask: str = "<not shown>") -> str:
     """``text`` with every credential-looking run replaced by ``mask`` (for messages quoting a line of
-    a config file; :func:`memaudit.backends.secrets.redact` uses it with ``***`` at run time)."""
-    return _KEY_PATTERNS.sub(mask, text)
+    a config file; :func:`memaudit.backends.secrets.redact` uses it with ``***`` at run time): a value
+    in a provider key's format, a credential header's or assignment's value, a URL's credential query
+    parameters and its userinfo."""
+    text = _KEY_PATTERNS.sub(mask, text)
+    text = _CREDENTIAL_FIELD.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{mask}", text)
+    text = _URL_PARAM.sub(lambda m: f"{m[1]}{m[2]}={mask}" if credential_param(m[2]) else m[0], text)
+    return _URL_USERINFO.sub(lambda m: f"{m[1]}{mask}@", text)

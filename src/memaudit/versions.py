@@ -48,11 +48,11 @@ STEPS: dict[str, Stage] = {
     # rejects rows of documents below min_passages (session 55): the documents and passages are the
     # same, and a bump would rerun every job of every finished run for a table of notes.
     "datasets": Stage(("memaudit.datasets.build", "memaudit.datasets.rejects"), version=2,
-                      fingerprint="a7f1bec72bee8bcd"),
+                      fingerprint="db94f7d7b737c527"),
     # Fine-tuning and base-model preparation (results/models/<model>). 1: the first version carried;
     # 2: the tiny GPT-2s' GELU is torch's fused tanh kernel (the same formula, other rounding).
     "models": Stage(("memaudit.models.prepare", "memaudit.datasets.build"), version=2,
-                    fingerprint="bbc8e15856a6815e"),
+                    fingerprint="5c5920e09de61390"),
     # Bump with every change that alters a statistic (memaudit.stats.metrics, selection, workflow).
     # 5: books kept whole in the blind folds; 6: in the AUC interval and the t-test (ci_books);
     # 7: books_pvalue; 8: books only where the config gives labels per book; 9: the t-test of two groups
@@ -67,7 +67,7 @@ STEPS: dict[str, Stage] = {
     # 14: the blind baseline's AUC and its intervals count only pairs within a fold (pooled over folds fitted
     # apart, they read below 0.5 with folds by book); its scores file says each document's cv_fold
     "stats": Stage(("memaudit.stats.workflow", "memaudit.stats.summary"), version=14,
-                   fingerprint="6074a7e8d0bd6964"),
+                   fingerprint="a4c713cd99fde358"),
     # The ROC, score-distribution and AUC-by-size figures. 1: the first version carried. 2: the ROC's low-FPR
     # panel draws every threshold (tied scores lost steps a threshold reaches)
     # 3: the AUC-by-size figure draws each bootstrap interval from its low to its high end (an interval
@@ -80,7 +80,7 @@ STEPS: dict[str, Stage] = {
     # 6: the AUC-by-size figure names the models it draws no point of (scored by none of its methods)
     # 7: a model fine-tuned on another benchmark's members is a line of its own in the AUC-by-size figure (it was a
     # point on its base's line at the same size: a vertical stroke that read as a size trend)
-    "figures": Stage(("memaudit.figures.plots",), version=7, fingerprint="2f956bbb5b8a2f69"),
+    "figures": Stage(("memaudit.figures.plots",), version=7, fingerprint="fc50223b05085df2"),
 }
 
 

@@ -95,9 +95,21 @@ def log_uncaught_errors(logger: logging.Logger) -> None:
         if isinstance(exc, MemauditError):
             logger.error("%s: %s", exc_type.__name__, exc)
             return
+        if previous is not sys.__excepthook__:
+            if not isinstance(exc, KeyboardInterrupt):
+                logger.error("job failed", exc_info=(exc_type, exc, tb))
+            previous(exc_type, exc, tb)
+            return
+        import traceback
+
+        from memaudit.backends.secrets import redact
+
+        # Redacted, in the log and as Python's own hook prints it: stderr is a file too on a cluster (SLURM's log,
+        # a DVC output), and a key an exception quotes must show in neither
+        text = redact("".join(traceback.format_exception(exc_type, exc, tb)).rstrip("\n"))
         if not isinstance(exc, KeyboardInterrupt):
-            logger.error("job failed", exc_info=(exc_type, exc, tb))
-        previous(exc_type, exc, tb)
+            logger.error("job failed\n%s", text)
+        sys.stderr.write(text + "\n")
 
     sys.excepthook = hook
 

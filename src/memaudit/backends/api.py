@@ -46,7 +46,7 @@ from memaudit.backends.cache import ResponseCache, UsageRow, canonical_json, req
 from memaudit.backends.refusal import is_refusal
 from memaudit.backends.retry import (RETRYABLE_STATUS, Cooldown, RequestFault, RetriesExhausted, RetriesStopped,
                                      RetryPolicy, call_with_retries, parse_retry_after, should_retry_header)
-from memaudit.backends.secrets import Secret, read_api_key, redact
+from memaudit.backends.secrets import Secret, read_api_key, redact, register_secret
 from memaudit.backends.settings import Pricing, api_entry, api_settings, pricing_for
 from memaudit.errors import ConfigError, MemauditError
 
@@ -115,18 +115,35 @@ def api_backend_from_config(config: dict, model: str, *, rule: str | None = None
                rule=rule, on_error=settings["on_error"], retry_policy=policy, require_key=require_key)
 
 
-def custom_headers_digest(text: str | None) -> str | None:
-    """SHA-256 of the headers ``ANTHROPIC_CUSTOM_HEADERS`` or ``OPENAI_CUSTOM_HEADERS`` adds, read as the
-    SDKs read them (one ``name: value`` a line: the text before the first colon is the name, after it the
-    value, both stripped; a line without a colon is skipped), names lowercased (HTTP's are case-insensitive),
-    :data:`CREDENTIAL_HEADERS` left out. Such a header can change the answer (an ``anthropic-beta`` feature,
-    an API version, a gateway's routing) and can hold a secret: the key gets the hash, never the headers.
-    ``None`` where the variable adds none, so a key without them is what it always was."""
+def custom_headers(text: str | None) -> dict[str, str]:
+    """The headers ``ANTHROPIC_CUSTOM_HEADERS`` or ``OPENAI_CUSTOM_HEADERS`` adds, read as the SDKs read them
+    (one ``name: value`` a line: the text before the first colon is the name, after it the value, both
+    stripped; a line without a colon is skipped), names lowercased (HTTP's are case-insensitive)."""
     headers = {}
     for line in (text or "").split("\n"):
         name, colon, value = line.partition(":")
-        if colon and name.strip().lower() not in CREDENTIAL_HEADERS:
+        if colon:
             headers[name.strip().lower()] = value.strip()
+    return headers
+
+
+def credential_header(name: str) -> bool:
+    """Whether a header carries a credential, not a setting: :data:`CREDENTIAL_HEADERS` and every name that
+    says so (a gateway's ``helicone-auth``, ``x-portkey-api-key``, ``cf-aig-authorization``, Azure's
+    ``api-key``, ``x-goog-api-key``: :func:`memaudit.secrets.keyish_name`)."""
+    from memaudit.secrets import keyish_name
+
+    return name in CREDENTIAL_HEADERS or keyish_name(name)
+
+
+def custom_headers_digest(text: str | None, *, legacy: bool = False) -> str | None:
+    """SHA-256 of the :func:`custom_headers` that may change an answer (an ``anthropic-beta`` feature, an API
+    version, a gateway's routing), credentials left out (:func:`credential_header`: a rotated gateway token
+    asks nothing again); the key gets the hash, never the headers. ``None`` where none is left, so a key
+    without them is what it always was. ``legacy``: the digest before credential headers other than
+    :data:`CREDENTIAL_HEADERS` were left out, under which earlier runs cached their answers (still served)."""
+    headers = {name: value for name, value in custom_headers(text).items()
+               if not (name in CREDENTIAL_HEADERS if legacy else credential_header(name))}
     return hashlib.sha256(canonical_json(headers).encode("utf-8")).hexdigest() if headers else None
 
 
@@ -142,6 +159,9 @@ class PlannedCall:
     prompt: str
     system_prompt: str | None
     max_output_tokens: int
+    # the key an earlier version gave the same request (a gateway credential header in its key), looked up
+    # where ``key`` is not cached: answers paid for then are still served
+    legacy_key: str | None = None
 
 
 def token_count(value) -> int:
@@ -309,8 +329,16 @@ class APIBackend(Backend):
         self.retry_policy = retry_policy
         self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
         # what else may decide the answer: the headers the SDK adds from its environment variable, hashed
-        digest = custom_headers_digest(os.environ.get(self.custom_headers_env)) if self.custom_headers_env else None
+        headers_text = os.environ.get(self.custom_headers_env) if self.custom_headers_env else None
+        digest = custom_headers_digest(headers_text)
         self.key_fields = {"custom_headers": digest} if digest is not None else {}
+        legacy = custom_headers_digest(headers_text, legacy=True)
+        self.legacy_key_fields = ({"custom_headers": legacy} if legacy is not None else {}) \
+            if legacy != digest else None
+        for name, value in custom_headers(headers_text).items():
+            if credential_header(name):  # a gateway's key, quoted back by its 401, shows in no message or log
+                for part in (value, *value.split()):
+                    register_secret(part)
         self.run_id = uuid.uuid4().hex[:12]
         self.label = f"{self.backend_name} model {self.name!r}"
         self.takes_repetition_penalty = takes_repetition_penalty(self.backend_name, base_url)
@@ -407,9 +435,11 @@ class APIBackend(Backend):
                         # a seed the API never receives changes no answer: no part of the key then
                         **({"seed": params.seed} if self.sends_seed else {}),
                         # greedy answers do not depend on the sample index: one cache entry serves all
-                        "sample_index": params.sample_index if sampled else 0, **self.key_fields}
+                        "sample_index": params.sample_index if sampled else 0}
+            legacy = None if self.legacy_key_fields is None else request_key({**identity, **self.legacy_key_fields})
+            identity.update(self.key_fields)
             calls.append(PlannedCall(request_key(identity), identity, body, prompt, params.system_prompt,
-                                     params.max_new_tokens))
+                                     params.max_new_tokens, legacy_key=legacy))
         return calls
 
     @staticmethod
@@ -433,6 +463,9 @@ class APIBackend(Backend):
         outcomes: dict[str, CallOutcome] = {}
         if self.cache is not None:
             hits = self.cache.get_many(unique)
+            legacy = {c.legacy_key: k for k, c in unique.items() if c.legacy_key and k not in hits}
+            if legacy:
+                hits.update({legacy[old]: hit for old, hit in self.cache.get_many(legacy).items()})
             usage, unreadable = [], []
             for key, hit in hits.items():
                 parsed, status, error = self._parse_safely(hit.response)

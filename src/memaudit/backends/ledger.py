@@ -168,6 +168,9 @@ def estimate_cost(backend, prompts: Sequence[str], params, *, n_samples: int = 1
         calls.extend(backend.plan(prompts, p, option_logprobs=option_logprobs))
     keys = [c.key for c in calls]
     cached = backend.cache.contains_many(keys) if backend.cache is not None else set()
+    legacy = {c.legacy_key: c.key for c in calls if getattr(c, "legacy_key", None) and c.key not in cached}
+    if legacy:  # answered under the key an earlier version gave them (APIBackend._serve serves them)
+        cached |= {legacy[old] for old in backend.cache.contains_many(legacy)}
     unique = {c.key: c for c in calls}
     to_send = [c for k, c in unique.items() if k not in cached]
     estimate.add(model=backend.name, model_id=backend.model_id, backend=backend.backend_name,

@@ -22,7 +22,6 @@ _SECRETS: set[str] = set()
 _SECRETS_LOCK = threading.Lock()
 # Provider keys and the partial echoes some error messages contain ("sk-proj-abc***wxyz").
 _KEY_PATTERN = re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}")
-_URL_USERINFO = re.compile(r"(https?://)[^/@\s]+@")
 _factory_installed = False
 
 
@@ -58,16 +57,16 @@ def redact(text: str) -> str:
 
     Key-shaped: OpenAI/Anthropic ``sk-`` keys with the partial echoes their errors contain, and
     every other format the config check knows (:func:`memaudit.secrets.redact`: Hugging Face
-    ``hf_``, GitHub, AWS, Slack, Google keys, JWTs, PEM private keys, ``Bearer`` tokens), so a
-    key quoted by an SDK or a server shows in no message or log record even if it was never
+    ``hf_``, GitHub, AWS, Slack, Google keys, JWTs, PEM private keys, ``Bearer`` and ``Basic``
+    credentials, a credential header's value, a URL's credential query parameters and userinfo), so
+    a key quoted by an SDK or a server shows in no message or log record even if it was never
     registered.
     """
     for secret in sorted(_SECRETS, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, "***")
     text = _KEY_PATTERN.sub("sk-***", text)
-    text = redact_credentials(text, "***")
-    return _URL_USERINFO.sub(r"\1***@", text)
+    return redact_credentials(text, "***")
 
 
 def _install_log_redaction() -> None:

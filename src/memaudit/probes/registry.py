@@ -123,7 +123,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # 4: Min-K%++'s sigma in the two-pass form (the one-pass form cancelled in float32)
         # 5: the passages table says which characters each score covers (scored_chars) and whether the
         # passage was cut at max_tokens (truncated)
-        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="4fe268a24afa0497",
+        methods="memaudit.probes.token_prob.plan:method_names", version=5, fingerprint="446cd3eebc659735",
         description="loss, zlib, lowercase, Min-K%, Min-K%++ and reference-model scores from token "
                     "log-probabilities",
         # the forward pass (token_stats), which every method reads; stats 2: each passage records the
@@ -132,7 +132,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # max_tokens inside a multi-byte character keeps none of its byte tokens (it claimed all of it);
         # 5: sigma = sqrt(sum p (z - mu)^2), which sum p z^2 - mu^2 lost to cancellation in float32; 6: the pass
         # over the lowercased passages is a job of its own (token_stats_lowercase), the numbers unchanged
-        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=6, fingerprint="637393ac6a3e1d3a")},
+        stages={"stats": Stage(("memaudit.probes.token_prob.forward",), version=6, fingerprint="912752466ecb8b99")},
     ),
     ProbeFamily(
         "prefix", reads="prefix_continuation.jsonl", modes={"": frozenset({GENERATE})},
@@ -151,7 +151,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # prefix_outcomes.json records the instruction and system prompt sent
         # 9: a published prefix (NYT Exhibit J) is shown as published, its line breaks and spacing kept (its words
         # were joined by single spaces)
-        version=9, fingerprint="6f6624e6c6ebc835",
+        version=9, fingerprint="f1204e4cc8de8a83",
         description="prefix probing: ROUGE-L recall and longest shared word run of a generated continuation",
     ),
     ProbeFamily(
@@ -182,14 +182,14 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # mode is a refusal (it was ok or invalid); logit tables count n_invalid and n_refusal too
         # 10: the -prob score counts a reply that listed no option letter (invalid, a refusal) as 0, as the
         # accuracy counts it wrong (the mean skipped it: a document scored on its few answered questions)
-        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="834e9ef97e432f29",
+        plan_inputs="memaudit.probes.decop.plan:plan_inputs", version=10, fingerprint="4a32793079343c64",
         # the paraphrased items (decop_items), which KTD reads too; items 5: a local causal paraphraser ends
         # at its generation config's end tokens too (a Gemma/Phi-3 instruct one wrote on; SmolLM2's unchanged);
         # items 6: a paraphrase's own first sentence with a colon, "example d)" or a paragraph opening "The
         # passage of time" is kept (the cleaning cut or dropped it as a preamble, a marker, commentary)
         # items 7: a paraphrase holding a verbatim run of half the passage or more is rejected (verbatim_run,
         # paraphrase.max_verbatim_run) and asked again; decop_qc.csv counts it
-        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="f4c8772897f30fbb"),
+        stages={"items": Stage(("memaudit.probes.decop.items",), version=8, fingerprint="66290a82a49cb498"),
                 # its tables and figures over every model (decop_figures); 2: the label-probability figure's
                 # "after calibration" is the evaluated documents' (it was the calibration set's own, always 0.25)
                 # 3: the accuracy-by-position figure leaves failed requests out (they counted as misses)
@@ -197,7 +197,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 5: a figure with nothing to draw (likelihood mode only: no calibration, one ordering) is a
                 # note saying why (blank axes); 6: the AUC-by-size figure draws a model fine-tuned on another
                 # benchmark's members as a line of its own (it joined its base's line at the same size)
-                "summary": Stage(("memaudit.probes.decop.figures",), version=6, fingerprint="3d2e8b8484c2ae27")},
+                "summary": Stage(("memaudit.probes.decop.figures",), version=6, fingerprint="8f85cab3b67c3097")},
         roles={"paraphraser": "decop.paraphrase.model"}, headline="memaudit.probes.decop.headline:headline",
         checks="memaudit.probes.decop.plan:check_config", methods="memaudit.probes.decop.plan:method_names",
         headline_methods=("decop-logit-prob", "decop-blackbox", "decop-likelihood-prob"),
@@ -231,7 +231,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # questions came from (event_source, character_source, qa_writer) and count the event judge's unusable
         # verdicts (judge_invalid of judge_pairs); a judge request without an answer stops the job (it counted
         # as "not found")
-        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="5e647f4abd6ecfd6",
+        plan_inputs="memaudit.probes.copybench.api_plan:plan_inputs", version=9, fingerprint="2c5b0495af2d2904",
         # the literal prefixes, story beginnings (an extractor's events and characters), demonstrations,
         # the encoder judge's calibration and the fact-recall questions (copybench_items, copybench_qa_items)
         # and the tables and figures over every model's outcomes (copybench_summary); items 5: a written
@@ -246,7 +246,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # joined by a blank line, not one line break; spaCy reads each line on its own for the extractive
         # events, characters and questions (a heading or a name ending a line fused with the next line's)
         stages={"items": Stage(("memaudit.probes.copybench.items", "memaudit.backends"),
-                               version=9, fingerprint="e464151d9606caeb"),
+                               version=9, fingerprint="7d529f866df7266d"),
                 # summary 7: a group of one item has no interval (nan bounds; was zero width, a pass); 8: its
                 # interval_holds_0 is blank too (it read False: "excludes 0"); 9: a group with nothing of the
                 # base to pair keeps its row (n_items 0), its check "not evaluated" (it was dropped); 10: the
@@ -257,7 +257,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # and intervals from the items file: items' formats averaged, resampled by book or document as the
                 # differences (it bootstrapped prompts one by one), a rare rate with Clopper-Pearson's interval
                 "summary": Stage(("memaudit.probes.copybench.summary",),
-                                 version=13, fingerprint="929f3d51fb8c7af2")},
+                                 version=13, fingerprint="251d401c0ce7f34a")},
         roles={"event_judge": "copybench.event_judge.model", "extractor": "copybench.extractor.model",
                "qa_writer": "copybench.qa_writer.model", "fluency_judge": "copybench.fluency_judge.model"},
         role_plan_inputs="memaudit.probes.copybench.api_plan:role_plan_inputs",
@@ -289,13 +289,13 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # split); n_texts is the mean test size over draws
         # version 14: knockoff+ is also measured on the baselines' test passages (ktd_selection's measured_on:
         # all, test), so that KTD and its baselines compare on the same passages
-        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="f4ca6d433e16a5d8",
+        runner="memaudit.probes.ktd.runner:run_job", version=14, fingerprint="3315999e9f1350b2",
         # the knockoff pool topped up beyond DE-COP's three paraphrases (ktd_pool), by DE-COP's paraphraser
         # pool 8: the local causal paraphraser's end tokens, as decop's items 5
         # pool 9: the paraphrase cleaning of decop's items 6
         # pool 10: the verbatim-run check of decop's items 7
         stages={"pool": Stage(("memaudit.probes.ktd.pool", "memaudit.probes.decop.items"),
-                              version=10, fingerprint="9231031e9abfb176"),
+                              version=10, fingerprint="4305827f93e90bbf"),
                 # the tables and figures over every model's selections (ktd_summary); 8: ktd.csv's measured_on
                 # 9: a document id that looks like a number (007, 12) or a missing value (NA) keeps its text;
                 # ktd.csv's min_q (1/n_texts, below which knockoff+ names nothing), its job's log naming the rows below it
@@ -305,7 +305,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # 12: ktd.csv's and ktd_imbalance.csv's guarantee (holds/fails) is fdp_above_q (True/False): the
                 # mean FDP over draws on these texts above q + 2 SE, an observation, not a test of FDR control
                 "summary": Stage(("memaudit.probes.ktd.summary", "memaudit.stats.workflow"),
-                                 version=12, fingerprint="933b758391dc121b")},
+                                 version=12, fingerprint="3e968ae3267548d8")},
         checks="memaudit.probes.ktd.plan:check_config", methods="memaudit.probes.ktd.plan:method_names",
         headline="memaudit.probes.ktd.headline:headline",
         headline_methods=("ktd_w_gradnorm",),
@@ -349,12 +349,12 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
         # unanswered in the tables; every table of the token selection names its reference_model
         # 10: a document's cloze_<type> is the mean over its passages of the words reconstructed (it was their sum:
         # a document of more passages scored higher, the AUC partly one of length)
-        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=10, fingerprint="5495537ba930fda6",
+        plan_inputs="memaudit.probes.cloze.plan:plan_inputs", version=10, fingerprint="1f58cc2d44cb0472",
         # the surprisal tokens the reference model chooses and the knowledge filter keeps (cloze_items);
         # version 4: no piece of a hyphenated or slash- or underscore-joined word (co-op, miles/hour) is a
         # candidate, and the uniqueness window (50 words either side) counts such a compound as one word
         stages={"items": Stage(("memaudit.probes.cloze.items", "memaudit.backends"),
-                               version=10, fingerprint="608b3a8c9346d7ca"),
+                               version=10, fingerprint="b8c4398fb28cb474"),
                 # the tables and figures over every model's reconstructions (cloze_summary)
                 # summary 5: a group of one text has no interval (nan bounds; was zero width, a pass)
                 # summary 7: cloze.csv's majority and random rows carry their benchmark's reference_scoring
@@ -366,7 +366,7 @@ FAMILIES: dict[str, ProbeFamily] = {f.name: f for f in (
                 # summary 12: the figures' shares on a 0-1 axis (a panel of zeros read as blank), names at one
                 # point stacked (a base and its fine-tunes at one size overprinted theirs)
                 "summary": Stage(("memaudit.probes.cloze.summary",),
-                                 version=12, fingerprint="4d581ace2bc7042b")},
+                                 version=12, fingerprint="6e1a19ac6e6ec124")},
         roles={"reference": "cloze.reference.model", "filter": "cloze.filter.model"},
         checks="memaudit.probes.cloze.plan:check_config", methods="memaudit.probes.cloze.plan:method_names",
         headline="memaudit.probes.cloze.headline:headline", paired=True,
