@@ -5,6 +5,7 @@ refusals and replies without a word counted, scores, metrics, the ledger and the
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -72,13 +73,14 @@ def test_cloze_blackbox_on_an_api_model_through_the_workflow(ci_run, tmp_path, m
             tokens_of(memorizer.refuse), tokens_of(memorizer.untagged))
         assert texts["n_refusal"].sum() >= 1 and texts["n_invalid"].sum() >= 1
         documents = pd.read_csv(scores / "cloze_blackbox_documents.csv")
-        expected = {}  # a member's every masked word reconstructed, a non-member's none
+        expected = {}  # a member's every masked word reconstructed, a non-member's none: per passage of its document
+        passages = Counter(it["doc_id"] for it in items)
         for it in items:
             for t in it["tokens"]:
                 key = (it["doc_id"], f"cloze_{t['measure']}")
-                expected[key] = expected.get(key, 0.0) + float(it["label"] == 1)
+                expected[key] = expected.get(key, 0.0) + float(it["label"] == 1) / passages[it["doc_id"]]
         got = documents.set_index(["doc_id", "method"])["score"].to_dict()
-        assert {k: got[k] for k in expected} == expected
+        assert {k: got[k] for k in expected} == pytest.approx(expected)
         prob = documents[documents["method"] == "cloze_prob"]
         metrics = pd.read_csv(workdir / "results/metrics/novels/memorizer.csv").set_index("method")
         assert metrics.loc["cloze_prob", "auc"] == pytest.approx(roc_auc_score(prob["label"], prob["score"]))

@@ -391,7 +391,7 @@ def test_the_headlines_tables_without_a_column_and_methods_the_run_lacks_are_one
         summary / "ktd.csv", index=False)
     assert main(["headline", "--summary", str(metrics)]) == 2
     assert capsys.readouterr().err == (f"memaudit headline: error: {summary / 'ktd.csv'}: not a table of the run's "
-                                       f"(no column 'guarantee'); rerun the workflow to write it again\n")
+                                       f"(no column 'fdp_above_q'); rerun the workflow to write it again\n")
     (summary / "ktd.csv").unlink()
     assert main(["headline", "--summary", str(metrics), "--methods", "losss"]) == 2
     assert capsys.readouterr() == ("", f"memaudit headline: error: --methods: 'losss' (did you mean 'loss'?) not in "
@@ -816,8 +816,8 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     assert "  archive    m1   loss 0.95            >= 0.9  True\n" in out and "archive    m0   loss" not in out
     assert "   novels    m0 0.1  0.0    0.5         0.0 named <= 5% of 10 True\n" in out
     assert "archive    m0 0.1" not in out  # the selection: novels only
-    assert "   novels    m0  2 0.1  0.5    0.2    0.0     holds        0.5 named <= 1.0 True\n" in out
-    assert "  archive    m0  2 0.1  0.5    0.2    6.0     holds        0.5     reported     \n" in out
+    assert "   novels    m0  2 0.1  0.5    0.2    0.0        False        0.5 named <= 1.0 True\n" in out
+    assert "  archive    m0  2 0.1  0.5    0.2    6.0        False        0.5     reported     \n" in out
     assert ("there a base model's AUC and selections are findings, not checks\n"
             f"({summary / 'benchmarks.csv'}):\n  archive: published (articles): dated before 2020-01-01\n") in out
     assert "Ground-truth checks: 6 of 7 hold; failing (ok False above): 1 in Ground truth" in out
@@ -834,7 +834,7 @@ def test_base_models_are_checked_as_null_controls_only_on_benchmarks_split_at_ra
     origins.to_csv(summary / "benchmarks.csv", index=False)
     print_headline(summary / "metrics.csv", ["loss"])
     out = capsys.readouterr().out
-    assert "holds        0.5 named <= 1.0" not in out and (
+    assert "False        0.5 named <= 1.0" not in out and (
         f"Not shown: the tables of ktd in {summary}, left there by a run of another config (this run's "
         "benchmarks.csv lists the families it ran on each benchmark).") in out
     assert "Ground-truth checks: 5 of 8 hold" in out  # less the two KTD rows, one of them held
